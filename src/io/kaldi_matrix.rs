@@ -1,0 +1,173 @@
+//! Kaldi matrices and vectors on disk: FM/DM, FV/DV, text `[ ... ]` (facts §2.2).
+//! Compressed (CM/CM2/CM3) and sparse (SM/SV) forms live in their own modules.
+
+use super::codec::{parse_float, TokenReader};
+use crate::error::Result;
+use crate::matrix::{Matrix, Vector};
+
+/// Reads a matrix in whatever form the reader is positioned at.
+pub fn read_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
+    if r.is_binary() {
+        let at = r.pos();
+        let tok = r.token()?;
+        let double = match tok.as_str() {
+            "FM" => false,
+            "DM" => true,
+            _ => return Err(r.err_at(at, "matrix token FM or DM")),
+        };
+        let rows = r.i32()?;
+        let cols = r.i32()?;
+        if rows < 0 || cols < 0 {
+            return Err(r.err_at(at, "non-negative matrix dimensions"));
+        }
+        let (rows, cols) = (rows as usize, cols as usize);
+        let esz = if double { 8 } else { 4 };
+        if rows.saturating_mul(cols).saturating_mul(esz) > r.rest().len() {
+            return Err(r.err(format!("{rows}x{cols} matrix data (file truncated)")));
+        }
+        let raw = r.bytes(rows * cols * esz)?;
+        let data = if double {
+            raw.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                .collect()
+        } else {
+            raw.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        Ok(Matrix::from_vec(rows, cols, data))
+    } else {
+        read_text_matrix(r)
+    }
+}
+
+/// Reads a text matrix `[ a b \n c d ]` (a newline or `;` ends a row).
+fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
+    r.skip_ws();
+    let at = r.pos();
+    if r.byte()? != b'[' {
+        return Err(r.err_at(at, "'[' opening a matrix"));
+    }
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    let mut cur: Vec<f32> = Vec::new();
+    loop {
+        // Skip spaces but stop at newlines.
+        while let Some(&b) = r.rest().first() {
+            if b == b' ' || b == b'\t' || b == b'\r' {
+                r.byte()?;
+            } else {
+                break;
+            }
+        }
+        let here = r.pos();
+        match r.rest().first() {
+            None => return Err(r.err("']' closing the matrix (file truncated)")),
+            Some(b'\n') | Some(b';') => {
+                r.byte()?;
+                if !cur.is_empty() {
+                    rows.push(std::mem::take(&mut cur));
+                }
+            }
+            Some(b']') => {
+                r.byte()?;
+                if !cur.is_empty() {
+                    rows.push(std::mem::take(&mut cur));
+                }
+                break;
+            }
+            Some(_) => {
+                let rest = r.rest();
+                let n = rest
+                    .iter()
+                    .position(|b| b.is_ascii_whitespace() || *b == b']' || *b == b';')
+                    .unwrap_or(rest.len());
+                let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
+                let v = parse_float(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
+                r.bytes(n)?;
+                cur.push(v as f32);
+            }
+        }
+    }
+    // Kaldi's writer ends with a newline after ']'.
+    if r.rest().first() == Some(&b'\n') {
+        r.byte()?;
+    }
+    let cols = rows.first().map_or(0, |x| x.len());
+    if let Some((i, _)) = rows.iter().enumerate().find(|(_, x)| x.len() != cols) {
+        return Err(r.err_at(at, format!("rows of equal length (row {i} differs)")));
+    }
+    Ok(Matrix::from_rows(&rows))
+}
+
+/// Reads a vector (FV/DV in binary, `[ ... ]` in text).
+pub fn read_vector(r: &mut TokenReader<'_>) -> Result<Vector> {
+    if r.is_binary() {
+        let at = r.pos();
+        let tok = r.token()?;
+        let double = match tok.as_str() {
+            "FV" => false,
+            "DV" => true,
+            _ => return Err(r.err_at(at, "vector token FV or DV")),
+        };
+        let dim = r.i32()?;
+        if dim < 0 {
+            return Err(r.err_at(at, "non-negative vector dimension"));
+        }
+        let esz = if double { 8 } else { 4 };
+        let dim = dim as usize;
+        if dim.saturating_mul(esz) > r.rest().len() {
+            return Err(r.err(format!("{dim} vector elements (file truncated)")));
+        }
+        let raw = r.bytes(dim * esz)?;
+        let data = if double {
+            raw.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                .collect()
+        } else {
+            raw.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        Ok(Vector::from_vec(data))
+    } else {
+        r.skip_ws();
+        let at = r.pos();
+        if r.byte()? != b'[' {
+            return Err(r.err_at(at, "'[' opening a vector"));
+        }
+        let mut v = Vec::new();
+        loop {
+            while let Some(&b) = r.rest().first() {
+                if b == b' ' || b == b'\t' || b == b'\r' {
+                    r.byte()?;
+                } else {
+                    break;
+                }
+            }
+            let here = r.pos();
+            match r.rest().first() {
+                None => return Err(r.err("']' closing the vector (file truncated)")),
+                Some(b'\n') => return Err(r.err_at(here, "']' (a vector may not span lines)")),
+                Some(b']') => {
+                    r.byte()?;
+                    break;
+                }
+                Some(_) => {
+                    let rest = r.rest();
+                    let n = rest
+                        .iter()
+                        .position(|b| b.is_ascii_whitespace() || *b == b']')
+                        .unwrap_or(rest.len());
+                    let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
+                    let x = parse_float(word).ok_or_else(|| r.err_at(here, "a number in the vector"))?;
+                    r.bytes(n)?;
+                    v.push(x as f32);
+                }
+            }
+        }
+        if r.rest().first() == Some(&b'\n') {
+            r.byte()?;
+        }
+        Ok(Vector::from_vec(v))
+    }
+}

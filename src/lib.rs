@@ -1,0 +1,14 @@
+//! compnet: computational networks in the style of Kaldi's nnet3.
+//!
+//! Data flow (one module per stage): config text → [`nnet`] (network, descriptors,
+//! components) → `compile` (request → graph → steps → computation) → `run` (the executor on
+//! a [`matrix`] backend) → `train`. [`io`] reads and writes Kaldi's files.
+
+pub mod cli;
+pub mod error;
+pub mod io;
+pub mod matrix;
+pub mod nnet;
+pub mod util;
+
+pub use error::{Error, Result};

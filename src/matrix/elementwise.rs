@@ -1,0 +1,267 @@
+//! Element-wise operations, nonlinearities with their derivatives, and reductions.
+//! Each derivative sits next to its forward rule.
+
+use super::{MatView, MatViewMut, Matrix, Real, Trans};
+
+impl MatViewMut<'_> {
+    pub fn set_zero(&mut self) {
+        self.map_inplace(|_| 0.0);
+    }
+    pub fn set_const(&mut self, v: Real) {
+        self.map_inplace(|_| v);
+    }
+    pub fn scale(&mut self, alpha: Real) {
+        self.map_inplace(|x| x * alpha);
+    }
+    pub fn add_const(&mut self, c: Real) {
+        self.map_inplace(|x| x + c);
+    }
+    /// `self = a` (same shape).
+    pub fn copy_from(&mut self, a: MatView<'_>) {
+        self.zip_apply(a, |_, y| y);
+    }
+    /// `self = aᵀ`.
+    pub fn copy_from_trans(&mut self, a: MatView<'_>) {
+        assert_eq!((self.num_rows(), self.num_cols()), (a.num_cols(), a.num_rows()));
+        for r in 0..self.num_rows() {
+            for c in 0..self.num_cols() {
+                self.set(r, c, a.get(c, r));
+            }
+        }
+    }
+    /// `self += alpha · op(a)` (Kaldi's AddMat).
+    pub fn add_mat(&mut self, alpha: Real, a: MatView<'_>, ta: Trans) {
+        match ta {
+            Trans::No => self.zip_apply(a, |x, y| x + alpha * y),
+            Trans::Yes => {
+                assert_eq!((self.num_rows(), self.num_cols()), (a.num_cols(), a.num_rows()));
+                for r in 0..self.num_rows() {
+                    for c in 0..self.num_cols() {
+                        let v = self.get(r, c) + alpha * a.get(c, r);
+                        self.set(r, c, v);
+                    }
+                }
+            }
+        }
+    }
+    /// `self = alpha · a + beta · self`.
+    pub fn add_mat_scaled(&mut self, alpha: Real, a: MatView<'_>, beta: Real) {
+        self.zip_apply(a, |x, y| alpha * y + beta * x);
+    }
+    /// `self *= a` element-wise.
+    pub fn mul_elements(&mut self, a: MatView<'_>) {
+        self.zip_apply(a, |x, y| x * y);
+    }
+    /// `self /= a` element-wise.
+    pub fn div_elements(&mut self, a: MatView<'_>) {
+        self.zip_apply(a, |x, y| x / y);
+    }
+    /// `self += alpha · a ⊙ b` element-wise.
+    pub fn add_mul_elements(&mut self, alpha: Real, a: MatView<'_>, b: MatView<'_>) {
+        self.zip2_apply(a, b, |x, y, z| x + alpha * y * z);
+    }
+    /// `self[r, :] = alpha · v + beta · self[r, :]` for every row (Kaldi's AddVecToRows).
+    pub fn add_vec_to_rows(&mut self, alpha: Real, v: &[Real], beta: Real) {
+        assert_eq!(v.len(), self.num_cols(), "add_vec_to_rows: dim");
+        for r in 0..self.num_rows() {
+            for (x, &y) in self.row_mut(r).iter_mut().zip(v) {
+                *x = alpha * y + beta * *x;
+            }
+        }
+    }
+    /// `self[:, c] = alpha · v + beta · self[:, c]` for every column (Kaldi's AddVecToCols).
+    pub fn add_vec_to_cols(&mut self, alpha: Real, v: &[Real], beta: Real) {
+        assert_eq!(v.len(), self.num_rows(), "add_vec_to_cols: dim");
+        for r in 0..self.num_rows() {
+            let a = alpha * v[r];
+            for x in self.row_mut(r) {
+                *x = a + beta * *x;
+            }
+        }
+    }
+    /// Multiplies column c by `v[c]` (Kaldi's MulColsVec).
+    pub fn mul_cols_vec(&mut self, v: &[Real]) {
+        assert_eq!(v.len(), self.num_cols());
+        for r in 0..self.num_rows() {
+            for (x, &y) in self.row_mut(r).iter_mut().zip(v) {
+                *x *= y;
+            }
+        }
+    }
+    /// Multiplies row r by `v[r]` (Kaldi's MulRowsVec).
+    pub fn mul_rows_vec(&mut self, v: &[Real]) {
+        assert_eq!(v.len(), self.num_rows());
+        for r in 0..self.num_rows() {
+            let s = v[r];
+            for x in self.row_mut(r) {
+                *x *= s;
+            }
+        }
+    }
+    /// `self = max(self, floor)`.
+    pub fn apply_floor(&mut self, floor: Real) {
+        self.map_inplace(|x| if x < floor { floor } else { x });
+    }
+    /// `self = min(self, ceiling)`.
+    pub fn apply_ceiling(&mut self, ceiling: Real) {
+        self.map_inplace(|x| if x > ceiling { ceiling } else { x });
+    }
+    /// `self = 1 if self > 0 else 0`.
+    pub fn apply_heaviside(&mut self) {
+        self.map_inplace(|x| if x > 0.0 { 1.0 } else { 0.0 });
+    }
+    pub fn apply_exp(&mut self) {
+        self.map_inplace(|x| x.exp());
+    }
+    pub fn apply_log(&mut self) {
+        self.map_inplace(|x| x.ln());
+    }
+    /// `self = self^p` (for p = 0.5, the square root).
+    pub fn apply_pow(&mut self, p: Real) {
+        self.map_inplace(|x| x.powf(p));
+    }
+    /// `self = sigmoid(src)`.
+    pub fn sigmoid_from(&mut self, src: MatView<'_>) {
+        self.zip_apply(src, |_, x| 1.0 / (1.0 + (-x).exp()));
+    }
+    /// `self = out_deriv ⊙ y (1 − y)` with y = sigmoid output.
+    pub fn diff_sigmoid(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
+        self.zip2_apply(value, out_deriv, |_, y, d| d * y * (1.0 - y));
+    }
+    /// `self = tanh(src)`.
+    pub fn tanh_from(&mut self, src: MatView<'_>) {
+        self.zip_apply(src, |_, x| x.tanh());
+    }
+    /// `self = out_deriv ⊙ (1 − y²)` with y = tanh output.
+    pub fn diff_tanh(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
+        self.zip2_apply(value, out_deriv, |_, y, d| d * (1.0 - y * y));
+    }
+    /// `self = softmax(src)` row by row.
+    pub fn softmax_per_row_from(&mut self, src: MatView<'_>) {
+        self.copy_from(src);
+        for r in 0..self.num_rows() {
+            let row = self.row_mut(r);
+            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
+            let mut s = 0.0f32;
+            for x in row.iter_mut() {
+                *x = (*x - m).exp();
+                s += *x;
+            }
+            for x in row.iter_mut() {
+                *x /= s;
+            }
+        }
+    }
+    /// `self = y ⊙ (d − (d·y))` per row, y = softmax output.
+    pub fn diff_softmax_per_row(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
+        for r in 0..self.num_rows() {
+            let (y, d) = (value.row(r), out_deriv.row(r));
+            let dot: Real = y.iter().zip(d).map(|(a, b)| a * b).sum();
+            for ((x, &yy), &dd) in self.row_mut(r).iter_mut().zip(y).zip(d) {
+                *x = yy * (dd - dot);
+            }
+        }
+    }
+    /// `self = log_softmax(src)` row by row.
+    pub fn log_softmax_per_row_from(&mut self, src: MatView<'_>) {
+        self.copy_from(src);
+        for r in 0..self.num_rows() {
+            let row = self.row_mut(r);
+            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
+            let s: Real = row.iter().map(|&x| (x - m).exp()).sum();
+            let lse = m + s.ln();
+            for x in row.iter_mut() {
+                *x -= lse;
+            }
+        }
+    }
+    /// `self = d − exp(y) · sum(d)` per row, y = log-softmax output.
+    pub fn diff_log_softmax_per_row(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
+        for r in 0..self.num_rows() {
+            let (y, d) = (value.row(r), out_deriv.row(r));
+            let sum: Real = d.iter().sum();
+            for ((x, &yy), &dd) in self.row_mut(r).iter_mut().zip(y).zip(d) {
+                *x = dd - yy.exp() * sum;
+            }
+        }
+    }
+}
+
+impl MatView<'_> {
+    /// Sum of all elements.
+    pub fn sum(&self) -> Real {
+        (0..self.num_rows()).map(|r| self.row(r).iter().sum::<Real>()).sum()
+    }
+    /// Largest absolute value (0 for an empty matrix).
+    pub fn max_abs(&self) -> Real {
+        (0..self.num_rows())
+            .flat_map(|r| self.row(r).iter())
+            .fold(0.0, |m, &x| m.max(x.abs()))
+    }
+    /// Frobenius norm.
+    pub fn frobenius_norm(&self) -> Real {
+        self.trace_mat_mat(*self).sqrt()
+    }
+    /// `Σ_ij self[i,j] · b[i,j]` (Kaldi's TraceMatMat(A, B, kTrans)); accumulated in f64.
+    pub fn trace_mat_mat(&self, b: MatView<'_>) -> Real {
+        assert_eq!((self.num_rows(), self.num_cols()), (b.num_rows(), b.num_cols()));
+        let mut s = 0.0f64;
+        for r in 0..self.num_rows() {
+            for (&x, &y) in self.row(r).iter().zip(b.row(r)) {
+                s += x as f64 * y as f64;
+            }
+        }
+        s as Real
+    }
+    /// `v = alpha · (sum over rows) + beta · v`; v has dim = num_cols (Kaldi's AddRowSumMat).
+    pub fn add_row_sum_to(&self, v: &mut [Real], alpha: Real, beta: Real) {
+        assert_eq!(v.len(), self.num_cols());
+        let mut acc = vec![0.0f32; self.num_cols()];
+        for r in 0..self.num_rows() {
+            for (a, &x) in acc.iter_mut().zip(self.row(r)) {
+                *a += x;
+            }
+        }
+        for (y, a) in v.iter_mut().zip(acc) {
+            *y = alpha * a + beta * *y;
+        }
+    }
+    /// `v = alpha · (sum over columns) + beta · v`; v has dim = num_rows (Kaldi's AddColSumMat).
+    pub fn add_col_sum_to(&self, v: &mut [Real], alpha: Real, beta: Real) {
+        assert_eq!(v.len(), self.num_rows());
+        for (r, y) in v.iter_mut().enumerate() {
+            let s: Real = self.row(r).iter().sum();
+            *y = alpha * s + beta * *y;
+        }
+    }
+    /// Per-row dot products `Σ_j self[i,j] · b[i,j]`.
+    pub fn row_dot_products(&self, b: MatView<'_>) -> Vec<Real> {
+        (0..self.num_rows())
+            .map(|r| self.row(r).iter().zip(b.row(r)).map(|(x, y)| x * y).sum())
+            .collect()
+    }
+    /// True if `|self − b|_F ≤ tol · max(|self|_F, |b|_F)` (Kaldi's ApproxEqual).
+    pub fn approx_equal(&self, b: MatView<'_>, tol: Real) -> bool {
+        if (self.num_rows(), self.num_cols()) != (b.num_rows(), b.num_cols()) {
+            return false;
+        }
+        let mut d = self.to_matrix();
+        d.view_mut().add_mat(-1.0, b, Trans::No);
+        d.view().frobenius_norm() <= tol * self.frobenius_norm().max(b.frobenius_norm())
+    }
+}
+
+impl Matrix {
+    /// `self = alpha · op(a) · op(b) + beta · self`.
+    pub fn add_mat_mat(
+        &mut self,
+        alpha: Real,
+        a: MatView<'_>,
+        ta: Trans,
+        b: MatView<'_>,
+        tb: Trans,
+        beta: Real,
+    ) {
+        self.view_mut().add_mat_mat(alpha, a, ta, b, tb, beta);
+    }
+}

@@ -1,0 +1,513 @@
+//! The matrix backend: the one boundary behind which every numeric kernel lives.
+//!
+//! Components, the compiler and the runtime only ever call the methods defined in this module
+//! (in the spirit of Kaldi's `CuMatrix` interface); none of them touches raw element loops of
+//! their own. Today there is one backend, the CPU (f32, row-major with a row stride). A GPU
+//! backend would give `Matrix`/`Vector` a second storage kind behind the same methods, without
+//! touching components or the compiler.
+//!
+//! Types:
+//! * [`Matrix`] owns its data (rows × cols, row stride ≥ cols).
+//! * [`MatView`] / [`MatViewMut`] are O(1) sub-matrix views by row and column range.
+//! * [`Vector`] owns a contiguous f32 vector.
+
+mod elementwise;
+mod gemm;
+mod rows;
+
+pub use gemm::{gemm_backend_name, set_num_threads, GemmBackend};
+
+/// The element type of every matrix and vector.
+pub type Real = f32;
+
+/// Whether an operand of a matrix product is transposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trans {
+    No,
+    Yes,
+}
+
+/// An owned dense matrix, f32, row-major with a row stride.
+#[derive(Clone, Default, PartialEq)]
+pub struct Matrix {
+    data: Vec<Real>,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+}
+
+/// A read-only view of (part of) a matrix.
+#[derive(Clone, Copy)]
+pub struct MatView<'a> {
+    data: &'a [Real],
+    rows: usize,
+    cols: usize,
+    stride: usize,
+}
+
+/// A mutable view of (part of) a matrix.
+pub struct MatViewMut<'a> {
+    data: &'a mut [Real],
+    rows: usize,
+    cols: usize,
+    stride: usize,
+}
+
+/// An owned f32 vector.
+#[derive(Clone, Default, PartialEq)]
+pub struct Vector {
+    data: Vec<Real>,
+}
+
+/// Length of the backing slice a (rows, cols, stride) view needs.
+#[inline]
+fn span(rows: usize, cols: usize, stride: usize) -> usize {
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        (rows - 1) * stride + cols
+    }
+}
+
+impl std::fmt::Debug for Matrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.view().fmt(f)
+    }
+}
+
+impl std::fmt::Debug for MatView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "Matrix {}x{} [", self.rows, self.cols)?;
+        for r in 0..self.rows.min(8) {
+            writeln!(f, "  {:?}", &self.row(r)[..self.cols.min(10)])?;
+        }
+        write!(f, "]")
+    }
+}
+
+impl std::fmt::Debug for Vector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Vector{:?}", &self.data)
+    }
+}
+
+impl Matrix {
+    /// A zero matrix.
+    pub fn zeros(rows: usize, cols: usize) -> Self {
+        Matrix {
+            data: vec![0.0; rows * cols],
+            rows,
+            cols,
+            stride: cols,
+        }
+    }
+    /// A matrix from row-major data of length rows × cols.
+    pub fn from_vec(rows: usize, cols: usize, data: Vec<Real>) -> Self {
+        assert_eq!(data.len(), rows * cols, "Matrix::from_vec: wrong data length");
+        Matrix {
+            data,
+            rows,
+            cols,
+            stride: cols,
+        }
+    }
+    /// A matrix from equal-length rows.
+    pub fn from_rows(rows: &[Vec<Real>]) -> Self {
+        let cols = rows.first().map_or(0, |r| r.len());
+        let mut data = Vec::with_capacity(rows.len() * cols);
+        for r in rows {
+            assert_eq!(r.len(), cols, "Matrix::from_rows: ragged rows");
+            data.extend_from_slice(r);
+        }
+        Matrix::from_vec(rows.len(), cols, data)
+    }
+    pub fn num_rows(&self) -> usize {
+        self.rows
+    }
+    pub fn num_cols(&self) -> usize {
+        self.cols
+    }
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+    /// Changes the size; contents become zero.
+    pub fn resize(&mut self, rows: usize, cols: usize) {
+        self.data.clear();
+        self.data.resize(rows * cols, 0.0);
+        self.rows = rows;
+        self.cols = cols;
+        self.stride = cols;
+    }
+    /// The whole matrix as a view.
+    pub fn view(&self) -> MatView<'_> {
+        MatView {
+            data: &self.data[..span(self.rows, self.cols, self.stride)],
+            rows: self.rows,
+            cols: self.cols,
+            stride: self.stride,
+        }
+    }
+    /// The whole matrix as a mutable view.
+    pub fn view_mut(&mut self) -> MatViewMut<'_> {
+        let n = span(self.rows, self.cols, self.stride);
+        MatViewMut {
+            data: &mut self.data[..n],
+            rows: self.rows,
+            cols: self.cols,
+            stride: self.stride,
+        }
+    }
+    /// Rows `[r0, r0+nr)` and columns `[c0, c0+nc)`.
+    pub fn sub(&self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatView<'_> {
+        self.view().sub(r0, nr, c0, nc)
+    }
+    /// Mutable rows `[r0, r0+nr)` and columns `[c0, c0+nc)`.
+    pub fn sub_mut(&mut self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatViewMut<'_> {
+        self.view_mut().into_sub(r0, nr, c0, nc)
+    }
+    pub fn row(&self, r: usize) -> &[Real] {
+        let s = r * self.stride;
+        &self.data[s..s + self.cols]
+    }
+    pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
+        let s = r * self.stride;
+        &mut self.data[s..s + self.cols]
+    }
+    /// Element (r, c).
+    pub fn get(&self, r: usize, c: usize) -> Real {
+        self.data[r * self.stride + c]
+    }
+    /// Sets element (r, c).
+    pub fn set(&mut self, r: usize, c: usize, v: Real) {
+        self.data[r * self.stride + c] = v;
+    }
+    /// The transpose, as a new matrix.
+    pub fn transposed(&self) -> Matrix {
+        let mut t = Matrix::zeros(self.cols, self.rows);
+        t.view_mut().copy_from_trans(self.view());
+        t
+    }
+    /// Row-major copy of the elements (no stride gaps).
+    pub fn to_vec(&self) -> Vec<Real> {
+        self.view().to_vec()
+    }
+}
+
+impl<'a> MatView<'a> {
+    /// A view of a contiguous row-major slice.
+    pub fn from_slice(data: &'a [Real], rows: usize, cols: usize) -> Self {
+        MatView::from_slice_strided(data, rows, cols, cols)
+    }
+    /// A view of a strided row-major slice.
+    pub fn from_slice_strided(data: &'a [Real], rows: usize, cols: usize, stride: usize) -> Self {
+        assert!(stride >= cols && data.len() >= span(rows, cols, stride));
+        MatView {
+            data: &data[..span(rows, cols, stride)],
+            rows,
+            cols,
+            stride,
+        }
+    }
+    pub fn num_rows(&self) -> usize {
+        self.rows
+    }
+    pub fn num_cols(&self) -> usize {
+        self.cols
+    }
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+    /// The backing slice (length (rows-1)·stride + cols).
+    pub fn as_slice(&self) -> &'a [Real] {
+        self.data
+    }
+    pub fn row(&self, r: usize) -> &'a [Real] {
+        debug_assert!(r < self.rows);
+        let s = r * self.stride;
+        &self.data[s..s + self.cols]
+    }
+    pub fn get(&self, r: usize, c: usize) -> Real {
+        debug_assert!(r < self.rows && c < self.cols);
+        self.data[r * self.stride + c]
+    }
+    /// Rows `[r0, r0+nr)` and columns `[c0, c0+nc)` of this view.
+    pub fn sub(&self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatView<'a> {
+        assert!(
+            r0 + nr <= self.rows && c0 + nc <= self.cols,
+            "sub-matrix out of range"
+        );
+        if nr == 0 || nc == 0 {
+            return MatView {
+                data: &[],
+                rows: nr,
+                cols: nc,
+                stride: self.stride,
+            };
+        }
+        let s = r0 * self.stride + c0;
+        MatView {
+            data: &self.data[s..s + span(nr, nc, self.stride)],
+            rows: nr,
+            cols: nc,
+            stride: self.stride,
+        }
+    }
+    /// Rows `[r0, r0+nr)`, all columns.
+    pub fn rows_range(&self, r0: usize, nr: usize) -> MatView<'a> {
+        self.sub(r0, nr, 0, self.cols)
+    }
+    /// Columns `[c0, c0+nc)`, all rows.
+    pub fn cols_range(&self, c0: usize, nc: usize) -> MatView<'a> {
+        self.sub(0, self.rows, c0, nc)
+    }
+    /// An owned copy.
+    pub fn to_matrix(&self) -> Matrix {
+        Matrix::from_vec(self.rows, self.cols, self.to_vec())
+    }
+    /// Row-major copy of the elements.
+    pub fn to_vec(&self) -> Vec<Real> {
+        let mut v = Vec::with_capacity(self.rows * self.cols);
+        for r in 0..self.rows {
+            v.extend_from_slice(self.row(r));
+        }
+        v
+    }
+    /// True if rows follow each other without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.stride == self.cols || self.rows <= 1
+    }
+}
+
+impl<'a> MatViewMut<'a> {
+    /// A mutable view of a contiguous row-major slice.
+    pub fn from_slice(data: &'a mut [Real], rows: usize, cols: usize) -> Self {
+        MatViewMut::from_slice_strided(data, rows, cols, cols)
+    }
+    /// A mutable view of a strided row-major slice.
+    pub fn from_slice_strided(
+        data: &'a mut [Real],
+        rows: usize,
+        cols: usize,
+        stride: usize,
+    ) -> Self {
+        assert!(stride >= cols && data.len() >= span(rows, cols, stride));
+        let n = span(rows, cols, stride);
+        MatViewMut {
+            data: &mut data[..n],
+            rows,
+            cols,
+            stride,
+        }
+    }
+    pub fn num_rows(&self) -> usize {
+        self.rows
+    }
+    pub fn num_cols(&self) -> usize {
+        self.cols
+    }
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+    /// A read-only view of the same elements.
+    pub fn as_view(&self) -> MatView<'_> {
+        MatView {
+            data: self.data,
+            rows: self.rows,
+            cols: self.cols,
+            stride: self.stride,
+        }
+    }
+    /// A shorter-lived mutable view of the same elements (re-borrow).
+    pub fn rb(&mut self) -> MatViewMut<'_> {
+        MatViewMut {
+            data: self.data,
+            rows: self.rows,
+            cols: self.cols,
+            stride: self.stride,
+        }
+    }
+    pub fn row(&self, r: usize) -> &[Real] {
+        let s = r * self.stride;
+        &self.data[s..s + self.cols]
+    }
+    pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
+        debug_assert!(r < self.rows);
+        let s = r * self.stride;
+        &mut self.data[s..s + self.cols]
+    }
+    pub fn get(&self, r: usize, c: usize) -> Real {
+        self.data[r * self.stride + c]
+    }
+    pub fn set(&mut self, r: usize, c: usize, v: Real) {
+        self.data[r * self.stride + c] = v;
+    }
+    /// The backing slice (length (rows-1)·stride + cols).
+    pub fn as_mut_slice(&mut self) -> &mut [Real] {
+        self.data
+    }
+    /// Mutable sub-view (borrowing this view).
+    pub fn sub_mut(&mut self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatViewMut<'_> {
+        self.rb().into_sub(r0, nr, c0, nc)
+    }
+    /// Mutable sub-view, consuming this view.
+    pub fn into_sub(self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatViewMut<'a> {
+        assert!(
+            r0 + nr <= self.rows && c0 + nc <= self.cols,
+            "sub-matrix out of range"
+        );
+        let stride = self.stride;
+        if nr == 0 || nc == 0 {
+            return MatViewMut {
+                data: &mut [],
+                rows: nr,
+                cols: nc,
+                stride,
+            };
+        }
+        let s = r0 * stride + c0;
+        MatViewMut {
+            data: &mut self.data[s..s + span(nr, nc, stride)],
+            rows: nr,
+            cols: nc,
+            stride,
+        }
+    }
+    /// Mutable rows `[r0, r0+nr)`.
+    pub fn rows_range_mut(&mut self, r0: usize, nr: usize) -> MatViewMut<'_> {
+        let c = self.cols;
+        self.sub_mut(r0, nr, 0, c)
+    }
+    /// Mutable columns `[c0, c0+nc)`.
+    pub fn cols_range_mut(&mut self, c0: usize, nc: usize) -> MatViewMut<'_> {
+        let r = self.rows;
+        self.sub_mut(0, r, c0, nc)
+    }
+    /// Splits the rows at `r`, giving two disjoint mutable views.
+    pub fn split_rows_at(self, r: usize) -> (MatViewMut<'a>, MatViewMut<'a>) {
+        assert!(r <= self.rows);
+        let (rows, cols, stride) = (self.rows, self.cols, self.stride);
+        if r == 0 || r == rows || cols == 0 {
+            let (a, b) = self.data.split_at_mut(if r == 0 { 0 } else { self.data.len() });
+            return (
+                MatViewMut {
+                    data: a,
+                    rows: r,
+                    cols,
+                    stride,
+                },
+                MatViewMut {
+                    data: b,
+                    rows: rows - r,
+                    cols,
+                    stride,
+                },
+            );
+        }
+        let (a, b) = self.data.split_at_mut(r * stride);
+        let alen = span(r, cols, stride);
+        (
+            MatViewMut {
+                data: &mut a[..alen],
+                rows: r,
+                cols,
+                stride,
+            },
+            MatViewMut {
+                data: b,
+                rows: rows - r,
+                cols,
+                stride,
+            },
+        )
+    }
+    /// Applies `f` to every element.
+    #[inline]
+    pub fn map_inplace(&mut self, f: impl Fn(Real) -> Real) {
+        for r in 0..self.rows {
+            for x in self.row_mut(r) {
+                *x = f(*x);
+            }
+        }
+    }
+    /// `self[i,j] = f(self[i,j], a[i,j])` for every element.
+    #[inline]
+    pub fn zip_apply(&mut self, a: MatView<'_>, f: impl Fn(Real, Real) -> Real) {
+        assert_eq!((self.rows, self.cols), (a.rows, a.cols), "zip_apply: shape");
+        for r in 0..self.rows {
+            let src = a.row(r);
+            for (x, &y) in self.row_mut(r).iter_mut().zip(src) {
+                *x = f(*x, y);
+            }
+        }
+    }
+    /// `self[i,j] = f(self[i,j], a[i,j], b[i,j])` for every element.
+    #[inline]
+    pub fn zip2_apply(
+        &mut self,
+        a: MatView<'_>,
+        b: MatView<'_>,
+        f: impl Fn(Real, Real, Real) -> Real,
+    ) {
+        assert_eq!((self.rows, self.cols), (a.rows, a.cols), "zip2_apply: shape");
+        assert_eq!((self.rows, self.cols), (b.rows, b.cols), "zip2_apply: shape");
+        for r in 0..self.rows {
+            let (ra, rb) = (a.row(r), b.row(r));
+            for ((x, &y), &z) in self.row_mut(r).iter_mut().zip(ra).zip(rb) {
+                *x = f(*x, y, z);
+            }
+        }
+    }
+}
+
+impl Vector {
+    pub fn zeros(dim: usize) -> Self {
+        Vector {
+            data: vec![0.0; dim],
+        }
+    }
+    pub fn from_vec(data: Vec<Real>) -> Self {
+        Vector { data }
+    }
+    pub fn dim(&self) -> usize {
+        self.data.len()
+    }
+    pub fn as_slice(&self) -> &[Real] {
+        &self.data
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [Real] {
+        &mut self.data
+    }
+    pub fn into_vec(self) -> Vec<Real> {
+        self.data
+    }
+    /// Changes the dimension; contents become zero.
+    pub fn resize(&mut self, dim: usize) {
+        self.data.clear();
+        self.data.resize(dim, 0.0);
+    }
+    /// The vector as a 1 × dim matrix view.
+    pub fn as_row(&self) -> MatView<'_> {
+        MatView::from_slice(&self.data, 1, self.data.len())
+    }
+    pub fn as_row_mut(&mut self) -> MatViewMut<'_> {
+        let n = self.data.len();
+        MatViewMut::from_slice(&mut self.data, 1, n)
+    }
+}
+
+impl std::ops::Deref for Vector {
+    type Target = [Real];
+    fn deref(&self) -> &[Real] {
+        &self.data
+    }
+}
+impl std::ops::DerefMut for Vector {
+    fn deref_mut(&mut self) -> &mut [Real] {
+        &mut self.data
+    }
+}
+impl From<Vec<Real>> for Vector {
+    fn from(v: Vec<Real>) -> Self {
+        Vector { data: v }
+    }
+}

@@ -1,0 +1,108 @@
+//! Row and column gather/scatter operations with index vectors (−1 means "leave" or "zero"),
+//! as the compiled computation's CopyRows/AddRows/AddRowRanges/CopyCols commands need.
+
+use super::{MatView, MatViewMut, Real};
+
+impl MatViewMut<'_> {
+    /// `self[i] = src[idx[i]]`, or zero where `idx[i] = −1` (Kaldi's CopyRows).
+    pub fn copy_rows(&mut self, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), self.num_rows());
+        assert_eq!(src.num_cols(), self.num_cols());
+        for (i, &j) in idx.iter().enumerate() {
+            if j < 0 {
+                self.row_mut(i).fill(0.0);
+            } else {
+                self.row_mut(i).copy_from_slice(src.row(j as usize));
+            }
+        }
+    }
+    /// `self[i] += alpha · src[idx[i]]` where `idx[i] ≠ −1` (Kaldi's AddRows).
+    pub fn add_rows(&mut self, alpha: Real, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), self.num_rows());
+        assert_eq!(src.num_cols(), self.num_cols());
+        for (i, &j) in idx.iter().enumerate() {
+            if j >= 0 {
+                for (x, &y) in self.row_mut(i).iter_mut().zip(src.row(j as usize)) {
+                    *x += alpha * y;
+                }
+            }
+        }
+    }
+    /// `self[idx[i]] = src[i]` where `idx[i] ≠ −1` (Kaldi's CopyToRows, single destination).
+    pub fn copy_to_rows_from(&mut self, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), src.num_rows());
+        for (i, &j) in idx.iter().enumerate() {
+            if j >= 0 {
+                self.row_mut(j as usize).copy_from_slice(src.row(i));
+            }
+        }
+    }
+    /// `self[idx[i]] += alpha · src[i]` where `idx[i] ≠ −1` (Kaldi's AddToRows).
+    pub fn add_to_rows_from(&mut self, alpha: Real, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), src.num_rows());
+        for (i, &j) in idx.iter().enumerate() {
+            if j >= 0 {
+                for (x, &y) in self.row_mut(j as usize).iter_mut().zip(src.row(i)) {
+                    *x += alpha * y;
+                }
+            }
+        }
+    }
+    /// `self[i] = *srcs[i]` or zero for `None` (Kaldi's CopyRows with row pointers).
+    pub fn copy_rows_multi(&mut self, srcs: &[Option<&[Real]>]) {
+        assert_eq!(srcs.len(), self.num_rows());
+        for (i, s) in srcs.iter().enumerate() {
+            match s {
+                Some(s) => self.row_mut(i).copy_from_slice(s),
+                None => self.row_mut(i).fill(0.0),
+            }
+        }
+    }
+    /// `self[i] += alpha · *srcs[i]` where present (Kaldi's AddRows with row pointers).
+    pub fn add_rows_multi(&mut self, alpha: Real, srcs: &[Option<&[Real]>]) {
+        assert_eq!(srcs.len(), self.num_rows());
+        for (i, s) in srcs.iter().enumerate() {
+            if let Some(s) = s {
+                for (x, &y) in self.row_mut(i).iter_mut().zip(s.iter()) {
+                    *x += alpha * y;
+                }
+            }
+        }
+    }
+    /// `self[i] += Σ_{j ∈ [start, end)} src[j]` with `ranges[i] = (start, end)`;
+    /// `(−1, −1)` or an empty range adds nothing (Kaldi's AddRowRanges).
+    pub fn add_row_ranges(&mut self, src: MatView<'_>, ranges: &[(i32, i32)]) {
+        assert_eq!(ranges.len(), self.num_rows());
+        for (i, &(s, e)) in ranges.iter().enumerate() {
+            for j in s.max(0)..e {
+                for (x, &y) in self.row_mut(i).iter_mut().zip(src.row(j as usize)) {
+                    *x += y;
+                }
+            }
+        }
+    }
+    /// `self[:, c] = src[:, idx[c]]`, or zero where `idx[c] = −1` (Kaldi's CopyCols).
+    pub fn copy_cols(&mut self, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), self.num_cols());
+        assert_eq!(src.num_rows(), self.num_rows());
+        for r in 0..self.num_rows() {
+            let s = src.row(r);
+            for (x, &j) in self.row_mut(r).iter_mut().zip(idx) {
+                *x = if j < 0 { 0.0 } else { s[j as usize] };
+            }
+        }
+    }
+    /// `self[:, c] += src[:, idx[c]]` where `idx[c] ≠ −1` (Kaldi's AddCols).
+    pub fn add_cols(&mut self, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), self.num_cols());
+        assert_eq!(src.num_rows(), self.num_rows());
+        for r in 0..self.num_rows() {
+            let s = src.row(r);
+            for (x, &j) in self.row_mut(r).iter_mut().zip(idx) {
+                if j >= 0 {
+                    *x += s[j as usize];
+                }
+            }
+        }
+    }
+}

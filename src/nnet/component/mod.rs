@@ -1,0 +1,231 @@
+//! The component interface and the registry of component types.
+//!
+//! A component is a named, typed function with optional parameters. The compiler and runtime
+//! only consult its [`Properties`] flags and the methods here; they never special-case a type
+//! by name. Simple components map one input row to one output row and ignore Indexes;
+//! general ("non-simple") components see Indexes through the hooks `get_input_indexes`,
+//! `is_computable`, `reorder_indexes` and `precompute_indexes`.
+//!
+//! Adding a component type = one file in this folder plus one line in [`registry`].
+
+pub mod updatable;
+
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut};
+use crate::nnet::config_line::ConfigLine;
+use crate::nnet::index::Index;
+use std::any::Any;
+
+pub use updatable::{UpdatableCommon, UpdatableComponent};
+
+/// Component property flags (Kaldi's `ComponentProperties`, same bit values).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct Properties(pub u32);
+
+impl Properties {
+    pub const SIMPLE: Properties = Properties(0x001);
+    pub const UPDATABLE: Properties = Properties(0x002);
+    pub const PROPAGATE_IN_PLACE: Properties = Properties(0x004);
+    pub const PROPAGATE_ADDS: Properties = Properties(0x008);
+    pub const REORDERS_INDEXES: Properties = Properties(0x010);
+    pub const BACKPROP_ADDS: Properties = Properties(0x020);
+    pub const BACKPROP_NEEDS_INPUT: Properties = Properties(0x040);
+    pub const BACKPROP_NEEDS_OUTPUT: Properties = Properties(0x080);
+    pub const BACKPROP_IN_PLACE: Properties = Properties(0x100);
+    pub const STORES_STATS: Properties = Properties(0x200);
+    pub const INPUT_CONTIGUOUS: Properties = Properties(0x400);
+    pub const OUTPUT_CONTIGUOUS: Properties = Properties(0x800);
+    pub const USES_MEMO: Properties = Properties(0x1000);
+    pub const RANDOM_COMPONENT: Properties = Properties(0x2000);
+
+    /// True if every flag in `f` is set.
+    pub fn has(self, f: Properties) -> bool {
+        self.0 & f.0 == f.0
+    }
+}
+impl std::ops::BitOr for Properties {
+    type Output = Properties;
+    fn bitor(self, o: Properties) -> Properties {
+        Properties(self.0 | o.0)
+    }
+}
+impl std::fmt::Debug for Properties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Properties({:#x})", self.0)
+    }
+}
+
+/// What Propagate hands to Backprop for components with `USES_MEMO`.
+pub type Memo = Box<dyn Any + Send + Sync>;
+
+/// Per-computation index information a general component precomputes once at compile time.
+pub trait PrecomputedIndexes: Send + Sync + std::fmt::Debug {
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Extra information passed to the non-simple hooks (reserved; Kaldi's MiscComputationInfo).
+#[derive(Clone, Debug, Default)]
+pub struct MiscComputationInfo;
+
+/// A component: Propagate, Backprop, I/O and property flags.
+pub trait Component: Send + Sync + std::fmt::Debug {
+    /// Kaldi's type name, e.g. `AffineComponent`.
+    fn type_name(&self) -> &'static str;
+    fn input_dim(&self) -> usize;
+    fn output_dim(&self) -> usize;
+    fn properties(&self) -> Properties;
+
+    /// Computes `output` from `input`. If the component has `PROPAGATE_ADDS` it adds to
+    /// `output`, otherwise it overwrites it. Returns a memo iff it has `USES_MEMO`.
+    fn propagate(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        output: MatViewMut<'_>,
+    ) -> Option<Memo>;
+
+    /// Back-propagates `out_deriv`. Writes (or with `BACKPROP_ADDS`, adds) the input
+    /// derivative into `in_deriv` when given, and accumulates the parameter gradient into
+    /// `to_update` (a component of the same type, usually in a separate "delta" network) when
+    /// given. `in_value` / `out_value` are empty (0×0) views unless the component declared
+    /// `BACKPROP_NEEDS_INPUT` / `BACKPROP_NEEDS_OUTPUT`.
+    #[allow(clippy::too_many_arguments)]
+    fn backprop(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    );
+
+    /// Writes the component exactly as Kaldi does, from `<TypeName>` to `</TypeName> `.
+    fn write(&self, w: &mut TokenWriter);
+
+    /// One-line summary for `info` (Kaldi's `Info()`).
+    fn info(&self) -> String;
+
+    fn clone_box(&self) -> Box<dyn Component>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    /// The updatable interface, for components with parameters.
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        None
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        None
+    }
+
+    /// Accumulates statistics (components with `STORES_STATS`).
+    fn store_stats(&mut self, _in_value: MatView<'_>, _out_value: MatView<'_>, _memo: Option<&Memo>) {
+    }
+    /// Zeroes stored statistics.
+    fn zero_stats(&mut self) {}
+    /// Scales stored statistics (Kaldi's ScaleStats-style decay), if any.
+    fn scale_stats(&mut self, _scale: f32) {}
+    /// Switches train/test behaviour (Dropout, BatchNorm, ...); no-op for most components.
+    fn set_test_mode(&mut self, _test_mode: bool) {}
+
+    // ---- Hooks for general (non-simple) components. The defaults are a simple component's.
+
+    /// The input Indexes needed to compute `output_index`.
+    fn get_input_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        output_index: &Index,
+        desired: &mut Vec<Index>,
+    ) {
+        desired.push(*output_index);
+    }
+    /// Whether `output_index` can be computed given which inputs exist; fills `used_inputs`
+    /// with the inputs it would use.
+    fn is_computable(
+        &self,
+        _misc: &MiscComputationInfo,
+        output_index: &Index,
+        input_available: &dyn Fn(&Index) -> bool,
+        used_inputs: Option<&mut Vec<Index>>,
+    ) -> bool {
+        let ok = input_available(output_index);
+        if let (true, Some(u)) = (ok, used_inputs) {
+            u.clear();
+            u.push(*output_index);
+        }
+        ok
+    }
+    /// Reorders (and may pad with kNoTime indexes) the input and output Indexes of a step.
+    fn reorder_indexes(&self, _input: &mut Vec<Index>, _output: &mut Vec<Index>) {}
+    /// Precomputes whatever Propagate/Backprop need to know about the Indexes of a step.
+    fn precompute_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        _input: &[Index],
+        _output: &[Index],
+        _need_backprop: bool,
+    ) -> Option<Box<dyn PrecomputedIndexes>> {
+        None
+    }
+}
+
+impl Clone for Box<dyn Component> {
+    fn clone(&self) -> Self {
+        self.clone_box()
+    }
+}
+
+/// One registered component type.
+pub struct ComponentType {
+    /// Kaldi's type name, e.g. `AffineComponent`.
+    pub name: &'static str,
+    /// Initialises from a `component` config line (Kaldi's InitFromConfig). The line's
+    /// `type` and `name` keys are already consumed; every other key must be.
+    pub from_config: fn(&ConfigLine) -> Result<Box<dyn Component>>,
+    /// Reads the component after its opening `<TypeName>` token, through `</TypeName>`.
+    pub read: fn(&mut TokenReader<'_>) -> Result<Box<dyn Component>>,
+    /// Config lines (without `type=`) the generic test harness instantiates.
+    pub test_configs: &'static [&'static str],
+}
+
+/// Every component type compnet knows.
+pub fn registry() -> &'static [ComponentType] {
+    REGISTRY
+}
+
+static REGISTRY: &[ComponentType] = &[
+    // Affine family and other updatable components:
+    // Nonlinearities, normalisation and fixed (non-updatable) components:
+    // General (non-simple) components:
+];
+
+/// The registered type with this name.
+pub fn component_type(name: &str) -> Option<&'static ComponentType> {
+    registry().iter().find(|t| t.name == name)
+}
+
+/// Creates a component from a `component name=... type=... ...` config line.
+pub fn new_component_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    let type_name: String = cfg.require("type")?;
+    let ty = component_type(&type_name).ok_or_else(|| {
+        cfg.error_at_value("type", format!("unknown component type '{type_name}'"))
+    })?;
+    let c = (ty.from_config)(cfg)?;
+    cfg.check_all_used(&format!("component type {type_name}"))?;
+    Ok(c)
+}
+
+/// Reads a component: its `<TypeName>` token, then the body (Kaldi's Component::ReadNew).
+pub fn read_component(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+    let at = r.pos();
+    let tok = r.token()?;
+    let name = tok
+        .strip_prefix('<')
+        .and_then(|t| t.strip_suffix('>'))
+        .ok_or_else(|| r.err_at(at, "a component type token like <AffineComponent>"))?;
+    let ty = component_type(name)
+        .ok_or_else(|| r.err_at(at, format!("a known component type (got {name})")))?;
+    (ty.read)(r)
+}

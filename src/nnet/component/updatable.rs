@@ -1,0 +1,139 @@
+//! What every component with parameters shares: learning-rate options (Kaldi's
+//! `UpdatableComponent`), their config options and file fields, and the parameter algebra the
+//! trainer and the tests use.
+
+use super::Component;
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::nnet::config_line::ConfigLine;
+
+/// Learning-rate options common to all updatable components.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpdatableCommon {
+    pub learning_rate: f32,
+    pub learning_rate_factor: f32,
+    pub max_change: f32,
+    pub l2_regularize: f32,
+    /// True when the component holds a gradient rather than parameters.
+    pub is_gradient: bool,
+}
+
+impl Default for UpdatableCommon {
+    fn default() -> Self {
+        UpdatableCommon {
+            learning_rate: 0.001,
+            learning_rate_factor: 1.0,
+            max_change: 0.0,
+            l2_regularize: 0.0,
+            is_gradient: false,
+        }
+    }
+}
+
+impl UpdatableCommon {
+    /// Reads `learning-rate`, `learning-rate-factor`, `max-change`, `l2-regularize`.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Self> {
+        let d = UpdatableCommon::default();
+        let c = UpdatableCommon {
+            learning_rate: cfg.get_or("learning-rate", d.learning_rate)?,
+            learning_rate_factor: cfg.get_or("learning-rate-factor", d.learning_rate_factor)?,
+            max_change: cfg.get_or("max-change", d.max_change)?,
+            l2_regularize: cfg.get_or("l2-regularize", d.l2_regularize)?,
+            is_gradient: false,
+        };
+        if c.learning_rate < 0.0 || c.learning_rate_factor < 0.0 {
+            return Err(cfg.error("learning-rate and learning-rate-factor must be >= 0"));
+        }
+        Ok(c)
+    }
+
+    /// Writes `<TypeName>` and the common fields, ending with `<LearningRate>`.
+    pub fn write(&self, w: &mut TokenWriter, type_name: &str) {
+        w.token(&format!("<{type_name}>"));
+        if self.learning_rate_factor != 1.0 {
+            w.token("<LearningRateFactor>");
+            w.f32(self.learning_rate_factor);
+        }
+        if self.is_gradient {
+            w.token("<IsGradient>");
+            w.bool(true);
+        }
+        if self.max_change > 0.0 {
+            w.token("<MaxChange>");
+            w.f32(self.max_change);
+        }
+        if self.l2_regularize > 0.0 {
+            w.token("<L2Regularize>");
+            w.f32(self.l2_regularize);
+        }
+        w.token("<LearningRate>");
+        w.f32(self.learning_rate);
+    }
+
+    /// Reads the common fields (the opening `<TypeName>` may or may not be consumed already).
+    pub fn read(r: &mut TokenReader<'_>, type_name: &str) -> Result<Self> {
+        let open = format!("<{type_name}>");
+        r.try_token(&open)?;
+        let mut c = UpdatableCommon::default();
+        if r.try_token("<LearningRateFactor>")? {
+            c.learning_rate_factor = r.f32()?;
+        }
+        if r.try_token("<IsGradient>")? {
+            c.is_gradient = r.bool()?;
+        }
+        if r.try_token("<MaxChange>")? {
+            c.max_change = r.f32()?;
+        }
+        if r.try_token("<L2Regularize>")? {
+            c.l2_regularize = r.f32()?;
+        }
+        r.expect_token("<LearningRate>")?;
+        c.learning_rate = r.f32()?;
+        Ok(c)
+    }
+
+    /// The learning-rate part of an info line.
+    pub fn info(&self) -> String {
+        let mut s = format!("learning-rate={}", crate::io::codec::fmt_g(self.learning_rate as f64, 6));
+        if self.learning_rate_factor != 1.0 {
+            s += &format!(", learning-rate-factor={}", crate::io::codec::fmt_g(self.learning_rate_factor as f64, 6));
+        }
+        if self.max_change > 0.0 {
+            s += &format!(", max-change={}", crate::io::codec::fmt_g(self.max_change as f64, 6));
+        }
+        if self.l2_regularize > 0.0 {
+            s += &format!(", l2-regularize={}", crate::io::codec::fmt_g(self.l2_regularize as f64, 6));
+        }
+        s
+    }
+}
+
+/// The parameter interface of components with parameters.
+pub trait UpdatableComponent {
+    fn common(&self) -> &UpdatableCommon;
+    fn common_mut(&mut self) -> &mut UpdatableCommon;
+    /// Number of trainable parameters.
+    fn num_parameters(&self) -> usize;
+    /// Copies all parameters into `out` (length `num_parameters()`), in a fixed order.
+    fn vectorize(&self, out: &mut [f32]);
+    /// Sets all parameters from `params` (the order of `vectorize`).
+    fn unvectorize(&mut self, params: &[f32]);
+    /// Multiplies the parameters by `alpha`.
+    fn scale(&mut self, alpha: f32);
+    /// Adds `alpha` times the parameters of `other` (same type and shape).
+    fn add(&mut self, alpha: f32, other: &dyn Component);
+    /// Dot product of the parameters with those of `other`.
+    fn dot_product(&self, other: &dyn Component) -> f32;
+    /// Adds Gaussian noise of this standard deviation to the parameters.
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore);
+    /// Zeroes the parameters; with `treat_as_gradient`, marks this a gradient holder
+    /// (learning rate 1, is_gradient), as Kaldi's SetAsGradient.
+    fn set_zero(&mut self, treat_as_gradient: bool) {
+        self.scale(0.0);
+        if treat_as_gradient {
+            let c = self.common_mut();
+            c.learning_rate = 1.0;
+            c.is_gradient = true;
+        }
+    }
+}

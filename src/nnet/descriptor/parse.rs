@@ -1,0 +1,1 @@
+//! Parsing the descriptor config syntax, normalising it, and printing Kaldi's canonical form.

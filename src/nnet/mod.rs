@@ -1,0 +1,11 @@
+//! The network and everything it is made of: config lines, Indexes, Descriptors, nodes and
+//! components.
+
+pub mod component;
+pub mod config_line;
+pub mod descriptor;
+pub mod index;
+pub mod network;
+
+pub use index::{Cindex, Index};
+pub use network::{NetworkNode, Nnet, ObjectiveType};
