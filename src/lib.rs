@@ -5,10 +5,12 @@
 //! a [`matrix`] backend) → `train`. [`io`] reads and writes Kaldi's files.
 
 pub mod cli;
+pub mod compile;
 pub mod error;
 pub mod io;
 pub mod matrix;
 pub mod nnet;
+pub mod run;
 pub mod util;
 
 pub use error::{Error, Result};

@@ -1,9 +1,55 @@
-//! The `compnet` command line: one subcommand per Kaldi tool, with Kaldi's option names.
+//! The `compnet` command line: one subcommand per Kaldi tool, with Kaldi's option names
+//! (`--binary=false` and `--binary false` both work). Each subcommand lives in its own file.
+
+pub mod compile;
+pub mod compute;
+pub mod copy;
+pub mod copy_feats;
+pub mod info;
+pub mod init;
 
 use crate::error::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "compnet", version, about = "Computational networks in the Kaldi nnet3 style")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Initialise a network from a config (nnet3-init).
+    Init(init::Args),
+    /// Print a summary of a network (nnet3-info).
+    Info(info::Args),
+    /// Copy a network, optionally changing format or learning rate (nnet3-copy).
+    Copy(copy::Args),
+    /// Copy feature archives, optionally compressing (copy-feats).
+    CopyFeats(copy_feats::Args),
+    /// Run a network on features (nnet3-compute).
+    Compute(compute::Args),
+    /// Print the compiled computation for a request.
+    Compile(compile::Args),
+}
 
 /// Runs the command line; returns the process exit code.
 pub fn main_with_args(args: Vec<String>) -> Result<i32> {
-    let _ = args;
-    Ok(0)
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return Ok(code);
+        }
+    };
+    match cli.command {
+        Command::Init(a) => init::run(a),
+        Command::Info(a) => info::run(a),
+        Command::Copy(a) => copy::run(a),
+        Command::CopyFeats(a) => copy_feats::run(a),
+        Command::Compute(a) => compute::run(a),
+        Command::Compile(a) => compile::run(a),
+    }
 }

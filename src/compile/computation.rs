@@ -1,0 +1,164 @@
+//! NnetComputation: the compiled program — matrices, submatrices, index tables and a flat
+//! list of commands — that the runtime (`run::NnetComputer`) executes forward and backward.
+//! Mirrors Kaldi's `NnetComputation` (`nnet-computation.h`); the printed form is in
+//! `compile::print`.
+
+use crate::nnet::component::PrecomputedIndexes;
+use crate::nnet::Index;
+
+/// One matrix the computation allocates (index 0 is reserved for "none").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatrixInfo {
+    pub num_rows: usize,
+    pub num_cols: usize,
+}
+
+/// Optional debug information about a matrix: what each row is (node and Cindexes).
+#[derive(Clone, Debug, Default)]
+pub struct MatrixDebugInfo {
+    /// True if the matrix holds derivatives.
+    pub is_deriv: bool,
+    /// (node, Index) for each row.
+    pub cindexes: Vec<(usize, Index)>,
+}
+
+/// A sub-matrix of a matrix: rows `[row_offset, row_offset+num_rows)`, columns
+/// `[col_offset, col_offset+num_cols)` (index 0 is reserved for "none").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SubMatrixInfo {
+    pub matrix: usize,
+    pub row_offset: usize,
+    pub num_rows: usize,
+    pub col_offset: usize,
+    pub num_cols: usize,
+}
+
+/// The command kinds (Kaldi's `CommandType`). Argument meanings follow Kaldi's
+/// `NnetComputation::Command` documentation; the fields of [`Command`] are named per kind.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Allocate matrix `m` (zeroed).
+    AllocMatrix { m: usize },
+    /// Free matrix `m`.
+    DeallocMatrix { m: usize },
+    /// Swap the storage of matrices `a` and `b` (used by the optimizer).
+    SwapMatrix { a: usize, b: usize },
+    /// Set every element of sub-matrix `s` to `alpha`.
+    SetConst { s: usize, alpha: f32 },
+    /// Propagate component `component` (node `node`): input sub-matrix `input`, output
+    /// `output`; `precomputed` indexes into `component_precomputed_indexes` (0 = none);
+    /// `memo` is the memo slot (0 = none); `store_stats` asks for statistics.
+    Propagate {
+        component: usize,
+        node: usize,
+        precomputed: usize,
+        input: usize,
+        output: usize,
+        memo: usize,
+        store_stats: bool,
+    },
+    /// Backprop of component `component` (node `node`); `update` says whether to accumulate
+    /// a parameter gradient (Kaldi's kBackprop vs kBackpropNoModelUpdate). Sub-matrix 0
+    /// means "not needed / not present".
+    Backprop {
+        component: usize,
+        node: usize,
+        precomputed: usize,
+        in_value: usize,
+        out_value: usize,
+        out_deriv: usize,
+        in_deriv: usize,
+        memo: usize,
+        update: bool,
+    },
+    /// `dst = alpha · src` (Kaldi's kMatrixCopy).
+    MatrixCopy { dst: usize, src: usize, alpha: f32 },
+    /// `dst += alpha · src` (Kaldi's kMatrixAdd).
+    MatrixAdd { dst: usize, src: usize, alpha: f32 },
+    /// `dst[i] = alpha · src[indexes[i]]` (−1 → zero) (kCopyRows).
+    CopyRows { dst: usize, src: usize, indexes: usize, alpha: f32 },
+    /// `dst[i] += alpha · src[indexes[i]]` (−1 → nothing) (kAddRows).
+    AddRows { dst: usize, src: usize, indexes: usize, alpha: f32 },
+    /// `dst[i] = alpha · row (sub-matrix, row) of indexes_multi[..][i]` (kCopyRowsMulti).
+    CopyRowsMulti { dst: usize, indexes_multi: usize, alpha: f32 },
+    /// `(sub-matrix, row) of indexes_multi[..][i] = alpha · src[i]` (kCopyToRowsMulti).
+    CopyToRowsMulti { src: usize, indexes_multi: usize, alpha: f32 },
+    /// `dst[i] += alpha · row (sub-matrix, row) of indexes_multi[..][i]` (kAddRowsMulti).
+    AddRowsMulti { dst: usize, indexes_multi: usize, alpha: f32 },
+    /// `(sub-matrix, row) of indexes_multi[..][i] += alpha · src[i]` (kAddToRowsMulti).
+    AddToRowsMulti { src: usize, indexes_multi: usize, alpha: f32 },
+    /// `dst[i] += alpha · Σ src[ranges[i].0 .. ranges[i].1]` (kAddRowRanges).
+    AddRowRanges { dst: usize, src: usize, indexes_ranges: usize, alpha: f32 },
+    /// Copy the supplied input for node `node` into sub-matrix `s` (kAcceptInput).
+    AcceptInput { s: usize, node: usize },
+    /// Hand sub-matrix `s` out as the value (or derivative) of node `node` (kProvideOutput).
+    ProvideOutput { s: usize, node: usize },
+    /// Does nothing (kNoOperation).
+    NoOperation,
+    /// Does nothing; must not be removed by the optimizer (kNoOperationPermanent).
+    NoOperationPermanent,
+    /// Marks the boundary between the forward and the backward pass (kNoOperationMarker).
+    NoOperationMarker,
+    /// A jump target (kNoOperationLabel), for looped computations.
+    NoOperationLabel,
+    /// Jump to command `target` (kGotoLabel), for looped computations.
+    GotoLabel { target: usize },
+}
+
+/// The compiled program.
+#[derive(Debug, Default)]
+pub struct NnetComputation {
+    /// Matrix 0 is a placeholder.
+    pub matrices: Vec<MatrixInfo>,
+    /// Optional, parallel to `matrices` when filled.
+    pub matrix_debug_info: Vec<MatrixDebugInfo>,
+    /// Sub-matrix 0 is a placeholder.
+    pub submatrices: Vec<SubMatrixInfo>,
+    /// Entry 0 is `None`.
+    pub component_precomputed_indexes: Vec<Option<Box<dyn PrecomputedIndexes>>>,
+    /// Row index vectors for CopyRows/AddRows (−1 = none).
+    pub indexes: Vec<Vec<i32>>,
+    /// (sub-matrix, row) pairs for the Multi commands ((−1, −1) = none).
+    pub indexes_multi: Vec<Vec<(i32, i32)>>,
+    /// Row ranges for AddRowRanges.
+    pub indexes_ranges: Vec<Vec<(i32, i32)>>,
+    pub commands: Vec<Command>,
+    /// Whether backprop commands accumulate parameter gradients.
+    pub need_model_derivative: bool,
+}
+
+impl NnetComputation {
+    /// Adds a matrix and returns its index (creating the placeholder 0 if needed).
+    pub fn new_matrix(&mut self, num_rows: usize, num_cols: usize) -> usize {
+        if self.matrices.is_empty() {
+            self.matrices.push(MatrixInfo { num_rows: 0, num_cols: 0 });
+        }
+        self.matrices.push(MatrixInfo { num_rows, num_cols });
+        self.matrices.len() - 1
+    }
+    /// Adds a sub-matrix and returns its index (creating the placeholder 0 if needed).
+    pub fn new_submatrix(&mut self, info: SubMatrixInfo) -> usize {
+        if self.submatrices.is_empty() {
+            self.submatrices.push(SubMatrixInfo {
+                matrix: 0,
+                row_offset: 0,
+                num_rows: 0,
+                col_offset: 0,
+                num_cols: 0,
+            });
+        }
+        self.submatrices.push(info);
+        self.submatrices.len() - 1
+    }
+    /// Adds the whole-matrix sub-matrix of matrix `m`.
+    pub fn whole_submatrix(&mut self, m: usize) -> usize {
+        let info = SubMatrixInfo {
+            matrix: m,
+            row_offset: 0,
+            num_rows: self.matrices[m].num_rows,
+            col_offset: 0,
+            num_cols: self.matrices[m].num_cols,
+        };
+        self.new_submatrix(info)
+    }
+}

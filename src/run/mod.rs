@@ -1,0 +1,2 @@
+//! The runtime: NnetComputer executes an NnetComputation forward and backward on the matrix
+//! backend.
