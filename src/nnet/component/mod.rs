@@ -102,6 +102,36 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         in_deriv: Option<MatViewMut<'_>>,
     );
 
+    /// Propagate with input and output in the same memory (`data` holds the input on entry
+    /// and the output on exit). The runtime calls it only for components with
+    /// `PROPAGATE_IN_PLACE`; those override it with a true in-place kernel. The default goes
+    /// through a temporary copy.
+    fn propagate_in_place(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        let input = data.as_view().to_matrix();
+        self.propagate(indexes, input.view(), data.rb())
+    }
+
+    /// Backprop with `out_deriv` and `in_deriv` in the same memory (`deriv` holds the output
+    /// derivative on entry and the input derivative on exit). Used only for components with
+    /// `BACKPROP_IN_PLACE`; the default goes through a temporary copy.
+    #[allow(clippy::too_many_arguments)]
+    fn backprop_in_place(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        let out_deriv = deriv.as_view().to_matrix();
+        self.backprop(indexes, in_value, out_value, out_deriv.view(), memo, to_update, Some(deriv.rb()));
+    }
+
     /// Writes the component exactly as Kaldi does, from `<TypeName>` to `</TypeName> `.
     fn write(&self, w: &mut TokenWriter);
 
