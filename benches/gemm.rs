@@ -1,0 +1,221 @@
+//! GEMM throughput on nnet3-typical shapes: the `gemm` crate, `matrixmultiply`, and compnet's
+//! own `MatViewMut::add_mat_mat` (whatever backend it wraps). Prints one line per
+//! (backend, shape, form) with the best GFLOP/s of several timed runs.
+//!
+//! Usage: `cargo bench --bench gemm -- [THREADS]` (default 1). `matrixmultiply` reads its
+//! thread count once from `MATMUL_NUM_THREADS`, so this sets that variable from THREADS
+//! before the first product; run the binary once per thread count (scripts/bench_gemm.sh).
+//! The companion C program scripts/openblas_gemm.c prints the same lines for OpenBLAS.
+
+use compnet::matrix::{set_num_threads, MatView, MatViewMut, Trans};
+use std::time::Instant;
+
+/// The shapes: (label, M = rows, K = input dim, N = output dim).
+const SHAPES: &[(&str, usize, usize, usize)] = &[
+    ("square", 1024, 1024, 1024),
+    ("small", 256, 200, 512),
+    ("mid", 512, 1536, 1536),
+    ("big", 512, 1536, 3000),
+];
+
+/// The three products of an affine layer, as (name, C shape, which operands are transposed).
+/// fwd: Y[M×N] = X[M×K]·W[N×K]ᵀ; bwd-in: dX[M×K] = dY[M×N]·W[N×K];
+/// bwd-w: dW[N×K] = dY[M×N]ᵀ·X[M×K].
+#[derive(Clone, Copy)]
+enum Form {
+    Fwd,
+    BwdIn,
+    BwdW,
+}
+
+impl Form {
+    fn name(self) -> &'static str {
+        match self {
+            Form::Fwd => "fwd",
+            Form::BwdIn => "bwd-in",
+            Form::BwdW => "bwd-w",
+        }
+    }
+}
+
+/// Operands of one product in row-major storage: op(A) is m×k, op(B) is k×n.
+struct Problem {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Vec<f32>,
+    a_rows: usize,
+    a_cols: usize,
+    ta: Trans,
+    b: Vec<f32>,
+    b_rows: usize,
+    b_cols: usize,
+    tb: Trans,
+    c: Vec<f32>,
+}
+
+fn fill(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn problem(form: Form, rows: usize, in_dim: usize, out_dim: usize) -> Problem {
+    let (m, k, n) = (rows, in_dim, out_dim);
+    let x = (rows, in_dim);
+    let w = (out_dim, in_dim);
+    let dy = (rows, out_dim);
+    let (mm, kk, nn, a, ta, b, tb) = match form {
+        Form::Fwd => (m, k, n, x, Trans::No, w, Trans::Yes),
+        Form::BwdIn => (m, n, k, dy, Trans::No, w, Trans::No),
+        Form::BwdW => (n, m, k, dy, Trans::Yes, x, Trans::No),
+    };
+    Problem {
+        m: mm,
+        n: nn,
+        k: kk,
+        a: fill(a.0 * a.1, 1),
+        a_rows: a.0,
+        a_cols: a.1,
+        ta,
+        b: fill(b.0 * b.1, 2),
+        b_rows: b.0,
+        b_cols: b.1,
+        tb,
+        c: vec![0.0; mm * nn],
+    }
+}
+
+/// Row and column strides of a row-major r×c matrix read as op(·).
+fn strides(cols: usize, t: Trans) -> (isize, isize) {
+    match t {
+        Trans::No => (cols as isize, 1),
+        Trans::Yes => (1, cols as isize),
+    }
+}
+
+fn run_gemm_crate(p: &mut Problem, threads: usize) {
+    let (ars, acs) = strides(p.a_cols, p.ta);
+    let (brs, bcs) = strides(p.b_cols, p.tb);
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the pointers and strides describe the live, correctly sized buffers of `p`.
+    unsafe {
+        gemm::gemm(
+            p.m,
+            p.n,
+            p.k,
+            p.c.as_mut_ptr(),
+            1,
+            p.n as isize,
+            false,
+            p.a.as_ptr(),
+            acs,
+            ars,
+            p.b.as_ptr(),
+            bcs,
+            brs,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+fn run_matrixmultiply(p: &mut Problem) {
+    let (ars, acs) = strides(p.a_cols, p.ta);
+    let (brs, bcs) = strides(p.b_cols, p.tb);
+    // SAFETY: as above.
+    unsafe {
+        matrixmultiply::sgemm(
+            p.m,
+            p.k,
+            p.n,
+            1.0,
+            p.a.as_ptr(),
+            ars,
+            acs,
+            p.b.as_ptr(),
+            brs,
+            bcs,
+            0.0,
+            p.c.as_mut_ptr(),
+            p.n as isize,
+            1,
+        );
+    }
+}
+
+fn run_compnet(p: &mut Problem) {
+    let a = MatView::from_slice(&p.a, p.a_rows, p.a_cols);
+    let b = MatView::from_slice(&p.b, p.b_rows, p.b_cols);
+    let mut c = MatViewMut::from_slice(&mut p.c, p.m, p.n);
+    c.add_mat_mat(1.0, a, p.ta, b, p.tb, 0.0);
+}
+
+/// Best GFLOP/s over `trials` runs of ≥ `min_s` seconds each.
+fn measure(p: &mut Problem, trials: usize, min_s: f64, f: &mut dyn FnMut(&mut Problem)) -> f64 {
+    f(p); // warm-up: packing buffers, thread pool start
+    let flops = 2.0 * (p.m * p.n * p.k) as f64;
+    let mut best = f64::MAX;
+    for _ in 0..trials {
+        let t = Instant::now();
+        let mut reps = 0u32;
+        while reps == 0 || t.elapsed().as_secs_f64() < min_s {
+            f(p);
+            reps += 1;
+        }
+        best = best.min(t.elapsed().as_secs_f64() / f64::from(reps));
+    }
+    flops / best / 1e9
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; take the first numeric argument as the thread count.
+    let threads: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let trials: usize = std::env::var("GEMM_BENCH_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    std::env::set_var("MATMUL_NUM_THREADS", threads.to_string());
+    set_num_threads(threads);
+    let backends: Vec<String> = std::env::var("GEMM_BENCH_BACKENDS")
+        .unwrap_or_else(|_| "gemm,matrixmultiply,compnet".into())
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    println!("# backend threads shape MxKxN form GFLOP/s");
+    for &(label, rows, in_dim, out_dim) in SHAPES {
+        for form in [Form::Fwd, Form::BwdIn, Form::BwdW] {
+            let mut p = problem(form, rows, in_dim, out_dim);
+            for be in &backends {
+                let g = match be.as_str() {
+                    "gemm" => measure(&mut p, trials, 0.2, &mut |p| run_gemm_crate(p, threads)),
+                    "matrixmultiply" => measure(&mut p, trials, 0.2, &mut run_matrixmultiply),
+                    "compnet" => measure(&mut p, trials, 0.2, &mut run_compnet),
+                    _ => continue,
+                };
+                println!(
+                    "{be} {threads} {label} {rows}x{in_dim}x{out_dim} {} {g:.1}",
+                    form.name()
+                );
+            }
+        }
+    }
+}
