@@ -5,6 +5,8 @@
 //! Usage: `cargo bench --bench gemm -- [THREADS]` (default 1). `matrixmultiply` reads its
 //! thread count once from `MATMUL_NUM_THREADS`, so this sets that variable from THREADS
 //! before the first product; run the binary once per thread count (scripts/bench_gemm.sh).
+//! With THREADS = 1 runs are timed by the thread's CPU time (set GEMM_BENCH_WALL=1 for
+//! wall-clock time), with more threads by wall-clock time.
 //! The companion C program scripts/openblas_gemm.c prints the same lines for OpenBLAS.
 
 use compnet::matrix::{set_num_threads, MatView, MatViewMut, Trans};
@@ -165,19 +167,59 @@ fn run_compnet(p: &mut Problem) {
     c.add_mat_mat(1.0, a, p.ta, b, p.tb, 0.0);
 }
 
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+}
+
+/// CPU seconds used by the calling thread (Linux CLOCK_THREAD_CPUTIME_ID). On a shared,
+/// loaded machine this leaves out the time the thread waited for a core.
+fn thread_cpu_seconds() -> f64 {
+    let mut t = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec (two 64-bit fields on x86-64 Linux).
+    unsafe { clock_gettime(3, &mut t) };
+    t.sec as f64 + 1e-9 * t.nsec as f64
+}
+
+/// Which clock times a run.
+#[derive(Clone, Copy)]
+enum Clock {
+    Wall,
+    ThreadCpu,
+}
+
+fn now(clock: Clock, wall0: Instant) -> f64 {
+    match clock {
+        Clock::Wall => wall0.elapsed().as_secs_f64(),
+        Clock::ThreadCpu => thread_cpu_seconds(),
+    }
+}
+
 /// Best GFLOP/s over `trials` runs of ≥ `min_s` seconds each.
-fn measure(p: &mut Problem, trials: usize, min_s: f64, f: &mut dyn FnMut(&mut Problem)) -> f64 {
+fn measure(
+    p: &mut Problem,
+    trials: usize,
+    min_s: f64,
+    clock: Clock,
+    f: &mut dyn FnMut(&mut Problem),
+) -> f64 {
     f(p); // warm-up: packing buffers, thread pool start
     let flops = 2.0 * (p.m * p.n * p.k) as f64;
+    let wall0 = Instant::now();
     let mut best = f64::MAX;
     for _ in 0..trials {
-        let t = Instant::now();
+        let t0 = now(clock, wall0);
         let mut reps = 0u32;
-        while reps == 0 || t.elapsed().as_secs_f64() < min_s {
+        while reps == 0 || now(clock, wall0) - t0 < min_s {
             f(p);
             reps += 1;
         }
-        best = best.min(t.elapsed().as_secs_f64() / f64::from(reps));
+        best = best.min((now(clock, wall0) - t0) / f64::from(reps));
     }
     flops / best / 1e9
 }
@@ -200,15 +242,22 @@ fn main() {
         .split(',')
         .map(str::to_string)
         .collect();
+    // One thread: CPU time of the calling thread (robust on a loaded machine); more threads:
+    // wall-clock time (CPU time would hide poor scaling).
+    let clock = if threads == 1 && std::env::var_os("GEMM_BENCH_WALL").is_none() {
+        Clock::ThreadCpu
+    } else {
+        Clock::Wall
+    };
     println!("# backend threads shape MxKxN form GFLOP/s");
     for &(label, rows, in_dim, out_dim) in SHAPES {
         for form in [Form::Fwd, Form::BwdIn, Form::BwdW] {
             let mut p = problem(form, rows, in_dim, out_dim);
             for be in &backends {
                 let g = match be.as_str() {
-                    "gemm" => measure(&mut p, trials, 0.2, &mut |p| run_gemm_crate(p, threads)),
-                    "matrixmultiply" => measure(&mut p, trials, 0.2, &mut run_matrixmultiply),
-                    "compnet" => measure(&mut p, trials, 0.2, &mut run_compnet),
+                    "gemm" => measure(&mut p, trials, 0.2, clock, &mut |p| run_gemm_crate(p, threads)),
+                    "matrixmultiply" => measure(&mut p, trials, 0.2, clock, &mut run_matrixmultiply),
+                    "compnet" => measure(&mut p, trials, 0.2, clock, &mut run_compnet),
                     _ => continue,
                 };
                 println!(

@@ -7,9 +7,13 @@
 
 void openblas_set_num_threads(int);
 
+/* One thread: the calling thread's CPU time (robust on a loaded machine, as in
+ * benches/gemm.rs); more threads or GEMM_BENCH_WALL set: wall-clock time. */
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock_id, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
@@ -27,6 +31,7 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     int trials = getenv("GEMM_BENCH_TRIALS") ? atoi(getenv("GEMM_BENCH_TRIALS")) : 5;
     openblas_set_num_threads(threads);
+    if (threads == 1 && !getenv("GEMM_BENCH_WALL")) clock_id = CLOCK_THREAD_CPUTIME_ID;
     struct { const char *label; int rows, in, out; } shapes[] = {
         {"square", 1024, 1024, 1024}, {"small", 256, 200, 512},
         {"mid", 512, 1536, 1536}, {"big", 512, 1536, 3000}};

@@ -11,6 +11,7 @@ pub mod io;
 pub mod matrix;
 pub mod nnet;
 pub mod run;
+pub mod testing;
 pub mod util;
 
 pub use error::{Error, Result};

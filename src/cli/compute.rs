@@ -1,16 +1,490 @@
-//! `compnet compute`.
+//! `compnet compute` (Kaldi's `nnet3-compute`): runs a network over feature matrices chunk by
+//! chunk, as Kaldi's `DecodableNnetSimple` does, and writes the output matrices.
+//!
+//! Chunking: the utterance's output frames (at the subsampled rate) are cut into chunks of
+//! `--frames-per-chunk` frames (rounded up to a multiple of lcm(frame-subsampling-factor,
+//! modulus)); each chunk is an independent computation over input frames
+//! `[first_out − L − extra_left, last_out + R + extra_right]` with frames outside `[0, T)`
+//! replaced by the first/last frame, and times shifted so that the chunk's first output frame
+//! has t = 0. iVectors are supplied as one row at t = 0.
 
+use crate::cli::init::parse_kaldi_bool;
+use crate::compile::context::{nnet_context, NnetContext};
+use crate::compile::request::{ComputationRequest, IoSpecification};
+use crate::compile::{compile_computation, CompilerOptions, NnetComputation};
 use crate::error::{Error, Result};
+use crate::io::table::{RandomAccessTableReader, SequentialTableReader, TableWriter};
+use crate::io::GeneralMatrix;
+use crate::matrix::{Matrix, Vector};
+use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, SumDescriptor};
+use crate::nnet::{Index, NetworkNode, Nnet, ObjectiveType};
+use crate::run::NnetComputer;
+use std::collections::HashMap;
 
 /// Options of `compnet compute`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Positional arguments.
+    /// Number of output frames (at the subsampled rate × factor) per chunk; rounded up to a
+    /// multiple of lcm(frame-subsampling-factor, network modulus).
+    #[arg(long = "frames-per-chunk", default_value_t = 50)]
+    pub frames_per_chunk: i32,
+    /// Extra input frames of left context per chunk (beyond the network's own context).
+    #[arg(long = "extra-left-context", default_value_t = 0)]
+    pub extra_left_context: i32,
+    /// Extra input frames of right context per chunk.
+    #[arg(long = "extra-right-context", default_value_t = 0)]
+    pub extra_right_context: i32,
+    /// Extra left context for the first chunk of an utterance (-1 = --extra-left-context).
+    #[arg(long = "extra-left-context-initial", default_value_t = -1, allow_negative_numbers = true)]
+    pub extra_left_context_initial: i32,
+    /// Extra right context for the last chunk of an utterance (-1 = --extra-right-context).
+    #[arg(long = "extra-right-context-final", default_value_t = -1, allow_negative_numbers = true)]
+    pub extra_right_context_final: i32,
+    /// Output only every n-th frame (chain models use 3).
+    #[arg(long = "frame-subsampling-factor", default_value_t = 1)]
+    pub frame_subsampling_factor: i32,
+    /// Rspecifier of one iVector (a vector) per utterance.
+    #[arg(long)]
+    pub ivectors: Option<String>,
+    /// Rspecifier of online iVectors (a matrix per utterance, one row per period frames).
+    #[arg(long = "online-ivectors")]
+    pub online_ivectors: Option<String>,
+    /// Number of frames per row of the online iVectors.
+    #[arg(long = "online-ivector-period", default_value_t = 0)]
+    pub online_ivector_period: i32,
+    /// Exponentiate the output (log-probabilities → probabilities).
+    #[arg(long = "apply-exp", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub apply_exp: bool,
+    /// Subtract the log priors stored in a final.mdl from the output.
+    #[arg(long = "use-priors", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub use_priors: bool,
+    /// Accepted for compatibility with Kaldi scripts; computation is always on the CPU.
+    #[arg(long = "use-gpu", default_value = "no")]
+    pub use_gpu: String,
+    /// Which node's output to write (any node; default the network output `output`).
+    #[arg(long = "output-node", default_value = "output")]
+    pub output_node: String,
+    /// Bound on the number of threads of every thread pool (0 = all cores).
+    #[arg(long = "num-threads", default_value_t = 0)]
+    pub num_threads: usize,
+    /// `<model> <features-rspecifier> <matrix-wspecifier>`.
     pub args: Vec<String>,
+}
+
+/// Where an utterance's iVector comes from.
+#[derive(Clone, Copy)]
+pub enum IvectorSource<'a> {
+    /// No iVector.
+    None,
+    /// One iVector for the whole utterance (`--ivectors`).
+    Fixed(&'a [f32]),
+    /// Online iVectors: row i covers frames `[i·period, (i+1)·period)`.
+    Online(&'a Matrix, i32),
+}
+
+/// Everything fixed for a run: the network in test mode, its context, the chunking options
+/// and a cache of compiled computations (keyed by the chunk's shape).
+pub struct ChunkComputer {
+    nnet: Nnet,
+    output_node: String,
+    context: NnetContext,
+    frames_per_chunk: i32,
+    opts: Args,
+    has_ivector: bool,
+    input_dim: usize,
+    ivector_dim: usize,
+    log_priors: Option<Vec<f32>>,
+    cache: HashMap<(i32, i32, usize), NnetComputation>,
+}
+
+/// Name of the output node added when `--output-node` names a non-output node.
+const EXTRA_OUTPUT: &str = "compnet-extra-output";
+
+impl ChunkComputer {
+    /// Prepares `nnet` for computing: test mode, the output node, the context and the chunk
+    /// size (logged when it has to be increased, as Kaldi does).
+    pub fn new(mut nnet: Nnet, opts: &Args, priors: Option<&Vector>) -> Result<Self> {
+        if opts.frame_subsampling_factor < 1 {
+            return Err(Error::Usage("--frame-subsampling-factor must be >= 1".into()));
+        }
+        if opts.frames_per_chunk < 1 {
+            return Err(Error::Usage("--frames-per-chunk must be >= 1".into()));
+        }
+        if opts.extra_left_context < 0 || opts.extra_right_context < 0 {
+            return Err(Error::Usage("--extra-left-context and --extra-right-context must be >= 0".into()));
+        }
+        if opts.online_ivectors.is_some() && opts.online_ivector_period <= 0 {
+            return Err(Error::Usage(
+                "--online-ivectors requires --online-ivector-period > 0".into(),
+            ));
+        }
+        if opts.ivectors.is_some() && opts.online_ivectors.is_some() {
+            return Err(Error::Usage("give --ivectors or --online-ivectors, not both".into()));
+        }
+        for c in nnet.components.iter_mut() {
+            c.set_test_mode(true);
+        }
+        let input = nnet
+            .node_index("input")
+            .filter(|&i| nnet.is_input_node(i))
+            .ok_or_else(|| Error::Network("the network has no input node named 'input'".into()))?;
+        let input_dim = nnet.node_dim(input);
+        let ivector_dim = match nnet.node_index("ivector") {
+            Some(i) if nnet.is_input_node(i) => nnet.node_dim(i),
+            _ => 0,
+        };
+        let has_ivector = ivector_dim > 0;
+        if has_ivector && opts.ivectors.is_none() && opts.online_ivectors.is_none() {
+            return Err(Error::Usage(
+                "the network has an 'ivector' input: give --ivectors or --online-ivectors".into(),
+            ));
+        }
+        // The output: the named node; a non-output node gets an output node reading it, and
+        // for the context computation that node plays the role of 'output'.
+        let node = nnet.node_index(&opts.output_node).ok_or_else(|| {
+            Error::Usage(format!("--output-node: no node named '{}'", opts.output_node))
+        })?;
+        let (output_node, context) = if nnet.is_output_node(node) && opts.output_node == "output" {
+            let ctx = nnet_context(&nnet)?;
+            ("output".to_string(), ctx)
+        } else {
+            let out_name = if nnet.is_output_node(node) {
+                opts.output_node.clone()
+            } else {
+                nnet.node_names.push(EXTRA_OUTPUT.to_string());
+                nnet.nodes.push(NetworkNode::Descriptor {
+                    descriptor: Descriptor {
+                        parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
+                            node,
+                            scale: 1.0,
+                        })],
+                    },
+                    objective: ObjectiveType::Linear,
+                });
+                EXTRA_OUTPUT.to_string()
+            };
+            // Context of that output: rename it 'output' in a copy.
+            let mut tmp = nnet.clone();
+            let k = tmp.node_index(&out_name).unwrap_or(0);
+            if let Some(o) = tmp.node_index("output") {
+                tmp.node_names[o] = "compnet-original-output".into();
+            }
+            tmp.node_names[k] = "output".into();
+            (out_name, nnet_context(&tmp)?)
+        };
+        let fsf = opts.frame_subsampling_factor;
+        let n = lcm(fsf, context.modulus.max(1));
+        let mut frames_per_chunk = opts.frames_per_chunk;
+        if frames_per_chunk % n != 0 {
+            let fixed = frames_per_chunk + n - frames_per_chunk % n;
+            eprintln!(
+                "compnet compute: increasing --frames-per-chunk from {frames_per_chunk} to {fixed} to make it a multiple of {n}"
+            );
+            frames_per_chunk = fixed;
+        }
+        let out_dim = nnet
+            .node_index(&output_node)
+            .map(|i| nnet.node_dim(i))
+            .unwrap_or(0);
+        let log_priors = match (opts.use_priors, priors) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(Error::Usage(
+                    "--use-priors needs a final.mdl with priors (the model has none)".into(),
+                ))
+            }
+            (true, Some(p)) => {
+                if p.dim() != out_dim {
+                    return Err(Error::DimMismatch {
+                        context: "--use-priors (priors vs output dim)".into(),
+                        expected: out_dim,
+                        got: p.dim(),
+                    });
+                }
+                Some(p.iter().map(|x| x.ln()).collect())
+            }
+        };
+        Ok(ChunkComputer {
+            nnet,
+            output_node,
+            context,
+            frames_per_chunk,
+            opts: opts.clone(),
+            has_ivector,
+            input_dim,
+            ivector_dim,
+            log_priors,
+            cache: HashMap::new(),
+        })
+    }
+
+    /// The chunk size actually used (after rounding).
+    pub fn frames_per_chunk(&self) -> i32 {
+        self.frames_per_chunk
+    }
+
+    /// The network context used for chunking.
+    pub fn context(&self) -> NnetContext {
+        self.context
+    }
+
+    /// Computes the output for one utterance (`feats`: T × input-dim).
+    pub fn compute(&mut self, feats: &Matrix, ivector: IvectorSource<'_>) -> Result<Matrix> {
+        let t_total = feats.num_rows() as i32;
+        if feats.num_cols() != self.input_dim {
+            return Err(Error::DimMismatch {
+                context: "features vs network input".into(),
+                expected: self.input_dim,
+                got: feats.num_cols(),
+            });
+        }
+        if self.has_ivector && matches!(ivector, IvectorSource::None) {
+            return Err(Error::Compute("the network needs an iVector".into()));
+        }
+        let fsf = self.opts.frame_subsampling_factor;
+        let num_sub = (t_total + fsf - 1) / fsf;
+        let sub_per_chunk = self.frames_per_chunk / fsf;
+        let out_dim = self
+            .nnet
+            .node_index(&self.output_node)
+            .map(|i| self.nnet.node_dim(i))
+            .unwrap_or(0);
+        let mut output = Matrix::zeros(num_sub.max(0) as usize, out_dim);
+        let mut start = 0;
+        while start < num_sub {
+            let n = sub_per_chunk.min(num_sub - start);
+            let chunk = self.compute_chunk(feats, ivector, start, n)?;
+            for r in 0..n as usize {
+                output.row_mut(start as usize + r).copy_from_slice(chunk.row(r));
+            }
+            start += n;
+        }
+        if let Some(lp) = &self.log_priors {
+            output.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
+        }
+        if self.opts.apply_exp {
+            output.view_mut().apply_exp();
+        }
+        Ok(output)
+    }
+
+    /// One chunk: `num` output frames (subsampled) starting at subsampled frame `start`.
+    fn compute_chunk(
+        &mut self,
+        feats: &Matrix,
+        ivector: IvectorSource<'_>,
+        start: i32,
+        num: i32,
+    ) -> Result<Matrix> {
+        let o = &self.opts;
+        let fsf = o.frame_subsampling_factor;
+        let t_total = feats.num_rows() as i32;
+        let num_sub = (t_total + fsf - 1) / fsf;
+        let first_out = start * fsf;
+        let last_out = first_out + (num - 1) * fsf;
+        let extra_left = if start == 0 && o.extra_left_context_initial >= 0 {
+            o.extra_left_context_initial
+        } else {
+            o.extra_left_context
+        };
+        let extra_right = if start + num == num_sub && o.extra_right_context_final >= 0 {
+            o.extra_right_context_final
+        } else {
+            o.extra_right_context
+        };
+        let first_in = first_out - self.context.left - extra_left;
+        let last_in = last_out + self.context.right + extra_right;
+        // Input rows, edge frames repeated.
+        let n_in = (last_in - first_in + 1) as usize;
+        let mut input = Matrix::zeros(n_in, self.input_dim);
+        for (r, t) in (first_in..=last_in).enumerate() {
+            let src = t.clamp(0, t_total - 1) as usize;
+            input.row_mut(r).copy_from_slice(feats.row(src));
+        }
+        let key = (first_in - first_out, last_in - first_out, num as usize);
+        if !self.cache.contains_key(&key) {
+            let request = self.chunk_request(first_in - first_out, last_in - first_out, num);
+            let comp = compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
+            self.cache.insert(key, comp);
+        }
+        let comp = self
+            .cache
+            .get(&key)
+            .ok_or_else(|| Error::Compute("compiled computation missing from the cache".into()))?;
+        let mut computer = NnetComputer::new(comp, &self.nnet, None);
+        computer.accept_input("input", input)?;
+        if self.has_ivector {
+            let row = ivector_row(ivector, first_out, last_out)?;
+            if row.len() != self.ivector_dim {
+                return Err(Error::DimMismatch {
+                    context: "iVector vs network 'ivector' input".into(),
+                    expected: self.ivector_dim,
+                    got: row.len(),
+                });
+            }
+            computer.accept_input("ivector", Matrix::from_vec(1, row.len(), row.to_vec()))?;
+        }
+        computer.run_forward()?;
+        computer.take_output(&self.output_node)
+    }
+
+    /// The request for a chunk: input t in [t_lo, t_hi], outputs t = 0, fsf, 2·fsf, ...
+    fn chunk_request(&self, t_lo: i32, t_hi: i32, num: i32) -> ComputationRequest {
+        let fsf = self.opts.frame_subsampling_factor;
+        let mut req = ComputationRequest::default();
+        req.inputs.push(IoSpecification {
+            name: "input".into(),
+            indexes: (t_lo..=t_hi).map(|t| Index::new(0, t, 0)).collect(),
+            has_deriv: false,
+        });
+        if self.has_ivector {
+            req.inputs.push(IoSpecification {
+                name: "ivector".into(),
+                indexes: vec![Index::new(0, 0, 0)],
+                has_deriv: false,
+            });
+        }
+        req.outputs.push(IoSpecification {
+            name: self.output_node.clone(),
+            indexes: (0..num).map(|i| Index::new(0, i * fsf, 0)).collect(),
+            has_deriv: false,
+        });
+        req
+    }
+}
+
+/// The iVector for a chunk with first and last output frames `a` and `b`.
+fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> {
+    match src {
+        IvectorSource::None => Err(Error::Compute("no iVector".into())),
+        IvectorSource::Fixed(v) => Ok(v),
+        IvectorSource::Online(m, period) => {
+            let rows = m.num_rows() as i32;
+            if rows == 0 {
+                return Err(Error::Compute("empty online iVector matrix".into()));
+            }
+            let frame = a + (b - a) / 2;
+            let mut row = frame / period.max(1);
+            if row >= rows {
+                let margin = row - (rows - 1);
+                if margin * period > 50 {
+                    return Err(Error::Compute(format!(
+                        "could not get an iVector for frame {frame}: only {rows} rows of online iVectors with period {period}"
+                    )));
+                }
+                row = rows - 1;
+            }
+            Ok(m.row(row as usize))
+        }
+    }
+}
+
+fn gcd(a: i32, b: i32) -> i32 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn lcm(a: i32, b: i32) -> i32 {
+    let (a, b) = (a.max(1), b.max(1));
+    a / gcd(a, b) * b
+}
+
+/// Bounds the numeric thread pools (0 = leave the defaults, i.e. all cores).
+pub fn set_threads(n: usize) {
+    if n > 0 {
+        crate::matrix::set_num_threads(n);
+        // Fails only if the global pool already exists; then it keeps its size.
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    }
 }
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
-    let _ = a;
-    Err(Error::Usage("compnet compute: not implemented yet".into()))
+    let [model, feats_rspec, out_wspec] = a.args.as_slice() else {
+        return Err(Error::Usage(
+            "usage: compnet compute [options] <model> <features-rspecifier> <matrix-wspecifier>"
+                .into(),
+        ));
+    };
+    set_threads(a.num_threads);
+    let read = Nnet::read_model_file(model)?;
+    let priors = read.am.as_ref().map(|am| am.priors.clone());
+    let mut cc = ChunkComputer::new(read.nnet, &a, priors.as_ref())?;
+    let mut feats = SequentialTableReader::<GeneralMatrix>::open(feats_rspec)?;
+    let mut writer = TableWriter::<Matrix>::open(out_wspec)?;
+    let mut ivectors = match &a.ivectors {
+        Some(r) => Some(RandomAccessTableReader::<Vector>::open(r)?),
+        None => None,
+    };
+    let mut online = match &a.online_ivectors {
+        Some(r) => Some(RandomAccessTableReader::<GeneralMatrix>::open(r)?),
+        None => None,
+    };
+    use std::io::IsTerminal;
+    let bar = if std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_message("computing");
+        Some(b)
+    } else {
+        None
+    };
+    let (mut done, mut failed) = (0usize, 0usize);
+    for item in feats.by_ref() {
+        let (key, g) = item?;
+        let m = g.to_matrix();
+        if m.num_rows() == 0 {
+            eprintln!("compnet compute: warning: zero-length utterance: {key}");
+            failed += 1;
+            continue;
+        }
+        let fixed;
+        let online_m;
+        let src = if let Some(r) = ivectors.as_mut() {
+            match r.get(&key)? {
+                Some(v) => {
+                    fixed = v.clone();
+                    IvectorSource::Fixed(fixed.as_slice())
+                }
+                None => {
+                    eprintln!("compnet compute: warning: no iVector available for utterance {key}");
+                    failed += 1;
+                    continue;
+                }
+            }
+        } else if let Some(r) = online.as_mut() {
+            match r.get(&key)? {
+                Some(v) => {
+                    online_m = v.to_matrix();
+                    IvectorSource::Online(&online_m, a.online_ivector_period)
+                }
+                None => {
+                    eprintln!(
+                        "compnet compute: warning: no online iVectors for utterance {key}"
+                    );
+                    failed += 1;
+                    continue;
+                }
+            }
+        } else {
+            IvectorSource::None
+        };
+        let out = cc.compute(&m, src)?;
+        writer.write(&key, &out)?;
+        done += 1;
+        if let Some(b) = &bar {
+            b.set_message(format!("{done} utterances"));
+            b.tick();
+        }
+    }
+    writer.close()?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    eprintln!("compnet compute: done {done} utterances, failed for {failed}");
+    Ok(if done == 0 && failed > 0 { 1 } else { 0 })
 }

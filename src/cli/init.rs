@@ -1,16 +1,70 @@
-//! `compnet init`.
+//! `compnet init` (Kaldi's `nnet3-init`): creates a network from a config file, or applies a
+//! config to an existing network, and writes it as a raw model.
+//!
+//! Usage: `compnet init [--srand=N] [--binary=true|false] [<existing-model>] <config> <model-out>`.
 
 use crate::error::{Error, Result};
+use crate::nnet::Nnet;
 
 /// Options of `compnet init`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Positional arguments.
+    /// Seed for the random initialisation of parameters.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub srand: i64,
+    /// Write the model in binary (`--binary=false` for text).
+    #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub binary: bool,
+    /// `[<existing-model>] <config> <model-out>`.
+    #[arg(num_args = 2..=3, required = true, value_names = ["EXISTING_MODEL|CONFIG", "CONFIG|MODEL_OUT"])]
     pub args: Vec<String>,
+}
+
+/// Parses a boolean option value the way Kaldi's command lines do: `true`/`t`/`1`/empty or
+/// `false`/`f`/`0`, in any case.
+pub fn parse_kaldi_bool(s: &str) -> std::result::Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "t" | "1" | "" => Ok(true),
+        "false" | "f" | "0" => Ok(false),
+        _ => Err(format!("expected true or false, got '{s}'")),
+    }
+}
+
+/// Reads a config file (`-` = stdin) as UTF-8 text.
+pub fn read_config_text(path: &str) -> Result<String> {
+    let bytes = crate::io::read_file(path)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        Error::format(path, at, "UTF-8 text", "a byte that is not valid UTF-8")
+    })
 }
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
-    let _ = a;
-    Err(Error::Usage("compnet init: not implemented yet".into()))
+    let (existing, config, out) = match a.args.as_slice() {
+        [c, o] => (None, c, o),
+        [m, c, o] => (Some(m), c, o),
+        _ => {
+            return Err(Error::Usage(
+                "usage: compnet init [--srand=N] [--binary=true|false] [<existing-model>] <config> <model-out>"
+                    .into(),
+            ))
+        }
+    };
+    // TODO(model): hand a.srand to the component initialisers once they take a seed.
+    let _ = a.srand;
+    let text = read_config_text(config)?;
+    let config_name = if config == "-" { "<stdin>" } else { config.as_str() };
+    let nnet = match existing {
+        Some(m) => {
+            let mut nnet = Nnet::read_model_file(m)?.nnet;
+            nnet.apply_config_text(&text, config_name)?;
+            nnet
+        }
+        None => Nnet::from_config_text(&text, config_name)?,
+    };
+    nnet.write_model_file(out, a.binary)?;
+    eprintln!("compnet init: initialized raw neural net and wrote it to {out}");
+    Ok(0)
 }

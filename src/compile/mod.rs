@@ -1,5 +1,18 @@
 //! The compiler: ComputationRequest → ComputationGraph → steps → NnetComputation.
+//!
+//! Stages (seed 001): [`graph`] builds and prunes the graph of Cindexes, [`steps`] orders it
+//! into epochs, phases and steps, [`compiler`] turns steps into matrices and commands,
+//! [`print`] renders the result, [`context`] computes a network's left/right context.
 
+pub mod compiler;
 pub mod computation;
+pub mod context;
+pub mod graph;
+pub mod print;
+pub mod request;
+pub mod split;
+pub mod steps;
 
+pub use compiler::{compile_computation, CompilerOptions};
 pub use computation::{Command, NnetComputation, SubMatrixInfo};
+pub use request::{ComputationRequest, IoSpecification};

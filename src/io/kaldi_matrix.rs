@@ -9,11 +9,15 @@ use crate::matrix::{Matrix, Vector};
 pub fn read_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
     if r.is_binary() {
         let at = r.pos();
+        if r.rest().first() == Some(&b'C') {
+            // Matrix::Read decompresses a CompressedMatrix transparently.
+            return Ok(super::compressed::CompressedMatrix::read(r)?.to_matrix());
+        }
         let tok = r.token()?;
         let double = match tok.as_str() {
             "FM" => false,
             "DM" => true,
-            _ => return Err(r.err_at(at, "matrix token FM or DM")),
+            _ => return Err(r.err_at(at, "matrix token FM, DM, CM, CM2 or CM3")),
         };
         let rows = r.i32()?;
         let cols = r.i32()?;

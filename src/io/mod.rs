@@ -2,9 +2,18 @@
 //! and tables (archives and scripts addressed by rspecifiers and wspecifiers).
 
 pub mod codec;
+pub mod compressed;
 pub mod kaldi_matrix;
+pub mod sparse;
+pub mod table;
 
 pub use codec::{TokenReader, TokenWriter};
+pub use compressed::{CompressedMatrix, CompressionMethod};
+pub use sparse::{GeneralMatrix, Posterior, SparseMatrix, SparseVector};
+pub use table::{
+    MatrixWriter, RandomAccessMatrixReader, RandomAccessVectorReader, SequentialMatrixReader,
+    SequentialVectorReader, TableObject, VectorWriter,
+};
 
 use crate::error::{Error, Result};
 use std::path::Path;

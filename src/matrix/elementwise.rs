@@ -4,44 +4,40 @@
 use super::{MatView, MatViewMut, Matrix, Real, Trans};
 
 impl MatViewMut<'_> {
+    /// Sets every element to zero (NaN in the old contents does not matter).
     pub fn set_zero(&mut self) {
-        self.map_inplace(|_| 0.0);
+        self.set_const(0.0);
     }
+    /// Sets every element to `v`.
     pub fn set_const(&mut self, v: Real) {
-        self.map_inplace(|_| v);
+        for r in 0..self.num_rows() {
+            self.row_mut(r).fill(v);
+        }
     }
+    /// `self *= alpha`.
     pub fn scale(&mut self, alpha: Real) {
         self.map_inplace(|x| x * alpha);
     }
+    /// `self += c` element-wise.
     pub fn add_const(&mut self, c: Real) {
         self.map_inplace(|x| x + c);
     }
     /// `self = a` (same shape).
     pub fn copy_from(&mut self, a: MatView<'_>) {
-        self.zip_apply(a, |_, y| y);
+        assert_eq!((self.num_rows(), self.num_cols()), (a.num_rows(), a.num_cols()), "copy_from: shape");
+        for r in 0..self.num_rows() {
+            self.row_mut(r).copy_from_slice(a.row(r));
+        }
     }
     /// `self = aᵀ`.
     pub fn copy_from_trans(&mut self, a: MatView<'_>) {
-        assert_eq!((self.num_rows(), self.num_cols()), (a.num_cols(), a.num_rows()));
-        for r in 0..self.num_rows() {
-            for c in 0..self.num_cols() {
-                self.set(r, c, a.get(c, r));
-            }
-        }
+        super::ops::transpose_apply(self, a, |_, y| y);
     }
     /// `self += alpha · op(a)` (Kaldi's AddMat).
     pub fn add_mat(&mut self, alpha: Real, a: MatView<'_>, ta: Trans) {
         match ta {
             Trans::No => self.zip_apply(a, |x, y| x + alpha * y),
-            Trans::Yes => {
-                assert_eq!((self.num_rows(), self.num_cols()), (a.num_cols(), a.num_rows()));
-                for r in 0..self.num_rows() {
-                    for c in 0..self.num_cols() {
-                        let v = self.get(r, c) + alpha * a.get(c, r);
-                        self.set(r, c, v);
-                    }
-                }
-            }
+            Trans::Yes => super::ops::transpose_apply(self, a, |x, y| x + alpha * y),
         }
     }
     /// `self = alpha · a + beta · self`.
@@ -110,9 +106,11 @@ impl MatViewMut<'_> {
     pub fn apply_heaviside(&mut self) {
         self.map_inplace(|x| if x > 0.0 { 1.0 } else { 0.0 });
     }
+    /// `self = exp(self)`.
     pub fn apply_exp(&mut self) {
         self.map_inplace(|x| x.exp());
     }
+    /// `self = ln(self)`.
     pub fn apply_log(&mut self) {
         self.map_inplace(|x| x.ln());
     }

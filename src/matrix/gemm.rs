@@ -1,24 +1,63 @@
-//! Matrix products. Placeholder naive kernel; the matrix-backend work replaces it with a
-//! measured pure-Rust GEMM crate (see docs/PERFORMANCE.md).
+//! Matrix products, on the pure-Rust `gemm` crate (chosen by measurement against
+//! `matrixmultiply` and OpenBLAS; see docs/PERFORMANCE.md, section "GEMM"), and the
+//! process-wide thread bound shared by every parallel kernel.
 
 use super::{MatView, MatViewMut, Real, Trans};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Which GEMM implementation is in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmBackend {
-    Naive,
+    /// The `gemm` crate (runtime-dispatched AVX2/AVX-512/NEON kernels, rayon threading).
+    GemmCrate,
 }
 
 /// Name of the GEMM backend in use (for `info` and benchmarks).
 pub fn gemm_backend_name() -> &'static str {
-    "naive"
+    "gemm-crate"
 }
 
-/// Bounds the number of threads used by the numeric kernels (0 = all cores).
-pub fn set_num_threads(_n: usize) {}
+/// The thread bound; 0 means "not set yet" (then all cores are used).
+static NUM_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Products with fewer multiply-adds than this stay single-threaded: below it the rayon
+/// fork/join costs more than it saves (measured: 256×200×512 is about 2^24.6).
+const PARALLEL_MIN_WORK: usize = 1 << 21;
+
+/// Bounds the number of threads used by the numeric kernels (0 = all cores), process-wide.
+pub fn set_num_threads(n: usize) {
+    let n = if n == 0 { available_cores() } else { n };
+    NUM_THREADS.store(n, Ordering::Relaxed);
+}
+
+/// The current thread bound (all cores unless [`set_num_threads`] said otherwise).
+pub fn num_threads() -> usize {
+    match NUM_THREADS.load(Ordering::Relaxed) {
+        0 => available_cores(),
+        n => n,
+    }
+}
+
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// (rows, cols, row stride, column stride) of op(a) for a row-major view.
+#[inline]
+fn op_layout(a: &MatView<'_>, t: Trans) -> (usize, usize, isize, isize) {
+    let s = a.stride() as isize;
+    match t {
+        Trans::No => (a.num_rows(), a.num_cols(), s, 1),
+        Trans::Yes => (a.num_cols(), a.num_rows(), 1, s),
+    }
+}
 
 impl MatViewMut<'_> {
-    /// `self = alpha · op(a) · op(b) + beta · self` (Kaldi's AddMatMat).
+    /// `self = alpha · op(a) · op(b) + beta · self` (Kaldi's AddMatMat). With `beta == 0` the
+    /// old contents are never read (NaN in them does not propagate).
+    ///
+    /// # Panics
+    /// If the shapes do not agree (a programming error, not an input error).
     pub fn add_mat_mat(
         &mut self,
         alpha: Real,
@@ -28,28 +67,113 @@ impl MatViewMut<'_> {
         tb: Trans,
         beta: Real,
     ) {
-        let (m, k) = match ta {
-            Trans::No => (a.num_rows(), a.num_cols()),
-            Trans::Yes => (a.num_cols(), a.num_rows()),
-        };
-        let (k2, n) = match tb {
-            Trans::No => (b.num_rows(), b.num_cols()),
-            Trans::Yes => (b.num_cols(), b.num_rows()),
-        };
+        let (m, k, a_rs, a_cs) = op_layout(&a, ta);
+        let (k2, n, b_rs, b_cs) = op_layout(&b, tb);
         assert!(
             k == k2 && m == self.num_rows() && n == self.num_cols(),
-            "add_mat_mat: shapes"
+            "add_mat_mat: shapes {m}x{k} · {k2}x{n} into {}x{}",
+            self.num_rows(),
+            self.num_cols()
         );
-        for i in 0..m {
-            for j in 0..n {
-                let mut s = 0.0f32;
-                for l in 0..k {
-                    let x = if ta == Trans::No { a.get(i, l) } else { a.get(l, i) };
-                    let y = if tb == Trans::No { b.get(l, j) } else { b.get(j, l) };
-                    s += x * y;
+        if m == 0 || n == 0 {
+            return;
+        }
+        if k == 0 || alpha == 0.0 {
+            if beta == 0.0 {
+                self.set_zero();
+            } else if beta != 1.0 {
+                self.scale(beta);
+            }
+            return;
+        }
+        let threads = num_threads();
+        let parallelism = if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_WORK
+        {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        let c_rs = self.stride() as isize;
+        let c_ptr = self.as_mut_slice().as_mut_ptr();
+        // SAFETY: m, n, k ≥ 1 and each (pointer, row stride, column stride) triple addresses
+        // only elements inside its view's backing slice: op(a) is m×k inside `a`, op(b) is k×n
+        // inside `b`, and the destination is m×n inside `self` (spans checked by the view
+        // constructors). `self` is a unique borrow, so it cannot overlap `a` or `b`.
+        // The `gemm` crate computes dst := alpha_g·dst + beta_g·lhs·rhs, and with
+        // read_dst = false it never reads dst.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c_ptr,
+                1,
+                c_rs,
+                beta != 0.0,
+                a.as_slice().as_ptr(),
+                a_cs,
+                a_rs,
+                b.as_slice().as_ptr(),
+                b_cs,
+                b_rs,
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+        super::check::check_finite("add_mat_mat", self.as_view());
+    }
+
+    /// `self = alpha · a · b + beta · self` for two vectors seen as a column and a row: the
+    /// rank-one update `self[i, j] = alpha · x[i] · y[j] + beta · self[i, j]` (Kaldi's AddVecVec).
+    pub fn add_vec_vec(&mut self, alpha: Real, x: &[Real], y: &[Real], beta: Real) {
+        assert_eq!((x.len(), y.len()), (self.num_rows(), self.num_cols()), "add_vec_vec: dims");
+        for (r, &xi) in x.iter().enumerate() {
+            let s = alpha * xi;
+            let row = self.row_mut(r);
+            if beta == 0.0 {
+                for (d, &yj) in row.iter_mut().zip(y) {
+                    *d = s * yj;
                 }
-                let old = if beta == 0.0 { 0.0 } else { beta * self.get(i, j) };
-                self.set(i, j, alpha * s + old);
+            } else {
+                for (d, &yj) in row.iter_mut().zip(y) {
+                    *d = s * yj + beta * *d;
+                }
+            }
+        }
+    }
+}
+
+impl MatView<'_> {
+    /// `v = alpha · op(self) · x + beta · v` (Kaldi's AddMatVec); with `beta == 0`, `v`'s old
+    /// contents are not read.
+    pub fn add_mat_vec_to(&self, v: &mut [Real], alpha: Real, t: Trans, x: &[Real], beta: Real) {
+        match t {
+            Trans::No => {
+                assert_eq!((v.len(), x.len()), (self.num_rows(), self.num_cols()), "add_mat_vec");
+                for (r, y) in v.iter_mut().enumerate() {
+                    let d: Real = super::dot(self.row(r), x);
+                    *y = if beta == 0.0 { alpha * d } else { alpha * d + beta * *y };
+                }
+            }
+            Trans::Yes => {
+                assert_eq!((v.len(), x.len()), (self.num_cols(), self.num_rows()), "add_mat_vec");
+                if beta == 0.0 {
+                    v.fill(0.0);
+                } else if beta != 1.0 {
+                    v.iter_mut().for_each(|y| *y *= beta);
+                }
+                for (r, &xr) in x.iter().enumerate() {
+                    let s = alpha * xr;
+                    if s != 0.0 {
+                        for (y, &a) in v.iter_mut().zip(self.row(r)) {
+                            *y += s * a;
+                        }
+                    }
+                }
             }
         }
     }

@@ -11,11 +11,34 @@
 //! * [`MatView`] / [`MatViewMut`] are O(1) sub-matrix views by row and column range.
 //! * [`Vector`] owns a contiguous f32 vector.
 
+pub mod check;
 mod elementwise;
 mod gemm;
+mod ops;
 mod rows;
+mod vector;
 
-pub use gemm::{gemm_backend_name, set_num_threads, GemmBackend};
+pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
+
+/// `Σ_i a[i] · b[i]` over the common length (eight partial sums, so it vectorises).
+#[inline]
+pub fn dot(a: &[Real], b: &[Real]) -> Real {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0 as Real; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: Real = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
 
 /// The element type of every matrix and vector.
 pub type Real = f32;
@@ -23,7 +46,9 @@ pub type Real = f32;
 /// Whether an operand of a matrix product is transposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trans {
+    /// Use the operand as it is.
     No,
+    /// Use the operand's transpose.
     Yes,
 }
 
@@ -121,12 +146,15 @@ impl Matrix {
         }
         Matrix::from_vec(rows.len(), cols, data)
     }
+    /// Number of rows.
     pub fn num_rows(&self) -> usize {
         self.rows
     }
+    /// Number of columns.
     pub fn num_cols(&self) -> usize {
         self.cols
     }
+    /// Distance between the starts of consecutive rows, in elements.
     pub fn stride(&self) -> usize {
         self.stride
     }
@@ -165,10 +193,12 @@ impl Matrix {
     pub fn sub_mut(&mut self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatViewMut<'_> {
         self.view_mut().into_sub(r0, nr, c0, nc)
     }
+    /// Row `r` (num_cols elements).
     pub fn row(&self, r: usize) -> &[Real] {
         let s = r * self.stride;
         &self.data[s..s + self.cols]
     }
+    /// Row `r`, mutable.
     pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
         let s = r * self.stride;
         &mut self.data[s..s + self.cols]
@@ -208,12 +238,15 @@ impl<'a> MatView<'a> {
             stride,
         }
     }
+    /// Number of rows.
     pub fn num_rows(&self) -> usize {
         self.rows
     }
+    /// Number of columns.
     pub fn num_cols(&self) -> usize {
         self.cols
     }
+    /// Distance between the starts of consecutive rows, in elements.
     pub fn stride(&self) -> usize {
         self.stride
     }
@@ -221,11 +254,13 @@ impl<'a> MatView<'a> {
     pub fn as_slice(&self) -> &'a [Real] {
         self.data
     }
+    /// Row `r` (num_cols elements).
     pub fn row(&self, r: usize) -> &'a [Real] {
         debug_assert!(r < self.rows);
         let s = r * self.stride;
         &self.data[s..s + self.cols]
     }
+    /// Element (r, c).
     pub fn get(&self, r: usize, c: usize) -> Real {
         debug_assert!(r < self.rows && c < self.cols);
         self.data[r * self.stride + c]
@@ -299,12 +334,15 @@ impl<'a> MatViewMut<'a> {
             stride,
         }
     }
+    /// Number of rows.
     pub fn num_rows(&self) -> usize {
         self.rows
     }
+    /// Number of columns.
     pub fn num_cols(&self) -> usize {
         self.cols
     }
+    /// Distance between the starts of consecutive rows, in elements.
     pub fn stride(&self) -> usize {
         self.stride
     }
@@ -326,18 +364,22 @@ impl<'a> MatViewMut<'a> {
             stride: self.stride,
         }
     }
+    /// Row `r` (num_cols elements).
     pub fn row(&self, r: usize) -> &[Real] {
         let s = r * self.stride;
         &self.data[s..s + self.cols]
     }
+    /// Row `r`, mutable.
     pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
         debug_assert!(r < self.rows);
         let s = r * self.stride;
         &mut self.data[s..s + self.cols]
     }
+    /// Element (r, c).
     pub fn get(&self, r: usize, c: usize) -> Real {
         self.data[r * self.stride + c]
     }
+    /// Sets element (r, c).
     pub fn set(&mut self, r: usize, c: usize, v: Real) {
         self.data[r * self.stride + c] = v;
     }
@@ -460,23 +502,29 @@ impl<'a> MatViewMut<'a> {
 }
 
 impl Vector {
+    /// A zero vector.
     pub fn zeros(dim: usize) -> Self {
         Vector {
             data: vec![0.0; dim],
         }
     }
+    /// A vector owning `data`.
     pub fn from_vec(data: Vec<Real>) -> Self {
         Vector { data }
     }
+    /// Number of elements.
     pub fn dim(&self) -> usize {
         self.data.len()
     }
+    /// The elements.
     pub fn as_slice(&self) -> &[Real] {
         &self.data
     }
+    /// The elements, mutable.
     pub fn as_mut_slice(&mut self) -> &mut [Real] {
         &mut self.data
     }
+    /// The elements, by value.
     pub fn into_vec(self) -> Vec<Real> {
         self.data
     }
@@ -489,6 +537,7 @@ impl Vector {
     pub fn as_row(&self) -> MatView<'_> {
         MatView::from_slice(&self.data, 1, self.data.len())
     }
+    /// The vector as a mutable 1 × dim matrix view.
     pub fn as_row_mut(&mut self) -> MatViewMut<'_> {
         let n = self.data.len();
         MatViewMut::from_slice(&mut self.data, 1, n)

@@ -5,7 +5,9 @@ pub mod component;
 pub mod config_line;
 pub mod descriptor;
 pub mod index;
+pub mod model_io;
 pub mod network;
+pub mod nnet_config;
 
 pub use index::{Cindex, Index};
 pub use network::{NetworkNode, Nnet, ObjectiveType};

@@ -8,6 +8,16 @@
 //!
 //! Adding a component type = one file in this folder plus one line in [`registry`].
 
+pub mod affine;
+pub mod block_affine;
+pub mod linear;
+pub mod param_util;
+pub mod per_element;
+pub mod testing;
+pub mod dropout;
+pub mod nonlinear;
+pub mod normalize;
+pub mod simple_misc;
 pub mod updatable;
 
 use crate::error::Result;
@@ -227,7 +237,185 @@ pub fn registry() -> &'static [ComponentType] {
 
 static REGISTRY: &[ComponentType] = &[
     // Affine family and other updatable components:
+    ComponentType {
+        name: "AffineComponent",
+        from_config: affine::AffineComponent::from_config,
+        read: affine::AffineComponent::read,
+        test_configs: &["input-dim=5 output-dim=4", "input-dim=3 output-dim=6 param-stddev=0.5 bias-stddev=0.2 learning-rate=0.01 max-change=0.75 orthonormal-constraint=1.0"],
+    },
+    ComponentType {
+        name: "NaturalGradientAffineComponent",
+        from_config: affine::AffineComponent::ng_from_config,
+        read: affine::AffineComponent::ng_read,
+        test_configs: &["input-dim=6 output-dim=5", "input-dim=4 output-dim=3 bias-mean=1.0 rank-in=2 rank-out=2 update-period=2 num-samples-history=500 alpha=2 learning-rate-factor=0.5 l2-regularize=0.01"],
+    },
+    ComponentType {
+        name: "FixedAffineComponent",
+        from_config: affine::FixedAffineComponent::from_config,
+        read: affine::FixedAffineComponent::read,
+        test_configs: &["input-dim=5 output-dim=3"],
+    },
+    ComponentType {
+        name: "LinearComponent",
+        from_config: linear::LinearComponent::from_config,
+        read: linear::LinearComponent::read,
+        test_configs: &["input-dim=5 output-dim=4", "input-dim=4 output-dim=6 use-natural-gradient=false rank-in=2 rank-out=3 orthonormal-constraint=-1 max-change=0.75"],
+    },
+    ComponentType {
+        name: "BlockAffineComponent",
+        from_config: block_affine::BlockAffineComponent::from_config,
+        read: block_affine::BlockAffineComponent::read,
+        test_configs: &["input-dim=6 output-dim=4 num-blocks=2", "input-dim=9 output-dim=6 num-blocks=3 bias-mean=0.5 bias-stddev=0.1 param-stddev=0.3"],
+    },
+    ComponentType {
+        name: "RepeatedAffineComponent",
+        from_config: block_affine::RepeatedAffineComponent::from_config,
+        read: block_affine::RepeatedAffineComponent::read,
+        test_configs: &["input-dim=6 output-dim=8 num-repeats=2", "input-dim=9 output-dim=3 num-repeats=3 bias-stddev=1"],
+    },
+    ComponentType {
+        name: "NaturalGradientRepeatedAffineComponent",
+        from_config: block_affine::RepeatedAffineComponent::ng_from_config,
+        read: block_affine::RepeatedAffineComponent::ng_read,
+        test_configs: &["input-dim=8 output-dim=4 num-repeats=4 bias-stddev=0.5"],
+    },
+    ComponentType {
+        name: "PerElementScaleComponent",
+        from_config: per_element::PerElementScaleComponent::from_config,
+        read: per_element::PerElementScaleComponent::read,
+        test_configs: &["dim=5 param-stddev=0.5", "dim=3 param-mean=0.5 param-stddev=0.1 learning-rate=0.1"],
+    },
+    ComponentType {
+        name: "NaturalGradientPerElementScaleComponent",
+        from_config: per_element::PerElementScaleComponent::ng_from_config,
+        read: per_element::PerElementScaleComponent::ng_read,
+        test_configs: &["dim=6 param-mean=0.5 param-stddev=0.2", "dim=4 rank=2 update-period=3 num-samples-history=100 alpha=2"],
+    },
+    ComponentType {
+        name: "PerElementOffsetComponent",
+        from_config: per_element::PerElementOffsetComponent::from_config,
+        read: per_element::PerElementOffsetComponent::read,
+        test_configs: &["dim=5 param-mean=0.1 param-stddev=0.3", "dim=6 block-dim=2 param-stddev=1 use-natural-gradient=false"],
+    },
+    ComponentType {
+        name: "ScaleAndOffsetComponent",
+        from_config: per_element::ScaleAndOffsetComponent::from_config,
+        read: per_element::ScaleAndOffsetComponent::read,
+        test_configs: &["dim=5", "dim=6 block-dim=3 rank=2 use-natural-gradient=false learning-rate=0.05"],
+    },
+    ComponentType {
+        name: "ConstantFunctionComponent",
+        from_config: per_element::ConstantFunctionComponent::from_config,
+        read: per_element::ConstantFunctionComponent::read,
+        test_configs: &["input-dim=4 output-dim=3 output-mean=0.5 output-stddev=1", "input-dim=3 output-dim=3 is-updatable=false use-natural-gradient=false output-stddev=1"],
+    },
     // Nonlinearities, normalisation and fixed (non-updatable) components:
+    ComponentType {
+        name: "SigmoidComponent",
+        from_config: nonlinear::sigmoid_from_config,
+        read: nonlinear::sigmoid_read,
+        test_configs: &["dim=6", "dim=5 self-repair-scale=1e-5"],
+    },
+    ComponentType {
+        name: "TanhComponent",
+        from_config: nonlinear::tanh_from_config,
+        read: nonlinear::tanh_read,
+        test_configs: &["dim=6", "dim=4 self-repair-scale=1e-5 self-repair-lower-threshold=0.3"],
+    },
+    ComponentType {
+        name: "RectifiedLinearComponent",
+        from_config: nonlinear::relu_from_config,
+        read: nonlinear::relu_read,
+        test_configs: &["dim=6", "dim=8 block-dim=4 self-repair-scale=1e-5"],
+    },
+    ComponentType {
+        name: "SoftmaxComponent",
+        from_config: nonlinear::softmax_from_config,
+        read: nonlinear::softmax_read,
+        test_configs: &["dim=5"],
+    },
+    ComponentType {
+        name: "LogSoftmaxComponent",
+        from_config: nonlinear::log_softmax_from_config,
+        read: nonlinear::log_softmax_read,
+        test_configs: &["dim=7"],
+    },
+    ComponentType {
+        name: "NoOpComponent",
+        from_config: simple_misc::NoOpComponent::from_config,
+        read: simple_misc::NoOpComponent::read,
+        test_configs: &["dim=5", "dim=4 backprop-scale=0.5"],
+    },
+    ComponentType {
+        name: "ElementwiseProductComponent",
+        from_config: simple_misc::ElementwiseProductComponent::from_config,
+        read: simple_misc::ElementwiseProductComponent::read,
+        test_configs: &["input-dim=8 output-dim=4", "input-dim=9 output-dim=3"],
+    },
+    ComponentType {
+        name: "PermuteComponent",
+        from_config: simple_misc::PermuteComponent::from_config,
+        read: simple_misc::PermuteComponent::read,
+        test_configs: &["column-map=3,1,0,4,2"],
+    },
+    ComponentType {
+        name: "SumBlockComponent",
+        from_config: simple_misc::SumBlockComponent::from_config,
+        read: simple_misc::SumBlockComponent::read,
+        test_configs: &["input-dim=6 output-dim=3", "input-dim=8 output-dim=2 scale=0.25"],
+    },
+    ComponentType {
+        name: "SumGroupComponent",
+        from_config: simple_misc::SumGroupComponent::from_config,
+        read: simple_misc::SumGroupComponent::read,
+        test_configs: &["sizes=1,2,3", "input-dim=6 output-dim=2"],
+    },
+    ComponentType {
+        name: "PnormComponent",
+        from_config: simple_misc::PnormComponent::from_config,
+        read: simple_misc::PnormComponent::read,
+        test_configs: &["input-dim=6 output-dim=3", "input-dim=8 output-dim=2"],
+    },
+    ComponentType {
+        name: "FixedScaleComponent",
+        from_config: simple_misc::FixedScaleComponent::from_config,
+        read: simple_misc::FixedScaleComponent::read,
+        test_configs: &["dim=5", "dim=4 scale=0.8"],
+    },
+    ComponentType {
+        name: "FixedBiasComponent",
+        from_config: simple_misc::FixedBiasComponent::from_config,
+        read: simple_misc::FixedBiasComponent::read,
+        test_configs: &["dim=5"],
+    },
+    ComponentType {
+        name: "ClipGradientComponent",
+        from_config: simple_misc::ClipGradientComponent::from_config,
+        read: simple_misc::ClipGradientComponent::read,
+        test_configs: &["dim=5 clipping-threshold=1000", "dim=4 clipping-threshold=1000 norm-based-clipping=true"],
+    },
+    ComponentType {
+        name: "NormalizeComponent",
+        from_config: normalize::NormalizeComponent::from_config,
+        read: normalize::NormalizeComponent::read,
+        test_configs: &[
+            "dim=6",
+            "input-dim=6 target-rms=0.5 add-log-stddev=true",
+            "dim=8 block-dim=4 add-log-stddev=true",
+        ],
+    },
+    ComponentType {
+        name: "BatchNormComponent",
+        from_config: normalize::BatchNormComponent::from_config,
+        read: normalize::BatchNormComponent::read,
+        test_configs: &["dim=6", "dim=8 block-dim=4 target-rms=0.5"],
+    },
+    ComponentType {
+        name: "DropoutComponent",
+        from_config: dropout::DropoutComponent::from_config,
+        read: dropout::DropoutComponent::read,
+        test_configs: &["dim=5 dropout-proportion=0.3 test-mode=true"],
+    },
     // General (non-simple) components:
 ];
 

@@ -1,0 +1,115 @@
+//! A network's left/right context and modulus, as `nnet3-info` prints them (Kaldi's
+//! ComputeSimpleNnetContext and Nnet::Modulus).
+//!
+//! For every shift s in 0..=modulus, the input `input` is supplied at t ∈ [s, s + W) (and
+//! `ivector`, if the network has it, at t = 0), every output frame in the same window is
+//! requested, and the graph builder says which are computable: left context = the first
+//! computable frame's offset, right context = W − the first non-computable frame after it.
+//! The maxima over the shifts are reported. Optional inputs (IfDefined, Failover, statistics
+//! pooling) therefore contribute no required context.
+
+use super::graph::ComputationGraphBuilder;
+use super::request::{ComputationRequest, IoSpecification};
+use crate::error::{Error, Result};
+use crate::nnet::descriptor::eval::lcm;
+use crate::nnet::{Index, NetworkNode, Nnet};
+
+/// The window width used for each shift (as Kaldi).
+const WINDOW: i32 = 200;
+
+/// Left/right context and modulus of a network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NnetContext {
+    pub left: i32,
+    pub right: i32,
+    pub modulus: i32,
+}
+
+/// The network's modulus: the lcm of its descriptors' moduli (from Switch and Round); the
+/// network is invariant to time shifts by multiples of it.
+pub fn nnet_modulus(nnet: &Nnet) -> i32 {
+    nnet.nodes.iter().fold(1, |m, n| match n {
+        NetworkNode::Descriptor { descriptor, .. } => lcm(m, descriptor.modulus()),
+        _ => m,
+    })
+}
+
+/// Which output frames of `[start, start + window)` are computable from input in the same
+/// window.
+fn computable_for_shift(nnet: &Nnet, start: i32, window: i32) -> Result<Vec<bool>> {
+    let n = 0;
+    let ts: Vec<Index> = (start..start + window).map(|t| Index::new(n, t, 0)).collect();
+    let mut request = ComputationRequest::default();
+    request.inputs.push(IoSpecification {
+        name: "input".into(),
+        indexes: ts.clone(),
+        has_deriv: false,
+    });
+    if nnet.node_index("ivector").is_some() {
+        request.inputs.push(IoSpecification {
+            name: "ivector".into(),
+            indexes: vec![Index::new(n, 0, 0)],
+            has_deriv: false,
+        });
+    }
+    request.outputs.push(IoSpecification {
+        name: "output".into(),
+        indexes: ts,
+        has_deriv: false,
+    });
+    let mut b = ComputationGraphBuilder::new(nnet, &request);
+    b.compute()?;
+    Ok(b.get_computable_info().into_iter().next().unwrap_or_default())
+}
+
+/// Kaldi's ComputeSimpleNnetContext plus the modulus. Requires nodes named `input` (an
+/// input node) and `output` (an output node).
+pub fn nnet_context(nnet: &Nnet) -> Result<NnetContext> {
+    match nnet.node_index("input") {
+        Some(i) if nnet.is_input_node(i) => {}
+        _ => {
+            return Err(Error::Compute(
+                "cannot compute the context: the network has no input node named 'input'".into(),
+            ))
+        }
+    }
+    match nnet.node_index("output") {
+        Some(o) if nnet.is_output_node(o) => {}
+        _ => {
+            return Err(Error::Compute(
+                "cannot compute the context: the network has no output node named 'output'"
+                    .into(),
+            ))
+        }
+    }
+    let modulus = nnet_modulus(nnet);
+    let mut left = Vec::new();
+    let mut right = Vec::new();
+    for start in 0..=modulus {
+        let ok = computable_for_shift(nnet, start, WINDOW)?;
+        let first_ok = ok.iter().position(|&b| b);
+        let Some(first_ok) = first_ok else {
+            return Err(Error::Compute(
+                "no outputs were computable (perhaps not a simple network?)".into(),
+            ));
+        };
+        let first_not_ok = ok[first_ok..]
+            .iter()
+            .position(|&b| !b)
+            .map_or(ok.len(), |p| p + first_ok);
+        left.push(first_ok as i32);
+        right.push(WINDOW - first_not_ok as i32);
+    }
+    if left.first() != left.last() || right.first() != right.last() {
+        return Err(Error::Compute(
+            "the network's context is not periodic with its modulus (it does not have the \
+             properties a simple network should have)"
+                .into(),
+        ));
+    }
+    Ok(NnetContext {
+        left: left.into_iter().max().unwrap_or(0),
+        right: right.into_iter().max().unwrap_or(0),
+        modulus,
+    })
+}

@@ -1,0 +1,426 @@
+//! Sparse vectors and matrices (`SV` / `SM`), `GeneralMatrix` (full / compressed / sparse),
+//! `Posterior` lists and Kaldi's basic integer vectors (facts §2.2).
+
+use super::codec::{parse_float, TokenReader, TokenWriter};
+use super::compressed::{CompressedMatrix, CompressionMethod};
+use crate::error::Result;
+use crate::matrix::{Matrix, Real};
+
+/// A sparse vector: dimension plus (index, value) pairs in the order stored.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SparseVector {
+    /// Logical dimension.
+    pub dim: usize,
+    /// Non-zero entries (index, value).
+    pub pairs: Vec<(i32, Real)>,
+}
+
+/// A sparse matrix: one [`SparseVector`] per row (all of the same dimension).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SparseMatrix {
+    /// The rows.
+    pub rows: Vec<SparseVector>,
+}
+
+/// Reads `what=N` as one token.
+fn read_eq_token(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
+    r.skip_ws();
+    let at = r.pos();
+    let tok = r.token()?;
+    tok.strip_prefix(what)
+        .and_then(|s| s.strip_prefix('='))
+        .and_then(|s| s.parse::<usize>().ok())
+        .ok_or_else(|| r.err_at(at, format!("{what}=<non-negative integer>")))
+}
+
+/// Checks that `count` items of at least `min_bytes` each can still be in the buffer, so a
+/// corrupted count never triggers a huge allocation.
+fn check_count(r: &TokenReader<'_>, at: usize, count: i32, min_bytes: usize, what: &str) -> Result<usize> {
+    if count < 0 || (count as usize).saturating_mul(min_bytes) > r.rest().len() {
+        return Err(r.err_at(at, format!("a plausible {what} (got {count}, {} bytes left)", r.rest().len())));
+    }
+    Ok(count as usize)
+}
+
+impl SparseVector {
+    /// Reads `SV dim n (i v)*` in binary or `dim=D [ i v ... ]` in text.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Self> {
+        if r.is_binary() {
+            r.expect_token("SV")?;
+            let at = r.pos();
+            let dim = r.i32()?;
+            if dim < 0 {
+                return Err(r.err_at(at, "non-negative sparse-vector dimension"));
+            }
+            let at = r.pos();
+            let n = r.i32()?;
+            let n = check_count(r, at, n, 10, "number of sparse elements")?;
+            let mut pairs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let at = r.pos();
+                let i = r.i32()?;
+                let v = r.f32()?;
+                if i < 0 || i >= dim {
+                    return Err(r.err_at(at, format!("an index in [0, {dim}), got {i}")));
+                }
+                pairs.push((i, v));
+            }
+            Ok(SparseVector {
+                dim: dim as usize,
+                pairs,
+            })
+        } else {
+            let dim = read_eq_token(r, "dim")?;
+            r.skip_ws();
+            let at = r.pos();
+            if r.token()? != "[" {
+                return Err(r.err_at(at, "'[' opening a sparse vector"));
+            }
+            let mut pairs = Vec::new();
+            loop {
+                r.skip_ws();
+                let at = r.pos();
+                let t = r.token()?;
+                if t == "]" {
+                    break;
+                }
+                let i: i32 = t.parse().map_err(|_| r.err_at(at, "an index or ']'"))?;
+                if i < 0 || i as usize >= dim {
+                    return Err(r.err_at(at, format!("an index in [0, {dim}), got {i}")));
+                }
+                r.skip_ws();
+                let at = r.pos();
+                let t = r.token()?;
+                let v = parse_float(&t).ok_or_else(|| r.err_at(at, "a value"))?;
+                pairs.push((i, v as Real));
+            }
+            Ok(SparseVector { dim, pairs })
+        }
+    }
+
+    /// Writes the vector (no newline).
+    pub fn write(&self, w: &mut TokenWriter) {
+        if w.is_binary() {
+            w.token("SV");
+            w.i32(self.dim as i32);
+            w.i32(self.pairs.len() as i32);
+            for &(i, v) in &self.pairs {
+                w.i32(i);
+                w.f32(v);
+            }
+        } else {
+            w.raw(format!("dim={} [ ", self.dim).as_bytes());
+            for &(i, v) in &self.pairs {
+                w.raw(format!("{i} {} ", super::codec::fmt_float(v as f64)).as_bytes());
+            }
+            w.raw(b"] ");
+        }
+    }
+}
+
+impl SparseMatrix {
+    /// Number of rows.
+    pub fn num_rows(&self) -> usize {
+        self.rows.len()
+    }
+    /// Number of columns (the rows' dimension; 0 for no rows).
+    pub fn num_cols(&self) -> usize {
+        self.rows.first().map_or(0, |r| r.dim)
+    }
+
+    /// Reads `SM rows SV...` in binary or `rows=N dim=D [ ... ] ...` in text.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Self> {
+        let n = if r.is_binary() {
+            r.expect_token("SM")?;
+            let at = r.pos();
+            let n = r.i32()?;
+            check_count(r, at, n, 12, "number of sparse rows")?
+        } else {
+            let at = r.pos();
+            let n = read_eq_token(r, "rows")?;
+            if n > r.rest().len() {
+                return Err(r.err_at(at, "a plausible number of sparse rows"));
+            }
+            n
+        };
+        let mut rows = Vec::with_capacity(n);
+        for _ in 0..n {
+            let at = r.pos();
+            let v = SparseVector::read(r)?;
+            if let Some(first) = rows.first().map(|x: &SparseVector| x.dim) {
+                if v.dim != first {
+                    return Err(r.err_at(at, format!("a row of dimension {first}, got {}", v.dim)));
+                }
+            }
+            rows.push(v);
+        }
+        Ok(SparseMatrix { rows })
+    }
+
+    /// Writes the matrix (text ends with a newline).
+    pub fn write(&self, w: &mut TokenWriter) {
+        if w.is_binary() {
+            w.token("SM");
+            w.i32(self.rows.len() as i32);
+        } else {
+            w.raw(format!("rows={} ", self.rows.len()).as_bytes());
+        }
+        for row in &self.rows {
+            row.write(w);
+        }
+        w.newline_if_text();
+    }
+
+    /// The dense equivalent (a later duplicate index adds to the earlier one).
+    pub fn to_matrix(&self) -> Matrix {
+        let mut m = Matrix::zeros(self.num_rows(), self.num_cols());
+        for (r, row) in self.rows.iter().enumerate() {
+            for &(i, v) in &row.pairs {
+                if (i as usize) < m.num_cols() {
+                    let x = m.get(r, i as usize);
+                    m.set(r, i as usize, x + v);
+                }
+            }
+        }
+        m
+    }
+}
+
+/// Kaldi's `GeneralMatrix`: whichever of full, compressed or sparse was read or stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GeneralMatrix {
+    /// A full float matrix.
+    Full(Matrix),
+    /// A compressed matrix, kept as its bytes.
+    Compressed(CompressedMatrix),
+    /// A sparse matrix.
+    Sparse(SparseMatrix),
+}
+
+impl Default for GeneralMatrix {
+    fn default() -> Self {
+        GeneralMatrix::Full(Matrix::zeros(0, 0))
+    }
+}
+
+impl GeneralMatrix {
+    /// Number of rows.
+    pub fn num_rows(&self) -> usize {
+        match self {
+            GeneralMatrix::Full(m) => m.num_rows(),
+            GeneralMatrix::Compressed(c) => c.num_rows(),
+            GeneralMatrix::Sparse(s) => s.num_rows(),
+        }
+    }
+    /// Number of columns.
+    pub fn num_cols(&self) -> usize {
+        match self {
+            GeneralMatrix::Full(m) => m.num_cols(),
+            GeneralMatrix::Compressed(c) => c.num_cols(),
+            GeneralMatrix::Sparse(s) => s.num_cols(),
+        }
+    }
+    /// The dense value (decompressed / densified as needed).
+    pub fn to_matrix(&self) -> Matrix {
+        match self {
+            GeneralMatrix::Full(m) => m.clone(),
+            GeneralMatrix::Compressed(c) => c.to_matrix(),
+            GeneralMatrix::Sparse(s) => s.to_matrix(),
+        }
+    }
+    /// Compresses a full matrix (sparse and already-compressed ones are left alone).
+    pub fn compress(&mut self, method: CompressionMethod) {
+        if let GeneralMatrix::Full(m) = self {
+            *self = GeneralMatrix::Compressed(CompressedMatrix::compress(m, method));
+        }
+    }
+    /// Reads whichever form is next (binary: `C` → compressed, `S` → sparse; text: `r` → sparse).
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Self> {
+        let save = r.pos();
+        r.skip_ws();
+        let first = r.rest().first().copied();
+        if r.is_binary() {
+            r.set_pos(save);
+            match first {
+                Some(b'C') => Ok(GeneralMatrix::Compressed(CompressedMatrix::read(r)?)),
+                Some(b'S') => Ok(GeneralMatrix::Sparse(SparseMatrix::read(r)?)),
+                _ => Ok(GeneralMatrix::Full(super::kaldi_matrix::read_matrix(r)?)),
+            }
+        } else if first == Some(b'r') {
+            Ok(GeneralMatrix::Sparse(SparseMatrix::read(r)?))
+        } else {
+            Ok(GeneralMatrix::Full(super::kaldi_matrix::read_matrix(r)?))
+        }
+    }
+    /// Writes whichever form is held (a compressed matrix is written full in text mode).
+    pub fn write(&self, w: &mut TokenWriter) {
+        match self {
+            GeneralMatrix::Full(m) => w.matrix(m),
+            GeneralMatrix::Compressed(c) => c.write(w),
+            GeneralMatrix::Sparse(s) => s.write(w),
+        }
+    }
+}
+
+/// Per-frame lists of (pdf or class id, weight): Kaldi's `Posterior`.
+pub type Posterior = Vec<Vec<(i32, f32)>>;
+
+/// Reads a Posterior: binary counts and pairs, or text `[ id w ... ] [ ... ]` up to the end
+/// of the line.
+pub fn read_posterior(r: &mut TokenReader<'_>) -> Result<Posterior> {
+    if r.is_binary() {
+        let at = r.pos();
+        let n = r.i32()?;
+        let n = check_count(r, at, n, 5, "number of frames")?;
+        let mut post = Vec::with_capacity(n);
+        for _ in 0..n {
+            let at = r.pos();
+            let k = r.i32()?;
+            let k = check_count(r, at, k, 10, "number of pairs in a frame")?;
+            let mut frame = Vec::with_capacity(k);
+            for _ in 0..k {
+                let id = r.i32()?;
+                let w = r.f32()?;
+                frame.push((id, w));
+            }
+            post.push(frame);
+        }
+        Ok(post)
+    } else {
+        let mut post = Vec::new();
+        loop {
+            // Skip blanks on this line; a newline (or end of input) ends the object.
+            while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
+                r.byte()?;
+            }
+            let at = r.pos();
+            match r.rest().first() {
+                None => break,
+                Some(b'\n') => {
+                    r.byte()?;
+                    break;
+                }
+                Some(b'[') => {
+                    r.byte()?;
+                }
+                Some(_) => return Err(r.err_at(at, "'[' opening a posterior frame")),
+            }
+            let mut frame = Vec::new();
+            loop {
+                while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
+                    r.byte()?;
+                }
+                let at = r.pos();
+                let rest = r.rest();
+                let n = rest
+                    .iter()
+                    .position(|b| b.is_ascii_whitespace())
+                    .unwrap_or(rest.len());
+                if n == 0 {
+                    return Err(r.err_at(at, "']' closing a posterior frame"));
+                }
+                let word = String::from_utf8_lossy(&rest[..n]).into_owned();
+                r.bytes(n)?;
+                if word == "]" {
+                    break;
+                }
+                let id: i32 = word.parse().map_err(|_| r.err_at(at, "an integer id or ']'"))?;
+                while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
+                    r.byte()?;
+                }
+                let at = r.pos();
+                let rest = r.rest();
+                let n = rest
+                    .iter()
+                    .position(|b| b.is_ascii_whitespace())
+                    .unwrap_or(rest.len());
+                let w = std::str::from_utf8(&rest[..n])
+                    .ok()
+                    .and_then(parse_float)
+                    .ok_or_else(|| r.err_at(at, "a weight"))?;
+                r.bytes(n)?;
+                frame.push((id, w as f32));
+            }
+            post.push(frame);
+        }
+        Ok(post)
+    }
+}
+
+/// Writes a Posterior (text: one line, each frame `[ id w ... ] `).
+pub fn write_posterior(w: &mut TokenWriter, post: &Posterior) {
+    if w.is_binary() {
+        w.i32(post.len() as i32);
+        for frame in post {
+            w.i32(frame.len() as i32);
+            for &(id, x) in frame {
+                w.i32(id);
+                w.f32(x);
+            }
+        }
+    } else {
+        for frame in post {
+            w.raw(b"[ ");
+            for &(id, x) in frame {
+                w.raw(format!("{id} {} ", super::codec::fmt_float(x as f64)).as_bytes());
+            }
+            w.raw(b"] ");
+        }
+        w.raw(b"\n");
+    }
+}
+
+/// Reads Kaldi's basic int32 vector (alignments): binary size then elements, text one line
+/// of integers.
+pub fn read_basic_int_vector(r: &mut TokenReader<'_>) -> Result<Vec<i32>> {
+    if r.is_binary() {
+        let at = r.pos();
+        let n = r.i32()?;
+        let n = check_count(r, at, n, 5, "vector length")?;
+        (0..n).map(|_| r.i32()).collect()
+    } else {
+        let mut v = Vec::new();
+        loop {
+            while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
+                r.byte()?;
+            }
+            match r.rest().first() {
+                None => break,
+                Some(b'\n') => {
+                    r.byte()?;
+                    break;
+                }
+                Some(_) => {
+                    let at = r.pos();
+                    let rest = r.rest();
+                    let n = rest
+                        .iter()
+                        .position(|b| b.is_ascii_whitespace())
+                        .unwrap_or(rest.len());
+                    let x = std::str::from_utf8(&rest[..n])
+                        .ok()
+                        .and_then(|s| s.parse::<i32>().ok())
+                        .ok_or_else(|| r.err_at(at, "an integer"))?;
+                    r.bytes(n)?;
+                    v.push(x);
+                }
+            }
+        }
+        Ok(v)
+    }
+}
+
+/// Writes Kaldi's basic int32 vector (text: each element then a space, then a newline).
+pub fn write_basic_int_vector(w: &mut TokenWriter, v: &[i32]) {
+    if w.is_binary() {
+        w.i32(v.len() as i32);
+        for &x in v {
+            w.i32(x);
+        }
+    } else {
+        for &x in v {
+            w.i32(x);
+        }
+        w.raw(b"\n");
+    }
+}

@@ -1,0 +1,39 @@
+//! The "debug backend": with `COMPNET_CHECK_FINITE=1` in the environment, kernels check that
+//! what they wrote is finite and panic naming the kernel at the first NaN/inf, so a numeric
+//! bug is caught where it starts rather than where it is noticed. Off by default (one relaxed
+//! atomic load per kernel call).
+
+use super::MatView;
+use std::sync::OnceLock;
+
+static ENABLED: OnceLock<bool> = OnceLock::new();
+
+/// True if `COMPNET_CHECK_FINITE` is set to something other than empty or `0`.
+pub fn check_finite_enabled() -> bool {
+    *ENABLED.get_or_init(|| {
+        std::env::var("COMPNET_CHECK_FINITE").is_ok_and(|v| !v.is_empty() && v != "0")
+    })
+}
+
+/// In debug-backend mode, panics if `m` holds a non-finite value (a deliberate, opt-in
+/// diagnostic: the panic message names the kernel, row and column).
+#[inline]
+pub fn check_finite(kernel: &str, m: MatView<'_>) {
+    if check_finite_enabled() {
+        check_finite_slow(kernel, m);
+    }
+}
+
+#[cold]
+fn check_finite_slow(kernel: &str, m: MatView<'_>) {
+    for r in 0..m.num_rows() {
+        if let Some(c) = m.row(r).iter().position(|x| !x.is_finite()) {
+            panic!(
+                "COMPNET_CHECK_FINITE: {kernel} produced {} at row {r}, column {c} of a {}x{} matrix",
+                m.row(r)[c],
+                m.num_rows(),
+                m.num_cols()
+            );
+        }
+    }
+}

@@ -1,0 +1,591 @@
+//! `AffineComponent`, `NaturalGradientAffineComponent` and `FixedAffineComponent`:
+//! y = W·x + b with W of size output-dim × input-dim.
+//!
+//! Both trainable kinds share one Rust type, [`AffineComponent`]; `natural_gradient` is `Some`
+//! for the NG kind, which keeps its NG hyper-parameters (the NG state is never saved, as in
+//! Kaldi). The gradient accumulated in Backprop is the plain gradient scaled by the
+//! `to_update` component's learning rate; the natural-gradient preconditioning of a
+//! non-gradient update belongs to the trainer.
+
+use super::param_util::{self, component_boilerplate};
+use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::nnet::config_line::ConfigLine;
+
+/// Natural-gradient hyper-parameters of `NaturalGradientAffineComponent`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NgAffineOptions {
+    pub rank_in: i32,
+    pub rank_out: i32,
+    pub update_period: i32,
+    pub num_samples_history: f32,
+    pub alpha: f32,
+}
+
+impl NgAffineOptions {
+    /// Kaldi's defaults for these dimensions: rank-in min(20, (in+1)/2), rank-out
+    /// min(80, (out+1)/2), update-period 4, num-samples-history 2000, alpha 4.
+    pub fn defaults(input_dim: usize, output_dim: usize) -> Self {
+        NgAffineOptions {
+            rank_in: 20.min((input_dim as i32 + 1) / 2),
+            rank_out: 80.min((output_dim as i32 + 1) / 2),
+            update_period: 4,
+            num_samples_history: 2000.0,
+            alpha: 4.0,
+        }
+    }
+
+    /// Reads the NG options from a config line, with the defaults above.
+    pub fn from_config(cfg: &ConfigLine, input_dim: usize, output_dim: usize) -> Result<Self> {
+        let d = NgAffineOptions::defaults(input_dim, output_dim);
+        let o = NgAffineOptions {
+            rank_in: cfg.get_or("rank-in", d.rank_in)?,
+            rank_out: cfg.get_or("rank-out", d.rank_out)?,
+            update_period: cfg.get_or("update-period", d.update_period)?,
+            num_samples_history: cfg.get_or("num-samples-history", d.num_samples_history)?,
+            alpha: cfg.get_or("alpha", d.alpha)?,
+        };
+        if o.rank_in <= 0 || o.rank_out <= 0 || o.update_period <= 0 {
+            return Err(cfg.error("rank-in, rank-out and update-period must be positive"));
+        }
+        if o.num_samples_history <= 0.0 || o.alpha < 0.0 {
+            return Err(cfg.error("num-samples-history must be > 0 and alpha >= 0"));
+        }
+        Ok(o)
+    }
+}
+
+/// `AffineComponent` or (with `natural_gradient`) `NaturalGradientAffineComponent`.
+#[derive(Clone, Debug)]
+pub struct AffineComponent {
+    pub common: UpdatableCommon,
+    /// W, output-dim × input-dim.
+    pub linear: Matrix,
+    /// b, output-dim.
+    pub bias: Vector,
+    /// Kaldi's orthonormal-constraint (0 = none); only stored here.
+    pub orthonormal_constraint: f32,
+    /// Present for `NaturalGradientAffineComponent`.
+    pub natural_gradient: Option<NgAffineOptions>,
+}
+
+const AFFINE: &str = "AffineComponent";
+const NG_AFFINE: &str = "NaturalGradientAffineComponent";
+const FIXED_AFFINE: &str = "FixedAffineComponent";
+
+/// W and b from a config line: `matrix=<file>` (W with b as its last column) or
+/// input-dim/output-dim with random values. Returns (W, b).
+fn init_affine_params(cfg: &ConfigLine, default_bias_stddev: f32, with_bias_mean: bool) -> Result<(Matrix, Vector)> {
+    if let Some(path) = cfg.get::<String>("matrix")? {
+        let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
+        if m.num_cols() < 2 || m.num_rows() < 1 {
+            return Err(cfg.error_at_value(
+                "matrix",
+                format!("matrix in {path} is {}x{}; need at least 1 row and 2 columns (W then the bias column)", m.num_rows(), m.num_cols()),
+            ));
+        }
+        let (rows, in_dim) = (m.num_rows(), m.num_cols() - 1);
+        for (key, want) in [("input-dim", in_dim), ("output-dim", rows)] {
+            if let Some(d) = cfg.get::<i32>(key)? {
+                if d as i64 != want as i64 {
+                    return Err(cfg.error_at_value(key, format!("{key}={d} does not match the matrix in {path} ({want})")));
+                }
+            }
+        }
+        let linear = m.sub(0, rows, 0, in_dim).to_matrix();
+        let bias = Vector::from_vec(m.sub(0, rows, in_dim, 1).to_vec());
+        return Ok((linear, bias));
+    }
+    let in_dim = param_util::require_positive(cfg, "input-dim")?;
+    let out_dim = param_util::require_positive(cfg, "output-dim")?;
+    let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
+    let bias_stddev: f32 = cfg.get_or("bias-stddev", default_bias_stddev)?;
+    let bias_mean: f32 = if with_bias_mean { cfg.get_or("bias-mean", 0.0)? } else { 0.0 };
+    if param_stddev < 0.0 || bias_stddev < 0.0 {
+        return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
+    }
+    Ok(param_util::with_init_rng(|rng| {
+        (
+            param_util::gaussian_matrix(out_dim, in_dim, 0.0, param_stddev, rng),
+            param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng),
+        )
+    }))
+}
+
+/// Reads `<LinearParams> M <BiasParams> V` and checks that the dimensions agree.
+fn read_linear_bias(r: &mut TokenReader<'_>) -> Result<(Matrix, Vector)> {
+    r.expect_token("<LinearParams>")?;
+    let linear = r.matrix()?;
+    r.expect_token("<BiasParams>")?;
+    let at = r.pos();
+    let bias = r.vector()?;
+    if bias.dim() != linear.num_rows() || linear.num_cols() == 0 {
+        return Err(param_util::dim_error(
+            r,
+            at,
+            format!("a bias of dimension {} matching a non-empty linear matrix (got {})", linear.num_rows(), bias.dim()),
+        ));
+    }
+    Ok((linear, bias))
+}
+
+/// y = W·x + b (overwrites `out`).
+pub(crate) fn affine_forward(linear: &Matrix, bias: &[f32], input: MatView<'_>, mut out: MatViewMut<'_>) {
+    out.add_mat_mat(1.0, input, Trans::No, linear.view(), Trans::Yes, 0.0);
+    out.add_vec_to_rows(1.0, bias, 1.0);
+}
+
+/// in_deriv += out_deriv · W.
+pub(crate) fn affine_backprop_input(linear: &Matrix, out_deriv: MatView<'_>, in_deriv: Option<MatViewMut<'_>>) {
+    if let Some(mut d) = in_deriv {
+        d.add_mat_mat(1.0, out_deriv, Trans::No, linear.view(), Trans::No, 1.0);
+    }
+}
+
+/// W += lr · out_derivᵀ · in, b += lr · Σ_rows out_deriv.
+pub(crate) fn affine_accumulate(linear: &mut Matrix, bias: &mut Vector, lr: f32, in_value: MatView<'_>, out_deriv: MatView<'_>) {
+    linear
+        .view_mut()
+        .add_mat_mat(lr, out_deriv, Trans::Yes, in_value, Trans::No, 1.0);
+    out_deriv.add_row_sum_to(bias, lr, 1.0);
+}
+
+impl AffineComponent {
+    /// A plain AffineComponent from parameters.
+    pub fn new(linear: Matrix, bias: Vector) -> Self {
+        AffineComponent {
+            common: UpdatableCommon::default(),
+            linear,
+            bias,
+            orthonormal_constraint: 0.0,
+            natural_gradient: None,
+        }
+    }
+
+    fn from_config_impl(cfg: &ConfigLine, ng: bool) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let (linear, bias) = init_affine_params(cfg, 1.0, ng)?;
+        let orthonormal_constraint = cfg.get_or("orthonormal-constraint", 0.0f32)?;
+        let natural_gradient = if ng {
+            Some(NgAffineOptions::from_config(cfg, linear.num_cols(), linear.num_rows())?)
+        } else {
+            None
+        };
+        Ok(Box::new(AffineComponent {
+            common,
+            linear,
+            bias,
+            orthonormal_constraint,
+            natural_gradient,
+        }))
+    }
+
+    /// Kaldi's AffineComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, false)
+    }
+
+    /// Kaldi's NaturalGradientAffineComponent::InitFromConfig.
+    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, true)
+    }
+
+    /// Reads an AffineComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, AFFINE)?;
+        let (linear, bias) = read_linear_bias(r)?;
+        let mut orthonormal_constraint = 0.0;
+        if r.try_token("<OrthonormalConstraint>")? {
+            orthonormal_constraint = r.f32()?;
+        }
+        param_util::expect_closing(r, AFFINE)?;
+        Ok(Box::new(AffineComponent {
+            common,
+            linear,
+            bias,
+            orthonormal_constraint,
+            natural_gradient: None,
+        }))
+    }
+
+    /// Reads a NaturalGradientAffineComponent body (tolerating Kaldi's legacy fields).
+    pub fn ng_read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, NG_AFFINE)?;
+        let (linear, bias) = read_linear_bias(r)?;
+        r.expect_token("<RankIn>")?;
+        let rank_in = r.i32()?;
+        r.expect_token("<RankOut>")?;
+        let rank_out = r.i32()?;
+        let mut orthonormal_constraint = 0.0;
+        if r.try_token("<OrthonormalConstraint>")? {
+            orthonormal_constraint = r.f32()?;
+        }
+        r.expect_token("<UpdatePeriod>")?;
+        let update_period = r.i32()?;
+        r.expect_token("<NumSamplesHistory>")?;
+        let num_samples_history = r.f32()?;
+        r.expect_token("<Alpha>")?;
+        let alpha = r.f32()?;
+        // Legacy fields of older models, read and dropped.
+        if r.try_token("<MaxChangePerSample>")? {
+            r.f32()?;
+        }
+        if r.try_token("<IsGradient>")? {
+            r.bool()?;
+        }
+        if r.try_token("<UpdateCount>")? {
+            r.f64()?;
+            r.expect_token("<ActiveScalingCount>")?;
+            r.f64()?;
+            r.expect_token("<MaxChangeScaleStats>")?;
+            r.f64()?;
+        }
+        let at = r.pos();
+        let tok = r.token()?;
+        if !tok.contains("NaturalGradientAffineComponent>") {
+            return Err(r.err_at(at, "token </NaturalGradientAffineComponent>"));
+        }
+        Ok(Box::new(AffineComponent {
+            common,
+            linear,
+            bias,
+            orthonormal_constraint,
+            natural_gradient: Some(NgAffineOptions {
+                rank_in,
+                rank_out,
+                update_period,
+                num_samples_history,
+                alpha,
+            }),
+        }))
+    }
+
+    /// Accumulates `learning_rate × gradient` into this component's parameters.
+    pub fn accumulate_gradient(&mut self, in_value: MatView<'_>, out_deriv: MatView<'_>) {
+        let lr = self.common.learning_rate;
+        affine_accumulate(&mut self.linear, &mut self.bias, lr, in_value, out_deriv);
+    }
+}
+
+impl Component for AffineComponent {
+    fn type_name(&self) -> &'static str {
+        if self.natural_gradient.is_some() {
+            NG_AFFINE
+        } else {
+            AFFINE
+        }
+    }
+    fn input_dim(&self) -> usize {
+        self.linear.num_cols()
+    }
+    fn output_dim(&self) -> usize {
+        self.linear.num_rows()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, output: MatViewMut<'_>) -> Option<Memo> {
+        affine_forward(&self.linear, &self.bias, input, output);
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<AffineComponent>()) {
+            u.accumulate_gradient(in_value, out_deriv);
+        }
+        affine_backprop_input(&self.linear, out_deriv, in_deriv);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        let ty = self.type_name();
+        self.common.write(w, ty);
+        w.token("<LinearParams>");
+        w.matrix(&self.linear);
+        w.token("<BiasParams>");
+        w.vector(&self.bias);
+        match &self.natural_gradient {
+            None => {
+                if self.orthonormal_constraint != 0.0 {
+                    w.token("<OrthonormalConstraint>");
+                    w.f32(self.orthonormal_constraint);
+                }
+            }
+            Some(ng) => {
+                w.token("<RankIn>");
+                w.i32(ng.rank_in);
+                w.token("<RankOut>");
+                w.i32(ng.rank_out);
+                if self.orthonormal_constraint != 0.0 {
+                    w.token("<OrthonormalConstraint>");
+                    w.f32(self.orthonormal_constraint);
+                }
+                w.token("<UpdatePeriod>");
+                w.i32(ng.update_period);
+                w.token("<NumSamplesHistory>");
+                w.f32(ng.num_samples_history);
+                w.token("<Alpha>");
+                w.f32(ng.alpha);
+            }
+        }
+        w.token(&format!("</{ty}>"));
+    }
+    fn info(&self) -> String {
+        let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
+        let mut s = format!(
+            "{}, input-dim={}, output-dim={}, {}",
+            self.type_name(),
+            self.input_dim(),
+            self.output_dim(),
+            self.common.info()
+        );
+        if self.orthonormal_constraint != 0.0 {
+            s += &format!(", orthonormal-constraint={}", g(self.orthonormal_constraint));
+        }
+        s += ", ";
+        s += &param_util::matrix_stats("linear-params", &self.linear, true);
+        s += ", ";
+        s += &param_util::vector_stats("bias", &self.bias);
+        if let Some(ng) = &self.natural_gradient {
+            s += &format!(
+                ", rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
+                ng.rank_in,
+                ng.rank_out,
+                g(ng.num_samples_history),
+                ng.update_period,
+                g(ng.alpha)
+            );
+        }
+        s
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+impl UpdatableComponent for AffineComponent {
+    fn common(&self) -> &UpdatableCommon {
+        &self.common
+    }
+    fn common_mut(&mut self) -> &mut UpdatableCommon {
+        &mut self.common
+    }
+    fn num_parameters(&self) -> usize {
+        self.linear.num_rows() * (self.linear.num_cols() + 1)
+    }
+    fn vectorize(&self, out: &mut [f32]) {
+        param_util::vectorize_into(&[&self.linear.to_vec(), &self.bias], out);
+    }
+    fn unvectorize(&mut self, params: &[f32]) {
+        let mut off = 0;
+        let mut lin = self.linear.to_vec();
+        param_util::take_params(&mut lin, params, &mut off);
+        self.linear = Matrix::from_vec(self.linear.num_rows(), self.linear.num_cols(), lin);
+        param_util::take_params(&mut self.bias, params, &mut off);
+    }
+    fn scale(&mut self, alpha: f32) {
+        self.linear.view_mut().scale(alpha);
+        self.bias.as_row_mut().scale(alpha);
+    }
+    fn add(&mut self, alpha: f32, other: &dyn Component) {
+        if let Some(o) = other.as_any().downcast_ref::<AffineComponent>() {
+            if o.linear.num_rows() == self.linear.num_rows() && o.linear.num_cols() == self.linear.num_cols() {
+                self.linear.view_mut().add_mat(alpha, o.linear.view(), Trans::No);
+                param_util::vec_add(&mut self.bias, alpha, &o.bias);
+            }
+        }
+    }
+    fn dot_product(&self, other: &dyn Component) -> f32 {
+        match other.as_any().downcast_ref::<AffineComponent>() {
+            Some(o) if o.linear.num_rows() == self.linear.num_rows() && o.linear.num_cols() == self.linear.num_cols() => {
+                self.linear.view().trace_mat_mat(o.linear.view()) + param_util::vec_dot(&self.bias, &o.bias)
+            }
+            _ => 0.0,
+        }
+    }
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+        param_util::perturb_matrix(&mut self.linear, stddev, rng);
+        param_util::perturb_vector(&mut self.bias, stddev, rng);
+    }
+}
+
+/// `FixedAffineComponent`: a non-trainable affine transform (LDA, IDCT, ...).
+#[derive(Clone, Debug)]
+pub struct FixedAffineComponent {
+    /// W, output-dim × input-dim.
+    pub linear: Matrix,
+    /// b, output-dim.
+    pub bias: Vector,
+}
+
+impl FixedAffineComponent {
+    /// Kaldi's FixedAffineComponent::InitFromConfig: `matrix=<file>` or random dims.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let (linear, bias) = init_affine_params(cfg, 1.0, false)?;
+        Ok(Box::new(FixedAffineComponent { linear, bias }))
+    }
+
+    /// Reads a FixedAffineComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<FixedAffineComponent>")?;
+        let (linear, bias) = read_linear_bias(r)?;
+        param_util::expect_closing(r, FIXED_AFFINE)?;
+        Ok(Box::new(FixedAffineComponent { linear, bias }))
+    }
+}
+
+impl Component for FixedAffineComponent {
+    fn type_name(&self) -> &'static str {
+        FIXED_AFFINE
+    }
+    fn input_dim(&self) -> usize {
+        self.linear.num_cols()
+    }
+    fn output_dim(&self) -> usize {
+        self.linear.num_rows()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE | Properties::BACKPROP_ADDS
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, output: MatViewMut<'_>) -> Option<Memo> {
+        affine_forward(&self.linear, &self.bias, input, output);
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        _to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        affine_backprop_input(&self.linear, out_deriv, in_deriv);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token("<FixedAffineComponent>");
+        w.token("<LinearParams>");
+        w.matrix(&self.linear);
+        w.token("<BiasParams>");
+        w.vector(&self.bias);
+        w.token("</FixedAffineComponent>");
+    }
+    fn info(&self) -> String {
+        format!(
+            "{FIXED_AFFINE}, input-dim={}, output-dim={}, {}, {}",
+            self.input_dim(),
+            self.output_dim(),
+            param_util::matrix_stats("linear-params", &self.linear, false),
+            param_util::vector_stats("bias", &self.bias)
+        )
+    }
+    component_boilerplate!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nnet::component::testing::{golden_component, golden_path, round_trip_golden};
+
+    #[test]
+    fn golden_affine_and_ng_affine_round_trip_byte_exact() {
+        for (case, name) in [("simplest", "affine"), ("seed", "affine1"), ("clockwork", "affine1"), ("misc-components", "final-affine")] {
+            if let Some(msg) = round_trip_golden(case, name) {
+                panic!("{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn golden_fixed_affine_from_matrix_file_matches_kaldi_bytes() {
+        let Some(dir) = golden_path("cases/tdnn-splice-ivector") else {
+            eprintln!("golden data not available; skipped");
+            return;
+        };
+        if let Some(msg) = round_trip_golden("tdnn-splice-ivector", "lda") {
+            panic!("{msg}");
+        }
+        let mat = dir.join("lda.mat");
+        let cfg = ConfigLine::parse_str(&format!("matrix={}", mat.display())).unwrap();
+        let c = FixedAffineComponent::from_config(&cfg).unwrap();
+        for binary in [false, true] {
+            let want = golden_component("tdnn-splice-ivector", "lda", binary).unwrap();
+            let mut w = TokenWriter::new(binary);
+            c.write(&mut w);
+            assert!(w.bytes() == want.as_slice(), "FixedAffine from lda.mat differs (binary={binary})");
+        }
+    }
+
+    #[test]
+    fn golden_info_lines_match() {
+        for (case, name) in [("simplest", "affine"), ("misc-components", "final-affine"), ("tdnn-splice-ivector", "lda")] {
+            if let Some(msg) = crate::nnet::component::testing::check_golden_info(case, name) {
+                panic!("{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn config_defaults_and_errors() {
+        let cfg = ConfigLine::parse_str("input-dim=29 output-dim=20").unwrap();
+        let c = AffineComponent::ng_from_config(&cfg).unwrap();
+        let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
+        let ng = a.natural_gradient.clone().unwrap();
+        assert_eq!((ng.rank_in, ng.rank_out), (15, 10));
+        assert_eq!((a.input_dim(), a.output_dim()), (29, 20));
+        // Missing dims name the option.
+        let cfg = ConfigLine::parse_str("input-dim=3").unwrap();
+        let e = AffineComponent::from_config(&cfg).unwrap_err().to_string();
+        assert!(e.contains("output-dim"), "{e}");
+        let cfg = ConfigLine::parse_str("input-dim=3 output-dim=-2").unwrap();
+        assert!(AffineComponent::from_config(&cfg).is_err());
+        let cfg = ConfigLine::parse_str("matrix=/nonexistent/x.mat").unwrap();
+        let e = FixedAffineComponent::from_config(&cfg).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/x.mat"), "{e}");
+    }
+
+    #[test]
+    fn matrix_option_splits_bias_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.mat");
+        std::fs::write(&p, "[ 1 2 3\n 4 5 6 ]\n").unwrap();
+        let cfg = ConfigLine::parse_str(&format!("matrix={} learning-rate=0.5", p.display())).unwrap();
+        let c = AffineComponent::from_config(&cfg).unwrap();
+        let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
+        assert_eq!(a.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
+        assert_eq!(a.bias.as_slice(), &[3.0, 6.0]);
+        assert_eq!(a.common.learning_rate, 0.5);
+        // Forward against a hand computation: [1 1] -> [1+2+3, 4+5+6].
+        let x = Matrix::from_vec(1, 2, vec![1.0, 1.0]);
+        let mut y = Matrix::zeros(1, 2);
+        c.propagate(None, x.view(), y.view_mut());
+        assert_eq!(y.to_vec(), vec![6.0, 15.0]);
+    }
+
+    #[test]
+    fn gradient_is_scaled_by_learning_rate_of_to_update() {
+        let a = AffineComponent::new(Matrix::from_vec(1, 2, vec![1.0, -1.0]), Vector::from_vec(vec![0.5]));
+        let x = Matrix::from_vec(2, 2, vec![1.0, 2.0, 3.0, 4.0]);
+        let d = Matrix::from_vec(2, 1, vec![1.0, 10.0]);
+        let mut u = a.clone();
+        UpdatableComponent::scale(&mut u, 0.0);
+        u.common.learning_rate = 0.5;
+        a.backprop(None, x.view(), Matrix::zeros(0, 0).view(), d.view(), None, Some(&mut u), None);
+        // dW = dᵀ x = [1*1+10*3, 1*2+10*4] = [31, 42]; db = 11; times lr 0.5.
+        assert_eq!(u.linear.to_vec(), vec![15.5, 21.0]);
+        assert_eq!(u.bias.as_slice(), &[5.5]);
+    }
+}

@@ -1,0 +1,496 @@
+//! Affine transforms with block structure: `BlockAffineComponent` (block-diagonal W, each
+//! block its own parameters), `RepeatedAffineComponent` and
+//! `NaturalGradientRepeatedAffineComponent` (one small affine applied to each of num-repeats
+//! consecutive input blocks; the NG kind differs only in its training update).
+
+use super::param_util::{self, component_boilerplate};
+use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::nnet::config_line::ConfigLine;
+
+const BLOCK: &str = "BlockAffineComponent";
+const REPEATED: &str = "RepeatedAffineComponent";
+const NG_REPEATED: &str = "NaturalGradientRepeatedAffineComponent";
+
+/// Reads input-dim, output-dim and the block count `key`, checking divisibility.
+fn block_dims(cfg: &ConfigLine, key: &str) -> Result<(usize, usize, usize)> {
+    let in_dim = param_util::require_positive(cfg, "input-dim")?;
+    let out_dim = param_util::require_positive(cfg, "output-dim")?;
+    let n = param_util::require_positive(cfg, key)?;
+    if in_dim % n != 0 || out_dim % n != 0 {
+        return Err(cfg.error_at_value(key, format!("{key}={n} must divide input-dim={in_dim} and output-dim={out_dim}")));
+    }
+    Ok((in_dim, out_dim, n))
+}
+
+/// Random W (rows × cols) and b (rows) with Kaldi's options; `bias_stddev` is the default.
+fn random_params(cfg: &ConfigLine, rows: usize, cols: usize, bias_stddev: f32) -> Result<(Matrix, Vector)> {
+    let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
+    let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
+    let bias_stddev: f32 = cfg.get_or("bias-stddev", bias_stddev)?;
+    if param_stddev < 0.0 || bias_stddev < 0.0 {
+        return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
+    }
+    Ok(param_util::with_init_rng(|rng| {
+        (
+            param_util::gaussian_matrix(rows, cols, 0.0, param_stddev, rng),
+            param_util::gaussian_vector(rows, bias_mean, bias_stddev, rng),
+        )
+    }))
+}
+
+/// Reads `<Count> i32 <LinearParams> M <BiasParams> V` with consistent dimensions.
+fn read_counted_params(r: &mut TokenReader<'_>, count_token: &str, rows_multiple: bool) -> Result<(usize, Matrix, Vector)> {
+    r.expect_token(count_token)?;
+    let n = param_util::read_positive_i32(r, count_token)?;
+    r.expect_token("<LinearParams>")?;
+    let at = r.pos();
+    let linear = r.matrix()?;
+    if linear.num_rows() == 0 || linear.num_cols() == 0 || (rows_multiple && linear.num_rows() % n != 0) {
+        return Err(r.err_at(at, format!("a non-empty linear matrix (rows a multiple of {n})")));
+    }
+    r.expect_token("<BiasParams>")?;
+    let at = r.pos();
+    let bias = r.vector()?;
+    if bias.dim() != linear.num_rows() {
+        return Err(r.err_at(at, format!("a bias of dimension {}", linear.num_rows())));
+    }
+    Ok((n, linear, bias))
+}
+
+/// Shared parameter algebra for (W, b) pairs.
+fn pair_add(lin: &mut Matrix, bias: &mut Vector, alpha: f32, olin: &Matrix, obias: &Vector) {
+    if (olin.num_rows(), olin.num_cols()) == (lin.num_rows(), lin.num_cols()) {
+        lin.view_mut().add_mat(alpha, olin.view(), Trans::No);
+        param_util::vec_add(bias, alpha, obias);
+    }
+}
+
+fn pair_dot(lin: &Matrix, bias: &Vector, olin: &Matrix, obias: &Vector) -> f32 {
+    if (olin.num_rows(), olin.num_cols()) != (lin.num_rows(), lin.num_cols()) {
+        return 0.0;
+    }
+    lin.view().trace_mat_mat(olin.view()) + param_util::vec_dot(bias, obias)
+}
+
+fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
+    let mut off = 0;
+    let mut v = lin.to_vec();
+    param_util::take_params(&mut v, params, &mut off);
+    *lin = Matrix::from_vec(lin.num_rows(), lin.num_cols(), v);
+    param_util::take_params(bias, params, &mut off);
+}
+
+/// `BlockAffineComponent`: W is block-diagonal with num-blocks equal blocks, stored stacked
+/// vertically (output-dim × input-dim/num-blocks).
+#[derive(Clone, Debug)]
+pub struct BlockAffineComponent {
+    pub common: UpdatableCommon,
+    /// The blocks stacked vertically: block k is rows [k·ob, (k+1)·ob).
+    pub linear: Matrix,
+    pub bias: Vector,
+    pub num_blocks: usize,
+}
+
+impl BlockAffineComponent {
+    /// Kaldi's BlockAffineComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let (in_dim, out_dim, n) = block_dims(cfg, "num-blocks")?;
+        let (linear, bias) = random_params(cfg, out_dim, in_dim / n, 1.0)?;
+        Ok(Box::new(BlockAffineComponent {
+            common,
+            linear,
+            bias,
+            num_blocks: n,
+        }))
+    }
+
+    /// Reads a BlockAffineComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, BLOCK)?;
+        let (num_blocks, linear, bias) = read_counted_params(r, "<NumBlocks>", true)?;
+        param_util::expect_closing(r, BLOCK)?;
+        Ok(Box::new(BlockAffineComponent {
+            common,
+            linear,
+            bias,
+            num_blocks,
+        }))
+    }
+
+    fn block_sizes(&self) -> (usize, usize) {
+        (self.linear.num_cols(), self.linear.num_rows() / self.num_blocks)
+    }
+}
+
+impl Component for BlockAffineComponent {
+    fn type_name(&self) -> &'static str {
+        BLOCK
+    }
+    fn input_dim(&self) -> usize {
+        self.linear.num_cols() * self.num_blocks
+    }
+    fn output_dim(&self) -> usize {
+        self.linear.num_rows()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        let (ib, ob) = self.block_sizes();
+        for k in 0..self.num_blocks {
+            let w = self.linear.sub(k * ob, ob, 0, ib);
+            output
+                .cols_range_mut(k * ob, ob)
+                .add_mat_mat(1.0, input.cols_range(k * ib, ib), Trans::No, w, Trans::Yes, 0.0);
+        }
+        output.add_vec_to_rows(1.0, &self.bias, 1.0);
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let (ib, ob) = self.block_sizes();
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>()) {
+            let lr = u.common.learning_rate;
+            for k in 0..self.num_blocks {
+                u.linear.sub_mut(k * ob, ob, 0, ib).add_mat_mat(
+                    lr,
+                    out_deriv.cols_range(k * ob, ob),
+                    Trans::Yes,
+                    in_value.cols_range(k * ib, ib),
+                    Trans::No,
+                    1.0,
+                );
+            }
+            out_deriv.add_row_sum_to(&mut u.bias, lr, 1.0);
+        }
+        if let Some(mut d) = in_deriv {
+            for k in 0..self.num_blocks {
+                let w = self.linear.sub(k * ob, ob, 0, ib);
+                d.cols_range_mut(k * ib, ib)
+                    .add_mat_mat(1.0, out_deriv.cols_range(k * ob, ob), Trans::No, w, Trans::No, 1.0);
+            }
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, BLOCK);
+        w.token("<NumBlocks>");
+        w.i32(self.num_blocks as i32);
+        w.token("<LinearParams>");
+        w.matrix(&self.linear);
+        w.token("<BiasParams>");
+        w.vector(&self.bias);
+        w.token("</BlockAffineComponent>");
+    }
+    fn info(&self) -> String {
+        format!(
+            "{BLOCK}, input-dim={}, output-dim={}, {}, num-blocks={}, {}, {}",
+            self.input_dim(),
+            self.output_dim(),
+            self.common.info(),
+            self.num_blocks,
+            param_util::matrix_stats("linear-params", &self.linear, false),
+            param_util::vector_stats("bias", &self.bias)
+        )
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+impl UpdatableComponent for BlockAffineComponent {
+    fn common(&self) -> &UpdatableCommon {
+        &self.common
+    }
+    fn common_mut(&mut self) -> &mut UpdatableCommon {
+        &mut self.common
+    }
+    fn num_parameters(&self) -> usize {
+        self.linear.num_rows() * (self.linear.num_cols() + 1)
+    }
+    fn vectorize(&self, out: &mut [f32]) {
+        param_util::vectorize_into(&[&self.linear.to_vec(), &self.bias], out);
+    }
+    fn unvectorize(&mut self, params: &[f32]) {
+        pair_unvectorize(&mut self.linear, &mut self.bias, params);
+    }
+    fn scale(&mut self, alpha: f32) {
+        self.linear.view_mut().scale(alpha);
+        self.bias.as_row_mut().scale(alpha);
+    }
+    fn add(&mut self, alpha: f32, other: &dyn Component) {
+        if let Some(o) = other.as_any().downcast_ref::<BlockAffineComponent>() {
+            pair_add(&mut self.linear, &mut self.bias, alpha, &o.linear, &o.bias);
+        }
+    }
+    fn dot_product(&self, other: &dyn Component) -> f32 {
+        other
+            .as_any()
+            .downcast_ref::<BlockAffineComponent>()
+            .map_or(0.0, |o| pair_dot(&self.linear, &self.bias, &o.linear, &o.bias))
+    }
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+        param_util::perturb_matrix(&mut self.linear, stddev, rng);
+        param_util::perturb_vector(&mut self.bias, stddev, rng);
+    }
+}
+
+/// `RepeatedAffineComponent` or (with `natural_gradient`)
+/// `NaturalGradientRepeatedAffineComponent`: the same affine (W, b) applied to each of
+/// num-repeats consecutive blocks of the input.
+#[derive(Clone, Debug)]
+pub struct RepeatedAffineComponent {
+    pub common: UpdatableCommon,
+    /// W, (output-dim/num-repeats) × (input-dim/num-repeats).
+    pub linear: Matrix,
+    pub bias: Vector,
+    pub num_repeats: usize,
+    /// True for `NaturalGradientRepeatedAffineComponent`.
+    pub natural_gradient: bool,
+}
+
+impl RepeatedAffineComponent {
+    fn from_config_impl(cfg: &ConfigLine, natural_gradient: bool) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let (in_dim, out_dim, n) = block_dims(cfg, "num-repeats")?;
+        // Kaldi initialises this component's bias to zero unless bias-stddev is given.
+        let (linear, bias) = random_params(cfg, out_dim / n, in_dim / n, 0.0)?;
+        Ok(Box::new(RepeatedAffineComponent {
+            common,
+            linear,
+            bias,
+            num_repeats: n,
+            natural_gradient,
+        }))
+    }
+
+    /// Kaldi's RepeatedAffineComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, false)
+    }
+
+    /// NaturalGradientRepeatedAffineComponent's InitFromConfig (the same options).
+    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, true)
+    }
+
+    fn read_impl(r: &mut TokenReader<'_>, natural_gradient: bool) -> Result<Box<dyn Component>> {
+        let ty = if natural_gradient { NG_REPEATED } else { REPEATED };
+        let common = UpdatableCommon::read(r, ty)?;
+        let (num_repeats, linear, bias) = read_counted_params(r, "<NumRepeats>", false)?;
+        param_util::expect_closing(r, ty)?;
+        Ok(Box::new(RepeatedAffineComponent {
+            common,
+            linear,
+            bias,
+            num_repeats,
+            natural_gradient,
+        }))
+    }
+
+    /// Reads a RepeatedAffineComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        Self::read_impl(r, false)
+    }
+
+    /// Reads a NaturalGradientRepeatedAffineComponent body.
+    pub fn ng_read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        Self::read_impl(r, true)
+    }
+}
+
+impl Component for RepeatedAffineComponent {
+    fn type_name(&self) -> &'static str {
+        if self.natural_gradient {
+            NG_REPEATED
+        } else {
+            REPEATED
+        }
+    }
+    fn input_dim(&self) -> usize {
+        self.linear.num_cols() * self.num_repeats
+    }
+    fn output_dim(&self) -> usize {
+        self.linear.num_rows() * self.num_repeats
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_NEEDS_INPUT
+            | Properties::BACKPROP_ADDS
+            | Properties::INPUT_CONTIGUOUS
+            | Properties::OUTPUT_CONTIGUOUS
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
+        for k in 0..self.num_repeats {
+            let mut o = output.cols_range_mut(k * ob, ob);
+            o.add_mat_mat(1.0, input.cols_range(k * ib, ib), Trans::No, self.linear.view(), Trans::Yes, 0.0);
+            o.add_vec_to_rows(1.0, &self.bias, 1.0);
+        }
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>()) {
+            let lr = u.common.learning_rate;
+            for k in 0..self.num_repeats {
+                let od = out_deriv.cols_range(k * ob, ob);
+                u.linear
+                    .view_mut()
+                    .add_mat_mat(lr, od, Trans::Yes, in_value.cols_range(k * ib, ib), Trans::No, 1.0);
+                od.add_row_sum_to(&mut u.bias, lr, 1.0);
+            }
+        }
+        if let Some(mut d) = in_deriv {
+            for k in 0..self.num_repeats {
+                d.cols_range_mut(k * ib, ib).add_mat_mat(
+                    1.0,
+                    out_deriv.cols_range(k * ob, ob),
+                    Trans::No,
+                    self.linear.view(),
+                    Trans::No,
+                    1.0,
+                );
+            }
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        let ty = self.type_name();
+        self.common.write(w, ty);
+        w.token("<NumRepeats>");
+        w.i32(self.num_repeats as i32);
+        w.token("<LinearParams>");
+        w.matrix(&self.linear);
+        w.token("<BiasParams>");
+        w.vector(&self.bias);
+        w.token(&format!("</{ty}>"));
+    }
+    fn info(&self) -> String {
+        format!(
+            "{}, input-dim={}, output-dim={}, {}, num-repeats={}, {}, {}",
+            self.type_name(),
+            self.input_dim(),
+            self.output_dim(),
+            self.common.info(),
+            self.num_repeats,
+            param_util::matrix_stats("linear-params", &self.linear, false),
+            param_util::vector_stats("bias", &self.bias)
+        )
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+impl UpdatableComponent for RepeatedAffineComponent {
+    fn common(&self) -> &UpdatableCommon {
+        &self.common
+    }
+    fn common_mut(&mut self) -> &mut UpdatableCommon {
+        &mut self.common
+    }
+    fn num_parameters(&self) -> usize {
+        self.linear.num_rows() * (self.linear.num_cols() + 1)
+    }
+    fn vectorize(&self, out: &mut [f32]) {
+        param_util::vectorize_into(&[&self.linear.to_vec(), &self.bias], out);
+    }
+    fn unvectorize(&mut self, params: &[f32]) {
+        pair_unvectorize(&mut self.linear, &mut self.bias, params);
+    }
+    fn scale(&mut self, alpha: f32) {
+        self.linear.view_mut().scale(alpha);
+        self.bias.as_row_mut().scale(alpha);
+    }
+    fn add(&mut self, alpha: f32, other: &dyn Component) {
+        if let Some(o) = other.as_any().downcast_ref::<RepeatedAffineComponent>() {
+            pair_add(&mut self.linear, &mut self.bias, alpha, &o.linear, &o.bias);
+        }
+    }
+    fn dot_product(&self, other: &dyn Component) -> f32 {
+        other
+            .as_any()
+            .downcast_ref::<RepeatedAffineComponent>()
+            .map_or(0.0, |o| pair_dot(&self.linear, &self.bias, &o.linear, &o.bias))
+    }
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+        param_util::perturb_matrix(&mut self.linear, stddev, rng);
+        param_util::perturb_vector(&mut self.bias, stddev, rng);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+
+    #[test]
+    fn golden_block_and_repeated_round_trip_and_info() {
+        for name in ["block1", "rep1"] {
+            if let Some(msg) = round_trip_golden("misc-components", name) {
+                panic!("{msg}");
+            }
+            if let Some(msg) = check_golden_info("misc-components", name) {
+                panic!("{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn block_affine_equals_dense_block_diagonal() {
+        // Independent reference: expand the blocks into a dense matrix and multiply.
+        let cfg = ConfigLine::parse_str("input-dim=6 output-dim=4 num-blocks=2").unwrap();
+        let c = BlockAffineComponent::from_config(&cfg).unwrap();
+        let b = c.as_any().downcast_ref::<BlockAffineComponent>().unwrap();
+        let mut dense = Matrix::zeros(4, 6);
+        for k in 0..2 {
+            dense.sub_mut(k * 2, 2, k * 3, 3).copy_from(b.linear.sub(k * 2, 2, 0, 3));
+        }
+        let x = param_util::with_init_rng(|r| param_util::gaussian_matrix(3, 6, 0.0, 1.0, r));
+        let mut want = Matrix::zeros(3, 4);
+        want.add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);
+        want.view_mut().add_vec_to_rows(1.0, &b.bias, 1.0);
+        let mut got = Matrix::zeros(3, 4);
+        c.propagate(None, x.view(), got.view_mut());
+        assert!(got.view().approx_equal(want.view(), 1e-6));
+    }
+
+    #[test]
+    fn bad_block_counts_are_errors() {
+        for line in ["input-dim=6 output-dim=4 num-blocks=4", "input-dim=6 output-dim=4 num-blocks=0", "input-dim=6 output-dim=4"] {
+            let cfg = ConfigLine::parse_str(line).unwrap();
+            assert!(BlockAffineComponent::from_config(&cfg).is_err(), "{line}");
+        }
+        let cfg = ConfigLine::parse_str("input-dim=6 output-dim=5 num-repeats=3").unwrap();
+        assert!(RepeatedAffineComponent::from_config(&cfg).is_err());
+    }
+}

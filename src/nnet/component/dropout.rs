@@ -1,0 +1,215 @@
+//! DropoutComponent (Kaldi's classic dropout): in training a random proportion of the
+//! inputs (or of whole frames, with `dropout-per-frame`) is zeroed; in test mode the input
+//! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
+
+use super::{Component, Memo, PrecomputedIndexes, Properties};
+use crate::error::Result;
+use crate::io::codec::fmt_g;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut};
+use crate::nnet::config_line::ConfigLine;
+use rand::Rng;
+use std::any::Any;
+
+/// Classic dropout.
+#[derive(Clone, Debug)]
+pub struct DropoutComponent {
+    dim: usize,
+    dropout_proportion: f32,
+    dropout_per_frame: bool,
+    test_mode: bool,
+}
+
+impl DropoutComponent {
+    /// Registry hook: `dim`, `dropout-proportion` (both required), `dropout-per-frame`,
+    /// `test-mode`.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let dim: i32 = cfg.require("dim")?;
+        let dropout_proportion: f32 = cfg.require("dropout-proportion")?;
+        let dropout_per_frame = cfg.get_or("dropout-per-frame", false)?;
+        let test_mode = cfg.get_or("test-mode", false)?;
+        if dim <= 0 || !(0.0..=1.0).contains(&dropout_proportion) {
+            return Err(cfg.error("DropoutComponent needs dim > 0 and 0 <= dropout-proportion <= 1"));
+        }
+        Ok(Box::new(DropoutComponent {
+            dim: dim as usize,
+            dropout_proportion,
+            dropout_per_frame,
+            test_mode,
+        }))
+    }
+    /// Registry hook (the per-frame and test-mode fields are optional, as in old files).
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<DropoutComponent>")?;
+        r.expect_token("<Dim>")?;
+        let at = r.pos();
+        let dim = r.i32()?;
+        if dim <= 0 {
+            return Err(r.err_at(at, "a positive <Dim>"));
+        }
+        r.expect_token("<DropoutProportion>")?;
+        let at = r.pos();
+        let dropout_proportion = r.f32()?;
+        if !(0.0..=1.0).contains(&dropout_proportion) {
+            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
+        }
+        let mut c = DropoutComponent {
+            dim: dim as usize,
+            dropout_proportion,
+            dropout_per_frame: false,
+            test_mode: false,
+        };
+        if r.try_token("<DropoutPerFrame>")? {
+            c.dropout_per_frame = r.bool()?;
+        }
+        if r.try_token("<TestMode>")? {
+            c.test_mode = r.bool()?;
+        }
+        r.expect_token("</DropoutComponent>")?;
+        Ok(Box::new(c))
+    }
+    /// The dropout proportion.
+    pub fn dropout_proportion(&self) -> f32 {
+        self.dropout_proportion
+    }
+    /// Sets the dropout proportion (Kaldi's `set-dropout-proportion` edit).
+    pub fn set_dropout_proportion(&mut self, p: f32) {
+        self.dropout_proportion = p.clamp(0.0, 1.0);
+    }
+    /// Applies dropout (or the test-mode scaling) to `data` in place.
+    fn apply(&self, data: &mut MatViewMut<'_>) {
+        let p = self.dropout_proportion;
+        if self.test_mode {
+            data.scale(1.0 - p);
+            return;
+        }
+        let mut rng = rand::rng();
+        // Keep an element when a uniform draw exceeds p (Kaldi: Heaviside(u - p)).
+        if self.dropout_per_frame {
+            for r in 0..data.num_rows() {
+                if rng.random::<f32>() - p <= 0.0 {
+                    data.row_mut(r).fill(0.0);
+                }
+            }
+        } else {
+            data.map_inplace(|x| if rng_keep(p) { x } else { 0.0 });
+        }
+    }
+}
+
+/// One Bernoulli keep decision (thread-local RNG, usable inside `Fn` closures).
+fn rng_keep(p: f32) -> bool {
+    rand::rng().random::<f32>() - p > 0.0
+}
+
+impl Component for DropoutComponent {
+    fn type_name(&self) -> &'static str {
+        "DropoutComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        Properties::BACKPROP_IN_PLACE
+            | Properties::SIMPLE
+            | Properties::BACKPROP_NEEDS_INPUT
+            | Properties::BACKPROP_NEEDS_OUTPUT
+            | Properties::RANDOM_COMPONENT
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.copy_from(input);
+        self.apply(&mut output);
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            d.dropout_mul_ratio(out_value, in_value);
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        _: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        deriv.dropout_mul_ratio(out_value, in_value);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token("<DropoutComponent>");
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        w.token("<DropoutProportion>");
+        w.f32(self.dropout_proportion);
+        w.token("<DropoutPerFrame>");
+        w.bool(self.dropout_per_frame);
+        w.token("<TestMode>");
+        w.bool(self.test_mode);
+        w.token("</DropoutComponent>");
+    }
+    fn info(&self) -> String {
+        format!(
+            "DropoutComponent, dim={}, dropout-proportion={}, dropout-per-frame={}",
+            self.dim,
+            fmt_g(self.dropout_proportion as f64, 6),
+            self.dropout_per_frame
+        )
+    }
+    fn clone_box(&self) -> Box<dyn Component> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn set_test_mode(&mut self, test_mode: bool) {
+        self.test_mode = test_mode;
+    }
+}
+
+impl MatViewMut<'_> {
+    /// `self *= num / den` element-wise, leaving `self` unchanged where `den` is 0
+    /// (Kaldi's SetMatMatDivMat, used to recover the dropout mask from input and output).
+    pub fn dropout_mul_ratio(&mut self, num: MatView<'_>, den: MatView<'_>) {
+        self.zip2_apply(num, den, |d, n, x| if x == 0.0 { d } else { d * n / x });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+
+    #[test]
+    fn test_mode_scales_and_train_mode_masks() {
+        let cfg = ConfigLine::parse_str("dim=3 dropout-proportion=0.25").expect("cfg");
+        let mut c = DropoutComponent::from_config(&cfg).expect("init");
+        let x = Matrix::from_rows(&[vec![1.0, -2.0, 4.0]; 50]);
+        let mut y = Matrix::zeros(50, 3);
+        c.propagate(None, x.view(), y.view_mut());
+        let v = y.to_vec();
+        assert!(v.iter().zip(x.to_vec()).all(|(a, b)| *a == 0.0 || *a == b));
+        let zeros = v.iter().filter(|a| **a == 0.0).count();
+        assert!(zeros > 10 && zeros < 70, "{zeros} of 150 dropped");
+        c.set_test_mode(true);
+        c.propagate(None, x.view(), y.view_mut());
+        assert_eq!(y.row(0), &[0.75, -1.5, 3.0]);
+    }
+}

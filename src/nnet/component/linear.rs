@@ -1,0 +1,256 @@
+//! `LinearComponent`: y = W·x without a bias (TDNN-F bottlenecks, prefinal layers).
+//!
+//! Natural gradient is optional (`use-natural-gradient`, default true); its hyper-parameters
+//! are stored and written here, the preconditioning itself belongs to the trainer.
+
+use super::affine::NgAffineOptions;
+use super::param_util::{self, component_boilerplate};
+use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
+use crate::nnet::config_line::ConfigLine;
+
+const LINEAR: &str = "LinearComponent";
+
+/// `LinearComponent`.
+#[derive(Clone, Debug)]
+pub struct LinearComponent {
+    pub common: UpdatableCommon,
+    /// W, output-dim × input-dim.
+    pub params: Matrix,
+    /// Kaldi's orthonormal-constraint (0 = none); only stored here.
+    pub orthonormal_constraint: f32,
+    pub use_natural_gradient: bool,
+    /// rank-in, rank-out, update-period, num-samples-history, alpha.
+    pub ng: NgAffineOptions,
+}
+
+impl LinearComponent {
+    /// Kaldi's LinearComponent::InitFromConfig: `matrix=<file>` (W itself) or random dims.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let params = if let Some(path) = cfg.get::<String>("matrix")? {
+            let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
+            if m.num_rows() == 0 || m.num_cols() == 0 {
+                return Err(cfg.error_at_value("matrix", format!("matrix in {path} is empty")));
+            }
+            for (key, want) in [("input-dim", m.num_cols()), ("output-dim", m.num_rows())] {
+                if let Some(d) = cfg.get::<i32>(key)? {
+                    if d as i64 != want as i64 {
+                        return Err(cfg.error_at_value(key, format!("{key}={d} does not match the matrix in {path} ({want})")));
+                    }
+                }
+            }
+            m
+        } else {
+            let in_dim = param_util::require_positive(cfg, "input-dim")?;
+            let out_dim = param_util::require_positive(cfg, "output-dim")?;
+            let stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
+            if stddev < 0.0 {
+                return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
+            }
+            param_util::with_init_rng(|rng| param_util::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng))
+        };
+        let ng = NgAffineOptions::from_config(cfg, params.num_cols(), params.num_rows())?;
+        Ok(Box::new(LinearComponent {
+            common,
+            orthonormal_constraint: cfg.get_or("orthonormal-constraint", 0.0f32)?,
+            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            params,
+            ng,
+        }))
+    }
+
+    /// Reads a LinearComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, LINEAR)?;
+        r.expect_token("<Params>")?;
+        let at = r.pos();
+        let params = r.matrix()?;
+        if params.num_rows() == 0 || params.num_cols() == 0 {
+            return Err(r.err_at(at, "a non-empty parameter matrix"));
+        }
+        let mut orthonormal_constraint = 0.0;
+        if r.try_token("<OrthonormalConstraint>")? {
+            orthonormal_constraint = r.f32()?;
+        }
+        r.expect_token("<UseNaturalGradient>")?;
+        let use_natural_gradient = r.bool()?;
+        r.expect_token("<RankInOut>")?;
+        let rank_in = r.i32()?;
+        let rank_out = r.i32()?;
+        r.expect_token("<Alpha>")?;
+        let alpha = r.f32()?;
+        r.expect_token("<NumSamplesHistory>")?;
+        let num_samples_history = r.f32()?;
+        r.expect_token("<UpdatePeriod>")?;
+        let update_period = r.i32()?;
+        param_util::expect_closing(r, LINEAR)?;
+        Ok(Box::new(LinearComponent {
+            common,
+            params,
+            orthonormal_constraint,
+            use_natural_gradient,
+            ng: NgAffineOptions {
+                rank_in,
+                rank_out,
+                update_period,
+                num_samples_history,
+                alpha,
+            },
+        }))
+    }
+}
+
+impl Component for LinearComponent {
+    fn type_name(&self) -> &'static str {
+        LINEAR
+    }
+    fn input_dim(&self) -> usize {
+        self.params.num_cols()
+    }
+    fn output_dim(&self) -> usize {
+        self.params.num_rows()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_NEEDS_INPUT
+            | Properties::PROPAGATE_ADDS
+            | Properties::BACKPROP_ADDS
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.add_mat_mat(1.0, input, Trans::No, self.params.view(), Trans::Yes, 1.0);
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<LinearComponent>()) {
+            let lr = u.common.learning_rate;
+            u.params
+                .view_mut()
+                .add_mat_mat(lr, out_deriv, Trans::Yes, in_value, Trans::No, 1.0);
+        }
+        if let Some(mut d) = in_deriv {
+            d.add_mat_mat(1.0, out_deriv, Trans::No, self.params.view(), Trans::No, 1.0);
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, LINEAR);
+        w.token("<Params>");
+        w.matrix(&self.params);
+        if self.orthonormal_constraint != 0.0 {
+            w.token("<OrthonormalConstraint>");
+            w.f32(self.orthonormal_constraint);
+        }
+        w.token("<UseNaturalGradient>");
+        w.bool(self.use_natural_gradient);
+        w.token("<RankInOut>");
+        w.i32(self.ng.rank_in);
+        w.i32(self.ng.rank_out);
+        w.token("<Alpha>");
+        w.f32(self.ng.alpha);
+        w.token("<NumSamplesHistory>");
+        w.f32(self.ng.num_samples_history);
+        w.token("<UpdatePeriod>");
+        w.i32(self.ng.update_period);
+        w.token("</LinearComponent>");
+    }
+    fn info(&self) -> String {
+        let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
+        let mut s = format!(
+            "{LINEAR}, input-dim={}, output-dim={}, {}",
+            self.input_dim(),
+            self.output_dim(),
+            self.common.info()
+        );
+        if self.orthonormal_constraint != 0.0 {
+            s += &format!(", orthonormal-constraint={}", g(self.orthonormal_constraint));
+        }
+        s += &format!(
+            ", {}, use-natural-gradient={}, rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
+            param_util::matrix_stats("params", &self.params, true),
+            self.use_natural_gradient,
+            self.ng.rank_in,
+            self.ng.rank_out,
+            g(self.ng.num_samples_history),
+            self.ng.update_period,
+            g(self.ng.alpha)
+        );
+        s
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+impl UpdatableComponent for LinearComponent {
+    fn common(&self) -> &UpdatableCommon {
+        &self.common
+    }
+    fn common_mut(&mut self) -> &mut UpdatableCommon {
+        &mut self.common
+    }
+    fn num_parameters(&self) -> usize {
+        self.params.num_rows() * self.params.num_cols()
+    }
+    fn vectorize(&self, out: &mut [f32]) {
+        param_util::vectorize_into(&[&self.params.to_vec()], out);
+    }
+    fn unvectorize(&mut self, params: &[f32]) {
+        let mut v = self.params.to_vec();
+        param_util::take_params(&mut v, params, &mut 0);
+        self.params = Matrix::from_vec(self.params.num_rows(), self.params.num_cols(), v);
+    }
+    fn scale(&mut self, alpha: f32) {
+        self.params.view_mut().scale(alpha);
+    }
+    fn add(&mut self, alpha: f32, other: &dyn Component) {
+        if let Some(o) = other.as_any().downcast_ref::<LinearComponent>() {
+            if o.params.num_rows() == self.params.num_rows() && o.params.num_cols() == self.params.num_cols() {
+                self.params.view_mut().add_mat(alpha, o.params.view(), Trans::No);
+            }
+        }
+    }
+    fn dot_product(&self, other: &dyn Component) -> f32 {
+        match other.as_any().downcast_ref::<LinearComponent>() {
+            Some(o) if o.params.num_rows() == self.params.num_rows() && o.params.num_cols() == self.params.num_cols() => {
+                self.params.view().trace_mat_mat(o.params.view())
+            }
+            _ => 0.0,
+        }
+    }
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+        param_util::perturb_matrix(&mut self.params, stddev, rng);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+
+    #[test]
+    fn golden_linear_round_trip_and_info() {
+        for (case, name) in [("tdnn-component", "linear3"), ("cnn-small", "lin0")] {
+            if let Some(msg) = round_trip_golden(case, name) {
+                panic!("{msg}");
+            }
+            if let Some(msg) = check_golden_info(case, name) {
+                panic!("{msg}");
+            }
+        }
+    }
+}

@@ -1,0 +1,906 @@
+//! The nonlinearities (Kaldi's `NonlinearComponent` family): Sigmoid, Tanh, RectifiedLinear,
+//! Softmax and LogSoftmax. They share the config options `dim`, `block-dim`,
+//! `self-repair-{lower,upper}-threshold`, `self-repair-scale`, and the statistics
+//! (value/derivative sums, output-derivative sum of squares, self-repair counters) that Kaldi
+//! stores in the model file, normalised by their counts.
+//!
+//! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
+//! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
+
+use super::{Component, Memo, PrecomputedIndexes, Properties};
+use crate::error::Result;
+use crate::io::codec::fmt_g;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Real};
+use crate::nnet::config_line::ConfigLine;
+use rand::Rng;
+use std::any::Any;
+
+/// Kaldi's sentinel for "threshold not set: use the per-type default".
+pub const UNSET_THRESHOLD: f32 = -1000.0;
+
+/// Self-repair only runs on about this fraction of minibatches (Kaldi hard-codes 0.5).
+const REPAIR_PROBABILITY: f32 = 0.5;
+
+/// Which nonlinearity a [`NonlinearComponent`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NonlinearKind {
+    Sigmoid,
+    Tanh,
+    RectifiedLinear,
+    Softmax,
+    LogSoftmax,
+}
+
+impl NonlinearKind {
+    /// Kaldi's type name.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            NonlinearKind::Sigmoid => "SigmoidComponent",
+            NonlinearKind::Tanh => "TanhComponent",
+            NonlinearKind::RectifiedLinear => "RectifiedLinearComponent",
+            NonlinearKind::Softmax => "SoftmaxComponent",
+            NonlinearKind::LogSoftmax => "LogSoftmaxComponent",
+        }
+    }
+}
+
+/// A nonlinearity with Kaldi's statistics and self-repair state.
+#[derive(Clone, Debug)]
+pub struct NonlinearComponent {
+    kind: NonlinearKind,
+    dim: usize,
+    block_dim: usize,
+    /// Sum over stored frames of the output (empty until stats are stored).
+    value_sum: Vec<f64>,
+    /// Sum over stored frames of the function derivative (empty for Softmax/LogSoftmax).
+    deriv_sum: Vec<f64>,
+    count: f64,
+    /// Sum over stored frames of the squared output derivative.
+    oderiv_sumsq: Vec<f64>,
+    oderiv_count: f64,
+    num_dims_self_repaired: f64,
+    num_dims_processed: f64,
+    self_repair_lower_threshold: f32,
+    self_repair_upper_threshold: f32,
+    self_repair_scale: f32,
+}
+
+impl NonlinearComponent {
+    /// A fresh component of this kind with no statistics.
+    pub fn new(kind: NonlinearKind, dim: usize) -> Self {
+        NonlinearComponent {
+            kind,
+            dim,
+            block_dim: dim,
+            value_sum: Vec::new(),
+            deriv_sum: Vec::new(),
+            count: 0.0,
+            oderiv_sumsq: Vec::new(),
+            oderiv_count: 0.0,
+            num_dims_self_repaired: 0.0,
+            num_dims_processed: 0.0,
+            self_repair_lower_threshold: UNSET_THRESHOLD,
+            self_repair_upper_threshold: UNSET_THRESHOLD,
+            self_repair_scale: 0.0,
+        }
+    }
+
+    /// The nonlinearity this component computes.
+    pub fn kind(&self) -> NonlinearKind {
+        self.kind
+    }
+    /// Number of frames the value/derivative statistics were accumulated over.
+    pub fn count(&self) -> f64 {
+        self.count
+    }
+    /// Number of frames the output-derivative statistics were accumulated over.
+    pub fn oderiv_count(&self) -> f64 {
+        self.oderiv_count
+    }
+    /// Per-dimension average output (empty without stats).
+    pub fn value_avg(&self) -> Vec<f32> {
+        avg_as_kaldi_writes(&self.value_sum, self.count)
+    }
+    /// Per-dimension average derivative (empty without stats).
+    pub fn deriv_avg(&self) -> Vec<f32> {
+        avg_as_kaldi_writes(&self.deriv_sum, self.count)
+    }
+    /// Self-repair counters (dims repaired, dims processed).
+    pub fn self_repair_counts(&self) -> (f64, f64) {
+        (self.num_dims_self_repaired, self.num_dims_processed)
+    }
+
+    /// Kaldi's `NonlinearComponent::InitFromConfig`.
+    pub fn from_config_kind(kind: NonlinearKind, cfg: &ConfigLine) -> Result<Self> {
+        let dim: i32 = cfg.require("dim")?;
+        let block_dim: i32 = cfg.get_or("block-dim", dim)?;
+        let mut c = NonlinearComponent::new(kind, 0);
+        c.self_repair_lower_threshold =
+            cfg.get_or("self-repair-lower-threshold", UNSET_THRESHOLD)?;
+        c.self_repair_upper_threshold =
+            cfg.get_or("self-repair-upper-threshold", UNSET_THRESHOLD)?;
+        c.self_repair_scale = cfg.get_or("self-repair-scale", 0.0f32)?;
+        if dim <= 0 || block_dim <= 0 || dim % block_dim != 0 {
+            return Err(cfg.error(format!(
+                "invalid initializer for {}: need dim > 0 and block-dim > 0 dividing dim",
+                kind.type_name()
+            )));
+        }
+        if c.self_repair_scale < 0.0 || c.self_repair_scale >= 0.1 {
+            return Err(cfg.error_at_value(
+                "self-repair-scale",
+                "self-repair-scale must be in [0, 0.1)",
+            ));
+        }
+        c.dim = dim as usize;
+        c.block_dim = block_dim as usize;
+        Ok(c)
+    }
+
+    /// Reads the body after `<TypeName>` (Kaldi's `NonlinearComponent::Read`).
+    pub fn read_kind(kind: NonlinearKind, r: &mut TokenReader<'_>) -> Result<Self> {
+        let open = format!("<{}>", kind.type_name());
+        let close = format!("</{}>", kind.type_name());
+        r.try_token(&open)?;
+        r.expect_token("<Dim>")?;
+        let at = r.pos();
+        let dim = r.i32()?;
+        if dim <= 0 {
+            return Err(r.err_at(at, "a positive <Dim>"));
+        }
+        let dim = dim as usize;
+        let mut c = NonlinearComponent::new(kind, dim);
+        if r.try_token("<BlockDim>")? {
+            let at = r.pos();
+            let bd = r.i32()?;
+            if bd <= 0 || dim % bd as usize != 0 {
+                return Err(r.err_at(at, "a positive <BlockDim> dividing <Dim>"));
+            }
+            c.block_dim = bd as usize;
+        }
+        r.expect_token("<ValueAvg>")?;
+        let value_avg = read_stats_vector(r, dim, "<ValueAvg>")?;
+        r.expect_token("<DerivAvg>")?;
+        let deriv_avg = read_stats_vector(r, dim, "<DerivAvg>")?;
+        r.expect_token("<Count>")?;
+        c.count = r.f64()?;
+        c.value_sum = value_avg.iter().map(|&v| v as f64 * c.count).collect();
+        c.deriv_sum = deriv_avg.iter().map(|&v| v as f64 * c.count).collect();
+        if r.try_token("<OderivRms>")? {
+            let rms = read_stats_vector(r, dim, "<OderivRms>")?;
+            r.expect_token("<OderivCount>")?;
+            c.oderiv_count = r.f64()?;
+            c.oderiv_sumsq = rms
+                .iter()
+                .map(|&v| (v as f64) * (v as f64) * c.oderiv_count)
+                .collect();
+        }
+        if r.try_token("<NumDimsSelfRepaired>")? {
+            c.num_dims_self_repaired = r.f64()?;
+        }
+        if r.try_token("<NumDimsProcessed>")? {
+            c.num_dims_processed = r.f64()?;
+        }
+        if r.try_token("<SelfRepairLowerThreshold>")? {
+            c.self_repair_lower_threshold = r.f32()?;
+        }
+        if r.try_token("<SelfRepairUpperThreshold>")? {
+            c.self_repair_upper_threshold = r.f32()?;
+        }
+        if r.try_token("<SelfRepairScale>")? {
+            c.self_repair_scale = r.f32()?;
+        }
+        r.expect_token(&close)?;
+        Ok(c)
+    }
+
+    /// Accumulates output (and optionally derivative) sums (Kaldi's `StoreStatsInternal`).
+    fn store_stats_internal(&mut self, out_value: MatView<'_>, deriv: Option<MatView<'_>>) {
+        let dim = self.dim;
+        if out_value.num_cols() != dim {
+            return;
+        }
+        if self.value_sum.len() != dim {
+            self.value_sum = vec![0.0; dim];
+            self.count = 0.0;
+        }
+        if deriv.is_some() && self.deriv_sum.len() != dim {
+            self.deriv_sum = vec![0.0; dim];
+            self.count = 0.0;
+            self.value_sum.iter_mut().for_each(|x| *x = 0.0);
+        }
+        self.count += out_value.num_rows() as f64;
+        let mut temp = vec![0.0f32; dim];
+        out_value.add_row_sum_to(&mut temp, 1.0, 0.0);
+        for (s, t) in self.value_sum.iter_mut().zip(&temp) {
+            *s += *t as f64;
+        }
+        if let Some(d) = deriv {
+            d.add_row_sum_to(&mut temp, 1.0, 0.0);
+            for (s, t) in self.deriv_sum.iter_mut().zip(&temp) {
+                *s += *t as f64;
+            }
+        }
+    }
+
+    /// Accumulates output-derivative squares on about 3 of 4 calls, always on the first
+    /// (Kaldi's `StoreBackpropStats`).
+    fn store_backprop_stats(&mut self, out_deriv: MatView<'_>) {
+        if self.oderiv_count != 0.0 && rand::rng().random_range(0..4) == 0 {
+            return;
+        }
+        let dim = self.dim;
+        if out_deriv.num_cols() != dim {
+            return;
+        }
+        if self.oderiv_sumsq.len() != dim {
+            self.oderiv_sumsq = vec![0.0; dim];
+            self.oderiv_count = 0.0;
+        }
+        let mut temp = vec![0.0f32; dim];
+        for r in 0..out_deriv.num_rows() {
+            for (t, &x) in temp.iter_mut().zip(out_deriv.row(r)) {
+                *t += x * x;
+            }
+        }
+        for (s, t) in self.oderiv_sumsq.iter_mut().zip(&temp) {
+            *s += *t as f64;
+        }
+        self.oderiv_count += out_deriv.num_rows() as f64;
+    }
+
+    /// Adds `alpha` times the statistics of `other` (Kaldi's `NonlinearComponent::Add`).
+    pub fn add_stats(&mut self, alpha: f32, other: &dyn Component) {
+        let Some(o) = other.as_any().downcast_ref::<NonlinearComponent>() else {
+            return;
+        };
+        let a = alpha as f64;
+        fn add_vec(dst: &mut Vec<f64>, src: &[f64], a: f64) {
+            if src.is_empty() {
+                return;
+            }
+            if dst.len() != src.len() {
+                *dst = vec![0.0; src.len()];
+            }
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d += a * s;
+            }
+        }
+        add_vec(&mut self.value_sum, &o.value_sum, a);
+        add_vec(&mut self.deriv_sum, &o.deriv_sum, a);
+        add_vec(&mut self.oderiv_sumsq, &o.oderiv_sumsq, a);
+        self.count += a * o.count;
+        self.oderiv_count += a * o.oderiv_count;
+        self.num_dims_self_repaired += a * o.num_dims_self_repaired;
+        self.num_dims_processed += a * o.num_dims_processed;
+    }
+
+    /// Sigmoid/Tanh self-repair: nudges inputs of units whose average derivative is below
+    /// the lower threshold back towards zero.
+    fn repair_saturating(&self, out_value: MatView<'_>, in_deriv: &mut MatViewMut<'_>, upd: &mut Self) {
+        upd.num_dims_processed += self.dim as f64;
+        if self.self_repair_scale == 0.0
+            || self.count == 0.0
+            || self.deriv_sum.len() != self.dim
+            || rand::rng().random::<f32>() > REPAIR_PROBABILITY
+        {
+            return;
+        }
+        let sigmoid = self.kind == NonlinearKind::Sigmoid;
+        let default_lower = if sigmoid { 0.05 } else { 0.2 };
+        let lower = if self.self_repair_lower_threshold == UNSET_THRESHOLD {
+            default_lower
+        } else {
+            self.self_repair_lower_threshold
+        } * self.count as f32;
+        // 1 for each 'problematic' unit whose summed derivative is below the threshold.
+        let flags: Vec<f32> = self
+            .deriv_sum
+            .iter()
+            .map(|&d| if lower - d as f32 > 0.0 { 1.0 } else { 0.0 })
+            .collect();
+        upd.num_dims_self_repaired += flags.iter().map(|&x| x as f64).sum::<f64>();
+        let s = self.self_repair_scale / REPAIR_PROBABILITY;
+        // Sigmoid: add s * (1 - 2y) (a tanh-like push towards zero); Tanh: add -s * y.
+        let (out_coef, constant) = if sigmoid { (-2.0 * s, s) } else { (-s, 0.0) };
+        for r in 0..in_deriv.num_rows() {
+            let y = out_value.row(r);
+            for ((d, &yy), &f) in in_deriv.row_mut(r).iter_mut().zip(y).zip(&flags) {
+                *d += f * (out_coef * yy + constant);
+            }
+        }
+    }
+
+    /// ReLU self-repair: pushes up units that are rarely active and down units that are
+    /// almost always active (per block of `block-dim` when set).
+    fn repair_relu(&self, in_deriv: &mut MatViewMut<'_>, upd: &mut Self) {
+        let (dim, bd) = (self.dim, self.block_dim);
+        if self.self_repair_scale == 0.0 || self.count == 0.0 || self.deriv_sum.len() != dim {
+            return;
+        }
+        if rand::rng().random::<f32>() > REPAIR_PROBABILITY {
+            return;
+        }
+        upd.num_dims_processed += bd as f64;
+        let count = self.count as f32;
+        let pick = |t: f32, def: f32| if t == UNSET_THRESHOLD { def } else { t };
+        let lower = pick(self.self_repair_lower_threshold, 0.05) * count;
+        let upper = pick(self.self_repair_upper_threshold, 0.95) * count;
+        // Derivative sums per position in a block, averaged over the blocks.
+        let stats: Vec<f32> = if bd == dim {
+            self.deriv_sum.iter().map(|&x| x as f32).collect()
+        } else {
+            let nb = dim / bd;
+            (0..bd)
+                .map(|j| {
+                    let s: f64 = (0..nb).map(|b| self.deriv_sum[b * bd + j]).sum();
+                    (s * (bd as f64 / dim as f64)) as f32
+                })
+                .collect()
+        };
+        let heav = |x: f32| if x > 0.0 { 1.0f32 } else { 0.0 };
+        // -1 below the lower threshold, +1 above the upper one, 0 in between.
+        let dir: Vec<f32> = stats
+            .iter()
+            .map(|&s| heav(s - lower) + heav(s - upper) - 1.0)
+            .collect();
+        upd.num_dims_self_repaired += dir.iter().map(|&x| (x * x) as f64).sum::<f64>();
+        let add: Vec<f32> = dir
+            .iter()
+            .map(|&x| x * (-self.self_repair_scale / REPAIR_PROBABILITY))
+            .collect();
+        for r in 0..in_deriv.num_rows() {
+            for block in in_deriv.row_mut(r).chunks_mut(bd) {
+                for (d, &a) in block.iter_mut().zip(&add) {
+                    *d += a;
+                }
+            }
+        }
+    }
+
+    /// The function derivative computed from the output, for the statistics.
+    fn deriv_from_output(&self, out_value: MatView<'_>) -> Option<crate::matrix::Matrix> {
+        let mut d = out_value.to_matrix();
+        match self.kind {
+            NonlinearKind::Sigmoid => d.view_mut().map_inplace(|y| y * (1.0 - y)),
+            NonlinearKind::Tanh => d.view_mut().map_inplace(|y| 1.0 - y * y),
+            NonlinearKind::RectifiedLinear => d.view_mut().apply_heaviside(),
+            _ => return None,
+        }
+        Some(d)
+    }
+
+    /// Input derivative from the output derivative, written into `in_deriv` (which may
+    /// already hold `out_deriv` when `in_place`).
+    fn compute_in_deriv(&self, out_value: MatView<'_>, out_deriv: MatView<'_>, in_deriv: &mut MatViewMut<'_>) {
+        match self.kind {
+            NonlinearKind::Sigmoid => in_deriv.diff_sigmoid(out_value, out_deriv),
+            NonlinearKind::Tanh => in_deriv.diff_tanh(out_value, out_deriv),
+            NonlinearKind::RectifiedLinear => {
+                in_deriv.zip2_apply(out_value, out_deriv, |_, y, d| if y > 0.0 { d } else { 0.0 })
+            }
+            NonlinearKind::Softmax => in_deriv.diff_softmax_per_row(out_value, out_deriv),
+            NonlinearKind::LogSoftmax => in_deriv.diff_log_softmax_per_row(out_value, out_deriv),
+        }
+    }
+
+    /// Self-repair and output-derivative statistics, done only in training (`to_update`).
+    fn after_backprop(
+        &self,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        in_deriv: &mut MatViewMut<'_>,
+        to_update: Option<&mut dyn Component>,
+    ) {
+        let Some(upd) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<NonlinearComponent>())
+        else {
+            return;
+        };
+        match self.kind {
+            NonlinearKind::Sigmoid | NonlinearKind::Tanh => {
+                self.repair_saturating(out_value, in_deriv, upd)
+            }
+            NonlinearKind::RectifiedLinear => self.repair_relu(in_deriv, upd),
+            _ => {}
+        }
+        upd.store_backprop_stats(out_deriv);
+    }
+}
+
+/// Kaldi writes averages as float(sum) · float(1/count).
+fn avg_as_kaldi_writes(sum: &[f64], count: f64) -> Vec<f32> {
+    let inv = if count != 0.0 { (1.0 / count) as f32 } else { 1.0 };
+    sum.iter().map(|&s| (s as f32) * inv).collect()
+}
+
+/// Reads a statistics vector that must be empty or of dimension `dim`.
+fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<Vec<f32>> {
+    let at = r.pos();
+    let v = r.vector()?.into_vec();
+    if !v.is_empty() && v.len() != dim {
+        return Err(r.err_at(at, format!("a {what} vector of dimension 0 or {dim} (got {})", v.len())));
+    }
+    Ok(v)
+}
+
+impl MatViewMut<'_> {
+    /// Row-wise softmax in place, floored at 1e-20 as Kaldi's SoftmaxComponent does.
+    pub fn nl_softmax_rows_inplace_floored(&mut self) {
+        for r in 0..self.num_rows() {
+            let row = self.row_mut(r);
+            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
+            let mut s = 0.0f32;
+            for x in row.iter_mut() {
+                *x = (*x - m).exp();
+                s += *x;
+            }
+            for x in row.iter_mut() {
+                *x /= s;
+                if *x < 1.0e-20 {
+                    *x = 1.0e-20;
+                }
+            }
+        }
+    }
+    /// Row-wise log-softmax in place.
+    pub fn nl_log_softmax_rows_inplace(&mut self) {
+        for r in 0..self.num_rows() {
+            let row = self.row_mut(r);
+            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
+            let s: Real = row.iter().map(|&x| (x - m).exp()).sum();
+            let lse = m + s.ln();
+            for x in row.iter_mut() {
+                *x -= lse;
+            }
+        }
+    }
+}
+
+impl Component for NonlinearComponent {
+    fn type_name(&self) -> &'static str {
+        self.kind.type_name()
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        let base = Properties::SIMPLE | Properties::BACKPROP_NEEDS_OUTPUT | Properties::STORES_STATS;
+        match self.kind {
+            NonlinearKind::Sigmoid | NonlinearKind::Tanh => base | Properties::PROPAGATE_IN_PLACE,
+            NonlinearKind::RectifiedLinear => {
+                let p = base | Properties::PROPAGATE_IN_PLACE;
+                if self.block_dim != self.dim {
+                    p | Properties::INPUT_CONTIGUOUS
+                } else {
+                    p
+                }
+            }
+            NonlinearKind::Softmax => {
+                base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
+            }
+            NonlinearKind::LogSoftmax => base,
+        }
+    }
+
+    fn propagate(
+        &self,
+        _indexes: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        match self.kind {
+            NonlinearKind::Sigmoid => output.sigmoid_from(input),
+            NonlinearKind::Tanh => output.tanh_from(input),
+            NonlinearKind::RectifiedLinear => {
+                output.copy_from(input);
+                output.apply_floor(0.0);
+            }
+            NonlinearKind::Softmax => {
+                output.copy_from(input);
+                output.nl_softmax_rows_inplace_floored();
+            }
+            NonlinearKind::LogSoftmax => output.log_softmax_per_row_from(input),
+        }
+        None
+    }
+
+    fn propagate_in_place(
+        &self,
+        _indexes: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        match self.kind {
+            NonlinearKind::Sigmoid => data.map_inplace(|x| 1.0 / (1.0 + (-x).exp())),
+            NonlinearKind::Tanh => data.map_inplace(|x| x.tanh()),
+            NonlinearKind::RectifiedLinear => data.apply_floor(0.0),
+            NonlinearKind::Softmax => data.nl_softmax_rows_inplace_floored(),
+            NonlinearKind::LogSoftmax => data.nl_log_softmax_rows_inplace(),
+        }
+        None
+    }
+
+    fn backprop(
+        &self,
+        _indexes: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let Some(mut in_deriv) = in_deriv else {
+            return;
+        };
+        self.compute_in_deriv(out_value, out_deriv, &mut in_deriv);
+        self.after_backprop(out_value, out_deriv, &mut in_deriv, to_update);
+    }
+
+    fn backprop_in_place(
+        &self,
+        _indexes: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        // The output derivative is needed after it is overwritten only for the statistics;
+        // keep a copy just when training.
+        let saved = to_update.as_ref().map(|_| deriv.as_view().to_matrix());
+        match self.kind {
+            NonlinearKind::Softmax => {
+                for r in 0..deriv.num_rows() {
+                    let y = out_value.row(r);
+                    let row = deriv.row_mut(r);
+                    let dot: Real = y.iter().zip(row.iter()).map(|(a, b)| a * b).sum();
+                    for (d, &yy) in row.iter_mut().zip(y) {
+                        *d = yy * (*d - dot);
+                    }
+                }
+            }
+            NonlinearKind::Sigmoid => deriv.zip_apply(out_value, |d, y| d * y * (1.0 - y)),
+            NonlinearKind::Tanh => deriv.zip_apply(out_value, |d, y| d * (1.0 - y * y)),
+            NonlinearKind::RectifiedLinear => {
+                deriv.zip_apply(out_value, |d, y| if y > 0.0 { d } else { 0.0 })
+            }
+            NonlinearKind::LogSoftmax => {
+                for r in 0..deriv.num_rows() {
+                    let y = out_value.row(r);
+                    let row = deriv.row_mut(r);
+                    let sum: Real = row.iter().sum();
+                    for (d, &yy) in row.iter_mut().zip(y) {
+                        *d -= yy.exp() * sum;
+                    }
+                }
+            }
+        }
+        if let Some(od) = saved {
+            self.after_backprop(out_value, od.view(), &mut deriv, to_update);
+        }
+    }
+
+    fn write(&self, w: &mut TokenWriter) {
+        let name = self.kind.type_name();
+        w.token(&format!("<{name}>"));
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        if self.block_dim != self.dim {
+            w.token("<BlockDim>");
+            w.i32(self.block_dim as i32);
+        }
+        w.token("<ValueAvg>");
+        w.vector(&avg_as_kaldi_writes(&self.value_sum, self.count));
+        w.token("<DerivAvg>");
+        w.vector(&avg_as_kaldi_writes(&self.deriv_sum, self.count));
+        w.token("<Count>");
+        w.f64(self.count);
+        w.token("<OderivRms>");
+        let rms: Vec<f32> = avg_as_kaldi_writes(&self.oderiv_sumsq, self.oderiv_count)
+            .into_iter()
+            .map(|x| x.max(0.0).sqrt())
+            .collect();
+        w.vector(&rms);
+        w.token("<OderivCount>");
+        w.f64(self.oderiv_count);
+        w.token("<NumDimsSelfRepaired>");
+        w.f64(self.num_dims_self_repaired);
+        w.token("<NumDimsProcessed>");
+        w.f64(self.num_dims_processed);
+        if self.self_repair_lower_threshold != UNSET_THRESHOLD {
+            w.token("<SelfRepairLowerThreshold>");
+            w.f32(self.self_repair_lower_threshold);
+        }
+        if self.self_repair_upper_threshold != UNSET_THRESHOLD {
+            w.token("<SelfRepairUpperThreshold>");
+            w.f32(self.self_repair_upper_threshold);
+        }
+        if self.self_repair_scale != 0.0 {
+            w.token("<SelfRepairScale>");
+            w.f32(self.self_repair_scale);
+        }
+        w.token(&format!("</{name}>"));
+    }
+
+    fn info(&self) -> String {
+        let mut s = format!("{}, dim={}", self.kind.type_name(), self.dim);
+        if self.block_dim != self.dim {
+            s += &format!(", block-dim={}", self.block_dim);
+        }
+        if self.self_repair_lower_threshold != UNSET_THRESHOLD {
+            s += &format!(
+                ", self-repair-lower-threshold={}",
+                fmt_g(self.self_repair_lower_threshold as f64, 6)
+            );
+        }
+        if self.self_repair_upper_threshold != UNSET_THRESHOLD {
+            s += &format!(
+                ", self-repair-upper-threshold={}",
+                fmt_g(self.self_repair_upper_threshold as f64, 6)
+            );
+        }
+        if self.self_repair_scale != 0.0 {
+            s += &format!(", self-repair-scale={}", fmt_g(self.self_repair_scale as f64, 6));
+        }
+        if self.count > 0.0 && self.value_sum.len() == self.dim {
+            let prop = if self.num_dims_processed > 0.0 {
+                self.num_dims_self_repaired / self.num_dims_processed
+            } else {
+                0.0
+            };
+            s += &format!(
+                ", count={}, self-repaired-proportion={}",
+                fmt_g(self.count, 3),
+                fmt_g(prop, 6)
+            );
+            let inv = (1.0 / self.count) as f32;
+            let v: Vec<f32> = self.value_sum.iter().map(|&x| x as f32 * inv).collect();
+            s += &format!(", value-avg={}", summarize_vector(&v));
+            if self.deriv_sum.len() == self.dim {
+                let d: Vec<f32> = self.deriv_sum.iter().map(|&x| x as f32 * inv).collect();
+                s += &format!(", deriv-avg={}", summarize_vector(&d));
+            }
+        }
+        if self.oderiv_count > 0.0 && self.oderiv_sumsq.len() == self.dim {
+            let inv = (1.0 / self.oderiv_count) as f32;
+            let v: Vec<f32> = self
+                .oderiv_sumsq
+                .iter()
+                .map(|&x| (x as f32 * inv).max(0.0).sqrt())
+                .collect();
+            s += &format!(
+                ", oderiv-rms={}, oderiv-count={}",
+                summarize_vector(&v),
+                fmt_g(self.oderiv_count, 6)
+            );
+        }
+        s
+    }
+
+    fn clone_box(&self) -> Box<dyn Component> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn store_stats(&mut self, _in_value: MatView<'_>, out_value: MatView<'_>, _memo: Option<&Memo>) {
+        match self.kind {
+            NonlinearKind::Sigmoid | NonlinearKind::Tanh | NonlinearKind::RectifiedLinear => {
+                // Kaldi stores these on about every other minibatch, always on the first.
+                if self.count != 0.0 && rand::rng().random_range(0..2) == 0 {
+                    return;
+                }
+                let d = self.deriv_from_output(out_value);
+                self.store_stats_internal(out_value, d.as_ref().map(|m| m.view()));
+            }
+            NonlinearKind::Softmax => self.store_stats_internal(out_value, None),
+            NonlinearKind::LogSoftmax => {}
+        }
+    }
+    fn zero_stats(&mut self) {
+        self.value_sum.iter_mut().for_each(|x| *x = 0.0);
+        self.deriv_sum.iter_mut().for_each(|x| *x = 0.0);
+        self.oderiv_sumsq.iter_mut().for_each(|x| *x = 0.0);
+        self.count = 0.0;
+        self.oderiv_count = 0.0;
+        self.num_dims_self_repaired = 0.0;
+        self.num_dims_processed = 0.0;
+    }
+    fn scale_stats(&mut self, scale: f32) {
+        let s = scale as f64;
+        for v in [&mut self.value_sum, &mut self.deriv_sum, &mut self.oderiv_sumsq] {
+            v.iter_mut().for_each(|x| *x *= s);
+        }
+        self.count *= s;
+        self.oderiv_count *= s;
+        self.num_dims_self_repaired *= s;
+        self.num_dims_processed *= s;
+    }
+}
+
+macro_rules! nonlinear_entry_fns {
+    ($from:ident, $read:ident, $kind:expr) => {
+        /// Registry hook: create from a config line.
+        pub fn $from(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+            Ok(Box::new(NonlinearComponent::from_config_kind($kind, cfg)?))
+        }
+        /// Registry hook: read after the opening token.
+        pub fn $read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+            Ok(Box::new(NonlinearComponent::read_kind($kind, r)?))
+        }
+    };
+}
+nonlinear_entry_fns!(sigmoid_from_config, sigmoid_read, NonlinearKind::Sigmoid);
+nonlinear_entry_fns!(tanh_from_config, tanh_read, NonlinearKind::Tanh);
+nonlinear_entry_fns!(relu_from_config, relu_read, NonlinearKind::RectifiedLinear);
+nonlinear_entry_fns!(softmax_from_config, softmax_read, NonlinearKind::Softmax);
+nonlinear_entry_fns!(log_softmax_from_config, log_softmax_read, NonlinearKind::LogSoftmax);
+
+// ---------------------------------------------------------------------------------------
+// Info-line helpers.
+
+/// C's `%#.{prec}g` (like `%g` but keeping trailing zeros and the decimal point).
+fn fmt_g_showpoint(v: f64, prec: usize) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return fmt_g(v, prec);
+    }
+    let p = prec.max(1);
+    let e_form = format!("{:.*e}", p - 1, v);
+    let (mant, exp) = e_form.split_once('e').unwrap_or((&e_form, "0"));
+    let x: i32 = exp.parse().unwrap_or(0);
+    if x < -4 || x >= p as i32 {
+        let mant = if mant.contains('.') { mant.to_string() } else { format!("{mant}.") };
+        let sign = if x < 0 { '-' } else { '+' };
+        format!("{mant}e{sign}{:02}", x.abs())
+    } else {
+        let decimals = (p as i32 - 1 - x).max(0) as usize;
+        let s = format!("{:.*}", decimals, v);
+        if s.contains('.') {
+            s
+        } else {
+            s + "."
+        }
+    }
+}
+
+/// One percentile value as Kaldi prints it: 2 significant digits (keeping trailing zeros)
+/// for |v| ≥ 0.1, else 1 significant digit.
+fn fmt_percentile(v: f32) -> String {
+    let v = v as f64;
+    if v.abs() >= 0.1 {
+        fmt_g_showpoint(v, 2)
+    } else {
+        fmt_g(v, 1)
+    }
+}
+
+/// Mean and standard deviation the way Kaldi computes them (float, sqrt of E[x²] − mean²,
+/// which is NaN when rounding makes it negative).
+fn mean_stddev(v: &[f32]) -> (f32, f32) {
+    let n = v.len().max(1) as f32;
+    let sum: f32 = v.iter().sum();
+    let sumsq: f32 = v.iter().map(|x| x * x).sum();
+    let mean = sum / n;
+    let var = sumsq / n - mean * mean;
+    let stddev = if var < 0.0 { -f32::NAN } else { var.sqrt() };
+    (mean, stddev)
+}
+
+/// Kaldi's `SummarizeVector`: the elements for short vectors, else selected percentiles,
+/// mean and standard deviation.
+pub fn summarize_vector(v: &[f32]) -> String {
+    if v.len() < 10 {
+        let mut s = String::from("[ ");
+        for &x in v {
+            s += &fmt_g(x as f64, 6);
+            s.push(' ');
+        }
+        s.push(']');
+        return s;
+    }
+    const PCTS: [usize; 13] = [0, 1, 2, 5, 10, 20, 50, 80, 90, 95, 98, 99, 100];
+    let mut sorted = v.to_vec();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let n = sorted.len() - 1;
+    let mut s = String::from("[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=(");
+    for (i, &p) in PCTS.iter().enumerate() {
+        s += &fmt_percentile(sorted[(p * n) / 100]);
+        if i + 1 < PCTS.len() {
+            s.push(if i == 3 || i == 8 { ' ' } else { ',' });
+        }
+    }
+    let (mean, stddev) = mean_stddev(v);
+    s += &format!(
+        "), mean={}, stddev={}]",
+        fmt_g(mean as f64, 3),
+        fmt_g(stddev as f64, 3)
+    );
+    s
+}
+
+/// Kaldi's `PrintParameterStats` for a vector: `, NAME-{mean,stddev}=m,s` (or `, NAME-rms=r`
+/// without `include_mean`), 4 significant digits.
+pub fn parameter_stats(name: &str, v: &[f32], include_mean: bool) -> String {
+    if include_mean {
+        let (mean, stddev) = mean_stddev(v);
+        format!(
+            ", {name}-{{mean,stddev}}={},{}",
+            fmt_g(mean as f64, 4),
+            fmt_g(stddev as f64, 4)
+        )
+    } else {
+        let n = v.len().max(1) as f32;
+        let rms = (v.iter().map(|x| x * x).sum::<f32>() / n).sqrt();
+        format!(", {name}-rms={}", fmt_g(rms as f64, 4))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+
+    fn cfg(s: &str) -> ConfigLine {
+        ConfigLine::parse_str(s).expect("config")
+    }
+
+    #[test]
+    fn percentile_formatting_matches_kaldi_examples() {
+        assert_eq!(fmt_percentile(0.99501), "1.0");
+        assert_eq!(fmt_percentile(0.41), "0.41");
+        assert_eq!(fmt_percentile(0.1), "0.10");
+        assert_eq!(fmt_percentile(2.0), "2.0");
+        assert_eq!(fmt_percentile(0.00066), "0.0007");
+        assert_eq!(fmt_percentile(3e-9), "3e-09");
+        assert_eq!(fmt_percentile(0.0), "0");
+        assert_eq!(fmt_percentile(-0.99), "-0.99");
+    }
+
+    #[test]
+    fn softmax_backprop_matches_finite_differences() {
+        let c = NonlinearComponent::from_config_kind(NonlinearKind::Softmax, &cfg("dim=4"))
+            .expect("init");
+        let x = Matrix::from_rows(&[vec![0.3, -1.2, 0.7, 2.0], vec![-0.5, 0.1, 0.0, 1.5]]);
+        let od = Matrix::from_rows(&[vec![0.2, -0.4, 1.0, 0.3], vec![0.9, 0.1, -0.7, 0.5]]);
+        let mut y = Matrix::zeros(2, 4);
+        c.propagate(None, x.view(), y.view_mut());
+        let mut id = Matrix::zeros(2, 4);
+        c.backprop(None, x.view(), y.view(), od.view(), None, None, Some(id.view_mut()));
+        let obj = |m: &Matrix| {
+            let mut yy = Matrix::zeros(2, 4);
+            c.propagate(None, m.view(), yy.view_mut());
+            yy.view().trace_mat_mat(od.view()) as f64
+        };
+        let eps = 1e-3f32;
+        for r in 0..2 {
+            for k in 0..4 {
+                let mut xp = x.clone();
+                xp.set(r, k, x.get(r, k) + eps);
+                let mut xm = x.clone();
+                xm.set(r, k, x.get(r, k) - eps);
+                let num = (obj(&xp) - obj(&xm)) / (2.0 * eps as f64);
+                assert!((num - id.get(r, k) as f64).abs() < 1e-3, "{r},{k}: {num} vs {}", id.get(r, k));
+            }
+        }
+    }
+
+    #[test]
+    fn stats_first_call_always_stored_and_written_normalised() {
+        let mut c = NonlinearComponent::from_config_kind(NonlinearKind::Tanh, &cfg("dim=2"))
+            .expect("init");
+        let y = Matrix::from_rows(&[vec![0.5, -0.5], vec![0.0, 1.0]]);
+        c.store_stats(y.view(), y.view(), None);
+        assert_eq!(c.count(), 2.0);
+        assert_eq!(c.value_avg(), vec![0.25, 0.25]);
+        // derivative 1 - y^2: (0.75 + 1)/2, (0.75 + 0)/2
+        assert_eq!(c.deriv_avg(), vec![0.875, 0.375]);
+    }
+}

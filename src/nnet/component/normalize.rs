@@ -1,0 +1,735 @@
+//! NormalizeComponent (rescale each row or block to a target RMS, optionally appending the
+//! log of the RMS) and BatchNormComponent (per-dimension normalisation with minibatch
+//! statistics in training and stored statistics in test mode), as in Kaldi's
+//! `nnet-normalize-component.{h,cc}`.
+
+use super::nonlinear::summarize_vector;
+use super::{Component, Memo, PrecomputedIndexes, Properties};
+use crate::error::Result;
+use crate::io::codec::fmt_g;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut};
+use crate::nnet::config_line::ConfigLine;
+use std::any::Any;
+
+/// Floor on the scaled squared norm: 2^-66, exactly representable with an exactly
+/// representable inverse square root.
+const SQUARED_NORM_FLOOR: f32 = 1.355_252_7e-20;
+
+/// Rescales each block of `block-dim` inputs to RMS `target-rms`.
+#[derive(Clone, Debug)]
+pub struct NormalizeComponent {
+    input_dim: usize,
+    block_dim: usize,
+    target_rms: f32,
+    add_log_stddev: bool,
+}
+
+impl NormalizeComponent {
+    fn valid(input_dim: usize, block_dim: usize, target_rms: f32) -> bool {
+        input_dim > 0 && block_dim > 0 && input_dim % block_dim == 0 && target_rms > 0.0
+    }
+    /// Registry hook: `dim` or `input-dim`, `block-dim`, `target-rms` (1), `add-log-stddev`.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let dim: Option<i32> = cfg.get("dim")?;
+        let dim = match dim {
+            Some(d) => d,
+            None => cfg.require("input-dim")?,
+        };
+        let block_dim: i32 = cfg.get_or("block-dim", dim)?;
+        let target_rms = cfg.get_or("target-rms", 1.0f32)?;
+        let add_log_stddev = cfg.get_or("add-log-stddev", false)?;
+        if dim <= 0 || block_dim <= 0 || !Self::valid(dim as usize, block_dim as usize, target_rms) {
+            return Err(cfg.error(
+                "invalid NormalizeComponent: need dim > 0, block-dim dividing it, target-rms > 0",
+            ));
+        }
+        Ok(Box::new(NormalizeComponent {
+            input_dim: dim as usize,
+            block_dim: block_dim as usize,
+            target_rms,
+            add_log_stddev,
+        }))
+    }
+    /// Registry hook (tolerates the old format with nonlinearity stats).
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<NormalizeComponent>")?;
+        let at = r.pos();
+        let tok = r.token()?;
+        if tok != "<Dim>" && tok != "<InputDim>" {
+            return Err(r.err_at(at, "<InputDim> or <Dim>"));
+        }
+        let at = r.pos();
+        let input_dim = r.i32()?;
+        if input_dim <= 0 {
+            return Err(r.err_at(at, "a positive input dimension"));
+        }
+        let mut c = NormalizeComponent {
+            input_dim: input_dim as usize,
+            block_dim: input_dim as usize,
+            target_rms: 1.0,
+            add_log_stddev: false,
+        };
+        if r.try_token("<BlockDim>")? {
+            let at = r.pos();
+            let bd = r.i32()?;
+            if bd <= 0 || c.input_dim % bd as usize != 0 {
+                return Err(r.err_at(at, "a positive <BlockDim> dividing the input dimension"));
+            }
+            c.block_dim = bd as usize;
+        }
+        if r.try_token("<TargetRms>")? {
+            let at = r.pos();
+            c.target_rms = r.f32()?;
+            if c.target_rms <= 0.0 {
+                return Err(r.err_at(at, "a positive <TargetRms>"));
+            }
+        }
+        if r.try_token("<AddLogStddev>")? {
+            c.add_log_stddev = r.bool()?;
+        }
+        if r.try_token("<ValueAvg>")? {
+            r.vector()?;
+            r.expect_token("<DerivAvg>")?;
+            r.vector()?;
+            r.expect_token("<Count>")?;
+            r.f64()?;
+        }
+        r.expect_token("</NormalizeComponent>")?;
+        Ok(Box::new(c))
+    }
+
+    fn out_block_dim(&self) -> usize {
+        self.block_dim + usize::from(self.add_log_stddev)
+    }
+}
+
+impl MatViewMut<'_> {
+    /// Normalises each block of `bd` columns of `src` to RMS `target_rms`, writing blocks of
+    /// `bd` (+1 with `add_log`: the log RMS) columns into `self` (Kaldi's NormalizePerRow).
+    pub fn simple_normalize_blocks(&mut self, src: MatView<'_>, bd: usize, target_rms: f32, add_log: bool) {
+        let obd = bd + usize::from(add_log);
+        let d_scaled = bd as f32 * target_rms * target_rms;
+        for r in 0..self.num_rows() {
+            let s = src.row(r);
+            for (ib, ob) in s.chunks(bd).zip(self.row_mut(r).chunks_mut(obd)) {
+                let sumsq: f32 = ib.iter().map(|x| x * x).sum();
+                let f = (sumsq * (1.0 / d_scaled)).max(SQUARED_NORM_FLOOR).powf(-0.5);
+                for (o, &x) in ob.iter_mut().zip(ib) {
+                    *o = x * f;
+                }
+                if add_log {
+                    ob[bd] = -f.ln() + target_rms.ln();
+                }
+            }
+        }
+    }
+    /// Adds the input derivative of [`Self::simple_normalize_blocks`] to `self`
+    /// (Kaldi's DiffNormalizePerRow); `self` may already hold the output derivative when
+    /// `in_place` (then it is overwritten rather than added to).
+    pub fn simple_diff_normalize_blocks(
+        &mut self,
+        in_value: MatView<'_>,
+        out_deriv: Option<MatView<'_>>,
+        bd: usize,
+        target_rms: f32,
+        add_log: bool,
+    ) {
+        let obd = bd + usize::from(add_log);
+        let d_scaled = bd as f32 * target_rms * target_rms;
+        let mut od_buf = vec![0.0f32; obd];
+        for r in 0..self.num_rows() {
+            let x_row = in_value.row(r);
+            let od_row: Option<&[f32]> = out_deriv.map(|m| m.row(r));
+            let d_row = self.row_mut(r);
+            for (b, x) in x_row.chunks(bd).enumerate() {
+                match od_row {
+                    Some(o) => od_buf.copy_from_slice(&o[b * obd..(b + 1) * obd]),
+                    None => od_buf[..bd].copy_from_slice(&d_row[b * bd..(b + 1) * bd]),
+                }
+                let od = &od_buf[..bd];
+                let dot: f32 = od.iter().zip(x).map(|(a, b)| a * b).sum();
+                let sumsq: f32 = x.iter().map(|v| v * v).sum();
+                let d = &mut d_row[b * bd..(b + 1) * bd];
+                if od_row.is_none() {
+                    d.iter_mut().for_each(|v| *v = 0.0);
+                }
+                if add_log {
+                    let coef = od_buf[bd] / sumsq.max(bd as f32 * SQUARED_NORM_FLOOR);
+                    for (v, &xx) in d.iter_mut().zip(x) {
+                        *v += coef * xx;
+                    }
+                }
+                let f = (sumsq * (1.0 / d_scaled)).max(SQUARED_NORM_FLOOR).powf(-0.5);
+                // At the floor the scale does not depend on x.
+                let f3 = if f == 1.0 / SQUARED_NORM_FLOOR.sqrt() { 0.0 } else { f * f * f };
+                let c = -dot * f3 / d_scaled;
+                for ((v, &o), &xx) in d.iter_mut().zip(od).zip(x) {
+                    *v += f * o + c * xx;
+                }
+            }
+        }
+    }
+}
+
+impl Component for NormalizeComponent {
+    fn type_name(&self) -> &'static str {
+        "NormalizeComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.input_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.input_dim
+            + if self.add_log_stddev {
+                self.input_dim / self.block_dim
+            } else {
+                0
+            }
+    }
+    fn properties(&self) -> Properties {
+        let mut p = Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS;
+        if !self.add_log_stddev {
+            p = p | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE;
+        }
+        if self.block_dim != self.input_dim {
+            p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
+        }
+        p
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.simple_normalize_blocks(input, self.block_dim, self.target_rms, self.add_log_stddev);
+        None
+    }
+    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+        // Only without add-log-stddev (same shape); each block is read fully before written.
+        let (bd, t) = (self.block_dim, self.target_rms);
+        let d_scaled = bd as f32 * t * t;
+        for r in 0..data.num_rows() {
+            for blk in data.row_mut(r).chunks_mut(bd) {
+                let sumsq: f32 = blk.iter().map(|x| x * x).sum();
+                let f = (sumsq * (1.0 / d_scaled)).max(SQUARED_NORM_FLOOR).powf(-0.5);
+                blk.iter_mut().for_each(|x| *x *= f);
+            }
+        }
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.simple_diff_normalize_blocks(
+                in_value,
+                Some(out_deriv),
+                self.block_dim,
+                self.target_rms,
+                self.add_log_stddev,
+            );
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _: MatView<'_>,
+        _: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        deriv.simple_diff_normalize_blocks(in_value, None, self.block_dim, self.target_rms, false);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token("<NormalizeComponent>");
+        w.token("<InputDim>");
+        w.i32(self.input_dim as i32);
+        if self.block_dim != self.input_dim {
+            w.token("<BlockDim>");
+            w.i32(self.block_dim as i32);
+        }
+        w.token("<TargetRms>");
+        w.f32(self.target_rms);
+        w.token("<AddLogStddev>");
+        w.bool(self.add_log_stddev);
+        w.token("</NormalizeComponent>");
+    }
+    fn info(&self) -> String {
+        let mut s = format!(
+            "NormalizeComponent, input-dim={}, output-dim={}, target-rms={}, add-log-stddev={}",
+            self.input_dim,
+            self.output_dim(),
+            fmt_g(self.target_rms as f64, 6),
+            self.add_log_stddev
+        );
+        if self.block_dim != self.input_dim {
+            s += &format!(", block-dim={}", self.block_dim);
+        }
+        s
+    }
+    fn clone_box(&self) -> Box<dyn Component> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// Batch normalisation without learned scale/offset.
+#[derive(Clone, Debug)]
+pub struct BatchNormComponent {
+    dim: usize,
+    block_dim: usize,
+    epsilon: f32,
+    target_rms: f32,
+    test_mode: bool,
+    count: f64,
+    stats_sum: Vec<f64>,
+    stats_sumsq: Vec<f64>,
+    /// Test-mode transform y = x·scale + offset (per block position); empty in training.
+    offset: Vec<f32>,
+    scale: Vec<f32>,
+}
+
+/// What training-mode Propagate hands to Backprop and StoreStats.
+#[derive(Debug)]
+struct BatchNormMemo {
+    num_frames: usize,
+    mean: Vec<f32>,
+    uvar: Vec<f32>,
+    scale: Vec<f32>,
+}
+
+impl BatchNormComponent {
+    fn valid(&self) -> bool {
+        self.dim > 0
+            && self.block_dim > 0
+            && self.dim % self.block_dim == 0
+            && self.epsilon > 0.0
+            && self.target_rms > 0.0
+    }
+    /// Stored statistics count.
+    pub fn count(&self) -> f64 {
+        self.count
+    }
+    /// Whether the component is in test mode.
+    pub fn test_mode(&self) -> bool {
+        self.test_mode
+    }
+    /// Mean and (centred) variance as Kaldi writes them: float arithmetic on the sums.
+    pub fn mean_var(&self) -> (Vec<f32>, Vec<f32>) {
+        let mut mean: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32).collect();
+        let mut var: Vec<f32> = self.stats_sumsq.iter().map(|&x| x as f32).collect();
+        if self.count != 0.0 {
+            let inv = (1.0 / self.count) as f32;
+            for (m, v) in mean.iter_mut().zip(var.iter_mut()) {
+                *m *= inv;
+                *v = *v * inv - *m * *m;
+            }
+        }
+        (mean, var)
+    }
+    /// Recomputes the test-mode transform from the statistics (Kaldi's ComputeDerived).
+    fn compute_derived(&mut self) {
+        if !self.test_mode {
+            self.offset.clear();
+            self.scale.clear();
+            return;
+        }
+        if self.count == 0.0 {
+            // As Kaldi: test mode without statistics invents random ones.
+            let mut rng = rand::rng();
+            self.count = 1.0;
+            for (s, q) in self.stats_sum.iter_mut().zip(self.stats_sumsq.iter_mut()) {
+                let a = crate::util::rand_gauss(&mut rng) as f64;
+                let b = crate::util::rand_gauss(&mut rng) as f64;
+                *s = a;
+                *q = b + a * a;
+            }
+        }
+        let inv = (1.0 / self.count) as f32;
+        let mut offset: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32 * -inv).collect();
+        let mut scale: Vec<f32> = self.stats_sumsq.iter().map(|&x| x as f32 * inv).collect();
+        for (s, o) in scale.iter_mut().zip(offset.iter_mut()) {
+            let var = (*s - *o * *o).max(0.0);
+            *s = (var + self.epsilon).powf(-0.5) * self.target_rms;
+            *o *= *s;
+        }
+        self.offset = offset;
+        self.scale = scale;
+    }
+
+    /// Registry hook: `dim`, `block-dim`, `epsilon` (1e-3), `target-rms` (1), `test-mode`.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let dim: i32 = cfg.require("dim")?;
+        let block_dim: i32 = cfg.get_or("block-dim", dim)?;
+        let mut c = BatchNormComponent {
+            dim: dim.max(0) as usize,
+            block_dim: block_dim.max(0) as usize,
+            epsilon: cfg.get_or("epsilon", 1.0e-3f32)?,
+            target_rms: cfg.get_or("target-rms", 1.0f32)?,
+            test_mode: cfg.get_or("test-mode", false)?,
+            count: 0.0,
+            stats_sum: Vec::new(),
+            stats_sumsq: Vec::new(),
+            offset: Vec::new(),
+            scale: Vec::new(),
+        };
+        if dim <= 0 || block_dim <= 0 || !c.valid() {
+            return Err(cfg.error(
+                "invalid BatchNormComponent: need dim > 0, block-dim dividing it, epsilon and target-rms > 0",
+            ));
+        }
+        c.stats_sum = vec![0.0; c.block_dim];
+        c.stats_sumsq = vec![0.0; c.block_dim];
+        c.compute_derived();
+        Ok(Box::new(c))
+    }
+
+    /// Registry hook.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<BatchNormComponent>")?;
+        r.expect_token("<Dim>")?;
+        let at0 = r.pos();
+        let dim = r.i32()?;
+        r.expect_token("<BlockDim>")?;
+        let block_dim = r.i32()?;
+        r.expect_token("<Epsilon>")?;
+        let epsilon = r.f32()?;
+        r.expect_token("<TargetRms>")?;
+        let target_rms = r.f32()?;
+        r.expect_token("<TestMode>")?;
+        let test_mode = r.bool()?;
+        r.expect_token("<Count>")?;
+        let count = r.f64()?;
+        let mut c = BatchNormComponent {
+            dim: dim.max(0) as usize,
+            block_dim: block_dim.max(0) as usize,
+            epsilon,
+            target_rms,
+            test_mode,
+            count,
+            stats_sum: Vec::new(),
+            stats_sumsq: Vec::new(),
+            offset: Vec::new(),
+            scale: Vec::new(),
+        };
+        if dim <= 0 || block_dim <= 0 || !c.valid() {
+            return Err(r.err_at(at0, "consistent BatchNorm dimensions, epsilon > 0 and target-rms > 0"));
+        }
+        r.expect_token("<StatsMean>")?;
+        let at = r.pos();
+        let mean = r.vector()?.into_vec();
+        r.expect_token("<StatsVar>")?;
+        let var = r.vector()?.into_vec();
+        if mean.len() != c.block_dim || var.len() != c.block_dim {
+            return Err(r.err_at(at, format!("<StatsMean>/<StatsVar> of dimension {}", c.block_dim)));
+        }
+        // Back to sums: sumsq = (var + mean²)·count, sum = mean·count.
+        c.stats_sum = mean.iter().map(|&m| m as f64 * count).collect();
+        c.stats_sumsq = mean
+            .iter()
+            .zip(&var)
+            .map(|(&m, &v)| (v as f64 + m as f64 * m as f64) * count)
+            .collect();
+        r.expect_token("</BatchNormComponent>")?;
+        c.compute_derived();
+        Ok(Box::new(c))
+    }
+
+    /// Applies `f` to the data viewed as rows of `block_dim` columns.
+    fn for_each_block_row(&self, m: &mut MatViewMut<'_>, mut f: impl FnMut(&mut [f32])) {
+        for r in 0..m.num_rows() {
+            for blk in m.row_mut(r).chunks_mut(self.block_dim) {
+                f(blk);
+            }
+        }
+    }
+
+    /// Training-mode forward pass on `data` (already holding the input).
+    fn propagate_train(&self, data: &mut MatViewMut<'_>) -> Memo {
+        let bd = self.block_dim;
+        let n = data.num_rows() * (self.dim / bd);
+        let mut mean = vec![0.0f32; bd];
+        let mut uvar = vec![0.0f32; bd];
+        let view = data.as_view();
+        for r in 0..view.num_rows() {
+            for blk in view.row(r).chunks(bd) {
+                for ((m, u), &x) in mean.iter_mut().zip(uvar.iter_mut()).zip(blk) {
+                    *m += x;
+                    *u += x * x;
+                }
+            }
+        }
+        let inv_n = 1.0 / n.max(1) as f32;
+        mean.iter_mut().for_each(|m| *m *= inv_n);
+        uvar.iter_mut().for_each(|u| *u *= inv_n);
+        let var_scale = 1.0 / (self.target_rms * self.target_rms);
+        let scale: Vec<f32> = mean
+            .iter()
+            .zip(&uvar)
+            .map(|(&m, &u)| {
+                let v = (u * var_scale - m * m * var_scale).max(0.0);
+                (v + var_scale * self.epsilon).powf(-0.5)
+            })
+            .collect();
+        self.for_each_block_row(data, |blk| {
+            for ((x, &m), &s) in blk.iter_mut().zip(&mean).zip(&scale) {
+                *x = (*x - m) * s;
+            }
+        });
+        Box::new(BatchNormMemo { num_frames: n, mean, uvar, scale })
+    }
+
+    /// Backward pass in place on `deriv` (holding the output derivative).
+    fn backprop_on(&self, out_value: MatView<'_>, memo: Option<&Memo>, deriv: &mut MatViewMut<'_>) {
+        let bd = self.block_dim;
+        if self.test_mode {
+            let scale = self.scale.clone();
+            self.for_each_block_row(deriv, |blk| {
+                blk.iter_mut().zip(&scale).for_each(|(d, &s)| *d *= s)
+            });
+            return;
+        }
+        let Some(memo) = memo.and_then(|m| m.downcast_ref::<BatchNormMemo>()) else {
+            debug_assert!(false, "BatchNormComponent: training backprop without memo");
+            deriv.set_zero();
+            return;
+        };
+        let n = memo.num_frames.max(1) as f32;
+        // var_deriv_mod = -1/(t² n) Σ z·z' · scale; temp = -1/n Σ z'.
+        let mut zz = vec![0.0f32; bd];
+        let mut zsum = vec![0.0f32; bd];
+        for r in 0..out_value.num_rows() {
+            for (zb, db) in out_value.row(r).chunks(bd).zip(deriv.row(r).chunks(bd)) {
+                for j in 0..bd {
+                    zz[j] += zb[j] * db[j];
+                    zsum[j] += db[j];
+                }
+            }
+        }
+        let coeff = -1.0 / (self.target_rms * self.target_rms * n);
+        let var_deriv_mod: Vec<f32> = zz.iter().zip(&memo.scale).map(|(&a, &s)| a * coeff * s).collect();
+        let temp: Vec<f32> = zsum.iter().map(|&s| -s / n).collect();
+        for r in 0..out_value.num_rows() {
+            let zrow = out_value.row(r);
+            for (b, db) in deriv.row_mut(r).chunks_mut(bd).enumerate() {
+                let zb = &zrow[b * bd..(b + 1) * bd];
+                for j in 0..bd {
+                    db[j] = (db[j] + temp[j]) * memo.scale[j] + zb[j] * var_deriv_mod[j];
+                }
+            }
+        }
+    }
+}
+
+impl Component for BatchNormComponent {
+    fn type_name(&self) -> &'static str {
+        "BatchNormComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        let mut p = Properties::SIMPLE
+            | Properties::BACKPROP_NEEDS_OUTPUT
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_IN_PLACE;
+        if self.block_dim < self.dim {
+            p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
+        }
+        if !self.test_mode {
+            p = p | Properties::USES_MEMO | Properties::STORES_STATS;
+        }
+        p
+    }
+    fn propagate(&self, idx: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.copy_from(input);
+        self.propagate_in_place(idx, output)
+    }
+    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+        if self.test_mode {
+            let (scale, offset) = (&self.scale, &self.offset);
+            self.for_each_block_row(&mut data, |blk| {
+                for ((x, &s), &o) in blk.iter_mut().zip(scale).zip(offset) {
+                    *x = *x * s + o;
+                }
+            });
+            None
+        } else {
+            Some(self.propagate_train(&mut data))
+        }
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _: MatView<'_>,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        memo: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            self.backprop_on(out_value, memo, &mut d);
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _: MatView<'_>,
+        out_value: MatView<'_>,
+        memo: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        self.backprop_on(out_value, memo, &mut deriv);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token("<BatchNormComponent>");
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        w.token("<BlockDim>");
+        w.i32(self.block_dim as i32);
+        w.token("<Epsilon>");
+        w.f32(self.epsilon);
+        w.token("<TargetRms>");
+        w.f32(self.target_rms);
+        w.token("<TestMode>");
+        w.bool(self.test_mode);
+        w.token("<Count>");
+        w.f64(self.count);
+        let (mean, var) = self.mean_var();
+        w.token("<StatsMean>");
+        w.vector(&mean);
+        w.token("<StatsVar>");
+        w.vector(&var);
+        w.token("</BatchNormComponent>");
+    }
+    fn info(&self) -> String {
+        let mut s = format!(
+            "BatchNormComponent, dim={}, block-dim={}, epsilon={}, target-rms={}, count={}, test-mode={}",
+            self.dim,
+            self.block_dim,
+            fmt_g(self.epsilon as f64, 6),
+            fmt_g(self.target_rms as f64, 6),
+            fmt_g(self.count, 6),
+            self.test_mode
+        );
+        if self.count > 0.0 {
+            let (mean, var) = self.mean_var();
+            let stddev: Vec<f32> = var.iter().map(|v| v.max(0.0).sqrt()).collect();
+            s += &format!(
+                ", data-mean={}, data-stddev={}",
+                summarize_vector(&mean),
+                summarize_vector(&stddev)
+            );
+        }
+        s
+    }
+    fn clone_box(&self) -> Box<dyn Component> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn store_stats(&mut self, _: MatView<'_>, _: MatView<'_>, memo: Option<&Memo>) {
+        if self.test_mode {
+            return;
+        }
+        let Some(m) = memo.and_then(|m| m.downcast_ref::<BatchNormMemo>()) else {
+            return;
+        };
+        if self.stats_sum.len() != self.block_dim {
+            self.stats_sum = vec![0.0; self.block_dim];
+            self.stats_sumsq = vec![0.0; self.block_dim];
+        }
+        let n = m.num_frames as f64;
+        self.count += n;
+        for (s, &x) in self.stats_sum.iter_mut().zip(&m.mean) {
+            *s += n * x as f64;
+        }
+        for (s, &x) in self.stats_sumsq.iter_mut().zip(&m.uvar) {
+            *s += n * x as f64;
+        }
+        self.offset.clear();
+        self.scale.clear();
+    }
+    fn zero_stats(&mut self) {
+        // In test mode the statistics define the transform, so they are kept.
+        if !self.test_mode {
+            self.count = 0.0;
+            self.stats_sum.iter_mut().for_each(|x| *x = 0.0);
+            self.stats_sumsq.iter_mut().for_each(|x| *x = 0.0);
+        }
+    }
+    fn scale_stats(&mut self, scale: f32) {
+        if scale == 0.0 {
+            self.count = 0.0;
+            self.stats_sum.iter_mut().for_each(|x| *x = 0.0);
+            self.stats_sumsq.iter_mut().for_each(|x| *x = 0.0);
+        } else {
+            let s = scale as f64;
+            self.count *= s;
+            self.stats_sum.iter_mut().for_each(|x| *x *= s);
+            self.stats_sumsq.iter_mut().for_each(|x| *x *= s);
+        }
+    }
+    fn set_test_mode(&mut self, test_mode: bool) {
+        self.test_mode = test_mode;
+        self.compute_derived();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+
+    #[test]
+    fn normalize_gives_target_rms_and_log_stddev() {
+        let cfg = ConfigLine::parse_str("input-dim=4 target-rms=0.5 add-log-stddev=true").expect("cfg");
+        let c = NormalizeComponent::from_config(&cfg).expect("init");
+        let x = Matrix::from_rows(&[vec![1.0, 2.0, 3.0, 4.0]]);
+        let mut y = Matrix::zeros(1, 5);
+        c.propagate(None, x.view(), y.view_mut());
+        let v = y.to_vec();
+        let rms = (v[..4].iter().map(|a| a * a).sum::<f32>() / 4.0).sqrt();
+        assert!((rms - 0.5).abs() < 1e-6);
+        let true_rms = (30.0f32 / 4.0).sqrt();
+        assert!((v[4] - true_rms.ln()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn batchnorm_train_output_is_standardised() {
+        let cfg = ConfigLine::parse_str("dim=2").expect("cfg");
+        let mut c = BatchNormComponent::from_config(&cfg).expect("init");
+        let x = Matrix::from_rows(&[vec![1.0, 10.0], vec![3.0, 10.0], vec![5.0, 13.0]]);
+        let mut y = Matrix::zeros(3, 2);
+        let memo = c.propagate(None, x.view(), y.view_mut());
+        let col0: Vec<f32> = (0..3).map(|r| y.get(r, 0)).collect();
+        let mean = col0.iter().sum::<f32>() / 3.0;
+        assert!(mean.abs() < 1e-6);
+        c.store_stats(x.view(), y.view(), memo.as_ref());
+        assert_eq!(c.count(), 3.0);
+        let (m, v) = c.mean_var();
+        assert!((m[0] - 3.0).abs() < 1e-6 && (v[0] - 8.0 / 3.0).abs() < 1e-5);
+    }
+}

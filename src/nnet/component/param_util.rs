@@ -1,0 +1,311 @@
+//! Helpers shared by the affine family and the other updatable simple components: the random
+//! source for parameter initialisation, parameter files named in config lines, the parameter
+//! summaries of `info` lines, and a few small parameter ops.
+
+use crate::error::{Error, Result};
+use crate::io::TokenReader;
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::nnet::config_line::ConfigLine;
+use rand::RngCore;
+use std::cell::RefCell;
+
+thread_local! {
+    /// Kaldi initialises parameters from one process-wide generator seeded by `--srand`.
+    static INIT_RNG: RefCell<rand::rngs::StdRng> = RefCell::new(crate::util::seeded_rng(0));
+}
+
+/// Seeds the generator that component initialisers draw from (`compnet init --srand=N`).
+pub fn seed_init_rng(seed: u64) {
+    INIT_RNG.with(|r| *r.borrow_mut() = crate::util::seeded_rng(seed));
+}
+
+/// Runs `f` with the parameter-initialisation generator of this thread.
+pub fn with_init_rng<R>(f: impl FnOnce(&mut dyn RngCore) -> R) -> R {
+    INIT_RNG.with(|r| f(&mut *r.borrow_mut()))
+}
+
+/// A rows × cols matrix of Gaussian values with this mean and standard deviation.
+pub fn gaussian_matrix(rows: usize, cols: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Matrix {
+    let data = (0..rows * cols)
+        .map(|_| mean + stddev * crate::util::rand_gauss(rng))
+        .collect();
+    Matrix::from_vec(rows, cols, data)
+}
+
+/// A vector of Gaussian values with this mean and standard deviation.
+pub fn gaussian_vector(dim: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Vector {
+    Vector::from_vec(
+        (0..dim)
+            .map(|_| mean + stddev * crate::util::rand_gauss(rng))
+            .collect(),
+    )
+}
+
+/// Reads a Kaldi matrix file (text or binary) named by the config option `key`.
+pub fn read_matrix_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Matrix> {
+    let bytes = crate::io::read_file(path)
+        .map_err(|e| cfg.error_at_value(key, format!("cannot read matrix for {key}: {e}")))?;
+    let mut r = TokenReader::detect(&bytes, path)?;
+    r.matrix()
+}
+
+/// Reads a Kaldi vector file (text or binary) named by the config option `key`.
+pub fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vector> {
+    let bytes = crate::io::read_file(path)
+        .map_err(|e| cfg.error_at_value(key, format!("cannot read vector for {key}: {e}")))?;
+    let mut r = TokenReader::detect(&bytes, path)?;
+    r.vector()
+}
+
+/// A required strictly positive integer option.
+pub fn require_positive(cfg: &ConfigLine, key: &str) -> Result<usize> {
+    let v: i32 = cfg.require(key)?;
+    if v <= 0 {
+        return Err(cfg.error_at_value(key, format!("{key} must be positive (got {v})")));
+    }
+    Ok(v as usize)
+}
+
+/// An optional strictly positive integer option.
+pub fn positive_or(cfg: &ConfigLine, key: &str, default: usize) -> Result<usize> {
+    match cfg.get::<i32>(key)? {
+        None => Ok(default),
+        Some(v) if v > 0 => Ok(v as usize),
+        Some(v) => Err(cfg.error_at_value(key, format!("{key} must be positive (got {v})"))),
+    }
+}
+
+/// Consumes the closing `</TypeName>` token.
+pub fn expect_closing(r: &mut TokenReader<'_>, type_name: &str) -> Result<()> {
+    r.expect_token(&format!("</{type_name}>"))
+}
+
+/// Reads an int32 that must be strictly positive.
+pub fn read_positive_i32(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
+    let at = r.pos();
+    let v = r.i32()?;
+    if v <= 0 {
+        return Err(r.err_at(at, format!("a positive {what}")));
+    }
+    Ok(v as usize)
+}
+
+/// A dimension error while reading a component at byte `at`.
+pub fn dim_error(r: &TokenReader<'_>, at: usize, what: impl Into<String>) -> Error {
+    r.err_at(at, what)
+}
+
+/// Formats a float the way Kaldi's summaries do: fixed with 0, 1 or 2 decimals by magnitude,
+/// one significant digit below 0.01.
+pub fn fmt_succinct(f: f32) -> String {
+    let a = f.abs();
+    if (10.0..10000.0).contains(&a) {
+        format!("{f:.0}")
+    } else if a >= 1.0 {
+        format!("{f:.1}")
+    } else if a >= 0.01 {
+        format!("{f:.2}")
+    } else {
+        crate::io::codec::fmt_g(f as f64, 1)
+    }
+}
+
+/// Mean and standard deviation as Kaldi computes them in float (`sqrt(E[x²] − mean²)`, with
+/// the fused multiply-add its build uses, so a one-element vector can give `-nan`).
+pub fn mean_stddev(v: &[f32]) -> (f32, f32) {
+    let n = v.len() as f32;
+    let sum: f64 = v.iter().map(|&x| x as f64).sum();
+    let sumsq: f32 = v.iter().map(|&x| x * x).sum();
+    let mean = sum as f32 / n;
+    let var = (-mean).mul_add(mean, sumsq / n);
+    (mean, var.sqrt())
+}
+
+/// Kaldi's vector summary: all values for short vectors, else percentiles, mean and stddev.
+pub fn summarize_vector(v: &[f32]) -> String {
+    if v.len() < 10 {
+        let mut s = String::from("[ ");
+        for &x in v {
+            s += &fmt_succinct(x);
+            s.push(' ');
+        }
+        s.push(']');
+        return s;
+    }
+    let (mean, stddev) = mean_stddev(v);
+    let mut sorted = v.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    // Groups separated by spaces, values within a group by commas (as the label).
+    let groups: [&[usize]; 3] = [&[0, 1, 2, 5], &[10, 20, 50, 80, 90], &[95, 98, 99, 100]];
+    let mut vals = Vec::new();
+    for g in groups {
+        let items: Vec<String> = g
+            .iter()
+            .map(|&p| {
+                let i = (sorted.len() - 1) * p / 100;
+                fmt_succinct(sorted.get(i).copied().unwrap_or(0.0))
+            })
+            .collect();
+        vals.push(items.join(","));
+    }
+    format!(
+        "[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=({}), mean={}, stddev={}]",
+        vals.join(" "),
+        crate::io::codec::fmt_g(mean as f64, 3),
+        crate::io::codec::fmt_g(stddev as f64, 3)
+    )
+}
+
+/// `name-rms=…` and, with `norms`, `name-row-norms=[…], name-col-norms=[…]` (Kaldi's
+/// PrintParameterStats for a matrix).
+pub fn matrix_stats(name: &str, m: &Matrix, norms: bool) -> String {
+    let n = (m.num_rows() * m.num_cols()) as f32;
+    let v = m.view();
+    let rms = (v.trace_mat_mat(v) / n).sqrt();
+    let mut s = format!("{name}-rms={}", crate::io::codec::fmt_g(rms as f64, 4));
+    if norms {
+        s += &format!(
+            ", {name}-row-norms={}, {name}-col-norms={}",
+            summarize_vector(&v.pu_row_norms()),
+            summarize_vector(&v.pu_col_norms())
+        );
+    }
+    s
+}
+
+/// `name-{mean,stddev}=m,s` (Kaldi's PrintParameterStats for a vector).
+pub fn vector_stats(name: &str, v: &[f32]) -> String {
+    let (m, s) = mean_stddev(v);
+    format!(
+        "{name}-{{mean,stddev}}={},{}",
+        crate::io::codec::fmt_g(m as f64, 4),
+        crate::io::codec::fmt_g(s as f64, 4)
+    )
+}
+
+/// `self += alpha · other` for vectors of equal length.
+pub fn vec_add(v: &mut Vector, alpha: f32, other: &[f32]) {
+    if v.dim() == other.len() {
+        v.as_row_mut()
+            .add_mat(alpha, MatView::from_slice(other, 1, other.len()), Trans::No);
+    }
+}
+
+/// Dot product of two vectors (accumulated in f64).
+pub fn vec_dot(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    MatView::from_slice(a, 1, a.len()).trace_mat_mat(MatView::from_slice(b, 1, b.len()))
+}
+
+/// Adds Gaussian noise of standard deviation `stddev` to a matrix.
+pub fn perturb_matrix(m: &mut Matrix, stddev: f32, rng: &mut dyn RngCore) {
+    let noise = gaussian_matrix(m.num_rows(), m.num_cols(), 0.0, stddev, rng);
+    m.view_mut().add_mat(1.0, noise.view(), Trans::No);
+}
+
+/// Adds Gaussian noise of standard deviation `stddev` to a vector.
+pub fn perturb_vector(v: &mut Vector, stddev: f32, rng: &mut dyn RngCore) {
+    let noise = gaussian_vector(v.dim(), 0.0, stddev, rng);
+    vec_add(v, 1.0, &noise);
+}
+
+/// Copies a matrix then a vector into `out` (the Vectorize order of the affine family).
+pub fn vectorize_into(parts: &[&[f32]], out: &mut [f32]) {
+    let mut off = 0;
+    for p in parts {
+        if let Some(dst) = out.get_mut(off..off + p.len()) {
+            dst.copy_from_slice(p);
+        }
+        off += p.len();
+    }
+}
+
+/// Fills `dst` from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
+pub fn take_params(dst: &mut [f32], params: &[f32], off: &mut usize) {
+    if let Some(src) = params.get(*off..*off + dst.len()) {
+        dst.copy_from_slice(src);
+    }
+    *off += dst.len();
+}
+
+impl MatView<'_> {
+    /// Euclidean norm of every row.
+    pub fn pu_row_norms(&self) -> Vec<f32> {
+        (0..self.num_rows())
+            .map(|r| self.row(r).iter().map(|x| x * x).sum::<f32>().sqrt())
+            .collect()
+    }
+    /// Euclidean norm of every column.
+    pub fn pu_col_norms(&self) -> Vec<f32> {
+        let mut acc = vec![0.0f32; self.num_cols()];
+        for r in 0..self.num_rows() {
+            for (a, &x) in acc.iter_mut().zip(self.row(r)) {
+                *a += x * x;
+            }
+        }
+        acc.into_iter().map(f32::sqrt).collect()
+    }
+    /// `v = alpha · Σ_rows (self ⊙ b) + beta · v` (column sums of an element-wise product).
+    pub fn pu_add_col_dot_products_to(&self, b: MatView<'_>, v: &mut [f32], alpha: f32, beta: f32) {
+        let mut acc = vec![0.0f32; self.num_cols()];
+        for r in 0..self.num_rows() {
+            for ((a, &x), &y) in acc.iter_mut().zip(self.row(r)).zip(b.row(r)) {
+                *a += x * y;
+            }
+        }
+        for (y, a) in v.iter_mut().zip(acc) {
+            *y = alpha * a + beta * *y;
+        }
+    }
+}
+
+impl MatViewMut<'_> {
+    /// Overwrites every row with `v` (Kaldi's CopyRowsFromVec).
+    pub fn pu_copy_rows_from_vec(&mut self, v: &[f32]) {
+        for r in 0..self.num_rows() {
+            self.row_mut(r).copy_from_slice(v);
+        }
+    }
+}
+
+/// Implements `clone_box`, `as_any` and `as_any_mut` for a component type.
+macro_rules! component_boilerplate {
+    () => {
+        fn clone_box(&self) -> Box<dyn $crate::nnet::component::Component> {
+            Box::new(self.clone())
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+    };
+}
+pub(crate) use component_boilerplate;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn succinct_floats_match_kaldi_summaries() {
+        // Values as they appear in golden info.txt summaries.
+        assert_eq!(fmt_succinct(0.8), "0.80");
+        assert_eq!(fmt_succinct(1.04), "1.0");
+        assert_eq!(fmt_succinct(-0.99), "-0.99");
+        assert_eq!(fmt_succinct(0.0003), "0.0003");
+        assert_eq!(fmt_succinct(0.005), "0.005");
+        assert_eq!(fmt_succinct(12.4), "12");
+    }
+
+    #[test]
+    fn one_element_stddev_uses_fused_multiply_add() {
+        // Golden misc-components info: FixedScale of 0.8 prints stddev -nan.
+        let (m, s) = mean_stddev(&[0.8]);
+        assert_eq!(m, 0.8);
+        assert!(s.is_nan());
+    }
+}

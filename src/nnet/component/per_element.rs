@@ -1,0 +1,908 @@
+//! Per-dimension trainable components: `PerElementScaleComponent` and
+//! `NaturalGradientPerElementScaleComponent` (y = x ⊙ s), `PerElementOffsetComponent`
+//! (y = x + o, optionally per block), `ScaleAndOffsetComponent` (y = x ⊙ s + o, per block;
+//! its backprop reconstructs x from the output) and `ConstantFunctionComponent` (y = c,
+//! ignoring x).
+
+use super::param_util::{self, component_boilerplate};
+use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Vector};
+use crate::nnet::config_line::ConfigLine;
+
+const PES: &str = "PerElementScaleComponent";
+const NG_PES: &str = "NaturalGradientPerElementScaleComponent";
+const PEO: &str = "PerElementOffsetComponent";
+const SAO: &str = "ScaleAndOffsetComponent";
+const CFC: &str = "ConstantFunctionComponent";
+
+/// A parameter vector from `vector=<file>` or `dim` + `param-mean`/`param-stddev`.
+fn init_param_vector(cfg: &ConfigLine, default_mean: f32, dim_key: &str) -> Result<Vector> {
+    if let Some(path) = cfg.get::<String>("vector")? {
+        let v = param_util::read_vector_file(cfg, "vector", &path)?;
+        if v.dim() == 0 {
+            return Err(cfg.error_at_value("vector", format!("vector in {path} is empty")));
+        }
+        return Ok(v);
+    }
+    let dim = param_util::require_positive(cfg, dim_key)?;
+    let mean: f32 = cfg.get_or("param-mean", default_mean)?;
+    let stddev: f32 = cfg.get_or("param-stddev", 0.0)?;
+    if stddev < 0.0 {
+        return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
+    }
+    Ok(param_util::with_init_rng(|rng| param_util::gaussian_vector(dim, mean, stddev, rng)))
+}
+
+/// `min`, `max` of a non-empty vector.
+fn min_max(v: &[f32]) -> (f32, f32) {
+    v.iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)))
+}
+
+fn g6(v: f32) -> String {
+    crate::io::codec::fmt_g(v as f64, 6)
+}
+
+/// Reads a non-empty vector.
+fn read_nonempty_vector(r: &mut TokenReader<'_>, what: &str) -> Result<Vector> {
+    let at = r.pos();
+    let v = r.vector()?;
+    if v.dim() == 0 {
+        return Err(r.err_at(at, format!("a non-empty {what} vector")));
+    }
+    Ok(v)
+}
+
+/// Applies `f` to each column block of width `block` of `m`.
+fn for_blocks(m: &mut MatViewMut<'_>, block: usize, mut f: impl FnMut(&mut MatViewMut<'_>)) {
+    if block == 0 {
+        return;
+    }
+    for k in 0..m.num_cols() / block {
+        f(&mut m.cols_range_mut(k * block, block));
+    }
+}
+
+/// `v = alpha · Σ_rows Σ_blocks m + v` over column blocks of width v.len().
+fn add_block_row_sums(m: MatView<'_>, v: &mut [f32], alpha: f32) {
+    let b = v.len();
+    if b == 0 {
+        return;
+    }
+    for k in 0..m.num_cols() / b {
+        m.cols_range(k * b, b).add_row_sum_to(v, alpha, 1.0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Natural-gradient hyper-parameters of `NaturalGradientPerElementScaleComponent`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NgScaleOptions {
+    pub rank: i32,
+    pub update_period: i32,
+    pub num_samples_history: f32,
+    pub alpha: f32,
+}
+
+/// `PerElementScaleComponent` or (with `natural_gradient`)
+/// `NaturalGradientPerElementScaleComponent`.
+#[derive(Clone, Debug)]
+pub struct PerElementScaleComponent {
+    pub common: UpdatableCommon,
+    pub scales: Vector,
+    /// Present for `NaturalGradientPerElementScaleComponent`.
+    pub natural_gradient: Option<NgScaleOptions>,
+}
+
+impl PerElementScaleComponent {
+    fn from_config_impl(cfg: &ConfigLine, ng: bool) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let scales = init_param_vector(cfg, 1.0, "dim")?;
+        let natural_gradient = if ng {
+            let o = NgScaleOptions {
+                rank: cfg.get_or("rank", 8)?,
+                update_period: cfg.get_or("update-period", 10)?,
+                num_samples_history: cfg.get_or("num-samples-history", 2000.0)?,
+                alpha: cfg.get_or("alpha", 4.0)?,
+            };
+            if o.rank <= 0 || o.update_period <= 0 || o.num_samples_history <= 0.0 || o.alpha < 0.0 {
+                return Err(cfg.error("rank, update-period and num-samples-history must be positive, alpha >= 0"));
+            }
+            Some(o)
+        } else {
+            None
+        };
+        Ok(Box::new(PerElementScaleComponent {
+            common,
+            scales,
+            natural_gradient,
+        }))
+    }
+
+    /// Kaldi's PerElementScaleComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, false)
+    }
+
+    /// Kaldi's NaturalGradientPerElementScaleComponent::InitFromConfig.
+    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, true)
+    }
+
+    /// Reads a PerElementScaleComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, PES)?;
+        r.expect_token("<Params>")?;
+        let scales = read_nonempty_vector(r, "scale")?;
+        param_util::expect_closing(r, PES)?;
+        Ok(Box::new(PerElementScaleComponent {
+            common,
+            scales,
+            natural_gradient: None,
+        }))
+    }
+
+    /// Reads a NaturalGradientPerElementScaleComponent body.
+    pub fn ng_read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let mut common = UpdatableCommon::read(r, NG_PES)?;
+        r.expect_token("<Params>")?;
+        let scales = read_nonempty_vector(r, "scale")?;
+        if r.try_token("<IsGradient>")? {
+            common.is_gradient = r.bool()?;
+        }
+        r.expect_token("<Rank>")?;
+        let rank = r.i32()?;
+        r.expect_token("<UpdatePeriod>")?;
+        let update_period = r.i32()?;
+        r.expect_token("<NumSamplesHistory>")?;
+        let num_samples_history = r.f32()?;
+        r.expect_token("<Alpha>")?;
+        let alpha = r.f32()?;
+        param_util::expect_closing(r, NG_PES)?;
+        Ok(Box::new(PerElementScaleComponent {
+            common,
+            scales,
+            natural_gradient: Some(NgScaleOptions {
+                rank,
+                update_period,
+                num_samples_history,
+                alpha,
+            }),
+        }))
+    }
+
+    /// scales += lr · Σ_rows (in ⊙ out_deriv), with lr the learning rate of `self`.
+    fn accumulate(&mut self, in_value: MatView<'_>, out_deriv: MatView<'_>) {
+        let lr = self.common.learning_rate;
+        in_value.pu_add_col_dot_products_to(out_deriv, &mut self.scales, lr, 1.0);
+    }
+}
+
+impl Component for PerElementScaleComponent {
+    fn type_name(&self) -> &'static str {
+        if self.natural_gradient.is_some() {
+            NG_PES
+        } else {
+            PES
+        }
+    }
+    fn input_dim(&self) -> usize {
+        self.scales.dim()
+    }
+    fn output_dim(&self) -> usize {
+        self.scales.dim()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_NEEDS_INPUT
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_IN_PLACE
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.copy_from(input);
+        output.mul_cols_vec(&self.scales);
+        None
+    }
+    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+        data.mul_cols_vec(&self.scales);
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>()) {
+            u.accumulate(in_value, out_deriv);
+        }
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            d.mul_cols_vec(&self.scales);
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        // The gradient needs the output derivative, so it comes first.
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>()) {
+            u.accumulate(in_value, deriv.as_view());
+        }
+        deriv.mul_cols_vec(&self.scales);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        let ty = self.type_name();
+        self.common.write(w, ty);
+        w.token("<Params>");
+        w.vector(&self.scales);
+        if let Some(ng) = &self.natural_gradient {
+            w.token("<IsGradient>");
+            w.bool(self.common.is_gradient);
+            w.token("<Rank>");
+            w.i32(ng.rank);
+            w.token("<UpdatePeriod>");
+            w.i32(ng.update_period);
+            w.token("<NumSamplesHistory>");
+            w.f32(ng.num_samples_history);
+            w.token("<Alpha>");
+            w.f32(ng.alpha);
+        }
+        w.token(&format!("</{ty}>"));
+    }
+    fn info(&self) -> String {
+        let (lo, hi) = min_max(&self.scales);
+        let mut s = format!(
+            "{}, input-dim={}, output-dim={}, {}, scales-min={}, scales-max={}, {}",
+            self.type_name(),
+            self.input_dim(),
+            self.output_dim(),
+            self.common.info(),
+            g6(lo),
+            g6(hi),
+            param_util::vector_stats("scales", &self.scales)
+        );
+        if let Some(ng) = &self.natural_gradient {
+            s += &format!(
+                ", rank={}, update-period={}, num-samples-history={}, alpha={}",
+                ng.rank,
+                ng.update_period,
+                g6(ng.num_samples_history),
+                g6(ng.alpha)
+            );
+        }
+        s
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+/// The parameter algebra of components whose parameters are a list of vectors.
+macro_rules! vector_params_updatable {
+    ($ty:ty, $($field:ident),+) => {
+        impl UpdatableComponent for $ty {
+            fn common(&self) -> &UpdatableCommon {
+                &self.common
+            }
+            fn common_mut(&mut self) -> &mut UpdatableCommon {
+                &mut self.common
+            }
+            fn num_parameters(&self) -> usize {
+                0 $(+ self.$field.dim())+
+            }
+            fn vectorize(&self, out: &mut [f32]) {
+                param_util::vectorize_into(&[$(&self.$field),+], out);
+            }
+            fn unvectorize(&mut self, params: &[f32]) {
+                let mut off = 0;
+                $(param_util::take_params(&mut self.$field, params, &mut off);)+
+            }
+            fn scale(&mut self, alpha: f32) {
+                $(self.$field.as_row_mut().scale(alpha);)+
+            }
+            fn add(&mut self, alpha: f32, other: &dyn Component) {
+                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
+                    $(param_util::vec_add(&mut self.$field, alpha, &o.$field);)+
+                }
+            }
+            fn dot_product(&self, other: &dyn Component) -> f32 {
+                match other.as_any().downcast_ref::<$ty>() {
+                    Some(o) => 0.0 $(+ param_util::vec_dot(&self.$field, &o.$field))+,
+                    None => 0.0,
+                }
+            }
+            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+                $(param_util::perturb_vector(&mut self.$field, stddev, rng);)+
+            }
+        }
+    };
+}
+
+vector_params_updatable!(PerElementScaleComponent, scales);
+
+// ---------------------------------------------------------------------------------------------
+
+/// `PerElementOffsetComponent`: y = x + o, with o repeated over blocks when dim > o.dim().
+#[derive(Clone, Debug)]
+pub struct PerElementOffsetComponent {
+    pub common: UpdatableCommon,
+    /// The offsets (block-dim values).
+    pub offsets: Vector,
+    /// Input and output dimension, a multiple of `offsets.dim()`.
+    pub dim: usize,
+    pub use_natural_gradient: bool,
+}
+
+impl PerElementOffsetComponent {
+    /// Kaldi's PerElementOffsetComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let (offsets, dim) = if cfg.has("vector") {
+            let v = init_param_vector(cfg, 0.0, "dim")?;
+            let dim = param_util::positive_or(cfg, "dim", v.dim())?;
+            if dim % v.dim() != 0 {
+                return Err(cfg.error_at_value("dim", format!("dim={dim} is not a multiple of the vector dimension {}", v.dim())));
+            }
+            (v, dim)
+        } else {
+            let dim = param_util::require_positive(cfg, "dim")?;
+            let block = param_util::positive_or(cfg, "block-dim", dim)?;
+            if dim % block != 0 {
+                return Err(cfg.error_at_value("block-dim", format!("block-dim={block} must divide dim={dim}")));
+            }
+            let mean: f32 = cfg.get_or("param-mean", 0.0)?;
+            let stddev: f32 = cfg.get_or("param-stddev", 0.0)?;
+            if stddev < 0.0 {
+                return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
+            }
+            (param_util::with_init_rng(|rng| param_util::gaussian_vector(block, mean, stddev, rng)), dim)
+        };
+        Ok(Box::new(PerElementOffsetComponent {
+            common,
+            offsets,
+            dim,
+            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+        }))
+    }
+
+    /// Reads a PerElementOffsetComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, PEO)?;
+        r.expect_token("<Offsets>")?;
+        let offsets = read_nonempty_vector(r, "offset")?;
+        let mut dim = offsets.dim();
+        if r.try_token("<Dim>")? {
+            let at = r.pos();
+            dim = param_util::read_positive_i32(r, "dimension")?;
+            if dim % offsets.dim() != 0 {
+                return Err(r.err_at(at, format!("a multiple of the offset dimension {}", offsets.dim())));
+            }
+        }
+        let mut use_natural_gradient = true;
+        if r.try_token("<UseNaturalGradient>")? {
+            use_natural_gradient = r.bool()?;
+        }
+        param_util::expect_closing(r, PEO)?;
+        Ok(Box::new(PerElementOffsetComponent {
+            common,
+            offsets,
+            dim,
+            use_natural_gradient,
+        }))
+    }
+
+    fn accumulate(&mut self, out_deriv: MatView<'_>) {
+        let lr = self.common.learning_rate;
+        add_block_row_sums(out_deriv, &mut self.offsets, lr);
+    }
+}
+
+impl Component for PerElementOffsetComponent {
+    fn type_name(&self) -> &'static str {
+        PEO
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        let p = Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_IN_PLACE | Properties::PROPAGATE_IN_PLACE;
+        if self.dim != self.offsets.dim() {
+            p | Properties::OUTPUT_CONTIGUOUS
+        } else {
+            p
+        }
+    }
+    fn propagate(&self, i: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.copy_from(input);
+        self.propagate_in_place(i, output)
+    }
+    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+        let o = &self.offsets;
+        for_blocks(&mut data, o.dim(), |b| b.add_vec_to_rows(1.0, o, 1.0));
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>()) {
+            u.accumulate(out_deriv);
+        }
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        deriv: MatViewMut<'_>,
+    ) {
+        // The input derivative equals the output derivative: nothing to change in place.
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>()) {
+            u.accumulate(deriv.as_view());
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, PEO);
+        w.token("<Offsets>");
+        w.vector(&self.offsets);
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        w.token("<UseNaturalGradient>");
+        w.bool(self.use_natural_gradient);
+        w.token("</PerElementOffsetComponent>");
+    }
+    fn info(&self) -> String {
+        let (lo, hi) = min_max(&self.offsets);
+        format!(
+            "{PEO}, input-dim={}, output-dim={}, {}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
+            self.dim,
+            self.dim,
+            self.common.info(),
+            g6(lo),
+            g6(hi),
+            self.offsets.dim(),
+            self.use_natural_gradient,
+            param_util::vector_stats("offsets", &self.offsets)
+        )
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+vector_params_updatable!(PerElementOffsetComponent, offsets);
+
+// ---------------------------------------------------------------------------------------------
+
+/// `ScaleAndOffsetComponent`: y = x ⊙ s + o per column block of width `scales.dim()`.
+#[derive(Clone, Debug)]
+pub struct ScaleAndOffsetComponent {
+    pub common: UpdatableCommon,
+    /// Input and output dimension, a multiple of `scales.dim()`.
+    pub dim: usize,
+    pub scales: Vector,
+    pub offsets: Vector,
+    pub use_natural_gradient: bool,
+    /// Rank of the natural-gradient preconditioners.
+    pub rank: i32,
+}
+
+/// Scales smaller than this in magnitude are treated as ±this when the backprop reconstructs
+/// the input from the output.
+const SAO_EPSILON: f32 = 1.0e-4;
+
+impl ScaleAndOffsetComponent {
+    /// Kaldi's ScaleAndOffsetComponent::InitFromConfig (scales 1, offsets 0).
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let dim = param_util::require_positive(cfg, "dim")?;
+        let block = param_util::positive_or(cfg, "block-dim", dim)?;
+        if dim % block != 0 {
+            return Err(cfg.error_at_value("block-dim", format!("block-dim={block} must divide dim={dim}")));
+        }
+        let rank: i32 = cfg.get_or("rank", 20)?;
+        if rank <= 0 {
+            return Err(cfg.error_at_value("rank", "rank must be positive"));
+        }
+        let mut scales = Vector::zeros(block);
+        scales.as_row_mut().set_const(1.0);
+        Ok(Box::new(ScaleAndOffsetComponent {
+            common,
+            dim,
+            scales,
+            offsets: Vector::zeros(block),
+            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            rank,
+        }))
+    }
+
+    /// Reads a ScaleAndOffsetComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, SAO)?;
+        r.expect_token("<Dim>")?;
+        let dim = param_util::read_positive_i32(r, "dimension")?;
+        r.expect_token("<Scales>")?;
+        let at = r.pos();
+        let scales = read_nonempty_vector(r, "scale")?;
+        if dim % scales.dim() != 0 {
+            return Err(r.err_at(at, format!("a scale vector whose dimension divides {dim}")));
+        }
+        r.expect_token("<Offsets>")?;
+        let at = r.pos();
+        let offsets = r.vector()?;
+        if offsets.dim() != scales.dim() {
+            return Err(r.err_at(at, format!("an offset vector of dimension {}", scales.dim())));
+        }
+        r.expect_token("<UseNaturalGradient>")?;
+        let use_natural_gradient = r.bool()?;
+        r.expect_token("<Rank>")?;
+        let rank = r.i32()?;
+        param_util::expect_closing(r, SAO)?;
+        Ok(Box::new(ScaleAndOffsetComponent {
+            common,
+            dim,
+            scales,
+            offsets,
+            use_natural_gradient,
+            rank,
+        }))
+    }
+
+    /// Accumulates the gradient; the input is reconstructed as (y − o) / s.
+    fn accumulate(&mut self, out_value: MatView<'_>, out_deriv: MatView<'_>, scales: &[f32], offsets: &[f32]) {
+        let lr = self.common.learning_rate;
+        let inv: Vec<f32> = scales
+            .iter()
+            .map(|&s| 1.0 / if s.abs() < SAO_EPSILON { SAO_EPSILON.copysign(s) } else { s })
+            .collect();
+        let mut x = out_value.to_matrix();
+        let mut xv = x.view_mut();
+        for_blocks(&mut xv, inv.len(), |b| {
+            b.add_vec_to_rows(-1.0, offsets, 1.0);
+            b.mul_cols_vec(&inv);
+        });
+        let b = self.scales.dim();
+        for k in 0..self.dim / b {
+            x.sub(0, x.num_rows(), k * b, b).pu_add_col_dot_products_to(
+                out_deriv.cols_range(k * b, b),
+                &mut self.scales,
+                lr,
+                1.0,
+            );
+        }
+        add_block_row_sums(out_deriv, &mut self.offsets, lr);
+    }
+}
+
+impl Component for ScaleAndOffsetComponent {
+    fn type_name(&self) -> &'static str {
+        SAO
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        let p = Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_NEEDS_OUTPUT;
+        if self.dim != self.scales.dim() {
+            p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
+        } else {
+            p
+        }
+    }
+    fn propagate(&self, i: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.copy_from(input);
+        self.propagate_in_place(i, output)
+    }
+    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+        let (s, o) = (&self.scales, &self.offsets);
+        for_blocks(&mut data, s.dim(), |b| {
+            b.mul_cols_vec(s);
+            b.add_vec_to_rows(1.0, o, 1.0);
+        });
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>()) {
+            u.accumulate(out_value, out_deriv, &self.scales, &self.offsets);
+        }
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            let s = &self.scales;
+            for_blocks(&mut d, s.dim(), |b| b.mul_cols_vec(s));
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>()) {
+            u.accumulate(out_value, deriv.as_view(), &self.scales, &self.offsets);
+        }
+        let s = &self.scales;
+        for_blocks(&mut deriv, s.dim(), |b| b.mul_cols_vec(s));
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, SAO);
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        w.token("<Scales>");
+        w.vector(&self.scales);
+        w.token("<Offsets>");
+        w.vector(&self.offsets);
+        w.token("<UseNaturalGradient>");
+        w.bool(self.use_natural_gradient);
+        w.token("<Rank>");
+        w.i32(self.rank);
+        w.token("</ScaleAndOffsetComponent>");
+    }
+    fn info(&self) -> String {
+        let mut s = format!(
+            "{SAO}, input-dim={}, output-dim={}, {}, rank={}",
+            self.dim,
+            self.dim,
+            self.common.info(),
+            self.rank
+        );
+        if self.dim != self.scales.dim() {
+            s += &format!(", block-size={}", self.scales.dim());
+        }
+        s += &format!(
+            ", {}, {}",
+            param_util::vector_stats("scales", &self.scales),
+            param_util::vector_stats("offsets", &self.offsets)
+        );
+        s
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+vector_params_updatable!(ScaleAndOffsetComponent, scales, offsets);
+
+// ---------------------------------------------------------------------------------------------
+
+/// `ConstantFunctionComponent`: every output row is the (optionally trainable) vector
+/// `output`; the input is ignored.
+#[derive(Clone, Debug)]
+pub struct ConstantFunctionComponent {
+    pub common: UpdatableCommon,
+    pub input_dim: usize,
+    pub output: Vector,
+    pub is_updatable: bool,
+    pub use_natural_gradient: bool,
+}
+
+impl ConstantFunctionComponent {
+    /// Kaldi's ConstantFunctionComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let input_dim = param_util::require_positive(cfg, "input-dim")?;
+        let output_dim = param_util::require_positive(cfg, "output-dim")?;
+        let mean: f32 = cfg.get_or("output-mean", 0.0)?;
+        let stddev: f32 = cfg.get_or("output-stddev", 0.0)?;
+        if stddev < 0.0 {
+            return Err(cfg.error_at_value("output-stddev", "output-stddev must be >= 0"));
+        }
+        Ok(Box::new(ConstantFunctionComponent {
+            common,
+            input_dim,
+            output: param_util::with_init_rng(|rng| param_util::gaussian_vector(output_dim, mean, stddev, rng)),
+            is_updatable: cfg.get_or("is-updatable", true)?,
+            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+        }))
+    }
+
+    /// Reads a ConstantFunctionComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, CFC)?;
+        r.expect_token("<InputDim>")?;
+        let input_dim = param_util::read_positive_i32(r, "input dimension")?;
+        r.expect_token("<Output>")?;
+        let output = read_nonempty_vector(r, "output")?;
+        r.expect_token("<IsUpdatable>")?;
+        let is_updatable = r.bool()?;
+        r.expect_token("<UseNaturalGradient>")?;
+        let use_natural_gradient = r.bool()?;
+        param_util::expect_closing(r, CFC)?;
+        Ok(Box::new(ConstantFunctionComponent {
+            common,
+            input_dim,
+            output,
+            is_updatable,
+            use_natural_gradient,
+        }))
+    }
+}
+
+impl Component for ConstantFunctionComponent {
+    fn type_name(&self) -> &'static str {
+        CFC
+    }
+    fn input_dim(&self) -> usize {
+        self.input_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.output.dim()
+    }
+    fn properties(&self) -> Properties {
+        let mut p = Properties::SIMPLE | Properties::BACKPROP_ADDS;
+        if self.is_updatable {
+            p = p | Properties::UPDATABLE;
+        }
+        if self.input_dim == self.output.dim() {
+            p = p | Properties::PROPAGATE_IN_PLACE;
+        }
+        p
+    }
+    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, _input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+        output.pu_copy_rows_from_vec(&self.output);
+        None
+    }
+    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+        data.pu_copy_rows_from_vec(&self.output);
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        _in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        // The output does not depend on the input: the input derivative gets nothing added.
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>()) {
+            if u.is_updatable {
+                let lr = u.common.learning_rate;
+                out_deriv.add_row_sum_to(&mut u.output, lr, 1.0);
+            }
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, CFC);
+        w.token("<InputDim>");
+        w.i32(self.input_dim as i32);
+        w.token("<Output>");
+        w.vector(&self.output);
+        w.token("<IsUpdatable>");
+        w.bool(self.is_updatable);
+        w.token("<UseNaturalGradient>");
+        w.bool(self.use_natural_gradient);
+        w.token("</ConstantFunctionComponent>");
+    }
+    fn info(&self) -> String {
+        // Kaldi repeats the type and dimensions after the learning-rate part.
+        let dims = format!("{CFC}, input-dim={}, output-dim={}", self.input_dim, self.output.dim());
+        format!(
+            "{dims}, {}, {dims}, is-updatable={}, use-natural-gradient={}, {}",
+            self.common.info(),
+            self.is_updatable,
+            self.use_natural_gradient,
+            param_util::vector_stats("output", &self.output)
+        )
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        if self.is_updatable {
+            Some(self)
+        } else {
+            None
+        }
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        if self.is_updatable {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+vector_params_updatable!(ConstantFunctionComponent, output);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+
+    #[test]
+    fn golden_round_trip_and_info() {
+        for (case, name) in [
+            ("misc-components", "peoffset1"),
+            ("misc-components", "pescale1"),
+            ("misc-components", "sao1"),
+            ("misc-components", "constfn1"),
+            ("lstm-primitives", "Wic"),
+        ] {
+            if let Some(msg) = round_trip_golden(case, name) {
+                panic!("{msg}");
+            }
+            if let Some(msg) = check_golden_info(case, name) {
+                panic!("{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn scale_and_offset_matches_hand_computation() {
+        let cfg = ConfigLine::parse_str("dim=4 block-dim=2").unwrap();
+        let mut c = ScaleAndOffsetComponent::from_config(&cfg).unwrap();
+        let sao = c.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>().unwrap();
+        sao.scales = Vector::from_vec(vec![2.0, -1.0]);
+        sao.offsets = Vector::from_vec(vec![0.5, 1.0]);
+        let x = crate::matrix::Matrix::from_vec(1, 4, vec![1.0, 2.0, 3.0, 4.0]);
+        let mut y = crate::matrix::Matrix::zeros(1, 4);
+        c.propagate(None, x.view(), y.view_mut());
+        assert_eq!(y.to_vec(), vec![2.5, -1.0, 6.5, -3.0]);
+    }
+
+    #[test]
+    fn offset_block_dim_must_divide() {
+        let cfg = ConfigLine::parse_str("dim=6 block-dim=4").unwrap();
+        assert!(PerElementOffsetComponent::from_config(&cfg).is_err());
+    }
+}

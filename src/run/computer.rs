@@ -1,0 +1,996 @@
+//! NnetComputer: executes a compiled [`NnetComputation`] forward and backward.
+//!
+//! The computer owns one [`Matrix`] per matrix of the computation (unallocated matrices are
+//! 0×0), a slot per memo, and the inputs/outputs exchanged with the caller. Every command's
+//! indexes are checked once, before the first command runs, so the execution loop itself can
+//! index freely without risking a panic on a malformed computation.
+//!
+//! Borrowing: commands that read one matrix and write another take the written matrix out of
+//! the matrix list for the duration of the command (an O(1) move), so reads and writes are
+//! disjoint borrows without `unsafe`. When a command reads and writes the *same* matrix (which
+//! the compiler only produces for in-place Propagate/Backprop), the read operand is copied into
+//! a reusable scratch buffer first.
+
+use crate::compile::computation::{Command, NnetComputation, SubMatrixInfo};
+use crate::error::{Error, Result};
+use crate::matrix::{MatView, MatViewMut, Matrix, Real, Trans};
+use crate::nnet::component::{Component, Memo, PrecomputedIndexes, Properties};
+use crate::nnet::Nnet;
+use std::collections::HashMap;
+
+/// Executes an [`NnetComputation`] (Kaldi's `NnetComputer`).
+pub struct NnetComputer<'a> {
+    computation: &'a NnetComputation,
+    nnet: &'a Nnet,
+    /// Receives parameter gradients (Kaldi's `nnet_to_update`).
+    delta: Option<&'a mut Nnet>,
+    /// Receives component statistics (Kaldi's `nnet_to_store_stats`).
+    stats_nnet: Option<&'a mut Nnet>,
+    matrices: Vec<Matrix>,
+    /// Freed matrices kept for reuse, with the largest size each has held.
+    pool: Vec<(usize, Matrix)>,
+    memos: HashMap<usize, Memo>,
+    /// Forward inputs supplied by the caller, by node.
+    inputs: HashMap<usize, Matrix>,
+    /// Output derivatives supplied by the caller, by node.
+    output_derivs: HashMap<usize, Matrix>,
+    /// Forward outputs handed out by the computation, by node.
+    outputs: HashMap<usize, Matrix>,
+    /// Input derivatives handed out by the computation, by node.
+    input_derivs: HashMap<usize, Matrix>,
+    /// Index of the NoOperationMarker command (or the number of commands).
+    marker: usize,
+    /// For each ProvideOutput command: true if its matrix is never touched again except by a
+    /// deallocation, so the output can be moved out instead of copied.
+    can_take: Vec<bool>,
+    checked: Option<std::result::Result<(), String>>,
+    forward_done: bool,
+    scratch: Matrix,
+}
+
+impl<'a> NnetComputer<'a> {
+    /// A computer for `computation` on `nnet`; parameter gradients go to `delta` (a copy of
+    /// the network whose updatable components were zeroed as gradients), if given.
+    pub fn new(
+        computation: &'a NnetComputation,
+        nnet: &'a Nnet,
+        delta: Option<&'a mut Nnet>,
+    ) -> Self {
+        let marker = computation
+            .commands
+            .iter()
+            .position(|c| matches!(c, Command::NoOperationMarker))
+            .unwrap_or(computation.commands.len());
+        NnetComputer {
+            computation,
+            nnet,
+            delta,
+            stats_nnet: None,
+            matrices: (0..computation.matrices.len().max(1))
+                .map(|_| Matrix::default())
+                .collect(),
+            pool: Vec::new(),
+            memos: HashMap::new(),
+            inputs: HashMap::new(),
+            output_derivs: HashMap::new(),
+            outputs: HashMap::new(),
+            input_derivs: HashMap::new(),
+            marker,
+            can_take: Vec::new(),
+            checked: None,
+            forward_done: false,
+            scratch: Matrix::default(),
+        }
+    }
+
+    /// Sends component statistics (Propagate commands with `store_stats`) to the components
+    /// of `stats_nnet` (usually the network being trained, Kaldi's `nnet_to_store_stats`).
+    pub fn with_stats_nnet(mut self, stats_nnet: &'a mut Nnet) -> Self {
+        self.stats_nnet = Some(stats_nnet);
+        self
+    }
+
+    fn node(&self, node_name: &str) -> Result<usize> {
+        self.nnet
+            .node_index(node_name)
+            .ok_or_else(|| Error::Compute(format!("no node named '{node_name}' in the network")))
+    }
+
+    /// Supplies the value of input node `node_name` (rows in the request's index order).
+    pub fn accept_input(&mut self, node_name: &str, m: Matrix) -> Result<()> {
+        let node = self.node(node_name)?;
+        self.inputs.insert(node, m);
+        Ok(())
+    }
+
+    /// Runs the forward commands (everything before the NoOperationMarker).
+    pub fn run_forward(&mut self) -> Result<()> {
+        self.check()?;
+        if self.forward_done {
+            return Err(Error::Compute("run_forward called twice".into()));
+        }
+        self.run_range(0, self.marker, false)?;
+        self.forward_done = true;
+        Ok(())
+    }
+
+    /// The forward output of node `node_name`.
+    pub fn output(&self, node_name: &str) -> Result<&Matrix> {
+        let node = self.node(node_name)?;
+        self.outputs.get(&node).ok_or_else(|| {
+            Error::Compute(format!("the computation provided no output for node '{node_name}'"))
+        })
+    }
+
+    /// Takes the forward output of node `node_name` out of the computer.
+    pub fn take_output(&mut self, node_name: &str) -> Result<Matrix> {
+        let node = self.node(node_name)?;
+        self.outputs.remove(&node).ok_or_else(|| {
+            Error::Compute(format!("the computation provided no output for node '{node_name}'"))
+        })
+    }
+
+    /// Supplies the derivative of the objective w.r.t. output node `node_name`.
+    pub fn accept_output_deriv(&mut self, node_name: &str, m: Matrix) -> Result<()> {
+        let node = self.node(node_name)?;
+        self.output_derivs.insert(node, m);
+        Ok(())
+    }
+
+    /// Runs the backward commands (everything after the NoOperationMarker).
+    pub fn run_backward(&mut self) -> Result<()> {
+        self.check()?;
+        if !self.forward_done {
+            return Err(Error::Compute("run_backward called before run_forward".into()));
+        }
+        let n = self.computation.commands.len();
+        if self.marker < n {
+            self.run_range(self.marker + 1, n, true)?;
+        }
+        Ok(())
+    }
+
+    /// The derivative w.r.t. input node `node_name` (after `run_backward`).
+    pub fn input_deriv(&self, node_name: &str) -> Result<&Matrix> {
+        let node = self.node(node_name)?;
+        self.input_derivs.get(&node).ok_or_else(|| {
+            Error::Compute(format!(
+                "the computation provided no derivative for input node '{node_name}'"
+            ))
+        })
+    }
+
+    /// Takes the derivative w.r.t. input node `node_name` out of the computer.
+    pub fn take_input_deriv(&mut self, node_name: &str) -> Result<Matrix> {
+        let node = self.node(node_name)?;
+        self.input_derivs.remove(&node).ok_or_else(|| {
+            Error::Compute(format!(
+                "the computation provided no derivative for input node '{node_name}'"
+            ))
+        })
+    }
+
+    // ------------------------------------------------------------------ checking
+
+    /// Validates the computation once (every index in range, shapes consistent).
+    fn check(&mut self) -> Result<()> {
+        if self.checked.is_none() {
+            let r = check_computation(self.computation, self.nnet);
+            if r.is_ok() {
+                self.can_take = compute_can_take(self.computation);
+            }
+            self.checked = Some(r);
+        }
+        match &self.checked {
+            Some(Err(e)) => Err(Error::Compute(format!("invalid computation: {e}"))),
+            _ => Ok(()),
+        }
+    }
+
+    // ------------------------------------------------------------------ execution
+
+    fn run_range(&mut self, begin: usize, end: usize, backward: bool) -> Result<()> {
+        let comp = self.computation;
+        for (i, cmd) in comp.commands[begin..end].iter().enumerate() {
+            self.exec(begin + i, cmd, backward)?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn sm(&self, s: usize) -> SubMatrixInfo {
+        self.computation.submatrices[s]
+    }
+
+    /// A read-only view of sub-matrix `s` (0 = empty).
+    fn view(&self, s: usize) -> MatView<'_> {
+        if s == 0 {
+            return MatView::from_slice(&[], 0, 0);
+        }
+        let i = self.sm(s);
+        sub_view(&self.matrices[i.matrix], &i)
+    }
+
+    fn alloc(&mut self, m: usize) {
+        let info = &self.computation.matrices[m];
+        let (r, c) = (info.num_rows, info.num_cols);
+        let need = r * c;
+        // Reuse the pooled buffer that fits best, to avoid allocating in steady state.
+        let best = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, (cap, _))| *cap >= need)
+            .min_by_key(|(_, (cap, _))| *cap)
+            .or_else(|| self.pool.iter().enumerate().max_by_key(|(_, (cap, _))| *cap))
+            .map(|(k, _)| k);
+        let mut mat = match best {
+            Some(k) => self.pool.swap_remove(k).1,
+            None => Matrix::default(),
+        };
+        mat.resize(r, c);
+        let old = std::mem::replace(&mut self.matrices[m], mat);
+        self.release(old);
+    }
+
+    fn release(&mut self, old: Matrix) {
+        let n = old.num_rows() * old.num_cols();
+        if n > 0 && self.pool.len() < 64 {
+            self.pool.push((n, old));
+        }
+    }
+
+    fn exec(&mut self, idx: usize, cmd: &Command, backward: bool) -> Result<()> {
+        match *cmd {
+            Command::AllocMatrix { m } => self.alloc(m),
+            Command::DeallocMatrix { m } => {
+                let old = std::mem::take(&mut self.matrices[m]);
+                self.release(old);
+            }
+            Command::SwapMatrix { a, b } => self.matrices.swap(a, b),
+            Command::SetConst { s, alpha } => {
+                let i = self.sm(s);
+                sub_view_mut(&mut self.matrices[i.matrix], &i).set_const(alpha);
+            }
+            Command::Propagate {
+                component,
+                precomputed,
+                input,
+                output,
+                memo,
+                store_stats,
+                ..
+            } => self.propagate(component, precomputed, input, output, memo, store_stats)?,
+            Command::Backprop {
+                component,
+                precomputed,
+                in_value,
+                out_value,
+                out_deriv,
+                in_deriv,
+                memo,
+                update,
+                ..
+            } => self.backprop(
+                component, precomputed, in_value, out_value, out_deriv, in_deriv, memo, update,
+            )?,
+            Command::MatrixCopy { dst, src, alpha } => {
+                self.binary_op(dst, src, |mut d, s| {
+                    d.copy_from(s);
+                    if alpha != 1.0 {
+                        d.scale(alpha);
+                    }
+                });
+            }
+            Command::MatrixAdd { dst, src, alpha } => {
+                self.binary_op(dst, src, |mut d, s| d.add_mat(alpha, s, Trans::No));
+            }
+            Command::CopyRows {
+                dst,
+                src,
+                indexes,
+                alpha,
+            } => {
+                let idx = &self.computation.indexes[indexes];
+                self.binary_op(dst, src, |mut d, s| {
+                    d.copy_rows(s, idx);
+                    if alpha != 1.0 {
+                        d.scale(alpha);
+                    }
+                });
+            }
+            Command::AddRows {
+                dst,
+                src,
+                indexes,
+                alpha,
+            } => {
+                let idx = &self.computation.indexes[indexes];
+                self.binary_op(dst, src, |mut d, s| d.add_rows(alpha, s, idx));
+            }
+            Command::AddRowRanges {
+                dst,
+                src,
+                indexes_ranges,
+                alpha,
+            } => {
+                let ranges = &self.computation.indexes_ranges[indexes_ranges];
+                self.binary_op(dst, src, |mut d, s| add_row_ranges_scaled(&mut d, s, ranges, alpha));
+            }
+            Command::CopyRowsMulti {
+                dst,
+                indexes_multi,
+                alpha,
+            } => self.rows_multi(dst, indexes_multi, alpha, false),
+            Command::AddRowsMulti {
+                dst,
+                indexes_multi,
+                alpha,
+            } => self.rows_multi(dst, indexes_multi, alpha, true),
+            Command::CopyToRowsMulti {
+                src,
+                indexes_multi,
+                alpha,
+            } => self.to_rows_multi(src, indexes_multi, alpha, false),
+            Command::AddToRowsMulti {
+                src,
+                indexes_multi,
+                alpha,
+            } => self.to_rows_multi(src, indexes_multi, alpha, true),
+            Command::AcceptInput { s, node } => self.accept(s, node, backward)?,
+            Command::ProvideOutput { s, node } => self.provide(idx, s, node, backward),
+            Command::NoOperation
+            | Command::NoOperationPermanent
+            | Command::NoOperationMarker
+            | Command::NoOperationLabel => {}
+            Command::GotoLabel { .. } => {
+                return Err(Error::Compute(
+                    "looped computations (GotoLabel) are not supported by NnetComputer".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f(dst_view, src_view)`, handling the case where both live in one matrix.
+    fn binary_op(&mut self, dst: usize, src: usize, f: impl FnOnce(MatViewMut<'_>, MatView<'_>)) {
+        let (di, si) = (self.sm(dst), self.sm(src));
+        if di.matrix == si.matrix {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            copy_into(&mut scratch, sub_view(&self.matrices[si.matrix], &si));
+            f(sub_view_mut(&mut self.matrices[di.matrix], &di), scratch.view());
+            self.scratch = scratch;
+        } else {
+            let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
+            f(sub_view_mut(&mut dmat, &di), sub_view(&self.matrices[si.matrix], &si));
+            self.matrices[di.matrix] = dmat;
+        }
+    }
+
+    /// CopyRowsMulti / AddRowsMulti: each row of `dst` from a (sub-matrix, row) pair.
+    fn rows_multi(&mut self, dst: usize, which: usize, alpha: Real, add: bool) {
+        let pairs = &self.computation.indexes_multi[which];
+        let di = self.sm(dst);
+        let aliased = pairs
+            .iter()
+            .any(|&(s, _)| s > 0 && self.computation.submatrices[s as usize].matrix == di.matrix);
+        let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
+        // When sources live in the destination matrix, read them from a copy of it.
+        let snapshot = if aliased { Some(dmat.clone()) } else { None };
+        {
+            let mut d = sub_view_mut(&mut dmat, &di);
+            for (i, &(s, r)) in pairs.iter().enumerate() {
+                let row = d.row_mut(i);
+                if s < 0 {
+                    if !add {
+                        row.fill(0.0);
+                    }
+                    continue;
+                }
+                let si = self.computation.submatrices[s as usize];
+                let srcm = match &snapshot {
+                    Some(m) if si.matrix == di.matrix => m,
+                    _ => &self.matrices[si.matrix],
+                };
+                let src = &srcm.row(si.row_offset + r as usize)[si.col_offset..si.col_offset + si.num_cols];
+                if add {
+                    for (x, &y) in row.iter_mut().zip(src) {
+                        *x += alpha * y;
+                    }
+                } else if alpha == 1.0 {
+                    row.copy_from_slice(src);
+                } else {
+                    for (x, &y) in row.iter_mut().zip(src) {
+                        *x = alpha * y;
+                    }
+                }
+            }
+        }
+        self.matrices[di.matrix] = dmat;
+    }
+
+    /// CopyToRowsMulti / AddToRowsMulti: row i of `src` to a (sub-matrix, row) pair.
+    fn to_rows_multi(&mut self, src: usize, which: usize, alpha: Real, add: bool) {
+        let pairs = &self.computation.indexes_multi[which];
+        let si = self.sm(src);
+        // Take the source out (copying it if a destination shares its matrix).
+        let aliased = pairs
+            .iter()
+            .any(|&(s, _)| s > 0 && self.computation.submatrices[s as usize].matrix == si.matrix);
+        let srcm = if aliased {
+            self.matrices[si.matrix].clone()
+        } else {
+            std::mem::take(&mut self.matrices[si.matrix])
+        };
+        {
+            let sv = sub_view(&srcm, &si);
+            for (i, &(s, r)) in pairs.iter().enumerate() {
+                if s < 0 {
+                    continue;
+                }
+                let di = self.computation.submatrices[s as usize];
+                let row = &mut self.matrices[di.matrix].row_mut(di.row_offset + r as usize)
+                    [di.col_offset..di.col_offset + di.num_cols];
+                let from = sv.row(i);
+                if add {
+                    for (x, &y) in row.iter_mut().zip(from) {
+                        *x += alpha * y;
+                    }
+                } else if alpha == 1.0 {
+                    row.copy_from_slice(from);
+                } else {
+                    for (x, &y) in row.iter_mut().zip(from) {
+                        *x = alpha * y;
+                    }
+                }
+            }
+        }
+        if !aliased {
+            self.matrices[si.matrix] = srcm;
+        }
+    }
+
+    fn precomputed(&self, k: usize) -> Option<&'a dyn PrecomputedIndexes> {
+        let comp: &'a NnetComputation = self.computation;
+        comp.component_precomputed_indexes
+            .get(k)
+            .and_then(|p| p.as_deref())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn propagate(
+        &mut self,
+        c: usize,
+        precomputed: usize,
+        input: usize,
+        output: usize,
+        memo: usize,
+        store_stats: bool,
+    ) -> Result<()> {
+        let nnet: &'a Nnet = self.nnet;
+        let comp: &dyn Component = nnet.components[c].as_ref();
+        let idx = self.precomputed(precomputed);
+        let (ii, oi) = (self.sm(input), self.sm(output));
+        let want_stats = store_stats && self.stats_nnet.is_some();
+        let new_memo = if ii == oi && !want_stats {
+            let d = sub_view_mut(&mut self.matrices[oi.matrix], &oi);
+            if comp.properties().has(Properties::PROPAGATE_IN_PLACE) {
+                comp.propagate_in_place(idx, d)
+            } else {
+                let mut scratch = std::mem::take(&mut self.scratch);
+                copy_into(&mut scratch, d.as_view());
+                let m = comp.propagate(idx, scratch.view(), d);
+                self.scratch = scratch;
+                m
+            }
+        } else if ii.matrix == oi.matrix {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            copy_into(&mut scratch, sub_view(&self.matrices[ii.matrix], &ii));
+            let m = comp.propagate(idx, scratch.view(), sub_view_mut(&mut self.matrices[oi.matrix], &oi));
+            if want_stats {
+                if let Some(sn) = self.stats_nnet.as_deref_mut() {
+                    sn.components[c].store_stats(
+                        scratch.view(),
+                        sub_view(&self.matrices[oi.matrix], &oi),
+                        m.as_ref(),
+                    );
+                }
+            }
+            self.scratch = scratch;
+            if memo != 0 {
+                if let Some(m) = m {
+                    self.memos.insert(memo, m);
+                }
+            }
+            return Ok(());
+        } else {
+            let mut omat = std::mem::take(&mut self.matrices[oi.matrix]);
+            let m = comp.propagate(idx, sub_view(&self.matrices[ii.matrix], &ii), sub_view_mut(&mut omat, &oi));
+            self.matrices[oi.matrix] = omat;
+            m
+        };
+        if want_stats {
+            if let Some(sn) = self.stats_nnet.as_deref_mut() {
+                sn.components[c].store_stats(
+                    sub_view(&self.matrices[ii.matrix], &ii),
+                    sub_view(&self.matrices[oi.matrix], &oi),
+                    new_memo.as_ref(),
+                );
+            }
+        }
+        if memo != 0 {
+            if let Some(m) = new_memo {
+                self.memos.insert(memo, m);
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn backprop(
+        &mut self,
+        c: usize,
+        precomputed: usize,
+        in_value: usize,
+        out_value: usize,
+        out_deriv: usize,
+        in_deriv: usize,
+        memo: usize,
+        update: bool,
+    ) -> Result<()> {
+        let nnet: &'a Nnet = self.nnet;
+        let comp: &dyn Component = nnet.components[c].as_ref();
+        let idx = self.precomputed(precomputed);
+        let memo_val = if memo != 0 { self.memos.remove(&memo) } else { None };
+        let to_update: Option<&mut dyn Component> = if update {
+            match self.delta.as_deref_mut() {
+                Some(d) => Some(d.components[c].as_mut()),
+                None => {
+                    return Err(Error::Compute(format!(
+                        "the computation updates component '{}' but no delta network was given",
+                        nnet.component_names.get(c).map_or("?", |s| s.as_str())
+                    )))
+                }
+            }
+        } else {
+            None
+        };
+        if in_deriv == 0 {
+            comp.backprop(
+                idx,
+                view_of(&self.matrices, self.computation, in_value),
+                view_of(&self.matrices, self.computation, out_value),
+                view_of(&self.matrices, self.computation, out_deriv),
+                memo_val.as_ref(),
+                to_update,
+                None,
+            );
+            return Ok(());
+        }
+        let di = self.computation.submatrices[in_deriv];
+        let od = self.computation.submatrices[out_deriv];
+        if di == od && comp.properties().has(Properties::BACKPROP_IN_PLACE) {
+            // In place: the input values must not live in the derivative matrix.
+            let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
+            let iv = view_of(&self.matrices, self.computation, in_value);
+            let ov = view_of(&self.matrices, self.computation, out_value);
+            comp.backprop_in_place(idx, iv, ov, memo_val.as_ref(), to_update, sub_view_mut(&mut dmat, &di));
+            self.matrices[di.matrix] = dmat;
+            return Ok(());
+        }
+        // General case: take the in-deriv matrix out; operands sharing it are copied first.
+        let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
+        let copy_if_shared = |s: usize, m: &Matrix| -> Option<Matrix> {
+            if s != 0 && self.computation.submatrices[s].matrix == di.matrix {
+                Some(sub_view(m, &self.computation.submatrices[s]).to_matrix())
+            } else {
+                None
+            }
+        };
+        let iv_c = copy_if_shared(in_value, &dmat);
+        let ov_c = copy_if_shared(out_value, &dmat);
+        let od_c = copy_if_shared(out_deriv, &dmat);
+        let mats: &[Matrix] = &self.matrices;
+        let cmp = self.computation;
+        let iv = match &iv_c {
+            Some(m) => m.view(),
+            None => view_of(mats, cmp, in_value),
+        };
+        let ov = match &ov_c {
+            Some(m) => m.view(),
+            None => view_of(mats, cmp, out_value),
+        };
+        let odv = match &od_c {
+            Some(m) => m.view(),
+            None => view_of(mats, cmp, out_deriv),
+        };
+        comp.backprop(idx, iv, ov, odv, memo_val.as_ref(), to_update, Some(sub_view_mut(&mut dmat, &di)));
+        self.matrices[di.matrix] = dmat;
+        Ok(())
+    }
+
+    fn accept(&mut self, s: usize, node: usize, backward: bool) -> Result<()> {
+        let i = self.sm(s);
+        let name = self.nnet.node_names.get(node).map_or("?", |n| n.as_str());
+        let what = if backward { "output derivative" } else { "input" };
+        let m = if backward {
+            self.output_derivs.remove(&node)
+        } else {
+            self.inputs.remove(&node)
+        }
+        .ok_or_else(|| Error::Compute(format!("no {what} was supplied for node '{name}'")))?;
+        if m.num_rows() != i.num_rows || m.num_cols() != i.num_cols {
+            return Err(Error::Compute(format!(
+                "the {what} for node '{name}' is {}x{}, but the computation expects {}x{}",
+                m.num_rows(),
+                m.num_cols(),
+                i.num_rows,
+                i.num_cols
+            )));
+        }
+        let whole = i.row_offset == 0
+            && i.col_offset == 0
+            && self.computation.matrices[i.matrix].num_rows == i.num_rows
+            && self.computation.matrices[i.matrix].num_cols == i.num_cols;
+        if whole {
+            let old = std::mem::replace(&mut self.matrices[i.matrix], m);
+            self.release(old);
+        } else {
+            sub_view_mut(&mut self.matrices[i.matrix], &i).copy_from(m.view());
+            self.release(m);
+        }
+        Ok(())
+    }
+
+    fn provide(&mut self, idx: usize, s: usize, node: usize, backward: bool) {
+        let i = self.sm(s);
+        let whole = i.row_offset == 0
+            && i.col_offset == 0
+            && self.computation.matrices[i.matrix].num_rows == i.num_rows
+            && self.computation.matrices[i.matrix].num_cols == i.num_cols;
+        let m = if whole && self.can_take.get(idx).copied().unwrap_or(false) {
+            std::mem::take(&mut self.matrices[i.matrix])
+        } else {
+            sub_view(&self.matrices[i.matrix], &i).to_matrix()
+        };
+        if backward {
+            self.input_derivs.insert(node, m);
+        } else {
+            self.outputs.insert(node, m);
+        }
+    }
+}
+
+/// A view of sub-matrix `s` of `matrices` (0 = empty view).
+fn view_of<'m>(matrices: &'m [Matrix], comp: &NnetComputation, s: usize) -> MatView<'m> {
+    if s == 0 {
+        return MatView::from_slice(&[], 0, 0);
+    }
+    let i = &comp.submatrices[s];
+    sub_view(&matrices[i.matrix], i)
+}
+
+#[inline]
+fn sub_view<'m>(m: &'m Matrix, i: &SubMatrixInfo) -> MatView<'m> {
+    m.sub(i.row_offset, i.num_rows, i.col_offset, i.num_cols)
+}
+
+#[inline]
+fn sub_view_mut<'m>(m: &'m mut Matrix, i: &SubMatrixInfo) -> MatViewMut<'m> {
+    m.sub_mut(i.row_offset, i.num_rows, i.col_offset, i.num_cols)
+}
+
+/// Copies `v` into `dst`, reusing `dst`'s buffer.
+fn copy_into(dst: &mut Matrix, v: MatView<'_>) {
+    if dst.num_rows() != v.num_rows() || dst.num_cols() != v.num_cols() {
+        dst.resize(v.num_rows(), v.num_cols());
+    }
+    dst.view_mut().copy_from(v);
+}
+
+/// `d[i] += alpha · Σ s[start..end)` (AddRowRanges with a scale).
+fn add_row_ranges_scaled(d: &mut MatViewMut<'_>, s: MatView<'_>, ranges: &[(i32, i32)], alpha: Real) {
+    if alpha == 1.0 {
+        d.add_row_ranges(s, ranges);
+        return;
+    }
+    for (i, &(a, b)) in ranges.iter().enumerate() {
+        let row = d.row_mut(i);
+        for j in a.max(0)..b {
+            for (x, &y) in row.iter_mut().zip(s.row(j as usize)) {
+                *x += alpha * y;
+            }
+        }
+    }
+}
+
+/// For each command: whether a ProvideOutput's matrix is untouched afterwards (except for
+/// deallocation), so it may be moved out.
+fn compute_can_take(comp: &NnetComputation) -> Vec<bool> {
+    let n = comp.commands.len();
+    let mut ans = vec![false; n];
+    // Last command index touching each matrix other than by DeallocMatrix.
+    let mut last_use = vec![None::<usize>; comp.matrices.len()];
+    for (k, c) in comp.commands.iter().enumerate() {
+        let mut touch = |s: usize| {
+            if s != 0 {
+                if let Some(i) = comp.submatrices.get(s) {
+                    if let Some(l) = last_use.get_mut(i.matrix) {
+                        *l = Some(k);
+                    }
+                }
+            }
+        };
+        match c {
+            Command::DeallocMatrix { .. } => {}
+            Command::AllocMatrix { m } => {
+                if let Some(l) = last_use.get_mut(*m) {
+                    *l = Some(k);
+                }
+            }
+            Command::SwapMatrix { a, b } => {
+                for m in [a, b] {
+                    if let Some(l) = last_use.get_mut(*m) {
+                        *l = Some(k);
+                    }
+                }
+            }
+            _ => {
+                for s in submatrices_of(comp, c) {
+                    touch(s);
+                }
+            }
+        }
+    }
+    for (k, c) in comp.commands.iter().enumerate() {
+        if let Command::ProvideOutput { s, .. } = c {
+            if let Some(i) = comp.submatrices.get(*s) {
+                ans[k] = last_use.get(i.matrix).copied().flatten() == Some(k);
+            }
+        }
+    }
+    ans
+}
+
+/// Every sub-matrix a command reads or writes (including those named in indexes_multi).
+fn submatrices_of(comp: &NnetComputation, c: &Command) -> Vec<usize> {
+    let multi = |k: usize| -> Vec<usize> {
+        comp.indexes_multi
+            .get(k)
+            .map(|v| v.iter().filter(|p| p.0 > 0).map(|p| p.0 as usize).collect())
+            .unwrap_or_default()
+    };
+    match *c {
+        Command::SetConst { s, .. }
+        | Command::AcceptInput { s, .. }
+        | Command::ProvideOutput { s, .. } => vec![s],
+        Command::Propagate { input, output, .. } => vec![input, output],
+        Command::Backprop {
+            in_value,
+            out_value,
+            out_deriv,
+            in_deriv,
+            ..
+        } => vec![in_value, out_value, out_deriv, in_deriv],
+        Command::MatrixCopy { dst, src, .. }
+        | Command::MatrixAdd { dst, src, .. }
+        | Command::CopyRows { dst, src, .. }
+        | Command::AddRows { dst, src, .. }
+        | Command::AddRowRanges { dst, src, .. } => vec![dst, src],
+        Command::CopyRowsMulti {
+            dst, indexes_multi, ..
+        }
+        | Command::AddRowsMulti {
+            dst, indexes_multi, ..
+        } => {
+            let mut v = multi(indexes_multi);
+            v.push(dst);
+            v
+        }
+        Command::CopyToRowsMulti {
+            src, indexes_multi, ..
+        }
+        | Command::AddToRowsMulti {
+            src, indexes_multi, ..
+        } => {
+            let mut v = multi(indexes_multi);
+            v.push(src);
+            v
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Checks that every index in the computation is in range and that shapes agree, so the
+/// executor never indexes out of bounds.
+pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Result<(), String> {
+    let nm = comp.matrices.len();
+    for (k, s) in comp.submatrices.iter().enumerate().skip(1) {
+        let m = comp
+            .matrices
+            .get(s.matrix)
+            .filter(|_| s.matrix > 0)
+            .ok_or_else(|| format!("sub-matrix {k} names matrix {} of {nm}", s.matrix))?;
+        if s.row_offset + s.num_rows > m.num_rows || s.col_offset + s.num_cols > m.num_cols {
+            return Err(format!("sub-matrix {k} exceeds matrix {}", s.matrix));
+        }
+    }
+    let ns = comp.submatrices.len();
+    let sub = |s: usize, what: &str, k: usize, zero_ok: bool| -> std::result::Result<SubMatrixInfo, String> {
+        if s == 0 && zero_ok {
+            return Ok(SubMatrixInfo {
+                matrix: 0,
+                row_offset: 0,
+                num_rows: 0,
+                col_offset: 0,
+                num_cols: 0,
+            });
+        }
+        if s == 0 || s >= ns {
+            return Err(format!("command {k}: {what} sub-matrix {s} out of range"));
+        }
+        Ok(comp.submatrices[s])
+    };
+    let mat = |m: usize, k: usize| -> std::result::Result<(), String> {
+        if m == 0 || m >= nm {
+            Err(format!("command {k}: matrix {m} out of range"))
+        } else {
+            Ok(())
+        }
+    };
+    let same = |a: &SubMatrixInfo, b: &SubMatrixInfo, k: usize| -> std::result::Result<(), String> {
+        if a.num_rows != b.num_rows || a.num_cols != b.num_cols {
+            Err(format!("command {k}: operand shapes differ"))
+        } else {
+            Ok(())
+        }
+    };
+    let check_multi = |which: usize, rows: usize, cols: usize, k: usize| -> std::result::Result<(), String> {
+        let v = comp
+            .indexes_multi
+            .get(which)
+            .ok_or_else(|| format!("command {k}: indexes_multi {which} out of range"))?;
+        if v.len() != rows {
+            return Err(format!("command {k}: indexes_multi has {} rows, expected {rows}", v.len()));
+        }
+        for &(s, r) in v {
+            if s < 0 {
+                continue;
+            }
+            let si = sub(s as usize, "multi", k, false)?;
+            if r < 0 || r as usize >= si.num_rows || si.num_cols != cols {
+                return Err(format!("command {k}: bad (sub-matrix, row) pair ({s}, {r})"));
+            }
+        }
+        Ok(())
+    };
+    let ncomp = nnet.components.len();
+    let nnodes = nnet.nodes.len();
+    for (k, c) in comp.commands.iter().enumerate() {
+        match *c {
+            Command::AllocMatrix { m } | Command::DeallocMatrix { m } => mat(m, k)?,
+            Command::SwapMatrix { a, b } => {
+                mat(a, k)?;
+                mat(b, k)?;
+                if comp.matrices[a] != comp.matrices[b] {
+                    return Err(format!("command {k}: swapped matrices differ in size"));
+                }
+            }
+            Command::SetConst { s, .. } => {
+                sub(s, "", k, false)?;
+            }
+            Command::Propagate {
+                component,
+                precomputed,
+                input,
+                output,
+                ..
+            } => {
+                let c = nnet
+                    .components
+                    .get(component)
+                    .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
+                let (i, o) = (sub(input, "input", k, false)?, sub(output, "output", k, false)?);
+                if i.num_cols != c.input_dim() || o.num_cols != c.output_dim() {
+                    return Err(format!("command {k}: component dims do not match"));
+                }
+                if precomputed >= comp.component_precomputed_indexes.len().max(1) {
+                    return Err(format!("command {k}: precomputed indexes out of range"));
+                }
+            }
+            Command::Backprop {
+                component,
+                precomputed,
+                in_value,
+                out_value,
+                out_deriv,
+                in_deriv,
+                ..
+            } => {
+                nnet.components
+                    .get(component)
+                    .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
+                sub(in_value, "in-value", k, true)?;
+                sub(out_value, "out-value", k, true)?;
+                sub(out_deriv, "out-deriv", k, false)?;
+                sub(in_deriv, "in-deriv", k, true)?;
+                if precomputed >= comp.component_precomputed_indexes.len().max(1) {
+                    return Err(format!("command {k}: precomputed indexes out of range"));
+                }
+            }
+            Command::MatrixCopy { dst, src, .. } | Command::MatrixAdd { dst, src, .. } => {
+                same(&sub(dst, "dst", k, false)?, &sub(src, "src", k, false)?, k)?;
+            }
+            Command::CopyRows {
+                dst, src, indexes, ..
+            }
+            | Command::AddRows {
+                dst, src, indexes, ..
+            } => {
+                let (d, s) = (sub(dst, "dst", k, false)?, sub(src, "src", k, false)?);
+                let v = comp
+                    .indexes
+                    .get(indexes)
+                    .ok_or_else(|| format!("command {k}: indexes {indexes} out of range"))?;
+                if d.num_cols != s.num_cols || v.len() != d.num_rows {
+                    return Err(format!("command {k}: row-index shapes"));
+                }
+                if v.iter().any(|&j| j >= 0 && j as usize >= s.num_rows) {
+                    return Err(format!("command {k}: row index out of range"));
+                }
+            }
+            Command::AddRowRanges {
+                dst,
+                src,
+                indexes_ranges,
+                ..
+            } => {
+                let (d, s) = (sub(dst, "dst", k, false)?, sub(src, "src", k, false)?);
+                let v = comp
+                    .indexes_ranges
+                    .get(indexes_ranges)
+                    .ok_or_else(|| format!("command {k}: indexes_ranges out of range"))?;
+                if d.num_cols != s.num_cols || v.len() != d.num_rows {
+                    return Err(format!("command {k}: row-range shapes"));
+                }
+                if v.iter().any(|&(a, b)| b > a && (a < 0 || b as usize > s.num_rows)) {
+                    return Err(format!("command {k}: row range out of range"));
+                }
+            }
+            Command::CopyRowsMulti {
+                dst, indexes_multi, ..
+            }
+            | Command::AddRowsMulti {
+                dst, indexes_multi, ..
+            } => {
+                let d = sub(dst, "dst", k, false)?;
+                check_multi(indexes_multi, d.num_rows, d.num_cols, k)?;
+            }
+            Command::CopyToRowsMulti {
+                src, indexes_multi, ..
+            }
+            | Command::AddToRowsMulti {
+                src, indexes_multi, ..
+            } => {
+                let s = sub(src, "src", k, false)?;
+                check_multi(indexes_multi, s.num_rows, s.num_cols, k)?;
+            }
+            Command::AcceptInput { s, node } | Command::ProvideOutput { s, node } => {
+                sub(s, "", k, false)?;
+                if node >= nnodes {
+                    return Err(format!("command {k}: node {node} out of range"));
+                }
+            }
+            Command::GotoLabel { target } => {
+                if target >= comp.commands.len() {
+                    return Err(format!("command {k}: goto target out of range"));
+                }
+            }
+            Command::NoOperation
+            | Command::NoOperationPermanent
+            | Command::NoOperationMarker
+            | Command::NoOperationLabel => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,421 @@
+//! Test support: seeded random networks and random computation requests, in the spirit of
+//! Kaldi's `nnet-test-utils.cc` (facts §5.2). Used by the runtime, compiler and derivative
+//! tests; not needed by the binary.
+
+use crate::compile::request::{ComputationRequest, IoSpecification};
+use crate::error::Result;
+use crate::matrix::Matrix;
+use crate::nnet::component::component_type;
+use crate::nnet::{Index, Nnet};
+use crate::util::{rand_gauss, seeded_rng};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// A generated network config plus what a request needs to know about it.
+#[derive(Clone, Debug)]
+pub struct RandomNet {
+    /// The config text (for `Nnet::from_config_text`).
+    pub config: String,
+    /// Which generator shape produced it (for messages).
+    pub kind: &'static str,
+    /// Input nodes: (name, is an iVector read only at t = 0 through `ReplaceIndex`).
+    pub inputs: Vec<(String, bool)>,
+    /// Output node names.
+    pub outputs: Vec<String>,
+}
+
+/// Builds config lines with fresh names.
+struct Builder {
+    lines: Vec<String>,
+    rng: StdRng,
+    next: usize,
+    /// Use only plain AffineComponent (no natural gradient), for exact gradient checks.
+    plain_affine: bool,
+}
+
+impl Builder {
+    fn name(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}{}", self.next)
+    }
+    fn dim(&mut self, lo: usize, hi: usize) -> usize {
+        self.rng.random_range(lo..=hi)
+    }
+    /// A component node `name` of `ty` with `extra` options on `input`.
+    fn comp(&mut self, prefix: &str, ty: &str, extra: &str, input: &str) -> String {
+        let name = self.name(prefix);
+        self.lines.push(format!("component name={name} type={ty} {extra}"));
+        self.lines
+            .push(format!("component-node name={name} component={name} input={input}"));
+        name
+    }
+    fn affine(&mut self, input: &str, in_dim: usize, out_dim: usize) -> String {
+        let ty = if self.plain_affine || self.rng.random_bool(0.5) {
+            "AffineComponent"
+        } else {
+            "NaturalGradientAffineComponent"
+        };
+        let stddev = 1.0 / (in_dim as f32).sqrt();
+        self.comp(
+            "affine",
+            ty,
+            &format!("input-dim={in_dim} output-dim={out_dim} param-stddev={stddev:.4} bias-stddev=0.5"),
+            input,
+        )
+    }
+    fn nonlin(&mut self, input: &str, dim: usize) -> String {
+        let ty = match self.rng.random_range(0..3) {
+            0 => "RectifiedLinearComponent",
+            1 => "TanhComponent",
+            _ => "SigmoidComponent",
+        };
+        self.comp("nonlin", ty, &format!("dim={dim}"), input)
+    }
+    fn final_layer(&mut self, input: &str, dim: usize, output: &str) {
+        let out_dim = self.dim(2, 9);
+        let a = self.affine(input, dim, out_dim);
+        let last = if self.rng.random_bool(0.5) {
+            let ty = if self.rng.random_bool(0.7) {
+                "LogSoftmaxComponent"
+            } else {
+                "SoftmaxComponent"
+            };
+            self.comp("final", ty, &format!("dim={out_dim}"), &a)
+        } else {
+            a
+        };
+        let obj = if self.rng.random_bool(0.3) {
+            " objective=quadratic"
+        } else {
+            ""
+        };
+        self.lines
+            .push(format!("output-node name={output} input={last}{obj}"));
+    }
+    /// A random splice of `node` (dim `dim`) over offsets from `lo..=hi`; returns the
+    /// descriptor and its dim.
+    fn splice(&mut self, node: &str, dim: usize, lo: i32, hi: i32) -> (String, usize) {
+        let mut offs: Vec<i32> = (lo..=hi).filter(|_| self.rng.random_bool(0.5)).collect();
+        if offs.is_empty() {
+            offs.push(0);
+        }
+        let parts: Vec<String> = offs
+            .iter()
+            .map(|&o| {
+                let base = if o == 0 {
+                    node.to_string()
+                } else {
+                    format!("Offset({node}, {o})")
+                };
+                if self.rng.random_bool(0.15) {
+                    format!("Scale(-1.0, {base})")
+                } else {
+                    base
+                }
+            })
+            .collect();
+        let d = if parts.len() == 1 {
+            parts[0].clone()
+        } else {
+            format!("Append({})", parts.join(", "))
+        };
+        (d, dim * offs.len())
+    }
+}
+
+/// Whether a component type is registered (generators only use what exists).
+fn have(ty: &str) -> bool {
+    component_type(ty).is_some()
+}
+
+/// A random network config for `seed`. With `plain_affine`, only AffineComponent is used
+/// for affine layers (the natural-gradient variant updates differently from the gradient).
+pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
+    let mut b = Builder {
+        lines: Vec::new(),
+        rng: seeded_rng(seed ^ 0x5eed_0000),
+        next: 0,
+        plain_affine,
+    };
+    let mut inputs = vec![("input".to_string(), false)];
+    let mut outputs = vec!["output".to_string()];
+    let in_dim = b.dim(3, 12);
+    b.lines.push(format!("input-node name=input dim={in_dim}"));
+    let kind = match b.rng.random_range(0..7) {
+        0 => {
+            // Simplest: input -> affine -> output.
+            let out = b.dim(2, 10);
+            let a = b.affine("input", in_dim, out);
+            b.lines.push(format!("output-node name=output input={a}"));
+            "simplest"
+        }
+        1 => {
+            // Splicing TDNN, optional iVector, optional second hidden layer.
+            let (mut d, mut dim) = b.splice("input", in_dim, -3, 3);
+            if b.rng.random_bool(0.4) {
+                let iv = b.dim(2, 5);
+                b.lines.push(format!("input-node name=ivector dim={iv}"));
+                inputs.push(("ivector".to_string(), true));
+                d = format!("Append({d}, ReplaceIndex(ivector, t, 0))");
+                dim += iv;
+            }
+            let h = b.dim(4, 16);
+            let a = b.affine(&d, dim, h);
+            let n = b.nonlin(&a, h);
+            let (n, h) = if b.rng.random_bool(0.5) {
+                let (d2, dim2) = b.splice(&n, h, -2, 2);
+                let h2 = b.dim(4, 12);
+                let a2 = b.affine(&d2, dim2, h2);
+                (b.nonlin(&a2, h2), h2)
+            } else {
+                (n, h)
+            };
+            b.final_layer(&n, h, "output");
+            "context"
+        }
+        2 | 3 => {
+            // Simple RNN, optionally clockwork (Switch over three affines + a Round branch).
+            let clockwork = b.rng.random_range(2..4) == 3;
+            let (d, dim) = b.splice("input", in_dim, -1, 1);
+            let h = b.dim(4, 12);
+            let a = b.affine(&d, dim, h);
+            // Names must be known before the nodes exist: the recurrence reads the future node.
+            let nl = format!("nonlin{}", b.next + 100);
+            let r = b.affine(&format!("Offset({nl}, -1)"), h, h);
+            let ty = if b.rng.random_bool(0.5) {
+                "TanhComponent"
+            } else {
+                "RectifiedLinearComponent"
+            };
+            b.lines.push(format!("component name={nl} type={ty} dim={h}"));
+            b.lines.push(format!(
+                "component-node name={nl} component={nl} input=Sum({a}, IfDefined({r}))"
+            ));
+            if clockwork {
+                let o = b.dim(2, 8);
+                let f0 = b.affine(&nl, h, o);
+                let f1 = b.affine(&format!("Offset({nl}, -1)"), h, o);
+                let f2 = b.affine(&format!("Offset({nl}, 1)"), h, o);
+                let slow = b.affine(&format!("Round({nl}, 2)"), h, o);
+                let out = b.comp(
+                    "final",
+                    "LogSoftmaxComponent",
+                    &format!("dim={o}"),
+                    &format!("Sum(Switch({f0}, {f1}, {f2}), {slow})"),
+                );
+                b.lines.push(format!("output-node name=output input={out}"));
+                "clockwork"
+            } else {
+                b.final_layer(&nl, h, "output");
+                "rnn"
+            }
+        }
+        4 => {
+            // Descriptor zoo: dim-range nodes, Failover, IfDefined of the future, Sum with
+            // Scale and Const, Round, nested Offsets, two outputs.
+            let h = 2 * b.dim(2, 6);
+            let a0 = b.affine("Offset(input, 1)", in_dim, h);
+            let (d1, dim1) = b.splice("input", in_dim, -2, 1);
+            let a1 = b.affine(&d1, dim1, h);
+            let r1 = b.comp(
+                "relu",
+                "RectifiedLinearComponent",
+                &format!("dim={h}"),
+                &format!("Sum({a1}, Scale(-0.5, Offset({a0}, -2)), Const(0.25, {h}))"),
+            );
+            let half = h / 2;
+            let lo = b.name("lo");
+            let hi = b.name("hi");
+            b.lines.push(format!(
+                "dim-range-node name={lo} input-node={r1} dim-offset=0 dim={half}"
+            ));
+            b.lines.push(format!(
+                "dim-range-node name={hi} input-node={r1} dim-offset={half} dim={half}"
+            ));
+            let k = b.rng.random_range(1..4);
+            let f = b.rng.random_range(1..3);
+            let m = b.rng.random_range(2..4);
+            let a2 = b.affine(
+                &format!(
+                    "Append(Failover(Offset({lo}, -{k}), {hi}), IfDefined(Offset({hi}, {f})), Round({lo}, {m}), Offset(Offset({hi}, 1), -1))"
+                ),
+                4 * half,
+                h,
+            );
+            let t2 = b.nonlin(&a2, h);
+            b.final_layer(&format!("Switch({t2}, Offset({t2}, -1))"), h, "output");
+            b.final_layer(&t2, h, "output2");
+            outputs.push("output2".into());
+            "descriptors"
+        }
+        5 => {
+            // Two inputs, two outputs; the second output reads the first's hidden layer.
+            let d2 = b.dim(2, 6);
+            b.lines.push(format!("input-node name=input2 dim={d2}"));
+            inputs.push(("input2".to_string(), false));
+            let (s1, dim1) = b.splice("input", in_dim, -1, 1);
+            let (s2, dim2) = b.splice("input2", d2, -2, 0);
+            let h = b.dim(3, 10);
+            let a = b.affine(&format!("Append({s1}, {s2})"), dim1 + dim2, h);
+            let n = b.nonlin(&a, h);
+            b.final_layer(&n, h, "output");
+            let o2 = b.dim(2, 5);
+            let a3 = b.affine(&format!("Sum({n}, Offset({n}, 1))"), h, o2);
+            b.lines.push(format!("output-node name=output2 input={a3}"));
+            outputs.push("output2".into());
+            "multi-io"
+        }
+        _ => {
+            // LSTM-like cell with a Failover to a constant initial state (when a
+            // ConstantComponent exists), else an IfDefined recurrence; ElementwiseProduct
+            // gates when available.
+            let h = b.dim(3, 8);
+            let (d, dim) = b.splice("input", in_dim, -1, 0);
+            let x = b.affine(&d, dim, h);
+            let c = format!("cell{}", b.next + 100);
+            let prev = if have("ConstantComponent") {
+                let c0 = b.comp(
+                    "c0",
+                    "ConstantComponent",
+                    &format!("output-dim={h} is-updatable=true"),
+                    "input",
+                );
+                format!("Failover(Offset({c}, -1), {c0})")
+            } else {
+                format!("IfDefined(Offset({c}, -1))")
+            };
+            let g = b.comp("gate", "SigmoidComponent", &format!("dim={h}"), &x);
+            let cell_in = if have("ElementwiseProductComponent") {
+                let gp = b.comp(
+                    "gprod",
+                    "ElementwiseProductComponent",
+                    &format!("input-dim={} output-dim={h}", 2 * h),
+                    &format!("Append({g}, {prev})"),
+                );
+                format!("Sum({x}, {gp})")
+            } else {
+                format!("Sum({x}, {prev})")
+            };
+            b.lines
+                .push(format!("component name={c} type=TanhComponent dim={h}"));
+            b.lines
+                .push(format!("component-node name={c} component={c} input={cell_in}"));
+            b.final_layer(&format!("Append({c}, {g})"), 2 * h, "output");
+            "lstm-like"
+        }
+    };
+    RandomNet {
+        config: b.lines.join("\n") + "\n",
+        kind,
+        inputs,
+        outputs,
+    }
+}
+
+/// A random request plus matching input matrices.
+#[derive(Clone, Debug)]
+pub struct RandomRequest {
+    pub request: ComputationRequest,
+    /// One matrix per request input, rows in the order of its indexes.
+    pub input_values: Vec<Matrix>,
+}
+
+/// A random request for `net`: 1–4 sequences, 1–10 output frames starting at t 0–9, input
+/// frames covering `left`/`right` context plus 0–2 extra frames on each side; iVector inputs
+/// get one row at t = 0 per sequence. Row orders are shuffled now and then.
+pub fn random_request(
+    nnet: &Nnet,
+    net: &RandomNet,
+    left: i32,
+    right: i32,
+    seed: u64,
+    derivs: bool,
+) -> Result<RandomRequest> {
+    let mut rng = seeded_rng(seed ^ 0x0e0e_0000);
+    let num_n = rng.random_range(1..=4);
+    let t0 = rng.random_range(0..10);
+    let len = rng.random_range(1..=10);
+    let extra_l = rng.random_range(0..=2);
+    let extra_r = rng.random_range(0..=2);
+    let mut request = ComputationRequest {
+        need_model_derivative: derivs && rng.random_bool(0.7),
+        ..Default::default()
+    };
+    let mut input_values = Vec::new();
+    for (name, is_ivector) in &net.inputs {
+        let mut idx: Vec<Index> = Vec::new();
+        for n in 0..num_n {
+            if *is_ivector {
+                idx.push(Index::new(n, 0, 0));
+            } else {
+                for t in (t0 - left - extra_l)..(t0 + len + right + extra_r) {
+                    idx.push(Index::new(n, t, 0));
+                }
+            }
+        }
+        shuffle_sometimes(&mut idx, &mut rng);
+        let dim = nnet
+            .node_index(name)
+            .map(|i| nnet.node_dim(i))
+            .unwrap_or(0);
+        let mut m = Matrix::zeros(idx.len(), dim);
+        for r in 0..idx.len() {
+            for x in m.row_mut(r) {
+                *x = rand_gauss(&mut rng);
+            }
+        }
+        request.inputs.push(IoSpecification {
+            name: name.clone(),
+            indexes: idx,
+            has_deriv: derivs && rng.random_bool(0.7),
+        });
+        input_values.push(m);
+    }
+    for name in &net.outputs {
+        // The second output is sometimes left out of the request.
+        if name != "output" && rng.random_bool(0.3) {
+            continue;
+        }
+        let mut idx = Vec::new();
+        for n in 0..num_n {
+            for t in t0..t0 + len {
+                idx.push(Index::new(n, t, 0));
+            }
+        }
+        shuffle_sometimes(&mut idx, &mut rng);
+        request.outputs.push(IoSpecification {
+            name: name.clone(),
+            indexes: idx,
+            has_deriv: derivs,
+        });
+    }
+    Ok(RandomRequest {
+        request,
+        input_values,
+    })
+}
+
+/// Reorders the rows: t-major (Kaldi's usual order), or a random shuffle, or unchanged.
+fn shuffle_sometimes(idx: &mut [Index], rng: &mut StdRng) {
+    match rng.random_range(0..4) {
+        0 => idx.sort(),
+        1 => {
+            for i in (1..idx.len()).rev() {
+                let j = rng.random_range(0..=i);
+                idx.swap(i, j);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A matrix of standard-normal values.
+pub fn random_matrix(rows: usize, cols: usize, rng: &mut StdRng) -> Matrix {
+    let mut m = Matrix::zeros(rows, cols);
+    for r in 0..rows {
+        for x in m.row_mut(r) {
+            *x = rand_gauss(rng);
+        }
+    }
+    m
+}

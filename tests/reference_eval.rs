@@ -1,0 +1,161 @@
+//! The compiled computation run by NnetComputer must equal the naive reference evaluator
+//! (which is written independently of the compiler) on many random networks and requests.
+//!
+//! `COMPNET_RANDOM_NETS=N` sets the number of networks (default 60; use a few hundred in
+//! release mode for a thorough run).
+
+use compnet::compile::context::nnet_context;
+use compnet::compile::{compile_computation, CompilerOptions};
+use compnet::matrix::Matrix;
+use compnet::nnet::{Index, Nnet};
+use compnet::run::reference::ReferenceEvaluator;
+use compnet::run::NnetComputer;
+use compnet::testing::{random_matrix, random_nnet_config, random_request};
+use compnet::util::seeded_rng;
+
+fn num_nets() -> u64 {
+    std::env::var("COMPNET_RANDOM_NETS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60)
+}
+
+/// Max |a − b| relative to max(1, max |b|).
+fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
+    assert_eq!((a.num_rows(), a.num_cols()), (b.num_rows(), b.num_cols()));
+    let mut d = 0.0f32;
+    for r in 0..a.num_rows() {
+        for (x, y) in a.row(r).iter().zip(b.row(r)) {
+            d = d.max((x - y).abs());
+        }
+    }
+    d / b.view().max_abs().max(1.0)
+}
+
+/// Runs one random network; returns (kind, computable).
+fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
+    let net = random_nnet_config(seed, false);
+    let mut nnet = Nnet::from_config_text(&net.config, "<random>")
+        .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}\n{}", net.config));
+    for c in nnet.components.iter_mut() {
+        c.set_test_mode(true);
+    }
+    let ctx = nnet_context(&nnet).unwrap_or_else(|e| panic!("seed {seed}: context: {e}"));
+    let rr = random_request(&nnet, &net, ctx.left, ctx.right, seed, with_derivs)
+        .unwrap_or_else(|e| panic!("seed {seed}: request: {e}"));
+    let req = &rr.request;
+    let inputs: Vec<(&str, &[Index], &Matrix)> = req
+        .inputs
+        .iter()
+        .zip(&rr.input_values)
+        .map(|(s, m)| (s.name.as_str(), s.indexes.as_slice(), m))
+        .collect();
+    let mut reference = ReferenceEvaluator::new(&nnet, &inputs).expect("reference");
+    let expected: Vec<_> = req
+        .outputs
+        .iter()
+        .map(|o| reference.compute(&o.name, &o.indexes))
+        .collect();
+    let ctx_msg = || format!("seed {seed} ({}):\n{}\nrequest:\n{req}", net.kind, net.config);
+    let comp = match compile_computation(&nnet, req, &CompilerOptions::default()) {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                expected.iter().any(|r| r.is_err()),
+                "the compiler refused a request the reference computes: {e}\n{}",
+                ctx_msg()
+            );
+            return (net.kind, false);
+        }
+    };
+    for (o, r) in req.outputs.iter().zip(&expected) {
+        if let Err(e) = r {
+            panic!(
+                "compiled, but the reference cannot compute {}: {e}\n{}",
+                o.name,
+                ctx_msg()
+            );
+        }
+    }
+    let mut computer = NnetComputer::new(&comp, &nnet, None);
+    for (s, m) in req.inputs.iter().zip(&rr.input_values) {
+        computer.accept_input(&s.name, m.clone()).expect("accept");
+    }
+    computer
+        .run_forward()
+        .unwrap_or_else(|e| panic!("run_forward: {e}\n{}", ctx_msg()));
+    for (o, r) in req.outputs.iter().zip(&expected) {
+        let want = r.as_ref().expect("checked above");
+        let got = computer.output(&o.name).expect("output");
+        let d = rel_diff(got, want);
+        assert!(
+            d < 1e-4,
+            "output {} differs from the reference by {d}\nours {got:?}\nref {want:?}\n{}",
+            o.name,
+            ctx_msg()
+        );
+    }
+    if with_derivs {
+        // The backward pass must run and produce derivatives of the right shapes.
+        let mut rng = seeded_rng(seed);
+        for o in req.outputs.iter().filter(|o| o.has_deriv) {
+            let dim = nnet.node_dim(nnet.node_index(&o.name).expect("node"));
+            computer
+                .accept_output_deriv(&o.name, random_matrix(o.indexes.len(), dim, &mut rng))
+                .expect("deriv");
+        }
+        computer
+            .run_backward()
+            .unwrap_or_else(|e| panic!("run_backward: {e}\n{}", ctx_msg()));
+        for i in req.inputs.iter().filter(|i| i.has_deriv) {
+            let d = computer
+                .input_deriv(&i.name)
+                .unwrap_or_else(|e| panic!("{e}\n{}", ctx_msg()));
+            assert_eq!(d.num_rows(), i.indexes.len());
+        }
+    }
+    (net.kind, true)
+}
+
+fn run_many(with_derivs: bool, offset: u64) {
+    let n = num_nets();
+    let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    for seed in offset..offset + n {
+        let (kind, ok) = check_one(seed, with_derivs);
+        let e = by_kind.entry(kind).or_default();
+        e.0 += 1;
+        if ok {
+            e.1 += 1;
+        }
+    }
+    eprintln!("random networks (kind: total / computable):");
+    let mut computable = 0;
+    for (k, (t, c)) in &by_kind {
+        eprintln!("  {k}: {t} / {c}");
+        computable += c;
+    }
+    assert!(
+        computable as u64 * 2 >= n,
+        "fewer than half of the random requests were computable"
+    );
+}
+
+/// Recursion in the reference evaluator goes as deep as the recurrence; give it room.
+fn with_big_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(f)
+        .expect("spawn")
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+}
+
+#[test]
+fn compiled_forward_matches_reference() {
+    with_big_stack(|| run_many(false, 0));
+}
+
+#[test]
+fn compiled_forward_with_backward_matches_reference() {
+    with_big_stack(|| run_many(true, 1000));
+}
