@@ -5,7 +5,8 @@
 #
 # Needs (for the measurement only, never for the build): gcc and libopenblas-dev
 #   apt-get install -y libopenblas-dev
-# Usage: scripts/bench_gemm.sh [ROUNDS]   (env: CARGO_TARGET_DIR, GEMM_BENCH_TRIALS)
+# Usage: scripts/bench_gemm.sh [ROUNDS]
+#   env: CARGO_TARGET_DIR, GEMM_BENCH_TRIALS, GEMM_BENCH_BACKENDS, BENCH (prebuilt binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -13,8 +14,11 @@ OUT=$(mktemp -d)
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 gcc -O2 -o "$OUT/openblas_gemm" scripts/openblas_gemm.c \
     -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas
-cargo bench --bench gemm --no-run >&2
-BENCH=$(cargo bench --bench gemm --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+# BENCH may name a prebuilt bench binary (e.g. one built with other GEMM crate features).
+if [ -z "${BENCH:-}" ]; then
+    cargo bench --bench gemm --no-run >&2
+    BENCH=$(cargo bench --bench gemm --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+fi
 for r in $(seq "$ROUNDS"); do
     for t in 1 2; do
         "$BENCH" "$t" >>"$OUT/raw.txt"

@@ -14,7 +14,7 @@ use std::process::Command;
 const GOLDEN: &str = "/work/shared/golden";
 
 /// The number of models that must be fully checked (raised as component types land).
-const MIN_FULLY_CHECKED: usize = 0;
+const MIN_FULLY_CHECKED: usize = 10;
 
 /// Cases that must pass once all their components exist (the brief's list).
 const REQUIRED_CASES: &[&str] = &[
@@ -35,7 +35,21 @@ struct GoldenModel {
     label: String,
     raw: PathBuf,
     txt: PathBuf,
-    expected_copy: PathBuf,
+    /// Kaldi's `nnet3-copy` of `raw`; `None` where it is not known (see `golden_models`).
+    expected_copy: Option<PathBuf>,
+    /// Holds BatchNorm statistics: then text -> binary -> text is not exact in Kaldi either
+    /// (variances are re-derived from sums on read; see formats/model in the golden README).
+    trained_batchnorm: bool,
+}
+
+/// True if the model holds a BatchNorm component that has seen data (`<Count>` after the
+/// BatchNorm tag is not 0).
+fn has_batchnorm_stats(txt: &Path) -> bool {
+    let t = std::fs::read_to_string(txt).unwrap();
+    t.split("<BatchNormComponent>").skip(1).any(|c| {
+        let after = c.split("<Count>").nth(1).unwrap_or("");
+        after.split_whitespace().next().is_some_and(|v| v != "0")
+    })
 }
 
 fn golden_models() -> Vec<GoldenModel> {
@@ -49,14 +63,15 @@ fn golden_models() -> Vec<GoldenModel> {
     for dir in cases {
         let copy = dir.join("model_copy.raw");
         v.push(GoldenModel {
+            trained_batchnorm: has_batchnorm_stats(&dir.join("model.txt")),
             label: dir.file_name().unwrap().to_string_lossy().into_owned(),
             raw: dir.join("model.raw"),
             txt: dir.join("model.txt"),
-            expected_copy: if copy.exists() {
+            expected_copy: Some(if copy.exists() {
                 copy
             } else {
                 dir.join("model.raw")
-            },
+            }),
         });
     }
     let mut trains: Vec<PathBuf> = std::fs::read_dir(Path::new(GOLDEN).join("train"))
@@ -68,24 +83,31 @@ fn golden_models() -> Vec<GoldenModel> {
         for stem in ["before", "after"] {
             let raw = dir.join(format!("{stem}.raw"));
             if raw.exists() {
+                let txt = dir.join(format!("{stem}.txt"));
+                let trained_batchnorm = has_batchnorm_stats(&txt);
                 v.push(GoldenModel {
+                    trained_batchnorm,
                     label: format!(
                         "train/{}/{stem}",
                         dir.file_name().unwrap().to_string_lossy()
                     ),
                     raw: raw.clone(),
-                    txt: dir.join(format!("{stem}.txt")),
-                    expected_copy: raw,
+                    txt,
+                    // A trained BatchNorm net was written by nnet3-train; Kaldi's own copy of
+                    // it re-derives the variances (as cases/cnn-small/model_copy.raw shows),
+                    // and that copy is not in the golden set.
+                    expected_copy: (!trained_batchnorm).then_some(raw),
                 });
             }
         }
     }
     let m = Path::new(GOLDEN).join("formats/model");
     v.push(GoldenModel {
+        trained_batchnorm: has_batchnorm_stats(&m.join("model.txt")),
         label: "formats/model".into(),
         raw: m.join("model.raw"),
         txt: m.join("model.txt"),
-        expected_copy: m.join("model.raw"),
+        expected_copy: Some(m.join("model.raw")),
     });
     v
 }
@@ -106,8 +128,15 @@ fn compnet(args: &[&str]) -> (bool, String) {
 
 /// First differing byte of two buffers, for messages.
 fn first_diff(a: &[u8], b: &[u8]) -> String {
-    let i = a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-    let ctx = |s: &[u8]| String::from_utf8_lossy(&s[i.saturating_sub(40).min(s.len())..(i + 40).min(s.len())]).into_owned();
+    let i = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    let ctx = |s: &[u8]| {
+        String::from_utf8_lossy(&s[i.saturating_sub(40).min(s.len())..(i + 40).min(s.len())])
+            .into_owned()
+    };
     format!(
         "lengths {} vs {}, first difference at byte {i}:\n ours:   {:?}\n kaldi:  {:?}",
         a.len(),
@@ -156,20 +185,26 @@ fn check_model(m: &GoldenModel, tmp: &Path) -> Result<Outcome, String> {
     let ours = std::fs::read(&out_txt).unwrap();
     let kaldi = std::fs::read(&m.txt).unwrap();
     if ours != kaldi {
-        return Err(format!("text copy differs from {}: {}", m.txt.display(), first_diff(&ours, &kaldi)));
+        return Err(format!(
+            "text copy differs from {}: {}",
+            m.txt.display(),
+            first_diff(&ours, &kaldi)
+        ));
     }
     let (ok, err) = compnet(&["copy", raw, out_raw.to_str().unwrap()]);
     if !ok {
         return Err(format!("copy to binary failed: {err}"));
     }
-    let ours = std::fs::read(&out_raw).unwrap();
-    let kaldi = std::fs::read(&m.expected_copy).unwrap();
-    if ours != kaldi {
-        return Err(format!(
-            "binary copy differs from {}: {}",
-            m.expected_copy.display(),
-            first_diff(&ours, &kaldi)
-        ));
+    if let Some(expected) = &m.expected_copy {
+        let ours = std::fs::read(&out_raw).unwrap();
+        let kaldi = std::fs::read(expected).unwrap();
+        if ours != kaldi {
+            return Err(format!(
+                "binary copy differs from {}: {}",
+                expected.display(),
+                first_diff(&ours, &kaldi)
+            ));
+        }
     }
     // Text in: text -> binary -> text gives Kaldi's text again (7-digit floats re-read).
     let from_text = tmp.join("from_text.raw");
@@ -178,14 +213,23 @@ fn check_model(m: &GoldenModel, tmp: &Path) -> Result<Outcome, String> {
     if !ok {
         return Err(format!("reading the text model failed: {err}"));
     }
-    let (ok, err) = compnet(&["copy", "--binary", "false", from_text.to_str().unwrap(), again.to_str().unwrap()]);
+    let (ok, err) = compnet(&[
+        "copy",
+        "--binary",
+        "false",
+        from_text.to_str().unwrap(),
+        again.to_str().unwrap(),
+    ]);
     if !ok {
         return Err(format!("copy of the re-read model failed: {err}"));
     }
     let ours = std::fs::read(&again).unwrap();
     let kaldi = std::fs::read(&m.txt).unwrap();
-    if ours != kaldi && m.label != "formats/model" {
-        return Err(format!("text -> binary -> text differs: {}", first_diff(&ours, &kaldi)));
+    if ours != kaldi && !m.trained_batchnorm {
+        return Err(format!(
+            "text -> binary -> text differs: {}",
+            first_diff(&ours, &kaldi)
+        ));
     }
     Ok(Outcome::Checked)
 }
@@ -196,15 +240,23 @@ fn golden_models_round_trip_byte_identically() {
     let mut checked = Vec::new();
     let mut unknown = Vec::new();
     let mut failures = Vec::new();
-    for m in golden_models() {
-        match check_model(&m, tmp.path()) {
+    for (i, m) in golden_models().into_iter().enumerate() {
+        let dir = tmp.path().join(i.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        match check_model(&m, &dir) {
             Ok(Outcome::Checked) => checked.push(m.label.clone()),
-            Ok(Outcome::UnknownType(t)) => unknown.push(format!("{} (unknown component type {t})", m.label)),
+            Ok(Outcome::UnknownType(t)) => {
+                unknown.push(format!("{} (unknown component type {t})", m.label))
+            }
             Err(e) => failures.push(format!("{}: {e}", m.label)),
         }
     }
     eprintln!("fully checked ({}): {}", checked.len(), checked.join(", "));
-    eprintln!("waiting for component types ({}): {}", unknown.len(), unknown.join(", "));
+    eprintln!(
+        "waiting for component types ({}): {}",
+        unknown.len(),
+        unknown.join(", ")
+    );
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n\n"));
     assert!(
         checked.len() >= MIN_FULLY_CHECKED,
@@ -223,7 +275,12 @@ fn text_model_converts_like_kaldi() {
     let tmp = tempfile::tempdir().unwrap();
     let out_raw = tmp.path().join("from_text.raw");
     let out_txt = tmp.path().join("from_text.txt");
-    let (ok, err) = compnet(&["copy", "--binary=true", m.join("model.txt").to_str().unwrap(), out_raw.to_str().unwrap()]);
+    let (ok, err) = compnet(&[
+        "copy",
+        "--binary=true",
+        m.join("model.txt").to_str().unwrap(),
+        out_raw.to_str().unwrap(),
+    ]);
     if !ok {
         let t = unknown_type(&err).unwrap_or_else(|| panic!("unexpected failure: {err}"));
         eprintln!("formats/model not checked yet: unknown component type {t}");
@@ -232,7 +289,12 @@ fn text_model_converts_like_kaldi() {
     let ours = std::fs::read(&out_raw).unwrap();
     let kaldi = std::fs::read(m.join("model_from_text.raw")).unwrap();
     assert!(ours == kaldi, "{}", first_diff(&ours, &kaldi));
-    let (ok, err) = compnet(&["copy", "--binary=false", out_raw.to_str().unwrap(), out_txt.to_str().unwrap()]);
+    let (ok, err) = compnet(&[
+        "copy",
+        "--binary=false",
+        out_raw.to_str().unwrap(),
+        out_txt.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     let ours = std::fs::read(&out_txt).unwrap();
     let kaldi = std::fs::read(m.join("model_from_text.txt")).unwrap();

@@ -40,7 +40,8 @@ fn lib_copy(compress: bool, method: i64, input: &str, text: bool) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let ws = format!("ark{}:{}", if text { ",t" } else { "" }, out.display());
-    let n = copy_feats(&args(compress, method, input, &ws)).unwrap_or_else(|e| panic!("{input}: {e}"));
+    let n =
+        copy_feats(&args(compress, method, input, &ws)).unwrap_or_else(|e| panic!("{input}: {e}"));
     assert!(n > 0);
     read(&out.to_string_lossy())
 }
@@ -48,8 +49,15 @@ fn lib_copy(compress: bool, method: i64, input: &str, text: bool) -> Vec<u8> {
 fn assert_same(ours: &[u8], golden: &str) {
     let want = read(golden);
     if ours != want.as_slice() {
-        let pos = ours.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(ours.len().min(want.len()));
-        let ctx = |b: &[u8]| String::from_utf8_lossy(&b[pos.saturating_sub(40)..(pos + 40).min(b.len())]).into_owned();
+        let pos = ours
+            .iter()
+            .zip(&want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(ours.len().min(want.len()));
+        let ctx = |b: &[u8]| {
+            String::from_utf8_lossy(&b[pos.saturating_sub(40)..(pos + 40).min(b.len())])
+                .into_owned()
+        };
         panic!(
             "differs from {golden} at byte {pos} (ours {} bytes, golden {}):\n ours: {:?}\n want: {:?}",
             ours.len(),
@@ -63,11 +71,21 @@ fn assert_same(ours: &[u8], golden: &str) {
 #[test]
 fn decode_every_feats_archive_to_kaldi_text() {
     for name in ["fm", "cm_auto", "cm_speech", "cm2", "cm3"] {
-        let out = lib_copy(false, 1, &format!("ark:{}", g(&format!("feats/{name}.ark"))), true);
+        let out = lib_copy(
+            false,
+            1,
+            &format!("ark:{}", g(&format!("feats/{name}.ark"))),
+            true,
+        );
         assert_same(&out, &g(&format!("feats/{name}.txt")));
     }
     for name in ["int16_m4", "uint8_m6", "zeroone_m7"] {
-        let out = lib_copy(false, 1, &format!("ark:{}", g(&format!("compress-special/{name}.ark"))), true);
+        let out = lib_copy(
+            false,
+            1,
+            &format!("ark:{}", g(&format!("compress-special/{name}.ark"))),
+            true,
+        );
         assert_same(&out, &g(&format!("compress-special/{name}.txt")));
     }
 }
@@ -90,8 +108,17 @@ fn compression_reproduces_kaldi_bytes() {
         let out = lib_copy(true, method, &format!("ark:{}", g("feats/fm.ark")), false);
         assert_same(&out, &g(&format!("feats/{name}.ark")));
     }
-    for (method, src, name) in [(4, "int16_src", "int16_m4"), (6, "uint8_src", "uint8_m6"), (7, "zeroone_src", "zeroone_m7")] {
-        let out = lib_copy(true, method, &format!("ark:{}", g(&format!("compress-special/{src}.txt"))), false);
+    for (method, src, name) in [
+        (4, "int16_src", "int16_m4"),
+        (6, "uint8_src", "uint8_m6"),
+        (7, "zeroone_src", "zeroone_m7"),
+    ] {
+        let out = lib_copy(
+            true,
+            method,
+            &format!("ark:{}", g(&format!("compress-special/{src}.txt"))),
+            false,
+        );
         assert_same(&out, &g(&format!("compress-special/{name}.ark")));
     }
 }
@@ -122,15 +149,27 @@ fn rebase_scp(dir: &Path, rel: &str) -> String {
 fn scp_offsets_and_ranges() {
     let dir = tempfile::tempdir().unwrap();
     let scp = rebase_scp(dir.path(), "feats/fm.scp");
-    assert_same(&lib_copy(false, 1, &format!("scp:{scp}"), true), &g("feats/fm_via_scp.txt"));
+    assert_same(
+        &lib_copy(false, 1, &format!("scp:{scp}"), true),
+        &g("feats/fm_via_scp.txt"),
+    );
     let ranges = rebase_scp(dir.path(), "feats/ranges.scp");
-    assert_same(&lib_copy(false, 1, &format!("scp:{ranges}"), true), &g("feats/ranges.txt"));
+    assert_same(
+        &lib_copy(false, 1, &format!("scp:{ranges}"), true),
+        &g("feats/ranges.txt"),
+    );
     // Every compressed scp entry points at the same object as the archive.
     for name in ["cm_auto", "cm_speech", "cm2", "cm3"] {
         let scp = rebase_scp(dir.path(), &format!("feats/{name}.scp"));
-        assert_same(&lib_copy(false, 1, &format!("scp:{scp}"), true), &g(&format!("feats/{name}.txt")));
+        assert_same(
+            &lib_copy(false, 1, &format!("scp:{scp}"), true),
+            &g(&format!("feats/{name}.txt")),
+        );
         if name == "cm_auto" {
-            assert_same(&lib_copy(true, 1, &format!("scp:{scp}"), false), &g("feats/cm_auto.ark"));
+            assert_same(
+                &lib_copy(true, 1, &format!("scp:{scp}"), false),
+                &g("feats/cm_auto.ark"),
+            );
         }
     }
 }
@@ -140,7 +179,16 @@ fn ark_scp_writer_gives_kaldi_offsets() {
     // Run the binary inside a temp folder shaped like formats/, so the scp names match.
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("feats")).unwrap();
-    for (extra, name) in [(vec![], "fm"), (vec!["--compress=true"], "cm_auto"), (vec!["--compress", "true", "--compression-method", "2"], "cm_speech"), (vec!["--compress=true", "--compression-method=3"], "cm2"), (vec!["--compress=true", "--compression-method=5"], "cm3")] {
+    for (extra, name) in [
+        (vec![], "fm"),
+        (vec!["--compress=true"], "cm_auto"),
+        (
+            vec!["--compress", "true", "--compression-method", "2"],
+            "cm_speech",
+        ),
+        (vec!["--compress=true", "--compression-method=3"], "cm2"),
+        (vec!["--compress=true", "--compression-method=5"], "cm3"),
+    ] {
         let st = Command::new(env!("CARGO_BIN_EXE_compnet"))
             .current_dir(dir.path())
             .arg("copy-feats")
@@ -150,7 +198,12 @@ fn ark_scp_writer_gives_kaldi_offsets() {
             .status()
             .unwrap();
         assert!(st.success(), "{name}");
-        let p = |ext: &str| dir.path().join(format!("feats/{name}.{ext}")).to_string_lossy().into_owned();
+        let p = |ext: &str| {
+            dir.path()
+                .join(format!("feats/{name}.{ext}"))
+                .to_string_lossy()
+                .into_owned()
+        };
         assert_same(&read(&p("ark")), &g(&format!("feats/{name}.ark")));
         assert_same(&read(&p("scp")), &g(&format!("feats/{name}.scp")));
     }
@@ -186,14 +239,18 @@ fn pipes_in_and_out() {
 
 #[test]
 fn random_access_matches_sequential() {
-    let seq: Vec<(String, Matrix)> = SequentialMatrixReader::open(&format!("ark:{}", g("feats/cm_auto.ark")))
-        .unwrap()
-        .map(|x| x.unwrap())
-        .collect();
+    let seq: Vec<(String, Matrix)> =
+        SequentialMatrixReader::open(&format!("ark:{}", g("feats/cm_auto.ark")))
+            .unwrap()
+            .map(|x| x.unwrap())
+            .collect();
     assert_eq!(seq.len(), 7);
     let dir = tempfile::tempdir().unwrap();
     let scp = rebase_scp(dir.path(), "feats/cm_auto.scp");
-    for spec in [format!("ark:{}", g("feats/cm_auto.ark")), format!("scp:{scp}")] {
+    for spec in [
+        format!("ark:{}", g("feats/cm_auto.ark")),
+        format!("scp:{scp}"),
+    ] {
         let mut ra = RandomAccessMatrixReader::open(&spec).unwrap();
         for (k, m) in seq.iter().rev() {
             assert_eq!(ra.value(k).unwrap(), m);
@@ -218,13 +275,14 @@ fn vectors_text_binary_and_scp() {
     std::fs::create_dir(dir.path().join("vectors")).unwrap();
     let cwd_ark = dir.path().join("vectors/vec.ark");
     let cwd_scp = dir.path().join("vectors/vec.scp");
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("true")
-        .status()
-        .unwrap();
+    let out = Command::new("sh").arg("-c").arg("true").status().unwrap();
     assert!(out.success());
-    let mut w = VectorWriter::open(&format!("ark,scp:{},{}", cwd_ark.display(), cwd_scp.display())).unwrap();
+    let mut w = VectorWriter::open(&format!(
+        "ark,scp:{},{}",
+        cwd_ark.display(),
+        cwd_scp.display()
+    ))
+    .unwrap();
     for item in SequentialVectorReader::open(&format!("ark:{}", g("vectors/vec.txt"))).unwrap() {
         let (k, v) = item.unwrap();
         w.write(&k, &v).unwrap();
@@ -249,10 +307,19 @@ fn posteriors_both_ways() {
         }
         w.close().unwrap();
     };
-    copy(format!("ark:{}", g("posteriors/post.txt")), format!("ark:{}", b.display()));
+    copy(
+        format!("ark:{}", g("posteriors/post.txt")),
+        format!("ark:{}", b.display()),
+    );
     assert_same(&read(&b.to_string_lossy()), &g("posteriors/post.ark"));
-    copy(format!("ark:{}", g("posteriors/post.ark")), format!("ark,t:{}", t.display()));
-    assert_same(&read(&t.to_string_lossy()), &g("posteriors/post_decoded.txt"));
+    copy(
+        format!("ark:{}", g("posteriors/post.ark")),
+        format!("ark,t:{}", t.display()),
+    );
+    assert_same(
+        &read(&t.to_string_lossy()),
+        &g("posteriors/post_decoded.txt"),
+    );
 }
 
 #[test]
@@ -260,7 +327,12 @@ fn general_matrix_keeps_compressed_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let o = dir.path().join("g.ark");
     let mut w = table::GeneralMatrixWriter::open(&format!("ark:{}", o.display())).unwrap();
-    for item in SequentialTableReader::<compnet::io::GeneralMatrix>::open(&format!("ark:{}", g("feats/cm_speech.ark"))).unwrap() {
+    for item in SequentialTableReader::<compnet::io::GeneralMatrix>::open(&format!(
+        "ark:{}",
+        g("feats/cm_speech.ark")
+    ))
+    .unwrap()
+    {
         let (k, m) = item.unwrap();
         assert!(matches!(m, compnet::io::GeneralMatrix::Compressed(_)));
         w.write(&k, &m).unwrap();
@@ -272,10 +344,11 @@ fn general_matrix_keeps_compressed_bytes() {
 #[test]
 fn compress_api_matches_golden_decoding_tolerance() {
     // Independent check of the decoder: every value is within one code step of the source.
-    let src: Vec<(String, Matrix)> = SequentialMatrixReader::open(&format!("ark:{}", g("feats/src.txt")))
-        .unwrap()
-        .map(|x| x.unwrap())
-        .collect();
+    let src: Vec<(String, Matrix)> =
+        SequentialMatrixReader::open(&format!("ark:{}", g("feats/src.txt")))
+            .unwrap()
+            .map(|x| x.unwrap())
+            .collect();
     for (_, m) in &src {
         let c = CompressedMatrix::compress(m, CompressionMethod::TwoByteAuto);
         let d = c.to_matrix();
@@ -292,7 +365,14 @@ fn compress_api_matches_golden_decoding_tolerance() {
 #[test]
 fn fmt_float_matches_every_golden_number() {
     let mut files: Vec<PathBuf> = Vec::new();
-    for sub in ["feats", "compress-special", "vectors", "egs", "model", "posteriors"] {
+    for sub in [
+        "feats",
+        "compress-special",
+        "vectors",
+        "egs",
+        "model",
+        "posteriors",
+    ] {
         for e in std::fs::read_dir(formats().join(sub)).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "txt") {
@@ -310,8 +390,15 @@ fn fmt_float_matches_every_golden_number() {
     for f in &files {
         let text = String::from_utf8_lossy(&read(&f.to_string_lossy())).into_owned();
         for tok in text.split_ascii_whitespace() {
-            let Some(c) = tok.bytes().next() else { continue };
-            if !(c.is_ascii_digit() || c == b'-') || tok.contains(',') || tok.contains('-') && tok.len() > 1 && tok[1..].starts_with(|c: char| c.is_ascii_alphabetic()) {
+            let Some(c) = tok.bytes().next() else {
+                continue;
+            };
+            if !(c.is_ascii_digit() || c == b'-')
+                || tok.contains(',')
+                || tok.contains('-')
+                    && tok.len() > 1
+                    && tok[1..].starts_with(|c: char| c.is_ascii_alphabetic())
+            {
                 continue;
             }
             let Ok(v) = tok.parse::<f32>() else { continue };

@@ -509,7 +509,7 @@ fn grouped_reductions() {
                 .iter()
                 .map(|row| {
                     row.chunks(gs)
-                        .map(|grp| if p.is_infinite() { grp.iter().fold(0.0, |m, x| m.max(x.abs())) } else { grp.iter().map(|x| x.abs().powf(pf)).sum::<f64>().powf(1.0 / pf) })
+                        .map(|grp| if p.is_infinite() { grp.iter().fold(0.0f64, |m, x| m.max(x.abs())) } else { grp.iter().map(|x| x.abs().powf(pf)).sum::<f64>().powf(1.0 / pf) })
                         .collect()
                 })
                 .collect();

@@ -19,7 +19,9 @@ pub fn parse_kaldi_bool(s: &str) -> std::result::Result<bool, String> {
 }
 
 fn parse_method(s: &str) -> std::result::Result<i64, String> {
-    let n: i64 = s.parse().map_err(|_| format!("expected an integer 1..7, got \"{s}\""))?;
+    let n: i64 = s
+        .parse()
+        .map_err(|_| format!("expected an integer 1..7, got \"{s}\""))?;
     if CompressionMethod::from_number(n).is_none() {
         return Err(format!("compression method must be 1..7, got {n}"));
     }
@@ -47,13 +49,18 @@ pub struct Args {
 
 /// Copies every matrix; returns the number copied.
 pub fn copy_feats(a: &Args) -> Result<usize> {
-    let method = CompressionMethod::from_number(a.compression_method)
-        .ok_or_else(|| Error::Usage(format!("invalid --compression-method={}", a.compression_method)))?;
+    let method = CompressionMethod::from_number(a.compression_method).ok_or_else(|| {
+        Error::Usage(format!(
+            "invalid --compression-method={}",
+            a.compression_method
+        ))
+    })?;
     let in_table = parse_rspecifier(&a.input).is_ok();
     let out_table = parse_wspecifier(&a.output).is_ok();
     if in_table != out_table {
         return Err(Error::Usage(
-            "copy-feats: either both arguments are tables (rspecifier, wspecifier) or neither".into(),
+            "copy-feats: either both arguments are tables (rspecifier, wspecifier) or neither"
+                .into(),
         ));
     }
     if !in_table {

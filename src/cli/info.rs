@@ -68,12 +68,11 @@ fn sum_modulus(d: &SumDescriptor) -> usize {
 fn fwd_modulus(f: &ForwardingDescriptor) -> usize {
     match f {
         ForwardingDescriptor::Simple { .. } => 1,
-        ForwardingDescriptor::Offset { src, .. } | ForwardingDescriptor::ReplaceIndex { src, .. } => {
-            fwd_modulus(src)
+        ForwardingDescriptor::Offset { src, .. }
+        | ForwardingDescriptor::ReplaceIndex { src, .. } => fwd_modulus(src),
+        ForwardingDescriptor::Switch(v) => {
+            v.iter().fold(v.len().max(1), |m, s| lcm(m, fwd_modulus(s)))
         }
-        ForwardingDescriptor::Switch(v) => v
-            .iter()
-            .fold(v.len().max(1), |m, s| lcm(m, fwd_modulus(s))),
         ForwardingDescriptor::Round { src, t_modulus } => {
             lcm(t_modulus.unsigned_abs().max(1) as usize, fwd_modulus(src))
         }

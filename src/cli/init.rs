@@ -52,10 +52,13 @@ pub fn run(a: Args) -> Result<i32> {
             ))
         }
     };
-    // TODO(model): hand a.srand to the component initialisers once they take a seed.
-    let _ = a.srand;
+    crate::nnet::component::param_util::seed_init_rng(a.srand as u64);
     let text = read_config_text(config)?;
-    let config_name = if config == "-" { "<stdin>" } else { config.as_str() };
+    let config_name = if config == "-" {
+        "<stdin>"
+    } else {
+        config.as_str()
+    };
     let nnet = match existing {
         Some(m) => {
             let mut nnet = Nnet::read_model_file(m)?.nnet;

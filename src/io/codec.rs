@@ -230,7 +230,12 @@ impl<'a> TokenReader<'a> {
         let file = file.into();
         if buf.first() == Some(&0) {
             if buf.get(1) != Some(&b'B') {
-                return Err(Error::format(file, 1, "'B' after binary marker \\0", describe(buf, 1)));
+                return Err(Error::format(
+                    file,
+                    1,
+                    "'B' after binary marker \\0",
+                    describe(buf, 1),
+                ));
             }
             let mut r = TokenReader::new(buf, true, file);
             r.pos = 2;
@@ -266,7 +271,12 @@ impl<'a> TokenReader<'a> {
     }
     /// A format error at the current position.
     pub fn err(&self, expected: impl Into<String>) -> Error {
-        Error::format(self.file.clone(), self.pos, expected, describe(self.buf, self.pos))
+        Error::format(
+            self.file.clone(),
+            self.pos,
+            expected,
+            describe(self.buf, self.pos),
+        )
     }
     /// A format error at a given position.
     pub fn err_at(&self, pos: usize, expected: impl Into<String>) -> Error {
@@ -338,7 +348,9 @@ impl<'a> TokenReader<'a> {
     /// Consumes the given token or fails (accepts it with its leading `<` missing, as Kaldi does).
     pub fn expect_token(&mut self, t: &str) -> Result<()> {
         let save = self.pos;
-        let got = self.token().map_err(|_| self.err_at(save, format!("token {t}")))?;
+        let got = self
+            .token()
+            .map_err(|_| self.err_at(save, format!("token {t}")))?;
         if got == t || (t.starts_with('<') && got == t[1..]) {
             Ok(())
         } else {
@@ -367,7 +379,8 @@ impl<'a> TokenReader<'a> {
         if start == self.pos {
             return Err(self.err_at(start, what.to_string()));
         }
-        let s = std::str::from_utf8(&self.buf[start..self.pos]).map_err(|_| self.err_at(start, what.to_string()))?;
+        let s = std::str::from_utf8(&self.buf[start..self.pos])
+            .map_err(|_| self.err_at(start, what.to_string()))?;
         Ok((start, s))
     }
     fn size_byte(&mut self, what: &str) -> Result<u8> {

@@ -298,7 +298,10 @@ impl CompressedMatrix {
         let rows = i32::from_le_bytes(f(8));
         let cols = i32::from_le_bytes(f(12));
         if rows < 0 || cols < 0 {
-            return Err(r.err_at(hdr_at + 8, format!("non-negative dimensions, got {rows}x{cols}")));
+            return Err(r.err_at(
+                hdr_at + 8,
+                format!("non-negative dimensions, got {rows}x{cols}"),
+            ));
         }
         let (rows, cols) = (rows as usize, cols as usize);
         if rows == 0 || cols == 0 {

@@ -86,7 +86,8 @@ fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
                     .position(|b| b.is_ascii_whitespace() || *b == b']' || *b == b';')
                     .unwrap_or(rest.len());
                 let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
-                let v = parse_float(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
+                let v =
+                    parse_float(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
                 r.bytes(n)?;
                 cur.push(v as f32);
             }
@@ -163,7 +164,8 @@ pub fn read_vector(r: &mut TokenReader<'_>) -> Result<Vector> {
                         .position(|b| b.is_ascii_whitespace() || *b == b']')
                         .unwrap_or(rest.len());
                     let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
-                    let x = parse_float(word).ok_or_else(|| r.err_at(here, "a number in the vector"))?;
+                    let x = parse_float(word)
+                        .ok_or_else(|| r.err_at(here, "a number in the vector"))?;
                     r.bytes(n)?;
                     v.push(x as f32);
                 }

@@ -28,8 +28,14 @@ pub fn write_file_atomic(path: &str, bytes: &[u8]) -> Result<()> {
         return out.flush().map_err(|e| Error::io("<stdout>", e));
     }
     let p = Path::new(path);
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
     let res = (|| {
         let mut f = std::fs::File::create(&tmp)?;

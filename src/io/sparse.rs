@@ -35,9 +35,21 @@ fn read_eq_token(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
 
 /// Checks that `count` items of at least `min_bytes` each can still be in the buffer, so a
 /// corrupted count never triggers a huge allocation.
-fn check_count(r: &TokenReader<'_>, at: usize, count: i32, min_bytes: usize, what: &str) -> Result<usize> {
+fn check_count(
+    r: &TokenReader<'_>,
+    at: usize,
+    count: i32,
+    min_bytes: usize,
+    what: &str,
+) -> Result<usize> {
     if count < 0 || (count as usize).saturating_mul(min_bytes) > r.rest().len() {
-        return Err(r.err_at(at, format!("a plausible {what} (got {count}, {} bytes left)", r.rest().len())));
+        return Err(r.err_at(
+            at,
+            format!(
+                "a plausible {what} (got {count}, {} bytes left)",
+                r.rest().len()
+            ),
+        ));
     }
     Ok(count as usize)
 }
@@ -324,7 +336,9 @@ pub fn read_posterior(r: &mut TokenReader<'_>) -> Result<Posterior> {
                 if word == "]" {
                     break;
                 }
-                let id: i32 = word.parse().map_err(|_| r.err_at(at, "an integer id or ']'"))?;
+                let id: i32 = word
+                    .parse()
+                    .map_err(|_| r.err_at(at, "an integer id or ']'"))?;
                 while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
                     r.byte()?;
                 }

@@ -93,7 +93,8 @@ pub fn parse_rspecifier(spec: &str) -> Result<Rspecifier> {
     if spec.ends_with(|c: char| c.is_ascii_whitespace()) {
         return Err(bad("trailing whitespace"));
     }
-    let (opts_list, filename) = split_spec(spec).ok_or_else(|| bad("expected ark:... or scp:..."))?;
+    let (opts_list, filename) =
+        split_spec(spec).ok_or_else(|| bad("expected ark:... or scp:..."))?;
     let mut kind = None;
     let mut o = ReadOptions::default();
     for piece in opts_list {
@@ -118,7 +119,11 @@ pub fn parse_rspecifier(spec: &str) -> Result<Rspecifier> {
             "p" => o.permissive = true,
             "np" => o.permissive = false,
             "bg" => o.background = true,
-            "" => return Err(bad("empty option (options are separated by exactly one ',')")),
+            "" => {
+                return Err(bad(
+                    "empty option (options are separated by exactly one ',')",
+                ))
+            }
             other => return Err(bad(&format!("unknown option \"{other}\""))),
         }
     }
@@ -173,7 +178,11 @@ pub fn parse_wspecifier(spec: &str) -> Result<Wspecifier> {
             "f" => w.flush = Some(true),
             "nf" => w.flush = Some(false),
             "p" => w.permissive = true,
-            "" => return Err(bad("empty option (options are separated by exactly one ',')")),
+            "" => {
+                return Err(bad(
+                    "empty option (options are separated by exactly one ',')",
+                ))
+            }
             other => return Err(bad(&format!("unknown option \"{other}\""))),
         }
     }
@@ -217,7 +226,9 @@ pub fn classify_rxfilename(name: &str) -> Result<Rx> {
     if name.starts_with('|') {
         return Err(bad("'| cmd' is an output pipe"));
     }
-    if name.starts_with(|c: char| c.is_ascii_whitespace()) || name.ends_with(|c: char| c.is_ascii_whitespace()) {
+    if name.starts_with(|c: char| c.is_ascii_whitespace())
+        || name.ends_with(|c: char| c.is_ascii_whitespace())
+    {
         return Err(bad("leading or trailing whitespace"));
     }
     if let Some(cmd) = name.strip_suffix('|') {
@@ -249,7 +260,9 @@ pub fn classify_wxfilename(name: &str) -> Result<Wx> {
     if name.is_empty() || name == "-" {
         return Ok(Wx::Stdout);
     }
-    if name.starts_with(|c: char| c.is_ascii_whitespace()) || name.ends_with(|c: char| c.is_ascii_whitespace()) {
+    if name.starts_with(|c: char| c.is_ascii_whitespace())
+        || name.ends_with(|c: char| c.is_ascii_whitespace())
+    {
         return Err(bad("leading or trailing whitespace"));
     }
     if let Some(cmd) = name.strip_prefix('|') {
@@ -277,7 +290,10 @@ fn run_input_pipe(cmd: &str) -> Result<Vec<u8>> {
         .output()
         .map_err(|e| Error::io(&label, e))?;
     if !out.status.success() {
-        return Err(Error::Usage(format!("input pipe \"{label}\" failed: {}", out.status)));
+        return Err(Error::Usage(format!(
+            "input pipe \"{label}\" failed: {}",
+            out.status
+        )));
     }
     Ok(out.stdout)
 }
@@ -351,7 +367,10 @@ impl Sink {
                     .parent()
                     .filter(|d| !d.as_os_str().is_empty())
                     .unwrap_or(std::path::Path::new("."));
-                let base = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let base = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 let tmp = dir.join(format!(".{base}.tmp{}", std::process::id()));
                 let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&f, e))?;
                 Ok(Sink::File {
@@ -419,13 +438,22 @@ impl Sink {
                 }
                 Ok(())
             }
-            Sink::Pipe { label, mut child, w } => {
+            Sink::Pipe {
+                label,
+                mut child,
+                w,
+            } => {
                 // Dropping stdin closes the pipe so the command can finish.
-                let flushed = w.into_inner().map(drop).map_err(|e| Error::io(&label, e.into_error()));
+                let flushed = w
+                    .into_inner()
+                    .map(drop)
+                    .map_err(|e| Error::io(&label, e.into_error()));
                 let status = child.wait().map_err(|e| Error::io(&label, e))?;
                 flushed?;
                 if !status.success() {
-                    return Err(Error::Usage(format!("output pipe \"{label}\" failed: {status}")));
+                    return Err(Error::Usage(format!(
+                        "output pipe \"{label}\" failed: {status}"
+                    )));
                 }
                 Ok(())
             }
@@ -460,7 +488,9 @@ impl RangeSpec {
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
         let parts: Vec<&str> = s.split(',').collect();
         if parts.len() > 2 || parts.iter().any(|p| p.is_empty()) {
-            return Err(format!("bad range specifier [{s}]: expected [r1:r2] or [r1:r2,c1:c2]"));
+            return Err(format!(
+                "bad range specifier [{s}]: expected [r1:r2] or [r1:r2,c1:c2]"
+            ));
         }
         let axis = |p: &str| -> std::result::Result<Option<(usize, usize)>, String> {
             if p == ":" {
@@ -469,8 +499,14 @@ impl RangeSpec {
             let (a, b) = p
                 .split_once(':')
                 .ok_or_else(|| format!("bad range \"{p}\" in [{s}]: expected a:b"))?;
-            let a: usize = a.trim().parse().map_err(|_| format!("bad range \"{p}\" in [{s}]"))?;
-            let b: usize = b.trim().parse().map_err(|_| format!("bad range \"{p}\" in [{s}]"))?;
+            let a: usize = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad range \"{p}\" in [{s}]"))?;
+            let b: usize = b
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad range \"{p}\" in [{s}]"))?;
             if a > b {
                 return Err(format!("bad range \"{p}\" in [{s}]: start after end"));
             }
@@ -487,11 +523,22 @@ impl RangeSpec {
 
     /// Resolves the range against a rows×cols object: (row0, nrows, col0, ncols). The row end
     /// may overshoot the last row by up to 2 (Kaldi's length tolerance of 3) and is clamped.
-    pub fn resolve(&self, rows: usize, cols: usize) -> std::result::Result<(usize, usize, usize, usize), String> {
+    pub fn resolve(
+        &self,
+        rows: usize,
+        cols: usize,
+    ) -> std::result::Result<(usize, usize, usize, usize), String> {
         const ROW_TOLERANCE: usize = 3;
         let (r0, r1) = self.rows.unwrap_or((0, rows.wrapping_sub(1)));
         let (c0, c1) = self.cols.unwrap_or((0, cols.wrapping_sub(1)));
-        if rows == 0 || cols == 0 || r0 >= rows || r1 >= rows + ROW_TOLERANCE || c1 >= cols || c0 > c1 || r0 > r1 {
+        if rows == 0
+            || cols == 0
+            || r0 >= rows
+            || r1 >= rows + ROW_TOLERANCE
+            || c1 >= cols
+            || c0 > c1
+            || r0 > r1
+        {
             return Err(format!(
                 "range [{}] does not fit a {rows}x{cols} matrix",
                 self.text()
@@ -549,7 +596,9 @@ impl TableObject for Vector {
     }
     fn extract_range(&self, range: &RangeSpec) -> std::result::Result<Self, String> {
         match (range.rows, range.cols) {
-            (Some((a, b)), None) if b < self.dim() => Ok(Vector::from_vec(self.as_slice()[a..=b].to_vec())),
+            (Some((a, b)), None) if b < self.dim() => {
+                Ok(Vector::from_vec(self.as_slice()[a..=b].to_vec()))
+            }
             _ => Err(format!(
                 "range [{}] does not fit a vector of dimension {}",
                 range.text(),
@@ -575,7 +624,9 @@ impl CompressedMatrix {
             }
             CompressedFormat::TwoByte => {
                 for r in r0..r0 + nr {
-                    data.extend_from_slice(&self.data[(r * cols + c0) * 2..(r * cols + c0 + nc) * 2]);
+                    data.extend_from_slice(
+                        &self.data[(r * cols + c0) * 2..(r * cols + c0 + nc) * 2],
+                    );
                 }
             }
             CompressedFormat::OneByte => {
@@ -628,7 +679,9 @@ impl TableObject for GeneralMatrix {
         match self {
             GeneralMatrix::Full(m) => Ok(GeneralMatrix::Full(sub_matrix(m, range)?)),
             GeneralMatrix::Compressed(c) => Ok(GeneralMatrix::Compressed(c.extract_range(range)?)),
-            GeneralMatrix::Sparse(_) => Err("range specifiers are not supported for sparse matrices".into()),
+            GeneralMatrix::Sparse(_) => {
+                Err("range specifiers are not supported for sparse matrices".into())
+            }
         }
     }
 }
@@ -738,14 +791,22 @@ pub struct ScpEntry {
 /// one-field line makes the file invalid.
 pub fn parse_scp(text: &[u8], file: &str) -> Result<Vec<ScpEntry>> {
     let s = std::str::from_utf8(text).map_err(|e| {
-        Error::format(file, e.valid_up_to(), "UTF-8 text in a script file", "invalid bytes")
+        Error::format(
+            file,
+            e.valid_up_to(),
+            "UTF-8 text in a script file",
+            "invalid bytes",
+        )
     })?;
     let mut out = Vec::new();
     for (i, raw) in s.lines().enumerate() {
         let line = raw.trim_matches(|c: char| c.is_ascii_whitespace());
         let split = line.find(|c: char| c.is_ascii_whitespace());
         let (key, value) = match split {
-            Some(p) => (&line[..p], line[p..].trim_matches(|c: char| c.is_ascii_whitespace())),
+            Some(p) => (
+                &line[..p],
+                line[p..].trim_matches(|c: char| c.is_ascii_whitespace()),
+            ),
             None => (line, ""),
         };
         if key.is_empty() || value.is_empty() {
@@ -784,8 +845,17 @@ fn scp_error(file: &str, e: &ScpEntry, err: Error) -> Error {
 // Sequential reader
 
 enum SeqSource {
-    Archive { buf: Rc<Vec<u8>>, pos: usize, label: String },
-    Script { entries: Vec<ScpEntry>, next: usize, label: String, cache: FileCache },
+    Archive {
+        buf: Rc<Vec<u8>>,
+        pos: usize,
+        label: String,
+    },
+    Script {
+        entries: Vec<ScpEntry>,
+        next: usize,
+        label: String,
+        cache: FileCache,
+    },
 }
 
 /// Iterates over `(key, object)` pairs of an archive or script, in file order. After an error
@@ -853,6 +923,20 @@ impl<T: TableObject> SequentialTableReader<T> {
             done: false,
             _t: std::marker::PhantomData,
         })
+    }
+
+    /// A reader over an archive already in memory (`label` names it in errors).
+    pub fn from_archive_bytes(bytes: Vec<u8>, label: &str) -> Self {
+        SequentialTableReader {
+            src: SeqSource::Archive {
+                buf: Rc::new(bytes),
+                pos: 0,
+                label: label.to_string(),
+            },
+            permissive: false,
+            done: false,
+            _t: std::marker::PhantomData,
+        }
     }
 
     fn next_item(&mut self) -> Option<Result<(String, T)>> {
@@ -1096,16 +1180,18 @@ impl<T: TableObject> TableWriter<T> {
     /// Writes one object under `key` (non-empty, no whitespace).
     pub fn write(&mut self, key: &str, obj: &T) -> Result<()> {
         if key.is_empty() || key.contains(|c: char| c.is_ascii_whitespace()) {
-            return Err(Error::Usage(format!("invalid table key \"{key}\": keys must be non-empty and contain no whitespace")));
+            return Err(Error::Usage(format!(
+                "invalid table key \"{key}\": keys must be non-empty and contain no whitespace"
+            )));
         }
         let mut tw = TokenWriter::new(self.binary);
         tw.binary_header();
         obj.write_object(&mut tw);
         let body = tw.into_bytes();
         if let Some(map) = &self.script_in {
-            let wx = map
-                .get(key)
-                .ok_or_else(|| Error::Usage(format!("key \"{key}\" is not in the output script file")))?;
+            let wx = map.get(key).ok_or_else(|| {
+                Error::Usage(format!("key \"{key}\" is not in the output script file"))
+            })?;
             let mut sink = Sink::open(wx)?;
             sink.write_all(&body)?;
             return sink.close();

@@ -313,7 +313,9 @@ fn config_error_to_format(
                 .and_then(|i| line_starts.get(i))
                 .copied()
                 .unwrap_or(config_start);
-            let line = buf.get(start..start + line_len(buf, start)).unwrap_or_default();
+            let line = buf
+                .get(start..start + line_len(buf, start))
+                .unwrap_or_default();
             let col_bytes = String::from_utf8_lossy(line)
                 .chars()
                 .take(pos.column.saturating_sub(1))

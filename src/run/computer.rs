@@ -202,15 +202,6 @@ impl<'a> NnetComputer<'a> {
         self.computation.submatrices[s]
     }
 
-    /// A read-only view of sub-matrix `s` (0 = empty).
-    fn view(&self, s: usize) -> MatView<'_> {
-        if s == 0 {
-            return MatView::from_slice(&[], 0, 0);
-        }
-        let i = self.sm(s);
-        sub_view(&self.matrices[i.matrix], &i)
-    }
-
     fn alloc(&mut self, m: usize) {
         let info = &self.computation.matrices[m];
         let (r, c) = (info.num_rows, info.num_cols);

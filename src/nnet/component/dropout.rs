@@ -201,7 +201,7 @@ mod tests {
     fn test_mode_scales_and_train_mode_masks() {
         let cfg = ConfigLine::parse_str("dim=3 dropout-proportion=0.25").expect("cfg");
         let mut c = DropoutComponent::from_config(&cfg).expect("init");
-        let x = Matrix::from_rows(&[vec![1.0, -2.0, 4.0]; 50]);
+        let x = Matrix::from_rows(&vec![vec![1.0, -2.0, 4.0]; 50]);
         let mut y = Matrix::zeros(50, 3);
         c.propagate(None, x.view(), y.view_mut());
         let v = y.to_vec();

@@ -98,10 +98,6 @@ impl NormalizeComponent {
         r.expect_token("</NormalizeComponent>")?;
         Ok(Box::new(c))
     }
-
-    fn out_block_dim(&self) -> usize {
-        self.block_dim + usize::from(self.add_log_stddev)
-    }
 }
 
 impl MatViewMut<'_> {
@@ -326,18 +322,22 @@ impl BatchNormComponent {
     pub fn test_mode(&self) -> bool {
         self.test_mode
     }
-    /// Mean and (centred) variance as Kaldi writes them: float arithmetic on the sums.
+    /// Mean and (centred) variance as Kaldi writes them: computed from the sums in double
+    /// precision, then rounded to float (so a binary read-then-write reproduces them).
     pub fn mean_var(&self) -> (Vec<f32>, Vec<f32>) {
-        let mut mean: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32).collect();
-        let mut var: Vec<f32> = self.stats_sumsq.iter().map(|&x| x as f32).collect();
-        if self.count != 0.0 {
-            let inv = (1.0 / self.count) as f32;
-            for (m, v) in mean.iter_mut().zip(var.iter_mut()) {
-                *m *= inv;
-                *v = *v * inv - *m * *m;
-            }
+        if self.count == 0.0 {
+            let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect();
+            return (f(&self.stats_sum), f(&self.stats_sumsq));
         }
-        (mean, var)
+        let inv = 1.0 / self.count;
+        self.stats_sum
+            .iter()
+            .zip(&self.stats_sumsq)
+            .map(|(&s, &q)| {
+                let m = s * inv;
+                ((m) as f32, (q * inv - m * m) as f32)
+            })
+            .unzip()
     }
     /// Recomputes the test-mode transform from the statistics (Kaldi's ComputeDerived).
     fn compute_derived(&mut self) {
@@ -728,8 +728,9 @@ mod tests {
         let mean = col0.iter().sum::<f32>() / 3.0;
         assert!(mean.abs() < 1e-6);
         c.store_stats(x.view(), y.view(), memo.as_ref());
-        assert_eq!(c.count(), 3.0);
-        let (m, v) = c.mean_var();
+        let bn = c.as_any().downcast_ref::<BatchNormComponent>().expect("type");
+        assert_eq!(bn.count(), 3.0);
+        let (m, v) = bn.mean_var();
         assert!((m[0] - 3.0).abs() < 1e-6 && (v[0] - 8.0 / 3.0).abs() < 1e-5);
     }
 }

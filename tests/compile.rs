@@ -1,0 +1,563 @@
+//! Compiler tests: graph building on small fixed networks (simple, spliced, RNN, clockwork,
+//! Failover, Round, ReplaceIndex, dim-range), steps rules, non-computable errors, Kaldi's
+//! rejected goldens, network context vs golden info.txt, and compiled forward/backward vs
+//! the independent per-Cindex reference evaluator and finite differences.
+
+use compnet::compile::context::nnet_context;
+use compnet::compile::graph::{build_graph, ComputationGraphBuilder};
+use compnet::compile::print::format_computation;
+use compnet::compile::request::format_indexes;
+use compnet::compile::steps::{compute_phases, compute_steps, describe_steps};
+use compnet::compile::{compile_computation, Command, CompilerOptions};
+use compnet::compile::{ComputationRequest, IoSpecification};
+use compnet::matrix::Matrix;
+use compnet::nnet::{Index, NetworkNode, Nnet};
+use compnet::run::reference::ReferenceEvaluator;
+use compnet::run::NnetComputer;
+use std::path::Path;
+
+const GOLDEN: &str = "/work/shared/golden";
+
+fn net(cfg: &str) -> Nnet {
+    let mut n = Nnet::from_config_text(cfg, "<test>").unwrap_or_else(|e| panic!("{e}\n{cfg}"));
+    for c in n.components.iter_mut() {
+        c.set_test_mode(true);
+    }
+    n
+}
+
+fn io(name: &str, ns: std::ops::Range<i32>, ts: std::ops::Range<i32>, deriv: bool) -> IoSpecification {
+    IoSpecification::from_ranges(name, ns, ts, deriv)
+}
+
+fn request(inputs: Vec<IoSpecification>, outputs: Vec<IoSpecification>) -> ComputationRequest {
+    ComputationRequest {
+        inputs,
+        outputs,
+        ..Default::default()
+    }
+}
+
+/// Deterministic pseudo-random matrix (independent of the crate's RNG helpers).
+fn pseudo_matrix(rows: usize, cols: usize, seed: u64) -> Matrix {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut m = Matrix::zeros(rows, cols);
+    for r in 0..rows {
+        for c in 0..cols {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let v = ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0;
+            m.set(r, c, v as f32);
+        }
+    }
+    m
+}
+
+/// Runs the compiled computation forward and compares every output with the reference.
+fn check_against_reference(nnet: &Nnet, req: &ComputationRequest) -> NnetComputationOutputs {
+    let comp = compile_computation(nnet, req, &CompilerOptions::default())
+        .unwrap_or_else(|e| panic!("compile: {e}"));
+    let inputs: Vec<Matrix> = req
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let dim = nnet.node_dim(nnet.node_index(&s.name).unwrap());
+            pseudo_matrix(s.indexes.len(), dim, 17 + k as u64)
+        })
+        .collect();
+    let refs: Vec<(&str, &[Index], &Matrix)> = req
+        .inputs
+        .iter()
+        .zip(&inputs)
+        .map(|(s, m)| (s.name.as_str(), s.indexes.as_slice(), m))
+        .collect();
+    let mut reference = ReferenceEvaluator::new(nnet, &refs).unwrap();
+    let mut computer = NnetComputer::new(&comp, nnet, None);
+    for (s, m) in req.inputs.iter().zip(&inputs) {
+        computer.accept_input(&s.name, m.clone()).unwrap();
+    }
+    computer
+        .run_forward()
+        .unwrap_or_else(|e| panic!("run: {e}\n{}", format_computation(&comp, nnet)));
+    let mut outs = Vec::new();
+    for o in &req.outputs {
+        let want = reference.compute(&o.name, &o.indexes).unwrap();
+        let got = computer.output(&o.name).unwrap().clone();
+        for r in 0..want.num_rows() {
+            for (a, b) in got.row(r).iter().zip(want.row(r)) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "output {} row {r} ({}) differs: {a} vs {b}\n{}",
+                    o.name,
+                    o.indexes[r],
+                    format_computation(&comp, nnet)
+                );
+            }
+        }
+        outs.push(got);
+    }
+    NnetComputationOutputs { outs }
+}
+
+struct NnetComputationOutputs {
+    outs: Vec<Matrix>,
+}
+
+/// Steps as (node name, rows).
+fn steps_of(nnet: &Nnet, req: &ComputationRequest) -> Vec<(String, usize)> {
+    let mut g = build_graph(nnet, req).unwrap();
+    let phases = compute_phases(nnet, &g).unwrap();
+    let steps = compute_steps(nnet, req, &phases, &mut g).unwrap();
+    // Rule (b): a component step is immediately preceded by its descriptor step with the
+    // same Indexes (simple components).
+    for (k, s) in steps.steps.iter().enumerate() {
+        let Some(&id) = s.first() else { continue };
+        let node = g.cindexes[id].0;
+        if matches!(nnet.nodes[node], NetworkNode::Component { .. }) && !steps.is_input_step[k] {
+            let prev = &steps.steps[k - 1];
+            assert_eq!(g.cindexes[prev[0]].0, node - 1, "rule (b): descriptor step first");
+            let a: Vec<Index> = s.iter().map(|&i| g.cindexes[i].1).collect();
+            let b: Vec<Index> = prev.iter().map(|&i| g.cindexes[i].1).collect();
+            assert_eq!(a, b, "rule (b): same Indexes");
+        }
+        // Rule (c): a dim-range step mirrors some step of its source node.
+        if let NetworkNode::DimRange { input_node, .. } = nnet.nodes[node] {
+            let a: Vec<Index> = s.iter().map(|&i| g.cindexes[i].1).collect();
+            assert!(
+                steps.steps[..k].iter().any(|t| {
+                    t.first().is_some_and(|&f| g.cindexes[f].0 == input_node)
+                        && t.iter().map(|&i| g.cindexes[i].1).collect::<Vec<_>>() == a
+                }),
+                "rule (c) violated"
+            );
+        }
+    }
+    // Rule (a): inputs and outputs in request order.
+    for spec in req.inputs.iter().chain(&req.outputs) {
+        let node = nnet.node_index(&spec.name).unwrap();
+        let found: Vec<_> = steps
+            .steps
+            .iter()
+            .filter(|s| s.first().is_some_and(|&f| g.cindexes[f].0 == node))
+            .collect();
+        assert_eq!(found.len(), 1, "rule (a): one step for {}", spec.name);
+        let idx: Vec<Index> = found[0].iter().map(|&i| g.cindexes[i].1).collect();
+        assert_eq!(idx, spec.indexes, "rule (a): request order for {}", spec.name);
+    }
+    describe_steps(nnet, &g, &steps)
+}
+
+const SIMPLE: &str = "
+input-node name=input dim=5
+component name=a type=AffineComponent input-dim=5 output-dim=4
+component-node name=a component=a input=input
+component name=r type=RectifiedLinearComponent dim=4
+component-node name=r component=r input=a
+output-node name=output input=r
+";
+
+const SPLICED: &str = "
+input-node name=input dim=3
+component name=a type=AffineComponent input-dim=12 output-dim=6
+component-node name=a component=a input=Append(Offset(input, -1), input, Offset(input, 1), Offset(input, 2))
+component name=t type=TanhComponent dim=6
+component-node name=t component=t input=a
+component name=b type=AffineComponent input-dim=12 output-dim=4
+component-node name=b component=b input=Append(Offset(t, -2), t)
+output-node name=output input=b
+";
+
+const RNN: &str = "
+input-node name=input dim=3
+component name=a type=AffineComponent input-dim=3 output-dim=5
+component-node name=a component=a input=input
+component name=rec type=AffineComponent input-dim=5 output-dim=5
+component-node name=rec component=rec input=Offset(h, -1)
+component name=h type=TanhComponent dim=5
+component-node name=h component=h input=Sum(a, IfDefined(rec))
+component name=o type=AffineComponent input-dim=5 output-dim=2
+component-node name=o component=o input=h
+output-node name=output input=o
+";
+
+const CLOCKWORK: &str = "
+input-node name=input dim=3
+component name=a type=AffineComponent input-dim=3 output-dim=4
+component-node name=a component=a input=input
+component name=b0 type=AffineComponent input-dim=4 output-dim=2
+component-node name=b0 component=b0 input=a
+component name=b1 type=AffineComponent input-dim=4 output-dim=2
+component-node name=b1 component=b1 input=Offset(a, -1)
+component name=b2 type=AffineComponent input-dim=4 output-dim=2
+component-node name=b2 component=b2 input=Offset(a, 1)
+component name=slow type=AffineComponent input-dim=4 output-dim=2
+component-node name=slow component=slow input=Round(a, 2)
+output-node name=output input=Sum(Switch(b0, b1, b2), slow)
+";
+
+const DESCRIPTOR_ZOO: &str = "
+input-node name=input dim=3
+input-node name=ivector dim=2
+component name=a type=AffineComponent input-dim=8 output-dim=6
+component-node name=a component=a input=Append(Offset(input, -1), input, ReplaceIndex(ivector, t, 0))
+dim-range-node name=lo input-node=a dim-offset=0 dim=3
+dim-range-node name=hi input-node=a dim-offset=3 dim=3
+component name=b type=AffineComponent input-dim=9 output-dim=3
+component-node name=b component=b input=Append(Failover(Offset(lo, -2), hi), IfDefined(Offset(hi, 1)), Sum(Scale(0.5, lo), Const(0.25, 3)))
+output-node name=output input=Sum(b, Scale(-2, Offset(b, -1)))
+";
+
+#[test]
+fn simple_net_graph_and_steps() {
+    let n = net(SIMPLE);
+    let req = request(vec![io("input", 0..2, 0..3, false)], vec![io("output", 0..2, 0..3, false)]);
+    let g = build_graph(&n, &req).unwrap();
+    // 6 Indexes at each of input, a_input, a, r_input, r, output.
+    assert_eq!(g.len(), 36);
+    let steps = steps_of(&n, &req);
+    let names: Vec<&str> = steps.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(names, ["input", "a_input", "a", "r_input", "r", "output"]);
+    check_against_reference(&n, &req);
+}
+
+#[test]
+fn spliced_net_uses_only_needed_inputs() {
+    let n = net(SPLICED);
+    // Output t=0..4 needs t in [-3, 6] of the input; supply more than needed.
+    let req = request(vec![io("input", 0..1, -5..9, false)], vec![io("output", 0..1, 0..4, false)]);
+    let g = build_graph(&n, &req).unwrap();
+    let tnode = n.node_index("t").unwrap();
+    let mut ts: Vec<i32> = g.cindexes.iter().filter(|c| c.0 == tnode).map(|c| c.1.t).collect();
+    ts.sort();
+    assert_eq!(ts, (-2..4).collect::<Vec<_>>());
+    // All supplied inputs are kept (rule a), even unused ones.
+    let inode = n.node_index("input").unwrap();
+    assert_eq!(g.cindexes.iter().filter(|c| c.0 == inode).count(), 14);
+    steps_of(&n, &req);
+    check_against_reference(&n, &req);
+}
+
+#[test]
+fn rnn_terminates_and_splits_per_time() {
+    let n = net(RNN);
+    let req = request(vec![io("input", 0..2, 0..6, false)], vec![io("output", 0..2, 0..6, false)]);
+    let steps = steps_of(&n, &req);
+    let count = |name: &str| steps.iter().filter(|s| s.0 == name).count();
+    // The recurrent layer is one step per time; the layers before and after are one step.
+    assert_eq!(count("h"), 6);
+    assert_eq!(count("rec"), 5);
+    assert_eq!(count("a"), 1);
+    assert_eq!(count("o"), 1);
+    assert!(steps.iter().filter(|s| s.0 == "h").all(|s| s.1 == 2));
+    check_against_reference(&n, &req);
+}
+
+#[test]
+fn clockwork_switch_round() {
+    let n = net(CLOCKWORK);
+    let ctx = nnet_context(&n).unwrap();
+    assert_eq!(ctx.modulus, 6);
+    assert_eq!((ctx.left, ctx.right), (1, 1));
+    for start in [-3, 0, 1, 5] {
+        let req = request(
+            vec![io("input", 0..2, start - 2..start + 9, false)],
+            vec![io("output", 0..2, start..start + 7, false)],
+        );
+        steps_of(&n, &req);
+        check_against_reference(&n, &req);
+    }
+}
+
+#[test]
+fn descriptor_zoo_failover_dimrange_replaceindex() {
+    let n = net(DESCRIPTOR_ZOO);
+    let req = request(
+        vec![io("input", 0..2, 0..10, false), io("ivector", 0..2, 0..1, false)],
+        vec![io("output", 0..2, 2..9, false)],
+    );
+    steps_of(&n, &req);
+    check_against_reference(&n, &req);
+    // Failover chooses its second argument at the first frames: output must be computable
+    // from t=1 (a needs t-1; b at t-1 needs a at t-1 and IfDefined is optional).
+    let req = request(
+        vec![io("input", 0..1, 0..10, false), io("ivector", 0..1, 0..1, false)],
+        vec![io("output", 0..1, 2..9, false)],
+    );
+    check_against_reference(&n, &req);
+}
+
+#[test]
+fn not_computable_message_names_outputs_and_missing_input() {
+    let n = net(SPLICED);
+    let req = request(vec![io("input", 0..1, -3..6, false)], vec![io("output", 0..1, 0..5, false)]);
+    let e = compile_computation(&n, &req, &CompilerOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Not all outputs were computable"), "{e}");
+    assert!(e.contains("output 'output': 1 of 5"), "{e}");
+    assert!(e.contains("[ (0, 4) ]"), "{e}");
+    assert!(e.contains("'input' (n=0, t=6), which the request does not supply"), "{e}");
+    assert!(e.contains("supply t up to 6"), "{e}");
+}
+
+#[test]
+fn request_errors_are_clear() {
+    let n = net(SIMPLE);
+    let bad = request(vec![io("nosuch", 0..1, 0..1, false)], vec![io("output", 0..1, 0..1, false)]);
+    let e = compile_computation(&n, &bad, &CompilerOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("'nosuch'"), "{e}");
+    let bad = request(vec![io("input", 0..1, 0..1, false)], vec![io("r", 0..1, 0..1, false)]);
+    let e = compile_computation(&n, &bad, &CompilerOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("not an output node"), "{e}");
+    let mut dup = io("input", 0..1, 0..2, false);
+    dup.indexes.push(Index::new(0, 0, 0));
+    let bad = request(vec![dup], vec![io("output", 0..1, 0..1, false)]);
+    let e = compile_computation(&n, &bad, &CompilerOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("more than once"), "{e}");
+}
+
+#[test]
+fn graph_builder_computable_info() {
+    let n = net(RNN);
+    let req = request(vec![io("input", 0..1, 0..4, false)], vec![io("output", 0..1, -2..6, false)]);
+    let mut b = ComputationGraphBuilder::new(&n, &req);
+    b.compute().unwrap();
+    let info = b.get_computable_info();
+    assert_eq!(info[0], [false, false, true, true, true, true, false, false]);
+    assert!(!b.all_outputs_are_computable());
+}
+
+/// Finite-difference check of the input derivative: objective = Σ output ⊙ W.
+fn check_input_deriv(nnet: &Nnet, req: &ComputationRequest) {
+    let comp = compile_computation(nnet, req, &CompilerOptions::default()).unwrap();
+    let dims: Vec<usize> = req
+        .inputs
+        .iter()
+        .map(|s| nnet.node_dim(nnet.node_index(&s.name).unwrap()))
+        .collect();
+    let inputs: Vec<Matrix> = req
+        .inputs
+        .iter()
+        .zip(&dims)
+        .enumerate()
+        .map(|(k, (s, &d))| pseudo_matrix(s.indexes.len(), d, 5 + k as u64))
+        .collect();
+    let weights: Vec<Matrix> = req
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| {
+            pseudo_matrix(o.indexes.len(), nnet.node_dim(nnet.node_index(&o.name).unwrap()), 99 + k as u64)
+        })
+        .collect();
+    let objective = |ins: &[Matrix]| -> f64 {
+        let mut c = NnetComputer::new(&comp, nnet, None);
+        for (s, m) in req.inputs.iter().zip(ins) {
+            c.accept_input(&s.name, m.clone()).unwrap();
+        }
+        c.run_forward().unwrap();
+        let mut obj = 0.0f64;
+        for (o, w) in req.outputs.iter().zip(&weights) {
+            let y = c.output(&o.name).unwrap();
+            for r in 0..y.num_rows() {
+                for (a, b) in y.row(r).iter().zip(w.row(r)) {
+                    obj += (*a as f64) * (*b as f64);
+                }
+            }
+        }
+        obj
+    };
+    let mut c = NnetComputer::new(&comp, nnet, None);
+    for (s, m) in req.inputs.iter().zip(&inputs) {
+        c.accept_input(&s.name, m.clone()).unwrap();
+    }
+    c.run_forward().unwrap();
+    for (o, w) in req.outputs.iter().zip(&weights) {
+        c.accept_output_deriv(&o.name, w.clone()).unwrap();
+    }
+    c.run_backward().unwrap();
+    let eps = 1e-2f32;
+    for (k, s) in req.inputs.iter().enumerate() {
+        if !s.has_deriv {
+            continue;
+        }
+        let d = c.input_deriv(&s.name).unwrap().clone();
+        for r in 0..d.num_rows() {
+            for col in 0..d.num_cols() {
+                let mut plus = inputs.clone();
+                plus[k].set(r, col, inputs[k].get(r, col) + eps);
+                let mut minus = inputs.clone();
+                minus[k].set(r, col, inputs[k].get(r, col) - eps);
+                let num = (objective(&plus) - objective(&minus)) / (2.0 * eps as f64);
+                let an = d.get(r, col) as f64;
+                assert!(
+                    (num - an).abs() <= 2e-2 * (1.0 + num.abs()),
+                    "input {} row {r} col {col}: analytic {an} vs numeric {num}\n{}",
+                    s.name,
+                    format_computation(&comp, nnet)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn backward_matches_finite_differences() {
+    let n = net(SPLICED);
+    let req = request(vec![io("input", 0..2, -3..7, true)], vec![io("output", 0..2, 0..4, true)]);
+    check_input_deriv(&n, &req);
+    let n = net(DESCRIPTOR_ZOO);
+    let req = request(
+        vec![io("input", 0..1, 0..8, true), io("ivector", 0..1, 0..1, true)],
+        vec![io("output", 0..1, 2..7, true)],
+    );
+    check_input_deriv(&n, &req);
+    let n = net(RNN);
+    let req = request(vec![io("input", 0..2, 0..4, true)], vec![io("output", 0..2, 0..4, true)]);
+    check_input_deriv(&n, &req);
+    let n = net(CLOCKWORK);
+    let req = request(vec![io("input", 0..1, -2..9, true)], vec![io("output", 0..1, 0..7, true)]);
+    check_input_deriv(&n, &req);
+}
+
+#[test]
+fn computation_structure() {
+    let n = net(SIMPLE);
+    let mut req = request(vec![io("input", 0..1, 0..3, true)], vec![io("output", 0..1, 0..3, true)]);
+    req.need_model_derivative = true;
+    let comp = compile_computation(&n, &req, &CompilerOptions { output_debug_info: true }).unwrap();
+    let marker = comp
+        .commands
+        .iter()
+        .position(|c| matches!(c, Command::NoOperationMarker))
+        .unwrap();
+    let fwd = &comp.commands[..marker];
+    let bwd = &comp.commands[marker + 1..];
+    assert!(fwd.iter().any(|c| matches!(c, Command::AcceptInput { .. })));
+    assert!(fwd.iter().any(|c| matches!(c, Command::ProvideOutput { .. })));
+    assert!(bwd.iter().any(|c| matches!(c, Command::AcceptInput { .. })));
+    assert!(bwd.iter().any(|c| matches!(c, Command::ProvideOutput { .. })));
+    assert!(bwd.iter().any(|c| matches!(c, Command::Backprop { update: true, .. })));
+    let text = format_computation(&comp, &n);
+    assert!(text.contains("a.Propagate(NULL, m"), "{text}");
+    assert!(text.contains("= user input [for node: 'input']"), "{text}");
+    assert!(text.contains("m1 == input.value [ (0, 0:2) ]"), "{text}");
+    // No backward part without derivatives.
+    let req = request(vec![io("input", 0..1, 0..3, false)], vec![io("output", 0..1, 0..3, false)]);
+    let comp = compile_computation(&n, &req, &CompilerOptions::default()).unwrap();
+    assert!(matches!(comp.commands.iter().rev().find(|c| !matches!(c, Command::DeallocMatrix { .. })), Some(Command::NoOperationMarker)));
+}
+
+#[test]
+fn compact_index_printing() {
+    let s = io("input", 0..2, -1..2, false);
+    assert_eq!(format_indexes(&s.indexes), "[ (0, -1:1) (1, -1:1) ]");
+}
+
+fn load_golden(path: &Path) -> Result<Nnet, String> {
+    let p = path.to_str().unwrap();
+    Nnet::read_model_file(p).map(|r| r.nnet).map_err(|e| e.to_string())
+}
+
+fn is_unknown_type(e: &str) -> bool {
+    e.contains("unknown component type") || e.contains("a known component type")
+}
+
+#[test]
+fn rejected_goldens_give_kaldis_errors() {
+    for (case, want) in [
+        ("failover-const", "Illegal combination of Failover operation with Const() expression"),
+        ("sum-inconsistent-scale", "Inconsistent value for sum descriptor: for node 2, it can have scales 1 vs. -0.5"),
+    ] {
+        let n = load_golden(&Path::new(GOLDEN).join("rejected").join(case).join("model.raw"))
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let req = request(vec![io("input", 0..1, 0..7, false)], vec![io("output", 0..1, 0..7, false)]);
+        let e = compile_computation(&n, &req, &CompilerOptions::default())
+            .err()
+            .unwrap_or_else(|| panic!("{case} compiled"))
+            .to_string();
+        assert!(e.contains(want), "{case}: {e}");
+    }
+    // xvector on 7 frames: needs the statistics components.
+    match load_golden(&Path::new(GOLDEN).join("rejected/xvector-short-utterance/model.raw")) {
+        Err(e) => assert!(is_unknown_type(&e), "{e}"),
+        Ok(n) => {
+            let req = request(vec![io("input", 0..1, 0..7, false)], vec![io("output", 0..1, 0..7, false)]);
+            let e = compile_computation(&n, &req, &CompilerOptions::default()).unwrap_err().to_string();
+            assert!(e.contains("Not all outputs were computable"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn context_matches_golden_info() {
+    let mut checked = Vec::new();
+    let mut skipped = Vec::new();
+    let mut dirs: Vec<_> = std::fs::read_dir(Path::new(GOLDEN).join("cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let info = std::fs::read_to_string(d.join("info.txt")).unwrap();
+        let field = |k: &str| -> i32 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .unwrap_or_else(|| panic!("{name}: no {k}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let want = (field("left-context:"), field("right-context:"), field("modulus:"));
+        match load_golden(&d.join("model.raw")) {
+            Err(e) => {
+                assert!(is_unknown_type(&e), "{name}: {e}");
+                skipped.push(name);
+            }
+            Ok(n) => {
+                let c = nnet_context(&n).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!((c.left, c.right, c.modulus), want, "{name}");
+                checked.push(name);
+            }
+        }
+    }
+    eprintln!("context checked: {checked:?}; skipped (unknown component types): {skipped:?}");
+    assert!(checked.len() >= 5, "too few golden cases loaded: {checked:?}");
+}
+
+#[test]
+fn golden_nets_compile_and_match_reference() {
+    // Every loadable golden network compiles a chunk-like request and agrees with the
+    // reference evaluator.
+    let mut n_ok = 0;
+    let mut dirs: Vec<_> = std::fs::read_dir(Path::new(GOLDEN).join("cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        let Ok(mut n) = load_golden(&d.join("model.raw")) else { continue };
+        for c in n.components.iter_mut() {
+            c.set_test_mode(true);
+        }
+        let ctx = nnet_context(&n).unwrap();
+        let mut inputs = vec![io("input", 0..1, -ctx.left..12 + ctx.right, false)];
+        if n.node_index("ivector").is_some() {
+            inputs.push(io("ivector", 0..1, 0..1, false));
+        }
+        let req = request(inputs, vec![io("output", 0..1, 0..12, false)]);
+        check_against_reference(&n, &req);
+        n_ok += 1;
+    }
+    assert!(n_ok >= 5);
+}
+
+#[test]
+fn outputs_are_deterministic() {
+    let n = net(RNN);
+    let req = request(vec![io("input", 0..2, 0..5, false)], vec![io("output", 0..2, 0..5, false)]);
+    let a = check_against_reference(&n, &req);
+    let b = check_against_reference(&n, &req);
+    assert_eq!(a.outs[0].to_vec(), b.outs[0].to_vec());
+}
