@@ -255,8 +255,12 @@ fn main() {
             let mut p = problem(form, rows, in_dim, out_dim);
             for be in &backends {
                 let g = match be.as_str() {
-                    "gemm" => measure(&mut p, trials, 0.2, clock, &mut |p| run_gemm_crate(p, threads)),
-                    "matrixmultiply" => measure(&mut p, trials, 0.2, clock, &mut run_matrixmultiply),
+                    "gemm" => measure(&mut p, trials, 0.2, clock, &mut |p| {
+                        run_gemm_crate(p, threads)
+                    }),
+                    "matrixmultiply" => {
+                        measure(&mut p, trials, 0.2, clock, &mut run_matrixmultiply)
+                    }
                     "compnet" => measure(&mut p, trials, 0.2, clock, &mut run_compnet),
                     _ => continue,
                 };

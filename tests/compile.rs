@@ -72,6 +72,7 @@ fn check_against_reference(nnet: &Nnet, req: &ComputationRequest) -> NnetComputa
         .map(|(s, m)| (s.name.as_str(), s.indexes.as_slice(), m))
         .collect();
     let mut reference = ReferenceEvaluator::new(nnet, &refs).unwrap();
+    eprintln!("compiled: {} commands", comp.commands.len());
     let mut computer = NnetComputer::new(&comp, nnet, None);
     for (s, m) in req.inputs.iter().zip(&inputs) {
         computer.accept_input(&s.name, m.clone()).unwrap();
@@ -79,6 +80,7 @@ fn check_against_reference(nnet: &Nnet, req: &ComputationRequest) -> NnetComputa
     computer
         .run_forward()
         .unwrap_or_else(|e| panic!("run: {e}\n{}", format_computation(&comp, nnet)));
+    eprintln!("ran forward");
     let mut outs = Vec::new();
     for o in &req.outputs {
         let want = reference.compute(&o.name, &o.indexes).unwrap();
@@ -204,7 +206,7 @@ dim-range-node name=lo input-node=a dim-offset=0 dim=3
 dim-range-node name=hi input-node=a dim-offset=3 dim=3
 component name=b type=AffineComponent input-dim=9 output-dim=3
 component-node name=b component=b input=Append(Failover(Offset(lo, -2), hi), IfDefined(Offset(hi, 1)), Sum(Scale(0.5, lo), Const(0.25, 3)))
-output-node name=output input=Sum(b, Scale(-2, Offset(b, -1)))
+output-node name=output input=Sum(b, Scale(-2, Offset(hi, -1)))
 ";
 
 #[test]
@@ -538,6 +540,7 @@ fn golden_nets_compile_and_match_reference() {
     dirs.sort();
     for d in dirs {
         let Ok(mut n) = load_golden(&d.join("model.raw")) else { continue };
+        eprintln!("golden net {}", d.display());
         for c in n.components.iter_mut() {
             c.set_test_mode(true);
         }

@@ -5,9 +5,11 @@
 //! the golden Kaldi models read and re-written byte for byte, and its info line compared.
 //! Failures name the type and config; non-simple components are skipped with a note.
 
-use compnet::nnet::component::testing::{check_component_config, golden_path, round_trip_bytes, split_model_components};
-use compnet::nnet::component::{component_type, registry, Component};
 use compnet::io::TokenReader;
+use compnet::nnet::component::testing::{
+    check_component_config, golden_path, round_trip_bytes, split_model_components,
+};
+use compnet::nnet::component::{component_type, registry, Component};
 
 /// Runs `f`, turning a panic into an error message.
 fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
@@ -50,22 +52,44 @@ fn every_registered_component_passes_the_generic_checks() {
             checked += 1;
         }
     }
-    eprintln!("checked {checked} configs of {} component types", registry().len());
-    assert!(failures.is_empty(), "{} failing component configs:\n{}", failures.len(), failures.join("\n"));
+    eprintln!(
+        "checked {checked} configs of {} component types",
+        registry().len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failing component configs:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Every `model.raw` / `model.txt` pair under the golden folder.
 fn golden_models() -> Vec<(String, std::path::PathBuf)> {
     let mut out = Vec::new();
     for sub in ["cases", "train"] {
-        let Some(dir) = golden_path(sub) else { continue };
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let Some(dir) = golden_path(sub) else {
+            continue;
+        };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         let mut dirs: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         dirs.sort();
         for d in dirs {
-            for (raw, _txt) in [("model.raw", "model.txt"), ("before.raw", "before.txt"), ("after.raw", "after.txt")] {
+            for (raw, _txt) in [
+                ("model.raw", "model.txt"),
+                ("before.raw", "before.txt"),
+                ("after.raw", "after.txt"),
+            ] {
                 if d.join(raw).exists() {
-                    let label = format!("{}/{}", d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), raw);
+                    let label = format!(
+                        "{}/{}",
+                        d.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        raw
+                    );
                     out.push((label, d.join(raw)));
                 }
             }
@@ -87,14 +111,19 @@ fn golden_components_round_trip_byte_exact() {
     for (label, raw) in models {
         let txt = raw.with_extension("txt");
         for (path, binary) in [(raw, true), (txt, false)] {
-            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
             for (name, ty, body) in split_model_components(&bytes) {
                 if component_type(&ty).is_none() {
                     unknown.insert(ty);
                     continue;
                 }
                 n += 1;
-                let l = format!("{label} {name} ({ty}, {})", if binary { "binary" } else { "text" });
+                let l = format!(
+                    "{label} {name} ({ty}, {})",
+                    if binary { "binary" } else { "text" }
+                );
                 if let Err(e) = guarded(|| round_trip_bytes(&body, binary, &l).map(|_| ())) {
                     failures.push(e);
                 }
@@ -102,7 +131,12 @@ fn golden_components_round_trip_byte_exact() {
         }
     }
     eprintln!("round-tripped {n} golden components; types not registered yet: {unknown:?}");
-    assert!(failures.is_empty(), "{} golden components differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} golden components differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -110,29 +144,49 @@ fn golden_info_lines_match() {
     let mut failures = Vec::new();
     let mut n = 0;
     for (label, raw) in golden_models() {
-        let info_name = if label.ends_with("model.raw") { "info.txt" } else if label.ends_with("before.raw") { "before_info.txt" } else { "after_info.txt" };
+        let info_name = if label.ends_with("model.raw") {
+            "info.txt"
+        } else if label.ends_with("before.raw") {
+            "before_info.txt"
+        } else {
+            "after_info.txt"
+        };
         let Some(dir) = raw.parent() else { continue };
-        let Ok(info) = std::fs::read_to_string(dir.join(info_name)) else { continue };
-        let Ok(bytes) = std::fs::read(&raw) else { continue };
+        let Ok(info) = std::fs::read_to_string(dir.join(info_name)) else {
+            continue;
+        };
+        let Ok(bytes) = std::fs::read(&raw) else {
+            continue;
+        };
         for (name, ty, body) in split_model_components(&bytes) {
             if component_type(&ty).is_none() {
                 continue;
             }
             let prefix = format!("component name={name} type=");
-            let Some(want) = info.lines().find(|l| l.starts_with(&prefix)) else { continue };
+            let Some(want) = info.lines().find(|l| l.starts_with(&prefix)) else {
+                continue;
+            };
             n += 1;
             let got = guarded(|| {
                 let mut r = TokenReader::new(&body, true, label.as_str());
-                let c: Box<dyn Component> = compnet::nnet::component::read_component(&mut r).map_err(|e| e.to_string())?;
+                let c: Box<dyn Component> =
+                    compnet::nnet::component::read_component(&mut r).map_err(|e| e.to_string())?;
                 Ok(format!("{prefix}{}", c.info()))
             });
             match got {
                 Ok(g) if g == want => {}
-                Ok(g) => failures.push(format!("{label} {name} ({ty}):\n  ours:  {g}\n  kaldi: {want}")),
+                Ok(g) => failures.push(format!(
+                    "{label} {name} ({ty}):\n  ours:  {g}\n  kaldi: {want}"
+                )),
                 Err(e) => failures.push(format!("{label} {name} ({ty}): {e}")),
             }
         }
     }
     eprintln!("compared {n} golden info lines");
-    assert!(failures.is_empty(), "{} info lines differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} info lines differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -35,8 +35,14 @@ fn kaldi_normalisation_table() {
             "Sum(Const(1, 512), Scale(-1, a))",
         ),
         ("Offset(Offset(a, 3, 5), 2, 1)", "Offset(a, 5, 6)"),
-        ("Offset(Sum(a, b), 2, 1)", "Sum(Offset(a, 2, 1), Offset(b, 2, 1))"),
-        ("Sum(Append(a, b), Append(c, d))", "Append(Sum(a, c), Sum(b, d))"),
+        (
+            "Offset(Sum(a, b), 2, 1)",
+            "Sum(Offset(a, 2, 1), Offset(b, 2, 1))",
+        ),
+        (
+            "Sum(Append(a, b), Append(c, d))",
+            "Append(Sum(a, c), Sum(b, d))",
+        ),
         ("Append(Append(a, b), Append(c, d))", "Append(a, b, c, d)"),
         ("Sum(a, b, c, d)", "Sum(a, Sum(b, Sum(c, d)))"),
         ("Sum(a)", "a"),
@@ -52,9 +58,15 @@ fn kaldi_normalisation_table() {
 fn xconfig_forms() {
     // Offset around Scale, Scale around Offset, zero offset without spaces.
     assert_eq!(norm("Offset(Scale(-1.0,b),-1)"), "Offset(Scale(-1, b), -1)");
-    assert_eq!(norm("Scale(-0.5, Offset(a, -2))"), "Offset(Scale(-0.5, a), -2)");
+    assert_eq!(
+        norm("Scale(-0.5, Offset(a, -2))"),
+        "Offset(Scale(-0.5, a), -2)"
+    );
     assert_eq!(norm("Offset(a,0)"), "a");
-    assert_eq!(norm("  Append( a ,Offset( b , +1 ) )  "), "Append(a, Offset(b, 1))");
+    assert_eq!(
+        norm("  Append( a ,Offset( b , +1 ) )  "),
+        "Append(a, Offset(b, 1))"
+    );
     // Nested offsets inside Append, from cases/descriptors.
     assert_eq!(
         norm("Append(Append(Offset(a, -1), a), Append(Offset(Offset(a, 1), 1), ReplaceIndex(b, t, 0)))"),
@@ -64,7 +76,10 @@ fn xconfig_forms() {
         norm("Sum(a, Scale(-0.5, Offset(b, -2)), Const(0.25, 16))"),
         "Sum(a, Sum(Offset(Scale(-0.5, b), -2), Const(0.25, 16)))"
     );
-    assert_eq!(norm("Sum(c, Scale(0.1, Offset(d, -1)))"), "Sum(c, Offset(Scale(0.1, d), -1))");
+    assert_eq!(
+        norm("Sum(c, Scale(0.1, Offset(d, -1)))"),
+        "Sum(c, Offset(Scale(0.1, d), -1))"
+    );
     // Offsets with an x part, Round, Switch, IfDefined, Failover pass through.
     assert_eq!(norm("Offset(a, 0, 2)"), "Offset(a, 0, 2)");
     assert_eq!(norm("Switch(a, Offset(a, -1))"), "Switch(a, Offset(a, -1))");
@@ -100,7 +115,10 @@ fn tokenizer_edge_cases() {
     );
     assert_eq!(kinds("-112"), vec![TokenKind::Word("-112".into())]);
     assert_eq!(kinds("+112"), vec![TokenKind::Word("+112".into())]);
-    assert_eq!(kinds("\ta.b-c_d\t"), vec![TokenKind::Word("a.b-c_d".into())]);
+    assert_eq!(
+        kinds("\ta.b-c_d\t"),
+        vec![TokenKind::Word("a.b-c_d".into())]
+    );
     assert_eq!(kinds(""), vec![]);
     // A token starting with a digit followed by letters is rejected, at its offset.
     let e = tokenize("Append(a, 1abc)").unwrap_err();
@@ -130,7 +148,11 @@ fn error_positions() {
         ("", 0, "expected a descriptor"),
         ("()", 0, "expected a descriptor"),
         ("Append(a, 9x)", 10, "neither a valid name nor a number"),
-        ("Sum(Append(a, b), c)", 0, "different numbers of Append() terms"),
+        (
+            "Sum(Append(a, b), c)",
+            0,
+            "different numbers of Append() terms",
+        ),
         ("Scale(2, IfDefined(a))", 9, "Scale()"),
         ("Scale(2, Const(1, 3))", 9, "Scale()"),
         ("Switch(Sum(a, b), c)", 7, "Switch()"),
@@ -203,7 +225,10 @@ fn eval_general(g: &GeneralDescriptor, t: i64, x: i64) -> Option<Parts> {
             out
         }
         GeneralKind::Sum(v) => {
-            let all: Vec<Parts> = v.iter().map(|c| eval_general(c, t, x)).collect::<Option<_>>()?;
+            let all: Vec<Parts> = v
+                .iter()
+                .map(|c| eval_general(c, t, x))
+                .collect::<Option<_>>()?;
             let n = all.first()?.len();
             if all.iter().any(|p| p.len() != n) {
                 return None;
@@ -310,9 +335,16 @@ fn general_strategy() -> impl Strategy<Value = GeneralDescriptor> {
             prop::collection::vec(inner.clone(), 1..4).prop_map(GeneralKind::Append),
             prop::collection::vec(inner.clone(), 1..4).prop_map(GeneralKind::Sum),
             prop::collection::vec(inner.clone(), 1..3).prop_map(GeneralKind::Switch),
-            (inner.clone(), inner.clone()).prop_map(move |(x, y)| GeneralKind::Failover(b(x), b(y))),
-            inner.clone().prop_map(move |x| GeneralKind::IfDefined(b(x))),
-            (inner.clone(), -3i32..4, prop_oneof![3 => Just(0i32), 1 => -2i32..3])
+            (inner.clone(), inner.clone())
+                .prop_map(move |(x, y)| GeneralKind::Failover(b(x), b(y))),
+            inner
+                .clone()
+                .prop_map(move |x| GeneralKind::IfDefined(b(x))),
+            (
+                inner.clone(),
+                -3i32..4,
+                prop_oneof![3 => Just(0i32), 1 => -2i32..3]
+            )
                 .prop_map(move |(x, t, xo)| GeneralKind::Offset(b(x), t, xo)),
             (inner.clone(), 1i32..4).prop_map(move |(x, m)| GeneralKind::Round(b(x), m)),
             (inner.clone(), prop::bool::ANY, -2i32..3).prop_map(move |(x, is_t, v)| {

@@ -265,6 +265,7 @@ fn read_all_types(bytes: &[u8]) {
     drain::<SparseMatrix>(bytes);
     drain::<Posterior>(bytes);
     drain::<Vec<i32>>(bytes);
+    drain::<compnet::io::egs::NnetExample>(bytes);
 }
 
 proptest! {

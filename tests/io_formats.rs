@@ -408,3 +408,71 @@ fn fmt_float_matches_every_golden_number() {
     }
     assert!(checked > 10000, "only {checked} numbers checked");
 }
+
+#[test]
+fn egs_round_trip_byte_identical() {
+    use compnet::io::egs::{NnetExampleWriter, SequentialNnetExampleReader};
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "egs",
+        "egs_nocompress",
+        "merged",
+        "merged_nocompress",
+        "merged_compress",
+    ] {
+        for (text, ext) in [(false, "ark"), (true, "txt")] {
+            let out = dir.path().join(format!("{name}.{ext}"));
+            let ws = format!("ark{}:{}", if text { ",t" } else { "" }, out.display());
+            let mut w = NnetExampleWriter::open(&ws).unwrap();
+            let mut n = 0;
+            for item in
+                SequentialNnetExampleReader::open(&format!("ark:{}", g(&format!("egs/{name}.ark"))))
+                    .unwrap()
+            {
+                let (k, eg) = item.unwrap_or_else(|e| panic!("{name}: {e}"));
+                w.write(&k, &eg).unwrap();
+                n += 1;
+            }
+            w.close().unwrap();
+            assert!(n > 0);
+            assert_same(
+                &read(&out.to_string_lossy()),
+                &g(&format!("egs/{name}.{ext}")),
+            );
+        }
+        // The text form reads back and re-prints identically.
+        let out = dir.path().join(format!("{name}.re.txt"));
+        let mut w = NnetExampleWriter::open(&format!("ark,t:{}", out.display())).unwrap();
+        for item in
+            SequentialNnetExampleReader::open(&format!("ark:{}", g(&format!("egs/{name}.txt"))))
+                .unwrap()
+        {
+            let (k, eg) = item.unwrap_or_else(|e| panic!("{name}.txt: {e}"));
+            w.write(&k, &eg).unwrap();
+        }
+        w.close().unwrap();
+        assert_same(
+            &read(&out.to_string_lossy()),
+            &g(&format!("egs/{name}.txt")),
+        );
+    }
+}
+
+#[test]
+fn single_object_mode_reads_offsets_and_writes_kaldi_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("u2.mat");
+    let rx = format!("{}:177", g("feats/fm.ark"));
+    copy_feats(&args(false, 1, &rx, &out.to_string_lossy())).unwrap();
+    let fm = read(&g("feats/fm.ark"));
+    assert_eq!(read(&out.to_string_lossy()), fm[177..611 - 3].to_vec());
+    // Compressed single object, from a range into the compressed archive.
+    let rx = format!("{}:339[0:7]", g("feats/cm_auto.ark"));
+    let m: Matrix = table::read_object(&rx).unwrap();
+    assert_eq!(m.num_rows(), 8);
+    let st = Command::new(env!("CARGO_BIN_EXE_compnet"))
+        .args(["copy-feats", "--compress=maybe", "ark:x", "ark:y"])
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+}

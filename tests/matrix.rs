@@ -15,7 +15,11 @@ fn rng(seed: u64) -> StdRng {
 }
 
 fn rand_mat(r: usize, c: usize, g: &mut StdRng) -> Matrix {
-    Matrix::from_vec(r, c, (0..r * c).map(|_| g.random_range(-1.0f32..1.0)).collect())
+    Matrix::from_vec(
+        r,
+        c,
+        (0..r * c).map(|_| g.random_range(-1.0f32..1.0)).collect(),
+    )
 }
 
 fn rand_vec(n: usize, g: &mut StdRng) -> Vec<f32> {
@@ -36,7 +40,12 @@ const C0: usize = 2;
 impl Embedded {
     fn new(r: usize, c: usize, g: &mut StdRng) -> Self {
         let big = rand_mat(r + 3, c + 5, g);
-        Embedded { orig: big.clone(), big, r, c }
+        Embedded {
+            orig: big.clone(),
+            big,
+            r,
+            c,
+        }
     }
     fn view(&self) -> MatView<'_> {
         self.big.sub(R0, self.r, C0, self.c)
@@ -81,7 +90,10 @@ fn assert_vec_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (&x, &w)) in got.iter().zip(want).enumerate() {
         let x = f64::from(x);
-        assert!((x - w).abs() <= tol * (1.0 + w.abs()) || x == w, "{what}: [{i}] = {x}, want {w}");
+        assert!(
+            (x - w).abs() <= tol * (1.0 + w.abs()) || x == w,
+            "{what}: [{i}] = {x}, want {w}"
+        );
     }
 }
 
@@ -99,14 +111,32 @@ fn op_get(m: MatView<'_>, t: Trans, i: usize, j: usize) -> f64 {
 }
 
 /// Reference `alpha · op(a) · op(b) + beta · c` in f64 (beta = 0 ignores c).
-fn ref_gemm(alpha: f32, a: MatView<'_>, ta: Trans, b: MatView<'_>, tb: Trans, beta: f32, c: MatView<'_>) -> Vec<Vec<f64>> {
-    let k = if ta == Trans::No { a.num_cols() } else { a.num_rows() };
+fn ref_gemm(
+    alpha: f32,
+    a: MatView<'_>,
+    ta: Trans,
+    b: MatView<'_>,
+    tb: Trans,
+    beta: f32,
+    c: MatView<'_>,
+) -> Vec<Vec<f64>> {
+    let k = if ta == Trans::No {
+        a.num_cols()
+    } else {
+        a.num_rows()
+    };
     (0..c.num_rows())
         .map(|i| {
             (0..c.num_cols())
                 .map(|j| {
-                    let s: f64 = (0..k).map(|l| op_get(a, ta, i, l) * op_get(b, tb, l, j)).sum();
-                    let old = if beta == 0.0 { 0.0 } else { f64::from(beta) * f64::from(c.get(i, j)) };
+                    let s: f64 = (0..k)
+                        .map(|l| op_get(a, ta, i, l) * op_get(b, tb, l, j))
+                        .sum();
+                    let old = if beta == 0.0 {
+                        0.0
+                    } else {
+                        f64::from(beta) * f64::from(c.get(i, j))
+                    };
                     f64::from(alpha) * s + old
                 })
                 .collect()
@@ -114,16 +144,39 @@ fn ref_gemm(alpha: f32, a: MatView<'_>, ta: Trans, b: MatView<'_>, tb: Trans, be
         .collect()
 }
 
-fn check_gemm(m: usize, n: usize, k: usize, ta: Trans, tb: Trans, alpha: f32, beta: f32, seed: u64) {
+fn check_gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: Trans,
+    tb: Trans,
+    alpha: f32,
+    beta: f32,
+    seed: u64,
+) {
     let mut g = rng(seed);
     let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
     let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
     let a = Embedded::new(ar, ac, &mut g);
     let b = Embedded::new(br, bc, &mut g);
     let mut c = Embedded::new(m, n, &mut g);
-    let want = ref_gemm(alpha, a.view(), ta, b.view(), tb, beta, c.inner_orig().view());
-    c.view_mut().add_mat_mat(alpha, a.view(), ta, b.view(), tb, beta);
-    assert_close(c.view(), &want, 1e-4 * (k as f64).sqrt().max(1.0), &format!("gemm {m}x{n}x{k} {ta:?}{tb:?}"));
+    let want = ref_gemm(
+        alpha,
+        a.view(),
+        ta,
+        b.view(),
+        tb,
+        beta,
+        c.inner_orig().view(),
+    );
+    c.view_mut()
+        .add_mat_mat(alpha, a.view(), ta, b.view(), tb, beta);
+    assert_close(
+        c.view(),
+        &want,
+        1e-4 * (k as f64).sqrt().max(1.0),
+        &format!("gemm {m}x{n}x{k} {ta:?}{tb:?}"),
+    );
     c.check_border();
 }
 
@@ -135,7 +188,13 @@ fn gemm_all_transposes_alpha_beta() {
     for ta in TRANS {
         for tb in TRANS {
             for &(alpha, beta) in &[(1.0, 0.0), (0.5, 1.0), (-2.0, 0.25), (1.0, -1.0)] {
-                for &(m, n, k) in &[(1, 1, 1), (7, 5, 3), (33, 17, 65), (64, 64, 64), (3, 100, 2)] {
+                for &(m, n, k) in &[
+                    (1, 1, 1),
+                    (7, 5, 3),
+                    (33, 17, 65),
+                    (64, 64, 64),
+                    (3, 100, 2),
+                ] {
                     seed += 1;
                     check_gemm(m, n, k, ta, tb, alpha, beta, seed);
                 }
@@ -149,7 +208,15 @@ fn gemm_tall_skinny_and_empty() {
     let mut seed = 100;
     for ta in TRANS {
         for tb in TRANS {
-            for &(m, n, k) in &[(300, 1, 7), (1, 300, 7), (200, 3, 1), (0, 5, 4), (5, 0, 4), (4, 5, 0), (0, 0, 0)] {
+            for &(m, n, k) in &[
+                (300, 1, 7),
+                (1, 300, 7),
+                (200, 3, 1),
+                (0, 5, 4),
+                (5, 0, 4),
+                (4, 5, 0),
+                (0, 0, 0),
+            ] {
                 seed += 1;
                 check_gemm(m, n, k, ta, tb, 1.5, 0.5, seed);
                 check_gemm(m, n, k, ta, tb, 1.0, 0.0, seed);
@@ -164,17 +231,30 @@ fn gemm_beta_zero_overwrites_nan() {
     for ta in TRANS {
         for tb in TRANS {
             for &(m, n, k) in &[(5, 6, 7), (40, 30, 0), (130, 140, 150)] {
-                let a = rand_mat(if ta == Trans::No { m } else { k }, if ta == Trans::No { k } else { m }, &mut g);
-                let b = rand_mat(if tb == Trans::No { k } else { n }, if tb == Trans::No { n } else { k }, &mut g);
+                let a = rand_mat(
+                    if ta == Trans::No { m } else { k },
+                    if ta == Trans::No { k } else { m },
+                    &mut g,
+                );
+                let b = rand_mat(
+                    if tb == Trans::No { k } else { n },
+                    if tb == Trans::No { n } else { k },
+                    &mut g,
+                );
                 let mut c = Matrix::from_vec(m, n, vec![f32::NAN; m * n]);
-                c.view_mut().add_mat_mat(1.0, a.view(), ta, b.view(), tb, 0.0);
+                c.view_mut()
+                    .add_mat_mat(1.0, a.view(), ta, b.view(), tb, 0.0);
                 let zero = Matrix::zeros(m, n);
                 let want = ref_gemm(1.0, a.view(), ta, b.view(), tb, 0.0, zero.view());
                 assert_close(c.view(), &want, 1e-3, "beta = 0 over NaN");
                 // alpha = 0 and beta = 0 must also give zeros, not NaN.
                 let mut c = Matrix::from_vec(m, n, vec![f32::NAN; m * n]);
-                c.view_mut().add_mat_mat(0.0, a.view(), ta, b.view(), tb, 0.0);
-                assert!(c.to_vec().iter().all(|&x| x == 0.0), "alpha = beta = 0 over NaN");
+                c.view_mut()
+                    .add_mat_mat(0.0, a.view(), ta, b.view(), tb, 0.0);
+                assert!(
+                    c.to_vec().iter().all(|&x| x == 0.0),
+                    "alpha = beta = 0 over NaN"
+                );
             }
         }
     }
@@ -211,12 +291,23 @@ proptest! {
 
 /// Runs `op` on an embedded view and compares with `reference` applied to the original
 /// block, element by element.
-fn check_unary(name: &str, r: usize, c: usize, seed: u64, tol: f64, op: impl Fn(&mut MatViewMut<'_>), reference: impl Fn(f64) -> f64) {
+fn check_unary(
+    name: &str,
+    r: usize,
+    c: usize,
+    seed: u64,
+    tol: f64,
+    op: impl Fn(&mut MatViewMut<'_>),
+    reference: impl Fn(f64) -> f64,
+) {
     let mut g = rng(seed);
     let mut e = Embedded::new(r, c, &mut g);
     let orig = e.inner_orig();
     op(&mut e.view_mut());
-    let want: Vec<Vec<f64>> = to64(orig.view()).into_iter().map(|row| row.into_iter().map(&reference).collect()).collect();
+    let want: Vec<Vec<f64>> = to64(orig.view())
+        .into_iter()
+        .map(|row| row.into_iter().map(&reference).collect())
+        .collect();
     assert_close(e.view(), &want, tol, name);
     e.check_border();
 }
@@ -229,23 +320,109 @@ fn elementwise_unary_ops() {
         check_unary("set_zero", r, c, seed, 0.0, |m| m.set_zero(), |_| 0.0);
         check_unary("set_const", r, c, seed, 0.0, |m| m.set_const(2.5), |_| 2.5);
         check_unary("scale", r, c, seed, 1e-6, |m| m.scale(-3.0), |x| -3.0 * x);
-        check_unary("add_const", r, c, seed, 1e-6, |m| m.add_const(0.5), |x| x + 0.5);
-        check_unary("apply_floor", r, c, seed, 0.0, |m| m.apply_floor(0.1), |x| x.max(0.1));
-        check_unary("apply_ceiling", r, c, seed, 0.0, |m| m.apply_ceiling(0.1), |x| x.min(0.1));
-        check_unary("apply_heaviside", r, c, seed, 0.0, |m| m.apply_heaviside(), |x| if x > 0.0 { 1.0 } else { 0.0 });
+        check_unary(
+            "add_const",
+            r,
+            c,
+            seed,
+            1e-6,
+            |m| m.add_const(0.5),
+            |x| x + 0.5,
+        );
+        check_unary(
+            "apply_floor",
+            r,
+            c,
+            seed,
+            0.0,
+            |m| m.apply_floor(0.1),
+            |x| x.max(f64::from(0.1f32)),
+        );
+        check_unary(
+            "apply_ceiling",
+            r,
+            c,
+            seed,
+            0.0,
+            |m| m.apply_ceiling(0.1),
+            |x| x.min(f64::from(0.1f32)),
+        );
+        check_unary(
+            "apply_heaviside",
+            r,
+            c,
+            seed,
+            0.0,
+            |m| m.apply_heaviside(),
+            |x| if x > 0.0 { 1.0 } else { 0.0 },
+        );
         check_unary("apply_exp", r, c, seed, 1e-6, |m| m.apply_exp(), f64::exp);
         check_unary("apply_abs", r, c, seed, 0.0, |m| m.apply_abs(), f64::abs);
-        check_unary("apply_pow_abs", r, c, seed, 1e-5, |m| m.apply_pow_abs(1.5, false), |x| x.abs().powf(1.5));
-        check_unary("apply_pow_abs signed", r, c, seed, 1e-5, |m| m.apply_pow_abs(3.0, true), |x| x.signum() * x.abs().powi(3));
-        check_unary("invert_elements", r, c, seed, 1e-5, |m| m.invert_elements(), |x| 1.0 / x);
+        check_unary(
+            "apply_pow_abs",
+            r,
+            c,
+            seed,
+            1e-5,
+            |m| m.apply_pow_abs(1.5, false),
+            |x| x.abs().powf(1.5),
+        );
+        check_unary(
+            "apply_pow_abs signed",
+            r,
+            c,
+            seed,
+            1e-5,
+            |m| m.apply_pow_abs(3.0, true),
+            |x| x.signum() * x.abs().powi(3),
+        );
+        check_unary(
+            "invert_elements",
+            r,
+            c,
+            seed,
+            1e-5,
+            |m| m.invert_elements(),
+            |x| 1.0 / x,
+        );
     }
     // log and pow need positive inputs: shift into (1, 3).
-    check_unary("apply_log", 5, 7, 1, 1e-6, |m| { m.add_const(2.0); m.apply_log() }, |x| (x + 2.0).ln());
-    check_unary("apply_pow", 5, 7, 1, 1e-5, |m| { m.add_const(2.0); m.apply_pow(0.5) }, |x| (x + 2.0).sqrt());
+    check_unary(
+        "apply_log",
+        5,
+        7,
+        1,
+        1e-6,
+        |m| {
+            m.add_const(2.0);
+            m.apply_log()
+        },
+        |x| (x + 2.0).ln(),
+    );
+    check_unary(
+        "apply_pow",
+        5,
+        7,
+        1,
+        1e-5,
+        |m| {
+            m.add_const(2.0);
+            m.apply_pow(0.5)
+        },
+        |x| (x + 2.0).sqrt(),
+    );
 }
 
 /// Runs `op(dst, src)` with dst and src embedded views of the same shape.
-fn check_from(name: &str, r: usize, c: usize, seed: u64, tol: f64, op: impl Fn(&mut MatViewMut<'_>, MatView<'_>), reference: impl Fn(f64, f64) -> f64) {
+fn check_from(
+    name: &str,
+    r: usize,
+    c: usize,
+    seed: u64,
+    tol: f64,
+    op: impl Fn(&mut MatViewMut<'_>, MatView<'_>),
+    reference: impl Fn(f64, f64) -> f64,
+) {
     let mut g = rng(seed);
     let src = Embedded::new(r, c, &mut g);
     let mut dst = Embedded::new(r, c, &mut g);
@@ -268,17 +445,89 @@ fn sigmoid(x: f64) -> f64 {
 fn elementwise_binary_ops() {
     for (s, &(r, c)) in [(1, 1), (6, 11), (20, 40), (0, 4)].iter().enumerate() {
         let seed = 10 + s as u64;
-        check_from("copy_from", r, c, seed, 0.0, |d, s| d.copy_from(s), |_, s| s);
-        check_from("add_mat", r, c, seed, 1e-6, |d, s| d.add_mat(0.5, s, Trans::No), |d, s| d + 0.5 * s);
-        check_from("add_mat_scaled", r, c, seed, 1e-6, |d, s| d.add_mat_scaled(2.0, s, -1.0), |d, s| 2.0 * s - d);
-        check_from("mul_elements", r, c, seed, 1e-6, |d, s| d.mul_elements(s), |d, s| d * s);
+        check_from(
+            "copy_from",
+            r,
+            c,
+            seed,
+            0.0,
+            |d, s| d.copy_from(s),
+            |_, s| s,
+        );
+        check_from(
+            "add_mat",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, s| d.add_mat(0.5, s, Trans::No),
+            |d, s| d + 0.5 * s,
+        );
+        check_from(
+            "add_mat_scaled",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, s| d.add_mat_scaled(2.0, s, -1.0),
+            |d, s| 2.0 * s - d,
+        );
+        check_from(
+            "mul_elements",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, s| d.mul_elements(s),
+            |d, s| d * s,
+        );
         check_from("max_with", r, c, seed, 0.0, |d, s| d.max_with(s), f64::max);
         check_from("min_with", r, c, seed, 0.0, |d, s| d.min_with(s), f64::min);
-        check_from("relu_from", r, c, seed, 0.0, |d, s| d.relu_from(s), |_, s| s.max(0.0));
-        check_from("sigmoid_from", r, c, seed, 1e-6, |d, s| d.sigmoid_from(s), |_, s| sigmoid(s));
-        check_from("tanh_from", r, c, seed, 1e-6, |d, s| d.tanh_from(s), |_, s| s.tanh());
-        check_from("soft_hinge_from", r, c, seed, 1e-6, |d, s| d.soft_hinge_from(s), |_, s| s.exp().ln_1p());
-        check_from("equal_element_mask", r, c, seed, 0.0, |d, s| d.equal_element_mask(s, s), |_, _| 1.0);
+        check_from(
+            "relu_from",
+            r,
+            c,
+            seed,
+            0.0,
+            |d, s| d.relu_from(s),
+            |_, s| s.max(0.0),
+        );
+        check_from(
+            "sigmoid_from",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, s| d.sigmoid_from(s),
+            |_, s| sigmoid(s),
+        );
+        check_from(
+            "tanh_from",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, s| d.tanh_from(s),
+            |_, s| s.tanh(),
+        );
+        check_from(
+            "soft_hinge_from",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, s| d.soft_hinge_from(s),
+            |_, s| s.exp().ln_1p(),
+        );
+        check_from(
+            "equal_element_mask",
+            r,
+            c,
+            seed,
+            0.0,
+            |d, s| d.equal_element_mask(s, s),
+            |_, _| 1.0,
+        );
     }
 }
 
@@ -287,11 +536,29 @@ fn soft_hinge_is_stable_for_large_inputs() {
     let src = Matrix::from_vec(1, 4, vec![100.0, -100.0, 30.0, 0.0]);
     let mut d = Matrix::zeros(1, 4);
     d.view_mut().soft_hinge_from(src.view());
-    assert_vec_close(&d.to_vec(), &[100.0, (-100f64).exp().ln_1p(), 30.0 + (-30f64).exp().ln_1p(), 2f64.ln()], 1e-6, "soft_hinge");
+    assert_vec_close(
+        &d.to_vec(),
+        &[
+            100.0,
+            (-100f64).exp().ln_1p(),
+            30.0 + (-30f64).exp().ln_1p(),
+            2f64.ln(),
+        ],
+        1e-6,
+        "soft_hinge",
+    );
 }
 
 /// Three-operand ops: (dst, a, b) all the same shape.
-fn check_ternary(name: &str, r: usize, c: usize, seed: u64, tol: f64, op: impl Fn(&mut MatViewMut<'_>, MatView<'_>, MatView<'_>), reference: impl Fn(f64, f64, f64) -> f64) {
+fn check_ternary(
+    name: &str,
+    r: usize,
+    c: usize,
+    seed: u64,
+    tol: f64,
+    op: impl Fn(&mut MatViewMut<'_>, MatView<'_>, MatView<'_>),
+    reference: impl Fn(f64, f64, f64) -> f64,
+) {
     let mut g = rng(seed);
     let a = Embedded::new(r, c, &mut g);
     let b = Embedded::new(r, c, &mut g);
@@ -299,7 +566,13 @@ fn check_ternary(name: &str, r: usize, c: usize, seed: u64, tol: f64, op: impl F
     let old = to64(dst.inner_orig().view());
     op(&mut dst.view_mut(), a.view(), b.view());
     let (av, bv) = (to64(a.view()), to64(b.view()));
-    let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| reference(old[i][j], av[i][j], bv[i][j])).collect()).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            (0..c)
+                .map(|j| reference(old[i][j], av[i][j], bv[i][j]))
+                .collect()
+        })
+        .collect();
     assert_close(dst.view(), &want, tol, name);
     dst.check_border();
 }
@@ -308,12 +581,60 @@ fn check_ternary(name: &str, r: usize, c: usize, seed: u64, tol: f64, op: impl F
 fn elementwise_ternary_ops_and_derivatives() {
     for (s, &(r, c)) in [(1, 1), (5, 13), (16, 31)].iter().enumerate() {
         let seed = 20 + s as u64;
-        check_ternary("add_mul_elements", r, c, seed, 1e-6, |d, a, b| d.add_mul_elements(0.5, a, b), |d, a, b| d + 0.5 * a * b);
-        check_ternary("add_mat_mat_elements", r, c, seed, 1e-6, |d, a, b| d.add_mat_mat_elements(2.0, a, b, 0.5), |d, a, b| 2.0 * a * b + 0.5 * d);
-        check_ternary("add_mat_mat_elements beta 0", r, c, seed, 1e-6, |d, a, b| d.add_mat_mat_elements(2.0, a, b, 0.0), |_, a, b| 2.0 * a * b);
-        check_ternary("diff_sigmoid", r, c, seed, 1e-6, |d, y, od| d.diff_sigmoid(y, od), |_, y, od| od * y * (1.0 - y));
-        check_ternary("diff_tanh", r, c, seed, 1e-6, |d, y, od| d.diff_tanh(y, od), |_, y, od| od * (1.0 - y * y));
-        check_ternary("diff_relu", r, c, seed, 0.0, |d, y, od| d.diff_relu(y, od), |_, y, od| if y > 0.0 { od } else { 0.0 });
+        check_ternary(
+            "add_mul_elements",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, a, b| d.add_mul_elements(0.5, a, b),
+            |d, a, b| d + 0.5 * a * b,
+        );
+        check_ternary(
+            "add_mat_mat_elements",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, a, b| d.add_mat_mat_elements(2.0, a, b, 0.5),
+            |d, a, b| 2.0 * a * b + 0.5 * d,
+        );
+        check_ternary(
+            "add_mat_mat_elements beta 0",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, a, b| d.add_mat_mat_elements(2.0, a, b, 0.0),
+            |_, a, b| 2.0 * a * b,
+        );
+        check_ternary(
+            "diff_sigmoid",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, y, od| d.diff_sigmoid(y, od),
+            |_, y, od| od * y * (1.0 - y),
+        );
+        check_ternary(
+            "diff_tanh",
+            r,
+            c,
+            seed,
+            1e-6,
+            |d, y, od| d.diff_tanh(y, od),
+            |_, y, od| od * (1.0 - y * y),
+        );
+        check_ternary(
+            "diff_relu",
+            r,
+            c,
+            seed,
+            0.0,
+            |d, y, od| d.diff_relu(y, od),
+            |_, y, od| if y > 0.0 { od } else { 0.0 },
+        );
     }
 }
 
@@ -336,7 +657,10 @@ fn softmax_and_log_softmax_and_their_derivatives() {
         out.view_mut().softmax_per_row_from(src.view());
         assert_close(out.view(), &soft, 1e-5, "softmax");
         out.check_border();
-        let logsoft: Vec<Vec<f64>> = soft.iter().map(|row| row.iter().map(|x| x.ln()).collect()).collect();
+        let logsoft: Vec<Vec<f64>> = soft
+            .iter()
+            .map(|row| row.iter().map(|x| x.ln()).collect())
+            .collect();
         let mut lout = Embedded::new(r, c, &mut g);
         lout.view_mut().log_softmax_per_row_from(src.view());
         assert_close(lout.view(), &logsoft, 1e-4, "log_softmax");
@@ -361,7 +685,8 @@ fn softmax_and_log_softmax_and_their_derivatives() {
             })
             .collect();
         let mut din = Embedded::new(r, c, &mut g);
-        din.view_mut().diff_log_softmax_per_row(lout.view(), od.view());
+        din.view_mut()
+            .diff_log_softmax_per_row(lout.view(), od.view());
         assert_close(din.view(), &want, 1e-4, "diff_log_softmax");
         din.check_border();
     }
@@ -375,14 +700,25 @@ fn transposes_and_add_mat_trans() {
         let mut dst = Embedded::new(r, c, &mut g);
         let old = to64(dst.inner_orig().view());
         dst.view_mut().add_mat(-0.5, src.view(), Trans::Yes);
-        let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| old[i][j] - 0.5 * f64::from(src.view().get(j, i))).collect()).collect();
+        let want: Vec<Vec<f64>> = (0..r)
+            .map(|i| {
+                (0..c)
+                    .map(|j| old[i][j] - 0.5 * f64::from(src.view().get(j, i)))
+                    .collect()
+            })
+            .collect();
         assert_close(dst.view(), &want, 1e-6, "add_mat trans");
         dst.check_border();
         dst.view_mut().copy_from_trans(src.view());
-        let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| f64::from(src.view().get(j, i))).collect()).collect();
+        let want: Vec<Vec<f64>> = (0..r)
+            .map(|i| (0..c).map(|j| f64::from(src.view().get(j, i))).collect())
+            .collect();
         assert_close(dst.view(), &want, 0.0, "copy_from_trans");
         dst.check_border();
-        assert_eq!(src.view().to_matrix().transposed().to_vec(), dst.view().to_vec());
+        assert_eq!(
+            src.view().to_matrix().transposed().to_vec(),
+            dst.view().to_vec()
+        );
     }
 }
 
@@ -397,29 +733,98 @@ fn vector_broadcasts_and_diagonal_scalings() {
         let a64 = to64(a.view());
         let mut d = Embedded::new(r, c, &mut g);
         let old = to64(d.inner_orig().view());
-        let run = |d: &mut Embedded, name: &str, f: &dyn Fn(&mut MatViewMut<'_>), want: &dyn Fn(usize, usize) -> f64| {
+        let run = |d: &mut Embedded,
+                   name: &str,
+                   f: &dyn Fn(&mut MatViewMut<'_>),
+                   want: &dyn Fn(usize, usize) -> f64| {
             d.big = d.orig.clone();
             f(&mut d.view_mut());
-            let w: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| want(i, j)).collect()).collect();
+            let w: Vec<Vec<f64>> = (0..r)
+                .map(|i| (0..c).map(|j| want(i, j)).collect())
+                .collect();
             assert_close(d.view(), &w, 1e-5, name);
             d.check_border();
         };
-        let (vr64, vc64): (Vec<f64>, Vec<f64>) = (vr.iter().map(|&x| x.into()).collect(), vc.iter().map(|&x| x.into()).collect());
-        run(&mut d, "add_vec_to_rows", &|m| m.add_vec_to_rows(2.0, &vc, 0.5), &|i, j| 2.0 * vc64[j] + 0.5 * old[i][j]);
-        run(&mut d, "add_vec_to_cols", &|m| m.add_vec_to_cols(2.0, &vr, 0.5), &|i, j| 2.0 * vr64[i] + 0.5 * old[i][j]);
-        run(&mut d, "mul_cols_vec", &|m| m.mul_cols_vec(&vc), &|i, j| old[i][j] * vc64[j]);
-        run(&mut d, "mul_rows_vec", &|m| m.mul_rows_vec(&vr), &|i, j| old[i][j] * vr64[i]);
-        run(&mut d, "copy_from_vec_rows", &|m| m.copy_from_vec_rows(&vc), &|_, j| vc64[j]);
-        run(&mut d, "copy_from_vec_cols", &|m| m.copy_from_vec_cols(&vr), &|i, _| vr64[i]);
-        run(&mut d, "add_vec_vec", &|m| m.add_vec_vec(1.5, &vr, &vc, -1.0), &|i, j| 1.5 * vr64[i] * vc64[j] - old[i][j]);
-        run(&mut d, "add_diag_vec_mat", &|m| m.add_diag_vec_mat(2.0, &vr, a.view(), Trans::No, 0.5), &|i, j| 2.0 * vr64[i] * a64[i][j] + 0.5 * old[i][j]);
-        run(&mut d, "add_diag_vec_mat T", &|m| m.add_diag_vec_mat(2.0, &vr, at.view(), Trans::Yes, 0.0), &|i, j| 2.0 * vr64[i] * f64::from(at.view().get(j, i)));
-        run(&mut d, "add_mat_diag_vec", &|m| m.add_mat_diag_vec(2.0, a.view(), Trans::No, &vc, 0.5), &|i, j| 2.0 * a64[i][j] * vc64[j] + 0.5 * old[i][j]);
-        run(&mut d, "add_mat_diag_vec T", &|m| m.add_mat_diag_vec(-1.0, at.view(), Trans::Yes, &vc, 1.0), &|i, j| -f64::from(at.view().get(j, i)) * vc64[j] + old[i][j]);
+        let (vr64, vc64): (Vec<f64>, Vec<f64>) = (
+            vr.iter().map(|&x| x.into()).collect(),
+            vc.iter().map(|&x| x.into()).collect(),
+        );
+        run(
+            &mut d,
+            "add_vec_to_rows",
+            &|m| m.add_vec_to_rows(2.0, &vc, 0.5),
+            &|i, j| 2.0 * vc64[j] + 0.5 * old[i][j],
+        );
+        run(
+            &mut d,
+            "add_vec_to_cols",
+            &|m| m.add_vec_to_cols(2.0, &vr, 0.5),
+            &|i, j| 2.0 * vr64[i] + 0.5 * old[i][j],
+        );
+        run(&mut d, "mul_cols_vec", &|m| m.mul_cols_vec(&vc), &|i, j| {
+            old[i][j] * vc64[j]
+        });
+        run(&mut d, "mul_rows_vec", &|m| m.mul_rows_vec(&vr), &|i, j| {
+            old[i][j] * vr64[i]
+        });
+        run(
+            &mut d,
+            "copy_from_vec_rows",
+            &|m| m.copy_from_vec_rows(&vc),
+            &|_, j| vc64[j],
+        );
+        run(
+            &mut d,
+            "copy_from_vec_cols",
+            &|m| m.copy_from_vec_cols(&vr),
+            &|i, _| vr64[i],
+        );
+        run(
+            &mut d,
+            "add_vec_vec",
+            &|m| m.add_vec_vec(1.5, &vr, &vc, -1.0),
+            &|i, j| 1.5 * vr64[i] * vc64[j] - old[i][j],
+        );
+        run(
+            &mut d,
+            "add_diag_vec_mat",
+            &|m| m.add_diag_vec_mat(2.0, &vr, a.view(), Trans::No, 0.5),
+            &|i, j| 2.0 * vr64[i] * a64[i][j] + 0.5 * old[i][j],
+        );
+        run(
+            &mut d,
+            "add_diag_vec_mat T",
+            &|m| m.add_diag_vec_mat(2.0, &vr, at.view(), Trans::Yes, 0.0),
+            &|i, j| 2.0 * vr64[i] * f64::from(at.view().get(j, i)),
+        );
+        run(
+            &mut d,
+            "add_mat_diag_vec",
+            &|m| m.add_mat_diag_vec(2.0, a.view(), Trans::No, &vc, 0.5),
+            &|i, j| 2.0 * a64[i][j] * vc64[j] + 0.5 * old[i][j],
+        );
+        run(
+            &mut d,
+            "add_mat_diag_vec T",
+            &|m| m.add_mat_diag_vec(-1.0, at.view(), Trans::Yes, &vc, 1.0),
+            &|i, j| -f64::from(at.view().get(j, i)) * vc64[j] + old[i][j],
+        );
         let flat = rand_vec(r * c, &mut g);
-        run(&mut d, "copy_from_row_major", &|m| m.copy_from_row_major(&flat), &|i, j| f64::from(flat[i * c + j]));
-        let cols: Vec<i32> = (0..r).map(|i| if i % 3 == 2 { -1 } else { (i % c) as i32 }).collect();
-        run(&mut d, "add_to_elements", &|m| m.add_to_elements(0.25, &cols), &|i, j| old[i][j] + if cols[i] == j as i32 { 0.25 } else { 0.0 });
+        run(
+            &mut d,
+            "copy_from_row_major",
+            &|m| m.copy_from_row_major(&flat),
+            &|i, j| f64::from(flat[i * c + j]),
+        );
+        let cols: Vec<i32> = (0..r)
+            .map(|i| if i % 3 == 2 { -1 } else { (i % c) as i32 })
+            .collect();
+        run(
+            &mut d,
+            "add_to_elements",
+            &|m| m.add_to_elements(0.25, &cols),
+            &|i, j| old[i][j] + if cols[i] == j as i32 { 0.25 } else { 0.0 },
+        );
     }
 }
 
@@ -434,34 +839,91 @@ fn reductions() {
         let all: Vec<f64> = a64.iter().flatten().copied().collect();
         let tol = 1e-5;
         assert_vec_close(&[av.sum()], &[all.iter().sum()], tol, "sum");
-        assert_vec_close(&[av.max_abs()], &[all.iter().fold(0.0, |m, x| m.max(x.abs()))], 0.0, "max_abs");
-        assert_vec_close(&[av.max()], &[all.iter().cloned().fold(f64::NEG_INFINITY, f64::max)], 0.0, "max");
-        assert_vec_close(&[av.min()], &[all.iter().cloned().fold(f64::INFINITY, f64::min)], 0.0, "min");
-        assert_vec_close(&[av.frobenius_norm()], &[all.iter().map(|x| x * x).sum::<f64>().sqrt()], tol, "frobenius");
-        let tr: f64 = (0..r).flat_map(|i| (0..c).map(move |j| (i, j))).map(|(i, j)| a64[i][j] * b64[i][j]).sum();
+        assert_vec_close(
+            &[av.max_abs()],
+            &[all.iter().fold(0.0, |m, x| m.max(x.abs()))],
+            0.0,
+            "max_abs",
+        );
+        assert_vec_close(
+            &[av.max()],
+            &[all.iter().cloned().fold(f64::NEG_INFINITY, f64::max)],
+            0.0,
+            "max",
+        );
+        assert_vec_close(
+            &[av.min()],
+            &[all.iter().cloned().fold(f64::INFINITY, f64::min)],
+            0.0,
+            "min",
+        );
+        assert_vec_close(
+            &[av.frobenius_norm()],
+            &[all.iter().map(|x| x * x).sum::<f64>().sqrt()],
+            tol,
+            "frobenius",
+        );
+        let tr: f64 = (0..r)
+            .flat_map(|i| (0..c).map(move |j| (i, j)))
+            .map(|(i, j)| a64[i][j] * b64[i][j])
+            .sum();
         assert_vec_close(&[av.trace_mat_mat(b.view())], &[tr], tol, "trace_mat_mat");
-        let rows_sq: Vec<f64> = a64.iter().map(|row| row.iter().map(|x| x * x).sum()).collect();
-        let cols_sq: Vec<f64> = (0..c).map(|j| (0..r).map(|i| a64[i][j] * a64[i][j]).sum()).collect();
+        let rows_sq: Vec<f64> = a64
+            .iter()
+            .map(|row| row.iter().map(|x| x * x).sum())
+            .collect();
+        let cols_sq: Vec<f64> = (0..c)
+            .map(|j| (0..r).map(|i| a64[i][j] * a64[i][j]).sum())
+            .collect();
         let row_sum: Vec<f64> = (0..c).map(|j| (0..r).map(|i| a64[i][j]).sum()).collect();
         let col_sum: Vec<f64> = a64.iter().map(|row| row.iter().sum()).collect();
         let mut v = vec![1.0f32; r];
         av.add_diag_mat2_to(&mut v, 2.0, Trans::No, 0.5);
-        assert_vec_close(&v, &rows_sq.iter().map(|x| 2.0 * x + 0.5).collect::<Vec<_>>(), tol, "add_diag_mat2 No");
+        assert_vec_close(
+            &v,
+            &rows_sq.iter().map(|x| 2.0 * x + 0.5).collect::<Vec<_>>(),
+            tol,
+            "add_diag_mat2 No",
+        );
         let mut v = vec![f32::NAN; c];
         av.add_diag_mat2_to(&mut v, 1.0, Trans::Yes, 0.0);
         assert_vec_close(&v, &cols_sq, tol, "add_diag_mat2 Yes");
         let mut v = vec![1.0f32; c];
         av.add_row_sum_to(&mut v, 1.0, 1.0);
-        assert_vec_close(&v, &row_sum.iter().map(|x| x + 1.0).collect::<Vec<_>>(), tol, "add_row_sum");
+        assert_vec_close(
+            &v,
+            &row_sum.iter().map(|x| x + 1.0).collect::<Vec<_>>(),
+            tol,
+            "add_row_sum",
+        );
         let mut v = vec![0.0f32; r];
         av.add_col_sum_to(&mut v, -1.0, 0.0);
-        assert_vec_close(&v, &col_sum.iter().map(|x| -x).collect::<Vec<_>>(), tol, "add_col_sum");
-        let dots: Vec<f64> = (0..r).map(|i| (0..c).map(|j| a64[i][j] * b64[i][j]).sum()).collect();
-        assert_vec_close(&av.row_dot_products(b.view()), &dots, tol, "row_dot_products");
+        assert_vec_close(
+            &v,
+            &col_sum.iter().map(|x| -x).collect::<Vec<_>>(),
+            tol,
+            "add_col_sum",
+        );
+        let dots: Vec<f64> = (0..r)
+            .map(|i| (0..c).map(|j| a64[i][j] * b64[i][j]).sum())
+            .collect();
+        assert_vec_close(
+            &av.row_dot_products(b.view()),
+            &dots,
+            tol,
+            "row_dot_products",
+        );
         let mut v = vec![3.0f32; r];
         av.add_diag_mat_mat_to(&mut v, 1.0, Trans::No, b.view(), Trans::Yes, 1.0);
-        assert_vec_close(&v, &dots.iter().map(|x| x + 3.0).collect::<Vec<_>>(), tol, "add_diag_mat_mat NT");
-        let cdots: Vec<f64> = (0..c).map(|j| (0..r).map(|i| a64[i][j] * b64[i][j]).sum()).collect();
+        assert_vec_close(
+            &v,
+            &dots.iter().map(|x| x + 3.0).collect::<Vec<_>>(),
+            tol,
+            "add_diag_mat_mat NT",
+        );
+        let cdots: Vec<f64> = (0..c)
+            .map(|j| (0..r).map(|i| a64[i][j] * b64[i][j]).sum())
+            .collect();
         let mut v = vec![0.0f32; c];
         av.add_diag_mat_mat_to(&mut v, 1.0, Trans::Yes, b.view(), Trans::No, 0.0);
         assert_vec_close(&v, &cdots, tol, "add_diag_mat_mat TN");
@@ -473,7 +935,10 @@ fn reductions() {
         let mut v = vec![0.0f32; c];
         av.add_diag_mat_mat_to(&mut v, 1.0, Trans::Yes, bt.view(), Trans::Yes, 0.0);
         assert_vec_close(&v, &cdots, tol, "add_diag_mat_mat TT");
-        let maxes: Vec<f64> = a64.iter().map(|row| row.iter().cloned().fold(f64::NEG_INFINITY, f64::max)).collect();
+        let maxes: Vec<f64> = a64
+            .iter()
+            .map(|row| row.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
+            .collect();
         assert_vec_close(&av.row_max(), &maxes, 0.0, "row_max");
         let idx = av.row_max_index();
         for i in 0..r {
@@ -482,16 +947,24 @@ fn reductions() {
         let x = rand_vec(c, &mut g);
         let mut y = vec![1.0f32; r];
         av.add_mat_vec_to(&mut y, 2.0, Trans::No, &x, -1.0);
-        let want: Vec<f64> = (0..r).map(|i| 2.0 * (0..c).map(|j| a64[i][j] * f64::from(x[j])).sum::<f64>() - 1.0).collect();
+        let want: Vec<f64> = (0..r)
+            .map(|i| 2.0 * (0..c).map(|j| a64[i][j] * f64::from(x[j])).sum::<f64>() - 1.0)
+            .collect();
         assert_vec_close(&y, &want, tol, "add_mat_vec No");
         let x = rand_vec(r, &mut g);
         let mut y = vec![f32::NAN; c];
         av.add_mat_vec_to(&mut y, 1.0, Trans::Yes, &x, 0.0);
-        let want: Vec<f64> = (0..c).map(|j| (0..r).map(|i| a64[i][j] * f64::from(x[i])).sum()).collect();
+        let want: Vec<f64> = (0..c)
+            .map(|j| (0..r).map(|i| a64[i][j] * f64::from(x[i])).sum())
+            .collect();
         assert_vec_close(&y, &want, tol, "add_mat_vec Yes");
     }
     assert!(Matrix::zeros(0, 3).view().max().is_infinite());
-    assert!(Matrix::zeros(2, 0).view().row_max_index().iter().all(|&i| i == -1));
+    assert!(Matrix::zeros(2, 0)
+        .view()
+        .row_max_index()
+        .iter()
+        .all(|&i| i == -1));
 }
 
 #[test]
@@ -509,7 +982,16 @@ fn grouped_reductions() {
                 .iter()
                 .map(|row| {
                     row.chunks(gs)
-                        .map(|grp| if p.is_infinite() { grp.iter().fold(0.0f64, |m, x| m.max(x.abs())) } else { grp.iter().map(|x| x.abs().powf(pf)).sum::<f64>().powf(1.0 / pf) })
+                        .map(|grp| {
+                            if p.is_infinite() {
+                                grp.iter().fold(0.0f64, |m, x| m.max(x.abs()))
+                            } else {
+                                grp.iter()
+                                    .map(|x| x.abs().powf(pf))
+                                    .sum::<f64>()
+                                    .powf(1.0 / pf)
+                            }
+                        })
                         .collect()
                 })
                 .collect();
@@ -518,38 +1000,92 @@ fn grouped_reductions() {
             // derivative against a central finite difference of Σ od · pnorm(x)
             let od = rand_mat(r, groups, &mut g);
             let mut din = Embedded::new(r, c, &mut g);
-            din.view_mut().diff_group_pnorm(src.view(), out.view(), od.view(), p);
+            din.view_mut()
+                .diff_group_pnorm(src.view(), out.view(), od.view(), p);
             din.check_border();
             let h = 1e-3;
             for i in 0..r {
                 for k in 0..c {
                     let grp = k / gs;
-                    let norm = |x: &[f64]| if p.is_infinite() { x.iter().fold(0.0f64, |m, v| m.max(v.abs())) } else { x.iter().map(|v| v.abs().powf(pf)).sum::<f64>().powf(1.0 / pf) };
+                    let norm = |x: &[f64]| {
+                        if p.is_infinite() {
+                            x.iter().fold(0.0f64, |m, v| m.max(v.abs()))
+                        } else {
+                            x.iter()
+                                .map(|v| v.abs().powf(pf))
+                                .sum::<f64>()
+                                .powf(1.0 / pf)
+                        }
+                    };
                     let mut xp = s64[i][grp * gs..(grp + 1) * gs].to_vec();
                     let mut xm = xp.clone();
                     xp[k % gs] += h;
                     xm[k % gs] -= h;
                     let fd = f64::from(od.get(i, grp)) * (norm(&xp) - norm(&xm)) / (2.0 * h);
                     let got = f64::from(din.view().get(i, k));
-                    assert!((got - fd).abs() < 2e-3 * (1.0 + fd.abs()), "diff_group_pnorm p={p} ({i},{k}): {got} vs {fd}");
+                    assert!(
+                        (got - fd).abs() < 2e-3 * (1.0 + fd.abs()),
+                        "diff_group_pnorm p={p} ({i},{k}): {got} vs {fd}"
+                    );
                 }
             }
         }
         let mut out = Embedded::new(r, groups, &mut g);
         out.view_mut().group_max_from(src.view());
-        let want: Vec<Vec<f64>> = s64.iter().map(|row| row.chunks(gs).map(|grp| grp.iter().cloned().fold(f64::NEG_INFINITY, f64::max)).collect()).collect();
+        let want: Vec<Vec<f64>> = s64
+            .iter()
+            .map(|row| {
+                row.chunks(gs)
+                    .map(|grp| grp.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
+                    .collect()
+            })
+            .collect();
         assert_close(out.view(), &want, 0.0, "group_max");
         out.check_border();
         let mut mask = Embedded::new(r, c, &mut g);
         mask.view_mut().group_max_deriv(src.view(), out.view());
-        let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|k| if s64[i][k] == want[i][k / gs] { 1.0 } else { 0.0 }).collect()).collect();
+        let want: Vec<Vec<f64>> = (0..r)
+            .map(|i| {
+                (0..c)
+                    .map(|k| {
+                        if s64[i][k] == want[i][k / gs] {
+                            1.0
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         assert_close(mask.view(), &want, 0.0, "group_max_deriv");
         mask.check_border();
         // sum_column_ranges: each output column sums a (possibly empty) range
-        let ranges: Vec<(i32, i32)> = (0..groups).map(|j| if j == 1 { (-1, -1) } else { ((j * gs) as i32, ((j + 1) * gs) as i32) }).collect();
+        let ranges: Vec<(i32, i32)> = (0..groups)
+            .map(|j| {
+                if j == 1 {
+                    (-1, -1)
+                } else {
+                    ((j * gs) as i32, ((j + 1) * gs) as i32)
+                }
+            })
+            .collect();
         let mut out = Embedded::new(r, groups, &mut g);
         out.view_mut().sum_column_ranges(src.view(), &ranges);
-        let want: Vec<Vec<f64>> = s64.iter().map(|row| ranges.iter().map(|&(s, e)| if s < 0 { 0.0 } else { row[s as usize..e as usize].iter().sum() }).collect()).collect();
+        let want: Vec<Vec<f64>> = s64
+            .iter()
+            .map(|row| {
+                ranges
+                    .iter()
+                    .map(|&(s, e)| {
+                        if s < 0 {
+                            0.0
+                        } else {
+                            row[s as usize..e as usize].iter().sum()
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         assert_close(out.view(), &want, 1e-6, "sum_column_ranges");
         out.check_border();
     }
@@ -565,7 +1101,18 @@ fn add_mat_blocks_sums_blocks() {
     let old = to64(d.inner_orig().view());
     d.view_mut().add_mat_blocks(0.5, src.view(), 2.0);
     let want: Vec<Vec<f64>> = (0..r)
-        .map(|i| (0..c).map(|j| 2.0 * old[i][j] + 0.5 * (0..p).flat_map(|bi| (0..q).map(move |bj| (bi, bj))).map(|(bi, bj)| s64[bi * r + i][bj * c + j]).sum::<f64>()).collect())
+        .map(|i| {
+            (0..c)
+                .map(|j| {
+                    2.0 * old[i][j]
+                        + 0.5
+                            * (0..p)
+                                .flat_map(|bi| (0..q).map(move |bj| (bi, bj)))
+                                .map(|(bi, bj)| s64[bi * r + i][bj * c + j])
+                                .sum::<f64>()
+                })
+                .collect()
+        })
         .collect();
     assert_close(d.view(), &want, 1e-6, "add_mat_blocks");
     d.check_border();
@@ -577,7 +1124,8 @@ fn set_mat_mat_div_mat_keeps_a_where_c_is_zero() {
     let b = Matrix::from_vec(1, 3, vec![4.0, 5.0, 6.0]);
     let c = Matrix::from_vec(1, 3, vec![2.0, 0.0, -3.0]);
     let mut d = Matrix::zeros(1, 3);
-    d.view_mut().set_mat_mat_div_mat(a.view(), b.view(), c.view());
+    d.view_mut()
+        .set_mat_mat_div_mat(a.view(), b.view(), c.view());
     assert_eq!(d.to_vec(), vec![2.0, 2.0, -6.0]);
 }
 
@@ -594,8 +1142,15 @@ fn random_fills_have_the_right_moments() {
     let v = m.to_vec();
     let n = v.len() as f64;
     let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let var = v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n;
-    assert!(mean.abs() < 0.02 && (var - 1.0).abs() < 0.03, "randn mean {mean} var {var}");
+    let var = v
+        .iter()
+        .map(|&x| (f64::from(x) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    assert!(
+        mean.abs() < 0.02 && (var - 1.0).abs() < 0.03,
+        "randn mean {mean} var {var}"
+    );
 }
 
 #[test]
@@ -604,28 +1159,87 @@ fn row_gather_and_scatter() {
     let (r, c, sr) = (9, 6, 5);
     let src = Embedded::new(sr, c, &mut g);
     let s64 = to64(src.view());
-    let idx: Vec<i32> = (0..r).map(|i| if i % 4 == 3 { -1 } else { ((i * 7) % sr) as i32 }).collect();
+    let idx: Vec<i32> = (0..r)
+        .map(|i| {
+            if i % 4 == 3 {
+                -1
+            } else {
+                ((i * 7) % sr) as i32
+            }
+        })
+        .collect();
     let mut d = Embedded::new(r, c, &mut g);
     let old = to64(d.inner_orig().view());
     d.view_mut().copy_rows(src.view(), &idx);
-    let want: Vec<Vec<f64>> = (0..r).map(|i| if idx[i] < 0 { vec![0.0; c] } else { s64[idx[i] as usize].clone() }).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            if idx[i] < 0 {
+                vec![0.0; c]
+            } else {
+                s64[idx[i] as usize].clone()
+            }
+        })
+        .collect();
     assert_close(d.view(), &want, 0.0, "copy_rows");
     d.check_border();
     d.big = d.orig.clone();
     d.view_mut().add_rows(0.5, src.view(), &idx);
-    let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| old[i][j] + if idx[i] < 0 { 0.0 } else { 0.5 * s64[idx[i] as usize][j] }).collect()).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            (0..c)
+                .map(|j| {
+                    old[i][j]
+                        + if idx[i] < 0 {
+                            0.0
+                        } else {
+                            0.5 * s64[idx[i] as usize][j]
+                        }
+                })
+                .collect()
+        })
+        .collect();
     assert_close(d.view(), &want, 1e-6, "add_rows");
     d.check_border();
     // multi forms: row pointers
-    let ptrs: Vec<Option<&[f32]>> = idx.iter().map(|&i| if i < 0 { None } else { Some(src.view().row(i as usize)) }).collect();
+    let ptrs: Vec<Option<&[f32]>> = idx
+        .iter()
+        .map(|&i| {
+            if i < 0 {
+                None
+            } else {
+                Some(src.view().row(i as usize))
+            }
+        })
+        .collect();
     d.big = d.orig.clone();
     d.view_mut().copy_rows_multi(&ptrs);
-    let want: Vec<Vec<f64>> = (0..r).map(|i| if idx[i] < 0 { vec![0.0; c] } else { s64[idx[i] as usize].clone() }).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            if idx[i] < 0 {
+                vec![0.0; c]
+            } else {
+                s64[idx[i] as usize].clone()
+            }
+        })
+        .collect();
     assert_close(d.view(), &want, 0.0, "copy_rows_multi");
     d.check_border();
     d.big = d.orig.clone();
     d.view_mut().add_rows_multi(-1.0, &ptrs);
-    let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| old[i][j] - if idx[i] < 0 { 0.0 } else { s64[idx[i] as usize][j] }).collect()).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            (0..c)
+                .map(|j| {
+                    old[i][j]
+                        - if idx[i] < 0 {
+                            0.0
+                        } else {
+                            s64[idx[i] as usize][j]
+                        }
+                })
+                .collect()
+        })
+        .collect();
     assert_close(d.view(), &want, 1e-6, "add_rows_multi");
     d.check_border();
     // scatter: rows of a short src into distinct rows of d
@@ -654,10 +1268,29 @@ fn row_gather_and_scatter() {
     assert_close(d.view(), &want, 1e-6, "add_to_rows_from");
     d.check_border();
     // row ranges
-    let ranges: Vec<(i32, i32)> = (0..r).map(|i| if i % 3 == 0 { (-1, -1) } else { ((i % sr) as i32 / 2, (i % sr) as i32) }).collect();
+    let ranges: Vec<(i32, i32)> = (0..r)
+        .map(|i| {
+            if i % 3 == 0 {
+                (-1, -1)
+            } else {
+                ((i % sr) as i32 / 2, (i % sr) as i32)
+            }
+        })
+        .collect();
     d.big = d.orig.clone();
     d.view_mut().add_row_ranges(src.view(), &ranges);
-    let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| old[i][j] + (ranges[i].0.max(0)..ranges[i].1).map(|k| s64[k as usize][j]).sum::<f64>()).collect()).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            (0..c)
+                .map(|j| {
+                    old[i][j]
+                        + (ranges[i].0.max(0)..ranges[i].1)
+                            .map(|k| s64[k as usize][j])
+                            .sum::<f64>()
+                })
+                .collect()
+        })
+        .collect();
     assert_close(d.view(), &want, 1e-6, "add_row_ranges");
     d.check_border();
 }
@@ -668,16 +1301,49 @@ fn column_gather() {
     let (r, c, sc) = (5, 8, 6);
     let src = Embedded::new(r, sc, &mut g);
     let s64 = to64(src.view());
-    let idx: Vec<i32> = (0..c).map(|j| if j % 3 == 1 { -1 } else { ((j * 5) % sc) as i32 }).collect();
+    let idx: Vec<i32> = (0..c)
+        .map(|j| {
+            if j % 3 == 1 {
+                -1
+            } else {
+                ((j * 5) % sc) as i32
+            }
+        })
+        .collect();
     let mut d = Embedded::new(r, c, &mut g);
     let old = to64(d.inner_orig().view());
     d.view_mut().copy_cols(src.view(), &idx);
-    let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| if idx[j] < 0 { 0.0 } else { s64[i][idx[j] as usize] }).collect()).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            (0..c)
+                .map(|j| {
+                    if idx[j] < 0 {
+                        0.0
+                    } else {
+                        s64[i][idx[j] as usize]
+                    }
+                })
+                .collect()
+        })
+        .collect();
     assert_close(d.view(), &want, 0.0, "copy_cols");
     d.check_border();
     d.big = d.orig.clone();
     d.view_mut().add_cols(src.view(), &idx);
-    let want: Vec<Vec<f64>> = (0..r).map(|i| (0..c).map(|j| old[i][j] + if idx[j] < 0 { 0.0 } else { s64[i][idx[j] as usize] }).collect()).collect();
+    let want: Vec<Vec<f64>> = (0..r)
+        .map(|i| {
+            (0..c)
+                .map(|j| {
+                    old[i][j]
+                        + if idx[j] < 0 {
+                            0.0
+                        } else {
+                            s64[i][idx[j] as usize]
+                        }
+                })
+                .collect()
+        })
+        .collect();
     assert_close(d.view(), &want, 1e-6, "add_cols");
     d.check_border();
 }
@@ -691,33 +1357,91 @@ fn vector_ops() {
     let a64: Vec<f64> = a.iter().map(|&x| x.into()).collect();
     let b64: Vec<f64> = b.iter().map(|&x| x.into()).collect();
     let tol = 1e-5;
-    assert_vec_close(&[dot(&a, &b)], &[a64.iter().zip(&b64).map(|(x, y)| x * y).sum()], tol, "dot");
+    assert_vec_close(
+        &[dot(&a, &b)],
+        &[a64.iter().zip(&b64).map(|(x, y)| x * y).sum()],
+        tol,
+        "dot",
+    );
     let mut v = Vector::from_vec(a.clone());
     v.add_vec(2.0, &b);
-    assert_vec_close(&v, &a64.iter().zip(&b64).map(|(x, y)| x + 2.0 * y).collect::<Vec<_>>(), tol, "add_vec");
+    assert_vec_close(
+        &v,
+        &a64.iter()
+            .zip(&b64)
+            .map(|(x, y)| x + 2.0 * y)
+            .collect::<Vec<_>>(),
+        tol,
+        "add_vec",
+    );
     let mut v = Vector::from_vec(a.clone());
     v.add_vec_vec(0.5, &a, &b, -1.0);
-    assert_vec_close(&v, &a64.iter().zip(&b64).map(|(x, y)| 0.5 * x * y - x).collect::<Vec<_>>(), tol, "add_vec_vec");
+    assert_vec_close(
+        &v,
+        &a64.iter()
+            .zip(&b64)
+            .map(|(x, y)| 0.5 * x * y - x)
+            .collect::<Vec<_>>(),
+        tol,
+        "add_vec_vec",
+    );
     let mut v = Vector::from_vec(a.clone());
     let n_floored = v.apply_floor(0.0);
     assert_eq!(n_floored, a.iter().filter(|&&x| x < 0.0).count());
     assert!(v.iter().all(|&x| x >= 0.0));
     let v = Vector::from_vec(a.clone());
     assert_vec_close(&[v.sum()], &[a64.iter().sum()], tol, "sum");
-    assert_vec_close(&[v.norm(2.0)], &[a64.iter().map(|x| x * x).sum::<f64>().sqrt()], tol, "norm2");
-    assert_vec_close(&[v.norm(1.0)], &[a64.iter().map(|x| x.abs()).sum()], tol, "norm1");
-    assert_vec_close(&[v.norm(3.0)], &[a64.iter().map(|x| x.abs().powi(3)).sum::<f64>().cbrt()], tol, "norm3");
-    assert_vec_close(&[v.norm(f32::INFINITY)], &[a64.iter().fold(0.0, |m, x| m.max(x.abs()))], 0.0, "norm inf");
-    assert_vec_close(&[v.max(), v.min()], &[a64.iter().cloned().fold(f64::MIN, f64::max), a64.iter().cloned().fold(f64::MAX, f64::min)], 0.0, "max/min");
-    assert_vec_close(&[v.dot(&b)], &[a64.iter().zip(&b64).map(|(x, y)| x * y).sum()], tol, "Vector::dot");
+    assert_vec_close(
+        &[v.norm(2.0)],
+        &[a64.iter().map(|x| x * x).sum::<f64>().sqrt()],
+        tol,
+        "norm2",
+    );
+    assert_vec_close(
+        &[v.norm(1.0)],
+        &[a64.iter().map(|x| x.abs()).sum()],
+        tol,
+        "norm1",
+    );
+    assert_vec_close(
+        &[v.norm(3.0)],
+        &[a64.iter().map(|x| x.abs().powi(3)).sum::<f64>().cbrt()],
+        tol,
+        "norm3",
+    );
+    assert_vec_close(
+        &[v.norm(f32::INFINITY)],
+        &[a64.iter().fold(0.0, |m, x| m.max(x.abs()))],
+        0.0,
+        "norm inf",
+    );
+    assert_vec_close(
+        &[v.max(), v.min()],
+        &[
+            a64.iter().cloned().fold(f64::MIN, f64::max),
+            a64.iter().cloned().fold(f64::MAX, f64::min),
+        ],
+        0.0,
+        "max/min",
+    );
+    assert_vec_close(
+        &[v.dot(&b)],
+        &[a64.iter().zip(&b64).map(|(x, y)| x * y).sum()],
+        tol,
+        "Vector::dot",
+    );
     let m = rand_mat(n, 5, &mut g);
     let mut y = Vector::zeros(5);
     y.add_row_sum_mat(1.0, m.view(), 0.0);
-    let want: Vec<f64> = (0..5).map(|j| (0..n).map(|i| f64::from(m.get(i, j))).sum()).collect();
+    let want: Vec<f64> = (0..5)
+        .map(|j| (0..n).map(|i| f64::from(m.get(i, j))).sum())
+        .collect();
     assert_vec_close(&y, &want, tol, "add_row_sum_mat");
     let mut y = Vector::zeros(n);
     y.add_mat_vec(1.0, m.view(), Trans::No, &[1.0, 0.0, 0.0, 0.0, 2.0], 0.0);
-    let want: Vec<f64> = (0..n).map(|i| f64::from(m.get(i, 0)) + 2.0 * f64::from(m.get(i, 4))).collect();
+    let want: Vec<f64> = (0..n)
+        .map(|i| f64::from(m.get(i, 0)) + 2.0 * f64::from(m.get(i, 4)))
+        .collect();
     assert_vec_close(&y, &want, tol, "add_mat_vec");
 }
 

@@ -1,16 +1,151 @@
-//! `compnet compile`.
+//! `compnet compile`: compiles a request on a network and prints the computation.
+//!
+//! ```text
+//! compnet compile model.raw --input=input:0:-2..12 --output=output:0:0..9 [--backprop]
+//!                 [--ivector] [--debug-info]
+//! ```
+//! Each `--input` / `--output` is `name:N:T` where N and T are an integer `5` or an inclusive
+//! range `0..3`; Indexes are listed n-major (all t of n=0, then n=1, ...). The model may be a
+//! Kaldi raw model (binary or text) or a config file (`*.config`, as `nnet3-init` reads).
 
+use crate::compile::print::format_computation;
+use crate::compile::{compile_computation, CompilerOptions, ComputationRequest, IoSpecification};
 use crate::error::{Error, Result};
+use crate::nnet::{Index, Nnet};
 
 /// Options of `compnet compile`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Positional arguments.
-    pub args: Vec<String>,
+    /// The model (raw nnet3 model, or a config file ending in .config).
+    pub model: String,
+    /// An input: `name:N:T`, e.g. `input:0:-2..12` (repeatable).
+    #[arg(long = "input")]
+    pub inputs: Vec<String>,
+    /// An output: `name:N:T`, e.g. `output:0..1:0..9` (repeatable).
+    #[arg(long = "output")]
+    pub outputs: Vec<String>,
+    /// Also compile the backward pass: derivatives at all inputs and outputs, and model
+    /// derivatives.
+    #[arg(long)]
+    pub backprop: bool,
+    /// Supply the `ivector` input at t=0 for every n of the first input.
+    #[arg(long)]
+    pub ivector: bool,
+    /// Print what each matrix holds.
+    #[arg(long = "debug-info")]
+    pub debug_info: bool,
+}
+
+/// Parses `5` or `a..b` (inclusive).
+fn parse_range(s: &str, what: &str, spec: &str) -> Result<std::ops::RangeInclusive<i32>> {
+    let bad = || {
+        Error::Usage(format!(
+            "bad {what} range '{s}' in '{spec}': expected an integer like 5 or a range like -2..12"
+        ))
+    };
+    if let Some((a, b)) = s.split_once("..") {
+        let a: i32 = a.trim().parse().map_err(|_| bad())?;
+        let b: i32 = b.trim().parse().map_err(|_| bad())?;
+        if b < a {
+            return Err(bad());
+        }
+        Ok(a..=b)
+    } else {
+        let a: i32 = s.trim().parse().map_err(|_| bad())?;
+        Ok(a..=a)
+    }
+}
+
+/// Parses `name:N:T` into an IoSpecification.
+pub fn parse_io_spec(spec: &str, has_deriv: bool) -> Result<IoSpecification> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [name, n, t] = parts.as_slice() else {
+        return Err(Error::Usage(format!(
+            "bad io specification '{spec}': expected name:N:T, e.g. input:0:-2..12"
+        )));
+    };
+    if name.is_empty() {
+        return Err(Error::Usage(format!("bad io specification '{spec}': empty name")));
+    }
+    let ns = parse_range(n, "n", spec)?;
+    let ts = parse_range(t, "t", spec)?;
+    let mut indexes = Vec::new();
+    for n in ns {
+        for t in ts.clone() {
+            indexes.push(Index::new(n, t, 0));
+        }
+    }
+    Ok(IoSpecification {
+        name: name.to_string(),
+        indexes,
+        has_deriv,
+    })
+}
+
+/// Reads a network from a model file or a config file.
+pub fn load_network(path: &str) -> Result<Nnet> {
+    if path.ends_with(".config") || path.ends_with(".cfg") {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Nnet::from_config_text(&text, path)
+    } else {
+        Ok(Nnet::read_model_file(path)?.nnet)
+    }
+}
+
+/// Builds the request from the command-line options.
+pub fn build_request(a: &Args) -> Result<ComputationRequest> {
+    if a.inputs.is_empty() || a.outputs.is_empty() {
+        return Err(Error::Usage(
+            "compnet compile: give at least one --input=name:N:T and one --output=name:N:T".into(),
+        ));
+    }
+    let mut req = ComputationRequest {
+        need_model_derivative: a.backprop,
+        ..Default::default()
+    };
+    for s in &a.inputs {
+        req.inputs.push(parse_io_spec(s, a.backprop)?);
+    }
+    for s in &a.outputs {
+        req.outputs.push(parse_io_spec(s, a.backprop)?);
+    }
+    if a.ivector && req.index_for_input("ivector").is_none() {
+        let mut ns: Vec<i32> = req.inputs[0].indexes.iter().map(|i| i.n).collect();
+        ns.sort_unstable();
+        ns.dedup();
+        req.inputs.push(IoSpecification {
+            name: "ivector".into(),
+            indexes: ns.into_iter().map(|n| Index::new(n, 0, 0)).collect(),
+            has_deriv: false,
+        });
+    }
+    Ok(req)
 }
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
-    let _ = a;
-    Err(Error::Usage("compnet compile: not implemented yet".into()))
+    let req = build_request(&a)?;
+    let nnet = load_network(&a.model)?;
+    let opts = CompilerOptions {
+        output_debug_info: a.debug_info,
+    };
+    let comp = compile_computation(&nnet, &req, &opts)?;
+    print!("{req}");
+    print!("{}", format_computation(&comp, &nnet));
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_specs() {
+        let s = parse_io_spec("input:0..1:-1..1", false).unwrap();
+        assert_eq!(s.indexes.len(), 6);
+        assert_eq!(s.indexes[3], Index::new(1, -1, 0));
+        assert!(parse_io_spec("input:0", false).is_err());
+        assert!(parse_io_spec("input:x:0", false).is_err());
+        assert!(parse_io_spec("input:0:5..2", false).is_err());
+    }
 }

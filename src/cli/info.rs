@@ -1,9 +1,9 @@
 //! `compnet info` (Kaldi's `nnet3-info`): context, parameter count, modulus, the config lines
 //! with dimensions and one line per component.
 
+use crate::compile::context::{nnet_context, nnet_modulus};
 use crate::error::Result;
-use crate::nnet::descriptor::{ForwardingDescriptor, SumDescriptor};
-use crate::nnet::{NetworkNode, Nnet};
+use crate::nnet::Nnet;
 
 /// Options of `compnet info`.
 #[derive(clap::Args, Debug)]
@@ -27,7 +27,18 @@ pub fn run(a: Args) -> Result<i32> {
 /// The whole `nnet3-info` text for a network.
 pub fn info_text(nnet: &Nnet) -> Result<String> {
     let mut s = String::new();
-    // TODO(model): left-context/right-context need crate::compile::context (not written yet).
+    // Like nnet3-info, the context is printed only for "simple" networks: an input node
+    // named `input` and an output node named `output`.
+    let simple = nnet
+        .node_index("input")
+        .is_some_and(|i| nnet.is_input_node(i))
+        && nnet
+            .node_index("output")
+            .is_some_and(|o| nnet.is_output_node(o));
+    if simple {
+        let ctx = nnet_context(nnet)?;
+        s += &format!("left-context: {}\nright-context: {}\n", ctx.left, ctx.right);
+    }
     s += &format!("num-parameters: {}\n", nnet.num_parameters());
     s += &format!("modulus: {}\n", nnet_modulus(nnet));
     for line in nnet.config_lines_with_dims() {
@@ -38,59 +49,4 @@ pub fn info_text(nnet: &Nnet) -> Result<String> {
         s += &format!("component name={name} type={}\n", c.info());
     }
     Ok(s)
-}
-
-/// The network's time modulus (Kaldi's `Nnet::Modulus`): the least common multiple of the
-/// moduli of all descriptors (Switch contributes its number of arguments, Round its modulus).
-pub fn nnet_modulus(nnet: &Nnet) -> usize {
-    let mut m = 1;
-    for node in &nnet.nodes {
-        if let NetworkNode::Descriptor { descriptor, .. } = node {
-            for part in &descriptor.parts {
-                m = lcm(m, sum_modulus(part));
-            }
-        }
-    }
-    m
-}
-
-fn sum_modulus(d: &SumDescriptor) -> usize {
-    match d {
-        SumDescriptor::Simple(f) => fwd_modulus(f),
-        SumDescriptor::Optional(a) => sum_modulus(a),
-        SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => {
-            lcm(sum_modulus(a), sum_modulus(b))
-        }
-        SumDescriptor::Const { .. } => 1,
-    }
-}
-
-fn fwd_modulus(f: &ForwardingDescriptor) -> usize {
-    match f {
-        ForwardingDescriptor::Simple { .. } => 1,
-        ForwardingDescriptor::Offset { src, .. }
-        | ForwardingDescriptor::ReplaceIndex { src, .. } => fwd_modulus(src),
-        ForwardingDescriptor::Switch(v) => {
-            v.iter().fold(v.len().max(1), |m, s| lcm(m, fwd_modulus(s)))
-        }
-        ForwardingDescriptor::Round { src, t_modulus } => {
-            lcm(t_modulus.unsigned_abs().max(1) as usize, fwd_modulus(src))
-        }
-    }
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
-fn lcm(a: usize, b: usize) -> usize {
-    if a == 0 || b == 0 {
-        a.max(b)
-    } else {
-        a / gcd(a, b) * b
-    }
 }

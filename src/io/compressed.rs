@@ -164,14 +164,14 @@ impl CompressedMatrix {
             CompressedFormat::TwoByte => {
                 for r in 0..rows {
                     for &x in m.row(r) {
-                        data.extend_from_slice(&cm.to_u16(x).to_le_bytes());
+                        data.extend_from_slice(&cm.value_to_u16(x).to_le_bytes());
                     }
                 }
             }
             CompressedFormat::OneByte => {
                 for r in 0..rows {
                     for &x in m.row(r) {
-                        data.push(cm.to_u8(x));
+                        data.push(cm.value_to_u8(x));
                     }
                 }
             }
@@ -186,7 +186,7 @@ impl CompressedMatrix {
                     for v in q {
                         data.extend_from_slice(&v.to_le_bytes());
                     }
-                    let p = q.map(|v| cm.from_u16(v));
+                    let p = q.map(|v| cm.code_to_value(v));
                     bytes.extend(col.iter().map(|&x| quantize_byte(p, x)));
                 }
                 data.extend_from_slice(&bytes);
@@ -197,17 +197,17 @@ impl CompressedMatrix {
     }
 
     /// Value → u16 code over the global range (Kaldi rounds with +0.499, not +0.5).
-    fn to_u16(&self, x: f32) -> u16 {
+    fn value_to_u16(&self, x: f32) -> u16 {
         let f = ((x - self.min_value) / self.range).clamp(0.0, 1.0);
         ((f * 65535.0) as f64 + 0.499) as u16
     }
     /// Value → u8 code over the global range.
-    fn to_u8(&self, x: f32) -> u8 {
+    fn value_to_u8(&self, x: f32) -> u8 {
         let f = ((x - self.min_value) / self.range).clamp(0.0, 1.0);
         ((f * 255.0) as f64 + 0.499) as u8
     }
     /// u16 code → value (used for the CM column headers).
-    fn from_u16(&self, v: u16) -> f32 {
+    fn code_to_value(&self, v: u16) -> f32 {
         self.min_value + self.range * INV_65535 * v as f32
     }
 
@@ -217,7 +217,7 @@ impl CompressedMatrix {
         let mut s = col.to_vec();
         s.sort_by(|a, b| a.total_cmp(b));
         let n = s.len();
-        let code = |i: usize| self.to_u16(s.get(i).copied().unwrap_or(0.0)) as u32;
+        let code = |i: usize| self.value_to_u16(s.get(i).copied().unwrap_or(0.0)) as u32;
         let (i25, i75, i100) = if n >= 5 {
             let q = n / 4;
             (Some(q), Some(3 * q), Some(n - 1))
@@ -268,7 +268,7 @@ impl CompressedMatrix {
                 for c in 0..cols {
                     let h = &heads[c * 8..c * 8 + 8];
                     let p = [0, 1, 2, 3]
-                        .map(|k| self.from_u16(u16::from_le_bytes([h[2 * k], h[2 * k + 1]])));
+                        .map(|k| self.code_to_value(u16::from_le_bytes([h[2 * k], h[2 * k + 1]])));
                     for (r, &b) in bytes[c * rows..(c + 1) * rows].iter().enumerate() {
                         m.set(r, c, dequantize_byte(p, b));
                     }

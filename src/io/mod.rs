@@ -3,6 +3,8 @@
 
 pub mod codec;
 pub mod compressed;
+pub mod egs;
+pub mod index_codec;
 pub mod kaldi_matrix;
 pub mod sparse;
 pub mod table;

@@ -24,7 +24,11 @@ impl MatViewMut<'_> {
     }
     /// `self = a` (same shape).
     pub fn copy_from(&mut self, a: MatView<'_>) {
-        assert_eq!((self.num_rows(), self.num_cols()), (a.num_rows(), a.num_cols()), "copy_from: shape");
+        assert_eq!(
+            (self.num_rows(), self.num_cols()),
+            (a.num_rows(), a.num_cols()),
+            "copy_from: shape"
+        );
         for r in 0..self.num_rows() {
             self.row_mut(r).copy_from_slice(a.row(r));
         }
@@ -60,18 +64,26 @@ impl MatViewMut<'_> {
     pub fn add_vec_to_rows(&mut self, alpha: Real, v: &[Real], beta: Real) {
         assert_eq!(v.len(), self.num_cols(), "add_vec_to_rows: dim");
         for r in 0..self.num_rows() {
-            for (x, &y) in self.row_mut(r).iter_mut().zip(v) {
-                *x = alpha * y + beta * *x;
+            let row = self.row_mut(r);
+            if beta == 0.0 {
+                row.iter_mut().zip(v).for_each(|(x, &y)| *x = alpha * y);
+            } else {
+                row.iter_mut()
+                    .zip(v)
+                    .for_each(|(x, &y)| *x = alpha * y + beta * *x);
             }
         }
     }
     /// `self[:, c] = alpha · v + beta · self[:, c]` for every column (Kaldi's AddVecToCols).
     pub fn add_vec_to_cols(&mut self, alpha: Real, v: &[Real], beta: Real) {
         assert_eq!(v.len(), self.num_rows(), "add_vec_to_cols: dim");
-        for r in 0..self.num_rows() {
-            let a = alpha * v[r];
-            for x in self.row_mut(r) {
-                *x = a + beta * *x;
+        for (r, &vr) in v.iter().enumerate() {
+            let a = alpha * vr;
+            let row = self.row_mut(r);
+            if beta == 0.0 {
+                row.fill(a);
+            } else {
+                row.iter_mut().for_each(|x| *x = a + beta * *x);
             }
         }
     }
@@ -87,11 +99,8 @@ impl MatViewMut<'_> {
     /// Multiplies row r by `v[r]` (Kaldi's MulRowsVec).
     pub fn mul_rows_vec(&mut self, v: &[Real]) {
         assert_eq!(v.len(), self.num_rows());
-        for r in 0..self.num_rows() {
-            let s = v[r];
-            for x in self.row_mut(r) {
-                *x *= s;
-            }
+        for (r, &s) in v.iter().enumerate() {
+            self.row_mut(r).iter_mut().for_each(|x| *x *= s);
         }
     }
     /// `self = max(self, floor)`.
@@ -188,7 +197,9 @@ impl MatViewMut<'_> {
 impl MatView<'_> {
     /// Sum of all elements.
     pub fn sum(&self) -> Real {
-        (0..self.num_rows()).map(|r| self.row(r).iter().sum::<Real>()).sum()
+        (0..self.num_rows())
+            .map(|r| self.row(r).iter().sum::<Real>())
+            .sum()
     }
     /// Largest absolute value (0 for an empty matrix).
     pub fn max_abs(&self) -> Real {
@@ -202,7 +213,10 @@ impl MatView<'_> {
     }
     /// `Σ_ij self[i,j] · b[i,j]` (Kaldi's TraceMatMat(A, B, kTrans)); accumulated in f64.
     pub fn trace_mat_mat(&self, b: MatView<'_>) -> Real {
-        assert_eq!((self.num_rows(), self.num_cols()), (b.num_rows(), b.num_cols()));
+        assert_eq!(
+            (self.num_rows(), self.num_cols()),
+            (b.num_rows(), b.num_cols())
+        );
         let mut s = 0.0f64;
         for r in 0..self.num_rows() {
             for (&x, &y) in self.row(r).iter().zip(b.row(r)) {

@@ -87,12 +87,12 @@ impl MatViewMut<'_> {
             return;
         }
         let threads = num_threads();
-        let parallelism = if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_WORK
-        {
-            gemm::Parallelism::Rayon(threads)
-        } else {
-            gemm::Parallelism::None
-        };
+        let parallelism =
+            if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_WORK {
+                gemm::Parallelism::Rayon(threads)
+            } else {
+                gemm::Parallelism::None
+            };
         let c_rs = self.stride() as isize;
         let c_ptr = self.as_mut_slice().as_mut_ptr();
         // SAFETY: m, n, k ≥ 1 and each (pointer, row stride, column stride) triple addresses
@@ -130,7 +130,11 @@ impl MatViewMut<'_> {
     /// `self = alpha · a · b + beta · self` for two vectors seen as a column and a row: the
     /// rank-one update `self[i, j] = alpha · x[i] · y[j] + beta · self[i, j]` (Kaldi's AddVecVec).
     pub fn add_vec_vec(&mut self, alpha: Real, x: &[Real], y: &[Real], beta: Real) {
-        assert_eq!((x.len(), y.len()), (self.num_rows(), self.num_cols()), "add_vec_vec: dims");
+        assert_eq!(
+            (x.len(), y.len()),
+            (self.num_rows(), self.num_cols()),
+            "add_vec_vec: dims"
+        );
         for (r, &xi) in x.iter().enumerate() {
             let s = alpha * xi;
             let row = self.row_mut(r);
@@ -153,14 +157,26 @@ impl MatView<'_> {
     pub fn add_mat_vec_to(&self, v: &mut [Real], alpha: Real, t: Trans, x: &[Real], beta: Real) {
         match t {
             Trans::No => {
-                assert_eq!((v.len(), x.len()), (self.num_rows(), self.num_cols()), "add_mat_vec");
+                assert_eq!(
+                    (v.len(), x.len()),
+                    (self.num_rows(), self.num_cols()),
+                    "add_mat_vec"
+                );
                 for (r, y) in v.iter_mut().enumerate() {
                     let d: Real = super::dot(self.row(r), x);
-                    *y = if beta == 0.0 { alpha * d } else { alpha * d + beta * *y };
+                    *y = if beta == 0.0 {
+                        alpha * d
+                    } else {
+                        alpha * d + beta * *y
+                    };
                 }
             }
             Trans::Yes => {
-                assert_eq!((v.len(), x.len()), (self.num_cols(), self.num_rows()), "add_mat_vec");
+                assert_eq!(
+                    (v.len(), x.len()),
+                    (self.num_cols(), self.num_rows()),
+                    "add_mat_vec"
+                );
                 if beta == 0.0 {
                     v.fill(0.0);
                 } else if beta != 1.0 {

@@ -128,7 +128,11 @@ impl Matrix {
     }
     /// A matrix from row-major data of length rows × cols.
     pub fn from_vec(rows: usize, cols: usize, data: Vec<Real>) -> Self {
-        assert_eq!(data.len(), rows * cols, "Matrix::from_vec: wrong data length");
+        assert_eq!(
+            data.len(),
+            rows * cols,
+            "Matrix::from_vec: wrong data length"
+        );
         Matrix {
             data,
             rows,
@@ -257,6 +261,9 @@ impl<'a> MatView<'a> {
     /// Row `r` (num_cols elements).
     pub fn row(&self, r: usize) -> &'a [Real] {
         debug_assert!(r < self.rows);
+        if self.cols == 0 {
+            return &[]; // a zero-width view has an empty backing slice
+        }
         let s = r * self.stride;
         &self.data[s..s + self.cols]
     }
@@ -366,12 +373,18 @@ impl<'a> MatViewMut<'a> {
     }
     /// Row `r` (num_cols elements).
     pub fn row(&self, r: usize) -> &[Real] {
+        if self.cols == 0 {
+            return &[];
+        }
         let s = r * self.stride;
         &self.data[s..s + self.cols]
     }
     /// Row `r`, mutable.
     pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
         debug_assert!(r < self.rows);
+        if self.cols == 0 {
+            return &mut [];
+        }
         let s = r * self.stride;
         &mut self.data[s..s + self.cols]
     }
@@ -429,7 +442,9 @@ impl<'a> MatViewMut<'a> {
         assert!(r <= self.rows);
         let (rows, cols, stride) = (self.rows, self.cols, self.stride);
         if r == 0 || r == rows || cols == 0 {
-            let (a, b) = self.data.split_at_mut(if r == 0 { 0 } else { self.data.len() });
+            let (a, b) = self
+                .data
+                .split_at_mut(if r == 0 { 0 } else { self.data.len() });
             return (
                 MatViewMut {
                     data: a,
@@ -490,8 +505,16 @@ impl<'a> MatViewMut<'a> {
         b: MatView<'_>,
         f: impl Fn(Real, Real, Real) -> Real,
     ) {
-        assert_eq!((self.rows, self.cols), (a.rows, a.cols), "zip2_apply: shape");
-        assert_eq!((self.rows, self.cols), (b.rows, b.cols), "zip2_apply: shape");
+        assert_eq!(
+            (self.rows, self.cols),
+            (a.rows, a.cols),
+            "zip2_apply: shape"
+        );
+        assert_eq!(
+            (self.rows, self.cols),
+            (b.rows, b.cols),
+            "zip2_apply: shape"
+        );
         for r in 0..self.rows {
             let (ra, rb) = (a.row(r), b.row(r));
             for ((x, &y), &z) in self.row_mut(r).iter_mut().zip(ra).zip(rb) {

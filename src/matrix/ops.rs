@@ -10,11 +10,21 @@ const TILE: usize = 32;
 
 impl MatViewMut<'_> {
     /// `self[i, j] = alpha · v[i] · op(a)[i, j] + beta · self[i, j]` (Kaldi's AddDiagVecMat).
-    pub fn add_diag_vec_mat(&mut self, alpha: Real, v: &[Real], a: MatView<'_>, ta: Trans, beta: Real) {
+    pub fn add_diag_vec_mat(
+        &mut self,
+        alpha: Real,
+        v: &[Real],
+        a: MatView<'_>,
+        ta: Trans,
+        beta: Real,
+    ) {
         assert_eq!(v.len(), self.num_rows(), "add_diag_vec_mat: dim");
         match ta {
             Trans::No => {
-                assert_eq!((a.num_rows(), a.num_cols()), (self.num_rows(), self.num_cols()));
+                assert_eq!(
+                    (a.num_rows(), a.num_cols()),
+                    (self.num_rows(), self.num_cols())
+                );
                 for (r, &vr) in v.iter().enumerate() {
                     let s = alpha * vr;
                     let src = a.row(r);
@@ -28,11 +38,21 @@ impl MatViewMut<'_> {
         }
     }
     /// `self[i, j] = alpha · op(a)[i, j] · v[j] + beta · self[i, j]` (Kaldi's AddMatDiagVec).
-    pub fn add_mat_diag_vec(&mut self, alpha: Real, a: MatView<'_>, ta: Trans, v: &[Real], beta: Real) {
+    pub fn add_mat_diag_vec(
+        &mut self,
+        alpha: Real,
+        a: MatView<'_>,
+        ta: Trans,
+        v: &[Real],
+        beta: Real,
+    ) {
         assert_eq!(v.len(), self.num_cols(), "add_mat_diag_vec: dim");
         match ta {
             Trans::No => {
-                assert_eq!((a.num_rows(), a.num_cols()), (self.num_rows(), self.num_cols()));
+                assert_eq!(
+                    (a.num_rows(), a.num_cols()),
+                    (self.num_rows(), self.num_cols())
+                );
                 for r in 0..self.num_rows() {
                     let src = a.row(r);
                     let dst = self.row_mut(r);
@@ -54,7 +74,13 @@ impl MatViewMut<'_> {
         }
     }
     /// `self = alpha · a ⊙ b + beta · self` element-wise (Kaldi's AddMatMatElements).
-    pub fn add_mat_mat_elements(&mut self, alpha: Real, a: MatView<'_>, b: MatView<'_>, beta: Real) {
+    pub fn add_mat_mat_elements(
+        &mut self,
+        alpha: Real,
+        a: MatView<'_>,
+        b: MatView<'_>,
+        beta: Real,
+    ) {
         if beta == 0.0 {
             self.zip2_apply(a, b, |_, y, z| alpha * y * z);
         } else {
@@ -66,7 +92,7 @@ impl MatViewMut<'_> {
     pub fn add_mat_blocks(&mut self, alpha: Real, a: MatView<'_>, beta: Real) {
         let (r, c) = (self.num_rows(), self.num_cols());
         assert!(
-            r > 0 && c > 0 && a.num_rows() % r == 0 && a.num_cols() % c == 0,
+            r > 0 && c > 0 && a.num_rows().is_multiple_of(r) && a.num_cols().is_multiple_of(c),
             "add_mat_blocks: {}x{} is not a multiple of {r}x{c}",
             a.num_rows(),
             a.num_cols()
@@ -100,7 +126,10 @@ impl MatViewMut<'_> {
                 if e <= s {
                     return (0, 0);
                 }
-                assert!(e <= src.num_cols(), "sum_column_ranges: range end {e} out of range");
+                assert!(
+                    e <= src.num_cols(),
+                    "sum_column_ranges: range end {e} out of range"
+                );
                 (s, e)
             })
             .collect();
@@ -128,7 +157,10 @@ impl MatViewMut<'_> {
                 } else if p == 0.0 {
                     grp.iter().filter(|&&x| x != 0.0).count() as Real
                 } else {
-                    grp.iter().map(|x| x.abs().powf(p)).sum::<Real>().powf(1.0 / p)
+                    grp.iter()
+                        .map(|x| x.abs().powf(p))
+                        .sum::<Real>()
+                        .powf(1.0 / p)
                 };
             }
         }
@@ -144,8 +176,14 @@ impl MatViewMut<'_> {
         out_deriv: MatView<'_>,
         p: Real,
     ) {
-        assert_eq!((in_value.num_rows(), in_value.num_cols()), (self.num_rows(), self.num_cols()));
-        assert_eq!((out_value.num_rows(), out_value.num_cols()), (out_deriv.num_rows(), out_deriv.num_cols()));
+        assert_eq!(
+            (in_value.num_rows(), in_value.num_cols()),
+            (self.num_rows(), self.num_cols())
+        );
+        assert_eq!(
+            (out_value.num_rows(), out_value.num_cols()),
+            (out_deriv.num_rows(), out_deriv.num_cols())
+        );
         let g = group_size(out_value.num_cols(), in_value, self.num_rows());
         for r in 0..self.num_rows() {
             let (xs, ys, ds) = (in_value.row(r), out_value.row(r), out_deriv.row(r));
@@ -188,11 +226,19 @@ impl MatViewMut<'_> {
     /// `self[i, k] = 1` where `in_value[i, k]` equals its group's max `out_value[i, j]`, else 0
     /// (Kaldi's GroupMaxDeriv; multiply by the output derivative afterwards).
     pub fn group_max_deriv(&mut self, in_value: MatView<'_>, out_value: MatView<'_>) {
-        assert_eq!((in_value.num_rows(), in_value.num_cols()), (self.num_rows(), self.num_cols()));
+        assert_eq!(
+            (in_value.num_rows(), in_value.num_cols()),
+            (self.num_rows(), self.num_cols())
+        );
         let g = group_size(out_value.num_cols(), in_value, self.num_rows());
         for r in 0..self.num_rows() {
             let (xs, ys) = (in_value.row(r), out_value.row(r));
-            for ((dst, x), &y) in self.row_mut(r).chunks_exact_mut(g).zip(xs.chunks_exact(g)).zip(ys) {
+            for ((dst, x), &y) in self
+                .row_mut(r)
+                .chunks_exact_mut(g)
+                .zip(xs.chunks_exact(g))
+                .zip(ys)
+            {
                 for (d, &x) in dst.iter_mut().zip(x) {
                     *d = if x == y { 1.0 } else { 0.0 };
                 }
@@ -233,7 +279,13 @@ impl MatViewMut<'_> {
     }
     /// `self = log(1 + exp(src))`, computed stably (Kaldi's SoftHinge).
     pub fn soft_hinge_from(&mut self, src: MatView<'_>) {
-        self.zip_apply(src, |_, x| if x > 10.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() });
+        self.zip_apply(src, |_, x| {
+            if x > 10.0 {
+                x + (-x).exp().ln_1p()
+            } else {
+                x.exp().ln_1p()
+            }
+        });
     }
     /// `self = 1` where `a == b` element-wise, else 0 (Kaldi's EqualElementMask).
     pub fn equal_element_mask(&mut self, a: MatView<'_>, b: MatView<'_>) {
@@ -242,7 +294,10 @@ impl MatViewMut<'_> {
     /// `self = a ⊙ b / c`, except `self = a` where `c == 0` (Kaldi's SetMatMatDivMat).
     pub fn set_mat_mat_div_mat(&mut self, a: MatView<'_>, b: MatView<'_>, c: MatView<'_>) {
         self.zip2_apply(a, b, |_, x, y| x * y);
-        assert_eq!((c.num_rows(), c.num_cols()), (self.num_rows(), self.num_cols()));
+        assert_eq!(
+            (c.num_rows(), c.num_cols()),
+            (self.num_rows(), self.num_cols())
+        );
         for r in 0..self.num_rows() {
             let (ra, rc) = (a.row(r), c.row(r));
             for ((d, &x), &z) in self.row_mut(r).iter_mut().zip(ra).zip(rc) {
@@ -322,7 +377,11 @@ impl MatView<'_> {
                 for (r, y) in v.iter_mut().enumerate() {
                     let row = self.row(r);
                     let s = super::dot(row, row);
-                    *y = if beta == 0.0 { alpha * s } else { alpha * s + beta * *y };
+                    *y = if beta == 0.0 {
+                        alpha * s
+                    } else {
+                        alpha * s + beta * *y
+                    };
                 }
             }
             Trans::Yes => {
@@ -339,7 +398,15 @@ impl MatView<'_> {
     }
     /// `v = alpha · diag(op(self) · op(b)) + beta · v` (Kaldi's AddDiagMatMat): for
     /// (No, Yes) the per-row dot products of self and b, for (Yes, No) the per-column ones.
-    pub fn add_diag_mat_mat_to(&self, v: &mut [Real], alpha: Real, ta: Trans, b: MatView<'_>, tb: Trans, beta: Real) {
+    pub fn add_diag_mat_mat_to(
+        &self,
+        v: &mut [Real],
+        alpha: Real,
+        ta: Trans,
+        b: MatView<'_>,
+        tb: Trans,
+        beta: Real,
+    ) {
         let (m, k) = match ta {
             Trans::No => (self.num_rows(), self.num_cols()),
             Trans::Yes => (self.num_cols(), self.num_rows()),
@@ -348,7 +415,10 @@ impl MatView<'_> {
             Trans::No => (b.num_rows(), b.num_cols()),
             Trans::Yes => (b.num_cols(), b.num_rows()),
         };
-        assert!(k == k2 && m == n && v.len() == m, "add_diag_mat_mat: shapes");
+        assert!(
+            k == k2 && m == n && v.len() == m,
+            "add_diag_mat_mat: shapes"
+        );
         let mut acc = vec![0.0 as Real; m];
         match (ta, tb) {
             (Trans::No, Trans::Yes) => {
@@ -365,12 +435,22 @@ impl MatView<'_> {
             }
             (Trans::No, Trans::No) => {
                 for (i, a) in acc.iter_mut().enumerate() {
-                    *a = self.row(i).iter().enumerate().map(|(l, &x)| x * b.get(l, i)).sum();
+                    *a = self
+                        .row(i)
+                        .iter()
+                        .enumerate()
+                        .map(|(l, &x)| x * b.get(l, i))
+                        .sum();
                 }
             }
             (Trans::Yes, Trans::Yes) => {
                 for (i, a) in acc.iter_mut().enumerate() {
-                    *a = b.row(i).iter().enumerate().map(|(l, &y)| self.get(l, i) * y).sum();
+                    *a = b
+                        .row(i)
+                        .iter()
+                        .enumerate()
+                        .map(|(l, &y)| self.get(l, i) * y)
+                        .sum();
                 }
             }
         }
@@ -379,7 +459,12 @@ impl MatView<'_> {
     /// Largest element of each row (−∞ for an empty row).
     pub fn row_max(&self) -> Vec<Real> {
         (0..self.num_rows())
-            .map(|r| self.row(r).iter().copied().fold(Real::NEG_INFINITY, Real::max))
+            .map(|r| {
+                self.row(r)
+                    .iter()
+                    .copied()
+                    .fold(Real::NEG_INFINITY, Real::max)
+            })
             .collect()
     }
     /// Column of the largest element of each row, first on ties; −1 for an empty row
@@ -399,7 +484,9 @@ impl MatView<'_> {
     }
     /// Largest element (−∞ for an empty matrix).
     pub fn max(&self) -> Real {
-        self.row_max().into_iter().fold(Real::NEG_INFINITY, Real::max)
+        self.row_max()
+            .into_iter()
+            .fold(Real::NEG_INFINITY, Real::max)
     }
     /// Smallest element (+∞ for an empty matrix).
     pub fn min(&self) -> Real {
@@ -438,7 +525,11 @@ pub(crate) fn axpy(dst: &mut [Real], s: Real, src: &[Real]) {
 /// `v = alpha · acc + beta · v` (beta = 0: v is not read).
 fn blend(v: &mut [Real], alpha: Real, acc: &[Real], beta: Real) {
     for (y, &a) in v.iter_mut().zip(acc) {
-        *y = if beta == 0.0 { alpha * a } else { alpha * a + beta * *y };
+        *y = if beta == 0.0 {
+            alpha * a
+        } else {
+            alpha * a + beta * *y
+        };
     }
 }
 
@@ -458,7 +549,7 @@ fn sign(x: Real) -> Real {
 fn group_size(out_cols: usize, src: MatView<'_>, rows: usize) -> usize {
     assert_eq!(src.num_rows(), rows, "grouped op: rows");
     assert!(
-        out_cols > 0 && src.num_cols() % out_cols == 0,
+        out_cols > 0 && src.num_cols().is_multiple_of(out_cols),
         "grouped op: {} input columns do not divide into {out_cols} groups",
         src.num_cols()
     );
@@ -482,8 +573,16 @@ fn gauss_pair<R: Rng + ?Sized>(rng: &mut R) -> (Real, Real) {
 
 /// Tiled transpose kernel shared by `copy_from_trans` and `add_mat(Trans::Yes)`:
 /// `dst[r, c] = f(dst[r, c], src[c, r])`.
-pub(crate) fn transpose_apply(dst: &mut MatViewMut<'_>, src: MatView<'_>, f: impl Fn(Real, Real) -> Real) {
-    assert_eq!((dst.num_rows(), dst.num_cols()), (src.num_cols(), src.num_rows()), "transpose: shape");
+pub(crate) fn transpose_apply(
+    dst: &mut MatViewMut<'_>,
+    src: MatView<'_>,
+    f: impl Fn(Real, Real) -> Real,
+) {
+    assert_eq!(
+        (dst.num_rows(), dst.num_cols()),
+        (src.num_cols(), src.num_rows()),
+        "transpose: shape"
+    );
     let (rows, cols) = (dst.num_rows(), dst.num_cols());
     for r0 in (0..rows).step_by(TILE) {
         let r1 = (r0 + TILE).min(rows);

@@ -31,9 +31,17 @@ impl Vector {
     }
     /// `self = alpha · a ⊙ b + beta · self` element-wise (Kaldi's VectorBase::AddVecVec).
     pub fn add_vec_vec(&mut self, alpha: Real, a: &[Real], b: &[Real], beta: Real) {
-        assert_eq!((a.len(), b.len()), (self.dim(), self.dim()), "add_vec_vec: dim");
+        assert_eq!(
+            (a.len(), b.len()),
+            (self.dim(), self.dim()),
+            "add_vec_vec: dim"
+        );
         for ((y, &x), &z) in self.iter_mut().zip(a).zip(b) {
-            *y = if beta == 0.0 { alpha * x * z } else { alpha * x * z + beta * *y };
+            *y = if beta == 0.0 {
+                alpha * x * z
+            } else {
+                alpha * x * z + beta * *y
+            };
         }
     }
     /// `self = alpha · op(m) · x + beta · self` (Kaldi's AddMatVec).
@@ -121,9 +129,15 @@ impl Vector {
         } else if p == 1.0 {
             self.iter().map(|x| f64::from(x.abs())).sum::<f64>() as Real
         } else if p == 2.0 {
-            self.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as Real
+            self.iter()
+                .map(|&x| f64::from(x) * f64::from(x))
+                .sum::<f64>()
+                .sqrt() as Real
         } else {
-            let s: f64 = self.iter().map(|x| f64::from(x.abs()).powf(f64::from(p))).sum();
+            let s: f64 = self
+                .iter()
+                .map(|x| f64::from(x.abs()).powf(f64::from(p)))
+                .sum();
             s.powf(1.0 / f64::from(p)) as Real
         }
     }

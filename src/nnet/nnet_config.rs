@@ -146,9 +146,13 @@ impl Nnet {
             if let Some(&prev) = node_index.get(&name) {
                 let what = match (&nodes[prev], nodes.get(prev + 1)) {
                     (NetworkNode::Descriptor { .. }, Some(NetworkNode::Component { .. }))
-                        if names.get(prev + 1).map(|n| format!("{n}_input")) == Some(name.clone()) =>
+                        if names.get(prev + 1).map(|n| format!("{n}_input"))
+                            == Some(name.clone()) =>
                     {
-                        format!("the hidden input node of component-node '{}'", names[prev + 1])
+                        format!(
+                            "the hidden input node of component-node '{}'",
+                            names[prev + 1]
+                        )
                     }
                     _ => "another node".to_string(),
                 };
@@ -188,7 +192,14 @@ impl Nnet {
                         descriptor: Descriptor { parts: Vec::new() },
                         objective: ObjectiveType::Linear,
                     };
-                    add_node(cl, li, format!("{name}_input"), placeholder, &mut node_names, &mut nodes)?;
+                    add_node(
+                        cl,
+                        li,
+                        format!("{name}_input"),
+                        placeholder,
+                        &mut node_names,
+                        &mut nodes,
+                    )?;
                     add_node(
                         cl,
                         li,
@@ -203,7 +214,9 @@ impl Nnet {
                 "input-node" => {
                     let dim: i32 = cl.require("dim")?;
                     if dim <= 0 {
-                        return Err(cl.error_at_value("dim", format!("dim must be positive, got {dim}")));
+                        return Err(
+                            cl.error_at_value("dim", format!("dim must be positive, got {dim}"))
+                        );
                     }
                     cl.check_all_used("input-node")?;
                     add_node(
@@ -281,7 +294,9 @@ impl Nnet {
                         Some(other) => {
                             return Err(cl.error_at_value(
                                 "objective",
-                                format!("invalid objective type '{other}': expected linear or quadratic"),
+                                format!(
+                                "invalid objective type '{other}': expected linear or quadratic"
+                            ),
                             ))
                         }
                     };
@@ -322,7 +337,9 @@ impl Nnet {
                     let dim: i32 = cl.require("dim")?;
                     let dim_offset: i32 = cl.require("dim-offset")?;
                     if dim <= 0 {
-                        return Err(cl.error_at_value("dim", format!("dim must be positive, got {dim}")));
+                        return Err(
+                            cl.error_at_value("dim", format!("dim must be positive, got {dim}"))
+                        );
                     }
                     if dim_offset < 0 {
                         return Err(cl.error_at_value(
@@ -353,7 +370,11 @@ impl Nnet {
         }
         self.components.extend(new_components);
         if let Err(p) = self.check() {
-            let err = match p.node.and_then(|n| node_line.get(n)).and_then(|&li| lines.get(li)) {
+            let err = match p
+                .node
+                .and_then(|n| node_line.get(n))
+                .and_then(|&li| lines.get(li))
+            {
                 Some(cl) => cl.error_at_value(p.key, p.msg),
                 None => Error::Network(format!("{file}: {}", p.msg)),
             };
@@ -414,7 +435,10 @@ impl Nnet {
                 s
             }
             Some(NetworkNode::Component { component }) => {
-                let cname = self.component_names.get(*component).map_or("", |s| s.as_str());
+                let cname = self
+                    .component_names
+                    .get(*component)
+                    .map_or("", |s| s.as_str());
                 let input = match n.checked_sub(1).and_then(|p| self.nodes.get(p)) {
                     Some(NetworkNode::Descriptor { descriptor, .. }) => {
                         descriptor.to_config(&self.node_names)
@@ -464,7 +488,9 @@ impl Nnet {
                 .get(*component)
                 .map(|c| c.output_dim())
                 .ok_or_else(|| format!("component index {component} out of range")),
-            Some(NetworkNode::Descriptor { descriptor, .. }) => self.checked_descriptor_dim(descriptor),
+            Some(NetworkNode::Descriptor { descriptor, .. }) => {
+                self.checked_descriptor_dim(descriptor)
+            }
         }
     }
 
@@ -485,7 +511,11 @@ impl Nnet {
             SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => {
                 let (da, db) = (self.sum_dim(a)?, self.sum_dim(b)?);
                 if da != db {
-                    let op = if matches!(s, SumDescriptor::Sum(..)) { "Sum" } else { "Failover" };
+                    let op = if matches!(s, SumDescriptor::Sum(..)) {
+                        "Sum"
+                    } else {
+                        "Failover"
+                    };
                     let mut ta = String::new();
                     let mut tb = String::new();
                     a.write_config(&self.node_names, &mut ta);
@@ -502,7 +532,9 @@ impl Nnet {
     fn fwd_dim(&self, f: &ForwardingDescriptor) -> std::result::Result<usize, String> {
         match f {
             ForwardingDescriptor::Simple { node, .. } => match self.nodes.get(*node) {
-                None => Err(format!("descriptor reads node index {node}, which does not exist")),
+                None => Err(format!(
+                    "descriptor reads node index {node}, which does not exist"
+                )),
                 Some(NetworkNode::Descriptor { .. }) => Err(format!(
                     "descriptor reads '{}', which is not an input, component or dim-range node",
                     self.node_names.get(*node).map_or("?", |s| s.as_str())
@@ -535,15 +567,25 @@ impl Nnet {
             return Err(Problem::global("node names and nodes differ in number"));
         }
         if self.component_names.len() != self.components.len() {
-            return Err(Problem::global("component names and components differ in number"));
+            return Err(Problem::global(
+                "component names and components differ in number",
+            ));
         }
         let mut seen = HashSet::new();
         for (i, name) in self.node_names.iter().enumerate() {
             if !is_valid_name(name) {
-                return Err(Problem::at(i, "name", format!("invalid node name '{name}'")));
+                return Err(Problem::at(
+                    i,
+                    "name",
+                    format!("invalid node name '{name}'"),
+                ));
             }
             if !seen.insert(name.as_str()) {
-                return Err(Problem::at(i, "name", format!("duplicate node name '{name}'")));
+                return Err(Problem::at(
+                    i,
+                    "name",
+                    format!("duplicate node name '{name}'"),
+                ));
             }
         }
         let mut seen = HashSet::new();
@@ -552,7 +594,9 @@ impl Nnet {
                 return Err(Problem::global(format!("invalid component name '{name}'")));
             }
             if !seen.insert(name.as_str()) {
-                return Err(Problem::global(format!("duplicate component name '{name}'")));
+                return Err(Problem::global(format!(
+                    "duplicate component name '{name}'"
+                )));
             }
         }
         let (mut num_inputs, mut num_outputs) = (0, 0);
@@ -565,7 +609,8 @@ impl Nnet {
                     }
                 }
                 NetworkNode::Descriptor { descriptor, .. } => {
-                    let is_output = !matches!(self.nodes.get(n + 1), Some(NetworkNode::Component { .. }));
+                    let is_output =
+                        !matches!(self.nodes.get(n + 1), Some(NetworkNode::Component { .. }));
                     let dim = self
                         .checked_descriptor_dim(descriptor)
                         .map_err(|m| Problem::at(n, "input", m))?;
@@ -687,7 +732,11 @@ fn remove_redundant_lines(lines: Vec<ConfigLine>, num_initial: usize) -> Result<
         };
         if let Some(&prev) = map.get(&name) {
             if prev >= num_initial {
-                let what = if tok == "component" { "component" } else { "node" };
+                let what = if tok == "component" {
+                    "component"
+                } else {
+                    "node"
+                };
                 return Err(cl.error_at_value(
                     "name",
                     format!(

@@ -77,7 +77,11 @@ const FIXED_AFFINE: &str = "FixedAffineComponent";
 
 /// W and b from a config line: `matrix=<file>` (W with b as its last column) or
 /// input-dim/output-dim with random values. Returns (W, b).
-fn init_affine_params(cfg: &ConfigLine, default_bias_stddev: f32, with_bias_mean: bool) -> Result<(Matrix, Vector)> {
+fn init_affine_params(
+    cfg: &ConfigLine,
+    default_bias_stddev: f32,
+    with_bias_mean: bool,
+) -> Result<(Matrix, Vector)> {
     if let Some(path) = cfg.get::<String>("matrix")? {
         let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
         if m.num_cols() < 2 || m.num_rows() < 1 {
@@ -90,7 +94,10 @@ fn init_affine_params(cfg: &ConfigLine, default_bias_stddev: f32, with_bias_mean
         for (key, want) in [("input-dim", in_dim), ("output-dim", rows)] {
             if let Some(d) = cfg.get::<i32>(key)? {
                 if d as i64 != want as i64 {
-                    return Err(cfg.error_at_value(key, format!("{key}={d} does not match the matrix in {path} ({want})")));
+                    return Err(cfg.error_at_value(
+                        key,
+                        format!("{key}={d} does not match the matrix in {path} ({want})"),
+                    ));
                 }
             }
         }
@@ -102,7 +109,11 @@ fn init_affine_params(cfg: &ConfigLine, default_bias_stddev: f32, with_bias_mean
     let out_dim = param_util::require_positive(cfg, "output-dim")?;
     let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
     let bias_stddev: f32 = cfg.get_or("bias-stddev", default_bias_stddev)?;
-    let bias_mean: f32 = if with_bias_mean { cfg.get_or("bias-mean", 0.0)? } else { 0.0 };
+    let bias_mean: f32 = if with_bias_mean {
+        cfg.get_or("bias-mean", 0.0)?
+    } else {
+        0.0
+    };
     if param_stddev < 0.0 || bias_stddev < 0.0 {
         return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
     }
@@ -125,27 +136,46 @@ fn read_linear_bias(r: &mut TokenReader<'_>) -> Result<(Matrix, Vector)> {
         return Err(param_util::dim_error(
             r,
             at,
-            format!("a bias of dimension {} matching a non-empty linear matrix (got {})", linear.num_rows(), bias.dim()),
+            format!(
+                "a bias of dimension {} matching a non-empty linear matrix (got {})",
+                linear.num_rows(),
+                bias.dim()
+            ),
         ));
     }
     Ok((linear, bias))
 }
 
 /// y = W·x + b (overwrites `out`).
-pub(crate) fn affine_forward(linear: &Matrix, bias: &[f32], input: MatView<'_>, mut out: MatViewMut<'_>) {
+pub(crate) fn affine_forward(
+    linear: &Matrix,
+    bias: &[f32],
+    input: MatView<'_>,
+    mut out: MatViewMut<'_>,
+) {
     out.add_mat_mat(1.0, input, Trans::No, linear.view(), Trans::Yes, 0.0);
     out.add_vec_to_rows(1.0, bias, 1.0);
 }
 
 /// in_deriv += out_deriv · W.
-pub(crate) fn affine_backprop_input(linear: &Matrix, out_deriv: MatView<'_>, in_deriv: Option<MatViewMut<'_>>) {
+pub(crate) fn affine_backprop_input(
+    linear: &Matrix,
+    out_deriv: MatView<'_>,
+    in_deriv: Option<MatViewMut<'_>>,
+) {
     if let Some(mut d) = in_deriv {
         d.add_mat_mat(1.0, out_deriv, Trans::No, linear.view(), Trans::No, 1.0);
     }
 }
 
 /// W += lr · out_derivᵀ · in, b += lr · Σ_rows out_deriv.
-pub(crate) fn affine_accumulate(linear: &mut Matrix, bias: &mut Vector, lr: f32, in_value: MatView<'_>, out_deriv: MatView<'_>) {
+pub(crate) fn affine_accumulate(
+    linear: &mut Matrix,
+    bias: &mut Vector,
+    lr: f32,
+    in_value: MatView<'_>,
+    out_deriv: MatView<'_>,
+) {
     linear
         .view_mut()
         .add_mat_mat(lr, out_deriv, Trans::Yes, in_value, Trans::No, 1.0);
@@ -169,7 +199,11 @@ impl AffineComponent {
         let (linear, bias) = init_affine_params(cfg, 1.0, ng)?;
         let orthonormal_constraint = cfg.get_or("orthonormal-constraint", 0.0f32)?;
         let natural_gradient = if ng {
-            Some(NgAffineOptions::from_config(cfg, linear.num_cols(), linear.num_rows())?)
+            Some(NgAffineOptions::from_config(
+                cfg,
+                linear.num_cols(),
+                linear.num_rows(),
+            )?)
         } else {
             None
         };
@@ -284,9 +318,17 @@ impl Component for AffineComponent {
         self.linear.num_rows()
     }
     fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS
+        Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_NEEDS_INPUT
+            | Properties::BACKPROP_ADDS
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         affine_forward(&self.linear, &self.bias, input, output);
         None
     }
@@ -345,10 +387,13 @@ impl Component for AffineComponent {
             self.type_name(),
             self.input_dim(),
             self.output_dim(),
-            self.common.info()
+            param_util::updatable_info(&self.common)
         );
         if self.orthonormal_constraint != 0.0 {
-            s += &format!(", orthonormal-constraint={}", g(self.orthonormal_constraint));
+            s += &format!(
+                ", orthonormal-constraint={}",
+                g(self.orthonormal_constraint)
+            );
         }
         s += ", ";
         s += &param_util::matrix_stats("linear-params", &self.linear, true);
@@ -401,16 +446,24 @@ impl UpdatableComponent for AffineComponent {
     }
     fn add(&mut self, alpha: f32, other: &dyn Component) {
         if let Some(o) = other.as_any().downcast_ref::<AffineComponent>() {
-            if o.linear.num_rows() == self.linear.num_rows() && o.linear.num_cols() == self.linear.num_cols() {
-                self.linear.view_mut().add_mat(alpha, o.linear.view(), Trans::No);
+            if o.linear.num_rows() == self.linear.num_rows()
+                && o.linear.num_cols() == self.linear.num_cols()
+            {
+                self.linear
+                    .view_mut()
+                    .add_mat(alpha, o.linear.view(), Trans::No);
                 param_util::vec_add(&mut self.bias, alpha, &o.bias);
             }
         }
     }
     fn dot_product(&self, other: &dyn Component) -> f32 {
         match other.as_any().downcast_ref::<AffineComponent>() {
-            Some(o) if o.linear.num_rows() == self.linear.num_rows() && o.linear.num_cols() == self.linear.num_cols() => {
-                self.linear.view().trace_mat_mat(o.linear.view()) + param_util::vec_dot(&self.bias, &o.bias)
+            Some(o)
+                if o.linear.num_rows() == self.linear.num_rows()
+                    && o.linear.num_cols() == self.linear.num_cols() =>
+            {
+                self.linear.view().trace_mat_mat(o.linear.view())
+                    + param_util::vec_dot(&self.bias, &o.bias)
             }
             _ => 0.0,
         }
@@ -459,7 +512,12 @@ impl Component for FixedAffineComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::BACKPROP_ADDS
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         affine_forward(&self.linear, &self.bias, input, output);
         None
     }
@@ -502,7 +560,12 @@ mod tests {
 
     #[test]
     fn golden_affine_and_ng_affine_round_trip_byte_exact() {
-        for (case, name) in [("simplest", "affine"), ("seed", "affine1"), ("clockwork", "affine1"), ("misc-components", "final-affine")] {
+        for (case, name) in [
+            ("simplest", "affine"),
+            ("seed", "affine1"),
+            ("clockwork", "affine1"),
+            ("misc-components", "final-affine"),
+        ] {
             if let Some(msg) = round_trip_golden(case, name) {
                 panic!("{msg}");
             }
@@ -525,13 +588,20 @@ mod tests {
             let want = golden_component("tdnn-splice-ivector", "lda", binary).unwrap();
             let mut w = TokenWriter::new(binary);
             c.write(&mut w);
-            assert!(w.bytes() == want.as_slice(), "FixedAffine from lda.mat differs (binary={binary})");
+            assert!(
+                w.bytes() == want.as_slice(),
+                "FixedAffine from lda.mat differs (binary={binary})"
+            );
         }
     }
 
     #[test]
     fn golden_info_lines_match() {
-        for (case, name) in [("simplest", "affine"), ("misc-components", "final-affine"), ("tdnn-splice-ivector", "lda")] {
+        for (case, name) in [
+            ("simplest", "affine"),
+            ("misc-components", "final-affine"),
+            ("tdnn-splice-ivector", "lda"),
+        ] {
             if let Some(msg) = crate::nnet::component::testing::check_golden_info(case, name) {
                 panic!("{msg}");
             }
@@ -553,7 +623,9 @@ mod tests {
         let cfg = ConfigLine::parse_str("input-dim=3 output-dim=-2").unwrap();
         assert!(AffineComponent::from_config(&cfg).is_err());
         let cfg = ConfigLine::parse_str("matrix=/nonexistent/x.mat").unwrap();
-        let e = FixedAffineComponent::from_config(&cfg).unwrap_err().to_string();
+        let e = FixedAffineComponent::from_config(&cfg)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/nonexistent/x.mat"), "{e}");
     }
 
@@ -562,7 +634,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m.mat");
         std::fs::write(&p, "[ 1 2 3\n 4 5 6 ]\n").unwrap();
-        let cfg = ConfigLine::parse_str(&format!("matrix={} learning-rate=0.5", p.display())).unwrap();
+        let cfg =
+            ConfigLine::parse_str(&format!("matrix={} learning-rate=0.5", p.display())).unwrap();
         let c = AffineComponent::from_config(&cfg).unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         assert_eq!(a.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
@@ -577,13 +650,24 @@ mod tests {
 
     #[test]
     fn gradient_is_scaled_by_learning_rate_of_to_update() {
-        let a = AffineComponent::new(Matrix::from_vec(1, 2, vec![1.0, -1.0]), Vector::from_vec(vec![0.5]));
+        let a = AffineComponent::new(
+            Matrix::from_vec(1, 2, vec![1.0, -1.0]),
+            Vector::from_vec(vec![0.5]),
+        );
         let x = Matrix::from_vec(2, 2, vec![1.0, 2.0, 3.0, 4.0]);
         let d = Matrix::from_vec(2, 1, vec![1.0, 10.0]);
         let mut u = a.clone();
         UpdatableComponent::scale(&mut u, 0.0);
         u.common.learning_rate = 0.5;
-        a.backprop(None, x.view(), Matrix::zeros(0, 0).view(), d.view(), None, Some(&mut u), None);
+        a.backprop(
+            None,
+            x.view(),
+            Matrix::zeros(0, 0).view(),
+            d.view(),
+            None,
+            Some(&mut u),
+            None,
+        );
         // dW = dᵀ x = [1*1+10*3, 1*2+10*4] = [31, 42]; db = 11; times lr 0.5.
         assert_eq!(u.linear.to_vec(), vec![15.5, 21.0]);
         assert_eq!(u.bias.as_slice(), &[5.5]);

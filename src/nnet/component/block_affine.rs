@@ -20,13 +20,21 @@ fn block_dims(cfg: &ConfigLine, key: &str) -> Result<(usize, usize, usize)> {
     let out_dim = param_util::require_positive(cfg, "output-dim")?;
     let n = param_util::require_positive(cfg, key)?;
     if in_dim % n != 0 || out_dim % n != 0 {
-        return Err(cfg.error_at_value(key, format!("{key}={n} must divide input-dim={in_dim} and output-dim={out_dim}")));
+        return Err(cfg.error_at_value(
+            key,
+            format!("{key}={n} must divide input-dim={in_dim} and output-dim={out_dim}"),
+        ));
     }
     Ok((in_dim, out_dim, n))
 }
 
 /// Random W (rows × cols) and b (rows) with Kaldi's options; `bias_stddev` is the default.
-fn random_params(cfg: &ConfigLine, rows: usize, cols: usize, bias_stddev: f32) -> Result<(Matrix, Vector)> {
+fn random_params(
+    cfg: &ConfigLine,
+    rows: usize,
+    cols: usize,
+    bias_stddev: f32,
+) -> Result<(Matrix, Vector)> {
     let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
     let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
     let bias_stddev: f32 = cfg.get_or("bias-stddev", bias_stddev)?;
@@ -42,14 +50,24 @@ fn random_params(cfg: &ConfigLine, rows: usize, cols: usize, bias_stddev: f32) -
 }
 
 /// Reads `<Count> i32 <LinearParams> M <BiasParams> V` with consistent dimensions.
-fn read_counted_params(r: &mut TokenReader<'_>, count_token: &str, rows_multiple: bool) -> Result<(usize, Matrix, Vector)> {
+fn read_counted_params(
+    r: &mut TokenReader<'_>,
+    count_token: &str,
+    rows_multiple: bool,
+) -> Result<(usize, Matrix, Vector)> {
     r.expect_token(count_token)?;
     let n = param_util::read_positive_i32(r, count_token)?;
     r.expect_token("<LinearParams>")?;
     let at = r.pos();
     let linear = r.matrix()?;
-    if linear.num_rows() == 0 || linear.num_cols() == 0 || (rows_multiple && linear.num_rows() % n != 0) {
-        return Err(r.err_at(at, format!("a non-empty linear matrix (rows a multiple of {n})")));
+    if linear.num_rows() == 0
+        || linear.num_cols() == 0
+        || (rows_multiple && linear.num_rows() % n != 0)
+    {
+        return Err(r.err_at(
+            at,
+            format!("a non-empty linear matrix (rows a multiple of {n})"),
+        ));
     }
     r.expect_token("<BiasParams>")?;
     let at = r.pos();
@@ -122,7 +140,10 @@ impl BlockAffineComponent {
     }
 
     fn block_sizes(&self) -> (usize, usize) {
-        (self.linear.num_cols(), self.linear.num_rows() / self.num_blocks)
+        (
+            self.linear.num_cols(),
+            self.linear.num_rows() / self.num_blocks,
+        )
     }
 }
 
@@ -137,15 +158,28 @@ impl Component for BlockAffineComponent {
         self.linear.num_rows()
     }
     fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS
+        Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_NEEDS_INPUT
+            | Properties::BACKPROP_ADDS
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         let (ib, ob) = self.block_sizes();
         for k in 0..self.num_blocks {
             let w = self.linear.sub(k * ob, ob, 0, ib);
-            output
-                .cols_range_mut(k * ob, ob)
-                .add_mat_mat(1.0, input.cols_range(k * ib, ib), Trans::No, w, Trans::Yes, 0.0);
+            output.cols_range_mut(k * ob, ob).add_mat_mat(
+                1.0,
+                input.cols_range(k * ib, ib),
+                Trans::No,
+                w,
+                Trans::Yes,
+                0.0,
+            );
         }
         output.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
@@ -161,7 +195,9 @@ impl Component for BlockAffineComponent {
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         let (ib, ob) = self.block_sizes();
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>())
+        {
             let lr = u.common.learning_rate;
             for k in 0..self.num_blocks {
                 u.linear.sub_mut(k * ob, ob, 0, ib).add_mat_mat(
@@ -178,8 +214,14 @@ impl Component for BlockAffineComponent {
         if let Some(mut d) = in_deriv {
             for k in 0..self.num_blocks {
                 let w = self.linear.sub(k * ob, ob, 0, ib);
-                d.cols_range_mut(k * ib, ib)
-                    .add_mat_mat(1.0, out_deriv.cols_range(k * ob, ob), Trans::No, w, Trans::No, 1.0);
+                d.cols_range_mut(k * ib, ib).add_mat_mat(
+                    1.0,
+                    out_deriv.cols_range(k * ob, ob),
+                    Trans::No,
+                    w,
+                    Trans::No,
+                    1.0,
+                );
             }
         }
     }
@@ -198,7 +240,7 @@ impl Component for BlockAffineComponent {
             "{BLOCK}, input-dim={}, output-dim={}, {}, num-blocks={}, {}, {}",
             self.input_dim(),
             self.output_dim(),
-            self.common.info(),
+            param_util::updatable_info(&self.common),
             self.num_blocks,
             param_util::matrix_stats("linear-params", &self.linear, false),
             param_util::vector_stats("bias", &self.bias)
@@ -242,7 +284,9 @@ impl UpdatableComponent for BlockAffineComponent {
         other
             .as_any()
             .downcast_ref::<BlockAffineComponent>()
-            .map_or(0.0, |o| pair_dot(&self.linear, &self.bias, &o.linear, &o.bias))
+            .map_or(0.0, |o| {
+                pair_dot(&self.linear, &self.bias, &o.linear, &o.bias)
+            })
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
         param_util::perturb_matrix(&mut self.linear, stddev, rng);
@@ -290,7 +334,11 @@ impl RepeatedAffineComponent {
     }
 
     fn read_impl(r: &mut TokenReader<'_>, natural_gradient: bool) -> Result<Box<dyn Component>> {
-        let ty = if natural_gradient { NG_REPEATED } else { REPEATED };
+        let ty = if natural_gradient {
+            NG_REPEATED
+        } else {
+            REPEATED
+        };
         let common = UpdatableCommon::read(r, ty)?;
         let (num_repeats, linear, bias) = read_counted_params(r, "<NumRepeats>", false)?;
         param_util::expect_closing(r, ty)?;
@@ -336,11 +384,23 @@ impl Component for RepeatedAffineComponent {
             | Properties::INPUT_CONTIGUOUS
             | Properties::OUTPUT_CONTIGUOUS
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
         for k in 0..self.num_repeats {
             let mut o = output.cols_range_mut(k * ob, ob);
-            o.add_mat_mat(1.0, input.cols_range(k * ib, ib), Trans::No, self.linear.view(), Trans::Yes, 0.0);
+            o.add_mat_mat(
+                1.0,
+                input.cols_range(k * ib, ib),
+                Trans::No,
+                self.linear.view(),
+                Trans::Yes,
+                0.0,
+            );
             o.add_vec_to_rows(1.0, &self.bias, 1.0);
         }
         None
@@ -356,13 +416,20 @@ impl Component for RepeatedAffineComponent {
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>())
+        {
             let lr = u.common.learning_rate;
             for k in 0..self.num_repeats {
                 let od = out_deriv.cols_range(k * ob, ob);
-                u.linear
-                    .view_mut()
-                    .add_mat_mat(lr, od, Trans::Yes, in_value.cols_range(k * ib, ib), Trans::No, 1.0);
+                u.linear.view_mut().add_mat_mat(
+                    lr,
+                    od,
+                    Trans::Yes,
+                    in_value.cols_range(k * ib, ib),
+                    Trans::No,
+                    1.0,
+                );
                 od.add_row_sum_to(&mut u.bias, lr, 1.0);
             }
         }
@@ -396,7 +463,7 @@ impl Component for RepeatedAffineComponent {
             self.type_name(),
             self.input_dim(),
             self.output_dim(),
-            self.common.info(),
+            param_util::updatable_info(&self.common),
             self.num_repeats,
             param_util::matrix_stats("linear-params", &self.linear, false),
             param_util::vector_stats("bias", &self.bias)
@@ -440,7 +507,9 @@ impl UpdatableComponent for RepeatedAffineComponent {
         other
             .as_any()
             .downcast_ref::<RepeatedAffineComponent>()
-            .map_or(0.0, |o| pair_dot(&self.linear, &self.bias, &o.linear, &o.bias))
+            .map_or(0.0, |o| {
+                pair_dot(&self.linear, &self.bias, &o.linear, &o.bias)
+            })
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
         param_util::perturb_matrix(&mut self.linear, stddev, rng);
@@ -473,7 +542,9 @@ mod tests {
         let b = c.as_any().downcast_ref::<BlockAffineComponent>().unwrap();
         let mut dense = Matrix::zeros(4, 6);
         for k in 0..2 {
-            dense.sub_mut(k * 2, 2, k * 3, 3).copy_from(b.linear.sub(k * 2, 2, 0, 3));
+            dense
+                .sub_mut(k * 2, 2, k * 3, 3)
+                .copy_from(b.linear.sub(k * 2, 2, 0, 3));
         }
         let x = param_util::with_init_rng(|r| param_util::gaussian_matrix(3, 6, 0.0, 1.0, r));
         let mut want = Matrix::zeros(3, 4);
@@ -486,7 +557,11 @@ mod tests {
 
     #[test]
     fn bad_block_counts_are_errors() {
-        for line in ["input-dim=6 output-dim=4 num-blocks=4", "input-dim=6 output-dim=4 num-blocks=0", "input-dim=6 output-dim=4"] {
+        for line in [
+            "input-dim=6 output-dim=4 num-blocks=4",
+            "input-dim=6 output-dim=4 num-blocks=0",
+            "input-dim=6 output-dim=4",
+        ] {
             let cfg = ConfigLine::parse_str(line).unwrap();
             assert!(BlockAffineComponent::from_config(&cfg).is_err(), "{line}");
         }

@@ -29,7 +29,9 @@ impl DropoutComponent {
         let dropout_per_frame = cfg.get_or("dropout-per-frame", false)?;
         let test_mode = cfg.get_or("test-mode", false)?;
         if dim <= 0 || !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(cfg.error("DropoutComponent needs dim > 0 and 0 <= dropout-proportion <= 1"));
+            return Err(
+                cfg.error("DropoutComponent needs dim > 0 and 0 <= dropout-proportion <= 1")
+            );
         }
         Ok(Box::new(DropoutComponent {
             dim: dim as usize,
@@ -119,7 +121,12 @@ impl Component for DropoutComponent {
             | Properties::BACKPROP_NEEDS_OUTPUT
             | Properties::RANDOM_COMPONENT
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         self.apply(&mut output);
         None

@@ -38,7 +38,10 @@ impl LinearComponent {
             for (key, want) in [("input-dim", m.num_cols()), ("output-dim", m.num_rows())] {
                 if let Some(d) = cfg.get::<i32>(key)? {
                     if d as i64 != want as i64 {
-                        return Err(cfg.error_at_value(key, format!("{key}={d} does not match the matrix in {path} ({want})")));
+                        return Err(cfg.error_at_value(
+                            key,
+                            format!("{key}={d} does not match the matrix in {path} ({want})"),
+                        ));
                     }
                 }
             }
@@ -50,7 +53,9 @@ impl LinearComponent {
             if stddev < 0.0 {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
-            param_util::with_init_rng(|rng| param_util::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng))
+            param_util::with_init_rng(|rng| {
+                param_util::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng)
+            })
         };
         let ng = NgAffineOptions::from_config(cfg, params.num_cols(), params.num_rows())?;
         Ok(Box::new(LinearComponent {
@@ -120,7 +125,12 @@ impl Component for LinearComponent {
             | Properties::PROPAGATE_ADDS
             | Properties::BACKPROP_ADDS
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.add_mat_mat(1.0, input, Trans::No, self.params.view(), Trans::Yes, 1.0);
         None
     }
@@ -141,7 +151,14 @@ impl Component for LinearComponent {
                 .add_mat_mat(lr, out_deriv, Trans::Yes, in_value, Trans::No, 1.0);
         }
         if let Some(mut d) = in_deriv {
-            d.add_mat_mat(1.0, out_deriv, Trans::No, self.params.view(), Trans::No, 1.0);
+            d.add_mat_mat(
+                1.0,
+                out_deriv,
+                Trans::No,
+                self.params.view(),
+                Trans::No,
+                1.0,
+            );
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -171,14 +188,19 @@ impl Component for LinearComponent {
             "{LINEAR}, input-dim={}, output-dim={}, {}",
             self.input_dim(),
             self.output_dim(),
-            self.common.info()
+            param_util::updatable_info(&self.common)
         );
+        s += ", ";
+        s += &param_util::matrix_stats("params", &self.params, true);
+        // Here (unlike AffineComponent) Kaldi prints the constraint after the statistics.
         if self.orthonormal_constraint != 0.0 {
-            s += &format!(", orthonormal-constraint={}", g(self.orthonormal_constraint));
+            s += &format!(
+                ", orthonormal-constraint={}",
+                g(self.orthonormal_constraint)
+            );
         }
         s += &format!(
-            ", {}, use-natural-gradient={}, rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
-            param_util::matrix_stats("params", &self.params, true),
+            ", use-natural-gradient={}, rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
             self.use_natural_gradient,
             self.ng.rank_in,
             self.ng.rank_out,
@@ -220,14 +242,21 @@ impl UpdatableComponent for LinearComponent {
     }
     fn add(&mut self, alpha: f32, other: &dyn Component) {
         if let Some(o) = other.as_any().downcast_ref::<LinearComponent>() {
-            if o.params.num_rows() == self.params.num_rows() && o.params.num_cols() == self.params.num_cols() {
-                self.params.view_mut().add_mat(alpha, o.params.view(), Trans::No);
+            if o.params.num_rows() == self.params.num_rows()
+                && o.params.num_cols() == self.params.num_cols()
+            {
+                self.params
+                    .view_mut()
+                    .add_mat(alpha, o.params.view(), Trans::No);
             }
         }
     }
     fn dot_product(&self, other: &dyn Component) -> f32 {
         match other.as_any().downcast_ref::<LinearComponent>() {
-            Some(o) if o.params.num_rows() == self.params.num_rows() && o.params.num_cols() == self.params.num_cols() => {
+            Some(o)
+                if o.params.num_rows() == self.params.num_rows()
+                    && o.params.num_cols() == self.params.num_cols() =>
+            {
                 self.params.view().trace_mat_mat(o.params.view())
             }
             _ => 0.0,

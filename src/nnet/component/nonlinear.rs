@@ -7,6 +7,7 @@
 //! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
+use super::param_util::fmt_succinct;
 use super::{Component, Memo, PrecomputedIndexes, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
@@ -128,10 +129,9 @@ impl NonlinearComponent {
             )));
         }
         if c.self_repair_scale < 0.0 || c.self_repair_scale >= 0.1 {
-            return Err(cfg.error_at_value(
-                "self-repair-scale",
-                "self-repair-scale must be in [0, 0.1)",
-            ));
+            return Err(
+                cfg.error_at_value("self-repair-scale", "self-repair-scale must be in [0, 0.1)")
+            );
         }
         c.dim = dim as usize;
         c.block_dim = block_dim as usize;
@@ -154,7 +154,7 @@ impl NonlinearComponent {
         if r.try_token("<BlockDim>")? {
             let at = r.pos();
             let bd = r.i32()?;
-            if bd <= 0 || dim % bd as usize != 0 {
+            if bd <= 0 || !dim.is_multiple_of(bd as usize) {
                 return Err(r.err_at(at, "a positive <BlockDim> dividing <Dim>"));
             }
             c.block_dim = bd as usize;
@@ -278,7 +278,12 @@ impl NonlinearComponent {
 
     /// Sigmoid/Tanh self-repair: nudges inputs of units whose average derivative is below
     /// the lower threshold back towards zero.
-    fn repair_saturating(&self, out_value: MatView<'_>, in_deriv: &mut MatViewMut<'_>, upd: &mut Self) {
+    fn repair_saturating(
+        &self,
+        out_value: MatView<'_>,
+        in_deriv: &mut MatViewMut<'_>,
+        upd: &mut Self,
+    ) {
         upd.num_dims_processed += self.dim as f64;
         if self.self_repair_scale == 0.0
             || self.count == 0.0
@@ -373,13 +378,20 @@ impl NonlinearComponent {
 
     /// Input derivative from the output derivative, written into `in_deriv` (which may
     /// already hold `out_deriv` when `in_place`).
-    fn compute_in_deriv(&self, out_value: MatView<'_>, out_deriv: MatView<'_>, in_deriv: &mut MatViewMut<'_>) {
+    fn compute_in_deriv(
+        &self,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        in_deriv: &mut MatViewMut<'_>,
+    ) {
         match self.kind {
             NonlinearKind::Sigmoid => in_deriv.diff_sigmoid(out_value, out_deriv),
             NonlinearKind::Tanh => in_deriv.diff_tanh(out_value, out_deriv),
-            NonlinearKind::RectifiedLinear => {
-                in_deriv.zip2_apply(out_value, out_deriv, |_, y, d| if y > 0.0 { d } else { 0.0 })
-            }
+            NonlinearKind::RectifiedLinear => in_deriv.zip2_apply(
+                out_value,
+                out_deriv,
+                |_, y, d| if y > 0.0 { d } else { 0.0 },
+            ),
             NonlinearKind::Softmax => in_deriv.diff_softmax_per_row(out_value, out_deriv),
             NonlinearKind::LogSoftmax => in_deriv.diff_log_softmax_per_row(out_value, out_deriv),
         }
@@ -420,7 +432,10 @@ fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<
     let at = r.pos();
     let v = r.vector()?.into_vec();
     if !v.is_empty() && v.len() != dim {
-        return Err(r.err_at(at, format!("a {what} vector of dimension 0 or {dim} (got {})", v.len())));
+        return Err(r.err_at(
+            at,
+            format!("a {what} vector of dimension 0 or {dim} (got {})", v.len()),
+        ));
     }
     Ok(v)
 }
@@ -469,7 +484,8 @@ impl Component for NonlinearComponent {
         self.dim
     }
     fn properties(&self) -> Properties {
-        let base = Properties::SIMPLE | Properties::BACKPROP_NEEDS_OUTPUT | Properties::STORES_STATS;
+        let base =
+            Properties::SIMPLE | Properties::BACKPROP_NEEDS_OUTPUT | Properties::STORES_STATS;
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh => base | Properties::PROPAGATE_IN_PLACE,
             NonlinearKind::RectifiedLinear => {
@@ -645,7 +661,10 @@ impl Component for NonlinearComponent {
             );
         }
         if self.self_repair_scale != 0.0 {
-            s += &format!(", self-repair-scale={}", fmt_g(self.self_repair_scale as f64, 6));
+            s += &format!(
+                ", self-repair-scale={}",
+                fmt_g(self.self_repair_scale as f64, 6)
+            );
         }
         if self.count > 0.0 && self.value_sum.len() == self.dim {
             let prop = if self.num_dims_processed > 0.0 {
@@ -692,7 +711,12 @@ impl Component for NonlinearComponent {
         self
     }
 
-    fn store_stats(&mut self, _in_value: MatView<'_>, out_value: MatView<'_>, _memo: Option<&Memo>) {
+    fn store_stats(
+        &mut self,
+        _in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        _memo: Option<&Memo>,
+    ) {
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh | NonlinearKind::RectifiedLinear => {
                 // Kaldi stores these on about every other minibatch, always on the first.
@@ -717,7 +741,11 @@ impl Component for NonlinearComponent {
     }
     fn scale_stats(&mut self, scale: f32) {
         let s = scale as f64;
-        for v in [&mut self.value_sum, &mut self.deriv_sum, &mut self.oderiv_sumsq] {
+        for v in [
+            &mut self.value_sum,
+            &mut self.deriv_sum,
+            &mut self.oderiv_sumsq,
+        ] {
             v.iter_mut().for_each(|x| *x *= s);
         }
         self.count *= s;
@@ -743,54 +771,24 @@ nonlinear_entry_fns!(sigmoid_from_config, sigmoid_read, NonlinearKind::Sigmoid);
 nonlinear_entry_fns!(tanh_from_config, tanh_read, NonlinearKind::Tanh);
 nonlinear_entry_fns!(relu_from_config, relu_read, NonlinearKind::RectifiedLinear);
 nonlinear_entry_fns!(softmax_from_config, softmax_read, NonlinearKind::Softmax);
-nonlinear_entry_fns!(log_softmax_from_config, log_softmax_read, NonlinearKind::LogSoftmax);
+nonlinear_entry_fns!(
+    log_softmax_from_config,
+    log_softmax_read,
+    NonlinearKind::LogSoftmax
+);
 
 // ---------------------------------------------------------------------------------------
 // Info-line helpers.
 
-/// C's `%#.{prec}g` (like `%g` but keeping trailing zeros and the decimal point).
-fn fmt_g_showpoint(v: f64, prec: usize) -> String {
-    if !v.is_finite() || v == 0.0 {
-        return fmt_g(v, prec);
-    }
-    let p = prec.max(1);
-    let e_form = format!("{:.*e}", p - 1, v);
-    let (mant, exp) = e_form.split_once('e').unwrap_or((&e_form, "0"));
-    let x: i32 = exp.parse().unwrap_or(0);
-    if x < -4 || x >= p as i32 {
-        let mant = if mant.contains('.') { mant.to_string() } else { format!("{mant}.") };
-        let sign = if x < 0 { '-' } else { '+' };
-        format!("{mant}e{sign}{:02}", x.abs())
-    } else {
-        let decimals = (p as i32 - 1 - x).max(0) as usize;
-        let s = format!("{:.*}", decimals, v);
-        if s.contains('.') {
-            s
-        } else {
-            s + "."
-        }
-    }
-}
-
-/// One percentile value as Kaldi prints it: 2 significant digits (keeping trailing zeros)
-/// for |v| ≥ 0.1, else 1 significant digit.
-fn fmt_percentile(v: f32) -> String {
-    let v = v as f64;
-    if v.abs() >= 0.1 {
-        fmt_g_showpoint(v, 2)
-    } else {
-        fmt_g(v, 1)
-    }
-}
-
 /// Mean and standard deviation the way Kaldi computes them (float, sqrt of E[x²] − mean²,
-/// which is NaN when rounding makes it negative).
+/// which is `-nan` when rounding makes it negative).
 fn mean_stddev(v: &[f32]) -> (f32, f32) {
     let n = v.len().max(1) as f32;
     let sum: f32 = v.iter().sum();
     let sumsq: f32 = v.iter().map(|x| x * x).sum();
     let mean = sum / n;
-    let var = sumsq / n - mean * mean;
+    // Kaldi's build contracts `E[x²] − mean²` into a fused multiply-add.
+    let var = (-mean).mul_add(mean, sumsq / n);
     let stddev = if var < 0.0 { -f32::NAN } else { var.sqrt() };
     (mean, stddev)
 }
@@ -801,7 +799,7 @@ pub fn summarize_vector(v: &[f32]) -> String {
     if v.len() < 10 {
         let mut s = String::from("[ ");
         for &x in v {
-            s += &fmt_g(x as f64, 6);
+            s += &fmt_succinct(x);
             s.push(' ');
         }
         s.push(']');
@@ -813,7 +811,7 @@ pub fn summarize_vector(v: &[f32]) -> String {
     let n = sorted.len() - 1;
     let mut s = String::from("[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=(");
     for (i, &p) in PCTS.iter().enumerate() {
-        s += &fmt_percentile(sorted[(p * n) / 100]);
+        s += &fmt_succinct(sorted[(p * n) / 100]);
         if i + 1 < PCTS.len() {
             s.push(if i == 3 || i == 8 { ' ' } else { ',' });
         }
@@ -853,7 +851,6 @@ mod tests {
         ConfigLine::parse_str(s).expect("config")
     }
 
-
     /// Every component of a type owned here, read from a golden model and written again,
     /// must reproduce Kaldi's bytes exactly. Returns how many were checked.
     fn golden_round_trip(path: &str) -> usize {
@@ -864,11 +861,23 @@ mod tests {
     /// re-write byte-exactly.
     fn golden_components(path: &str) -> Vec<(String, Box<dyn Component>)> {
         const OWNED: &[&str] = &[
-            "SigmoidComponent", "TanhComponent", "RectifiedLinearComponent", "SoftmaxComponent",
-            "LogSoftmaxComponent", "NoOpComponent", "ElementwiseProductComponent",
-            "PermuteComponent", "SumBlockComponent", "SumGroupComponent", "PnormComponent",
-            "FixedScaleComponent", "FixedBiasComponent", "ClipGradientComponent",
-            "NormalizeComponent", "BatchNormComponent", "DropoutComponent",
+            "SigmoidComponent",
+            "TanhComponent",
+            "RectifiedLinearComponent",
+            "SoftmaxComponent",
+            "LogSoftmaxComponent",
+            "NoOpComponent",
+            "ElementwiseProductComponent",
+            "PermuteComponent",
+            "SumBlockComponent",
+            "SumGroupComponent",
+            "PnormComponent",
+            "FixedScaleComponent",
+            "FixedBiasComponent",
+            "ClipGradientComponent",
+            "NormalizeComponent",
+            "BatchNormComponent",
+            "DropoutComponent",
         ];
         let full = format!("/work/shared/golden/{path}");
         let Ok(buf) = std::fs::read(&full) else {
@@ -877,17 +886,26 @@ mod tests {
         };
         let binary = buf.starts_with(b"\0B");
         let find = |pat: &[u8], from: usize| {
-            buf[from..].windows(pat.len()).position(|w| w == pat).map(|p| p + from)
+            buf[from..]
+                .windows(pat.len())
+                .position(|w| w == pat)
+                .map(|p| p + from)
         };
         let mut checked = Vec::new();
         let mut pos = 0;
         while let Some(p) = find(b"<ComponentName> ", pos) {
             let name_start = p + b"<ComponentName> ".len();
-            let Some(name_end) = find(b" ", name_start) else { break };
+            let Some(name_end) = find(b" ", name_start) else {
+                break;
+            };
             let start = name_end + 1;
             pos = start;
-            let Some(ty_end) = find(b"> ", start) else { break };
-            let ty = std::str::from_utf8(&buf[start + 1..ty_end]).expect("utf8").to_string();
+            let Some(ty_end) = find(b"> ", start) else {
+                break;
+            };
+            let ty = std::str::from_utf8(&buf[start + 1..ty_end])
+                .expect("utf8")
+                .to_string();
             if !OWNED.contains(&ty.as_str()) {
                 continue;
             }
@@ -917,13 +935,38 @@ mod tests {
     #[test]
     fn golden_info_lines_match() {
         let mut n = 0;
-        for case in ["misc-components", "seed", "tdnn-splice-ivector", "tdnnf", "cnn-small"] {
-            let Ok(info) = std::fs::read_to_string(format!("/work/shared/golden/cases/{case}/info.txt")) else {
+        let cases = [
+            (
+                "cases/misc-components/model.raw",
+                "cases/misc-components/info.txt",
+            ),
+            ("cases/seed/model.raw", "cases/seed/info.txt"),
+            (
+                "cases/tdnn-splice-ivector/model.raw",
+                "cases/tdnn-splice-ivector/info.txt",
+            ),
+            ("cases/tdnnf/model.raw", "cases/tdnnf/info.txt"),
+            ("cases/cnn-small/model.raw", "cases/cnn-small/info.txt"),
+            (
+                "train/ng-batchnorm/after.raw",
+                "train/ng-batchnorm/after_info.txt",
+            ),
+            (
+                "train/affine-plain/after.raw",
+                "train/affine-plain/after_info.txt",
+            ),
+        ];
+        for (case, info_file) in cases {
+            let Ok(info) = std::fs::read_to_string(format!("/work/shared/golden/{info_file}"))
+            else {
                 continue;
             };
-            for (name, c) in golden_components(&format!("cases/{case}/model.raw")) {
+            for (name, c) in golden_components(case) {
                 let prefix = format!("component name={name} type=");
-                let line = info.lines().find(|l| l.starts_with(&prefix)).expect("info line");
+                let line = info
+                    .lines()
+                    .find(|l| l.starts_with(&prefix))
+                    .expect("info line");
                 assert_eq!(format!("{prefix}{}", c.info()), line, "{case}");
                 n += 1;
             }
@@ -934,13 +977,30 @@ mod tests {
     #[test]
     fn golden_models_round_trip_byte_exact() {
         let mut n = 0;
-        for case in ["misc-components", "seed", "tdnn-splice-ivector", "tdnnf", "cnn-small", "fast-lstmp", "lstm-primitives", "rnn", "tdnn-component", "xvector-small"] {
+        for case in [
+            "misc-components",
+            "seed",
+            "tdnn-splice-ivector",
+            "tdnnf",
+            "cnn-small",
+            "fast-lstmp",
+            "lstm-primitives",
+            "rnn",
+            "tdnn-component",
+            "xvector-small",
+        ] {
             n += golden_round_trip(&format!("cases/{case}/model.raw"));
             n += golden_round_trip(&format!("cases/{case}/model.txt"));
         }
-        for f in ["train/ng-batchnorm/after.raw", "train/ng-batchnorm/after.txt", "train/ng-batchnorm/before.raw",
-                  "train/affine-plain/after.raw", "train/affine-plain/after.txt", "formats/model/model.raw",
-                  "formats/model/model.txt"] {
+        for f in [
+            "train/ng-batchnorm/after.raw",
+            "train/ng-batchnorm/after.txt",
+            "train/ng-batchnorm/before.raw",
+            "train/affine-plain/after.raw",
+            "train/affine-plain/after.txt",
+            "formats/model/model.raw",
+            "formats/model/model.txt",
+        ] {
             n += golden_round_trip(f);
         }
         eprintln!("checked {n} components");
@@ -949,14 +1009,15 @@ mod tests {
 
     #[test]
     fn percentile_formatting_matches_kaldi_examples() {
-        assert_eq!(fmt_percentile(0.99501), "1.0");
-        assert_eq!(fmt_percentile(0.41), "0.41");
-        assert_eq!(fmt_percentile(0.1), "0.10");
-        assert_eq!(fmt_percentile(2.0), "2.0");
-        assert_eq!(fmt_percentile(0.00066), "0.0007");
-        assert_eq!(fmt_percentile(3e-9), "3e-09");
-        assert_eq!(fmt_percentile(0.0), "0");
-        assert_eq!(fmt_percentile(-0.99), "-0.99");
+        assert_eq!(fmt_succinct(0.99501), "1.0");
+        assert_eq!(fmt_succinct(0.41), "0.41");
+        assert_eq!(fmt_succinct(0.1), "0.10");
+        assert_eq!(fmt_succinct(0.0996), "0.10");
+        assert_eq!(fmt_succinct(2.0), "2.0");
+        assert_eq!(fmt_succinct(0.00066), "0.0007");
+        assert_eq!(fmt_succinct(3e-9), "3e-09");
+        assert_eq!(fmt_succinct(0.0), "0");
+        assert_eq!(fmt_succinct(-0.99), "-0.99");
     }
 
     #[test]
@@ -968,7 +1029,15 @@ mod tests {
         let mut y = Matrix::zeros(2, 4);
         c.propagate(None, x.view(), y.view_mut());
         let mut id = Matrix::zeros(2, 4);
-        c.backprop(None, x.view(), y.view(), od.view(), None, None, Some(id.view_mut()));
+        c.backprop(
+            None,
+            x.view(),
+            y.view(),
+            od.view(),
+            None,
+            None,
+            Some(id.view_mut()),
+        );
         let obj = |m: &Matrix| {
             let mut yy = Matrix::zeros(2, 4);
             c.propagate(None, m.view(), yy.view_mut());
@@ -982,15 +1051,19 @@ mod tests {
                 let mut xm = x.clone();
                 xm.set(r, k, x.get(r, k) - eps);
                 let num = (obj(&xp) - obj(&xm)) / (2.0 * eps as f64);
-                assert!((num - id.get(r, k) as f64).abs() < 1e-3, "{r},{k}: {num} vs {}", id.get(r, k));
+                assert!(
+                    (num - id.get(r, k) as f64).abs() < 1e-3,
+                    "{r},{k}: {num} vs {}",
+                    id.get(r, k)
+                );
             }
         }
     }
 
     #[test]
     fn stats_first_call_always_stored_and_written_normalised() {
-        let mut c = NonlinearComponent::from_config_kind(NonlinearKind::Tanh, &cfg("dim=2"))
-            .expect("init");
+        let mut c =
+            NonlinearComponent::from_config_kind(NonlinearKind::Tanh, &cfg("dim=2")).expect("init");
         let y = Matrix::from_rows(&[vec![0.5, -0.5], vec![0.0, 1.0]]);
         c.store_stats(y.view(), y.view(), None);
         assert_eq!(c.count(), 2.0);

@@ -27,7 +27,7 @@ pub struct NormalizeComponent {
 
 impl NormalizeComponent {
     fn valid(input_dim: usize, block_dim: usize, target_rms: f32) -> bool {
-        input_dim > 0 && block_dim > 0 && input_dim % block_dim == 0 && target_rms > 0.0
+        input_dim > 0 && block_dim > 0 && input_dim.is_multiple_of(block_dim) && target_rms > 0.0
     }
     /// Registry hook: `dim` or `input-dim`, `block-dim`, `target-rms` (1), `add-log-stddev`.
     pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
@@ -39,7 +39,8 @@ impl NormalizeComponent {
         let block_dim: i32 = cfg.get_or("block-dim", dim)?;
         let target_rms = cfg.get_or("target-rms", 1.0f32)?;
         let add_log_stddev = cfg.get_or("add-log-stddev", false)?;
-        if dim <= 0 || block_dim <= 0 || !Self::valid(dim as usize, block_dim as usize, target_rms) {
+        if dim <= 0 || block_dim <= 0 || !Self::valid(dim as usize, block_dim as usize, target_rms)
+        {
             return Err(cfg.error(
                 "invalid NormalizeComponent: need dim > 0, block-dim dividing it, target-rms > 0",
             ));
@@ -73,7 +74,7 @@ impl NormalizeComponent {
         if r.try_token("<BlockDim>")? {
             let at = r.pos();
             let bd = r.i32()?;
-            if bd <= 0 || c.input_dim % bd as usize != 0 {
+            if bd <= 0 || !c.input_dim.is_multiple_of(bd as usize) {
                 return Err(r.err_at(at, "a positive <BlockDim> dividing the input dimension"));
             }
             c.block_dim = bd as usize;
@@ -103,14 +104,22 @@ impl NormalizeComponent {
 impl MatViewMut<'_> {
     /// Normalises each block of `bd` columns of `src` to RMS `target_rms`, writing blocks of
     /// `bd` (+1 with `add_log`: the log RMS) columns into `self` (Kaldi's NormalizePerRow).
-    pub fn simple_normalize_blocks(&mut self, src: MatView<'_>, bd: usize, target_rms: f32, add_log: bool) {
+    pub fn simple_normalize_blocks(
+        &mut self,
+        src: MatView<'_>,
+        bd: usize,
+        target_rms: f32,
+        add_log: bool,
+    ) {
         let obd = bd + usize::from(add_log);
         let d_scaled = bd as f32 * target_rms * target_rms;
         for r in 0..self.num_rows() {
             let s = src.row(r);
             for (ib, ob) in s.chunks(bd).zip(self.row_mut(r).chunks_mut(obd)) {
                 let sumsq: f32 = ib.iter().map(|x| x * x).sum();
-                let f = (sumsq * (1.0 / d_scaled)).max(SQUARED_NORM_FLOOR).powf(-0.5);
+                let f = (sumsq * (1.0 / d_scaled))
+                    .max(SQUARED_NORM_FLOOR)
+                    .powf(-0.5);
                 for (o, &x) in ob.iter_mut().zip(ib) {
                     *o = x * f;
                 }
@@ -156,9 +165,15 @@ impl MatViewMut<'_> {
                         *v += coef * xx;
                     }
                 }
-                let f = (sumsq * (1.0 / d_scaled)).max(SQUARED_NORM_FLOOR).powf(-0.5);
+                let f = (sumsq * (1.0 / d_scaled))
+                    .max(SQUARED_NORM_FLOOR)
+                    .powf(-0.5);
                 // At the floor the scale does not depend on x.
-                let f3 = if f == 1.0 / SQUARED_NORM_FLOOR.sqrt() { 0.0 } else { f * f * f };
+                let f3 = if f == 1.0 / SQUARED_NORM_FLOOR.sqrt() {
+                    0.0
+                } else {
+                    f * f * f
+                };
                 let c = -dot * f3 / d_scaled;
                 for ((v, &o), &xx) in d.iter_mut().zip(od).zip(x) {
                     *v += f * o + c * xx;
@@ -184,7 +199,8 @@ impl Component for NormalizeComponent {
             }
     }
     fn properties(&self) -> Properties {
-        let mut p = Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS;
+        let mut p =
+            Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS;
         if !self.add_log_stddev {
             p = p | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE;
         }
@@ -193,18 +209,29 @@ impl Component for NormalizeComponent {
         }
         p
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.simple_normalize_blocks(input, self.block_dim, self.target_rms, self.add_log_stddev);
         None
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         // Only without add-log-stddev (same shape); each block is read fully before written.
         let (bd, t) = (self.block_dim, self.target_rms);
         let d_scaled = bd as f32 * t * t;
         for r in 0..data.num_rows() {
             for blk in data.row_mut(r).chunks_mut(bd) {
                 let sumsq: f32 = blk.iter().map(|x| x * x).sum();
-                let f = (sumsq * (1.0 / d_scaled)).max(SQUARED_NORM_FLOOR).powf(-0.5);
+                let f = (sumsq * (1.0 / d_scaled))
+                    .max(SQUARED_NORM_FLOOR)
+                    .powf(-0.5);
                 blk.iter_mut().for_each(|x| *x *= f);
             }
         }
@@ -310,7 +337,7 @@ impl BatchNormComponent {
     fn valid(&self) -> bool {
         self.dim > 0
             && self.block_dim > 0
-            && self.dim % self.block_dim == 0
+            && self.dim.is_multiple_of(self.block_dim)
             && self.epsilon > 0.0
             && self.target_rms > 0.0
     }
@@ -425,7 +452,10 @@ impl BatchNormComponent {
             scale: Vec::new(),
         };
         if dim <= 0 || block_dim <= 0 || !c.valid() {
-            return Err(r.err_at(at0, "consistent BatchNorm dimensions, epsilon > 0 and target-rms > 0"));
+            return Err(r.err_at(
+                at0,
+                "consistent BatchNorm dimensions, epsilon > 0 and target-rms > 0",
+            ));
         }
         r.expect_token("<StatsMean>")?;
         let at = r.pos();
@@ -433,7 +463,10 @@ impl BatchNormComponent {
         r.expect_token("<StatsVar>")?;
         let var = r.vector()?.into_vec();
         if mean.len() != c.block_dim || var.len() != c.block_dim {
-            return Err(r.err_at(at, format!("<StatsMean>/<StatsVar> of dimension {}", c.block_dim)));
+            return Err(r.err_at(
+                at,
+                format!("<StatsMean>/<StatsVar> of dimension {}", c.block_dim),
+            ));
         }
         // Back to sums: sumsq = (var + mean²)·count, sum = mean·count.
         c.stats_sum = mean.iter().map(|&m| m as f64 * count).collect();
@@ -488,7 +521,12 @@ impl BatchNormComponent {
                 *x = (*x - m) * s;
             }
         });
-        Box::new(BatchNormMemo { num_frames: n, mean, uvar, scale })
+        Box::new(BatchNormMemo {
+            num_frames: n,
+            mean,
+            uvar,
+            scale,
+        })
     }
 
     /// Backward pass in place on `deriv` (holding the output derivative).
@@ -519,7 +557,11 @@ impl BatchNormComponent {
             }
         }
         let coeff = -1.0 / (self.target_rms * self.target_rms * n);
-        let var_deriv_mod: Vec<f32> = zz.iter().zip(&memo.scale).map(|(&a, &s)| a * coeff * s).collect();
+        let var_deriv_mod: Vec<f32> = zz
+            .iter()
+            .zip(&memo.scale)
+            .map(|(&a, &s)| a * coeff * s)
+            .collect();
         let temp: Vec<f32> = zsum.iter().map(|&s| -s / n).collect();
         for r in 0..out_value.num_rows() {
             let zrow = out_value.row(r);
@@ -556,11 +598,20 @@ impl Component for BatchNormComponent {
         }
         p
     }
-    fn propagate(&self, idx: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        idx: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         self.propagate_in_place(idx, output)
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         if self.test_mode {
             let (scale, offset) = (&self.scale, &self.offset);
             self.for_each_block_row(&mut data, |blk| {
@@ -705,7 +756,8 @@ mod tests {
 
     #[test]
     fn normalize_gives_target_rms_and_log_stddev() {
-        let cfg = ConfigLine::parse_str("input-dim=4 target-rms=0.5 add-log-stddev=true").expect("cfg");
+        let cfg =
+            ConfigLine::parse_str("input-dim=4 target-rms=0.5 add-log-stddev=true").expect("cfg");
         let c = NormalizeComponent::from_config(&cfg).expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 3.0, 4.0]]);
         let mut y = Matrix::zeros(1, 5);
@@ -728,7 +780,10 @@ mod tests {
         let mean = col0.iter().sum::<f32>() / 3.0;
         assert!(mean.abs() < 1e-6);
         c.store_stats(x.view(), y.view(), memo.as_ref());
-        let bn = c.as_any().downcast_ref::<BatchNormComponent>().expect("type");
+        let bn = c
+            .as_any()
+            .downcast_ref::<BatchNormComponent>()
+            .expect("type");
         assert_eq!(bn.count(), 3.0);
         let (m, v) = bn.mean_var();
         assert!((m[0] - 3.0).abs() < 1e-6 && (v[0] - 8.0 / 3.0).abs() < 1e-5);

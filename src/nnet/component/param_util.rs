@@ -25,7 +25,13 @@ pub fn with_init_rng<R>(f: impl FnOnce(&mut dyn RngCore) -> R) -> R {
 }
 
 /// A rows × cols matrix of Gaussian values with this mean and standard deviation.
-pub fn gaussian_matrix(rows: usize, cols: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Matrix {
+pub fn gaussian_matrix(
+    rows: usize,
+    cols: usize,
+    mean: f32,
+    stddev: f32,
+    rng: &mut dyn RngCore,
+) -> Matrix {
     let data = (0..rows * cols)
         .map(|_| mean + stddev * crate::util::rand_gauss(rng))
         .collect();
@@ -98,10 +104,11 @@ pub fn dim_error(r: &TokenReader<'_>, at: usize, what: impl Into<String>) -> Err
 /// Formats a float the way Kaldi's summaries do: fixed with 0, 1 or 2 decimals by magnitude,
 /// one significant digit below 0.01.
 pub fn fmt_succinct(f: f32) -> String {
+    // The magnitude classes are decided after rounding, so 0.9996 prints as "1.0".
     let a = f.abs();
-    if (10.0..10000.0).contains(&a) {
+    if (9.95..10000.0).contains(&a) {
         format!("{f:.0}")
-    } else if a >= 1.0 {
+    } else if a >= 0.995 {
         format!("{f:.1}")
     } else if a >= 0.01 {
         format!("{f:.2}")
@@ -110,15 +117,38 @@ pub fn fmt_succinct(f: f32) -> String {
     }
 }
 
-/// Mean and standard deviation as Kaldi computes them in float (`sqrt(E[x²] − mean²)`, with
-/// the fused multiply-add its build uses, so a one-element vector can give `-nan`).
+/// Mean and standard deviation as Kaldi's summaries compute them: `sqrt(E[x²] − mean²)` in
+/// float, the sum accumulated in float and the sum of squares as its BLAS dot product does
+/// (in double). Golden info lines depend on this rounding.
 pub fn mean_stddev(v: &[f32]) -> (f32, f32) {
     let n = v.len() as f32;
-    let sum: f64 = v.iter().map(|&x| x as f64).sum();
-    let sumsq: f32 = v.iter().map(|&x| x * x).sum();
-    let mean = sum as f32 / n;
-    let var = (-mean).mul_add(mean, sumsq / n);
+    let sum: f32 = v.iter().sum();
+    let sumsq = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>() as f32;
+    let mean = sum / n;
+    let var = sumsq / n - mean * mean;
     (mean, var.sqrt())
+}
+
+/// The learning-rate part of an updatable component's info line, in Kaldi's order
+/// (l2-regularize before max-change, as golden info.txt files show).
+// TODO(lead): UpdatableCommon::info prints max-change first; once it follows this order,
+// this can delegate to it.
+pub fn updatable_info(c: &crate::nnet::component::UpdatableCommon) -> String {
+    let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
+    let mut s = format!("learning-rate={}", g(c.learning_rate));
+    if c.is_gradient {
+        s += ", is-gradient=true";
+    }
+    if c.l2_regularize != 0.0 {
+        s += &format!(", l2-regularize={}", g(c.l2_regularize));
+    }
+    if c.learning_rate_factor != 1.0 {
+        s += &format!(", learning-rate-factor={}", g(c.learning_rate_factor));
+    }
+    if c.max_change > 0.0 {
+        s += &format!(", max-change={}", g(c.max_change));
+    }
+    s
 }
 
 /// Kaldi's vector summary: all values for short vectors, else percentiles, mean and stddev.
@@ -299,13 +329,19 @@ mod tests {
         assert_eq!(fmt_succinct(0.0003), "0.0003");
         assert_eq!(fmt_succinct(0.005), "0.005");
         assert_eq!(fmt_succinct(12.4), "12");
+        assert_eq!(fmt_succinct(0.9996), "1.0");
     }
 
     #[test]
-    fn one_element_stddev_uses_fused_multiply_add() {
-        // Golden misc-components info: FixedScale of 0.8 prints stddev -nan.
-        let (m, s) = mean_stddev(&[0.8]);
-        assert_eq!(m, 0.8);
-        assert!(s.is_nan());
+    fn stddev_rounding_matches_golden_scale_and_offset() {
+        // misc-components sao1 scales: Kaldi prints stddev 0.008883 (a plain float sum of
+        // squares would give 0.008888).
+        let v = [
+            0.9932863, 0.9952043, 1.003862, 1.009663, 1.010197, 0.9869992, 1.000211, 0.9962454,
+            0.9901223, 0.9911237, 1.017438, 1.001811,
+        ];
+        let (m, s) = mean_stddev(&v);
+        assert_eq!(crate::io::codec::fmt_g(m as f64, 4), "0.9997");
+        assert!((s - 0.008883).abs() < 3e-6, "{s}");
     }
 }

@@ -32,13 +32,17 @@ fn init_param_vector(cfg: &ConfigLine, default_mean: f32, dim_key: &str) -> Resu
     if stddev < 0.0 {
         return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
     }
-    Ok(param_util::with_init_rng(|rng| param_util::gaussian_vector(dim, mean, stddev, rng)))
+    Ok(param_util::with_init_rng(|rng| {
+        param_util::gaussian_vector(dim, mean, stddev, rng)
+    }))
 }
 
 /// `min`, `max` of a non-empty vector.
 fn min_max(v: &[f32]) -> (f32, f32) {
     v.iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)))
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        })
 }
 
 fn g6(v: f32) -> String {
@@ -108,8 +112,11 @@ impl PerElementScaleComponent {
                 num_samples_history: cfg.get_or("num-samples-history", 2000.0)?,
                 alpha: cfg.get_or("alpha", 4.0)?,
             };
-            if o.rank <= 0 || o.update_period <= 0 || o.num_samples_history <= 0.0 || o.alpha < 0.0 {
-                return Err(cfg.error("rank, update-period and num-samples-history must be positive, alpha >= 0"));
+            if o.rank <= 0 || o.update_period <= 0 || o.num_samples_history <= 0.0 || o.alpha < 0.0
+            {
+                return Err(cfg.error(
+                    "rank, update-period and num-samples-history must be positive, alpha >= 0",
+                ));
             }
             Some(o)
         } else {
@@ -202,12 +209,21 @@ impl Component for PerElementScaleComponent {
             | Properties::PROPAGATE_IN_PLACE
             | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         output.mul_cols_vec(&self.scales);
         None
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
         None
     }
@@ -221,7 +237,9 @@ impl Component for PerElementScaleComponent {
         to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
+        {
             u.accumulate(in_value, out_deriv);
         }
         if let Some(mut d) = in_deriv {
@@ -239,7 +257,9 @@ impl Component for PerElementScaleComponent {
         mut deriv: MatViewMut<'_>,
     ) {
         // The gradient needs the output derivative, so it comes first.
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
+        {
             u.accumulate(in_value, deriv.as_view());
         }
         deriv.mul_cols_vec(&self.scales);
@@ -270,7 +290,7 @@ impl Component for PerElementScaleComponent {
             self.type_name(),
             self.input_dim(),
             self.output_dim(),
-            self.common.info(),
+            param_util::updatable_info(&self.common),
             g6(lo),
             g6(hi),
             param_util::vector_stats("scales", &self.scales)
@@ -359,21 +379,35 @@ impl PerElementOffsetComponent {
             let v = init_param_vector(cfg, 0.0, "dim")?;
             let dim = param_util::positive_or(cfg, "dim", v.dim())?;
             if dim % v.dim() != 0 {
-                return Err(cfg.error_at_value("dim", format!("dim={dim} is not a multiple of the vector dimension {}", v.dim())));
+                return Err(cfg.error_at_value(
+                    "dim",
+                    format!(
+                        "dim={dim} is not a multiple of the vector dimension {}",
+                        v.dim()
+                    ),
+                ));
             }
             (v, dim)
         } else {
             let dim = param_util::require_positive(cfg, "dim")?;
             let block = param_util::positive_or(cfg, "block-dim", dim)?;
             if dim % block != 0 {
-                return Err(cfg.error_at_value("block-dim", format!("block-dim={block} must divide dim={dim}")));
+                return Err(cfg.error_at_value(
+                    "block-dim",
+                    format!("block-dim={block} must divide dim={dim}"),
+                ));
             }
             let mean: f32 = cfg.get_or("param-mean", 0.0)?;
             let stddev: f32 = cfg.get_or("param-stddev", 0.0)?;
             if stddev < 0.0 {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
-            (param_util::with_init_rng(|rng| param_util::gaussian_vector(block, mean, stddev, rng)), dim)
+            (
+                param_util::with_init_rng(|rng| {
+                    param_util::gaussian_vector(block, mean, stddev, rng)
+                }),
+                dim,
+            )
         };
         Ok(Box::new(PerElementOffsetComponent {
             common,
@@ -393,7 +427,10 @@ impl PerElementOffsetComponent {
             let at = r.pos();
             dim = param_util::read_positive_i32(r, "dimension")?;
             if dim % offsets.dim() != 0 {
-                return Err(r.err_at(at, format!("a multiple of the offset dimension {}", offsets.dim())));
+                return Err(r.err_at(
+                    at,
+                    format!("a multiple of the offset dimension {}", offsets.dim()),
+                ));
             }
         }
         let mut use_natural_gradient = true;
@@ -426,18 +463,30 @@ impl Component for PerElementOffsetComponent {
         self.dim
     }
     fn properties(&self) -> Properties {
-        let p = Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_IN_PLACE | Properties::PROPAGATE_IN_PLACE;
+        let p = Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::PROPAGATE_IN_PLACE;
         if self.dim != self.offsets.dim() {
             p | Properties::OUTPUT_CONTIGUOUS
         } else {
             p
         }
     }
-    fn propagate(&self, i: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        i: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         self.propagate_in_place(i, output)
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         let o = &self.offsets;
         for_blocks(&mut data, o.dim(), |b| b.add_vec_to_rows(1.0, o, 1.0));
         None
@@ -452,7 +501,9 @@ impl Component for PerElementOffsetComponent {
         to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
+        {
             u.accumulate(out_deriv);
         }
         if let Some(mut d) = in_deriv {
@@ -469,7 +520,9 @@ impl Component for PerElementOffsetComponent {
         deriv: MatViewMut<'_>,
     ) {
         // The input derivative equals the output derivative: nothing to change in place.
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
+        {
             u.accumulate(deriv.as_view());
         }
     }
@@ -489,7 +542,7 @@ impl Component for PerElementOffsetComponent {
             "{PEO}, input-dim={}, output-dim={}, {}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
             self.dim,
             self.dim,
-            self.common.info(),
+            param_util::updatable_info(&self.common),
             g6(lo),
             g6(hi),
             self.offsets.dim(),
@@ -534,7 +587,10 @@ impl ScaleAndOffsetComponent {
         let dim = param_util::require_positive(cfg, "dim")?;
         let block = param_util::positive_or(cfg, "block-dim", dim)?;
         if dim % block != 0 {
-            return Err(cfg.error_at_value("block-dim", format!("block-dim={block} must divide dim={dim}")));
+            return Err(cfg.error_at_value(
+                "block-dim",
+                format!("block-dim={block} must divide dim={dim}"),
+            ));
         }
         let rank: i32 = cfg.get_or("rank", 20)?;
         if rank <= 0 {
@@ -567,7 +623,10 @@ impl ScaleAndOffsetComponent {
         let at = r.pos();
         let offsets = r.vector()?;
         if offsets.dim() != scales.dim() {
-            return Err(r.err_at(at, format!("an offset vector of dimension {}", scales.dim())));
+            return Err(r.err_at(
+                at,
+                format!("an offset vector of dimension {}", scales.dim()),
+            ));
         }
         r.expect_token("<UseNaturalGradient>")?;
         let use_natural_gradient = r.bool()?;
@@ -585,11 +644,23 @@ impl ScaleAndOffsetComponent {
     }
 
     /// Accumulates the gradient; the input is reconstructed as (y − o) / s.
-    fn accumulate(&mut self, out_value: MatView<'_>, out_deriv: MatView<'_>, scales: &[f32], offsets: &[f32]) {
+    fn accumulate(
+        &mut self,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        scales: &[f32],
+        offsets: &[f32],
+    ) {
         let lr = self.common.learning_rate;
         let inv: Vec<f32> = scales
             .iter()
-            .map(|&s| 1.0 / if s.abs() < SAO_EPSILON { SAO_EPSILON.copysign(s) } else { s })
+            .map(|&s| {
+                1.0 / if s.abs() < SAO_EPSILON {
+                    SAO_EPSILON.copysign(s)
+                } else {
+                    s
+                }
+            })
             .collect();
         let mut x = out_value.to_matrix();
         let mut xv = x.view_mut();
@@ -632,11 +703,20 @@ impl Component for ScaleAndOffsetComponent {
             p
         }
     }
-    fn propagate(&self, i: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        i: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         self.propagate_in_place(i, output)
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         let (s, o) = (&self.scales, &self.offsets);
         for_blocks(&mut data, s.dim(), |b| {
             b.mul_cols_vec(s);
@@ -654,7 +734,9 @@ impl Component for ScaleAndOffsetComponent {
         to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
+        {
             u.accumulate(out_value, out_deriv, &self.scales, &self.offsets);
         }
         if let Some(mut d) = in_deriv {
@@ -672,7 +754,9 @@ impl Component for ScaleAndOffsetComponent {
         to_update: Option<&mut dyn Component>,
         mut deriv: MatViewMut<'_>,
     ) {
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
+        {
             u.accumulate(out_value, deriv.as_view(), &self.scales, &self.offsets);
         }
         let s = &self.scales;
@@ -697,7 +781,7 @@ impl Component for ScaleAndOffsetComponent {
             "{SAO}, input-dim={}, output-dim={}, {}, rank={}",
             self.dim,
             self.dim,
-            self.common.info(),
+            param_util::updatable_info(&self.common),
             self.rank
         );
         if self.dim != self.scales.dim() {
@@ -748,7 +832,9 @@ impl ConstantFunctionComponent {
         Ok(Box::new(ConstantFunctionComponent {
             common,
             input_dim,
-            output: param_util::with_init_rng(|rng| param_util::gaussian_vector(output_dim, mean, stddev, rng)),
+            output: param_util::with_init_rng(|rng| {
+                param_util::gaussian_vector(output_dim, mean, stddev, rng)
+            }),
             is_updatable: cfg.get_or("is-updatable", true)?,
             use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
         }))
@@ -796,11 +882,20 @@ impl Component for ConstantFunctionComponent {
         }
         p
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, _input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.pu_copy_rows_from_vec(&self.output);
         None
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         data.pu_copy_rows_from_vec(&self.output);
         None
     }
@@ -815,7 +910,9 @@ impl Component for ConstantFunctionComponent {
         _in_deriv: Option<MatViewMut<'_>>,
     ) {
         // The output does not depend on the input: the input derivative gets nothing added.
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>()) {
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>())
+        {
             if u.is_updatable {
                 let lr = u.common.learning_rate;
                 out_deriv.add_row_sum_to(&mut u.output, lr, 1.0);
@@ -836,10 +933,14 @@ impl Component for ConstantFunctionComponent {
     }
     fn info(&self) -> String {
         // Kaldi repeats the type and dimensions after the learning-rate part.
-        let dims = format!("{CFC}, input-dim={}, output-dim={}", self.input_dim, self.output.dim());
+        let dims = format!(
+            "{CFC}, input-dim={}, output-dim={}",
+            self.input_dim,
+            self.output.dim()
+        );
         format!(
             "{dims}, {}, {dims}, is-updatable={}, use-natural-gradient={}, {}",
-            self.common.info(),
+            param_util::updatable_info(&self.common),
             self.is_updatable,
             self.use_natural_gradient,
             param_util::vector_stats("output", &self.output)
@@ -891,7 +992,10 @@ mod tests {
     fn scale_and_offset_matches_hand_computation() {
         let cfg = ConfigLine::parse_str("dim=4 block-dim=2").unwrap();
         let mut c = ScaleAndOffsetComponent::from_config(&cfg).unwrap();
-        let sao = c.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>().unwrap();
+        let sao = c
+            .as_any_mut()
+            .downcast_mut::<ScaleAndOffsetComponent>()
+            .unwrap();
         sao.scales = Vector::from_vec(vec![2.0, -1.0]);
         sao.offsets = Vector::from_vec(vec![0.5, 1.0]);
         let x = crate::matrix::Matrix::from_vec(1, 4, vec![1.0, 2.0, 3.0, 4.0]);

@@ -61,7 +61,9 @@ fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vec<f32>>
 /// `dim` standard-normal values (Kaldi's SetRandn for test-style initialisation).
 fn randn_vec(dim: usize) -> Vec<f32> {
     let mut rng = rand::rng();
-    (0..dim).map(|_| crate::util::rand_gauss(&mut rng)).collect()
+    (0..dim)
+        .map(|_| crate::util::rand_gauss(&mut rng))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -78,7 +80,10 @@ impl NoOpComponent {
     pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
         let dim = cfg_pos(cfg, "dim")?;
         let backprop_scale = cfg.get_or("backprop-scale", 1.0f32)?;
-        Ok(Box::new(NoOpComponent { dim, backprop_scale }))
+        Ok(Box::new(NoOpComponent {
+            dim,
+            backprop_scale,
+        }))
     }
     /// Registry hook; also accepts the old format written when NoOp was a nonlinearity.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
@@ -107,7 +112,10 @@ impl NoOpComponent {
             backprop_scale = r.f32()?;
         }
         r.expect_token("</NoOpComponent>")?;
-        Ok(Box::new(NoOpComponent { dim, backprop_scale }))
+        Ok(Box::new(NoOpComponent {
+            dim,
+            backprop_scale,
+        }))
     }
 }
 
@@ -124,11 +132,20 @@ impl Component for NoOpComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         None
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, _data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         None
     }
     fn backprop(
@@ -191,7 +208,7 @@ pub struct ElementwiseProductComponent {
 
 impl ElementwiseProductComponent {
     fn checked(input_dim: usize, output_dim: usize) -> bool {
-        input_dim > output_dim && input_dim % output_dim == 0
+        input_dim > output_dim && input_dim.is_multiple_of(output_dim)
     }
     /// Registry hook: `input-dim`, `output-dim` (a proper divisor of input-dim).
     pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
@@ -200,7 +217,10 @@ impl ElementwiseProductComponent {
         if !Self::checked(input_dim, output_dim) {
             return Err(cfg.error("input-dim must be a multiple (> 1) of output-dim"));
         }
-        Ok(Box::new(ElementwiseProductComponent { input_dim, output_dim }))
+        Ok(Box::new(ElementwiseProductComponent {
+            input_dim,
+            output_dim,
+        }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
@@ -212,7 +232,10 @@ impl ElementwiseProductComponent {
             return Err(r.err_at(at, "an <OutputDim> that properly divides <InputDim>"));
         }
         r.expect_token("</ElementwiseProductComponent>")?;
-        Ok(Box::new(ElementwiseProductComponent { input_dim, output_dim }))
+        Ok(Box::new(ElementwiseProductComponent {
+            input_dim,
+            output_dim,
+        }))
     }
 }
 
@@ -229,7 +252,12 @@ impl Component for ElementwiseProductComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         let od = self.output_dim;
         output.copy_from(input.cols_range(0, od));
         for i in 1..self.input_dim / od {
@@ -304,8 +332,13 @@ impl PermuteComponent {
         let column_map: Vec<i32> = cfg.require("column-map")?;
         let reverse_map = Self::reverse_of(&column_map)
             .filter(|_| !column_map.is_empty())
-            .ok_or_else(|| cfg.error_at_value("column-map", "column-map must be a permutation of 0..dim-1"))?;
-        Ok(Box::new(PermuteComponent { column_map, reverse_map }))
+            .ok_or_else(|| {
+                cfg.error_at_value("column-map", "column-map must be a permutation of 0..dim-1")
+            })?;
+        Ok(Box::new(PermuteComponent {
+            column_map,
+            reverse_map,
+        }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
@@ -317,7 +350,10 @@ impl PermuteComponent {
             .filter(|_| !column_map.is_empty())
             .ok_or_else(|| r.err_at(at, "a <ColumnMap> that is a permutation of 0..dim-1"))?;
         r.expect_token("</PermuteComponent>")?;
-        Ok(Box::new(PermuteComponent { column_map, reverse_map }))
+        Ok(Box::new(PermuteComponent {
+            column_map,
+            reverse_map,
+        }))
     }
 }
 
@@ -334,7 +370,12 @@ impl Component for PermuteComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_cols(input, &self.column_map);
         None
     }
@@ -359,7 +400,10 @@ impl Component for PermuteComponent {
         w.token("</PermuteComponent>");
     }
     fn info(&self) -> String {
-        let mut s = format!("PermuteComponent, dim={} , column-map=[ ", self.column_map.len());
+        let mut s = format!(
+            "PermuteComponent, dim={} , column-map=[ ",
+            self.column_map.len()
+        );
         for c in self.column_map.iter().take(5) {
             s += &format!("{c} ");
         }
@@ -388,10 +432,14 @@ impl SumBlockComponent {
         let input_dim = cfg_pos(cfg, "input-dim")?;
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let scale = cfg.get_or("scale", 1.0f32)?;
-        if input_dim % output_dim != 0 {
+        if !input_dim.is_multiple_of(output_dim) {
             return Err(cfg.error("output-dim must divide input-dim"));
         }
-        Ok(Box::new(SumBlockComponent { input_dim, output_dim, scale }))
+        Ok(Box::new(SumBlockComponent {
+            input_dim,
+            output_dim,
+            scale,
+        }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
@@ -399,13 +447,17 @@ impl SumBlockComponent {
         let input_dim = read_pos_i32(r, "<InputDim>")?;
         let at = r.pos();
         let output_dim = read_pos_i32(r, "<OutputDim>")?;
-        if input_dim % output_dim != 0 {
+        if !input_dim.is_multiple_of(output_dim) {
             return Err(r.err_at(at, "an <OutputDim> dividing <InputDim>"));
         }
         r.expect_token("<Scale>")?;
         let scale = r.f32()?;
         r.expect_token("</SumBlockComponent>")?;
-        Ok(Box::new(SumBlockComponent { input_dim, output_dim, scale }))
+        Ok(Box::new(SumBlockComponent {
+            input_dim,
+            output_dim,
+            scale,
+        }))
     }
 }
 
@@ -422,7 +474,12 @@ impl Component for SumBlockComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         let od = self.output_dim;
         for b in 0..self.input_dim / od {
             output.add_mat(self.scale, input.cols_range(b * od, od), Trans::No);
@@ -444,7 +501,8 @@ impl Component for SumBlockComponent {
         };
         let od = self.output_dim;
         for b in 0..self.input_dim / od {
-            d.cols_range_mut(b * od, od).add_mat(self.scale, out_deriv, Trans::No);
+            d.cols_range_mut(b * od, od)
+                .add_mat(self.scale, out_deriv, Trans::No);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -493,7 +551,11 @@ impl SumGroupComponent {
             start += s as usize;
             reverse.extend(std::iter::repeat_n(j as i32, s as usize));
         }
-        Some(SumGroupComponent { sizes, ranges, reverse })
+        Some(SumGroupComponent {
+            sizes,
+            ranges,
+            reverse,
+        })
     }
     /// Registry hook: `sizes=a,b,...` or `input-dim` + `output-dim` (equal groups).
     pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
@@ -502,14 +564,19 @@ impl SumGroupComponent {
         } else {
             let input_dim = cfg_pos(cfg, "input-dim")?;
             let output_dim = cfg_pos(cfg, "output-dim")?;
-            if input_dim % output_dim != 0 {
+            if !input_dim.is_multiple_of(output_dim) {
                 return Err(cfg.error("output-dim must divide input-dim"));
             }
             vec![(input_dim / output_dim) as i32; output_dim]
         };
         Self::from_sizes(sizes)
             .map(|c| Box::new(c) as Box<dyn Component>)
-            .ok_or_else(|| cfg.error_at_value("sizes", "sizes must be a non-empty list of positive integers"))
+            .ok_or_else(|| {
+                cfg.error_at_value(
+                    "sizes",
+                    "sizes must be a non-empty list of positive integers",
+                )
+            })
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
@@ -517,7 +584,8 @@ impl SumGroupComponent {
         r.expect_token("<Sizes>")?;
         let at = r.pos();
         let sizes = r.int_vec()?;
-        let c = Self::from_sizes(sizes).ok_or_else(|| r.err_at(at, "a non-empty <Sizes> list of positive integers"))?;
+        let c = Self::from_sizes(sizes)
+            .ok_or_else(|| r.err_at(at, "a non-empty <Sizes> list of positive integers"))?;
         r.expect_token("</SumGroupComponent>")?;
         Ok(Box::new(c))
     }
@@ -548,7 +616,12 @@ impl Component for SumGroupComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.simple_sum_column_ranges(input, &self.ranges);
         None
     }
@@ -596,10 +669,13 @@ impl PnormComponent {
     pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let input_dim = cfg_pos(cfg, "input-dim")?;
-        if input_dim % output_dim != 0 {
+        if !input_dim.is_multiple_of(output_dim) {
             return Err(cfg.error("output-dim must divide input-dim"));
         }
-        Ok(Box::new(PnormComponent { input_dim, output_dim }))
+        Ok(Box::new(PnormComponent {
+            input_dim,
+            output_dim,
+        }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
@@ -607,11 +683,14 @@ impl PnormComponent {
         let input_dim = read_pos_i32(r, "<InputDim>")?;
         let at = r.pos();
         let output_dim = read_pos_i32(r, "<OutputDim>")?;
-        if input_dim % output_dim != 0 {
+        if !input_dim.is_multiple_of(output_dim) {
             return Err(r.err_at(at, "an <OutputDim> dividing <InputDim>"));
         }
         r.expect_token("</PnormComponent>")?;
-        Ok(Box::new(PnormComponent { input_dim, output_dim }))
+        Ok(Box::new(PnormComponent {
+            input_dim,
+            output_dim,
+        }))
     }
 }
 
@@ -654,7 +733,12 @@ impl Component for PnormComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_NEEDS_OUTPUT
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.simple_group_2norm(input);
         None
     }
@@ -742,12 +826,21 @@ impl Component for FixedScaleComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         output.mul_cols_vec(&self.scales);
         None
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
         None
     }
@@ -839,12 +932,21 @@ impl Component for FixedBiasComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         output.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, mut data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         data.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
@@ -976,8 +1078,14 @@ impl ClipGradientComponent {
     }
 
     /// Clips `d` in place, updating the counters of `upd` (if training).
-    fn clip(&self, in_value: MatView<'_>, d: &mut MatViewMut<'_>, to_update: Option<&mut dyn Component>) {
-        let mut upd = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ClipGradientComponent>());
+    fn clip(
+        &self,
+        in_value: MatView<'_>,
+        d: &mut MatViewMut<'_>,
+        to_update: Option<&mut dyn Component>,
+    ) {
+        let mut upd =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ClipGradientComponent>());
         if self.clipping_threshold > 0.0 {
             if self.norm_based_clipping {
                 let t = self.clipping_threshold;
@@ -1009,7 +1117,12 @@ impl ClipGradientComponent {
 
     /// Self-repair: when the clipped proportion exceeds its threshold, adds a term pulling
     /// the input towards `self-repair-target`, keeping the summed row norms unchanged.
-    fn repair(&self, in_value: MatView<'_>, d: &mut MatViewMut<'_>, upd: &mut ClipGradientComponent) {
+    fn repair(
+        &self,
+        in_value: MatView<'_>,
+        d: &mut MatViewMut<'_>,
+        upd: &mut ClipGradientComponent,
+    ) {
         const REPAIR_PROBABILITY: f32 = 0.5;
         if self.self_repair_clipped_proportion_threshold >= 1.0
             || self.self_repair_scale == 0.0
@@ -1039,10 +1152,19 @@ impl ClipGradientComponent {
         };
         let n = d.num_rows().max(1) as f64;
         let deriv_norm_sum = row_norm_sum(d.as_view());
-        let magnitude = self.self_repair_scale as f64 * clipped_proportion as f64 * (deriv_norm_sum / n);
+        let magnitude =
+            self.self_repair_scale as f64 * clipped_proportion as f64 * (deriv_norm_sum / n);
         let repair_norm_sum = row_norm_sum(repair.view());
-        let scale = if repair_norm_sum != 0.0 { magnitude / (repair_norm_sum / n) } else { 0.0 };
-        d.add_mat((-scale / REPAIR_PROBABILITY as f64) as f32, repair.view(), Trans::No);
+        let scale = if repair_norm_sum != 0.0 {
+            magnitude / (repair_norm_sum / n)
+        } else {
+            0.0
+        };
+        d.add_mat(
+            (-scale / REPAIR_PROBABILITY as f64) as f32,
+            repair.view(),
+            Trans::No,
+        );
         let repaired_norm_sum = row_norm_sum(d.as_view());
         if repaired_norm_sum != 0.0 {
             d.scale((deriv_norm_sum / repaired_norm_sum) as f32);
@@ -1066,11 +1188,20 @@ impl Component for ClipGradientComponent {
             | Properties::BACKPROP_IN_PLACE
             | Properties::BACKPROP_NEEDS_INPUT
     }
-    fn propagate(&self, _: Option<&dyn PrecomputedIndexes>, input: MatView<'_>, mut output: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
         output.copy_from(input);
         None
     }
-    fn propagate_in_place(&self, _: Option<&dyn PrecomputedIndexes>, _data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _data: MatViewMut<'_>,
+    ) -> Option<Memo> {
         None
     }
     fn backprop(
@@ -1177,7 +1308,15 @@ mod tests {
         assert_eq!(y.to_vec(), vec![5.0, 0.0]);
         let od = Matrix::from_rows(&[vec![10.0, 1.0]]);
         let mut id = Matrix::zeros(1, 4);
-        c.backprop(None, x.view(), y.view(), od.view(), None, None, Some(id.view_mut()));
+        c.backprop(
+            None,
+            x.view(),
+            y.view(),
+            od.view(),
+            None,
+            None,
+            Some(id.view_mut()),
+        );
         assert_eq!(id.to_vec(), vec![6.0, 8.0, 0.0, 0.0]);
     }
 
@@ -1197,11 +1336,21 @@ mod tests {
 
     #[test]
     fn norm_based_clipping_scales_long_rows() {
-        let c = ClipGradientComponent::from_config(&cfg("dim=2 clipping-threshold=1 norm-based-clipping=true"))
-            .expect("init");
+        let c = ClipGradientComponent::from_config(&cfg(
+            "dim=2 clipping-threshold=1 norm-based-clipping=true",
+        ))
+        .expect("init");
         let od = Matrix::from_rows(&[vec![3.0, 4.0], vec![0.3, 0.4]]);
         let mut id = Matrix::zeros(2, 2);
-        c.backprop(None, od.view(), od.view(), od.view(), None, None, Some(id.view_mut()));
+        c.backprop(
+            None,
+            od.view(),
+            od.view(),
+            od.view(),
+            None,
+            None,
+            Some(id.view_mut()),
+        );
         let v = id.to_vec();
         assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6);
         assert_eq!(&v[2..], &[0.3, 0.4]);

@@ -39,13 +39,22 @@ pub fn split_model_components(model: &[u8]) -> Vec<(String, String, Vec<u8>)> {
     let mut pos = 0;
     while let Some(i) = find(model, b"<ComponentName> ", pos) {
         let name_start = i + b"<ComponentName> ".len();
-        let Some(name_end) = find(model, b" ", name_start) else { break };
+        let Some(name_end) = find(model, b" ", name_start) else {
+            break;
+        };
         let body_start = name_end + 1;
-        let Some(ty_end) = find(model, b" ", body_start) else { break };
+        let Some(ty_end) = find(model, b" ", body_start) else {
+            break;
+        };
         let ty_tok = String::from_utf8_lossy(&model[body_start..ty_end]).into_owned();
-        let ty = ty_tok.trim_start_matches('<').trim_end_matches('>').to_string();
+        let ty = ty_tok
+            .trim_start_matches('<')
+            .trim_end_matches('>')
+            .to_string();
         let close = format!("</{ty}> ");
-        let Some(c) = find(model, close.as_bytes(), ty_end) else { break };
+        let Some(c) = find(model, close.as_bytes(), ty_end) else {
+            break;
+        };
         let end = c + close.len();
         out.push((
             String::from_utf8_lossy(&model[name_start..name_end]).into_owned(),
@@ -68,18 +77,30 @@ pub fn golden_component(case: &str, name: &str, binary: bool) -> Option<Vec<u8>>
 }
 
 /// Reads component bytes (text or binary) and writes them back; the error names what differs.
-pub fn round_trip_bytes(bytes: &[u8], binary: bool, label: &str) -> Result<Box<dyn Component>, String> {
+pub fn round_trip_bytes(
+    bytes: &[u8],
+    binary: bool,
+    label: &str,
+) -> Result<Box<dyn Component>, String> {
     let mut r = TokenReader::new(bytes, binary, label);
     let c = read_component(&mut r).map_err(|e| format!("{label}: read failed: {e}"))?;
     if !r.at_eof() {
-        return Err(format!("{label}: reader stopped at byte {} of {}", r.pos(), bytes.len()));
+        return Err(format!(
+            "{label}: reader stopped at byte {} of {}",
+            r.pos(),
+            bytes.len()
+        ));
     }
     let mut w = TokenWriter::new(binary);
     c.write(&mut w);
     let out = w.into_bytes();
     if out != bytes {
-        let at = out.iter().zip(bytes).position(|(a, b)| a != b).unwrap_or(out.len().min(bytes.len()));
-        let show = |b: &[u8]| crate::io::codec::describe(b, at.saturating_sub(20));
+        let at = out
+            .iter()
+            .zip(bytes)
+            .position(|(a, b)| a != b)
+            .unwrap_or(out.len().min(bytes.len()));
+        let show = |b: &[u8]| crate::io::codec::describe(b, at.saturating_sub(6));
         return Err(format!(
             "{label}: written bytes differ at byte {at}: ours {} vs Kaldi {}",
             show(&out),
@@ -165,7 +186,13 @@ fn close_vec(a: &[f32], b: &[f32], tol: f32) -> bool {
 /// Σ y ⊙ d in f64 (the objective of the derivative checks).
 fn objective(y: &Matrix, d: &Matrix) -> f64 {
     (0..y.num_rows())
-        .map(|r| y.row(r).iter().zip(d.row(r)).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>())
+        .map(|r| {
+            y.row(r)
+                .iter()
+                .zip(d.row(r))
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
+        })
         .sum()
 }
 
@@ -187,7 +214,11 @@ impl Harness<'_> {
         xin.sub_mut(0, rows, 0, x.num_cols()).copy_from(x.view());
         let mut y = Matrix::zeros(rows, od + if pad_out { 2 } else { 0 });
         y.view_mut().set_const(prefill);
-        let memo = self.c.propagate(None, xin.sub(0, rows, 0, x.num_cols()), y.sub_mut(0, rows, 0, od));
+        let memo = self.c.propagate(
+            None,
+            xin.sub(0, rows, 0, x.num_cols()),
+            y.sub_mut(0, rows, 0, od),
+        );
         (y.sub(0, rows, 0, od).to_matrix(), memo)
     }
 
@@ -197,16 +228,39 @@ impl Harness<'_> {
     }
 
     /// Backprop of `d` at `x`; the input derivative starts filled with `prefill`.
-    fn backward(&self, x: &Matrix, d: &Matrix, to_update: Option<&mut dyn Component>, prefill: f32, strided: bool) -> Matrix {
+    fn backward(
+        &self,
+        x: &Matrix,
+        d: &Matrix,
+        to_update: Option<&mut dyn Component>,
+        prefill: f32,
+        strided: bool,
+    ) -> Matrix {
         let (y, memo) = self.forward(x, 0.0, false);
         let empty = Matrix::zeros(0, 0);
-        let in_value = if self.props.has(Properties::BACKPROP_NEEDS_INPUT) { x.view() } else { empty.view() };
-        let out_value = if self.props.has(Properties::BACKPROP_NEEDS_OUTPUT) { y.view() } else { empty.view() };
+        let in_value = if self.props.has(Properties::BACKPROP_NEEDS_INPUT) {
+            x.view()
+        } else {
+            empty.view()
+        };
+        let out_value = if self.props.has(Properties::BACKPROP_NEEDS_OUTPUT) {
+            y.view()
+        } else {
+            empty.view()
+        };
         let pad = strided && !self.props.has(Properties::INPUT_CONTIGUOUS);
         let (rows, id) = (x.num_rows(), x.num_cols());
         let mut g = Matrix::zeros(rows, id + if pad { 1 } else { 0 });
         g.view_mut().set_const(prefill);
-        self.c.backprop(None, in_value, out_value, d.view(), memo.as_ref(), to_update, Some(g.sub_mut(0, rows, 0, id)));
+        self.c.backprop(
+            None,
+            in_value,
+            out_value,
+            d.view(),
+            memo.as_ref(),
+            to_update,
+            Some(g.sub_mut(0, rows, 0, id)),
+        );
         g.sub(0, rows, 0, id).to_matrix()
     }
 }
@@ -226,11 +280,19 @@ pub fn check_component_config(config: &str, seed: u64) -> Result<Vec<String>, St
 }
 
 /// Runs every generic check on a component (see [`check_component_config`]).
-pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, seed: u64) -> Result<Vec<String>, String> {
+pub fn check_component(
+    c: &mut dyn Component,
+    type_name: &str,
+    config: &str,
+    seed: u64,
+) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     let props = c.properties();
     if c.type_name() != type_name {
-        return Err(format!("type_name() is {} but the config says {type_name}", c.type_name()));
+        return Err(format!(
+            "type_name() is {} but the config says {type_name}",
+            c.type_name()
+        ));
     }
     if !props.has(Properties::SIMPLE) {
         notes.push("not a simple component: skipped by the generic harness".into());
@@ -246,7 +308,10 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
         return Err(format!("zero dimension (input {id}, output {od})"));
     }
     if !c.info().starts_with(type_name) {
-        return Err(format!("info() should start with the type name: {}", c.info()));
+        return Err(format!(
+            "info() should start with the type name: {}",
+            c.info()
+        ));
     }
     let mut rng = crate::util::seeded_rng(seed);
     let x = gauss_matrix(ROWS, id, &mut rng);
@@ -340,11 +405,26 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
         }
         let (y, memo) = h.forward(&x, 0.0, false);
         let empty = Matrix::zeros(0, 0);
-        let in_value = if props.has(Properties::BACKPROP_NEEDS_INPUT) { x.view() } else { empty.view() };
-        let out_value = if props.has(Properties::BACKPROP_NEEDS_OUTPUT) { y.view() } else { empty.view() };
+        let in_value = if props.has(Properties::BACKPROP_NEEDS_INPUT) {
+            x.view()
+        } else {
+            empty.view()
+        };
+        let out_value = if props.has(Properties::BACKPROP_NEEDS_OUTPUT) {
+            y.view()
+        } else {
+            empty.view()
+        };
         let mut deriv = d.clone();
         let mut grad2 = new_gradient();
-        c.backprop_in_place(None, in_value, out_value, memo.as_ref(), Some(grad2.as_mut()), deriv.view_mut());
+        c.backprop_in_place(
+            None,
+            in_value,
+            out_value,
+            memo.as_ref(),
+            Some(grad2.as_mut()),
+            deriv.view_mut(),
+        );
         if !close(&deriv, &g0, 1e-5) {
             return Err("backprop_in_place gives a different input derivative".into());
         }
@@ -354,13 +434,26 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
     }
 
     // Numeric derivative checks.
-    let exempt = NOT_A_DERIVATIVE.contains(&type_name) || NOT_A_DERIVATIVE_KEYS.iter().any(|k| config.contains(k));
+    let exempt = NOT_A_DERIVATIVE.contains(&type_name)
+        || NOT_A_DERIVATIVE_KEYS.iter().any(|k| config.contains(k));
     let piecewise = PIECEWISE.contains(&type_name);
     let f0 = objective(&y0, &d);
-    let noise = 1e-5 * (1.0 + (0..ROWS).map(|r| y0.row(r).iter().zip(d.row(r)).map(|(a, b)| (a * b).abs() as f64).sum::<f64>()).sum::<f64>());
+    let noise = 1e-5
+        * (1.0
+            + (0..ROWS)
+                .map(|r| {
+                    y0.row(r)
+                        .iter()
+                        .zip(d.row(r))
+                        .map(|(a, b)| (a * b).abs() as f64)
+                        .sum::<f64>()
+                })
+                .sum::<f64>());
     let deltas = [1e-2f32, 3e-3, 1e-3];
     if exempt {
-        notes.push("backprop is not the exact derivative here: numeric derivative checks skipped".into());
+        notes.push(
+            "backprop is not the exact derivative here: numeric derivative checks skipped".into(),
+        );
     } else {
         let mut failures = Vec::new();
         for k in 0..3 {
@@ -373,7 +466,8 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
                 let mut xm = x.clone();
                 xm.view_mut().add_mat(-delta, dir.view(), Trans::No);
                 let measured = (objective(&h.value(&xp), &d) - objective(&h.value(&xm), &d)) / 2.0;
-                best = format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
+                best =
+                    format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
                 derivative_agrees(predicted, measured, noise * delta as f64)
             });
             if !ok {
@@ -381,7 +475,10 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
             }
         }
         if failures.len() > usize::from(piecewise) {
-            return Err(format!("input derivative check failed (objective {f0:.4e}): {}", failures.join("; ")));
+            return Err(format!(
+                "input derivative check failed (objective {f0:.4e}): {}",
+                failures.join("; ")
+            ));
         }
         if updatable {
             let theta = params(c);
@@ -389,20 +486,37 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
             let mut failures = Vec::new();
             for k in 0..3 {
                 let dir: Vec<f32> = (0..n).map(|_| crate::util::rand_gauss(&mut rng)).collect();
-                let g_dot: f64 = grad_vec.iter().zip(&dir).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let g_dot: f64 = grad_vec
+                    .iter()
+                    .zip(&dir)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum();
                 let mut best = String::new();
                 let ok = deltas.iter().any(|&delta| {
                     let at = |sign: f32| {
                         let mut cp = c.clone_box();
-                        let p: Vec<f32> = theta.iter().zip(&dir).map(|(t, r)| t + sign * delta * r).collect();
+                        let p: Vec<f32> = theta
+                            .iter()
+                            .zip(&dir)
+                            .map(|(t, r)| t + sign * delta * r)
+                            .collect();
                         if let Some(u) = cp.as_updatable_mut() {
                             u.unvectorize(&p);
                         }
-                        objective(&Harness { c: cp.as_ref(), props }.value(&x), &d)
+                        objective(
+                            &Harness {
+                                c: cp.as_ref(),
+                                props,
+                            }
+                            .value(&x),
+                            &d,
+                        )
                     };
                     let measured = (at(1.0) - at(-1.0)) / 2.0;
                     let predicted = delta as f64 * g_dot;
-                    best = format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
+                    best = format!(
+                        "predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})"
+                    );
                     derivative_agrees(predicted, measured, noise * delta as f64)
                 });
                 if !ok {
@@ -410,7 +524,10 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
                 }
             }
             if failures.len() > usize::from(piecewise) {
-                return Err(format!("parameter derivative check failed: {}", failures.join("; ")));
+                return Err(format!(
+                    "parameter derivative check failed: {}",
+                    failures.join("; ")
+                ));
             }
         }
     }
@@ -423,13 +540,23 @@ pub fn check_component(c: &mut dyn Component, type_name: &str, config: &str, see
 }
 
 /// Parameter algebra and the training-mode update direction.
-fn check_updatable(c: &dyn Component, h: &Harness<'_>, x: &Matrix, d: &Matrix, grad_vec: &[f32], rng: &mut dyn RngCore) -> Result<(), String> {
+fn check_updatable(
+    c: &dyn Component,
+    h: &Harness<'_>,
+    x: &Matrix,
+    d: &Matrix,
+    grad_vec: &[f32],
+    rng: &mut dyn RngCore,
+) -> Result<(), String> {
     let u = c.as_updatable().ok_or("no updatable interface")?;
     let n = u.num_parameters();
     let mut theta = vec![0.0; n];
     u.vectorize(&mut theta);
     if grad_vec.len() != n {
-        return Err(format!("gradient has {} parameters, component {n}", grad_vec.len()));
+        return Err(format!(
+            "gradient has {} parameters, component {n}",
+            grad_vec.len()
+        ));
     }
     let vec_of = |c: &dyn Component| -> Vec<f32> {
         let mut v = vec![0.0; n];
@@ -440,7 +567,9 @@ fn check_updatable(c: &dyn Component, h: &Harness<'_>, x: &Matrix, d: &Matrix, g
     };
     // Vectorize / unvectorize round trip.
     let mut z = c.clone_box();
-    let zu = z.as_updatable_mut().ok_or("clone lost the updatable interface")?;
+    let zu = z
+        .as_updatable_mut()
+        .ok_or("clone lost the updatable interface")?;
     zu.set_zero(false);
     if vec_of(z.as_ref()).iter().any(|&v| v != 0.0) {
         return Err("set_zero left non-zero parameters".into());
@@ -475,9 +604,16 @@ fn check_updatable(c: &dyn Component, h: &Harness<'_>, x: &Matrix, d: &Matrix, g
         pu.perturb_params(0.1, rng);
     }
     let pv = vec_of(p.as_ref());
-    let ms: f64 = pv.iter().zip(&theta).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>() / n.max(1) as f64;
+    let ms: f64 = pv
+        .iter()
+        .zip(&theta)
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum::<f64>()
+        / n.max(1) as f64;
     if n >= 8 && !(0.001..0.05).contains(&ms) {
-        return Err(format!("perturb_params(0.1) changed parameters by mean square {ms}"));
+        return Err(format!(
+            "perturb_params(0.1) changed parameters by mean square {ms}"
+        ));
     }
     // set_zero(true) makes a gradient holder.
     let mut g = c.clone_box();
@@ -496,9 +632,16 @@ fn check_updatable(c: &dyn Component, h: &Harness<'_>, x: &Matrix, d: &Matrix, g
             tu.common_mut().is_gradient = false;
         }
         h.backward(x, d, Some(t.as_mut()), 0.0, false);
-        let change: f64 = vec_of(t.as_ref()).iter().zip(&theta).zip(grad_vec).map(|((a, b), g)| (a - b) as f64 * *g as f64).sum();
+        let change: f64 = vec_of(t.as_ref())
+            .iter()
+            .zip(&theta)
+            .zip(grad_vec)
+            .map(|((a, b), g)| (a - b) as f64 * *g as f64)
+            .sum();
         if change <= 0.0 {
-            return Err(format!("a training update does not follow the gradient (change · gradient = {change:e})"));
+            return Err(format!(
+                "a training update does not follow the gradient (change · gradient = {change:e})"
+            ));
         }
     }
     Ok(())
@@ -510,13 +653,21 @@ fn check_io(c: &dyn Component) -> Result<(), String> {
         let mut w = TokenWriter::new(binary);
         c.write(&mut w);
         let bytes = w.into_bytes();
-        let label = if binary { "binary round trip" } else { "text round trip" };
+        let label = if binary {
+            "binary round trip"
+        } else {
+            "text round trip"
+        };
         let back = round_trip_bytes(&bytes, binary, label)?;
         if back.type_name() != c.type_name() {
             return Err(format!("{label}: read back as {}", back.type_name()));
         }
         if binary && back.info() != c.info() {
-            return Err(format!("{label}: info changed:\n {}\n {}", c.info(), back.info()));
+            return Err(format!(
+                "{label}: info changed:\n {}\n {}",
+                c.info(),
+                back.info()
+            ));
         }
         if back.properties() != c.properties() {
             return Err(format!("{label}: properties changed"));
@@ -535,4 +686,132 @@ fn check_io(c: &dyn Component) -> Result<(), String> {
 /// A view of nothing, for `in_value`/`out_value` a component did not ask for.
 pub fn empty_view() -> MatView<'static> {
     MatView::from_slice(&[], 0, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::MatViewMut;
+    use crate::nnet::component::affine::AffineComponent;
+    use crate::nnet::component::{PrecomputedIndexes, UpdatableComponent};
+
+    /// Deliberate defects, to show that the harness catches them.
+    #[derive(Clone, Copy, Debug)]
+    enum Bug {
+        InputDerivative,
+        ParameterGradient,
+        FalseAddsFlag,
+        NoMutableParams,
+    }
+
+    #[derive(Clone, Debug)]
+    struct Broken(AffineComponent, Bug);
+
+    impl Component for Broken {
+        fn type_name(&self) -> &'static str {
+            self.0.type_name()
+        }
+        fn input_dim(&self) -> usize {
+            self.0.input_dim()
+        }
+        fn output_dim(&self) -> usize {
+            self.0.output_dim()
+        }
+        fn properties(&self) -> Properties {
+            match self.1 {
+                Bug::FalseAddsFlag => self.0.properties() | Properties::PROPAGATE_ADDS,
+                _ => self.0.properties(),
+            }
+        }
+        fn propagate(
+            &self,
+            i: Option<&dyn PrecomputedIndexes>,
+            x: MatView<'_>,
+            y: MatViewMut<'_>,
+        ) -> Option<Memo> {
+            self.0.propagate(i, x, y)
+        }
+        fn backprop(
+            &self,
+            i: Option<&dyn PrecomputedIndexes>,
+            x: MatView<'_>,
+            y: MatView<'_>,
+            d: MatView<'_>,
+            m: Option<&Memo>,
+            u: Option<&mut dyn Component>,
+            g: Option<MatViewMut<'_>>,
+        ) {
+            let u = u
+                .and_then(|u| u.as_any_mut().downcast_mut::<Broken>())
+                .map(|b| &mut b.0 as &mut dyn Component);
+            let mut d2 = d.to_matrix();
+            match self.1 {
+                Bug::InputDerivative => d2.view_mut().scale(1.2),
+                Bug::ParameterGradient => {
+                    // The gradient for the wrong output derivative, the input derivative right.
+                    let mut wrong = d.to_matrix();
+                    wrong.view_mut().scale(-1.0);
+                    self.0.backprop(i, x, y, wrong.view(), m, u, None);
+                    self.0.backprop(i, x, y, d, m, None, g);
+                    return;
+                }
+                _ => {}
+            }
+            self.0.backprop(i, x, y, d2.view(), m, u, g);
+        }
+        fn write(&self, w: &mut TokenWriter) {
+            self.0.write(w)
+        }
+        fn info(&self) -> String {
+            self.0.info()
+        }
+        fn clone_box(&self) -> Box<dyn Component> {
+            Box::new(self.clone())
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+        fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+            Some(&self.0)
+        }
+        fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+            match self.1 {
+                // A gradient holder that is not one: set_zero does nothing.
+                Bug::NoMutableParams => None,
+                _ => Some(&mut self.0),
+            }
+        }
+    }
+
+    #[test]
+    fn harness_accepts_a_correct_affine_component() {
+        let notes =
+            check_component_config("type=AffineComponent input-dim=4 output-dim=3", 7).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn harness_catches_deliberate_defects() {
+        let cfg = ConfigLine::parse_str("input-dim=4 output-dim=3").unwrap();
+        let inner = AffineComponent::from_config(&cfg).unwrap();
+        let inner = inner
+            .as_any()
+            .downcast_ref::<AffineComponent>()
+            .unwrap()
+            .clone();
+        for (bug, want) in [
+            (Bug::InputDerivative, "input derivative check"),
+            (Bug::ParameterGradient, "parameter derivative check"),
+            (Bug::FalseAddsFlag, "PROPAGATE_ADDS"),
+            (Bug::NoMutableParams, "parameter derivative check"),
+        ] {
+            let mut c = Broken(inner.clone(), bug);
+            let e = check_component(&mut c, "AffineComponent", "", 3)
+                .expect_err(&format!("{bug:?} not caught"));
+            assert!(e.contains(want), "{bug:?}: {e}");
+        }
+    }
 }

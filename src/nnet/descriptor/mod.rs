@@ -26,6 +26,8 @@
 pub mod eval;
 pub mod parse;
 
+pub use parse::{DescriptorError, GeneralDescriptor};
+
 /// Which index variable ReplaceIndex replaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IndexVar {
@@ -81,10 +83,11 @@ pub struct Descriptor {
 }
 
 impl ForwardingDescriptor {
-    /// The node this descriptor ultimately reads (the first argument for Switch).
+    /// Output dimension: that of the node it reads (the first argument's, for Switch);
+    /// 0 for a node that does not exist (validation reports that).
     pub fn dim(&self, nnet: &crate::nnet::Nnet) -> usize {
         match self {
-            ForwardingDescriptor::Simple { node, .. } => nnet.node_dim(*node),
+            ForwardingDescriptor::Simple { node, .. } => nnet.checked_node_dim(*node).unwrap_or(0),
             ForwardingDescriptor::Offset { src, .. }
             | ForwardingDescriptor::Round { src, .. }
             | ForwardingDescriptor::ReplaceIndex { src, .. } => src.dim(nnet),

@@ -89,7 +89,8 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, DescriptorError> {
             }
             _ => {
                 let start = i;
-                while i < chars.len() && !matches!(chars[i], ' ' | '\t' | '\r' | '\n' | '(' | ')' | ',')
+                while i < chars.len()
+                    && !matches!(chars[i], ' ' | '\t' | '\r' | '\n' | '(' | ')' | ',')
                 {
                     i += 1;
                 }
@@ -324,7 +325,9 @@ impl GeneralDescriptor {
                         GeneralKind::IfDefined(_) => GeneralKind::IfDefined(b),
                         GeneralKind::Offset(_, t, x) => GeneralKind::Offset(b, *t, *x),
                         GeneralKind::Round(_, m) => GeneralKind::Round(b, *m),
-                        GeneralKind::ReplaceIndex(_, var, v) => GeneralKind::ReplaceIndex(b, *var, *v),
+                        GeneralKind::ReplaceIndex(_, var, v) => {
+                            GeneralKind::ReplaceIndex(b, *var, *v)
+                        }
                         GeneralKind::Scale(s, _) => GeneralKind::Scale(*s, b),
                         _ => GeneralKind::IfDefined(b), // unreachable by the outer match
                     })
@@ -536,7 +539,10 @@ impl Parser<'_> {
     }
 
     fn err_expected(&self, what: &str) -> DescriptorError {
-        DescriptorError::new(self.here(), format!("expected {what}, found {}", self.found()))
+        DescriptorError::new(
+            self.here(),
+            format!("expected {what}, found {}", self.found()),
+        )
     }
 
     fn expect(&mut self, kind: TokenKind, context: &str) -> Result<(), DescriptorError> {
@@ -593,7 +599,12 @@ impl Parser<'_> {
     }
 
     /// `, <expr>` repeated until `)`; at least one expression already parsed by the caller.
-    fn list(&mut self, first: GeneralDescriptor, depth: usize, op: &str) -> Result<Vec<GeneralDescriptor>, DescriptorError> {
+    fn list(
+        &mut self,
+        first: GeneralDescriptor,
+        depth: usize,
+        op: &str,
+    ) -> Result<Vec<GeneralDescriptor>, DescriptorError> {
         let mut v = vec![first];
         loop {
             match self.peek().map(|t| &t.kind) {
@@ -612,7 +623,10 @@ impl Parser<'_> {
 
     fn expr(&mut self, depth: usize) -> Result<GeneralDescriptor, DescriptorError> {
         if depth > MAX_DEPTH {
-            return Err(DescriptorError::new(self.here(), "descriptor nested too deeply"));
+            return Err(DescriptorError::new(
+                self.here(),
+                "descriptor nested too deeply",
+            ));
         }
         let start = self.pos;
         let Some((w, offset)) = self.word() else {
@@ -740,7 +754,11 @@ impl ForwardingDescriptor {
                 if *scale == 1.0 {
                     s.push_str(node_name(names, *node));
                 } else {
-                    s.push_str(&format!("Scale({}, {})", fmt_scalar(*scale), node_name(names, *node)));
+                    s.push_str(&format!(
+                        "Scale({}, {})",
+                        fmt_scalar(*scale),
+                        node_name(names, *node)
+                    ));
                 }
             }
             ForwardingDescriptor::Offset {
