@@ -190,3 +190,58 @@ fn golden_info_lines_match() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn golden_num_parameters_match_info() {
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for (label, raw) in golden_models() {
+        let info_name = if label.ends_with("model.raw") {
+            "info.txt"
+        } else if label.ends_with("before.raw") {
+            "before_info.txt"
+        } else {
+            "after_info.txt"
+        };
+        let Some(dir) = raw.parent() else { continue };
+        let Ok(info) = std::fs::read_to_string(dir.join(info_name)) else {
+            continue;
+        };
+        let Some(want) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("num-parameters: "))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let Ok(bytes) = std::fs::read(&raw) else {
+            continue;
+        };
+        let comps = split_model_components(&bytes);
+        if comps.iter().any(|(_, ty, _)| component_type(ty).is_none()) {
+            continue; // Not every type is implemented yet.
+        }
+        let got = guarded(|| {
+            let mut total = 0;
+            for (name, _, body) in &comps {
+                let mut r = TokenReader::new(body, true, name.as_str());
+                let c =
+                    compnet::nnet::component::read_component(&mut r).map_err(|e| e.to_string())?;
+                if c.properties()
+                    .has(compnet::nnet::component::Properties::UPDATABLE)
+                {
+                    total += c.as_updatable().map_or(0, |u| u.num_parameters());
+                }
+            }
+            Ok(total)
+        });
+        n += 1;
+        match got {
+            Ok(g) if g == want => {}
+            Ok(g) => failures.push(format!("{label}: {g} parameters, Kaldi says {want}")),
+            Err(e) => failures.push(format!("{label}: {e}")),
+        }
+    }
+    eprintln!("compared num-parameters of {n} golden models");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

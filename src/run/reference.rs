@@ -30,7 +30,11 @@ pub struct ReferenceEvaluator<'a> {
     /// Supplied input rows, by (node, Index).
     supplied: HashMap<Cindex, Rc<Vec<Real>>>,
     memo: HashMap<Cindex, RowValue>,
+    depth: usize,
 }
+
+/// Recursion limit (each level uses a few stack frames; run deep networks on a big stack).
+const MAX_DEPTH: usize = 5000;
 
 fn pos_mod(a: i32, m: i32) -> i32 {
     let m = m.max(1);
@@ -56,6 +60,7 @@ impl<'a> ReferenceEvaluator<'a> {
             nnet,
             supplied,
             memo: HashMap::new(),
+            depth: 0,
         })
     }
 
@@ -82,7 +87,16 @@ impl<'a> ReferenceEvaluator<'a> {
         if let Some(v) = self.memo.get(&c) {
             return Ok(v.clone());
         }
-        let v = self.compute_value(c)?;
+        if self.depth > MAX_DEPTH {
+            return Err(Error::Compute(format!(
+                "reference: recursion deeper than {MAX_DEPTH} Cindexes (at node {} t={})",
+                c.0, c.1.t
+            )));
+        }
+        self.depth += 1;
+        let v = self.compute_value(c);
+        self.depth -= 1;
+        let v = v?;
         self.memo.insert(c, v.clone());
         Ok(v)
     }
@@ -225,14 +239,19 @@ impl<'a> ReferenceEvaluator<'a> {
                 None => vec![0.0; s.dim(self.nnet)],
             }),
             SumDescriptor::Sum(a, b) => {
-                match (self.sum_value(a, ix)?, self.sum_value(b, ix)?) {
-                    (Some(mut x), Some(y)) => {
+                // Short-circuit: b is not even looked at when a is not computable, which keeps
+                // recurrences like Sum(x, IfDefined(Offset(self, -1))) from descending forever.
+                let Some(mut x) = self.sum_value(a, ix)? else {
+                    return Ok(None);
+                };
+                match self.sum_value(b, ix)? {
+                    Some(y) => {
                         for (p, q) in x.iter_mut().zip(&y) {
                             *p += q;
                         }
                         Some(x)
                     }
-                    _ => None,
+                    None => None,
                 }
             }
             SumDescriptor::Failover(a, b) => match self.sum_value(a, ix)? {

@@ -673,3 +673,30 @@ mod tests {
         assert_eq!(u.bias.as_slice(), &[5.5]);
     }
 }
+
+#[cfg(test)]
+mod binary_matrix_tests {
+    use super::*;
+
+    #[test]
+    fn matrix_option_reads_binary_kaldi_matrix() {
+        let m = Matrix::from_vec(2, 3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let mut w = TokenWriter::new(true);
+        w.binary_header();
+        w.matrix(&m);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.bin");
+        std::fs::write(&p, w.into_bytes()).unwrap();
+        let cfg = ConfigLine::parse_str(&format!("matrix={} input-dim=2", p.display())).unwrap();
+        let c = FixedAffineComponent::from_config(&cfg).unwrap();
+        let f = c.as_any().downcast_ref::<FixedAffineComponent>().unwrap();
+        assert_eq!(f.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
+        assert_eq!(f.bias.as_slice(), &[3.0, 6.0]);
+        // A mismatching declared dimension is an error naming the option.
+        let cfg = ConfigLine::parse_str(&format!("matrix={} output-dim=3", p.display())).unwrap();
+        let e = FixedAffineComponent::from_config(&cfg)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("output-dim"), "{e}");
+    }
+}
