@@ -300,3 +300,98 @@ fn text_model_converts_like_kaldi() {
     let kaldi = std::fs::read(m.join("model_from_text.txt")).unwrap();
     assert!(ours == kaldi, "{}", first_diff(&ours, &kaldi));
 }
+
+/// A TransitionModel written from the layout in the facts (§2.5), in text or binary.
+fn transition_model(binary: bool) -> Vec<u8> {
+    use compnet::io::TokenWriter;
+    if !binary {
+        return b"<TransitionModel> \n<Topology> \n<TopologyEntry> \n<ForPhones> \n1 2 3 \n\
+</ForPhones> \n<State> 0 <PdfClass> 0 <Transition> 0 0.5 <Transition> 1 0.5 </State> \n\
+<State> 1 </State> \n</TopologyEntry> \n</Topology> \n<Triples> 3 \n1 0 0 \n2 0 1 \n3 0 2 \n\
+</Triples> \n<LogProbs> \n [ 0 -0.6931472 -0.6931472 -0.6931472 -0.6931472 -0.6931472 -0.6931472 ]\n\
+</LogProbs> \n</TransitionModel> \n"
+            .to_vec();
+    }
+    let mut w = TokenWriter::new(true);
+    w.token("<TransitionModel>");
+    w.token("<Topology>");
+    w.int_vec(&[1, 2, 3]);
+    w.int_vec(&[-1, 0, 0, 0]);
+    w.i32(1);
+    w.i32(2);
+    w.i32(0);
+    w.i32(2);
+    w.i32(0);
+    w.f32(0.5);
+    w.i32(1);
+    w.f32(0.5);
+    w.i32(-1);
+    w.i32(0);
+    w.token("</Topology>");
+    w.token("<Triples>");
+    w.i32(3);
+    for p in 1..=3 {
+        w.i32(p);
+        w.i32(0);
+        w.i32(p - 1);
+    }
+    w.token("</Triples>");
+    w.token("<LogProbs>");
+    w.vector(&[
+        0.0, -0.6931472, -0.6931472, -0.6931472, -0.6931472, -0.6931472, -0.6931472,
+    ]);
+    w.token("</LogProbs>");
+    w.token("</TransitionModel>");
+    w.into_bytes()
+}
+
+/// A final.mdl (TransitionModel + AmNnetSimple) around a golden network is read: the network
+/// is the same, the priors and stored context come back, and `copy` writes the raw network.
+#[test]
+fn final_mdl_is_read() {
+    use compnet::io::TokenWriter;
+    let dir = Path::new(GOLDEN).join("cases/seed");
+    let tmp = tempfile::tempdir().unwrap();
+    let priors = [0.25f32, 0.5, 0.25];
+    for binary in [true, false] {
+        let model =
+            std::fs::read(dir.join(if binary { "model.raw" } else { "model.txt" })).unwrap();
+        let body = if binary { &model[2..] } else { &model[..] };
+        let mut w = TokenWriter::new(binary);
+        w.binary_header();
+        w.raw(&transition_model(binary));
+        w.raw(body);
+        w.token("<LeftContext>");
+        w.i32(1);
+        w.token("<RightContext>");
+        w.i32(2);
+        w.token("<Priors>");
+        w.vector(&priors);
+        let mdl = w.into_bytes();
+        let read = compnet::nnet::Nnet::read_model(&mdl, "final.mdl").unwrap();
+        let am = read.am.expect("acoustic-model part");
+        assert_eq!((am.left_context, am.right_context), (1, 2));
+        assert_eq!(am.priors.as_slice(), &priors);
+        assert_eq!(read.binary, binary);
+        assert_eq!(read.nnet.write_model(binary), model);
+        // Through the command line too: a final.mdl copies to the raw network.
+        let p = tmp.path().join("final.mdl");
+        std::fs::write(&p, &mdl).unwrap();
+        let out = tmp.path().join("out");
+        let (ok, err) = compnet(&[
+            "copy",
+            &format!("--binary={binary}"),
+            p.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]);
+        assert!(ok, "{err}");
+        assert_eq!(std::fs::read(&out).unwrap(), model);
+        // Truncations inside the acoustic-model parts are errors.
+        for cut in [10, 60, mdl.len() - 3, mdl.len() - 20] {
+            assert!(
+                compnet::nnet::Nnet::read_model(&mdl[..cut], "final.mdl").is_err(),
+                "cut {cut}"
+            );
+        }
+    }
+}
