@@ -11,12 +11,12 @@ use compnet::compile::steps::{compute_phases, compute_steps, describe_steps};
 use compnet::compile::{compile_computation, Command, CompilerOptions};
 use compnet::compile::{ComputationRequest, IoSpecification};
 use compnet::matrix::Matrix;
-use compnet::nnet::component::Properties;
-use compnet::nnet::{Index, NetworkNode, Nnet};
-use compnet::nnet::descriptor::{ForwardingDescriptor, IndexVar, SumDescriptor};
 use compnet::matrix::{MatView, MatViewMut};
-use std::collections::HashMap;
+use compnet::nnet::component::Properties;
+use compnet::nnet::descriptor::{ForwardingDescriptor, IndexVar, SumDescriptor};
+use compnet::nnet::{Index, NetworkNode, Nnet};
 use compnet::run::NnetComputer;
+use std::collections::HashMap;
 use std::path::Path;
 
 const GOLDEN: &str = "/work/shared/golden";
@@ -29,7 +29,12 @@ fn net(cfg: &str) -> Nnet {
     n
 }
 
-fn io(name: &str, ns: std::ops::Range<i32>, ts: std::ops::Range<i32>, deriv: bool) -> IoSpecification {
+fn io(
+    name: &str,
+    ns: std::ops::Range<i32>,
+    ts: std::ops::Range<i32>,
+    deriv: bool,
+) -> IoSpecification {
     IoSpecification::from_ranges(name, ns, ts, deriv)
 }
 
@@ -43,11 +48,15 @@ fn request(inputs: Vec<IoSpecification>, outputs: Vec<IoSpecification>) -> Compu
 
 /// Deterministic pseudo-random matrix (independent of the crate's RNG helpers).
 fn pseudo_matrix(rows: usize, cols: usize, seed: u64) -> Matrix {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut m = Matrix::zeros(rows, cols);
     for r in 0..rows {
         for c in 0..cols {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let v = ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0;
             m.set(r, c, v as f32);
         }
@@ -73,7 +82,11 @@ impl<'a> Reference<'a> {
                 supplied.insert((node, *i), m.row(r).to_vec());
             }
         }
-        Reference { nnet, supplied, memo: HashMap::new() }
+        Reference {
+            nnet,
+            supplied,
+            memo: HashMap::new(),
+        }
     }
 
     fn compute(&mut self, name: &str, idx: &[Index]) -> Matrix {
@@ -81,7 +94,9 @@ impl<'a> Reference<'a> {
         let dim = self.nnet.node_dim(node);
         let mut m = Matrix::zeros(idx.len(), dim);
         for (r, i) in idx.iter().enumerate() {
-            let v = self.value(node, *i).unwrap_or_else(|| panic!("reference: {name} {i} not computable"));
+            let v = self
+                .value(node, *i)
+                .unwrap_or_else(|| panic!("reference: {name} {i} not computable"));
             m.row_mut(r).copy_from_slice(&v);
         }
         m
@@ -90,7 +105,11 @@ impl<'a> Reference<'a> {
     fn map(f: &ForwardingDescriptor, i: Index) -> (usize, Index, f32) {
         match f {
             ForwardingDescriptor::Simple { node, scale } => (*node, i, *scale),
-            ForwardingDescriptor::Offset { src, t_offset, x_offset } => {
+            ForwardingDescriptor::Offset {
+                src,
+                t_offset,
+                x_offset,
+            } => {
                 let (n, j, s) = Self::map(src, i);
                 (n, Index::new(j.n, j.t + t_offset, j.x + x_offset), s)
             }
@@ -142,7 +161,11 @@ impl<'a> Reference<'a> {
         let nnet = self.nnet;
         let v = match &nnet.nodes[node] {
             NetworkNode::Input { .. } => self.supplied.get(&(node, i)).cloned(),
-            NetworkNode::DimRange { input_node, dim_offset, dim } => self
+            NetworkNode::DimRange {
+                input_node,
+                dim_offset,
+                dim,
+            } => self
                 .value(*input_node, i)
                 .map(|v| v[*dim_offset..dim_offset + dim].to_vec()),
             NetworkNode::Descriptor { descriptor, .. } => {
@@ -164,7 +187,11 @@ impl<'a> Reference<'a> {
                 self.value(node - 1, i).map(|x| {
                     let mut out = vec![0.0; c.output_dim()];
                     let od = out.len();
-                    c.propagate(None, MatView::from_slice(&x, 1, x.len()), MatViewMut::from_slice(&mut out, 1, od));
+                    c.propagate(
+                        None,
+                        MatView::from_slice(&x, 1, x.len()),
+                        MatViewMut::from_slice(&mut out, 1, od),
+                    );
                     out
                 })
             }
@@ -199,7 +226,10 @@ fn check_against_reference(nnet: &Nnet, req: &ComputationRequest) -> NnetComputa
             .stack_size(512 << 20)
             .spawn_scoped(sc, || {
                 let mut reference = Reference::new(nnet, &refs);
-                req.outputs.iter().map(|o| reference.compute(&o.name, &o.indexes)).collect()
+                req.outputs
+                    .iter()
+                    .map(|o| reference.compute(&o.name, &o.indexes))
+                    .collect()
             })
             .unwrap()
             .join()
@@ -247,7 +277,11 @@ fn steps_of(nnet: &Nnet, req: &ComputationRequest) -> Vec<(String, usize)> {
         let node = g.cindexes[id].0;
         if matches!(nnet.nodes[node], NetworkNode::Component { .. }) && !steps.is_input_step[k] {
             let prev = &steps.steps[k - 1];
-            assert_eq!(g.cindexes[prev[0]].0, node - 1, "rule (b): descriptor step first");
+            assert_eq!(
+                g.cindexes[prev[0]].0,
+                node - 1,
+                "rule (b): descriptor step first"
+            );
             let a: Vec<Index> = s.iter().map(|&i| g.cindexes[i].1).collect();
             let b: Vec<Index> = prev.iter().map(|&i| g.cindexes[i].1).collect();
             assert_eq!(a, b, "rule (b): same Indexes");
@@ -274,7 +308,11 @@ fn steps_of(nnet: &Nnet, req: &ComputationRequest) -> Vec<(String, usize)> {
             .collect();
         assert_eq!(found.len(), 1, "rule (a): one step for {}", spec.name);
         let idx: Vec<Index> = found[0].iter().map(|&i| g.cindexes[i].1).collect();
-        assert_eq!(idx, spec.indexes, "rule (a): request order for {}", spec.name);
+        assert_eq!(
+            idx, spec.indexes,
+            "rule (a): request order for {}",
+            spec.name
+        );
     }
     describe_steps(nnet, &g, &steps)
 }
@@ -342,7 +380,10 @@ output-node name=output input=Sum(b, Scale(-2, Offset(hi, -1)))
 #[test]
 fn simple_net_graph_and_steps() {
     let n = net(SIMPLE);
-    let req = request(vec![io("input", 0..2, 0..3, false)], vec![io("output", 0..2, 0..3, false)]);
+    let req = request(
+        vec![io("input", 0..2, 0..3, false)],
+        vec![io("output", 0..2, 0..3, false)],
+    );
     let g = build_graph(&n, &req).unwrap();
     // 6 Indexes at each of input, a_input, a, r_input, r, output.
     assert_eq!(g.len(), 36);
@@ -356,10 +397,18 @@ fn simple_net_graph_and_steps() {
 fn spliced_net_uses_only_needed_inputs() {
     let n = net(SPLICED);
     // Output t=0..4 needs t in [-3, 6] of the input; supply more than needed.
-    let req = request(vec![io("input", 0..1, -5..9, false)], vec![io("output", 0..1, 0..4, false)]);
+    let req = request(
+        vec![io("input", 0..1, -5..9, false)],
+        vec![io("output", 0..1, 0..4, false)],
+    );
     let g = build_graph(&n, &req).unwrap();
     let tnode = n.node_index("t").unwrap();
-    let mut ts: Vec<i32> = g.cindexes.iter().filter(|c| c.0 == tnode).map(|c| c.1.t).collect();
+    let mut ts: Vec<i32> = g
+        .cindexes
+        .iter()
+        .filter(|c| c.0 == tnode)
+        .map(|c| c.1.t)
+        .collect();
     ts.sort();
     assert_eq!(ts, (-2..4).collect::<Vec<_>>());
     // All supplied inputs are kept (rule a), even unused ones.
@@ -372,7 +421,10 @@ fn spliced_net_uses_only_needed_inputs() {
 #[test]
 fn rnn_terminates_and_splits_per_time() {
     let n = net(RNN);
-    let req = request(vec![io("input", 0..2, 0..6, false)], vec![io("output", 0..2, 0..6, false)]);
+    let req = request(
+        vec![io("input", 0..2, 0..6, false)],
+        vec![io("output", 0..2, 0..6, false)],
+    );
     let steps = steps_of(&n, &req);
     let count = |name: &str| steps.iter().filter(|s| s.0 == name).count();
     // The recurrent layer is one step per time; the layers before and after are one step.
@@ -404,7 +456,10 @@ fn clockwork_switch_round() {
 fn descriptor_zoo_failover_dimrange_replaceindex() {
     let n = net(DESCRIPTOR_ZOO);
     let req = request(
-        vec![io("input", 0..2, 0..10, false), io("ivector", 0..2, 0..1, false)],
+        vec![
+            io("input", 0..2, 0..10, false),
+            io("ivector", 0..2, 0..1, false),
+        ],
         vec![io("output", 0..2, 2..9, false)],
     );
     steps_of(&n, &req);
@@ -412,7 +467,10 @@ fn descriptor_zoo_failover_dimrange_replaceindex() {
     // Failover chooses its second argument at the first frames: output must be computable
     // from t=1 (a needs t-1; b at t-1 needs a at t-1 and IfDefined is optional).
     let req = request(
-        vec![io("input", 0..1, 0..10, false), io("ivector", 0..1, 0..1, false)],
+        vec![
+            io("input", 0..1, 0..10, false),
+            io("ivector", 0..1, 0..1, false),
+        ],
         vec![io("output", 0..1, 2..9, false)],
     );
     check_against_reference(&n, &req);
@@ -421,41 +479,65 @@ fn descriptor_zoo_failover_dimrange_replaceindex() {
 #[test]
 fn not_computable_message_names_outputs_and_missing_input() {
     let n = net(SPLICED);
-    let req = request(vec![io("input", 0..1, -3..6, false)], vec![io("output", 0..1, 0..5, false)]);
+    let req = request(
+        vec![io("input", 0..1, -3..6, false)],
+        vec![io("output", 0..1, 0..5, false)],
+    );
     let e = compile_computation(&n, &req, &CompilerOptions::default())
         .unwrap_err()
         .to_string();
     assert!(e.contains("Not all outputs were computable"), "{e}");
     assert!(e.contains("output 'output': 1 of 5"), "{e}");
     assert!(e.contains("[ (0, 4) ]"), "{e}");
-    assert!(e.contains("'input' (n=0, t=6), which the request does not supply"), "{e}");
+    assert!(
+        e.contains("'input' (n=0, t=6), which the request does not supply"),
+        "{e}"
+    );
     assert!(e.contains("supply t up to 6"), "{e}");
 }
 
 #[test]
 fn request_errors_are_clear() {
     let n = net(SIMPLE);
-    let bad = request(vec![io("nosuch", 0..1, 0..1, false)], vec![io("output", 0..1, 0..1, false)]);
-    let e = compile_computation(&n, &bad, &CompilerOptions::default()).unwrap_err().to_string();
+    let bad = request(
+        vec![io("nosuch", 0..1, 0..1, false)],
+        vec![io("output", 0..1, 0..1, false)],
+    );
+    let e = compile_computation(&n, &bad, &CompilerOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("'nosuch'"), "{e}");
-    let bad = request(vec![io("input", 0..1, 0..1, false)], vec![io("r", 0..1, 0..1, false)]);
-    let e = compile_computation(&n, &bad, &CompilerOptions::default()).unwrap_err().to_string();
+    let bad = request(
+        vec![io("input", 0..1, 0..1, false)],
+        vec![io("r", 0..1, 0..1, false)],
+    );
+    let e = compile_computation(&n, &bad, &CompilerOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not an output node"), "{e}");
     let mut dup = io("input", 0..1, 0..2, false);
     dup.indexes.push(Index::new(0, 0, 0));
     let bad = request(vec![dup], vec![io("output", 0..1, 0..1, false)]);
-    let e = compile_computation(&n, &bad, &CompilerOptions::default()).unwrap_err().to_string();
+    let e = compile_computation(&n, &bad, &CompilerOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("more than once"), "{e}");
 }
 
 #[test]
 fn graph_builder_computable_info() {
     let n = net(RNN);
-    let req = request(vec![io("input", 0..1, 0..4, false)], vec![io("output", 0..1, -2..6, false)]);
+    let req = request(
+        vec![io("input", 0..1, 0..4, false)],
+        vec![io("output", 0..1, -2..6, false)],
+    );
     let mut b = ComputationGraphBuilder::new(&n, &req);
     b.compute().unwrap();
     let info = b.get_computable_info();
-    assert_eq!(info[0], [false, false, true, true, true, true, false, false]);
+    assert_eq!(
+        info[0],
+        [false, false, true, true, true, true, false, false]
+    );
     assert!(!b.all_outputs_are_computable());
 }
 
@@ -479,7 +561,11 @@ fn check_input_deriv(nnet: &Nnet, req: &ComputationRequest) {
         .iter()
         .enumerate()
         .map(|(k, o)| {
-            pseudo_matrix(o.indexes.len(), nnet.node_dim(nnet.node_index(&o.name).unwrap()), 99 + k as u64)
+            pseudo_matrix(
+                o.indexes.len(),
+                nnet.node_dim(nnet.node_index(&o.name).unwrap()),
+                99 + k as u64,
+            )
         })
         .collect();
     let objective = |ins: &[Matrix]| -> f64 {
@@ -536,28 +622,50 @@ fn check_input_deriv(nnet: &Nnet, req: &ComputationRequest) {
 #[test]
 fn backward_matches_finite_differences() {
     let n = net(SPLICED);
-    let req = request(vec![io("input", 0..2, -3..7, true)], vec![io("output", 0..2, 0..4, true)]);
+    let req = request(
+        vec![io("input", 0..2, -3..7, true)],
+        vec![io("output", 0..2, 0..4, true)],
+    );
     check_input_deriv(&n, &req);
     let n = net(DESCRIPTOR_ZOO);
     let req = request(
-        vec![io("input", 0..1, 0..8, true), io("ivector", 0..1, 0..1, true)],
+        vec![
+            io("input", 0..1, 0..8, true),
+            io("ivector", 0..1, 0..1, true),
+        ],
         vec![io("output", 0..1, 2..7, true)],
     );
     check_input_deriv(&n, &req);
     let n = net(RNN);
-    let req = request(vec![io("input", 0..2, 0..4, true)], vec![io("output", 0..2, 0..4, true)]);
+    let req = request(
+        vec![io("input", 0..2, 0..4, true)],
+        vec![io("output", 0..2, 0..4, true)],
+    );
     check_input_deriv(&n, &req);
     let n = net(CLOCKWORK);
-    let req = request(vec![io("input", 0..1, -2..9, true)], vec![io("output", 0..1, 0..7, true)]);
+    let req = request(
+        vec![io("input", 0..1, -2..9, true)],
+        vec![io("output", 0..1, 0..7, true)],
+    );
     check_input_deriv(&n, &req);
 }
 
 #[test]
 fn computation_structure() {
     let n = net(SIMPLE);
-    let mut req = request(vec![io("input", 0..1, 0..3, true)], vec![io("output", 0..1, 0..3, true)]);
+    let mut req = request(
+        vec![io("input", 0..1, 0..3, true)],
+        vec![io("output", 0..1, 0..3, true)],
+    );
     req.need_model_derivative = true;
-    let comp = compile_computation(&n, &req, &CompilerOptions { output_debug_info: true }).unwrap();
+    let comp = compile_computation(
+        &n,
+        &req,
+        &CompilerOptions {
+            output_debug_info: true,
+        },
+    )
+    .unwrap();
     let marker = comp
         .commands
         .iter()
@@ -566,18 +674,33 @@ fn computation_structure() {
     let fwd = &comp.commands[..marker];
     let bwd = &comp.commands[marker + 1..];
     assert!(fwd.iter().any(|c| matches!(c, Command::AcceptInput { .. })));
-    assert!(fwd.iter().any(|c| matches!(c, Command::ProvideOutput { .. })));
+    assert!(fwd
+        .iter()
+        .any(|c| matches!(c, Command::ProvideOutput { .. })));
     assert!(bwd.iter().any(|c| matches!(c, Command::AcceptInput { .. })));
-    assert!(bwd.iter().any(|c| matches!(c, Command::ProvideOutput { .. })));
-    assert!(bwd.iter().any(|c| matches!(c, Command::Backprop { update: true, .. })));
+    assert!(bwd
+        .iter()
+        .any(|c| matches!(c, Command::ProvideOutput { .. })));
+    assert!(bwd
+        .iter()
+        .any(|c| matches!(c, Command::Backprop { update: true, .. })));
     let text = format_computation(&comp, &n);
     assert!(text.contains("a.Propagate(NULL, m"), "{text}");
     assert!(text.contains("= user input [for node: 'input']"), "{text}");
     assert!(text.contains("m1 == input.value [ (0, 0:2) ]"), "{text}");
     // No backward part without derivatives.
-    let req = request(vec![io("input", 0..1, 0..3, false)], vec![io("output", 0..1, 0..3, false)]);
+    let req = request(
+        vec![io("input", 0..1, 0..3, false)],
+        vec![io("output", 0..1, 0..3, false)],
+    );
     let comp = compile_computation(&n, &req, &CompilerOptions::default()).unwrap();
-    assert!(matches!(comp.commands.iter().rev().find(|c| !matches!(c, Command::DeallocMatrix { .. })), Some(Command::NoOperationMarker)));
+    assert!(matches!(
+        comp.commands
+            .iter()
+            .rev()
+            .find(|c| !matches!(c, Command::DeallocMatrix { .. })),
+        Some(Command::NoOperationMarker)
+    ));
 }
 
 #[test]
@@ -588,7 +711,9 @@ fn compact_index_printing() {
 
 fn load_golden(path: &Path) -> Result<Nnet, String> {
     let p = path.to_str().unwrap();
-    Nnet::read_model_file(p).map(|r| r.nnet).map_err(|e| e.to_string())
+    Nnet::read_model_file(p)
+        .map(|r| r.nnet)
+        .map_err(|e| e.to_string())
 }
 
 fn is_unknown_type(e: &str) -> bool {
@@ -598,12 +723,27 @@ fn is_unknown_type(e: &str) -> bool {
 #[test]
 fn rejected_goldens_give_kaldis_errors() {
     for (case, want) in [
-        ("failover-const", "Illegal combination of Failover operation with Const() expression"),
-        ("sum-inconsistent-scale", "Inconsistent value for sum descriptor: for node 2, it can have scales 1 vs. -0.5"),
+        (
+            "failover-const",
+            "Illegal combination of Failover operation with Const() expression",
+        ),
+        (
+            "sum-inconsistent-scale",
+            "Inconsistent value for sum descriptor: for node 2, it can have scales 1 vs. -0.5",
+        ),
     ] {
-        let n = load_golden(&Path::new(GOLDEN).join("rejected").join(case).join("model.raw"))
-            .unwrap_or_else(|e| panic!("{case}: {e}"));
-        let req = request(vec![io("input", 0..1, 0..7, false)], vec![io("output", 0..1, 0..7, false)]);
+        let n = load_golden(
+            &Path::new(GOLDEN)
+                .join("rejected")
+                .join(case)
+                .join("model.raw"),
+        )
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let ctx = nnet_context(&n).unwrap();
+        let req = request(
+            vec![io("input", 0..1, -ctx.left..7 + ctx.right, false)],
+            vec![io("output", 0..1, 0..7, false)],
+        );
         let e = compile_computation(&n, &req, &CompilerOptions::default())
             .err()
             .unwrap_or_else(|| panic!("{case} compiled"))
@@ -614,8 +754,13 @@ fn rejected_goldens_give_kaldis_errors() {
     match load_golden(&Path::new(GOLDEN).join("rejected/xvector-short-utterance/model.raw")) {
         Err(e) => assert!(is_unknown_type(&e), "{e}"),
         Ok(n) => {
-            let req = request(vec![io("input", 0..1, 0..7, false)], vec![io("output", 0..1, 0..7, false)]);
-            let e = compile_computation(&n, &req, &CompilerOptions::default()).unwrap_err().to_string();
+            let req = request(
+                vec![io("input", 0..1, 0..7, false)],
+                vec![io("output", 0..1, 0..7, false)],
+            );
+            let e = compile_computation(&n, &req, &CompilerOptions::default())
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("Not all outputs were computable"), "{e}");
         }
     }
@@ -641,7 +786,11 @@ fn context_matches_golden_info() {
                 .parse()
                 .unwrap()
         };
-        let want = (field("left-context:"), field("right-context:"), field("modulus:"));
+        let want = (
+            field("left-context:"),
+            field("right-context:"),
+            field("modulus:"),
+        );
         match load_golden(&d.join("model.raw")) {
             Err(e) => {
                 assert!(is_unknown_type(&e), "{name}: {e}");
@@ -655,7 +804,10 @@ fn context_matches_golden_info() {
         }
     }
     eprintln!("context checked: {checked:?}; skipped (unknown component types): {skipped:?}");
-    assert!(checked.len() >= 5, "too few golden cases loaded: {checked:?}");
+    assert!(
+        checked.len() >= 5,
+        "too few golden cases loaded: {checked:?}"
+    );
 }
 
 #[test]
@@ -669,9 +821,14 @@ fn golden_nets_compile_and_match_reference() {
         .collect();
     dirs.sort();
     for d in dirs {
-        let Ok(mut n) = load_golden(&d.join("model.raw")) else { continue };
+        let Ok(mut n) = load_golden(&d.join("model.raw")) else {
+            continue;
+        };
         // The test's reference evaluates simple components only.
-        if n.components.iter().any(|c| !c.properties().has(Properties::SIMPLE)) {
+        if n.components
+            .iter()
+            .any(|c| !c.properties().has(Properties::SIMPLE))
+        {
             continue;
         }
         for c in n.components.iter_mut() {
@@ -692,8 +849,123 @@ fn golden_nets_compile_and_match_reference() {
 #[test]
 fn outputs_are_deterministic() {
     let n = net(RNN);
-    let req = request(vec![io("input", 0..2, 0..5, false)], vec![io("output", 0..2, 0..5, false)]);
+    let req = request(
+        vec![io("input", 0..2, 0..5, false)],
+        vec![io("output", 0..2, 0..5, false)],
+    );
     let a = check_against_reference(&n, &req);
     let b = check_against_reference(&n, &req);
     assert_eq!(a.outs[0].to_vec(), b.outs[0].to_vec());
+}
+
+#[test]
+fn cli_compile_prints_computation() {
+    let model = Path::new(GOLDEN).join("cases/seed/model.raw");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"))
+        .args([
+            "compile",
+            model.to_str().unwrap(),
+            "--input=input:0..1:-1..11",
+            "--output=output:0..1:0..9",
+            "--backprop",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("input-0: name=input, has-deriv=true, indexes=[ (0, -1:11) (1, -1:11) ]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("= user input [for node: 'input']"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(".Backprop("), "{stdout}");
+    // Too little right context: a clear error, non-zero exit.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"))
+        .args([
+            "compile",
+            model.to_str().unwrap(),
+            "--input=input:0:-1..10",
+            "--output=output:0:0..9",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("supply t up to 11"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Random networks from the shared generator: every one whose config loads and whose
+/// components are simple compiles, and the compiled forward pass equals this file's
+/// reference; with derivatives, the backward pass runs and gives derivatives of the right
+/// shape. `COMPNET_COMPILE_RANDOM_NETS` sets the count (default 80).
+#[test]
+fn random_networks_match_reference() {
+    use compnet::testing::{random_nnet_config, random_request};
+    let count: u64 = std::env::var("COMPNET_COMPILE_RANDOM_NETS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(80);
+    let mut ran = 0;
+    let mut config_errors = Vec::new();
+    for seed in 0..count {
+        let rnet = random_nnet_config(seed, false);
+        let mut n = match Nnet::from_config_text(&rnet.config, "<random>") {
+            Ok(n) => n,
+            Err(e) => {
+                config_errors.push(format!("seed {seed}: {e}"));
+                continue;
+            }
+        };
+        for c in n.components.iter_mut() {
+            c.set_test_mode(true);
+        }
+        if n.components
+            .iter()
+            .any(|c| !c.properties().has(Properties::SIMPLE))
+        {
+            continue;
+        }
+        let ctx = nnet_context(&n).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", rnet.config));
+        let rr = random_request(&n, &rnet, ctx.left, ctx.right, seed, seed % 2 == 1)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        check_against_reference(&n, &rr.request);
+        if seed % 2 == 1 {
+            check_input_deriv_shapes(&n, &rr.request);
+        }
+        ran += 1;
+    }
+    eprintln!("random nets run: {ran}; config errors (not the compiler's): {config_errors:?}");
+    assert!(ran >= count / 4, "too few random nets ran: {ran}");
+}
+
+fn check_input_deriv_shapes(nnet: &Nnet, req: &ComputationRequest) {
+    let comp = compile_computation(nnet, req, &CompilerOptions::default()).unwrap();
+    let mut delta = nnet.clone();
+    for c in delta.components.iter_mut() {
+        if let Some(u) = c.as_updatable_mut() {
+            u.set_zero(true);
+        }
+    }
+    let mut c = NnetComputer::new(&comp, nnet, Some(&mut delta));
+    for (k, s) in req.inputs.iter().enumerate() {
+        let dim = nnet.node_dim(nnet.node_index(&s.name).unwrap());
+        c.accept_input(&s.name, pseudo_matrix(s.indexes.len(), dim, k as u64))
+            .unwrap();
+    }
+    c.run_forward().unwrap();
+    for o in req.outputs.iter().filter(|o| o.has_deriv) {
+        let dim = nnet.node_dim(nnet.node_index(&o.name).unwrap());
+        c.accept_output_deriv(&o.name, pseudo_matrix(o.indexes.len(), dim, 3))
+            .unwrap();
+    }
+    c.run_backward()
+        .unwrap_or_else(|e| panic!("{e}\n{}", format_computation(&comp, nnet)));
+    for i in req.inputs.iter().filter(|i| i.has_deriv) {
+        assert_eq!(c.input_deriv(&i.name).unwrap().num_rows(), i.indexes.len());
+    }
 }

@@ -144,6 +144,7 @@ fn ref_gemm(
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)] // the parameters are the GEMM problem itself
 fn check_gemm(
     m: usize,
     n: usize,
@@ -1004,7 +1005,7 @@ fn grouped_reductions() {
                 .diff_group_pnorm(src.view(), out.view(), od.view(), p);
             din.check_border();
             let h = 1e-3;
-            for i in 0..r {
+            for (i, srow) in s64.iter().enumerate() {
                 for k in 0..c {
                     let grp = k / gs;
                     let norm = |x: &[f64]| {
@@ -1017,7 +1018,7 @@ fn grouped_reductions() {
                                 .powf(1.0 / pf)
                         }
                     };
-                    let mut xp = s64[i][grp * gs..(grp + 1) * gs].to_vec();
+                    let mut xp = srow[grp * gs..(grp + 1) * gs].to_vec();
                     let mut xm = xp.clone();
                     xp[k % gs] += h;
                     xm[k % gs] -= h;

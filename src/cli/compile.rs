@@ -65,7 +65,9 @@ pub fn parse_io_spec(spec: &str, has_deriv: bool) -> Result<IoSpecification> {
         )));
     };
     if name.is_empty() {
-        return Err(Error::Usage(format!("bad io specification '{spec}': empty name")));
+        return Err(Error::Usage(format!(
+            "bad io specification '{spec}': empty name"
+        )));
     }
     let ns = parse_range(n, "n", spec)?;
     let ts = parse_range(t, "t", spec)?;

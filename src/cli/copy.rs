@@ -7,6 +7,9 @@ use crate::nnet::Nnet;
 
 /// Options of `compnet copy`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet copy [--binary=true|false] [--learning-rate=R] [--scale=S] <model-in> <model-out>"
+)]
 pub struct Args {
     /// Write the model in binary (`--binary=false` for text).
     #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",

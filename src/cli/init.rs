@@ -8,6 +8,9 @@ use crate::nnet::Nnet;
 
 /// Options of `compnet init`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet init [--srand=N] [--binary=true|false] [<existing-model>] <config> <model-out>"
+)]
 pub struct Args {
     /// Seed for the random initialisation of parameters.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -17,7 +20,7 @@ pub struct Args {
           default_missing_value = "true", action = clap::ArgAction::Set)]
     pub binary: bool,
     /// `[<existing-model>] <config> <model-out>`.
-    #[arg(num_args = 2..=3, required = true, value_names = ["EXISTING_MODEL|CONFIG", "CONFIG|MODEL_OUT"])]
+    #[arg(num_args = 2..=3, required = true, value_name = "ARGS")]
     pub args: Vec<String>,
 }
 

@@ -95,8 +95,7 @@ fn check_request(nnet: &Nnet, request: &ComputationRequest) -> Result<()> {
                 s.name
             )));
         };
-        if !nnet.is_input_node(node) && !matches!(nnet.nodes[node], NetworkNode::Component { .. })
-        {
+        if !nnet.is_input_node(node) && !matches!(nnet.nodes[node], NetworkNode::Component { .. }) {
             return Err(Error::Compute(format!(
                 "the request supplies input '{}', which is not an input or component node",
                 s.name
@@ -230,7 +229,8 @@ impl Compiler<'_> {
         for s in 0..n {
             let node = self.node_of_step(steps, s);
             let ids = &steps[s];
-            let output_indexes: Vec<Index> = ids.iter().map(|&id| self.graph.cindexes[id].1).collect();
+            let output_indexes: Vec<Index> =
+                ids.iter().map(|&id| self.graph.cindexes[id].1).collect();
             let mut info = StepInfo {
                 node,
                 is_input: is_input[s],
@@ -238,6 +238,19 @@ impl Compiler<'_> {
                 ..Default::default()
             };
             if ids.is_empty() {
+                // The input step of a component that needs no input rows (e.g. a
+                // ConstantComponent): a 0-row matrix of the right width, so Propagate gets
+                // a well-formed (empty) input.
+                let width = match self.nnet.nodes.get(node + 1) {
+                    Some(NetworkNode::Component { component }) => self
+                        .nnet
+                        .components
+                        .get(*component)
+                        .map_or(0, |c| c.input_dim()),
+                    _ => node_dim(self.nnet, node),
+                };
+                let m = comp.new_matrix(0, width);
+                info.value = comp.whole_submatrix(m);
                 self.steps[s] = info;
                 continue;
             }
@@ -250,7 +263,9 @@ impl Compiler<'_> {
                     dim,
                 } => {
                     // The source step: where this step's first row's source lives.
-                    let src = self.graph.get_cindex_id(&(*input_node, info.output_indexes[0]));
+                    let src = self
+                        .graph
+                        .get_cindex_id(&(*input_node, info.output_indexes[0]));
                     let src_step = src
                         .and_then(|id| self.locations.get(id))
                         .map(|l| l.0)
@@ -365,7 +380,11 @@ impl Compiler<'_> {
                     )));
                 }
                 for c in &used {
-                    if let Some(l) = self.graph.get_cindex_id(c).and_then(|id| self.locations.get(id)) {
+                    if let Some(l) = self
+                        .graph
+                        .get_cindex_id(c)
+                        .and_then(|id| self.locations.get(id))
+                    {
                         locs.push(*l);
                     }
                 }
@@ -464,13 +483,22 @@ impl Compiler<'_> {
             .map_err(|e| Error::Compute(format!("node '{name}': {e}")))?;
         let rows = info.input_locations_list[part].len();
         let mut groups: Vec<(f32, Vec<Vec<Loc>>)> = Vec::new();
+        // Scale per source node, computed once.
+        let mut scale_cache: Vec<(usize, f32)> = Vec::new();
         for (r, list) in info.input_locations_list[part].iter().enumerate() {
             for &(st, row) in list {
                 let src = &self.steps[st];
-                let alpha = sum
-                    .scale_for(ScaleTarget::Node(src.node))
-                    .map_err(|e| Error::Compute(format!("node '{name}': {e}")))?
-                    .unwrap_or(1.0);
+                let alpha = match scale_cache.iter().find(|c| c.0 == src.node) {
+                    Some(c) => c.1,
+                    None => {
+                        let a = sum
+                            .scale_for(ScaleTarget::Node(src.node))
+                            .map_err(|e| Error::Compute(format!("node '{name}': {e}")))?
+                            .unwrap_or(1.0);
+                        scale_cache.push((src.node, a));
+                        a
+                    }
+                };
                 let sub = if deriv { src.deriv } else { src.value };
                 if sub == 0 {
                     continue; // no derivative wanted there
@@ -547,7 +575,11 @@ impl Compiler<'_> {
                     },
                     out_deriv: info.deriv,
                     in_deriv,
-                    memo: if props.has(Properties::USES_MEMO) { s } else { 0 },
+                    memo: if props.has(Properties::USES_MEMO) {
+                        s
+                    } else {
+                        0
+                    },
                     update,
                 });
             }
@@ -605,7 +637,11 @@ impl Compiler<'_> {
                 }
                 let d = &mut dbg[sm.matrix];
                 d.is_deriv = is_deriv;
-                d.cindexes = info.output_indexes.iter().map(|i| (info.node, *i)).collect();
+                d.cindexes = info
+                    .output_indexes
+                    .iter()
+                    .map(|i| (info.node, *i))
+                    .collect();
             }
         }
         comp.matrix_debug_info = dbg;
@@ -635,33 +671,65 @@ fn sub_cols(comp: &mut NnetComputation, parent: usize, off: usize, dim: usize) -
 }
 
 /// Forward: adds (or, as the first term into a zeroed matrix, copies) one split vector.
-fn forward_from_locations(comp: &mut NnetComputation, value: usize, alpha: f32, first: bool, v: &[Loc]) {
+fn forward_from_locations(
+    comp: &mut NnetComputation,
+    value: usize,
+    alpha: f32,
+    first: bool,
+    v: &[Loc],
+) {
     if let Some((src, indexes)) = convert_to_indexes(v) {
         let src = src as usize;
         let identity = comp.submatrices[src].num_rows == indexes.len()
             && indexes.iter().enumerate().all(|(i, &x)| x == i as i32);
         if identity {
             comp.commands.push(if first {
-                Command::MatrixCopy { dst: value, src, alpha }
+                Command::MatrixCopy {
+                    dst: value,
+                    src,
+                    alpha,
+                }
             } else {
-                Command::MatrixAdd { dst: value, src, alpha }
+                Command::MatrixAdd {
+                    dst: value,
+                    src,
+                    alpha,
+                }
             });
             return;
         }
         comp.indexes.push(indexes);
         let ix = comp.indexes.len() - 1;
         comp.commands.push(if first {
-            Command::CopyRows { dst: value, src, indexes: ix, alpha }
+            Command::CopyRows {
+                dst: value,
+                src,
+                indexes: ix,
+                alpha,
+            }
         } else {
-            Command::AddRows { dst: value, src, indexes: ix, alpha }
+            Command::AddRows {
+                dst: value,
+                src,
+                indexes: ix,
+                alpha,
+            }
         });
     } else {
         comp.indexes_multi.push(v.to_vec());
         let ix = comp.indexes_multi.len() - 1;
         comp.commands.push(if first {
-            Command::CopyRowsMulti { dst: value, indexes_multi: ix, alpha }
+            Command::CopyRowsMulti {
+                dst: value,
+                indexes_multi: ix,
+                alpha,
+            }
         } else {
-            Command::AddRowsMulti { dst: value, indexes_multi: ix, alpha }
+            Command::AddRowsMulti {
+                dst: value,
+                indexes_multi: ix,
+                alpha,
+            }
         });
     }
 }
@@ -672,14 +740,22 @@ fn backward_from_locations(comp: &mut NnetComputation, deriv: usize, alpha: f32,
         // Several destination sub-matrices; the split guarantees unique locations.
         comp.indexes_multi.push(v.to_vec());
         let ix = comp.indexes_multi.len() - 1;
-        comp.commands.push(Command::AddToRowsMulti { src: deriv, indexes_multi: ix, alpha });
+        comp.commands.push(Command::AddToRowsMulti {
+            src: deriv,
+            indexes_multi: ix,
+            alpha,
+        });
         return;
     };
     let dst = dst as usize;
     let dst_rows = comp.submatrices[dst].num_rows;
     let num_rows = indexes.len();
     if dst_rows == num_rows && indexes.iter().enumerate().all(|(i, &x)| x == i as i32) {
-        comp.commands.push(Command::MatrixAdd { dst, src: deriv, alpha });
+        comp.commands.push(Command::MatrixAdd {
+            dst,
+            src: deriv,
+            alpha,
+        });
         return;
     }
     // Unique destinations: reverse the mapping and use AddRows.
@@ -700,7 +776,12 @@ fn backward_from_locations(comp: &mut NnetComputation, deriv: usize, alpha: f32,
     if unique {
         comp.indexes.push(reverse);
         let ix = comp.indexes.len() - 1;
-        comp.commands.push(Command::AddRows { dst, src: deriv, indexes: ix, alpha });
+        comp.commands.push(Command::AddRows {
+            dst,
+            src: deriv,
+            indexes: ix,
+            alpha,
+        });
         return;
     }
     if let Some(mut ranges) = has_contiguous_property(&indexes) {
@@ -719,5 +800,9 @@ fn backward_from_locations(comp: &mut NnetComputation, deriv: usize, alpha: f32,
     }
     comp.indexes_multi.push(v.to_vec());
     let ix = comp.indexes_multi.len() - 1;
-    comp.commands.push(Command::AddToRowsMulti { src: deriv, indexes_multi: ix, alpha });
+    comp.commands.push(Command::AddToRowsMulti {
+        src: deriv,
+        indexes_multi: ix,
+        alpha,
+    });
 }

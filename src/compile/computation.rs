@@ -76,19 +76,50 @@ pub enum Command {
     /// `dst += alpha · src` (Kaldi's kMatrixAdd).
     MatrixAdd { dst: usize, src: usize, alpha: f32 },
     /// `dst[i] = alpha · src[indexes[i]]` (−1 → zero) (kCopyRows).
-    CopyRows { dst: usize, src: usize, indexes: usize, alpha: f32 },
+    CopyRows {
+        dst: usize,
+        src: usize,
+        indexes: usize,
+        alpha: f32,
+    },
     /// `dst[i] += alpha · src[indexes[i]]` (−1 → nothing) (kAddRows).
-    AddRows { dst: usize, src: usize, indexes: usize, alpha: f32 },
+    AddRows {
+        dst: usize,
+        src: usize,
+        indexes: usize,
+        alpha: f32,
+    },
     /// `dst[i] = alpha · row (sub-matrix, row) of indexes_multi[..][i]` (kCopyRowsMulti).
-    CopyRowsMulti { dst: usize, indexes_multi: usize, alpha: f32 },
+    CopyRowsMulti {
+        dst: usize,
+        indexes_multi: usize,
+        alpha: f32,
+    },
     /// `(sub-matrix, row) of indexes_multi[..][i] = alpha · src[i]` (kCopyToRowsMulti).
-    CopyToRowsMulti { src: usize, indexes_multi: usize, alpha: f32 },
+    CopyToRowsMulti {
+        src: usize,
+        indexes_multi: usize,
+        alpha: f32,
+    },
     /// `dst[i] += alpha · row (sub-matrix, row) of indexes_multi[..][i]` (kAddRowsMulti).
-    AddRowsMulti { dst: usize, indexes_multi: usize, alpha: f32 },
+    AddRowsMulti {
+        dst: usize,
+        indexes_multi: usize,
+        alpha: f32,
+    },
     /// `(sub-matrix, row) of indexes_multi[..][i] += alpha · src[i]` (kAddToRowsMulti).
-    AddToRowsMulti { src: usize, indexes_multi: usize, alpha: f32 },
+    AddToRowsMulti {
+        src: usize,
+        indexes_multi: usize,
+        alpha: f32,
+    },
     /// `dst[i] += alpha · Σ src[ranges[i].0 .. ranges[i].1]` (kAddRowRanges).
-    AddRowRanges { dst: usize, src: usize, indexes_ranges: usize, alpha: f32 },
+    AddRowRanges {
+        dst: usize,
+        src: usize,
+        indexes_ranges: usize,
+        alpha: f32,
+    },
     /// Copy the supplied input for node `node` into sub-matrix `s` (kAcceptInput).
     AcceptInput { s: usize, node: usize },
     /// Hand sub-matrix `s` out as the value (or derivative) of node `node` (kProvideOutput).
@@ -131,7 +162,10 @@ impl NnetComputation {
     /// Adds a matrix and returns its index (creating the placeholder 0 if needed).
     pub fn new_matrix(&mut self, num_rows: usize, num_cols: usize) -> usize {
         if self.matrices.is_empty() {
-            self.matrices.push(MatrixInfo { num_rows: 0, num_cols: 0 });
+            self.matrices.push(MatrixInfo {
+                num_rows: 0,
+                num_cols: 0,
+            });
         }
         self.matrices.push(MatrixInfo { num_rows, num_cols });
         self.matrices.len() - 1

@@ -38,17 +38,21 @@ pub fn nnet_modulus(nnet: &Nnet) -> i32 {
 /// window.
 fn computable_for_shift(nnet: &Nnet, start: i32, window: i32) -> Result<Vec<bool>> {
     let n = 0;
-    let ts: Vec<Index> = (start..start + window).map(|t| Index::new(n, t, 0)).collect();
+    let ts: Vec<Index> = (start..start + window)
+        .map(|t| Index::new(n, t, 0))
+        .collect();
     let mut request = ComputationRequest::default();
-    request.inputs.push(IoSpecification {
-        name: "input".into(),
-        indexes: ts.clone(),
-        has_deriv: false,
-    });
-    if nnet.node_index("ivector").is_some() {
+    // Kaldi supplies only `input` (and `ivector`); other input nodes (beyond Kaldi's "simple"
+    // networks) are supplied like `input`, which gives Kaldi's answer whenever Kaldi has one.
+    for name in nnet.input_names() {
+        let indexes = if name == "ivector" {
+            vec![Index::new(n, 0, 0)]
+        } else {
+            ts.clone()
+        };
         request.inputs.push(IoSpecification {
-            name: "ivector".into(),
-            indexes: vec![Index::new(n, 0, 0)],
+            name: name.to_string(),
+            indexes,
             has_deriv: false,
         });
     }
@@ -59,7 +63,10 @@ fn computable_for_shift(nnet: &Nnet, start: i32, window: i32) -> Result<Vec<bool
     });
     let mut b = ComputationGraphBuilder::new(nnet, &request);
     b.compute()?;
-    Ok(b.get_computable_info().into_iter().next().unwrap_or_default())
+    Ok(b.get_computable_info()
+        .into_iter()
+        .next()
+        .unwrap_or_default())
 }
 
 /// Kaldi's ComputeSimpleNnetContext plus the modulus. Requires nodes named `input` (an
@@ -77,8 +84,7 @@ pub fn nnet_context(nnet: &Nnet) -> Result<NnetContext> {
         Some(o) if nnet.is_output_node(o) => {}
         _ => {
             return Err(Error::Compute(
-                "cannot compute the context: the network has no output node named 'output'"
-                    .into(),
+                "cannot compute the context: the network has no output node named 'output'".into(),
             ))
         }
     }

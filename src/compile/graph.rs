@@ -305,8 +305,7 @@ impl<'a> ComputationGraphBuilder<'a> {
         let mut stack = vec![id];
         while let Some(c) = stack.pop() {
             self.usable_count[c] -= 1;
-            if self.usable_count[c] == 0
-                && self.computable_info[c] != ComputableInfo::NotComputable
+            if self.usable_count[c] == 0 && self.computable_info[c] != ComputableInfo::NotComputable
             {
                 stack.extend(self.graph.dependencies[c].iter().copied());
             }
@@ -392,8 +391,12 @@ impl<'a> ComputationGraphBuilder<'a> {
                 };
                 let in_node = node.wrapping_sub(1);
                 let misc = &self.request.misc_info;
-                if comp.is_computable(misc, &index, &|i| self.available(&(in_node, *i), false), None)
-                {
+                if comp.is_computable(
+                    misc,
+                    &index,
+                    &|i| self.available(&(in_node, *i), false),
+                    None,
+                ) {
                     ComputableInfo::Computable
                 } else if !comp.is_computable(
                     misc,

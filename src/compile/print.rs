@@ -18,10 +18,12 @@ fn submatrix_name(c: &NnetComputation, s: usize) -> String {
     if s == 0 {
         return "NULL".into();
     }
-    let whole = c
-        .matrices
-        .get(sm.matrix)
-        .is_some_and(|m| sm.row_offset == 0 && sm.col_offset == 0 && sm.num_rows == m.num_rows && sm.num_cols == m.num_cols);
+    let whole = c.matrices.get(sm.matrix).is_some_and(|m| {
+        sm.row_offset == 0
+            && sm.col_offset == 0
+            && sm.num_rows == m.num_rows
+            && sm.num_cols == m.num_cols
+    });
     if whole {
         format!("m{}", sm.matrix)
     } else {
@@ -90,7 +92,10 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
     let comps = &nnet.component_names;
     match cmd {
         Command::AllocMatrix { m } => {
-            let (r, k) = c.matrices.get(*m).map_or((0, 0), |x| (x.num_rows, x.num_cols));
+            let (r, k) = c
+                .matrices
+                .get(*m)
+                .map_or((0, 0), |x| (x.num_rows, x.num_cols));
             format!("m{m} = zeros({r}, {k})")
         }
         Command::DeallocMatrix { m } => format!("m{m} = []"),
@@ -121,7 +126,11 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
                 s.push_str(&format!(" [memo {memo}]"));
             }
             if *store_stats {
-                s.push_str(&format!("; {}.StoreStats({})", name_of(comps, *component), sn(*output)));
+                s.push_str(&format!(
+                    "; {}.StoreStats({})",
+                    name_of(comps, *component),
+                    sn(*output)
+                ));
             }
             s
         }
@@ -165,49 +174,95 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
         Command::MatrixAdd { dst, src, alpha } => {
             format!("{} += {}{}", sn(*dst), alpha_prefix(*alpha), sn(*src))
         }
-        Command::CopyRows { dst, src, indexes, alpha } => format!(
+        Command::CopyRows {
+            dst,
+            src,
+            indexes,
+            alpha,
+        } => format!(
             "{}.CopyRows({}, {}{})",
             sn(*dst),
             fmt_g(*alpha as f64, 6),
             sn(*src),
-            c.indexes.get(*indexes).map_or("[?]".into(), |v| format_int_list(v))
+            c.indexes
+                .get(*indexes)
+                .map_or("[?]".into(), |v| format_int_list(v))
         ),
-        Command::AddRows { dst, src, indexes, alpha } => format!(
+        Command::AddRows {
+            dst,
+            src,
+            indexes,
+            alpha,
+        } => format!(
             "{}.AddRows({}, {}{})",
             sn(*dst),
             fmt_g(*alpha as f64, 6),
             sn(*src),
-            c.indexes.get(*indexes).map_or("[?]".into(), |v| format_int_list(v))
+            c.indexes
+                .get(*indexes)
+                .map_or("[?]".into(), |v| format_int_list(v))
         ),
-        Command::CopyRowsMulti { dst, indexes_multi, alpha } => format!(
+        Command::CopyRowsMulti {
+            dst,
+            indexes_multi,
+            alpha,
+        } => format!(
             "{}.CopyRowsMulti({}, {})",
             sn(*dst),
             fmt_g(*alpha as f64, 6),
-            c.indexes_multi.get(*indexes_multi).map_or("[?]".into(), |v| format_multi(c, v))
+            c.indexes_multi
+                .get(*indexes_multi)
+                .map_or("[?]".into(), |v| format_multi(c, v))
         ),
-        Command::AddRowsMulti { dst, indexes_multi, alpha } => format!(
+        Command::AddRowsMulti {
+            dst,
+            indexes_multi,
+            alpha,
+        } => format!(
             "{}.AddRowsMulti({}, {})",
             sn(*dst),
             fmt_g(*alpha as f64, 6),
-            c.indexes_multi.get(*indexes_multi).map_or("[?]".into(), |v| format_multi(c, v))
+            c.indexes_multi
+                .get(*indexes_multi)
+                .map_or("[?]".into(), |v| format_multi(c, v))
         ),
-        Command::CopyToRowsMulti { src, indexes_multi, alpha } => format!(
+        Command::CopyToRowsMulti {
+            src,
+            indexes_multi,
+            alpha,
+        } => format!(
             "{}.CopyToRowsMulti({}, {})",
-            c.indexes_multi.get(*indexes_multi).map_or("[?]".into(), |v| format_multi(c, v)),
+            c.indexes_multi
+                .get(*indexes_multi)
+                .map_or("[?]".into(), |v| format_multi(c, v)),
             fmt_g(*alpha as f64, 6),
             sn(*src)
         ),
-        Command::AddToRowsMulti { src, indexes_multi, alpha } => format!(
+        Command::AddToRowsMulti {
+            src,
+            indexes_multi,
+            alpha,
+        } => format!(
             "{}.AddToRowsMulti({}, {})",
-            c.indexes_multi.get(*indexes_multi).map_or("[?]".into(), |v| format_multi(c, v)),
+            c.indexes_multi
+                .get(*indexes_multi)
+                .map_or("[?]".into(), |v| format_multi(c, v)),
             fmt_g(*alpha as f64, 6),
             sn(*src)
         ),
-        Command::AddRowRanges { dst, src, indexes_ranges, alpha } => {
-            let r = c.indexes_ranges.get(*indexes_ranges).map_or("[?]".into(), |v| {
-                let items: Vec<String> = v.iter().map(|&(a, b)| format!("{a}:{b}")).collect();
-                format!("[{}]", items.join(", "))
-            });
+        Command::AddRowRanges {
+            dst,
+            src,
+            indexes_ranges,
+            alpha,
+        } => {
+            let r = c
+                .indexes_ranges
+                .get(*indexes_ranges)
+                .map_or("[?]".into(), |v| {
+                    let items: Vec<String> = v.iter().map(|&(a, b)| format!("{a}:{b}")).collect();
+                    format!("[{}]", items.join(", "))
+                });
             format!(
                 "{}.AddRowRanges({}, {}{})",
                 sn(*dst),
@@ -217,14 +272,24 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
             )
         }
         Command::AcceptInput { s, node } => {
-            format!("{} = user input [for node: '{}']", sn(*s), name_of(nodes, *node))
+            format!(
+                "{} = user input [for node: '{}']",
+                sn(*s),
+                name_of(nodes, *node)
+            )
         }
         Command::ProvideOutput { s, node } => {
-            format!("output {} to user [for node: '{}']", sn(*s), name_of(nodes, *node))
+            format!(
+                "output {} to user [for node: '{}']",
+                sn(*s),
+                name_of(nodes, *node)
+            )
         }
         Command::NoOperation => "[no-op]".into(),
         Command::NoOperationPermanent => "[no-op-permanent]".into(),
-        Command::NoOperationMarker => "# computation segment separator [e.g., begin backward commands]".into(),
+        Command::NoOperationMarker => {
+            "# computation segment separator [e.g., begin backward commands]".into()
+        }
         Command::NoOperationLabel => "[label]".into(),
         Command::GotoLabel { target } => format!("goto c{target}"),
     }
@@ -254,7 +319,10 @@ pub fn format_computation(c: &NnetComputation, nnet: &Nnet) -> String {
             "# What each matrix holds: m = <node>.[value|deriv] [ <Indexes> ]"
         );
         for (i, d) in c.matrix_debug_info.iter().enumerate().skip(1) {
-            let node = d.cindexes.first().map_or("?", |x| name_of(&nnet.node_names, x.0));
+            let node = d
+                .cindexes
+                .first()
+                .map_or("?", |x| name_of(&nnet.node_names, x.0));
             let idx: Vec<Index> = d.cindexes.iter().map(|x| x.1).collect();
             let _ = writeln!(
                 out,

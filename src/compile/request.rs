@@ -148,7 +148,11 @@ mod tests {
     fn compact_form() {
         let s = IoSpecification::from_ranges("input", 0..2, -1..2, false);
         assert_eq!(format_indexes(&s.indexes), "[ (0, -1:1) (1, -1:1) ]");
-        let v = vec![Index::new(0, 3, 0), Index::new(0, 5, 1), Index::new(0, 6, 1)];
+        let v = vec![
+            Index::new(0, 3, 0),
+            Index::new(0, 5, 1),
+            Index::new(0, 6, 1),
+        ];
         assert_eq!(format_indexes(&v), "[ (0, 3) (0, 5:6, 1) ]");
         assert_eq!(format_indexes(&[]), "[ ]");
     }

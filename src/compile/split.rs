@@ -99,7 +99,12 @@ pub fn convert_to_indexes(locs: &[Loc]) -> Option<(i32, Vec<i32>)> {
     if sub < 0 {
         return None;
     }
-    Some((sub, locs.iter().map(|&(s, r)| if s < 0 { -1 } else { r }).collect()))
+    Some((
+        sub,
+        locs.iter()
+            .map(|&(s, r)| if s < 0 { -1 } else { r })
+            .collect(),
+    ))
 }
 
 /// True if each value ≥ 0 appears in one contiguous run; then `ranges[v]` is the half-open
@@ -215,17 +220,16 @@ mod tests {
         let s = split_locations(&lists);
         assert_eq!(regroup(&s, 4), sum_of(&lists));
         // sub-matrix 1 feeds 3 of 4 rows: it gets a vector of its own.
-        assert!(s.iter().any(|v| convert_to_indexes(v).map(|x| x.0) == Some(1)));
+        assert!(s
+            .iter()
+            .any(|v| convert_to_indexes(v).map(|x| x.0) == Some(1)));
         let b = split_locations_backward(&lists);
         assert_eq!(regroup(&b, 4), sum_of(&lists));
     }
 
     #[test]
     fn contiguous() {
-        assert_eq!(
-            has_contiguous_property(&[0, 0, 2, 2, -1, 2]),
-            None
-        );
+        assert_eq!(has_contiguous_property(&[0, 0, 2, 2, -1, 2]), None);
         assert_eq!(
             has_contiguous_property(&[0, 0, 2, 2, -1]),
             Some(vec![(0, 2), (-1, -1), (2, 4)])

@@ -197,8 +197,7 @@ pub fn compute_phases(nnet: &Nnet, graph: &ComputationGraph) -> Result<Vec<Vec<u
         };
         if this_phase.is_empty() {
             return Err(Error::Compute(
-                "trying to process a computation with cycles (a Cindex depends on itself)"
-                    .into(),
+                "trying to process a computation with cycles (a Cindex depends on itself)".into(),
             ));
         }
         let mut placed = 0usize;
@@ -307,7 +306,9 @@ impl StepsComputer<'_> {
             &request.inputs
         };
         let spec = specs.iter().find(|s| &s.name == name).ok_or_else(|| {
-            Error::Compute(format!("internal error: node '{name}' is not in the request"))
+            Error::Compute(format!(
+                "internal error: node '{name}' is not in the request"
+            ))
         })?;
         if spec.indexes.len() != sub_phase.len() {
             return Err(Error::Compute(format!(
@@ -324,13 +325,14 @@ impl StepsComputer<'_> {
         let node = step[0].0;
         let in_node = node.wrapping_sub(1);
         let NetworkNode::Component { component } = &self.nnet.nodes[node] else {
-            return Err(Error::Compute("internal error: not a component node".into()));
+            return Err(Error::Compute(
+                "internal error: not a component node".into(),
+            ));
         };
-        let comp = self
-            .nnet
-            .components
-            .get(*component)
-            .ok_or_else(|| Error::Compute(format!("component index {component} out of range")))?;
+        let comp =
+            self.nnet.components.get(*component).ok_or_else(|| {
+                Error::Compute(format!("component index {component} out of range"))
+            })?;
         let props = comp.properties();
         if props.has(Properties::SIMPLE) {
             let input: Vec<Cindex> = step.iter().map(|c| (in_node, c.1)).collect();
@@ -364,7 +366,9 @@ impl StepsComputer<'_> {
     fn process_dim_range(&mut self, sub_phase: &[Cindex]) -> Result<()> {
         let node = sub_phase[0].0;
         let NetworkNode::DimRange { input_node, .. } = &self.nnet.nodes[node] else {
-            return Err(Error::Compute("internal error: not a dim-range node".into()));
+            return Err(Error::Compute(
+                "internal error: not a dim-range node".into(),
+            ));
         };
         let mut src_steps: Vec<usize> = Vec::new();
         for c in sub_phase {
@@ -373,9 +377,12 @@ impl StepsComputer<'_> {
                     continue; // already placed by an earlier mirror step
                 }
             }
-            let src = self.graph.get_cindex_id(&(*input_node, c.1)).ok_or_else(|| {
-                Error::Compute("internal error: dim-range source not in graph".into())
-            })?;
+            let src = self
+                .graph
+                .get_cindex_id(&(*input_node, c.1))
+                .ok_or_else(|| {
+                    Error::Compute("internal error: dim-range source not in graph".into())
+                })?;
             let loc = self.locations.get(src).copied().unwrap_or((usize::MAX, 0));
             if loc.0 == usize::MAX {
                 return Err(Error::Compute(
@@ -455,7 +462,11 @@ pub fn compute_steps(
 }
 
 /// Steps grouped per node, for tests and diagnostics: (node name, number of rows) per step.
-pub fn describe_steps(nnet: &Nnet, graph: &ComputationGraph, steps: &Steps) -> Vec<(String, usize)> {
+pub fn describe_steps(
+    nnet: &Nnet,
+    graph: &ComputationGraph,
+    steps: &Steps,
+) -> Vec<(String, usize)> {
     steps
         .steps
         .iter()
@@ -471,7 +482,11 @@ pub fn describe_steps(nnet: &Nnet, graph: &ComputationGraph, steps: &Steps) -> V
 }
 
 /// Counts how many steps each node got (used by tests).
-pub fn steps_per_node(nnet: &Nnet, graph: &ComputationGraph, steps: &Steps) -> HashMap<String, usize> {
+pub fn steps_per_node(
+    nnet: &Nnet,
+    graph: &ComputationGraph,
+    steps: &Steps,
+) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for (name, _) in describe_steps(nnet, graph, steps) {
         *m.entry(name).or_insert(0) += 1;

@@ -37,3 +37,35 @@ fn check_finite_slow(kernel: &str, m: MatView<'_>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_finite_slow;
+    use crate::matrix::Matrix;
+
+    #[test]
+    fn finite_matrix_passes() {
+        check_finite_slow(
+            "test",
+            Matrix::from_vec(2, 2, vec![1.0, -2.0, 0.0, 3.5]).view(),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "row 1, column 0")]
+    fn nan_is_reported_with_its_position() {
+        check_finite_slow(
+            "test",
+            Matrix::from_vec(2, 2, vec![1.0, 2.0, f32::NAN, 0.0]).view(),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "inf")]
+    fn infinity_is_reported() {
+        check_finite_slow(
+            "test",
+            Matrix::from_vec(1, 2, vec![1.0, f32::INFINITY]).view(),
+        );
+    }
+}

@@ -158,6 +158,7 @@ impl MatViewMut<'_> {
                 *x /= s;
             }
         }
+        super::check::check_finite("softmax_per_row_from", self.as_view());
     }
     /// `self = y ⊙ (d − (d·y))` per row, y = softmax output.
     pub fn diff_softmax_per_row(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
@@ -181,6 +182,7 @@ impl MatViewMut<'_> {
                 *x -= lse;
             }
         }
+        super::check::check_finite("log_softmax_per_row_from", self.as_view());
     }
     /// `self = d − exp(y) · sum(d)` per row, y = log-softmax output.
     pub fn diff_log_softmax_per_row(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {

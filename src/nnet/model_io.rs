@@ -232,6 +232,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
     }
     let n = n as usize;
     let mut names: Vec<String> = Vec::with_capacity(n);
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut components: Vec<Box<dyn Component>> = Vec::with_capacity(n);
     for _ in 0..n {
         r.expect_token("<ComponentName>")?;
@@ -240,7 +241,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
         if !is_valid_name(&name) {
             return Err(r.err_at(name_at, format!("a valid component name (got '{name}')")));
         }
-        if names.contains(&name) {
+        if !seen.insert(name.clone()) {
             return Err(r.err_at(
                 name_at,
                 format!("a component name not used before (got duplicate '{name}')"),

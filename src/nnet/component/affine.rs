@@ -17,10 +17,15 @@ use crate::nnet::config_line::ConfigLine;
 /// Natural-gradient hyper-parameters of `NaturalGradientAffineComponent`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NgAffineOptions {
+    /// Rank of the input-side Fisher estimate.
     pub rank_in: i32,
+    /// Rank of the output-side Fisher estimate.
     pub rank_out: i32,
+    /// Minibatches between updates of the Fisher estimates.
     pub update_period: i32,
+    /// Time constant (in frames) of the Fisher estimates.
     pub num_samples_history: f32,
+    /// Smoothing of the Fisher estimates towards the unit matrix.
     pub alpha: f32,
 }
 
@@ -60,6 +65,7 @@ impl NgAffineOptions {
 /// `AffineComponent` or (with `natural_gradient`) `NaturalGradientAffineComponent`.
 #[derive(Clone, Debug)]
 pub struct AffineComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
     /// W, output-dim × input-dim.
     pub linear: Matrix,

@@ -105,10 +105,13 @@ fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
 /// vertically (output-dim × input-dim/num-blocks).
 #[derive(Clone, Debug)]
 pub struct BlockAffineComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
     /// The blocks stacked vertically: block k is rows [k·ob, (k+1)·ob).
     pub linear: Matrix,
+    /// b, one value per row of W.
     pub bias: Vector,
+    /// Number of diagonal blocks.
     pub num_blocks: usize,
 }
 
@@ -299,10 +302,13 @@ impl UpdatableComponent for BlockAffineComponent {
 /// num-repeats consecutive blocks of the input.
 #[derive(Clone, Debug)]
 pub struct RepeatedAffineComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
     /// W, (output-dim/num-repeats) × (input-dim/num-repeats).
     pub linear: Matrix,
+    /// b, one value per row of W.
     pub bias: Vector,
+    /// Number of input blocks the affine is applied to.
     pub num_repeats: usize,
     /// True for `NaturalGradientRepeatedAffineComponent`.
     pub natural_gradient: bool,

@@ -16,11 +16,13 @@ const LINEAR: &str = "LinearComponent";
 /// `LinearComponent`.
 #[derive(Clone, Debug)]
 pub struct LinearComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
     /// W, output-dim × input-dim.
     pub params: Matrix,
     /// Kaldi's orthonormal-constraint (0 = none); only stored here.
     pub orthonormal_constraint: f32,
+    /// Whether training uses natural gradient.
     pub use_natural_gradient: bool,
     /// rank-in, rank-out, update-period, num-samples-history, alpha.
     pub ng: NgAffineOptions,

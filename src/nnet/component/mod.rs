@@ -19,6 +19,12 @@ pub mod nonlinear;
 pub mod normalize;
 pub mod simple_misc;
 pub mod updatable;
+pub mod lstm;
+pub mod backprop_truncation;
+pub mod dropout_general;
+pub mod tdnn;
+pub mod statistics;
+pub mod constant;
 
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
@@ -417,6 +423,61 @@ static REGISTRY: &[ComponentType] = &[
         test_configs: &["dim=5 dropout-proportion=0.3 test-mode=true"],
     },
     // General (non-simple) components:
+    ComponentType {
+        name: "TdnnComponent",
+        from_config: tdnn::TdnnComponent::from_config,
+        read: tdnn::TdnnComponent::read,
+        test_configs: &["input-dim=5 output-dim=4 time-offsets=-1,0,1", "input-dim=4 output-dim=3 time-offsets=-3,0 use-bias=false orthonormal-constraint=-1 l2-regularize=0.01 max-change=0.75"],
+    },
+    ComponentType {
+        name: "StatisticsExtractionComponent",
+        from_config: statistics::StatisticsExtractionComponent::from_config,
+        read: statistics::StatisticsExtractionComponent::read,
+        test_configs: &["input-dim=4 input-period=1 output-period=3 include-variance=true", "input-dim=3 output-period=2 include-variance=false"],
+    },
+    ComponentType {
+        name: "StatisticsPoolingComponent",
+        from_config: statistics::StatisticsPoolingComponent::from_config,
+        read: statistics::StatisticsPoolingComponent::read,
+        test_configs: &["input-dim=9 input-period=3 left-context=6 right-context=6 num-log-count-features=1", "input-dim=5 left-context=0 right-context=4 output-stddevs=false"],
+    },
+    ComponentType {
+        name: "ConstantComponent",
+        from_config: constant::ConstantComponent::from_config,
+        read: constant::ConstantComponent::read,
+        test_configs: &["output-dim=5 output-mean=0.1 output-stddev=0.2", "output-dim=3 is-updatable=false use-natural-gradient=false"],
+    },
+    // Recurrence and dropout components:
+    ComponentType {
+        name: "LstmNonlinearityComponent",
+        from_config: lstm::LstmNonlinearityComponent::from_config,
+        read: lstm::LstmNonlinearityComponent::read,
+        test_configs: &["cell-dim=4", "cell-dim=3 use-dropout=true param-stddev=0.5 max-change=0.75 learning-rate=0.01", "cell-dim=5 sigmoid-self-repair-threshold=0.1 tanh-self-repair-threshold=0.3 self-repair-scale=1e-4 l2-regularize=0.001"],
+    },
+    ComponentType {
+        name: "BackpropTruncationComponent",
+        from_config: backprop_truncation::BackpropTruncationComponent::from_config,
+        read: backprop_truncation::BackpropTruncationComponent::read,
+        test_configs: &["dim=6", "dim=24 clipping-threshold=30.0 zeroing-threshold=15.0 zeroing-interval=20 recurrence-interval=3 scale=0.95"],
+    },
+    ComponentType {
+        name: "GeneralDropoutComponent",
+        from_config: dropout_general::GeneralDropoutComponent::from_config,
+        read: dropout_general::GeneralDropoutComponent::read,
+        test_configs: &["dim=8 dropout-proportion=0.3", "dim=12 block-dim=4 time-period=5 continuous=true dropout-proportion=0.2", "dim=20 specaugment-max-proportion=0.5 specaugment-max-regions=2 test-mode=true"],
+    },
+    ComponentType {
+        name: "DropoutMaskComponent",
+        from_config: dropout_general::DropoutMaskComponent::from_config,
+        read: dropout_general::DropoutMaskComponent::read,
+        test_configs: &["output-dim=3 dropout-proportion=0.25", "output-dim=2 dropout-proportion=0.1 continuous=true test-mode=true"],
+    },
+    ComponentType {
+        name: "SpecAugmentTimeMaskComponent",
+        from_config: dropout_general::SpecAugmentTimeMaskComponent::from_config,
+        read: dropout_general::SpecAugmentTimeMaskComponent::read,
+        test_configs: &["dim=20 zeroed-proportion=0.2 time-mask-max-frames=5", "dim=4 test-mode=true"],
+    },
 ];
 
 /// The registered type with this name.

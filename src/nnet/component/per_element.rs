@@ -85,9 +85,13 @@ fn add_block_row_sums(m: MatView<'_>, v: &mut [f32], alpha: f32) {
 /// Natural-gradient hyper-parameters of `NaturalGradientPerElementScaleComponent`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NgScaleOptions {
+    /// Rank of the natural-gradient Fisher estimate.
     pub rank: i32,
+    /// Minibatches between updates of the Fisher estimates.
     pub update_period: i32,
+    /// Time constant (in frames) of the Fisher estimates.
     pub num_samples_history: f32,
+    /// Smoothing of the Fisher estimates towards the unit matrix.
     pub alpha: f32,
 }
 
@@ -95,7 +99,9 @@ pub struct NgScaleOptions {
 /// `NaturalGradientPerElementScaleComponent`.
 #[derive(Clone, Debug)]
 pub struct PerElementScaleComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
+    /// Per-dimension scales.
     pub scales: Vector,
     /// Present for `NaturalGradientPerElementScaleComponent`.
     pub natural_gradient: Option<NgScaleOptions>,
@@ -363,11 +369,13 @@ vector_params_updatable!(PerElementScaleComponent, scales);
 /// `PerElementOffsetComponent`: y = x + o, with o repeated over blocks when dim > o.dim().
 #[derive(Clone, Debug)]
 pub struct PerElementOffsetComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
     /// The offsets (block-dim values).
     pub offsets: Vector,
     /// Input and output dimension, a multiple of `offsets.dim()`.
     pub dim: usize,
+    /// Whether training uses natural gradient.
     pub use_natural_gradient: bool,
 }
 
@@ -566,11 +574,15 @@ vector_params_updatable!(PerElementOffsetComponent, offsets);
 /// `ScaleAndOffsetComponent`: y = x ⊙ s + o per column block of width `scales.dim()`.
 #[derive(Clone, Debug)]
 pub struct ScaleAndOffsetComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
     /// Input and output dimension, a multiple of `scales.dim()`.
     pub dim: usize,
+    /// Per-dimension scales.
     pub scales: Vector,
+    /// Per-dimension offsets.
     pub offsets: Vector,
+    /// Whether training uses natural gradient.
     pub use_natural_gradient: bool,
     /// Rank of the natural-gradient preconditioners.
     pub rank: i32,
@@ -811,10 +823,15 @@ vector_params_updatable!(ScaleAndOffsetComponent, scales, offsets);
 /// `output`; the input is ignored.
 #[derive(Clone, Debug)]
 pub struct ConstantFunctionComponent {
+    /// Learning-rate options.
     pub common: UpdatableCommon,
+    /// Input dimension (the input values are ignored).
     pub input_dim: usize,
+    /// The constant output row.
     pub output: Vector,
+    /// Whether the output vector is trained.
     pub is_updatable: bool,
+    /// Whether training uses natural gradient.
     pub use_natural_gradient: bool,
 }
 

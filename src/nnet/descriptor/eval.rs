@@ -286,7 +286,9 @@ impl SumDescriptor {
         match self {
             SumDescriptor::Simple(f) => f.modulus(),
             SumDescriptor::Optional(s) => s.modulus(),
-            SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => lcm(a.modulus(), b.modulus()),
+            SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => {
+                lcm(a.modulus(), b.modulus())
+            }
             SumDescriptor::Const { .. } => 1,
         }
     }

@@ -1,0 +1,343 @@
+//! BackpropTruncationComponent: in recurrent layers, the forward pass multiplies by `scale`
+//! (the identity when scale is 1); the backward pass multiplies the derivative by `scale`,
+//! clips each row's norm to `clipping-threshold`, and zeroes rows whose norm exceeds
+//! `zeroing-threshold` at frames where the recurrence crosses a multiple of
+//! `zeroing-interval` (truncated BPTT). It is a general component because the zeroing depends
+//! on the time index of each row; the diagnostics are kept in the file.
+
+use super::param_util::{component_boilerplate, expect_closing};
+use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use crate::error::Result;
+use crate::io::codec::fmt_g;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut};
+use crate::nnet::config_line::ConfigLine;
+use crate::nnet::index::Index;
+use std::any::Any;
+
+const TYPE: &str = "BackpropTruncationComponent";
+
+/// Scale, clip and periodically zero back-propagated derivatives.
+#[derive(Clone, Debug)]
+pub struct BackpropTruncationComponent {
+    dim: usize,
+    scale: f32,
+    clipping_threshold: f32,
+    zeroing_threshold: f32,
+    zeroing_interval: i32,
+    recurrence_interval: i32,
+    num_clipped: f64,
+    num_zeroed: f64,
+    count: f64,
+    count_zeroing_boundaries: f64,
+}
+
+/// Which rows of a step lie on a zeroing boundary.
+#[derive(Debug, Clone)]
+pub struct TruncationIndexes {
+    /// One flag per output row: true where the derivative may be zeroed.
+    pub zeroing: Vec<bool>,
+    /// Number of rows with the flag set.
+    pub zeroing_sum: usize,
+}
+
+impl PrecomputedIndexes for TruncationIndexes {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Floor division.
+fn div_floor(a: i32, b: i32) -> i32 {
+    a.div_euclid(b)
+}
+
+impl BackpropTruncationComponent {
+    /// Registry hook: `dim` (required), `scale` (1.0), `clipping-threshold` (30),
+    /// `zeroing-threshold` (15), `zeroing-interval` (20), `recurrence-interval` (1).
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let dim = super::param_util::require_positive(cfg, "dim")?;
+        let c = BackpropTruncationComponent {
+            dim,
+            scale: cfg.get_or("scale", 1.0f32)?,
+            clipping_threshold: cfg.get_or("clipping-threshold", 30.0f32)?,
+            zeroing_threshold: cfg.get_or("zeroing-threshold", 15.0f32)?,
+            zeroing_interval: cfg.get_or("zeroing-interval", 20i32)?,
+            recurrence_interval: cfg.get_or("recurrence-interval", 1i32)?,
+            num_clipped: 0.0,
+            num_zeroed: 0.0,
+            count: 0.0,
+            count_zeroing_boundaries: 0.0,
+        };
+        if c.clipping_threshold < 0.0 || c.zeroing_threshold < 0.0 {
+            return Err(cfg.error("clipping-threshold and zeroing-threshold must be >= 0"));
+        }
+        if c.zeroing_interval <= 0 || c.recurrence_interval <= 0 {
+            return Err(cfg.error("zeroing-interval and recurrence-interval must be positive"));
+        }
+        Ok(Box::new(c))
+    }
+
+    /// Registry hook: reads the body after `<BackpropTruncationComponent>`.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token(&format!("<{TYPE}>"))?;
+        r.expect_token("<Dim>")?;
+        let dim = super::param_util::read_positive_i32(r, "<Dim>")?;
+        // Old files have no <Scale>.
+        let scale = if r.try_token("<Scale>")? {
+            r.f32()?
+        } else {
+            1.0
+        };
+        r.expect_token("<ClippingThreshold>")?;
+        let at = r.pos();
+        let clipping_threshold = r.f32()?;
+        if clipping_threshold < 0.0 {
+            return Err(r.err_at(at, "a <ClippingThreshold> >= 0"));
+        }
+        r.expect_token("<ZeroingThreshold>")?;
+        let at = r.pos();
+        let zeroing_threshold = r.f32()?;
+        if zeroing_threshold < 0.0 {
+            return Err(r.err_at(at, "a <ZeroingThreshold> >= 0"));
+        }
+        r.expect_token("<ZeroingInterval>")?;
+        let zeroing_interval = super::param_util::read_positive_i32(r, "<ZeroingInterval>")? as i32;
+        r.expect_token("<RecurrenceInterval>")?;
+        let recurrence_interval =
+            super::param_util::read_positive_i32(r, "<RecurrenceInterval>")? as i32;
+        r.expect_token("<NumElementsClipped>")?;
+        let num_clipped = r.f64()?;
+        r.expect_token("<NumElementsZeroed>")?;
+        let num_zeroed = r.f64()?;
+        r.expect_token("<NumElementsProcessed>")?;
+        let count = r.f64()?;
+        r.expect_token("<NumZeroingBoundaries>")?;
+        let count_zeroing_boundaries = r.f64()?;
+        expect_closing(r, TYPE)?;
+        Ok(Box::new(BackpropTruncationComponent {
+            dim,
+            scale,
+            clipping_threshold,
+            zeroing_threshold,
+            zeroing_interval,
+            recurrence_interval,
+            num_clipped,
+            num_zeroed,
+            count,
+            count_zeroing_boundaries,
+        }))
+    }
+
+    /// The forward (and backward) scale.
+    pub fn scale_factor(&self) -> f32 {
+        self.scale
+    }
+
+    /// The backward pass in place on `deriv` (which holds the output derivative).
+    fn backprop_rows(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        deriv: &mut MatViewMut<'_>,
+        to_update: Option<&mut dyn Component>,
+    ) {
+        if self.scale != 1.0 {
+            deriv.scale(self.scale);
+        }
+        let rows = deriv.num_rows();
+        let mut clipped = 0usize;
+        if self.clipping_threshold > 0.0 {
+            for r in 0..rows {
+                let row = deriv.row_mut(r);
+                let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
+                if norm > self.clipping_threshold {
+                    let s = self.clipping_threshold / norm;
+                    row.iter_mut().for_each(|x| *x *= s);
+                    clipped += 1;
+                }
+            }
+        }
+        let zi = indexes.and_then(|p| p.as_any().downcast_ref::<TruncationIndexes>());
+        let mut zeroed = 0usize;
+        let mut boundaries = 0usize;
+        if let Some(zi) = zi {
+            boundaries = zi.zeroing_sum;
+            if self.zeroing_threshold > 0.0 {
+                for (r, &z) in zi.zeroing.iter().enumerate().take(rows) {
+                    if !z {
+                        continue;
+                    }
+                    let row = deriv.row_mut(r);
+                    let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
+                    if norm > self.zeroing_threshold {
+                        row.fill(0.0);
+                        zeroed += 1;
+                    }
+                }
+            }
+        }
+        if let Some(u) =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<BackpropTruncationComponent>())
+        {
+            u.num_clipped += clipped as f64;
+            u.num_zeroed += zeroed as f64;
+            u.count += rows as f64;
+            u.count_zeroing_boundaries += boundaries as f64;
+        }
+    }
+}
+
+impl Component for BackpropTruncationComponent {
+    fn type_name(&self) -> &'static str {
+        TYPE
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
+    }
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        output.copy_from(input);
+        if self.scale != 1.0 {
+            output.scale(self.scale);
+        }
+        None
+    }
+    fn propagate_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        if self.scale != 1.0 {
+            data.scale(self.scale);
+        }
+        None
+    }
+    fn backprop(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            self.backprop_rows(indexes, &mut d, to_update);
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        self.backprop_rows(indexes, &mut deriv, to_update);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token(&format!("<{TYPE}>"));
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        w.token("<Scale>");
+        w.f32(self.scale);
+        w.token("<ClippingThreshold>");
+        w.f32(self.clipping_threshold);
+        w.token("<ZeroingThreshold>");
+        w.f32(self.zeroing_threshold);
+        w.token("<ZeroingInterval>");
+        w.i32(self.zeroing_interval);
+        w.token("<RecurrenceInterval>");
+        w.i32(self.recurrence_interval);
+        w.token("<NumElementsClipped>");
+        w.f64(self.num_clipped);
+        w.token("<NumElementsZeroed>");
+        w.f64(self.num_zeroed);
+        w.token("<NumElementsProcessed>");
+        w.f64(self.count);
+        w.token("<NumZeroingBoundaries>");
+        w.f64(self.count_zeroing_boundaries);
+        w.token(&format!("</{TYPE}>"));
+    }
+    fn info(&self) -> String {
+        let g = |v: f64| fmt_g(v, 6);
+        let clipped = if self.count > 0.0 {
+            self.num_clipped / self.count
+        } else {
+            0.0
+        };
+        let zeroed = if self.count_zeroing_boundaries > 0.0 {
+            self.num_zeroed / self.count_zeroing_boundaries
+        } else {
+            0.0
+        };
+        format!(
+            "{TYPE}, dim={}, scale={}, count={}, recurrence-interval={}, clipping-threshold={}, \
+             clipped-proportion={}, zeroing-threshold={}, zeroing-interval={}, \
+             zeroed-proportion={}, count-zeroing-boundaries={}",
+            self.dim,
+            g(self.scale as f64),
+            fmt_g(self.count, 3),
+            self.recurrence_interval,
+            g(self.clipping_threshold as f64),
+            g(clipped),
+            g(self.zeroing_threshold as f64),
+            self.zeroing_interval,
+            g(zeroed),
+            self.count_zeroing_boundaries as i64
+        )
+    }
+    component_boilerplate!();
+    fn zero_stats(&mut self) {
+        self.num_clipped = 0.0;
+        self.num_zeroed = 0.0;
+        self.count = 0.0;
+        self.count_zeroing_boundaries = 0.0;
+    }
+    fn scale_stats(&mut self, scale: f32) {
+        let s = scale as f64;
+        self.num_clipped *= s;
+        self.num_zeroed *= s;
+        self.count *= s;
+        self.count_zeroing_boundaries *= s;
+    }
+    fn precompute_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        _input: &[Index],
+        output: &[Index],
+        _need_backprop: bool,
+    ) -> Option<Box<dyn PrecomputedIndexes>> {
+        // A row is on a boundary when the frame it recurs from (t − recurrence-interval) lies
+        // in an earlier zeroing interval.
+        let zeroing: Vec<bool> = output
+            .iter()
+            .map(|ix| {
+                ix.t != crate::nnet::index::NO_TIME
+                    && div_floor(ix.t, self.zeroing_interval)
+                        != div_floor(
+                            ix.t.saturating_sub(self.recurrence_interval),
+                            self.zeroing_interval,
+                        )
+            })
+            .collect();
+        let zeroing_sum = zeroing.iter().filter(|&&z| z).count();
+        Some(Box::new(TruncationIndexes {
+            zeroing,
+            zeroing_sum,
+        }))
+    }
+}

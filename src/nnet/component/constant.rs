@@ -1,0 +1,204 @@
+//! `ConstantComponent`: outputs a (optionally trainable) constant vector at every requested
+//! Index and needs no input at all (e.g. the initial cell value of an LSTM built from
+//! primitives, reached through `Failover`).
+
+use super::param_util::{self, component_boilerplate};
+use super::{
+    Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties, UpdatableCommon,
+    UpdatableComponent,
+};
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Vector};
+use crate::nnet::config_line::ConfigLine;
+use crate::nnet::index::Index;
+
+const CONSTANT: &str = "ConstantComponent";
+
+/// `ConstantComponent`.
+#[derive(Clone, Debug)]
+pub struct ConstantComponent {
+    pub common: UpdatableCommon,
+    /// The output value (and the parameters).
+    pub output: Vector,
+    pub is_updatable: bool,
+    pub use_natural_gradient: bool,
+}
+
+impl ConstantComponent {
+    /// Kaldi's ConstantComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let dim = param_util::require_positive(cfg, "output-dim")?;
+        let mean: f32 = cfg.get_or("output-mean", 0.0)?;
+        let stddev: f32 = cfg.get_or("output-stddev", 0.0)?;
+        if stddev < 0.0 {
+            return Err(cfg.error_at_value("output-stddev", "output-stddev must be >= 0"));
+        }
+        Ok(Box::new(ConstantComponent {
+            common,
+            output: param_util::with_init_rng(|rng| {
+                param_util::gaussian_vector(dim, mean, stddev, rng)
+            }),
+            is_updatable: cfg.get_or("is-updatable", true)?,
+            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+        }))
+    }
+
+    /// Reads a ConstantComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, CONSTANT)?;
+        r.expect_token("<Output>")?;
+        let at = r.pos();
+        let output = r.vector()?;
+        if output.dim() == 0 {
+            return Err(r.err_at(at, "a non-empty output vector"));
+        }
+        r.expect_token("<IsUpdatable>")?;
+        let is_updatable = r.bool()?;
+        r.expect_token("<UseNaturalGradient>")?;
+        let use_natural_gradient = r.bool()?;
+        param_util::expect_closing(r, CONSTANT)?;
+        Ok(Box::new(ConstantComponent {
+            common,
+            output,
+            is_updatable,
+            use_natural_gradient,
+        }))
+    }
+}
+
+impl Component for ConstantComponent {
+    fn type_name(&self) -> &'static str {
+        CONSTANT
+    }
+    /// Kaldi reports the output dimension here too; no input is ever read.
+    fn input_dim(&self) -> usize {
+        self.output.dim()
+    }
+    fn output_dim(&self) -> usize {
+        self.output.dim()
+    }
+    fn properties(&self) -> Properties {
+        if self.is_updatable {
+            Properties::UPDATABLE
+        } else {
+            Properties(0)
+        }
+    }
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        if output.num_cols() == self.output.dim() {
+            output.pu_copy_rows_from_vec(&self.output);
+        }
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        _in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        // There is no input to propagate to; only the parameters get a gradient.
+        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantComponent>())
+        {
+            if u.is_updatable && out_deriv.num_cols() == u.output.dim() {
+                let lr = u.common.learning_rate;
+                out_deriv.add_row_sum_to(u.output.as_mut_slice(), lr, 1.0);
+            }
+        }
+    }
+
+    fn get_input_indexes(&self, _: &MiscComputationInfo, _: &Index, desired: &mut Vec<Index>) {
+        desired.clear();
+    }
+    fn is_computable(
+        &self,
+        _: &MiscComputationInfo,
+        _: &Index,
+        _input_available: &dyn Fn(&Index) -> bool,
+        used_inputs: Option<&mut Vec<Index>>,
+    ) -> bool {
+        if let Some(u) = used_inputs {
+            u.clear();
+        }
+        true
+    }
+
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, CONSTANT);
+        w.token("<Output>");
+        w.vector(&self.output);
+        w.token("<IsUpdatable>");
+        w.bool(self.is_updatable);
+        w.token("<UseNaturalGradient>");
+        w.bool(self.use_natural_gradient);
+        w.token("</ConstantComponent>");
+    }
+    fn info(&self) -> String {
+        let d = self.output.dim();
+        format!(
+            "{CONSTANT}, input-dim={d}, output-dim={d}, {}, {CONSTANT}, output-dim={d}, is-updatable={}, use-natural-gradient={}, {}",
+            param_util::updatable_info(&self.common),
+            self.is_updatable,
+            self.use_natural_gradient,
+            param_util::vector_stats("output", &self.output)
+        )
+    }
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        self.is_updatable.then_some(self as &dyn UpdatableComponent)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        if self.is_updatable {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl UpdatableComponent for ConstantComponent {
+    fn common(&self) -> &UpdatableCommon {
+        &self.common
+    }
+    fn common_mut(&mut self) -> &mut UpdatableCommon {
+        &mut self.common
+    }
+    fn num_parameters(&self) -> usize {
+        self.output.dim()
+    }
+    fn vectorize(&self, out: &mut [f32]) {
+        param_util::vectorize_into(&[self.output.as_slice()], out);
+    }
+    fn unvectorize(&mut self, params: &[f32]) {
+        param_util::take_params(self.output.as_mut_slice(), params, &mut 0);
+    }
+    fn scale(&mut self, alpha: f32) {
+        self.output.as_row_mut().scale(alpha);
+    }
+    fn add(&mut self, alpha: f32, other: &dyn Component) {
+        if let Some(o) = other.as_any().downcast_ref::<ConstantComponent>() {
+            param_util::vec_add(&mut self.output, alpha, o.output.as_slice());
+        }
+    }
+    fn dot_product(&self, other: &dyn Component) -> f32 {
+        other
+            .as_any()
+            .downcast_ref::<ConstantComponent>()
+            .map_or(0.0, |o| {
+                param_util::vec_dot(self.output.as_slice(), o.output.as_slice())
+            })
+    }
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+        param_util::perturb_vector(&mut self.output, stddev, rng);
+    }
+}

@@ -1,0 +1,847 @@
+//! The general (Index-aware) dropout components:
+//!
+//! * [`GeneralDropoutComponent`]: dropout whose mask (of dimension `block-dim`, repeated over
+//!   the `dim / block-dim` blocks of a row) is shared by all frames of a sequence, or by
+//!   blocks of `time-period` frames; `continuous` masks are uniform in [1−2p, 1+2p], binary
+//!   ones are 0 or 1/(1−p); with `specaugment-max-proportion` it zeroes random frequency bands
+//!   instead (SpecAugment frequency masking). Test mode is the identity.
+//! * [`DropoutMaskComponent`]: takes no input and emits a per-frame mask (LSTM gate dropout):
+//!   1 with probability 1−p else 0, or continuous; test mode gives the constant 1−p (1 when
+//!   continuous or p = 0).
+//! * [`SpecAugmentTimeMaskComponent`]: zeroes random runs of up to `time-mask-max-frames`
+//!   frames of each sequence, about `zeroed-proportion` of them in all. Test mode is the
+//!   identity.
+//!
+//! The training-mode masks use our own random generator, so they never match Kaldi's draws.
+
+use super::param_util::{component_boilerplate, expect_closing, read_positive_i32};
+use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use crate::error::Result;
+use crate::io::codec::fmt_g;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Matrix};
+use crate::nnet::config_line::ConfigLine;
+use crate::nnet::index::Index;
+use rand::Rng;
+use std::any::Any;
+use std::collections::HashMap;
+
+const GD: &str = "GeneralDropoutComponent";
+const DM: &str = "DropoutMaskComponent";
+const SA: &str = "SpecAugmentTimeMaskComponent";
+
+fn g6(v: f32) -> String {
+    fmt_g(v as f64, 6)
+}
+
+// ---------------------------------------------------------------------------------------------
+// GeneralDropoutComponent
+
+/// Dropout with masks shared over time and over feature blocks.
+#[derive(Clone, Debug)]
+pub struct GeneralDropoutComponent {
+    dim: usize,
+    block_dim: usize,
+    time_period: i32,
+    dropout_proportion: f32,
+    specaugment_max_proportion: f32,
+    specaugment_max_regions: i32,
+    continuous: bool,
+    test_mode: bool,
+}
+
+/// For each row of a step, which mask row it uses.
+#[derive(Clone, Debug)]
+pub struct DropoutMaskRows {
+    /// Mask row of every output row.
+    pub row_map: Vec<usize>,
+    /// Number of distinct mask rows.
+    pub num_mask_rows: usize,
+}
+
+impl PrecomputedIndexes for DropoutMaskRows {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// What Propagate hands to Backprop: the mask rows and which one each row used.
+#[derive(Debug)]
+struct GeneralDropoutMemo {
+    mask: Matrix,
+    row_map: Vec<usize>,
+}
+
+impl GeneralDropoutComponent {
+    /// Registry hook: `dim` (required), `block-dim` (dim), `time-period` (0),
+    /// `dropout-proportion` (0.5), `continuous` (false), `specaugment-max-proportion` (0),
+    /// `specaugment-max-regions` (1), `test-mode` (false).
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let dim = super::param_util::require_positive(cfg, "dim")?;
+        let block_dim = super::param_util::positive_or(cfg, "block-dim", dim)?;
+        let c = GeneralDropoutComponent {
+            dim,
+            block_dim,
+            time_period: cfg.get_or("time-period", 0i32)?,
+            dropout_proportion: cfg.get_or("dropout-proportion", 0.5f32)?,
+            continuous: cfg.get_or("continuous", false)?,
+            specaugment_max_proportion: cfg.get_or("specaugment-max-proportion", 0.0f32)?,
+            specaugment_max_regions: cfg.get_or("specaugment-max-regions", 1i32)?,
+            test_mode: cfg.get_or("test-mode", false)?,
+        };
+        if !dim.is_multiple_of(block_dim) {
+            return Err(cfg.error_at_value("block-dim", "block-dim must divide dim"));
+        }
+        if c.time_period < 0 {
+            return Err(cfg.error_at_value("time-period", "time-period must be >= 0"));
+        }
+        if !(0.0..=1.0).contains(&c.dropout_proportion) {
+            return Err(
+                cfg.error_at_value("dropout-proportion", "dropout-proportion must be in [0, 1]")
+            );
+        }
+        if !(0.0..=1.0).contains(&c.specaugment_max_proportion) {
+            return Err(cfg.error_at_value(
+                "specaugment-max-proportion",
+                "specaugment-max-proportion must be in [0, 1]",
+            ));
+        }
+        if c.specaugment_max_regions < 1 {
+            return Err(cfg.error_at_value(
+                "specaugment-max-regions",
+                "specaugment-max-regions must be positive",
+            ));
+        }
+        if c.specaugment_max_proportion != 0.0 && c.continuous {
+            return Err(cfg.error("specaugment-max-proportion cannot be used with continuous=true"));
+        }
+        Ok(Box::new(c))
+    }
+
+    /// Registry hook: reads the body after `<GeneralDropoutComponent>`.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token(&format!("<{GD}>"))?;
+        r.expect_token("<Dim>")?;
+        let dim = read_positive_i32(r, "<Dim>")?;
+        r.expect_token("<BlockDim>")?;
+        let at = r.pos();
+        let block_dim = read_positive_i32(r, "<BlockDim>")?;
+        if !dim.is_multiple_of(block_dim) {
+            return Err(r.err_at(at, "a <BlockDim> dividing <Dim>"));
+        }
+        r.expect_token("<TimePeriod>")?;
+        let at = r.pos();
+        let time_period = r.i32()?;
+        if time_period < 0 {
+            return Err(r.err_at(at, "a <TimePeriod> >= 0"));
+        }
+        r.expect_token("<DropoutProportion>")?;
+        let at = r.pos();
+        let dropout_proportion = r.f32()?;
+        if !(0.0..=1.0).contains(&dropout_proportion) {
+            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
+        }
+        let mut c = GeneralDropoutComponent {
+            dim,
+            block_dim,
+            time_period,
+            dropout_proportion,
+            specaugment_max_proportion: 0.0,
+            specaugment_max_regions: 1,
+            continuous: false,
+            test_mode: false,
+        };
+        if r.try_token("<SpecAugmentMaxProportion>")? {
+            let at = r.pos();
+            c.specaugment_max_proportion = r.f32()?;
+            if !(0.0..=1.0).contains(&c.specaugment_max_proportion) {
+                return Err(r.err_at(at, "a <SpecAugmentMaxProportion> in [0, 1]"));
+            }
+            if r.try_token("<SpecAugmentMaxRegions>")? {
+                c.specaugment_max_regions = read_positive_i32(r, "<SpecAugmentMaxRegions>")? as i32;
+            }
+        }
+        if r.try_token("<TestMode>")? {
+            c.test_mode = true;
+        }
+        if r.try_token("<Continuous>")? {
+            c.continuous = true;
+        }
+        expect_closing(r, GD)?;
+        Ok(Box::new(c))
+    }
+
+    /// The dropout proportion.
+    pub fn dropout_proportion(&self) -> f32 {
+        self.dropout_proportion
+    }
+    /// Sets the dropout proportion (Kaldi's `set-dropout-proportion` edit).
+    pub fn set_dropout_proportion(&mut self, p: f32) {
+        self.dropout_proportion = p.clamp(0.0, 1.0);
+    }
+
+    /// True when Propagate is the identity (test mode, or nothing to drop).
+    fn is_identity(&self) -> bool {
+        self.test_mode || (self.dropout_proportion == 0.0 && self.specaugment_max_proportion == 0.0)
+    }
+
+    /// Draws `rows` mask rows of dimension block-dim.
+    fn random_mask(&self, rows: usize) -> Matrix {
+        let bd = self.block_dim;
+        let mut rng = rand::rng();
+        let mut m = Matrix::zeros(rows, bd);
+        let p = self.dropout_proportion;
+        for r in 0..rows {
+            let row = m.row_mut(r);
+            if self.specaugment_max_proportion > 0.0 {
+                row.fill(1.0);
+                let max_zeroed = (self.specaugment_max_proportion * bd as f32) as usize;
+                let total = rng.random_range(0..=max_zeroed);
+                let regions = rng.random_range(1..=self.specaugment_max_regions as usize);
+                let width = total / regions;
+                if width == 0 {
+                    continue;
+                }
+                for _ in 0..regions {
+                    let start = rng.random_range(0..=bd - width);
+                    row[start..start + width].fill(0.0);
+                }
+            } else if self.continuous {
+                for v in row.iter_mut() {
+                    *v = 1.0 + 4.0 * p * (rng.random::<f32>() - 0.5);
+                }
+            } else {
+                let keep = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+                for v in row.iter_mut() {
+                    *v = if rng.random::<f32>() > p { keep } else { 0.0 };
+                }
+            }
+        }
+        m
+    }
+
+    /// Multiplies every row of `data` by its mask row, block by block.
+    fn apply_mask(&self, data: &mut MatViewMut<'_>, mask: &Matrix, row_map: &[usize]) {
+        let bd = self.block_dim;
+        for (r, &k) in row_map.iter().enumerate().take(data.num_rows()) {
+            if k >= mask.num_rows() {
+                continue;
+            }
+            let m = mask.row(k);
+            for block in data.row_mut(r).chunks_mut(bd) {
+                for (x, &s) in block.iter_mut().zip(m) {
+                    *x *= s;
+                }
+            }
+        }
+    }
+
+    /// Draws masks for a step and applies them to `data`; returns the memo.
+    fn dropout_in_place(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        data: &mut MatViewMut<'_>,
+    ) -> Option<Memo> {
+        if self.is_identity() {
+            return None;
+        }
+        let rows = data.num_rows();
+        let pre = indexes
+            .and_then(|p| p.as_any().downcast_ref::<DropoutMaskRows>())
+            .filter(|p| p.row_map.len() == rows);
+        // Without Index information every row gets its own mask.
+        let (row_map, n) = match pre {
+            Some(p) => (p.row_map.clone(), p.num_mask_rows),
+            None => ((0..rows).collect(), rows),
+        };
+        let mask = self.random_mask(n);
+        self.apply_mask(data, &mask, &row_map);
+        Some(Box::new(GeneralDropoutMemo { mask, row_map }))
+    }
+
+    /// Backprop in place: multiplies by the mask used in Propagate.
+    fn backprop_mask(&self, memo: Option<&Memo>, deriv: &mut MatViewMut<'_>) {
+        if let Some(m) = memo.and_then(|m| m.downcast_ref::<GeneralDropoutMemo>()) {
+            self.apply_mask(deriv, &m.mask, &m.row_map);
+        }
+    }
+}
+
+impl Component for GeneralDropoutComponent {
+    fn type_name(&self) -> &'static str {
+        GD
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        let p = Properties::RANDOM_COMPONENT
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::USES_MEMO;
+        if self.block_dim != self.dim {
+            p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
+        } else {
+            p
+        }
+    }
+    fn propagate(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        output.copy_from(input);
+        self.dropout_in_place(indexes, &mut output)
+    }
+    fn propagate_in_place(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        self.dropout_in_place(indexes, &mut data)
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        memo: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            self.backprop_mask(memo, &mut d);
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        memo: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        self.backprop_mask(memo, &mut deriv);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token(&format!("<{GD}>"));
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        w.token("<BlockDim>");
+        w.i32(self.block_dim as i32);
+        w.token("<TimePeriod>");
+        w.i32(self.time_period);
+        w.token("<DropoutProportion>");
+        w.f32(self.dropout_proportion);
+        if self.specaugment_max_proportion != 0.0 {
+            w.token("<SpecAugmentMaxProportion>");
+            w.f32(self.specaugment_max_proportion);
+            if self.specaugment_max_regions != 1 {
+                w.token("<SpecAugmentMaxRegions>");
+                w.i32(self.specaugment_max_regions);
+            }
+        }
+        if self.test_mode {
+            w.token("<TestMode>");
+        }
+        if self.continuous {
+            w.token("<Continuous>");
+        }
+        w.token(&format!("</{GD}>"));
+    }
+    fn info(&self) -> String {
+        let mut s = format!("{GD}, dim={}, block-dim={}", self.dim, self.block_dim);
+        if self.time_period > 0 {
+            s += &format!(", time-period={}", self.time_period);
+        }
+        s += &format!(", dropout-proportion={}", g6(self.dropout_proportion));
+        if self.specaugment_max_proportion != 0.0 {
+            s += &format!(
+                ", specaugment-max-proportion={}, specaugment-max-regions={}",
+                g6(self.specaugment_max_proportion),
+                self.specaugment_max_regions
+            );
+        }
+        if self.continuous {
+            s += ", continuous=true";
+        }
+        s
+    }
+    component_boilerplate!();
+    fn set_test_mode(&mut self, test_mode: bool) {
+        self.test_mode = test_mode;
+    }
+    fn precompute_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        _input: &[Index],
+        output: &[Index],
+        _need_backprop: bool,
+    ) -> Option<Box<dyn PrecomputedIndexes>> {
+        // Rows share a mask when they have the same n (and time block, with time-period).
+        let mut keys: HashMap<(i32, i32), usize> = HashMap::new();
+        let row_map: Vec<usize> = output
+            .iter()
+            .map(|ix| {
+                let tb = if self.time_period > 0 {
+                    ix.t.div_euclid(self.time_period)
+                } else {
+                    0
+                };
+                let next = keys.len();
+                *keys.entry((ix.n, tb)).or_insert(next)
+            })
+            .collect();
+        Some(Box::new(DropoutMaskRows {
+            num_mask_rows: keys.len(),
+            row_map,
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DropoutMaskComponent
+
+/// A per-frame dropout mask, computed from no input.
+#[derive(Clone, Debug)]
+pub struct DropoutMaskComponent {
+    output_dim: usize,
+    dropout_proportion: f32,
+    continuous: bool,
+    test_mode: bool,
+}
+
+impl DropoutMaskComponent {
+    /// Registry hook: `output-dim` (required), `dropout-proportion` (0.5), `continuous`
+    /// (false), `test-mode` (false).
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let output_dim = super::param_util::require_positive(cfg, "output-dim")?;
+        let c = DropoutMaskComponent {
+            output_dim,
+            dropout_proportion: cfg.get_or("dropout-proportion", 0.5f32)?,
+            continuous: cfg.get_or("continuous", false)?,
+            test_mode: cfg.get_or("test-mode", false)?,
+        };
+        if !(0.0..=1.0).contains(&c.dropout_proportion) {
+            return Err(
+                cfg.error_at_value("dropout-proportion", "dropout-proportion must be in [0, 1]")
+            );
+        }
+        Ok(Box::new(c))
+    }
+
+    /// Registry hook: reads the body after `<DropoutMaskComponent>`.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token(&format!("<{DM}>"))?;
+        r.expect_token("<OutputDim>")?;
+        let output_dim = read_positive_i32(r, "<OutputDim>")?;
+        r.expect_token("<DropoutProportion>")?;
+        let at = r.pos();
+        let dropout_proportion = r.f32()?;
+        if !(0.0..=1.0).contains(&dropout_proportion) {
+            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
+        }
+        let mut c = DropoutMaskComponent {
+            output_dim,
+            dropout_proportion,
+            continuous: false,
+            test_mode: false,
+        };
+        if r.try_token("<TestMode>")? {
+            c.test_mode = r.bool()?;
+        }
+        if r.try_token("<Continuous>")? {
+            c.continuous = true;
+        }
+        expect_closing(r, DM)?;
+        Ok(Box::new(c))
+    }
+
+    /// The dropout proportion.
+    pub fn dropout_proportion(&self) -> f32 {
+        self.dropout_proportion
+    }
+    /// Sets the dropout proportion (Kaldi's `set-dropout-proportion` edit).
+    pub fn set_dropout_proportion(&mut self, p: f32) {
+        self.dropout_proportion = p.clamp(0.0, 1.0);
+    }
+}
+
+impl Component for DropoutMaskComponent {
+    fn type_name(&self) -> &'static str {
+        DM
+    }
+    /// Equal to the output dim, so that the (ignored) input descriptor, which in xconfig
+    /// output names the node itself, has a consistent dimension.
+    fn input_dim(&self) -> usize {
+        self.output_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.output_dim
+    }
+    fn properties(&self) -> Properties {
+        Properties::RANDOM_COMPONENT
+    }
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        let p = self.dropout_proportion;
+        if self.test_mode {
+            let v = if self.continuous || p == 0.0 {
+                1.0
+            } else {
+                1.0 - p
+            };
+            output.set_const(v);
+            return None;
+        }
+        if p == 0.0 {
+            output.set_const(1.0);
+            return None;
+        }
+        let mut rng = rand::rng();
+        for r in 0..output.num_rows() {
+            for v in output.row_mut(r).iter_mut() {
+                let u: f32 = rng.random();
+                *v = if self.continuous {
+                    1.0 + 4.0 * p * (u - 0.5)
+                } else if u > p {
+                    1.0
+                } else {
+                    0.0
+                };
+            }
+        }
+        None
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _: MatView<'_>,
+        _: MatView<'_>,
+        _: MatView<'_>,
+        _: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        _: Option<MatViewMut<'_>>,
+    ) {
+        // No input, so nothing to back-propagate to.
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token(&format!("<{DM}>"));
+        w.token("<OutputDim>");
+        w.i32(self.output_dim as i32);
+        w.token("<DropoutProportion>");
+        w.f32(self.dropout_proportion);
+        w.token("<TestMode>");
+        w.bool(self.test_mode);
+        if self.continuous {
+            w.token("<Continuous>");
+        }
+        w.token(&format!("</{DM}>"));
+    }
+    fn info(&self) -> String {
+        let mut s = format!(
+            "{DM}, output-dim={}, dropout-proportion={}",
+            self.output_dim,
+            g6(self.dropout_proportion)
+        );
+        if self.continuous {
+            s += ", continuous=true";
+        }
+        s
+    }
+    component_boilerplate!();
+    fn set_test_mode(&mut self, test_mode: bool) {
+        self.test_mode = test_mode;
+    }
+    fn get_input_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        _output_index: &Index,
+        _desired: &mut Vec<Index>,
+    ) {
+        // Needs no input.
+    }
+    fn is_computable(
+        &self,
+        _misc: &MiscComputationInfo,
+        _output_index: &Index,
+        _input_available: &dyn Fn(&Index) -> bool,
+        used_inputs: Option<&mut Vec<Index>>,
+    ) -> bool {
+        if let Some(u) = used_inputs {
+            u.clear();
+        }
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SpecAugmentTimeMaskComponent
+
+/// SpecAugment time masking.
+#[derive(Clone, Debug)]
+pub struct SpecAugmentTimeMaskComponent {
+    dim: usize,
+    zeroed_proportion: f32,
+    time_mask_max_frames: i32,
+    test_mode: bool,
+}
+
+/// The rows of each sequence of a step, in time order.
+#[derive(Clone, Debug)]
+pub struct SequenceRows {
+    /// Per sequence (distinct n), its row numbers sorted by t.
+    pub sequences: Vec<Vec<usize>>,
+    /// Total number of rows.
+    pub num_rows: usize,
+}
+
+impl PrecomputedIndexes for SequenceRows {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The per-row 0/1 mask of a time-masking Propagate.
+#[derive(Debug)]
+struct TimeMaskMemo(Vec<f32>);
+
+impl SpecAugmentTimeMaskComponent {
+    /// Registry hook: `dim` (required), `zeroed-proportion` (0.25), `time-mask-max-frames`
+    /// (10), `test-mode` (false).
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let dim = super::param_util::require_positive(cfg, "dim")?;
+        let c = SpecAugmentTimeMaskComponent {
+            dim,
+            zeroed_proportion: cfg.get_or("zeroed-proportion", 0.25f32)?,
+            time_mask_max_frames: cfg.get_or("time-mask-max-frames", 10i32)?,
+            test_mode: cfg.get_or("test-mode", false)?,
+        };
+        if !(0.0..1.0).contains(&c.zeroed_proportion) {
+            return Err(
+                cfg.error_at_value("zeroed-proportion", "zeroed-proportion must be in [0, 1)")
+            );
+        }
+        if c.time_mask_max_frames <= 0 {
+            return Err(cfg.error_at_value(
+                "time-mask-max-frames",
+                "time-mask-max-frames must be positive",
+            ));
+        }
+        Ok(Box::new(c))
+    }
+
+    /// Registry hook: reads the body after `<SpecAugmentTimeMaskComponent>`.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token(&format!("<{SA}>"))?;
+        r.expect_token("<Dim>")?;
+        let dim = read_positive_i32(r, "<Dim>")?;
+        r.expect_token("<ZeroedProportion>")?;
+        let at = r.pos();
+        let zeroed_proportion = r.f32()?;
+        if !(0.0..1.0).contains(&zeroed_proportion) {
+            return Err(r.err_at(at, "a <ZeroedProportion> in [0, 1)"));
+        }
+        r.expect_token("<TimeMaskMaxFrames>")?;
+        let time_mask_max_frames = read_positive_i32(r, "<TimeMaskMaxFrames>")? as i32;
+        let test_mode = r.try_token("<TestMode>")?;
+        expect_closing(r, SA)?;
+        Ok(Box::new(SpecAugmentTimeMaskComponent {
+            dim,
+            zeroed_proportion,
+            time_mask_max_frames,
+            test_mode,
+        }))
+    }
+
+    /// Draws the 0/1 mask of every row and applies it to `data`.
+    fn mask_in_place(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        data: &mut MatViewMut<'_>,
+    ) -> Option<Memo> {
+        if self.test_mode || self.zeroed_proportion == 0.0 {
+            return None;
+        }
+        let rows = data.num_rows();
+        let all: Vec<Vec<usize>>;
+        let seqs = match indexes
+            .and_then(|p| p.as_any().downcast_ref::<SequenceRows>())
+            .filter(|p| p.num_rows == rows)
+        {
+            Some(p) => &p.sequences,
+            None => {
+                // Without Index information the rows are taken as one sequence.
+                all = vec![(0..rows).collect()];
+                &all
+            }
+        };
+        let mut mask = vec![1.0f32; rows];
+        let mut rng = rand::rng();
+        for seq in seqs {
+            let t = seq.len();
+            if t == 0 {
+                continue;
+            }
+            let target = (self.zeroed_proportion * t as f32).round() as usize;
+            let max_len = (self.time_mask_max_frames as usize).min(t);
+            let mut zeroed = 0usize;
+            // Each try zeroes at least one frame unless it overlaps earlier masks; the bound
+            // only guards against pathological luck.
+            for _ in 0..4 * t {
+                if zeroed >= target {
+                    break;
+                }
+                let len = rng.random_range(1..=max_len.min(target - zeroed).max(1));
+                let start = rng.random_range(0..=t - len);
+                for &row in seq.iter().skip(start).take(len) {
+                    if let Some(m) = mask.get_mut(row) {
+                        if *m != 0.0 {
+                            *m = 0.0;
+                            zeroed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for (r, &m) in mask.iter().enumerate() {
+            if m == 0.0 {
+                data.row_mut(r).fill(0.0);
+            }
+        }
+        Some(Box::new(TimeMaskMemo(mask)))
+    }
+
+    fn backprop_mask(memo: Option<&Memo>, deriv: &mut MatViewMut<'_>) {
+        if let Some(TimeMaskMemo(mask)) = memo.and_then(|m| m.downcast_ref::<TimeMaskMemo>()) {
+            for (r, &m) in mask.iter().enumerate().take(deriv.num_rows()) {
+                if m == 0.0 {
+                    deriv.row_mut(r).fill(0.0);
+                }
+            }
+        }
+    }
+}
+
+impl Component for SpecAugmentTimeMaskComponent {
+    fn type_name(&self) -> &'static str {
+        SA
+    }
+    fn input_dim(&self) -> usize {
+        self.dim
+    }
+    fn output_dim(&self) -> usize {
+        self.dim
+    }
+    fn properties(&self) -> Properties {
+        Properties::RANDOM_COMPONENT
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::USES_MEMO
+    }
+    fn propagate(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        output.copy_from(input);
+        self.mask_in_place(indexes, &mut output)
+    }
+    fn propagate_in_place(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        mut data: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        self.mask_in_place(indexes, &mut data)
+    }
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        memo: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            Self::backprop_mask(memo, &mut d);
+        }
+    }
+    fn backprop_in_place(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        memo: Option<&Memo>,
+        _: Option<&mut dyn Component>,
+        mut deriv: MatViewMut<'_>,
+    ) {
+        Self::backprop_mask(memo, &mut deriv);
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        w.token(&format!("<{SA}>"));
+        w.token("<Dim>");
+        w.i32(self.dim as i32);
+        w.token("<ZeroedProportion>");
+        w.f32(self.zeroed_proportion);
+        w.token("<TimeMaskMaxFrames>");
+        w.i32(self.time_mask_max_frames);
+        if self.test_mode {
+            w.token("<TestMode>");
+        }
+        w.token(&format!("</{SA}>"));
+    }
+    fn info(&self) -> String {
+        format!(
+            "{SA}, dim={}, zeroed-proportion={}, time-mask-max-frames={}",
+            self.dim,
+            g6(self.zeroed_proportion),
+            self.time_mask_max_frames
+        )
+    }
+    component_boilerplate!();
+    fn set_test_mode(&mut self, test_mode: bool) {
+        self.test_mode = test_mode;
+    }
+    fn precompute_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        _input: &[Index],
+        output: &[Index],
+        _need_backprop: bool,
+    ) -> Option<Box<dyn PrecomputedIndexes>> {
+        let mut by_n: HashMap<i32, usize> = HashMap::new();
+        let mut sequences: Vec<Vec<usize>> = Vec::new();
+        for (r, ix) in output.iter().enumerate() {
+            let next = sequences.len();
+            let k = *by_n.entry(ix.n).or_insert(next);
+            if k == next {
+                sequences.push(Vec::new());
+            }
+            if let Some(s) = sequences.get_mut(k) {
+                s.push(r);
+            }
+        }
+        for s in &mut sequences {
+            s.sort_by_key(|&r| output.get(r).map_or(0, |ix| ix.t));
+        }
+        Some(Box::new(SequenceRows {
+            sequences,
+            num_rows: output.len(),
+        }))
+    }
+}

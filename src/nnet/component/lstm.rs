@@ -1,0 +1,565 @@
+//! LstmNonlinearityComponent: the fused LSTM cell nonlinearity of Kaldi's "fast" LSTM layers.
+//!
+//! Input row (cell dim C): `i_part, f_part, c_part, o_part, c_prev` (5C columns), plus three
+//! per-frame dropout scales `i_scale, f_scale, o_scale` when `use-dropout=true`. Output row:
+//! `c_t, m_t` (2C columns). Parameters: the diagonal peephole weights `w_ic, w_fc, w_oc`
+//! (rows of a 3×C matrix). With σ the logistic sigmoid:
+//!
+//! ```text
+//! i = σ(i_part + w_ic⊙c_prev)      f = σ(f_part + w_fc⊙c_prev)
+//! c = f·f_scale⊙c_prev + i·i_scale⊙tanh(c_part)
+//! o = σ(o_part + w_oc⊙c)           m = o·o_scale⊙tanh(c)
+//! ```
+//!
+//! Statistics (accumulated in Backprop into the `to_update` component, as Kaldi does): per
+//! unit sums of the values and derivatives of the five nonlinearities (i σ, f σ, tanh(c_part),
+//! o σ, tanh(c)), a self-repair counter per nonlinearity and the frame count. Self-repair
+//! nudges the input derivative of units whose average derivative fell below a threshold.
+
+use super::param_util::{self, component_boilerplate, expect_closing};
+use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use crate::error::Result;
+use crate::io::codec::fmt_g;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Matrix};
+use crate::nnet::config_line::ConfigLine;
+
+const TYPE: &str = "LstmNonlinearityComponent";
+/// Names of the five nonlinearities in the info line (Kaldi's order).
+const NONLIN_NAMES: [&str; 5] = [
+    "i_t_sigmoid",
+    "f_t_sigmoid",
+    "c_t_tanh",
+    "o_t_sigmoid",
+    "m_t_tanh",
+];
+
+/// The fused LSTM nonlinearity with peephole parameters and statistics.
+#[derive(Clone, Debug)]
+pub struct LstmNonlinearityComponent {
+    common: UpdatableCommon,
+    /// 3 × C: peephole weights w_ic, w_fc, w_oc.
+    params: Matrix,
+    use_dropout: bool,
+    /// 5 × C sums of the nonlinearity values (f64, as Kaldi keeps them).
+    value_sum: Vec<f64>,
+    /// 5 × C sums of the nonlinearity derivatives.
+    deriv_sum: Vec<f64>,
+    /// Thresholds (5) then scales (5) of self-repair.
+    self_repair_config: [f32; 10],
+    /// Per nonlinearity: number of (frame, unit) pairs that were self-repaired.
+    self_repair_total: [f64; 5],
+    count: f64,
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+impl LstmNonlinearityComponent {
+    /// A component with these peephole parameters (3 × C) and no statistics; default options.
+    pub fn new(params: Matrix, use_dropout: bool) -> Self {
+        let c = params.num_cols();
+        LstmNonlinearityComponent {
+            common: UpdatableCommon::default(),
+            params,
+            use_dropout,
+            value_sum: vec![0.0; 5 * c],
+            deriv_sum: vec![0.0; 5 * c],
+            self_repair_config: [0.05, 0.05, 0.2, 0.05, 0.2, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5],
+            self_repair_total: [0.0; 5],
+            count: 0.0,
+        }
+    }
+
+    /// Cell dimension C.
+    pub fn cell_dim(&self) -> usize {
+        self.params.num_cols()
+    }
+
+    /// The peephole parameters (3 × C).
+    pub fn params(&self) -> &Matrix {
+        &self.params
+    }
+
+    /// Number of frames the statistics cover.
+    pub fn count(&self) -> f64 {
+        self.count
+    }
+
+    /// Registry hook: `cell-dim` (required), `param-stddev` (1.0), `tanh-self-repair-threshold`
+    /// (0.2), `sigmoid-self-repair-threshold` (0.05), `self-repair-scale` (1e-5),
+    /// `use-dropout` (false), and the learning-rate options.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let cell_dim = param_util::require_positive(cfg, "cell-dim")?;
+        let stddev: f32 = cfg.get_or("param-stddev", 1.0f32)?;
+        let tanh_thr: f32 = cfg.get_or("tanh-self-repair-threshold", 0.2f32)?;
+        let sig_thr: f32 = cfg.get_or("sigmoid-self-repair-threshold", 0.05f32)?;
+        let sr_scale: f32 = cfg.get_or("self-repair-scale", 1e-5f32)?;
+        let use_dropout: bool = cfg.get_or("use-dropout", false)?;
+        let common = UpdatableCommon::from_config(cfg)?;
+        if stddev < 0.0 {
+            return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
+        }
+        if !(0.0..=1.0).contains(&sig_thr) || !(0.0..=1.0).contains(&tanh_thr) {
+            return Err(cfg.error("self-repair thresholds must be in [0, 1]"));
+        }
+        if !(0.0..0.1).contains(&sr_scale) {
+            return Err(
+                cfg.error_at_value("self-repair-scale", "self-repair-scale must be in [0, 0.1)")
+            );
+        }
+        let params = param_util::with_init_rng(|rng| {
+            param_util::gaussian_matrix(3, cell_dim, 0.0, stddev, rng)
+        });
+        let mut c = LstmNonlinearityComponent::new(params, use_dropout);
+        c.common = common;
+        c.self_repair_config = [
+            sig_thr, sig_thr, tanh_thr, sig_thr, tanh_thr, sr_scale, sr_scale, sr_scale, sr_scale,
+            sr_scale,
+        ];
+        Ok(Box::new(c))
+    }
+
+    /// Registry hook: reads the body after `<LstmNonlinearityComponent>`.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, TYPE)?;
+        r.expect_token("<Params>")?;
+        let at = r.pos();
+        let params = r.matrix()?;
+        if params.num_rows() != 3 || params.num_cols() == 0 {
+            return Err(r.err_at(at, "a <Params> matrix of 3 rows and at least one column"));
+        }
+        let c = params.num_cols();
+        let read_stats = |r: &mut TokenReader<'_>, tok: &str| -> Result<Matrix> {
+            r.expect_token(tok)?;
+            let at = r.pos();
+            let m = r.matrix()?;
+            if m.num_rows() != 5 || m.num_cols() != c {
+                return Err(r.err_at(at, format!("a {tok} matrix of 5 × {c}")));
+            }
+            Ok(m)
+        };
+        let value_avg = read_stats(r, "<ValueAvg>")?;
+        let deriv_avg = read_stats(r, "<DerivAvg>")?;
+        r.expect_token("<SelfRepairConfig>")?;
+        let at = r.pos();
+        let cfg = r.vector()?;
+        let cfg: [f32; 10] = cfg
+            .as_slice()
+            .try_into()
+            .map_err(|_| r.err_at(at, "a <SelfRepairConfig> vector of dimension 10"))?;
+        r.expect_token("<SelfRepairProb>")?;
+        let at = r.pos();
+        let prob = r.vector()?;
+        let prob: [f32; 5] = prob
+            .as_slice()
+            .try_into()
+            .map_err(|_| r.err_at(at, "a <SelfRepairProb> vector of dimension 5"))?;
+        let mut use_dropout = false;
+        if r.try_token("<UseDropout>")? {
+            use_dropout = r.bool()?;
+        }
+        r.expect_token("<Count>")?;
+        let count = r.f64()?;
+        expect_closing(r, TYPE)?;
+        let mut comp = LstmNonlinearityComponent::new(params, use_dropout);
+        comp.common = common;
+        comp.self_repair_config = cfg;
+        comp.count = count;
+        // Stored normalised; the sums are avg × count (Kaldi's reader does the same).
+        comp.value_sum = value_avg
+            .to_vec()
+            .iter()
+            .map(|&v| v as f64 * count)
+            .collect();
+        comp.deriv_sum = deriv_avg
+            .to_vec()
+            .iter()
+            .map(|&v| v as f64 * count)
+            .collect();
+        for (t, &p) in comp.self_repair_total.iter_mut().zip(&prob) {
+            *t = p as f64 * count * c as f64;
+        }
+        Ok(Box::new(comp))
+    }
+
+    /// Sums divided by the count, rounded to float (the sums themselves when count is 0).
+    fn stats_avg(&self, sum: &[f64]) -> Matrix {
+        let inv = if self.count != 0.0 {
+            1.0 / self.count
+        } else {
+            1.0
+        };
+        Matrix::from_vec(
+            5,
+            self.cell_dim(),
+            sum.iter().map(|&s| (s * inv) as f32).collect(),
+        )
+    }
+
+    /// Per nonlinearity and unit: the self-repair scale to apply (0 when not repairing).
+    fn repair_scales(&self) -> Vec<f32> {
+        let c = self.cell_dim();
+        let mut out = vec![0.0f32; 5 * c];
+        if self.count <= 0.0 || self.deriv_sum.len() != 5 * c {
+            return out;
+        }
+        for k in 0..5 {
+            let thr = self.self_repair_config[k] as f64 * self.count;
+            let scale = self.self_repair_config[k + 5];
+            for j in 0..c {
+                if self.deriv_sum[k * c + j] < thr {
+                    out[k * c + j] = scale;
+                }
+            }
+        }
+        out
+    }
+
+    /// The core of Backprop: input derivative (if wanted), parameter derivative (3 × C) and
+    /// statistics (when `stats` is given).
+    fn backprop_core(
+        &self,
+        in_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        mut in_deriv: Option<&mut MatViewMut<'_>>,
+        mut params_deriv: Option<&mut [f64]>,
+        mut stats: Option<&mut LstmNonlinearityComponent>,
+    ) {
+        let c = self.cell_dim();
+        let repair = self.repair_scales();
+        let (w_ic, w_fc, w_oc) = (self.params.row(0), self.params.row(1), self.params.row(2));
+        let mut repaired_units = [0.0f64; 5];
+        for k in 0..5 {
+            repaired_units[k] = repair[k * c..(k + 1) * c]
+                .iter()
+                .filter(|&&s| s != 0.0)
+                .count() as f64;
+        }
+        for r in 0..in_value.num_rows() {
+            let x = in_value.row(r);
+            let od = out_deriv.row(r);
+            let (i_s, f_s, o_s) = if self.use_dropout {
+                (x[5 * c], x[5 * c + 1], x[5 * c + 2])
+            } else {
+                (1.0, 1.0, 1.0)
+            };
+            for j in 0..c {
+                let (i_part, f_part, c_part, o_part, c_prev) =
+                    (x[j], x[c + j], x[2 * c + j], x[3 * c + j], x[4 * c + j]);
+                let i_t = sigmoid(i_part + w_ic[j] * c_prev);
+                let f_t = sigmoid(f_part + w_fc[j] * c_prev);
+                let tanh_c_part = c_part.tanh();
+                let c_t = f_t * f_s * c_prev + i_t * i_s * tanh_c_part;
+                let o_t = sigmoid(o_part + w_oc[j] * c_t);
+                let tanh_c_t = c_t.tanh();
+                if let Some(st) = stats.as_deref_mut() {
+                    let vals = [i_t, f_t, tanh_c_part, o_t, tanh_c_t];
+                    let ders = [
+                        i_t * (1.0 - i_t),
+                        f_t * (1.0 - f_t),
+                        1.0 - tanh_c_part * tanh_c_part,
+                        o_t * (1.0 - o_t),
+                        1.0 - tanh_c_t * tanh_c_t,
+                    ];
+                    for k in 0..5 {
+                        st.value_sum[k * c + j] += vals[k] as f64;
+                        st.deriv_sum[k * c + j] += ders[k] as f64;
+                    }
+                }
+                let (dc_out, dm) = (od[j], od[c + j]);
+                // Self-repair: sigmoids are pushed towards 0.5, tanh towards 0.
+                let sr = |k: usize| repair[k * c + j];
+                let do_t = dm * o_s * tanh_c_t;
+                let dtanh_c_t = dm * o_t * o_s;
+                let do_in = o_t * (1.0 - o_t) * do_t - (2.0 * o_t - 1.0) * sr(3);
+                let dc = dc_out + (1.0 - tanh_c_t * tanh_c_t) * dtanh_c_t - 2.0 * tanh_c_t * sr(4)
+                    + do_in * w_oc[j];
+                let df_t = dc * f_s * c_prev;
+                let di_t = dc * i_s * tanh_c_part;
+                let dtanh_c_part = dc * i_t * i_s;
+                let df_in = f_t * (1.0 - f_t) * df_t - (2.0 * f_t - 1.0) * sr(1);
+                let di_in = i_t * (1.0 - i_t) * di_t - (2.0 * i_t - 1.0) * sr(0);
+                let dc_part =
+                    (1.0 - tanh_c_part * tanh_c_part) * dtanh_c_part - 2.0 * tanh_c_part * sr(2);
+                let dc_prev = dc * f_t * f_s + di_in * w_ic[j] + df_in * w_fc[j];
+                if let Some(g) = in_deriv.as_deref_mut() {
+                    let row = g.row_mut(r);
+                    row[j] = di_in;
+                    row[c + j] = df_in;
+                    row[2 * c + j] = dc_part;
+                    row[3 * c + j] = do_in;
+                    row[4 * c + j] = dc_prev;
+                }
+                if let Some(p) = params_deriv.as_deref_mut() {
+                    p[j] += (di_in * c_prev) as f64;
+                    p[c + j] += (df_in * c_prev) as f64;
+                    p[2 * c + j] += (do_in * c_t) as f64;
+                }
+            }
+            if self.use_dropout {
+                // The dropout scales get no derivative.
+                if let Some(g) = in_deriv.as_deref_mut() {
+                    g.row_mut(r)[5 * c..5 * c + 3].fill(0.0);
+                }
+            }
+        }
+        if let Some(st) = stats {
+            let rows = in_value.num_rows() as f64;
+            for k in 0..5 {
+                st.self_repair_total[k] += repaired_units[k] * rows;
+            }
+            st.count += rows;
+        }
+    }
+}
+
+impl Component for LstmNonlinearityComponent {
+    fn type_name(&self) -> &'static str {
+        TYPE
+    }
+    fn input_dim(&self) -> usize {
+        5 * self.cell_dim() + if self.use_dropout { 3 } else { 0 }
+    }
+    fn output_dim(&self) -> usize {
+        2 * self.cell_dim()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT
+    }
+
+    fn propagate(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        let c = self.cell_dim();
+        if input.num_cols() != self.input_dim() || output.num_cols() != 2 * c {
+            return None;
+        }
+        let (w_ic, w_fc, w_oc) = (self.params.row(0), self.params.row(1), self.params.row(2));
+        for r in 0..input.num_rows().min(output.num_rows()) {
+            let x = input.row(r);
+            let (i_s, f_s, o_s) = if self.use_dropout {
+                (x[5 * c], x[5 * c + 1], x[5 * c + 2])
+            } else {
+                (1.0, 1.0, 1.0)
+            };
+            let y = output.row_mut(r);
+            for j in 0..c {
+                let c_prev = x[4 * c + j];
+                let i_t = sigmoid(x[j] + w_ic[j] * c_prev);
+                let f_t = sigmoid(x[c + j] + w_fc[j] * c_prev);
+                let c_t = f_t * f_s * c_prev + i_t * i_s * x[2 * c + j].tanh();
+                let o_t = sigmoid(x[3 * c + j] + w_oc[j] * c_t);
+                y[j] = c_t;
+                y[c + j] = o_t * o_s * c_t.tanh();
+            }
+        }
+        None
+    }
+
+    fn backprop(
+        &self,
+        _: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        mut in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let c = self.cell_dim();
+        if in_value.num_cols() != self.input_dim()
+            || out_deriv.num_cols() != 2 * c
+            || out_deriv.num_rows() != in_value.num_rows()
+        {
+            return;
+        }
+        if let Some(g) = &in_deriv {
+            if g.num_cols() != self.input_dim() || g.num_rows() != in_value.num_rows() {
+                return;
+            }
+        }
+        let upd =
+            to_update.and_then(|u| u.as_any_mut().downcast_mut::<LstmNonlinearityComponent>());
+        match upd {
+            Some(u) if u.cell_dim() == c => {
+                let mut pd = vec![0.0f64; 3 * c];
+                self.backprop_core(
+                    in_value,
+                    out_deriv,
+                    in_deriv.as_mut(),
+                    Some(&mut pd),
+                    Some(u),
+                );
+                // Plain SGD step on the peepholes (Kaldi additionally preconditions this
+                // with natural gradient; not done here).
+                let lr = u.common.learning_rate as f64;
+                for (p, d) in u.params.view_mut().as_mut_slice().iter_mut().zip(&pd) {
+                    *p += (lr * d) as f32;
+                }
+            }
+            _ => self.backprop_core(in_value, out_deriv, in_deriv.as_mut(), None, None),
+        }
+    }
+
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, TYPE);
+        w.token("<Params>");
+        w.matrix(&self.params);
+        w.token("<ValueAvg>");
+        w.matrix(&self.stats_avg(&self.value_sum));
+        w.token("<DerivAvg>");
+        w.matrix(&self.stats_avg(&self.deriv_sum));
+        w.token("<SelfRepairConfig>");
+        w.vector(&self.self_repair_config);
+        w.token("<SelfRepairProb>");
+        let denom = self.count * self.cell_dim() as f64;
+        let prob: Vec<f32> = self
+            .self_repair_total
+            .iter()
+            .map(|&t| {
+                if self.count != 0.0 {
+                    (t / denom) as f32
+                } else {
+                    t as f32
+                }
+            })
+            .collect();
+        w.vector(&prob);
+        if self.use_dropout {
+            w.token("<UseDropout>");
+            w.bool(true);
+        }
+        w.token("<Count>");
+        w.f64(self.count);
+        w.token(&format!("</{TYPE}>"));
+    }
+
+    fn info(&self) -> String {
+        let c = self.cell_dim();
+        let g = |v: f64| fmt_g(v, 6);
+        let mut s = format!(
+            "{TYPE}, input-dim={}, output-dim={}, {}, cell-dim={c}, use-dropout={}",
+            self.input_dim(),
+            self.output_dim(),
+            param_util::updatable_info(&self.common),
+            self.use_dropout
+        );
+        for (k, name) in ["w_ic", "w_fc", "w_oc"].iter().enumerate() {
+            let row = self.params.row(k);
+            let rms = (param_util::vec_dot(row, row) / c as f32).sqrt();
+            s += &format!(", {name}-rms={}", fmt_g(rms as f64, 4));
+        }
+        for (k, name) in NONLIN_NAMES.iter().enumerate() {
+            s += &format!(
+                ", {name}={{ self-repair-lower-threshold={}, self-repair-scale={}",
+                g(self.self_repair_config[k] as f64),
+                g(self.self_repair_config[k + 5] as f64)
+            );
+            if self.count != 0.0 {
+                let prop = self.self_repair_total[k] / (self.count * c as f64);
+                let inv = (1.0 / self.count) as f32;
+                let avg = |sum: &[f64]| -> Vec<f32> {
+                    sum[k * c..(k + 1) * c]
+                        .iter()
+                        .map(|&x| x as f32 * inv)
+                        .collect()
+                };
+                s += &format!(
+                    ", self-repaired-proportion={}, value-avg={}, deriv-avg={}",
+                    g(prop),
+                    param_util::summarize_vector(&avg(&self.value_sum)),
+                    param_util::summarize_vector(&avg(&self.deriv_sum))
+                );
+            }
+            s += " }";
+        }
+        s
+    }
+
+    component_boilerplate!();
+
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn zero_stats(&mut self) {
+        self.value_sum.iter_mut().for_each(|x| *x = 0.0);
+        self.deriv_sum.iter_mut().for_each(|x| *x = 0.0);
+        self.self_repair_total = [0.0; 5];
+        self.count = 0.0;
+    }
+    fn scale_stats(&mut self, scale: f32) {
+        let s = scale as f64;
+        self.value_sum.iter_mut().for_each(|x| *x *= s);
+        self.deriv_sum.iter_mut().for_each(|x| *x *= s);
+        self.self_repair_total.iter_mut().for_each(|x| *x *= s);
+        self.count *= s;
+    }
+}
+
+impl UpdatableComponent for LstmNonlinearityComponent {
+    fn common(&self) -> &UpdatableCommon {
+        &self.common
+    }
+    fn common_mut(&mut self) -> &mut UpdatableCommon {
+        &mut self.common
+    }
+    fn num_parameters(&self) -> usize {
+        3 * self.cell_dim()
+    }
+    fn vectorize(&self, out: &mut [f32]) {
+        param_util::vectorize_into(&[&self.params.to_vec()], out);
+    }
+    fn unvectorize(&mut self, params: &[f32]) {
+        let mut off = 0;
+        param_util::take_params(self.params.view_mut().as_mut_slice(), params, &mut off);
+    }
+    /// Scales the parameters and the statistics (zeroing both when `alpha` is 0), as Kaldi.
+    fn scale(&mut self, alpha: f32) {
+        self.params.view_mut().scale(alpha);
+        if alpha == 0.0 {
+            self.zero_stats();
+        } else {
+            self.scale_stats(alpha);
+        }
+    }
+    fn add(&mut self, alpha: f32, other: &dyn Component) {
+        let Some(o) = other.as_any().downcast_ref::<LstmNonlinearityComponent>() else {
+            return;
+        };
+        if o.cell_dim() != self.cell_dim() {
+            return;
+        }
+        self.params
+            .view_mut()
+            .add_mat(alpha, o.params.view(), crate::matrix::Trans::No);
+        let a = alpha as f64;
+        for (d, s) in self.value_sum.iter_mut().zip(&o.value_sum) {
+            *d += a * s;
+        }
+        for (d, s) in self.deriv_sum.iter_mut().zip(&o.deriv_sum) {
+            *d += a * s;
+        }
+        for (d, s) in self.self_repair_total.iter_mut().zip(&o.self_repair_total) {
+            *d += a * s;
+        }
+        self.count += a * o.count;
+    }
+    fn dot_product(&self, other: &dyn Component) -> f32 {
+        other
+            .as_any()
+            .downcast_ref::<LstmNonlinearityComponent>()
+            .map(|o| param_util::vec_dot(&self.params.to_vec(), &o.params.to_vec()))
+            .unwrap_or(0.0)
+    }
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+        param_util::perturb_matrix(&mut self.params, stddev, rng);
+    }
+}

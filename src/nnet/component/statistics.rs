@@ -1,0 +1,635 @@
+//! `StatisticsExtractionComponent` and `StatisticsPoolingComponent` (x-vector stats layers).
+//!
+//! Extraction turns groups of frames into raw statistics: output t (rounded down to a multiple
+//! of output-period) holds [count, Σx, Σx²] over the available input frames
+//! t_start, t_start + input-period, … < t_start + output-period. Pooling sums those statistics
+//! over the window [t − left-context, t + right-context] (step input-period) and outputs
+//! [log(count) × num-log-count-features, mean, stddev]. For both, inputs are optional: an
+//! output is computable when at least one of its inputs is, and only available inputs are
+//! summed. Both sort their Indexes by (n, x, t), so the inputs of one output form a contiguous
+//! row range.
+
+use super::param_util::{self, component_boilerplate};
+use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut};
+use crate::nnet::config_line::ConfigLine;
+use crate::nnet::index::Index;
+use std::any::Any;
+use std::collections::HashMap;
+
+const EXTRACTION: &str = "StatisticsExtractionComponent";
+const POOLING: &str = "StatisticsPoolingComponent";
+
+/// Kaldi's IndexLessNxt: n, then x, then t.
+fn sort_nxt(v: &mut [Index]) {
+    v.sort_by_key(|i| (i.n, i.x, i.t));
+}
+
+/// Row ranges of a step: for each output row, the input rows `[start, end)` it sums, and for
+/// each input row the outputs `[start, end)` that use it. Invalid pairs are `(0, 0)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatsPrecomputed {
+    pub num_input_rows: usize,
+    pub forward: Vec<(usize, usize)>,
+    /// Extraction: the number of inputs of each output.
+    pub counts: Vec<f32>,
+}
+
+impl PrecomputedIndexes for StatsPrecomputed {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl StatsPrecomputed {
+    /// Builds the ranges from each output's input Indexes (those present in `input`). The
+    /// inputs of one output must be consecutive rows; where they are not (Indexes not in
+    /// (n, x, t) order) the range is cut at the first gap.
+    fn new(input: &[Index], output: &[Index], wanted: impl Fn(&Index) -> Vec<Index>) -> Self {
+        let pos: HashMap<Index, usize> = input.iter().enumerate().map(|(i, x)| (*x, i)).collect();
+        let mut forward = Vec::with_capacity(output.len());
+        let mut counts = Vec::with_capacity(output.len());
+        for o in output {
+            let mut range: Option<(usize, usize)> = None;
+            for w in wanted(o) {
+                if let Some(&p) = pos.get(&w) {
+                    range = match range {
+                        None => Some((p, p + 1)),
+                        Some((s, e)) if e == p => Some((s, e + 1)),
+                        keep => keep,
+                    };
+                }
+            }
+            let r = range.unwrap_or((0, 0));
+            forward.push(r);
+            counts.push((r.1 - r.0) as f32);
+        }
+        StatsPrecomputed {
+            num_input_rows: input.len(),
+            forward,
+            counts,
+        }
+    }
+
+    /// The ranges assumed without precomputed indexes: consecutive equal groups of input rows.
+    fn default_groups(num_in: usize, num_out: usize) -> Self {
+        let per = if num_out == 0 { 0 } else { num_in / num_out };
+        let forward: Vec<(usize, usize)> = (0..num_out).map(|i| (i * per, (i + 1) * per)).collect();
+        StatsPrecomputed {
+            num_input_rows: num_in,
+            counts: forward.iter().map(|r| (r.1 - r.0) as f32).collect(),
+            forward,
+        }
+    }
+
+    /// The precomputed ranges if they fit matrices of these sizes, else the default groups.
+    fn get(indexes: Option<&dyn PrecomputedIndexes>, num_in: usize, num_out: usize) -> Self {
+        match indexes.and_then(|p| p.as_any().downcast_ref::<StatsPrecomputed>()) {
+            Some(p)
+                if p.num_input_rows == num_in
+                    && p.forward.len() == num_out
+                    && p.forward.iter().all(|&(s, e)| s <= e && e <= num_in) =>
+            {
+                p.clone()
+            }
+            _ => Self::default_groups(num_in, num_out),
+        }
+    }
+}
+
+/// Largest multiple of `period` that is <= t.
+fn round_down(t: i32, period: i32) -> i32 {
+    t.div_euclid(period) * period
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// `StatisticsExtractionComponent`.
+#[derive(Clone, Debug)]
+pub struct StatisticsExtractionComponent {
+    pub input_dim: usize,
+    pub input_period: i32,
+    pub output_period: i32,
+    pub include_variance: bool,
+}
+
+impl StatisticsExtractionComponent {
+    /// Kaldi's StatisticsExtractionComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let input_dim = param_util::require_positive(cfg, "input-dim")?;
+        let input_period = param_util::positive_or(cfg, "input-period", 1)? as i32;
+        let output_period = param_util::positive_or(cfg, "output-period", 1)? as i32;
+        if output_period % input_period != 0 {
+            return Err(cfg.error_at_value(
+                "output-period",
+                format!("output-period={output_period} must be a multiple of input-period={input_period}"),
+            ));
+        }
+        Ok(Box::new(StatisticsExtractionComponent {
+            input_dim,
+            input_period,
+            output_period,
+            include_variance: cfg.get_or("include-variance", true)?,
+        }))
+    }
+
+    /// Reads the body (note Kaldi's misspelt `<IncludeVarinance>`).
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token(&format!("<{EXTRACTION}>"))?;
+        r.expect_token("<InputDim>")?;
+        let input_dim = param_util::read_positive_i32(r, "input dimension")?;
+        r.expect_token("<InputPeriod>")?;
+        let input_period = param_util::read_positive_i32(r, "input period")? as i32;
+        r.expect_token("<OutputPeriod>")?;
+        let at = r.pos();
+        let output_period = param_util::read_positive_i32(r, "output period")? as i32;
+        if output_period % input_period != 0 {
+            return Err(r.err_at(at, "an output period that is a multiple of the input period"));
+        }
+        r.expect_token("<IncludeVarinance>")?;
+        let include_variance = r.bool()?;
+        param_util::expect_closing(r, EXTRACTION)?;
+        Ok(Box::new(StatisticsExtractionComponent {
+            input_dim,
+            input_period,
+            output_period,
+            include_variance,
+        }))
+    }
+
+    /// The input Indexes of the group output `o` belongs to.
+    fn group(&self, o: &Index) -> Vec<Index> {
+        let start = round_down(o.t, self.output_period);
+        (0..self.output_period / self.input_period)
+            .map(|k| Index::new(o.n, start + k * self.input_period, o.x))
+            .collect()
+    }
+}
+
+impl Component for StatisticsExtractionComponent {
+    fn type_name(&self) -> &'static str {
+        EXTRACTION
+    }
+    fn input_dim(&self) -> usize {
+        self.input_dim
+    }
+    fn output_dim(&self) -> usize {
+        1 + self.input_dim + if self.include_variance { self.input_dim } else { 0 }
+    }
+    fn properties(&self) -> Properties {
+        let p = Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES;
+        if self.include_variance {
+            p | Properties::BACKPROP_NEEDS_INPUT
+        } else {
+            p
+        }
+    }
+
+    fn propagate(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        let d = self.input_dim;
+        if input.num_cols() != d || output.num_cols() != self.output_dim() {
+            return None;
+        }
+        let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
+        for (o, (&(s, e), &count)) in p.forward.iter().zip(&p.counts).enumerate() {
+            let row = output.row_mut(o);
+            let (head, rest) = row.split_at_mut(1);
+            head[0] += count;
+            let (sum, sumsq) = rest.split_at_mut(d);
+            for i in s..e {
+                let x = input.row(i);
+                for (a, &v) in sum.iter_mut().zip(x) {
+                    *a += v;
+                }
+                if self.include_variance {
+                    for (a, &v) in sumsq.iter_mut().zip(x) {
+                        *a += v * v;
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn backprop(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        _to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let Some(mut g) = in_deriv else {
+            return;
+        };
+        let d = self.input_dim;
+        g.set_zero();
+        if g.num_cols() != d || out_deriv.num_cols() != self.output_dim() {
+            return;
+        }
+        let p = StatsPrecomputed::get(indexes, g.num_rows(), out_deriv.num_rows());
+        let have_x = in_value.num_rows() == g.num_rows() && in_value.num_cols() == d;
+        for (o, &(s, e)) in p.forward.iter().enumerate() {
+            let od = out_deriv.row(o);
+            let (dsum, dsq) = od[1..].split_at(d);
+            for i in s..e {
+                let gi = g.row_mut(i);
+                gi.copy_from_slice(dsum);
+                if self.include_variance && have_x {
+                    for ((a, &x), &dq) in gi.iter_mut().zip(in_value.row(i)).zip(dsq) {
+                        *a += 2.0 * x * dq;
+                    }
+                }
+            }
+        }
+    }
+
+    fn get_input_indexes(&self, _: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
+        desired.clear();
+        desired.extend(self.group(o));
+    }
+
+    fn is_computable(
+        &self,
+        _: &MiscComputationInfo,
+        o: &Index,
+        input_available: &dyn Fn(&Index) -> bool,
+        used_inputs: Option<&mut Vec<Index>>,
+    ) -> bool {
+        optional_inputs(self.group(o), input_available, used_inputs)
+    }
+
+    fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
+        sort_nxt(input);
+        sort_nxt(output);
+    }
+
+    fn precompute_indexes(
+        &self,
+        _: &MiscComputationInfo,
+        input: &[Index],
+        output: &[Index],
+        _need_backprop: bool,
+    ) -> Option<Box<dyn PrecomputedIndexes>> {
+        Some(Box::new(StatsPrecomputed::new(input, output, |o| {
+            self.group(o)
+        })))
+    }
+
+    fn write(&self, w: &mut TokenWriter) {
+        w.token(&format!("<{EXTRACTION}>"));
+        w.token("<InputDim>");
+        w.i32(self.input_dim as i32);
+        w.token("<InputPeriod>");
+        w.i32(self.input_period);
+        w.token("<OutputPeriod>");
+        w.i32(self.output_period);
+        w.token("<IncludeVarinance>");
+        w.bool(self.include_variance);
+        w.token(&format!("</{EXTRACTION}>"));
+    }
+
+    fn info(&self) -> String {
+        format!(
+            "{EXTRACTION}, input-dim={}, output-dim={}",
+            self.input_dim,
+            self.output_dim()
+        )
+    }
+
+    component_boilerplate!();
+}
+
+/// The shared IsComputable of both components: computable if any input is available; the
+/// used inputs are the available ones.
+fn optional_inputs(
+    wanted: Vec<Index>,
+    input_available: &dyn Fn(&Index) -> bool,
+    used_inputs: Option<&mut Vec<Index>>,
+) -> bool {
+    match used_inputs {
+        None => wanted.iter().any(input_available),
+        Some(u) => {
+            u.clear();
+            u.extend(wanted.into_iter().filter(|i| input_available(i)));
+            !u.is_empty()
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// `StatisticsPoolingComponent`.
+#[derive(Clone, Debug)]
+pub struct StatisticsPoolingComponent {
+    pub input_dim: usize,
+    pub input_period: i32,
+    pub left_context: i32,
+    pub right_context: i32,
+    pub num_log_count_features: usize,
+    pub output_stddevs: bool,
+    pub variance_floor: f32,
+}
+
+impl StatisticsPoolingComponent {
+    /// Checks the options as Kaldi's Check() does; `Err(message)` names the violated rule.
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.left_context < 0 || self.right_context < 0 {
+            return Err("left-context and right-context must be >= 0".into());
+        }
+        if self.left_context + self.right_context <= 0 {
+            return Err("left-context + right-context must be positive".into());
+        }
+        if self.left_context % self.input_period != 0 || self.right_context % self.input_period != 0
+        {
+            return Err("left-context and right-context must be multiples of input-period".into());
+        }
+        if !(self.variance_floor > 0.0 && self.variance_floor < 1.0) {
+            return Err("variance-floor must be in (0, 1)".into());
+        }
+        if self.output_stddevs && (self.input_dim - 1) % 2 != 0 {
+            return Err("with output-stddevs=true, input-dim must be odd (count, sums, squares)".into());
+        }
+        Ok(())
+    }
+
+    /// Kaldi's StatisticsPoolingComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let input_dim = param_util::require_positive(cfg, "input-dim")?;
+        let nlc: i32 = cfg.get_or("num-log-count-features", 0)?;
+        if nlc < 0 {
+            return Err(cfg.error_at_value("num-log-count-features", "must be >= 0"));
+        }
+        let c = StatisticsPoolingComponent {
+            input_dim,
+            input_period: param_util::positive_or(cfg, "input-period", 1)? as i32,
+            left_context: cfg.get_or("left-context", -1)?,
+            right_context: cfg.get_or("right-context", -1)?,
+            num_log_count_features: nlc as usize,
+            output_stddevs: cfg.get_or("output-stddevs", true)?,
+            variance_floor: cfg.get_or("variance-floor", 1.0e-10)?,
+        };
+        c.check().map_err(|m| cfg.error(m))?;
+        Ok(Box::new(c))
+    }
+
+    /// Reads the body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token(&format!("<{POOLING}>"))?;
+        let start = r.pos();
+        r.expect_token("<InputDim>")?;
+        let input_dim = param_util::read_positive_i32(r, "input dimension")?;
+        r.expect_token("<InputPeriod>")?;
+        let input_period = param_util::read_positive_i32(r, "input period")? as i32;
+        r.expect_token("<LeftContext>")?;
+        let left_context = r.i32()?;
+        r.expect_token("<RightContext>")?;
+        let right_context = r.i32()?;
+        r.expect_token("<NumLogCountFeatures>")?;
+        let at = r.pos();
+        let nlc = r.i32()?;
+        if nlc < 0 {
+            return Err(r.err_at(at, "a non-negative number of log-count features"));
+        }
+        r.expect_token("<OutputStddevs>")?;
+        let output_stddevs = r.bool()?;
+        r.expect_token("<VarianceFloor>")?;
+        let variance_floor = r.f32()?;
+        param_util::expect_closing(r, POOLING)?;
+        let c = StatisticsPoolingComponent {
+            input_dim,
+            input_period,
+            left_context,
+            right_context,
+            num_log_count_features: nlc as usize,
+            output_stddevs,
+            variance_floor,
+        };
+        c.check()
+            .map_err(|m| r.err_at(start, format!("a valid {POOLING} ({m})")))?;
+        Ok(Box::new(c))
+    }
+
+    /// The input Indexes of the window around output `o`.
+    fn window(&self, o: &Index) -> Vec<Index> {
+        let n = (self.left_context + self.right_context) / self.input_period + 1;
+        (0..n)
+            .map(|k| Index::new(o.n, o.t - self.left_context + k * self.input_period, o.x))
+            .collect()
+    }
+
+    /// Dimension of the mean (and of the stddev) part.
+    fn feature_dim(&self) -> usize {
+        if self.output_stddevs {
+            (self.input_dim - 1) / 2
+        } else {
+            self.input_dim - 1
+        }
+    }
+}
+
+impl Component for StatisticsPoolingComponent {
+    fn type_name(&self) -> &'static str {
+        POOLING
+    }
+    fn input_dim(&self) -> usize {
+        self.input_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.input_dim + self.num_log_count_features - 1
+    }
+    fn properties(&self) -> Properties {
+        let mut p = Properties::REORDERS_INDEXES | Properties::BACKPROP_ADDS;
+        if self.output_stddevs || self.num_log_count_features > 0 {
+            p = p | Properties::BACKPROP_NEEDS_OUTPUT;
+        }
+        if self.num_log_count_features == 0 {
+            p = p | Properties::BACKPROP_NEEDS_INPUT;
+        }
+        p
+    }
+
+    fn propagate(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        if input.num_cols() != self.input_dim || output.num_cols() != self.output_dim() {
+            return None;
+        }
+        let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
+        let nl = self.num_log_count_features;
+        let fd = self.feature_dim();
+        for (o, &(s, e)) in p.forward.iter().enumerate() {
+            let row = output.row_mut(o);
+            row.fill(0.0);
+            if s == e {
+                continue; // not computable; the compiler never asks for such a row
+            }
+            let mut count = 0.0f32;
+            let stats = &mut row[nl..];
+            for i in s..e {
+                let x = input.row(i);
+                count += x[0];
+                for (a, &v) in stats.iter_mut().zip(&x[1..]) {
+                    *a += v;
+                }
+            }
+            // Kaldi divides rows by multiplying with the inverted counts.
+            let inv = 1.0 / count;
+            for a in stats.iter_mut() {
+                *a *= inv;
+            }
+            if self.output_stddevs {
+                let (mean, var) = stats.split_at_mut(fd);
+                for (v, &m) in var.iter_mut().zip(mean.iter()) {
+                    let centered = *v - m * m;
+                    *v = centered.max(self.variance_floor).sqrt();
+                }
+            }
+            let log_count = count.ln();
+            for a in &mut row[..nl] {
+                *a = log_count;
+            }
+        }
+        None
+    }
+
+    fn backprop(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        _to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let Some(mut g) = in_deriv else {
+            return;
+        };
+        let (nl, fd, od_dim) = (self.num_log_count_features, self.feature_dim(), self.output_dim());
+        if g.num_cols() != self.input_dim || out_deriv.num_cols() != od_dim {
+            return;
+        }
+        let n_out = out_deriv.num_rows();
+        let need_out = self.output_stddevs || nl > 0;
+        if need_out && (out_value.num_rows() != n_out || out_value.num_cols() != od_dim) {
+            return;
+        }
+        let need_in = nl == 0;
+        if need_in && (in_value.num_rows() != g.num_rows() || in_value.num_cols() != self.input_dim)
+        {
+            return;
+        }
+        let p = StatsPrecomputed::get(indexes, g.num_rows(), n_out);
+        let mut d = vec![0.0f32; od_dim - nl];
+        for (o, &(s, e)) in p.forward.iter().enumerate() {
+            d.copy_from_slice(&out_deriv.row(o)[nl..]);
+            if self.output_stddevs {
+                // d/dvar of sqrt(var) = 0.5 / stddev (the floor is ignored, as in Kaldi);
+                // var = E[x²] − mean², so the mean also gets −2·mean·dvar.
+                let y = &out_value.row(o)[nl..];
+                let (mean, std) = y.split_at(fd);
+                let (dmean, dvar) = d.split_at_mut(fd);
+                for (((dv, &sd), dm), &m) in dvar.iter_mut().zip(std).zip(dmean.iter_mut()).zip(mean)
+                {
+                    *dv = 0.5 * *dv / sd;
+                    *dm += -2.0 * m * *dv;
+                }
+            }
+            let count = if nl > 0 {
+                out_value.row(o)[0].exp()
+            } else {
+                (s..e).map(|i| in_value.row(i)[0]).sum::<f32>()
+            };
+            let inv = 1.0 / count;
+            for v in d.iter_mut() {
+                *v *= inv;
+            }
+            for i in s..e {
+                for (a, &v) in g.row_mut(i)[1..].iter_mut().zip(&d) {
+                    *a += v;
+                }
+            }
+        }
+    }
+
+    fn get_input_indexes(&self, _: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
+        desired.clear();
+        desired.extend(self.window(o));
+    }
+
+    fn is_computable(
+        &self,
+        _: &MiscComputationInfo,
+        o: &Index,
+        input_available: &dyn Fn(&Index) -> bool,
+        used_inputs: Option<&mut Vec<Index>>,
+    ) -> bool {
+        // Outputs exist only at multiples of the input period (read them through Round()).
+        if o.t % self.input_period != 0 {
+            if let Some(u) = used_inputs {
+                u.clear();
+            }
+            return false;
+        }
+        optional_inputs(self.window(o), input_available, used_inputs)
+    }
+
+    fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
+        sort_nxt(input);
+        sort_nxt(output);
+    }
+
+    fn precompute_indexes(
+        &self,
+        _: &MiscComputationInfo,
+        input: &[Index],
+        output: &[Index],
+        _need_backprop: bool,
+    ) -> Option<Box<dyn PrecomputedIndexes>> {
+        Some(Box::new(StatsPrecomputed::new(input, output, |o| {
+            self.window(o)
+        })))
+    }
+
+    fn write(&self, w: &mut TokenWriter) {
+        w.token(&format!("<{POOLING}>"));
+        w.token("<InputDim>");
+        w.i32(self.input_dim as i32);
+        w.token("<InputPeriod>");
+        w.i32(self.input_period);
+        w.token("<LeftContext>");
+        w.i32(self.left_context);
+        w.token("<RightContext>");
+        w.i32(self.right_context);
+        w.token("<NumLogCountFeatures>");
+        w.i32(self.num_log_count_features as i32);
+        w.token("<OutputStddevs>");
+        w.bool(self.output_stddevs);
+        w.token("<VarianceFloor>");
+        w.f32(self.variance_floor);
+        w.token(&format!("</{POOLING}>"));
+    }
+
+    fn info(&self) -> String {
+        format!(
+            "{POOLING}, input-dim={}, output-dim={}",
+            self.input_dim,
+            self.output_dim()
+        )
+    }
+
+    component_boilerplate!();
+}

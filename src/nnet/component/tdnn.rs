@@ -1,0 +1,687 @@
+//! `TdnnComponent`: splices its own input at fixed time offsets and applies an affine (or,
+//! with `use-bias=false`, linear) map. The TDNN-F workhorse.
+//!
+//! Output Index (n, t, x) needs the inputs (n, t + o, x) for every offset o. Column block k of
+//! `linear_params` multiplies the input at offset k. Propagate does one GEMM per offset on the
+//! input rows for that offset, found at compile time (`precompute_indexes`): a contiguous row
+//! block when possible (the usual case with t-major row order), a few contiguous runs, or a
+//! gathered copy.
+
+use super::param_util::{self, component_boilerplate};
+use super::{
+    Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties, UpdatableCommon,
+    UpdatableComponent,
+};
+use crate::error::Result;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::nnet::config_line::ConfigLine;
+use crate::nnet::index::{Index, NO_TIME};
+use std::any::Any;
+use std::collections::HashMap;
+
+const TDNN: &str = "TdnnComponent";
+
+/// `TdnnComponent`.
+#[derive(Clone, Debug)]
+pub struct TdnnComponent {
+    pub common: UpdatableCommon,
+    /// Sorted, distinct time offsets.
+    pub time_offsets: Vec<i32>,
+    /// output-dim × (input-dim · #offsets).
+    pub linear_params: Matrix,
+    /// Empty when the component has no bias.
+    pub bias_params: Vector,
+    /// Kaldi's orthonormal-constraint (0 = none); applied by the trainer.
+    pub orthonormal_constraint: f32,
+    pub use_natural_gradient: bool,
+    pub num_samples_history: f32,
+    pub alpha_in: f32,
+    pub alpha_out: f32,
+    pub rank_in: i32,
+    pub rank_out: i32,
+}
+
+/// How the input rows of one time offset line up with the output rows.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TdnnOffsetRows {
+    /// Output row i uses input row `start + i`.
+    Contiguous { start: usize },
+    /// Runs `(out_start, in_start, len)`: output rows `out_start..+len` use input rows
+    /// `in_start..+len`.
+    Runs(Vec<(usize, usize, usize)>),
+    /// Output row i uses input row `rows[i]` (−1: no such input; treated as zeros).
+    Gather(Vec<i32>),
+}
+
+/// The precomputed row layout of one TdnnComponent step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TdnnPrecomputed {
+    pub num_input_rows: usize,
+    pub num_output_rows: usize,
+    /// One entry per time offset.
+    pub offsets: Vec<TdnnOffsetRows>,
+}
+
+impl PrecomputedIndexes for TdnnPrecomputed {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Average run length from which separate GEMMs per run beat one gathered copy.
+const MIN_AVG_RUN: usize = 16;
+
+impl TdnnPrecomputed {
+    /// Classifies a row map (output row → input row, −1 if missing).
+    fn from_map(map: Vec<i32>) -> TdnnOffsetRows {
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        let mut missing = false;
+        for (o, &i) in map.iter().enumerate() {
+            if i < 0 {
+                missing = true;
+                break;
+            }
+            let i = i as usize;
+            match runs.last_mut() {
+                Some((os, is, len)) if *os + *len == o && *is + *len == i => *len += 1,
+                _ => runs.push((o, i, 1)),
+            }
+        }
+        if missing {
+            return TdnnOffsetRows::Gather(map);
+        }
+        match runs.as_slice() {
+            [] => TdnnOffsetRows::Contiguous { start: 0 },
+            [(0, start, _)] => TdnnOffsetRows::Contiguous { start: *start },
+            _ if map.len() >= MIN_AVG_RUN * runs.len() => TdnnOffsetRows::Runs(runs),
+            _ => TdnnOffsetRows::Gather(map),
+        }
+    }
+
+    /// The row layout for these Indexes: input and output in the order given.
+    pub fn new(time_offsets: &[i32], input: &[Index], output: &[Index]) -> Self {
+        let pos: HashMap<Index, i32> = input
+            .iter()
+            .enumerate()
+            .filter(|(_, ix)| ix.t != NO_TIME)
+            .map(|(i, ix)| (*ix, i as i32))
+            .collect();
+        let offsets = time_offsets
+            .iter()
+            .map(|&off| {
+                let map = output
+                    .iter()
+                    .map(|o| {
+                        if o.t == NO_TIME {
+                            return -1;
+                        }
+                        let want = Index::new(o.n, o.t.wrapping_add(off), o.x);
+                        pos.get(&want).copied().unwrap_or(-1)
+                    })
+                    .collect();
+                Self::from_map(map)
+            })
+            .collect();
+        TdnnPrecomputed {
+            num_input_rows: input.len(),
+            num_output_rows: output.len(),
+            offsets,
+        }
+    }
+
+    /// The layout assumed without precomputed indexes: one sequence of consecutive frames,
+    /// input rows covering output frames widened by the offsets' span.
+    fn default_layout(time_offsets: &[i32], num_in: usize, num_out: usize) -> Self {
+        let min = time_offsets.first().copied().unwrap_or(0);
+        let offsets = time_offsets
+            .iter()
+            .map(|&off| {
+                let map = (0..num_out)
+                    .map(|i| {
+                        let j = i as i64 + (off as i64 - min as i64);
+                        if j >= 0 && (j as usize) < num_in {
+                            j as i32
+                        } else {
+                            -1
+                        }
+                    })
+                    .collect();
+                Self::from_map(map)
+            })
+            .collect();
+        TdnnPrecomputed {
+            num_input_rows: num_in,
+            num_output_rows: num_out,
+            offsets,
+        }
+    }
+
+    /// True if every row this layout names exists in matrices of these sizes.
+    fn fits(&self, num_in: usize, num_out: usize) -> bool {
+        self.num_input_rows == num_in
+            && self.num_output_rows == num_out
+            && self.offsets.iter().all(|o| match o {
+                TdnnOffsetRows::Contiguous { start } => start + num_out <= num_in,
+                TdnnOffsetRows::Runs(r) => r
+                    .iter()
+                    .all(|&(o, i, l)| o + l <= num_out && i + l <= num_in),
+                TdnnOffsetRows::Gather(m) => {
+                    m.len() == num_out && m.iter().all(|&i| i < num_in as i32)
+                }
+            })
+    }
+}
+
+impl TdnnComponent {
+    /// Kaldi's TdnnComponent::InitFromConfig.
+    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::from_config(cfg)?;
+        let in_dim = param_util::require_positive(cfg, "input-dim")?;
+        let out_dim = param_util::require_positive(cfg, "output-dim")?;
+        let time_offsets: Vec<i32> = cfg.require("time-offsets")?;
+        if time_offsets.is_empty() || time_offsets.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(cfg.error_at_value(
+                "time-offsets",
+                "time-offsets must be a non-empty, strictly increasing list",
+            ));
+        }
+        let n = time_offsets.len();
+        let full_in = in_dim * n;
+        let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (full_in as f32).sqrt())?;
+        let bias_stddev: f32 = cfg.get_or("bias-stddev", 1.0)?;
+        let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
+        let use_bias: bool = cfg.get_or("use-bias", true)?;
+        if param_stddev < 0.0 || bias_stddev < 0.0 {
+            return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
+        }
+        let rank_in: i32 = cfg.get_or("rank-in", 20.min((full_in as i32 + 1) / 2))?;
+        let rank_out: i32 = cfg.get_or("rank-out", 80.min((out_dim as i32 + 1) / 2))?;
+        let alpha_in: f32 = cfg.get_or("alpha-in", 4.0)?;
+        let alpha_out: f32 = cfg.get_or("alpha-out", 4.0)?;
+        let num_samples_history: f32 = cfg.get_or("num-samples-history", 2000.0)?;
+        if rank_in <= 0 || rank_out <= 0 || alpha_in <= 0.0 || alpha_out <= 0.0 {
+            return Err(cfg.error("rank-in, rank-out, alpha-in and alpha-out must be positive"));
+        }
+        let (linear_params, bias_params) = param_util::with_init_rng(|rng| {
+            let w = param_util::gaussian_matrix(out_dim, full_in, 0.0, param_stddev, rng);
+            let b = if use_bias {
+                param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng)
+            } else {
+                Vector::zeros(0)
+            };
+            (w, b)
+        });
+        Ok(Box::new(TdnnComponent {
+            common,
+            time_offsets,
+            linear_params,
+            bias_params,
+            orthonormal_constraint: cfg.get_or("orthonormal-constraint", 0.0f32)?,
+            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            num_samples_history,
+            alpha_in,
+            alpha_out,
+            rank_in,
+            rank_out,
+        }))
+    }
+
+    /// Reads a TdnnComponent body.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        let common = UpdatableCommon::read(r, TDNN)?;
+        r.expect_token("<TimeOffsets>")?;
+        let at = r.pos();
+        let time_offsets = r.int_vec()?;
+        if time_offsets.is_empty() || time_offsets.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(r.err_at(at, "a non-empty, strictly increasing list of time offsets"));
+        }
+        r.expect_token("<LinearParams>")?;
+        let at = r.pos();
+        let linear_params = r.matrix()?;
+        if linear_params.num_rows() == 0
+            || linear_params.num_cols() == 0
+            || linear_params.num_cols() % time_offsets.len() != 0
+        {
+            return Err(r.err_at(
+                at,
+                format!(
+                    "a non-empty parameter matrix whose column count is a multiple of {} (the number of time offsets)",
+                    time_offsets.len()
+                ),
+            ));
+        }
+        r.expect_token("<BiasParams>")?;
+        let at = r.pos();
+        let bias_params = r.vector()?;
+        if bias_params.dim() != 0 && bias_params.dim() != linear_params.num_rows() {
+            return Err(r.err_at(
+                at,
+                format!(
+                    "a bias vector of dimension 0 or {}",
+                    linear_params.num_rows()
+                ),
+            ));
+        }
+        r.expect_token("<OrthonormalConstraint>")?;
+        let orthonormal_constraint = r.f32()?;
+        r.expect_token("<UseNaturalGradient>")?;
+        let use_natural_gradient = r.bool()?;
+        r.expect_token("<NumSamplesHistory>")?;
+        let num_samples_history = r.f32()?;
+        let (alpha_in, alpha_out) = if r.try_token("<AlphaInOut>")? {
+            (r.f32()?, r.f32()?)
+        } else {
+            r.expect_token("<Alpha>")?;
+            let a = r.f32()?;
+            (a, a)
+        };
+        r.expect_token("<RankInOut>")?;
+        let rank_in = r.i32()?;
+        let rank_out = r.i32()?;
+        param_util::expect_closing(r, TDNN)?;
+        Ok(Box::new(TdnnComponent {
+            common,
+            time_offsets,
+            linear_params,
+            bias_params,
+            orthonormal_constraint,
+            use_natural_gradient,
+            num_samples_history,
+            alpha_in,
+            alpha_out,
+            rank_in,
+            rank_out,
+        }))
+    }
+
+    fn block_dim(&self) -> usize {
+        self.linear_params.num_cols() / self.time_offsets.len().max(1)
+    }
+
+    /// The weight block for time offset number k (output-dim × input-dim).
+    fn block(&self, k: usize) -> MatView<'_> {
+        let d = self.block_dim();
+        self.linear_params.sub(0, self.linear_params.num_rows(), k * d, d)
+    }
+
+    /// The row layout to use: the precomputed one if it fits these matrices, else the default.
+    fn layout<'a>(
+        &'a self,
+        indexes: Option<&'a dyn PrecomputedIndexes>,
+        num_in: usize,
+        num_out: usize,
+    ) -> Option<std::borrow::Cow<'a, TdnnPrecomputed>> {
+        use std::borrow::Cow;
+        let p = match indexes.and_then(|p| p.as_any().downcast_ref::<TdnnPrecomputed>()) {
+            Some(p) => Cow::Borrowed(p),
+            None => Cow::Owned(TdnnPrecomputed::default_layout(
+                &self.time_offsets,
+                num_in,
+                num_out,
+            )),
+        };
+        (p.offsets.len() == self.time_offsets.len() && p.fits(num_in, num_out)).then_some(p)
+    }
+}
+
+/// The rows `rows[i]` of `src` as a new matrix (zeros where `rows[i]` is −1).
+fn gather(src: MatView<'_>, rows: &[i32]) -> Matrix {
+    let mut m = Matrix::zeros(rows.len(), src.num_cols());
+    m.view_mut().copy_rows(src, rows);
+    m
+}
+
+impl Component for TdnnComponent {
+    fn type_name(&self) -> &'static str {
+        TDNN
+    }
+    fn input_dim(&self) -> usize {
+        self.block_dim()
+    }
+    fn output_dim(&self) -> usize {
+        self.linear_params.num_rows()
+    }
+    fn properties(&self) -> Properties {
+        let p = Properties::UPDATABLE
+            | Properties::REORDERS_INDEXES
+            | Properties::BACKPROP_ADDS
+            | Properties::BACKPROP_NEEDS_INPUT;
+        if self.bias_params.dim() == 0 {
+            p | Properties::PROPAGATE_ADDS
+        } else {
+            p
+        }
+    }
+
+    fn propagate(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        if self.bias_params.dim() != 0 {
+            output.pu_copy_rows_from_vec(&self.bias_params);
+        }
+        let (n_in, n_out) = (input.num_rows(), output.num_rows());
+        if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
+            return None;
+        }
+        let Some(layout) = self.layout(indexes, n_in, n_out) else {
+            return None;
+        };
+        for (k, rows) in layout.offsets.iter().enumerate() {
+            let w = self.block(k);
+            match rows {
+                TdnnOffsetRows::Contiguous { start } => {
+                    let x = input.rows_range(*start, n_out);
+                    output.add_mat_mat(1.0, x, Trans::No, w, Trans::Yes, 1.0);
+                }
+                TdnnOffsetRows::Runs(runs) => {
+                    for &(o, i, l) in runs {
+                        output.rows_range_mut(o, l).add_mat_mat(
+                            1.0,
+                            input.rows_range(i, l),
+                            Trans::No,
+                            w,
+                            Trans::Yes,
+                            1.0,
+                        );
+                    }
+                }
+                TdnnOffsetRows::Gather(map) => {
+                    let x = gather(input, map);
+                    output.add_mat_mat(1.0, x.view(), Trans::No, w, Trans::Yes, 1.0);
+                }
+            }
+        }
+        None
+    }
+
+    fn backprop(
+        &self,
+        indexes: Option<&dyn PrecomputedIndexes>,
+        in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        out_deriv: MatView<'_>,
+        _memo: Option<&Memo>,
+        to_update: Option<&mut dyn Component>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let n_out = out_deriv.num_rows();
+        if out_deriv.num_cols() != self.output_dim() {
+            return;
+        }
+        if let Some(mut d) = in_deriv {
+            if d.num_cols() == self.input_dim() {
+                if let Some(layout) = self.layout(indexes, d.num_rows(), n_out) {
+                    for (k, rows) in layout.offsets.iter().enumerate() {
+                        let w = self.block(k);
+                        match rows {
+                            TdnnOffsetRows::Contiguous { start } => d
+                                .rows_range_mut(*start, n_out)
+                                .add_mat_mat(1.0, out_deriv, Trans::No, w, Trans::No, 1.0),
+                            TdnnOffsetRows::Runs(runs) => {
+                                for &(o, i, l) in runs {
+                                    d.rows_range_mut(i, l).add_mat_mat(
+                                        1.0,
+                                        out_deriv.rows_range(o, l),
+                                        Trans::No,
+                                        w,
+                                        Trans::No,
+                                        1.0,
+                                    );
+                                }
+                            }
+                            TdnnOffsetRows::Gather(map) => {
+                                let mut tmp = Matrix::zeros(n_out, self.input_dim());
+                                tmp.view_mut().add_mat_mat(
+                                    1.0,
+                                    out_deriv,
+                                    Trans::No,
+                                    w,
+                                    Trans::No,
+                                    0.0,
+                                );
+                                d.add_to_rows_from(1.0, tmp.view(), map);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<TdnnComponent>()) else {
+            return;
+        };
+        if u.linear_params.num_rows() != self.linear_params.num_rows()
+            || u.linear_params.num_cols() != self.linear_params.num_cols()
+            || in_value.num_cols() != self.input_dim()
+        {
+            return;
+        }
+        let Some(layout) = self.layout(indexes, in_value.num_rows(), n_out) else {
+            return;
+        };
+        let lr = u.common.learning_rate;
+        let d = self.block_dim();
+        let out_dim = self.output_dim();
+        for (k, rows) in layout.offsets.iter().enumerate() {
+            let mut wk = u.linear_params.sub_mut(0, out_dim, k * d, d);
+            match rows {
+                TdnnOffsetRows::Contiguous { start } => wk.add_mat_mat(
+                    lr,
+                    out_deriv,
+                    Trans::Yes,
+                    in_value.rows_range(*start, n_out),
+                    Trans::No,
+                    1.0,
+                ),
+                TdnnOffsetRows::Runs(runs) => {
+                    for &(o, i, l) in runs {
+                        wk.add_mat_mat(
+                            lr,
+                            out_deriv.rows_range(o, l),
+                            Trans::Yes,
+                            in_value.rows_range(i, l),
+                            Trans::No,
+                            1.0,
+                        );
+                    }
+                }
+                TdnnOffsetRows::Gather(map) => {
+                    let x = gather(in_value, map);
+                    wk.add_mat_mat(lr, out_deriv, Trans::Yes, x.view(), Trans::No, 1.0);
+                }
+            }
+        }
+        if u.bias_params.dim() == out_dim {
+            out_deriv.add_row_sum_to(u.bias_params.as_mut_slice(), lr, 1.0);
+        }
+    }
+
+    fn get_input_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        output_index: &Index,
+        desired: &mut Vec<Index>,
+    ) {
+        desired.clear();
+        for &off in &self.time_offsets {
+            let mut i = *output_index;
+            i.t = i.t.wrapping_add(off);
+            desired.push(i);
+        }
+    }
+
+    fn is_computable(
+        &self,
+        _misc: &MiscComputationInfo,
+        output_index: &Index,
+        input_available: &dyn Fn(&Index) -> bool,
+        used_inputs: Option<&mut Vec<Index>>,
+    ) -> bool {
+        let needed = self.time_offsets.iter().map(|&off| {
+            let mut i = *output_index;
+            i.t = i.t.wrapping_add(off);
+            i
+        });
+        let ok = needed.clone().all(|i| input_available(&i));
+        if let Some(u) = used_inputs {
+            u.clear();
+            if ok {
+                u.extend(needed);
+            }
+        }
+        ok
+    }
+
+    fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
+        // t-major order (t, x, n): with all sequences present at every frame, each offset's
+        // input rows then form one contiguous block.
+        input.sort();
+        output.sort();
+    }
+
+    fn precompute_indexes(
+        &self,
+        _misc: &MiscComputationInfo,
+        input: &[Index],
+        output: &[Index],
+        _need_backprop: bool,
+    ) -> Option<Box<dyn PrecomputedIndexes>> {
+        Some(Box::new(TdnnPrecomputed::new(
+            &self.time_offsets,
+            input,
+            output,
+        )))
+    }
+
+    fn write(&self, w: &mut TokenWriter) {
+        self.common.write(w, TDNN);
+        w.token("<TimeOffsets>");
+        w.int_vec(&self.time_offsets);
+        w.token("<LinearParams>");
+        w.matrix(&self.linear_params);
+        w.token("<BiasParams>");
+        w.vector(&self.bias_params);
+        w.token("<OrthonormalConstraint>");
+        w.f32(self.orthonormal_constraint);
+        w.token("<UseNaturalGradient>");
+        w.bool(self.use_natural_gradient);
+        w.token("<NumSamplesHistory>");
+        w.f32(self.num_samples_history);
+        w.token("<AlphaInOut>");
+        w.f32(self.alpha_in);
+        w.f32(self.alpha_out);
+        w.token("<RankInOut>");
+        w.i32(self.rank_in);
+        w.i32(self.rank_out);
+        w.token("</TdnnComponent>");
+    }
+
+    fn info(&self) -> String {
+        let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
+        let mut s = format!(
+            "{TDNN}, input-dim={}, output-dim={}, {}",
+            self.input_dim(),
+            self.output_dim(),
+            param_util::updatable_info(&self.common)
+        );
+        if self.orthonormal_constraint != 0.0 {
+            s += &format!(", orthonormal-constraint={}", g(self.orthonormal_constraint));
+        }
+        let offs: Vec<String> = self.time_offsets.iter().map(|o| o.to_string()).collect();
+        s += &format!(", time-offsets={}", offs.join(","));
+        s += ", ";
+        s += &param_util::matrix_stats("linear-params", &self.linear_params, true);
+        if self.bias_params.dim() == 0 {
+            s += ", has-bias=false";
+        } else {
+            s += ", ";
+            s += &param_util::vector_stats("bias", &self.bias_params);
+        }
+        if !self.use_natural_gradient {
+            s += ", use-natural-gradient=false";
+        }
+        s += &format!(
+            ", rank-in={}, rank-out={}, num-samples-history={}, update-period=4, alpha-in={}, alpha-out={}",
+            self.rank_in,
+            self.rank_out,
+            g(self.num_samples_history),
+            g(self.alpha_in),
+            g(self.alpha_out)
+        );
+        s
+    }
+
+    component_boilerplate!();
+    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+        Some(self)
+    }
+    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+        Some(self)
+    }
+}
+
+impl TdnnComponent {
+    fn same_shape(&self, o: &TdnnComponent) -> bool {
+        o.linear_params.num_rows() == self.linear_params.num_rows()
+            && o.linear_params.num_cols() == self.linear_params.num_cols()
+            && o.bias_params.dim() == self.bias_params.dim()
+    }
+}
+
+impl UpdatableComponent for TdnnComponent {
+    fn common(&self) -> &UpdatableCommon {
+        &self.common
+    }
+    fn common_mut(&mut self) -> &mut UpdatableCommon {
+        &mut self.common
+    }
+    fn num_parameters(&self) -> usize {
+        self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
+    }
+    fn vectorize(&self, out: &mut [f32]) {
+        param_util::vectorize_into(
+            &[&self.linear_params.to_vec(), self.bias_params.as_slice()],
+            out,
+        );
+    }
+    fn unvectorize(&mut self, params: &[f32]) {
+        let mut off = 0;
+        let mut w = self.linear_params.to_vec();
+        param_util::take_params(&mut w, params, &mut off);
+        self.linear_params =
+            Matrix::from_vec(self.linear_params.num_rows(), self.linear_params.num_cols(), w);
+        param_util::take_params(self.bias_params.as_mut_slice(), params, &mut off);
+    }
+    fn scale(&mut self, alpha: f32) {
+        self.linear_params.view_mut().scale(alpha);
+        self.bias_params.as_row_mut().scale(alpha);
+    }
+    fn add(&mut self, alpha: f32, other: &dyn Component) {
+        if let Some(o) = other.as_any().downcast_ref::<TdnnComponent>() {
+            if self.same_shape(o) {
+                self.linear_params
+                    .view_mut()
+                    .add_mat(alpha, o.linear_params.view(), Trans::No);
+                param_util::vec_add(&mut self.bias_params, alpha, o.bias_params.as_slice());
+            }
+        }
+    }
+    fn dot_product(&self, other: &dyn Component) -> f32 {
+        match other.as_any().downcast_ref::<TdnnComponent>() {
+            Some(o) if self.same_shape(o) => {
+                self.linear_params.view().trace_mat_mat(o.linear_params.view())
+                    + param_util::vec_dot(self.bias_params.as_slice(), o.bias_params.as_slice())
+            }
+            _ => 0.0,
+        }
+    }
+    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+        param_util::perturb_matrix(&mut self.linear_params, stddev, rng);
+        if self.bias_params.dim() != 0 {
+            param_util::perturb_vector(&mut self.bias_params, stddev, rng);
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! General (non-simple) components: TdnnComponent, StatisticsExtraction/PoolingComponent,
+//! ConstantComponent. Byte-exact round trips and info lines against Kaldi's golden models;
+//! propagate against independent per-Index reference computations; numeric derivative checks
+//! of backprop (inputs and parameters) through the components' own Index hooks.
+
+use compnet::matrix::{Matrix, Trans};
+use compnet::nnet::component::testing::{check_golden_info, golden_component, round_trip_golden};
+use compnet::nnet::component::{
+    new_component_from_config, read_component, Component, MiscComputationInfo, Properties,
+};
+use compnet::nnet::config_line::ConfigLine;
+use compnet::nnet::Index;
+use compnet::io::TokenReader;
+use std::collections::HashMap;
+
+fn component(config: &str) -> Box<dyn Component> {
+    new_component_from_config(&ConfigLine::parse_str(config).unwrap()).unwrap()
+}
+
+fn gauss(rows: usize, cols: usize, seed: u64) -> Matrix {
+    let mut rng = compnet::util::seeded_rng(seed);
+    let v = (0..rows * cols)
+        .map(|_| compnet::util::rand_gauss(&mut rng))
+        .collect();
+    Matrix::from_vec(rows, cols, v)
+}
+
+/// A component step as the compiler sets it up: the component reorders the Indexes, the
+/// rows are permuted to match, indexes are precomputed.
+struct Step<'a> {
+    c: &'a dyn Component,
+    input: Vec<Index>,
+    output: Vec<Index>,
+    /// Row of the reordered input for each original input row, same for outputs.
+    in_perm: Vec<usize>,
+    out_perm: Vec<usize>,
+    pre: Option<Box<dyn compnet::nnet::component::PrecomputedIndexes>>,
+}
+
+impl<'a> Step<'a> {
+    fn new(c: &'a dyn Component, input: &[Index], output: &[Index]) -> Self {
+        let (mut i2, mut o2) = (input.to_vec(), output.to_vec());
+        if c.properties().has(Properties::REORDERS_INDEXES) {
+            c.reorder_indexes(&mut i2, &mut o2);
+        }
+        let pos = |v: &[Index], x: &Index| v.iter().position(|y| y == x).unwrap();
+        let in_perm = input.iter().map(|x| pos(&i2, x)).collect();
+        let out_perm = output.iter().map(|x| pos(&o2, x)).collect();
+        let pre = c.precompute_indexes(&MiscComputationInfo, &i2, &o2, true);
+        Step {
+            c,
+            input: i2,
+            output: o2,
+            in_perm,
+            out_perm,
+            pre,
+        }
+    }
+    fn permute_in(&self, x: &Matrix) -> Matrix {
+        let mut m = Matrix::zeros(self.input.len(), x.num_cols());
+        for (r, &p) in self.in_perm.iter().enumerate() {
+            m.row_mut(p).copy_from_slice(x.row(r));
+        }
+        m
+    }
+    fn unpermute(perm: &[usize], m: &Matrix) -> Matrix {
+        let mut out = Matrix::zeros(perm.len(), m.num_cols());
+        for (r, &p) in perm.iter().enumerate() {
+            out.row_mut(r).copy_from_slice(m.row(p));
+        }
+        out
+    }
+    /// Output rows in the original output order.
+    fn forward(&self, x: &Matrix) -> Matrix {
+        let xin = self.permute_in(x);
+        let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
+        self.c.propagate(self.pre.as_deref(), xin.view(), y.view_mut());
+        Self::unpermute(&self.out_perm, &y)
+    }
+    /// Input derivative (original input order) for output derivative `d` (original order).
+    fn backward(&self, x: &Matrix, d: &Matrix, to_update: Option<&mut dyn Component>) -> Matrix {
+        let xin = self.permute_in(x);
+        let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
+        self.c.propagate(self.pre.as_deref(), xin.view(), y.view_mut());
+        let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
+        for (r, &p) in self.out_perm.iter().enumerate() {
+            dd.row_mut(p).copy_from_slice(d.row(r));
+        }
+        let empty = Matrix::zeros(0, 0);
+        let p = self.c.properties();
+        let iv = if p.has(Properties::BACKPROP_NEEDS_INPUT) { xin.view() } else { empty.view() };
+        let ov = if p.has(Properties::BACKPROP_NEEDS_OUTPUT) { y.view() } else { empty.view() };
+        let mut g = Matrix::zeros(self.input.len(), self.c.input_dim());
+        self.c.backprop(
+            self.pre.as_deref(),
+            iv,
+            ov,
+            dd.view(),
+            None,
+            to_update,
+            Some(g.view_mut()),
+        );
+        Self::unpermute(&self.in_perm, &g)
+    }
+}
+
+fn dot(a: &Matrix, b: &Matrix) -> f64 {
+    a.to_vec()
+        .iter()
+        .zip(b.to_vec())
+        .map(|(&x, y)| x as f64 * y as f64)
+        .sum()
+}
+
+fn max_abs_diff(a: &Matrix, b: &Matrix) -> f32 {
+    assert_eq!((a.num_rows(), a.num_cols()), (b.num_rows(), b.num_cols()));
+    a.to_vec()
+        .iter()
+        .zip(b.to_vec())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Checks the input derivative of `step` at `x` by central differences along random
+/// directions.
+fn check_input_derivative(step: &Step, x: &Matrix, seed: u64) {
+    let d = gauss(step.output.len(), step.c.output_dim(), seed);
+    let g = step.backward(x, &d, None);
+    for k in 0..3 {
+        let mut dir = gauss(x.num_rows(), x.num_cols(), seed + 10 + k);
+        dir.view_mut().scale(1e-2);
+        let mut xp = x.clone();
+        xp.view_mut().add_mat(1.0, dir.view(), Trans::No);
+        let mut xm = x.clone();
+        xm.view_mut().add_mat(-1.0, dir.view(), Trans::No);
+        let measured = (dot(&step.forward(&xp), &d) - dot(&step.forward(&xm), &d)) / 2.0;
+        let predicted = dot(&g, &dir);
+        assert!(
+            (measured - predicted).abs() <= 0.01 * measured.abs().max(predicted.abs()) + 1e-4,
+            "input derivative of {}: predicted {predicted}, measured {measured}",
+            step.c.type_name()
+        );
+    }
+}
+
+// ------------------------------------------------------------------ golden models
+
+#[test]
+fn golden_round_trips_and_info_lines() {
+    for (case, name) in [
+        ("tdnn-component", "tdnn1"),
+        ("tdnn-component", "tdnn2"),
+        ("tdnnf", "tdnnf2.linear"),
+        ("tdnnf", "tdnnf2.affine"),
+        ("tdnnf", "tdnnf3.linear"),
+        ("xvector-small", "stats-extraction-12-12"),
+        ("xvector-small", "stats-pooling-12-12"),
+        ("lstm-primitives", "c0"),
+    ] {
+        if let Some(msg) = round_trip_golden(case, name) {
+            panic!("{msg}");
+        }
+        if let Some(msg) = check_golden_info(case, name) {
+            panic!("{msg}");
+        }
+    }
+}
+
+#[test]
+fn golden_tdnn_has_kaldi_properties() {
+    let Some(bytes) = golden_component("tdnn-component", "tdnn2", true) else {
+        return;
+    };
+    let c = read_component(&mut TokenReader::new(&bytes, true, "tdnn2")).unwrap();
+    // No bias: kUpdatable|kReordersIndexes|kBackpropAdds|kBackpropNeedsInput|kPropagateAdds.
+    assert_eq!(c.properties().0, 0x2 | 0x10 | 0x20 | 0x40 | 0x8);
+    assert_eq!((c.input_dim(), c.output_dim()), (32, 16));
+    let c = component("type=TdnnComponent input-dim=3 output-dim=2 time-offsets=0");
+    assert_eq!(c.properties().0, 0x2 | 0x10 | 0x20 | 0x40);
+}
+
+#[test]
+fn bad_configs_and_files_are_errors() {
+    for cfg in [
+        "type=TdnnComponent input-dim=3 output-dim=2",
+        "type=TdnnComponent input-dim=3 output-dim=2 time-offsets=1,0",
+        "type=TdnnComponent input-dim=3 output-dim=2 time-offsets=0,0",
+        "type=StatisticsExtractionComponent input-dim=3 input-period=2 output-period=3",
+        "type=StatisticsPoolingComponent input-dim=9 left-context=0 right-context=0",
+        "type=StatisticsPoolingComponent input-dim=9 input-period=3 left-context=2 right-context=3",
+        "type=StatisticsPoolingComponent input-dim=8 left-context=2 right-context=3",
+        "type=ConstantComponent output-dim=0",
+    ] {
+        assert!(
+            new_component_from_config(&ConfigLine::parse_str(cfg).unwrap()).is_err(),
+            "{cfg} accepted"
+        );
+    }
+    for text in [
+        "<TdnnComponent> <LearningRate> 0.001 <TimeOffsets> [ -1 0 ] <LinearParams> [\n 1 2 3 ]\n <BiasParams> [ ] <OrthonormalConstraint> 0 <UseNaturalGradient> T <NumSamplesHistory> 2000 <AlphaInOut> 4 4 <RankInOut> 2 2 </TdnnComponent> ",
+        "<StatisticsPoolingComponent> <InputDim> 9 <InputPeriod> 3 <LeftContext> 2 <RightContext> 3 <NumLogCountFeatures> 0 <OutputStddevs> T <VarianceFloor> 1e-10 </StatisticsPoolingComponent> ",
+        "<StatisticsExtractionComponent> <InputDim> 4 <InputPeriod> 0 <OutputPeriod> 3 <IncludeVarinance> T </StatisticsExtractionComponent> ",
+        "<ConstantComponent> <LearningRate> 0.001 <Output> [ ] <IsUpdatable> T <UseNaturalGradient> T </ConstantComponent> ",
+    ] {
+        let mut r = TokenReader::new(text.as_bytes(), false, "t");
+        assert!(read_component(&mut r).is_err(), "{text} accepted");
+    }
+}
+
+// ------------------------------------------------------------------ TdnnComponent
+
+/// Indexes for sequences `ns` and frames `ts`, in (t, n) order unless `n_major`.
+fn grid(ns: &[i32], ts: &[i32], n_major: bool) -> Vec<Index> {
+    let mut v = Vec::new();
+    if n_major {
+        for &n in ns {
+            for &t in ts {
+                v.push(Index::new(n, t, 0));
+            }
+        }
+    } else {
+        for &t in ts {
+            for &n in ns {
+                v.push(Index::new(n, t, 0));
+            }
+        }
+    }
+    v
+}
+
+/// Tdnn output computed row by row from the weights, independent of the component's code.
+fn tdnn_reference(c: &dyn Component, input: &[Index], x: &Matrix, output: &[Index]) -> Matrix {
+    let tdnn = c
+        .as_any()
+        .downcast_ref::<compnet::nnet::component::tdnn::TdnnComponent>()
+        .unwrap();
+    let (id, od) = (c.input_dim(), c.output_dim());
+    let pos: HashMap<Index, usize> = input.iter().enumerate().map(|(i, x)| (*x, i)).collect();
+    let mut y = Matrix::zeros(output.len(), od);
+    for (r, o) in output.iter().enumerate() {
+        for j in 0..od {
+            let mut s = tdnn.bias_params.as_slice().get(j).copied().unwrap_or(0.0) as f64;
+            for (k, &off) in tdnn.time_offsets.iter().enumerate() {
+                let xi = x.row(pos[&Index::new(o.n, o.t + off, o.x)]);
+                for (c2, &xv) in xi.iter().enumerate() {
+                    s += tdnn.linear_params.get(j, k * id + c2) as f64 * xv as f64;
+                }
+            }
+            y.set(r, j, s as f32);
+        }
+    }
+    y
+}
+
+#[test]
+fn tdnn_matches_reference_on_varied_layouts() {
+    let c = component("type=TdnnComponent input-dim=4 output-dim=3 time-offsets=-2,0,1");
+    let c2 = component("type=TdnnComponent input-dim=4 output-dim=3 time-offsets=-3,0 use-bias=false");
+    let cases: Vec<(Vec<Index>, Vec<Index>)> = vec![
+        // contiguous frames, several sequences, t-major and n-major orders
+        (grid(&[0, 1, 2], &(-3..9).collect::<Vec<_>>(), false), grid(&[0, 1, 2], &(0..6).collect::<Vec<_>>(), false)),
+        (grid(&[0, 1], &(-3..9).collect::<Vec<_>>(), true), grid(&[0, 1], &(0..6).collect::<Vec<_>>(), true)),
+        // subsampled outputs (gathered rows)
+        (grid(&[0, 1], &(-3..12).collect::<Vec<_>>(), false), grid(&[0, 1], &[0, 3, 6, 9], false)),
+        // one long sequence: single block
+        (grid(&[0], &(-3..60).collect::<Vec<_>>(), false), grid(&[5], &[], false).into_iter().chain(grid(&[0], &(0..56).collect::<Vec<_>>(), false)).collect()),
+    ];
+    for comp in [&c, &c2] {
+        for (input, output) in &cases {
+            let x = gauss(input.len(), 4, 3);
+            let step = Step::new(comp.as_ref(), input, output);
+            let y = step.forward(&x);
+            let want = tdnn_reference(comp.as_ref(), input, &x, output);
+            assert!(max_abs_diff(&y, &want) < 1e-4, "tdnn output differs");
+            check_input_derivative(&step, &x, 17);
+        }
+    }
+}
+
+#[test]
+fn tdnn_parameter_gradient_is_the_derivative() {
+    for cfg in [
+        "type=TdnnComponent input-dim=4 output-dim=3 time-offsets=-1,0,1",
+        "type=TdnnComponent input-dim=4 output-dim=3 time-offsets=-3,0 use-bias=false",
+    ] {
+        let c = component(cfg);
+        for (input, output) in [
+            (grid(&[0, 1], &(-3..8).collect::<Vec<_>>(), false), grid(&[0, 1], &(0..7).collect::<Vec<_>>(), false)),
+            (grid(&[0, 1], &(-3..8).collect::<Vec<_>>(), false), grid(&[0, 1], &[0, 3, 6], false)),
+        ] {
+            let x = gauss(input.len(), 4, 5);
+            let step = Step::new(c.as_ref(), &input, &output);
+            let d = gauss(output.len(), 3, 6);
+            let mut grad = c.clone_box();
+            grad.as_updatable_mut().unwrap().set_zero(true);
+            step.backward(&x, &d, Some(grad.as_mut()));
+            let u = c.as_updatable().unwrap();
+            let n = u.num_parameters();
+            let mut p0 = vec![0.0; n];
+            u.vectorize(&mut p0);
+            let mut gv = vec![0.0; n];
+            grad.as_updatable().unwrap().vectorize(&mut gv);
+            let dir = gauss(1, n, 9).to_vec();
+            let f = |sign: f32| {
+                let mut c2 = c.clone_box();
+                let p: Vec<f32> = p0.iter().zip(&dir).map(|(a, b)| a + sign * 1e-2 * b).collect();
+                c2.as_updatable_mut().unwrap().unvectorize(&p);
+                let s2 = Step::new(c2.as_ref(), &input, &output);
+                dot(&s2.forward(&x), &d)
+            };
+            let measured = (f(1.0) - f(-1.0)) / 2.0;
+            let predicted: f64 = gv.iter().zip(&dir).map(|(a, b)| *a as f64 * *b as f64 * 1e-2).sum();
+            assert!(
+                (measured - predicted).abs() <= 0.01 * measured.abs() + 1e-4,
+                "{cfg}: predicted {predicted}, measured {measured}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tdnn_index_hooks() {
+    let c = component("type=TdnnComponent input-dim=2 output-dim=2 time-offsets=-1,2");
+    let misc = MiscComputationInfo;
+    let mut want = Vec::new();
+    c.get_input_indexes(&misc, &Index::new(1, 5, 0), &mut want);
+    assert_eq!(want, vec![Index::new(1, 4, 0), Index::new(1, 7, 0)]);
+    let avail = |i: &Index| i.t >= 0 && i.t < 10;
+    let mut used = Vec::new();
+    assert!(c.is_computable(&misc, &Index::new(0, 1, 0), &avail, Some(&mut used)));
+    assert_eq!(used, vec![Index::new(0, 0, 0), Index::new(0, 3, 0)]);
+    assert!(!c.is_computable(&misc, &Index::new(0, 0, 0), &avail, Some(&mut used)));
+    assert!(!c.is_computable(&misc, &Index::new(0, 8, 0), &avail, None));
+}
+
+// ------------------------------------------------------------------ statistics
+
+/// [count, Σx, Σx²] then pooled [log-count, mean, stddev], computed per output Index in f64
+/// directly from the frames (independent of the components' code).
+fn stats_reference(
+    frames: &HashMap<Index, Vec<f32>>,
+    out: &Index,
+    in_period: i32,
+    out_period: i32,
+    left: i32,
+    right: i32,
+    nlc: usize,
+    floor: f64,
+) -> Vec<f32> {
+    let mut xs: Vec<&Vec<f32>> = Vec::new();
+    let mut t = out.t - left;
+    while t <= out.t + right {
+        // the extraction group starting at t (t is a multiple of out_period here)
+        let mut u = t;
+        while u < t + out_period {
+            if let Some(x) = frames.get(&Index::new(out.n, u, out.x)) {
+                xs.push(x);
+            }
+            u += in_period;
+        }
+        t += out_period;
+    }
+    let d = xs[0].len();
+    let c = xs.len() as f64;
+    let mut res = vec![c.ln() as f32; nlc];
+    let mean: Vec<f64> = (0..d).map(|j| xs.iter().map(|x| x[j] as f64).sum::<f64>() / c).collect();
+    res.extend(mean.iter().map(|&m| m as f32));
+    for j in 0..d {
+        let var = xs.iter().map(|x| (x[j] as f64).powi(2)).sum::<f64>() / c - mean[j] * mean[j];
+        res.push(var.max(floor).sqrt() as f32);
+    }
+    res
+}
+
+#[test]
+fn statistics_pooling_matches_reference_with_partial_windows() {
+    let ext = component(
+        "type=StatisticsExtractionComponent input-dim=3 input-period=1 output-period=3 include-variance=true",
+    );
+    let pool = component(
+        "type=StatisticsPoolingComponent input-dim=7 input-period=3 left-context=6 right-context=6 num-log-count-features=2 output-stddevs=true",
+    );
+    let misc = MiscComputationInfo;
+    // Two sequences with different available frame ranges (only frames 2..=10 and 0..=4).
+    let avail_frame = |i: &Index| if i.n == 0 { (2..=10).contains(&i.t) } else { (0..=4).contains(&i.t) };
+    let frame_idx: Vec<Index> = (0..2)
+        .flat_map(|n| (-2..14).map(move |t| Index::new(n, t, 0)))
+        .filter(|i| avail_frame(i))
+        .collect();
+    let x = gauss(frame_idx.len(), 3, 21);
+    let frames: HashMap<Index, Vec<f32>> =
+        frame_idx.iter().enumerate().map(|(r, i)| (*i, x.row(r).to_vec())).collect();
+
+    // Which extraction outputs are computable, and which pooling outputs.
+    let ext_out: Vec<Index> = (0..2)
+        .flat_map(|n| (-1..5).map(move |k| Index::new(n, 3 * k, 0)))
+        .filter(|o| ext.is_computable(&misc, o, &avail_frame, None))
+        .collect();
+    let ext_avail = |i: &Index| ext_out.contains(i);
+    let pool_out: Vec<Index> = (0..2)
+        .flat_map(|n| (0..4).map(move |k| Index::new(n, 3 * k, 0)))
+        .filter(|o| pool.is_computable(&misc, o, &ext_avail, None))
+        .collect();
+    assert_eq!(pool_out.len(), 8);
+    assert!(!pool.is_computable(&misc, &Index::new(0, 1, 0), &ext_avail, None));
+
+    // Inputs of each step = union of the used inputs (as the compiler builds them).
+    let mut pool_in: Vec<Index> = Vec::new();
+    for o in &pool_out {
+        let mut u = Vec::new();
+        assert!(pool.is_computable(&misc, o, &ext_avail, Some(&mut u)));
+        pool_in.extend(u);
+    }
+    pool_in.sort();
+    pool_in.dedup();
+    let mut ext_in: Vec<Index> = Vec::new();
+    for o in &pool_in {
+        let mut u = Vec::new();
+        assert!(ext.is_computable(&misc, o, &avail_frame, Some(&mut u)));
+        ext_in.extend(u);
+    }
+    ext_in.sort();
+    ext_in.dedup();
+
+    let x_in = {
+        let mut m = Matrix::zeros(ext_in.len(), 3);
+        for (r, i) in ext_in.iter().enumerate() {
+            m.row_mut(r).copy_from_slice(&frames[i]);
+        }
+        m
+    };
+    let s1 = Step::new(ext.as_ref(), &ext_in, &pool_in);
+    let stats = s1.forward(&x_in);
+    let s2 = Step::new(pool.as_ref(), &pool_in, &pool_out);
+    let y = s2.forward(&stats);
+    for (r, o) in pool_out.iter().enumerate() {
+        let want = stats_reference(&frames, o, 1, 3, 6, 6, 2, 1e-10);
+        for (a, b) in y.row(r).iter().zip(&want) {
+            assert!((a - b).abs() < 1e-4 * (1.0 + b.abs()), "pooled stats at {o}: {a} vs {b}");
+        }
+    }
+    check_input_derivative(&s1, &x_in, 31);
+    check_input_derivative(&s2, &stats, 32);
+
+    // A window holding one frame has variance 0 -> floored stddev sqrt(1e-10).
+    let one = vec![Index::new(0, 0, 0)];
+    let s1 = Step::new(ext.as_ref(), &one, &one);
+    let st = s1.forward(&gauss(1, 3, 4));
+    let s2 = Step::new(pool.as_ref(), &one, &one);
+    let y = s2.forward(&st);
+    for j in 5..8 {
+        assert!((y.get(0, j) - 1e-5).abs() < 1e-7, "stddev {}", y.get(0, j));
+    }
+    assert_eq!(y.get(0, 0), 0.0); // log(1)
+}
+
+#[test]
+fn statistics_without_variance_or_log_counts() {
+    let ext = component("type=StatisticsExtractionComponent input-dim=2 output-period=2 include-variance=false");
+    let pool = component("type=StatisticsPoolingComponent input-dim=3 input-period=2 left-context=2 right-context=4 output-stddevs=false");
+    assert_eq!((ext.output_dim(), pool.output_dim()), (3, 2));
+    let ins = grid(&[0], &(0..10).collect::<Vec<_>>(), false);
+    let mids = grid(&[0], &[0, 2, 4, 6, 8], false);
+    let outs = grid(&[0], &[0, 4, 8], false);
+    let x = gauss(10, 2, 8);
+    let s1 = Step::new(ext.as_ref(), &ins, &mids);
+    let st = s1.forward(&x);
+    let s2 = Step::new(pool.as_ref(), &mids, &outs);
+    let y = s2.forward(&st);
+    // output t=4: frames 2..=9 (groups 2,4,6,8); t=8: frames 6..=9; t=0: frames 0..=5
+    for (r, lo, hi) in [(0usize, 0usize, 6usize), (1, 2, 10), (2, 6, 10)] {
+        for j in 0..2 {
+            let m = (lo..hi).map(|t| x.get(t, j)).sum::<f32>() / (hi - lo) as f32;
+            assert!((y.get(r, j) - m).abs() < 1e-5);
+        }
+    }
+    check_input_derivative(&s1, &x, 41);
+    check_input_derivative(&s2, &st, 42);
+}
+
+// ------------------------------------------------------------------ ConstantComponent
+
+#[test]
+fn constant_component_needs_no_input_and_learns() {
+    let c = component("type=ConstantComponent output-dim=4 output-mean=1 output-stddev=0.5");
+    let misc = MiscComputationInfo;
+    let mut want = vec![Index::new(0, 0, 0)];
+    c.get_input_indexes(&misc, &Index::new(0, 3, 0), &mut want);
+    assert!(want.is_empty());
+    let mut used = vec![Index::new(0, 0, 0)];
+    assert!(c.is_computable(&misc, &Index::new(0, 3, 0), &|_| false, Some(&mut used)));
+    assert!(used.is_empty());
+    let empty = Matrix::zeros(0, 4);
+    let mut y = Matrix::zeros(3, 4);
+    c.propagate(None, empty.view(), y.view_mut());
+    let mut p = vec![0.0; 4];
+    c.as_updatable().unwrap().vectorize(&mut p);
+    for r in 0..3 {
+        assert_eq!(y.row(r), &p[..]);
+    }
+    let d = gauss(3, 4, 2);
+    let mut g = c.clone_box();
+    g.as_updatable_mut().unwrap().set_zero(true);
+    c.backprop(None, empty.view(), empty.view(), d.view(), None, Some(g.as_mut()), None);
+    let mut gv = vec![0.0; 4];
+    g.as_updatable().unwrap().vectorize(&mut gv);
+    for j in 0..4 {
+        let s: f32 = (0..3).map(|r| d.get(r, j)).sum();
+        assert!((gv[j] - s).abs() < 1e-5);
+    }
+    let fixed = component("type=ConstantComponent output-dim=2 is-updatable=false");
+    assert!(fixed.as_updatable().is_none());
+    assert_eq!(fixed.properties().0, 0);
+}
