@@ -372,7 +372,10 @@ fn bundled_tdnn_example() {
     let info = String::from_utf8_lossy(&ok(&["info", s(&out)]).stdout).into_owned();
     // 65*64+64 + 192*64+64 + 64*32+32 parameters.
     assert!(info.contains("num-parameters: 18656\n"), "{info}");
-    assert!(info.starts_with("left-context: 5\nright-context: 5\n"), "{info}");
+    assert!(
+        info.starts_with("left-context: 5\nright-context: 5\n"),
+        "{info}"
+    );
     assert!(
         info.contains("output-node name=output input=output.log-softmax dim=32 objective=linear")
     );

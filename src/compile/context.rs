@@ -36,7 +36,7 @@ pub fn nnet_modulus(nnet: &Nnet) -> i32 {
 
 /// Which output frames of `[start, start + window)` are computable from input in the same
 /// window.
-fn computable_for_shift(nnet: &Nnet, start: i32, window: i32) -> Result<Vec<bool>> {
+fn computable_for_shift(nnet: &Nnet, output: &str, start: i32, window: i32) -> Result<Vec<bool>> {
     let n = 0;
     let ts: Vec<Index> = (start..start + window)
         .map(|t| Index::new(n, t, 0))
@@ -57,7 +57,7 @@ fn computable_for_shift(nnet: &Nnet, start: i32, window: i32) -> Result<Vec<bool
         });
     }
     request.outputs.push(IoSpecification {
-        name: "output".into(),
+        name: output.into(),
         indexes: ts,
         has_deriv: false,
     });
@@ -89,15 +89,47 @@ pub fn nnet_context(nnet: &Nnet) -> Result<NnetContext> {
         }
     }
     let modulus = nnet_modulus(nnet);
+    let (left, right) = context_for_output(nnet, "output", modulus)?;
+    Ok(NnetContext {
+        left,
+        right,
+        modulus,
+    })
+}
+
+/// As [`nnet_context`], but the maximum over every output node (Kaldi looks at `output`
+/// only); useful for requests that ask for all outputs of a multi-output network.
+pub fn nnet_context_all_outputs(nnet: &Nnet) -> Result<NnetContext> {
+    let modulus = nnet_modulus(nnet);
+    let (mut left, mut right) = (0, 0);
+    let outputs = nnet.output_names();
+    if outputs.is_empty() {
+        return Err(Error::Compute(
+            "cannot compute the context: the network has no output nodes".into(),
+        ));
+    }
+    for o in outputs {
+        let (l, r) = context_for_output(nnet, o, modulus)?;
+        left = left.max(l);
+        right = right.max(r);
+    }
+    Ok(NnetContext {
+        left,
+        right,
+        modulus,
+    })
+}
+
+/// Left and right context of one output node (all shifts 0..=modulus).
+fn context_for_output(nnet: &Nnet, output: &str, modulus: i32) -> Result<(i32, i32)> {
     let mut left = Vec::new();
     let mut right = Vec::new();
     for start in 0..=modulus {
-        let ok = computable_for_shift(nnet, start, WINDOW)?;
-        let first_ok = ok.iter().position(|&b| b);
-        let Some(first_ok) = first_ok else {
-            return Err(Error::Compute(
-                "no outputs were computable (perhaps not a simple network?)".into(),
-            ));
+        let ok = computable_for_shift(nnet, output, start, WINDOW)?;
+        let Some(first_ok) = ok.iter().position(|&b| b) else {
+            return Err(Error::Compute(format!(
+                "no frames of output '{output}' were computable (perhaps not a simple network?)"
+            )));
         };
         let first_not_ok = ok[first_ok..]
             .iter()
@@ -113,9 +145,8 @@ pub fn nnet_context(nnet: &Nnet) -> Result<NnetContext> {
                 .into(),
         ));
     }
-    Ok(NnetContext {
-        left: left.into_iter().max().unwrap_or(0),
-        right: right.into_iter().max().unwrap_or(0),
-        modulus,
-    })
+    Ok((
+        left.into_iter().max().unwrap_or(0),
+        right.into_iter().max().unwrap_or(0),
+    ))
 }

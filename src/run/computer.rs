@@ -881,8 +881,9 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Re
                     .components
                     .get(component)
                     .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
-                let (i, o) = (sub(input, "input", k, false)?, sub(output, "output", k, false)?);
-                if i.num_cols != c.input_dim() || o.num_cols != c.output_dim() {
+                // Input 0 = none (components such as ConstantComponent read no input).
+                let (i, o) = (sub(input, "input", k, true)?, sub(output, "output", k, false)?);
+                if (input != 0 && i.num_cols != c.input_dim()) || o.num_cols != c.output_dim() {
                     return Err(format!("command {k}: component dims do not match"));
                 }
                 if precomputed >= comp.component_precomputed_indexes.len().max(1) {

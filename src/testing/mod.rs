@@ -274,12 +274,13 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
             let x = b.affine(&d, dim, h);
             let c = format!("cell{}", b.next + 100);
             let prev = if have("ConstantComponent") {
-                let c0 = b.comp(
-                    "c0",
-                    "ConstantComponent",
-                    &format!("output-dim={h} is-updatable=true"),
-                    "input",
-                );
+                // A ConstantComponent needs no input; as in Kaldi's configs it names itself.
+                let c0 = b.name("c0");
+                b.lines.push(format!(
+                    "component name={c0} type=ConstantComponent output-dim={h} is-updatable=true"
+                ));
+                b.lines
+                    .push(format!("component-node name={c0} component={c0} input={c0}"));
                 format!("Failover(Offset({c}, -1), {c0})")
             } else {
                 format!("IfDefined(Offset({c}, -1))")
