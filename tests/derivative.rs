@@ -140,7 +140,10 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
     }
 
     // Inputs: 3 random directions.
-    let eps: f32 = std::env::var("COMPNET_DERIV_EPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1e-3);
+    let eps: f32 = std::env::var("COMPNET_DERIV_EPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1e-3);
     let (mut pred, mut meas) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let dirs: Vec<Matrix> = rr
@@ -158,7 +161,8 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
             .zip(&dirs)
             .map(|(m, d)| {
                 let mut x = m.clone();
-                x.view_mut().add_mat(1.0, d.view(), compnet::matrix::Trans::No);
+                x.view_mut()
+                    .add_mat(1.0, d.view(), compnet::matrix::Trans::No);
                 x
             })
             .collect();
@@ -168,7 +172,8 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
             .zip(&dirs)
             .map(|(m, d)| {
                 let mut x = m.clone();
-                x.view_mut().add_mat(-1.0, d.view(), compnet::matrix::Trans::No);
+                x.view_mut()
+                    .add_mat(-1.0, d.view(), compnet::matrix::Trans::No);
                 x
             })
             .collect();
@@ -200,7 +205,11 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
             let dir: Vec<f32> = (0..n)
                 .map(|_| eps * compnet::util::rand_gauss(&mut rng))
                 .collect();
-            p += dir.iter().zip(&grad).map(|(d, g)| *d as f64 * *g as f64).sum::<f64>();
+            p += dir
+                .iter()
+                .zip(&grad)
+                .map(|(d, g)| *d as f64 * *g as f64)
+                .sum::<f64>();
             let tp: Vec<f32> = theta.iter().zip(&dir).map(|(t, d)| t + d).collect();
             let tm: Vec<f32> = theta.iter().zip(&dir).map(|(t, d)| t - d).collect();
             if let Some(u) = plus.components[k].as_updatable_mut() {
@@ -219,17 +228,27 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
     }
     let param_err = rel_err(&pred, &meas, noise);
     if std::env::var("COMPNET_VERBOSE").is_ok() {
-        eprintln!("seed {seed}: params predicted {pred:?} measured {meas:?}\n{}", net.config);
+        eprintln!(
+            "seed {seed}: params predicted {pred:?} measured {meas:?}\n{}",
+            net.config
+        );
     }
     Some((input_err, param_err, net.kind))
 }
 
 #[test]
 fn whole_network_derivatives() {
-    let n = num_nets().max(std::env::var("COMPNET_SEED").ok().and_then(|s| s.parse::<u64>().ok()).map_or(0, |s| s + 1));
+    let n = num_nets().max(
+        std::env::var("COMPNET_SEED")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .map_or(0, |s| s + 1),
+    );
     let mut checked = 0;
     let mut failures = Vec::new();
-    let only: Option<u64> = std::env::var("COMPNET_SEED").ok().and_then(|s| s.parse().ok());
+    let only: Option<u64> = std::env::var("COMPNET_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok());
     for seed in 0..n {
         if only.is_some_and(|o| o != seed) {
             continue;
@@ -240,10 +259,15 @@ fn whole_network_derivatives() {
         checked += 1;
         // Kaldi fails at a relative error of 0.25; ReLU kinks can occasionally cost a little.
         if ie > 0.1 || pe > 0.1 {
-            failures.push(format!("seed {seed} ({kind}): input err {ie:.3}, param err {pe:.3}"));
+            failures.push(format!(
+                "seed {seed} ({kind}): input err {ie:.3}, param err {pe:.3}"
+            ));
         }
     }
-    eprintln!("derivative checks on {checked} networks, {} over tolerance", failures.len());
+    eprintln!(
+        "derivative checks on {checked} networks, {} over tolerance",
+        failures.len()
+    );
     for f in &failures {
         eprintln!("  {f}");
     }

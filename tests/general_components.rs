@@ -122,13 +122,20 @@ fn max_abs_diff(a: &Matrix, b: &Matrix) -> f32 {
 }
 
 /// Checks the input derivative of `step` at `x` by central differences along random
-/// directions.
+/// directions. Pooling does not differentiate its count column (nor does Kaldi), so its
+/// directions leave column 0 alone.
 fn check_input_derivative(step: &Step, x: &Matrix, seed: u64) {
+    let skip_count = step.c.type_name() == "StatisticsPoolingComponent";
     let d = gauss(step.output.len(), step.c.output_dim(), seed);
     let g = step.backward(x, &d, None);
     for k in 0..3 {
         let mut dir = gauss(x.num_rows(), x.num_cols(), seed + 10 + k);
         dir.view_mut().scale(1e-2);
+        if skip_count {
+            for r in 0..dir.num_rows() {
+                dir.set(r, 0, 0.0);
+            }
+        }
         let mut xp = x.clone();
         xp.view_mut().add_mat(1.0, dir.view(), Trans::No);
         let mut xm = x.clone();
@@ -263,7 +270,7 @@ fn tdnn_matches_reference_on_varied_layouts() {
         // subsampled outputs (gathered rows)
         (grid(&[0, 1], &(-3..12).collect::<Vec<_>>(), false), grid(&[0, 1], &[0, 3, 6, 9], false)),
         // one long sequence: single block
-        (grid(&[0], &(-3..60).collect::<Vec<_>>(), false), grid(&[5], &[], false).into_iter().chain(grid(&[0], &(0..56).collect::<Vec<_>>(), false)).collect()),
+        (grid(&[0], &(-3..60).collect::<Vec<_>>(), false), grid(&[0], &(0..56).collect::<Vec<_>>(), false)),
     ];
     for comp in [&c, &c2] {
         for (input, output) in &cases {

@@ -32,8 +32,10 @@ fn run_compute(case: &Path, opts: &[String], out: &Path) -> Result<(), String> {
     let mut args = vec!["compnet".to_string(), "compute".to_string()];
     for o in opts {
         // Options name files relative to the case folder.
-        let o = o
-            .replace("ark:ivectors.txt", &format!("ark:{}", case.join("ivectors.txt").display()));
+        let o = o.replace(
+            "ark:ivectors.txt",
+            &format!("ark:{}", case.join("ivectors.txt").display()),
+        );
         args.push(o);
     }
     args.push(case.join("model.raw").display().to_string());
@@ -101,15 +103,29 @@ fn golden_cases() {
     let mut ran = Vec::new();
     let mut refused = Vec::new();
     for case in &cases {
-        let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = case
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(case.join("case.json")).expect("json"))
                 .expect("parse case.json");
         let types = json_strings(&json, "component_types").unwrap_or_default();
-        let missing: Vec<&String> = types.iter().filter(|t| component_type(t).is_none()).collect();
+        let missing: Vec<&String> = types
+            .iter()
+            .filter(|t| component_type(t).is_none())
+            .collect();
         // Recurrent and BatchNorm nets are less well conditioned (README: rtol 1e-4).
-        let rtol = if ["tdnnf", "cnn-small", "fast-lstmp", "lstm-primitives", "extras-attention-gru", "clockwork", "rnn"]
-            .contains(&name.as_str())
+        let rtol = if [
+            "tdnnf",
+            "cnn-small",
+            "fast-lstmp",
+            "lstm-primitives",
+            "extras-attention-gru",
+            "clockwork",
+            "rnn",
+        ]
+        .contains(&name.as_str())
         {
             1e-4
         } else {
@@ -127,7 +143,9 @@ fn golden_cases() {
             }
             let opts = match json_strings(&json, key) {
                 Some(o) => o,
-                None if file == "output_fsf3.txt" => vec!["--frame-subsampling-factor=3".to_string()],
+                None if file == "output_fsf3.txt" => {
+                    vec!["--frame-subsampling-factor=3".to_string()]
+                }
                 None => panic!("{name}: case.json has no {key}"),
             };
             let out = tmp.path().join(format!("{name}-{file}"));
@@ -136,7 +154,12 @@ fn golden_cases() {
                 if let Err(e) = res {
                     panic!("{name} {file}: compnet compute failed: {e}");
                 }
-                let worst = compare(&format!("{name} {file}"), &read_archive(&out), &read_archive(&golden), rtol);
+                let worst = compare(
+                    &format!("{name} {file}"),
+                    &read_archive(&out),
+                    &read_archive(&golden),
+                    rtol,
+                );
                 ran.push(format!("{name}/{file} (max abs diff {worst:.2e})"));
             } else {
                 let e = res.err().unwrap_or_else(|| {

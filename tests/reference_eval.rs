@@ -65,7 +65,12 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
         .iter()
         .map(|o| reference.compute(&o.name, &o.indexes))
         .collect();
-    let ctx_msg = || format!("seed {seed} ({}):\n{}\nrequest:\n{req}", net.kind, net.config);
+    let ctx_msg = || {
+        format!(
+            "seed {seed} ({}):\n{}\nrequest:\n{req}",
+            net.kind, net.config
+        )
+    };
     let comp = match compile_computation(&nnet, req, &CompilerOptions::default()) {
         Ok(c) => c,
         Err(e) => {

@@ -107,13 +107,17 @@ impl ChunkComputer {
     /// size (logged when it has to be increased, as Kaldi does).
     pub fn new(mut nnet: Nnet, opts: &Args, priors: Option<&Vector>) -> Result<Self> {
         if opts.frame_subsampling_factor < 1 {
-            return Err(Error::Usage("--frame-subsampling-factor must be >= 1".into()));
+            return Err(Error::Usage(
+                "--frame-subsampling-factor must be >= 1".into(),
+            ));
         }
         if opts.frames_per_chunk < 1 {
             return Err(Error::Usage("--frames-per-chunk must be >= 1".into()));
         }
         if opts.extra_left_context < 0 || opts.extra_right_context < 0 {
-            return Err(Error::Usage("--extra-left-context and --extra-right-context must be >= 0".into()));
+            return Err(Error::Usage(
+                "--extra-left-context and --extra-right-context must be >= 0".into(),
+            ));
         }
         if opts.online_ivectors.is_some() && opts.online_ivector_period <= 0 {
             return Err(Error::Usage(
@@ -121,7 +125,9 @@ impl ChunkComputer {
             ));
         }
         if opts.ivectors.is_some() && opts.online_ivectors.is_some() {
-            return Err(Error::Usage("give --ivectors or --online-ivectors, not both".into()));
+            return Err(Error::Usage(
+                "give --ivectors or --online-ivectors, not both".into(),
+            ));
         }
         for c in nnet.components.iter_mut() {
             c.set_test_mode(true);
@@ -144,7 +150,10 @@ impl ChunkComputer {
         // The output: the named node; a non-output node gets an output node reading it, and
         // for the context computation that node plays the role of 'output'.
         let node = nnet.node_index(&opts.output_node).ok_or_else(|| {
-            Error::Usage(format!("--output-node: no node named '{}'", opts.output_node))
+            Error::Usage(format!(
+                "--output-node: no node named '{}'",
+                opts.output_node
+            ))
         })?;
         let (output_node, context) = if nnet.is_output_node(node) && opts.output_node == "output" {
             let ctx = nnet_context(&nnet)?;
@@ -180,7 +189,8 @@ impl ChunkComputer {
         if frames_per_chunk % n != 0 {
             let fixed = frames_per_chunk + n - frames_per_chunk % n;
             eprintln!(
-                "compnet compute: increasing --frames-per-chunk from {frames_per_chunk} to {fixed} to make it a multiple of {n}"
+                "compnet compute: increasing --frames-per-chunk from {frames_per_chunk} to {fixed} due to --frame-subsampling-factor={fsf} and nnet shift-invariance modulus = {}",
+                context.modulus
             );
             frames_per_chunk = fixed;
         }
@@ -257,7 +267,9 @@ impl ChunkComputer {
             let n = sub_per_chunk.min(num_sub - start);
             let chunk = self.compute_chunk(feats, ivector, start, n)?;
             for r in 0..n as usize {
-                output.row_mut(start as usize + r).copy_from_slice(chunk.row(r));
+                output
+                    .row_mut(start as usize + r)
+                    .copy_from_slice(chunk.row(r));
             }
             start += n;
         }
@@ -399,7 +411,9 @@ pub fn set_threads(n: usize) {
     if n > 0 {
         crate::matrix::set_num_threads(n);
         // Fails only if the global pool already exists; then it keeps its size.
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
     }
 }
 
@@ -463,9 +477,7 @@ pub fn run(a: Args) -> Result<i32> {
                     IvectorSource::Online(&online_m, a.online_ivector_period)
                 }
                 None => {
-                    eprintln!(
-                        "compnet compute: warning: no online iVectors for utterance {key}"
-                    );
+                    eprintln!("compnet compute: warning: no online iVectors for utterance {key}");
                     failed += 1;
                     continue;
                 }

@@ -321,7 +321,7 @@ impl Compiler<'_> {
             self.steps[s] = info;
         }
         // Precomputed indexes of non-simple components (needs the input step's Indexes).
-        for s in 0..n {
+        for (s, &need) in deriv_needed.iter().enumerate().take(n) {
             let node = self.steps[s].node;
             if self.steps[s].is_input {
                 continue;
@@ -337,7 +337,7 @@ impl Compiler<'_> {
                     &self.request.misc_info,
                     &self.steps[s - 1].output_indexes,
                     &self.steps[s].output_indexes,
-                    deriv_needed[s],
+                    need,
                 );
                 if let Some(p) = pre {
                     comp.component_precomputed_indexes.push(Some(p));

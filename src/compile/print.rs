@@ -81,7 +81,7 @@ fn alpha_prefix(alpha: f32) -> String {
     }
 }
 
-fn name_of<'a>(names: &'a [String], i: usize) -> &'a str {
+fn name_of(names: &[String], i: usize) -> &str {
     names.get(i).map_or("?", |s| s.as_str())
 }
 

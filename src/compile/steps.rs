@@ -424,7 +424,7 @@ pub fn compute_steps(
             .iter()
             .map(|&id| (sc.graph.cindexes[id], sc.graph.is_input[id]))
             .collect();
-        cs.sort_by(|a, b| (!a.1, a.0 .0, a.0 .1).cmp(&(!b.1, b.0 .0, b.0 .1)));
+        cs.sort_by_key(|a| (!a.1, a.0 .0, a.0 .1));
         // Sub-phases: runs of the same (is_input, node).
         let mut start = 0;
         while start < cs.len() {

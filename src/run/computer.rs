@@ -118,7 +118,9 @@ impl<'a> NnetComputer<'a> {
     pub fn output(&self, node_name: &str) -> Result<&Matrix> {
         let node = self.node(node_name)?;
         self.outputs.get(&node).ok_or_else(|| {
-            Error::Compute(format!("the computation provided no output for node '{node_name}'"))
+            Error::Compute(format!(
+                "the computation provided no output for node '{node_name}'"
+            ))
         })
     }
 
@@ -126,7 +128,9 @@ impl<'a> NnetComputer<'a> {
     pub fn take_output(&mut self, node_name: &str) -> Result<Matrix> {
         let node = self.node(node_name)?;
         self.outputs.remove(&node).ok_or_else(|| {
-            Error::Compute(format!("the computation provided no output for node '{node_name}'"))
+            Error::Compute(format!(
+                "the computation provided no output for node '{node_name}'"
+            ))
         })
     }
 
@@ -141,7 +145,9 @@ impl<'a> NnetComputer<'a> {
     pub fn run_backward(&mut self) -> Result<()> {
         self.check()?;
         if !self.forward_done {
-            return Err(Error::Compute("run_backward called before run_forward".into()));
+            return Err(Error::Compute(
+                "run_backward called before run_forward".into(),
+            ));
         }
         let n = self.computation.commands.len();
         if self.marker < n {
@@ -213,7 +219,12 @@ impl<'a> NnetComputer<'a> {
             .enumerate()
             .filter(|(_, (cap, _))| *cap >= need)
             .min_by_key(|(_, (cap, _))| *cap)
-            .or_else(|| self.pool.iter().enumerate().max_by_key(|(_, (cap, _))| *cap))
+            .or_else(|| {
+                self.pool
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, (cap, _))| *cap)
+            })
             .map(|(k, _)| k);
         let mut mat = match best {
             Some(k) => self.pool.swap_remove(k).1,
@@ -263,7 +274,14 @@ impl<'a> NnetComputer<'a> {
                 update,
                 ..
             } => self.backprop(
-                component, precomputed, in_value, out_value, out_deriv, in_deriv, memo, update,
+                component,
+                precomputed,
+                in_value,
+                out_value,
+                out_deriv,
+                in_deriv,
+                memo,
+                update,
             )?,
             Command::MatrixCopy { dst, src, alpha } => {
                 self.binary_op(dst, src, |mut d, s| {
@@ -306,7 +324,9 @@ impl<'a> NnetComputer<'a> {
                 alpha,
             } => {
                 let ranges = &self.computation.indexes_ranges[indexes_ranges];
-                self.binary_op(dst, src, |mut d, s| add_row_ranges_scaled(&mut d, s, ranges, alpha));
+                self.binary_op(dst, src, |mut d, s| {
+                    add_row_ranges_scaled(&mut d, s, ranges, alpha)
+                });
             }
             Command::CopyRowsMulti {
                 dst,
@@ -349,11 +369,17 @@ impl<'a> NnetComputer<'a> {
         if di.matrix == si.matrix {
             let mut scratch = std::mem::take(&mut self.scratch);
             copy_into(&mut scratch, sub_view(&self.matrices[si.matrix], &si));
-            f(sub_view_mut(&mut self.matrices[di.matrix], &di), scratch.view());
+            f(
+                sub_view_mut(&mut self.matrices[di.matrix], &di),
+                scratch.view(),
+            );
             self.scratch = scratch;
         } else {
             let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
-            f(sub_view_mut(&mut dmat, &di), sub_view(&self.matrices[si.matrix], &si));
+            f(
+                sub_view_mut(&mut dmat, &di),
+                sub_view(&self.matrices[si.matrix], &si),
+            );
             self.matrices[di.matrix] = dmat;
         }
     }
@@ -383,7 +409,8 @@ impl<'a> NnetComputer<'a> {
                     Some(m) if si.matrix == di.matrix => m,
                     _ => &self.matrices[si.matrix],
                 };
-                let src = &srcm.row(si.row_offset + r as usize)[si.col_offset..si.col_offset + si.num_cols];
+                let src = &srcm.row(si.row_offset + r as usize)
+                    [si.col_offset..si.col_offset + si.num_cols];
                 if add {
                     for (x, &y) in row.iter_mut().zip(src) {
                         *x += alpha * y;
@@ -477,7 +504,11 @@ impl<'a> NnetComputer<'a> {
         } else if ii.matrix == oi.matrix {
             let mut scratch = std::mem::take(&mut self.scratch);
             copy_into(&mut scratch, sub_view(&self.matrices[ii.matrix], &ii));
-            let m = comp.propagate(idx, scratch.view(), sub_view_mut(&mut self.matrices[oi.matrix], &oi));
+            let m = comp.propagate(
+                idx,
+                scratch.view(),
+                sub_view_mut(&mut self.matrices[oi.matrix], &oi),
+            );
             if want_stats {
                 if let Some(sn) = self.stats_nnet.as_deref_mut() {
                     sn.components[c].store_stats(
@@ -496,7 +527,11 @@ impl<'a> NnetComputer<'a> {
             return Ok(());
         } else {
             let mut omat = std::mem::take(&mut self.matrices[oi.matrix]);
-            let m = comp.propagate(idx, sub_view(&self.matrices[ii.matrix], &ii), sub_view_mut(&mut omat, &oi));
+            let m = comp.propagate(
+                idx,
+                sub_view(&self.matrices[ii.matrix], &ii),
+                sub_view_mut(&mut omat, &oi),
+            );
             self.matrices[oi.matrix] = omat;
             m
         };
@@ -532,7 +567,11 @@ impl<'a> NnetComputer<'a> {
         let nnet: &'a Nnet = self.nnet;
         let comp: &dyn Component = nnet.components[c].as_ref();
         let idx = self.precomputed(precomputed);
-        let memo_val = if memo != 0 { self.memos.remove(&memo) } else { None };
+        let memo_val = if memo != 0 {
+            self.memos.remove(&memo)
+        } else {
+            None
+        };
         let to_update: Option<&mut dyn Component> = if update {
             match self.delta.as_deref_mut() {
                 Some(d) => Some(d.components[c].as_mut()),
@@ -565,7 +604,14 @@ impl<'a> NnetComputer<'a> {
             let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
             let iv = view_of(&self.matrices, self.computation, in_value);
             let ov = view_of(&self.matrices, self.computation, out_value);
-            comp.backprop_in_place(idx, iv, ov, memo_val.as_ref(), to_update, sub_view_mut(&mut dmat, &di));
+            comp.backprop_in_place(
+                idx,
+                iv,
+                ov,
+                memo_val.as_ref(),
+                to_update,
+                sub_view_mut(&mut dmat, &di),
+            );
             self.matrices[di.matrix] = dmat;
             return Ok(());
         }
@@ -595,7 +641,15 @@ impl<'a> NnetComputer<'a> {
             Some(m) => m.view(),
             None => view_of(mats, cmp, out_deriv),
         };
-        comp.backprop(idx, iv, ov, odv, memo_val.as_ref(), to_update, Some(sub_view_mut(&mut dmat, &di)));
+        comp.backprop(
+            idx,
+            iv,
+            ov,
+            odv,
+            memo_val.as_ref(),
+            to_update,
+            Some(sub_view_mut(&mut dmat, &di)),
+        );
         self.matrices[di.matrix] = dmat;
         Ok(())
     }
@@ -603,7 +657,11 @@ impl<'a> NnetComputer<'a> {
     fn accept(&mut self, s: usize, node: usize, backward: bool) -> Result<()> {
         let i = self.sm(s);
         let name = self.nnet.node_names.get(node).map_or("?", |n| n.as_str());
-        let what = if backward { "output derivative" } else { "input" };
+        let what = if backward {
+            "output derivative"
+        } else {
+            "input"
+        };
         let m = if backward {
             self.output_derivs.remove(&node)
         } else {
@@ -680,7 +738,12 @@ fn copy_into(dst: &mut Matrix, v: MatView<'_>) {
 }
 
 /// `d[i] += alpha · Σ s[start..end)` (AddRowRanges with a scale).
-fn add_row_ranges_scaled(d: &mut MatViewMut<'_>, s: MatView<'_>, ranges: &[(i32, i32)], alpha: Real) {
+fn add_row_ranges_scaled(
+    d: &mut MatViewMut<'_>,
+    s: MatView<'_>,
+    ranges: &[(i32, i32)],
+    alpha: Real,
+) {
     if alpha == 1.0 {
         d.add_row_ranges(s, ranges);
         return;
@@ -807,7 +870,11 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Re
         }
     }
     let ns = comp.submatrices.len();
-    let sub = |s: usize, what: &str, k: usize, zero_ok: bool| -> std::result::Result<SubMatrixInfo, String> {
+    let sub = |s: usize,
+               what: &str,
+               k: usize,
+               zero_ok: bool|
+     -> std::result::Result<SubMatrixInfo, String> {
         if s == 0 && zero_ok {
             return Ok(SubMatrixInfo {
                 matrix: 0,
@@ -829,32 +896,39 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Re
             Ok(())
         }
     };
-    let same = |a: &SubMatrixInfo, b: &SubMatrixInfo, k: usize| -> std::result::Result<(), String> {
-        if a.num_rows != b.num_rows || a.num_cols != b.num_cols {
-            Err(format!("command {k}: operand shapes differ"))
-        } else {
+    let same =
+        |a: &SubMatrixInfo, b: &SubMatrixInfo, k: usize| -> std::result::Result<(), String> {
+            if a.num_rows != b.num_rows || a.num_cols != b.num_cols {
+                Err(format!("command {k}: operand shapes differ"))
+            } else {
+                Ok(())
+            }
+        };
+    let check_multi =
+        |which: usize, rows: usize, cols: usize, k: usize| -> std::result::Result<(), String> {
+            let v = comp
+                .indexes_multi
+                .get(which)
+                .ok_or_else(|| format!("command {k}: indexes_multi {which} out of range"))?;
+            if v.len() != rows {
+                return Err(format!(
+                    "command {k}: indexes_multi has {} rows, expected {rows}",
+                    v.len()
+                ));
+            }
+            for &(s, r) in v {
+                if s < 0 {
+                    continue;
+                }
+                let si = sub(s as usize, "multi", k, false)?;
+                if r < 0 || r as usize >= si.num_rows || si.num_cols != cols {
+                    return Err(format!(
+                        "command {k}: bad (sub-matrix, row) pair ({s}, {r})"
+                    ));
+                }
+            }
             Ok(())
-        }
-    };
-    let check_multi = |which: usize, rows: usize, cols: usize, k: usize| -> std::result::Result<(), String> {
-        let v = comp
-            .indexes_multi
-            .get(which)
-            .ok_or_else(|| format!("command {k}: indexes_multi {which} out of range"))?;
-        if v.len() != rows {
-            return Err(format!("command {k}: indexes_multi has {} rows, expected {rows}", v.len()));
-        }
-        for &(s, r) in v {
-            if s < 0 {
-                continue;
-            }
-            let si = sub(s as usize, "multi", k, false)?;
-            if r < 0 || r as usize >= si.num_rows || si.num_cols != cols {
-                return Err(format!("command {k}: bad (sub-matrix, row) pair ({s}, {r})"));
-            }
-        }
-        Ok(())
-    };
+        };
     let ncomp = nnet.components.len();
     let nnodes = nnet.nodes.len();
     for (k, c) in comp.commands.iter().enumerate() {
@@ -882,7 +956,10 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Re
                     .get(component)
                     .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
                 // Input 0 = none (components such as ConstantComponent read no input).
-                let (i, o) = (sub(input, "input", k, true)?, sub(output, "output", k, false)?);
+                let (i, o) = (
+                    sub(input, "input", k, true)?,
+                    sub(output, "output", k, false)?,
+                );
                 if (input != 0 && i.num_cols != c.input_dim()) || o.num_cols != c.output_dim() {
                     return Err(format!("command {k}: component dims do not match"));
                 }
@@ -945,7 +1022,9 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Re
                 if d.num_cols != s.num_cols || v.len() != d.num_rows {
                     return Err(format!("command {k}: row-range shapes"));
                 }
-                if v.iter().any(|&(a, b)| b > a && (a < 0 || b as usize > s.num_rows)) {
+                if v.iter()
+                    .any(|&(a, b)| b > a && (a < 0 || b as usize > s.num_rows))
+                {
                     return Err(format!("command {k}: row range out of range"));
                 }
             }

@@ -50,7 +50,9 @@ impl<'a> ReferenceEvaluator<'a> {
                 .node_index(name)
                 .ok_or_else(|| Error::Compute(format!("reference: no node '{name}'")))?;
             if indexes.len() != m.num_rows() || nnet.node_dim(node) != m.num_cols() {
-                return Err(Error::Compute(format!("reference: input '{name}' has the wrong shape")));
+                return Err(Error::Compute(format!(
+                    "reference: input '{name}' has the wrong shape"
+                )));
             }
             for (r, ix) in indexes.iter().enumerate() {
                 supplied.insert((node, *ix), Rc::new(m.row(r).to_vec()));
@@ -131,7 +133,9 @@ impl<'a> ReferenceEvaluator<'a> {
                     Error::Compute(format!("reference: component {component} out of range"))
                 })?;
                 if node == 0 {
-                    return Err(Error::Compute("reference: component node without input".into()));
+                    return Err(Error::Compute(
+                        "reference: component node without input".into(),
+                    ));
                 }
                 if !comp.properties().has(Properties::SIMPLE) {
                     return self.general_component(node, ix);
@@ -166,7 +170,12 @@ impl<'a> ReferenceEvaluator<'a> {
             }
         }
         let mut used = Vec::new();
-        if !comp.is_computable(&misc, &ix, &|i: &Index| avail.contains_key(i), Some(&mut used)) {
+        if !comp.is_computable(
+            &misc,
+            &ix,
+            &|i: &Index| avail.contains_key(i),
+            Some(&mut used),
+        ) {
             return Ok(None);
         }
         let mut outputs = vec![ix];

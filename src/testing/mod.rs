@@ -44,9 +44,11 @@ impl Builder {
     /// A component node `name` of `ty` with `extra` options on `input`.
     fn comp(&mut self, prefix: &str, ty: &str, extra: &str, input: &str) -> String {
         let name = self.name(prefix);
-        self.lines.push(format!("component name={name} type={ty} {extra}"));
         self.lines
-            .push(format!("component-node name={name} component={name} input={input}"));
+            .push(format!("component name={name} type={ty} {extra}"));
+        self.lines.push(format!(
+            "component-node name={name} component={name} input={input}"
+        ));
         name
     }
     fn affine(&mut self, input: &str, in_dim: usize, out_dim: usize) -> String {
@@ -59,7 +61,9 @@ impl Builder {
         self.comp(
             "affine",
             ty,
-            &format!("input-dim={in_dim} output-dim={out_dim} param-stddev={stddev:.4} bias-stddev=0.5"),
+            &format!(
+                "input-dim={in_dim} output-dim={out_dim} param-stddev={stddev:.4} bias-stddev=0.5"
+            ),
             input,
         )
     }
@@ -187,7 +191,8 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
             } else {
                 "RectifiedLinearComponent"
             };
-            b.lines.push(format!("component name={nl} type={ty} dim={h}"));
+            b.lines
+                .push(format!("component name={nl} type={ty} dim={h}"));
             b.lines.push(format!(
                 "component-node name={nl} component={nl} input=Sum({a}, IfDefined({r}))"
             ));
@@ -279,8 +284,9 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
                 b.lines.push(format!(
                     "component name={c0} type=ConstantComponent output-dim={h} is-updatable=true"
                 ));
-                b.lines
-                    .push(format!("component-node name={c0} component={c0} input={c0}"));
+                b.lines.push(format!(
+                    "component-node name={c0} component={c0} input={c0}"
+                ));
                 format!("Failover(Offset({c}, -1), {c0})")
             } else {
                 format!("IfDefined(Offset({c}, -1))")
@@ -299,8 +305,9 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
             };
             b.lines
                 .push(format!("component name={c} type=TanhComponent dim={h}"));
-            b.lines
-                .push(format!("component-node name={c} component={c} input={cell_in}"));
+            b.lines.push(format!(
+                "component-node name={c} component={c} input={cell_in}"
+            ));
             b.final_layer(&format!("Append({c}, {g})"), 2 * h, "output");
             "lstm-like"
         }
@@ -361,10 +368,7 @@ pub fn random_request(
             }
         }
         shuffle_sometimes(&mut idx, &mut rng);
-        let dim = nnet
-            .node_index(name)
-            .map(|i| nnet.node_dim(i))
-            .unwrap_or(0);
+        let dim = nnet.node_index(name).map(|i| nnet.node_dim(i)).unwrap_or(0);
         let mut m = Matrix::zeros(idx.len(), dim);
         for r in 0..idx.len() {
             for x in m.row_mut(r) {

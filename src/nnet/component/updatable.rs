@@ -92,19 +92,9 @@ impl UpdatableCommon {
         Ok(c)
     }
 
-    /// The learning-rate part of an info line.
+    /// The learning-rate part of an info line, in Kaldi's order.
     pub fn info(&self) -> String {
-        let mut s = format!("learning-rate={}", crate::io::codec::fmt_g(self.learning_rate as f64, 6));
-        if self.learning_rate_factor != 1.0 {
-            s += &format!(", learning-rate-factor={}", crate::io::codec::fmt_g(self.learning_rate_factor as f64, 6));
-        }
-        if self.max_change > 0.0 {
-            s += &format!(", max-change={}", crate::io::codec::fmt_g(self.max_change as f64, 6));
-        }
-        if self.l2_regularize > 0.0 {
-            s += &format!(", l2-regularize={}", crate::io::codec::fmt_g(self.l2_regularize as f64, 6));
-        }
-        s
+        super::param_util::updatable_info(self)
     }
 }
 
