@@ -269,6 +269,8 @@ fn tdnn_matches_reference_on_varied_layouts() {
         (grid(&[0, 1], &(-3..9).collect::<Vec<_>>(), true), grid(&[0, 1], &(0..6).collect::<Vec<_>>(), true)),
         // subsampled outputs (gathered rows)
         (grid(&[0, 1], &(-3..12).collect::<Vec<_>>(), false), grid(&[0, 1], &[0, 3, 6, 9], false)),
+        // many sequences, subsampled outputs: runs of 20 rows
+        (grid(&(0..20).collect::<Vec<_>>(), &(-3..8).collect::<Vec<_>>(), false), grid(&(0..20).collect::<Vec<_>>(), &[0, 3, 6], false)),
         // one long sequence: single block
         (grid(&[0], &(-3..60).collect::<Vec<_>>(), false), grid(&[0], &(0..56).collect::<Vec<_>>(), false)),
     ];

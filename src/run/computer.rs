@@ -342,12 +342,12 @@ impl<'a> NnetComputer<'a> {
                 src,
                 indexes_multi,
                 alpha,
-            } => self.to_rows_multi(src, indexes_multi, alpha, false),
+            } => self.scatter_rows_multi(src, indexes_multi, alpha, false),
             Command::AddToRowsMulti {
                 src,
                 indexes_multi,
                 alpha,
-            } => self.to_rows_multi(src, indexes_multi, alpha, true),
+            } => self.scatter_rows_multi(src, indexes_multi, alpha, true),
             Command::AcceptInput { s, node } => self.accept(s, node, backward)?,
             Command::ProvideOutput { s, node } => self.provide(idx, s, node, backward),
             Command::NoOperation
@@ -428,7 +428,7 @@ impl<'a> NnetComputer<'a> {
     }
 
     /// CopyToRowsMulti / AddToRowsMulti: row i of `src` to a (sub-matrix, row) pair.
-    fn to_rows_multi(&mut self, src: usize, which: usize, alpha: Real, add: bool) {
+    fn scatter_rows_multi(&mut self, src: usize, which: usize, alpha: Real, add: bool) {
         let pairs = &self.computation.indexes_multi[which];
         let si = self.sm(src);
         // Take the source out (copying it if a destination shares its matrix).

@@ -160,6 +160,7 @@ impl<'a> ReferenceEvaluator<'a> {
             return Ok(None);
         };
         let comp = nnet.components[component].as_ref();
+        #[allow(clippy::default_constructed_unit_structs)] // it may gain fields
         let misc = MiscComputationInfo::default();
         let mut desired = Vec::new();
         comp.get_input_indexes(&misc, &ix, &mut desired);
