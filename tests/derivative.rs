@@ -93,6 +93,9 @@ fn rel_err(pred: &[f64], meas: &[f64], noise: f64) -> f64 {
 
 fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
     let net = random_nnet_config(seed, true);
+    // Component initialisation draws from a thread-local generator: seed it, so that a
+    // network depends only on its seed.
+    compnet::nnet::component::param_util::seed_init_rng(seed);
     let nnet = Nnet::from_config_text(&net.config, "<random>")
         .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}"));
     let (left, right) = nnet_context(&nnet).map_or((4, 4), |c| (c.left, c.right));
@@ -143,7 +146,7 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
     let eps: f32 = std::env::var("COMPNET_DERIV_EPS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1e-3);
+        .unwrap_or(1e-4);
     let (mut pred, mut meas) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let dirs: Vec<Matrix> = rr
@@ -257,8 +260,9 @@ fn whole_network_derivatives() {
             continue;
         };
         checked += 1;
-        // Kaldi fails at a relative error of 0.25; ReLU kinks can occasionally cost a little.
-        if ie > 0.1 || pe > 0.1 {
+        // Kaldi fails at a relative error of 0.25. With steps of 1e-4, ReLU kinks (amplified
+        // by recurrences) are rarely crossed; at 1e-3 they give errors up to ~0.5.
+        if ie > 0.02 || pe > 0.02 {
             failures.push(format!(
                 "seed {seed} ({kind}): input err {ie:.3}, param err {pe:.3}"
             ));

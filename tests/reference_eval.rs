@@ -35,6 +35,7 @@ fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
 /// Runs one random network; returns (kind, computable).
 fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     let net = random_nnet_config(seed, false);
+    compnet::nnet::component::param_util::seed_init_rng(seed);
     if std::env::var("COMPNET_VERBOSE").is_ok() {
         eprintln!("seed {seed} ({}):\n{}", net.kind, net.config);
     }

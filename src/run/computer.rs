@@ -1065,3 +1065,170 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Re
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::computation::MatrixInfo;
+    use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, SumDescriptor};
+    use crate::nnet::{NetworkNode, ObjectiveType};
+
+    /// input (dim 2) → output, with no components: enough to exercise data movement.
+    fn tiny_nnet() -> Nnet {
+        Nnet {
+            node_names: vec!["input".into(), "output".into()],
+            nodes: vec![
+                NetworkNode::Input { dim: 2 },
+                NetworkNode::Descriptor {
+                    descriptor: Descriptor {
+                        parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
+                            node: 0,
+                            scale: 1.0,
+                        })],
+                    },
+                    objective: ObjectiveType::Linear,
+                },
+            ],
+            component_names: vec![],
+            components: vec![],
+        }
+    }
+
+    fn whole(c: &mut NnetComputation, m: usize) -> usize {
+        c.whole_submatrix(m)
+    }
+
+    #[test]
+    fn row_commands_follow_their_definitions() {
+        let nnet = tiny_nnet();
+        let mut c = NnetComputation::default();
+        let m1 = c.new_matrix(4, 2);
+        let m2 = c.new_matrix(3, 2);
+        let m3 = c.new_matrix(3, 2);
+        let s1 = whole(&mut c, m1);
+        let s2 = whole(&mut c, m2);
+        let s3 = whole(&mut c, m3);
+        // Rows 1..3 of m2.
+        let s2b = c.new_submatrix(SubMatrixInfo {
+            matrix: m2,
+            row_offset: 1,
+            num_rows: 2,
+            col_offset: 0,
+            num_cols: 2,
+        });
+        c.indexes_multi = vec![
+            vec![(s2 as i32, 0), (s2b as i32, 1), (-1, -1), (s2b as i32, 1)],
+            vec![(s1 as i32, 3), (-1, -1), (s1 as i32, 0)],
+        ];
+        c.indexes_ranges = vec![vec![(0, 2), (-1, -1), (1, 4)]];
+        c.commands = vec![
+            Command::AllocMatrix { m: m1 },
+            Command::AllocMatrix { m: m2 },
+            Command::AllocMatrix { m: m3 },
+            Command::AcceptInput { s: s1, node: 0 },
+            // m2[0] = 2·in[0]; m2[2] = 2·in[1] then += 2·in[3] (the copy overwrites, last wins)
+            Command::CopyToRowsMulti {
+                src: s1,
+                indexes_multi: 0,
+                alpha: 2.0,
+            },
+            Command::AddToRowsMulti {
+                src: s1,
+                indexes_multi: 0,
+                alpha: 1.0,
+            },
+            // m3[i] += Σ in[ranges[i]] (scaled 0.5)
+            Command::AddRowRanges {
+                dst: s3,
+                src: s1,
+                indexes_ranges: 0,
+                alpha: 0.5,
+            },
+            // m3[i] += in[(3, -, 0)[i]] via AddRowsMulti
+            Command::AddRowsMulti {
+                dst: s3,
+                indexes_multi: 1,
+                alpha: 1.0,
+            },
+            Command::SwapMatrix { a: m2, b: m3 },
+            Command::ProvideOutput { s: s2, node: 1 },
+            Command::NoOperationMarker,
+        ];
+        let input = Matrix::from_rows(&[
+            vec![1.0, 2.0],
+            vec![3.0, 4.0],
+            vec![5.0, 6.0],
+            vec![7.0, 8.0],
+        ]);
+        let mut comp = NnetComputer::new(&c, &nnet, None);
+        comp.accept_input("input", input.clone()).expect("accept");
+        comp.run_forward().expect("run");
+        // After the swap, matrix m2 holds what was built in m3.
+        let out = comp.output("output").expect("output");
+        let r = |i: usize| input.row(i).to_vec();
+        let add = |a: Vec<f32>, b: Vec<f32>, s: f32| -> Vec<f32> {
+            a.iter().zip(&b).map(|(x, y)| x + s * y).collect()
+        };
+        let want0 = add(add(r(0), r(1), 1.0), vec![0.0, 0.0], 0.0);
+        let want0: Vec<f32> = add(want0.iter().map(|x| x * 0.5).collect(), r(3), 1.0);
+        let want1 = vec![0.0, 0.0];
+        let want2: Vec<f32> = add(
+            add(add(r(1), r(2), 1.0), r(3), 1.0)
+                .iter()
+                .map(|x| x * 0.5)
+                .collect(),
+            r(0),
+            1.0,
+        );
+        assert_eq!(out.row(0), &want0[..]);
+        assert_eq!(out.row(1), &want1[..]);
+        assert_eq!(out.row(2), &want2[..]);
+        // And m3 (the old m2), built by the scatter commands:
+        //   m2[0] = 2·in[0] + in[0]; m2[2] = 2·in[3] + in[1] + in[3]; m2[1] untouched (0).
+        let old_m2 = &comp.matrices[m3];
+        assert_eq!(old_m2.row(0), &[3.0, 6.0]);
+        assert_eq!(old_m2.row(1), &[0.0, 0.0]);
+        assert_eq!(old_m2.row(2), &add(add(r(3), r(1), 1.0), r(3), 2.0)[..]);
+    }
+
+    #[test]
+    fn malformed_computations_are_errors_not_panics() {
+        let nnet = tiny_nnet();
+        let mut c = NnetComputation::default();
+        let m1 = c.new_matrix(2, 2);
+        let s1 = whole(&mut c, m1);
+        c.indexes = vec![vec![0, 5]];
+        c.commands = vec![
+            Command::AllocMatrix { m: m1 },
+            Command::CopyRows {
+                dst: s1,
+                src: s1,
+                indexes: 0,
+                alpha: 1.0,
+            },
+        ];
+        let mut comp = NnetComputer::new(&c, &nnet, None);
+        assert!(comp.run_forward().is_err());
+        c.matrices.push(MatrixInfo {
+            num_rows: 1,
+            num_cols: 1,
+        });
+        c.commands = vec![Command::AllocMatrix { m: 9 }];
+        let mut comp = NnetComputer::new(&c, &nnet, None);
+        assert!(comp.run_forward().is_err());
+        // Wrong input shape.
+        c.commands = vec![
+            Command::AllocMatrix { m: m1 },
+            Command::AcceptInput { s: s1, node: 0 },
+        ];
+        let mut comp = NnetComputer::new(&c, &nnet, None);
+        comp.accept_input("input", Matrix::zeros(3, 2))
+            .expect("accept");
+        let e = comp
+            .run_forward()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("3x2"), "{e}");
+    }
+}

@@ -231,8 +231,8 @@ impl LstmNonlinearityComponent {
         let repair = self.repair_scales();
         let (w_ic, w_fc, w_oc) = (self.params.row(0), self.params.row(1), self.params.row(2));
         let mut repaired_units = [0.0f64; 5];
-        for k in 0..5 {
-            repaired_units[k] = repair[k * c..(k + 1) * c]
+        for (k, n) in repaired_units.iter_mut().enumerate() {
+            *n = repair[k * c..(k + 1) * c]
                 .iter()
                 .filter(|&&s| s != 0.0)
                 .count() as f64;
@@ -245,6 +245,9 @@ impl LstmNonlinearityComponent {
             } else {
                 (1.0, 1.0, 1.0)
             };
+            // Derivatives w.r.t. the three dropout scales (they feed nothing trainable in
+            // practice, but this keeps Backprop the true derivative).
+            let mut scale_deriv = [0.0f32; 3];
             for j in 0..c {
                 let (i_part, f_part, c_part, o_part, c_prev) =
                     (x[j], x[c + j], x[2 * c + j], x[3 * c + j], x[4 * c + j]);
@@ -263,9 +266,9 @@ impl LstmNonlinearityComponent {
                         o_t * (1.0 - o_t),
                         1.0 - tanh_c_t * tanh_c_t,
                     ];
-                    for k in 0..5 {
-                        st.value_sum[k * c + j] += vals[k] as f64;
-                        st.deriv_sum[k * c + j] += ders[k] as f64;
+                    for (k, (&v, &d)) in vals.iter().zip(&ders).enumerate() {
+                        st.value_sum[k * c + j] += v as f64;
+                        st.deriv_sum[k * c + j] += d as f64;
                     }
                 }
                 let (dc_out, dm) = (od[j], od[c + j]);
@@ -284,6 +287,9 @@ impl LstmNonlinearityComponent {
                 let dc_part =
                     (1.0 - tanh_c_part * tanh_c_part) * dtanh_c_part - 2.0 * tanh_c_part * sr(2);
                 let dc_prev = dc * f_t * f_s + di_in * w_ic[j] + df_in * w_fc[j];
+                scale_deriv[0] += dc * i_t * tanh_c_part;
+                scale_deriv[1] += dc * f_t * c_prev;
+                scale_deriv[2] += dm * o_t * tanh_c_t;
                 if let Some(g) = in_deriv.as_deref_mut() {
                     let row = g.row_mut(r);
                     row[j] = di_in;
@@ -299,16 +305,15 @@ impl LstmNonlinearityComponent {
                 }
             }
             if self.use_dropout {
-                // The dropout scales get no derivative.
                 if let Some(g) = in_deriv.as_deref_mut() {
-                    g.row_mut(r)[5 * c..5 * c + 3].fill(0.0);
+                    g.row_mut(r)[5 * c..5 * c + 3].copy_from_slice(&scale_deriv);
                 }
             }
         }
         if let Some(st) = stats {
             let rows = in_value.num_rows() as f64;
-            for k in 0..5 {
-                st.self_repair_total[k] += repaired_units[k] * rows;
+            for (t, &n) in st.self_repair_total.iter_mut().zip(&repaired_units) {
+                *t += n * rows;
             }
             st.count += rows;
         }

@@ -356,13 +356,14 @@ impl BatchNormComponent {
             let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect();
             return (f(&self.stats_sum), f(&self.stats_sumsq));
         }
-        let inv = 1.0 / self.count;
+        // Kaldi converts the double sums to float first and scales in float.
+        let inv = (1.0 / self.count) as f32;
         self.stats_sum
             .iter()
             .zip(&self.stats_sumsq)
             .map(|(&s, &q)| {
-                let m = s * inv;
-                ((m) as f32, (q * inv - m * m) as f32)
+                let m = s as f32 * inv;
+                (m, q as f32 * inv - m * m)
             })
             .unzip()
     }

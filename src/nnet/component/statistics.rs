@@ -75,7 +75,7 @@ impl StatsPrecomputed {
 
     /// The ranges assumed without precomputed indexes: consecutive equal groups of input rows.
     fn default_groups(num_in: usize, num_out: usize) -> Self {
-        let per = if num_out == 0 { 0 } else { num_in / num_out };
+        let per = num_in.checked_div(num_out).unwrap_or(0);
         let forward: Vec<(usize, usize)> = (0..num_out).map(|i| (i * per, (i + 1) * per)).collect();
         StatsPrecomputed {
             num_input_rows: num_in,
@@ -99,10 +99,16 @@ impl StatsPrecomputed {
     }
 }
 
-/// Largest multiple of `period` that is <= t.
+/// Largest multiple of `period` that is <= t (wrapping at the ends of the i32 range).
 fn round_down(t: i32, period: i32) -> i32 {
-    t.div_euclid(period) * period
+    (t as i64)
+        .div_euclid(period as i64)
+        .wrapping_mul(period as i64) as i32
 }
+
+/// Upper limit on periods and contexts read from files or configs, so that a damaged value
+/// cannot make the Index hooks allocate billions of Indexes.
+const MAX_SPAN: i64 = 1 << 24;
 
 // ---------------------------------------------------------------------------------------
 
@@ -121,6 +127,12 @@ impl StatisticsExtractionComponent {
         let input_dim = param_util::require_positive(cfg, "input-dim")?;
         let input_period = param_util::positive_or(cfg, "input-period", 1)? as i32;
         let output_period = param_util::positive_or(cfg, "output-period", 1)? as i32;
+        if output_period as i64 > MAX_SPAN {
+            return Err(cfg.error_at_value(
+                "output-period",
+                format!("output-period must be at most {MAX_SPAN}"),
+            ));
+        }
         if output_period % input_period != 0 {
             return Err(cfg.error_at_value(
                 "output-period",
@@ -145,8 +157,11 @@ impl StatisticsExtractionComponent {
         r.expect_token("<OutputPeriod>")?;
         let at = r.pos();
         let output_period = param_util::read_positive_i32(r, "output period")? as i32;
-        if output_period % input_period != 0 {
-            return Err(r.err_at(at, "an output period that is a multiple of the input period"));
+        if output_period % input_period != 0 || output_period as i64 > MAX_SPAN {
+            return Err(r.err_at(
+                at,
+                format!("an output period that is a multiple of the input period and at most {MAX_SPAN}"),
+            ));
         }
         r.expect_token("<IncludeVarinance>")?;
         let include_variance = r.bool()?;
@@ -163,7 +178,7 @@ impl StatisticsExtractionComponent {
     fn group(&self, o: &Index) -> Vec<Index> {
         let start = round_down(o.t, self.output_period);
         (0..self.output_period / self.input_period)
-            .map(|k| Index::new(o.n, start + k * self.input_period, o.x))
+            .map(|k| Index::new(o.n, start.wrapping_add(k * self.input_period), o.x))
             .collect()
     }
 }
@@ -176,7 +191,12 @@ impl Component for StatisticsExtractionComponent {
         self.input_dim
     }
     fn output_dim(&self) -> usize {
-        1 + self.input_dim + if self.include_variance { self.input_dim } else { 0 }
+        1 + self.input_dim
+            + if self.include_variance {
+                self.input_dim
+            } else {
+                0
+            }
     }
     fn properties(&self) -> Properties {
         let p = Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES;
@@ -346,8 +366,13 @@ impl StatisticsPoolingComponent {
         if self.left_context < 0 || self.right_context < 0 {
             return Err("left-context and right-context must be >= 0".into());
         }
-        if self.left_context + self.right_context <= 0 {
+        if self.left_context as i64 + self.right_context as i64 <= 0 {
             return Err("left-context + right-context must be positive".into());
+        }
+        if self.left_context as i64 + self.right_context as i64 > MAX_SPAN {
+            return Err(format!(
+                "left-context + right-context must be at most {MAX_SPAN}"
+            ));
         }
         if self.left_context % self.input_period != 0 || self.right_context % self.input_period != 0
         {
@@ -356,8 +381,10 @@ impl StatisticsPoolingComponent {
         if !(self.variance_floor > 0.0 && self.variance_floor < 1.0) {
             return Err("variance-floor must be in (0, 1)".into());
         }
-        if self.output_stddevs && (self.input_dim - 1) % 2 != 0 {
-            return Err("with output-stddevs=true, input-dim must be odd (count, sums, squares)".into());
+        if self.output_stddevs && !(self.input_dim - 1).is_multiple_of(2) {
+            return Err(
+                "with output-stddevs=true, input-dim must be odd (count, sums, squares)".into(),
+            );
         }
         Ok(())
     }
@@ -421,9 +448,13 @@ impl StatisticsPoolingComponent {
 
     /// The input Indexes of the window around output `o`.
     fn window(&self, o: &Index) -> Vec<Index> {
-        let n = (self.left_context + self.right_context) / self.input_period + 1;
+        let n = ((self.left_context as i64 + self.right_context as i64) / self.input_period as i64
+            + 1) as i32;
         (0..n)
-            .map(|k| Index::new(o.n, o.t - self.left_context + k * self.input_period, o.x))
+            .map(|k| {
+                let t = o.t as i64 - self.left_context as i64 + k as i64 * self.input_period as i64;
+                Index::new(o.n, t as i32, o.x)
+            })
             .collect()
     }
 
@@ -518,7 +549,11 @@ impl Component for StatisticsPoolingComponent {
         let Some(mut g) = in_deriv else {
             return;
         };
-        let (nl, fd, od_dim) = (self.num_log_count_features, self.feature_dim(), self.output_dim());
+        let (nl, fd, od_dim) = (
+            self.num_log_count_features,
+            self.feature_dim(),
+            self.output_dim(),
+        );
         if g.num_cols() != self.input_dim || out_deriv.num_cols() != od_dim {
             return;
         }
@@ -542,7 +577,8 @@ impl Component for StatisticsPoolingComponent {
                 let y = &out_value.row(o)[nl..];
                 let (mean, std) = y.split_at(fd);
                 let (dmean, dvar) = d.split_at_mut(fd);
-                for (((dv, &sd), dm), &m) in dvar.iter_mut().zip(std).zip(dmean.iter_mut()).zip(mean)
+                for (((dv, &sd), dm), &m) in
+                    dvar.iter_mut().zip(std).zip(dmean.iter_mut()).zip(mean)
                 {
                     *dv = 0.5 * *dv / sd;
                     *dm += -2.0 * m * *dv;

@@ -26,7 +26,7 @@ const TDNN: &str = "TdnnComponent";
 #[derive(Clone, Debug)]
 pub struct TdnnComponent {
     pub common: UpdatableCommon,
-    /// Sorted, distinct time offsets.
+    /// Distinct time offsets (column block k of `linear_params` belongs to offset k).
     pub time_offsets: Vec<i32>,
     /// output-dim × (input-dim · #offsets).
     pub linear_params: Matrix,
@@ -133,7 +133,7 @@ impl TdnnPrecomputed {
     /// The layout assumed without precomputed indexes: one sequence of consecutive frames,
     /// input rows covering output frames widened by the offsets' span.
     fn default_layout(time_offsets: &[i32], num_in: usize, num_out: usize) -> Self {
-        let min = time_offsets.first().copied().unwrap_or(0);
+        let min = time_offsets.iter().copied().min().unwrap_or(0);
         let offsets = time_offsets
             .iter()
             .map(|&off| {
@@ -180,10 +180,10 @@ impl TdnnComponent {
         let in_dim = param_util::require_positive(cfg, "input-dim")?;
         let out_dim = param_util::require_positive(cfg, "output-dim")?;
         let time_offsets: Vec<i32> = cfg.require("time-offsets")?;
-        if time_offsets.is_empty() || time_offsets.windows(2).any(|w| w[0] >= w[1]) {
+        if !distinct_nonempty(&time_offsets) {
             return Err(cfg.error_at_value(
                 "time-offsets",
-                "time-offsets must be a non-empty, strictly increasing list",
+                "time-offsets must be a non-empty list of distinct integers",
             ));
         }
         let n = time_offsets.len();
@@ -233,8 +233,8 @@ impl TdnnComponent {
         r.expect_token("<TimeOffsets>")?;
         let at = r.pos();
         let time_offsets = r.int_vec()?;
-        if time_offsets.is_empty() || time_offsets.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(r.err_at(at, "a non-empty, strictly increasing list of time offsets"));
+        if !distinct_nonempty(&time_offsets) {
+            return Err(r.err_at(at, "a non-empty list of distinct time offsets"));
         }
         r.expect_token("<LinearParams>")?;
         let at = r.pos();
@@ -302,7 +302,8 @@ impl TdnnComponent {
     /// The weight block for time offset number k (output-dim × input-dim).
     fn block(&self, k: usize) -> MatView<'_> {
         let d = self.block_dim();
-        self.linear_params.sub(0, self.linear_params.num_rows(), k * d, d)
+        self.linear_params
+            .sub(0, self.linear_params.num_rows(), k * d, d)
     }
 
     /// The row layout to use: the precomputed one if it fits these matrices, else the default.
@@ -323,6 +324,12 @@ impl TdnnComponent {
         };
         (p.offsets.len() == self.time_offsets.len() && p.fits(num_in, num_out)).then_some(p)
     }
+}
+
+/// True if `v` is non-empty and has no repeated values (Kaldi's Check on time offsets).
+fn distinct_nonempty(v: &[i32]) -> bool {
+    let set: std::collections::HashSet<i32> = v.iter().copied().collect();
+    !v.is_empty() && set.len() == v.len()
 }
 
 /// The rows `rows[i]` of `src` as a new matrix (zeros where `rows[i]` is −1).
@@ -367,9 +374,7 @@ impl Component for TdnnComponent {
         if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
             return None;
         }
-        let Some(layout) = self.layout(indexes, n_in, n_out) else {
-            return None;
-        };
+        let layout = self.layout(indexes, n_in, n_out)?;
         for (k, rows) in layout.offsets.iter().enumerate() {
             let w = self.block(k);
             match rows {
@@ -588,7 +593,10 @@ impl Component for TdnnComponent {
             param_util::updatable_info(&self.common)
         );
         if self.orthonormal_constraint != 0.0 {
-            s += &format!(", orthonormal-constraint={}", g(self.orthonormal_constraint));
+            s += &format!(
+                ", orthonormal-constraint={}",
+                g(self.orthonormal_constraint)
+            );
         }
         let offs: Vec<String> = self.time_offsets.iter().map(|o| o.to_string()).collect();
         s += &format!(", time-offsets={}", offs.join(","));
@@ -602,15 +610,16 @@ impl Component for TdnnComponent {
         }
         if !self.use_natural_gradient {
             s += ", use-natural-gradient=false";
+        } else {
+            s += &format!(
+                ", rank-in={}, rank-out={}, num-samples-history={}, update-period=4, alpha-in={}, alpha-out={}",
+                self.rank_in,
+                self.rank_out,
+                g(self.num_samples_history),
+                g(self.alpha_in),
+                g(self.alpha_out)
+            );
         }
-        s += &format!(
-            ", rank-in={}, rank-out={}, num-samples-history={}, update-period=4, alpha-in={}, alpha-out={}",
-            self.rank_in,
-            self.rank_out,
-            g(self.num_samples_history),
-            g(self.alpha_in),
-            g(self.alpha_out)
-        );
         s
     }
 
@@ -651,8 +660,11 @@ impl UpdatableComponent for TdnnComponent {
         let mut off = 0;
         let mut w = self.linear_params.to_vec();
         param_util::take_params(&mut w, params, &mut off);
-        self.linear_params =
-            Matrix::from_vec(self.linear_params.num_rows(), self.linear_params.num_cols(), w);
+        self.linear_params = Matrix::from_vec(
+            self.linear_params.num_rows(),
+            self.linear_params.num_cols(),
+            w,
+        );
         param_util::take_params(self.bias_params.as_mut_slice(), params, &mut off);
     }
     fn scale(&mut self, alpha: f32) {
@@ -672,7 +684,9 @@ impl UpdatableComponent for TdnnComponent {
     fn dot_product(&self, other: &dyn Component) -> f32 {
         match other.as_any().downcast_ref::<TdnnComponent>() {
             Some(o) if self.same_shape(o) => {
-                self.linear_params.view().trace_mat_mat(o.linear_params.view())
+                self.linear_params
+                    .view()
+                    .trace_mat_mat(o.linear_params.view())
                     + param_util::vec_dot(self.bias_params.as_slice(), o.bias_params.as_slice())
             }
             _ => 0.0,
