@@ -444,7 +444,13 @@ impl<'a> TokenReader<'a> {
         }
     }
     pub fn f32(&mut self) -> Result<f32> {
-        Ok(self.f64()? as f32)
+        if self.binary {
+            Ok(self.f64()? as f32)
+        } else {
+            // Parse text directly as f32: going through f64 could round twice.
+            let (start, s) = self.text_word("a number")?;
+            crate::io::kaldi_matrix::parse_f32(s).ok_or_else(|| self.err_at(start, "a number"))
+        }
     }
     pub fn bool(&mut self) -> Result<bool> {
         self.skip_ws_text();
@@ -557,6 +563,10 @@ impl<'a> TokenReader<'a> {
     /// A float vector (FV/DV in binary, `[ ... ]` in text).
     pub fn vector(&mut self) -> Result<Vector> {
         crate::io::kaldi_matrix::read_vector(self)
+    }
+    /// A vector read into double precision (statistics Kaldi keeps in doubles).
+    pub fn vector_f64(&mut self) -> Result<Vec<f64>> {
+        crate::io::kaldi_matrix::read_vector_f64(self)
     }
 }
 

@@ -87,9 +87,9 @@ fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
                     .unwrap_or(rest.len());
                 let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
                 let v =
-                    parse_float(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
+                    parse_f32(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
                 r.bytes(n)?;
-                cur.push(v as f32);
+                cur.push(v);
             }
         }
     }
@@ -106,6 +106,26 @@ fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
 
 /// Reads a vector (FV/DV in binary, `[ ... ]` in text).
 pub fn read_vector(r: &mut TokenReader<'_>) -> Result<Vector> {
+    read_vector_with(r, |x| x, |x| x as f32, parse_f32).map(Vector::from_vec)
+}
+
+/// Reads a vector into double precision, as Kaldi does for statistics kept in doubles: binary
+/// floats widen exactly, and text numbers are parsed as doubles (not rounded to float first).
+pub fn read_vector_f64(r: &mut TokenReader<'_>) -> Result<Vec<f64>> {
+    read_vector_with(r, |x| x as f64, |x| x, parse_float)
+}
+
+/// Parses a text number directly as f32 (no double rounding through f64).
+pub fn parse_f32(s: &str) -> Option<f32> {
+    s.parse::<f32>().ok().or_else(|| parse_float(s).map(|v| v as f32))
+}
+
+fn read_vector_with<T>(
+    r: &mut TokenReader<'_>,
+    from_f32: impl Fn(f32) -> T,
+    from_f64: impl Fn(f64) -> T,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>> {
     if r.is_binary() {
         let at = r.pos();
         let tok = r.token()?;
@@ -126,14 +146,14 @@ pub fn read_vector(r: &mut TokenReader<'_>) -> Result<Vector> {
         let raw = r.bytes(dim * esz)?;
         let data = if double {
             raw.chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                .map(|c| from_f64(f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))))
                 .collect()
         } else {
             raw.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .map(|c| from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
                 .collect()
         };
-        Ok(Vector::from_vec(data))
+        Ok(data)
     } else {
         r.skip_ws();
         let at = r.pos();
@@ -164,16 +184,15 @@ pub fn read_vector(r: &mut TokenReader<'_>) -> Result<Vector> {
                         .position(|b| b.is_ascii_whitespace() || *b == b']')
                         .unwrap_or(rest.len());
                     let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
-                    let x = parse_float(word)
-                        .ok_or_else(|| r.err_at(here, "a number in the vector"))?;
+                    let x = parse(word).ok_or_else(|| r.err_at(here, "a number in the vector"))?;
                     r.bytes(n)?;
-                    v.push(x as f32);
+                    v.push(x);
                 }
             }
         }
         if r.rest().first() == Some(&b'\n') {
             r.byte()?;
         }
-        Ok(Vector::from_vec(v))
+        Ok(v)
     }
 }

@@ -1171,7 +1171,7 @@ mod tests {
         };
         let want0 = add(add(r(0), r(1), 1.0), vec![0.0, 0.0], 0.0);
         let want0: Vec<f32> = add(want0.iter().map(|x| x * 0.5).collect(), r(3), 1.0);
-        let want1 = vec![0.0, 0.0];
+        let want1 = [0.0f32, 0.0];
         let want2: Vec<f32> = add(
             add(add(r(1), r(2), 1.0), r(3), 1.0)
                 .iter()
