@@ -115,6 +115,7 @@ fn golden_components_round_trip_byte_exact() {
     let mut failures = Vec::new();
     let mut n = 0;
     let mut unknown = std::collections::BTreeSet::new();
+    let mut with_stats = 0;
     for (label, raw) in models {
         let txt = if raw.ends_with("model_copy.raw") {
             raw.with_file_name("model.txt")
@@ -130,6 +131,13 @@ fn golden_components_round_trip_byte_exact() {
                     unknown.insert(ty);
                     continue;
                 }
+                if has_accumulated_stats(&body, binary) {
+                    // Kaldi keeps these as double sums and re-derives averages on write, so its
+                    // own read/write cycle moves their last digit; tests/golden_models.rs checks
+                    // them against what nnet3-copy really wrote instead.
+                    with_stats += 1;
+                    continue;
+                }
                 n += 1;
                 let l = format!(
                     "{label} {name} ({ty}, {})",
@@ -141,7 +149,10 @@ fn golden_components_round_trip_byte_exact() {
             }
         }
     }
-    eprintln!("round-tripped {n} golden components; types not registered yet: {unknown:?}");
+    eprintln!(
+        "round-tripped {n} golden components ({with_stats} with accumulated stats left to \
+         golden_models); types not registered yet: {unknown:?}"
+    );
     assert!(
         failures.is_empty(),
         "{} golden components differ:\n{}",
@@ -255,4 +266,32 @@ fn golden_num_parameters_match_info() {
     }
     eprintln!("compared num-parameters of {n} golden models");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// True if a component body holds a non-zero `<Count>` (statistics accumulated in training).
+fn has_accumulated_stats(body: &[u8], binary: bool) -> bool {
+    let pat = b"<Count> ";
+    let mut from = 0;
+    while let Some(p) = body[from..].windows(pat.len()).position(|w| w == pat) {
+        let at = from + p + pat.len();
+        let nonzero = if binary {
+            match body.get(at) {
+                Some(8) => body
+                    .get(at + 1..at + 9)
+                    .is_some_and(|b| b.iter().any(|&x| x != 0)),
+                Some(4) => body
+                    .get(at + 1..at + 5)
+                    .is_some_and(|b| b.iter().any(|&x| x != 0)),
+                _ => false,
+            }
+        } else {
+            let rest = String::from_utf8_lossy(&body[at..]);
+            rest.split_whitespace().next().is_some_and(|v| v != "0")
+        };
+        if nonzero {
+            return true;
+        }
+        from = at;
+    }
+    false
 }

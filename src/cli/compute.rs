@@ -54,11 +54,11 @@ pub struct Args {
     pub online_ivector_period: i32,
     /// Exponentiate the output (log-probabilities → probabilities).
     #[arg(long = "apply-exp", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set)]
+          default_value = "false", default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub apply_exp: bool,
     /// Subtract the log priors stored in a final.mdl from the output.
     #[arg(long = "use-priors", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set)]
+          default_value = "false", default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub use_priors: bool,
     /// Accepted for compatibility with Kaldi scripts; computation is always on the CPU.
     #[arg(long = "use-gpu", default_value = "no")]

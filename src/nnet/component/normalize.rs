@@ -460,9 +460,10 @@ impl BatchNormComponent {
         }
         r.expect_token("<StatsMean>")?;
         let at = r.pos();
-        let mean = r.vector()?.into_vec();
+        // Kaldi keeps these statistics in doubles: text numbers are parsed as doubles.
+        let mean = r.vector_f64()?;
         r.expect_token("<StatsVar>")?;
-        let var = r.vector()?.into_vec();
+        let var = r.vector_f64()?;
         if mean.len() != c.block_dim || var.len() != c.block_dim {
             return Err(r.err_at(
                 at,
@@ -470,11 +471,11 @@ impl BatchNormComponent {
             ));
         }
         // Back to sums: sumsq = (var + mean²)·count, sum = mean·count.
-        c.stats_sum = mean.iter().map(|&m| m as f64 * count).collect();
+        c.stats_sum = mean.iter().map(|&m| m * count).collect();
         c.stats_sumsq = mean
             .iter()
             .zip(&var)
-            .map(|(&m, &v)| (v as f64 + m as f64 * m as f64) * count)
+            .map(|(&m, &v)| (v + m * m) * count)
             .collect();
         r.expect_token("</BatchNormComponent>")?;
         c.compute_derived();
