@@ -21,7 +21,11 @@ pub struct TextPos {
 
 impl std::fmt::Display for TextPos {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let file = if self.file.is_empty() { "<input>" } else { &self.file };
+        let file = if self.file.is_empty() {
+            "<input>"
+        } else {
+            &self.file
+        };
         write!(f, "{file}")?;
         if self.line > 0 {
             write!(f, ":{}", self.line)?;

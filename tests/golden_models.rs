@@ -37,9 +37,6 @@ struct GoldenModel {
     txt: PathBuf,
     /// Kaldi's `nnet3-copy` of `raw`; `None` where it is not known (see `golden_models`).
     expected_copy: Option<PathBuf>,
-    /// Holds BatchNorm statistics: then text -> binary -> text is not exact in Kaldi either
-    /// (variances are re-derived from sums on read; see formats/model in the golden README).
-    trained_batchnorm: bool,
     /// Holds any accumulated statistics (nonlinearity or BatchNorm `<Count>` not 0): Kaldi
     /// keeps them as double sums and re-derives the averages on write, so a second
     /// read/write cycle may move their last digit.
@@ -76,7 +73,6 @@ fn golden_models() -> Vec<GoldenModel> {
         let copy = dir.join("model_copy.raw");
         v.push(GoldenModel {
             trained_stats: has_stats(&dir.join("model.txt")),
-            trained_batchnorm: has_batchnorm_stats(&dir.join("model.txt")),
             label: dir.file_name().unwrap().to_string_lossy().into_owned(),
             raw: dir.join("model.raw"),
             txt: dir.join("model.txt"),
@@ -100,7 +96,6 @@ fn golden_models() -> Vec<GoldenModel> {
                 let trained_batchnorm = has_batchnorm_stats(&txt);
                 v.push(GoldenModel {
                     trained_stats: has_stats(&txt),
-                    trained_batchnorm,
                     label: format!(
                         "train/{}/{stem}",
                         dir.file_name().unwrap().to_string_lossy()
@@ -120,7 +115,6 @@ fn golden_models() -> Vec<GoldenModel> {
     // so what nnet3-copy writes from it is cases/tdnnf/model_copy.raw.
     v.push(GoldenModel {
         trained_stats: has_stats(&m.join("model.txt")),
-        trained_batchnorm: has_batchnorm_stats(&m.join("model.txt")),
         label: "formats/model".into(),
         raw: m.join("model.raw"),
         txt: m.join("model.txt"),

@@ -12,7 +12,11 @@ use crate::error::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "compnet", version, about = "Computational networks in the Kaldi nnet3 style")]
+#[command(
+    name = "compnet",
+    version,
+    about = "Computational networks in the Kaldi nnet3 style"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -86,8 +86,7 @@ fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
                     .position(|b| b.is_ascii_whitespace() || *b == b']' || *b == b';')
                     .unwrap_or(rest.len());
                 let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
-                let v =
-                    parse_f32(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
+                let v = parse_f32(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
                 r.bytes(n)?;
                 cur.push(v);
             }
@@ -117,7 +116,9 @@ pub fn read_vector_f64(r: &mut TokenReader<'_>) -> Result<Vec<f64>> {
 
 /// Parses a text number directly as f32 (no double rounding through f64).
 pub fn parse_f32(s: &str) -> Option<f32> {
-    s.parse::<f32>().ok().or_else(|| parse_float(s).map(|v| v as f32))
+    s.parse::<f32>()
+        .ok()
+        .or_else(|| parse_float(s).map(|v| v as f32))
 }
 
 fn read_vector_with<T>(

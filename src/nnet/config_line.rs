@@ -117,9 +117,9 @@ impl ConfigLine {
             let value: String;
             if i < n && (chars[i].1 == '\'' || chars[i].1 == '"') {
                 let q = chars[i].1;
-                let close = (i + 1..n).find(|&k| chars[k].1 == q).ok_or_else(|| {
-                    err(i, format!("unterminated quoted value for key '{key}'"))
-                })?;
+                let close = (i + 1..n)
+                    .find(|&k| chars[k].1 == q)
+                    .ok_or_else(|| err(i, format!("unterminated quoted value for key '{key}'")))?;
                 value = chars[i + 1..close].iter().map(|c| c.1).collect();
                 i = close + 1;
                 if i < n && !is_ws(chars[i].1) {
@@ -209,7 +209,10 @@ impl ConfigLine {
             Some(e) => {
                 e.used.set(true);
                 T::from_config_value(&e.value).map(Some).map_err(|what| {
-                    self.error_at_value(key, format!("bad value '{}' for {key}: expected {what}", e.value))
+                    self.error_at_value(
+                        key,
+                        format!("bad value '{}' for {key}: expected {what}", e.value),
+                    )
                 })
             }
         }

@@ -9,22 +9,22 @@
 //! Adding a component type = one file in this folder plus one line in [`registry`].
 
 pub mod affine;
+pub mod backprop_truncation;
 pub mod block_affine;
-pub mod linear;
-pub mod param_util;
-pub mod per_element;
-pub mod testing;
+pub mod constant;
 pub mod dropout;
+pub mod dropout_general;
+pub mod linear;
+pub mod lstm;
 pub mod nonlinear;
 pub mod normalize;
+pub mod param_util;
+pub mod per_element;
 pub mod simple_misc;
-pub mod updatable;
-pub mod lstm;
-pub mod backprop_truncation;
-pub mod dropout_general;
-pub mod tdnn;
 pub mod statistics;
-pub mod constant;
+pub mod tdnn;
+pub mod testing;
+pub mod updatable;
 
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
@@ -145,7 +145,15 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         mut deriv: MatViewMut<'_>,
     ) {
         let out_deriv = deriv.as_view().to_matrix();
-        self.backprop(indexes, in_value, out_value, out_deriv.view(), memo, to_update, Some(deriv.rb()));
+        self.backprop(
+            indexes,
+            in_value,
+            out_value,
+            out_deriv.view(),
+            memo,
+            to_update,
+            Some(deriv.rb()),
+        );
     }
 
     /// Writes the component exactly as Kaldi does, from `<TypeName>` to `</TypeName> `.
@@ -167,7 +175,12 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     }
 
     /// Accumulates statistics (components with `STORES_STATS`).
-    fn store_stats(&mut self, _in_value: MatView<'_>, _out_value: MatView<'_>, _memo: Option<&Memo>) {
+    fn store_stats(
+        &mut self,
+        _in_value: MatView<'_>,
+        _out_value: MatView<'_>,
+        _memo: Option<&Memo>,
+    ) {
     }
     /// Zeroes stored statistics.
     fn zero_stats(&mut self) {}

@@ -171,10 +171,7 @@ impl NonlinearComponent {
             let rms = read_stats_vector(r, dim, "<OderivRms>")?;
             r.expect_token("<OderivCount>")?;
             c.oderiv_count = r.f64()?;
-            c.oderiv_sumsq = rms
-                .iter()
-                .map(|&v| v * v * c.oderiv_count)
-                .collect();
+            c.oderiv_sumsq = rms.iter().map(|&v| v * v * c.oderiv_count).collect();
         }
         if r.try_token("<NumDimsSelfRepaired>")? {
             c.num_dims_self_repaired = r.f64()?;
@@ -423,7 +420,11 @@ impl NonlinearComponent {
 /// Averages as Kaldi writes them: the sum converted to float, times the float of 1/count
 /// (this order reproduces Kaldi's stored floats bit for bit).
 fn avg_as_kaldi_writes(sum: &[f64], count: f64) -> Vec<f32> {
-    let inv = if count != 0.0 { (1.0 / count) as f32 } else { 1.0 };
+    let inv = if count != 0.0 {
+        (1.0 / count) as f32
+    } else {
+        1.0
+    };
     sum.iter().map(|&s| s as f32 * inv).collect()
 }
 
