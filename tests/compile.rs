@@ -902,14 +902,14 @@ fn cli_compile_prints_computation() {
 /// Random networks from the shared generator: every one whose config loads and whose
 /// components are simple compiles, and the compiled forward pass equals this file's
 /// reference; with derivatives, the backward pass runs and gives derivatives of the right
-/// shape. `COMPNET_COMPILE_RANDOM_NETS` sets the count (default 80).
+/// shape. `COMPNET_COMPILE_RANDOM_NETS` sets the count (default 300).
 #[test]
 fn random_networks_match_reference() {
     use compnet::testing::{random_nnet_config, random_request};
     let count: u64 = std::env::var("COMPNET_COMPILE_RANDOM_NETS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(80);
+        .unwrap_or(300);
     let mut ran = 0;
     let mut refused = 0;
     let mut config_errors = Vec::new();

@@ -4,7 +4,7 @@
 //! perturbations of the inputs and of the parameters (measured by central differences with
 //! the forward pass).
 //!
-//! `COMPNET_RANDOM_NETS=N` sets the number of networks (default 40).
+//! `COMPNET_RANDOM_NETS=N` sets the number of networks (default 150).
 
 use compnet::compile::context::nnet_context;
 use compnet::compile::request::ComputationRequest;
@@ -20,7 +20,7 @@ fn num_nets() -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .map(|n: u64| (n * 2 / 3).max(1))
-        .unwrap_or(40)
+        .unwrap_or(150)
 }
 
 fn dot(a: &Matrix, b: &Matrix) -> f64 {

@@ -1,8 +1,8 @@
 //! The compiled computation run by NnetComputer must equal the naive reference evaluator
 //! (which is written independently of the compiler) on many random networks and requests.
 //!
-//! `COMPNET_RANDOM_NETS=N` sets the number of networks (default 60; use a few hundred in
-//! release mode for a thorough run).
+//! `COMPNET_RANDOM_NETS=N` sets the number of networks (default 400; raise it for an
+//! even more thorough run).
 
 use compnet::compile::context::nnet_context;
 use compnet::compile::{compile_computation, CompilerOptions};
@@ -17,7 +17,7 @@ fn num_nets() -> u64 {
     std::env::var("COMPNET_RANDOM_NETS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(60)
+        .unwrap_or(400)
 }
 
 /// Max |a − b| relative to max(1, max |b|).
