@@ -2,6 +2,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     match compnet::cli::main_with_args(args) {
         Ok(code) => std::process::exit(code),
+        // A reader that stopped early (`compnet compute ... | head`) is not an error.
+        Err(compnet::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            std::process::exit(0)
+        }
         Err(e) => {
             eprintln!("compnet: error: {e}");
             std::process::exit(1);
