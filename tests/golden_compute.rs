@@ -11,7 +11,7 @@ use compnet::matrix::Matrix;
 use compnet::nnet::component::component_type;
 use std::path::{Path, PathBuf};
 
-const GOLDEN: &str = "/work/shared/golden";
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden");
 
 fn golden_dir() -> Option<PathBuf> {
     let p = std::env::var("COMPNET_GOLDEN").unwrap_or_else(|_| GOLDEN.to_string());

@@ -85,7 +85,7 @@ pub enum IvectorSource<'a> {
 }
 
 /// Everything fixed for a run: the network in test mode, its context, the chunking options
-/// and a cache of compiled computations (keyed by the chunk's shape).
+/// and a cache of compiled computations (keyed by the chunk's shape and the batch size).
 pub struct ChunkComputer {
     nnet: Nnet,
     output_node: String,
@@ -96,8 +96,11 @@ pub struct ChunkComputer {
     input_dim: usize,
     ivector_dim: usize,
     log_priors: Option<Vec<f32>>,
-    cache: HashMap<(i32, i32, usize), NnetComputation>,
+    cache: HashMap<(i32, i32, usize, usize), NnetComputation>,
 }
+
+/// At most this many consecutive equally shaped chunks run as one computation.
+const CHUNK_BATCH: usize = 4;
 
 /// Name of the output node added when `--output-node` names a non-output node.
 const EXTRA_OUTPUT: &str = "compnet-extra-output";
@@ -262,16 +265,70 @@ impl ChunkComputer {
             .map(|i| self.nnet.node_dim(i))
             .unwrap_or(0);
         let mut output = Matrix::zeros(num_sub.max(0) as usize, out_dim);
+        let mut chunks = Vec::new();
         let mut start = 0;
         while start < num_sub {
             let n = sub_per_chunk.min(num_sub - start);
-            let chunk = self.compute_chunk(feats, ivector, start, n)?;
-            for r in 0..n as usize {
-                output
-                    .row_mut(start as usize + r)
-                    .copy_from_slice(chunk.row(r));
-            }
+            chunks.push((start, n));
             start += n;
+        }
+        // Consecutive chunks of the same shape run as one computation over up to CHUNK_BATCH
+        // sequences (n = 0, 1, ..): each sequence is exactly one chunk's computation (same
+        // input range, edge padding and iVector), but every layer's GEMM then sees 4× the rows
+        // and reads its weights once instead of four times.
+        let mut groups: Vec<Vec<(i32, i32)>> = Vec::new();
+        for &(start, n) in &chunks {
+            let shape = self.chunk_shape(t_total, start, n);
+            match groups.last_mut() {
+                Some(g)
+                    if g.len() < CHUNK_BATCH
+                        && g.first().is_some_and(|&(s0, n0)| {
+                            self.chunk_shape(t_total, s0, n0) == shape
+                        }) =>
+                {
+                    g.push((start, n))
+                }
+                _ => groups.push(vec![(start, n)]),
+            }
+        }
+        // Compile every shape first (the cache needs `&mut self`), then run the groups.
+        for g in &groups {
+            if let Some(&(start, n)) = g.first() {
+                self.prepare_chunk(t_total, start, n, g.len())?;
+            }
+        }
+        // Groups are independent computations, so with several threads they run in parallel,
+        // one group per thread with single-threaded GEMMs: at these sizes a GEMM split over
+        // threads gains nothing (measured: docs/PERFORMANCE.md, "Inference").
+        let parallel = groups.len() > 1 && rayon::current_num_threads() > 1;
+        let results: Vec<Result<Matrix>> = if parallel {
+            use rayon::prelude::*;
+            let saved = crate::matrix::num_threads();
+            crate::matrix::set_num_threads(1);
+            let this = &*self;
+            let r = groups
+                .par_iter()
+                .map(|g| this.run_chunks(feats, ivector, g))
+                .collect();
+            crate::matrix::set_num_threads(saved);
+            r
+        } else {
+            groups
+                .iter()
+                .map(|g| self.run_chunks(feats, ivector, g))
+                .collect()
+        };
+        for (g, res) in groups.iter().zip(results) {
+            let m = res?;
+            let mut row = 0;
+            for &(start, n) in g {
+                for r in 0..n as usize {
+                    output
+                        .row_mut(start as usize + r)
+                        .copy_from_slice(m.row(row));
+                    row += 1;
+                }
+            }
         }
         if let Some(lp) = &self.log_priors {
             output.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
@@ -282,17 +339,12 @@ impl ChunkComputer {
         Ok(output)
     }
 
-    /// One chunk: `num` output frames (subsampled) starting at subsampled frame `start`.
-    fn compute_chunk(
-        &mut self,
-        feats: &Matrix,
-        ivector: IvectorSource<'_>,
-        start: i32,
-        num: i32,
-    ) -> Result<Matrix> {
+    /// The input range of a chunk of `num` output frames (subsampled) starting at subsampled
+    /// frame `start` of an utterance of `t_total` frames: (first input, last input, first
+    /// output, last output frame).
+    fn chunk_range(&self, t_total: i32, start: i32, num: i32) -> (i32, i32, i32, i32) {
         let o = &self.opts;
         let fsf = o.frame_subsampling_factor;
-        let t_total = feats.num_rows() as i32;
         let num_sub = (t_total + fsf - 1) / fsf;
         let first_out = start * fsf;
         let last_out = first_out + (num - 1) * fsf;
@@ -308,19 +360,64 @@ impl ChunkComputer {
         };
         let first_in = first_out - self.context.left - extra_left;
         let last_in = last_out + self.context.right + extra_right;
-        // Input rows, edge frames repeated.
-        let n_in = (last_in - first_in + 1) as usize;
-        let mut input = Matrix::zeros(n_in, self.input_dim);
-        for (r, t) in (first_in..=last_in).enumerate() {
-            let src = t.clamp(0, t_total - 1) as usize;
-            input.row_mut(r).copy_from_slice(feats.row(src));
-        }
-        let key = (first_in - first_out, last_in - first_out, num as usize);
+        (first_in, last_in, first_out, last_out)
+    }
+
+    /// A chunk's shape: its input range relative to its first output frame, and its size.
+    fn chunk_shape(&self, t_total: i32, start: i32, num: i32) -> (i32, i32, usize) {
+        let (first_in, last_in, first_out, _) = self.chunk_range(t_total, start, num);
+        (first_in - first_out, last_in - first_out, num as usize)
+    }
+
+    /// Compiles (once per shape and batch size) the computation of `seqs` chunks shaped like
+    /// the given one (see [`Self::chunk_range`]).
+    fn prepare_chunk(&mut self, t_total: i32, start: i32, num: i32, seqs: usize) -> Result<()> {
+        let (lo, hi, n) = self.chunk_shape(t_total, start, num);
+        let key = (lo, hi, n, seqs);
         if !self.cache.contains_key(&key) {
-            let request = self.chunk_request(first_in - first_out, last_in - first_out, num);
+            let request = self.chunk_request(lo, hi, num, seqs as i32);
             let comp = compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
             self.cache.insert(key, comp);
         }
+        Ok(())
+    }
+
+    /// Runs a group of equally shaped chunks `(start, num)` as one computation that
+    /// [`Self::prepare_chunk`] compiled; returns their outputs one after the other.
+    fn run_chunks(
+        &self,
+        feats: &Matrix,
+        ivector: IvectorSource<'_>,
+        group: &[(i32, i32)],
+    ) -> Result<Matrix> {
+        let t_total = feats.num_rows() as i32;
+        let Some(&(start0, num0)) = group.first() else {
+            return Ok(Matrix::zeros(0, 0));
+        };
+        let (lo, hi, n) = self.chunk_shape(t_total, start0, num0);
+        // Input rows, sequence by sequence, edge frames repeated.
+        let n_in = (hi - lo + 1) as usize;
+        let mut input = Matrix::zeros(n_in * group.len(), self.input_dim);
+        let mut iv_rows = Vec::new();
+        for (k, &(start, num)) in group.iter().enumerate() {
+            let (first_in, last_in, first_out, last_out) = self.chunk_range(t_total, start, num);
+            for (r, t) in (first_in..=last_in).enumerate() {
+                let src = t.clamp(0, t_total - 1) as usize;
+                input.row_mut(k * n_in + r).copy_from_slice(feats.row(src));
+            }
+            if self.has_ivector {
+                let row = ivector_row(ivector, first_out, last_out)?;
+                if row.len() != self.ivector_dim {
+                    return Err(Error::DimMismatch {
+                        context: "iVector vs network 'ivector' input".into(),
+                        expected: self.ivector_dim,
+                        got: row.len(),
+                    });
+                }
+                iv_rows.extend_from_slice(row);
+            }
+        }
+        let key = (lo, hi, n, group.len());
         let comp = self
             .cache
             .get(&key)
@@ -328,39 +425,39 @@ impl ChunkComputer {
         let mut computer = NnetComputer::new(comp, &self.nnet, None);
         computer.accept_input("input", input)?;
         if self.has_ivector {
-            let row = ivector_row(ivector, first_out, last_out)?;
-            if row.len() != self.ivector_dim {
-                return Err(Error::DimMismatch {
-                    context: "iVector vs network 'ivector' input".into(),
-                    expected: self.ivector_dim,
-                    got: row.len(),
-                });
-            }
-            computer.accept_input("ivector", Matrix::from_vec(1, row.len(), row.to_vec()))?;
+            computer.accept_input(
+                "ivector",
+                Matrix::from_vec(group.len(), self.ivector_dim, iv_rows),
+            )?;
         }
         computer.run_forward()?;
         computer.take_output(&self.output_node)
     }
 
-    /// The request for a chunk: input t in [t_lo, t_hi], outputs t = 0, fsf, 2·fsf, ...
-    fn chunk_request(&self, t_lo: i32, t_hi: i32, num: i32) -> ComputationRequest {
+    /// The request for `seqs` chunks (sequences n = 0..seqs): input t in [t_lo, t_hi],
+    /// outputs t = 0, fsf, 2·fsf, ..., one iVector row at t = 0, all n-major.
+    fn chunk_request(&self, t_lo: i32, t_hi: i32, num: i32, seqs: i32) -> ComputationRequest {
         let fsf = self.opts.frame_subsampling_factor;
         let mut req = ComputationRequest::default();
         req.inputs.push(IoSpecification {
             name: "input".into(),
-            indexes: (t_lo..=t_hi).map(|t| Index::new(0, t, 0)).collect(),
+            indexes: (0..seqs)
+                .flat_map(|n| (t_lo..=t_hi).map(move |t| Index::new(n, t, 0)))
+                .collect(),
             has_deriv: false,
         });
         if self.has_ivector {
             req.inputs.push(IoSpecification {
                 name: "ivector".into(),
-                indexes: vec![Index::new(0, 0, 0)],
+                indexes: (0..seqs).map(|n| Index::new(n, 0, 0)).collect(),
                 has_deriv: false,
             });
         }
         req.outputs.push(IoSpecification {
             name: self.output_node.clone(),
-            indexes: (0..num).map(|i| Index::new(0, i * fsf, 0)).collect(),
+            indexes: (0..seqs)
+                .flat_map(|n| (0..num).map(move |i| Index::new(n, i * fsf, 0)))
+                .collect(),
             has_deriv: false,
         });
         req

@@ -11,13 +11,23 @@ use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 use std::path::PathBuf;
 
-/// The golden folder (`$COMPNET_GOLDEN_DIR`, else `/work/shared/golden`) joined with `rel`, if
-/// it exists.
-pub fn golden_path(rel: &str) -> Option<PathBuf> {
+/// The folder of Kaldi's golden files: `$COMPNET_GOLDEN_DIR`, else `../shared/golden` beside
+/// the crate. Panics if it is missing, so a test that needs it can never pass vacuously.
+pub fn golden_dir() -> PathBuf {
     let base = std::env::var_os("COMPNET_GOLDEN_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/shared/golden"));
-    let p = base.join(rel);
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden")));
+    assert!(
+        base.is_dir(),
+        "golden test data not found at {} (set COMPNET_GOLDEN_DIR)",
+        base.display()
+    );
+    base
+}
+
+/// The golden folder joined with `rel`, if that file or folder exists.
+pub fn golden_path(rel: &str) -> Option<PathBuf> {
+    let p = golden_dir().join(rel);
     p.exists().then_some(p)
 }
 
