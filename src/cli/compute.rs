@@ -582,7 +582,9 @@ pub fn run(a: Args) -> Result<i32> {
         } else {
             IvectorSource::None
         };
-        let out = cc.compute(&m, src)?;
+        let out = cc
+            .compute(&m, src)
+            .map_err(|e| Error::Compute(format!("{feats_rspec}: utterance {key}: {e}")))?;
         writer.write(&key, &out)?;
         done += 1;
         if let Some(b) = &bar {
