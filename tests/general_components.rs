@@ -592,3 +592,47 @@ fn constant_component_needs_no_input_and_learns() {
     assert!(fixed.as_updatable().is_none());
     assert_eq!(fixed.properties().0, 0);
 }
+
+/// x-vector style pooling (every frame pools up to the end of the utterance): long windows
+/// take the prefix-sum path of StatisticsPoolingComponent, which must agree with the
+/// reference too.
+#[test]
+fn statistics_pooling_long_windows_match_reference() {
+    let ext = component(
+        "type=StatisticsExtractionComponent input-dim=4 input-period=1 output-period=1 include-variance=true",
+    );
+    let pool = component(
+        "type=StatisticsPoolingComponent input-dim=9 input-period=1 left-context=0 right-context=10000 num-log-count-features=1 output-stddevs=true",
+    );
+    let misc = MiscComputationInfo;
+    let frames_n = 120;
+    let idx: Vec<Index> = (0..frames_n).map(|t| Index::new(0, t, 0)).collect();
+    let x = gauss(idx.len(), 4, 77);
+    let frames: HashMap<Index, Vec<f32>> = idx
+        .iter()
+        .enumerate()
+        .map(|(r, i)| (*i, x.row(r).to_vec()))
+        .collect();
+    let avail = |i: &Index| i.n == 0 && (0..frames_n).contains(&i.t);
+    let mut pool_in: Vec<Index> = Vec::new();
+    for o in &idx {
+        let mut u = Vec::new();
+        assert!(pool.is_computable(&misc, o, &avail, Some(&mut u)));
+        pool_in.extend(u);
+    }
+    pool_in.sort();
+    pool_in.dedup();
+    let s1 = Step::new(ext.as_ref(), &pool_in, &pool_in);
+    let stats = s1.forward(&x);
+    let s2 = Step::new(pool.as_ref(), &pool_in, &idx);
+    let y = s2.forward(&stats);
+    for (r, o) in idx.iter().enumerate() {
+        let want = stats_reference(&frames, o, 1, 1, 0, frames_n, 1);
+        for (a, b) in y.row(r).iter().zip(&want) {
+            assert!(
+                (a - b).abs() < 1e-4 * (1.0 + b.abs()),
+                "pooled stats at {o}: {a} vs {b}"
+            );
+        }
+    }
+}

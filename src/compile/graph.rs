@@ -8,7 +8,8 @@
 use super::request::{format_indexes, ComputationRequest};
 use crate::error::{Error, Result};
 use crate::nnet::{Cindex, Index, NetworkNode, Nnet};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
+use std::collections::VecDeque;
 
 /// A directed acyclic graph on Cindexes.
 #[derive(Clone, Debug, Default)]
@@ -483,7 +484,7 @@ impl<'a> ComputationGraphBuilder<'a> {
         let Some(mut cur) = first else { return msg };
         // Follow the chain of non-computable dependencies back to a leaf.
         let mut chain = vec![cur];
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = FxHashSet::default();
         seen.insert(cur);
         loop {
             let next = self.graph.dependencies[cur].iter().copied().find(|&d| {

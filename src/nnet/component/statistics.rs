@@ -501,6 +501,22 @@ impl Component for StatisticsPoolingComponent {
         let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
         let nl = self.num_log_count_features;
         let fd = self.feature_dim();
+        // Long windows (x-vector pooling over whole utterances) would cost O(T²) row additions;
+        // summing through f64 prefix sums makes that O(T) and is more accurate than a float
+        // running sum. Short windows keep Kaldi's summation order exactly.
+        let total: usize = p.forward.iter().map(|&(s, e)| e.saturating_sub(s)).sum();
+        let prefix = (total > 16 * input.num_rows().max(1)).then(|| {
+            let cols = input.num_cols();
+            let mut pre = vec![0.0f64; (input.num_rows() + 1) * cols];
+            for i in 0..input.num_rows() {
+                let (done, next) = pre.split_at_mut((i + 1) * cols);
+                let prev = &done[i * cols..];
+                for ((n, &p), &x) in next[..cols].iter_mut().zip(prev).zip(input.row(i)) {
+                    *n = p + x as f64;
+                }
+            }
+            pre
+        });
         for (o, &(s, e)) in p.forward.iter().enumerate() {
             let row = output.row_mut(o);
             row.fill(0.0);
@@ -509,11 +525,23 @@ impl Component for StatisticsPoolingComponent {
             }
             let mut count = 0.0f32;
             let stats = &mut row[nl..];
-            for i in s..e {
-                let x = input.row(i);
-                count += x[0];
-                for (a, &v) in stats.iter_mut().zip(&x[1..]) {
-                    *a += v;
+            if let Some(pre) = &prefix {
+                let cols = input.num_cols();
+                let (lo, hi) = (
+                    &pre[s * cols..(s + 1) * cols],
+                    &pre[e * cols..(e + 1) * cols],
+                );
+                count = (hi[0] - lo[0]) as f32;
+                for ((a, &h), &l) in stats.iter_mut().zip(&hi[1..]).zip(&lo[1..]) {
+                    *a = (h - l) as f32;
+                }
+            } else {
+                for i in s..e {
+                    let x = input.row(i);
+                    count += x[0];
+                    for (a, &v) in stats.iter_mut().zip(&x[1..]) {
+                        *a += v;
+                    }
                 }
             }
             // Kaldi divides rows by multiplying with the inverted counts.
