@@ -195,6 +195,9 @@ fn gemm_all_transposes_alpha_beta() {
                     (33, 17, 65),
                     (64, 64, 64),
                     (3, 100, 2),
+                    // Few rows into a wide output: the transposed-product path.
+                    (50, 300, 70),
+                    (128, 256, 64),
                 ] {
                     seed += 1;
                     check_gemm(m, n, k, ta, tb, alpha, beta, seed);
