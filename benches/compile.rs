@@ -4,7 +4,7 @@
 //! request on the Switchboard TDNN-LSTM (1000 sequential LSTM steps per layer).
 //!
 //! Usage: `cargo bench --bench compile` (criterion; `PERF_CONFIG_DIR` overrides
-//! /work/shared/golden/perf).
+//! ../shared/golden/perf beside the crate).
 
 use compnet::compile::context::nnet_context;
 use compnet::compile::request::{ComputationRequest, IoSpecification};
@@ -15,8 +15,8 @@ use std::time::Duration;
 
 /// Reads and initialises one of the perf networks, or says why not.
 fn load(config: &str) -> Result<Nnet, String> {
-    let dir =
-        std::env::var("PERF_CONFIG_DIR").unwrap_or_else(|_| "/work/shared/golden/perf".into());
+    let dir = std::env::var("PERF_CONFIG_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden/perf").into());
     let path = format!("{dir}/{config}");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
     compnet::nnet::component::param_util::seed_init_rng(0);

@@ -8,7 +8,7 @@
 //! label: wsj, xvector, xvector-whole, tdnnf, lstm; default all). The thread pools are sized
 //! once per process, so run the binary once per thread count (scripts/bench_inference.sh).
 //! Env: `INFER_BENCH_ROUNDS` (timed passes over the 4 utterances, default 3),
-//! `PERF_CONFIG_DIR` (default /work/shared/golden/perf).
+//! `PERF_CONFIG_DIR` (default ../shared/golden/perf beside the crate).
 //!
 //! Per workload it prints: the first pass (includes compiling the chunk computations), the best
 //! steady-state pass by wall clock and by process CPU time, frames/s, the FLOPs per input
@@ -278,8 +278,8 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let dir =
-        std::env::var("PERF_CONFIG_DIR").unwrap_or_else(|_| "/work/shared/golden/perf".into());
+    let dir = std::env::var("PERF_CONFIG_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden/perf").into());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("# threads {threads}; rounds {rounds}; load {}", load.trim());
     let peak = sgemm_peak();
