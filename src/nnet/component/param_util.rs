@@ -130,9 +130,8 @@ pub fn mean_stddev(v: &[f32]) -> (f32, f32) {
 }
 
 /// The learning-rate part of an updatable component's info line, in Kaldi's order
-/// (l2-regularize before max-change, as golden info.txt files show).
-// TODO(lead): UpdatableCommon::info prints max-change first; once it follows this order,
-// this can delegate to it.
+/// (l2-regularize before max-change, as golden info.txt files show); `UpdatableCommon::info`
+/// delegates here.
 pub fn updatable_info(c: &crate::nnet::component::UpdatableCommon) -> String {
     let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
     let mut s = format!("learning-rate={}", g(c.learning_rate));
