@@ -426,59 +426,7 @@ impl Component for AffineComponent {
     }
 }
 
-impl UpdatableComponent for AffineComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
-    fn num_parameters(&self) -> usize {
-        self.linear.num_rows() * (self.linear.num_cols() + 1)
-    }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.linear.to_vec(), &self.bias], out);
-    }
-    fn unvectorize(&mut self, params: &[f32]) {
-        let mut off = 0;
-        let mut lin = self.linear.to_vec();
-        param_util::take_params(&mut lin, params, &mut off);
-        self.linear = Matrix::from_vec(self.linear.num_rows(), self.linear.num_cols(), lin);
-        param_util::take_params(&mut self.bias, params, &mut off);
-    }
-    fn scale(&mut self, alpha: f32) {
-        self.linear.view_mut().scale(alpha);
-        self.bias.as_row_mut().scale(alpha);
-    }
-    fn add(&mut self, alpha: f32, other: &dyn Component) {
-        if let Some(o) = other.as_any().downcast_ref::<AffineComponent>() {
-            if o.linear.num_rows() == self.linear.num_rows()
-                && o.linear.num_cols() == self.linear.num_cols()
-            {
-                self.linear
-                    .view_mut()
-                    .add_mat(alpha, o.linear.view(), Trans::No);
-                param_util::vec_add(&mut self.bias, alpha, &o.bias);
-            }
-        }
-    }
-    fn dot_product(&self, other: &dyn Component) -> f32 {
-        match other.as_any().downcast_ref::<AffineComponent>() {
-            Some(o)
-                if o.linear.num_rows() == self.linear.num_rows()
-                    && o.linear.num_cols() == self.linear.num_cols() =>
-            {
-                self.linear.view().trace_mat_mat(o.linear.view())
-                    + param_util::vec_dot(&self.bias, &o.bias)
-            }
-            _ => 0.0,
-        }
-    }
-    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.linear, stddev, rng);
-        param_util::perturb_vector(&mut self.bias, stddev, rng);
-    }
-}
+param_util::linear_bias_updatable!(AffineComponent);
 
 /// `FixedAffineComponent`: a non-trainable affine transform (LDA, IDCT, ...).
 #[derive(Clone, Debug)]

@@ -78,29 +78,6 @@ fn read_counted_params(
     Ok((n, linear, bias))
 }
 
-/// Shared parameter algebra for (W, b) pairs.
-fn pair_add(lin: &mut Matrix, bias: &mut Vector, alpha: f32, olin: &Matrix, obias: &Vector) {
-    if (olin.num_rows(), olin.num_cols()) == (lin.num_rows(), lin.num_cols()) {
-        lin.view_mut().add_mat(alpha, olin.view(), Trans::No);
-        param_util::vec_add(bias, alpha, obias);
-    }
-}
-
-fn pair_dot(lin: &Matrix, bias: &Vector, olin: &Matrix, obias: &Vector) -> f32 {
-    if (olin.num_rows(), olin.num_cols()) != (lin.num_rows(), lin.num_cols()) {
-        return 0.0;
-    }
-    lin.view().trace_mat_mat(olin.view()) + param_util::vec_dot(bias, obias)
-}
-
-fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
-    let mut off = 0;
-    let mut v = lin.to_vec();
-    param_util::take_params(&mut v, params, &mut off);
-    *lin = Matrix::from_vec(lin.num_rows(), lin.num_cols(), v);
-    param_util::take_params(bias, params, &mut off);
-}
-
 /// `BlockAffineComponent`: W is block-diagonal with num-blocks equal blocks, stored stacked
 /// vertically (output-dim × input-dim/num-blocks).
 #[derive(Clone, Debug)]
@@ -258,44 +235,7 @@ impl Component for BlockAffineComponent {
     }
 }
 
-impl UpdatableComponent for BlockAffineComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
-    fn num_parameters(&self) -> usize {
-        self.linear.num_rows() * (self.linear.num_cols() + 1)
-    }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.linear.to_vec(), &self.bias], out);
-    }
-    fn unvectorize(&mut self, params: &[f32]) {
-        pair_unvectorize(&mut self.linear, &mut self.bias, params);
-    }
-    fn scale(&mut self, alpha: f32) {
-        self.linear.view_mut().scale(alpha);
-        self.bias.as_row_mut().scale(alpha);
-    }
-    fn add(&mut self, alpha: f32, other: &dyn Component) {
-        if let Some(o) = other.as_any().downcast_ref::<BlockAffineComponent>() {
-            pair_add(&mut self.linear, &mut self.bias, alpha, &o.linear, &o.bias);
-        }
-    }
-    fn dot_product(&self, other: &dyn Component) -> f32 {
-        other
-            .as_any()
-            .downcast_ref::<BlockAffineComponent>()
-            .map_or(0.0, |o| {
-                pair_dot(&self.linear, &self.bias, &o.linear, &o.bias)
-            })
-    }
-    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.linear, stddev, rng);
-        param_util::perturb_vector(&mut self.bias, stddev, rng);
-    }
-}
+param_util::linear_bias_updatable!(BlockAffineComponent);
 
 /// `RepeatedAffineComponent` or (with `natural_gradient`)
 /// `NaturalGradientRepeatedAffineComponent`: the same affine (W, b) applied to each of
@@ -484,44 +424,7 @@ impl Component for RepeatedAffineComponent {
     }
 }
 
-impl UpdatableComponent for RepeatedAffineComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
-    fn num_parameters(&self) -> usize {
-        self.linear.num_rows() * (self.linear.num_cols() + 1)
-    }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.linear.to_vec(), &self.bias], out);
-    }
-    fn unvectorize(&mut self, params: &[f32]) {
-        pair_unvectorize(&mut self.linear, &mut self.bias, params);
-    }
-    fn scale(&mut self, alpha: f32) {
-        self.linear.view_mut().scale(alpha);
-        self.bias.as_row_mut().scale(alpha);
-    }
-    fn add(&mut self, alpha: f32, other: &dyn Component) {
-        if let Some(o) = other.as_any().downcast_ref::<RepeatedAffineComponent>() {
-            pair_add(&mut self.linear, &mut self.bias, alpha, &o.linear, &o.bias);
-        }
-    }
-    fn dot_product(&self, other: &dyn Component) -> f32 {
-        other
-            .as_any()
-            .downcast_ref::<RepeatedAffineComponent>()
-            .map_or(0.0, |o| {
-                pair_dot(&self.linear, &self.bias, &o.linear, &o.bias)
-            })
-    }
-    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.linear, stddev, rng);
-        param_util::perturb_vector(&mut self.bias, stddev, rng);
-    }
-}
+param_util::linear_bias_updatable!(RepeatedAffineComponent);
 
 #[cfg(test)]
 mod tests {

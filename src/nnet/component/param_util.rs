@@ -315,6 +315,93 @@ macro_rules! component_boilerplate {
 }
 pub(crate) use component_boilerplate;
 
+/// Parameter algebra for a (W, b) pair: adds `alpha`·(olin, obias) when the shapes agree.
+pub fn pair_add(lin: &mut Matrix, bias: &mut Vector, alpha: f32, olin: &Matrix, obias: &Vector) {
+    if (olin.num_rows(), olin.num_cols()) == (lin.num_rows(), lin.num_cols()) {
+        lin.view_mut()
+            .add_mat(alpha, olin.view(), crate::matrix::Trans::No);
+        vec_add(bias, alpha, obias);
+    }
+}
+
+/// Dot product of two (W, b) pairs (0 when the shapes differ).
+pub fn pair_dot(lin: &Matrix, bias: &Vector, olin: &Matrix, obias: &Vector) -> f32 {
+    if (olin.num_rows(), olin.num_cols()) != (lin.num_rows(), lin.num_cols()) {
+        return 0.0;
+    }
+    lin.view().trace_mat_mat(olin.view()) + vec_dot(bias, obias)
+}
+
+/// Sets a (W, b) pair from `params` in the order `vectorize` uses (W row-major, then b).
+pub fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
+    let mut off = 0;
+    let mut v = lin.to_vec();
+    take_params(&mut v, params, &mut off);
+    *lin = Matrix::from_vec(lin.num_rows(), lin.num_cols(), v);
+    take_params(bias, params, &mut off);
+}
+
+/// Implements `UpdatableComponent` for a type whose parameters are `linear` (W) and `bias`
+/// (b), with its learning-rate options in `common`.
+macro_rules! linear_bias_updatable {
+    ($ty:ty) => {
+        impl $crate::nnet::component::UpdatableComponent for $ty {
+            fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
+                &self.common
+            }
+            fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
+                &mut self.common
+            }
+            fn num_parameters(&self) -> usize {
+                self.linear.num_rows() * (self.linear.num_cols() + 1)
+            }
+            fn vectorize(&self, out: &mut [f32]) {
+                $crate::nnet::component::param_util::vectorize_into(
+                    &[&self.linear.to_vec(), &self.bias],
+                    out,
+                );
+            }
+            fn unvectorize(&mut self, params: &[f32]) {
+                $crate::nnet::component::param_util::pair_unvectorize(
+                    &mut self.linear,
+                    &mut self.bias,
+                    params,
+                );
+            }
+            fn scale(&mut self, alpha: f32) {
+                self.linear.view_mut().scale(alpha);
+                self.bias.as_row_mut().scale(alpha);
+            }
+            fn add(&mut self, alpha: f32, other: &dyn $crate::nnet::component::Component) {
+                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
+                    $crate::nnet::component::param_util::pair_add(
+                        &mut self.linear,
+                        &mut self.bias,
+                        alpha,
+                        &o.linear,
+                        &o.bias,
+                    );
+                }
+            }
+            fn dot_product(&self, other: &dyn $crate::nnet::component::Component) -> f32 {
+                other.as_any().downcast_ref::<$ty>().map_or(0.0, |o| {
+                    $crate::nnet::component::param_util::pair_dot(
+                        &self.linear,
+                        &self.bias,
+                        &o.linear,
+                        &o.bias,
+                    )
+                })
+            }
+            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+                $crate::nnet::component::param_util::perturb_matrix(&mut self.linear, stddev, rng);
+                $crate::nnet::component::param_util::perturb_vector(&mut self.bias, stddev, rng);
+            }
+        }
+    };
+}
+pub(crate) use linear_bias_updatable;
+
 #[cfg(test)]
 mod tests {
     use super::*;
