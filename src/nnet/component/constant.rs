@@ -30,16 +30,9 @@ impl ConstantComponent {
     pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let dim = param_util::require_positive(cfg, "output-dim")?;
-        let mean: f32 = cfg.get_or("output-mean", 0.0)?;
-        let stddev: f32 = cfg.get_or("output-stddev", 0.0)?;
-        if stddev < 0.0 {
-            return Err(cfg.error_at_value("output-stddev", "output-stddev must be >= 0"));
-        }
         Ok(Box::new(ConstantComponent {
             common,
-            output: param_util::with_init_rng(|rng| {
-                param_util::gaussian_vector(dim, mean, stddev, rng)
-            }),
+            output: param_util::constant_output_from_config(cfg, dim)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
             use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
         }))

@@ -315,6 +315,17 @@ macro_rules! component_boilerplate {
 }
 pub(crate) use component_boilerplate;
 
+/// The initial output vector of ConstantComponent / ConstantFunctionComponent: `dim` draws
+/// from N(output-mean, output-stddev²) (both options default to 0).
+pub fn constant_output_from_config(cfg: &ConfigLine, dim: usize) -> Result<Vector> {
+    let mean: f32 = cfg.get_or("output-mean", 0.0)?;
+    let stddev: f32 = cfg.get_or("output-stddev", 0.0)?;
+    if stddev < 0.0 {
+        return Err(cfg.error_at_value("output-stddev", "output-stddev must be >= 0"));
+    }
+    Ok(with_init_rng(|rng| gaussian_vector(dim, mean, stddev, rng)))
+}
+
 /// Parameter algebra for a (W, b) pair: adds `alpha`·(olin, obias) when the shapes agree.
 pub fn pair_add(lin: &mut Matrix, bias: &mut Vector, alpha: f32, olin: &Matrix, obias: &Vector) {
     if (olin.num_rows(), olin.num_cols()) == (lin.num_rows(), lin.num_cols()) {
