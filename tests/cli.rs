@@ -302,6 +302,43 @@ fn stdin_and_stdout() {
     assert!(init.stdout.starts_with(b"<Nnet3> \ninput-node name=input"));
 }
 
+/// Outputs that are not regular files (a FIFO here, `/dev/null` in real use) are written in
+/// place: the temp-file-and-rename used for regular files would replace the special file with
+/// a plain one (as root, that turns `/dev/null` into a file every program appends to).
+#[test]
+fn special_file_outputs_stay_special() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let model = s(&case("seed").join("model.raw")).to_string();
+    let feats = format!("ark:{}", s(&Path::new(GOLDEN).join("formats/feats/fm.ark")));
+    let fifo_s = s(&fifo).to_string();
+    let fifo_ark = format!("ark,t:{fifo_s}");
+    let runs: [Vec<&str>; 2] = [
+        vec!["copy", "--binary=false", &model, &fifo_s],
+        vec!["copy-feats", &feats, &fifo_ark],
+    ];
+    for args in runs {
+        let reader_path = fifo.clone();
+        let reader = std::thread::spawn(move || std::fs::read(reader_path).unwrap());
+        let out = ok(&args);
+        assert!(out.stdout.is_empty());
+        // Checked before joining: a replaced FIFO would leave the reader blocked for ever.
+        let ft = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(ft.is_fifo(), "compnet {args:?} replaced the FIFO by {ft:?}");
+        let got = reader.join().unwrap();
+        assert!(
+            !got.is_empty(),
+            "nothing came through the FIFO for {args:?}"
+        );
+    }
+}
+
 /// `--srand` makes initialisation reproducible, and different seeds differ.
 #[test]
 fn srand_is_reproducible() {

@@ -6,6 +6,7 @@ pub mod compressed;
 pub mod egs;
 pub mod index_codec;
 pub mod kaldi_matrix;
+pub mod output_file;
 pub mod sparse;
 pub mod table;
 
@@ -18,10 +19,10 @@ pub use table::{
 };
 
 use crate::error::{Error, Result};
-use std::path::Path;
+pub use output_file::OutputFile;
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, then a rename, so
-/// a failed run never leaves a half-written output behind. `-` writes to stdout.
+/// Writes `bytes` to `path` atomically (see [`OutputFile`]), so a failed run never leaves a
+/// half-written output behind. `-` writes to stdout.
 pub fn write_file_atomic(path: &str, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     if path == "-" || path.is_empty() {
@@ -29,27 +30,10 @@ pub fn write_file_atomic(path: &str, bytes: &[u8]) -> Result<()> {
         out.write_all(bytes).map_err(|e| Error::io("<stdout>", e))?;
         return out.flush().map_err(|e| Error::io("<stdout>", e));
     }
-    let p = Path::new(path);
-    let dir = p
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = p
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, p)
-    })();
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
-    }
-    Ok(())
+    let mut out = OutputFile::create(path).map_err(|e| Error::io(path, e))?;
+    out.write_all(bytes)
+        .and_then(|_| out.commit())
+        .map_err(|e| Error::io(path, e))
 }
 
 /// Reads a whole file (`-` = stdin) into memory.

@@ -342,13 +342,12 @@ impl FileCache {
     }
 }
 
-/// An open output: stdout, a temporary file renamed into place on close, or a pipe.
+/// An open output: stdout, a file (see [`super::OutputFile`]), or a pipe.
 enum Sink {
     Stdout(std::io::BufWriter<std::io::Stdout>),
     File {
-        tmp: std::path::PathBuf,
         dest: String,
-        w: std::io::BufWriter<std::fs::File>,
+        w: super::OutputFile,
     },
     Pipe {
         label: String,
@@ -362,22 +361,8 @@ impl Sink {
         match classify_wxfilename(name)? {
             Wx::Stdout => Ok(Sink::Stdout(std::io::BufWriter::new(std::io::stdout()))),
             Wx::File(f) => {
-                let p = std::path::Path::new(&f);
-                let dir = p
-                    .parent()
-                    .filter(|d| !d.as_os_str().is_empty())
-                    .unwrap_or(std::path::Path::new("."));
-                let base = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let tmp = dir.join(format!(".{base}.tmp{}", std::process::id()));
-                let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&f, e))?;
-                Ok(Sink::File {
-                    tmp,
-                    dest: f,
-                    w: std::io::BufWriter::new(file),
-                })
+                let w = super::OutputFile::create(&f).map_err(|e| Error::io(&f, e))?;
+                Ok(Sink::File { dest: f, w })
             }
             Wx::Pipe(cmd) => {
                 let label = format!("| {cmd}");
@@ -426,18 +411,7 @@ impl Sink {
     fn close(self) -> Result<()> {
         match self {
             Sink::Stdout(mut w) => w.flush().map_err(|e| Error::io("<stdout>", e)),
-            Sink::File { tmp, dest, w } => {
-                let res = w
-                    .into_inner()
-                    .map_err(|e| e.into_error())
-                    .and_then(|f| f.sync_all())
-                    .and_then(|_| std::fs::rename(&tmp, &dest));
-                if let Err(e) = res {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(Error::io(&dest, e));
-                }
-                Ok(())
-            }
+            Sink::File { dest, w } => w.commit().map_err(|e| Error::io(&dest, e)),
             Sink::Pipe {
                 label,
                 mut child,
@@ -461,9 +435,8 @@ impl Sink {
     }
     /// Abandons the output (a temporary file is removed).
     fn discard(self) {
-        if let Sink::File { tmp, w, .. } = self {
-            drop(w);
-            let _ = std::fs::remove_file(tmp);
+        if let Sink::File { w, .. } = self {
+            w.discard();
         } else {
             let _ = self.close();
         }
