@@ -1011,3 +1011,125 @@ fn check_input_deriv_shapes(nnet: &Nnet, req: &ComputationRequest) {
         assert_eq!(c.input_deriv(&i.name).unwrap().num_rows(), i.indexes.len());
     }
 }
+
+/// The graph of `req` built with the t-range shortcut and without it: the outputs' computable
+/// info, and (when all are computable) the pruned graphs as Cindex → (is_input, dependency
+/// Cindexes), must be identical. Returns whether all outputs were computable.
+fn check_t_ranges_change_nothing(n: &Nnet, req: &ComputationRequest, what: &str) -> bool {
+    type Pruned = HashMap<(usize, Index), (bool, Vec<(usize, Index)>)>;
+    let build = |with_ranges: bool| -> (Vec<Vec<bool>>, Option<Pruned>) {
+        let mut b = ComputationGraphBuilder::new(n, req);
+        if !with_ranges {
+            b = b.without_t_ranges();
+        }
+        b.compute().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let info = b.get_computable_info();
+        if !b.all_outputs_are_computable() {
+            return (info, None);
+        }
+        let g = b.prune().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let map = (0..g.len())
+            .map(|id| {
+                let mut deps: Vec<(usize, Index)> =
+                    g.dependencies[id].iter().map(|&d| g.cindexes[d]).collect();
+                deps.sort();
+                (g.cindexes[id], (g.is_input[id], deps))
+            })
+            .collect();
+        (info, Some(map))
+    };
+    let (info_with, graph_with) = build(true);
+    let (info_without, graph_without) = build(false);
+    assert_eq!(info_with, info_without, "{what}: computable outputs differ");
+    assert_eq!(graph_with.is_some(), graph_without.is_some(), "{what}");
+    if let (Some(a), Some(b)) = (&graph_with, &graph_without) {
+        assert_eq!(a.len(), b.len(), "{what}: pruned graph sizes differ");
+        assert!(a == b, "{what}: pruned graphs differ");
+    }
+    graph_with.is_some()
+}
+
+/// The t-range analysis (src/compile/t_range.rs) only lets the graph builder skip Cindexes
+/// that cannot be computed: on random networks (all generator shapes: splicing, recurrence,
+/// clockwork Switch/Round, Failover, ReplaceIndex, dim-range), on the golden configs with
+/// non-simple components (Tdnn, statistics extraction and pooling), and on the real-size
+/// x-vector net (pooling right-context 10000), the graphs are the same with and without it.
+#[test]
+fn t_ranges_change_no_graph() {
+    use compnet::testing::{random_nnet_config, random_request};
+    let mut compared = 0;
+    let mut computable = 0;
+    for seed in 0..300 {
+        let rnet = random_nnet_config(seed, false);
+        let Ok(n) = Nnet::from_config_text(&rnet.config, "<random>") else {
+            continue;
+        };
+        let Ok(ctx) = compnet::compile::context::nnet_context_all_outputs(&n) else {
+            continue;
+        };
+        // Also requests one frame short of the context, so that some are not computable.
+        for (k, short) in [(0, 0), (1, 1)] {
+            let Ok(rr) = random_request(&n, &rnet, ctx.left - short, ctx.right, seed + k, false)
+            else {
+                continue;
+            };
+            computable +=
+                check_t_ranges_change_nothing(&n, &rr.request, &format!("seed {seed}")) as usize;
+            compared += 1;
+        }
+    }
+    assert!(compared >= 400, "only {compared} random requests compared");
+    assert!(
+        computable >= 200 && computable < compared,
+        "{computable} of {compared} computable"
+    );
+
+    for case in [
+        "tdnn-component",
+        "tdnnf",
+        "xvector-small",
+        "clockwork",
+        "descriptors",
+    ] {
+        let cfg = std::fs::read_to_string(
+            Path::new(GOLDEN)
+                .join("cases")
+                .join(case)
+                .join("net.config"),
+        )
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let n = net(&cfg);
+        let has_ivector = n.node_index("ivector").is_some_and(|i| n.is_input_node(i));
+        for (lo, hi) in [(-30, 60), (0, 12), (-5, 300)] {
+            let mut inputs = vec![io("input", 0..2, lo..hi, false)];
+            if has_ivector {
+                inputs.push(io("ivector", 0..2, 0..1, false));
+            }
+            let req = request(inputs, vec![io("output", 0..2, lo - 40..hi + 40, false)]);
+            // Outputs outside the input span are not computable: compare the info only.
+            check_t_ranges_change_nothing(&n, &req, &format!("{case} [{lo}, {hi})"));
+            let ctx = nnet_context(&n).unwrap();
+            let req = request(
+                req.inputs.clone(),
+                vec![io("output", 0..2, lo + ctx.left..hi - ctx.right, false)],
+            );
+            assert!(
+                check_t_ranges_change_nothing(&n, &req, &format!("{case} [{lo}, {hi}) inner")),
+                "{case}: the inner outputs should be computable"
+            );
+        }
+    }
+
+    let cfg = std::fs::read_to_string(Path::new(GOLDEN).join("perf/voxceleb_xvector_1a.config"))
+        .expect("x-vector config");
+    let n = net(&cfg);
+    let req = request(
+        vec![io("input", 0..1, 0..207, false)],
+        vec![io("output", 0..1, 0..200, false)],
+    );
+    assert!(check_t_ranges_change_nothing(
+        &n,
+        &req,
+        "x-vector 200 frames"
+    ));
+}

@@ -58,15 +58,19 @@ pub fn compile_computation(
     request: &ComputationRequest,
     opts: &CompilerOptions,
 ) -> Result<NnetComputation> {
+    let timer = PhaseTimer::from_env();
     check_request(nnet, request)?;
     let mut graph = build_graph(nnet, request)?;
+    timer.lap("graph");
     let phases = compute_phases(nnet, &graph)?;
+    timer.lap("phases");
     let Steps {
         steps,
         locations,
         is_input_step,
     } = compute_steps(nnet, request, &phases, &mut graph)?;
     drop(phases);
+    timer.lap("steps");
     let mut c = Compiler {
         nnet,
         request,
@@ -79,11 +83,32 @@ pub fn compile_computation(
     // Matrix and sub-matrix 0 are placeholders created by the first allocation.
     computation.component_precomputed_indexes.push(None);
     c.create_step_info(&deriv_needed, &steps, &is_input_step, &mut computation)?;
+    timer.lap("step info");
     c.add_commands(&deriv_needed, &mut computation)?;
+    timer.lap("commands");
     if opts.output_debug_info {
         c.output_debug_info(&mut computation);
     }
     Ok(computation)
+}
+
+/// With `COMPNET_TIME_COMPILE=1` in the environment, prints how long each compiler phase took
+/// (to stderr), so compile-time work can be aimed where it matters.
+struct PhaseTimer(Option<std::cell::Cell<std::time::Instant>>);
+
+impl PhaseTimer {
+    fn from_env() -> PhaseTimer {
+        let on = std::env::var("COMPNET_TIME_COMPILE").is_ok_and(|v| !v.is_empty() && v != "0");
+        PhaseTimer(on.then(|| std::cell::Cell::new(std::time::Instant::now())))
+    }
+    fn lap(&self, phase: &str) {
+        if let Some(start) = &self.0 {
+            let now = std::time::Instant::now();
+            let ms = (now - start.get()).as_secs_f64() * 1e3;
+            eprintln!("compile: {phase}: {ms:.1} ms");
+            start.set(now);
+        }
+    }
 }
 
 /// Request-level checks that give clearer errors than the graph builder would.

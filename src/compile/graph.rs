@@ -7,9 +7,103 @@
 
 use super::request::{format_indexes, ComputationRequest};
 use crate::error::{Error, Result};
-use crate::nnet::{Cindex, Index, NetworkNode, Nnet};
-use rustc_hash::{FxHashMap as HashMap, FxHashSet};
+use crate::nnet::{Cindex, Index, NetworkNode, Nnet, TRange};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
+
+/// The Cindex → cindex_id map: per (node, n, x), a dense array over `t`. The builder and the
+/// compiler look Cindexes up in runs along `t` (a descriptor's splice, a pooling window of
+/// thousands of frames); with one hash table over whole Cindexes every such lookup was a cache
+/// miss (a whole-utterance x-vector graph has 15 M edges). `t` values too sparse for an array
+/// go to a plain hash table.
+#[derive(Clone, Debug, Default)]
+struct CindexMap {
+    rows: FxHashMap<(usize, i32, i32), usize>,
+    dense: Vec<DenseRow>,
+    sparse: FxHashMap<Cindex, usize>,
+    /// The row of the last lookup: runs along `t` skip the row hash.
+    last_row: std::cell::Cell<Option<((usize, i32, i32), usize)>>,
+}
+
+/// The ids of one (node, n, x) for `t` in `t0 .. t0 + ids.len()` (`ABSENT` where none).
+#[derive(Clone, Debug)]
+struct DenseRow {
+    t0: i64,
+    ids: Vec<u32>,
+    count: usize,
+}
+
+const ABSENT: u32 = u32::MAX;
+
+impl CindexMap {
+    fn get(&self, c: &Cindex) -> Option<usize> {
+        let (node, i) = *c;
+        let key = (node, i.n, i.x);
+        let r = match self.last_row.get() {
+            Some((k, r)) if k == key => Some(r),
+            _ => {
+                let r = self.rows.get(&key).copied();
+                if let Some(r) = r {
+                    self.last_row.set(Some((key, r)));
+                }
+                r
+            }
+        };
+        if let Some(r) = r {
+            let row = &self.dense[r];
+            let k = i.t as i64 - row.t0;
+            if k >= 0 && (k as usize) < row.ids.len() {
+                let id = row.ids[k as usize];
+                if id != ABSENT {
+                    return Some(id as usize);
+                }
+            }
+        }
+        if self.sparse.is_empty() {
+            None
+        } else {
+            self.sparse.get(c).copied()
+        }
+    }
+
+    /// Records `id` for a Cindex that is not in the map.
+    fn insert_new(&mut self, c: Cindex, id: usize) {
+        let (node, i) = c;
+        let t = i.t as i64;
+        let dense = &mut self.dense;
+        let r = *self.rows.entry((node, i.n, i.x)).or_insert_with(|| {
+            dense.push(DenseRow {
+                t0: t,
+                ids: Vec::new(),
+                count: 0,
+            });
+            dense.len() - 1
+        });
+        let row = &mut self.dense[r];
+        let (lo, hi) = (row.t0, row.t0 + row.ids.len() as i64);
+        let span = hi.max(t + 1) - lo.min(t);
+        // Dense while at most half empty (plus slack for short rows); else a hash entry.
+        if id < ABSENT as usize && span as usize <= 2 * (row.count + 1) + 64 {
+            if t < lo {
+                // Grow at the front, doubling so that runs of decreasing t stay linear.
+                let grow = ((lo - t) as usize).max(row.ids.len()).min(span as usize);
+                let mut ids = vec![ABSENT; grow];
+                ids.extend_from_slice(&row.ids);
+                row.ids = ids;
+                row.t0 = lo - grow as i64;
+            } else if t >= hi {
+                let want = (t - row.t0 + 1) as usize;
+                let cap = want.max(2 * row.ids.len());
+                row.ids.reserve(cap - row.ids.len());
+                row.ids.resize(want, ABSENT);
+            }
+            row.ids[(t - row.t0) as usize] = id as u32;
+            row.count += 1;
+        } else {
+            self.sparse.insert(c, id);
+        }
+    }
+}
 
 /// A directed acyclic graph on Cindexes.
 #[derive(Clone, Debug, Default)]
@@ -20,25 +114,25 @@ pub struct ComputationGraph {
     pub is_input: Vec<bool>,
     /// cindex_id → the cindex_ids it depends on (after pruning: only those it uses).
     pub dependencies: Vec<Vec<usize>>,
-    cindex_to_id: HashMap<Cindex, usize>,
+    cindex_to_id: CindexMap,
 }
 
 impl ComputationGraph {
     /// The cindex_id of a Cindex, if present.
     pub fn get_cindex_id(&self, c: &Cindex) -> Option<usize> {
-        self.cindex_to_id.get(c).copied()
+        self.cindex_to_id.get(c)
     }
 
     /// Returns the cindex_id, adding the Cindex if new (then `.1` is true).
     pub fn get_or_add(&mut self, c: Cindex, is_input: bool) -> (usize, bool) {
-        if let Some(&id) = self.cindex_to_id.get(&c) {
+        if let Some(id) = self.cindex_to_id.get(&c) {
             return (id, false);
         }
         let id = self.cindexes.len();
+        self.cindex_to_id.insert_new(c, id);
         self.cindexes.push(c);
         self.is_input.push(is_input);
         self.dependencies.push(Vec::new());
-        self.cindex_to_id.insert(c, id);
         (id, true)
     }
 
@@ -79,7 +173,10 @@ impl ComputationGraph {
                 .collect();
             deps.push(d);
         }
-        self.cindex_to_id = cindexes.iter().enumerate().map(|(i, c)| (*c, i)).collect();
+        self.cindex_to_id = CindexMap::default();
+        for (i, c) in cindexes.iter().enumerate() {
+            self.cindex_to_id.insert_new(*c, i);
+        }
         self.cindexes = cindexes;
         self.is_input = is_input;
         self.dependencies = deps;
@@ -114,6 +211,9 @@ pub struct ComputationGraphBuilder<'a> {
     computable_queue: VecDeque<usize>,
     /// Output cindex_ids per request output, in request order.
     output_ids: Vec<Vec<usize>>,
+    /// Per node, the t outside which nothing can be computable ([`super::t_range`]);
+    /// dependencies outside it are not added. `None`: add everything.
+    t_ranges: Option<Vec<TRange>>,
 }
 
 /// Hard limit on the breadth-first distance (a loop in the network otherwise).
@@ -134,7 +234,15 @@ impl<'a> ComputationGraphBuilder<'a> {
             next_queue: Vec::new(),
             computable_queue: VecDeque::new(),
             output_ids: Vec::new(),
+            t_ranges: Some(super::t_range::node_t_ranges(nnet, request)),
         }
+    }
+
+    /// Adds every dependency, even those that cannot be computable: slower, but then the graph
+    /// holds the whole chain behind a Cindex that is not computable (for error messages).
+    pub fn without_t_ranges(mut self) -> Self {
+        self.t_ranges = None;
+        self
     }
 
     /// The computable state of each cindex_id (before pruning).
@@ -270,6 +378,11 @@ impl<'a> ComputationGraphBuilder<'a> {
             if ic.0 >= self.nnet.nodes.len() {
                 continue; // malformed network (component node 0); never computable
             }
+            if let Some(r) = &self.t_ranges {
+                if !r[ic.0].contains(ic.1.t as i64) {
+                    continue; // cannot be computable: leave it out (as if not available)
+                }
+            }
             let (d, is_new) = self.graph.get_or_add(ic, false);
             if is_new {
                 self.add_cindex_id(d, false, false);
@@ -280,11 +393,9 @@ impl<'a> ComputationGraphBuilder<'a> {
         deps.dedup();
         for &d in &deps {
             self.depend_on_this[d].push(id);
-        }
-        self.graph.dependencies[id] = deps.clone();
-        for d in deps {
             self.increment_usable_count(d);
         }
+        self.graph.dependencies[id] = deps;
         if !self.computable_queued[id] {
             self.computable_queued[id] = true;
             self.computable_queue.push_back(id);
@@ -292,17 +403,32 @@ impl<'a> ComputationGraphBuilder<'a> {
     }
 
     fn increment_usable_count(&mut self, id: usize) {
+        // Fast path (almost every call): already usable, nothing propagates.
+        if self.usable_count[id] != 0 {
+            self.usable_count[id] += 1;
+            return;
+        }
         let mut stack = vec![id];
         while let Some(c) = stack.pop() {
             let was = self.usable_count[c];
             self.usable_count[c] += 1;
             if was == 0 && self.computable_info[c] != ComputableInfo::NotComputable {
+                if self.computable_info[c] == ComputableInfo::WillNotCompute {
+                    // Needed after all (a user that was given up on early is not the only
+                    // one): expand it in the next iteration.
+                    self.computable_info[c] = ComputableInfo::Unknown;
+                    self.next_queue.push(c);
+                }
                 stack.extend(self.graph.dependencies[c].iter().copied());
             }
         }
     }
 
     fn decrement_usable_count(&mut self, id: usize) {
+        if self.usable_count[id] > 1 {
+            self.usable_count[id] -= 1;
+            return;
+        }
         let mut stack = vec![id];
         while let Some(c) = stack.pop() {
             self.usable_count[c] -= 1;
@@ -368,8 +494,11 @@ impl<'a> ComputationGraphBuilder<'a> {
             None => false,
             Some(id) => match self.computable_info[id] {
                 ComputableInfo::Computable => true,
-                ComputableInfo::Unknown => unknown_ok,
-                _ => false,
+                // WillNotCompute is not final: a Cindex nothing needs *yet* is revived when
+                // something usable comes to depend on it, so it must not make its users
+                // NotComputable meanwhile.
+                ComputableInfo::Unknown | ComputableInfo::WillNotCompute => unknown_ok,
+                ComputableInfo::NotComputable => false,
             },
         }
     }
@@ -412,7 +541,10 @@ impl<'a> ComputationGraphBuilder<'a> {
             }
             NetworkNode::DimRange { input_node, .. } => {
                 match self.graph.get_cindex_id(&(*input_node, index)) {
-                    Some(d) => self.computable_info[d],
+                    Some(d) => match self.computable_info[d] {
+                        ComputableInfo::WillNotCompute => ComputableInfo::Unknown,
+                        info => info,
+                    },
                     None => ComputableInfo::Unknown,
                 }
             }
@@ -643,5 +775,12 @@ impl<'a> ComputationGraphBuilder<'a> {
 pub fn build_graph(nnet: &Nnet, request: &ComputationRequest) -> Result<ComputationGraph> {
     let mut b = ComputationGraphBuilder::new(nnet, request);
     b.compute()?;
+    if !b.all_outputs_are_computable() {
+        // Explain from a graph with every dependency in it, so that the chain of missing
+        // inputs behind the first failed output is complete.
+        let mut full = ComputationGraphBuilder::new(nnet, request).without_t_ranges();
+        full.compute()?;
+        return Err(Error::Compute(full.explain_not_computable()));
+    }
     b.prune()
 }

@@ -2,6 +2,7 @@
 //!
 //! Stages (seed 001): [`graph`] builds and prunes the graph of Cindexes, [`steps`] orders it
 //! into epochs, phases and steps, [`compiler`] turns steps into matrices and commands,
+//! [`t_range`] bounds where each node can be computable (so the builder skips the rest),
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
 
 pub mod compiler;
@@ -12,6 +13,7 @@ pub mod print;
 pub mod request;
 pub mod split;
 pub mod steps;
+pub mod t_range;
 
 pub use compiler::{compile_computation, CompilerOptions};
 pub use computation::{Command, NnetComputation, SubMatrixInfo};

@@ -50,3 +50,62 @@ impl std::fmt::Display for Index {
 
 /// A node index plus an Index: one row of one node's output.
 pub type Cindex = (usize, Index);
+
+/// A set of `t` values, over-approximated by an interval: what the compiler's t-range
+/// analysis (`compile::t_range`) tracks per network node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TRange {
+    /// No t at all.
+    Empty,
+    /// `lo..=hi` (in i64, so shifting by i32 offsets cannot overflow).
+    Span(i64, i64),
+    /// Any t.
+    All,
+}
+
+impl TRange {
+    /// `lo..=hi`, or Empty when `lo > hi`.
+    pub fn span(lo: i64, hi: i64) -> TRange {
+        if lo > hi {
+            TRange::Empty
+        } else {
+            TRange::Span(lo, hi)
+        }
+    }
+
+    /// True if `t` is in the set.
+    pub fn contains(self, t: i64) -> bool {
+        match self {
+            TRange::Empty => false,
+            TRange::Span(lo, hi) => lo <= t && t <= hi,
+            TRange::All => true,
+        }
+    }
+
+    /// The smallest interval holding both.
+    pub fn union(self, o: TRange) -> TRange {
+        match (self, o) {
+            (TRange::All, _) | (_, TRange::All) => TRange::All,
+            (TRange::Empty, r) | (r, TRange::Empty) => r,
+            (TRange::Span(a, b), TRange::Span(c, d)) => TRange::Span(a.min(c), b.max(d)),
+        }
+    }
+
+    /// The intersection.
+    pub fn intersect(self, o: TRange) -> TRange {
+        match (self, o) {
+            (TRange::Empty, _) | (_, TRange::Empty) => TRange::Empty,
+            (TRange::All, r) | (r, TRange::All) => r,
+            (TRange::Span(a, b), TRange::Span(c, d)) => TRange::span(a.max(c), b.min(d)),
+        }
+    }
+
+    /// `{t + lo_shift .. t + hi_shift : t in self}` as an interval: the range widened by
+    /// `lo_shift` at the bottom and `hi_shift` at the top (`lo_shift <= hi_shift`).
+    pub fn widen(self, lo_shift: i64, hi_shift: i64) -> TRange {
+        match self {
+            TRange::Span(lo, hi) => TRange::span(lo + lo_shift, hi + hi_shift),
+            r => r,
+        }
+    }
+}

@@ -9,5 +9,5 @@ pub mod model_io;
 pub mod network;
 pub mod nnet_config;
 
-pub use index::{Cindex, Index};
+pub use index::{Cindex, Index, TRange};
 pub use network::{NetworkNode, Nnet, ObjectiveType};

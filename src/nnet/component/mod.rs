@@ -191,6 +191,18 @@ pub trait Component: Send + Sync + std::fmt::Debug {
 
     // ---- Hooks for general (non-simple) components. The defaults are a simple component's.
 
+    /// Where this component's output can be computable, given that its input can be computable
+    /// only for t in `input` (an over-approximation is fine: the graph builder uses it only to
+    /// skip Cindexes that cannot be computed). Simple components keep the range; a non-simple
+    /// component that does not say better gives everything.
+    fn output_t_range(&self, input: crate::nnet::TRange) -> crate::nnet::TRange {
+        if self.properties().has(Properties::SIMPLE) {
+            input
+        } else {
+            crate::nnet::TRange::All
+        }
+    }
+
     /// The input Indexes needed to compute `output_index`.
     fn get_input_indexes(
         &self,

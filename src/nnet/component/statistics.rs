@@ -15,9 +15,9 @@ use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
-use crate::nnet::index::Index;
+use crate::nnet::index::{Index, TRange};
+use rustc_hash::FxHashMap;
 use std::any::Any;
-use std::collections::HashMap;
 
 const EXTRACTION: &str = "StatisticsExtractionComponent";
 const POOLING: &str = "StatisticsPoolingComponent";
@@ -44,16 +44,34 @@ impl PrecomputedIndexes for StatsPrecomputed {
 }
 
 impl StatsPrecomputed {
-    /// Builds the ranges from each output's input Indexes (those present in `input`). The
-    /// inputs of one output must be consecutive rows; where they are not (Indexes not in
-    /// (n, x, t) order) the range is cut at the first gap.
-    fn new(input: &[Index], output: &[Index], wanted: impl Fn(&Index) -> Vec<Index>) -> Self {
-        let pos: HashMap<Index, usize> = input.iter().enumerate().map(|(i, x)| (*x, i)).collect();
+    /// Builds the ranges from each output's input Indexes (those present in `input`), given
+    /// as `(first t, step, count)` at the output's n and x. The inputs of one output must be
+    /// consecutive rows; where they are not (Indexes not in (n, x, t) order) the range is cut
+    /// at the first gap.
+    fn new(input: &[Index], output: &[Index], window: impl Fn(&Index) -> (i64, i64, i64)) -> Self {
+        let pos: FxHashMap<Index, usize> = input.iter().enumerate().map(|(i, x)| (*x, i)).collect();
+        // Window positions outside the inputs' t span cannot be present: skip them (a pooling
+        // window may be 10,001 frames wide for a 1,500-frame input).
+        let t_lo = input.iter().map(|i| i.t as i64).min().unwrap_or(0);
+        let t_hi = input.iter().map(|i| i.t as i64).max().unwrap_or(-1);
         let mut forward = Vec::with_capacity(output.len());
         let mut counts = Vec::with_capacity(output.len());
         for o in output {
+            let (first, step, count) = window(o);
+            let step = step.max(1);
+            let k_lo = if first >= t_lo {
+                0
+            } else {
+                (t_lo - first + step - 1) / step
+            };
+            let k_hi = if t_hi < first {
+                -1
+            } else {
+                ((t_hi - first) / step).min(count - 1)
+            };
             let mut range: Option<(usize, usize)> = None;
-            for w in wanted(o) {
+            for k in k_lo..=k_hi {
+                let w = Index::new(o.n, (first + k * step) as i32, o.x);
                 if let Some(&p) = pos.get(&w) {
                     range = match range {
                         None => Some((p, p + 1)),
@@ -181,6 +199,13 @@ impl StatisticsExtractionComponent {
             .map(|k| Index::new(o.n, start.wrapping_add(k * self.input_period), o.x))
             .collect()
     }
+
+    /// [`Self::group`] as (first t, step, count).
+    fn group_span(&self, o: &Index) -> (i64, i64, i64) {
+        let start = round_down(o.t, self.output_period) as i64;
+        let step = self.input_period as i64;
+        (start, step, (self.output_period / self.input_period) as i64)
+    }
 }
 
 impl Component for StatisticsExtractionComponent {
@@ -273,6 +298,12 @@ impl Component for StatisticsExtractionComponent {
         }
     }
 
+    /// Output t reads the inputs of its output-period group (any one suffices).
+    fn output_t_range(&self, input: TRange) -> TRange {
+        let p = self.output_period as i64;
+        input.widen(1 - p, p - 1)
+    }
+
     fn get_input_indexes(&self, _: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
         desired.clear();
         desired.extend(self.group(o));
@@ -301,7 +332,7 @@ impl Component for StatisticsExtractionComponent {
         _need_backprop: bool,
     ) -> Option<Box<dyn PrecomputedIndexes>> {
         Some(Box::new(StatsPrecomputed::new(input, output, |o| {
-            self.group(o)
+            self.group_span(o)
         })))
     }
 
@@ -447,6 +478,17 @@ impl StatisticsPoolingComponent {
     }
 
     /// The input Indexes of the window around output `o`.
+    /// [`Self::window`] as (first t, step, count).
+    fn window_span(&self, o: &Index) -> (i64, i64, i64) {
+        let n =
+            (self.left_context as i64 + self.right_context as i64) / self.input_period as i64 + 1;
+        (
+            o.t as i64 - self.left_context as i64,
+            self.input_period as i64,
+            n,
+        )
+    }
+
     fn window(&self, o: &Index) -> Vec<Index> {
         let n = ((self.left_context as i64 + self.right_context as i64) / self.input_period as i64
             + 1) as i32;
@@ -629,6 +671,11 @@ impl Component for StatisticsPoolingComponent {
         }
     }
 
+    /// Output t reads inputs in `[t - left, t + right]` (any one suffices).
+    fn output_t_range(&self, input: TRange) -> TRange {
+        input.widen(-(self.right_context as i64), self.left_context as i64)
+    }
+
     fn get_input_indexes(&self, _: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
         desired.clear();
         desired.extend(self.window(o));
@@ -664,7 +711,7 @@ impl Component for StatisticsPoolingComponent {
         _need_backprop: bool,
     ) -> Option<Box<dyn PrecomputedIndexes>> {
         Some(Box::new(StatsPrecomputed::new(input, output, |o| {
-            self.window(o)
+            self.window_span(o)
         })))
     }
 

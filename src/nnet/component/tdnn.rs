@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::nnet::config_line::ConfigLine;
-use crate::nnet::index::{Index, NO_TIME};
+use crate::nnet::index::{Index, TRange, NO_TIME};
 use std::any::Any;
 use std::collections::HashMap;
 
@@ -501,6 +501,16 @@ impl Component for TdnnComponent {
         }
         if u.bias_params.dim() == out_dim {
             out_deriv.add_row_sum_to(u.bias_params.as_mut_slice(), lr, 1.0);
+        }
+    }
+
+    /// Output t needs the input at every t + offset.
+    fn output_t_range(&self, input: TRange) -> TRange {
+        let lo = self.time_offsets.iter().min().copied().unwrap_or(0) as i64;
+        let hi = self.time_offsets.iter().max().copied().unwrap_or(0) as i64;
+        match input {
+            TRange::Span(a, b) => TRange::span(a - lo, b - hi),
+            r => r,
         }
     }
 
