@@ -16,13 +16,16 @@ use std::collections::VecDeque;
 /// thousands of frames); with one hash table over whole Cindexes every such lookup was a cache
 /// miss (a whole-utterance x-vector graph has 15 M edges). `t` values too sparse for an array
 /// go to a plain hash table.
+/// (node, n, x): one dense row of the [`CindexMap`].
+type RowKey = (usize, i32, i32);
+
 #[derive(Clone, Debug, Default)]
 struct CindexMap {
-    rows: FxHashMap<(usize, i32, i32), usize>,
+    rows: FxHashMap<RowKey, usize>,
     dense: Vec<DenseRow>,
     sparse: FxHashMap<Cindex, usize>,
     /// The row of the last lookup: runs along `t` skip the row hash.
-    last_row: std::cell::Cell<Option<((usize, i32, i32), usize)>>,
+    last_row: std::cell::Cell<Option<(RowKey, usize)>>,
 }
 
 /// The ids of one (node, n, x) for `t` in `t0 .. t0 + ids.len()` (`ABSENT` where none).
