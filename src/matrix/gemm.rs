@@ -42,6 +42,16 @@ fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Threads for an m×n×k product: all allowed ones for big products, else none.
+pub(super) fn parallelism_for(m: usize, n: usize, k: usize) -> gemm::Parallelism {
+    let threads = num_threads();
+    if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_WORK {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    }
+}
+
 /// (rows, cols, row stride, column stride) of op(a) for a row-major view.
 #[inline]
 fn op_layout(a: &MatView<'_>, t: Trans) -> (usize, usize, isize, isize) {
@@ -86,13 +96,7 @@ impl MatViewMut<'_> {
             }
             return;
         }
-        let threads = num_threads();
-        let parallelism =
-            if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_WORK {
-                gemm::Parallelism::Rayon(threads)
-            } else {
-                gemm::Parallelism::None
-            };
+        let parallelism = parallelism_for(m, n, k);
         let c_rs = self.stride() as isize;
         let c_ptr = self.as_mut_slice().as_mut_ptr();
         let (ap, bp) = (a.as_slice().as_ptr(), b.as_slice().as_ptr());

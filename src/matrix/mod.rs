@@ -10,6 +10,8 @@
 //! * [`Matrix`] owns its data (rows × cols, row stride ≥ cols).
 //! * [`MatView`] / [`MatViewMut`] are O(1) sub-matrix views by row and column range.
 //! * [`Vector`] owns a contiguous f32 vector.
+//! * [`WeightMatrix`] is a Matrix of layer weights that keeps a transposed copy for the fast
+//!   inference product.
 
 pub mod check;
 mod elementwise;
@@ -17,8 +19,10 @@ mod gemm;
 mod ops;
 mod rows;
 mod vector;
+mod weights;
 
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
+pub use weights::WeightMatrix;
 
 /// `Σ_i a[i] · b[i]` over the common length (eight partial sums, so it vectorises).
 #[inline]

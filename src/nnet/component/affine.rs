@@ -11,7 +11,7 @@ use super::param_util::{self, component_boilerplate};
 use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
 
 /// Natural-gradient hyper-parameters of `NaturalGradientAffineComponent`.
@@ -68,7 +68,7 @@ pub struct AffineComponent {
     /// Learning-rate options.
     pub common: UpdatableCommon,
     /// W, output-dim × input-dim.
-    pub linear: Matrix,
+    pub linear: WeightMatrix,
     /// b, output-dim.
     pub bias: Vector,
     /// Kaldi's orthonormal-constraint (0 = none); only stored here.
@@ -154,12 +154,12 @@ fn read_linear_bias(r: &mut TokenReader<'_>) -> Result<(Matrix, Vector)> {
 
 /// y = W·x + b (overwrites `out`).
 pub(crate) fn affine_forward(
-    linear: &Matrix,
+    linear: &WeightMatrix,
     bias: &[f32],
     input: MatView<'_>,
     mut out: MatViewMut<'_>,
 ) {
-    out.add_mat_mat(1.0, input, Trans::No, linear.view(), Trans::Yes, 0.0);
+    linear.forward(1.0, input, &mut out, 0.0);
     out.add_vec_to_rows(1.0, bias, 1.0);
 }
 
@@ -193,7 +193,7 @@ impl AffineComponent {
     pub fn new(linear: Matrix, bias: Vector) -> Self {
         AffineComponent {
             common: UpdatableCommon::default(),
-            linear,
+            linear: linear.into(),
             bias,
             orthonormal_constraint: 0.0,
             natural_gradient: None,
@@ -215,7 +215,7 @@ impl AffineComponent {
         };
         Ok(Box::new(AffineComponent {
             common,
-            linear,
+            linear: linear.into(),
             bias,
             orthonormal_constraint,
             natural_gradient,
@@ -243,7 +243,7 @@ impl AffineComponent {
         param_util::expect_closing(r, AFFINE)?;
         Ok(Box::new(AffineComponent {
             common,
-            linear,
+            linear: linear.into(),
             bias,
             orthonormal_constraint,
             natural_gradient: None,
@@ -289,7 +289,7 @@ impl AffineComponent {
         }
         Ok(Box::new(AffineComponent {
             common,
-            linear,
+            linear: linear.into(),
             bias,
             orthonormal_constraint,
             natural_gradient: Some(NgAffineOptions {
@@ -432,7 +432,7 @@ param_util::linear_bias_updatable!(AffineComponent);
 #[derive(Clone, Debug)]
 pub struct FixedAffineComponent {
     /// W, output-dim × input-dim.
-    pub linear: Matrix,
+    pub linear: WeightMatrix,
     /// b, output-dim.
     pub bias: Vector,
 }
@@ -441,7 +441,10 @@ impl FixedAffineComponent {
     /// Kaldi's FixedAffineComponent::InitFromConfig: `matrix=<file>` or random dims.
     pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
         let (linear, bias) = init_affine_params(cfg, 1.0, false)?;
-        Ok(Box::new(FixedAffineComponent { linear, bias }))
+        Ok(Box::new(FixedAffineComponent {
+            linear: linear.into(),
+            bias,
+        }))
     }
 
     /// Reads a FixedAffineComponent body.
@@ -449,7 +452,10 @@ impl FixedAffineComponent {
         r.try_token("<FixedAffineComponent>")?;
         let (linear, bias) = read_linear_bias(r)?;
         param_util::expect_closing(r, FIXED_AFFINE)?;
-        Ok(Box::new(FixedAffineComponent { linear, bias }))
+        Ok(Box::new(FixedAffineComponent {
+            linear: linear.into(),
+            bias,
+        }))
     }
 }
 

@@ -8,7 +8,7 @@ use super::param_util::{self, component_boilerplate};
 use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
 
 const LINEAR: &str = "LinearComponent";
@@ -19,7 +19,7 @@ pub struct LinearComponent {
     /// Learning-rate options.
     pub common: UpdatableCommon,
     /// W, output-dim × input-dim.
-    pub params: Matrix,
+    pub params: WeightMatrix,
     /// Kaldi's orthonormal-constraint (0 = none); only stored here.
     pub orthonormal_constraint: f32,
     /// Whether training uses natural gradient.
@@ -64,7 +64,7 @@ impl LinearComponent {
             common,
             orthonormal_constraint: cfg.get_or("orthonormal-constraint", 0.0f32)?,
             use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
-            params,
+            params: params.into(),
             ng,
         }))
     }
@@ -96,7 +96,7 @@ impl LinearComponent {
         param_util::expect_closing(r, LINEAR)?;
         Ok(Box::new(LinearComponent {
             common,
-            params,
+            params: params.into(),
             orthonormal_constraint,
             use_natural_gradient,
             ng: NgAffineOptions {
@@ -133,7 +133,7 @@ impl Component for LinearComponent {
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.add_mat_mat(1.0, input, Trans::No, self.params.view(), Trans::Yes, 1.0);
+        self.params.forward(1.0, input, &mut output, 1.0);
         None
     }
     fn backprop(
@@ -237,7 +237,7 @@ impl UpdatableComponent for LinearComponent {
     fn unvectorize(&mut self, params: &[f32]) {
         let mut v = self.params.to_vec();
         param_util::take_params(&mut v, params, &mut 0);
-        self.params = Matrix::from_vec(self.params.num_rows(), self.params.num_cols(), v);
+        self.params = Matrix::from_vec(self.params.num_rows(), self.params.num_cols(), v).into();
     }
     fn scale(&mut self, alpha: f32) {
         self.params.view_mut().scale(alpha);

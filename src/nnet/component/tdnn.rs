@@ -14,7 +14,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use std::any::Any;
@@ -29,7 +29,7 @@ pub struct TdnnComponent {
     /// Distinct time offsets (column block k of `linear_params` belongs to offset k).
     pub time_offsets: Vec<i32>,
     /// output-dim × (input-dim · #offsets).
-    pub linear_params: Matrix,
+    pub linear_params: WeightMatrix,
     /// Empty when the component has no bias.
     pub bias_params: Vector,
     /// Kaldi's orthonormal-constraint (0 = none); applied by the trainer.
@@ -215,7 +215,7 @@ impl TdnnComponent {
         Ok(Box::new(TdnnComponent {
             common,
             time_offsets,
-            linear_params,
+            linear_params: linear_params.into(),
             bias_params,
             orthonormal_constraint: cfg.get_or("orthonormal-constraint", 0.0f32)?,
             use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
@@ -283,7 +283,7 @@ impl TdnnComponent {
         Ok(Box::new(TdnnComponent {
             common,
             time_offsets,
-            linear_params,
+            linear_params: linear_params.into(),
             bias_params,
             orthonormal_constraint,
             use_natural_gradient,
@@ -375,28 +375,23 @@ impl Component for TdnnComponent {
             return None;
         }
         let layout = self.layout(indexes, n_in, n_out)?;
+        let d = self.block_dim();
+        let w = &self.linear_params;
         for (k, rows) in layout.offsets.iter().enumerate() {
-            let w = self.block(k);
             match rows {
                 TdnnOffsetRows::Contiguous { start } => {
                     let x = input.rows_range(*start, n_out);
-                    output.add_mat_mat(1.0, x, Trans::No, w, Trans::Yes, 1.0);
+                    w.forward_cols(1.0, x, &mut output, 1.0, k * d);
                 }
                 TdnnOffsetRows::Runs(runs) => {
                     for &(o, i, l) in runs {
-                        output.rows_range_mut(o, l).add_mat_mat(
-                            1.0,
-                            input.rows_range(i, l),
-                            Trans::No,
-                            w,
-                            Trans::Yes,
-                            1.0,
-                        );
+                        let mut y = output.rows_range_mut(o, l);
+                        w.forward_cols(1.0, input.rows_range(i, l), &mut y, 1.0, k * d);
                     }
                 }
                 TdnnOffsetRows::Gather(map) => {
                     let x = gather(input, map);
-                    output.add_mat_mat(1.0, x.view(), Trans::No, w, Trans::Yes, 1.0);
+                    w.forward_cols(1.0, x.view(), &mut output, 1.0, k * d);
                 }
             }
         }
@@ -670,11 +665,11 @@ impl UpdatableComponent for TdnnComponent {
         let mut off = 0;
         let mut w = self.linear_params.to_vec();
         param_util::take_params(&mut w, params, &mut off);
-        self.linear_params = Matrix::from_vec(
+        self.linear_params = WeightMatrix::new(Matrix::from_vec(
             self.linear_params.num_rows(),
             self.linear_params.num_cols(),
             w,
-        );
+        ));
         param_util::take_params(self.bias_params.as_mut_slice(), params, &mut off);
     }
     fn scale(&mut self, alpha: f32) {

@@ -1,0 +1,246 @@
+//! Weight matrices with a product layout kept for inference.
+//!
+//! An affine layer computes `Y = X·Wᵀ` with W (out × in) row-major, as Kaldi stores it. The
+//! GEMM kernel then has to repack W on every call: for the 70–600-row products of chunked
+//! inference that repacking is a third of the time (wsj TDNN 1950→650 at 280 rows: 146
+//! GFLOP/s). Given W column-major instead (Wᵀ row-major, columns padded to whole SIMD
+//! vectors), the kernel reads it in place and writes Yᵀ column-major, which *is* Y row-major:
+//! 205–215 GFLOP/s on the same product, same results to the bit (docs/PERFORMANCE.md).
+//!
+//! [`WeightMatrix`] derefs to the plain [`Matrix`]; any mutable access drops the transposed
+//! copy, so training (which changes W every step) simply never keeps one for long.
+
+use super::{MatView, MatViewMut, Matrix, Real};
+use std::ops::{Deref, DerefMut};
+use std::sync::OnceLock;
+
+/// Columns of the transposed copy are padded to a multiple of this (one AVX-512 register), so
+/// every column starts aligned and the kernel needs no repacking of partial vectors.
+const PAD: usize = 16;
+
+/// Below this many rows the plain product is as fast and needs no copy.
+const MIN_ROWS: usize = 8;
+
+/// W (out × in), plus (built on first use) Wᵀ laid out for `Y = X·Wᵀ`.
+#[derive(Default)]
+pub struct WeightMatrix {
+    w: Matrix,
+    transposed: OnceLock<Transposed>,
+}
+
+/// Wᵀ row-major: element (k, j) = W[j, k] at `k * stride + j`, `stride` = out rounded up.
+struct Transposed {
+    data: Vec<Real>,
+    stride: usize,
+}
+
+impl WeightMatrix {
+    /// Wraps a weight matrix.
+    pub fn new(w: Matrix) -> Self {
+        WeightMatrix {
+            w,
+            transposed: OnceLock::new(),
+        }
+    }
+
+    /// The plain matrix, consuming the wrapper.
+    pub fn into_inner(self) -> Matrix {
+        self.w
+    }
+
+    fn transposed(&self) -> &Transposed {
+        self.transposed.get_or_init(|| {
+            let (out, inp) = (self.w.num_rows(), self.w.num_cols());
+            let stride = out.div_ceil(PAD) * PAD;
+            let mut data = vec![0.0; inp * stride];
+            for j in 0..out {
+                for (k, &v) in self.w.row(j).iter().enumerate() {
+                    data[k * stride + j] = v;
+                }
+            }
+            Transposed { data, stride }
+        })
+    }
+
+    /// `y = alpha · x · Wᵀ + beta · y` (with `beta == 0` the old `y` is never read).
+    ///
+    /// # Panics
+    /// If the shapes do not agree (a programming error, not an input error).
+    pub fn forward(&self, alpha: Real, x: MatView<'_>, y: &mut MatViewMut<'_>, beta: Real) {
+        assert_eq!(x.num_cols(), self.w.num_cols(), "WeightMatrix::forward");
+        self.forward_cols(alpha, x, y, beta, 0);
+    }
+
+    /// As [`forward`](Self::forward) with the column block of W that starts at column `c0`
+    /// and is `x.num_cols()` wide (a TDNN's weights for one time offset).
+    ///
+    /// # Panics
+    /// If the shapes do not agree (a programming error, not an input error).
+    pub fn forward_cols(
+        &self,
+        alpha: Real,
+        x: MatView<'_>,
+        y: &mut MatViewMut<'_>,
+        beta: Real,
+        c0: usize,
+    ) {
+        let (out, inp, rows) = (self.w.num_rows(), x.num_cols(), x.num_rows());
+        assert!(
+            c0 + inp <= self.w.num_cols() && y.num_rows() == rows && y.num_cols() == out,
+            "WeightMatrix::forward_cols: {rows}x{inp} · (columns {c0}.. of {out}x{})ᵀ into {}x{}",
+            self.w.num_cols(),
+            y.num_rows(),
+            y.num_cols()
+        );
+        if rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
+            let w = self.w.view().cols_range(c0, inp);
+            y.add_mat_mat(alpha, x, super::Trans::No, w, super::Trans::Yes, beta);
+            return;
+        }
+        let t = self.transposed();
+        let parallelism = super::gemm::parallelism_for(out, rows, inp);
+        let (x_rs, y_rs) = (x.stride() as isize, y.stride() as isize);
+        let xp = x.as_slice().as_ptr();
+        let yp = y.as_mut_slice().as_mut_ptr();
+        let wp = t.data[c0 * t.stride..].as_ptr();
+        // SAFETY: the product is m = out, n = rows, k = inp. The destination Yᵀ (out × rows)
+        // is addressed column-major in `y`: element (j, r) at r·y_rs + j, inside y's rows × out
+        // view. The left operand (out × inp, column-major) addresses (j, k) at
+        // (c0 + k)·stride + j < (c0 + inp)·stride ≤ t.data.len() from the start of `t.data`.
+        // The right operand Xᵀ (inp × rows) addresses (k, r) at r·x_rs + k inside x's
+        // rows × inp view. `y` is a unique borrow, so it overlaps neither input; with
+        // read_dst = false gemm never reads it.
+        unsafe {
+            gemm::gemm(
+                out,
+                rows,
+                inp,
+                yp,
+                y_rs,
+                1,
+                beta != 0.0,
+                wp,
+                t.stride as isize,
+                1,
+                xp,
+                x_rs,
+                1,
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+        super::check::check_finite("WeightMatrix::forward", y.as_view());
+    }
+}
+
+impl From<Matrix> for WeightMatrix {
+    fn from(w: Matrix) -> Self {
+        WeightMatrix::new(w)
+    }
+}
+
+impl Deref for WeightMatrix {
+    type Target = Matrix;
+    fn deref(&self) -> &Matrix {
+        &self.w
+    }
+}
+
+impl DerefMut for WeightMatrix {
+    /// Mutable access: the transposed copy no longer matches, so it is dropped.
+    fn deref_mut(&mut self) -> &mut Matrix {
+        self.transposed = OnceLock::new();
+        &mut self.w
+    }
+}
+
+impl Clone for WeightMatrix {
+    fn clone(&self) -> Self {
+        WeightMatrix::new(self.w.clone())
+    }
+}
+
+impl std::fmt::Debug for WeightMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.w.fmt(f)
+    }
+}
+
+impl PartialEq for WeightMatrix {
+    fn eq(&self, o: &Self) -> bool {
+        self.w == o.w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Trans;
+
+    fn pseudo(rows: usize, cols: usize, seed: usize) -> Matrix {
+        let mut m = Matrix::zeros(rows, cols);
+        for r in 0..rows {
+            for (c, v) in m.row_mut(r).iter_mut().enumerate() {
+                *v = (((r * 31 + c * 17 + seed * 7) % 23) as Real - 11.0) / 7.0;
+            }
+        }
+        m
+    }
+
+    /// Same values as the plain product (to rounding), for row counts below and above
+    /// MIN_ROWS, output dims off the padding, beta 0 and not, and after a mutation.
+    #[test]
+    fn forward_matches_plain_product() {
+        for &(rows, inp, out) in &[(3, 5, 7), (8, 33, 17), (70, 64, 650), (21, 100, 16)] {
+            let x = pseudo(rows, inp, 1);
+            let mut w = WeightMatrix::new(pseudo(out, inp, 2));
+            for round in 0..2 {
+                for &(alpha, beta) in &[(1.0, 0.0), (0.5, 1.0), (2.0, -0.5)] {
+                    let mut want = pseudo(rows, out, 3);
+                    want.view_mut().add_mat_mat(
+                        alpha,
+                        x.view(),
+                        Trans::No,
+                        w.view(),
+                        Trans::Yes,
+                        beta,
+                    );
+                    let mut got = pseudo(rows, out, 3);
+                    w.forward(alpha, x.view(), &mut got.view_mut(), beta);
+                    for r in 0..rows {
+                        for c in 0..out {
+                            let (a, b) = (want.row(r)[c], got.row(r)[c]);
+                            assert!(
+                                (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                                "{rows}x{inp}->{out} round {round} ({r},{c}): {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+                // Column blocks (a TDNN offset's weights) of the same W.
+                if inp % 2 == 0 && inp >= 2 {
+                    let half = inp / 2;
+                    let xh = pseudo(rows, half, 4);
+                    let mut want = pseudo(rows, out, 5);
+                    let wh = w.view().cols_range(half, half);
+                    want.view_mut()
+                        .add_mat_mat(1.0, xh.view(), Trans::No, wh, Trans::Yes, 1.0);
+                    let mut got = pseudo(rows, out, 5);
+                    w.forward_cols(1.0, xh.view(), &mut got.view_mut(), 1.0, half);
+                    for r in 0..rows {
+                        for c in 0..out {
+                            let (a, b) = (want.row(r)[c], got.row(r)[c]);
+                            assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "cols: {a} vs {b}");
+                        }
+                    }
+                }
+                // A mutation must drop the transposed copy.
+                w.row_mut(0)[0] += 1.0;
+            }
+        }
+    }
+}
