@@ -77,13 +77,9 @@ impl OutputFile {
         }
     }
 
-    /// Abandons the output: the temporary file is removed and the destination left as it was.
-    pub fn discard(mut self) {
-        self.file = None;
-        if let Some(tmp) = self.tmp.take() {
-            let _ = std::fs::remove_file(tmp);
-        }
-    }
+    /// Abandons the output: the temporary file is removed and the destination left as it was
+    /// (what dropping it does; this names the intent at the call site).
+    pub fn discard(self) {}
 }
 
 impl Write for OutputFile {

@@ -148,7 +148,7 @@ impl MatViewMut<'_> {
         self.copy_from(src);
         for r in 0..self.num_rows() {
             let row = self.row_mut(r);
-            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
+            let m = row_max(row);
             let mut s = 0.0f32;
             for x in row.iter_mut() {
                 *x = (*x - m).exp();

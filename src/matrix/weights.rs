@@ -43,11 +43,6 @@ impl WeightMatrix {
         }
     }
 
-    /// The plain matrix, consuming the wrapper.
-    pub fn into_inner(self) -> Matrix {
-        self.w
-    }
-
     fn transposed(&self) -> &Transposed {
         self.transposed.get_or_init(|| {
             let (out, inp) = (self.w.num_rows(), self.w.num_cols());

@@ -117,6 +117,14 @@ impl StatsPrecomputed {
     }
 }
 
+/// The Indexes of a (first t, step, count) span at `o`'s n and x (t wraps at the ends of the
+/// i32 range, as Kaldi's int arithmetic does).
+fn span_indexes(o: &Index, (first, step, count): (i64, i64, i64)) -> Vec<Index> {
+    (0..count)
+        .map(|k| Index::new(o.n, (first + k * step) as i32, o.x))
+        .collect()
+}
+
 /// Largest multiple of `period` that is <= t (wrapping at the ends of the i32 range).
 fn round_down(t: i32, period: i32) -> i32 {
     (t as i64)
@@ -194,10 +202,7 @@ impl StatisticsExtractionComponent {
 
     /// The input Indexes of the group output `o` belongs to.
     fn group(&self, o: &Index) -> Vec<Index> {
-        let start = round_down(o.t, self.output_period);
-        (0..self.output_period / self.input_period)
-            .map(|k| Index::new(o.n, start.wrapping_add(k * self.input_period), o.x))
-            .collect()
+        span_indexes(o, self.group_span(o))
     }
 
     /// [`Self::group`] as (first t, step, count).
@@ -490,14 +495,7 @@ impl StatisticsPoolingComponent {
     }
 
     fn window(&self, o: &Index) -> Vec<Index> {
-        let n = ((self.left_context as i64 + self.right_context as i64) / self.input_period as i64
-            + 1) as i32;
-        (0..n)
-            .map(|k| {
-                let t = o.t as i64 - self.left_context as i64 + k as i64 * self.input_period as i64;
-                Index::new(o.n, t as i32, o.x)
-            })
-            .collect()
+        span_indexes(o, self.window_span(o))
     }
 
     /// Dimension of the mean (and of the stddev) part.
