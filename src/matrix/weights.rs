@@ -8,10 +8,12 @@
 //! 205–215 GFLOP/s on the same product, same results to the bit (docs/PERFORMANCE.md).
 //!
 //! [`WeightMatrix`] derefs to the plain [`Matrix`]; any mutable access drops the transposed
-//! copy, so training (which changes W every step) simply never keeps one for long.
+//! copy. The copy is only made once the same weights have been used [`USES_BEFORE_COPY`]
+//! times, so training, which changes W after every minibatch, never pays for building one.
 
 use super::{MatView, MatViewMut, Matrix, Real};
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Columns of the transposed copy are padded to a multiple of this (one AVX-512 register), so
@@ -21,11 +23,17 @@ const PAD: usize = 16;
 /// Below this many rows the plain product is as fast and needs no copy.
 const MIN_ROWS: usize = 8;
 
-/// W (out × in), plus (built on first use) Wᵀ laid out for `Y = X·Wᵀ`.
+/// Products with unchanged weights before the transposed copy is built (a TDNN layer makes one
+/// per time offset per propagate; inference makes hundreds).
+const USES_BEFORE_COPY: usize = 8;
+
+/// W (out × in), plus (built once it has served a few products) Wᵀ laid out for `Y = X·Wᵀ`.
 #[derive(Default)]
 pub struct WeightMatrix {
     w: Matrix,
     transposed: OnceLock<Transposed>,
+    /// Products computed since the last mutation (only counted until the copy exists).
+    uses: AtomicUsize,
 }
 
 /// Wᵀ row-major: element (k, j) = W[j, k] at `k * stride + j`, `stride` = out rounded up.
@@ -40,6 +48,7 @@ impl WeightMatrix {
         WeightMatrix {
             w,
             transposed: OnceLock::new(),
+            uses: AtomicUsize::new(0),
         }
     }
 
@@ -87,7 +96,9 @@ impl WeightMatrix {
             y.num_rows(),
             y.num_cols()
         );
-        if rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
+        let fresh = self.transposed.get().is_none()
+            && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
+        if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
             let w = self.w.view().cols_range(c0, inp);
             y.add_mat_mat(alpha, x, super::Trans::No, w, super::Trans::Yes, beta);
             return;
@@ -149,6 +160,7 @@ impl DerefMut for WeightMatrix {
     /// Mutable access: the transposed copy no longer matches, so it is dropped.
     fn deref_mut(&mut self) -> &mut Matrix {
         self.transposed = OnceLock::new();
+        *self.uses.get_mut() = 0;
         &mut self.w
     }
 }
@@ -194,7 +206,12 @@ mod tests {
             let x = pseudo(rows, inp, 1);
             let mut w = WeightMatrix::new(pseudo(out, inp, 2));
             for round in 0..2 {
-                for &(alpha, beta) in &[(1.0, 0.0), (0.5, 1.0), (2.0, -0.5)] {
+                // Enough products with the same weights that the transposed copy is used.
+                for &(alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (2.0, -0.5)]
+                    .iter()
+                    .cycle()
+                    .take(3 * USES_BEFORE_COPY)
+                {
                     let mut want = pseudo(rows, out, 3);
                     want.view_mut().add_mat_mat(
                         alpha,
@@ -233,8 +250,10 @@ mod tests {
                         }
                     }
                 }
+                assert_eq!(w.transposed.get().is_some(), rows >= MIN_ROWS);
                 // A mutation must drop the transposed copy.
                 w.row_mut(0)[0] += 1.0;
+                assert!(w.transposed.get().is_none());
             }
         }
     }
