@@ -62,6 +62,11 @@ impl TokenWriter {
         self.binary
     }
     /// The bytes written so far.
+    /// A writer that appends to `buf` after clearing it (reusing its allocation).
+    pub fn with_buffer(binary: bool, mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        TokenWriter { buf, binary }
+    }
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf
     }
@@ -168,9 +173,15 @@ impl TokenWriter {
             self.token("FM");
             self.i32(m.num_rows() as i32);
             self.i32(m.num_cols() as i32);
-            for r in 0..m.num_rows() {
-                for &x in m.row(r) {
-                    self.buf.extend_from_slice(&x.to_le_bytes());
+            // Sized once, then filled row by row (a loop the compiler vectorises).
+            let row_bytes = 4 * m.num_cols();
+            let start = self.buf.len();
+            self.buf.resize(start + row_bytes * m.num_rows(), 0);
+            if row_bytes > 0 {
+                for (r, out) in self.buf[start..].chunks_exact_mut(row_bytes).enumerate() {
+                    for (o, &x) in out.chunks_exact_mut(4).zip(m.row(r)) {
+                        o.copy_from_slice(&x.to_le_bytes());
+                    }
                 }
             }
         } else if m.num_rows() == 0 || m.num_cols() == 0 {

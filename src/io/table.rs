@@ -1110,6 +1110,9 @@ pub struct TableWriter<T> {
     script_out: Option<(Sink, String)>,
     /// For `scp:` wspecifiers: key → wxfilename.
     script_in: Option<HashMap<String, String>>,
+    /// The previous object's serialisation buffer, reused so that writing a stream of large
+    /// matrices does not fault in fresh pages for every one.
+    buffer: Vec<u8>,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -1125,6 +1128,7 @@ impl<T: TableObject> TableWriter<T> {
             written: 0,
             script_out: None,
             script_in: None,
+            buffer: Vec::new(),
             _t: std::marker::PhantomData,
         };
         match (&spec.archive, &spec.script) {
@@ -1157,7 +1161,7 @@ impl<T: TableObject> TableWriter<T> {
                 "invalid table key \"{key}\": keys must be non-empty and contain no whitespace"
             )));
         }
-        let mut tw = TokenWriter::new(self.binary);
+        let mut tw = TokenWriter::with_buffer(self.binary, std::mem::take(&mut self.buffer));
         tw.binary_header();
         obj.write_object(&mut tw);
         let body = tw.into_bytes();
@@ -1182,6 +1186,7 @@ impl<T: TableObject> TableWriter<T> {
                 s.write_all(format!("{key} {}:{offset}\n", self.archive_name).as_bytes())?;
             }
         }
+        self.buffer = body;
         Ok(())
     }
 

@@ -25,7 +25,7 @@ const MIN_ROWS: usize = 8;
 
 /// Products with unchanged weights before the transposed copy is built (a TDNN layer makes one
 /// per time offset per propagate; inference makes hundreds).
-const USES_BEFORE_COPY: usize = 8;
+const USES_BEFORE_COPY: usize = 1;
 
 /// W (out × in), plus (built once it has served a few products) Wᵀ laid out for `Y = X·Wᵀ`.
 #[derive(Default)]
