@@ -5,12 +5,14 @@
 //! even more thorough run).
 
 use compnet::compile::context::nnet_context;
-use compnet::compile::{compile_computation, CompilerOptions};
+use compnet::compile::{
+    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
+};
 use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
 use compnet::run::reference::ReferenceEvaluator;
 use compnet::run::NnetComputer;
-use compnet::testing::{random_matrix, random_nnet_config, random_request};
+use compnet::testing::{random_matrix, random_nnet_config, random_request, RandomRequest};
 use compnet::util::seeded_rng;
 
 fn num_nets() -> u64 {
@@ -92,6 +94,75 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
             );
         }
     }
+    let plain = run_computation(&nnet, &comp, &rr, with_derivs, seed, false, &ctx_msg);
+    for ((o, r), got) in req.outputs.iter().zip(&expected).zip(&plain.outputs) {
+        let want = r.as_ref().expect("checked above");
+        let d = rel_diff(got, want);
+        assert!(
+            d < 1e-4,
+            "output {} differs from the reference by {d}\nours {got:?}\nref {want:?}\n{}",
+            o.name,
+            ctx_msg()
+        );
+    }
+    for (i, d) in req
+        .inputs
+        .iter()
+        .filter(|i| i.has_deriv)
+        .zip(&plain.input_derivs)
+    {
+        assert_eq!(d.num_rows(), i.indexes.len());
+    }
+    // The optimized computation (matrices it allocates undefined are filled with NaN) must
+    // give the same outputs, input derivatives and parameter gradients.
+    let mut optimized =
+        compile_computation(&nnet, req, &CompilerOptions::default()).expect("compile");
+    optimize(&nnet, &mut optimized, &OptimizeOptions::default());
+    let opt = run_computation(&nnet, &optimized, &rr, with_derivs, seed, true, &ctx_msg);
+    let same = |what: &str, a: &[Matrix], b: &[Matrix]| {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            let d = rel_diff(x, y);
+            assert!(
+                d < 1e-5,
+                "optimized computation: {what} differs by {d}\n{}\noptimized:\n{}",
+                ctx_msg(),
+                compnet::compile::print::format_computation(&optimized, &nnet)
+            );
+        }
+    };
+    same("output", &opt.outputs, &plain.outputs);
+    same("input derivative", &opt.input_derivs, &plain.input_derivs);
+    assert_eq!(opt.gradient.len(), plain.gradient.len());
+    let scale = plain.gradient.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    for (a, b) in opt.gradient.iter().zip(&plain.gradient) {
+        assert!(
+            (a - b).abs() <= 1e-5 * scale,
+            "optimized computation: parameter gradient {a} vs {b}\n{}",
+            ctx_msg()
+        );
+    }
+    (net.kind, true)
+}
+
+/// What one run of a computation gives: outputs, input derivatives and the parameter
+/// gradient (all updatable components, vectorised in order).
+struct RunResult {
+    outputs: Vec<Matrix>,
+    input_derivs: Vec<Matrix>,
+    gradient: Vec<f32>,
+}
+
+fn run_computation(
+    nnet: &Nnet,
+    comp: &NnetComputation,
+    rr: &RandomRequest,
+    with_derivs: bool,
+    seed: u64,
+    poison: bool,
+    ctx_msg: &dyn Fn() -> String,
+) -> RunResult {
+    let req = &rr.request;
     let mut delta = nnet.clone();
     for c in delta.components.iter_mut() {
         if let Some(u) = c.as_updatable_mut() {
@@ -103,24 +174,22 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     } else {
         None
     };
-    let mut computer = NnetComputer::new(&comp, &nnet, delta_opt);
+    let mut computer = NnetComputer::new(comp, nnet, delta_opt);
+    if poison {
+        computer = computer.poison_undefined();
+    }
     for (s, m) in req.inputs.iter().zip(&rr.input_values) {
         computer.accept_input(&s.name, m.clone()).expect("accept");
     }
     computer
         .run_forward()
         .unwrap_or_else(|e| panic!("run_forward: {e}\n{}", ctx_msg()));
-    for (o, r) in req.outputs.iter().zip(&expected) {
-        let want = r.as_ref().expect("checked above");
-        let got = computer.output(&o.name).expect("output");
-        let d = rel_diff(got, want);
-        assert!(
-            d < 1e-4,
-            "output {} differs from the reference by {d}\nours {got:?}\nref {want:?}\n{}",
-            o.name,
-            ctx_msg()
-        );
-    }
+    let outputs = req
+        .outputs
+        .iter()
+        .map(|o| computer.output(&o.name).expect("output").clone())
+        .collect();
+    let mut input_derivs = Vec::new();
     if with_derivs {
         // The backward pass must run and produce derivatives of the right shapes.
         let mut rng = seeded_rng(seed);
@@ -137,10 +206,23 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
             let d = computer
                 .input_deriv(&i.name)
                 .unwrap_or_else(|e| panic!("{e}\n{}", ctx_msg()));
-            assert_eq!(d.num_rows(), i.indexes.len());
+            input_derivs.push(d.clone());
         }
     }
-    (net.kind, true)
+    drop(computer);
+    let mut gradient = Vec::new();
+    for c in &delta.components {
+        if let Some(u) = c.as_updatable() {
+            let at = gradient.len();
+            gradient.resize(at + u.num_parameters(), 0.0);
+            u.vectorize(&mut gradient[at..]);
+        }
+    }
+    RunResult {
+        outputs,
+        input_derivs,
+        gradient,
+    }
 }
 
 fn run_many(with_derivs: bool, offset: u64) {

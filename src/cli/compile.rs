@@ -9,7 +9,10 @@
 //! Kaldi raw model (binary or text) or a config file (`*.config`, as `nnet3-init` reads).
 
 use crate::compile::print::format_computation;
-use crate::compile::{compile_computation, CompilerOptions, ComputationRequest, IoSpecification};
+use crate::compile::{
+    compile_computation, optimize, CompilerOptions, ComputationRequest, IoSpecification,
+    OptimizeOptions,
+};
 use crate::error::{Error, Result};
 use crate::nnet::{Index, Nnet};
 
@@ -34,6 +37,10 @@ pub struct Args {
     /// Print what each matrix holds.
     #[arg(long = "debug-info")]
     pub debug_info: bool,
+    /// Print the computation as compiled, without the optimizer's rewrites (Kaldi's
+    /// `--optimize=false`)
+    #[arg(long)]
+    pub no_optimize: bool,
 }
 
 /// Parses `5` or `a..b` (inclusive).
@@ -131,7 +138,10 @@ pub fn run(a: Args) -> Result<i32> {
     let opts = CompilerOptions {
         output_debug_info: a.debug_info,
     };
-    let comp = compile_computation(&nnet, &req, &opts)?;
+    let mut comp = compile_computation(&nnet, &req, &opts)?;
+    if !a.no_optimize {
+        optimize(&nnet, &mut comp, &OptimizeOptions::default());
+    }
     print!("{req}");
     print!("{}", format_computation(&comp, &nnet));
     Ok(0)

@@ -11,7 +11,9 @@
 use crate::cli::init::parse_kaldi_bool;
 use crate::compile::context::{nnet_context, NnetContext};
 use crate::compile::request::{ComputationRequest, IoSpecification};
-use crate::compile::{compile_computation, CompilerOptions, NnetComputation};
+use crate::compile::{
+    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
+};
 use crate::error::{Error, Result};
 use crate::io::table::{RandomAccessTableReader, SequentialTableReader, TableWriter};
 use crate::io::GeneralMatrix;
@@ -376,7 +378,8 @@ impl ChunkComputer {
         let key = (lo, hi, n, seqs);
         if !self.cache.contains_key(&key) {
             let request = self.chunk_request(lo, hi, num, seqs as i32);
-            let comp = compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
+            let mut comp = compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
+            optimize(&self.nnet, &mut comp, &OptimizeOptions::default());
             self.cache.insert(key, comp);
         }
         Ok(())

@@ -39,6 +39,9 @@ pub struct SubMatrixInfo {
 pub enum Command {
     /// Allocate matrix `m` (zeroed).
     AllocMatrix { m: usize },
+    /// Allocate matrix `m` with unspecified contents (the optimizer's choice when the first
+    /// use overwrites all of it; Kaldi's kAllocMatrixUndefined).
+    AllocMatrixUndefined { m: usize },
     /// Free matrix `m`.
     DeallocMatrix { m: usize },
     /// Swap the storage of matrices `a` and `b` (used by the optimizer).

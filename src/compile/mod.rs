@@ -9,6 +9,7 @@ pub mod compiler;
 pub mod computation;
 pub mod context;
 pub mod graph;
+pub mod optimize;
 pub mod print;
 pub mod request;
 pub mod split;
@@ -17,4 +18,5 @@ pub mod t_range;
 
 pub use compiler::{compile_computation, CompilerOptions};
 pub use computation::{Command, NnetComputation, SubMatrixInfo};
+pub use optimize::{optimize, OptimizeOptions};
 pub use request::{ComputationRequest, IoSpecification};

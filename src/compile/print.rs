@@ -98,6 +98,13 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
                 .map_or((0, 0), |x| (x.num_rows, x.num_cols));
             format!("m{m} = zeros({r}, {k})")
         }
+        Command::AllocMatrixUndefined { m } => {
+            let (r, k) = c
+                .matrices
+                .get(*m)
+                .map_or((0, 0), |x| (x.num_rows, x.num_cols));
+            format!("m{m} = undefined({r}, {k})")
+        }
         Command::DeallocMatrix { m } => format!("m{m} = []"),
         Command::SwapMatrix { a, b } => format!("m{a}.swap(m{b})"),
         Command::SetConst { s, alpha } => format!("{}.Set({})", sn(*s), fmt_g(*alpha as f64, 6)),

@@ -166,6 +166,23 @@ impl Matrix {
     pub fn stride(&self) -> usize {
         self.stride
     }
+    /// Elements the matrix can hold without reallocating (see [`Matrix::resize`]).
+    pub fn capacity(&self) -> usize {
+        self.data.capacity()
+    }
+    /// Changes the size; the contents are unspecified (whatever the buffer held, zero where
+    /// it grows), for a matrix that is about to be overwritten.
+    pub fn resize_undefined(&mut self, rows: usize, cols: usize) {
+        let n = rows * cols;
+        if self.data.len() >= n {
+            self.data.truncate(n);
+        } else {
+            self.data.resize(n, 0.0);
+        }
+        self.rows = rows;
+        self.cols = cols;
+        self.stride = cols;
+    }
     /// Changes the size; contents become zero.
     pub fn resize(&mut self, rows: usize, cols: usize) {
         self.data.clear();

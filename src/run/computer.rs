@@ -18,6 +18,20 @@ use crate::nnet::component::{Component, Memo, PrecomputedIndexes, Properties};
 use crate::nnet::Nnet;
 use std::collections::HashMap;
 
+/// At most this many freed matrices are kept for reuse (per computer, and per thread between
+/// computers).
+const POOL_MAX_BUFFERS: usize = 64;
+
+thread_local! {
+    /// Freed matrices handed from one computer to the next on the same thread. Chunked
+    /// inference and training run thousands of computations of the same shape; without this
+    /// every one of them would get its matrices fresh from the system allocator, which for
+    /// large buffers means new pages: page faults and kernel zeroing were 11 % of a wsj TDNN
+    /// inference run (docs/PERFORMANCE.md). Like Kaldi's caching allocator, it keeps at most
+    /// one computation's working set per thread.
+    static POOL: std::cell::RefCell<Vec<(usize, Matrix)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Executes an [`NnetComputation`] (Kaldi's `NnetComputer`).
 pub struct NnetComputer<'a> {
     computation: &'a NnetComputation,
@@ -27,7 +41,7 @@ pub struct NnetComputer<'a> {
     /// Receives component statistics (Kaldi's `nnet_to_store_stats`).
     stats_nnet: Option<&'a mut Nnet>,
     matrices: Vec<Matrix>,
-    /// Freed matrices kept for reuse, with the largest size each has held.
+    /// Freed matrices kept for reuse, with their capacities (in elements).
     pool: Vec<(usize, Matrix)>,
     memos: HashMap<usize, Memo>,
     /// Forward inputs supplied by the caller, by node.
@@ -46,6 +60,9 @@ pub struct NnetComputer<'a> {
     checked: Option<std::result::Result<(), String>>,
     forward_done: bool,
     scratch: Matrix,
+    /// Fill matrices allocated undefined with NaN (tests: a read before the first write
+    /// then shows in the results).
+    poison_undefined: bool,
 }
 
 impl<'a> NnetComputer<'a> {
@@ -69,7 +86,7 @@ impl<'a> NnetComputer<'a> {
             matrices: (0..computation.matrices.len().max(1))
                 .map(|_| Matrix::default())
                 .collect(),
-            pool: Vec::new(),
+            pool: POOL.with(|p| std::mem::take(&mut *p.borrow_mut())),
             memos: HashMap::new(),
             inputs: HashMap::new(),
             output_derivs: HashMap::new(),
@@ -80,6 +97,7 @@ impl<'a> NnetComputer<'a> {
             checked: None,
             forward_done: false,
             scratch: Matrix::default(),
+            poison_undefined: false,
         }
     }
 
@@ -87,6 +105,13 @@ impl<'a> NnetComputer<'a> {
     /// of `stats_nnet` (usually the network being trained, Kaldi's `nnet_to_store_stats`).
     pub fn with_stats_nnet(mut self, stats_nnet: &'a mut Nnet) -> Self {
         self.stats_nnet = Some(stats_nnet);
+        self
+    }
+
+    /// Fills every matrix the computation allocates as undefined with NaN, so that an
+    /// optimizer mistake (reading such a matrix before it is written) cannot go unnoticed.
+    pub fn poison_undefined(mut self) -> Self {
+        self.poison_undefined = true;
         self
     }
 
@@ -208,7 +233,9 @@ impl<'a> NnetComputer<'a> {
         self.computation.submatrices[s]
     }
 
-    fn alloc(&mut self, m: usize) {
+    /// Allocates matrix `m` from the pool: zeroed, or (`zeroed == false`) holding whatever
+    /// the reused buffer held (NaN with [`Self::poison_undefined`]).
+    fn alloc(&mut self, m: usize, zeroed: bool) {
         let info = &self.computation.matrices[m];
         let (r, c) = (info.num_rows, info.num_cols);
         let need = r * c;
@@ -230,21 +257,29 @@ impl<'a> NnetComputer<'a> {
             Some(k) => self.pool.swap_remove(k).1,
             None => Matrix::default(),
         };
-        mat.resize(r, c);
+        if zeroed {
+            mat.resize(r, c);
+        } else {
+            mat.resize_undefined(r, c);
+            if self.poison_undefined {
+                mat.view_mut().set_const(Real::NAN);
+            }
+        }
         let old = std::mem::replace(&mut self.matrices[m], mat);
         self.release(old);
     }
 
     fn release(&mut self, old: Matrix) {
-        let n = old.num_rows() * old.num_cols();
-        if n > 0 && self.pool.len() < 64 {
+        let n = old.capacity();
+        if n > 0 && self.pool.len() < POOL_MAX_BUFFERS {
             self.pool.push((n, old));
         }
     }
 
     fn exec(&mut self, idx: usize, cmd: &Command, backward: bool) -> Result<()> {
         match *cmd {
-            Command::AllocMatrix { m } => self.alloc(m),
+            Command::AllocMatrix { m } => self.alloc(m, true),
+            Command::AllocMatrixUndefined { m } => self.alloc(m, false),
             Command::DeallocMatrix { m } => {
                 let old = std::mem::take(&mut self.matrices[m]);
                 self.release(old);
@@ -711,6 +746,24 @@ impl<'a> NnetComputer<'a> {
 }
 
 /// A view of sub-matrix `s` of `matrices` (0 = empty view).
+impl Drop for NnetComputer<'_> {
+    /// Hands every matrix still held, and the pool, to the next computer on this thread.
+    fn drop(&mut self) {
+        let mut pool = std::mem::take(&mut self.pool);
+        let held = std::mem::take(&mut self.matrices);
+        for m in held.into_iter().chain([std::mem::take(&mut self.scratch)]) {
+            if m.capacity() > 0 && pool.len() < POOL_MAX_BUFFERS {
+                pool.push((m.capacity(), m));
+            }
+        }
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let room = POOL_MAX_BUFFERS.saturating_sub(p.len());
+            p.extend(pool.into_iter().take(room));
+        });
+    }
+}
+
 fn view_of<'m>(matrices: &'m [Matrix], comp: &NnetComputation, s: usize) -> MatView<'m> {
     if s == 0 {
         return MatView::from_slice(&[], 0, 0);
@@ -777,7 +830,7 @@ fn compute_can_take(comp: &NnetComputation) -> Vec<bool> {
         };
         match c {
             Command::DeallocMatrix { .. } => {}
-            Command::AllocMatrix { m } => {
+            Command::AllocMatrix { m } | Command::AllocMatrixUndefined { m } => {
                 if let Some(l) = last_use.get_mut(*m) {
                     *l = Some(k);
                 }
@@ -933,7 +986,9 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Re
     let nnodes = nnet.nodes.len();
     for (k, c) in comp.commands.iter().enumerate() {
         match *c {
-            Command::AllocMatrix { m } | Command::DeallocMatrix { m } => mat(m, k)?,
+            Command::AllocMatrix { m }
+            | Command::AllocMatrixUndefined { m }
+            | Command::DeallocMatrix { m } => mat(m, k)?,
             Command::SwapMatrix { a, b } => {
                 mat(a, k)?;
                 mat(b, k)?;
@@ -1209,6 +1264,7 @@ mod tests {
         ];
         let mut comp = NnetComputer::new(&c, &nnet, None);
         assert!(comp.run_forward().is_err());
+        drop(comp);
         c.matrices.push(MatrixInfo {
             num_rows: 1,
             num_cols: 1,
@@ -1216,6 +1272,7 @@ mod tests {
         c.commands = vec![Command::AllocMatrix { m: 9 }];
         let mut comp = NnetComputer::new(&c, &nnet, None);
         assert!(comp.run_forward().is_err());
+        drop(comp);
         // Wrong input shape.
         c.commands = vec![
             Command::AllocMatrix { m: m1 },

@@ -1,0 +1,827 @@
+//! The optimizer (Kaldi's `Optimize`, nnet-optimize.h): rewrites a compiled
+//! [`NnetComputation`] into an equivalent one that copies, zeroes and holds less memory.
+//!
+//! The compiler gives every step its own matrix, allocates (and zeroes) every matrix before
+//! the first command and frees them all after the last. A plain TDNN layer then costs an
+//! affine product plus three whole-matrix copies (each component node's input is a
+//! descriptor step of its own) and the zeroing of five matrices. The passes here, each
+//! named after the Kaldi option that does the same job:
+//!
+//! - **remove_assignments**: `A = B` (a whole-matrix copy) where A is untouched before and
+//!   neither is written after: A becomes another name for B and the copy goes.
+//! - **propagate_in_place**: `B = f(A)` for a component that can work in place, where A is
+//!   not needed afterwards and B is untouched before: B becomes A, and the component runs
+//!   in place.
+//! - **initialize_undefined**: a matrix whose first use overwrites all of it is allocated
+//!   without zeroing ([`Command::AllocMatrixUndefined`]).
+//! - **move_sizing_commands**: each matrix is allocated just before its first use and freed
+//!   just after its last, so a freed buffer is reused (still in cache) by the next one.
+//!
+//! The analysis is per matrix and conservative: it only needs, for every command, which
+//! matrices it reads, fully overwrites or otherwise modifies. Tests compare optimized and
+//! unoptimized computations (values, input derivatives, parameter gradients) on hundreds of
+//! random networks, with "undefined" matrices filled with NaN so any read of one shows.
+
+use super::computation::{Command, MatrixDebugInfo, MatrixInfo, NnetComputation, SubMatrixInfo};
+use crate::nnet::component::Properties;
+use crate::nnet::Nnet;
+
+/// Which optimizations to run (Kaldi's `NnetOptimizeOptions`, the subset we implement).
+#[derive(Clone, Debug)]
+pub struct OptimizeOptions {
+    /// Master switch (`--optimize` in Kaldi's tools).
+    pub optimize: bool,
+    pub remove_assignments: bool,
+    pub propagate_in_place: bool,
+    pub initialize_undefined: bool,
+    pub move_sizing_commands: bool,
+}
+
+impl Default for OptimizeOptions {
+    fn default() -> Self {
+        OptimizeOptions {
+            optimize: true,
+            remove_assignments: true,
+            propagate_in_place: true,
+            initialize_undefined: true,
+            move_sizing_commands: true,
+        }
+    }
+}
+
+/// How a command touches a matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Reads (part of) it.
+    Read,
+    /// Overwrites the given sub-matrix entirely, reading nothing of it.
+    Write,
+    /// Reads and writes, or writes part of the rows it names (adds, scatters, in place).
+    Modify,
+}
+
+/// Every (sub-matrix, access) of a command; Alloc/Dealloc/Swap and no-ops give none.
+fn command_accesses(comp: &NnetComputation, nnet: &Nnet, cmd: &Command) -> Vec<(usize, Access)> {
+    use Access::*;
+    let multi = |k: usize, a: Access| -> Vec<(usize, Access)> {
+        let mut v: Vec<usize> = comp
+            .indexes_multi
+            .get(k)
+            .map(|v| v.iter().filter(|p| p.0 > 0).map(|p| p.0 as usize).collect())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v.dedup();
+        v.into_iter().map(|s| (s, a)).collect()
+    };
+    let props = |c: usize| {
+        nnet.components
+            .get(c)
+            .map_or(Properties(0), |c| c.properties())
+    };
+    let mut v = match *cmd {
+        Command::SetConst { s, .. } | Command::AcceptInput { s, .. } => vec![(s, Write)],
+        Command::ProvideOutput { s, .. } => vec![(s, Read)],
+        Command::Propagate {
+            component,
+            input,
+            output,
+            ..
+        } => {
+            let adds = props(component).has(Properties::PROPAGATE_ADDS);
+            if input == output {
+                vec![(output, Modify)]
+            } else {
+                vec![(input, Read), (output, if adds { Modify } else { Write })]
+            }
+        }
+        Command::Backprop {
+            component,
+            in_value,
+            out_value,
+            out_deriv,
+            in_deriv,
+            ..
+        } => {
+            let adds = props(component).has(Properties::BACKPROP_ADDS);
+            let mut v = vec![(in_value, Read), (out_value, Read)];
+            if in_deriv != 0 && in_deriv == out_deriv {
+                v.push((in_deriv, Modify));
+            } else {
+                v.push((out_deriv, Read));
+                v.push((in_deriv, if adds { Modify } else { Write }));
+            }
+            v
+        }
+        Command::MatrixCopy { dst, src, .. } | Command::CopyRows { dst, src, .. } => {
+            vec![(src, Read), (dst, Write)]
+        }
+        Command::MatrixAdd { dst, src, .. }
+        | Command::AddRows { dst, src, .. }
+        | Command::AddRowRanges { dst, src, .. } => vec![(src, Read), (dst, Modify)],
+        Command::CopyRowsMulti {
+            dst, indexes_multi, ..
+        } => {
+            let mut v = multi(indexes_multi, Read);
+            v.push((dst, Write));
+            v
+        }
+        Command::AddRowsMulti {
+            dst, indexes_multi, ..
+        } => {
+            let mut v = multi(indexes_multi, Read);
+            v.push((dst, Modify));
+            v
+        }
+        Command::CopyToRowsMulti {
+            src, indexes_multi, ..
+        }
+        | Command::AddToRowsMulti {
+            src, indexes_multi, ..
+        } => {
+            let mut v = multi(indexes_multi, Modify);
+            v.push((src, Read));
+            v
+        }
+        Command::AllocMatrix { .. }
+        | Command::AllocMatrixUndefined { .. }
+        | Command::DeallocMatrix { .. }
+        | Command::SwapMatrix { .. }
+        | Command::NoOperation
+        | Command::NoOperationPermanent
+        | Command::NoOperationMarker
+        | Command::NoOperationLabel
+        | Command::GotoLabel { .. } => Vec::new(),
+    };
+    v.retain(|&(s, _)| s != 0 && s < comp.submatrices.len());
+    v
+}
+
+/// Runs the optimizations `opts` selects on `comp` (compiled for `nnet`).
+///
+/// Computations with loops or swaps (which the compiler does not produce) are left alone.
+pub fn optimize(nnet: &Nnet, comp: &mut NnetComputation, opts: &OptimizeOptions) {
+    if !opts.optimize
+        || comp.matrices.len() <= 1
+        || comp.commands.iter().any(|c| {
+            matches!(
+                c,
+                Command::SwapMatrix { .. }
+                    | Command::GotoLabel { .. }
+                    | Command::NoOperationLabel
+                    | Command::AllocMatrixUndefined { .. }
+            )
+        })
+    {
+        return;
+    }
+    let mut o = Optimizer::new(nnet, comp);
+    if opts.remove_assignments || opts.propagate_in_place {
+        o.merge_variables(opts.remove_assignments, opts.propagate_in_place);
+    }
+    let undefined = if opts.initialize_undefined {
+        o.undefined_at_alloc()
+    } else {
+        vec![false; o.comp.matrices.len()]
+    };
+    o.rebuild_sizing(opts.move_sizing_commands, &undefined);
+    o.remove_unused_matrices();
+    renumber_submatrices(comp);
+}
+
+/// Calls `f` on every sub-matrix field of a command (not those inside `indexes_multi`).
+fn for_each_submatrix_mut(cmd: &mut Command, mut f: impl FnMut(&mut usize)) {
+    match cmd {
+        Command::SetConst { s, .. }
+        | Command::AcceptInput { s, .. }
+        | Command::ProvideOutput { s, .. } => f(s),
+        Command::Propagate { input, output, .. } => {
+            f(input);
+            f(output);
+        }
+        Command::Backprop {
+            in_value,
+            out_value,
+            out_deriv,
+            in_deriv,
+            ..
+        } => {
+            f(in_value);
+            f(out_value);
+            f(out_deriv);
+            f(in_deriv);
+        }
+        Command::MatrixCopy { dst, src, .. }
+        | Command::MatrixAdd { dst, src, .. }
+        | Command::CopyRows { dst, src, .. }
+        | Command::AddRows { dst, src, .. }
+        | Command::AddRowRanges { dst, src, .. } => {
+            f(dst);
+            f(src);
+        }
+        Command::CopyRowsMulti { dst: s, .. }
+        | Command::AddRowsMulti { dst: s, .. }
+        | Command::CopyToRowsMulti { src: s, .. }
+        | Command::AddToRowsMulti { src: s, .. } => f(s),
+        Command::AllocMatrix { .. }
+        | Command::AllocMatrixUndefined { .. }
+        | Command::DeallocMatrix { .. }
+        | Command::SwapMatrix { .. }
+        | Command::NoOperation
+        | Command::NoOperationPermanent
+        | Command::NoOperationMarker
+        | Command::NoOperationLabel
+        | Command::GotoLabel { .. } => {}
+    }
+}
+
+/// After merging, several sub-matrices describe the same rectangle and some are unused:
+/// keeps one of each in use (in order of first appearance), so the printed computation
+/// reads naturally and an in-place command names the same sub-matrix twice.
+fn renumber_submatrices(comp: &mut NnetComputation) {
+    let mut new_of: std::collections::HashMap<SubMatrixInfo, usize> = Default::default();
+    let mut list = vec![comp.submatrices[0]];
+    let old = std::mem::take(&mut comp.submatrices);
+    let mut map = |s: &mut usize| {
+        if *s == 0 || *s >= old.len() {
+            return;
+        }
+        let info = old[*s];
+        *s = *new_of.entry(info).or_insert_with(|| {
+            list.push(info);
+            list.len() - 1
+        });
+    };
+    for c in &mut comp.commands {
+        for_each_submatrix_mut(c, &mut map);
+    }
+    for v in &mut comp.indexes_multi {
+        for p in v.iter_mut() {
+            if p.0 > 0 {
+                let mut s = p.0 as usize;
+                map(&mut s);
+                p.0 = s as i32;
+            }
+        }
+    }
+    comp.submatrices = list;
+}
+
+struct Optimizer<'a> {
+    nnet: &'a Nnet,
+    comp: &'a mut NnetComputation,
+    /// Per matrix: (command, access) in command order (no Alloc/Dealloc).
+    accesses: Vec<Vec<(usize, Access)>>,
+    /// Per matrix: position of its AllocMatrix / DeallocMatrix (None: none).
+    alloc_at: Vec<Option<usize>>,
+    dealloc_at: Vec<Option<usize>>,
+    /// False once a matrix has been merged into another.
+    live: Vec<bool>,
+}
+
+impl<'a> Optimizer<'a> {
+    fn new(nnet: &'a Nnet, comp: &'a mut NnetComputation) -> Self {
+        let nm = comp.matrices.len();
+        let mut accesses = vec![Vec::new(); nm];
+        let mut alloc_at = vec![None; nm];
+        let mut dealloc_at = vec![None; nm];
+        for (k, cmd) in comp.commands.iter().enumerate() {
+            match *cmd {
+                Command::AllocMatrix { m } if m < nm => alloc_at[m] = Some(k),
+                Command::DeallocMatrix { m } if m < nm => dealloc_at[m] = Some(k),
+                _ => {
+                    for (s, a) in command_accesses(comp, nnet, cmd) {
+                        let m = comp.submatrices[s].matrix;
+                        if m < nm {
+                            accesses[m].push((k, a));
+                        }
+                    }
+                }
+            }
+        }
+        Optimizer {
+            nnet,
+            comp,
+            accesses,
+            alloc_at,
+            dealloc_at,
+            live: vec![true; nm],
+        }
+    }
+
+    fn matrix_of(&self, s: usize) -> usize {
+        self.comp.submatrices[s].matrix
+    }
+
+    /// True if sub-matrix `s` is all of its matrix.
+    fn is_whole(&self, s: usize) -> bool {
+        let i = self.comp.submatrices[s];
+        let m = &self.comp.matrices[i.matrix];
+        i.row_offset == 0
+            && i.col_offset == 0
+            && i.num_rows == m.num_rows
+            && i.num_cols == m.num_cols
+    }
+
+    fn same_shape(&self, a: usize, b: usize) -> bool {
+        self.comp.matrices[a] == self.comp.matrices[b]
+    }
+
+    /// Renames matrix `x` to `y` everywhere (sub-matrices, accesses, sizing) and drops the
+    /// accesses command `k` made to either (the caller rewrites that command).
+    fn merge(&mut self, x: usize, y: usize, k: usize) {
+        for s in self.comp.submatrices.iter_mut().skip(1) {
+            if s.matrix == x {
+                s.matrix = y;
+            }
+        }
+        let mut ax = std::mem::take(&mut self.accesses[x]);
+        ax.append(&mut self.accesses[y]);
+        ax.retain(|&(c, _)| c != k);
+        ax.sort_by_key(|&(c, _)| c);
+        self.accesses[y] = ax;
+        self.alloc_at[y] = match (self.alloc_at[x], self.alloc_at[y]) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        // A matrix the compiler never frees (an output, a requested derivative) stays so.
+        self.dealloc_at[y] = match (self.dealloc_at[x], self.dealloc_at[y]) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        self.alloc_at[x] = None;
+        self.dealloc_at[x] = None;
+        self.live[x] = false;
+    }
+
+    /// remove_assignments and propagate_in_place, one pass in command order.
+    fn merge_variables(&mut self, assignments: bool, in_place: bool) {
+        for k in 0..self.comp.commands.len() {
+            match self.comp.commands[k] {
+                Command::MatrixCopy { dst, src, alpha } if assignments && alpha == 1.0 => {
+                    if dst == 0 || src == 0 || !self.is_whole(dst) || !self.is_whole(src) {
+                        continue;
+                    }
+                    let (a, b) = (self.matrix_of(dst), self.matrix_of(src));
+                    if a == b || !self.same_shape(a, b) {
+                        continue;
+                    }
+                    let untouched_before = self.accesses[a].iter().all(|&(c, _)| c >= k);
+                    let unwritten_after = |m: usize| {
+                        self.accesses[m]
+                            .iter()
+                            .all(|&(c, acc)| c <= k || acc == Access::Read)
+                    };
+                    if untouched_before && unwritten_after(a) && unwritten_after(b) {
+                        self.merge(a, b, k);
+                        self.comp.commands[k] = Command::NoOperation;
+                    }
+                }
+                Command::Propagate {
+                    component,
+                    input,
+                    output,
+                    ..
+                } if in_place => {
+                    if input == 0 || output == 0 || input == output {
+                        continue;
+                    }
+                    let props = self
+                        .nnet
+                        .components
+                        .get(component)
+                        .map_or(Properties(0), |c| c.properties());
+                    if !props.has(Properties::PROPAGATE_IN_PLACE)
+                        || props.has(Properties::PROPAGATE_ADDS)
+                        || !self.is_whole(input)
+                        || !self.is_whole(output)
+                    {
+                        continue;
+                    }
+                    let (a, b) = (self.matrix_of(input), self.matrix_of(output));
+                    if a == b || !self.same_shape(a, b) {
+                        continue;
+                    }
+                    let b_untouched_before = self.accesses[b].iter().all(|&(c, _)| c >= k);
+                    let a_unused_after = self.accesses[a].iter().all(|&(c, _)| c <= k);
+                    if b_untouched_before && a_unused_after {
+                        self.merge(b, a, k);
+                        self.accesses[a].push((k, Access::Modify));
+                        self.accesses[a].sort_by_key(|&(c, _)| c);
+                        if let Command::Propagate { output, .. } = &mut self.comp.commands[k] {
+                            *output = input;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Per matrix: true if its first uses overwrite all of it before anything reads it, so
+    /// zeroing it at allocation is wasted.
+    fn undefined_at_alloc(&self) -> Vec<bool> {
+        let nm = self.comp.matrices.len();
+        let mut ans = vec![false; nm];
+        for (m, undefined) in ans.iter_mut().enumerate().skip(1) {
+            if !self.live[m] || self.alloc_at[m].is_none() {
+                continue;
+            }
+            let MatrixInfo { num_rows, num_cols } = self.comp.matrices[m];
+            let mut covered = vec![false; num_cols];
+            let mut left = num_cols;
+            let acc = &self.accesses[m];
+            let mut i = 0;
+            'walk: while i < acc.len() && left > 0 {
+                let k = acc[i].0;
+                let mut j = i;
+                while j < acc.len() && acc[j].0 == k {
+                    j += 1;
+                }
+                // A command that also reads or modifies the matrix ends the walk before its
+                // writes count.
+                if acc[i..j].iter().any(|&(_, a)| a != Access::Write) {
+                    break 'walk;
+                }
+                for s in command_accesses(self.comp, self.nnet, &self.comp.commands[k]) {
+                    let info = self.comp.submatrices[s.0];
+                    if info.matrix != m {
+                        continue;
+                    }
+                    if info.row_offset != 0 || info.num_rows != num_rows {
+                        break 'walk;
+                    }
+                    for c in &mut covered[info.col_offset..info.col_offset + info.num_cols] {
+                        if !*c {
+                            *c = true;
+                            left -= 1;
+                        }
+                    }
+                }
+                i = j;
+            }
+            *undefined = left == 0 && num_rows > 0;
+        }
+        ans
+    }
+
+    /// Re-emits the allocation and deallocation commands: at the original places (merged
+    /// matrices take the earliest allocation and latest deallocation), or with `late` just
+    /// before the first and after the last use. Drops NoOperations left by the merges.
+    fn rebuild_sizing(&mut self, late: bool, undefined: &[bool]) {
+        let n = self.comp.commands.len();
+        let nm = self.comp.matrices.len();
+        let mut before: Vec<Vec<usize>> = vec![Vec::new(); n + 1];
+        let mut after: Vec<Vec<usize>> = vec![Vec::new(); n + 1];
+        for m in 1..nm {
+            if !self.live[m] {
+                continue;
+            }
+            let Some(orig_alloc) = self.alloc_at[m] else {
+                continue;
+            };
+            let acc = &self.accesses[m];
+            if late && acc.is_empty() {
+                continue; // never used: neither allocated nor freed
+            }
+            let first = if late { acc[0].0 } else { orig_alloc };
+            before[first].push(m);
+            if let Some(d) = self.dealloc_at[m] {
+                let last = if late { acc[acc.len() - 1].0 } else { d };
+                after[last].push(m);
+            }
+        }
+        let old = std::mem::take(&mut self.comp.commands);
+        let mut cmds = Vec::with_capacity(old.len());
+        for (k, c) in old.into_iter().enumerate() {
+            for &m in &before[k] {
+                cmds.push(if undefined[m] {
+                    Command::AllocMatrixUndefined { m }
+                } else {
+                    Command::AllocMatrix { m }
+                });
+            }
+            match c {
+                Command::NoOperation | Command::AllocMatrix { .. } => {}
+                Command::DeallocMatrix { .. } => {}
+                c => cmds.push(c),
+            }
+            for &m in &after[k] {
+                cmds.push(Command::DeallocMatrix { m });
+            }
+        }
+        self.comp.commands = cmds;
+    }
+
+    /// Renumbers the matrices, dropping those merged away.
+    fn remove_unused_matrices(&mut self) {
+        let nm = self.comp.matrices.len();
+        let mut new_index = vec![0usize; nm];
+        let mut matrices = vec![self.comp.matrices[0].clone()];
+        let has_debug = self.comp.matrix_debug_info.len() == nm;
+        let mut debug = vec![MatrixDebugInfo::default()];
+        for (m, new) in new_index.iter_mut().enumerate().skip(1) {
+            if self.live[m] {
+                *new = matrices.len();
+                matrices.push(self.comp.matrices[m].clone());
+                if has_debug {
+                    debug.push(std::mem::take(&mut self.comp.matrix_debug_info[m]));
+                }
+            }
+        }
+        for s in self.comp.submatrices.iter_mut().skip(1) {
+            s.matrix = new_index[s.matrix];
+        }
+        for c in &mut self.comp.commands {
+            match c {
+                Command::AllocMatrix { m }
+                | Command::AllocMatrixUndefined { m }
+                | Command::DeallocMatrix { m } => *m = new_index[*m],
+                _ => {}
+            }
+        }
+        self.comp.matrices = matrices;
+        if has_debug {
+            self.comp.matrix_debug_info = debug;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+    use crate::run::NnetComputer;
+
+    /// input → relu → output, plus a second output reading the input directly, so hand-made
+    /// computations can hand out two matrices.
+    fn net() -> Nnet {
+        Nnet::from_config_text(
+            "input-node name=input dim=2\n\
+             component name=relu type=RectifiedLinearComponent dim=2\n\
+             component-node name=relu component=relu input=input\n\
+             output-node name=output input=relu\n\
+             output-node name=output2 input=input\n",
+            "<test>",
+        )
+        .expect("config")
+    }
+
+    /// A computation with `n` 3×2 matrices (sub-matrix k = all of matrix k), all allocated
+    /// first, then `body`.
+    fn computation(n: usize, body: Vec<Command>) -> NnetComputation {
+        let mut c = NnetComputation::default();
+        for _ in 0..n {
+            let m = c.new_matrix(3, 2);
+            c.whole_submatrix(m);
+        }
+        c.commands = (1..=n).map(|m| Command::AllocMatrix { m }).collect();
+        c.commands.extend(body);
+        c
+    }
+
+    fn input() -> Matrix {
+        Matrix::from_rows(&[vec![1.0, -2.0], vec![-3.0, 4.0], vec![5.0, -6.0]])
+    }
+
+    /// Runs `c` on `input()`; returns the outputs of `output` and `output2` (empty if absent).
+    fn run(nnet: &Nnet, c: &NnetComputation) -> (Matrix, Matrix) {
+        let mut comp = NnetComputer::new(c, nnet, None).poison_undefined();
+        comp.accept_input("input", input()).unwrap();
+        comp.run_forward().unwrap();
+        let get = |name| comp.output(name).cloned().unwrap_or_default();
+        (get("output"), get("output2"))
+    }
+
+    fn optimized(nnet: &Nnet, c: &NnetComputation) -> NnetComputation {
+        let mut o = NnetComputation {
+            matrices: c.matrices.clone(),
+            submatrices: c.submatrices.clone(),
+            commands: c.commands.clone(),
+            ..Default::default()
+        };
+        optimize(nnet, &mut o, &OptimizeOptions::default());
+        o
+    }
+
+    fn count(c: &NnetComputation, f: impl Fn(&Command) -> bool) -> usize {
+        c.commands.iter().filter(|x| f(x)).count()
+    }
+
+    fn ids(nnet: &Nnet) -> (usize, usize, usize, usize) {
+        (
+            nnet.node_index("input").unwrap(),
+            nnet.node_index("output").unwrap(),
+            nnet.node_index("output2").unwrap(),
+            nnet.component_index("relu").unwrap(),
+        )
+    }
+
+    fn relu(c: usize, node: usize, input: usize, output: usize) -> Command {
+        Command::Propagate {
+            component: c,
+            node,
+            precomputed: 0,
+            input,
+            output,
+            memo: 0,
+            store_stats: false,
+        }
+    }
+
+    /// The common case: a copy disappears, the relu runs in place, nothing is zeroed, and
+    /// every matrix lives only from its first use to its last.
+    #[test]
+    fn copy_and_in_place_chain() {
+        let nnet = net();
+        let (i, o, _, r) = ids(&nnet);
+        let relu_node = nnet.node_index("relu").unwrap();
+        let c = computation(
+            3,
+            vec![
+                Command::AcceptInput { s: 1, node: i },
+                Command::MatrixCopy {
+                    dst: 2,
+                    src: 1,
+                    alpha: 1.0,
+                },
+                relu(r, relu_node, 2, 3),
+                Command::ProvideOutput { s: 3, node: o },
+                Command::DeallocMatrix { m: 1 },
+                Command::DeallocMatrix { m: 2 },
+            ],
+        );
+        let opt = optimized(&nnet, &c);
+        assert_eq!(run(&nnet, &opt).0, run(&nnet, &c).0);
+        assert_eq!(opt.matrices.len(), 2, "{:?}", opt.commands);
+        assert_eq!(count(&opt, |x| matches!(x, Command::MatrixCopy { .. })), 0);
+        assert!(opt
+            .commands
+            .iter()
+            .any(|x| matches!(x, Command::Propagate { input, output, .. } if input == output)));
+        assert_eq!(
+            opt.commands,
+            vec![
+                Command::AllocMatrixUndefined { m: 1 },
+                Command::AcceptInput { s: 1, node: i },
+                relu(r, relu_node, 1, 1),
+                Command::ProvideOutput { s: 1, node: o },
+            ]
+        );
+    }
+
+    /// `A = B` must stay a copy when B is written afterwards.
+    #[test]
+    fn copy_kept_when_source_changes_later() {
+        let nnet = net();
+        let (i, o, _, _) = ids(&nnet);
+        let c = computation(
+            2,
+            vec![
+                Command::AcceptInput { s: 1, node: i },
+                Command::MatrixCopy {
+                    dst: 2,
+                    src: 1,
+                    alpha: 1.0,
+                },
+                Command::SetConst { s: 1, alpha: 5.0 },
+                Command::ProvideOutput { s: 2, node: o },
+            ],
+        );
+        let opt = optimized(&nnet, &c);
+        assert_eq!(run(&nnet, &opt).0, input());
+        assert_eq!(count(&opt, |x| matches!(x, Command::MatrixCopy { .. })), 1);
+    }
+
+    /// `A = B` must stay a copy when A was used before it.
+    #[test]
+    fn copy_kept_when_destination_used_before() {
+        let nnet = net();
+        let (i, o, o2, _) = ids(&nnet);
+        let c = computation(
+            2,
+            vec![
+                Command::AcceptInput { s: 1, node: i },
+                Command::ProvideOutput { s: 2, node: o2 },
+                Command::MatrixCopy {
+                    dst: 2,
+                    src: 1,
+                    alpha: 1.0,
+                },
+                Command::ProvideOutput { s: 2, node: o },
+            ],
+        );
+        let opt = optimized(&nnet, &c);
+        let (out, out2) = run(&nnet, &opt);
+        assert_eq!(out, input());
+        assert_eq!(out2, Matrix::zeros(3, 2), "the early output must stay zero");
+        // ... and that zero must come from a zeroing allocation.
+        assert_eq!(count(&opt, |x| matches!(x, Command::AllocMatrix { .. })), 1);
+    }
+
+    /// A component must not run in place over an input that is read afterwards.
+    #[test]
+    fn not_in_place_when_input_read_later() {
+        let nnet = net();
+        let (i, o, o2, r) = ids(&nnet);
+        let relu_node = nnet.node_index("relu").unwrap();
+        let c = computation(
+            2,
+            vec![
+                Command::AcceptInput { s: 1, node: i },
+                relu(r, relu_node, 1, 2),
+                Command::ProvideOutput { s: 1, node: o2 },
+                Command::ProvideOutput { s: 2, node: o },
+            ],
+        );
+        let opt = optimized(&nnet, &c);
+        let (out, out2) = run(&nnet, &opt);
+        assert_eq!(out2, input());
+        assert_eq!(out, run(&nnet, &c).0);
+        assert_eq!(opt.matrices.len(), 3);
+    }
+
+    /// Zeroing is dropped only where the first writes cover every row and column before
+    /// anything reads the matrix.
+    #[test]
+    fn undefined_only_when_fully_overwritten_first() {
+        let nnet = net();
+        let (i, o, o2, _) = ids(&nnet);
+        let build = |read_between: bool| {
+            let mut c = computation(3, vec![]);
+            let col = |c: &mut NnetComputation, m: usize, k: usize| {
+                c.new_submatrix(SubMatrixInfo {
+                    matrix: m,
+                    row_offset: 0,
+                    num_rows: 3,
+                    col_offset: k,
+                    num_cols: 1,
+                })
+            };
+            let (l2, r2, l1) = (col(&mut c, 2, 0), col(&mut c, 2, 1), col(&mut c, 1, 0));
+            // Matrix 3: only two of its three rows are written.
+            let top3 = c.new_submatrix(SubMatrixInfo {
+                matrix: 3,
+                row_offset: 0,
+                num_rows: 2,
+                col_offset: 0,
+                num_cols: 2,
+            });
+            let top1 = c.new_submatrix(SubMatrixInfo {
+                matrix: 1,
+                row_offset: 0,
+                num_rows: 2,
+                col_offset: 0,
+                num_cols: 2,
+            });
+            c.commands.push(Command::AcceptInput { s: 1, node: i });
+            c.commands.push(Command::MatrixCopy {
+                dst: l2,
+                src: l1,
+                alpha: 1.0,
+            });
+            if read_between {
+                c.commands.push(Command::ProvideOutput { s: 2, node: o2 });
+            }
+            c.commands.push(Command::MatrixCopy {
+                dst: r2,
+                src: l1,
+                alpha: 2.0,
+            });
+            c.commands.push(Command::MatrixCopy {
+                dst: top3,
+                src: top1,
+                alpha: 1.0,
+            });
+            c.commands.push(Command::MatrixAdd {
+                dst: 2,
+                src: 3,
+                alpha: 1.0,
+            });
+            c.commands.push(Command::ProvideOutput { s: 2, node: o });
+            c
+        };
+        for read_between in [false, true] {
+            let c = build(read_between);
+            let opt = optimized(&nnet, &c);
+            assert_eq!(
+                run(&nnet, &opt),
+                run(&nnet, &c),
+                "read_between {read_between}"
+            );
+            let undefined = |m| opt.commands.contains(&Command::AllocMatrixUndefined { m });
+            // Matrix 1 (the input) is always fully written first; matrix 3 never.
+            assert!(undefined(1));
+            assert!(!undefined(3));
+            assert_eq!(undefined(2), !read_between);
+        }
+    }
+
+    /// Computations the passes do not understand are left exactly as they are.
+    #[test]
+    fn swaps_and_loops_are_left_alone() {
+        let nnet = net();
+        let c = computation(2, vec![Command::SwapMatrix { a: 1, b: 2 }]);
+        let opt = optimized(&nnet, &c);
+        assert_eq!(opt.commands, c.commands);
+    }
+}
