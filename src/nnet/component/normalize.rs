@@ -375,15 +375,19 @@ impl BatchNormComponent {
             return;
         }
         if self.count == 0.0 {
-            // As Kaldi: test mode without statistics invents random ones.
-            let mut rng = rand::rng();
+            // As Kaldi: test mode without statistics invents random ones. They come from
+            // the seeded initialisation generator, so two runs on the same untrained model
+            // give the same output.
             self.count = 1.0;
-            for (s, q) in self.stats_sum.iter_mut().zip(self.stats_sumsq.iter_mut()) {
-                let a = crate::util::rand_gauss(&mut rng) as f64;
-                let b = crate::util::rand_gauss(&mut rng) as f64;
-                *s = a;
-                *q = b + a * a;
-            }
+            let (sum, sumsq) = (&mut self.stats_sum, &mut self.stats_sumsq);
+            super::param_util::with_init_rng(|rng| {
+                for (s, q) in sum.iter_mut().zip(sumsq.iter_mut()) {
+                    let a = crate::util::rand_gauss(rng) as f64;
+                    let b = crate::util::rand_gauss(rng) as f64;
+                    *s = a;
+                    *q = b + a * a;
+                }
+            });
         }
         let inv = (1.0 / self.count) as f32;
         let mut offset: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32 * -inv).collect();
@@ -789,5 +793,23 @@ mod tests {
         assert_eq!(bn.count(), 3.0);
         let (m, v) = bn.mean_var();
         assert!((m[0] - 3.0).abs() < 1e-6 && (v[0] - 8.0 / 3.0).abs() < 1e-5);
+    }
+
+    /// Test mode without statistics invents them (as Kaldi does), but reproducibly: the
+    /// same initialisation seed gives the same output, a different one a different output.
+    #[test]
+    fn batchnorm_invented_stats_follow_the_init_seed() {
+        let cfg = ConfigLine::parse_str("dim=3").expect("cfg");
+        let x = Matrix::from_rows(&[vec![1.0, -2.0, 0.5]]);
+        let run = |seed: u64| {
+            crate::nnet::component::param_util::seed_init_rng(seed);
+            let mut c = BatchNormComponent::from_config(&cfg).expect("init");
+            c.set_test_mode(true);
+            let mut y = Matrix::zeros(1, 3);
+            c.propagate(None, x.view(), y.view_mut());
+            y
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
     }
 }
