@@ -1,4 +1,5 @@
-//! Compile time of `compnet::compile::compile_computation` on two real-size requests:
+//! Compile time of `compnet::compile::compile_computation` (alone, and followed by the
+//! optimizer) on two real-size requests:
 //! a 128-sequence × 8-frame training request on the WSJ TDNN (inputs with the network's
 //! context, output derivatives and model derivatives wanted), and a 1000-frame inference
 //! request on the Switchboard TDNN-LSTM (1000 sequential LSTM steps per layer).
@@ -8,7 +9,7 @@
 
 use compnet::compile::context::nnet_context;
 use compnet::compile::request::{ComputationRequest, IoSpecification};
-use compnet::compile::{compile_computation, CompilerOptions};
+use compnet::compile::{compile_computation, optimize, CompilerOptions, OptimizeOptions};
 use compnet::nnet::{Index, Nnet};
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
@@ -104,6 +105,16 @@ fn bench(c: &mut Criterion) {
         }
         g.bench_function(label, |b| {
             b.iter(|| compile_computation(&nnet, &req, &opts).map(|c| c.commands.len()))
+        });
+        // What the tools pay: compilation plus the optimizer.
+        let opt = OptimizeOptions::default();
+        g.bench_function(format!("{label} + optimize"), |b| {
+            b.iter(|| {
+                compile_computation(&nnet, &req, &opts).map(|mut c| {
+                    optimize(&nnet, &mut c, &opt);
+                    c.commands.len()
+                })
+            })
         });
     }
     g.finish();

@@ -276,6 +276,8 @@ struct Optimizer<'a> {
     dealloc_at: Vec<Option<usize>>,
     /// False once a matrix has been merged into another.
     live: Vec<bool>,
+    /// Per matrix: the sub-matrices of it (so a merge renames only those).
+    submatrices_of: Vec<Vec<usize>>,
 }
 
 impl<'a> Optimizer<'a> {
@@ -298,6 +300,12 @@ impl<'a> Optimizer<'a> {
                 }
             }
         }
+        let mut submatrices_of = vec![Vec::new(); nm];
+        for (s, info) in comp.submatrices.iter().enumerate().skip(1) {
+            if info.matrix < nm {
+                submatrices_of[info.matrix].push(s);
+            }
+        }
         Optimizer {
             nnet,
             comp,
@@ -305,6 +313,7 @@ impl<'a> Optimizer<'a> {
             alloc_at,
             dealloc_at,
             live: vec![true; nm],
+            submatrices_of,
         }
     }
 
@@ -329,11 +338,11 @@ impl<'a> Optimizer<'a> {
     /// Renames matrix `x` to `y` everywhere (sub-matrices, accesses, sizing) and drops the
     /// accesses command `k` made to either (the caller rewrites that command).
     fn merge(&mut self, x: usize, y: usize, k: usize) {
-        for s in self.comp.submatrices.iter_mut().skip(1) {
-            if s.matrix == x {
-                s.matrix = y;
-            }
+        let moved = std::mem::take(&mut self.submatrices_of[x]);
+        for &s in &moved {
+            self.comp.submatrices[s].matrix = y;
         }
+        self.submatrices_of[y].extend(moved);
         let mut ax = std::mem::take(&mut self.accesses[x]);
         ax.append(&mut self.accesses[y]);
         ax.retain(|&(c, _)| c != k);
