@@ -64,14 +64,7 @@ impl MatViewMut<'_> {
     pub fn add_vec_to_rows(&mut self, alpha: Real, v: &[Real], beta: Real) {
         assert_eq!(v.len(), self.num_cols(), "add_vec_to_rows: dim");
         for r in 0..self.num_rows() {
-            let row = self.row_mut(r);
-            if beta == 0.0 {
-                row.iter_mut().zip(v).for_each(|(x, &y)| *x = alpha * y);
-            } else {
-                row.iter_mut()
-                    .zip(v)
-                    .for_each(|(x, &y)| *x = alpha * y + beta * *x);
-            }
+            super::simd::axpby(self.row_mut(r), v, alpha, beta);
         }
     }
     /// `self[:, c] = alpha · v + beta · self[:, c]` for every column (Kaldi's AddVecToCols).
@@ -105,7 +98,9 @@ impl MatViewMut<'_> {
     }
     /// `self = max(self, floor)`.
     pub fn apply_floor(&mut self, floor: Real) {
-        self.map_inplace(|x| if x < floor { floor } else { x });
+        for r in 0..self.num_rows() {
+            super::simd::floor(self.row_mut(r), floor);
+        }
     }
     /// `self = min(self, ceiling)`.
     pub fn apply_ceiling(&mut self, ceiling: Real) {
@@ -148,7 +143,7 @@ impl MatViewMut<'_> {
         self.copy_from(src);
         for r in 0..self.num_rows() {
             let row = self.row_mut(r);
-            let m = row_max(row);
+            let m = super::simd::max(row);
             let mut s = 0.0f32;
             for x in row.iter_mut() {
                 *x = (*x - m).exp();
@@ -174,12 +169,7 @@ impl MatViewMut<'_> {
     pub fn log_softmax_per_row_from(&mut self, src: MatView<'_>) {
         self.copy_from(src);
         for r in 0..self.num_rows() {
-            let row = self.row_mut(r);
-            let m = row_max(row);
-            let lse = m + sum_exp_shifted(row, m).ln();
-            for x in row.iter_mut() {
-                *x -= lse;
-            }
+            super::simd::log_softmax(self.row_mut(r));
         }
         super::check::check_finite("log_softmax_per_row_from", self.as_view());
     }
@@ -279,83 +269,9 @@ impl Matrix {
     }
 }
 
-/// Largest element (NaN-free input assumed; −∞ for an empty row), in 8 lanes so that it
-/// vectorises (`f32::max` in a fold does not).
-fn row_max(row: &[Real]) -> Real {
-    let mut lanes = [Real::NEG_INFINITY; 8];
-    let chunks = row.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..8 {
-            lanes[i] = if c[i] > lanes[i] { c[i] } else { lanes[i] };
-        }
-    }
-    let mut m = lanes.iter().fold(Real::NEG_INFINITY, |a, &b| a.max(b));
-    for &x in rest {
-        m = m.max(x);
-    }
-    m
-}
-
-/// `Σ exp(x − m)` over the row, with [`exp_fast`] in 8 lanes: log-softmax over a 3,000-unit
-/// output layer spent 7 % of a wsj inference run in scalar `expf` calls.
-fn sum_exp_shifted(row: &[Real], m: Real) -> Real {
-    let mut lanes = [0.0 as Real; 8];
-    let chunks = row.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..8 {
-            lanes[i] += exp_fast(c[i] - m);
-        }
-    }
-    let mut s: Real = lanes.iter().sum();
-    for &x in rest {
-        s += exp_fast(x - m);
-    }
-    s
-}
-
-/// exp(x) with a relative error below 3e-7 (tests compare with f64 `exp`), written so that
-/// it vectorises: x = k·ln 2 + r with |r| ≤ ln 2 / 2, exp(r) by its degree-7 Taylor
-/// polynomial, 2^k put straight into the exponent bits. Arguments are clamped to
-/// [−87, 88] (exp(−87) ≈ 1.6e-38: contributions below that are not lost, just bounded).
-#[inline(always)]
-pub(crate) fn exp_fast(x: Real) -> Real {
-    const LOG2E: Real = std::f32::consts::LOG2_E;
-    const LN2_HI: Real = 0.693_145_75;
-    const LN2_LO: Real = 1.428_606_8e-6;
-    // Adding and subtracting 1.5·2^23 rounds to the nearest integer without a libm call.
-    const ROUND: Real = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let k = (x * LOG2E + ROUND) - ROUND;
-    let r = (x - k * LN2_HI) - k * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = Real::from_bits(((k as i32 + 127) as u32) << 23);
-    p * scale
-}
-
 #[cfg(test)]
 mod exp_tests {
     use super::*;
-
-    #[test]
-    fn exp_fast_is_accurate() {
-        let mut worst = 0.0f64;
-        let mut x = -87.0f32;
-        while x <= 88.0 {
-            let want = (x as f64).exp();
-            let got = exp_fast(x) as f64;
-            worst = worst.max(((got - want) / want).abs());
-            x += 0.000_731;
-        }
-        assert!(worst < 3e-7, "worst relative error {worst}");
-        assert_eq!(exp_fast(0.0), 1.0);
-    }
 
     #[test]
     fn log_softmax_matches_the_plain_formula() {

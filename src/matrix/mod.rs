@@ -18,6 +18,7 @@ mod elementwise;
 mod gemm;
 mod ops;
 mod rows;
+pub(crate) mod simd;
 mod vector;
 mod weights;
 

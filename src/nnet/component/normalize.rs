@@ -8,6 +8,7 @@ use super::{Component, Memo, PrecomputedIndexes, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::simd;
 use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
 use std::any::Any;
@@ -116,13 +117,10 @@ impl MatViewMut<'_> {
         for r in 0..self.num_rows() {
             let s = src.row(r);
             for (ib, ob) in s.chunks(bd).zip(self.row_mut(r).chunks_mut(obd)) {
-                let sumsq: f32 = ib.iter().map(|x| x * x).sum();
-                let f = (sumsq * (1.0 / d_scaled))
+                let f = (simd::sum_squares(ib) * (1.0 / d_scaled))
                     .max(SQUARED_NORM_FLOOR)
                     .powf(-0.5);
-                for (o, &x) in ob.iter_mut().zip(ib) {
-                    *o = x * f;
-                }
+                simd::scale_into(&mut ob[..bd], ib, f);
                 if add_log {
                     ob[bd] = -f.ln() + target_rms.ln();
                 }
@@ -228,11 +226,10 @@ impl Component for NormalizeComponent {
         let d_scaled = bd as f32 * t * t;
         for r in 0..data.num_rows() {
             for blk in data.row_mut(r).chunks_mut(bd) {
-                let sumsq: f32 = blk.iter().map(|x| x * x).sum();
-                let f = (sumsq * (1.0 / d_scaled))
+                let f = (simd::sum_squares(blk) * (1.0 / d_scaled))
                     .max(SQUARED_NORM_FLOOR)
                     .powf(-0.5);
-                blk.iter_mut().for_each(|x| *x *= f);
+                simd::scale(blk, f);
             }
         }
         None
@@ -620,11 +617,7 @@ impl Component for BatchNormComponent {
     ) -> Option<Memo> {
         if self.test_mode {
             let (scale, offset) = (&self.scale, &self.offset);
-            self.for_each_block_row(&mut data, |blk| {
-                for ((x, &s), &o) in blk.iter_mut().zip(scale).zip(offset) {
-                    *x = *x * s + o;
-                }
-            });
+            self.for_each_block_row(&mut data, |blk| simd::mul_add_elements(blk, scale, offset));
             None
         } else {
             Some(self.propagate_train(&mut data))

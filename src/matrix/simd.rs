@@ -1,0 +1,286 @@
+//! Element-wise kernels compiled for the CPU they run on.
+//!
+//! The crate is built for the baseline x86-64 target (SSE2), so one binary runs everywhere;
+//! GEMM picks AVX-512 or AVX2 at run time inside the `gemm` crate. The element-wise loops
+//! (log-softmax, normalisation, ReLU, bias rows) are ours, and built for SSE2 they use a
+//! quarter of the vector width the machines we target have. Each kernel here is written
+//! once, as plain Rust over slices, and [`multiversion!`] compiles it three times (AVX-512,
+//! AVX2+FMA, baseline) and calls the best one the CPU supports (detected once and cached by
+//! the standard library). No fused multiply-add is introduced that the source does not ask
+//! for, so every version rounds the same way.
+//!
+//! The loops keep independent partial sums/maxima in lanes: a single running sum is one
+//! long dependency chain, which no compiler may reorder into vector operations.
+
+use super::Real;
+
+/// Defines `pub(crate) fn $name(args) -> ret` whose body is compiled for AVX-512, for
+/// AVX2+FMA and for the baseline, with the widest one this CPU supports chosen per call.
+macro_rules! multiversion {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$doc])*
+        pub(crate) fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn imp($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+                fn v4($($arg: $ty),*) $(-> $ret)? {
+                    imp($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn v3($($arg: $ty),*) $(-> $ret)? {
+                    imp($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                {
+                    // SAFETY: the CPU has the features v4 is compiled for.
+                    return unsafe { v4($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU has the features v3 is compiled for.
+                    return unsafe { v3($($arg),*) };
+                }
+            }
+            imp($($arg),*)
+        }
+    };
+}
+
+multiversion! {
+    /// Σ x² (16 lanes).
+    fn sum_squares(x: &[Real]) -> Real {
+        let mut lanes = [0.0 as Real; 16];
+        let chunks = x.chunks_exact(16);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for i in 0..16 {
+                lanes[i] += c[i] * c[i];
+            }
+        }
+        let mut s: Real = lanes.iter().sum();
+        for &v in rest {
+            s += v * v;
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// x ← x · f.
+    fn scale(x: &mut [Real], f: Real) {
+        for v in x.iter_mut() {
+            *v *= f;
+        }
+    }
+}
+
+multiversion! {
+    /// y ← x · f.
+    fn scale_into(y: &mut [Real], x: &[Real], f: Real) {
+        for (o, &v) in y.iter_mut().zip(x) {
+            *o = v * f;
+        }
+    }
+}
+
+multiversion! {
+    /// x ← x · s + o, element by element (BatchNorm in test mode).
+    fn mul_add_elements(x: &mut [Real], s: &[Real], o: &[Real]) {
+        for ((v, &a), &b) in x.iter_mut().zip(s).zip(o) {
+            *v = *v * a + b;
+        }
+    }
+}
+
+multiversion! {
+    /// x ← max(x, floor) (NaN stays NaN).
+    fn floor(x: &mut [Real], floor: Real) {
+        for v in x.iter_mut() {
+            *v = if *v < floor { floor } else { *v };
+        }
+    }
+}
+
+multiversion! {
+    /// x ← alpha · v + beta · x (with beta = 0, x is not read).
+    fn axpby(x: &mut [Real], v: &[Real], alpha: Real, beta: Real) {
+        if beta == 0.0 {
+            for (a, &b) in x.iter_mut().zip(v) {
+                *a = alpha * b;
+            }
+        } else {
+            for (a, &b) in x.iter_mut().zip(v) {
+                *a = alpha * b + beta * *a;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// x ← log-softmax(x) = x − max − log Σ exp(x − max).
+    fn log_softmax(x: &mut [Real]) {
+        let m = max_lanes(x);
+        let mut lanes = [0.0 as Real; 16];
+        let chunks = x.chunks_exact(16);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for i in 0..16 {
+                lanes[i] += exp_fast(c[i] - m);
+            }
+        }
+        let mut s: Real = lanes.iter().sum();
+        for &v in rest {
+            s += exp_fast(v - m);
+        }
+        let lse = m + s.ln();
+        for v in x.iter_mut() {
+            *v -= lse;
+        }
+    }
+}
+
+multiversion! {
+    /// Largest element (−∞ for an empty slice; NaN-free input assumed).
+    fn max(x: &[Real]) -> Real {
+        max_lanes(x)
+    }
+}
+
+/// Largest element (−∞ for an empty slice; NaN-free input assumed), in 16 lanes.
+#[inline(always)]
+fn max_lanes(x: &[Real]) -> Real {
+    let mut lanes = [Real::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            lanes[i] = if c[i] > lanes[i] { c[i] } else { lanes[i] };
+        }
+    }
+    let mut m = lanes.iter().fold(Real::NEG_INFINITY, |a, &b| a.max(b));
+    for &v in rest {
+        m = m.max(v);
+    }
+    m
+}
+
+/// exp(x) with a relative error below 3e-7 (tested against f64), branch-free so that it
+/// vectorises: x = k·ln 2 + r with |r| ≤ ln 2 / 2, exp(r) by its degree-7 Taylor
+/// polynomial, 2^k put straight into the exponent bits. Arguments are clamped to [−87, 88]
+/// (exp(−87) ≈ 1.6e-38). NaN gives NaN.
+#[inline(always)]
+pub(crate) fn exp_fast(x: Real) -> Real {
+    const LOG2E: Real = std::f32::consts::LOG2_E;
+    const LN2_HI: Real = 0.693_145_75;
+    const LN2_LO: Real = 1.428_606_8e-6;
+    // Adding 1.5·2^23 rounds to an integer that then sits in the low mantissa bits.
+    const ROUND: Real = 12_582_912.0;
+    // Comparisons (not f32::clamp, whose NaN handling does not vectorise).
+    let x = if x < -87.0 { -87.0 } else { x };
+    let x = if x > 88.0 { 88.0 } else { x };
+    let t = x * LOG2E + ROUND;
+    let k = t - ROUND;
+    // k as an integer without a (saturating, slow) float-to-int conversion.
+    let ki = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let scale = Real::from_bits((ki.wrapping_add(127) as u32) << 23);
+    p * scale
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize) -> Vec<Real> {
+        (0..n)
+            .map(|i| ((i * 37 % 101) as Real - 50.0) / 13.0)
+            .collect()
+    }
+
+    #[test]
+    fn sum_squares_matches_f64() {
+        for n in [0usize, 1, 15, 16, 17, 650, 1537] {
+            let x = data(n);
+            let want: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+            let got = sum_squares(&x) as f64;
+            assert!(
+                (got - want).abs() <= 1e-5 * want.max(1.0),
+                "n {n}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn exp_fast_is_accurate() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            let want = (x as f64).exp();
+            let got = exp_fast(x) as f64;
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.000_731;
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert_eq!(exp_fast(0.0), 1.0);
+        assert!(exp_fast(Real::NAN).is_nan());
+        assert_eq!(exp_fast(-1000.0), exp_fast(-87.0));
+    }
+
+    #[test]
+    fn small_kernels_match_their_definitions() {
+        for n in [0usize, 3, 16, 33, 650] {
+            let x = data(n);
+            let s: Vec<Real> = x.iter().map(|v| v * 0.5 + 1.0).collect();
+            let mut a = x.clone();
+            scale(&mut a, 3.0);
+            assert!(a.iter().zip(&x).all(|(a, x)| *a == x * 3.0));
+            let mut b = vec![7.0; n];
+            scale_into(&mut b, &x, -2.0);
+            assert!(b.iter().zip(&x).all(|(b, x)| *b == x * -2.0));
+            let mut c = x.clone();
+            mul_add_elements(&mut c, &s, &x);
+            assert!(c.iter().zip(&x).zip(&s).all(|((c, x), s)| *c == x * s + x));
+            let mut d = x.clone();
+            floor(&mut d, 0.5);
+            assert!(d.iter().zip(&x).all(|(d, x)| *d == x.max(0.5)));
+            let mut e = s.clone();
+            axpby(&mut e, &x, 2.0, 0.0);
+            assert!(e.iter().zip(&x).all(|(e, x)| *e == 2.0 * x));
+            let mut f = s.clone();
+            axpby(&mut f, &x, 2.0, -1.0);
+            assert!(f
+                .iter()
+                .zip(&x)
+                .zip(&s)
+                .all(|((f, x), s)| *f == 2.0 * x + -1.0 * s));
+        }
+    }
+
+    #[test]
+    fn log_softmax_matches_f64() {
+        for n in [1usize, 15, 16, 37, 3000] {
+            let x: Vec<Real> = data(n).iter().map(|v| v * 7.0 - 20.0).collect();
+            let mut y = x.clone();
+            log_softmax(&mut y);
+            let m = x.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+            let lse = m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+            for (&v, &got) in x.iter().zip(&y) {
+                let want = v as f64 - lse;
+                assert!(
+                    (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{got} vs {want}"
+                );
+            }
+        }
+    }
+}
