@@ -2,7 +2,8 @@
 //! of /work/shared/golden/perf (the workload of that directory's README: 4 utterances × 1,500
 //! frames of random features, 40-dim, 30 for the x-vector net, plus a 100-dim online iVector
 //! with period 10 where the net has an `ivector` input), with the sgemm peak of the same
-//! binary (a 1024³ product through `compnet::matrix`) measured in the same run.
+//! binary (a 1024³ product through `compnet::matrix`, best of its two layouts) measured in
+//! the same run.
 //!
 //! Usage: `cargo bench --bench inference -- [THREADS] [NET...]` (THREADS default 1; NET is a
 //! label: wsj, xvector, xvector-whole, tdnnf, lstm; default all). The thread pools are sized
@@ -13,13 +14,14 @@
 //! Per workload it prints: the first pass (includes compiling the chunk computations), the best
 //! steady-state pass by wall clock and by process CPU time, frames/s, the FLOPs per input
 //! frame (2·in·out per affine-like layer per row computed, context rows included, counted
-//! from the compiled computations) and the achieved GFLOP/s as a fraction of the peak.
+//! from the compiled computations) and the achieved GFLOP/s as a fraction of the sgemm peak
+//! and of the FMA units' peak (a loop of independent fused multiply-adds).
 
 use clap::Parser;
 use compnet::cli::compute::{set_threads, Args, ChunkComputer, IvectorSource};
 use compnet::compile::request::{ComputationRequest, IoSpecification};
 use compnet::compile::{compile_computation, CompilerOptions, NnetComputation};
-use compnet::matrix::{MatView, MatViewMut, Matrix, Trans};
+use compnet::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
 use compnet::nnet::{Index, Nnet};
 use std::time::Instant;
 
@@ -110,29 +112,109 @@ fn fill(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Best GFLOP/s of a 1024³ product C = A·Bᵀ (the forward form of an affine layer).
+/// Best GFLOP/s of a 1024³ product C = A·Bᵀ (the forward form of an affine layer), the
+/// better of the two ways compnet can run it: the plain product on row-major B, and the
+/// `WeightMatrix` path that reads a column-major copy of B in place. This is the machine's
+/// sgemm peak the "%peak" column refers to.
 fn sgemm_peak() -> f64 {
     let n = 1024;
     let a = fill(n * n, 1);
     let b = fill(n * n, 2);
+    let w = WeightMatrix::new(Matrix::from_vec(n, n, b.clone()));
     let mut c = vec![0f32; n * n];
     let mut best = f64::MAX;
-    for _ in 0..8 {
+    for round in 0..16 {
         let t0 = Instant::now();
         for _ in 0..4 {
             let mut cv = MatViewMut::from_slice(&mut c, n, n);
-            cv.add_mat_mat(
-                1.0,
-                MatView::from_slice(&a, n, n),
-                Trans::No,
-                MatView::from_slice(&b, n, n),
-                Trans::Yes,
-                0.0,
-            );
+            if round % 2 == 0 {
+                cv.add_mat_mat(
+                    1.0,
+                    MatView::from_slice(&a, n, n),
+                    Trans::No,
+                    MatView::from_slice(&b, n, n),
+                    Trans::Yes,
+                    0.0,
+                );
+            } else {
+                w.forward(1.0, MatView::from_slice(&a, n, n), &mut cv, 0.0);
+            }
         }
         best = best.min(t0.elapsed().as_secs_f64() / 4.0);
     }
     2.0 * (n * n * n) as f64 / best / 1e9
+}
+
+/// The FMA units' throughput on one thread: GFLOP/s of a loop of independent 16-lane
+/// fused multiply-adds (AVX-512 when the CPU has it, else 8-lane AVX2, else 0). No GEMM can
+/// beat it; it is what "%fma" refers to.
+fn fma_peak() -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        const ACC: usize = 12;
+        #[target_feature(enable = "avx512f")]
+        fn run512(iters: usize) -> f32 {
+            // SAFETY: only AVX-512F intrinsics on registers, called after detection.
+            unsafe {
+                let mut acc = [_mm512_set1_ps(0.0); ACC];
+                let a = _mm512_set1_ps(0.999_999);
+                let b = _mm512_set1_ps(1e-7);
+                for _ in 0..iters {
+                    for x in acc.iter_mut() {
+                        *x = _mm512_fmadd_ps(*x, a, b);
+                    }
+                }
+                let mut s = 0.0;
+                for x in acc {
+                    s += _mm512_reduce_add_ps(x);
+                }
+                s
+            }
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn run256(iters: usize) -> f32 {
+            // SAFETY: only AVX2/FMA intrinsics on registers, called after detection.
+            unsafe {
+                let mut acc = [_mm256_set1_ps(0.0); ACC];
+                let a = _mm256_set1_ps(0.999_999);
+                let b = _mm256_set1_ps(1e-7);
+                for _ in 0..iters {
+                    for x in acc.iter_mut() {
+                        *x = _mm256_fmadd_ps(*x, a, b);
+                    }
+                }
+                let mut lanes = [0f32; 8];
+                let mut s = 0.0;
+                for x in acc {
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), x);
+                    s += lanes.iter().sum::<f32>();
+                }
+                s
+            }
+        }
+        let (lanes, run): (usize, fn(usize) -> f32) = if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F.
+            (16, |n| unsafe { run512(n) })
+        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA.
+            (8, |n| unsafe { run256(n) })
+        } else {
+            return 0.0;
+        };
+        let iters = 20_000_000;
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            std::hint::black_box(run(std::hint::black_box(iters)));
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+        (iters * ACC * lanes * 2) as f64 / best / 1e9
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0.0
+    }
 }
 
 /// GFLOP/s of the affine forward product at a chunk's shape, M = rows, K = in, N = out, in
@@ -283,7 +365,9 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("# threads {threads}; rounds {rounds}; load {}", load.trim());
     let peak = sgemm_peak();
-    println!("# sgemm 1024^3 (compnet::matrix, {threads} thread(s)): {peak:.1} GFLOP/s");
+    println!("# sgemm peak, 1024^3 (compnet::matrix, {threads} thread(s)): {peak:.1} GFLOP/s");
+    let fma = fma_peak() * threads as f64;
+    println!("# FMA-loop peak ({threads} thread(s) x one core's loop): {fma:.1} GFLOP/s");
     if argv.iter().any(|a| a == "layouts") {
         for (m, k, n) in [
             (70, 1950, 650),
@@ -296,7 +380,7 @@ fn main() {
         }
     }
     println!(
-        "# {:<14} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}",
+        "# {:<14} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>6} {:>8}",
         "workload",
         "first_s",
         "wall_s",
@@ -306,6 +390,7 @@ fn main() {
         "MFLOP/fr",
         "GFLOP/s",
         "%peak",
+        "%fma",
         "x_kaldi"
     );
     for w in WORKLOADS {
@@ -409,7 +494,7 @@ fn main() {
         let kaldi = w.kaldi_fps[usize::from(threads > 1)]
             .map_or("-".to_string(), |k| format!("{:.2}", fps / k));
         println!(
-            "{:<16} {:>8.3} {:>8.3} {:>8.3} {:>9.0} {:>9.0} {:>8.2} {:>8.1} {:>6.1}% {:>8}",
+            "{:<16} {:>8.3} {:>8.3} {:>8.3} {:>9.0} {:>9.0} {:>8.2} {:>8.1} {:>6.1}% {:>5.1}% {:>8}",
             w.label,
             first,
             best_wall,
@@ -419,6 +504,7 @@ fn main() {
             flops_utt / UTT_FRAMES as f64 / 1e6,
             gflops,
             100.0 * gflops / peak,
+            100.0 * gflops / fma,
             kaldi
         );
     }
