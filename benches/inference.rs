@@ -155,22 +155,15 @@ fn fma_peak() -> f64 {
         const ACC: usize = 12;
         #[target_feature(enable = "avx512f")]
         fn run512(iters: usize) -> f32 {
-            // SAFETY: only AVX-512F intrinsics on registers, called after detection.
-            unsafe {
-                let mut acc = [_mm512_set1_ps(0.0); ACC];
-                let a = _mm512_set1_ps(0.999_999);
-                let b = _mm512_set1_ps(1e-7);
-                for _ in 0..iters {
-                    for x in acc.iter_mut() {
-                        *x = _mm512_fmadd_ps(*x, a, b);
-                    }
+            let mut acc = [_mm512_set1_ps(0.0); ACC];
+            let a = _mm512_set1_ps(0.999_999);
+            let b = _mm512_set1_ps(1e-7);
+            for _ in 0..iters {
+                for x in acc.iter_mut() {
+                    *x = _mm512_fmadd_ps(*x, a, b);
                 }
-                let mut s = 0.0;
-                for x in acc {
-                    s += _mm512_reduce_add_ps(x);
-                }
-                s
             }
+            acc.iter().map(|&x| _mm512_reduce_add_ps(x)).sum()
         }
         #[target_feature(enable = "avx2,fma")]
         fn run256(iters: usize) -> f32 {
