@@ -8,7 +8,9 @@
 
 use compnet::compile::context::nnet_context;
 use compnet::compile::request::ComputationRequest;
-use compnet::compile::{compile_computation, CompilerOptions, NnetComputation};
+use compnet::compile::{
+    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
+};
 use compnet::matrix::Matrix;
 use compnet::nnet::Nnet;
 use compnet::run::NnetComputer;
@@ -108,7 +110,9 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
         o.has_deriv = true;
     }
     let req = &rr.request;
-    let comp = compile_computation(&nnet, req, &CompilerOptions::default()).ok()?;
+    // Optimized, as the tools run it (tests/reference_eval.rs checks it against the plain one).
+    let mut comp = compile_computation(&nnet, req, &CompilerOptions::default()).ok()?;
+    optimize(&nnet, &mut comp, &OptimizeOptions::default());
     let mut rng = seeded_rng(seed + 77);
     let out_derivs: Vec<Matrix> = req
         .outputs
