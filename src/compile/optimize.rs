@@ -616,15 +616,27 @@ mod tests {
         c.commands.iter().filter(|x| f(x)).count()
     }
 
-    fn ids(nnet: &Nnet) -> (usize, usize, usize, usize) {
+    /// Node indexes of input, output and output2, and the relu component and its node.
+    fn ids(nnet: &Nnet) -> (usize, usize, usize, usize, usize) {
         (
             nnet.node_index("input").unwrap(),
             nnet.node_index("output").unwrap(),
             nnet.node_index("output2").unwrap(),
             nnet.component_index("relu").unwrap(),
+            nnet.node_index("relu").unwrap(),
         )
     }
 
+    /// `dst = src` (whole sub-matrices).
+    fn copy(dst: usize, src: usize) -> Command {
+        Command::MatrixCopy {
+            dst,
+            src,
+            alpha: 1.0,
+        }
+    }
+
+    /// A Propagate of the relu component from sub-matrix `input` to `output`.
     fn relu(c: usize, node: usize, input: usize, output: usize) -> Command {
         Command::Propagate {
             component: c,
@@ -642,17 +654,12 @@ mod tests {
     #[test]
     fn copy_and_in_place_chain() {
         let nnet = net();
-        let (i, o, _, r) = ids(&nnet);
-        let relu_node = nnet.node_index("relu").unwrap();
+        let (i, o, _, r, relu_node) = ids(&nnet);
         let c = computation(
             3,
             vec![
                 Command::AcceptInput { s: 1, node: i },
-                Command::MatrixCopy {
-                    dst: 2,
-                    src: 1,
-                    alpha: 1.0,
-                },
+                copy(2, 1),
                 relu(r, relu_node, 2, 3),
                 Command::ProvideOutput { s: 3, node: o },
                 Command::DeallocMatrix { m: 1 },
@@ -682,16 +689,12 @@ mod tests {
     #[test]
     fn copy_kept_when_source_changes_later() {
         let nnet = net();
-        let (i, o, _, _) = ids(&nnet);
+        let (i, o, _, _, _) = ids(&nnet);
         let c = computation(
             2,
             vec![
                 Command::AcceptInput { s: 1, node: i },
-                Command::MatrixCopy {
-                    dst: 2,
-                    src: 1,
-                    alpha: 1.0,
-                },
+                copy(2, 1),
                 Command::SetConst { s: 1, alpha: 5.0 },
                 Command::ProvideOutput { s: 2, node: o },
             ],
@@ -705,17 +708,13 @@ mod tests {
     #[test]
     fn copy_kept_when_destination_used_before() {
         let nnet = net();
-        let (i, o, o2, _) = ids(&nnet);
+        let (i, o, o2, _, _) = ids(&nnet);
         let c = computation(
             2,
             vec![
                 Command::AcceptInput { s: 1, node: i },
                 Command::ProvideOutput { s: 2, node: o2 },
-                Command::MatrixCopy {
-                    dst: 2,
-                    src: 1,
-                    alpha: 1.0,
-                },
+                copy(2, 1),
                 Command::ProvideOutput { s: 2, node: o },
             ],
         );
@@ -731,8 +730,7 @@ mod tests {
     #[test]
     fn not_in_place_when_input_read_later() {
         let nnet = net();
-        let (i, o, o2, r) = ids(&nnet);
-        let relu_node = nnet.node_index("relu").unwrap();
+        let (i, o, o2, r, relu_node) = ids(&nnet);
         let c = computation(
             2,
             vec![
@@ -754,7 +752,7 @@ mod tests {
     #[test]
     fn undefined_only_when_fully_overwritten_first() {
         let nnet = net();
-        let (i, o, o2, _) = ids(&nnet);
+        let (i, o, o2, _, _) = ids(&nnet);
         let build = |read_between: bool| {
             let mut c = computation(3, vec![]);
             let col = |c: &mut NnetComputation, m: usize, k: usize| {
@@ -783,11 +781,7 @@ mod tests {
                 num_cols: 2,
             });
             c.commands.push(Command::AcceptInput { s: 1, node: i });
-            c.commands.push(Command::MatrixCopy {
-                dst: l2,
-                src: l1,
-                alpha: 1.0,
-            });
+            c.commands.push(copy(l2, l1));
             if read_between {
                 c.commands.push(Command::ProvideOutput { s: 2, node: o2 });
             }
@@ -796,11 +790,7 @@ mod tests {
                 src: l1,
                 alpha: 2.0,
             });
-            c.commands.push(Command::MatrixCopy {
-                dst: top3,
-                src: top1,
-                alpha: 1.0,
-            });
+            c.commands.push(copy(top3, top1));
             c.commands.push(Command::MatrixAdd {
                 dst: 2,
                 src: 3,

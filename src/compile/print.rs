@@ -91,19 +91,17 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
     let nodes = &nnet.node_names;
     let comps = &nnet.component_names;
     match cmd {
-        Command::AllocMatrix { m } => {
+        Command::AllocMatrix { m } | Command::AllocMatrixUndefined { m } => {
             let (r, k) = c
                 .matrices
                 .get(*m)
                 .map_or((0, 0), |x| (x.num_rows, x.num_cols));
-            format!("m{m} = zeros({r}, {k})")
-        }
-        Command::AllocMatrixUndefined { m } => {
-            let (r, k) = c
-                .matrices
-                .get(*m)
-                .map_or((0, 0), |x| (x.num_rows, x.num_cols));
-            format!("m{m} = undefined({r}, {k})")
+            let how = if matches!(cmd, Command::AllocMatrix { .. }) {
+                "zeros"
+            } else {
+                "undefined"
+            };
+            format!("m{m} = {how}({r}, {k})")
         }
         Command::DeallocMatrix { m } => format!("m{m} = []"),
         Command::SwapMatrix { a, b } => format!("m{a}.swap(m{b})"),
