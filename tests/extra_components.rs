@@ -425,7 +425,7 @@ fn backprop_truncation_scales_clips_and_zeroes() {
     assert_eq!(y.to_vec(), vec![1.0, -2.0, 0.5, 0.5]);
     // Rows at t = 3, 4, 5, 8: t = 4 and 8 cross a multiple of 4 from t − 1.
     let outs: Vec<Index> = [3, 4, 5, 8].iter().map(|&t| Index::new(0, t, 0)).collect();
-    let pre = comp.precompute_indexes(&MiscComputationInfo, &outs, &outs, true);
+    let pre = comp.precompute_indexes(&MiscComputationInfo::default(), &outs, &outs, true);
     let d = Matrix::from_rows(&[
         vec![6.0, 8.0],
         vec![6.0, 8.0],
@@ -511,11 +511,15 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         c.propagate(None, Matrix::zeros(0, 3).view(), y.view_mut());
         assert_eq!(y.to_vec(), vec![0.75; 6]);
         let mut desired = vec![];
-        c.get_input_indexes(&MiscComputationInfo, &Index::new(0, 5, 0), &mut desired);
+        c.get_input_indexes(
+            &MiscComputationInfo::default(),
+            &Index::new(0, 5, 0),
+            &mut desired,
+        );
         assert!(desired.is_empty());
         let mut used = vec![Index::new(0, 1, 0)];
         assert!(c.is_computable(
-            &MiscComputationInfo,
+            &MiscComputationInfo::default(),
             &Index::new(0, 5, 0),
             &|_| false,
             Some(&mut used)
@@ -546,7 +550,7 @@ fn general_dropout_shares_masks_by_sequence_and_time_block() {
     let idx: Vec<Index> = (0..2)
         .flat_map(|n| (0..4).map(move |t| Index::new(n, t, 0)))
         .collect();
-    let pre = c.precompute_indexes(&MiscComputationInfo, &idx, &idx, true);
+    let pre = c.precompute_indexes(&MiscComputationInfo::default(), &idx, &idx, true);
     let x = Matrix::from_vec(8, 6, vec![1.0; 48]);
     for _ in 0..5 {
         let mut y = Matrix::zeros(8, 6);
@@ -586,7 +590,7 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
     );
     // One sequence of 50 frames, given in reverse time order.
     let idx: Vec<Index> = (0..50).rev().map(|t| Index::new(0, t, 0)).collect();
-    let pre = c.precompute_indexes(&MiscComputationInfo, &idx, &idx, true);
+    let pre = c.precompute_indexes(&MiscComputationInfo::default(), &idx, &idx, true);
     let x = Matrix::from_vec(50, 3, vec![1.0; 150]);
     let mut y = Matrix::zeros(50, 3);
     let mut data = x.clone();

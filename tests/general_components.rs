@@ -46,7 +46,7 @@ impl<'a> Step<'a> {
         let pos = |v: &[Index], x: &Index| v.iter().position(|y| y == x).unwrap();
         let in_perm = input.iter().map(|x| pos(&i2, x)).collect();
         let out_perm = output.iter().map(|x| pos(&o2, x)).collect();
-        let pre = c.precompute_indexes(&MiscComputationInfo, &i2, &o2, true);
+        let pre = c.precompute_indexes(&MiscComputationInfo::default(), &i2, &o2, true);
         Step {
             c,
             input: i2,
@@ -377,7 +377,7 @@ fn tdnn_parameter_gradient_is_the_derivative() {
 #[test]
 fn tdnn_index_hooks() {
     let c = component("type=TdnnComponent input-dim=2 output-dim=2 time-offsets=-1,2");
-    let misc = MiscComputationInfo;
+    let misc = MiscComputationInfo::default();
     let mut want = Vec::new();
     c.get_input_indexes(&misc, &Index::new(1, 5, 0), &mut want);
     assert_eq!(want, vec![Index::new(1, 4, 0), Index::new(1, 7, 0)]);
@@ -438,7 +438,7 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
     let pool = component(
         "type=StatisticsPoolingComponent input-dim=7 input-period=3 left-context=6 right-context=6 num-log-count-features=2 output-stddevs=true",
     );
-    let misc = MiscComputationInfo;
+    let misc = MiscComputationInfo::default();
     // Two sequences with different available frame ranges (only frames 2..=10 and 0..=4).
     let avail_frame = |i: &Index| {
         if i.n == 0 {
@@ -555,7 +555,7 @@ fn statistics_without_variance_or_log_counts() {
 #[test]
 fn constant_component_needs_no_input_and_learns() {
     let c = component("type=ConstantComponent output-dim=4 output-mean=1 output-stddev=0.5");
-    let misc = MiscComputationInfo;
+    let misc = MiscComputationInfo::default();
     let mut want = vec![Index::new(0, 0, 0)];
     c.get_input_indexes(&misc, &Index::new(0, 3, 0), &mut want);
     assert!(want.is_empty());
@@ -604,7 +604,7 @@ fn statistics_pooling_long_windows_match_reference() {
     let pool = component(
         "type=StatisticsPoolingComponent input-dim=9 input-period=1 left-context=0 right-context=10000 num-log-count-features=1 output-stddevs=true",
     );
-    let misc = MiscComputationInfo;
+    let misc = MiscComputationInfo::default();
     let frames_n = 120;
     let idx: Vec<Index> = (0..frames_n).map(|t| Index::new(0, t, 0)).collect();
     let x = gauss(idx.len(), 4, 77);

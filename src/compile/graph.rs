@@ -7,6 +7,7 @@
 
 use super::request::{format_indexes, ComputationRequest};
 use crate::error::{Error, Result};
+use crate::nnet::component::MiscComputationInfo;
 use crate::nnet::{Cindex, Index, NetworkNode, Nnet, TRange};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
@@ -29,11 +30,17 @@ struct CindexMap {
 }
 
 /// The ids of one (node, n, x) for `t` in `t0 .. t0 + ids.len()` (`ABSENT` where none).
+/// Entries too spread out for the array (e.g. every 10th t) are in the map's sparse table;
+/// `t_min..=t_max` bounds all of the row's entries and `sparse` counts those in the table,
+/// so a lookup outside the row, or in a row with no sparse entries, never hashes.
 #[derive(Clone, Debug)]
 struct DenseRow {
     t0: i64,
     ids: Vec<u32>,
     count: usize,
+    t_min: i64,
+    t_max: i64,
+    sparse: usize,
 }
 
 const ABSENT: u32 = u32::MAX;
@@ -52,17 +59,20 @@ impl CindexMap {
                 r
             }
         };
-        if let Some(r) = r {
-            let row = &self.dense[r];
-            let k = i.t as i64 - row.t0;
-            if k >= 0 && (k as usize) < row.ids.len() {
-                let id = row.ids[k as usize];
-                if id != ABSENT {
-                    return Some(id as usize);
-                }
+        // Every Cindex has a row (dense or not), so no row means absent.
+        let row = &self.dense[r?];
+        let t = i.t as i64;
+        if t < row.t_min || t > row.t_max {
+            return None;
+        }
+        let k = t - row.t0;
+        if k >= 0 && (k as usize) < row.ids.len() {
+            let id = row.ids[k as usize];
+            if id != ABSENT {
+                return Some(id as usize);
             }
         }
-        if self.sparse.is_empty() {
+        if row.sparse == 0 {
             None
         } else {
             self.sparse.get(c).copied()
@@ -79,10 +89,15 @@ impl CindexMap {
                 t0: t,
                 ids: Vec::new(),
                 count: 0,
+                t_min: t,
+                t_max: t,
+                sparse: 0,
             });
             dense.len() - 1
         });
         let row = &mut self.dense[r];
+        row.t_min = row.t_min.min(t);
+        row.t_max = row.t_max.max(t);
         let (lo, hi) = (row.t0, row.t0 + row.ids.len() as i64);
         let span = hi.max(t + 1) - lo.min(t);
         // Dense while at most half empty (plus slack for short rows); else a hash entry.
@@ -104,6 +119,7 @@ impl CindexMap {
             row.count += 1;
         } else {
             self.sparse.insert(c, id);
+            row.sparse += 1;
         }
     }
 }
@@ -363,7 +379,11 @@ impl<'a> ComputationGraphBuilder<'a> {
             NetworkNode::Component { component } => {
                 let mut idx = Vec::new();
                 if let Some(comp) = self.nnet.components.get(*component) {
-                    comp.get_input_indexes(&self.request.misc_info, &index, &mut idx);
+                    comp.get_input_indexes(
+                        &self.misc_for_input(node.wrapping_sub(1)),
+                        &index,
+                        &mut idx,
+                    );
                 }
                 out.extend(idx.into_iter().map(|i| (node.wrapping_sub(1), i)));
             }
@@ -491,6 +511,20 @@ impl<'a> ComputationGraphBuilder<'a> {
         }
     }
 
+    /// The request's MiscComputationInfo plus, with t ranges on, the bounds outside which
+    /// `in_node` has no Cindex in the graph (dependencies outside its range are never added).
+    fn misc_for_input(&self, in_node: usize) -> MiscComputationInfo {
+        let mut misc = self.request.misc_info.clone();
+        if let Some(r) = self.t_ranges.as_ref().and_then(|r| r.get(in_node)) {
+            misc.input_t_bounds = match *r {
+                TRange::Empty => Some((1, 0)),
+                TRange::Span(lo, hi) => Some((lo, hi)),
+                TRange::All => None,
+            };
+        }
+        misc
+    }
+
     /// Whether `c` counts as available; with `unknown_ok`, Unknown counts as computable.
     fn available(&self, c: &Cindex, unknown_ok: bool) -> bool {
         match self.graph.get_cindex_id(c) {
@@ -523,7 +557,7 @@ impl<'a> ComputationGraphBuilder<'a> {
                     return ComputableInfo::NotComputable;
                 };
                 let in_node = node.wrapping_sub(1);
-                let misc = &self.request.misc_info;
+                let misc = &self.misc_for_input(in_node);
                 if comp.is_computable(
                     misc,
                     &index,
@@ -744,9 +778,10 @@ impl<'a> ComputationGraphBuilder<'a> {
             NetworkNode::Component { component } => {
                 let in_node = node.wrapping_sub(1);
                 let mut used = Vec::new();
+                let misc = self.misc_for_input(in_node);
                 let ok = self.nnet.components.get(*component).is_some_and(|c| {
                     c.is_computable(
-                        &self.request.misc_info,
+                        &misc,
                         &index,
                         &|i| self.available(&(in_node, *i), false),
                         Some(&mut used),

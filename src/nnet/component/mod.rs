@@ -80,9 +80,15 @@ pub trait PrecomputedIndexes: Send + Sync + std::fmt::Debug {
     fn as_any(&self) -> &dyn Any;
 }
 
-/// Extra information passed to the non-simple hooks (reserved; Kaldi's MiscComputationInfo).
+/// Extra information passed to the non-simple hooks (Kaldi's MiscComputationInfo).
 #[derive(Clone, Debug, Default)]
-pub struct MiscComputationInfo;
+pub struct MiscComputationInfo {
+    /// Set by the graph builder when it knows that the component's input node has no
+    /// Cindex with t outside `lo..=hi` (`lo > hi`: none at all), so a component with a
+    /// long window (statistics pooling over 10,001 frames) need not ask about the rest. A
+    /// hint only: the answers must be the same with or without it.
+    pub input_t_bounds: Option<(i64, i64)>,
+}
 
 /// A component: Propagate, Backprop, I/O and property flags.
 pub trait Component: Send + Sync + std::fmt::Debug {

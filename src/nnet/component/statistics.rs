@@ -117,14 +117,6 @@ impl StatsPrecomputed {
     }
 }
 
-/// The Indexes of a (first t, step, count) span at `o`'s n and x (t wraps at the ends of the
-/// i32 range, as Kaldi's int arithmetic does).
-fn span_indexes(o: &Index, (first, step, count): (i64, i64, i64)) -> Vec<Index> {
-    (0..count)
-        .map(|k| Index::new(o.n, (first + k * step) as i32, o.x))
-        .collect()
-}
-
 /// Largest multiple of `period` that is <= t (wrapping at the ends of the i32 range).
 fn round_down(t: i32, period: i32) -> i32 {
     (t as i64)
@@ -200,12 +192,7 @@ impl StatisticsExtractionComponent {
         }))
     }
 
-    /// The input Indexes of the group output `o` belongs to.
-    fn group(&self, o: &Index) -> Vec<Index> {
-        span_indexes(o, self.group_span(o))
-    }
-
-    /// [`Self::group`] as (first t, step, count).
+    /// The input Indexes of the group output `o` belongs to, as (first t, step, count).
     fn group_span(&self, o: &Index) -> (i64, i64, i64) {
         let start = round_down(o.t, self.output_period) as i64;
         let step = self.input_period as i64;
@@ -309,19 +296,19 @@ impl Component for StatisticsExtractionComponent {
         input.widen(1 - p, p - 1)
     }
 
-    fn get_input_indexes(&self, _: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
+    fn get_input_indexes(&self, misc: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
         desired.clear();
-        desired.extend(self.group(o));
+        desired.extend(span_within(misc, o, self.group_span(o)));
     }
 
     fn is_computable(
         &self,
-        _: &MiscComputationInfo,
+        misc: &MiscComputationInfo,
         o: &Index,
         input_available: &dyn Fn(&Index) -> bool,
         used_inputs: Option<&mut Vec<Index>>,
     ) -> bool {
-        optional_inputs(self.group(o), input_available, used_inputs)
+        optional_inputs(misc, o, self.group_span(o), input_available, used_inputs)
     }
 
     fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
@@ -367,16 +354,41 @@ impl Component for StatisticsExtractionComponent {
 
 /// The shared IsComputable of both components: computable if any input is available; the
 /// used inputs are the available ones.
+/// The Indexes of a span (first t, step, count) at `o`'s n and x, limited to the builder's
+/// hint of where the input can exist (`misc.input_t_bounds`): a pooling window is 10,001
+/// frames long, the utterance often far shorter. t wraps at the ends of the i32 range, as
+/// Kaldi's int arithmetic does; a span that wraps is not limited.
+fn span_within(
+    misc: &MiscComputationInfo,
+    o: &Index,
+    (first, step, count): (i64, i64, i64),
+) -> impl Iterator<Item = Index> {
+    let last = first + (count - 1).max(0) * step;
+    let fits = first >= i32::MIN as i64 && last <= i32::MAX as i64;
+    let (k0, k1) = match misc.input_t_bounds {
+        Some((lo, hi)) if step > 0 && fits => (
+            (lo - first + step - 1).div_euclid(step).max(0),
+            (hi - first).div_euclid(step).min(count - 1),
+        ),
+        _ => (0, count - 1),
+    };
+    let (n, x) = (o.n, o.x);
+    (k0..=k1).map(move |k| Index::new(n, (first + k * step) as i32, x))
+}
+
 fn optional_inputs(
-    wanted: Vec<Index>,
+    misc: &MiscComputationInfo,
+    o: &Index,
+    span: (i64, i64, i64),
     input_available: &dyn Fn(&Index) -> bool,
     used_inputs: Option<&mut Vec<Index>>,
 ) -> bool {
+    let mut window = span_within(misc, o, span);
     match used_inputs {
-        None => wanted.iter().any(input_available),
+        None => window.any(|i| input_available(&i)),
         Some(u) => {
             u.clear();
-            u.extend(wanted.into_iter().filter(|i| input_available(i)));
+            u.extend(window.filter(|i| input_available(i)));
             !u.is_empty()
         }
     }
@@ -482,8 +494,7 @@ impl StatisticsPoolingComponent {
         Ok(Box::new(c))
     }
 
-    /// The input Indexes of the window around output `o`.
-    /// [`Self::window`] as (first t, step, count).
+    /// The input Indexes of the window around output `o`, as (first t, step, count).
     fn window_span(&self, o: &Index) -> (i64, i64, i64) {
         let n =
             (self.left_context as i64 + self.right_context as i64) / self.input_period as i64 + 1;
@@ -492,10 +503,6 @@ impl StatisticsPoolingComponent {
             self.input_period as i64,
             n,
         )
-    }
-
-    fn window(&self, o: &Index) -> Vec<Index> {
-        span_indexes(o, self.window_span(o))
     }
 
     /// Dimension of the mean (and of the stddev) part.
@@ -674,14 +681,14 @@ impl Component for StatisticsPoolingComponent {
         input.widen(-(self.right_context as i64), self.left_context as i64)
     }
 
-    fn get_input_indexes(&self, _: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
+    fn get_input_indexes(&self, misc: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
         desired.clear();
-        desired.extend(self.window(o));
+        desired.extend(span_within(misc, o, self.window_span(o)));
     }
 
     fn is_computable(
         &self,
-        _: &MiscComputationInfo,
+        misc: &MiscComputationInfo,
         o: &Index,
         input_available: &dyn Fn(&Index) -> bool,
         used_inputs: Option<&mut Vec<Index>>,
@@ -693,7 +700,7 @@ impl Component for StatisticsPoolingComponent {
             }
             return false;
         }
-        optional_inputs(self.window(o), input_available, used_inputs)
+        optional_inputs(misc, o, self.window_span(o), input_available, used_inputs)
     }
 
     fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
@@ -741,4 +748,51 @@ impl Component for StatisticsPoolingComponent {
     }
 
     component_boilerplate!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With the builder's bounds hint, a window is exactly the full window limited to the
+    /// bounds: for periods above 1, bounds off the period grid, empty bounds, and a span
+    /// that wraps around the i32 range (never limited).
+    #[test]
+    fn bounded_windows_are_the_full_windows_clipped() {
+        let full = MiscComputationInfo::default();
+        for (first, step, count) in [
+            (0i64, 1i64, 10001i64),
+            (-7, 3, 40),
+            (5, 10, 1001),
+            (3, 4, 1),
+        ] {
+            for (lo, hi) in [
+                (0i64, 1499i64),
+                (-5, 8),
+                (2, 2),
+                (13, 12),
+                (-100, -50),
+                (1, 30_000),
+            ] {
+                let o = Index::new(2, 0, 1);
+                let hinted = MiscComputationInfo {
+                    input_t_bounds: Some((lo, hi)),
+                };
+                let want: Vec<Index> = span_within(&full, &o, (first, step, count))
+                    .filter(|i| (lo..=hi).contains(&(i.t as i64)))
+                    .collect();
+                let got: Vec<Index> = span_within(&hinted, &o, (first, step, count)).collect();
+                assert_eq!(
+                    got, want,
+                    "span ({first},{step},{count}) bounds ({lo},{hi})"
+                );
+            }
+        }
+        let wrap = (i32::MAX as i64 - 5, 1, 10);
+        let hinted = MiscComputationInfo {
+            input_t_bounds: Some((0, 100)),
+        };
+        let o = Index::new(0, 0, 0);
+        assert_eq!(span_within(&hinted, &o, wrap).count(), 10);
+    }
 }
