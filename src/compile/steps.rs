@@ -10,6 +10,7 @@ use super::request::ComputationRequest;
 use crate::error::{Error, Result};
 use crate::nnet::component::Properties;
 use crate::nnet::{Cindex, NetworkNode, Nnet};
+use rustc_hash::FxHashSet;
 use std::collections::{BTreeSet, HashMap};
 
 /// The node-level graph: `arcs[a]` lists the nodes that read node `a` (Kaldi's
@@ -339,16 +340,21 @@ impl StepsComputer<'_> {
             self.add_step(&input, false, false)?;
             return self.add_step(step, false, false);
         }
+        // The inputs the step's Cindexes use, each once. Dependencies overlap heavily (every
+        // output of a pooling step shares most of its window with its neighbours: 1.1 M
+        // entries for 1,500 distinct inputs), so they are made unique by id before sorting.
+        let mut seen = FxHashSet::default();
         let mut input: Vec<Cindex> = Vec::new();
         for c in step {
             if let Some(id) = self.graph.get_cindex_id(c) {
                 for &d in &self.graph.dependencies[id] {
-                    input.push(self.graph.cindexes[d]);
+                    if seen.insert(d) {
+                        input.push(self.graph.cindexes[d]);
+                    }
                 }
             }
         }
-        input.sort();
-        input.dedup();
+        input.sort_unstable();
         if props.has(Properties::REORDERS_INDEXES) {
             let mut in_idx: Vec<_> = input.iter().map(|c| c.1).collect();
             let mut out_idx: Vec<_> = step.iter().map(|c| c.1).collect();
