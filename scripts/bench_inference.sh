@@ -72,5 +72,5 @@ if [ -z "${SKIP_INPROC:-}" ]; then
   cargo bench --bench inference --no-run >&2
   BENCH=$(cargo bench --bench inference --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
   "$BENCH" 1
-  "$BENCH" 2 wsj
+  "$BENCH" 2 wsj xvector-whole tdnnf
 fi
