@@ -61,12 +61,12 @@ impl TokenWriter {
     pub fn is_binary(&self) -> bool {
         self.binary
     }
-    /// The bytes written so far.
     /// A writer that appends to `buf` after clearing it (reusing its allocation).
     pub fn with_buffer(binary: bool, mut buf: Vec<u8>) -> Self {
         buf.clear();
         TokenWriter { buf, binary }
     }
+    /// The bytes written so far.
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf
     }

@@ -27,8 +27,8 @@ thread_local! {
     /// inference and training run thousands of computations of the same shape; without this
     /// every one of them would get its matrices fresh from the system allocator, which for
     /// large buffers means new pages: page faults and kernel zeroing were 11 % of a wsj TDNN
-    /// inference run (docs/PERFORMANCE.md). Like Kaldi's caching allocator, it keeps at most
-    /// one computation's working set per thread.
+    /// inference run (docs/PERFORMANCE.md). Like Kaldi's caching allocator it keeps memory
+    /// once used: up to POOL_MAX_BUFFERS buffers per thread, for the life of the thread.
     static POOL: std::cell::RefCell<Vec<(usize, Matrix)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -745,7 +745,6 @@ impl<'a> NnetComputer<'a> {
     }
 }
 
-/// A view of sub-matrix `s` of `matrices` (0 = empty view).
 impl Drop for NnetComputer<'_> {
     /// Hands every matrix still held, and the pool, to the next computer on this thread.
     fn drop(&mut self) {
@@ -764,6 +763,7 @@ impl Drop for NnetComputer<'_> {
     }
 }
 
+/// A view of sub-matrix `s` of `matrices` (0 = empty view).
 fn view_of<'m>(matrices: &'m [Matrix], comp: &NnetComputation, s: usize) -> MatView<'m> {
     if s == 0 {
         return MatView::from_slice(&[], 0, 0);
