@@ -70,10 +70,25 @@ impl<'a> Step<'a> {
         }
         out
     }
+    /// A destination for propagate (`for_backprop`: for backprop) as the optimizer may hand
+    /// it over: zeroed if the component adds to it, else holding anything (NaN here, so a
+    /// component that leaves part of it unwritten shows in the results).
+    fn destination(&self, rows: usize, cols: usize, for_backprop: bool) -> Matrix {
+        let adds = if for_backprop {
+            Properties::BACKPROP_ADDS
+        } else {
+            Properties::PROPAGATE_ADDS
+        };
+        let mut m = Matrix::zeros(rows, cols);
+        if !self.c.properties().has(adds) {
+            m.view_mut().set_const(f32::NAN);
+        }
+        m
+    }
     /// Output rows in the original output order.
     fn forward(&self, x: &Matrix) -> Matrix {
         let xin = self.permute_in(x);
-        let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
+        let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
         self.c
             .propagate(self.pre.as_deref(), xin.view(), y.view_mut());
         Self::unpermute(&self.out_perm, &y)
@@ -81,7 +96,7 @@ impl<'a> Step<'a> {
     /// Input derivative (original input order) for output derivative `d` (original order).
     fn backward(&self, x: &Matrix, d: &Matrix, to_update: Option<&mut dyn Component>) -> Matrix {
         let xin = self.permute_in(x);
-        let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
+        let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
         self.c
             .propagate(self.pre.as_deref(), xin.view(), y.view_mut());
         let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
@@ -100,7 +115,7 @@ impl<'a> Step<'a> {
         } else {
             empty.view()
         };
-        let mut g = Matrix::zeros(self.input.len(), self.c.input_dim());
+        let mut g = self.destination(self.input.len(), self.c.input_dim(), true);
         self.c.backprop(
             self.pre.as_deref(),
             iv,
