@@ -200,18 +200,6 @@ impl Component for BackpropTruncationComponent {
     fn properties(&self) -> Properties {
         Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        if self.scale != 1.0 {
-            output.scale(self.scale);
-        }
-        None
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
@@ -221,21 +209,6 @@ impl Component for BackpropTruncationComponent {
             data.scale(self.scale);
         }
         None
-    }
-    fn backprop(
-        &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            self.backprop_rows(indexes, &mut d, to_update);
-        }
     }
     fn backprop_in_place(
         &self,

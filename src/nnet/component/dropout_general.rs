@@ -288,36 +288,12 @@ impl Component for GeneralDropoutComponent {
             p
         }
     }
-    fn propagate(
-        &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.dropout_in_place(indexes, &mut output)
-    }
     fn propagate_in_place(
         &self,
         indexes: Option<&dyn PrecomputedIndexes>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         self.dropout_in_place(indexes, &mut data)
-    }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        out_deriv: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            self.backprop_mask(memo, &mut d);
-        }
     }
     fn backprop_in_place(
         &self,
@@ -750,36 +726,12 @@ impl Component for SpecAugmentTimeMaskComponent {
             | Properties::BACKPROP_IN_PLACE
             | Properties::USES_MEMO
     }
-    fn propagate(
-        &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.mask_in_place(indexes, &mut output)
-    }
     fn propagate_in_place(
         &self,
         indexes: Option<&dyn PrecomputedIndexes>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         self.mask_in_place(indexes, &mut data)
-    }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        out_deriv: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            Self::backprop_mask(memo, &mut d);
-        }
     }
     fn backprop_in_place(
         &self,

@@ -100,18 +100,29 @@ pub trait Component: Send + Sync + std::fmt::Debug {
 
     /// Computes `output` from `input`. If the component has `PROPAGATE_ADDS` it adds to
     /// `output`, otherwise it overwrites it. Returns a memo iff it has `USES_MEMO`.
+    ///
+    /// The default copies the input and runs [`Self::propagate_in_place`], so a component
+    /// whose work is naturally in place implements only that. Every component overrides at
+    /// least one of the two (the two defaults call each other).
     fn propagate(
         &self,
         indexes: Option<&dyn PrecomputedIndexes>,
         input: MatView<'_>,
-        output: MatViewMut<'_>,
-    ) -> Option<Memo>;
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        output.copy_from(input);
+        self.propagate_in_place(indexes, output)
+    }
 
     /// Back-propagates `out_deriv`. Writes (or with `BACKPROP_ADDS`, adds) the input
     /// derivative into `in_deriv` when given, and accumulates the parameter gradient into
     /// `to_update` (a component of the same type, usually in a separate "delta" network) when
     /// given. `in_value` / `out_value` are empty (0×0) views unless the component declared
     /// `BACKPROP_NEEDS_INPUT` / `BACKPROP_NEEDS_OUTPUT`.
+    ///
+    /// The default copies `out_deriv` into `in_deriv` and runs [`Self::backprop_in_place`];
+    /// without `in_deriv` it does nothing, so a component that must update `to_update` even
+    /// then overrides this. Every component overrides at least one of the two.
     #[allow(clippy::too_many_arguments)]
     fn backprop(
         &self,
@@ -122,7 +133,12 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         memo: Option<&Memo>,
         to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
-    );
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_from(out_deriv);
+            self.backprop_in_place(indexes, in_value, out_value, memo, to_update, d);
+        }
+    }
 
     /// Propagate with input and output in the same memory (`data` holds the input on entry
     /// and the output on exit). The runtime calls it only for components with

@@ -601,15 +601,6 @@ impl Component for BatchNormComponent {
         }
         p
     }
-    fn propagate(
-        &self,
-        idx: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.propagate_in_place(idx, output)
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
@@ -621,21 +612,6 @@ impl Component for BatchNormComponent {
             None
         } else {
             Some(self.propagate_train(&mut data))
-        }
-    }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        out_value: MatView<'_>,
-        out_deriv: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            self.backprop_on(out_value, memo, &mut d);
         }
     }
     fn backprop_in_place(

@@ -215,16 +215,6 @@ impl Component for PerElementScaleComponent {
             | Properties::PROPAGATE_IN_PLACE
             | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        output.mul_cols_vec(&self.scales);
-        None
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
@@ -481,15 +471,6 @@ impl Component for PerElementOffsetComponent {
             p
         }
     }
-    fn propagate(
-        &self,
-        i: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.propagate_in_place(i, output)
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
@@ -714,15 +695,6 @@ impl Component for ScaleAndOffsetComponent {
         } else {
             p
         }
-    }
-    fn propagate(
-        &self,
-        i: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.propagate_in_place(i, output)
     }
     fn propagate_in_place(
         &self,

@@ -132,38 +132,12 @@ impl Component for NoOpComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        None
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
         _data: MatViewMut<'_>,
     ) -> Option<Memo> {
         None
-    }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            if self.backprop_scale != 1.0 {
-                d.scale(self.backprop_scale);
-            }
-        }
     }
     fn backprop_in_place(
         &self,
@@ -826,16 +800,6 @@ impl Component for FixedScaleComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        output.mul_cols_vec(&self.scales);
-        None
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
@@ -843,21 +807,6 @@ impl Component for FixedScaleComponent {
     ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
         None
-    }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            d.mul_cols_vec(&self.scales);
-        }
     }
     fn backprop_in_place(
         &self,
@@ -932,16 +881,6 @@ impl Component for FixedBiasComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        output.add_vec_to_rows(1.0, &self.bias, 1.0);
-        None
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
@@ -949,20 +888,6 @@ impl Component for FixedBiasComponent {
     ) -> Option<Memo> {
         data.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
-    }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-        }
     }
     fn backprop_in_place(
         &self,
@@ -1188,36 +1113,12 @@ impl Component for ClipGradientComponent {
             | Properties::BACKPROP_IN_PLACE
             | Properties::BACKPROP_NEEDS_INPUT
     }
-    fn propagate(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        None
-    }
     fn propagate_in_place(
         &self,
         _: Option<&dyn PrecomputedIndexes>,
         _data: MatViewMut<'_>,
     ) -> Option<Memo> {
         None
-    }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _: MatView<'_>,
-        out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            self.clip(in_value, &mut d, to_update);
-        }
     }
     fn backprop_in_place(
         &self,
