@@ -269,8 +269,8 @@ fn renumber_submatrices(comp: &mut NnetComputation) {
 struct Optimizer<'a> {
     nnet: &'a Nnet,
     comp: &'a mut NnetComputation,
-    /// Per matrix: (command, access) in command order (no Alloc/Dealloc).
-    accesses: Vec<Vec<(usize, Access)>>,
+    /// Per matrix: (command, sub-matrix, access) in command order (no Alloc/Dealloc).
+    accesses: Vec<Vec<(usize, usize, Access)>>,
     /// Per matrix: position of its AllocMatrix / DeallocMatrix (None: none).
     alloc_at: Vec<Option<usize>>,
     dealloc_at: Vec<Option<usize>>,
@@ -294,7 +294,7 @@ impl<'a> Optimizer<'a> {
                     for (s, a) in command_accesses(comp, nnet, cmd) {
                         let m = comp.submatrices[s].matrix;
                         if m < nm {
-                            accesses[m].push((k, a));
+                            accesses[m].push((k, s, a));
                         }
                     }
                 }
@@ -345,8 +345,8 @@ impl<'a> Optimizer<'a> {
         self.submatrices_of[y].extend(moved);
         let mut ax = std::mem::take(&mut self.accesses[x]);
         ax.append(&mut self.accesses[y]);
-        ax.retain(|&(c, _)| c != k);
-        ax.sort_by_key(|&(c, _)| c);
+        ax.retain(|&(c, _, _)| c != k);
+        ax.sort_by_key(|&(c, _, _)| c);
         self.accesses[y] = ax;
         self.alloc_at[y] = match (self.alloc_at[x], self.alloc_at[y]) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -374,11 +374,11 @@ impl<'a> Optimizer<'a> {
                     if a == b || !self.same_shape(a, b) {
                         continue;
                     }
-                    let untouched_before = self.accesses[a].iter().all(|&(c, _)| c >= k);
+                    let untouched_before = self.accesses[a].iter().all(|&(c, _, _)| c >= k);
                     let unwritten_after = |m: usize| {
                         self.accesses[m]
                             .iter()
-                            .all(|&(c, acc)| c <= k || acc == Access::Read)
+                            .all(|&(c, _, acc)| c <= k || acc == Access::Read)
                     };
                     if untouched_before && unwritten_after(a) && unwritten_after(b) {
                         self.merge(a, b, k);
@@ -410,12 +410,12 @@ impl<'a> Optimizer<'a> {
                     if a == b || !self.same_shape(a, b) {
                         continue;
                     }
-                    let b_untouched_before = self.accesses[b].iter().all(|&(c, _)| c >= k);
-                    let a_unused_after = self.accesses[a].iter().all(|&(c, _)| c <= k);
+                    let b_untouched_before = self.accesses[b].iter().all(|&(c, _, _)| c >= k);
+                    let a_unused_after = self.accesses[a].iter().all(|&(c, _, _)| c <= k);
                     if b_untouched_before && a_unused_after {
                         self.merge(b, a, k);
-                        self.accesses[a].push((k, Access::Modify));
-                        self.accesses[a].sort_by_key(|&(c, _)| c);
+                        self.accesses[a].push((k, input, Access::Modify));
+                        self.accesses[a].sort_by_key(|&(c, _, _)| c);
                         if let Command::Propagate { output, .. } = &mut self.comp.commands[k] {
                             *output = input;
                         }
@@ -448,14 +448,11 @@ impl<'a> Optimizer<'a> {
                 }
                 // A command that also reads or modifies the matrix ends the walk before its
                 // writes count.
-                if acc[i..j].iter().any(|&(_, a)| a != Access::Write) {
+                if acc[i..j].iter().any(|&(_, _, a)| a != Access::Write) {
                     break 'walk;
                 }
-                for s in command_accesses(self.comp, self.nnet, &self.comp.commands[k]) {
-                    let info = self.comp.submatrices[s.0];
-                    if info.matrix != m {
-                        continue;
-                    }
+                for &(_, sub, _) in &acc[i..j] {
+                    let info = self.comp.submatrices[sub];
                     if info.row_offset != 0 || info.num_rows != num_rows {
                         break 'walk;
                     }
