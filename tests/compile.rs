@@ -848,6 +848,58 @@ fn golden_nets_compile_and_match_reference() {
     assert!(n_ok >= 5);
 }
 
+/// Every loadable golden network (general components included), forward only and with all
+/// derivatives: the compiled computation and what every optimizer pass leaves pass the
+/// computation checker.
+#[test]
+fn golden_nets_pass_the_checker_after_every_optimizer_pass() {
+    use compnet::compile::checker::check_computation;
+    use compnet::compile::optimize::{optimize_observed, OptimizeOptions};
+    let mut dirs: Vec<_> = std::fs::read_dir(Path::new(GOLDEN).join("cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let mut checked = Vec::new();
+    for d in dirs {
+        let Ok(n) = load_golden(&d.join("model.raw")) else {
+            continue;
+        };
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let ctx = nnet_context(&n).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for with_derivs in [false, true] {
+            let mut inputs = vec![io("input", 0..2, -ctx.left..12 + ctx.right, with_derivs)];
+            if n.node_index("ivector").is_some() {
+                inputs.push(io("ivector", 0..2, 0..1, false));
+            }
+            let mut req = request(inputs, vec![io("output", 0..2, 0..12, with_derivs)]);
+            req.need_model_derivative = with_derivs;
+            let mut comp = compile_computation(&n, &req, &CompilerOptions::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            check_computation(&comp, &n).unwrap_or_else(|e| {
+                panic!("{name}: compiled: {e}\n{}", format_computation(&comp, &n))
+            });
+            let mut passes = 0;
+            optimize_observed(
+                &n,
+                &mut comp,
+                &OptimizeOptions::default(),
+                &mut |pass, c| {
+                    passes += 1;
+                    check_computation(c, &n).unwrap_or_else(|e| {
+                        panic!("{name}: after {pass}: {e}\n{}", format_computation(c, &n))
+                    });
+                },
+            );
+            assert_eq!(passes, 4, "{name}");
+        }
+        checked.push(name);
+    }
+    eprintln!("checked: {checked:?}");
+    // Every case whose component types exist (12 of the 14 today).
+    assert!(checked.len() >= 12, "only {} cases checked", checked.len());
+}
+
 #[test]
 fn outputs_are_deterministic() {
     let n = net(RNN);

@@ -4,10 +4,10 @@
 //! `COMPNET_RANDOM_NETS=N` sets the number of networks (default 400; raise it for an
 //! even more thorough run).
 
+use compnet::compile::checker::check_computation;
 use compnet::compile::context::nnet_context;
-use compnet::compile::{
-    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
-};
+use compnet::compile::optimize::optimize_observed;
+use compnet::compile::{compile_computation, CompilerOptions, NnetComputation, OptimizeOptions};
 use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
 use compnet::run::reference::ReferenceEvaluator;
@@ -94,6 +94,8 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
             );
         }
     }
+    check_computation(&comp, &nnet)
+        .unwrap_or_else(|e| panic!("compiled computation: {e}\n{}", ctx_msg()));
     let plain = run_computation(&nnet, &comp, &rr, with_derivs, seed, false, &ctx_msg);
     for ((o, r), got) in req.outputs.iter().zip(&expected).zip(&plain.outputs) {
         let want = r.as_ref().expect("checked above");
@@ -114,10 +116,27 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
         assert_eq!(d.num_rows(), i.indexes.len());
     }
     // The optimized computation (matrices it allocates undefined are filled with NaN) must
-    // give the same outputs, input derivatives and parameter gradients.
+    // give the same outputs, input derivatives and parameter gradients; the checker must
+    // accept what every pass leaves.
     let mut optimized =
         compile_computation(&nnet, req, &CompilerOptions::default()).expect("compile");
-    optimize(&nnet, &mut optimized, &OptimizeOptions::default());
+    let mut passes = 0;
+    optimize_observed(
+        &nnet,
+        &mut optimized,
+        &OptimizeOptions::default(),
+        &mut |pass, c| {
+            passes += 1;
+            check_computation(c, &nnet).unwrap_or_else(|e| {
+                panic!(
+                    "after optimizer pass {pass}: {e}\n{}\ncomputation:\n{}",
+                    ctx_msg(),
+                    compnet::compile::print::format_computation(c, &nnet)
+                )
+            });
+        },
+    );
+    assert_eq!(passes, 4, "every optimizer pass must be checked");
     let opt = run_computation(&nnet, &optimized, &rr, with_derivs, seed, true, &ctx_msg);
     let same = |what: &str, a: &[Matrix], b: &[Matrix]| {
         assert_eq!(a.len(), b.len());

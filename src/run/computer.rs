@@ -11,6 +11,8 @@
 //! the compiler only produces for in-place Propagate/Backprop), the read operand is copied into
 //! a reusable scratch buffer first.
 
+use crate::compile::analysis::{CommandAccesses, NodeIo};
+use crate::compile::checker::check_structure;
 use crate::compile::computation::{Command, NnetComputation, SubMatrixInfo};
 use crate::error::{Error, Result};
 use crate::matrix::{MatView, MatViewMut, Matrix, Real, Trans};
@@ -206,10 +208,9 @@ impl<'a> NnetComputer<'a> {
     /// Validates the computation once (every index in range, shapes consistent).
     fn check(&mut self) -> Result<()> {
         if self.checked.is_none() {
-            let r = check_computation(self.computation, self.nnet);
-            if r.is_ok() {
-                self.can_take = compute_can_take(self.computation);
-            }
+            let r = check_structure(self.computation, self.nnet)
+                .map(|accesses| self.can_take = compute_can_take(self.computation, &accesses))
+                .map_err(|e| e.to_string());
             self.checked = Some(r);
         }
         match &self.checked {
@@ -813,312 +814,24 @@ fn add_row_ranges_scaled(
 
 /// For each command: whether a ProvideOutput's matrix is untouched afterwards (except for
 /// deallocation), so it may be moved out.
-fn compute_can_take(comp: &NnetComputation) -> Vec<bool> {
-    let n = comp.commands.len();
-    let mut ans = vec![false; n];
+fn compute_can_take(comp: &NnetComputation, accesses: &[CommandAccesses]) -> Vec<bool> {
     // Last command index touching each matrix other than by DeallocMatrix.
     let mut last_use = vec![None::<usize>; comp.matrices.len()];
-    for (k, c) in comp.commands.iter().enumerate() {
-        let mut touch = |s: usize| {
-            if s != 0 {
-                if let Some(i) = comp.submatrices.get(s) {
-                    if let Some(l) = last_use.get_mut(i.matrix) {
-                        *l = Some(k);
-                    }
-                }
-            }
-        };
-        match c {
-            Command::DeallocMatrix { .. } => {}
-            Command::AllocMatrix { m } | Command::AllocMatrixUndefined { m } => {
-                if let Some(l) = last_use.get_mut(*m) {
-                    *l = Some(k);
-                }
-            }
-            Command::SwapMatrix { a, b } => {
-                for m in [a, b] {
-                    if let Some(l) = last_use.get_mut(*m) {
-                        *l = Some(k);
-                    }
-                }
-            }
-            _ => {
-                for s in submatrices_of(comp, c) {
-                    touch(s);
-                }
-            }
+    for (k, acc) in accesses.iter().enumerate() {
+        for m in acc.matrices_used(comp) {
+            last_use[m] = Some(k);
         }
     }
-    for (k, c) in comp.commands.iter().enumerate() {
-        if let Command::ProvideOutput { s, .. } = c {
-            if let Some(i) = comp.submatrices.get(*s) {
-                ans[k] = last_use.get(i.matrix).copied().flatten() == Some(k);
+    accesses
+        .iter()
+        .enumerate()
+        .map(|(k, acc)| match (acc.io, acc.operands.first()) {
+            (Some(NodeIo::Provide { .. }), Some(o)) => {
+                last_use[comp.submatrices[o.submatrix].matrix] == Some(k)
             }
-        }
-    }
-    ans
-}
-
-/// Every sub-matrix a command reads or writes (including those named in indexes_multi).
-fn submatrices_of(comp: &NnetComputation, c: &Command) -> Vec<usize> {
-    let multi = |k: usize| -> Vec<usize> {
-        comp.indexes_multi
-            .get(k)
-            .map(|v| v.iter().filter(|p| p.0 > 0).map(|p| p.0 as usize).collect())
-            .unwrap_or_default()
-    };
-    match *c {
-        Command::SetConst { s, .. }
-        | Command::AcceptInput { s, .. }
-        | Command::ProvideOutput { s, .. } => vec![s],
-        Command::Propagate { input, output, .. } => vec![input, output],
-        Command::Backprop {
-            in_value,
-            out_value,
-            out_deriv,
-            in_deriv,
-            ..
-        } => vec![in_value, out_value, out_deriv, in_deriv],
-        Command::MatrixCopy { dst, src, .. }
-        | Command::MatrixAdd { dst, src, .. }
-        | Command::CopyRows { dst, src, .. }
-        | Command::AddRows { dst, src, .. }
-        | Command::AddRowRanges { dst, src, .. } => vec![dst, src],
-        Command::CopyRowsMulti {
-            dst, indexes_multi, ..
-        }
-        | Command::AddRowsMulti {
-            dst, indexes_multi, ..
-        } => {
-            let mut v = multi(indexes_multi);
-            v.push(dst);
-            v
-        }
-        Command::CopyToRowsMulti {
-            src, indexes_multi, ..
-        }
-        | Command::AddToRowsMulti {
-            src, indexes_multi, ..
-        } => {
-            let mut v = multi(indexes_multi);
-            v.push(src);
-            v
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// Checks that every index in the computation is in range and that shapes agree, so the
-/// executor never indexes out of bounds.
-pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Result<(), String> {
-    let nm = comp.matrices.len();
-    for (k, s) in comp.submatrices.iter().enumerate().skip(1) {
-        let m = comp
-            .matrices
-            .get(s.matrix)
-            .filter(|_| s.matrix > 0)
-            .ok_or_else(|| format!("sub-matrix {k} names matrix {} of {nm}", s.matrix))?;
-        if s.row_offset + s.num_rows > m.num_rows || s.col_offset + s.num_cols > m.num_cols {
-            return Err(format!("sub-matrix {k} exceeds matrix {}", s.matrix));
-        }
-    }
-    let ns = comp.submatrices.len();
-    let sub = |s: usize,
-               what: &str,
-               k: usize,
-               zero_ok: bool|
-     -> std::result::Result<SubMatrixInfo, String> {
-        if s == 0 && zero_ok {
-            return Ok(SubMatrixInfo {
-                matrix: 0,
-                row_offset: 0,
-                num_rows: 0,
-                col_offset: 0,
-                num_cols: 0,
-            });
-        }
-        if s == 0 || s >= ns {
-            return Err(format!("command {k}: {what} sub-matrix {s} out of range"));
-        }
-        Ok(comp.submatrices[s])
-    };
-    let mat = |m: usize, k: usize| -> std::result::Result<(), String> {
-        if m == 0 || m >= nm {
-            Err(format!("command {k}: matrix {m} out of range"))
-        } else {
-            Ok(())
-        }
-    };
-    let same =
-        |a: &SubMatrixInfo, b: &SubMatrixInfo, k: usize| -> std::result::Result<(), String> {
-            if a.num_rows != b.num_rows || a.num_cols != b.num_cols {
-                Err(format!("command {k}: operand shapes differ"))
-            } else {
-                Ok(())
-            }
-        };
-    let check_multi =
-        |which: usize, rows: usize, cols: usize, k: usize| -> std::result::Result<(), String> {
-            let v = comp
-                .indexes_multi
-                .get(which)
-                .ok_or_else(|| format!("command {k}: indexes_multi {which} out of range"))?;
-            if v.len() != rows {
-                return Err(format!(
-                    "command {k}: indexes_multi has {} rows, expected {rows}",
-                    v.len()
-                ));
-            }
-            for &(s, r) in v {
-                if s < 0 {
-                    continue;
-                }
-                let si = sub(s as usize, "multi", k, false)?;
-                if r < 0 || r as usize >= si.num_rows || si.num_cols != cols {
-                    return Err(format!(
-                        "command {k}: bad (sub-matrix, row) pair ({s}, {r})"
-                    ));
-                }
-            }
-            Ok(())
-        };
-    let ncomp = nnet.components.len();
-    let nnodes = nnet.nodes.len();
-    for (k, c) in comp.commands.iter().enumerate() {
-        match *c {
-            Command::AllocMatrix { m }
-            | Command::AllocMatrixUndefined { m }
-            | Command::DeallocMatrix { m } => mat(m, k)?,
-            Command::SwapMatrix { a, b } => {
-                mat(a, k)?;
-                mat(b, k)?;
-                if comp.matrices[a] != comp.matrices[b] {
-                    return Err(format!("command {k}: swapped matrices differ in size"));
-                }
-            }
-            Command::SetConst { s, .. } => {
-                sub(s, "", k, false)?;
-            }
-            Command::Propagate {
-                component,
-                precomputed,
-                input,
-                output,
-                ..
-            } => {
-                let c = nnet
-                    .components
-                    .get(component)
-                    .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
-                // Input 0 = none (components such as ConstantComponent read no input).
-                let (i, o) = (
-                    sub(input, "input", k, true)?,
-                    sub(output, "output", k, false)?,
-                );
-                if (input != 0 && i.num_cols != c.input_dim()) || o.num_cols != c.output_dim() {
-                    return Err(format!("command {k}: component dims do not match"));
-                }
-                if precomputed >= comp.component_precomputed_indexes.len().max(1) {
-                    return Err(format!("command {k}: precomputed indexes out of range"));
-                }
-            }
-            Command::Backprop {
-                component,
-                precomputed,
-                in_value,
-                out_value,
-                out_deriv,
-                in_deriv,
-                ..
-            } => {
-                nnet.components
-                    .get(component)
-                    .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
-                sub(in_value, "in-value", k, true)?;
-                sub(out_value, "out-value", k, true)?;
-                sub(out_deriv, "out-deriv", k, false)?;
-                sub(in_deriv, "in-deriv", k, true)?;
-                if precomputed >= comp.component_precomputed_indexes.len().max(1) {
-                    return Err(format!("command {k}: precomputed indexes out of range"));
-                }
-            }
-            Command::MatrixCopy { dst, src, .. } | Command::MatrixAdd { dst, src, .. } => {
-                same(&sub(dst, "dst", k, false)?, &sub(src, "src", k, false)?, k)?;
-            }
-            Command::CopyRows {
-                dst, src, indexes, ..
-            }
-            | Command::AddRows {
-                dst, src, indexes, ..
-            } => {
-                let (d, s) = (sub(dst, "dst", k, false)?, sub(src, "src", k, false)?);
-                let v = comp
-                    .indexes
-                    .get(indexes)
-                    .ok_or_else(|| format!("command {k}: indexes {indexes} out of range"))?;
-                if d.num_cols != s.num_cols || v.len() != d.num_rows {
-                    return Err(format!("command {k}: row-index shapes"));
-                }
-                if v.iter().any(|&j| j >= 0 && j as usize >= s.num_rows) {
-                    return Err(format!("command {k}: row index out of range"));
-                }
-            }
-            Command::AddRowRanges {
-                dst,
-                src,
-                indexes_ranges,
-                ..
-            } => {
-                let (d, s) = (sub(dst, "dst", k, false)?, sub(src, "src", k, false)?);
-                let v = comp
-                    .indexes_ranges
-                    .get(indexes_ranges)
-                    .ok_or_else(|| format!("command {k}: indexes_ranges out of range"))?;
-                if d.num_cols != s.num_cols || v.len() != d.num_rows {
-                    return Err(format!("command {k}: row-range shapes"));
-                }
-                if v.iter()
-                    .any(|&(a, b)| b > a && (a < 0 || b as usize > s.num_rows))
-                {
-                    return Err(format!("command {k}: row range out of range"));
-                }
-            }
-            Command::CopyRowsMulti {
-                dst, indexes_multi, ..
-            }
-            | Command::AddRowsMulti {
-                dst, indexes_multi, ..
-            } => {
-                let d = sub(dst, "dst", k, false)?;
-                check_multi(indexes_multi, d.num_rows, d.num_cols, k)?;
-            }
-            Command::CopyToRowsMulti {
-                src, indexes_multi, ..
-            }
-            | Command::AddToRowsMulti {
-                src, indexes_multi, ..
-            } => {
-                let s = sub(src, "src", k, false)?;
-                check_multi(indexes_multi, s.num_rows, s.num_cols, k)?;
-            }
-            Command::AcceptInput { s, node } | Command::ProvideOutput { s, node } => {
-                sub(s, "", k, false)?;
-                if node >= nnodes {
-                    return Err(format!("command {k}: node {node} out of range"));
-                }
-            }
-            Command::GotoLabel { target } => {
-                if target >= comp.commands.len() {
-                    return Err(format!("command {k}: goto target out of range"));
-                }
-            }
-            Command::NoOperation
-            | Command::NoOperationPermanent
-            | Command::NoOperationMarker
-            | Command::NoOperationLabel => {}
-        }
-    }
-    Ok(())
+            _ => false,
+        })
+        .collect()
 }
 
 #[cfg(test)]
