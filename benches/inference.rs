@@ -354,7 +354,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     let dir = std::env::var("PERF_CONFIG_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden/perf").into());
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/perf").into());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("# threads {threads}; rounds {rounds}; load {}", load.trim());
     let peak = sgemm_peak();

@@ -11,6 +11,9 @@ pub mod io;
 pub mod matrix;
 pub mod nnet;
 pub mod run;
+/// Test support (random networks, the component harness, golden data, the reference
+/// evaluator): built for the crate's own tests and with the `testing` feature only.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod util;
 

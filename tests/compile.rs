@@ -19,7 +19,7 @@ use compnet::run::NnetComputer;
 use std::collections::HashMap;
 use std::path::Path;
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden");
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn net(cfg: &str) -> Nnet {
     let mut n = Nnet::from_config_text(cfg, "<test>").unwrap_or_else(|e| panic!("{e}\n{cfg}"));

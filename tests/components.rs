@@ -1,12 +1,12 @@
 //! The generic component harness: every registered component type, every one of its test
-//! configs, through the checks of `compnet::nnet::component::testing::check_component_config`
+//! configs, through the checks of `compnet::testing::component::check_component_config`
 //! (numeric input- and parameter-derivative checks, adds/in-place honesty, stride
 //! independence, text and binary I/O round trips, parameter algebra); plus every component of
 //! the golden Kaldi models read and re-written byte for byte, and its info line compared.
 //! Failures name the type and config; non-simple components are skipped with a note.
 
 use compnet::io::TokenReader;
-use compnet::nnet::component::testing::{
+use compnet::testing::component::{
     check_component_config, golden_path, round_trip_bytes, split_model_components,
 };
 use compnet::nnet::component::{component_type, registry, Component};

@@ -7,7 +7,7 @@
 
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{MatView, MatViewMut, Matrix};
-use compnet::nnet::component::testing::{
+use compnet::testing::component::{
     check_component_config, check_golden_info, golden_path, round_trip_bytes, round_trip_golden,
     split_model_components,
 };
@@ -145,7 +145,7 @@ fn lstm_reference(x: &[f32], w: &Matrix, c: usize, dropout: bool) -> Vec<f64> {
 }
 
 fn golden_lstm() -> Option<Box<dyn Component>> {
-    let bytes = compnet::nnet::component::testing::golden_component(
+    let bytes = compnet::testing::component::golden_component(
         "fast-lstmp",
         "lstm1.lstm_nonlin",
         true,
@@ -500,7 +500,7 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         );
     }
     // The golden fast-lstmp mask component is read in training mode; test mode gives 0.75.
-    if let Some(bytes) = compnet::nnet::component::testing::golden_component(
+    if let Some(bytes) = compnet::testing::component::golden_component(
         "fast-lstmp",
         "lstm1.dropout_mask",
         true,

@@ -5,7 +5,7 @@
 
 use compnet::io::TokenReader;
 use compnet::matrix::{Matrix, Trans};
-use compnet::nnet::component::testing::{check_golden_info, golden_component, round_trip_golden};
+use compnet::testing::component::{check_golden_info, golden_component, round_trip_golden};
 use compnet::nnet::component::{
     new_component_from_config, read_component, Component, MiscComputationInfo, Properties,
 };

@@ -11,7 +11,7 @@ use compnet::matrix::Matrix;
 use compnet::nnet::component::component_type;
 use std::path::{Path, PathBuf};
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden");
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 /// The golden folder; its absence is a failure, not a skip.
 fn golden_dir() -> Option<PathBuf> {

@@ -13,7 +13,7 @@ use compnet::matrix::Matrix;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden");
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn formats() -> PathBuf {
     Path::new(GOLDEN).join("formats")

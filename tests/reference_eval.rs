@@ -10,7 +10,7 @@ use compnet::compile::{
 };
 use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
-use compnet::run::reference::ReferenceEvaluator;
+use compnet::testing::reference::ReferenceEvaluator;
 use compnet::run::NnetComputer;
 use compnet::testing::{random_matrix, random_nnet_config, random_request, RandomRequest};
 use compnet::util::seeded_rng;

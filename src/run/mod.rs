@@ -1,7 +1,7 @@
 //! The runtime: NnetComputer executes an NnetComputation forward and backward on the matrix
-//! backend; `reference` is a naive, compiler-independent evaluator used to test it.
+//! backend. (The compiler-independent reference evaluator the tests compare it with is
+//! `testing::reference`.)
 
 pub mod computer;
 
 pub use computer::NnetComputer;
-pub mod reference;

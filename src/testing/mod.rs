@@ -1,6 +1,10 @@
-//! Test support: seeded random networks and random computation requests, in the spirit of
-//! Kaldi's `nnet-test-utils.cc` (facts §5.2). Used by the runtime, compiler and derivative
-//! tests; not needed by the binary.
+//! Test support, built only for tests (the `testing` feature): seeded random networks and
+//! random computation requests in the spirit of Kaldi's `nnet-test-utils.cc` (facts §5.2,
+//! here), the generic component harness (`component`), and the compiler-independent reference
+//! evaluator (`reference`).
+
+pub mod component;
+pub mod reference;
 
 use crate::compile::request::{ComputationRequest, IoSpecification};
 use crate::error::Result;

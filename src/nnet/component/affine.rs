@@ -516,7 +516,7 @@ impl Component for FixedAffineComponent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nnet::component::testing::{golden_component, golden_path, round_trip_golden};
+    use crate::testing::component::{golden_component, golden_path, round_trip_golden};
 
     #[test]
     fn golden_affine_and_ng_affine_round_trip_byte_exact() {
@@ -562,7 +562,7 @@ mod tests {
             ("misc-components", "final-affine"),
             ("tdnn-splice-ivector", "lda"),
         ] {
-            if let Some(msg) = crate::nnet::component::testing::check_golden_info(case, name) {
+            if let Some(msg) = crate::testing::component::check_golden_info(case, name) {
                 panic!("{msg}");
             }
         }

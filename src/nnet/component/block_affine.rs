@@ -429,7 +429,7 @@ param_util::linear_bias_updatable!(RepeatedAffineComponent);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::component::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_block_and_repeated_round_trip_and_info() {

@@ -271,7 +271,7 @@ impl UpdatableComponent for LinearComponent {
 
 #[cfg(test)]
 mod tests {
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::component::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_linear_round_trip_and_info() {

@@ -901,7 +901,7 @@ mod tests {
         ];
         let full = format!(
             "{}/{path}",
-            crate::nnet::component::testing::golden_dir().display()
+            crate::testing::component::golden_dir().display()
         );
         let Ok(buf) = std::fs::read(&full) else {
             eprintln!("skipping {full}: not present");
@@ -983,7 +983,7 @@ mod tests {
             ),
         ];
         for (case, info_file) in cases {
-            let golden = crate::nnet::component::testing::golden_dir();
+            let golden = crate::testing::component::golden_dir();
             let Ok(info) = std::fs::read_to_string(golden.join(info_file)) else {
                 continue;
             };

@@ -950,7 +950,7 @@ vector_params_updatable!(ConstantFunctionComponent, output);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::component::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_round_trip_and_info() {

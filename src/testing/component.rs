@@ -4,7 +4,7 @@
 //! [`check_component_config`] runs every generic check on one config line and says which
 //! check failed; other modules can call it from their own unit tests.
 
-use super::{new_component_from_config, read_component, Component, Memo, Properties};
+use crate::nnet::component::{new_component_from_config, read_component, Component, Memo, Properties};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, Matrix, Trans};
 use crate::nnet::config_line::ConfigLine;
@@ -16,7 +16,7 @@ use std::path::PathBuf;
 pub fn golden_dir() -> PathBuf {
     let base = std::env::var_os("COMPNET_GOLDEN_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden")));
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi")));
     assert!(
         base.is_dir(),
         "golden test data not found at {} (set COMPNET_GOLDEN_DIR)",
@@ -172,7 +172,7 @@ const PIECEWISE: &[&str] = &[
 const ROWS: usize = 7;
 
 fn gauss_matrix(rows: usize, cols: usize, rng: &mut dyn RngCore) -> Matrix {
-    super::param_util::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
+    crate::nnet::component::param_util::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
 }
 
 /// True if `a ≈ b` to `tol` relative to the larger magnitude (and 1).
