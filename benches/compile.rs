@@ -5,7 +5,7 @@
 //! request on the Switchboard TDNN-LSTM (1000 sequential LSTM steps per layer).
 //!
 //! Usage: `cargo bench --bench compile` (criterion; `PERF_CONFIG_DIR` overrides
-//! ../shared/golden/perf beside the crate).
+//! tests/data/kaldi/perf in the repository).
 
 use compnet::compile::context::nnet_context;
 use compnet::compile::request::{ComputationRequest, IoSpecification};
