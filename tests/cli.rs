@@ -1,5 +1,5 @@
 //! The `init`, `info` and `copy` commands, checked against Kaldi's golden outputs
-//! (/work/shared/golden): info text, config lines with dimensions, parameter counts, option
+//! (tests/data/kaldi): info text, config lines with dimensions, parameter counts, option
 //! forms, learning-rate and scale edits, stdin/stdout, and the bundled example.
 
 use std::io::Write;

@@ -1,5 +1,5 @@
 //! Kaldi format compatibility: every check compares with bytes Kaldi itself wrote
-//! (/work/shared/golden/formats).
+//! (tests/data/kaldi/formats).
 
 use compnet::cli::copy_feats::{copy_feats, Args};
 use compnet::io::codec::fmt_float;

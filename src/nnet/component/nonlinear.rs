@@ -991,6 +991,7 @@ mod tests {
             }
         }
         eprintln!("{n} info lines match");
+        assert!(n >= 47, "only {n} golden info lines compared");
     }
 
     #[test]
