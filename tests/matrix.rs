@@ -99,7 +99,7 @@ fn assert_vec_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
 
 fn to64(m: MatView<'_>) -> Vec<Vec<f64>> {
     (0..m.num_rows())
-        .map(|i| m.row(i).iter().map(|&x| f64::from(x)).collect())
+        .map(|i| (0..m.num_cols()).map(|j| f64::from(m.get(i, j))).collect())
         .collect()
 }
 
@@ -1205,13 +1205,13 @@ fn row_gather_and_scatter() {
     assert_close(d.view(), &want, 1e-6, "add_rows");
     d.check_border();
     // multi forms: row pointers
-    let ptrs: Vec<Option<&[f32]>> = idx
+    let ptrs: Vec<Option<(MatView<'_>, usize)>> = idx
         .iter()
         .map(|&i| {
             if i < 0 {
                 None
             } else {
-                Some(src.view().row(i as usize))
+                Some((src.view(), i as usize))
             }
         })
         .collect();

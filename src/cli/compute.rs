@@ -326,8 +326,8 @@ impl ChunkComputer {
             for &(start, n) in g {
                 for r in 0..n as usize {
                     output
-                        .row_mut(start as usize + r)
-                        .copy_from_slice(m.row(row));
+                        .view_mut()
+                        .copy_row_from(start as usize + r, m.view(), row);
                     row += 1;
                 }
             }
@@ -406,7 +406,9 @@ impl ChunkComputer {
             let (first_in, last_in, first_out, last_out) = self.chunk_range(t_total, start, num);
             for (r, t) in (first_in..=last_in).enumerate() {
                 let src = t.clamp(0, t_total - 1) as usize;
-                input.row_mut(k * n_in + r).copy_from_slice(feats.row(src));
+                input
+                    .view_mut()
+                    .copy_row_from(k * n_in + r, feats.view(), src);
             }
             if self.has_ivector {
                 let row = ivector_row(ivector, first_out, last_out)?;
@@ -417,7 +419,7 @@ impl ChunkComputer {
                         got: row.len(),
                     });
                 }
-                iv_rows.extend_from_slice(row);
+                iv_rows.extend_from_slice(&row);
             }
         }
         let key = (lo, hi, n, group.len());
@@ -468,10 +470,10 @@ impl ChunkComputer {
 }
 
 /// The iVector for a chunk with first and last output frames `a` and `b`.
-fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> {
+fn ivector_row(src: IvectorSource<'_>, a: i32, b: i32) -> Result<Vec<f32>> {
     match src {
         IvectorSource::None => Err(Error::Compute("no iVector".into())),
-        IvectorSource::Fixed(v) => Ok(v),
+        IvectorSource::Fixed(v) => Ok(v.to_vec()),
         IvectorSource::Online(m, period) => {
             let rows = m.num_rows() as i32;
             if rows == 0 {
@@ -488,7 +490,7 @@ fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> 
                 }
                 row = rows - 1;
             }
-            Ok(m.row(row as usize))
+            Ok(m.row_to_vec(row as usize))
         }
     }
 }
@@ -562,7 +564,7 @@ pub fn run(a: Args) -> Result<i32> {
             match r.get(&key)? {
                 Some(v) => {
                     fixed = v.clone();
-                    IvectorSource::Fixed(fixed.as_slice())
+                    IvectorSource::Fixed(&fixed)
                 }
                 None => {
                     eprintln!("compnet compute: warning: no iVector available for utterance {key}");
