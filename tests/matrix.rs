@@ -2000,27 +2000,42 @@ mod component_kernels {
                     .sum();
                 assert!((ds[j] - d_i).abs() < 1e-5, "derivative sum of i, {j}");
             }
-            // Self-repair adds −(2σ − 1)·s to the sigmoid inputs' derivatives.
-            let mut repair = vec![0.0f32; 5 * c];
-            repair[1] = 0.5; // the input gate of unit 1
-            let mut dx2 = Matrix::zeros(r, cols);
-            backprop_lstm_nonlinearity(
-                LstmBackpropInput {
-                    in_value: x.view(),
-                    params: w.view(),
-                    out_deriv: od.view(),
-                    use_dropout: dropout,
-                    self_repair: &repair,
-                },
-                Some(&mut dx2.view_mut()),
-                None,
-                None,
-            );
-            for (i, row) in x64.iter().enumerate() {
-                let it = sig(row[1] + w64[0][1] * row[4 * c + 1]);
-                let want = -(2.0 * it - 1.0) * 0.5;
-                let got = f64::from(dx2.get(i, 1)) - f64::from(dx.get(i, 1));
-                assert!((got - want).abs() < 1e-5, "self-repair: {got} vs {want}");
+            // Self-repair adds −(2σ − 1)·s to a sigmoid input's derivative and −2 tanh · s to
+            // c_part's; each term alone, for unit 1 of gates i, f, c_part and o.
+            for k in 0..4 {
+                let mut repair = vec![0.0f32; 5 * c];
+                repair[k * c + 1] = 0.5;
+                let mut dx2 = Matrix::zeros(r, cols);
+                backprop_lstm_nonlinearity(
+                    LstmBackpropInput {
+                        in_value: x.view(),
+                        params: w.view(),
+                        out_deriv: od.view(),
+                        use_dropout: dropout,
+                        self_repair: &repair,
+                    },
+                    Some(&mut dx2.view_mut()),
+                    None,
+                    None,
+                );
+                for (i, row) in x64.iter().enumerate() {
+                    let cp = row[4 * c + 1];
+                    let want = match k {
+                        0 => -(2.0 * sig(row[1] + w64[0][1] * cp) - 1.0) * 0.5,
+                        1 => -(2.0 * sig(row[c + 1] + w64[1][1] * cp) - 1.0) * 0.5,
+                        2 => -2.0 * row[2 * c + 1].tanh() * 0.5,
+                        _ => {
+                            let ct = lstm_frame(row, &w64, c, dropout)[1];
+                            -(2.0 * sig(row[3 * c + 1] + w64[2][1] * ct) - 1.0) * 0.5
+                        }
+                    };
+                    let col = k * c + 1;
+                    let got = f64::from(dx2.get(i, col)) - f64::from(dx.get(i, col));
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "self-repair {k}: {got} vs {want}"
+                    );
+                }
             }
         }
     }
