@@ -1942,9 +1942,9 @@ mod component_kernels {
                     .sum()
             };
             let h = 1e-6;
-            for i in 0..r {
+            for (i, row) in x64.iter().enumerate() {
                 for k in 0..cols {
-                    let (mut p, mut m) = (x64[i].clone(), x64[i].clone());
+                    let (mut p, mut m) = (row.clone(), row.clone());
                     p[k] += h;
                     m[k] -= h;
                     let num = (objective(&p, &w64, i) - objective(&m, &w64, i)) / (2.0 * h);
