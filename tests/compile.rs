@@ -80,7 +80,7 @@ impl<'a> Reference<'a> {
         for (name, idx, m) in inputs {
             let node = nnet.node_index(name).unwrap();
             for (r, i) in idx.iter().enumerate() {
-                supplied.insert((node, *i), m.row(r).to_vec());
+                supplied.insert((node, *i), m.row_to_vec(r));
             }
         }
         Reference {
@@ -98,7 +98,7 @@ impl<'a> Reference<'a> {
             let v = self
                 .value(node, *i)
                 .unwrap_or_else(|| panic!("reference: {name} {i} not computable"));
-            m.row_mut(r).copy_from_slice(&v);
+            m.copy_row_from_slice(r, &v);
         }
         m
     }
@@ -247,7 +247,7 @@ fn check_against_reference(nnet: &Nnet, req: &ComputationRequest) -> NnetComputa
     for (o, want) in req.outputs.iter().zip(&expected) {
         let got = computer.output(&o.name).unwrap().clone();
         for r in 0..want.num_rows() {
-            for (a, b) in got.row(r).iter().zip(want.row(r)) {
+            for (a, b) in got.row_to_vec(r).iter().zip(&want.row_to_vec(r)) {
                 assert!(
                     (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
                     "output {} row {r} ({}) differs: {a} vs {b}\n{}",
@@ -579,7 +579,7 @@ fn check_input_deriv(nnet: &Nnet, req: &ComputationRequest) {
         for (o, w) in req.outputs.iter().zip(&weights) {
             let y = c.output(&o.name).unwrap();
             for r in 0..y.num_rows() {
-                for (a, b) in y.row(r).iter().zip(w.row(r)) {
+                for (a, b) in y.row_to_vec(r).iter().zip(&w.row_to_vec(r)) {
                     obj += (*a as f64) * (*b as f64);
                 }
             }

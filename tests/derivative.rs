@@ -28,7 +28,7 @@ fn num_nets() -> u64 {
 fn dot(a: &Matrix, b: &Matrix) -> f64 {
     let mut s = 0.0f64;
     for r in 0..a.num_rows() {
-        for (x, y) in a.row(r).iter().zip(b.row(r)) {
+        for (x, y) in a.row_to_vec(r).iter().zip(&b.row_to_vec(r)) {
             s += *x as f64 * *y as f64;
         }
     }
@@ -72,7 +72,7 @@ fn objective_scale(
     for (o, d) in req.outputs.iter().zip(derivs) {
         let out = c.output(&o.name).expect("output");
         for r in 0..out.num_rows() {
-            for (x, y) in out.row(r).iter().zip(d.row(r)) {
+            for (x, y) in out.row_to_vec(r).iter().zip(&d.row_to_vec(r)) {
                 s += (*x as f64 * *y as f64).abs();
             }
         }

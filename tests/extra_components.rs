@@ -170,8 +170,8 @@ fn lstm_forward_matches_reference_with_golden_params() {
     let mut y = Matrix::zeros(9, 32);
     comp.propagate(None, x.view(), y.view_mut());
     for r in 0..9 {
-        let want = lstm_reference(x.row(r), lstm.params(), c, true);
-        for (j, (&a, &b)) in y.row(r).iter().zip(&want).enumerate() {
+        let want = lstm_reference(&x.row_to_vec(r), lstm.params(), c, true);
+        for (j, (&a, &b)) in y.row_to_vec(r).iter().zip(&want).enumerate() {
             assert!(
                 (a as f64 - b).abs() < 2e-6 * (1.0 + b.abs()),
                 "row {r} col {j}: {a} vs {b}"
@@ -179,16 +179,16 @@ fn lstm_forward_matches_reference_with_golden_params() {
         }
     }
     // With i and o gates dropped, m is zero and c = f ⊙ c_prev.
-    assert!(y.row(1)[16..].iter().all(|&v| v == 0.0));
+    assert!(y.row_to_vec(1)[16..].iter().all(|&v| v == 0.0));
 }
 
 /// Objective Σ y ⊙ d as a function of the input, in f64 via the reference.
 fn lstm_objective(x: &Matrix, w: &Matrix, c: usize, dropout: bool, d: &Matrix) -> f64 {
     (0..x.num_rows())
         .map(|r| {
-            lstm_reference(x.row(r), w, c, dropout)
+            lstm_reference(&x.row_to_vec(r), w, c, dropout)
                 .iter()
-                .zip(d.row(r))
+                .zip(&d.row_to_vec(r))
                 .map(|(a, &b)| a * b as f64)
                 .sum::<f64>()
         })
@@ -599,14 +599,14 @@ fn general_dropout_shares_masks_by_sequence_and_time_block() {
         let memo = c.propagate(pre.as_deref(), x.view(), y.view_mut());
         assert!(memo.is_some());
         for r in 0..8 {
-            let row = y.row(r);
+            let row = y.row_to_vec(r);
             // Both blocks of a row share the mask; values are 0 or 1/(1−p) = 2.
             assert_eq!(row[..3], row[3..]);
             assert!(row.iter().all(|&v| v == 0.0 || v == 2.0), "{row:?}");
         }
         // Rows of the same (n, time block) share the mask.
         for (a, b) in [(0, 1), (2, 3), (4, 5), (6, 7)] {
-            assert_eq!(y.row(a), y.row(b));
+            assert_eq!(y.row_to_vec(a), y.row_to_vec(b));
         }
         // Backprop applies the same mask.
         let d = Matrix::from_vec(8, 6, vec![3.0; 48]);
@@ -639,8 +639,8 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
     let memo = c.propagate_in_place(pre.as_deref(), data.view_mut());
     c.propagate(pre.as_deref(), x.view(), y.view_mut());
     for m in [&y, &data] {
-        let zeroed = (0..50).filter(|&r| m.row(r) == [0.0; 3]).count();
-        assert!((0..50).all(|r| m.row(r) == [0.0; 3] || m.row(r) == [1.0; 3]));
+        let zeroed = (0..50).filter(|&r| m.row_to_vec(r) == [0.0; 3]).count();
+        assert!((0..50).all(|r| m.row_to_vec(r) == [0.0; 3] || m.row_to_vec(r) == [1.0; 3]));
         assert_eq!(zeroed, 10, "20% of 50 frames");
     }
     let d = Matrix::from_vec(50, 3, vec![2.0; 150]);
@@ -654,8 +654,12 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
         g.view_mut(),
     );
     for r in 0..50 {
-        let want = if data.row(r)[0] == 0.0 { 0.0 } else { 2.0 };
-        assert!(g.row(r).iter().all(|&v| v == want));
+        let want = if data.row_to_vec(r)[0] == 0.0 {
+            0.0
+        } else {
+            2.0
+        };
+        assert!(g.row_to_vec(r).iter().all(|&v| v == want));
     }
 }
 

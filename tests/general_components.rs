@@ -61,14 +61,14 @@ impl<'a> Step<'a> {
     fn permute_in(&self, x: &Matrix) -> Matrix {
         let mut m = Matrix::zeros(self.input.len(), x.num_cols());
         for (r, &p) in self.in_perm.iter().enumerate() {
-            m.row_mut(p).copy_from_slice(x.row(r));
+            m.copy_row_from_slice(p, &x.row_to_vec(r));
         }
         m
     }
     fn unpermute(perm: &[usize], m: &Matrix) -> Matrix {
         let mut out = Matrix::zeros(perm.len(), m.num_cols());
         for (r, &p) in perm.iter().enumerate() {
-            out.row_mut(r).copy_from_slice(m.row(p));
+            out.copy_row_from_slice(r, &m.row_to_vec(p));
         }
         out
     }
@@ -103,7 +103,7 @@ impl<'a> Step<'a> {
             .propagate(self.pre.as_deref(), xin.view(), y.view_mut());
         let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
         for (r, &p) in self.out_perm.iter().enumerate() {
-            dd.row_mut(p).copy_from_slice(d.row(r));
+            dd.copy_row_from_slice(p, &d.row_to_vec(r));
         }
         let empty = Matrix::zeros(0, 0);
         let p = self.c.properties();
@@ -272,9 +272,9 @@ fn tdnn_reference(c: &dyn Component, input: &[Index], x: &Matrix, output: &[Inde
     let mut y = Matrix::zeros(output.len(), od);
     for (r, o) in output.iter().enumerate() {
         for j in 0..od {
-            let mut s = tdnn.bias_params.as_slice().get(j).copied().unwrap_or(0.0) as f64;
+            let mut s = tdnn.bias_params.to_vec().get(j).copied().unwrap_or(0.0) as f64;
             for (k, &off) in tdnn.time_offsets.iter().enumerate() {
-                let xi = x.row(pos[&Index::new(o.n, o.t + off, o.x)]);
+                let xi = x.row_to_vec(pos[&Index::new(o.n, o.t + off, o.x)]);
                 for (c2, &xv) in xi.iter().enumerate() {
                     s += tdnn.linear_params.get(j, k * id + c2) as f64 * xv as f64;
                 }
@@ -470,7 +470,7 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
     let frames: HashMap<Index, Vec<f32>> = frame_idx
         .iter()
         .enumerate()
-        .map(|(r, i)| (*i, x.row(r).to_vec()))
+        .map(|(r, i)| (*i, x.row_to_vec(r)))
         .collect();
 
     // Which extraction outputs are computable, and which pooling outputs.
@@ -507,7 +507,7 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
     let x_in = {
         let mut m = Matrix::zeros(ext_in.len(), 3);
         for (r, i) in ext_in.iter().enumerate() {
-            m.row_mut(r).copy_from_slice(&frames[i]);
+            m.copy_row_from_slice(r, &frames[i]);
         }
         m
     };
@@ -517,7 +517,7 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
     let y = s2.forward(&stats);
     for (r, o) in pool_out.iter().enumerate() {
         let want = stats_reference(&frames, o, 1, 3, 6, 6, 2);
-        for (a, b) in y.row(r).iter().zip(&want) {
+        for (a, b) in y.row_to_vec(r).iter().zip(&want) {
             assert!(
                 (a - b).abs() < 1e-4 * (1.0 + b.abs()),
                 "pooled stats at {o}: {a} vs {b}"
@@ -647,7 +647,7 @@ fn constant_component_needs_no_input_and_learns() {
     let mut p = vec![0.0; 4];
     c.as_updatable().unwrap().vectorize(&mut p);
     for r in 0..3 {
-        assert_eq!(y.row(r), &p[..]);
+        assert_eq!(y.row_to_vec(r), p);
     }
     let d = gauss(3, 4, 2);
     let mut g = c.clone_box();
@@ -690,7 +690,7 @@ fn statistics_pooling_long_windows_match_reference() {
     let frames: HashMap<Index, Vec<f32>> = idx
         .iter()
         .enumerate()
-        .map(|(r, i)| (*i, x.row(r).to_vec()))
+        .map(|(r, i)| (*i, x.row_to_vec(r)))
         .collect();
     let avail = |i: &Index| i.n == 0 && (0..frames_n).contains(&i.t);
     let mut pool_in: Vec<Index> = Vec::new();
@@ -707,7 +707,7 @@ fn statistics_pooling_long_windows_match_reference() {
     let y = s2.forward(&stats);
     for (r, o) in idx.iter().enumerate() {
         let want = stats_reference(&frames, o, 1, 1, 0, frames_n, 1);
-        for (a, b) in y.row(r).iter().zip(&want) {
+        for (a, b) in y.row_to_vec(r).iter().zip(&want) {
             assert!(
                 (a - b).abs() < 1e-4 * (1.0 + b.abs()),
                 "pooled stats at {o}: {a} vs {b}"

@@ -27,7 +27,7 @@ fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
     assert_eq!((a.num_rows(), a.num_cols()), (b.num_rows(), b.num_cols()));
     let mut d = 0.0f32;
     for r in 0..a.num_rows() {
-        for (x, y) in a.row(r).iter().zip(b.row(r)) {
+        for (x, y) in a.row_to_vec(r).iter().zip(&b.row_to_vec(r)) {
             d = d.max((x - y).abs());
         }
     }

@@ -146,7 +146,7 @@ pub fn run(a: Args) -> Result<i32> {
             match r.get(&key)? {
                 Some(v) => {
                     fixed = v.clone();
-                    IvectorSource::Fixed(fixed.as_slice())
+                    IvectorSource::Fixed(&fixed)
                 }
                 None => {
                     eprintln!("compnet compute: warning: no iVector available for utterance {key}");

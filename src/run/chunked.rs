@@ -302,8 +302,8 @@ impl ChunkComputer {
             for &(start, n) in g {
                 for r in 0..n as usize {
                     output
-                        .row_mut(start as usize + r)
-                        .copy_from_slice(m.row(row));
+                        .view_mut()
+                        .copy_row_from(start as usize + r, m.view(), row);
                     row += 1;
                 }
             }
@@ -379,7 +379,9 @@ impl ChunkComputer {
             let (first_in, last_in, first_out, last_out) = self.chunk_range(t_total, start, num);
             for (r, t) in (first_in..=last_in).enumerate() {
                 let src = t.clamp(0, t_total - 1) as usize;
-                input.row_mut(k * n_in + r).copy_from_slice(feats.row(src));
+                input
+                    .view_mut()
+                    .copy_row_from(k * n_in + r, feats.view(), src);
             }
             if self.has_ivector {
                 let row = ivector_row(ivector, first_out, last_out)?;
@@ -390,7 +392,7 @@ impl ChunkComputer {
                         got: row.len(),
                     });
                 }
-                iv_rows.extend_from_slice(row);
+                iv_rows.extend_from_slice(&row);
             }
         }
         let key = (lo, hi, n, group.len());
@@ -441,10 +443,10 @@ impl ChunkComputer {
 }
 
 /// The iVector for a chunk with first and last output frames `a` and `b`.
-fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> {
+fn ivector_row(src: IvectorSource<'_>, a: i32, b: i32) -> Result<Vec<f32>> {
     match src {
         IvectorSource::None => Err(Error::Compute("no iVector".into())),
-        IvectorSource::Fixed(v) => Ok(v),
+        IvectorSource::Fixed(v) => Ok(v.to_vec()),
         IvectorSource::Online(m, period) => {
             let rows = m.num_rows() as i32;
             if rows == 0 {
@@ -461,7 +463,7 @@ fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> 
                 }
                 row = rows - 1;
             }
-            Ok(m.row(row as usize))
+            Ok(m.row_to_vec(row as usize))
         }
     }
 }

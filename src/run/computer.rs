@@ -433,10 +433,9 @@ impl<'a> NnetComputer<'a> {
         {
             let mut d = sub_view_mut(&mut dmat, &di);
             for (i, &(s, r)) in pairs.iter().enumerate() {
-                let row = d.row_mut(i);
                 if s < 0 {
                     if !add {
-                        row.fill(0.0);
+                        d.zero_row(i);
                     }
                     continue;
                 }
@@ -445,18 +444,13 @@ impl<'a> NnetComputer<'a> {
                     Some(m) if si.matrix == di.matrix => m,
                     _ => &self.matrices[si.matrix],
                 };
-                let src = &srcm.row(si.row_offset + r as usize)
-                    [si.col_offset..si.col_offset + si.num_cols];
+                let src = sub_view(srcm, &si);
                 if add {
-                    for (x, &y) in row.iter_mut().zip(src) {
-                        *x += alpha * y;
-                    }
+                    d.add_row_from(i, alpha, src, r as usize);
                 } else if alpha == 1.0 {
-                    row.copy_from_slice(src);
+                    d.copy_row_from(i, src, r as usize);
                 } else {
-                    for (x, &y) in row.iter_mut().zip(src) {
-                        *x = alpha * y;
-                    }
+                    d.copy_row_scaled_from(i, alpha, src, r as usize);
                 }
             }
         }
@@ -483,19 +477,13 @@ impl<'a> NnetComputer<'a> {
                     continue;
                 }
                 let di = self.computation.submatrices[s as usize];
-                let row = &mut self.matrices[di.matrix].row_mut(di.row_offset + r as usize)
-                    [di.col_offset..di.col_offset + di.num_cols];
-                let from = sv.row(i);
+                let mut d = sub_view_mut(&mut self.matrices[di.matrix], &di);
                 if add {
-                    for (x, &y) in row.iter_mut().zip(from) {
-                        *x += alpha * y;
-                    }
+                    d.add_row_from(r as usize, alpha, sv, i);
                 } else if alpha == 1.0 {
-                    row.copy_from_slice(from);
+                    d.copy_row_from(r as usize, sv, i);
                 } else {
-                    for (x, &y) in row.iter_mut().zip(from) {
-                        *x = alpha * y;
-                    }
+                    d.copy_row_scaled_from(r as usize, alpha, sv, i);
                 }
             }
         }
@@ -800,15 +788,8 @@ fn add_row_ranges_scaled(
 ) {
     if alpha == 1.0 {
         d.add_row_ranges(s, ranges);
-        return;
-    }
-    for (i, &(a, b)) in ranges.iter().enumerate() {
-        let row = d.row_mut(i);
-        for j in a.max(0)..b {
-            for (x, &y) in row.iter_mut().zip(s.row(j as usize)) {
-                *x += alpha * y;
-            }
-        }
+    } else {
+        d.add_row_ranges_scaled(alpha, s, ranges);
     }
 }
 
@@ -933,7 +914,7 @@ mod tests {
         comp.run_forward().expect("run");
         // After the swap, matrix m2 holds what was built in m3.
         let out = comp.output("output").expect("output");
-        let r = |i: usize| input.row(i).to_vec();
+        let r = |i: usize| input.row_to_vec(i);
         let add = |a: Vec<f32>, b: Vec<f32>, s: f32| -> Vec<f32> {
             a.iter().zip(&b).map(|(x, y)| x + s * y).collect()
         };
@@ -948,15 +929,15 @@ mod tests {
             r(0),
             1.0,
         );
-        assert_eq!(out.row(0), &want0[..]);
-        assert_eq!(out.row(1), &want1[..]);
-        assert_eq!(out.row(2), &want2[..]);
+        assert_eq!(out.row_to_vec(0), want0);
+        assert_eq!(out.row_to_vec(1), want1);
+        assert_eq!(out.row_to_vec(2), want2);
         // And m3 (the old m2), built by the scatter commands:
         //   m2[0] = 2·in[0] + in[0]; m2[2] = 2·in[3] + in[1] + in[3]; m2[1] untouched (0).
         let old_m2 = &comp.matrices[m3];
-        assert_eq!(old_m2.row(0), &[3.0, 6.0]);
-        assert_eq!(old_m2.row(1), &[0.0, 0.0]);
-        assert_eq!(old_m2.row(2), &add(add(r(3), r(1), 1.0), r(3), 2.0)[..]);
+        assert_eq!(old_m2.row_to_vec(0), [3.0, 6.0]);
+        assert_eq!(old_m2.row_to_vec(1), [0.0, 0.0]);
+        assert_eq!(old_m2.row_to_vec(2), add(add(r(3), r(1), 1.0), r(3), 2.0));
     }
 
     #[test]

@@ -91,9 +91,9 @@ fn close_vec(a: &[f32], b: &[f32], tol: f32) -> bool {
 fn objective(y: &Matrix, d: &Matrix) -> f64 {
     (0..y.num_rows())
         .map(|r| {
-            y.row(r)
+            y.row_to_vec(r)
                 .iter()
-                .zip(d.row(r))
+                .zip(&d.row_to_vec(r))
                 .map(|(&a, &b)| a as f64 * b as f64)
                 .sum::<f64>()
         })
@@ -346,9 +346,9 @@ pub fn check_component(
         * (1.0
             + (0..ROWS)
                 .map(|r| {
-                    y0.row(r)
+                    y0.row_to_vec(r)
                         .iter()
-                        .zip(d.row(r))
+                        .zip(&d.row_to_vec(r))
                         .map(|(a, b)| (a * b).abs() as f64)
                         .sum::<f64>()
                 })

@@ -55,7 +55,7 @@ impl<'a> ReferenceEvaluator<'a> {
                 )));
             }
             for (r, ix) in indexes.iter().enumerate() {
-                supplied.insert((node, *ix), Rc::new(m.row(r).to_vec()));
+                supplied.insert((node, *ix), Rc::new(m.row_to_vec(r)));
             }
         }
         Ok(ReferenceEvaluator {
@@ -79,7 +79,7 @@ impl<'a> ReferenceEvaluator<'a> {
             let v = self.value((node, *ix))?.ok_or_else(|| {
                 Error::Compute(format!("reference: {name} at {ix} is not computable"))
             })?;
-            out.row_mut(r).copy_from_slice(&v);
+            out.copy_row_from_slice(r, &v);
         }
         Ok(out)
     }
@@ -186,7 +186,7 @@ impl<'a> ReferenceEvaluator<'a> {
         let mut in_m = Matrix::zeros(used.len(), in_dim);
         for (r, i) in used.iter().enumerate() {
             if let Some(v) = avail.get(i) {
-                in_m.row_mut(r).copy_from_slice(v);
+                in_m.copy_row_from_slice(r, v);
             }
         }
         let mut out_m = Matrix::zeros(outputs.len(), comp.output_dim());
@@ -194,7 +194,7 @@ impl<'a> ReferenceEvaluator<'a> {
         let row = outputs.iter().position(|o| *o == ix).ok_or_else(|| {
             Error::Compute("reference: component dropped the requested output index".into())
         })?;
-        Ok(Some(Rc::new(out_m.row(row).to_vec())))
+        Ok(Some(Rc::new(out_m.row_to_vec(row))))
     }
 
     /// Maps an output Index through a forwarding descriptor: (node, input Index, scale).
