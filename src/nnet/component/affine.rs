@@ -8,11 +8,14 @@
 //! non-gradient update belongs to the trainer.
 
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
+use rand::RngCore;
 
 /// Natural-gradient hyper-parameters of `NaturalGradientAffineComponent`.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,6 +90,7 @@ fn init_affine_params(
     cfg: &ConfigLine,
     default_bias_stddev: f32,
     with_bias_mean: bool,
+    init_rng: &mut dyn RngCore,
 ) -> Result<(Matrix, Vector)> {
     if let Some(path) = cfg.get::<String>("matrix")? {
         let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
@@ -123,12 +127,13 @@ fn init_affine_params(
     if param_stddev < 0.0 || bias_stddev < 0.0 {
         return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
     }
-    Ok(param_util::with_init_rng(|rng| {
+    Ok({
+        let rng: &mut dyn RngCore = init_rng;
         (
             param_util::gaussian_matrix(out_dim, in_dim, 0.0, param_stddev, rng),
             param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng),
         )
-    }))
+    })
 }
 
 /// Reads `<LinearParams> M <BiasParams> V` and checks that the dimensions agree.
@@ -200,9 +205,13 @@ impl AffineComponent {
         }
     }
 
-    fn from_config_impl(cfg: &ConfigLine, ng: bool) -> Result<Box<dyn Component>> {
+    fn from_config_impl(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+        ng: bool,
+    ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let (linear, bias) = init_affine_params(cfg, 1.0, ng)?;
+        let (linear, bias) = init_affine_params(cfg, 1.0, ng, init_rng)?;
         let orthonormal_constraint = cfg.get_or("orthonormal-constraint", 0.0f32)?;
         let natural_gradient = if ng {
             Some(NgAffineOptions::from_config(
@@ -223,13 +232,16 @@ impl AffineComponent {
     }
 
     /// Kaldi's AffineComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, false)
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, false)
     }
 
     /// Kaldi's NaturalGradientAffineComponent::InitFromConfig.
-    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, true)
+    pub fn ng_from_config(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, true)
     }
 
     /// Reads an AffineComponent body.
@@ -331,7 +343,7 @@ impl Component for AffineComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -340,14 +352,15 @@ impl Component for AffineComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<AffineComponent>()) {
             u.accumulate_gradient(in_value, out_deriv);
         }
@@ -439,8 +452,8 @@ pub struct FixedAffineComponent {
 
 impl FixedAffineComponent {
     /// Kaldi's FixedAffineComponent::InitFromConfig: `matrix=<file>` or random dims.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        let (linear, bias) = init_affine_params(cfg, 1.0, false)?;
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
+        let (linear, bias) = init_affine_params(cfg, 1.0, false, init_rng)?;
         Ok(Box::new(FixedAffineComponent {
             linear: linear.into(),
             bias,
@@ -474,7 +487,7 @@ impl Component for FixedAffineComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -483,12 +496,8 @@ impl Component for FixedAffineComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        _to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         affine_backprop_input(&self.linear, out_deriv, in_deriv);
@@ -543,7 +552,7 @@ mod tests {
         }
         let mat = dir.join("lda.mat");
         let cfg = ConfigLine::parse_str(&format!("matrix={}", mat.display())).unwrap();
-        let c = FixedAffineComponent::from_config(&cfg).unwrap();
+        let c = FixedAffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).unwrap();
         for binary in [false, true] {
             let want = golden_component("tdnn-splice-ivector", "lda", binary).unwrap();
             let mut w = TokenWriter::new(binary);
@@ -571,19 +580,21 @@ mod tests {
     #[test]
     fn config_defaults_and_errors() {
         let cfg = ConfigLine::parse_str("input-dim=29 output-dim=20").unwrap();
-        let c = AffineComponent::ng_from_config(&cfg).unwrap();
+        let c = AffineComponent::ng_from_config(&cfg, &mut crate::util::seeded_rng(0)).unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         let ng = a.natural_gradient.clone().unwrap();
         assert_eq!((ng.rank_in, ng.rank_out), (15, 10));
         assert_eq!((a.input_dim(), a.output_dim()), (29, 20));
         // Missing dims name the option.
         let cfg = ConfigLine::parse_str("input-dim=3").unwrap();
-        let e = AffineComponent::from_config(&cfg).unwrap_err().to_string();
+        let e = AffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("output-dim"), "{e}");
         let cfg = ConfigLine::parse_str("input-dim=3 output-dim=-2").unwrap();
-        assert!(AffineComponent::from_config(&cfg).is_err());
+        assert!(AffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).is_err());
         let cfg = ConfigLine::parse_str("matrix=/nonexistent/x.mat").unwrap();
-        let e = FixedAffineComponent::from_config(&cfg)
+        let e = FixedAffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0))
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/x.mat"), "{e}");
@@ -596,7 +607,7 @@ mod tests {
         std::fs::write(&p, "[ 1 2 3\n 4 5 6 ]\n").unwrap();
         let cfg =
             ConfigLine::parse_str(&format!("matrix={} learning-rate=0.5", p.display())).unwrap();
-        let c = AffineComponent::from_config(&cfg).unwrap();
+        let c = AffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         assert_eq!(a.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
         assert_eq!(a.bias.as_slice(), &[3.0, 6.0]);
@@ -604,7 +615,11 @@ mod tests {
         // Forward against a hand computation: [1 1] -> [1+2+3, 4+5+6].
         let x = Matrix::from_vec(1, 2, vec![1.0, 1.0]);
         let mut y = Matrix::zeros(1, 2);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![6.0, 15.0]);
     }
 
@@ -620,12 +635,13 @@ mod tests {
         UpdatableComponent::scale(&mut u, 0.0);
         u.common.learning_rate = 0.5;
         a.backprop(
-            None,
-            x.view(),
-            Matrix::zeros(0, 0).view(),
+            BackpropArgs {
+                in_value: x.view(),
+                out_value: Matrix::zeros(0, 0).view(),
+                to_update: Some(&mut u),
+                ..BackpropArgs::new(&mut crate::util::seeded_rng(0))
+            },
             d.view(),
-            None,
-            Some(&mut u),
             None,
         );
         // dW = dᵀ x = [1*1+10*3, 1*2+10*4] = [31, 42]; db = 11; times lr 0.5.
@@ -648,13 +664,13 @@ mod binary_matrix_tests {
         let p = dir.path().join("m.bin");
         std::fs::write(&p, w.into_bytes()).unwrap();
         let cfg = ConfigLine::parse_str(&format!("matrix={} input-dim=2", p.display())).unwrap();
-        let c = FixedAffineComponent::from_config(&cfg).unwrap();
+        let c = FixedAffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).unwrap();
         let f = c.as_any().downcast_ref::<FixedAffineComponent>().unwrap();
         assert_eq!(f.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
         assert_eq!(f.bias.as_slice(), &[3.0, 6.0]);
         // A mismatching declared dimension is an error naming the option.
         let cfg = ConfigLine::parse_str(&format!("matrix={} output-dim=3", p.display())).unwrap();
-        let e = FixedAffineComponent::from_config(&cfg)
+        let e = FixedAffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0))
             .unwrap_err()
             .to_string();
         assert!(e.contains("output-dim"), "{e}");

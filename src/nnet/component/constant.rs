@@ -4,7 +4,7 @@
 
 use super::param_util::{self, component_boilerplate};
 use super::{
-    Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties, UpdatableCommon,
+    BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
     UpdatableComponent,
 };
 use crate::error::Result;
@@ -12,6 +12,7 @@ use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
+use rand::RngCore;
 
 const CONSTANT: &str = "ConstantComponent";
 
@@ -27,12 +28,12 @@ pub struct ConstantComponent {
 
 impl ConstantComponent {
     /// Kaldi's ConstantComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let dim = param_util::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantComponent {
             common,
-            output: param_util::constant_output_from_config(cfg, dim)?,
+            output: param_util::constant_output_from_config(cfg, dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
             use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
         }))
@@ -81,7 +82,7 @@ impl Component for ConstantComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -92,14 +93,11 @@ impl Component for ConstantComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         _in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { to_update, .. } = args;
         // There is no input to propagate to; only the parameters get a gradient.
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantComponent>())
         {

@@ -5,11 +5,14 @@
 
 use super::affine::NgAffineOptions;
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
+use rand::RngCore;
 
 const LINEAR: &str = "LinearComponent";
 
@@ -30,7 +33,7 @@ pub struct LinearComponent {
 
 impl LinearComponent {
     /// Kaldi's LinearComponent::InitFromConfig: `matrix=<file>` (W itself) or random dims.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let params = if let Some(path) = cfg.get::<String>("matrix")? {
             let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
@@ -55,9 +58,10 @@ impl LinearComponent {
             if stddev < 0.0 {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
-            param_util::with_init_rng(|rng| {
+            {
+                let rng: &mut dyn RngCore = init_rng;
                 param_util::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng)
-            })
+            }
         };
         let ng = NgAffineOptions::from_config(cfg, params.num_cols(), params.num_rows())?;
         Ok(Box::new(LinearComponent {
@@ -129,7 +133,7 @@ impl Component for LinearComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -138,14 +142,15 @@ impl Component for LinearComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<LinearComponent>()) {
             let lr = u.common.learning_rate;
             u.params

@@ -5,11 +5,14 @@
 //! ignoring x).
 
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
 use crate::nnet::config_line::ConfigLine;
+use rand::RngCore;
 
 const PES: &str = "PerElementScaleComponent";
 const NG_PES: &str = "NaturalGradientPerElementScaleComponent";
@@ -18,7 +21,12 @@ const SAO: &str = "ScaleAndOffsetComponent";
 const CFC: &str = "ConstantFunctionComponent";
 
 /// A parameter vector from `vector=<file>` or `dim` + `param-mean`/`param-stddev`.
-fn init_param_vector(cfg: &ConfigLine, default_mean: f32, dim_key: &str) -> Result<Vector> {
+fn init_param_vector(
+    cfg: &ConfigLine,
+    default_mean: f32,
+    dim_key: &str,
+    init_rng: &mut dyn RngCore,
+) -> Result<Vector> {
     if let Some(path) = cfg.get::<String>("vector")? {
         let v = param_util::read_vector_file(cfg, "vector", &path)?;
         if v.dim() == 0 {
@@ -32,9 +40,10 @@ fn init_param_vector(cfg: &ConfigLine, default_mean: f32, dim_key: &str) -> Resu
     if stddev < 0.0 {
         return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
     }
-    Ok(param_util::with_init_rng(|rng| {
+    Ok({
+        let rng: &mut dyn RngCore = init_rng;
         param_util::gaussian_vector(dim, mean, stddev, rng)
-    }))
+    })
 }
 
 /// `min`, `max` of a non-empty vector.
@@ -108,9 +117,13 @@ pub struct PerElementScaleComponent {
 }
 
 impl PerElementScaleComponent {
-    fn from_config_impl(cfg: &ConfigLine, ng: bool) -> Result<Box<dyn Component>> {
+    fn from_config_impl(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+        ng: bool,
+    ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let scales = init_param_vector(cfg, 1.0, "dim")?;
+        let scales = init_param_vector(cfg, 1.0, "dim", init_rng)?;
         let natural_gradient = if ng {
             let o = NgScaleOptions {
                 rank: cfg.get_or("rank", 8)?,
@@ -136,13 +149,16 @@ impl PerElementScaleComponent {
     }
 
     /// Kaldi's PerElementScaleComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, false)
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, false)
     }
 
     /// Kaldi's NaturalGradientPerElementScaleComponent::InitFromConfig.
-    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, true)
+    pub fn ng_from_config(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, true)
     }
 
     /// Reads a PerElementScaleComponent body.
@@ -217,7 +233,7 @@ impl Component for PerElementScaleComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
@@ -225,14 +241,15 @@ impl Component for PerElementScaleComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
         {
@@ -243,15 +260,12 @@ impl Component for PerElementScaleComponent {
             d.mul_cols_vec(&self.scales);
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         // The gradient needs the output derivative, so it comes first.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
@@ -371,10 +385,10 @@ pub struct PerElementOffsetComponent {
 
 impl PerElementOffsetComponent {
     /// Kaldi's PerElementOffsetComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let (offsets, dim) = if cfg.has("vector") {
-            let v = init_param_vector(cfg, 0.0, "dim")?;
+            let v = init_param_vector(cfg, 0.0, "dim", init_rng)?;
             let dim = param_util::positive_or(cfg, "dim", v.dim())?;
             if dim % v.dim() != 0 {
                 return Err(cfg.error_at_value(
@@ -401,9 +415,10 @@ impl PerElementOffsetComponent {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
             (
-                param_util::with_init_rng(|rng| {
+                {
+                    let rng: &mut dyn RngCore = init_rng;
                     param_util::gaussian_vector(block, mean, stddev, rng)
-                }),
+                },
                 dim,
             )
         };
@@ -473,7 +488,7 @@ impl Component for PerElementOffsetComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         let o = &self.offsets;
@@ -482,14 +497,11 @@ impl Component for PerElementOffsetComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { to_update, .. } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
         {
@@ -499,15 +511,8 @@ impl Component for PerElementOffsetComponent {
             d.copy_from(out_deriv);
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, deriv: MatViewMut<'_>) {
+        let BackpropArgs { to_update, .. } = args;
         // The input derivative equals the output derivative: nothing to change in place.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
@@ -575,7 +580,10 @@ const SAO_EPSILON: f32 = 1.0e-4;
 
 impl ScaleAndOffsetComponent {
     /// Kaldi's ScaleAndOffsetComponent::InitFromConfig (scales 1, offsets 0).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let dim = param_util::require_positive(cfg, "dim")?;
         let block = param_util::positive_or(cfg, "block-dim", dim)?;
@@ -698,7 +706,7 @@ impl Component for ScaleAndOffsetComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         let (s, o) = (&self.scales, &self.offsets);
@@ -710,14 +718,15 @@ impl Component for ScaleAndOffsetComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
         {
@@ -729,15 +738,12 @@ impl Component for ScaleAndOffsetComponent {
             for_blocks(&mut d, s.dim(), |b| b.mul_cols_vec(s));
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
         {
@@ -809,14 +815,14 @@ pub struct ConstantFunctionComponent {
 
 impl ConstantFunctionComponent {
     /// Kaldi's ConstantFunctionComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let input_dim = param_util::require_positive(cfg, "input-dim")?;
         let output_dim = param_util::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantFunctionComponent {
             common,
             input_dim,
-            output: param_util::constant_output_from_config(cfg, output_dim)?,
+            output: param_util::constant_output_from_config(cfg, output_dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
             use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
         }))
@@ -866,7 +872,7 @@ impl Component for ConstantFunctionComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -875,7 +881,7 @@ impl Component for ConstantFunctionComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         data.pu_copy_rows_from_vec(&self.output);
@@ -883,14 +889,11 @@ impl Component for ConstantFunctionComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         _in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { to_update, .. } = args;
         // The output does not depend on the input: the input derivative gets nothing added.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>())
@@ -973,7 +976,8 @@ mod tests {
     #[test]
     fn scale_and_offset_matches_hand_computation() {
         let cfg = ConfigLine::parse_str("dim=4 block-dim=2").unwrap();
-        let mut c = ScaleAndOffsetComponent::from_config(&cfg).unwrap();
+        let mut c =
+            ScaleAndOffsetComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).unwrap();
         let sao = c
             .as_any_mut()
             .downcast_mut::<ScaleAndOffsetComponent>()
@@ -982,13 +986,19 @@ mod tests {
         sao.offsets = Vector::from_vec(vec![0.5, 1.0]);
         let x = crate::matrix::Matrix::from_vec(1, 4, vec![1.0, 2.0, 3.0, 4.0]);
         let mut y = crate::matrix::Matrix::zeros(1, 4);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![2.5, -1.0, 6.5, -3.0]);
     }
 
     #[test]
     fn offset_block_dim_must_divide() {
         let cfg = ConfigLine::parse_str("dim=6 block-dim=4").unwrap();
-        assert!(PerElementOffsetComponent::from_config(&cfg).is_err());
+        assert!(
+            PerElementOffsetComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).is_err()
+        );
     }
 }

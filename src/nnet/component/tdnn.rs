@@ -9,14 +9,15 @@
 
 use super::param_util::{self, component_boilerplate};
 use super::{
-    Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties, UpdatableCommon,
-    UpdatableComponent,
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::{Index, TRange, NO_TIME};
+use rand::RngCore;
 use std::any::Any;
 use std::collections::HashMap;
 
@@ -175,7 +176,7 @@ impl TdnnPrecomputed {
 
 impl TdnnComponent {
     /// Kaldi's TdnnComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let in_dim = param_util::require_positive(cfg, "input-dim")?;
         let out_dim = param_util::require_positive(cfg, "output-dim")?;
@@ -203,7 +204,8 @@ impl TdnnComponent {
         if rank_in <= 0 || rank_out <= 0 || alpha_in <= 0.0 || alpha_out <= 0.0 {
             return Err(cfg.error("rank-in, rank-out, alpha-in and alpha-out must be positive"));
         }
-        let (linear_params, bias_params) = param_util::with_init_rng(|rng| {
+        let (linear_params, bias_params) = {
+            let rng: &mut dyn RngCore = init_rng;
             let w = param_util::gaussian_matrix(out_dim, full_in, 0.0, param_stddev, rng);
             let b = if use_bias {
                 param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng)
@@ -211,7 +213,7 @@ impl TdnnComponent {
                 Vector::zeros(0)
             };
             (w, b)
-        });
+        };
         Ok(Box::new(TdnnComponent {
             common,
             time_offsets,
@@ -363,10 +365,11 @@ impl Component for TdnnComponent {
 
     fn propagate(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
+        let PropagateArgs { indexes, .. } = args;
         if self.bias_params.dim() != 0 {
             output.pu_copy_rows_from_vec(&self.bias_params);
         }
@@ -400,14 +403,16 @@ impl Component for TdnnComponent {
 
     fn backprop(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            indexes,
+            in_value,
+            to_update,
+            ..
+        } = args;
         let n_out = out_deriv.num_rows();
         if out_deriv.num_cols() != self.output_dim() {
             return;
