@@ -15,54 +15,30 @@ use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
 
-/// Natural-gradient hyper-parameters of `NaturalGradientAffineComponent`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NgAffineOptions {
-    /// Rank of the input-side Fisher estimate.
-    pub rank_in: i32,
-    /// Rank of the output-side Fisher estimate.
-    pub rank_out: i32,
-    /// Minibatches between updates of the Fisher estimates.
-    pub update_period: i32,
-    /// Time constant (in frames) of the Fisher estimates.
-    pub num_samples_history: f32,
-    /// Smoothing of the Fisher estimates towards the unit matrix.
-    pub alpha: f32,
-}
-
-impl NgAffineOptions {
-    /// Kaldi's defaults for these dimensions: rank-in min(20, (in+1)/2), rank-out
-    /// min(80, (out+1)/2), update-period 4, num-samples-history 2000, alpha 4.
-    pub fn defaults(input_dim: usize, output_dim: usize) -> Self {
-        NgAffineOptions {
-            rank_in: 20.min((input_dim as i32 + 1) / 2),
-            rank_out: 80.min((output_dim as i32 + 1) / 2),
-            update_period: 4,
-            num_samples_history: 2000.0,
-            alpha: 4.0,
-        }
-    }
-
-    /// Reads the NG options from a config line, with the defaults above.
-    pub fn from_config(cfg: &ConfigLine, input_dim: usize, output_dim: usize) -> Result<Self> {
-        let d = NgAffineOptions::defaults(input_dim, output_dim);
-        let o = NgAffineOptions {
-            rank_in: cfg.get_or("rank-in", d.rank_in)?,
-            rank_out: cfg.get_or("rank-out", d.rank_out)?,
-            update_period: cfg.get_or("update-period", d.update_period)?,
-            num_samples_history: cfg.get_or("num-samples-history", d.num_samples_history)?,
-            alpha: cfg.get_or("alpha", d.alpha)?,
-        };
-        if o.rank_in <= 0 || o.rank_out <= 0 || o.update_period <= 0 {
-            return Err(cfg.error("rank-in, rank-out and update-period must be positive"));
-        }
-        if o.num_samples_history <= 0.0 || o.alpha < 0.0 {
-            return Err(cfg.error("num-samples-history must be > 0 and alpha >= 0"));
-        }
-        Ok(o)
-    }
+/// The natural-gradient options of a weight block from a config line (`rank-in`,
+/// `rank-out`, `update-period`, `num-samples-history`, `alpha`), with Kaldi's defaults for
+/// these dimensions (NaturalGradientAffine and Linear share them).
+pub(crate) fn weight_ng_options_from_config(
+    cfg: &ConfigLine,
+    input_dim: usize,
+    output_dim: usize,
+) -> Result<NaturalGradientOptions> {
+    let d = NaturalGradientOptions::for_weights(input_dim, output_dim);
+    let alpha = cfg.get_or("alpha", d.alpha_in)?;
+    let o = NaturalGradientOptions {
+        rank_in: cfg.get_or("rank-in", d.rank_in)?,
+        rank_out: cfg.get_or("rank-out", d.rank_out)?,
+        update_period: cfg.get_or("update-period", d.update_period)?,
+        num_samples_history: cfg.get_or("num-samples-history", d.num_samples_history)?,
+        alpha_in: alpha,
+        alpha_out: alpha,
+        ..d
+    };
+    o.validate().map_err(|e| cfg.error(e))?;
+    Ok(o)
 }
 
 /// `AffineComponent` or (with `natural_gradient`) `NaturalGradientAffineComponent`.
@@ -77,7 +53,9 @@ pub struct AffineComponent {
     /// Kaldi's orthonormal-constraint (0 = none); only stored here.
     pub orthonormal_constraint: f32,
     /// Present for `NaturalGradientAffineComponent`.
-    pub natural_gradient: Option<NgAffineOptions>,
+    pub natural_gradient: Option<NaturalGradientOptions>,
+    /// The preconditioners, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 const AFFINE: &str = "AffineComponent";
@@ -179,20 +157,6 @@ pub(crate) fn affine_backprop_input(
     }
 }
 
-/// W += lr · out_derivᵀ · in, b += lr · Σ_rows out_deriv.
-pub(crate) fn affine_accumulate(
-    linear: &mut Matrix,
-    bias: &mut Vector,
-    lr: f32,
-    in_value: MatView<'_>,
-    out_deriv: MatView<'_>,
-) {
-    linear
-        .view_mut()
-        .add_mat_mat(lr, out_deriv, Trans::Yes, in_value, Trans::No, 1.0);
-    out_deriv.add_row_sum_to(bias, lr, 1.0);
-}
-
 impl AffineComponent {
     /// A plain AffineComponent from parameters.
     pub fn new(linear: Matrix, bias: Vector) -> Self {
@@ -202,6 +166,7 @@ impl AffineComponent {
             bias,
             orthonormal_constraint: 0.0,
             natural_gradient: None,
+            ng_state: NaturalGradientState::default(),
         }
     }
 
@@ -214,7 +179,7 @@ impl AffineComponent {
         let (linear, bias) = init_affine_params(cfg, 1.0, ng, init_rng)?;
         let orthonormal_constraint = cfg.get_or("orthonormal-constraint", 0.0f32)?;
         let natural_gradient = if ng {
-            Some(NgAffineOptions::from_config(
+            Some(weight_ng_options_from_config(
                 cfg,
                 linear.num_cols(),
                 linear.num_rows(),
@@ -228,6 +193,7 @@ impl AffineComponent {
             bias,
             orthonormal_constraint,
             natural_gradient,
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -259,6 +225,7 @@ impl AffineComponent {
             bias,
             orthonormal_constraint,
             natural_gradient: None,
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -304,20 +271,31 @@ impl AffineComponent {
             linear: linear.into(),
             bias,
             orthonormal_constraint,
-            natural_gradient: Some(NgAffineOptions {
+            natural_gradient: Some(NaturalGradientOptions {
                 rank_in,
                 rank_out,
                 update_period,
                 num_samples_history,
-                alpha,
+                ..NaturalGradientOptions::symmetric(0, alpha, 0, 0.0)
             }),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
-    /// Accumulates `learning_rate × gradient` into this component's parameters.
+    /// Adds the parameter change for these rows to this (`to_update`) component: the
+    /// gradient scaled by its learning rate, natural-gradient preconditioned when it has
+    /// natural gradient and a preconditioner is plugged in.
     pub fn accumulate_gradient(&mut self, in_value: MatView<'_>, out_deriv: MatView<'_>) {
-        let lr = self.common.learning_rate;
-        affine_accumulate(&mut self.linear, &mut self.bias, lr, in_value, out_deriv);
+        let ng = self
+            .natural_gradient
+            .as_ref()
+            .map(|o| (o, &mut self.ng_state));
+        Update::new(&self.common, ng, true).weight_block(
+            self.linear.view_mut(),
+            Some(self.bias.as_mut_slice()),
+            in_value,
+            out_deriv,
+        );
     }
 }
 
@@ -394,7 +372,7 @@ impl Component for AffineComponent {
                 w.token("<NumSamplesHistory>");
                 w.f32(ng.num_samples_history);
                 w.token("<Alpha>");
-                w.f32(ng.alpha);
+                w.f32(ng.alpha_in);
             }
         }
         w.token(&format!("</{ty}>"));
@@ -425,7 +403,7 @@ impl Component for AffineComponent {
                 ng.rank_out,
                 g(ng.num_samples_history),
                 ng.update_period,
-                g(ng.alpha)
+                g(ng.alpha_in)
             );
         }
         s

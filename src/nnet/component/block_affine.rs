@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::nnet::config_line::ConfigLine;
+use crate::update::Update;
 use rand::RngCore;
 
 const BLOCK: &str = "BlockAffineComponent";
@@ -184,18 +185,16 @@ impl Component for BlockAffineComponent {
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>())
         {
-            let lr = u.common.learning_rate;
+            let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_blocks {
-                u.linear.sub_mut(k * ob, ob, 0, ib).add_mat_mat(
-                    lr,
-                    out_deriv.cols_range(k * ob, ob),
-                    Trans::Yes,
+                update.weight_block(
+                    u.linear.sub_mut(k * ob, ob, 0, ib),
+                    None,
                     in_value.cols_range(k * ib, ib),
-                    Trans::No,
-                    1.0,
+                    out_deriv.cols_range(k * ob, ob),
                 );
             }
-            out_deriv.add_row_sum_to(&mut u.bias, lr, 1.0);
+            update.offset_block(&mut u.bias, out_deriv);
         }
         if let Some(mut d) = in_deriv {
             for k in 0..self.num_blocks {
@@ -379,18 +378,15 @@ impl Component for RepeatedAffineComponent {
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>())
         {
-            let lr = u.common.learning_rate;
+            // The natural-gradient kind has no preconditioner slot yet: it updates plainly.
+            let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_repeats {
-                let od = out_deriv.cols_range(k * ob, ob);
-                u.linear.view_mut().add_mat_mat(
-                    lr,
-                    od,
-                    Trans::Yes,
+                update.weight_block(
+                    u.linear.view_mut(),
+                    Some(&mut u.bias),
                     in_value.cols_range(k * ib, ib),
-                    Trans::No,
-                    1.0,
+                    out_deriv.cols_range(k * ob, ob),
                 );
-                od.add_row_sum_to(&mut u.bias, lr, 1.0);
             }
         }
         if let Some(mut d) = in_deriv {
