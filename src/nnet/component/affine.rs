@@ -3,9 +3,9 @@
 //!
 //! Both trainable kinds share one Rust type, [`AffineComponent`]; `natural_gradient` is `Some`
 //! for the NG kind, which keeps its NG hyper-parameters (the NG state is never saved, as in
-//! Kaldi). The gradient accumulated in Backprop is the plain gradient scaled by the
-//! `to_update` component's learning rate; the natural-gradient preconditioning of a
-//! non-gradient update belongs to the trainer.
+//! Kaldi). Backprop hands (input rows, output-derivative rows) to the `to_update`
+//! component's [`crate::update::Update`], which adds the gradient scaled by its learning
+//! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
 use super::param_util::{self, component_boilerplate};
 use super::{
