@@ -13,9 +13,9 @@ use compnet::compile::{
 };
 use compnet::matrix::Matrix;
 use compnet::nnet::Nnet;
+use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
 use compnet::testing::{random_matrix, random_nnet_config, random_request};
-use compnet::util::seeded_rng;
 
 fn num_nets() -> u64 {
     std::env::var("COMPNET_RANDOM_NETS")
@@ -99,7 +99,7 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
     let nnet = Nnet::from_config_text(
         &net.config,
         "<random>",
-        &mut compnet::util::seeded_rng(seed),
+        &mut compnet::random::seeded_rng(seed),
     )
     .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}"));
     let (left, right) = nnet_context(&nnet).map_or((4, 4), |c| (c.left, c.right));
@@ -212,7 +212,7 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
             u.vectorize(&mut theta);
             g.vectorize(&mut grad);
             let dir: Vec<f32> = (0..n)
-                .map(|_| eps * compnet::util::rand_gauss(&mut rng))
+                .map(|_| eps * compnet::random::rand_gauss(&mut rng))
                 .collect();
             p += dir
                 .iter()

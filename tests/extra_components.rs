@@ -7,20 +7,20 @@
 
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{MatView, MatViewMut, Matrix};
-use compnet::nnet::component::testing::{
-    check_component_config, check_golden_info, golden_path, round_trip_bytes, round_trip_golden,
-    split_model_components,
-};
 use compnet::nnet::component::{
     new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
     PropagateArgs,
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::index::Index;
+use compnet::testing::component::{check_component_config, round_trip_bytes};
+use compnet::testing::golden::{
+    check_golden_info, golden_component, golden_path, round_trip_golden, split_model_components,
+};
 
 fn make(config: &str) -> Box<dyn Component> {
     let cfg = ConfigLine::parse_str(config).expect("config parses");
-    new_component_from_config(&cfg, &mut compnet::util::seeded_rng(0))
+    new_component_from_config(&cfg, &mut compnet::random::seeded_rng(0))
         .expect("component initialises")
 }
 
@@ -60,7 +60,7 @@ const GOLDEN_COMPONENTS: &[(&str, &str)] = &[
 fn golden_components_round_trip_byte_exact() {
     let mut failures = Vec::new();
     for (case, name) in GOLDEN_COMPONENTS {
-        if let Some(e) = round_trip_golden(case, name) {
+        if let Err(e) = round_trip_golden(case, name) {
             failures.push(e);
         }
     }
@@ -82,11 +82,7 @@ fn golden_formats_model_components_round_trip() {
         ("formats/model/model.txt", false),
         ("formats/model/model.raw", true),
     ] {
-        let Some(p) = golden_path(file) else {
-            eprintln!("{file} not available; skipped");
-            return;
-        };
-        let bytes = std::fs::read(p).expect("read golden model");
+        let bytes = std::fs::read(golden_path(file)).expect("read golden model");
         for (name, ty, body) in split_model_components(&bytes) {
             if ours.contains(&ty.as_str()) {
                 round_trip_bytes(&body, binary, &format!("{file}/{name}"))
@@ -105,7 +101,7 @@ fn golden_formats_model_components_round_trip() {
 fn golden_info_lines_match() {
     let mut failures = Vec::new();
     for (case, name) in GOLDEN_COMPONENTS {
-        if let Some(e) = check_golden_info(case, name) {
+        if let Err(e) = check_golden_info(case, name) {
             failures.push(e);
         }
     }
@@ -146,22 +142,15 @@ fn lstm_reference(x: &[f32], w: &Matrix, c: usize, dropout: bool) -> Vec<f64> {
     out
 }
 
-fn golden_lstm() -> Option<Box<dyn Component>> {
-    let bytes = compnet::nnet::component::testing::golden_component(
-        "fast-lstmp",
-        "lstm1.lstm_nonlin",
-        true,
-    )?;
+fn golden_lstm() -> Box<dyn Component> {
+    let bytes = golden_component("fast-lstmp", "lstm1.lstm_nonlin", true).unwrap();
     let mut r = TokenReader::new(&bytes, true, "model.raw");
-    Some(read_component(&mut r).expect("golden LSTM reads"))
+    read_component(&mut r).expect("golden LSTM reads")
 }
 
 #[test]
 fn lstm_forward_matches_reference_with_golden_params() {
-    let Some(comp) = golden_lstm() else {
-        eprintln!("golden fast-lstmp not available; skipped");
-        return;
-    };
+    let comp = golden_lstm();
     let lstm = comp
         .as_any()
         .downcast_ref::<compnet::nnet::component::lstm::LstmNonlinearityComponent>()
@@ -182,7 +171,7 @@ fn lstm_forward_matches_reference_with_golden_params() {
     }
     let mut y = Matrix::zeros(9, 32);
     comp.propagate(
-        PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
         x.view(),
         y.view_mut(),
     );
@@ -242,7 +231,7 @@ fn lstm_backprop_matches_numeric_derivatives_of_the_reference() {
                 in_value: x.view(),
                 out_value: empty().view(),
                 to_update: Some(grad.as_mut()),
-                ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+                ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
             },
             d.view(),
             Some(g.view_mut()),
@@ -301,7 +290,7 @@ fn lstm_stats_accumulate_and_survive_io() {
             in_value: x.view(),
             out_value: empty().view(),
             to_update: Some(upd.as_mut()),
-            ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
         },
         d.view(),
         None,
@@ -368,7 +357,7 @@ fn lstm_self_repair_pushes_saturated_units() {
             in_value: x.view(),
             out_value: empty().view(),
             to_update: Some(with_stats.as_mut()),
-            ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
         },
         zero_d.view(),
         None,
@@ -378,7 +367,7 @@ fn lstm_self_repair_pushes_saturated_units() {
         BackpropArgs {
             in_value: x.view(),
             out_value: empty().view(),
-            ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
         },
         zero_d.view(),
         Some(g.view_mut()),
@@ -431,7 +420,7 @@ fn backprop_truncation_scales_clips_and_zeroes() {
     let x = Matrix::from_rows(&[vec![2.0, -4.0], vec![1.0, 1.0]]);
     let mut y = Matrix::zeros(2, 2);
     comp.propagate(
-        PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
         x.view(),
         y.view_mut(),
     );
@@ -453,7 +442,7 @@ fn backprop_truncation_scales_clips_and_zeroes() {
             in_value: empty().view(),
             out_value: empty().view(),
             to_update: Some(upd.as_mut()),
-            ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
         },
         d.view(),
         Some(g.view_mut()),
@@ -482,6 +471,66 @@ fn backprop_truncation_scales_clips_and_zeroes() {
     );
 }
 
+/// The numbers between `<tag>  [` and `]` in a Kaldi text model.
+fn text_vector_after(text: &str, tag: &str) -> Vec<f64> {
+    let rest = text.split(tag).nth(1).unwrap_or_else(|| panic!("no {tag}"));
+    let inner = rest
+        .split('[')
+        .nth(1)
+        .and_then(|r| r.split(']').next())
+        .unwrap();
+    inner
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// BatchNorm in test mode, on a trained Kaldi component with target-rms 0.5 and block-dim 8
+/// (train/ng-batchnorm bn2): y = (x − StatsMean)·target-rms / √(StatsVar + epsilon), per
+/// block column, as the golden README states. The statistics are parsed from after.txt
+/// here; the component is read from after.raw. (No inference golden has target-rms ≠ 1.)
+#[test]
+fn batchnorm_test_mode_uses_the_stored_stats_and_target_rms() {
+    let raw = std::fs::read(golden_path("train/ng-batchnorm/after.raw")).unwrap();
+    let (_, _, body) = split_model_components(&raw)
+        .into_iter()
+        .find(|(n, _, _)| n == "bn2")
+        .expect("bn2 in train/ng-batchnorm/after.raw");
+    let mut c = read_component(&mut TokenReader::new(&body, true, "bn2")).unwrap();
+    let txt = std::fs::read_to_string(golden_path("train/ng-batchnorm/after.txt")).unwrap();
+    let bn2 = txt
+        .split("<ComponentName> bn2 ")
+        .nth(1)
+        .and_then(|r| r.split("</BatchNormComponent>").next())
+        .expect("bn2 in after.txt");
+    assert!(bn2.contains("<BlockDim> 8 ") && bn2.contains("<TargetRms> 0.5 "));
+    let (mean, var) = (
+        text_vector_after(bn2, "<StatsMean>"),
+        text_vector_after(bn2, "<StatsVar>"),
+    );
+    let (target_rms, epsilon) = (0.5f64, 0.001f64);
+    c.set_test_mode(true);
+    let x = lcg_matrix(5, 24, 17);
+    let mut y = Matrix::zeros(5, 24);
+    c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        x.view(),
+        y.view_mut(),
+    );
+    for r in 0..5 {
+        for j in 0..24 {
+            let b = j % 8;
+            let want = (x.get(r, j) as f64 - mean[b]) * target_rms / (var[b] + epsilon).sqrt();
+            let got = y.get(r, j) as f64;
+            // after.txt has 7 significant digits.
+            assert!(
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "row {r} col {j}: {got} vs {want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn test_mode_behaviour_matches_the_golden_readme() {
     let x = lcg_matrix(5, 4, 9);
@@ -495,7 +544,7 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         c.set_test_mode(true);
         let mut y = Matrix::zeros(5, 4);
         let memo = c.propagate(
-            PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
@@ -512,7 +561,7 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         c.set_test_mode(true);
         let mut y = Matrix::zeros(4, 3);
         c.propagate(
-            PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
             Matrix::zeros(0, 3).view(),
             y.view_mut(),
         );
@@ -523,16 +572,13 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         );
     }
     // The golden fast-lstmp mask component is read in training mode; test mode gives 0.75.
-    if let Some(bytes) = compnet::nnet::component::testing::golden_component(
-        "fast-lstmp",
-        "lstm1.dropout_mask",
-        true,
-    ) {
+    {
+        let bytes = golden_component("fast-lstmp", "lstm1.dropout_mask", true).unwrap();
         let mut c = read_component(&mut TokenReader::new(&bytes, true, "model.raw")).expect("read");
         c.set_test_mode(true);
         let mut y = Matrix::zeros(2, 3);
         c.propagate(
-            PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
             Matrix::zeros(0, 3).view(),
             y.view_mut(),
         );
@@ -560,7 +606,7 @@ fn dropout_mask_training_values() {
     let c = make("type=DropoutMaskComponent output-dim=3 dropout-proportion=0.25");
     let mut y = Matrix::zeros(400, 3);
     c.propagate(
-        PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
         Matrix::zeros(0, 3).view(),
         y.view_mut(),
     );
@@ -570,7 +616,7 @@ fn dropout_mask_training_values() {
     assert!((zeros - 0.25).abs() < 0.06, "{zeros}");
     let c = make("type=DropoutMaskComponent output-dim=3 dropout-proportion=0.2 continuous=true");
     c.propagate(
-        PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
         Matrix::zeros(0, 3).view(),
         y.view_mut(),
     );
@@ -592,7 +638,7 @@ fn general_dropout_shares_masks_by_sequence_and_time_block() {
         let memo = c.propagate(
             PropagateArgs {
                 indexes: pre.as_deref(),
-                rng: &mut compnet::util::seeded_rng(0),
+                rng: &mut compnet::random::seeded_rng(0),
             },
             x.view(),
             y.view_mut(),
@@ -617,7 +663,7 @@ fn general_dropout_shares_masks_by_sequence_and_time_block() {
                 in_value: empty().view(),
                 out_value: empty().view(),
                 memo: memo.as_ref(),
-                ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+                ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
             },
             d.view(),
             Some(g.view_mut()),
@@ -641,14 +687,14 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
     let memo = c.propagate_in_place(
         PropagateArgs {
             indexes: pre.as_deref(),
-            rng: &mut compnet::util::seeded_rng(0),
+            rng: &mut compnet::random::seeded_rng(0),
         },
         data.view_mut(),
     );
     c.propagate(
         PropagateArgs {
             indexes: pre.as_deref(),
-            rng: &mut compnet::util::seeded_rng(0),
+            rng: &mut compnet::random::seeded_rng(0),
         },
         x.view(),
         y.view_mut(),
@@ -666,7 +712,7 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
             in_value: empty().view(),
             out_value: empty().view(),
             memo: memo.as_ref(),
-            ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
         },
         g.view_mut(),
     );
@@ -682,13 +728,13 @@ fn non_simple_components_in_place_agree() {
     let c = make("type=BackpropTruncationComponent dim=4 scale=0.9");
     let mut y = Matrix::zeros(6, 4);
     c.propagate(
-        PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
         x.view(),
         y.view_mut(),
     );
     let mut z = x.clone();
     c.propagate_in_place(
-        PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
         z.view_mut(),
     );
     assert_eq!(y.to_vec(), z.to_vec());
@@ -698,7 +744,7 @@ fn non_simple_components_in_place_agree() {
         BackpropArgs {
             in_value: empty().view(),
             out_value: empty().view(),
-            ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
         },
         d.view(),
         Some(g.view_mut()),
@@ -708,7 +754,7 @@ fn non_simple_components_in_place_agree() {
         BackpropArgs {
             in_value: empty().view(),
             out_value: empty().view(),
-            ..BackpropArgs::new(&mut compnet::util::seeded_rng(0))
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
         },
         gi.view_mut(),
     );
@@ -717,7 +763,7 @@ fn non_simple_components_in_place_agree() {
     let mut wide = Matrix::zeros(6, 7);
     let gd = make("type=GeneralDropoutComponent dim=4 dropout-proportion=0");
     gd.propagate(
-        PropagateArgs::new(&mut compnet::util::seeded_rng(0)),
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
         x.view(),
         wide.sub_mut(0, 6, 1, 4),
     );
@@ -755,7 +801,7 @@ fn config_errors_name_the_problem() {
         ),
     ] {
         let parsed = ConfigLine::parse_str(cfg).expect("parses");
-        let e = new_component_from_config(&parsed, &mut compnet::util::seeded_rng(0))
+        let e = new_component_from_config(&parsed, &mut compnet::random::seeded_rng(0))
             .expect_err(cfg)
             .to_string();
         assert!(e.contains(key), "{cfg}: {e}");

@@ -10,10 +10,10 @@ use compnet::compile::{
 };
 use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
-use compnet::run::reference::ReferenceEvaluator;
+use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::reference::ReferenceEvaluator;
 use compnet::testing::{random_matrix, random_nnet_config, random_request, RandomRequest};
-use compnet::util::seeded_rng;
 
 fn num_nets() -> u64 {
     std::env::var("COMPNET_RANDOM_NETS")
@@ -44,7 +44,7 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     let mut nnet = Nnet::from_config_text(
         &net.config,
         "<random>",
-        &mut compnet::util::seeded_rng(seed),
+        &mut compnet::random::seeded_rng(seed),
     )
     .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}\n{}", net.config));
     for c in nnet.components.iter_mut() {

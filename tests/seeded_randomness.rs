@@ -13,9 +13,9 @@ use compnet::nnet::component::nonlinear::NonlinearComponent;
 use compnet::nnet::component::{new_component_from_config, BackpropArgs, PropagateArgs};
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
+use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
 use compnet::testing::random_matrix;
-use compnet::util::seeded_rng;
 
 const CONFIG: &str = "\
 input-node name=input dim=8

@@ -96,7 +96,7 @@ pub fn load_network(path: &str) -> Result<Nnet> {
     if path.ends_with(".config") || path.ends_with(".cfg") {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         // Only the structure matters for compiling; parameters as `init --srand=0` makes them.
-        Nnet::from_config_text(&text, path, &mut crate::util::seeded_rng(0))
+        Nnet::from_config_text(&text, path, &mut crate::random::seeded_rng(0))
     } else {
         Ok(Nnet::read_model_file(path)?.nnet)
     }

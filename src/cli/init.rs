@@ -55,7 +55,7 @@ pub fn run(a: Args) -> Result<i32> {
             ))
         }
     };
-    let mut init_rng = crate::util::seeded_rng(a.srand as u64);
+    let mut init_rng = crate::random::seeded_rng(a.srand as u64);
     let text = read_config_text(config)?;
     let config_name = if config == "-" {
         "<stdin>"

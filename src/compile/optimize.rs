@@ -568,7 +568,7 @@ mod tests {
              output-node name=output input=relu\n\
              output-node name=output2 input=input\n",
             "<test>",
-            &mut crate::util::seeded_rng(0),
+            &mut crate::random::seeded_rng(0),
         )
         .expect("config")
     }

@@ -274,7 +274,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
         ..Default::default()
     };
     // The config section names nodes only; components came from the file above.
-    nnet.apply_config_text(config_text, &file, &mut crate::util::seeded_rng(0))
+    nnet.apply_config_text(config_text, &file, &mut crate::random::seeded_rng(0))
         .map_err(|e| config_error_to_format(e, &file, buf, config_start, &line_starts))?;
     r.set_pos(after);
     Ok(nnet)

@@ -107,7 +107,7 @@ impl<'a> NnetComputer<'a> {
             forward_done: false,
             scratch: Matrix::default(),
             poison_undefined: false,
-            rng: crate::util::seeded_rng(DEFAULT_SEED),
+            rng: crate::random::seeded_rng(DEFAULT_SEED),
         }
     }
 
@@ -115,7 +115,7 @@ impl<'a> NnetComputer<'a> {
     /// passes `--srand` plus the minibatch index, so a run is reproducible and minibatches
     /// draw different masks.
     pub fn with_seed(mut self, seed: u64) -> Self {
-        self.rng = crate::util::seeded_rng(seed);
+        self.rng = crate::random::seeded_rng(seed);
         self
     }
 

@@ -439,15 +439,15 @@ param_util::linear_bias_updatable!(RepeatedAffineComponent);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::golden::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_block_and_repeated_round_trip_and_info() {
         for name in ["block1", "rep1"] {
-            if let Some(msg) = round_trip_golden("misc-components", name) {
+            if let Err(msg) = round_trip_golden("misc-components", name) {
                 panic!("{msg}");
             }
-            if let Some(msg) = check_golden_info("misc-components", name) {
+            if let Err(msg) = check_golden_info("misc-components", name) {
                 panic!("{msg}");
             }
         }
@@ -457,7 +457,7 @@ mod tests {
     fn block_affine_equals_dense_block_diagonal() {
         // Independent reference: expand the blocks into a dense matrix and multiply.
         let cfg = ConfigLine::parse_str("input-dim=6 output-dim=4 num-blocks=2").unwrap();
-        let c = BlockAffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).unwrap();
+        let c = BlockAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let b = c.as_any().downcast_ref::<BlockAffineComponent>().unwrap();
         let mut dense = Matrix::zeros(4, 6);
         for k in 0..2 {
@@ -466,7 +466,7 @@ mod tests {
                 .copy_from(b.linear.sub(k * 2, 2, 0, 3));
         }
         let x = {
-            let r = &mut crate::util::seeded_rng(0);
+            let r = &mut crate::random::seeded_rng(0);
             param_util::gaussian_matrix(3, 6, 0.0, 1.0, r)
         };
         let mut want = Matrix::zeros(3, 4);
@@ -474,7 +474,7 @@ mod tests {
         want.view_mut().add_vec_to_rows(1.0, &b.bias, 1.0);
         let mut got = Matrix::zeros(3, 4);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             got.view_mut(),
         );
@@ -490,13 +490,13 @@ mod tests {
         ] {
             let cfg = ConfigLine::parse_str(line).unwrap();
             assert!(
-                BlockAffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).is_err(),
+                BlockAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).is_err(),
                 "{line}"
             );
         }
         let cfg = ConfigLine::parse_str("input-dim=6 output-dim=5 num-repeats=3").unwrap();
         assert!(
-            RepeatedAffineComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).is_err()
+            RepeatedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).is_err()
         );
     }
 }

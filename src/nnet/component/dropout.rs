@@ -210,11 +210,11 @@ mod tests {
     fn test_mode_scales_and_train_mode_masks() {
         let cfg = ConfigLine::parse_str("dim=3 dropout-proportion=0.25").expect("cfg");
         let mut c =
-            DropoutComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).expect("init");
+            DropoutComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&vec![vec![1.0, -2.0, 4.0]; 50]);
         let mut y = Matrix::zeros(50, 3);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
@@ -224,7 +224,7 @@ mod tests {
         assert!(zeros > 10 && zeros < 70, "{zeros} of 150 dropped");
         c.set_test_mode(true);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );

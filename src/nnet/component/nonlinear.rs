@@ -903,14 +903,8 @@ mod tests {
             "BatchNormComponent",
             "DropoutComponent",
         ];
-        let full = format!(
-            "{}/{path}",
-            crate::nnet::component::testing::golden_dir().display()
-        );
-        let Ok(buf) = std::fs::read(&full) else {
-            eprintln!("skipping {full}: not present");
-            return Vec::new();
-        };
+        let full = format!("{}/{path}", crate::testing::golden::golden_dir().display());
+        let buf = std::fs::read(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
         let binary = buf.starts_with(b"\0B");
         let find = |pat: &[u8], from: usize| {
             buf[from..]
@@ -987,10 +981,9 @@ mod tests {
             ),
         ];
         for (case, info_file) in cases {
-            let golden = crate::nnet::component::testing::golden_dir();
-            let Ok(info) = std::fs::read_to_string(golden.join(info_file)) else {
-                continue;
-            };
+            let golden = crate::testing::golden::golden_dir();
+            let info = std::fs::read_to_string(golden.join(info_file))
+                .unwrap_or_else(|e| panic!("{info_file}: {e}"));
             for (name, c) in golden_components(case) {
                 let prefix = format!("component name={name} type=");
                 let line = info
@@ -1002,6 +995,7 @@ mod tests {
             }
         }
         eprintln!("{n} info lines match");
+        assert!(n >= 47, "only {n} golden info lines compared");
     }
 
     #[test]
@@ -1058,7 +1052,7 @@ mod tests {
         let od = Matrix::from_rows(&[vec![0.2, -0.4, 1.0, 0.3], vec![0.9, 0.1, -0.7, 0.5]]);
         let mut y = Matrix::zeros(2, 4);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
@@ -1067,7 +1061,7 @@ mod tests {
             BackpropArgs {
                 in_value: x.view(),
                 out_value: y.view(),
-                ..BackpropArgs::new(&mut crate::util::seeded_rng(0))
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
             },
             od.view(),
             Some(id.view_mut()),
@@ -1075,7 +1069,7 @@ mod tests {
         let obj = |m: &Matrix| {
             let mut yy = Matrix::zeros(2, 4);
             c.propagate(
-                PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
                 m.view(),
                 yy.view_mut(),
             );
@@ -1103,7 +1097,7 @@ mod tests {
         let mut c =
             NonlinearComponent::from_config_kind(NonlinearKind::Tanh, &cfg("dim=2")).expect("init");
         let y = Matrix::from_rows(&[vec![0.5, -0.5], vec![0.0, 1.0]]);
-        c.store_stats(y.view(), y.view(), None, &mut crate::util::seeded_rng(0));
+        c.store_stats(y.view(), y.view(), None, &mut crate::random::seeded_rng(0));
         assert_eq!(c.count(), 2.0);
         assert_eq!(c.value_avg(), vec![0.25, 0.25]);
         // derivative 1 - y^2: (0.75 + 1)/2, (0.75 + 0)/2

@@ -362,8 +362,8 @@ impl BatchNormComponent {
     fn invent_stats(&mut self, rng: &mut dyn RngCore) {
         self.count = 1.0;
         for (s, q) in self.stats_sum.iter_mut().zip(self.stats_sumsq.iter_mut()) {
-            let a = crate::util::rand_gauss(rng) as f64;
-            let b = crate::util::rand_gauss(rng) as f64;
+            let a = crate::random::rand_gauss(rng) as f64;
+            let b = crate::random::rand_gauss(rng) as f64;
             *s = a;
             *q = b + a * a;
         }
@@ -379,7 +379,7 @@ impl BatchNormComponent {
         if self.count == 0.0 {
             // Switched to test mode later (or read so): no init generator at hand, so a
             // fixed seed keeps two runs on the same untrained model equal.
-            self.invent_stats(&mut crate::util::seeded_rng(0));
+            self.invent_stats(&mut crate::random::seeded_rng(0));
         }
         let inv = (1.0 / self.count) as f32;
         let mut offset: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32 * -inv).collect();
@@ -734,11 +734,11 @@ mod tests {
         let cfg =
             ConfigLine::parse_str("input-dim=4 target-rms=0.5 add-log-stddev=true").expect("cfg");
         let c =
-            NormalizeComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).expect("init");
+            NormalizeComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 3.0, 4.0]]);
         let mut y = Matrix::zeros(1, 5);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
@@ -753,11 +753,11 @@ mod tests {
     fn batchnorm_train_output_is_standardised() {
         let cfg = ConfigLine::parse_str("dim=2").expect("cfg");
         let mut c =
-            BatchNormComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).expect("init");
+            BatchNormComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 10.0], vec![3.0, 10.0], vec![5.0, 13.0]]);
         let mut y = Matrix::zeros(3, 2);
         let memo = c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
@@ -768,7 +768,7 @@ mod tests {
             x.view(),
             y.view(),
             memo.as_ref(),
-            &mut crate::util::seeded_rng(0),
+            &mut crate::random::seeded_rng(0),
         );
         let bn = c
             .as_any()
@@ -787,12 +787,12 @@ mod tests {
         let x = Matrix::from_rows(&[vec![1.0, -2.0, 0.5]]);
         let run = |config: &str, seed: u64| {
             let cfg = ConfigLine::parse_str(config).expect("cfg");
-            let mut init_rng = crate::util::seeded_rng(seed);
+            let mut init_rng = crate::random::seeded_rng(seed);
             let mut c = BatchNormComponent::from_config(&cfg, &mut init_rng).expect("init");
             c.set_test_mode(true);
             let mut y = Matrix::zeros(1, 3);
             c.propagate(
-                PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
                 x.view(),
                 y.view_mut(),
             );

@@ -17,7 +17,7 @@ pub fn gaussian_matrix(
     rng: &mut dyn RngCore,
 ) -> Matrix {
     let data = (0..rows * cols)
-        .map(|_| mean + stddev * crate::util::rand_gauss(rng))
+        .map(|_| mean + stddev * crate::random::rand_gauss(rng))
         .collect();
     Matrix::from_vec(rows, cols, data)
 }
@@ -26,7 +26,7 @@ pub fn gaussian_matrix(
 pub fn gaussian_vector(dim: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Vector {
     Vector::from_vec(
         (0..dim)
-            .map(|_| mean + stddev * crate::util::rand_gauss(rng))
+            .map(|_| mean + stddev * crate::random::rand_gauss(rng))
             .collect(),
     )
 }

@@ -950,7 +950,7 @@ vector_params_updatable!(ConstantFunctionComponent, output);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::golden::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_round_trip_and_info() {
@@ -961,10 +961,10 @@ mod tests {
             ("misc-components", "constfn1"),
             ("lstm-primitives", "Wic"),
         ] {
-            if let Some(msg) = round_trip_golden(case, name) {
+            if let Err(msg) = round_trip_golden(case, name) {
                 panic!("{msg}");
             }
-            if let Some(msg) = check_golden_info(case, name) {
+            if let Err(msg) = check_golden_info(case, name) {
                 panic!("{msg}");
             }
         }
@@ -974,7 +974,7 @@ mod tests {
     fn scale_and_offset_matches_hand_computation() {
         let cfg = ConfigLine::parse_str("dim=4 block-dim=2").unwrap();
         let mut c =
-            ScaleAndOffsetComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).unwrap();
+            ScaleAndOffsetComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let sao = c
             .as_any_mut()
             .downcast_mut::<ScaleAndOffsetComponent>()
@@ -984,7 +984,7 @@ mod tests {
         let x = crate::matrix::Matrix::from_vec(1, 4, vec![1.0, 2.0, 3.0, 4.0]);
         let mut y = crate::matrix::Matrix::zeros(1, 4);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
@@ -995,7 +995,8 @@ mod tests {
     fn offset_block_dim_must_divide() {
         let cfg = ConfigLine::parse_str("dim=6 block-dim=4").unwrap();
         assert!(
-            PerElementOffsetComponent::from_config(&cfg, &mut crate::util::seeded_rng(0)).is_err()
+            PerElementOffsetComponent::from_config(&cfg, &mut crate::random::seeded_rng(0))
+                .is_err()
         );
     }
 }

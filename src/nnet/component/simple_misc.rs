@@ -61,7 +61,7 @@ fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vec<f32>>
 
 /// `dim` standard-normal values (Kaldi's SetRandn for test-style initialisation).
 fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vec<f32> {
-    (0..dim).map(|_| crate::util::rand_gauss(rng)).collect()
+    (0..dim).map(|_| crate::random::rand_gauss(rng)).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1176,13 +1176,13 @@ mod tests {
     fn pnorm_forward_and_backward() {
         let c = PnormComponent::from_config(
             &cfg("input-dim=4 output-dim=2"),
-            &mut crate::util::seeded_rng(0),
+            &mut crate::random::seeded_rng(0),
         )
         .expect("init");
         let x = Matrix::from_rows(&[vec![3.0, 4.0, 0.0, 0.0]]);
         let mut y = Matrix::zeros(1, 2);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
@@ -1193,7 +1193,7 @@ mod tests {
             BackpropArgs {
                 in_value: x.view(),
                 out_value: y.view(),
-                ..BackpropArgs::new(&mut crate::util::seeded_rng(0))
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
             },
             od.view(),
             Some(id.view_mut()),
@@ -1203,31 +1203,32 @@ mod tests {
 
     #[test]
     fn sum_group_and_permute() {
-        let c = SumGroupComponent::from_config(&cfg("sizes=1,2"), &mut crate::util::seeded_rng(0))
-            .expect("init");
+        let c =
+            SumGroupComponent::from_config(&cfg("sizes=1,2"), &mut crate::random::seeded_rng(0))
+                .expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 4.0]]);
         let mut y = Matrix::zeros(1, 2);
         c.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             y.view_mut(),
         );
         assert_eq!(y.to_vec(), vec![1.0, 6.0]);
         let p = PermuteComponent::from_config(
             &cfg("column-map=2,0,1"),
-            &mut crate::util::seeded_rng(0),
+            &mut crate::random::seeded_rng(0),
         )
         .expect("init");
         let mut z = Matrix::zeros(1, 3);
         p.propagate(
-            PropagateArgs::new(&mut crate::util::seeded_rng(0)),
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),
             z.view_mut(),
         );
         assert_eq!(z.to_vec(), vec![4.0, 1.0, 2.0]);
         assert!(PermuteComponent::from_config(
             &cfg("column-map=0,0,1"),
-            &mut crate::util::seeded_rng(0)
+            &mut crate::random::seeded_rng(0)
         )
         .is_err());
     }
@@ -1236,7 +1237,7 @@ mod tests {
     fn norm_based_clipping_scales_long_rows() {
         let c = ClipGradientComponent::from_config(
             &cfg("dim=2 clipping-threshold=1 norm-based-clipping=true"),
-            &mut crate::util::seeded_rng(0),
+            &mut crate::random::seeded_rng(0),
         )
         .expect("init");
         let od = Matrix::from_rows(&[vec![3.0, 4.0], vec![0.3, 0.4]]);
@@ -1245,7 +1246,7 @@ mod tests {
             BackpropArgs {
                 in_value: od.view(),
                 out_value: od.view(),
-                ..BackpropArgs::new(&mut crate::util::seeded_rng(0))
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
             },
             od.view(),
             Some(id.view_mut()),
