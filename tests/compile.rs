@@ -12,7 +12,7 @@ use compnet::compile::{compile_computation, Command, CompilerOptions};
 use compnet::compile::{ComputationRequest, IoSpecification};
 use compnet::matrix::Matrix;
 use compnet::matrix::{MatView, MatViewMut};
-use compnet::nnet::component::Properties;
+use compnet::nnet::component::{PropagateArgs, Properties};
 use compnet::nnet::descriptor::{ForwardingDescriptor, IndexVar, SumDescriptor};
 use compnet::nnet::{Index, NetworkNode, Nnet};
 use compnet::run::NnetComputer;
@@ -23,7 +23,8 @@ use compnet::testing::golden::known_missing;
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn net(cfg: &str) -> Nnet {
-    let mut n = Nnet::from_config_text(cfg, "<test>").unwrap_or_else(|e| panic!("{e}\n{cfg}"));
+    let mut n = Nnet::from_config_text(cfg, "<test>", &mut compnet::random::seeded_rng(0))
+        .unwrap_or_else(|e| panic!("{e}\n{cfg}"));
     for c in n.components.iter_mut() {
         c.set_test_mode(true);
     }
@@ -189,7 +190,7 @@ impl<'a> Reference<'a> {
                     let mut out = vec![0.0; c.output_dim()];
                     let od = out.len();
                     c.propagate(
-                        None,
+                        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
                         MatView::from_slice(&x, 1, x.len()),
                         MatViewMut::from_slice(&mut out, 1, od),
                     );
@@ -969,7 +970,11 @@ fn random_networks_match_reference() {
     let mut config_errors = Vec::new();
     for seed in 0..count {
         let rnet = random_nnet_config(seed, false);
-        let mut n = match Nnet::from_config_text(&rnet.config, "<random>") {
+        let mut n = match Nnet::from_config_text(
+            &rnet.config,
+            "<random>",
+            &mut compnet::random::seeded_rng(0),
+        ) {
             Ok(n) => n,
             Err(e) => {
                 config_errors.push(format!("seed {seed}: {e}"));
@@ -1113,7 +1118,11 @@ fn t_ranges_change_no_graph() {
     let mut computable = 0;
     for seed in 0..300 {
         let rnet = random_nnet_config(seed, false);
-        let Ok(n) = Nnet::from_config_text(&rnet.config, "<random>") else {
+        let Ok(n) = Nnet::from_config_text(
+            &rnet.config,
+            "<random>",
+            &mut compnet::random::seeded_rng(0),
+        ) else {
             continue;
         };
         let Ok(ctx) = compnet::compile::context::nnet_context_all_outputs(&n) else {

@@ -6,7 +6,8 @@
 use compnet::io::TokenReader;
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::{
-    new_component_from_config, read_component, Component, MiscComputationInfo, Properties,
+    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
+    PropagateArgs, Properties,
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
@@ -16,7 +17,11 @@ use compnet::testing::golden::{
 use std::collections::HashMap;
 
 fn component(config: &str) -> Box<dyn Component> {
-    new_component_from_config(&ConfigLine::parse_str(config).unwrap()).unwrap()
+    new_component_from_config(
+        &ConfigLine::parse_str(config).unwrap(),
+        &mut compnet::random::seeded_rng(0),
+    )
+    .unwrap()
 }
 
 fn gauss(rows: usize, cols: usize, seed: u64) -> Matrix {
@@ -91,16 +96,28 @@ impl<'a> Step<'a> {
     fn forward(&self, x: &Matrix) -> Matrix {
         let xin = self.permute_in(x);
         let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c
-            .propagate(self.pre.as_deref(), xin.view(), y.view_mut());
+        self.c.propagate(
+            PropagateArgs {
+                indexes: self.pre.as_deref(),
+                rng: &mut compnet::random::seeded_rng(0),
+            },
+            xin.view(),
+            y.view_mut(),
+        );
         Self::unpermute(&self.out_perm, &y)
     }
     /// Input derivative (original input order) for output derivative `d` (original order).
     fn backward(&self, x: &Matrix, d: &Matrix, to_update: Option<&mut dyn Component>) -> Matrix {
         let xin = self.permute_in(x);
         let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c
-            .propagate(self.pre.as_deref(), xin.view(), y.view_mut());
+        self.c.propagate(
+            PropagateArgs {
+                indexes: self.pre.as_deref(),
+                rng: &mut compnet::random::seeded_rng(0),
+            },
+            xin.view(),
+            y.view_mut(),
+        );
         let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
         for (r, &p) in self.out_perm.iter().enumerate() {
             dd.copy_row_from_slice(p, &d.row_to_vec(r));
@@ -118,13 +135,17 @@ impl<'a> Step<'a> {
             empty.view()
         };
         let mut g = self.destination(self.input.len(), self.c.input_dim(), true);
+        let mut rng = compnet::random::seeded_rng(0);
         self.c.backprop(
-            self.pre.as_deref(),
-            iv,
-            ov,
+            BackpropArgs {
+                indexes: self.pre.as_deref(),
+                in_value: iv,
+                out_value: ov,
+                // Re-borrowed: the args hold it only for this call.
+                to_update: to_update.map(|u| -> &mut dyn Component { u }),
+                ..BackpropArgs::new(&mut rng)
+            },
             dd.view(),
-            None,
-            to_update,
             Some(g.view_mut()),
         );
         Self::unpermute(&self.in_perm, &g)
@@ -223,7 +244,11 @@ fn bad_configs_and_files_are_errors() {
         "type=ConstantComponent output-dim=0",
     ] {
         assert!(
-            new_component_from_config(&ConfigLine::parse_str(cfg).unwrap()).is_err(),
+            new_component_from_config(
+                &ConfigLine::parse_str(cfg).unwrap(),
+                &mut compnet::random::seeded_rng(0)
+            )
+            .is_err(),
             "{cfg} accepted"
         );
     }
@@ -643,7 +668,11 @@ fn constant_component_needs_no_input_and_learns() {
     assert!(used.is_empty());
     let empty = Matrix::zeros(0, 4);
     let mut y = Matrix::zeros(3, 4);
-    c.propagate(None, empty.view(), y.view_mut());
+    c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        empty.view(),
+        y.view_mut(),
+    );
     let mut p = vec![0.0; 4];
     c.as_updatable().unwrap().vectorize(&mut p);
     for r in 0..3 {
@@ -653,12 +682,13 @@ fn constant_component_needs_no_input_and_learns() {
     let mut g = c.clone_box();
     g.as_updatable_mut().unwrap().set_zero(true);
     c.backprop(
-        None,
-        empty.view(),
-        empty.view(),
+        BackpropArgs {
+            in_value: empty.view(),
+            out_value: empty.view(),
+            to_update: Some(g.as_mut()),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         d.view(),
-        None,
-        Some(g.as_mut()),
         None,
     );
     let mut gv = vec![0.0; 4];

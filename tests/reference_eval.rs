@@ -37,12 +37,16 @@ fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
 /// Runs one random network; returns (kind, computable).
 fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     let net = random_nnet_config(seed, false);
-    compnet::nnet::component::param_util::seed_init_rng(seed);
     if std::env::var("COMPNET_VERBOSE").is_ok() {
         eprintln!("seed {seed} ({}):\n{}", net.kind, net.config);
     }
-    let mut nnet = Nnet::from_config_text(&net.config, "<random>")
-        .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}\n{}", net.config));
+    // The network's parameters depend only on its seed.
+    let mut nnet = Nnet::from_config_text(
+        &net.config,
+        "<random>",
+        &mut compnet::random::seeded_rng(seed),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}\n{}", net.config));
     for c in nnet.components.iter_mut() {
         c.set_test_mode(true);
     }

@@ -455,6 +455,7 @@ mod tests {
              output-node name=output input=relu\n\
              output-node name=output2 input=input\n",
             "<test>",
+            &mut crate::random::seeded_rng(0),
         )
         .expect("config")
     }

@@ -273,7 +273,8 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
         components,
         ..Default::default()
     };
-    nnet.apply_config_text(config_text, &file)
+    // The config section names nodes only; components came from the file above.
+    nnet.apply_config_text(config_text, &file, &mut crate::random::seeded_rng(0))
         .map_err(|e| config_error_to_format(e, &file, buf, config_start, &line_starts))?;
     r.set_pos(after);
     Ok(nnet)

@@ -14,6 +14,7 @@ use crate::nnet::config_line::{config_lines as split_config_lines, is_valid_name
 use crate::nnet::descriptor::parse::DescriptorError;
 use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, SumDescriptor};
 use crate::nnet::network::{NetworkNode, Nnet, ObjectiveType};
+use rand::RngCore;
 use std::collections::{HashMap, HashSet};
 
 /// Creates a component from a `component` config line whose `name` key is already consumed
@@ -80,18 +81,25 @@ fn descriptor_error(cl: &ConfigLine, key: &str, e: DescriptorError) -> Error {
 
 impl Nnet {
     /// Builds a network from config text (Kaldi's `nnet3-init` on a config file). `file`
-    /// names the text in error messages.
-    pub fn from_config_text(text: &str, file: &str) -> Result<Nnet> {
+    /// names the text in error messages; random initial parameters come from `init_rng`
+    /// (seeded by `compnet init --srand`).
+    pub fn from_config_text(text: &str, file: &str, init_rng: &mut dyn RngCore) -> Result<Nnet> {
         let mut nnet = Nnet::default();
-        nnet.apply_config_text(text, file)?;
+        nnet.apply_config_text(text, file, init_rng)?;
         Ok(nnet)
     }
 
     /// Applies config text to this network (Kaldi's `ReadConfig`), creating components with
-    /// the registered component types. On error the network is left unchanged.
-    pub fn apply_config_text(&mut self, text: &str, file: &str) -> Result<()> {
+    /// the registered component types from `init_rng`. On error the network is left
+    /// unchanged.
+    pub fn apply_config_text(
+        &mut self,
+        text: &str,
+        file: &str,
+        init_rng: &mut dyn RngCore,
+    ) -> Result<()> {
         self.apply_config_text_with(text, file, &mut |cl: &ConfigLine| {
-            new_component_from_config(cl)
+            new_component_from_config(cl, init_rng)
         })
     }
 

@@ -16,8 +16,11 @@ use crate::compile::checker::check_structure;
 use crate::compile::computation::{Command, NnetComputation, SubMatrixInfo};
 use crate::error::{Error, Result};
 use crate::matrix::{MatView, MatViewMut, Matrix, Real, Trans};
-use crate::nnet::component::{Component, Memo, PrecomputedIndexes, Properties};
+use crate::nnet::component::{
+    BackpropArgs, Component, Memo, PrecomputedIndexes, PropagateArgs, Properties,
+};
 use crate::nnet::Nnet;
+use rand::rngs::StdRng;
 use std::collections::HashMap;
 
 /// At most this many freed matrices are kept for reuse (per computer, and per thread between
@@ -65,7 +68,13 @@ pub struct NnetComputer<'a> {
     /// Fill matrices allocated undefined with NaN (tests: a read before the first write
     /// then shows in the results).
     poison_undefined: bool,
+    /// The one source of randomness for the components (dropout masks, self-repair,
+    /// sampled statistics). Commands run in order on one thread, so a seed fixes every draw.
+    rng: StdRng,
 }
+
+/// The seed of a computer's generator unless [`NnetComputer::with_seed`] says otherwise.
+pub const DEFAULT_SEED: u64 = 0;
 
 impl<'a> NnetComputer<'a> {
     /// A computer for `computation` on `nnet`; parameter gradients go to `delta` (a copy of
@@ -100,7 +109,16 @@ impl<'a> NnetComputer<'a> {
             forward_done: false,
             scratch: Matrix::default(),
             poison_undefined: false,
+            rng: crate::random::seeded_rng(DEFAULT_SEED),
         }
+    }
+
+    /// Seeds the generator the components draw from (dropout, self-repair). A trainer
+    /// passes `--srand` plus the minibatch index, so a run is reproducible and minibatches
+    /// draw different masks.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.rng = crate::random::seeded_rng(seed);
+        self
     }
 
     /// Sends component statistics (Propagate commands with `store_stats`) to the components
@@ -516,12 +534,16 @@ impl<'a> NnetComputer<'a> {
         let want_stats = store_stats && self.stats_nnet.is_some();
         let new_memo = if ii == oi && !want_stats {
             let d = sub_view_mut(&mut self.matrices[oi.matrix], &oi);
+            let args = PropagateArgs {
+                indexes: idx,
+                rng: &mut self.rng,
+            };
             if comp.properties().has(Properties::PROPAGATE_IN_PLACE) {
-                comp.propagate_in_place(idx, d)
+                comp.propagate_in_place(args, d)
             } else {
                 let mut scratch = std::mem::take(&mut self.scratch);
                 copy_into(&mut scratch, d.as_view());
-                let m = comp.propagate(idx, scratch.view(), d);
+                let m = comp.propagate(args, scratch.view(), d);
                 self.scratch = scratch;
                 m
             }
@@ -529,7 +551,10 @@ impl<'a> NnetComputer<'a> {
             let mut scratch = std::mem::take(&mut self.scratch);
             copy_into(&mut scratch, sub_view(&self.matrices[ii.matrix], &ii));
             let m = comp.propagate(
-                idx,
+                PropagateArgs {
+                    indexes: idx,
+                    rng: &mut self.rng,
+                },
                 scratch.view(),
                 sub_view_mut(&mut self.matrices[oi.matrix], &oi),
             );
@@ -539,6 +564,7 @@ impl<'a> NnetComputer<'a> {
                         scratch.view(),
                         sub_view(&self.matrices[oi.matrix], &oi),
                         m.as_ref(),
+                        &mut self.rng,
                     );
                 }
             }
@@ -552,7 +578,10 @@ impl<'a> NnetComputer<'a> {
         } else {
             let mut omat = std::mem::take(&mut self.matrices[oi.matrix]);
             let m = comp.propagate(
-                idx,
+                PropagateArgs {
+                    indexes: idx,
+                    rng: &mut self.rng,
+                },
                 sub_view(&self.matrices[ii.matrix], &ii),
                 sub_view_mut(&mut omat, &oi),
             );
@@ -565,6 +594,7 @@ impl<'a> NnetComputer<'a> {
                     sub_view(&self.matrices[ii.matrix], &ii),
                     sub_view(&self.matrices[oi.matrix], &oi),
                     new_memo.as_ref(),
+                    &mut self.rng,
                 );
             }
         }
@@ -610,13 +640,17 @@ impl<'a> NnetComputer<'a> {
             None
         };
         if in_deriv == 0 {
-            comp.backprop(
-                idx,
-                view_of(&self.matrices, self.computation, in_value),
-                view_of(&self.matrices, self.computation, out_value),
-                view_of(&self.matrices, self.computation, out_deriv),
-                memo_val.as_ref(),
+            let args = BackpropArgs {
+                indexes: idx,
+                in_value: view_of(&self.matrices, self.computation, in_value),
+                out_value: view_of(&self.matrices, self.computation, out_value),
+                memo: memo_val.as_ref(),
                 to_update,
+                rng: &mut self.rng,
+            };
+            comp.backprop(
+                args,
+                view_of(&self.matrices, self.computation, out_deriv),
                 None,
             );
             return Ok(());
@@ -628,14 +662,15 @@ impl<'a> NnetComputer<'a> {
             let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
             let iv = view_of(&self.matrices, self.computation, in_value);
             let ov = view_of(&self.matrices, self.computation, out_value);
-            comp.backprop_in_place(
-                idx,
-                iv,
-                ov,
-                memo_val.as_ref(),
+            let args = BackpropArgs {
+                indexes: idx,
+                in_value: iv,
+                out_value: ov,
+                memo: memo_val.as_ref(),
                 to_update,
-                sub_view_mut(&mut dmat, &di),
-            );
+                rng: &mut self.rng,
+            };
+            comp.backprop_in_place(args, sub_view_mut(&mut dmat, &di));
             self.matrices[di.matrix] = dmat;
             return Ok(());
         }
@@ -665,15 +700,15 @@ impl<'a> NnetComputer<'a> {
             Some(m) => m.view(),
             None => view_of(mats, cmp, out_deriv),
         };
-        comp.backprop(
-            idx,
-            iv,
-            ov,
-            odv,
-            memo_val.as_ref(),
+        let args = BackpropArgs {
+            indexes: idx,
+            in_value: iv,
+            out_value: ov,
+            memo: memo_val.as_ref(),
             to_update,
-            Some(sub_view_mut(&mut dmat, &di)),
-        );
+            rng: &mut self.rng,
+        };
+        comp.backprop(args, odv, Some(sub_view_mut(&mut dmat, &di)));
         self.matrices[di.matrix] = dmat;
         Ok(())
     }

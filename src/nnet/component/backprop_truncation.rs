@@ -6,13 +6,17 @@
 //! on the time index of each row; the diagnostics are kept in the file.
 
 use super::param_util::{component_boilerplate, expect_closing};
-use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use super::{
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties,
+};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut};
+use crate::matrix::MatViewMut;
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
+use rand::RngCore;
 use std::any::Any;
 
 const TYPE: &str = "BackpropTruncationComponent";
@@ -55,7 +59,10 @@ fn div_floor(a: i32, b: i32) -> i32 {
 impl BackpropTruncationComponent {
     /// Registry hook: `dim` (required), `scale` (1.0), `clipping-threshold` (30),
     /// `zeroing-threshold` (15), `zeroing-interval` (20), `recurrence-interval` (1).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = super::param_util::require_positive(cfg, "dim")?;
         let c = BackpropTruncationComponent {
             dim,
@@ -202,7 +209,7 @@ impl Component for BackpropTruncationComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         if self.scale != 1.0 {
@@ -210,15 +217,10 @@ impl Component for BackpropTruncationComponent {
         }
         None
     }
-    fn backprop_in_place(
-        &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            indexes, to_update, ..
+        } = args;
         self.backprop_rows(indexes, &mut deriv, to_update);
     }
     fn write(&self, w: &mut TokenWriter) {

@@ -4,7 +4,7 @@
 
 use super::param_util::{self, component_boilerplate};
 use super::{
-    Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties, UpdatableCommon,
+    BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
     UpdatableComponent,
 };
 use crate::error::Result;
@@ -12,6 +12,8 @@ use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use rand::RngCore;
 
 const CONSTANT: &str = "ConstantComponent";
 
@@ -22,19 +24,23 @@ pub struct ConstantComponent {
     /// The output value (and the parameters).
     pub output: Vector,
     pub is_updatable: bool,
-    pub use_natural_gradient: bool,
+    /// Natural-gradient options (Kaldi's file carries only use-natural-gradient).
+    pub ng: NaturalGradientOptions,
+    /// The preconditioner, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 impl ConstantComponent {
     /// Kaldi's ConstantComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let dim = param_util::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantComponent {
             common,
-            output: param_util::constant_output_from_config(cfg, dim)?,
+            output: param_util::constant_output_from_config(cfg, dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
-            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -56,7 +62,8 @@ impl ConstantComponent {
             common,
             output,
             is_updatable,
-            use_natural_gradient,
+            ng: NaturalGradientOptions::per_element(use_natural_gradient),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 }
@@ -81,7 +88,7 @@ impl Component for ConstantComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -92,20 +99,17 @@ impl Component for ConstantComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         _in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { to_update, .. } = args;
         // There is no input to propagate to; only the parameters get a gradient.
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantComponent>())
         {
             if u.is_updatable && out_deriv.num_cols() == u.output.dim() {
-                let lr = u.common.learning_rate;
-                out_deriv.add_row_sum_to(u.output.as_mut_slice(), lr, 1.0);
+                Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
+                    .offset_block(u.output.as_mut_slice(), out_deriv);
             }
         }
     }
@@ -133,7 +137,7 @@ impl Component for ConstantComponent {
         w.token("<IsUpdatable>");
         w.bool(self.is_updatable);
         w.token("<UseNaturalGradient>");
-        w.bool(self.use_natural_gradient);
+        w.bool(self.ng.use_natural_gradient);
         w.token("</ConstantComponent>");
     }
     fn info(&self) -> String {
@@ -142,7 +146,7 @@ impl Component for ConstantComponent {
             "{CONSTANT}, input-dim={d}, output-dim={d}, {}, {CONSTANT}, output-dim={d}, is-updatable={}, use-natural-gradient={}, {}",
             param_util::updatable_info(&self.common),
             self.is_updatable,
-            self.use_natural_gradient,
+            self.ng.use_natural_gradient,
             param_util::vector_stats("output", &self.output)
         )
     }

@@ -15,7 +15,10 @@
 //! The training-mode masks use our own random generator, so they never match Kaldi's draws.
 
 use super::param_util::{component_boilerplate, expect_closing, read_positive_i32};
-use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use super::{
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties,
+};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
@@ -23,6 +26,7 @@ use crate::matrix::{MatView, MatViewMut, Matrix};
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
 use rand::Rng;
+use rand::RngCore;
 use std::any::Any;
 use std::collections::HashMap;
 
@@ -76,7 +80,10 @@ impl GeneralDropoutComponent {
     /// Registry hook: `dim` (required), `block-dim` (dim), `time-period` (0),
     /// `dropout-proportion` (0.5), `continuous` (false), `specaugment-max-proportion` (0),
     /// `specaugment-max-regions` (1), `test-mode` (false).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = super::param_util::require_positive(cfg, "dim")?;
         let block_dim = super::param_util::positive_or(cfg, "block-dim", dim)?;
         let c = GeneralDropoutComponent {
@@ -186,9 +193,8 @@ impl GeneralDropoutComponent {
     }
 
     /// Draws `rows` mask rows of dimension block-dim.
-    fn random_mask(&self, rows: usize) -> Matrix {
+    fn random_mask(&self, rows: usize, rng: &mut dyn RngCore) -> Matrix {
         let bd = self.block_dim;
-        let mut rng = rand::rng();
         let mut m = Matrix::zeros(rows, bd);
         let p = self.dropout_proportion;
         for r in 0..rows {
@@ -241,6 +247,7 @@ impl GeneralDropoutComponent {
         &self,
         indexes: Option<&dyn PrecomputedIndexes>,
         data: &mut MatViewMut<'_>,
+        rng: &mut dyn RngCore,
     ) -> Option<Memo> {
         if self.is_identity() {
             return None;
@@ -254,7 +261,7 @@ impl GeneralDropoutComponent {
             Some(p) => (p.row_map.clone(), p.num_mask_rows),
             None => ((0..rows).collect(), rows),
         };
-        let mask = self.random_mask(n);
+        let mask = self.random_mask(n, rng);
         self.apply_mask(data, &mask, &row_map);
         Some(Box::new(GeneralDropoutMemo { mask, row_map }))
     }
@@ -290,20 +297,14 @@ impl Component for GeneralDropoutComponent {
     }
     fn propagate_in_place(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
-        self.dropout_in_place(indexes, &mut data)
+        let PropagateArgs { indexes, rng } = args;
+        self.dropout_in_place(indexes, &mut data, rng)
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs { memo, .. } = args;
         self.backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -397,7 +398,10 @@ pub struct DropoutMaskComponent {
 impl DropoutMaskComponent {
     /// Registry hook: `output-dim` (required), `dropout-proportion` (0.5), `continuous`
     /// (false), `test-mode` (false).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let output_dim = super::param_util::require_positive(cfg, "output-dim")?;
         let c = DropoutMaskComponent {
             output_dim,
@@ -467,7 +471,7 @@ impl Component for DropoutMaskComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -485,7 +489,7 @@ impl Component for DropoutMaskComponent {
             output.set_const(1.0);
             return None;
         }
-        let mut rng = rand::rng();
+        let rng = args.rng;
         for r in 0..output.num_rows() {
             for v in output.row_mut(r).iter_mut() {
                 let u: f32 = rng.random();
@@ -500,16 +504,7 @@ impl Component for DropoutMaskComponent {
         }
         None
     }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        _: Option<MatViewMut<'_>>,
-    ) {
+    fn backprop(&self, _args: BackpropArgs<'_>, _: MatView<'_>, _: Option<MatViewMut<'_>>) {
         // No input, so nothing to back-propagate to.
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -596,7 +591,10 @@ struct TimeMaskMemo(Vec<f32>);
 impl SpecAugmentTimeMaskComponent {
     /// Registry hook: `dim` (required), `zeroed-proportion` (0.25), `time-mask-max-frames`
     /// (10), `test-mode` (false).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = super::param_util::require_positive(cfg, "dim")?;
         let c = SpecAugmentTimeMaskComponent {
             dim,
@@ -646,6 +644,7 @@ impl SpecAugmentTimeMaskComponent {
         &self,
         indexes: Option<&dyn PrecomputedIndexes>,
         data: &mut MatViewMut<'_>,
+        rng: &mut dyn RngCore,
     ) -> Option<Memo> {
         if self.test_mode || self.zeroed_proportion == 0.0 {
             return None;
@@ -664,7 +663,6 @@ impl SpecAugmentTimeMaskComponent {
             }
         };
         let mut mask = vec![1.0f32; rows];
-        let mut rng = rand::rng();
         for seq in seqs {
             let t = seq.len();
             if t == 0 {
@@ -728,20 +726,14 @@ impl Component for SpecAugmentTimeMaskComponent {
     }
     fn propagate_in_place(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
-        self.mask_in_place(indexes, &mut data)
+        let PropagateArgs { indexes, rng } = args;
+        self.mask_in_place(indexes, &mut data, rng)
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs { memo, .. } = args;
         Self::backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {

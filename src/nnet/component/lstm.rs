@@ -17,12 +17,15 @@
 //! nudges the input derivative of units whose average derivative fell below a threshold.
 
 use super::param_util::{self, component_boilerplate, expect_closing};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix};
 use crate::nnet::config_line::ConfigLine;
+use rand::RngCore;
 
 const TYPE: &str = "LstmNonlinearityComponent";
 /// Names of the five nonlinearities in the info line (Kaldi's order).
@@ -90,7 +93,7 @@ impl LstmNonlinearityComponent {
     /// Registry hook: `cell-dim` (required), `param-stddev` (1.0), `tanh-self-repair-threshold`
     /// (0.2), `sigmoid-self-repair-threshold` (0.05), `self-repair-scale` (1e-5),
     /// `use-dropout` (false), and the learning-rate options.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let cell_dim = param_util::require_positive(cfg, "cell-dim")?;
         let stddev: f32 = cfg.get_or("param-stddev", 1.0f32)?;
         let tanh_thr: f32 = cfg.get_or("tanh-self-repair-threshold", 0.2f32)?;
@@ -109,9 +112,10 @@ impl LstmNonlinearityComponent {
                 cfg.error_at_value("self-repair-scale", "self-repair-scale must be in [0, 0.1)")
             );
         }
-        let params = param_util::with_init_rng(|rng| {
+        let params = {
+            let rng: &mut dyn RngCore = init_rng;
             param_util::gaussian_matrix(3, cell_dim, 0.0, stddev, rng)
-        });
+        };
         let mut c = LstmNonlinearityComponent::new(params, use_dropout);
         c.common = common;
         c.self_repair_config = [
@@ -336,7 +340,7 @@ impl Component for LstmNonlinearityComponent {
 
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -368,14 +372,15 @@ impl Component for LstmNonlinearityComponent {
 
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         mut in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         let c = self.cell_dim();
         if in_value.num_cols() != self.input_dim()
             || out_deriv.num_cols() != 2 * c

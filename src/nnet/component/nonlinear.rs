@@ -8,13 +8,14 @@
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
 use super::param_util::fmt_succinct;
-use super::{Component, Memo, PrecomputedIndexes, Properties};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Real};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
+use rand::RngCore;
 use std::any::Any;
 
 /// Kaldi's sentinel for "threshold not set: use the per-type default".
@@ -223,8 +224,8 @@ impl NonlinearComponent {
 
     /// Accumulates output-derivative squares on about 3 of 4 calls, always on the first
     /// (Kaldi's `StoreBackpropStats`).
-    fn store_backprop_stats(&mut self, out_deriv: MatView<'_>) {
-        if self.oderiv_count != 0.0 && rand::rng().random_range(0..4) == 0 {
+    fn store_backprop_stats(&mut self, out_deriv: MatView<'_>, rng: &mut dyn RngCore) {
+        if self.oderiv_count != 0.0 && rng.random_range(0..4) == 0 {
             return;
         }
         let dim = self.dim;
@@ -280,12 +281,13 @@ impl NonlinearComponent {
         out_value: MatView<'_>,
         in_deriv: &mut MatViewMut<'_>,
         upd: &mut Self,
+        rng: &mut dyn RngCore,
     ) {
         upd.num_dims_processed += self.dim as f64;
         if self.self_repair_scale == 0.0
             || self.count == 0.0
             || self.deriv_sum.len() != self.dim
-            || rand::rng().random::<f32>() > REPAIR_PROBABILITY
+            || rng.random::<f32>() > REPAIR_PROBABILITY
         {
             return;
         }
@@ -316,12 +318,12 @@ impl NonlinearComponent {
 
     /// ReLU self-repair: pushes up units that are rarely active and down units that are
     /// almost always active (per block of `block-dim` when set).
-    fn repair_relu(&self, in_deriv: &mut MatViewMut<'_>, upd: &mut Self) {
+    fn repair_relu(&self, in_deriv: &mut MatViewMut<'_>, upd: &mut Self, rng: &mut dyn RngCore) {
         let (dim, bd) = (self.dim, self.block_dim);
         if self.self_repair_scale == 0.0 || self.count == 0.0 || self.deriv_sum.len() != dim {
             return;
         }
-        if rand::rng().random::<f32>() > REPAIR_PROBABILITY {
+        if rng.random::<f32>() > REPAIR_PROBABILITY {
             return;
         }
         upd.num_dims_processed += bd as f64;
@@ -401,6 +403,7 @@ impl NonlinearComponent {
         out_deriv: MatView<'_>,
         in_deriv: &mut MatViewMut<'_>,
         to_update: Option<&mut dyn Component>,
+        rng: &mut dyn RngCore,
     ) {
         let Some(upd) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<NonlinearComponent>())
         else {
@@ -408,12 +411,12 @@ impl NonlinearComponent {
         };
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh => {
-                self.repair_saturating(out_value, in_deriv, upd)
+                self.repair_saturating(out_value, in_deriv, upd, rng)
             }
-            NonlinearKind::RectifiedLinear => self.repair_relu(in_deriv, upd),
+            NonlinearKind::RectifiedLinear => self.repair_relu(in_deriv, upd, rng),
             _ => {}
         }
-        upd.store_backprop_stats(out_deriv);
+        upd.store_backprop_stats(out_deriv, rng);
     }
 }
 
@@ -507,7 +510,7 @@ impl Component for NonlinearComponent {
 
     fn propagate(
         &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -529,7 +532,7 @@ impl Component for NonlinearComponent {
 
     fn propagate_in_place(
         &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         match self.kind {
@@ -544,30 +547,30 @@ impl Component for NonlinearComponent {
 
     fn backprop(
         &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            rng,
+            ..
+        } = args;
         let Some(mut in_deriv) = in_deriv else {
             return;
         };
         self.compute_in_deriv(out_value, out_deriv, &mut in_deriv);
-        self.after_backprop(out_value, out_deriv, &mut in_deriv, to_update);
+        self.after_backprop(out_value, out_deriv, &mut in_deriv, to_update, rng);
     }
 
-    fn backprop_in_place(
-        &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            rng,
+            ..
+        } = args;
         // The output derivative is needed after it is overwritten only for the statistics;
         // keep a copy just when training.
         let saved = to_update.as_ref().map(|_| deriv.as_view().to_matrix());
@@ -599,7 +602,7 @@ impl Component for NonlinearComponent {
             }
         }
         if let Some(od) = saved {
-            self.after_backprop(out_value, od.view(), &mut deriv, to_update);
+            self.after_backprop(out_value, od.view(), &mut deriv, to_update, rng);
         }
     }
 
@@ -718,11 +721,12 @@ impl Component for NonlinearComponent {
         _in_value: MatView<'_>,
         out_value: MatView<'_>,
         _memo: Option<&Memo>,
+        rng: &mut dyn RngCore,
     ) {
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh | NonlinearKind::RectifiedLinear => {
                 // Kaldi stores these on about every other minibatch, always on the first.
-                if self.count != 0.0 && rand::rng().random_range(0..2) == 0 {
+                if self.count != 0.0 && rng.random_range(0..2) == 0 {
                     return;
                 }
                 let d = self.deriv_from_output(out_value);
@@ -760,7 +764,7 @@ impl Component for NonlinearComponent {
 macro_rules! nonlinear_entry_fns {
     ($from:ident, $read:ident, $kind:expr) => {
         /// Registry hook: create from a config line.
-        pub fn $from(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        pub fn $from(cfg: &ConfigLine, _init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
             Ok(Box::new(NonlinearComponent::from_config_kind($kind, cfg)?))
         }
         /// Registry hook: read after the opening token.
@@ -1047,20 +1051,28 @@ mod tests {
         let x = Matrix::from_rows(&[vec![0.3, -1.2, 0.7, 2.0], vec![-0.5, 0.1, 0.0, 1.5]]);
         let od = Matrix::from_rows(&[vec![0.2, -0.4, 1.0, 0.3], vec![0.9, 0.1, -0.7, 0.5]]);
         let mut y = Matrix::zeros(2, 4);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         let mut id = Matrix::zeros(2, 4);
         c.backprop(
-            None,
-            x.view(),
-            y.view(),
+            BackpropArgs {
+                in_value: x.view(),
+                out_value: y.view(),
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+            },
             od.view(),
-            None,
-            None,
             Some(id.view_mut()),
         );
         let obj = |m: &Matrix| {
             let mut yy = Matrix::zeros(2, 4);
-            c.propagate(None, m.view(), yy.view_mut());
+            c.propagate(
+                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+                m.view(),
+                yy.view_mut(),
+            );
             yy.view().trace_mat_mat(od.view()) as f64
         };
         let eps = 1e-3f32;
@@ -1085,7 +1097,7 @@ mod tests {
         let mut c =
             NonlinearComponent::from_config_kind(NonlinearKind::Tanh, &cfg("dim=2")).expect("init");
         let y = Matrix::from_rows(&[vec![0.5, -0.5], vec![0.0, 1.0]]);
-        c.store_stats(y.view(), y.view(), None);
+        c.store_stats(y.view(), y.view(), None, &mut crate::random::seeded_rng(0));
         assert_eq!(c.count(), 2.0);
         assert_eq!(c.value_avg(), vec![0.25, 0.25]);
         // derivative 1 - y^2: (0.75 + 1)/2, (0.75 + 0)/2

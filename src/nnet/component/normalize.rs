@@ -4,13 +4,14 @@
 //! `nnet-normalize-component.{h,cc}`.
 
 use super::nonlinear::summarize_vector;
-use super::{Component, Memo, PrecomputedIndexes, Properties};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::simd;
 use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
+use rand::RngCore;
 use std::any::Any;
 
 /// Floor on the scaled squared norm: 2^-66, exactly representable with an exactly
@@ -31,7 +32,10 @@ impl NormalizeComponent {
         input_dim > 0 && block_dim > 0 && input_dim.is_multiple_of(block_dim) && target_rms > 0.0
     }
     /// Registry hook: `dim` or `input-dim`, `block-dim`, `target-rms` (1), `add-log-stddev`.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim: Option<i32> = cfg.get("dim")?;
         let dim = match dim {
             Some(d) => d,
@@ -209,7 +213,7 @@ impl Component for NormalizeComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -218,7 +222,7 @@ impl Component for NormalizeComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         // Only without add-log-stddev (same shape); each block is read fully before written.
@@ -236,14 +240,11 @@ impl Component for NormalizeComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { in_value, .. } = args;
         if let Some(mut d) = in_deriv {
             d.simple_diff_normalize_blocks(
                 in_value,
@@ -254,15 +255,8 @@ impl Component for NormalizeComponent {
             );
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs { in_value, .. } = args;
         deriv.simple_diff_normalize_blocks(in_value, None, self.block_dim, self.target_rms, false);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -364,6 +358,17 @@ impl BatchNormComponent {
             })
             .unzip()
     }
+    /// As Kaldi: test mode without statistics invents random ones (count 1).
+    fn invent_stats(&mut self, rng: &mut dyn RngCore) {
+        self.count = 1.0;
+        for (s, q) in self.stats_sum.iter_mut().zip(self.stats_sumsq.iter_mut()) {
+            let a = crate::random::rand_gauss(rng) as f64;
+            let b = crate::random::rand_gauss(rng) as f64;
+            *s = a;
+            *q = b + a * a;
+        }
+    }
+
     /// Recomputes the test-mode transform from the statistics (Kaldi's ComputeDerived).
     fn compute_derived(&mut self) {
         if !self.test_mode {
@@ -372,19 +377,9 @@ impl BatchNormComponent {
             return;
         }
         if self.count == 0.0 {
-            // As Kaldi: test mode without statistics invents random ones. They come from
-            // the seeded initialisation generator, so two runs on the same untrained model
-            // give the same output.
-            self.count = 1.0;
-            let (sum, sumsq) = (&mut self.stats_sum, &mut self.stats_sumsq);
-            super::param_util::with_init_rng(|rng| {
-                for (s, q) in sum.iter_mut().zip(sumsq.iter_mut()) {
-                    let a = crate::random::rand_gauss(rng) as f64;
-                    let b = crate::random::rand_gauss(rng) as f64;
-                    *s = a;
-                    *q = b + a * a;
-                }
-            });
+            // Switched to test mode later (or read so): no init generator at hand, so a
+            // fixed seed keeps two runs on the same untrained model equal.
+            self.invent_stats(&mut crate::random::seeded_rng(0));
         }
         let inv = (1.0 / self.count) as f32;
         let mut offset: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32 * -inv).collect();
@@ -399,7 +394,7 @@ impl BatchNormComponent {
     }
 
     /// Registry hook: `dim`, `block-dim`, `epsilon` (1e-3), `target-rms` (1), `test-mode`.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let dim: i32 = cfg.require("dim")?;
         let block_dim: i32 = cfg.get_or("block-dim", dim)?;
         let mut c = BatchNormComponent {
@@ -421,6 +416,10 @@ impl BatchNormComponent {
         }
         c.stats_sum = vec![0.0; c.block_dim];
         c.stats_sumsq = vec![0.0; c.block_dim];
+        if c.test_mode {
+            // Invented statistics at config time follow the init seed.
+            c.invent_stats(init_rng);
+        }
         c.compute_derived();
         Ok(Box::new(c))
     }
@@ -603,7 +602,7 @@ impl Component for BatchNormComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         if self.test_mode {
@@ -614,15 +613,10 @@ impl Component for BatchNormComponent {
             Some(self.propagate_train(&mut data))
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        out_value: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            out_value, memo, ..
+        } = args;
         self.backprop_on(out_value, memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -676,7 +670,13 @@ impl Component for BatchNormComponent {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-    fn store_stats(&mut self, _: MatView<'_>, _: MatView<'_>, memo: Option<&Memo>) {
+    fn store_stats(
+        &mut self,
+        _: MatView<'_>,
+        _: MatView<'_>,
+        memo: Option<&Memo>,
+        _rng: &mut dyn RngCore,
+    ) {
         if self.test_mode {
             return;
         }
@@ -733,10 +733,15 @@ mod tests {
     fn normalize_gives_target_rms_and_log_stddev() {
         let cfg =
             ConfigLine::parse_str("input-dim=4 target-rms=0.5 add-log-stddev=true").expect("cfg");
-        let c = NormalizeComponent::from_config(&cfg).expect("init");
+        let c =
+            NormalizeComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 3.0, 4.0]]);
         let mut y = Matrix::zeros(1, 5);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         let v = y.to_vec();
         let rms = (v[..4].iter().map(|a| a * a).sum::<f32>() / 4.0).sqrt();
         assert!((rms - 0.5).abs() < 1e-6);
@@ -747,14 +752,24 @@ mod tests {
     #[test]
     fn batchnorm_train_output_is_standardised() {
         let cfg = ConfigLine::parse_str("dim=2").expect("cfg");
-        let mut c = BatchNormComponent::from_config(&cfg).expect("init");
+        let mut c =
+            BatchNormComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 10.0], vec![3.0, 10.0], vec![5.0, 13.0]]);
         let mut y = Matrix::zeros(3, 2);
-        let memo = c.propagate(None, x.view(), y.view_mut());
+        let memo = c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         let col0: Vec<f32> = (0..3).map(|r| y.get(r, 0)).collect();
         let mean = col0.iter().sum::<f32>() / 3.0;
         assert!(mean.abs() < 1e-6);
-        c.store_stats(x.view(), y.view(), memo.as_ref());
+        c.store_stats(
+            x.view(),
+            y.view(),
+            memo.as_ref(),
+            &mut crate::random::seeded_rng(0),
+        );
         let bn = c
             .as_any()
             .downcast_ref::<BatchNormComponent>()
@@ -764,21 +779,28 @@ mod tests {
         assert!((m[0] - 3.0).abs() < 1e-6 && (v[0] - 8.0 / 3.0).abs() < 1e-5);
     }
 
-    /// Test mode without statistics invents them (as Kaldi does), but reproducibly: the
-    /// same initialisation seed gives the same output, a different one a different output.
+    /// Test mode without statistics invents them (as Kaldi does), but reproducibly: with
+    /// `test-mode=true` in the config they follow the init seed (same seed, same output; a
+    /// different seed, a different output); switched on later they are the same every time.
     #[test]
     fn batchnorm_invented_stats_follow_the_init_seed() {
-        let cfg = ConfigLine::parse_str("dim=3").expect("cfg");
         let x = Matrix::from_rows(&[vec![1.0, -2.0, 0.5]]);
-        let run = |seed: u64| {
-            crate::nnet::component::param_util::seed_init_rng(seed);
-            let mut c = BatchNormComponent::from_config(&cfg).expect("init");
+        let run = |config: &str, seed: u64| {
+            let cfg = ConfigLine::parse_str(config).expect("cfg");
+            let mut init_rng = crate::random::seeded_rng(seed);
+            let mut c = BatchNormComponent::from_config(&cfg, &mut init_rng).expect("init");
             c.set_test_mode(true);
             let mut y = Matrix::zeros(1, 3);
-            c.propagate(None, x.view(), y.view_mut());
+            c.propagate(
+                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+                x.view(),
+                y.view_mut(),
+            );
             y
         };
-        assert_eq!(run(7), run(7));
-        assert_ne!(run(7), run(8));
+        let at_init = "dim=3 test-mode=true";
+        assert_eq!(run(at_init, 7), run(at_init, 7));
+        assert_ne!(run(at_init, 7), run(at_init, 8));
+        assert_eq!(run("dim=3", 7), run("dim=3", 8));
     }
 }

@@ -1,5 +1,5 @@
-//! Helpers shared by the affine family and the other updatable simple components: the random
-//! source for parameter initialisation, parameter files named in config lines, the parameter
+//! Helpers shared by the affine family and the other updatable simple components: random
+//! initial parameters (drawn from the init generator the caller passes), parameter files named in config lines, the parameter
 //! summaries of `info` lines, and a few small parameter ops.
 
 use crate::error::{Error, Result};
@@ -7,22 +7,6 @@ use crate::io::TokenReader;
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
-use std::cell::RefCell;
-
-thread_local! {
-    /// Kaldi initialises parameters from one process-wide generator seeded by `--srand`.
-    static INIT_RNG: RefCell<rand::rngs::StdRng> = RefCell::new(crate::random::seeded_rng(0));
-}
-
-/// Seeds the generator that component initialisers draw from (`compnet init --srand=N`).
-pub fn seed_init_rng(seed: u64) {
-    INIT_RNG.with(|r| *r.borrow_mut() = crate::random::seeded_rng(seed));
-}
-
-/// Runs `f` with the parameter-initialisation generator of this thread.
-pub fn with_init_rng<R>(f: impl FnOnce(&mut dyn RngCore) -> R) -> R {
-    INIT_RNG.with(|r| f(&mut *r.borrow_mut()))
-}
 
 /// A rows × cols matrix of Gaussian values with this mean and standard deviation.
 pub fn gaussian_matrix(
@@ -317,13 +301,17 @@ pub(crate) use component_boilerplate;
 
 /// The initial output vector of ConstantComponent / ConstantFunctionComponent: `dim` draws
 /// from N(output-mean, output-stddev²) (both options default to 0).
-pub fn constant_output_from_config(cfg: &ConfigLine, dim: usize) -> Result<Vector> {
+pub fn constant_output_from_config(
+    cfg: &ConfigLine,
+    dim: usize,
+    init_rng: &mut dyn RngCore,
+) -> Result<Vector> {
     let mean: f32 = cfg.get_or("output-mean", 0.0)?;
     let stddev: f32 = cfg.get_or("output-stddev", 0.0)?;
     if stddev < 0.0 {
         return Err(cfg.error_at_value("output-stddev", "output-stddev must be >= 0"));
     }
-    Ok(with_init_rng(|rng| gaussian_vector(dim, mean, stddev, rng)))
+    Ok(gaussian_vector(dim, mean, stddev, init_rng))
 }
 
 /// Parameter algebra for a (W, b) pair: adds `alpha`·(olin, obias) when the shapes agree.

@@ -3,13 +3,14 @@
 //! Kaldi's `nnet-simple-component.{h,cc}`.
 
 use super::nonlinear::parameter_stats;
-use super::{Component, Memo, PrecomputedIndexes, Properties};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Real, Trans};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
+use rand::RngCore;
 use std::any::Any;
 
 /// The boilerplate every component here shares.
@@ -59,11 +60,8 @@ fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vec<f32>>
 }
 
 /// `dim` standard-normal values (Kaldi's SetRandn for test-style initialisation).
-fn randn_vec(dim: usize) -> Vec<f32> {
-    let mut rng = rand::rng();
-    (0..dim)
-        .map(|_| crate::random::rand_gauss(&mut rng))
-        .collect()
+fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vec<f32> {
+    (0..dim).map(|_| crate::random::rand_gauss(rng)).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -77,7 +75,10 @@ pub struct NoOpComponent {
 
 impl NoOpComponent {
     /// Registry hook: `dim`, `backprop-scale` (1.0).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = cfg_pos(cfg, "dim")?;
         let backprop_scale = cfg.get_or("backprop-scale", 1.0f32)?;
         Ok(Box::new(NoOpComponent {
@@ -132,22 +133,10 @@ impl Component for NoOpComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, _args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
         if self.backprop_scale != 1.0 {
             deriv.scale(self.backprop_scale);
         }
@@ -185,7 +174,10 @@ impl ElementwiseProductComponent {
         input_dim > output_dim && input_dim.is_multiple_of(output_dim)
     }
     /// Registry hook: `input-dim`, `output-dim` (a proper divisor of input-dim).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let input_dim = cfg_pos(cfg, "input-dim")?;
         if !Self::checked(input_dim, output_dim) {
@@ -228,7 +220,7 @@ impl Component for ElementwiseProductComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -241,14 +233,11 @@ impl Component for ElementwiseProductComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { in_value, .. } = args;
         let Some(mut in_deriv) = in_deriv else {
             return;
         };
@@ -302,7 +291,10 @@ impl PermuteComponent {
         Some(rev)
     }
     /// Registry hook: `column-map=a,b,c,...` (a permutation of 0..dim-1).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let column_map: Vec<i32> = cfg.require("column-map")?;
         let reverse_map = Self::reverse_of(&column_map)
             .filter(|_| !column_map.is_empty())
@@ -346,7 +338,7 @@ impl Component for PermuteComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -355,12 +347,8 @@ impl Component for PermuteComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         if let Some(mut d) = in_deriv {
@@ -402,7 +390,10 @@ pub struct SumBlockComponent {
 
 impl SumBlockComponent {
     /// Registry hook: `input-dim`, `output-dim` (divides input-dim), `scale` (1.0).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let input_dim = cfg_pos(cfg, "input-dim")?;
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let scale = cfg.get_or("scale", 1.0f32)?;
@@ -450,7 +441,7 @@ impl Component for SumBlockComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -462,12 +453,8 @@ impl Component for SumBlockComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         let Some(mut d) = in_deriv else {
@@ -532,7 +519,10 @@ impl SumGroupComponent {
         })
     }
     /// Registry hook: `sizes=a,b,...` or `input-dim` + `output-dim` (equal groups).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let sizes: Vec<i32> = if cfg.has("sizes") {
             cfg.require("sizes")?
         } else {
@@ -592,7 +582,7 @@ impl Component for SumGroupComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -601,12 +591,8 @@ impl Component for SumGroupComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         if let Some(mut d) = in_deriv {
@@ -640,7 +626,10 @@ pub struct PnormComponent {
 
 impl PnormComponent {
     /// Registry hook: `input-dim`, `output-dim` (divides input-dim).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let input_dim = cfg_pos(cfg, "input-dim")?;
         if !input_dim.is_multiple_of(output_dim) {
@@ -709,7 +698,7 @@ impl Component for PnormComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -718,14 +707,15 @@ impl Component for PnormComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            out_value,
+            ..
+        } = args;
         if let Some(mut d) = in_deriv {
             d.simple_diff_group_2norm(in_value, out_value, out_deriv);
         }
@@ -761,14 +751,14 @@ impl FixedScaleComponent {
         &self.scales
     }
     /// Registry hook: `scales=<vector file>`, or `dim` with `scale` (random normal without).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let scales = if let Some(path) = cfg.get::<String>("scales")? {
             read_vector_file(cfg, "scales", &path)?
         } else {
             let dim = cfg_pos(cfg, "dim")?;
             match cfg.get::<f32>("scale")? {
                 Some(s) => vec![s; dim],
-                None => randn_vec(dim),
+                None => randn_vec(dim, init_rng),
             }
         };
         Ok(Box::new(FixedScaleComponent { scales }))
@@ -802,21 +792,13 @@ impl Component for FixedScaleComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, _args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
         deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -846,11 +828,11 @@ pub struct FixedBiasComponent {
 
 impl FixedBiasComponent {
     /// Registry hook: `bias=<vector file>`, or `dim` (random normal bias).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let bias = if let Some(path) = cfg.get::<String>("bias")? {
             read_vector_file(cfg, "bias", &path)?
         } else {
-            randn_vec(cfg_pos(cfg, "dim")?)
+            randn_vec(cfg_pos(cfg, "dim")?, init_rng)
         };
         Ok(Box::new(FixedBiasComponent { bias }))
     }
@@ -883,22 +865,13 @@ impl Component for FixedBiasComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         data.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        _deriv: MatViewMut<'_>,
-    ) {
-    }
+    fn backprop_in_place(&self, _args: BackpropArgs<'_>, _deriv: MatViewMut<'_>) {}
     fn write(&self, w: &mut TokenWriter) {
         w.token("<FixedBiasComponent>");
         w.token("<Bias>");
@@ -938,7 +911,10 @@ impl ClipGradientComponent {
     /// Registry hook: `dim`, `clipping-threshold` (15), `norm-based-clipping` (false),
     /// `self-repair-clipped-proportion-threshold` (0.01), `self-repair-target` (0),
     /// `self-repair-scale` (1).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = cfg_pos(cfg, "dim")?;
         let c = ClipGradientComponent {
             dim,
@@ -1008,6 +984,7 @@ impl ClipGradientComponent {
         in_value: MatView<'_>,
         d: &mut MatViewMut<'_>,
         to_update: Option<&mut dyn Component>,
+        rng: &mut dyn RngCore,
     ) {
         let mut upd =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ClipGradientComponent>());
@@ -1033,7 +1010,7 @@ impl ClipGradientComponent {
             }
             if let Some(u) = upd {
                 u.num_backpropped += 1;
-                self.repair(in_value, d, u);
+                self.repair(in_value, d, u, rng);
             }
         } else if self.clipping_threshold == 0.0 {
             d.set_zero();
@@ -1047,12 +1024,13 @@ impl ClipGradientComponent {
         in_value: MatView<'_>,
         d: &mut MatViewMut<'_>,
         upd: &mut ClipGradientComponent,
+        rng: &mut dyn RngCore,
     ) {
         const REPAIR_PROBABILITY: f32 = 0.5;
         if self.self_repair_clipped_proportion_threshold >= 1.0
             || self.self_repair_scale == 0.0
             || self.count == 0
-            || rand::rng().random::<f32>() > REPAIR_PROBABILITY
+            || rng.random::<f32>() > REPAIR_PROBABILITY
         {
             return;
         }
@@ -1113,23 +1091,17 @@ impl Component for ClipGradientComponent {
             | Properties::BACKPROP_IN_PLACE
             | Properties::BACKPROP_NEEDS_INPUT
     }
-    fn propagate_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
-        self.clip(in_value, &mut deriv, to_update);
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            rng,
+            ..
+        } = args;
+        self.clip(in_value, &mut deriv, to_update, rng);
     }
     fn write(&self, w: &mut TokenWriter) {
         w.token("<ClipGradientComponent>");
@@ -1202,20 +1174,28 @@ mod tests {
 
     #[test]
     fn pnorm_forward_and_backward() {
-        let c = PnormComponent::from_config(&cfg("input-dim=4 output-dim=2")).expect("init");
+        let c = PnormComponent::from_config(
+            &cfg("input-dim=4 output-dim=2"),
+            &mut crate::random::seeded_rng(0),
+        )
+        .expect("init");
         let x = Matrix::from_rows(&[vec![3.0, 4.0, 0.0, 0.0]]);
         let mut y = Matrix::zeros(1, 2);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![5.0, 0.0]);
         let od = Matrix::from_rows(&[vec![10.0, 1.0]]);
         let mut id = Matrix::zeros(1, 4);
         c.backprop(
-            None,
-            x.view(),
-            y.view(),
+            BackpropArgs {
+                in_value: x.view(),
+                out_value: y.view(),
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+            },
             od.view(),
-            None,
-            None,
             Some(id.view_mut()),
         );
         assert_eq!(id.to_vec(), vec![6.0, 8.0, 0.0, 0.0]);
@@ -1223,33 +1203,52 @@ mod tests {
 
     #[test]
     fn sum_group_and_permute() {
-        let c = SumGroupComponent::from_config(&cfg("sizes=1,2")).expect("init");
+        let c =
+            SumGroupComponent::from_config(&cfg("sizes=1,2"), &mut crate::random::seeded_rng(0))
+                .expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 4.0]]);
         let mut y = Matrix::zeros(1, 2);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![1.0, 6.0]);
-        let p = PermuteComponent::from_config(&cfg("column-map=2,0,1")).expect("init");
+        let p = PermuteComponent::from_config(
+            &cfg("column-map=2,0,1"),
+            &mut crate::random::seeded_rng(0),
+        )
+        .expect("init");
         let mut z = Matrix::zeros(1, 3);
-        p.propagate(None, x.view(), z.view_mut());
+        p.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            z.view_mut(),
+        );
         assert_eq!(z.to_vec(), vec![4.0, 1.0, 2.0]);
-        assert!(PermuteComponent::from_config(&cfg("column-map=0,0,1")).is_err());
+        assert!(PermuteComponent::from_config(
+            &cfg("column-map=0,0,1"),
+            &mut crate::random::seeded_rng(0)
+        )
+        .is_err());
     }
 
     #[test]
     fn norm_based_clipping_scales_long_rows() {
-        let c = ClipGradientComponent::from_config(&cfg(
-            "dim=2 clipping-threshold=1 norm-based-clipping=true",
-        ))
+        let c = ClipGradientComponent::from_config(
+            &cfg("dim=2 clipping-threshold=1 norm-based-clipping=true"),
+            &mut crate::random::seeded_rng(0),
+        )
         .expect("init");
         let od = Matrix::from_rows(&[vec![3.0, 4.0], vec![0.3, 0.4]]);
         let mut id = Matrix::zeros(2, 2);
         c.backprop(
-            None,
+            BackpropArgs {
+                in_value: od.view(),
+                out_value: od.view(),
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+            },
             od.view(),
-            od.view(),
-            od.view(),
-            None,
-            None,
             Some(id.view_mut()),
         );
         let v = id.to_vec();

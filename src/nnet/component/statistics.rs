@@ -10,12 +10,16 @@
 //! row range.
 
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use super::{
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties,
+};
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::{Index, TRange};
+use rand::RngCore;
 use rustc_hash::FxHashMap;
 use std::any::Any;
 
@@ -141,7 +145,10 @@ pub struct StatisticsExtractionComponent {
 
 impl StatisticsExtractionComponent {
     /// Kaldi's StatisticsExtractionComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let input_dim = param_util::require_positive(cfg, "input-dim")?;
         let input_period = param_util::positive_or(cfg, "input-period", 1)? as i32;
         let output_period = param_util::positive_or(cfg, "output-period", 1)? as i32;
@@ -226,10 +233,11 @@ impl Component for StatisticsExtractionComponent {
 
     fn propagate(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
+        let PropagateArgs { indexes, .. } = args;
         let d = self.input_dim;
         if input.num_cols() != d || output.num_cols() != self.output_dim() {
             return None;
@@ -257,14 +265,13 @@ impl Component for StatisticsExtractionComponent {
 
     fn backprop(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        _to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            indexes, in_value, ..
+        } = args;
         let Some(mut g) = in_deriv else {
             return;
         };
@@ -438,7 +445,10 @@ impl StatisticsPoolingComponent {
     }
 
     /// Kaldi's StatisticsPoolingComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let input_dim = param_util::require_positive(cfg, "input-dim")?;
         let nlc: i32 = cfg.get_or("num-log-count-features", 0)?;
         if nlc < 0 {
@@ -538,10 +548,11 @@ impl Component for StatisticsPoolingComponent {
 
     fn propagate(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
+        let PropagateArgs { indexes, .. } = args;
         if input.num_cols() != self.input_dim || output.num_cols() != self.output_dim() {
             return None;
         }
@@ -613,14 +624,16 @@ impl Component for StatisticsPoolingComponent {
 
     fn backprop(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        _to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            indexes,
+            in_value,
+            out_value,
+            ..
+        } = args;
         let Some(mut g) = in_deriv else {
             return;
         };
