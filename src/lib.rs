@@ -12,6 +12,7 @@ pub mod matrix;
 pub mod nnet;
 pub mod run;
 pub mod testing;
+pub mod update;
 pub mod util;
 
 pub use error::{Error, Result};

@@ -14,14 +14,17 @@
 //!   inference product.
 
 pub mod check;
+mod eigen;
 mod elementwise;
 mod gemm;
 mod ops;
+mod precise;
 mod rows;
 pub(crate) mod simd;
 mod vector;
 mod weights;
 
+pub use eigen::{symmetric_eigen, SymmetricEigen};
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
 pub use weights::WeightMatrix;
 

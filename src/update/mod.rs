@@ -1,0 +1,3 @@
+//! How a gradient becomes a parameter change.
+
+pub mod natural_gradient;
