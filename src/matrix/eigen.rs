@@ -38,9 +38,10 @@ pub fn symmetric_eigen(a: &[f64], n: usize) -> SymmetricEigen {
             m[j * n + i] = a[i * n + j];
         }
     }
-    let mut v = vec![0.0f64; n * n];
+    // Eigenvectors as rows (vt = Vᵀ), so a rotation touches two contiguous rows.
+    let mut vt = vec![0.0f64; n * n];
     for i in 0..n {
-        v[i * n + i] = 1.0;
+        vt[i * n + i] = 1.0;
     }
     for _ in 0..MAX_SWEEPS {
         let mut rotated = false;
@@ -61,11 +62,11 @@ pub fn symmetric_eigen(a: &[f64], n: usize) -> SymmetricEigen {
                 let c = 1.0 / (t * t + 1.0).sqrt();
                 let s = t * c;
                 rotate(&mut m, n, p, q, c, s);
-                for row in v.chunks_exact_mut(n) {
-                    let (x, y) = (row[p], row[q]);
-                    row[p] = c * x - s * y;
-                    row[q] = s * x + c * y;
-                }
+                m[p * n + p] = app - t * apq;
+                m[q * n + q] = aqq + t * apq;
+                m[p * n + q] = 0.0;
+                m[q * n + p] = 0.0;
+                rotate_rows(&mut vt, n, p, q, c, s);
             }
         }
         if !rotated {
@@ -78,23 +79,31 @@ pub fn symmetric_eigen(a: &[f64], n: usize) -> SymmetricEigen {
     let mut vectors = vec![0.0f64; n * n];
     for (k, &i) in order.iter().enumerate() {
         for r in 0..n {
-            vectors[r * n + k] = v[r * n + i];
+            vectors[r * n + k] = vt[i * n + r];
         }
     }
     SymmetricEigen { values, vectors }
 }
 
-/// `m = Pᵀ·m·P` for the plane rotation P in (p, q) with cosine c and sine s.
-fn rotate(m: &mut [f64], n: usize, p: usize, q: usize, c: f64, s: f64) {
-    for row in m.chunks_exact_mut(n) {
-        let (x, y) = (row[p], row[q]);
-        row[p] = c * x - s * y;
-        row[q] = s * x + c * y;
+/// Rows p and q of `a` (row length n) become c·a_p − s·a_q and s·a_p + c·a_q.
+fn rotate_rows(a: &mut [f64], n: usize, p: usize, q: usize, c: f64, s: f64) {
+    let (head, tail) = a.split_at_mut(q * n);
+    let (row_p, row_q) = (&mut head[p * n..p * n + n], &mut tail[..n]);
+    for (x, y) in row_p.iter_mut().zip(row_q.iter_mut()) {
+        let (a, b) = (*x, *y);
+        *x = c * a - s * b;
+        *y = s * a + c * b;
     }
+}
+
+/// `m = Pᵀ·m·P` for the plane rotation P in (p < q) with cosine c and sine s, m symmetric:
+/// rows p and q are rotated, then mirrored into columns p and q (the 2×2 block at their
+/// crossing is set by the caller).
+fn rotate(m: &mut [f64], n: usize, p: usize, q: usize, c: f64, s: f64) {
+    rotate_rows(m, n, p, q, c, s);
     for k in 0..n {
-        let (x, y) = (m[p * n + k], m[q * n + k]);
-        m[p * n + k] = c * x - s * y;
-        m[q * n + k] = s * x + c * y;
+        m[k * n + p] = m[p * n + k];
+        m[k * n + q] = m[q * n + k];
     }
 }
 
