@@ -172,7 +172,7 @@ impl DenseReference {
         let gamma = (x.iter().map(|v| v * v).sum::<f64>()
             / x_hat.iter().map(|v| v * v).sum::<f64>())
         .sqrt();
-        if self.calls < 10 || self.calls.is_multiple_of(self.update_period) {
+        if self.calls <= 10 || (self.calls - 10).is_multiple_of(self.update_period) {
             self.update(x, n, dim);
         }
         self.calls += 1;
