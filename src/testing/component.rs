@@ -1,0 +1,718 @@
+//! Test helpers for components: the generic checks of the component harness
+//! (`tests/components.rs`).
+//!
+//! [`check_component_config`] runs every generic check on one config line and says which
+//! check failed; other modules can call it from their own unit tests.
+
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{Matrix, Trans};
+use crate::nnet::component::{
+    new_component_from_config, read_component, Component, Memo, Properties,
+};
+use crate::nnet::config_line::ConfigLine;
+use rand::RngCore;
+
+/// Reads component bytes (text or binary) and writes them back; the error names what differs.
+pub fn round_trip_bytes(
+    bytes: &[u8],
+    binary: bool,
+    label: &str,
+) -> Result<Box<dyn Component>, String> {
+    let mut r = TokenReader::new(bytes, binary, label);
+    let c = read_component(&mut r).map_err(|e| format!("{label}: read failed: {e}"))?;
+    if !r.at_eof() {
+        return Err(format!(
+            "{label}: reader stopped at byte {} of {}",
+            r.pos(),
+            bytes.len()
+        ));
+    }
+    let mut w = TokenWriter::new(binary);
+    c.write(&mut w);
+    let out = w.into_bytes();
+    if out != bytes {
+        let at = out
+            .iter()
+            .zip(bytes)
+            .position(|(a, b)| a != b)
+            .unwrap_or(out.len().min(bytes.len()));
+        let show = |b: &[u8]| crate::io::codec::describe(b, at.saturating_sub(6));
+        return Err(format!(
+            "{label}: written bytes differ at byte {at}: ours {} vs Kaldi {}",
+            show(&out),
+            show(bytes)
+        ));
+    }
+    Ok(c)
+}
+
+/// Types whose Backprop is deliberately not the derivative of Propagate.
+const NOT_A_DERIVATIVE: &[&str] = &[
+    "ClipGradientComponent",
+    "BackpropTruncationComponent",
+    "ScaleGradComponent",
+];
+/// Config keys that make Backprop differ from the derivative (self-repair, gradient scaling).
+const NOT_A_DERIVATIVE_KEYS: &[&str] = &["self-repair-scale=", "backprop-scale="];
+/// Types that are only piecewise differentiable: one of the random directions may cross a kink.
+const PIECEWISE: &[&str] = &[
+    "RectifiedLinearComponent",
+    "PnormComponent",
+    "MaxpoolingComponent",
+    "NormalizeComponent",
+];
+
+/// Number of rows of the random test matrices.
+const ROWS: usize = 7;
+
+fn gauss_matrix(rows: usize, cols: usize, rng: &mut dyn RngCore) -> Matrix {
+    crate::nnet::component::param_util::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
+}
+
+/// True if `a ≈ b` to `tol` relative to the larger magnitude (and 1).
+fn close(a: &Matrix, b: &Matrix, tol: f32) -> bool {
+    if (a.num_rows(), a.num_cols()) != (b.num_rows(), b.num_cols()) {
+        return false;
+    }
+    let scale = 1.0f32.max(a.view().max_abs()).max(b.view().max_abs());
+    let mut d = a.clone();
+    d.view_mut().add_mat(-1.0, b.view(), Trans::No);
+    d.view().max_abs() <= tol * scale
+}
+
+fn close_vec(a: &[f32], b: &[f32], tol: f32) -> bool {
+    a.len() == b.len() && {
+        let scale = a.iter().chain(b).fold(1.0f32, |m, x| m.max(x.abs()));
+        a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * scale)
+    }
+}
+
+/// Σ y ⊙ d in f64 (the objective of the derivative checks).
+fn objective(y: &Matrix, d: &Matrix) -> f64 {
+    (0..y.num_rows())
+        .map(|r| {
+            y.row(r)
+                .iter()
+                .zip(d.row(r))
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+/// One component under test.
+struct Harness<'a> {
+    c: &'a dyn Component,
+    props: Properties,
+}
+
+impl Harness<'_> {
+    /// Propagates `x`; the output starts filled with `prefill`. With `strided`, input and output
+    /// are views into wider matrices where the component allows non-contiguous data.
+    fn forward(&self, x: &Matrix, prefill: f32, strided: bool) -> (Matrix, Option<Memo>) {
+        let (rows, od) = (x.num_rows(), self.c.output_dim());
+        let pad_in = strided && !self.props.has(Properties::INPUT_CONTIGUOUS);
+        let pad_out = strided && !self.props.has(Properties::OUTPUT_CONTIGUOUS);
+        let mut xin = Matrix::zeros(rows, x.num_cols() + if pad_in { 3 } else { 0 });
+        xin.view_mut().set_const(f32::NAN);
+        xin.sub_mut(0, rows, 0, x.num_cols()).copy_from(x.view());
+        let mut y = Matrix::zeros(rows, od + if pad_out { 2 } else { 0 });
+        y.view_mut().set_const(prefill);
+        let memo = self.c.propagate(
+            None,
+            xin.sub(0, rows, 0, x.num_cols()),
+            y.sub_mut(0, rows, 0, od),
+        );
+        (y.sub(0, rows, 0, od).to_matrix(), memo)
+    }
+
+    /// The plain output of Propagate (output pre-zeroed).
+    fn value(&self, x: &Matrix) -> Matrix {
+        self.forward(x, 0.0, false).0
+    }
+
+    /// Backprop of `d` at `x`; the input derivative starts filled with `prefill`.
+    fn backward(
+        &self,
+        x: &Matrix,
+        d: &Matrix,
+        to_update: Option<&mut dyn Component>,
+        prefill: f32,
+        strided: bool,
+    ) -> Matrix {
+        let (y, memo) = self.forward(x, 0.0, false);
+        let empty = Matrix::zeros(0, 0);
+        let in_value = if self.props.has(Properties::BACKPROP_NEEDS_INPUT) {
+            x.view()
+        } else {
+            empty.view()
+        };
+        let out_value = if self.props.has(Properties::BACKPROP_NEEDS_OUTPUT) {
+            y.view()
+        } else {
+            empty.view()
+        };
+        let pad = strided && !self.props.has(Properties::INPUT_CONTIGUOUS);
+        let (rows, id) = (x.num_rows(), x.num_cols());
+        let mut g = Matrix::zeros(rows, id + if pad { 1 } else { 0 });
+        g.view_mut().set_const(prefill);
+        self.c.backprop(
+            None,
+            in_value,
+            out_value,
+            d.view(),
+            memo.as_ref(),
+            to_update,
+            Some(g.sub_mut(0, rows, 0, id)),
+        );
+        g.sub(0, rows, 0, id).to_matrix()
+    }
+}
+
+/// Relative agreement of a predicted and a measured objective change.
+fn derivative_agrees(predicted: f64, measured: f64, noise: f64) -> bool {
+    (predicted - measured).abs() <= 0.05 * predicted.abs().max(measured.abs()) + noise
+}
+
+/// Runs every generic check on one config line (with its `type=`). Returns notes (checks
+/// skipped and why) or the first failure.
+pub fn check_component_config(config: &str, seed: u64) -> Result<Vec<String>, String> {
+    let cfg = ConfigLine::parse_str(config).map_err(|e| format!("config does not parse: {e}"))?;
+    let mut c = new_component_from_config(&cfg).map_err(|e| format!("from_config failed: {e}"))?;
+    let type_name: String = cfg.get_or("type", String::new()).unwrap_or_default();
+    check_component(c.as_mut(), &type_name, config, seed)
+}
+
+/// Runs every generic check on a component (see [`check_component_config`]).
+pub fn check_component(
+    c: &mut dyn Component,
+    type_name: &str,
+    config: &str,
+    seed: u64,
+) -> Result<Vec<String>, String> {
+    let mut notes = Vec::new();
+    let props = c.properties();
+    if c.type_name() != type_name {
+        return Err(format!(
+            "type_name() is {} but the config says {type_name}",
+            c.type_name()
+        ));
+    }
+    if !props.has(Properties::SIMPLE) {
+        notes.push("not a simple component: skipped by the generic harness".into());
+        return Ok(notes);
+    }
+    if props.has(Properties::RANDOM_COMPONENT) {
+        c.set_test_mode(true);
+        notes.push("random component: checked in test mode".into());
+    }
+    let c: &dyn Component = c;
+    let (id, od) = (c.input_dim(), c.output_dim());
+    if id == 0 || od == 0 {
+        return Err(format!("zero dimension (input {id}, output {od})"));
+    }
+    if !c.info().starts_with(type_name) {
+        return Err(format!(
+            "info() should start with the type name: {}",
+            c.info()
+        ));
+    }
+    let mut rng = crate::random::seeded_rng(seed);
+    let x = gauss_matrix(ROWS, id, &mut rng);
+    let d = gauss_matrix(ROWS, od, &mut rng);
+    let h = Harness { c, props };
+
+    // Propagate: adds-honesty, stride-independence, memo.
+    let (y0, memo) = h.forward(&x, 0.0, false);
+    let (y1, _) = h.forward(&x, 1.0, false);
+    let (ys, _) = h.forward(&x, 0.0, true);
+    let mut y1m = y1.clone();
+    if props.has(Properties::PROPAGATE_ADDS) {
+        y1m.view_mut().add_const(-1.0);
+    }
+    if !close(&y0, &y1m, 1e-5) {
+        return Err(if props.has(Properties::PROPAGATE_ADDS) {
+            "PROPAGATE_ADDS set but propagate does not add to the output".into()
+        } else {
+            "PROPAGATE_ADDS unset but propagate depends on the output's previous contents".into()
+        });
+    }
+    if !close(&y0, &ys, 1e-5) {
+        return Err("propagate gives different results on strided views".into());
+    }
+    if memo.is_some() && !props.has(Properties::USES_MEMO) {
+        return Err("propagate returned a memo without USES_MEMO".into());
+    }
+    if y0.to_vec().iter().any(|v| !v.is_finite()) {
+        return Err("propagate produced non-finite values".into());
+    }
+
+    // Backprop: adds-honesty and strides.
+    let g0 = h.backward(&x, &d, None, 0.0, false);
+    let g1 = h.backward(&x, &d, None, 1.0, false);
+    let gs = h.backward(&x, &d, None, 0.0, true);
+    let mut g1m = g1.clone();
+    if props.has(Properties::BACKPROP_ADDS) {
+        g1m.view_mut().add_const(-1.0);
+    }
+    if !close(&g0, &g1m, 1e-5) {
+        return Err(if props.has(Properties::BACKPROP_ADDS) {
+            "BACKPROP_ADDS set but backprop does not add to in_deriv".into()
+        } else {
+            "BACKPROP_ADDS unset but backprop depends on in_deriv's previous contents".into()
+        });
+    }
+    if !close(&g0, &gs, 1e-5) {
+        return Err("backprop gives different results on strided views".into());
+    }
+
+    // In-place variants.
+    if props.has(Properties::PROPAGATE_IN_PLACE) {
+        if id != od {
+            return Err("PROPAGATE_IN_PLACE with input-dim != output-dim".into());
+        }
+        let mut data = x.clone();
+        c.propagate_in_place(None, data.view_mut());
+        if !close(&data, &y0, 1e-6) {
+            return Err("propagate_in_place differs from propagate".into());
+        }
+    }
+    let updatable = props.has(Properties::UPDATABLE);
+    if updatable != c.as_updatable().is_some() {
+        return Err("UPDATABLE flag and as_updatable() disagree".into());
+    }
+    let new_gradient = || -> Box<dyn Component> {
+        let mut g = c.clone_box();
+        if let Some(u) = g.as_updatable_mut() {
+            u.set_zero(true);
+        }
+        g
+    };
+    let params = |c: &dyn Component| -> Vec<f32> {
+        c.as_updatable()
+            .map(|u| {
+                let mut v = vec![0.0; u.num_parameters()];
+                u.vectorize(&mut v);
+                v
+            })
+            .unwrap_or_default()
+    };
+    let mut grad = new_gradient();
+    let g_with_update = h.backward(&x, &d, Some(grad.as_mut()), 0.0, false);
+    if !close(&g_with_update, &g0, 1e-6) {
+        return Err("the input derivative changes when to_update is given".into());
+    }
+    let grad_vec = params(grad.as_ref());
+    if props.has(Properties::BACKPROP_IN_PLACE) {
+        if id != od {
+            return Err("BACKPROP_IN_PLACE with input-dim != output-dim".into());
+        }
+        let (y, memo) = h.forward(&x, 0.0, false);
+        let empty = Matrix::zeros(0, 0);
+        let in_value = if props.has(Properties::BACKPROP_NEEDS_INPUT) {
+            x.view()
+        } else {
+            empty.view()
+        };
+        let out_value = if props.has(Properties::BACKPROP_NEEDS_OUTPUT) {
+            y.view()
+        } else {
+            empty.view()
+        };
+        let mut deriv = d.clone();
+        let mut grad2 = new_gradient();
+        c.backprop_in_place(
+            None,
+            in_value,
+            out_value,
+            memo.as_ref(),
+            Some(grad2.as_mut()),
+            deriv.view_mut(),
+        );
+        if !close(&deriv, &g0, 1e-5) {
+            return Err("backprop_in_place gives a different input derivative".into());
+        }
+        if !close_vec(&params(grad2.as_ref()), &grad_vec, 1e-5) {
+            return Err("backprop_in_place gives a different parameter gradient".into());
+        }
+    }
+
+    // Numeric derivative checks.
+    let exempt = NOT_A_DERIVATIVE.contains(&type_name)
+        || NOT_A_DERIVATIVE_KEYS.iter().any(|k| config.contains(k));
+    let piecewise = PIECEWISE.contains(&type_name);
+    let f0 = objective(&y0, &d);
+    let noise = 1e-5
+        * (1.0
+            + (0..ROWS)
+                .map(|r| {
+                    y0.row(r)
+                        .iter()
+                        .zip(d.row(r))
+                        .map(|(a, b)| (a * b).abs() as f64)
+                        .sum::<f64>()
+                })
+                .sum::<f64>());
+    let deltas = [1e-2f32, 3e-3, 1e-3];
+    if exempt {
+        notes.push(
+            "backprop is not the exact derivative here: numeric derivative checks skipped".into(),
+        );
+    } else {
+        let mut failures = Vec::new();
+        for k in 0..3 {
+            let dir = gauss_matrix(ROWS, id, &mut rng);
+            let mut best = String::new();
+            let ok = deltas.iter().any(|&delta| {
+                let predicted = delta as f64 * objective(&g0, &dir);
+                let mut xp = x.clone();
+                xp.view_mut().add_mat(delta, dir.view(), Trans::No);
+                let mut xm = x.clone();
+                xm.view_mut().add_mat(-delta, dir.view(), Trans::No);
+                let measured = (objective(&h.value(&xp), &d) - objective(&h.value(&xm), &d)) / 2.0;
+                best =
+                    format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
+                derivative_agrees(predicted, measured, noise * delta as f64)
+            });
+            if !ok {
+                failures.push(format!("direction {k}: {best}"));
+            }
+        }
+        if failures.len() > usize::from(piecewise) {
+            return Err(format!(
+                "input derivative check failed (objective {f0:.4e}): {}",
+                failures.join("; ")
+            ));
+        }
+        if updatable {
+            let theta = params(c);
+            let n = theta.len();
+            let mut failures = Vec::new();
+            for k in 0..3 {
+                let dir: Vec<f32> = (0..n)
+                    .map(|_| crate::random::rand_gauss(&mut rng))
+                    .collect();
+                let g_dot: f64 = grad_vec
+                    .iter()
+                    .zip(&dir)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum();
+                let mut best = String::new();
+                let ok = deltas.iter().any(|&delta| {
+                    let at = |sign: f32| {
+                        let mut cp = c.clone_box();
+                        let p: Vec<f32> = theta
+                            .iter()
+                            .zip(&dir)
+                            .map(|(t, r)| t + sign * delta * r)
+                            .collect();
+                        if let Some(u) = cp.as_updatable_mut() {
+                            u.unvectorize(&p);
+                        }
+                        objective(
+                            &Harness {
+                                c: cp.as_ref(),
+                                props,
+                            }
+                            .value(&x),
+                            &d,
+                        )
+                    };
+                    let measured = (at(1.0) - at(-1.0)) / 2.0;
+                    let predicted = delta as f64 * g_dot;
+                    best = format!(
+                        "predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})"
+                    );
+                    derivative_agrees(predicted, measured, noise * delta as f64)
+                });
+                if !ok {
+                    failures.push(format!("direction {k}: {best}"));
+                }
+            }
+            if failures.len() > usize::from(piecewise) {
+                return Err(format!(
+                    "parameter derivative check failed: {}",
+                    failures.join("; ")
+                ));
+            }
+        }
+    }
+
+    if updatable {
+        check_updatable(c, &h, &x, &d, &grad_vec, &mut rng)?;
+    }
+    check_io(c)?;
+    Ok(notes)
+}
+
+/// Parameter algebra and the training-mode update direction.
+fn check_updatable(
+    c: &dyn Component,
+    h: &Harness<'_>,
+    x: &Matrix,
+    d: &Matrix,
+    grad_vec: &[f32],
+    rng: &mut dyn RngCore,
+) -> Result<(), String> {
+    let u = c.as_updatable().ok_or("no updatable interface")?;
+    let n = u.num_parameters();
+    let mut theta = vec![0.0; n];
+    u.vectorize(&mut theta);
+    if grad_vec.len() != n {
+        return Err(format!(
+            "gradient has {} parameters, component {n}",
+            grad_vec.len()
+        ));
+    }
+    let vec_of = |c: &dyn Component| -> Vec<f32> {
+        let mut v = vec![0.0; n];
+        if let Some(u) = c.as_updatable() {
+            u.vectorize(&mut v);
+        }
+        v
+    };
+    // Vectorize / unvectorize round trip.
+    let mut z = c.clone_box();
+    let zu = z
+        .as_updatable_mut()
+        .ok_or("clone lost the updatable interface")?;
+    zu.set_zero(false);
+    if vec_of(z.as_ref()).iter().any(|&v| v != 0.0) {
+        return Err("set_zero left non-zero parameters".into());
+    }
+    if let Some(zu) = z.as_updatable_mut() {
+        zu.unvectorize(&theta);
+    }
+    if vec_of(z.as_ref()) != theta {
+        return Err("vectorize(unvectorize(v)) != v".into());
+    }
+    // Dot product.
+    let self_dot: f64 = theta.iter().map(|&v| v as f64 * v as f64).sum();
+    let dp = u.dot_product(c) as f64;
+    if (dp - self_dot).abs() > 1e-4 * (1.0 + self_dot) {
+        return Err(format!("dot_product(self) = {dp}, Σ θ² = {self_dot}"));
+    }
+    // c·1.5 == c + 0.5·c.
+    let mut a = c.clone_box();
+    let mut b = c.clone_box();
+    if let Some(au) = a.as_updatable_mut() {
+        au.scale(1.5);
+    }
+    if let Some(bu) = b.as_updatable_mut() {
+        bu.add(0.5, c);
+    }
+    if !close_vec(&vec_of(a.as_ref()), &vec_of(b.as_ref()), 1e-6) {
+        return Err("scale(1.5) differs from add(0.5, self)".into());
+    }
+    // Perturbation has about the requested size.
+    let mut p = c.clone_box();
+    if let Some(pu) = p.as_updatable_mut() {
+        pu.perturb_params(0.1, rng);
+    }
+    let pv = vec_of(p.as_ref());
+    let ms: f64 = pv
+        .iter()
+        .zip(&theta)
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum::<f64>()
+        / n.max(1) as f64;
+    if n >= 8 && !(0.001..0.05).contains(&ms) {
+        return Err(format!(
+            "perturb_params(0.1) changed parameters by mean square {ms}"
+        ));
+    }
+    // set_zero(true) makes a gradient holder.
+    let mut g = c.clone_box();
+    if let Some(gu) = g.as_updatable_mut() {
+        gu.set_zero(true);
+        if gu.common().learning_rate != 1.0 || !gu.common().is_gradient {
+            return Err("set_zero(true) must set learning rate 1 and is_gradient".into());
+        }
+    }
+    // A training-mode update moves the parameters uphill on the objective.
+    let gnorm: f64 = grad_vec.iter().map(|&v| v as f64 * v as f64).sum();
+    if gnorm > 1e-12 {
+        let mut t = c.clone_box();
+        if let Some(tu) = t.as_updatable_mut() {
+            tu.common_mut().learning_rate = 1e-3;
+            tu.common_mut().is_gradient = false;
+        }
+        h.backward(x, d, Some(t.as_mut()), 0.0, false);
+        let change: f64 = vec_of(t.as_ref())
+            .iter()
+            .zip(&theta)
+            .zip(grad_vec)
+            .map(|((a, b), g)| (a - b) as f64 * *g as f64)
+            .sum();
+        if change <= 0.0 {
+            return Err(format!(
+                "a training update does not follow the gradient (change · gradient = {change:e})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Text and binary write → read → write, byte-identical; info survives a binary round trip.
+fn check_io(c: &dyn Component) -> Result<(), String> {
+    for binary in [false, true] {
+        let mut w = TokenWriter::new(binary);
+        c.write(&mut w);
+        let bytes = w.into_bytes();
+        let label = if binary {
+            "binary round trip"
+        } else {
+            "text round trip"
+        };
+        let back = round_trip_bytes(&bytes, binary, label)?;
+        if back.type_name() != c.type_name() {
+            return Err(format!("{label}: read back as {}", back.type_name()));
+        }
+        if binary && back.info() != c.info() {
+            return Err(format!(
+                "{label}: info changed:\n {}\n {}",
+                c.info(),
+                back.info()
+            ));
+        }
+        if back.properties() != c.properties() {
+            return Err(format!("{label}: properties changed"));
+        }
+    }
+    let mut w1 = TokenWriter::new(true);
+    c.write(&mut w1);
+    let mut w2 = TokenWriter::new(true);
+    c.clone_box().write(&mut w2);
+    if w1.bytes() != w2.bytes() {
+        return Err("clone_box writes differently from the original".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::{MatView, MatViewMut};
+    use crate::nnet::component::affine::AffineComponent;
+    use crate::nnet::component::{PrecomputedIndexes, UpdatableComponent};
+
+    /// Deliberate defects, to show that the harness catches them.
+    #[derive(Clone, Copy, Debug)]
+    enum Bug {
+        InputDerivative,
+        ParameterGradient,
+        FalseAddsFlag,
+        NoMutableParams,
+    }
+
+    #[derive(Clone, Debug)]
+    struct Broken(AffineComponent, Bug);
+
+    impl Component for Broken {
+        fn type_name(&self) -> &'static str {
+            self.0.type_name()
+        }
+        fn input_dim(&self) -> usize {
+            self.0.input_dim()
+        }
+        fn output_dim(&self) -> usize {
+            self.0.output_dim()
+        }
+        fn properties(&self) -> Properties {
+            match self.1 {
+                Bug::FalseAddsFlag => self.0.properties() | Properties::PROPAGATE_ADDS,
+                _ => self.0.properties(),
+            }
+        }
+        fn propagate(
+            &self,
+            i: Option<&dyn PrecomputedIndexes>,
+            x: MatView<'_>,
+            y: MatViewMut<'_>,
+        ) -> Option<Memo> {
+            self.0.propagate(i, x, y)
+        }
+        fn backprop(
+            &self,
+            i: Option<&dyn PrecomputedIndexes>,
+            x: MatView<'_>,
+            y: MatView<'_>,
+            d: MatView<'_>,
+            m: Option<&Memo>,
+            u: Option<&mut dyn Component>,
+            g: Option<MatViewMut<'_>>,
+        ) {
+            let u = u
+                .and_then(|u| u.as_any_mut().downcast_mut::<Broken>())
+                .map(|b| &mut b.0 as &mut dyn Component);
+            let mut d2 = d.to_matrix();
+            match self.1 {
+                Bug::InputDerivative => d2.view_mut().scale(1.2),
+                Bug::ParameterGradient => {
+                    // The gradient for the wrong output derivative, the input derivative right.
+                    let mut wrong = d.to_matrix();
+                    wrong.view_mut().scale(-1.0);
+                    self.0.backprop(i, x, y, wrong.view(), m, u, None);
+                    self.0.backprop(i, x, y, d, m, None, g);
+                    return;
+                }
+                _ => {}
+            }
+            self.0.backprop(i, x, y, d2.view(), m, u, g);
+        }
+        fn write(&self, w: &mut TokenWriter) {
+            self.0.write(w)
+        }
+        fn info(&self) -> String {
+            self.0.info()
+        }
+        fn clone_box(&self) -> Box<dyn Component> {
+            Box::new(self.clone())
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+        fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
+            Some(&self.0)
+        }
+        fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
+            match self.1 {
+                // A gradient holder that is not one: set_zero does nothing.
+                Bug::NoMutableParams => None,
+                _ => Some(&mut self.0),
+            }
+        }
+    }
+
+    #[test]
+    fn harness_accepts_a_correct_affine_component() {
+        let notes =
+            check_component_config("type=AffineComponent input-dim=4 output-dim=3", 7).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn harness_catches_deliberate_defects() {
+        let cfg = ConfigLine::parse_str("input-dim=4 output-dim=3").unwrap();
+        let inner = AffineComponent::from_config(&cfg).unwrap();
+        let inner = inner
+            .as_any()
+            .downcast_ref::<AffineComponent>()
+            .unwrap()
+            .clone();
+        for (bug, want) in [
+            (Bug::InputDerivative, "input derivative check"),
+            (Bug::ParameterGradient, "parameter derivative check"),
+            (Bug::FalseAddsFlag, "PROPAGATE_ADDS"),
+            (Bug::NoMutableParams, "parameter derivative check"),
+        ] {
+            let mut c = Broken(inner.clone(), bug);
+            let e = check_component(&mut c, "AffineComponent", "", 3)
+                .expect_err(&format!("{bug:?} not caught"));
+            assert!(e.contains(want), "{bug:?}: {e}");
+        }
+    }
+}
