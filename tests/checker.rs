@@ -21,6 +21,7 @@ fn nnet() -> Nnet {
          component-node name=bn component=bn input=affine\n\
          output-node name=output input=bn\n",
         "<test>",
+        &mut compnet::random::seeded_rng(0),
     )
     .expect("config")
 }

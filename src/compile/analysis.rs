@@ -571,6 +571,7 @@ mod tests {
              component-node name=relu component=relu input=input\n\
              output-node name=output input=relu\n",
             "<test>",
+            &mut crate::random::seeded_rng(0),
         )
         .expect("config")
     }

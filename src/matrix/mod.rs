@@ -15,18 +15,21 @@
 
 mod blocks;
 pub mod check;
+mod eigen;
 mod elementwise;
 mod gemm;
 mod lstm;
 mod normalize;
 mod ops;
 mod pooling;
+mod precise;
 mod random;
 mod rows;
 pub(crate) mod simd;
 mod vector;
 mod weights;
 
+pub use eigen::{symmetric_eigen, SymmetricEigen};
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
 pub use lstm::{backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums};
 pub use normalize::NORMALIZE_SQUARED_NORM_FLOOR;

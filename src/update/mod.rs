@@ -17,7 +17,10 @@
 //! [`NaturalGradientOptions`] is the one options type for every component's natural-gradient
 //! fields.
 
+pub mod natural_gradient;
+
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
+use natural_gradient::OnlineNaturalGradient;
 use crate::nnet::component::UpdatableCommon;
 
 /// A row-wise preconditioner with its own state: Kaldi's `OnlineNaturalGradient`
@@ -113,15 +116,28 @@ impl NaturalGradientOptions {
         Ok(())
     }
 
-    /// A new preconditioner for one side of a block.
-    ///
-    /// THE SLOT for `update::natural_gradient`: once `OnlineNaturalGradient` implements
-    /// [`Preconditioner`], this returns `Some(Box::new(OnlineNaturalGradient::new(rank,
-    /// update_period, num_samples_history, alpha)))` with the side's rank and alpha. Until
-    /// then it returns `None`, and natural-gradient components update with the plain
-    /// gradient (what they did before this interface existed).
-    pub fn new_preconditioner(&self, _side: Side) -> Option<Box<dyn Preconditioner>> {
-        None
+    /// A new preconditioner for one side of a block: Kaldi's `OnlineNaturalGradient` with the
+    /// side's rank and alpha.
+    pub fn new_preconditioner(&self, side: Side) -> Option<Box<dyn Preconditioner>> {
+        let (rank, alpha) = match side {
+            Side::Input => (self.rank_in, self.alpha_in),
+            Side::Output => (self.rank_out, self.alpha_out),
+        };
+        Some(Box::new(OnlineNaturalGradient::new(
+            rank.max(1) as usize,
+            self.update_period.max(1) as usize,
+            self.num_samples_history,
+            alpha,
+        )))
+    }
+}
+
+impl Preconditioner for OnlineNaturalGradient {
+    fn precondition_directions(&mut self, x: MatViewMut<'_>) -> f32 {
+        OnlineNaturalGradient::precondition_directions(self, x)
+    }
+    fn clone_box(&self) -> Box<dyn Preconditioner> {
+        Box::new(self.clone())
     }
 }
 
