@@ -348,7 +348,7 @@ fn main() {
         }
         None => 1,
     };
-    set_threads(threads);
+    set_threads(threads).expect("a thread count the machine allows");
     let rounds: usize = std::env::var("INFER_BENCH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())

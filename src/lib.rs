@@ -8,6 +8,7 @@ pub mod cli;
 pub mod compile;
 pub mod error;
 pub mod io;
+pub mod limits;
 pub mod matrix;
 pub mod nnet;
 pub mod run;

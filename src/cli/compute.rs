@@ -188,6 +188,7 @@ impl ChunkComputer {
             tmp.node_names[k] = "output".into();
             (out_name, nnet_context(&tmp)?)
         };
+        check_chunk_size(&nnet, opts, &context)?;
         let fsf = opts.frame_subsampling_factor;
         let n = lcm(fsf, context.modulus.max(1));
         let mut frames_per_chunk = opts.frames_per_chunk;
@@ -506,15 +507,70 @@ fn lcm(a: i32, b: i32) -> i32 {
     a / gcd(a, b) * b
 }
 
+/// Checks, before any graph is built, that the frames one computation spans (a chunk, its
+/// context and the extra context options, times the chunks batched together) and the values
+/// for them fit the memory limit; options near 2^31 would otherwise overflow the frame
+/// arithmetic or ask for more than exists.
+fn check_chunk_size(nnet: &Nnet, opts: &Args, context: &NnetContext) -> Result<()> {
+    let fsf = i64::from(opts.frame_subsampling_factor);
+    let modulus = i64::from(context.modulus.max(1));
+    let extra_left = i64::from(opts.extra_left_context.max(opts.extra_left_context_initial));
+    let extra_right = i64::from(
+        opts.extra_right_context
+            .max(opts.extra_right_context_final),
+    );
+    // Everything in i64: each term is below 2^32, so no sum or product of two overflows.
+    let chunk = i64::from(opts.frames_per_chunk) + fsf * modulus;
+    let span = chunk
+        + i64::from(context.left.max(0))
+        + i64::from(context.right.max(0))
+        + extra_left.max(0)
+        + extra_right.max(0);
+    // Per frame: every node's values as floats, plus the graph's bookkeeping per node.
+    const GRAPH_BYTES_PER_NODE: u64 = 64;
+    let mut per_frame: u64 = 0;
+    for n in 0..nnet.num_nodes() {
+        let dim = nnet.checked_node_dim(n).unwrap_or(0) as u64;
+        per_frame = per_frame.saturating_add(dim.saturating_mul(4) + GRAPH_BYTES_PER_NODE);
+    }
+    crate::limits::check_product(
+        &[span as u64, CHUNK_BATCH as u64, per_frame],
+        &format!(
+            "a computation over {span} frames (--frames-per-chunk={}, --extra-left-context={}, \
+             --extra-right-context={}, --frame-subsampling-factor={}, network context {}/{})",
+            opts.frames_per_chunk,
+            extra_left,
+            extra_right,
+            fsf,
+            context.left,
+            context.right
+        ),
+    )
+    .map_err(Error::Usage)
+}
+
+/// Most threads `--num-threads` may ask for on a machine with fewer cores than this: beyond
+/// the core count threads only cost memory, and thousands cannot be started.
+const MAX_THREADS: usize = 256;
+
 /// Bounds the numeric thread pools (0 = leave the defaults, i.e. all cores).
-pub fn set_threads(n: usize) {
+pub fn set_threads(n: usize) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let max = MAX_THREADS.max(cores);
+    if n > max {
+        return Err(Error::Usage(format!(
+            "--num-threads={n} is more than {max} (this machine has {cores} cores)"
+        )));
+    }
     if n > 0 {
         crate::matrix::set_num_threads(n);
-        // Fails only if the global pool already exists; then it keeps its size.
+        // Fails only if the global pool already exists (then it keeps its size) or its
+        // threads cannot start (then rayon starts its default pool on first use).
         let _ = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build_global();
     }
+    Ok(())
 }
 
 /// Runs the command.
@@ -525,7 +581,7 @@ pub fn run(a: Args) -> Result<i32> {
                 .into(),
         ));
     };
-    set_threads(a.num_threads);
+    set_threads(a.num_threads)?;
     let read = Nnet::read_model_file(model)?;
     let priors = read.am.as_ref().map(|am| am.priors.clone());
     let mut cc = ChunkComputer::new(read.nnet, &a, priors.as_ref())?;
