@@ -607,6 +607,7 @@ pub fn run(a: Args) -> Result<i32> {
     for item in feats.by_ref() {
         let (key, g) = item?;
         let m = g.to_matrix();
+        super::warn_non_finite("compute", &key, &m, false);
         if m.num_rows() == 0 {
             eprintln!("compnet compute: warning: zero-length utterance: {key}");
             failed += 1;
