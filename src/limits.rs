@@ -53,9 +53,7 @@ pub fn check_elements(count: u64, item_bytes: u64, what: &str) -> Result<(), Str
 /// Checks that the product of `factors` (a size in bytes) fits the limit, without overflow.
 pub fn check_product(factors: &[u64], what: &str) -> Result<(), String> {
     let limit = max_bytes();
-    let asked = factors
-        .iter()
-        .try_fold(1u64, |acc, &f| acc.checked_mul(f));
+    let asked = factors.iter().try_fold(1u64, |acc, &f| acc.checked_mul(f));
     match asked {
         Some(bytes) if bytes <= limit => Ok(()),
         _ => Err(too_big(asked, limit, what)),

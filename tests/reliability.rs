@@ -34,7 +34,10 @@ fn compnet(args: &[&str]) -> Output {
         !err.contains("panicked") && !err.contains("memory allocation of"),
         "compnet {args:?} aborted:\n{err}"
     );
-    assert!(out.status.code().is_some(), "compnet {args:?} killed by a signal:\n{err}");
+    assert!(
+        out.status.code().is_some(),
+        "compnet {args:?} killed by a signal:\n{err}"
+    );
     out
 }
 
@@ -177,7 +180,11 @@ fn huge_descriptor_constant_is_a_clear_error_in_compute() {
     let feats = format!("ark:{}", case_file("seed", "feats.txt").display());
     fails_with(
         &["compute", model, &feats, "ark,t:/dev/null"],
-        &["a computation over", "over the memory limit", "COMPNET_MAX_MEMORY"],
+        &[
+            "a computation over",
+            "over the memory limit",
+            "COMPNET_MAX_MEMORY",
+        ],
     );
 }
 
@@ -188,7 +195,13 @@ fn extreme_compute_options_are_clear_errors() {
     let model = model.to_str().unwrap();
     let feats = format!("ark:{}", case_file("seed", "feats.txt").display());
     fails_with(
-        &["compute", "--num-threads=5000", model, &feats, "ark,t:/dev/null"],
+        &[
+            "compute",
+            "--num-threads=5000",
+            model,
+            &feats,
+            "ark,t:/dev/null",
+        ],
         &["--num-threads=5000 is more than"],
     );
     for opt in [
@@ -211,7 +224,11 @@ fn nan_and_huge_statistics_do_not_break_info() {
     let text = std::fs::read_to_string(case_file("clockwork", "model.txt")).unwrap();
     let stats = |extreme: &[&str]| -> String {
         let v: Vec<String> = (0..32)
-            .map(|i| extreme.get(i % 8).map_or(format!("0.{i}"), |s| s.to_string()))
+            .map(|i| {
+                extreme
+                    .get(i % 8)
+                    .map_or(format!("0.{i}"), |s| s.to_string())
+            })
             .collect();
         format!("[ {} ]", v.join(" "))
     };
@@ -301,7 +318,11 @@ fn long_sums_are_linear_and_read_back() {
         succeeds(&["init", "--binary=false", &cfg, model]);
         let written = std::fs::read_to_string(model).unwrap();
         let nested = written.matches("Sum(").count();
-        assert_eq!(nested, terms - 1, "{terms} terms written as {nested} nested Sums");
+        assert_eq!(
+            nested,
+            terms - 1,
+            "{terms} terms written as {nested} nested Sums"
+        );
         let copy = dir.path().join("copy.txt");
         succeeds(&["copy", "--binary=false", model, copy.to_str().unwrap()]);
         assert_eq!(std::fs::read_to_string(&copy).unwrap(), written);
@@ -342,12 +363,21 @@ fn many_component_lines_are_fast() {
     let start = Instant::now();
     fails_with(
         &["init", &path, out.to_str().unwrap()],
-        &[":100001:1:", "too many components: a network holds fewer than 100000"],
+        &[
+            ":100001:1:",
+            "too many components: a network holds fewer than 100000",
+        ],
     );
     // One component fewer is fine, and reads back.
     let fewer = cfg
-        .replace("component name=c99999 type=RectifiedLinearComponent dim=4\n", "")
-        .replace("component-node name=c99999 component=c99999 input=c99998\n", "")
+        .replace(
+            "component name=c99999 type=RectifiedLinearComponent dim=4\n",
+            "",
+        )
+        .replace(
+            "component-node name=c99999 component=c99999 input=c99998\n",
+            "",
+        )
         .replace("input=c99999", "input=c99998");
     let path = write(dir.path(), "big.config", &fewer);
     succeeds(&["init", &path, out.to_str().unwrap()]);
@@ -367,13 +397,21 @@ fn non_finite_features_warn_with_the_utterance_key() {
     let feats = std::fs::read_to_string(case_file("seed", "feats.txt")).unwrap();
     let first = feats.find("utt2").expect("utt2 in the golden features");
     let bracket = first + feats[first..].find('[').unwrap();
-    let num_start = bracket + feats[bracket..].find(|c: char| c == '-' || c.is_ascii_digit()).unwrap();
+    let num_start = bracket
+        + feats[bracket..]
+            .find(|c: char| c == '-' || c.is_ascii_digit())
+            .unwrap();
     let num_end = num_start + feats[num_start..].find(' ').unwrap();
     let damaged = format!("{}nan{}", &feats[..num_start], &feats[num_end..]);
     let path = write(dir.path(), "feats.txt", &damaged);
     let rspec = format!("ark:{path}");
     let model = case_file("seed", "model.raw");
-    let err = succeeds(&["compute", model.to_str().unwrap(), &rspec, "ark,t:/dev/null"]);
+    let err = succeeds(&[
+        "compute",
+        model.to_str().unwrap(),
+        &rspec,
+        "ark,t:/dev/null",
+    ]);
     assert!(
         err.contains("warning: utterance utt2: 1 NaN or infinite value(s)"),
         "{err}"
@@ -398,7 +436,11 @@ fn temporaries_left_by_kill_9_are_removed_by_the_next_run() {
     // `compute` opens its output, then its iVector archive: a FIFO nobody writes to, so it
     // waits there with the temporary open until it is killed.
     let fifo = dir.path().join("ivectors.fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let model = case_file("seed", "model.raw");
     let feats = format!("ark:{}", case_file("seed", "feats.txt").display());
     let mut child = Command::new(env!("CARGO_BIN_EXE_compnet"))

@@ -19,7 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "compnet-fuzz", about = "Mutation fuzzer for the compnet commands")]
+#[command(
+    name = "compnet-fuzz",
+    about = "Mutation fuzzer for the compnet commands"
+)]
 struct Opts {
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 20.0)]
@@ -46,8 +49,9 @@ struct Opts {
     /// Parallel runs.
     #[arg(long, default_value_t = 2)]
     jobs: usize,
-    /// Time limit of one child process, in seconds.
-    #[arg(long, default_value_t = 10.0)]
+    /// Time limit of one child process, in seconds (the "runs past 20 s"; a loaded
+    /// machine makes a lower limit report slow but finishing runs as hangs).
+    #[arg(long, default_value_t = 20.0)]
     time_limit: f64,
     /// Address-space limit of one child process (ulimit -v), in MiB.
     #[arg(long, default_value_t = 4096)]
@@ -133,7 +137,10 @@ fn load_corpus(data: &Path) -> Vec<Seed> {
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
             .unwrap_or_default();
         files.sort();
-        for f in files.into_iter().filter(|f| f.extension().is_some_and(|e| e == "ark")) {
+        for f in files
+            .into_iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "ark"))
+        {
             push(f, kind, None);
         }
     }
@@ -143,9 +150,20 @@ fn load_corpus(data: &Path) -> Vec<Seed> {
 // ---------------------------------------------------------------- mutations
 
 const EXTREME_INTS: &[i64] = &[
-    2147483647, 2147483648, 1073741824, 100000000, 16777216, 65536, -1, 0, -2147483648, 4294967296,
+    2147483647,
+    2147483648,
+    1073741824,
+    100000000,
+    16777216,
+    65536,
+    -1,
+    0,
+    -2147483648,
+    4294967296,
 ];
-const EXTREME_FLOATS: &[&str] = &["nan", "-nan", "inf", "-inf", "1e39", "-1e39", "1e-45", "3.4e38"];
+const EXTREME_FLOATS: &[&str] = &[
+    "nan", "-nan", "inf", "-inf", "1e39", "-1e39", "1e-45", "3.4e38",
+];
 
 /// Byte spans of whitespace-separated tokens.
 fn token_spans(b: &[u8]) -> Vec<(usize, usize)> {
@@ -175,8 +193,7 @@ fn number_spans(b: &[u8]) -> Vec<(usize, usize)> {
         .filter(|&(s, e)| {
             let t = &b[s..e];
             t.iter().any(|c| c.is_ascii_digit())
-                && t.iter()
-                    .all(|c| c.is_ascii_digit() || b"+-.eE".contains(c))
+                && t.iter().all(|c| c.is_ascii_digit() || b"+-.eE".contains(c))
         })
         .collect()
 }
@@ -360,11 +377,7 @@ fn plan_case(seed: u64, case: u64, corpus: &[Seed]) -> Plan {
     for _ in 0..n {
         mutations.push(mutate_once(&mut input, &mut rng, corpus));
     }
-    let case_file = |f: &str| {
-        s.case_dir
-            .as_ref()
-            .map(|d| d.join(f).display().to_string())
-    };
+    let case_file = |f: &str| s.case_dir.as_ref().map(|d| d.join(f).display().to_string());
     let feats = case_file("feats.txt").unwrap_or_default();
     let model = case_file("model.raw").unwrap_or_default();
     let binary = if rng.random_bool(0.5) {
@@ -444,7 +457,11 @@ fn plan_case(seed: u64, case: u64, corpus: &[Seed]) -> Plan {
                 (
                     name,
                     v,
-                    vec![Step::ReadBack(strs(&["copy-feats", "ark:OUT", "ark,t:OUT2"]))],
+                    vec![Step::ReadBack(strs(&[
+                        "copy-feats",
+                        "ark:OUT",
+                        "ark,t:OUT2",
+                    ]))],
                     "copy-feats",
                 )
             }
@@ -509,7 +526,10 @@ fn repro_line(o: &Opts, compnet: &Path, args: &[String]) -> String {
 fn run_child(o: &Opts, compnet: &Path, args: &[String]) -> RunResult {
     let mut child = match Command::new("sh")
         .arg("-c")
-        .arg(format!("ulimit -v {} && exec \"$0\" \"$@\"", o.mem_limit_mb * 1024))
+        .arg(format!(
+            "ulimit -v {} && exec \"$0\" \"$@\"",
+            o.mem_limit_mb * 1024
+        ))
         .arg(compnet)
         .args(args)
         .env("COMPNET_MAX_MEMORY", format!("{}M", o.alloc_limit_mb))
@@ -608,9 +628,7 @@ fn run_case(o: &Opts, compnet: &Path, corpus: &[Seed], case: u64, dir: &Path) ->
         let outcome = match r.outcome {
             // An error reading back what compnet itself wrote is a broken round trip; anything
             // worse keeps its own class.
-            Outcome::CleanError | Outcome::UnclearError if must_succeed => {
-                Outcome::BrokenRoundTrip
-            }
+            Outcome::CleanError | Outcome::UnclearError if must_succeed => Outcome::BrokenRoundTrip,
             other => other,
         };
         if outcome != Outcome::Success {

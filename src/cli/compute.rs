@@ -515,10 +515,7 @@ fn check_chunk_size(nnet: &Nnet, opts: &Args, context: &NnetContext) -> Result<(
     let fsf = i64::from(opts.frame_subsampling_factor);
     let modulus = i64::from(context.modulus.max(1));
     let extra_left = i64::from(opts.extra_left_context.max(opts.extra_left_context_initial));
-    let extra_right = i64::from(
-        opts.extra_right_context
-            .max(opts.extra_right_context_final),
-    );
+    let extra_right = i64::from(opts.extra_right_context.max(opts.extra_right_context_final));
     // Everything in i64: each term is below 2^32, so no sum or product of two overflows.
     let chunk = i64::from(opts.frames_per_chunk) + fsf * modulus;
     let span = chunk
@@ -538,12 +535,7 @@ fn check_chunk_size(nnet: &Nnet, opts: &Args, context: &NnetContext) -> Result<(
         &format!(
             "a computation over {span} frames (--frames-per-chunk={}, --extra-left-context={}, \
              --extra-right-context={}, --frame-subsampling-factor={}, network context {}/{})",
-            opts.frames_per_chunk,
-            extra_left,
-            extra_right,
-            fsf,
-            context.left,
-            context.right
+            opts.frames_per_chunk, extra_left, extra_right, fsf, context.left, context.right
         ),
     )
     .map_err(Error::Usage)

@@ -562,8 +562,11 @@ impl SumGroupComponent {
         let total = sizes
             .iter()
             .try_fold(0u64, |a, &s| a.checked_add(u64::from(s.max(0) as u32)));
-        crate::limits::check_product(&[total.unwrap_or(u64::MAX), 4], "<Sizes> adding up to a larger dim")
-            .map_err(|m| r.err_at(at, format!("<Sizes> within the memory limit: {m}")))?;
+        crate::limits::check_product(
+            &[total.unwrap_or(u64::MAX), 4],
+            "<Sizes> adding up to a larger dim",
+        )
+        .map_err(|m| r.err_at(at, format!("<Sizes> within the memory limit: {m}")))?;
         let c = Self::from_sizes(sizes)
             .ok_or_else(|| r.err_at(at, "a non-empty <Sizes> list of positive integers"))?;
         r.expect_token("</SumGroupComponent>")?;
