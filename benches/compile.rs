@@ -5,7 +5,7 @@
 //! request on the Switchboard TDNN-LSTM (1000 sequential LSTM steps per layer).
 //!
 //! Usage: `cargo bench --bench compile` (criterion; `PERF_CONFIG_DIR` overrides
-//! ../shared/golden/perf beside the crate).
+//! tests/data/kaldi/perf in the repository).
 
 use compnet::compile::context::nnet_context;
 use compnet::compile::request::{ComputationRequest, IoSpecification};
@@ -17,7 +17,7 @@ use std::time::Duration;
 /// Reads and initialises one of the perf networks, or says why not.
 fn load(config: &str) -> Result<Nnet, String> {
     let dir = std::env::var("PERF_CONFIG_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden/perf").into());
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/perf").into());
     let path = format!("{dir}/{config}");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
     compnet::nnet::component::param_util::seed_init_rng(0);

@@ -1,5 +1,5 @@
 //! Inference throughput of `compnet compute`'s chunked computation on the real-size networks
-//! of /work/shared/golden/perf (the workload of that directory's README: 4 utterances × 1,500
+//! of tests/data/kaldi/perf (the workload of that directory's README: 4 utterances × 1,500
 //! frames of random features, 40-dim, 30 for the x-vector net, plus a 100-dim online iVector
 //! with period 10 where the net has an `ivector` input), with the sgemm peak of the same
 //! binary (a 1024³ product through `compnet::matrix`, best of its two layouts) measured in
@@ -9,7 +9,7 @@
 //! label: wsj, xvector, xvector-whole, tdnnf, lstm; default all). The thread pools are sized
 //! once per process, so run the binary once per thread count (scripts/bench_inference.sh).
 //! Env: `INFER_BENCH_ROUNDS` (timed passes over the 4 utterances, default 3),
-//! `PERF_CONFIG_DIR` (default ../shared/golden/perf beside the crate).
+//! `PERF_CONFIG_DIR` (default tests/data/kaldi/perf in the repository).
 //!
 //! Per workload it prints: the first pass (includes compiling the chunk computations), the best
 //! steady-state pass by wall clock and by process CPU time, frames/s, the FLOPs per input
@@ -17,12 +17,12 @@
 //! from the compiled computations) and the achieved GFLOP/s as a fraction of the sgemm peak
 //! and of the FMA units' peak (a loop of independent fused multiply-adds).
 
-use clap::Parser;
-use compnet::cli::compute::{set_threads, Args, ChunkComputer, IvectorSource};
 use compnet::compile::request::{ComputationRequest, IoSpecification};
 use compnet::compile::{compile_computation, CompilerOptions, NnetComputation};
 use compnet::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
 use compnet::nnet::{Index, Nnet};
+use compnet::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions};
+use compnet::run::set_threads;
 use std::time::Instant;
 
 const NUM_UTTS: usize = 4;
@@ -30,12 +30,14 @@ const UTT_FRAMES: usize = 1500;
 const IVECTOR_DIM: usize = 100;
 const IVECTOR_PERIOD: i32 = 10;
 
-/// A workload: label, config file, extra `compnet compute` options, Kaldi's frames/s on one
-/// thread (README), if known.
+/// A workload: label, config file, the `compnet compute` options that differ from the
+/// defaults (--frames-per-chunk, --frame-subsampling-factor), Kaldi's frames/s on one thread
+/// (README), if known.
 struct Workload {
     label: &'static str,
     config: &'static str,
-    opts: &'static [&'static str],
+    frames_per_chunk: i32,
+    frame_subsampling_factor: i32,
     kaldi_fps: [Option<f64>; 2],
 }
 
@@ -43,41 +45,39 @@ const WORKLOADS: &[Workload] = &[
     Workload {
         label: "wsj",
         config: "wsj_nnet3_tdnn_1a.config",
-        opts: &[],
+        frames_per_chunk: 50,
+        frame_subsampling_factor: 1,
         kaldi_fps: [Some(5000.0), Some(6700.0)],
     },
     Workload {
         label: "xvector",
         config: "voxceleb_xvector_1a.config",
-        opts: &[],
+        frames_per_chunk: 50,
+        frame_subsampling_factor: 1,
         kaldi_fps: [None, None],
     },
     Workload {
         label: "xvector-whole",
         config: "voxceleb_xvector_1a.config",
-        opts: &["--frames-per-chunk=1500"],
+        frames_per_chunk: 1500,
+        frame_subsampling_factor: 1,
         kaldi_fps: [Some(2090.0), None],
     },
     Workload {
         label: "tdnnf",
         config: "librispeech_chain_tdnnf_1d.config",
-        opts: &["--frame-subsampling-factor=3"],
+        frames_per_chunk: 50,
+        frame_subsampling_factor: 3,
         kaldi_fps: [Some(1490.0), None],
     },
     Workload {
         label: "lstm",
         config: "swbd_chain_tdnn_lstm_1m.config",
-        opts: &["--frame-subsampling-factor=3"],
+        frames_per_chunk: 50,
+        frame_subsampling_factor: 3,
         kaldi_fps: [Some(236.0), None],
     },
 ];
-
-/// `compnet compute`'s options parsed from a command line (so defaults stay those of the CLI).
-#[derive(Parser)]
-struct ComputeCli {
-    #[command(flatten)]
-    args: Args,
-}
 
 #[repr(C)]
 struct Timespec {
@@ -348,13 +348,13 @@ fn main() {
         }
         None => 1,
     };
-    set_threads(threads).expect("a thread count the machine allows");
+    set_threads(threads);
     let rounds: usize = std::env::var("INFER_BENCH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     let dir = std::env::var("PERF_CONFIG_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden/perf").into());
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/perf").into());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("# threads {threads}; rounds {rounds}; load {}", load.trim());
     let peak = sgemm_peak();
@@ -409,22 +409,14 @@ fn main() {
         let has_iv = nnet
             .node_index("ivector")
             .is_some_and(|i| nnet.is_input_node(i));
-        let mut cl: Vec<String> = vec!["compute".into()];
-        cl.extend(w.opts.iter().map(|s| s.to_string()));
-        if has_iv {
-            cl.push("--online-ivectors=ark:unused".into());
-            cl.push(format!("--online-ivector-period={IVECTOR_PERIOD}"));
-        }
-        let args = match ComputeCli::try_parse_from(&cl) {
-            Ok(c) => c.args,
-            Err(e) => {
-                eprintln!("{e}");
-                continue;
-            }
+        let opts = NnetSimpleComputationOptions {
+            frames_per_chunk: w.frames_per_chunk,
+            frame_subsampling_factor: w.frame_subsampling_factor,
+            ..Default::default()
         };
         let input_dim = nnet.node_index("input").map_or(40, |i| nnet.node_dim(i));
-        let fsf = args.frame_subsampling_factor;
-        let mut cc = match ChunkComputer::new(nnet.clone(), &args, None) {
+        let fsf = opts.frame_subsampling_factor;
+        let mut cc = match ChunkComputer::new(nnet.clone(), &opts, "output", None) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("{}: {e}", w.label);

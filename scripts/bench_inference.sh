@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Inference measurement behind docs/PERFORMANCE.md ("Inference"): whole-process wall time of
 # `compnet compute` (defaults: 50-frame chunks) on the real-size networks of
-# /work/shared/golden/perf, the workload of that directory's README (4 utterances × 1,500
+# tests/data/kaldi/perf, the workload of that directory's README (4 utterances × 1,500
 # frames of random features, 40-dim or 30 for the x-vector net, online 100-dim iVectors with
 # period 10 where the net has an `ivector` input), model load and compilation included as in
 # Kaldi's figures; then the in-process bench (benches/inference.rs) on 1 and 2 threads.
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
-DIR=${PERF_CONFIG_DIR:-/work/shared/golden/perf}
+DIR=${PERF_CONFIG_DIR:-tests/data/kaldi/perf}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"

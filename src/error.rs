@@ -119,25 +119,4 @@ impl Error {
             found: found.into(),
         }
     }
-    /// Prefix the message with a context string (used when a lower layer does not know the file).
-    pub fn in_file(self, file: &str) -> Self {
-        match self {
-            Error::Format {
-                file: f,
-                offset,
-                expected,
-                found,
-            } if f.is_empty() => Error::Format {
-                file: file.to_string(),
-                offset,
-                expected,
-                found,
-            },
-            Error::Parse { mut pos, msg } if pos.file.is_empty() => {
-                pos.file = file.to_string();
-                Error::Parse { pos, msg }
-            }
-            other => other,
-        }
-    }
 }

@@ -7,12 +7,16 @@
 pub mod cli;
 pub mod compile;
 pub mod error;
+pub mod index;
 pub mod io;
 pub mod limits;
 pub mod matrix;
 pub mod nnet;
+pub mod random;
 pub mod run;
+/// Test support (random networks, the component harness, golden data, the reference
+/// evaluator): built for the crate's own tests and with the `testing` feature only.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod util;
 
 pub use error::{Error, Result};

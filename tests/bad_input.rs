@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden");
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn golden(case: &str, file: &str) -> PathBuf {
     Path::new(GOLDEN).join("cases").join(case).join(file)

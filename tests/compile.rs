@@ -19,7 +19,8 @@ use compnet::run::NnetComputer;
 use std::collections::HashMap;
 use std::path::Path;
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden");
+use compnet::testing::golden::known_missing;
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn net(cfg: &str) -> Nnet {
     let mut n = Nnet::from_config_text(cfg, "<test>").unwrap_or_else(|e| panic!("{e}\n{cfg}"));
@@ -750,20 +751,17 @@ fn rejected_goldens_give_kaldis_errors() {
             .to_string();
         assert!(e.contains(want), "{case}: {e}");
     }
-    // xvector on 7 frames: needs the statistics components.
-    match load_golden(&Path::new(GOLDEN).join("rejected/xvector-short-utterance/model.raw")) {
-        Err(e) => assert!(is_unknown_type(&e), "{e}"),
-        Ok(n) => {
-            let req = request(
-                vec![io("input", 0..1, 0..7, false)],
-                vec![io("output", 0..1, 0..7, false)],
-            );
-            let e = compile_computation(&n, &req, &CompilerOptions::default())
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("Not all outputs were computable"), "{e}");
-        }
-    }
+    // xvector on 7 frames: the TDNN below the pooling needs more.
+    let n = load_golden(&Path::new(GOLDEN).join("rejected/xvector-short-utterance/model.raw"))
+        .unwrap_or_else(|e| panic!("xvector-short-utterance: {e}"));
+    let req = request(
+        vec![io("input", 0..1, 0..7, false)],
+        vec![io("output", 0..1, 0..7, false)],
+    );
+    let e = compile_computation(&n, &req, &CompilerOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Not all outputs were computable"), "{e}");
 }
 
 #[test]
@@ -793,7 +791,10 @@ fn context_matches_golden_info() {
         );
         match load_golden(&d.join("model.raw")) {
             Err(e) => {
-                assert!(is_unknown_type(&e), "{name}: {e}");
+                assert!(
+                    is_unknown_type(&e) && known_missing(&name).is_some(),
+                    "{name}: {e}"
+                );
                 skipped.push(name);
             }
             Ok(n) => {
@@ -803,13 +804,9 @@ fn context_matches_golden_info() {
             }
         }
     }
-    eprintln!("context checked: {checked:?}; skipped (unknown component types): {skipped:?}");
-    // Every case whose component types exist must be checked (12 of the 14 today).
+    eprintln!("context checked: {checked:?}; skipped (known missing): {skipped:?}");
+    // Every case but the known-missing ones (12 of the 14 today).
     assert!(checked.len() >= 12, "only {} cases checked", checked.len());
-    assert!(
-        checked.len() >= 5,
-        "too few golden cases loaded: {checked:?}"
-    );
 }
 
 #[test]
@@ -823,8 +820,11 @@ fn golden_nets_compile_and_match_reference() {
         .collect();
     dirs.sort();
     for d in dirs {
-        let Ok(mut n) = load_golden(&d.join("model.raw")) else {
-            continue;
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let mut n = match load_golden(&d.join("model.raw")) {
+            Ok(n) => n,
+            Err(e) if known_missing(&name).is_some() && is_unknown_type(&e) => continue,
+            Err(e) => panic!("{name}: {e}"),
         };
         // The test's reference evaluates simple components only.
         if n.components

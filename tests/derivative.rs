@@ -13,9 +13,9 @@ use compnet::compile::{
 };
 use compnet::matrix::Matrix;
 use compnet::nnet::Nnet;
+use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
 use compnet::testing::{random_matrix, random_nnet_config, random_request};
-use compnet::util::seeded_rng;
 
 fn num_nets() -> u64 {
     std::env::var("COMPNET_RANDOM_NETS")
@@ -210,7 +210,7 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
             u.vectorize(&mut theta);
             g.vectorize(&mut grad);
             let dir: Vec<f32> = (0..n)
-                .map(|_| eps * compnet::util::rand_gauss(&mut rng))
+                .map(|_| eps * compnet::random::rand_gauss(&mut rng))
                 .collect();
             p += dir
                 .iter()

@@ -7,15 +7,15 @@
 
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{MatView, MatViewMut, Matrix};
-use compnet::nnet::component::testing::{
-    check_component_config, check_golden_info, golden_path, round_trip_bytes, round_trip_golden,
-    split_model_components,
-};
 use compnet::nnet::component::{
     new_component_from_config, read_component, Component, MiscComputationInfo,
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::index::Index;
+use compnet::testing::component::{check_component_config, round_trip_bytes};
+use compnet::testing::golden::{
+    check_golden_info, golden_component, golden_path, round_trip_golden, split_model_components,
+};
 
 fn make(config: &str) -> Box<dyn Component> {
     let cfg = ConfigLine::parse_str(config).expect("config parses");
@@ -58,7 +58,7 @@ const GOLDEN_COMPONENTS: &[(&str, &str)] = &[
 fn golden_components_round_trip_byte_exact() {
     let mut failures = Vec::new();
     for (case, name) in GOLDEN_COMPONENTS {
-        if let Some(e) = round_trip_golden(case, name) {
+        if let Err(e) = round_trip_golden(case, name) {
             failures.push(e);
         }
     }
@@ -80,11 +80,7 @@ fn golden_formats_model_components_round_trip() {
         ("formats/model/model.txt", false),
         ("formats/model/model.raw", true),
     ] {
-        let Some(p) = golden_path(file) else {
-            eprintln!("{file} not available; skipped");
-            return;
-        };
-        let bytes = std::fs::read(p).expect("read golden model");
+        let bytes = std::fs::read(golden_path(file)).expect("read golden model");
         for (name, ty, body) in split_model_components(&bytes) {
             if ours.contains(&ty.as_str()) {
                 round_trip_bytes(&body, binary, &format!("{file}/{name}"))
@@ -103,7 +99,7 @@ fn golden_formats_model_components_round_trip() {
 fn golden_info_lines_match() {
     let mut failures = Vec::new();
     for (case, name) in GOLDEN_COMPONENTS {
-        if let Some(e) = check_golden_info(case, name) {
+        if let Err(e) = check_golden_info(case, name) {
             failures.push(e);
         }
     }
@@ -144,22 +140,15 @@ fn lstm_reference(x: &[f32], w: &Matrix, c: usize, dropout: bool) -> Vec<f64> {
     out
 }
 
-fn golden_lstm() -> Option<Box<dyn Component>> {
-    let bytes = compnet::nnet::component::testing::golden_component(
-        "fast-lstmp",
-        "lstm1.lstm_nonlin",
-        true,
-    )?;
+fn golden_lstm() -> Box<dyn Component> {
+    let bytes = golden_component("fast-lstmp", "lstm1.lstm_nonlin", true).unwrap();
     let mut r = TokenReader::new(&bytes, true, "model.raw");
-    Some(read_component(&mut r).expect("golden LSTM reads"))
+    read_component(&mut r).expect("golden LSTM reads")
 }
 
 #[test]
 fn lstm_forward_matches_reference_with_golden_params() {
-    let Some(comp) = golden_lstm() else {
-        eprintln!("golden fast-lstmp not available; skipped");
-        return;
-    };
+    let comp = golden_lstm();
     let lstm = comp
         .as_any()
         .downcast_ref::<compnet::nnet::component::lstm::LstmNonlinearityComponent>()
@@ -467,6 +456,62 @@ fn backprop_truncation_scales_clips_and_zeroes() {
     );
 }
 
+/// The numbers between `<tag>  [` and `]` in a Kaldi text model.
+fn text_vector_after(text: &str, tag: &str) -> Vec<f64> {
+    let rest = text.split(tag).nth(1).unwrap_or_else(|| panic!("no {tag}"));
+    let inner = rest
+        .split('[')
+        .nth(1)
+        .and_then(|r| r.split(']').next())
+        .unwrap();
+    inner
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// BatchNorm in test mode, on a trained Kaldi component with target-rms 0.5 and block-dim 8
+/// (train/ng-batchnorm bn2): y = (x − StatsMean)·target-rms / √(StatsVar + epsilon), per
+/// block column, as the golden README states. The statistics are parsed from after.txt
+/// here; the component is read from after.raw. (No inference golden has target-rms ≠ 1.)
+#[test]
+fn batchnorm_test_mode_uses_the_stored_stats_and_target_rms() {
+    let raw = std::fs::read(golden_path("train/ng-batchnorm/after.raw")).unwrap();
+    let (_, _, body) = split_model_components(&raw)
+        .into_iter()
+        .find(|(n, _, _)| n == "bn2")
+        .expect("bn2 in train/ng-batchnorm/after.raw");
+    let mut c = read_component(&mut TokenReader::new(&body, true, "bn2")).unwrap();
+    let txt = std::fs::read_to_string(golden_path("train/ng-batchnorm/after.txt")).unwrap();
+    let bn2 = txt
+        .split("<ComponentName> bn2 ")
+        .nth(1)
+        .and_then(|r| r.split("</BatchNormComponent>").next())
+        .expect("bn2 in after.txt");
+    assert!(bn2.contains("<BlockDim> 8 ") && bn2.contains("<TargetRms> 0.5 "));
+    let (mean, var) = (
+        text_vector_after(bn2, "<StatsMean>"),
+        text_vector_after(bn2, "<StatsVar>"),
+    );
+    let (target_rms, epsilon) = (0.5f64, 0.001f64);
+    c.set_test_mode(true);
+    let x = lcg_matrix(5, 24, 17);
+    let mut y = Matrix::zeros(5, 24);
+    c.propagate(None, x.view(), y.view_mut());
+    for r in 0..5 {
+        for j in 0..24 {
+            let b = j % 8;
+            let want = (x.get(r, j) as f64 - mean[b]) * target_rms / (var[b] + epsilon).sqrt();
+            let got = y.get(r, j) as f64;
+            // after.txt has 7 significant digits.
+            assert!(
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "row {r} col {j}: {got} vs {want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn test_mode_behaviour_matches_the_golden_readme() {
     let x = lcg_matrix(5, 4, 9);
@@ -500,11 +545,8 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         );
     }
     // The golden fast-lstmp mask component is read in training mode; test mode gives 0.75.
-    if let Some(bytes) = compnet::nnet::component::testing::golden_component(
-        "fast-lstmp",
-        "lstm1.dropout_mask",
-        true,
-    ) {
+    {
+        let bytes = golden_component("fast-lstmp", "lstm1.dropout_mask", true).unwrap();
         let mut c = read_component(&mut TokenReader::new(&bytes, true, "model.raw")).expect("read");
         c.set_test_mode(true);
         let mut y = Matrix::zeros(2, 3);

@@ -5,12 +5,14 @@
 
 use compnet::io::TokenReader;
 use compnet::matrix::{Matrix, Trans};
-use compnet::nnet::component::testing::{check_golden_info, golden_component, round_trip_golden};
 use compnet::nnet::component::{
     new_component_from_config, read_component, Component, MiscComputationInfo, Properties,
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
+use compnet::testing::golden::{
+    check_golden_info, golden_component, golden_path, round_trip_golden,
+};
 use std::collections::HashMap;
 
 fn component(config: &str) -> Box<dyn Component> {
@@ -18,9 +20,9 @@ fn component(config: &str) -> Box<dyn Component> {
 }
 
 fn gauss(rows: usize, cols: usize, seed: u64) -> Matrix {
-    let mut rng = compnet::util::seeded_rng(seed);
+    let mut rng = compnet::random::seeded_rng(seed);
     let v = (0..rows * cols)
-        .map(|_| compnet::util::rand_gauss(&mut rng))
+        .map(|_| compnet::random::rand_gauss(&mut rng))
         .collect();
     Matrix::from_vec(rows, cols, v)
 }
@@ -189,10 +191,10 @@ fn golden_round_trips_and_info_lines() {
         ("xvector-small", "stats-pooling-12-12"),
         ("lstm-primitives", "c0"),
     ] {
-        if let Some(msg) = round_trip_golden(case, name) {
+        if let Err(msg) = round_trip_golden(case, name) {
             panic!("{msg}");
         }
-        if let Some(msg) = check_golden_info(case, name) {
+        if let Err(msg) = check_golden_info(case, name) {
             panic!("{msg}");
         }
     }
@@ -200,9 +202,7 @@ fn golden_round_trips_and_info_lines() {
 
 #[test]
 fn golden_tdnn_has_kaldi_properties() {
-    let Some(bytes) = golden_component("tdnn-component", "tdnn2", true) else {
-        return;
-    };
+    let bytes = golden_component("tdnn-component", "tdnn2", true).unwrap();
     let c = read_component(&mut TokenReader::new(&bytes, true, "tdnn2")).unwrap();
     // No bias: kUpdatable|kReordersIndexes|kBackpropAdds|kBackpropNeedsInput|kPropagateAdds.
     assert_eq!(c.properties().0, 0x2 | 0x10 | 0x20 | 0x40 | 0x8);
@@ -537,6 +537,70 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
         assert!((y.get(0, j) - 1e-5).abs() < 1e-7, "stddev {}", y.get(0, j));
     }
     assert_eq!(y.get(0, 0), 0.0); // log(1)
+}
+
+/// Pooled stddev over a window that holds one frame (variance exactly 0), for an extraction
+/// and a pooling component with pooling input period 3: it must be √variance-floor.
+fn single_frame_stddevs(ext: &dyn Component, pool: &dyn Component) -> Vec<f32> {
+    let one = vec![Index::new(0, 0, 0)];
+    let stats = Step::new(ext, &one, &one).forward(&gauss(1, ext.input_dim(), 4));
+    let y = Step::new(pool, &one, &one).forward(&stats);
+    let d = ext.input_dim();
+    let nl = pool.output_dim() - 2 * d;
+    (nl + d..nl + 2 * d).map(|j| y.get(0, j)).collect()
+}
+
+/// The variance floor, from the config default, an explicit config value and a Kaldi model
+/// file (its value parsed from model.txt here, not through our reader): a floor off by any
+/// factor moves √floor by its square root and fails.
+#[test]
+fn statistics_pooling_floors_the_variance_at_variance_floor() {
+    let ext = component(
+        "type=StatisticsExtractionComponent input-dim=3 input-period=1 output-period=3 include-variance=true",
+    );
+    let pool_cfg = "type=StatisticsPoolingComponent input-dim=7 input-period=3 left-context=6 right-context=6 num-log-count-features=1 output-stddevs=true";
+    let golden_txt = std::fs::read_to_string(golden_path("cases/xvector-small/model.txt")).unwrap();
+    let kaldi_floor: f32 = golden_txt
+        .split("<VarianceFloor> ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("a <VarianceFloor> in xvector-small/model.txt");
+    let golden = |name: &str| {
+        let bytes = golden_component("xvector-small", name, true).unwrap();
+        read_component(&mut TokenReader::new(&bytes, true, name)).unwrap()
+    };
+    // (what, extraction, pooling, the floor it should apply)
+    type Case = (&'static str, Box<dyn Component>, Box<dyn Component>, f32);
+    let cases: Vec<Case> = vec![
+        (
+            "default (Kaldi: 1e-10)",
+            ext.clone_box(),
+            component(pool_cfg),
+            1e-10,
+        ),
+        (
+            "variance-floor=1e-4",
+            ext.clone_box(),
+            component(&format!("{pool_cfg} variance-floor=1e-4")),
+            1e-4,
+        ),
+        (
+            "xvector-small/model.raw",
+            golden("stats-extraction-12-12"),
+            golden("stats-pooling-12-12"),
+            kaldi_floor,
+        ),
+    ];
+    for (what, ext, pool, floor) in cases {
+        let want = floor.sqrt();
+        for sd in single_frame_stddevs(ext.as_ref(), pool.as_ref()) {
+            assert!(
+                (sd - want).abs() <= 1e-4 * want,
+                "{what}: stddev {sd}, want sqrt({floor}) = {want}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use compnet::io::table::{
 use compnet::matrix::{Matrix, Vector};
 use proptest::prelude::*;
 
-const FORMATS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden/formats");
+const FORMATS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/formats");
 
 fn first_err<T: compnet::io::TableObject>(bytes: &[u8]) -> String {
     let r = SequentialTableReader::<T>::from_archive_bytes(bytes.to_vec(), "bad.ark");

@@ -1,5 +1,5 @@
 //! Kaldi format compatibility: every check compares with bytes Kaldi itself wrote
-//! (/work/shared/golden/formats).
+//! (tests/data/kaldi/formats).
 
 use compnet::cli::copy_feats::{copy_feats, Args};
 use compnet::io::codec::fmt_float;
@@ -13,7 +13,7 @@ use compnet::matrix::Matrix;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden");
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn formats() -> PathBuf {
     Path::new(GOLDEN).join("formats")

@@ -10,10 +10,10 @@ use compnet::compile::{
 };
 use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
-use compnet::run::reference::ReferenceEvaluator;
+use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::reference::ReferenceEvaluator;
 use compnet::testing::{random_matrix, random_nnet_config, random_request, RandomRequest};
-use compnet::util::seeded_rng;
 
 fn num_nets() -> u64 {
     std::env::var("COMPNET_RANDOM_NETS")

@@ -1,27 +1,14 @@
-//! `compnet compute` (Kaldi's `nnet3-compute`): runs a network over feature matrices chunk by
-//! chunk, as Kaldi's `DecodableNnetSimple` does, and writes the output matrices.
-//!
-//! Chunking: the utterance's output frames (at the subsampled rate) are cut into chunks of
-//! `--frames-per-chunk` frames (rounded up to a multiple of lcm(frame-subsampling-factor,
-//! modulus)); each chunk is an independent computation over input frames
-//! `[first_out − L − extra_left, last_out + R + extra_right]` with frames outside `[0, T)`
-//! replaced by the first/last frame, and times shifted so that the chunk's first output frame
-//! has t = 0. iVectors are supplied as one row at t = 0.
+//! `compnet compute` (Kaldi's `nnet3-compute`): reads the options, the model and the tables,
+//! runs `run::chunked::ChunkComputer` on every utterance and writes the output matrices.
 
 use crate::cli::init::parse_kaldi_bool;
-use crate::compile::context::{nnet_context, NnetContext};
-use crate::compile::request::{ComputationRequest, IoSpecification};
-use crate::compile::{
-    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
-};
 use crate::error::{Error, Result};
 use crate::io::table::{RandomAccessTableReader, SequentialTableReader, TableWriter};
 use crate::io::GeneralMatrix;
 use crate::matrix::{Matrix, Vector};
-use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, SumDescriptor};
-use crate::nnet::{Index, NetworkNode, Nnet, ObjectiveType};
-use crate::run::NnetComputer;
-use std::collections::HashMap;
+use crate::nnet::Nnet;
+use crate::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions};
+use crate::run::set_threads;
 
 /// Options of `compnet compute`.
 #[derive(clap::Args, Debug, Clone)]
@@ -75,492 +62,32 @@ pub struct Args {
     pub args: Vec<String>,
 }
 
-/// Where an utterance's iVector comes from.
-#[derive(Clone, Copy)]
-pub enum IvectorSource<'a> {
-    /// No iVector.
-    None,
-    /// One iVector for the whole utterance (`--ivectors`).
-    Fixed(&'a [f32]),
-    /// Online iVectors: row i covers frames `[i·period, (i+1)·period)`.
-    Online(&'a Matrix, i32),
-}
-
-/// Everything fixed for a run: the network in test mode, its context, the chunking options
-/// and a cache of compiled computations (keyed by the chunk's shape and the batch size).
-pub struct ChunkComputer {
-    nnet: Nnet,
-    output_node: String,
-    context: NnetContext,
-    frames_per_chunk: i32,
-    opts: Args,
-    has_ivector: bool,
-    input_dim: usize,
-    ivector_dim: usize,
-    log_priors: Option<Vec<f32>>,
-    cache: HashMap<(i32, i32, usize, usize), NnetComputation>,
-}
-
-/// At most this many consecutive equally shaped chunks run as one computation.
-const CHUNK_BATCH: usize = 4;
-
-/// Name of the output node added when `--output-node` names a non-output node.
-const EXTRA_OUTPUT: &str = "compnet-extra-output";
-
-impl ChunkComputer {
-    /// Prepares `nnet` for computing: test mode, the output node, the context and the chunk
-    /// size (logged when it has to be increased, as Kaldi does).
-    pub fn new(mut nnet: Nnet, opts: &Args, priors: Option<&Vector>) -> Result<Self> {
-        if opts.frame_subsampling_factor < 1 {
-            return Err(Error::Usage(
-                "--frame-subsampling-factor must be >= 1".into(),
-            ));
-        }
-        if opts.frames_per_chunk < 1 {
-            return Err(Error::Usage("--frames-per-chunk must be >= 1".into()));
-        }
-        if opts.extra_left_context < 0 || opts.extra_right_context < 0 {
-            return Err(Error::Usage(
-                "--extra-left-context and --extra-right-context must be >= 0".into(),
-            ));
-        }
-        if opts.online_ivectors.is_some() && opts.online_ivector_period <= 0 {
-            return Err(Error::Usage(
-                "--online-ivectors requires --online-ivector-period > 0".into(),
-            ));
-        }
-        if opts.ivectors.is_some() && opts.online_ivectors.is_some() {
-            return Err(Error::Usage(
-                "give --ivectors or --online-ivectors, not both".into(),
-            ));
-        }
-        for c in nnet.components.iter_mut() {
-            c.set_test_mode(true);
-        }
-        let input = nnet
-            .node_index("input")
-            .filter(|&i| nnet.is_input_node(i))
-            .ok_or_else(|| Error::Network("the network has no input node named 'input'".into()))?;
-        let input_dim = nnet.node_dim(input);
-        let ivector_dim = match nnet.node_index("ivector") {
-            Some(i) if nnet.is_input_node(i) => nnet.node_dim(i),
-            _ => 0,
-        };
-        let has_ivector = ivector_dim > 0;
-        if has_ivector && opts.ivectors.is_none() && opts.online_ivectors.is_none() {
-            return Err(Error::Usage(
-                "the network has an 'ivector' input: give --ivectors or --online-ivectors".into(),
-            ));
-        }
-        // The output: the named node; a non-output node gets an output node reading it, and
-        // for the context computation that node plays the role of 'output'.
-        let node = nnet.node_index(&opts.output_node).ok_or_else(|| {
-            Error::Usage(format!(
-                "--output-node: no node named '{}'",
-                opts.output_node
-            ))
-        })?;
-        let (output_node, context) = if nnet.is_output_node(node) && opts.output_node == "output" {
-            let ctx = nnet_context(&nnet)?;
-            ("output".to_string(), ctx)
-        } else {
-            let out_name = if nnet.is_output_node(node) {
-                opts.output_node.clone()
-            } else {
-                nnet.node_names.push(EXTRA_OUTPUT.to_string());
-                nnet.nodes.push(NetworkNode::Descriptor {
-                    descriptor: Descriptor {
-                        parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
-                            node,
-                            scale: 1.0,
-                        })],
-                    },
-                    objective: ObjectiveType::Linear,
-                });
-                EXTRA_OUTPUT.to_string()
-            };
-            // Context of that output: rename it 'output' in a copy.
-            let mut tmp = nnet.clone();
-            let k = tmp.node_index(&out_name).unwrap_or(0);
-            if let Some(o) = tmp.node_index("output") {
-                tmp.node_names[o] = "compnet-original-output".into();
-            }
-            tmp.node_names[k] = "output".into();
-            (out_name, nnet_context(&tmp)?)
-        };
-        check_chunk_size(&nnet, opts, &context)?;
-        let fsf = opts.frame_subsampling_factor;
-        let n = lcm(fsf, context.modulus.max(1));
-        let mut frames_per_chunk = opts.frames_per_chunk;
-        if frames_per_chunk % n != 0 {
-            let fixed = frames_per_chunk + n - frames_per_chunk % n;
-            eprintln!(
-                "compnet compute: increasing --frames-per-chunk from {frames_per_chunk} to {fixed} due to --frame-subsampling-factor={fsf} and nnet shift-invariance modulus = {}",
-                context.modulus
-            );
-            frames_per_chunk = fixed;
-        }
-        let out_dim = nnet
-            .node_index(&output_node)
-            .map(|i| nnet.node_dim(i))
-            .unwrap_or(0);
-        let log_priors = match (opts.use_priors, priors) {
-            (false, _) => None,
-            (true, None) => {
-                return Err(Error::Usage(
-                    "--use-priors needs a final.mdl with priors (the model has none)".into(),
-                ))
-            }
-            (true, Some(p)) => {
-                if p.dim() != out_dim {
-                    return Err(Error::DimMismatch {
-                        context: "--use-priors (priors vs output dim)".into(),
-                        expected: out_dim,
-                        got: p.dim(),
-                    });
-                }
-                Some(p.iter().map(|x| x.ln()).collect())
-            }
-        };
-        Ok(ChunkComputer {
-            nnet,
-            output_node,
-            context,
-            frames_per_chunk,
-            opts: opts.clone(),
-            has_ivector,
-            input_dim,
-            ivector_dim,
-            log_priors,
-            cache: HashMap::new(),
-        })
-    }
-
-    /// The chunk size actually used (after rounding).
-    pub fn frames_per_chunk(&self) -> i32 {
-        self.frames_per_chunk
-    }
-
-    /// The network context used for chunking.
-    pub fn context(&self) -> NnetContext {
-        self.context
-    }
-
-    /// Computes the output for one utterance (`feats`: T × input-dim).
-    pub fn compute(&mut self, feats: &Matrix, ivector: IvectorSource<'_>) -> Result<Matrix> {
-        let t_total = feats.num_rows() as i32;
-        if feats.num_cols() != self.input_dim {
-            return Err(Error::DimMismatch {
-                context: "features vs network input".into(),
-                expected: self.input_dim,
-                got: feats.num_cols(),
-            });
-        }
-        if self.has_ivector && matches!(ivector, IvectorSource::None) {
-            return Err(Error::Compute("the network needs an iVector".into()));
-        }
-        let fsf = self.opts.frame_subsampling_factor;
-        let num_sub = (t_total + fsf - 1) / fsf;
-        let sub_per_chunk = self.frames_per_chunk / fsf;
-        let out_dim = self
-            .nnet
-            .node_index(&self.output_node)
-            .map(|i| self.nnet.node_dim(i))
-            .unwrap_or(0);
-        let mut output = Matrix::zeros(num_sub.max(0) as usize, out_dim);
-        let mut chunks = Vec::new();
-        let mut start = 0;
-        while start < num_sub {
-            let n = sub_per_chunk.min(num_sub - start);
-            chunks.push((start, n));
-            start += n;
-        }
-        // Consecutive chunks of the same shape run as one computation over up to CHUNK_BATCH
-        // sequences (n = 0, 1, ..): each sequence is exactly one chunk's computation (same
-        // input range, edge padding and iVector), but every layer's GEMM then sees 4× the rows
-        // and reads its weights once instead of four times.
-        let mut groups: Vec<Vec<(i32, i32)>> = Vec::new();
-        for &(start, n) in &chunks {
-            let shape = self.chunk_shape(t_total, start, n);
-            match groups.last_mut() {
-                Some(g)
-                    if g.len() < CHUNK_BATCH
-                        && g.first().is_some_and(|&(s0, n0)| {
-                            self.chunk_shape(t_total, s0, n0) == shape
-                        }) =>
-                {
-                    g.push((start, n))
-                }
-                _ => groups.push(vec![(start, n)]),
-            }
-        }
-        // Compile every shape first (the cache needs `&mut self`), then run the groups.
-        for g in &groups {
-            if let Some(&(start, n)) = g.first() {
-                self.prepare_chunk(t_total, start, n, g.len())?;
-            }
-        }
-        // Groups are independent computations, so with several threads they run in parallel,
-        // one group per thread with single-threaded GEMMs: at these sizes a GEMM split over
-        // threads gains nothing (measured: docs/PERFORMANCE.md, "Inference").
-        let parallel = groups.len() > 1 && rayon::current_num_threads() > 1;
-        let results: Vec<Result<Matrix>> = if parallel {
-            use rayon::prelude::*;
-            let saved = crate::matrix::num_threads();
-            crate::matrix::set_num_threads(1);
-            let this = &*self;
-            let r = groups
-                .par_iter()
-                .map(|g| this.run_chunks(feats, ivector, g))
-                .collect();
-            crate::matrix::set_num_threads(saved);
-            r
-        } else {
-            groups
-                .iter()
-                .map(|g| self.run_chunks(feats, ivector, g))
-                .collect()
-        };
-        for (g, res) in groups.iter().zip(results) {
-            let m = res?;
-            let mut row = 0;
-            for &(start, n) in g {
-                for r in 0..n as usize {
-                    output
-                        .row_mut(start as usize + r)
-                        .copy_from_slice(m.row(row));
-                    row += 1;
-                }
-            }
-        }
-        if let Some(lp) = &self.log_priors {
-            output.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
-        }
-        if self.opts.apply_exp {
-            output.view_mut().apply_exp();
-        }
-        Ok(output)
-    }
-
-    /// The input range of a chunk of `num` output frames (subsampled) starting at subsampled
-    /// frame `start` of an utterance of `t_total` frames: (first input, last input, first
-    /// output, last output frame).
-    fn chunk_range(&self, t_total: i32, start: i32, num: i32) -> (i32, i32, i32, i32) {
-        let o = &self.opts;
-        let fsf = o.frame_subsampling_factor;
-        let num_sub = (t_total + fsf - 1) / fsf;
-        let first_out = start * fsf;
-        let last_out = first_out + (num - 1) * fsf;
-        let extra_left = if start == 0 && o.extra_left_context_initial >= 0 {
-            o.extra_left_context_initial
-        } else {
-            o.extra_left_context
-        };
-        let extra_right = if start + num == num_sub && o.extra_right_context_final >= 0 {
-            o.extra_right_context_final
-        } else {
-            o.extra_right_context
-        };
-        let first_in = first_out - self.context.left - extra_left;
-        let last_in = last_out + self.context.right + extra_right;
-        (first_in, last_in, first_out, last_out)
-    }
-
-    /// A chunk's shape: its input range relative to its first output frame, and its size.
-    fn chunk_shape(&self, t_total: i32, start: i32, num: i32) -> (i32, i32, usize) {
-        let (first_in, last_in, first_out, _) = self.chunk_range(t_total, start, num);
-        (first_in - first_out, last_in - first_out, num as usize)
-    }
-
-    /// Compiles (once per shape and batch size) the computation of `seqs` chunks shaped like
-    /// the given one (see [`Self::chunk_range`]).
-    fn prepare_chunk(&mut self, t_total: i32, start: i32, num: i32, seqs: usize) -> Result<()> {
-        let (lo, hi, n) = self.chunk_shape(t_total, start, num);
-        let key = (lo, hi, n, seqs);
-        if !self.cache.contains_key(&key) {
-            let request = self.chunk_request(lo, hi, num, seqs as i32);
-            let mut comp = compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
-            optimize(&self.nnet, &mut comp, &OptimizeOptions::default());
-            self.cache.insert(key, comp);
-        }
-        Ok(())
-    }
-
-    /// Runs a group of equally shaped chunks `(start, num)` as one computation that
-    /// [`Self::prepare_chunk`] compiled; returns their outputs one after the other.
-    fn run_chunks(
-        &self,
-        feats: &Matrix,
-        ivector: IvectorSource<'_>,
-        group: &[(i32, i32)],
-    ) -> Result<Matrix> {
-        let t_total = feats.num_rows() as i32;
-        let Some(&(start0, num0)) = group.first() else {
-            return Ok(Matrix::zeros(0, 0));
-        };
-        let (lo, hi, n) = self.chunk_shape(t_total, start0, num0);
-        // Input rows, sequence by sequence, edge frames repeated.
-        let n_in = (hi - lo + 1) as usize;
-        let mut input = Matrix::zeros(n_in * group.len(), self.input_dim);
-        let mut iv_rows = Vec::new();
-        for (k, &(start, num)) in group.iter().enumerate() {
-            let (first_in, last_in, first_out, last_out) = self.chunk_range(t_total, start, num);
-            for (r, t) in (first_in..=last_in).enumerate() {
-                let src = t.clamp(0, t_total - 1) as usize;
-                input.row_mut(k * n_in + r).copy_from_slice(feats.row(src));
-            }
-            if self.has_ivector {
-                let row = ivector_row(ivector, first_out, last_out)?;
-                if row.len() != self.ivector_dim {
-                    return Err(Error::DimMismatch {
-                        context: "iVector vs network 'ivector' input".into(),
-                        expected: self.ivector_dim,
-                        got: row.len(),
-                    });
-                }
-                iv_rows.extend_from_slice(row);
-            }
-        }
-        let key = (lo, hi, n, group.len());
-        let comp = self
-            .cache
-            .get(&key)
-            .ok_or_else(|| Error::Compute("compiled computation missing from the cache".into()))?;
-        let mut computer = NnetComputer::new(comp, &self.nnet, None);
-        computer.accept_input("input", input)?;
-        if self.has_ivector {
-            computer.accept_input(
-                "ivector",
-                Matrix::from_vec(group.len(), self.ivector_dim, iv_rows),
-            )?;
-        }
-        computer.run_forward()?;
-        computer.take_output(&self.output_node)
-    }
-
-    /// The request for `seqs` chunks (sequences n = 0..seqs): input t in [t_lo, t_hi],
-    /// outputs t = 0, fsf, 2·fsf, ..., one iVector row at t = 0, all n-major.
-    fn chunk_request(&self, t_lo: i32, t_hi: i32, num: i32, seqs: i32) -> ComputationRequest {
-        let fsf = self.opts.frame_subsampling_factor;
-        let mut req = ComputationRequest::default();
-        req.inputs.push(IoSpecification {
-            name: "input".into(),
-            indexes: (0..seqs)
-                .flat_map(|n| (t_lo..=t_hi).map(move |t| Index::new(n, t, 0)))
-                .collect(),
-            has_deriv: false,
-        });
-        if self.has_ivector {
-            req.inputs.push(IoSpecification {
-                name: "ivector".into(),
-                indexes: (0..seqs).map(|n| Index::new(n, 0, 0)).collect(),
-                has_deriv: false,
-            });
-        }
-        req.outputs.push(IoSpecification {
-            name: self.output_node.clone(),
-            indexes: (0..seqs)
-                .flat_map(|n| (0..num).map(move |i| Index::new(n, i * fsf, 0)))
-                .collect(),
-            has_deriv: false,
-        });
-        req
-    }
-}
-
-/// The iVector for a chunk with first and last output frames `a` and `b`.
-fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> {
-    match src {
-        IvectorSource::None => Err(Error::Compute("no iVector".into())),
-        IvectorSource::Fixed(v) => Ok(v),
-        IvectorSource::Online(m, period) => {
-            let rows = m.num_rows() as i32;
-            if rows == 0 {
-                return Err(Error::Compute("empty online iVector matrix".into()));
-            }
-            let frame = a + (b - a) / 2;
-            let mut row = frame / period.max(1);
-            if row >= rows {
-                let margin = row - (rows - 1);
-                if margin * period > 50 {
-                    return Err(Error::Compute(format!(
-                        "could not get an iVector for frame {frame}: only {rows} rows of online iVectors with period {period}"
-                    )));
-                }
-                row = rows - 1;
-            }
-            Ok(m.row(row as usize))
+impl Args {
+    /// The chunking options these arguments give.
+    pub fn chunk_options(&self) -> NnetSimpleComputationOptions {
+        NnetSimpleComputationOptions {
+            frames_per_chunk: self.frames_per_chunk,
+            extra_left_context: self.extra_left_context,
+            extra_right_context: self.extra_right_context,
+            extra_left_context_initial: self.extra_left_context_initial,
+            extra_right_context_final: self.extra_right_context_final,
+            frame_subsampling_factor: self.frame_subsampling_factor,
         }
     }
-}
-
-fn gcd(a: i32, b: i32) -> i32 {
-    if b == 0 {
-        a.abs()
-    } else {
-        gcd(b, a % b)
-    }
-}
-
-fn lcm(a: i32, b: i32) -> i32 {
-    let (a, b) = (a.max(1), b.max(1));
-    a / gcd(a, b) * b
-}
-
-/// Checks, before any graph is built, that the frames one computation spans (a chunk, its
-/// context and the extra context options, times the chunks batched together) and the values
-/// for them fit the memory limit; options near 2^31 would otherwise overflow the frame
-/// arithmetic or ask for more than exists.
-fn check_chunk_size(nnet: &Nnet, opts: &Args, context: &NnetContext) -> Result<()> {
-    let fsf = i64::from(opts.frame_subsampling_factor);
-    let modulus = i64::from(context.modulus.max(1));
-    let extra_left = i64::from(opts.extra_left_context.max(opts.extra_left_context_initial));
-    let extra_right = i64::from(opts.extra_right_context.max(opts.extra_right_context_final));
-    // Everything in i64: each term is below 2^32, so no sum or product of two overflows.
-    let chunk = i64::from(opts.frames_per_chunk) + fsf * modulus;
-    let span = chunk
-        + i64::from(context.left.max(0))
-        + i64::from(context.right.max(0))
-        + extra_left.max(0)
-        + extra_right.max(0);
-    // Per frame: every node's values as floats, plus the graph's bookkeeping per node.
-    const GRAPH_BYTES_PER_NODE: u64 = 64;
-    let mut per_frame: u64 = 0;
-    for n in 0..nnet.num_nodes() {
-        let dim = nnet.checked_node_dim(n).unwrap_or(0) as u64;
-        per_frame = per_frame.saturating_add(dim.saturating_mul(4) + GRAPH_BYTES_PER_NODE);
-    }
-    crate::limits::check_product(
-        &[span as u64, CHUNK_BATCH as u64, per_frame],
-        &format!(
-            "a computation over {span} frames (--frames-per-chunk={}, --extra-left-context={}, \
-             --extra-right-context={}, --frame-subsampling-factor={}, network context {}/{})",
-            opts.frames_per_chunk, extra_left, extra_right, fsf, context.left, context.right
-        ),
-    )
-    .map_err(Error::Usage)
 }
 
 /// Most threads `--num-threads` may ask for on a machine with fewer cores than this: beyond
 /// the core count threads only cost memory, and thousands cannot be started.
 const MAX_THREADS: usize = 256;
 
-/// Bounds the numeric thread pools (0 = leave the defaults, i.e. all cores).
-pub fn set_threads(n: usize) -> Result<()> {
+/// Rejects a thread count that could not be started (`--num-threads=5000` used to panic).
+fn check_num_threads(n: usize) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let max = MAX_THREADS.max(cores);
     if n > max {
         return Err(Error::Usage(format!(
             "--num-threads={n} is more than {max} (this machine has {cores} cores)"
         )));
-    }
-    if n > 0 {
-        crate::matrix::set_num_threads(n);
-        // Fails only if the global pool already exists (then it keeps its size) or its
-        // threads cannot start (then rayon starts its default pool on first use).
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
     }
     Ok(())
 }
@@ -573,10 +100,36 @@ pub fn run(a: Args) -> Result<i32> {
                 .into(),
         ));
     };
-    set_threads(a.num_threads)?;
+    check_num_threads(a.num_threads)?;
+    set_threads(a.num_threads);
     let read = Nnet::read_model_file(model)?;
-    let priors = read.am.as_ref().map(|am| am.priors.clone());
-    let mut cc = ChunkComputer::new(read.nnet, &a, priors.as_ref())?;
+    let opts = a.chunk_options();
+    opts.check()?;
+    if a.online_ivectors.is_some() && a.online_ivector_period <= 0 {
+        return Err(Error::Usage(
+            "--online-ivectors requires --online-ivector-period > 0".into(),
+        ));
+    }
+    if a.ivectors.is_some() && a.online_ivectors.is_some() {
+        return Err(Error::Usage(
+            "give --ivectors or --online-ivectors, not both".into(),
+        ));
+    }
+    let priors: Option<Vector> = match (a.use_priors, read.am.as_ref()) {
+        (false, _) => None,
+        (true, None) => {
+            return Err(Error::Usage(
+                "--use-priors needs a final.mdl with priors (the model has none)".into(),
+            ))
+        }
+        (true, Some(am)) => Some(am.priors.clone()),
+    };
+    let mut cc = ChunkComputer::new(read.nnet, &opts, &a.output_node, priors.as_ref())?;
+    if cc.needs_ivector() && a.ivectors.is_none() && a.online_ivectors.is_none() {
+        return Err(Error::Usage(
+            "the network has an 'ivector' input: give --ivectors or --online-ivectors".into(),
+        ));
+    }
     let mut feats = SequentialTableReader::<GeneralMatrix>::open(feats_rspec)?;
     let mut writer = TableWriter::<Matrix>::open(out_wspec)?;
     let mut ivectors = match &a.ivectors {
@@ -634,9 +187,12 @@ pub fn run(a: Args) -> Result<i32> {
         } else {
             IvectorSource::None
         };
-        let out = cc
+        let mut out = cc
             .compute(&m, src)
             .map_err(|e| Error::Compute(format!("{feats_rspec}: utterance {key}: {e}")))?;
+        if a.apply_exp {
+            out.view_mut().apply_exp();
+        }
         writer.write(&key, &out)?;
         done += 1;
         if let Some(b) = &bar {

@@ -101,5 +101,10 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
 pub fn run(a: Args) -> Result<i32> {
     let n = copy_feats(&a)?;
     eprintln!("compnet copy-feats: copied {n} feature matrices.");
-    Ok(if n == 0 { 1 } else { 0 })
+    if n == 0 {
+        // Kaldi's exit status 1, with a message saying why (an empty or truncated archive).
+        eprintln!("compnet: error: no feature matrices in {}", a.input);
+        return Ok(1);
+    }
+    Ok(0)
 }

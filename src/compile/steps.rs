@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::nnet::component::Properties;
 use crate::nnet::{Cindex, NetworkNode, Nnet};
 use rustc_hash::FxHashSet;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 /// The node-level graph: `arcs[a]` lists the nodes that read node `a` (Kaldi's
 /// NnetToDirectedGraph).
@@ -485,17 +485,4 @@ pub fn describe_steps(
             (name, s.len())
         })
         .collect()
-}
-
-/// Counts how many steps each node got (used by tests).
-pub fn steps_per_node(
-    nnet: &Nnet,
-    graph: &ComputationGraph,
-    steps: &Steps,
-) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for (name, _) in describe_steps(nnet, graph, steps) {
-        *m.entry(name).or_insert(0) += 1;
-    }
-    m
 }

@@ -4,7 +4,7 @@
 //! on an in-memory byte buffer so every error can name the byte offset where it happened.
 
 use crate::error::{Error, Result};
-use crate::matrix::{Matrix, Real, Vector};
+use crate::matrix::{Matrix, Real};
 
 /// Formats a float the way a Kaldi text stream does (C++ `<<` with precision 7, `%g`-like).
 pub fn fmt_float(v: f64) -> String {
@@ -460,7 +460,7 @@ impl<'a> TokenReader<'a> {
         } else {
             // Parse text directly as f32: going through f64 could round twice.
             let (start, s) = self.text_word("a number")?;
-            crate::io::kaldi_matrix::parse_f32(s).ok_or_else(|| self.err_at(start, "a number"))
+            parse_f32(s).ok_or_else(|| self.err_at(start, "a number"))
         }
     }
     pub fn bool(&mut self) -> Result<bool> {
@@ -566,19 +566,13 @@ impl<'a> TokenReader<'a> {
             Ok(v)
         }
     }
-    /// A float matrix (FM/DM in binary, `[ ... ]` in text; compressed forms are added by
-    /// `io::kaldi_matrix`).
-    pub fn matrix(&mut self) -> Result<Matrix> {
-        crate::io::kaldi_matrix::read_matrix(self)
-    }
-    /// A float vector (FV/DV in binary, `[ ... ]` in text).
-    pub fn vector(&mut self) -> Result<Vector> {
-        crate::io::kaldi_matrix::read_vector(self)
-    }
-    /// A vector read into double precision (statistics Kaldi keeps in doubles).
-    pub fn vector_f64(&mut self) -> Result<Vec<f64>> {
-        crate::io::kaldi_matrix::read_vector_f64(self)
-    }
+}
+
+/// Parses a text number directly as f32 (no double rounding through f64).
+pub fn parse_f32(s: &str) -> Option<f32> {
+    s.parse::<f32>()
+        .ok()
+        .or_else(|| parse_float(s).map(|v| v as f32))
 }
 
 /// Parses a float the way Kaldi's text readers accept it (also inf/nan, any case).

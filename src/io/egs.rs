@@ -5,9 +5,9 @@ use super::codec::{TokenReader, TokenWriter};
 use super::compressed::CompressionMethod;
 use super::index_codec::{read_index_vector, write_index_vector};
 use super::sparse::GeneralMatrix;
-use super::table::{RandomAccessTableReader, SequentialTableReader, TableObject, TableWriter};
+use super::table::{SequentialTableReader, TableObject, TableWriter};
 use crate::error::Result;
-use crate::nnet::index::Index;
+use crate::index::Index;
 
 /// One named input or output of an example (Kaldi's `NnetIo`).
 #[derive(Debug, Clone, PartialEq)]
@@ -115,7 +115,5 @@ impl TableObject for NnetExample {
 
 /// Sequential reader of training examples.
 pub type SequentialNnetExampleReader = SequentialTableReader<NnetExample>;
-/// Random-access reader of training examples.
-pub type RandomAccessNnetExampleReader = RandomAccessTableReader<NnetExample>;
 /// Writer of training examples.
 pub type NnetExampleWriter = TableWriter<NnetExample>;

@@ -4,7 +4,7 @@
 
 use super::codec::{TokenReader, TokenWriter};
 use crate::error::Result;
-use crate::nnet::index::Index;
+use crate::index::Index;
 
 /// Byte that announces a full (n, t, x) triple in the binary form.
 const FULL: u8 = 127;

@@ -1,9 +1,26 @@
 //! Kaldi matrices and vectors on disk: FM/DM, FV/DV, text `[ ... ]` (facts §2.2).
 //! Compressed (CM/CM2/CM3) and sparse (SM/SV) forms live in their own modules.
 
-use super::codec::{parse_float, TokenReader};
+use super::codec::{parse_f32, parse_float, TokenReader};
 use crate::error::Result;
 use crate::matrix::{Matrix, Vector};
+
+/// Matrix and vector reading as reader methods, for the component readers. They live here,
+/// not in the codec, so that the codec (basic types) does not depend on the matrix formats.
+impl TokenReader<'_> {
+    /// A float matrix (FM/DM/CM* in binary, `[ ... ]` in text).
+    pub fn matrix(&mut self) -> Result<Matrix> {
+        read_matrix(self)
+    }
+    /// A float vector (FV/DV in binary, `[ ... ]` in text).
+    pub fn vector(&mut self) -> Result<Vector> {
+        read_vector(self)
+    }
+    /// A vector read into double precision (statistics Kaldi keeps in doubles).
+    pub fn vector_f64(&mut self) -> Result<Vec<f64>> {
+        read_vector_f64(self)
+    }
+}
 
 /// Reads a matrix in whatever form the reader is positioned at.
 pub fn read_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
@@ -112,13 +129,6 @@ pub fn read_vector(r: &mut TokenReader<'_>) -> Result<Vector> {
 /// floats widen exactly, and text numbers are parsed as doubles (not rounded to float first).
 pub fn read_vector_f64(r: &mut TokenReader<'_>) -> Result<Vec<f64>> {
     read_vector_with(r, |x| x as f64, |x| x, parse_float)
-}
-
-/// Parses a text number directly as f32 (no double rounding through f64).
-pub fn parse_f32(s: &str) -> Option<f32> {
-    s.parse::<f32>()
-        .ok()
-        .or_else(|| parse_float(s).map(|v| v as f32))
 }
 
 fn read_vector_with<T>(

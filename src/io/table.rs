@@ -1218,20 +1218,12 @@ impl<T> Drop for TableWriter<T> {
 pub type SequentialMatrixReader = SequentialTableReader<Matrix>;
 /// Sequential reader of float vectors.
 pub type SequentialVectorReader = SequentialTableReader<Vector>;
-/// Sequential reader of compressed matrices (full ones are compressed on read).
-pub type SequentialCompressedMatrixReader = SequentialTableReader<CompressedMatrix>;
-/// Sequential reader of general matrices.
-pub type SequentialGeneralMatrixReader = SequentialTableReader<GeneralMatrix>;
 /// Sequential reader of posteriors.
 pub type SequentialPosteriorReader = SequentialTableReader<Posterior>;
-/// Sequential reader of int32 vectors (alignments).
-pub type SequentialInt32VectorReader = SequentialTableReader<Vec<i32>>;
 /// Random-access reader of float matrices.
 pub type RandomAccessMatrixReader = RandomAccessTableReader<Matrix>;
 /// Random-access reader of float vectors.
 pub type RandomAccessVectorReader = RandomAccessTableReader<Vector>;
-/// Random-access reader of posteriors.
-pub type RandomAccessPosteriorReader = RandomAccessTableReader<Posterior>;
 /// Writer of float matrices.
 pub type MatrixWriter = TableWriter<Matrix>;
 /// Writer of float vectors.
@@ -1242,5 +1234,3 @@ pub type CompressedMatrixWriter = TableWriter<CompressedMatrix>;
 pub type GeneralMatrixWriter = TableWriter<GeneralMatrix>;
 /// Writer of posteriors.
 pub type PosteriorWriter = TableWriter<Posterior>;
-/// Writer of int32 vectors.
-pub type Int32VectorWriter = TableWriter<Vec<i32>>;

@@ -70,9 +70,6 @@ impl Nnet {
     pub fn num_nodes(&self) -> usize {
         self.nodes.len()
     }
-    pub fn num_components(&self) -> usize {
-        self.components.len()
-    }
     /// True for an output node: a descriptor node not followed by a component node.
     pub fn is_output_node(&self, node: usize) -> bool {
         matches!(self.nodes[node], NetworkNode::Descriptor { .. })

@@ -1,13 +1,19 @@
-//! Test support: seeded random networks and random computation requests, in the spirit of
-//! Kaldi's `nnet-test-utils.cc` (facts §5.2). Used by the runtime, compiler and derivative
-//! tests; not needed by the binary.
+//! Test support, built only for tests (the `testing` feature): seeded random networks and
+//! random computation requests in the spirit of Kaldi's `nnet-test-utils.cc` (facts §5.2,
+//! here), the generic component harness (`component`), the Kaldi golden data in
+//! `tests/data/kaldi` (`golden`) and the compiler-independent reference evaluator
+//! (`reference`).
+
+pub mod component;
+pub mod golden;
+pub mod reference;
 
 use crate::compile::request::{ComputationRequest, IoSpecification};
 use crate::error::Result;
 use crate::matrix::Matrix;
 use crate::nnet::component::component_type;
 use crate::nnet::{Index, Nnet};
-use crate::util::{rand_gauss, seeded_rng};
+use crate::random::{rand_gauss, seeded_rng};
 use rand::rngs::StdRng;
 use rand::Rng;
 

@@ -429,15 +429,15 @@ param_util::linear_bias_updatable!(RepeatedAffineComponent);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::golden::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_block_and_repeated_round_trip_and_info() {
         for name in ["block1", "rep1"] {
-            if let Some(msg) = round_trip_golden("misc-components", name) {
+            if let Err(msg) = round_trip_golden("misc-components", name) {
                 panic!("{msg}");
             }
-            if let Some(msg) = check_golden_info("misc-components", name) {
+            if let Err(msg) = check_golden_info("misc-components", name) {
                 panic!("{msg}");
             }
         }

@@ -271,15 +271,15 @@ impl UpdatableComponent for LinearComponent {
 
 #[cfg(test)]
 mod tests {
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::golden::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_linear_round_trip_and_info() {
         for (case, name) in [("tdnn-component", "linear3"), ("cnn-small", "lin0")] {
-            if let Some(msg) = round_trip_golden(case, name) {
+            if let Err(msg) = round_trip_golden(case, name) {
                 panic!("{msg}");
             }
-            if let Some(msg) = check_golden_info(case, name) {
+            if let Err(msg) = check_golden_info(case, name) {
                 panic!("{msg}");
             }
         }

@@ -23,7 +23,6 @@ pub mod per_element;
 pub mod simple_misc;
 pub mod statistics;
 pub mod tdnn;
-pub mod testing;
 pub mod updatable;
 
 use crate::error::Result;

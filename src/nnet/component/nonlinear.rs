@@ -899,14 +899,8 @@ mod tests {
             "BatchNormComponent",
             "DropoutComponent",
         ];
-        let full = format!(
-            "{}/{path}",
-            crate::nnet::component::testing::golden_dir().display()
-        );
-        let Ok(buf) = std::fs::read(&full) else {
-            eprintln!("skipping {full}: not present");
-            return Vec::new();
-        };
+        let full = format!("{}/{path}", crate::testing::golden::golden_dir().display());
+        let buf = std::fs::read(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
         let binary = buf.starts_with(b"\0B");
         let find = |pat: &[u8], from: usize| {
             buf[from..]
@@ -983,10 +977,9 @@ mod tests {
             ),
         ];
         for (case, info_file) in cases {
-            let golden = crate::nnet::component::testing::golden_dir();
-            let Ok(info) = std::fs::read_to_string(golden.join(info_file)) else {
-                continue;
-            };
+            let golden = crate::testing::golden::golden_dir();
+            let info = std::fs::read_to_string(golden.join(info_file))
+                .unwrap_or_else(|e| panic!("{info_file}: {e}"));
             for (name, c) in golden_components(case) {
                 let prefix = format!("component name={name} type=");
                 let line = info
@@ -998,6 +991,7 @@ mod tests {
             }
         }
         eprintln!("{n} info lines match");
+        assert!(n >= 47, "only {n} golden info lines compared");
     }
 
     #[test]

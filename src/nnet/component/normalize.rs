@@ -379,8 +379,8 @@ impl BatchNormComponent {
             let (sum, sumsq) = (&mut self.stats_sum, &mut self.stats_sumsq);
             super::param_util::with_init_rng(|rng| {
                 for (s, q) in sum.iter_mut().zip(sumsq.iter_mut()) {
-                    let a = crate::util::rand_gauss(rng) as f64;
-                    let b = crate::util::rand_gauss(rng) as f64;
+                    let a = crate::random::rand_gauss(rng) as f64;
+                    let b = crate::random::rand_gauss(rng) as f64;
                     *s = a;
                     *q = b + a * a;
                 }

@@ -11,12 +11,12 @@ use std::cell::RefCell;
 
 thread_local! {
     /// Kaldi initialises parameters from one process-wide generator seeded by `--srand`.
-    static INIT_RNG: RefCell<rand::rngs::StdRng> = RefCell::new(crate::util::seeded_rng(0));
+    static INIT_RNG: RefCell<rand::rngs::StdRng> = RefCell::new(crate::random::seeded_rng(0));
 }
 
 /// Seeds the generator that component initialisers draw from (`compnet init --srand=N`).
 pub fn seed_init_rng(seed: u64) {
-    INIT_RNG.with(|r| *r.borrow_mut() = crate::util::seeded_rng(seed));
+    INIT_RNG.with(|r| *r.borrow_mut() = crate::random::seeded_rng(seed));
 }
 
 /// Runs `f` with the parameter-initialisation generator of this thread.
@@ -33,7 +33,7 @@ pub fn gaussian_matrix(
     rng: &mut dyn RngCore,
 ) -> Matrix {
     let data = (0..rows * cols)
-        .map(|_| mean + stddev * crate::util::rand_gauss(rng))
+        .map(|_| mean + stddev * crate::random::rand_gauss(rng))
         .collect();
     Matrix::from_vec(rows, cols, data)
 }
@@ -42,7 +42,7 @@ pub fn gaussian_matrix(
 pub fn gaussian_vector(dim: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Vector {
     Vector::from_vec(
         (0..dim)
-            .map(|_| mean + stddev * crate::util::rand_gauss(rng))
+            .map(|_| mean + stddev * crate::random::rand_gauss(rng))
             .collect(),
     )
 }

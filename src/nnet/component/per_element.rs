@@ -950,7 +950,7 @@ vector_params_updatable!(ConstantFunctionComponent, output);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nnet::component::testing::{check_golden_info, round_trip_golden};
+    use crate::testing::golden::{check_golden_info, round_trip_golden};
 
     #[test]
     fn golden_round_trip_and_info() {
@@ -961,10 +961,10 @@ mod tests {
             ("misc-components", "constfn1"),
             ("lstm-primitives", "Wic"),
         ] {
-            if let Some(msg) = round_trip_golden(case, name) {
+            if let Err(msg) = round_trip_golden(case, name) {
                 panic!("{msg}");
             }
-            if let Some(msg) = check_golden_info(case, name) {
+            if let Err(msg) = check_golden_info(case, name) {
                 panic!("{msg}");
             }
         }

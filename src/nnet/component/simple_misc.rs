@@ -62,7 +62,7 @@ fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vec<f32>>
 fn randn_vec(dim: usize) -> Vec<f32> {
     let mut rng = rand::rng();
     (0..dim)
-        .map(|_| crate::util::rand_gauss(&mut rng))
+        .map(|_| crate::random::rand_gauss(&mut rng))
         .collect()
 }
 

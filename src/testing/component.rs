@@ -1,90 +1,16 @@
 //! Test helpers for components: the generic checks of the component harness
-//! (`tests/components.rs`) and access to Kaldi's golden model files.
+//! (`tests/components.rs`).
 //!
 //! [`check_component_config`] runs every generic check on one config line and says which
 //! check failed; other modules can call it from their own unit tests.
 
-use super::{new_component_from_config, read_component, Component, Memo, Properties};
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, Matrix, Trans};
+use crate::matrix::{Matrix, Trans};
+use crate::nnet::component::{
+    new_component_from_config, read_component, Component, Memo, Properties,
+};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
-use std::path::PathBuf;
-
-/// The folder of Kaldi's golden files: `$COMPNET_GOLDEN_DIR`, else `../shared/golden` beside
-/// the crate. Panics if it is missing, so a test that needs it can never pass vacuously.
-pub fn golden_dir() -> PathBuf {
-    let base = std::env::var_os("COMPNET_GOLDEN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden")));
-    assert!(
-        base.is_dir(),
-        "golden test data not found at {} (set COMPNET_GOLDEN_DIR)",
-        base.display()
-    );
-    base
-}
-
-/// The golden folder joined with `rel`, if that file or folder exists.
-pub fn golden_path(rel: &str) -> Option<PathBuf> {
-    let p = golden_dir().join(rel);
-    p.exists().then_some(p)
-}
-
-/// Position of `needle` in `hay` at or after `from`.
-fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    if needle.is_empty() || from > hay.len() {
-        return None;
-    }
-    hay.get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|i| i + from)
-}
-
-/// Every component of a raw model's bytes: (name, type, bytes from `<Type>` through
-/// `</Type> `).
-pub fn split_model_components(model: &[u8]) -> Vec<(String, String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    while let Some(i) = find(model, b"<ComponentName> ", pos) {
-        let name_start = i + b"<ComponentName> ".len();
-        let Some(name_end) = find(model, b" ", name_start) else {
-            break;
-        };
-        let body_start = name_end + 1;
-        let Some(ty_end) = find(model, b" ", body_start) else {
-            break;
-        };
-        let ty_tok = String::from_utf8_lossy(&model[body_start..ty_end]).into_owned();
-        let ty = ty_tok
-            .trim_start_matches('<')
-            .trim_end_matches('>')
-            .to_string();
-        let close = format!("</{ty}> ");
-        let Some(c) = find(model, close.as_bytes(), ty_end) else {
-            break;
-        };
-        let end = c + close.len();
-        out.push((
-            String::from_utf8_lossy(&model[name_start..name_end]).into_owned(),
-            ty,
-            model[body_start..end].to_vec(),
-        ));
-        pos = end;
-    }
-    out
-}
-
-/// The bytes of component `name` in a golden case's `model.txt` (or `model.raw`).
-pub fn golden_component(case: &str, name: &str, binary: bool) -> Option<Vec<u8>> {
-    let file = if binary { "model.raw" } else { "model.txt" };
-    let bytes = std::fs::read(golden_path(&format!("cases/{case}/{file}"))?).ok()?;
-    split_model_components(&bytes)
-        .into_iter()
-        .find(|(n, _, _)| n == name)
-        .map(|(_, _, b)| b)
-}
 
 /// Reads component bytes (text or binary) and writes them back; the error names what differs.
 pub fn round_trip_bytes(
@@ -120,38 +46,6 @@ pub fn round_trip_bytes(
     Ok(c)
 }
 
-/// Round-trips component `name` of golden `case` in text and binary; `Some(error)` on a
-/// mismatch, `None` when equal or when the golden data is absent.
-pub fn round_trip_golden(case: &str, name: &str) -> Option<String> {
-    for binary in [false, true] {
-        let Some(bytes) = golden_component(case, name, binary) else {
-            eprintln!("golden {case}/{name} not available; skipped");
-            return None;
-        };
-        let label = format!("{case}/{name} ({})", if binary { "binary" } else { "text" });
-        if let Err(e) = round_trip_bytes(&bytes, binary, &label) {
-            return Some(e);
-        }
-    }
-    None
-}
-
-/// Compares our info line for component `name` (read from `model.raw`) with the golden
-/// `info.txt`; `Some(error)` on a mismatch.
-pub fn check_golden_info(case: &str, name: &str) -> Option<String> {
-    let bytes = golden_component(case, name, true)?;
-    let info = std::fs::read_to_string(golden_path(&format!("cases/{case}/info.txt"))?).ok()?;
-    let prefix = format!("component name={name} type=");
-    let want = info.lines().find(|l| l.starts_with(&prefix))?;
-    let mut r = TokenReader::new(&bytes, true, "model.raw");
-    let c = match read_component(&mut r) {
-        Ok(c) => c,
-        Err(e) => return Some(format!("{case}/{name}: {e}")),
-    };
-    let got = format!("{prefix}{}", c.info());
-    (got != want).then(|| format!("{case}/{name} info differs:\n ours:  {got}\n kaldi: {want}"))
-}
-
 /// Types whose Backprop is deliberately not the derivative of Propagate.
 const NOT_A_DERIVATIVE: &[&str] = &[
     "ClipGradientComponent",
@@ -172,7 +66,7 @@ const PIECEWISE: &[&str] = &[
 const ROWS: usize = 7;
 
 fn gauss_matrix(rows: usize, cols: usize, rng: &mut dyn RngCore) -> Matrix {
-    super::param_util::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
+    crate::nnet::component::param_util::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
 }
 
 /// True if `a ≈ b` to `tol` relative to the larger magnitude (and 1).
@@ -323,7 +217,7 @@ pub fn check_component(
             c.info()
         ));
     }
-    let mut rng = crate::util::seeded_rng(seed);
+    let mut rng = crate::random::seeded_rng(seed);
     let x = gauss_matrix(ROWS, id, &mut rng);
     let d = gauss_matrix(ROWS, od, &mut rng);
     let h = Harness { c, props };
@@ -495,7 +389,9 @@ pub fn check_component(
             let n = theta.len();
             let mut failures = Vec::new();
             for k in 0..3 {
-                let dir: Vec<f32> = (0..n).map(|_| crate::util::rand_gauss(&mut rng)).collect();
+                let dir: Vec<f32> = (0..n)
+                    .map(|_| crate::random::rand_gauss(&mut rng))
+                    .collect();
                 let g_dot: f64 = grad_vec
                     .iter()
                     .zip(&dir)
@@ -693,15 +589,10 @@ fn check_io(c: &dyn Component) -> Result<(), String> {
     Ok(())
 }
 
-/// A view of nothing, for `in_value`/`out_value` a component did not ask for.
-pub fn empty_view() -> MatView<'static> {
-    MatView::from_slice(&[], 0, 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::MatViewMut;
+    use crate::matrix::{MatView, MatViewMut};
     use crate::nnet::component::affine::AffineComponent;
     use crate::nnet::component::{PrecomputedIndexes, UpdatableComponent};
 

@@ -1,4 +1,4 @@
-//! Small helpers shared across modules: random numbers.
+//! Random numbers: seeded generators (`--srand`) and Gaussian samples.
 
 use rand::{Rng, RngCore};
 
