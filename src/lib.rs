@@ -9,6 +9,7 @@ pub mod compile;
 pub mod error;
 pub mod index;
 pub mod io;
+pub mod limits;
 pub mod matrix;
 pub mod nnet;
 pub mod random;

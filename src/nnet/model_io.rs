@@ -19,7 +19,7 @@ use crate::nnet::config_line::is_valid_name;
 use crate::nnet::Nnet;
 
 /// Kaldi refuses networks with this many components or more.
-const MAX_COMPONENTS: i32 = 100_000;
+pub const MAX_COMPONENTS: i32 = 100_000;
 
 /// The acoustic-model part of a `final.mdl` (everything but the network itself).
 #[derive(Clone, Debug, Default)]

@@ -138,6 +138,12 @@ impl Nnet {
         // Pass 0: components and node slots.
         let initial_num_components = self.components.len();
         let mut comp_names = self.component_names.clone();
+        // Names are looked up by map: a config may have 100,000 component lines.
+        let mut comp_index: HashMap<String, usize> = comp_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
         let mut replacements: Vec<(usize, Box<dyn Component>)> = Vec::new();
         let mut new_components: Vec<Box<dyn Component>> = Vec::new();
         let mut node_names: Vec<String> = Vec::new();
@@ -177,11 +183,12 @@ impl Nnet {
         };
         for (li, cl) in lines.iter().enumerate() {
             let name = cl.get_str("name").unwrap_or_default().to_string();
+            cl.check_sizes()?;
             match cl.first_token() {
                 "component" => {
                     let c = factory(cl)?;
                     cl.check_all_used("a component line")?;
-                    match comp_names.iter().position(|n| *n == name) {
+                    match comp_index.get(&name).copied() {
                         Some(idx) if idx < initial_num_components => replacements.push((idx, c)),
                         Some(_) => {
                             return Err(cl.error_at_value(
@@ -190,6 +197,15 @@ impl Nnet {
                             ))
                         }
                         None => {
+                            // What we write must read back, and the model format (Kaldi's
+                            // reader too) holds fewer components than this.
+                            let max = crate::nnet::model_io::MAX_COMPONENTS as usize;
+                            if comp_names.len() + 1 >= max {
+                                return Err(cl.error(format!(
+                                    "too many components: a network holds fewer than {max}"
+                                )));
+                            }
+                            comp_index.insert(name.clone(), comp_names.len());
                             comp_names.push(name);
                             new_components.push(c);
                         }
@@ -281,7 +297,7 @@ impl Nnet {
                 "component" => {}
                 "component-node" => {
                     let cname: String = cl.require("component")?;
-                    let c = comp_names.iter().position(|n| *n == cname).ok_or_else(|| {
+                    let c = comp_index.get(&cname).copied().ok_or_else(|| {
                         cl.error_at_value("component", format!("no component named '{cname}'"))
                     })?;
                     let descriptor = parse_input(cl)?;

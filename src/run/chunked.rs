@@ -74,6 +74,44 @@ impl NnetSimpleComputationOptions {
     }
 }
 
+/// Checks, before any graph is built, that the frames one computation spans (a chunk, its
+/// context and the extra context options, times the chunks batched together) and the values
+/// for them fit the memory limit ([`crate::limits`]); options near 2^31 would otherwise
+/// overflow the frame arithmetic or ask for more than exists.
+fn check_chunk_size(
+    nnet: &Nnet,
+    opts: &NnetSimpleComputationOptions,
+    context: &NnetContext,
+) -> Result<()> {
+    let fsf = i64::from(opts.frame_subsampling_factor);
+    let modulus = i64::from(context.modulus.max(1));
+    let extra_left = i64::from(opts.extra_left_context.max(opts.extra_left_context_initial));
+    let extra_right = i64::from(opts.extra_right_context.max(opts.extra_right_context_final));
+    // In i64 every term is below 2^32, so no sum or product of two overflows.
+    let chunk = i64::from(opts.frames_per_chunk) + fsf * modulus;
+    let span = chunk
+        + i64::from(context.left.max(0))
+        + i64::from(context.right.max(0))
+        + extra_left.max(0)
+        + extra_right.max(0);
+    // Per frame: every node's values as floats, plus the graph's bookkeeping per node.
+    const GRAPH_BYTES_PER_NODE: u64 = 64;
+    let mut per_frame: u64 = 0;
+    for n in 0..nnet.num_nodes() {
+        let dim = nnet.checked_node_dim(n).unwrap_or(0) as u64;
+        per_frame = per_frame.saturating_add(dim.saturating_mul(4) + GRAPH_BYTES_PER_NODE);
+    }
+    crate::limits::check_product(
+        &[span as u64, CHUNK_BATCH as u64, per_frame],
+        &format!(
+            "a computation over {span} frames (--frames-per-chunk={}, --extra-left-context={}, \
+             --extra-right-context={}, --frame-subsampling-factor={}, network context {}/{})",
+            opts.frames_per_chunk, extra_left, extra_right, fsf, context.left, context.right
+        ),
+    )
+    .map_err(Error::Usage)
+}
+
 /// Where an utterance's iVector comes from.
 #[derive(Clone, Copy)]
 pub enum IvectorSource<'a> {
@@ -164,6 +202,7 @@ impl ChunkComputer {
             tmp.node_names[k] = "output".into();
             (out_name, nnet_context(&tmp)?)
         };
+        check_chunk_size(&nnet, opts, &context)?;
         let fsf = opts.frame_subsampling_factor;
         let n = lcm(fsf, context.modulus.max(1));
         let mut frames_per_chunk = opts.frames_per_chunk;

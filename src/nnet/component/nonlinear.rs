@@ -813,7 +813,7 @@ pub fn summarize_vector(v: &[f32]) -> String {
     }
     const PCTS: [usize; 13] = [0, 1, 2, 5, 10, 20, 50, 80, 90, 95, 98, 99, 100];
     let mut sorted = v.to_vec();
-    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    sorted.sort_by(|a, b| a.total_cmp(b));
     let n = sorted.len() - 1;
     let mut s = String::from("[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=(");
     for (i, &p) in PCTS.iter().enumerate() {

@@ -77,6 +77,9 @@ pub fn read_positive_i32(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
     if v <= 0 {
         return Err(r.err_at(at, format!("a positive {what}")));
     }
+    // A dim read from a file sizes vectors before anything else bounds it.
+    crate::limits::check_elements(v as u64, 4, &format!("{what} {v}"))
+        .map_err(|m| r.err_at(at, format!("a {what} within the memory limit: {m}")))?;
     Ok(v as usize)
 }
 

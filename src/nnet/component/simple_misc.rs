@@ -548,6 +548,15 @@ impl SumGroupComponent {
         r.expect_token("<Sizes>")?;
         let at = r.pos();
         let sizes = r.int_vec()?;
+        // The sizes add up to the input dim, one index per column: check before allocating.
+        let total = sizes
+            .iter()
+            .try_fold(0u64, |a, &s| a.checked_add(u64::from(s.max(0) as u32)));
+        crate::limits::check_product(
+            &[total.unwrap_or(u64::MAX), 4],
+            "<Sizes> adding up to a larger dim",
+        )
+        .map_err(|m| r.err_at(at, format!("<Sizes> within the memory limit: {m}")))?;
         let c = Self::from_sizes(sizes)
             .ok_or_else(|| r.err_at(at, "a non-empty <Sizes> list of positive integers"))?;
         r.expect_token("</SumGroupComponent>")?;
