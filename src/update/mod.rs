@@ -20,8 +20,8 @@
 pub mod natural_gradient;
 
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
-use natural_gradient::OnlineNaturalGradient;
 use crate::nnet::component::UpdatableCommon;
+use natural_gradient::OnlineNaturalGradient;
 
 /// A row-wise preconditioner with its own state: Kaldi's `OnlineNaturalGradient`
 /// (`update::natural_gradient`) is the one meant to implement it.
@@ -279,10 +279,12 @@ impl<'a> Update<'a> {
                     return;
                 }
                 for k in 0..in_rows.num_cols() / b {
-                    in_rows.cols_range(k * b, b).pu_add_col_dot_products_to(
-                        out_deriv.cols_range(k * b, b),
+                    in_rows.cols_range(k * b, b).add_diag_mat_mat_to(
                         v,
                         *learning_rate,
+                        Trans::Yes,
+                        out_deriv.cols_range(k * b, b),
+                        Trans::No,
                         1.0,
                     );
                 }

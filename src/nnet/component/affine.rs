@@ -292,7 +292,7 @@ impl AffineComponent {
             .map(|o| (o, &mut self.ng_state));
         Update::new(&self.common, ng, true).weight_block(
             self.linear.view_mut(),
-            Some(self.bias.as_mut_slice()),
+            Some(&mut *self.bias),
             in_value,
             out_deriv,
         );
@@ -533,7 +533,7 @@ mod tests {
             let mut w = TokenWriter::new(binary);
             c.write(&mut w);
             assert!(
-                w.bytes() == want.as_slice(),
+                w.bytes() == &want[..],
                 "FixedAffine from lda.mat differs (binary={binary})"
             );
         }
@@ -585,7 +585,7 @@ mod tests {
         let c = AffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         assert_eq!(a.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
-        assert_eq!(a.bias.as_slice(), &[3.0, 6.0]);
+        assert_eq!(a.bias.to_vec(), [3.0, 6.0]);
         assert_eq!(a.common.learning_rate, 0.5);
         // Forward against a hand computation: [1 1] -> [1+2+3, 4+5+6].
         let x = Matrix::from_vec(1, 2, vec![1.0, 1.0]);
@@ -621,7 +621,7 @@ mod tests {
         );
         // dW = dᵀ x = [1*1+10*3, 1*2+10*4] = [31, 42]; db = 11; times lr 0.5.
         assert_eq!(u.linear.to_vec(), vec![15.5, 21.0]);
-        assert_eq!(u.bias.as_slice(), &[5.5]);
+        assert_eq!(u.bias.to_vec(), [5.5]);
     }
 }
 
@@ -642,7 +642,7 @@ mod binary_matrix_tests {
         let c = FixedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let f = c.as_any().downcast_ref::<FixedAffineComponent>().unwrap();
         assert_eq!(f.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
-        assert_eq!(f.bias.as_slice(), &[3.0, 6.0]);
+        assert_eq!(f.bias.to_vec(), [3.0, 6.0]);
         // A mismatching declared dimension is an error naming the option.
         let cfg = ConfigLine::parse_str(&format!("matrix={} output-dim=3", p.display())).unwrap();
         let e = FixedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0))

@@ -93,7 +93,7 @@ impl Component for ConstantComponent {
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
         if output.num_cols() == self.output.dim() {
-            output.pu_copy_rows_from_vec(&self.output);
+            output.copy_from_vec_rows(&self.output);
         }
         None
     }
@@ -109,7 +109,7 @@ impl Component for ConstantComponent {
         {
             if u.is_updatable && out_deriv.num_cols() == u.output.dim() {
                 Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
-                    .offset_block(u.output.as_mut_slice(), out_deriv);
+                    .offset_block(&mut u.output, out_deriv);
             }
         }
     }
@@ -174,26 +174,24 @@ impl UpdatableComponent for ConstantComponent {
         self.output.dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[self.output.as_slice()], out);
+        param_util::vectorize_into(&[&self.output], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
-        param_util::take_params(self.output.as_mut_slice(), params, &mut 0);
+        param_util::take_params_vector(&mut self.output, params, &mut 0);
     }
     fn scale(&mut self, alpha: f32) {
         self.output.as_row_mut().scale(alpha);
     }
     fn add(&mut self, alpha: f32, other: &dyn Component) {
         if let Some(o) = other.as_any().downcast_ref::<ConstantComponent>() {
-            param_util::vec_add(&mut self.output, alpha, o.output.as_slice());
+            param_util::vec_add(&mut self.output, alpha, &o.output);
         }
     }
     fn dot_product(&self, other: &dyn Component) -> f32 {
         other
             .as_any()
             .downcast_ref::<ConstantComponent>()
-            .map_or(0.0, |o| {
-                param_util::vec_dot(self.output.as_slice(), o.output.as_slice())
-            })
+            .map_or(0.0, |o| param_util::vec_dot(&self.output, &o.output))
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
         param_util::perturb_vector(&mut self.output, stddev, rng);

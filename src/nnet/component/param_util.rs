@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::io::TokenReader;
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::matrix::{MatView, Matrix, Trans, Vector};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
@@ -182,8 +182,8 @@ pub fn matrix_stats(name: &str, m: &Matrix, norms: bool) -> String {
     if norms {
         s += &format!(
             ", {name}-row-norms={}, {name}-col-norms={}",
-            summarize_vector(&v.pu_row_norms()),
-            summarize_vector(&v.pu_col_norms())
+            summarize_vector(&v.row_norms()),
+            summarize_vector(&v.col_norms())
         );
     }
     s
@@ -200,7 +200,7 @@ pub fn vector_stats(name: &str, v: &[f32]) -> String {
 }
 
 /// `self += alpha · other` for vectors of equal length.
-pub fn vec_add(v: &mut Vector, alpha: f32, other: &[f32]) {
+pub fn vec_add(v: &mut Vector, alpha: f32, other: &Vector) {
     if v.dim() == other.len() {
         v.as_row_mut()
             .add_mat(alpha, MatView::from_slice(other, 1, other.len()), Trans::No);
@@ -238,52 +238,21 @@ pub fn vectorize_into(parts: &[&[f32]], out: &mut [f32]) {
     }
 }
 
+/// Fills a vector from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
+pub fn take_params_vector(dst: &mut Vector, params: &[f32], off: &mut usize) {
+    let n = dst.dim();
+    if let Some(src) = params.get(*off..*off + n) {
+        dst.copy_from_slice(src);
+    }
+    *off += n;
+}
+
 /// Fills `dst` from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
 pub fn take_params(dst: &mut [f32], params: &[f32], off: &mut usize) {
     if let Some(src) = params.get(*off..*off + dst.len()) {
         dst.copy_from_slice(src);
     }
     *off += dst.len();
-}
-
-impl MatView<'_> {
-    /// Euclidean norm of every row.
-    pub fn pu_row_norms(&self) -> Vec<f32> {
-        (0..self.num_rows())
-            .map(|r| self.row(r).iter().map(|x| x * x).sum::<f32>().sqrt())
-            .collect()
-    }
-    /// Euclidean norm of every column.
-    pub fn pu_col_norms(&self) -> Vec<f32> {
-        let mut acc = vec![0.0f32; self.num_cols()];
-        for r in 0..self.num_rows() {
-            for (a, &x) in acc.iter_mut().zip(self.row(r)) {
-                *a += x * x;
-            }
-        }
-        acc.into_iter().map(f32::sqrt).collect()
-    }
-    /// `v = alpha · Σ_rows (self ⊙ b) + beta · v` (column sums of an element-wise product).
-    pub fn pu_add_col_dot_products_to(&self, b: MatView<'_>, v: &mut [f32], alpha: f32, beta: f32) {
-        let mut acc = vec![0.0f32; self.num_cols()];
-        for r in 0..self.num_rows() {
-            for ((a, &x), &y) in acc.iter_mut().zip(self.row(r)).zip(b.row(r)) {
-                *a += x * y;
-            }
-        }
-        for (y, a) in v.iter_mut().zip(acc) {
-            *y = alpha * a + beta * *y;
-        }
-    }
-}
-
-impl MatViewMut<'_> {
-    /// Overwrites every row with `v` (Kaldi's CopyRowsFromVec).
-    pub fn pu_copy_rows_from_vec(&mut self, v: &[f32]) {
-        for r in 0..self.num_rows() {
-            self.row_mut(r).copy_from_slice(v);
-        }
-    }
 }
 
 /// Implements `clone_box`, `as_any` and `as_any_mut` for a component type.
@@ -340,7 +309,7 @@ pub fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
     let mut v = lin.to_vec();
     take_params(&mut v, params, &mut off);
     *lin = Matrix::from_vec(lin.num_rows(), lin.num_cols(), v);
-    take_params(bias, params, &mut off);
+    take_params_vector(bias, params, &mut off);
 }
 
 /// Implements `UpdatableComponent` for a type whose parameters are `linear` (W) and `bias`

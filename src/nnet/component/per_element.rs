@@ -873,7 +873,7 @@ impl Component for ConstantFunctionComponent {
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.pu_copy_rows_from_vec(&self.output);
+        output.copy_from_vec_rows(&self.output);
         None
     }
     fn propagate_in_place(
@@ -881,7 +881,7 @@ impl Component for ConstantFunctionComponent {
         _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
-        data.pu_copy_rows_from_vec(&self.output);
+        data.copy_from_vec_rows(&self.output);
         None
     }
     fn backprop(

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut};
+use crate::matrix::{MatView, MatViewMut, PoolingOptions};
 use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
@@ -243,23 +243,7 @@ impl Component for StatisticsExtractionComponent {
             return None;
         }
         let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        for (o, (&(s, e), &count)) in p.forward.iter().zip(&p.counts).enumerate() {
-            let row = output.row_mut(o);
-            let (head, rest) = row.split_at_mut(1);
-            head[0] += count;
-            let (sum, sumsq) = rest.split_at_mut(d);
-            for i in s..e {
-                let x = input.row(i);
-                for (a, &v) in sum.iter_mut().zip(x) {
-                    *a += v;
-                }
-                if self.include_variance {
-                    for (a, &v) in sumsq.iter_mut().zip(x) {
-                        *a += v * v;
-                    }
-                }
-            }
-        }
+        output.add_row_range_stats(input, &p.forward, &p.counts, self.include_variance);
         None
     }
 
@@ -282,19 +266,11 @@ impl Component for StatisticsExtractionComponent {
         }
         let p = StatsPrecomputed::get(indexes, g.num_rows(), out_deriv.num_rows());
         let have_x = in_value.num_rows() == g.num_rows() && in_value.num_cols() == d;
-        for (o, &(s, e)) in p.forward.iter().enumerate() {
-            let od = out_deriv.row(o);
-            let (dsum, dsq) = od[1..].split_at(d);
-            for i in s..e {
-                let gi = g.row_mut(i);
-                gi.copy_from_slice(dsum);
-                if self.include_variance && have_x {
-                    for ((a, &x), &dq) in gi.iter_mut().zip(in_value.row(i)).zip(dsq) {
-                        *a += 2.0 * x * dq;
-                    }
-                }
-            }
-        }
+        g.backprop_row_range_stats(
+            out_deriv,
+            &p.forward,
+            (self.include_variance && have_x).then_some(in_value),
+        );
     }
 
     /// Output t reads the inputs of its output-period group (any one suffices).
@@ -515,12 +491,12 @@ impl StatisticsPoolingComponent {
         )
     }
 
-    /// Dimension of the mean (and of the stddev) part.
-    fn feature_dim(&self) -> usize {
-        if self.output_stddevs {
-            (self.input_dim - 1) / 2
-        } else {
-            self.input_dim - 1
+    /// How the pooling kernel turns summed statistics into this component's output.
+    fn pooling_options(&self) -> PoolingOptions {
+        PoolingOptions {
+            num_log_count_features: self.num_log_count_features,
+            output_stddevs: self.output_stddevs,
+            variance_floor: self.variance_floor,
         }
     }
 }
@@ -557,68 +533,7 @@ impl Component for StatisticsPoolingComponent {
             return None;
         }
         let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        let nl = self.num_log_count_features;
-        let fd = self.feature_dim();
-        // Long windows (x-vector pooling over whole utterances) would cost O(T²) row additions;
-        // summing through f64 prefix sums makes that O(T) and is more accurate than a float
-        // running sum. Short windows keep Kaldi's summation order exactly.
-        let total: usize = p.forward.iter().map(|&(s, e)| e.saturating_sub(s)).sum();
-        let prefix = (total > 16 * input.num_rows().max(1)).then(|| {
-            let cols = input.num_cols();
-            let mut pre = vec![0.0f64; (input.num_rows() + 1) * cols];
-            for i in 0..input.num_rows() {
-                let (done, next) = pre.split_at_mut((i + 1) * cols);
-                let prev = &done[i * cols..];
-                for ((n, &p), &x) in next[..cols].iter_mut().zip(prev).zip(input.row(i)) {
-                    *n = p + x as f64;
-                }
-            }
-            pre
-        });
-        for (o, &(s, e)) in p.forward.iter().enumerate() {
-            let row = output.row_mut(o);
-            row.fill(0.0);
-            if s == e {
-                continue; // not computable; the compiler never asks for such a row
-            }
-            let mut count = 0.0f32;
-            let stats = &mut row[nl..];
-            if let Some(pre) = &prefix {
-                let cols = input.num_cols();
-                let (lo, hi) = (
-                    &pre[s * cols..(s + 1) * cols],
-                    &pre[e * cols..(e + 1) * cols],
-                );
-                count = (hi[0] - lo[0]) as f32;
-                for ((a, &h), &l) in stats.iter_mut().zip(&hi[1..]).zip(&lo[1..]) {
-                    *a = (h - l) as f32;
-                }
-            } else {
-                for i in s..e {
-                    let x = input.row(i);
-                    count += x[0];
-                    for (a, &v) in stats.iter_mut().zip(&x[1..]) {
-                        *a += v;
-                    }
-                }
-            }
-            // Kaldi divides rows by multiplying with the inverted counts.
-            let inv = 1.0 / count;
-            for a in stats.iter_mut() {
-                *a *= inv;
-            }
-            if self.output_stddevs {
-                let (mean, var) = stats.split_at_mut(fd);
-                for (v, &m) in var.iter_mut().zip(mean.iter()) {
-                    let centered = *v - m * m;
-                    *v = centered.max(self.variance_floor).sqrt();
-                }
-            }
-            let log_count = count.ln();
-            for a in &mut row[..nl] {
-                *a = log_count;
-            }
-        }
+        output.pool_row_range_stats(input, &p.forward, self.pooling_options());
         None
     }
 
@@ -637,11 +552,7 @@ impl Component for StatisticsPoolingComponent {
         let Some(mut g) = in_deriv else {
             return;
         };
-        let (nl, fd, od_dim) = (
-            self.num_log_count_features,
-            self.feature_dim(),
-            self.output_dim(),
-        );
+        let (nl, od_dim) = (self.num_log_count_features, self.output_dim());
         if g.num_cols() != self.input_dim || out_deriv.num_cols() != od_dim {
             return;
         }
@@ -656,37 +567,13 @@ impl Component for StatisticsPoolingComponent {
             return;
         }
         let p = StatsPrecomputed::get(indexes, g.num_rows(), n_out);
-        let mut d = vec![0.0f32; od_dim - nl];
-        for (o, &(s, e)) in p.forward.iter().enumerate() {
-            d.copy_from_slice(&out_deriv.row(o)[nl..]);
-            if self.output_stddevs {
-                // d/dvar of sqrt(var) = 0.5 / stddev (the floor is ignored, as in Kaldi);
-                // var = E[x²] − mean², so the mean also gets −2·mean·dvar.
-                let y = &out_value.row(o)[nl..];
-                let (mean, std) = y.split_at(fd);
-                let (dmean, dvar) = d.split_at_mut(fd);
-                for (((dv, &sd), dm), &m) in
-                    dvar.iter_mut().zip(std).zip(dmean.iter_mut()).zip(mean)
-                {
-                    *dv = 0.5 * *dv / sd;
-                    *dm += -2.0 * m * *dv;
-                }
-            }
-            let count = if nl > 0 {
-                out_value.row(o)[0].exp()
-            } else {
-                (s..e).map(|i| in_value.row(i)[0]).sum::<f32>()
-            };
-            let inv = 1.0 / count;
-            for v in d.iter_mut() {
-                *v *= inv;
-            }
-            for i in s..e {
-                for (a, &v) in g.row_mut(i)[1..].iter_mut().zip(&d) {
-                    *a += v;
-                }
-            }
-        }
+        g.backprop_pool_row_range_stats(
+            in_value,
+            out_value,
+            out_deriv,
+            &p.forward,
+            self.pooling_options(),
+        );
     }
 
     /// Output t reads inputs in `[t - left, t + right]` (any one suffices).

@@ -94,7 +94,7 @@ impl TdnnPrecomputed {
         if missing {
             return TdnnOffsetRows::Gather(map);
         }
-        match runs.as_slice() {
+        match &runs[..] {
             [] => TdnnOffsetRows::Contiguous { start: 0 },
             [(0, start, _)] => TdnnOffsetRows::Contiguous { start: *start },
             _ if map.len() >= MIN_AVG_RUN * runs.len() => TdnnOffsetRows::Runs(runs),
@@ -410,7 +410,7 @@ impl Component for TdnnComponent {
     ) -> Option<Memo> {
         let PropagateArgs { indexes, .. } = args;
         if self.bias_params.dim() != 0 {
-            output.pu_copy_rows_from_vec(&self.bias_params);
+            output.copy_from_vec_rows(&self.bias_params);
         }
         let (n_in, n_out) = (input.num_rows(), output.num_rows());
         if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
@@ -515,7 +515,7 @@ impl Component for TdnnComponent {
                 // The preconditioner sees whole spliced input rows (all offsets side by
                 // side), as the weight matrix does.
                 let x = self.spliced_input(&layout, in_value, n_out);
-                let bias = (u.bias_params.dim() == out_dim).then(|| u.bias_params.as_mut_slice());
+                let bias = (u.bias_params.dim() == out_dim).then_some(&mut *u.bias_params);
                 update.weight_block(u.linear_params.view_mut(), bias, x.view(), out_deriv);
                 return;
             }
@@ -552,7 +552,7 @@ impl Component for TdnnComponent {
             }
         }
         if u.bias_params.dim() == out_dim {
-            out_deriv.add_row_sum_to(u.bias_params.as_mut_slice(), lr, 1.0);
+            u.bias_params.add_row_sum_mat(lr, out_deriv, 1.0);
         }
     }
 
@@ -713,10 +713,7 @@ impl UpdatableComponent for TdnnComponent {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(
-            &[&self.linear_params.to_vec(), self.bias_params.as_slice()],
-            out,
-        );
+        param_util::vectorize_into(&[&self.linear_params.to_vec(), &self.bias_params], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let mut off = 0;
@@ -727,7 +724,7 @@ impl UpdatableComponent for TdnnComponent {
             self.linear_params.num_cols(),
             w,
         ));
-        param_util::take_params(self.bias_params.as_mut_slice(), params, &mut off);
+        param_util::take_params_vector(&mut self.bias_params, params, &mut off);
     }
     fn scale(&mut self, alpha: f32) {
         self.linear_params.view_mut().scale(alpha);
@@ -739,7 +736,7 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view_mut()
                     .add_mat(alpha, o.linear_params.view(), Trans::No);
-                param_util::vec_add(&mut self.bias_params, alpha, o.bias_params.as_slice());
+                param_util::vec_add(&mut self.bias_params, alpha, &o.bias_params);
             }
         }
     }
@@ -749,7 +746,7 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view()
                     .trace_mat_mat(o.linear_params.view())
-                    + param_util::vec_dot(self.bias_params.as_slice(), o.bias_params.as_slice())
+                    + param_util::vec_dot(&self.bias_params, &o.bias_params)
             }
             _ => 0.0,
         }
