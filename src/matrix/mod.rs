@@ -27,6 +27,7 @@ mod random;
 mod rows;
 pub(crate) mod simd;
 mod vector;
+mod vector_params;
 mod weights;
 
 pub use eigen::{symmetric_eigen, SymmetricEigen};

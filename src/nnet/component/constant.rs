@@ -2,7 +2,7 @@
 //! Index and needs no input at all (e.g. the initial cell value of an LSTM built from
 //! primitives, reached through `Failover`).
 
-use super::param_util::{self, component_boilerplate};
+use super::param_util::{self, component_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
     UpdatableComponent,
@@ -163,37 +163,4 @@ impl Component for ConstantComponent {
     }
 }
 
-impl UpdatableComponent for ConstantComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
-    fn num_parameters(&self) -> usize {
-        self.output.dim()
-    }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.output], out);
-    }
-    fn unvectorize(&mut self, params: &[f32]) {
-        param_util::take_params_vector(&mut self.output, params, &mut 0);
-    }
-    fn scale(&mut self, alpha: f32) {
-        self.output.as_row_mut().scale(alpha);
-    }
-    fn add(&mut self, alpha: f32, other: &dyn Component) {
-        if let Some(o) = other.as_any().downcast_ref::<ConstantComponent>() {
-            param_util::vec_add(&mut self.output, alpha, &o.output);
-        }
-    }
-    fn dot_product(&self, other: &dyn Component) -> f32 {
-        other
-            .as_any()
-            .downcast_ref::<ConstantComponent>()
-            .map_or(0.0, |o| param_util::vec_dot(&self.output, &o.output))
-    }
-    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_vector(&mut self.output, stddev, rng);
-    }
-}
+vector_params_updatable!(ConstantComponent, output);

@@ -373,6 +373,59 @@ macro_rules! linear_bias_updatable {
 }
 pub(crate) use linear_bias_updatable;
 
+/// Implements `UpdatableComponent` for a type whose parameters are a list of vectors (in
+/// Vectorize order), with its learning-rate options in `common`.
+macro_rules! vector_params_updatable {
+    ($ty:ty, $($field:ident),+) => {
+        impl $crate::nnet::component::UpdatableComponent for $ty {
+            fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
+                &self.common
+            }
+            fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
+                &mut self.common
+            }
+            fn num_parameters(&self) -> usize {
+                0 $(+ self.$field.dim())+
+            }
+            fn vectorize(&self, out: &mut [f32]) {
+                $crate::nnet::component::param_util::vectorize_into(&[$(&self.$field),+], out);
+            }
+            fn unvectorize(&mut self, params: &[f32]) {
+                let mut off = 0;
+                $($crate::nnet::component::param_util::take_params_vector(
+                    &mut self.$field,
+                    params,
+                    &mut off,
+                );)+
+            }
+            fn scale(&mut self, alpha: f32) {
+                $(self.$field.scale(alpha);)+
+            }
+            fn add(&mut self, alpha: f32, other: &dyn $crate::nnet::component::Component) {
+                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
+                    $($crate::nnet::component::param_util::vec_add(
+                        &mut self.$field,
+                        alpha,
+                        &o.$field,
+                    );)+
+                }
+            }
+            fn dot_product(&self, other: &dyn $crate::nnet::component::Component) -> f32 {
+                match other.as_any().downcast_ref::<$ty>() {
+                    Some(o) => {
+                        0.0 $(+ $crate::nnet::component::param_util::vec_dot(&self.$field, &o.$field))+
+                    }
+                    None => 0.0,
+                }
+            }
+            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+                $($crate::nnet::component::param_util::perturb_vector(&mut self.$field, stddev, rng);)+
+            }
+        }
+    };
+}
+pub(crate) use vector_params_updatable;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! its backprop reconstructs x from the output) and `ConstantFunctionComponent` (y = c,
 //! ignoring x).
 
-use super::param_util::{self, component_boilerplate};
+use super::param_util::{self, component_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -45,14 +45,6 @@ fn init_param_vector(
         let rng: &mut dyn RngCore = init_rng;
         param_util::gaussian_vector(dim, mean, stddev, rng)
     })
-}
-
-/// `min`, `max` of a non-empty vector.
-fn min_max(v: &[f32]) -> (f32, f32) {
-    v.iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
-            (a.min(x), b.max(x))
-        })
 }
 
 fn g6(v: f32) -> String {
@@ -278,7 +270,7 @@ impl Component for PerElementScaleComponent {
         w.token(&format!("</{ty}>"));
     }
     fn info(&self) -> String {
-        let (lo, hi) = min_max(&self.scales);
+        let (lo, hi) = self.scales.min_max();
         let mut s = format!(
             "{}, input-dim={}, output-dim={}, {}, scales-min={}, scales-max={}, {}",
             self.type_name(),
@@ -307,47 +299,6 @@ impl Component for PerElementScaleComponent {
     fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
         Some(self)
     }
-}
-
-/// The parameter algebra of components whose parameters are a list of vectors.
-macro_rules! vector_params_updatable {
-    ($ty:ty, $($field:ident),+) => {
-        impl UpdatableComponent for $ty {
-            fn common(&self) -> &UpdatableCommon {
-                &self.common
-            }
-            fn common_mut(&mut self) -> &mut UpdatableCommon {
-                &mut self.common
-            }
-            fn num_parameters(&self) -> usize {
-                0 $(+ self.$field.dim())+
-            }
-            fn vectorize(&self, out: &mut [f32]) {
-                param_util::vectorize_into(&[$(&self.$field),+], out);
-            }
-            fn unvectorize(&mut self, params: &[f32]) {
-                let mut off = 0;
-                $(param_util::take_params(&mut self.$field, params, &mut off);)+
-            }
-            fn scale(&mut self, alpha: f32) {
-                $(self.$field.as_row_mut().scale(alpha);)+
-            }
-            fn add(&mut self, alpha: f32, other: &dyn Component) {
-                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
-                    $(param_util::vec_add(&mut self.$field, alpha, &o.$field);)+
-                }
-            }
-            fn dot_product(&self, other: &dyn Component) -> f32 {
-                match other.as_any().downcast_ref::<$ty>() {
-                    Some(o) => 0.0 $(+ param_util::vec_dot(&self.$field, &o.$field))+,
-                    None => 0.0,
-                }
-            }
-            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-                $(param_util::perturb_vector(&mut self.$field, stddev, rng);)+
-            }
-        }
-    };
 }
 
 vector_params_updatable!(PerElementScaleComponent, scales);
@@ -519,7 +470,7 @@ impl Component for PerElementOffsetComponent {
         w.token("</PerElementOffsetComponent>");
     }
     fn info(&self) -> String {
-        let (lo, hi) = min_max(&self.offsets);
+        let (lo, hi) = self.offsets.min_max();
         format!(
             "{PEO}, input-dim={}, output-dim={}, {}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
             self.dim,
@@ -586,7 +537,7 @@ impl ScaleAndOffsetComponent {
             return Err(cfg.error_at_value("rank", "rank must be positive"));
         }
         let mut scales = Vector::zeros(block);
-        scales.as_row_mut().set_const(1.0);
+        scales.set_const(1.0);
         Ok(Box::new(ScaleAndOffsetComponent {
             common,
             dim,
@@ -645,22 +596,13 @@ impl ScaleAndOffsetComponent {
         &mut self,
         out_value: MatView<'_>,
         out_deriv: MatView<'_>,
-        scales: &[f32],
-        offsets: &[f32],
+        scales: &Vector,
+        offsets: &Vector,
     ) {
-        let inv: Vec<f32> = scales
-            .iter()
-            .map(|&s| {
-                1.0 / if s.abs() < SAO_EPSILON {
-                    SAO_EPSILON.copysign(s)
-                } else {
-                    s
-                }
-            })
-            .collect();
+        let inv = scales.reciprocal_away_from_zero(SAO_EPSILON);
         let mut x = out_value.to_matrix();
         let mut xv = x.view_mut();
-        for_blocks(&mut xv, inv.len(), |b| {
+        for_blocks(&mut xv, inv.dim(), |b| {
             b.add_vec_to_rows(-1.0, offsets, 1.0);
             b.mul_cols_vec(&inv);
         });
