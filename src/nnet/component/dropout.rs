@@ -91,19 +91,12 @@ impl DropoutComponent {
         }
         // Keep an element when a uniform draw exceeds p (Kaldi: Heaviside(u - p)).
         if self.dropout_per_frame {
-            for r in 0..data.num_rows() {
-                if rng.random::<f32>() - p <= 0.0 {
-                    data.row_mut(r).fill(0.0);
-                }
-            }
+            let drop: Vec<bool> = (0..data.num_rows())
+                .map(|_| rng.random::<f32>() - p <= 0.0)
+                .collect();
+            data.zero_rows(&drop);
         } else {
-            for r in 0..data.num_rows() {
-                for x in data.row_mut(r) {
-                    if rng.random::<f32>() - p <= 0.0 {
-                        *x = 0.0;
-                    }
-                }
-            }
+            data.apply_dropout_rand(rng, p);
         }
     }
 }
@@ -148,7 +141,7 @@ impl Component for DropoutComponent {
         } = args;
         if let Some(mut d) = in_deriv {
             d.copy_from(out_deriv);
-            d.dropout_mul_ratio(out_value, in_value);
+            d.mul_mat_div_mat(out_value, in_value);
         }
     }
     fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
@@ -157,7 +150,7 @@ impl Component for DropoutComponent {
             out_value,
             ..
         } = args;
-        deriv.dropout_mul_ratio(out_value, in_value);
+        deriv.mul_mat_div_mat(out_value, in_value);
     }
     fn write(&self, w: &mut TokenWriter) {
         w.token("<DropoutComponent>");
@@ -193,14 +186,6 @@ impl Component for DropoutComponent {
     }
 }
 
-impl MatViewMut<'_> {
-    /// `self *= num / den` element-wise, leaving `self` unchanged where `den` is 0
-    /// (Kaldi's SetMatMatDivMat, used to recover the dropout mask from input and output).
-    pub fn dropout_mul_ratio(&mut self, num: MatView<'_>, den: MatView<'_>) {
-        self.zip2_apply(num, den, |d, n, x| if x == 0.0 { d } else { d * n / x });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +213,6 @@ mod tests {
             x.view(),
             y.view_mut(),
         );
-        assert_eq!(y.row(0), &[0.75, -1.5, 3.0]);
+        assert_eq!(y.row_to_vec(0), [0.75, -1.5, 3.0]);
     }
 }
