@@ -2,6 +2,7 @@
 //! inputs (or of whole frames, with `dropout-per-frame`) is zeroed; in test mode the input
 //! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
 
+use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
@@ -10,7 +11,16 @@ use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
-use std::any::Any;
+
+/// Reads a proportion stored after `token`, which must lie in [0, 1] (error at its offset).
+pub(super) fn read_proportion(r: &mut TokenReader<'_>, token: &str) -> Result<f32> {
+    let at = r.pos();
+    let p = r.f32()?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(r.err_at(at, format!("a {token} in [0, 1]")));
+    }
+    Ok(p)
+}
 
 /// Classic dropout.
 #[derive(Clone, Debug)]
@@ -54,11 +64,7 @@ impl DropoutComponent {
             return Err(r.err_at(at, "a positive <Dim>"));
         }
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = DropoutComponent {
             dim: dim as usize,
             dropout_proportion,
@@ -172,15 +178,7 @@ impl Component for DropoutComponent {
             self.dropout_per_frame
         )
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
     fn set_test_mode(&mut self, test_mode: bool) {
         self.test_mode = test_mode;
     }

@@ -14,6 +14,7 @@
 //!
 //! The training-mode masks use our own random generator, so they never match Kaldi's draws.
 
+use super::dropout::read_proportion;
 use super::param_util::{component_boilerplate, expect_closing, read_positive_i32};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
@@ -143,11 +144,7 @@ impl GeneralDropoutComponent {
             return Err(r.err_at(at, "a <TimePeriod> >= 0"));
         }
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = GeneralDropoutComponent {
             dim,
             block_dim,
@@ -159,11 +156,7 @@ impl GeneralDropoutComponent {
             test_mode: false,
         };
         if r.try_token("<SpecAugmentMaxProportion>")? {
-            let at = r.pos();
-            c.specaugment_max_proportion = r.f32()?;
-            if !(0.0..=1.0).contains(&c.specaugment_max_proportion) {
-                return Err(r.err_at(at, "a <SpecAugmentMaxProportion> in [0, 1]"));
-            }
+            c.specaugment_max_proportion = read_proportion(r, "<SpecAugmentMaxProportion>")?;
             if r.try_token("<SpecAugmentMaxRegions>")? {
                 c.specaugment_max_regions = read_positive_i32(r, "<SpecAugmentMaxRegions>")? as i32;
             }
@@ -399,11 +392,7 @@ impl DropoutMaskComponent {
         r.expect_token("<OutputDim>")?;
         let output_dim = read_positive_i32(r, "<OutputDim>")?;
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = DropoutMaskComponent {
             output_dim,
             dropout_proportion,

@@ -7,7 +7,7 @@
 //! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
-use super::param_util::fmt_succinct;
+use super::param_util::{component_boilerplate, fmt_succinct};
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
@@ -16,7 +16,6 @@ use crate::matrix::{MatView, MatViewMut, Trans};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
-use std::any::Any;
 
 /// Kaldi's sentinel for "threshold not set: use the per-type default".
 pub const UNSET_THRESHOLD: f32 = -1000.0;
@@ -637,15 +636,7 @@ impl Component for NonlinearComponent {
         s
     }
 
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
 
     fn store_stats(
         &mut self,

@@ -4,6 +4,7 @@
 //! `nnet-normalize-component.{h,cc}`.
 
 use super::nonlinear::summarize_vector;
+use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
@@ -11,7 +12,6 @@ use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
-use std::any::Any;
 
 /// Rescales each block of `block-dim` inputs to RMS `target-rms`.
 #[derive(Clone, Debug)]
@@ -193,15 +193,7 @@ impl Component for NormalizeComponent {
         }
         s
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -524,15 +516,7 @@ impl Component for BatchNormComponent {
         }
         s
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
     fn store_stats(
         &mut self,
         _: MatView<'_>,

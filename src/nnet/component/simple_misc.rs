@@ -3,6 +3,7 @@
 //! Kaldi's `nnet-simple-component.{h,cc}`.
 
 use super::nonlinear::parameter_stats;
+use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
@@ -11,22 +12,6 @@ use crate::matrix::{MatView, MatViewMut, Trans};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
-use std::any::Any;
-
-/// The boilerplate every component here shares.
-macro_rules! component_common {
-    () => {
-        fn clone_box(&self) -> Box<dyn Component> {
-            Box::new(self.clone())
-        }
-        fn as_any(&self) -> &dyn Any {
-            self
-        }
-        fn as_any_mut(&mut self) -> &mut dyn Any {
-            self
-        }
-    };
-}
 
 /// Reads a positive i32 after `token` (error names the offset).
 fn read_pos_i32(r: &mut TokenReader<'_>, token: &str) -> Result<usize> {
@@ -156,7 +141,7 @@ impl Component for NoOpComponent {
         }
         s
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -265,7 +250,7 @@ impl Component for ElementwiseProductComponent {
             self.input_dim, self.output_dim
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -375,7 +360,7 @@ impl Component for PermuteComponent {
         s.push(']');
         s
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -484,7 +469,7 @@ impl Component for SumBlockComponent {
             fmt_g(self.scale as f64, 6)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -610,7 +595,7 @@ impl Component for SumGroupComponent {
             self.output_dim()
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -706,7 +691,7 @@ impl Component for PnormComponent {
             self.input_dim, self.output_dim
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -787,7 +772,7 @@ impl Component for FixedScaleComponent {
             parameter_stats("scales", &self.scales, true)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -858,7 +843,7 @@ impl Component for FixedBiasComponent {
             parameter_stats("bias", &self.bias, true)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1131,7 +1116,7 @@ impl Component for ClipGradientComponent {
         self.count = (self.count as f32 * scale) as i32;
         self.num_clipped = (self.num_clipped as f32 * scale) as i32;
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 #[cfg(test)]
