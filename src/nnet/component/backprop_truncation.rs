@@ -154,15 +154,19 @@ impl BackpropTruncationComponent {
         let rows = deriv.num_rows();
         let mut clipped = 0usize;
         if self.clipping_threshold > 0.0 {
-            for r in 0..rows {
-                let row = deriv.row_mut(r);
-                let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
-                if norm > self.clipping_threshold {
-                    let s = self.clipping_threshold / norm;
-                    row.iter_mut().for_each(|x| *x *= s);
-                    clipped += 1;
-                }
-            }
+            let t = self.clipping_threshold;
+            let scales: Vec<f32> = (deriv.as_view().row_norms().into_iter())
+                .map(|norm| {
+                    if norm > t {
+                        clipped += 1;
+                        t / norm
+                    } else {
+                        1.0
+                    }
+                })
+                .collect();
+            // Rows within the threshold are multiplied by 1.0, which is exact.
+            deriv.mul_rows_vec(&scales);
         }
         let zi = indexes.and_then(|p| p.as_any().downcast_ref::<TruncationIndexes>());
         let mut zeroed = 0usize;
@@ -170,17 +174,12 @@ impl BackpropTruncationComponent {
         if let Some(zi) = zi {
             boundaries = zi.zeroing_sum;
             if self.zeroing_threshold > 0.0 {
-                for (r, &z) in zi.zeroing.iter().enumerate().take(rows) {
-                    if !z {
-                        continue;
-                    }
-                    let row = deriv.row_mut(r);
-                    let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
-                    if norm > self.zeroing_threshold {
-                        row.fill(0.0);
-                        zeroed += 1;
-                    }
-                }
+                let norms = deriv.as_view().row_norms();
+                let zero: Vec<bool> = (zi.zeroing.iter().zip(&norms))
+                    .map(|(&z, &norm)| z && norm > self.zeroing_threshold)
+                    .collect();
+                zeroed = zero.iter().filter(|&&z| z).count();
+                deriv.zero_rows(&zero);
             }
         }
         if let Some(u) =

@@ -2,6 +2,7 @@
 //! inputs (or of whole frames, with `dropout-per-frame`) is zeroed; in test mode the input
 //! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
 
+use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
@@ -10,7 +11,16 @@ use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
-use std::any::Any;
+
+/// Reads a proportion stored after `token`, which must lie in [0, 1] (error at its offset).
+pub(super) fn read_proportion(r: &mut TokenReader<'_>, token: &str) -> Result<f32> {
+    let at = r.pos();
+    let p = r.f32()?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(r.err_at(at, format!("a {token} in [0, 1]")));
+    }
+    Ok(p)
+}
 
 /// Classic dropout.
 #[derive(Clone, Debug)]
@@ -54,11 +64,7 @@ impl DropoutComponent {
             return Err(r.err_at(at, "a positive <Dim>"));
         }
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = DropoutComponent {
             dim: dim as usize,
             dropout_proportion,
@@ -91,19 +97,12 @@ impl DropoutComponent {
         }
         // Keep an element when a uniform draw exceeds p (Kaldi: Heaviside(u - p)).
         if self.dropout_per_frame {
-            for r in 0..data.num_rows() {
-                if rng.random::<f32>() - p <= 0.0 {
-                    data.row_mut(r).fill(0.0);
-                }
-            }
+            let drop: Vec<bool> = (0..data.num_rows())
+                .map(|_| rng.random::<f32>() - p <= 0.0)
+                .collect();
+            data.zero_rows(&drop);
         } else {
-            for r in 0..data.num_rows() {
-                for x in data.row_mut(r) {
-                    if rng.random::<f32>() - p <= 0.0 {
-                        *x = 0.0;
-                    }
-                }
-            }
+            data.apply_dropout_rand(rng, p);
         }
     }
 }
@@ -148,7 +147,7 @@ impl Component for DropoutComponent {
         } = args;
         if let Some(mut d) = in_deriv {
             d.copy_from(out_deriv);
-            d.dropout_mul_ratio(out_value, in_value);
+            d.mul_mat_div_mat(out_value, in_value);
         }
     }
     fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
@@ -157,7 +156,7 @@ impl Component for DropoutComponent {
             out_value,
             ..
         } = args;
-        deriv.dropout_mul_ratio(out_value, in_value);
+        deriv.mul_mat_div_mat(out_value, in_value);
     }
     fn write(&self, w: &mut TokenWriter) {
         w.token("<DropoutComponent>");
@@ -179,25 +178,9 @@ impl Component for DropoutComponent {
             self.dropout_per_frame
         )
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
     fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
-    }
-}
-
-impl MatViewMut<'_> {
-    /// `self *= num / den` element-wise, leaving `self` unchanged where `den` is 0
-    /// (Kaldi's SetMatMatDivMat, used to recover the dropout mask from input and output).
-    pub fn dropout_mul_ratio(&mut self, num: MatView<'_>, den: MatView<'_>) {
-        self.zip2_apply(num, den, |d, n, x| if x == 0.0 { d } else { d * n / x });
     }
 }
 
@@ -228,6 +211,6 @@ mod tests {
             x.view(),
             y.view_mut(),
         );
-        assert_eq!(y.row(0), &[0.75, -1.5, 3.0]);
+        assert_eq!(y.row_to_vec(0), [0.75, -1.5, 3.0]);
     }
 }

@@ -14,6 +14,7 @@
 //!
 //! The training-mode masks use our own random generator, so they never match Kaldi's draws.
 
+use super::dropout::read_proportion;
 use super::param_util::{component_boilerplate, expect_closing, read_positive_i32};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
@@ -143,11 +144,7 @@ impl GeneralDropoutComponent {
             return Err(r.err_at(at, "a <TimePeriod> >= 0"));
         }
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = GeneralDropoutComponent {
             dim,
             block_dim,
@@ -159,11 +156,7 @@ impl GeneralDropoutComponent {
             test_mode: false,
         };
         if r.try_token("<SpecAugmentMaxProportion>")? {
-            let at = r.pos();
-            c.specaugment_max_proportion = r.f32()?;
-            if !(0.0..=1.0).contains(&c.specaugment_max_proportion) {
-                return Err(r.err_at(at, "a <SpecAugmentMaxProportion> in [0, 1]"));
-            }
+            c.specaugment_max_proportion = read_proportion(r, "<SpecAugmentMaxProportion>")?;
             if r.try_token("<SpecAugmentMaxRegions>")? {
                 c.specaugment_max_regions = read_positive_i32(r, "<SpecAugmentMaxRegions>")? as i32;
             }
@@ -197,49 +190,25 @@ impl GeneralDropoutComponent {
         let bd = self.block_dim;
         let mut m = Matrix::zeros(rows, bd);
         let p = self.dropout_proportion;
-        for r in 0..rows {
-            let row = m.row_mut(r);
-            if self.specaugment_max_proportion > 0.0 {
-                row.fill(1.0);
-                let max_zeroed = (self.specaugment_max_proportion * bd as f32) as usize;
-                let total = rng.random_range(0..=max_zeroed);
-                let regions = rng.random_range(1..=self.specaugment_max_regions as usize);
-                let width = total / regions;
-                if width == 0 {
-                    continue;
-                }
-                for _ in 0..regions {
-                    let start = rng.random_range(0..=bd - width);
-                    row[start..start + width].fill(0.0);
-                }
-            } else if self.continuous {
-                for v in row.iter_mut() {
-                    *v = 1.0 + 4.0 * p * (rng.random::<f32>() - 0.5);
-                }
-            } else {
-                let keep = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
-                for v in row.iter_mut() {
-                    *v = if rng.random::<f32>() > p { keep } else { 0.0 };
-                }
-            }
+        // The mode is fixed per component, so drawing the whole matrix row-major gives the
+        // same stream as drawing row by row.
+        if self.specaugment_max_proportion > 0.0 {
+            let max_zeroed = (self.specaugment_max_proportion * bd as f32) as usize;
+            let max_regions = self.specaugment_max_regions as usize;
+            m.view_mut()
+                .set_rand_zeroed_regions_mask(rng, max_zeroed, max_regions);
+        } else if self.continuous {
+            m.view_mut().set_rand_continuous_dropout_mask(rng, p);
+        } else {
+            let keep = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+            m.view_mut().set_rand_dropout_mask(rng, p, keep);
         }
         m
     }
 
     /// Multiplies every row of `data` by its mask row, block by block.
     fn apply_mask(&self, data: &mut MatViewMut<'_>, mask: &Matrix, row_map: &[usize]) {
-        let bd = self.block_dim;
-        for (r, &k) in row_map.iter().enumerate().take(data.num_rows()) {
-            if k >= mask.num_rows() {
-                continue;
-            }
-            let m = mask.row(k);
-            for block in data.row_mut(r).chunks_mut(bd) {
-                for (x, &s) in block.iter_mut().zip(m) {
-                    *x *= s;
-                }
-            }
-        }
+        data.mul_blocks_by_mask_rows(mask.view(), row_map);
     }
 
     /// Draws masks for a step and applies them to `data`; returns the memo.
@@ -423,11 +392,7 @@ impl DropoutMaskComponent {
         r.expect_token("<OutputDim>")?;
         let output_dim = read_positive_i32(r, "<OutputDim>")?;
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = DropoutMaskComponent {
             output_dim,
             dropout_proportion,
@@ -489,18 +454,10 @@ impl Component for DropoutMaskComponent {
             output.set_const(1.0);
             return None;
         }
-        let rng = args.rng;
-        for r in 0..output.num_rows() {
-            for v in output.row_mut(r).iter_mut() {
-                let u: f32 = rng.random();
-                *v = if self.continuous {
-                    1.0 + 4.0 * p * (u - 0.5)
-                } else if u > p {
-                    1.0
-                } else {
-                    0.0
-                };
-            }
+        if self.continuous {
+            output.set_rand_continuous_dropout_mask(args.rng, p);
+        } else {
+            output.set_rand_dropout_mask(args.rng, p, 1.0);
         }
         None
     }
@@ -587,6 +544,11 @@ impl PrecomputedIndexes for SequenceRows {
 /// The per-row 0/1 mask of a time-masking Propagate.
 #[derive(Debug)]
 struct TimeMaskMemo(Vec<f32>);
+
+/// Which rows a time mask zeroes (its 0 entries).
+fn zeroed_rows(mask: &[f32]) -> Vec<bool> {
+    mask.iter().map(|&m| m == 0.0).collect()
+}
 
 impl SpecAugmentTimeMaskComponent {
     /// Registry hook: `dim` (required), `zeroed-proportion` (0.25), `time-mask-max-frames`
@@ -689,21 +651,16 @@ impl SpecAugmentTimeMaskComponent {
                 }
             }
         }
-        for (r, &m) in mask.iter().enumerate() {
-            if m == 0.0 {
-                data.row_mut(r).fill(0.0);
-            }
-        }
+        data.zero_rows(&zeroed_rows(&mask));
         Some(Box::new(TimeMaskMemo(mask)))
     }
 
     fn backprop_mask(memo: Option<&Memo>, deriv: &mut MatViewMut<'_>) {
         if let Some(TimeMaskMemo(mask)) = memo.and_then(|m| m.downcast_ref::<TimeMaskMemo>()) {
-            for (r, &m) in mask.iter().enumerate().take(deriv.num_rows()) {
-                if m == 0.0 {
-                    deriv.row_mut(r).fill(0.0);
-                }
-            }
+            // zero_rows ignores entries past the derivative's rows.
+            let mut zero = zeroed_rows(mask);
+            zero.truncate(deriv.num_rows());
+            deriv.zero_rows(&zero);
         }
     }
 }

@@ -7,22 +7,24 @@
 //! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
-use super::param_util::fmt_succinct;
+use super::param_util::{component_boilerplate, fmt_succinct};
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Real};
+use crate::matrix::{MatView, MatViewMut, Trans};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
-use std::any::Any;
 
 /// Kaldi's sentinel for "threshold not set: use the per-type default".
 pub const UNSET_THRESHOLD: f32 = -1000.0;
 
 /// Self-repair only runs on about this fraction of minibatches (Kaldi hard-codes 0.5).
 const REPAIR_PROBABILITY: f32 = 0.5;
+
+/// Kaldi's SoftmaxComponent floors its outputs here so that their logs stay finite.
+const SOFTMAX_FLOOR: f32 = 1.0e-20;
 
 /// Which nonlinearity a [`NonlinearComponent`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,11 +239,7 @@ impl NonlinearComponent {
             self.oderiv_count = 0.0;
         }
         let mut temp = vec![0.0f32; dim];
-        for r in 0..out_deriv.num_rows() {
-            for (t, &x) in temp.iter_mut().zip(out_deriv.row(r)) {
-                *t += x * x;
-            }
-        }
+        out_deriv.add_diag_mat2_to(&mut temp, 1.0, Trans::Yes, 0.0);
         for (s, t) in self.oderiv_sumsq.iter_mut().zip(&temp) {
             *s += *t as f64;
         }
@@ -308,12 +306,7 @@ impl NonlinearComponent {
         let s = self.self_repair_scale / REPAIR_PROBABILITY;
         // Sigmoid: add s * (1 - 2y) (a tanh-like push towards zero); Tanh: add -s * y.
         let (out_coef, constant) = if sigmoid { (-2.0 * s, s) } else { (-s, 0.0) };
-        for r in 0..in_deriv.num_rows() {
-            let y = out_value.row(r);
-            for ((d, &yy), &f) in in_deriv.row_mut(r).iter_mut().zip(y).zip(&flags) {
-                *d += f * (out_coef * yy + constant);
-            }
-        }
+        in_deriv.add_affine_mat_diag_vec(&flags, out_coef, out_value, constant);
     }
 
     /// ReLU self-repair: pushes up units that are rarely active and down units that are
@@ -354,21 +347,15 @@ impl NonlinearComponent {
             .iter()
             .map(|&x| x * (-self.self_repair_scale / REPAIR_PROBABILITY))
             .collect();
-        for r in 0..in_deriv.num_rows() {
-            for block in in_deriv.row_mut(r).chunks_mut(bd) {
-                for (d, &a) in block.iter_mut().zip(&add) {
-                    *d += a;
-                }
-            }
-        }
+        in_deriv.add_vec_per_block(&add);
     }
 
     /// The function derivative computed from the output, for the statistics.
     fn deriv_from_output(&self, out_value: MatView<'_>) -> Option<crate::matrix::Matrix> {
         let mut d = out_value.to_matrix();
         match self.kind {
-            NonlinearKind::Sigmoid => d.view_mut().map_inplace(|y| y * (1.0 - y)),
-            NonlinearKind::Tanh => d.view_mut().map_inplace(|y| 1.0 - y * y),
+            NonlinearKind::Sigmoid => d.view_mut().apply_sigmoid_deriv_from_output(),
+            NonlinearKind::Tanh => d.view_mut().apply_tanh_deriv_from_output(),
             NonlinearKind::RectifiedLinear => d.view_mut().apply_heaviside(),
             _ => return None,
         }
@@ -386,11 +373,7 @@ impl NonlinearComponent {
         match self.kind {
             NonlinearKind::Sigmoid => in_deriv.diff_sigmoid(out_value, out_deriv),
             NonlinearKind::Tanh => in_deriv.diff_tanh(out_value, out_deriv),
-            NonlinearKind::RectifiedLinear => in_deriv.zip2_apply(
-                out_value,
-                out_deriv,
-                |_, y, d| if y > 0.0 { d } else { 0.0 },
-            ),
+            NonlinearKind::RectifiedLinear => in_deriv.diff_relu(out_value, out_deriv),
             NonlinearKind::Softmax => in_deriv.diff_softmax_per_row(out_value, out_deriv),
             NonlinearKind::LogSoftmax => in_deriv.diff_log_softmax_per_row(out_value, out_deriv),
         }
@@ -445,39 +428,6 @@ fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<
     Ok(v)
 }
 
-impl MatViewMut<'_> {
-    /// Row-wise softmax in place, floored at 1e-20 as Kaldi's SoftmaxComponent does.
-    pub fn nl_softmax_rows_inplace_floored(&mut self) {
-        for r in 0..self.num_rows() {
-            let row = self.row_mut(r);
-            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
-            let mut s = 0.0f32;
-            for x in row.iter_mut() {
-                *x = (*x - m).exp();
-                s += *x;
-            }
-            for x in row.iter_mut() {
-                *x /= s;
-                if *x < 1.0e-20 {
-                    *x = 1.0e-20;
-                }
-            }
-        }
-    }
-    /// Row-wise log-softmax in place.
-    pub fn nl_log_softmax_rows_inplace(&mut self) {
-        for r in 0..self.num_rows() {
-            let row = self.row_mut(r);
-            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
-            let s: Real = row.iter().map(|&x| (x - m).exp()).sum();
-            let lse = m + s.ln();
-            for x in row.iter_mut() {
-                *x -= lse;
-            }
-        }
-    }
-}
-
 impl Component for NonlinearComponent {
     fn type_name(&self) -> &'static str {
         self.kind.type_name()
@@ -523,7 +473,7 @@ impl Component for NonlinearComponent {
             }
             NonlinearKind::Softmax => {
                 output.copy_from(input);
-                output.nl_softmax_rows_inplace_floored();
+                output.apply_softmax_per_row_floored(SOFTMAX_FLOOR);
             }
             NonlinearKind::LogSoftmax => output.log_softmax_per_row_from(input),
         }
@@ -536,11 +486,11 @@ impl Component for NonlinearComponent {
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         match self.kind {
-            NonlinearKind::Sigmoid => data.map_inplace(|x| 1.0 / (1.0 + (-x).exp())),
-            NonlinearKind::Tanh => data.map_inplace(|x| x.tanh()),
+            NonlinearKind::Sigmoid => data.apply_sigmoid(),
+            NonlinearKind::Tanh => data.apply_tanh(),
             NonlinearKind::RectifiedLinear => data.apply_floor(0.0),
-            NonlinearKind::Softmax => data.nl_softmax_rows_inplace_floored(),
-            NonlinearKind::LogSoftmax => data.nl_log_softmax_rows_inplace(),
+            NonlinearKind::Softmax => data.apply_softmax_per_row_floored(SOFTMAX_FLOOR),
+            NonlinearKind::LogSoftmax => data.apply_log_softmax_per_row(),
         }
         None
     }
@@ -575,31 +525,11 @@ impl Component for NonlinearComponent {
         // keep a copy just when training.
         let saved = to_update.as_ref().map(|_| deriv.as_view().to_matrix());
         match self.kind {
-            NonlinearKind::Softmax => {
-                for r in 0..deriv.num_rows() {
-                    let y = out_value.row(r);
-                    let row = deriv.row_mut(r);
-                    let dot: Real = y.iter().zip(row.iter()).map(|(a, b)| a * b).sum();
-                    for (d, &yy) in row.iter_mut().zip(y) {
-                        *d = yy * (*d - dot);
-                    }
-                }
-            }
-            NonlinearKind::Sigmoid => deriv.zip_apply(out_value, |d, y| d * y * (1.0 - y)),
-            NonlinearKind::Tanh => deriv.zip_apply(out_value, |d, y| d * (1.0 - y * y)),
-            NonlinearKind::RectifiedLinear => {
-                deriv.zip_apply(out_value, |d, y| if y > 0.0 { d } else { 0.0 })
-            }
-            NonlinearKind::LogSoftmax => {
-                for r in 0..deriv.num_rows() {
-                    let y = out_value.row(r);
-                    let row = deriv.row_mut(r);
-                    let sum: Real = row.iter().sum();
-                    for (d, &yy) in row.iter_mut().zip(y) {
-                        *d -= yy.exp() * sum;
-                    }
-                }
-            }
+            NonlinearKind::Softmax => deriv.diff_softmax_per_row_in_place(out_value),
+            NonlinearKind::Sigmoid => deriv.diff_sigmoid_in_place(out_value),
+            NonlinearKind::Tanh => deriv.diff_tanh_in_place(out_value),
+            NonlinearKind::RectifiedLinear => deriv.diff_relu_in_place(out_value),
+            NonlinearKind::LogSoftmax => deriv.diff_log_softmax_per_row_in_place(out_value),
         }
         if let Some(od) = saved {
             self.after_backprop(out_value, od.view(), &mut deriv, to_update, rng);
@@ -706,15 +636,7 @@ impl Component for NonlinearComponent {
         s
     }
 
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
 
     fn store_stats(
         &mut self,

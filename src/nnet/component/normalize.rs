@@ -4,19 +4,14 @@
 //! `nnet-normalize-component.{h,cc}`.
 
 use super::nonlinear::summarize_vector;
+use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::simd;
 use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
-use std::any::Any;
-
-/// Floor on the scaled squared norm: 2^-66, exactly representable with an exactly
-/// representable inverse square root.
-const SQUARED_NORM_FLOOR: f32 = 1.355_252_7e-20;
 
 /// Rescales each block of `block-dim` inputs to RMS `target-rms`.
 #[derive(Clone, Debug)]
@@ -106,85 +101,6 @@ impl NormalizeComponent {
     }
 }
 
-impl MatViewMut<'_> {
-    /// Normalises each block of `bd` columns of `src` to RMS `target_rms`, writing blocks of
-    /// `bd` (+1 with `add_log`: the log RMS) columns into `self` (Kaldi's NormalizePerRow).
-    pub fn simple_normalize_blocks(
-        &mut self,
-        src: MatView<'_>,
-        bd: usize,
-        target_rms: f32,
-        add_log: bool,
-    ) {
-        let obd = bd + usize::from(add_log);
-        let d_scaled = bd as f32 * target_rms * target_rms;
-        for r in 0..self.num_rows() {
-            let s = src.row(r);
-            for (ib, ob) in s.chunks(bd).zip(self.row_mut(r).chunks_mut(obd)) {
-                let f = (simd::sum_squares(ib) * (1.0 / d_scaled))
-                    .max(SQUARED_NORM_FLOOR)
-                    .powf(-0.5);
-                simd::scale_into(&mut ob[..bd], ib, f);
-                if add_log {
-                    ob[bd] = -f.ln() + target_rms.ln();
-                }
-            }
-        }
-    }
-    /// Adds the input derivative of [`Self::simple_normalize_blocks`] to `self`
-    /// (Kaldi's DiffNormalizePerRow); `self` may already hold the output derivative when
-    /// `in_place` (then it is overwritten rather than added to).
-    pub fn simple_diff_normalize_blocks(
-        &mut self,
-        in_value: MatView<'_>,
-        out_deriv: Option<MatView<'_>>,
-        bd: usize,
-        target_rms: f32,
-        add_log: bool,
-    ) {
-        let obd = bd + usize::from(add_log);
-        let d_scaled = bd as f32 * target_rms * target_rms;
-        let mut od_buf = vec![0.0f32; obd];
-        for r in 0..self.num_rows() {
-            let x_row = in_value.row(r);
-            let od_row: Option<&[f32]> = out_deriv.map(|m| m.row(r));
-            let d_row = self.row_mut(r);
-            for (b, x) in x_row.chunks(bd).enumerate() {
-                match od_row {
-                    Some(o) => od_buf.copy_from_slice(&o[b * obd..(b + 1) * obd]),
-                    None => od_buf[..bd].copy_from_slice(&d_row[b * bd..(b + 1) * bd]),
-                }
-                let od = &od_buf[..bd];
-                let dot: f32 = od.iter().zip(x).map(|(a, b)| a * b).sum();
-                let sumsq: f32 = x.iter().map(|v| v * v).sum();
-                let d = &mut d_row[b * bd..(b + 1) * bd];
-                if od_row.is_none() {
-                    d.iter_mut().for_each(|v| *v = 0.0);
-                }
-                if add_log {
-                    let coef = od_buf[bd] / sumsq.max(bd as f32 * SQUARED_NORM_FLOOR);
-                    for (v, &xx) in d.iter_mut().zip(x) {
-                        *v += coef * xx;
-                    }
-                }
-                let f = (sumsq * (1.0 / d_scaled))
-                    .max(SQUARED_NORM_FLOOR)
-                    .powf(-0.5);
-                // At the floor the scale does not depend on x.
-                let f3 = if f == 1.0 / SQUARED_NORM_FLOOR.sqrt() {
-                    0.0
-                } else {
-                    f * f * f
-                };
-                let c = -dot * f3 / d_scaled;
-                for ((v, &o), &xx) in d.iter_mut().zip(od).zip(x) {
-                    *v += f * o + c * xx;
-                }
-            }
-        }
-    }
-}
-
 impl Component for NormalizeComponent {
     fn type_name(&self) -> &'static str {
         "NormalizeComponent"
@@ -217,7 +133,7 @@ impl Component for NormalizeComponent {
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.simple_normalize_blocks(input, self.block_dim, self.target_rms, self.add_log_stddev);
+        output.normalize_per_row(input, self.block_dim, self.target_rms, self.add_log_stddev);
         None
     }
     fn propagate_in_place(
@@ -226,16 +142,7 @@ impl Component for NormalizeComponent {
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         // Only without add-log-stddev (same shape); each block is read fully before written.
-        let (bd, t) = (self.block_dim, self.target_rms);
-        let d_scaled = bd as f32 * t * t;
-        for r in 0..data.num_rows() {
-            for blk in data.row_mut(r).chunks_mut(bd) {
-                let f = (simd::sum_squares(blk) * (1.0 / d_scaled))
-                    .max(SQUARED_NORM_FLOOR)
-                    .powf(-0.5);
-                simd::scale(blk, f);
-            }
-        }
+        data.apply_normalize_per_row(self.block_dim, self.target_rms);
         None
     }
     fn backprop(
@@ -246,7 +153,7 @@ impl Component for NormalizeComponent {
     ) {
         let BackpropArgs { in_value, .. } = args;
         if let Some(mut d) = in_deriv {
-            d.simple_diff_normalize_blocks(
+            d.diff_normalize_per_row(
                 in_value,
                 Some(out_deriv),
                 self.block_dim,
@@ -257,7 +164,7 @@ impl Component for NormalizeComponent {
     }
     fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
         let BackpropArgs { in_value, .. } = args;
-        deriv.simple_diff_normalize_blocks(in_value, None, self.block_dim, self.target_rms, false);
+        deriv.diff_normalize_per_row(in_value, None, self.block_dim, self.target_rms, false);
     }
     fn write(&self, w: &mut TokenWriter) {
         w.token("<NormalizeComponent>");
@@ -286,15 +193,7 @@ impl Component for NormalizeComponent {
         }
         s
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -487,30 +386,11 @@ impl BatchNormComponent {
         Ok(Box::new(c))
     }
 
-    /// Applies `f` to the data viewed as rows of `block_dim` columns.
-    fn for_each_block_row(&self, m: &mut MatViewMut<'_>, mut f: impl FnMut(&mut [f32])) {
-        for r in 0..m.num_rows() {
-            for blk in m.row_mut(r).chunks_mut(self.block_dim) {
-                f(blk);
-            }
-        }
-    }
-
     /// Training-mode forward pass on `data` (already holding the input).
     fn propagate_train(&self, data: &mut MatViewMut<'_>) -> Memo {
         let bd = self.block_dim;
         let n = data.num_rows() * (self.dim / bd);
-        let mut mean = vec![0.0f32; bd];
-        let mut uvar = vec![0.0f32; bd];
-        let view = data.as_view();
-        for r in 0..view.num_rows() {
-            for blk in view.row(r).chunks(bd) {
-                for ((m, u), &x) in mean.iter_mut().zip(uvar.iter_mut()).zip(blk) {
-                    *m += x;
-                    *u += x * x;
-                }
-            }
-        }
+        let (mut mean, mut uvar) = data.as_view().block_col_sum_and_sum_squares(bd);
         let inv_n = 1.0 / n.max(1) as f32;
         mean.iter_mut().for_each(|m| *m *= inv_n);
         uvar.iter_mut().for_each(|u| *u *= inv_n);
@@ -523,11 +403,7 @@ impl BatchNormComponent {
                 (v + var_scale * self.epsilon).powf(-0.5)
             })
             .collect();
-        self.for_each_block_row(data, |blk| {
-            for ((x, &m), &s) in blk.iter_mut().zip(&mean).zip(&scale) {
-                *x = (*x - m) * s;
-            }
-        });
+        data.sub_vec_mul_vec_per_block(&mean, &scale);
         Box::new(BatchNormMemo {
             num_frames: n,
             mean,
@@ -540,10 +416,7 @@ impl BatchNormComponent {
     fn backprop_on(&self, out_value: MatView<'_>, memo: Option<&Memo>, deriv: &mut MatViewMut<'_>) {
         let bd = self.block_dim;
         if self.test_mode {
-            let scale = self.scale.clone();
-            self.for_each_block_row(deriv, |blk| {
-                blk.iter_mut().zip(&scale).for_each(|(d, &s)| *d *= s)
-            });
+            deriv.mul_vec_per_block(&self.scale);
             return;
         }
         let Some(memo) = memo.and_then(|m| m.downcast_ref::<BatchNormMemo>()) else {
@@ -553,16 +426,7 @@ impl BatchNormComponent {
         };
         let n = memo.num_frames.max(1) as f32;
         // var_deriv_mod = -1/(t² n) Σ z·z' · scale; temp = -1/n Σ z'.
-        let mut zz = vec![0.0f32; bd];
-        let mut zsum = vec![0.0f32; bd];
-        for r in 0..out_value.num_rows() {
-            for (zb, db) in out_value.row(r).chunks(bd).zip(deriv.row(r).chunks(bd)) {
-                for j in 0..bd {
-                    zz[j] += zb[j] * db[j];
-                    zsum[j] += db[j];
-                }
-            }
-        }
+        let (zz, zsum) = out_value.block_col_dot_and_sum(deriv.as_view(), bd);
         let coeff = -1.0 / (self.target_rms * self.target_rms * n);
         let var_deriv_mod: Vec<f32> = zz
             .iter()
@@ -570,15 +434,7 @@ impl BatchNormComponent {
             .map(|(&a, &s)| a * coeff * s)
             .collect();
         let temp: Vec<f32> = zsum.iter().map(|&s| -s / n).collect();
-        for r in 0..out_value.num_rows() {
-            let zrow = out_value.row(r);
-            for (b, db) in deriv.row_mut(r).chunks_mut(bd).enumerate() {
-                let zb = &zrow[b * bd..(b + 1) * bd];
-                for j in 0..bd {
-                    db[j] = (db[j] + temp[j]) * memo.scale[j] + zb[j] * var_deriv_mod[j];
-                }
-            }
-        }
+        deriv.add_vec_mul_vec_add_mat_vec_per_block(&temp, &memo.scale, out_value, &var_deriv_mod);
     }
 }
 
@@ -611,8 +467,7 @@ impl Component for BatchNormComponent {
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         if self.test_mode {
-            let (scale, offset) = (&self.scale, &self.offset);
-            self.for_each_block_row(&mut data, |blk| simd::mul_add_elements(blk, scale, offset));
+            data.mul_add_vec_per_block(&self.scale, &self.offset);
             None
         } else {
             Some(self.propagate_train(&mut data))
@@ -666,15 +521,7 @@ impl Component for BatchNormComponent {
         }
         s
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
     fn store_stats(
         &mut self,
         _: MatView<'_>,

@@ -3,30 +3,15 @@
 //! Kaldi's `nnet-simple-component.{h,cc}`.
 
 use super::nonlinear::parameter_stats;
+use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Real, Trans};
+use crate::matrix::{MatView, MatViewMut, Trans};
 use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
-use std::any::Any;
-
-/// The boilerplate every component here shares.
-macro_rules! component_common {
-    () => {
-        fn clone_box(&self) -> Box<dyn Component> {
-            Box::new(self.clone())
-        }
-        fn as_any(&self) -> &dyn Any {
-            self
-        }
-        fn as_any_mut(&mut self) -> &mut dyn Any {
-            self
-        }
-    };
-}
 
 /// Reads a positive i32 after `token` (error names the offset).
 fn read_pos_i32(r: &mut TokenReader<'_>, token: &str) -> Result<usize> {
@@ -156,7 +141,7 @@ impl Component for NoOpComponent {
         }
         s
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -265,7 +250,7 @@ impl Component for ElementwiseProductComponent {
             self.input_dim, self.output_dim
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -375,7 +360,7 @@ impl Component for PermuteComponent {
         s.push(']');
         s
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -484,7 +469,7 @@ impl Component for SumBlockComponent {
             fmt_g(self.scale as f64, 6)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -494,7 +479,7 @@ impl Component for SumBlockComponent {
 pub struct SumGroupComponent {
     sizes: Vec<i32>,
     /// For each output column, the input column range [start, end).
-    ranges: Vec<(usize, usize)>,
+    ranges: Vec<(i32, i32)>,
     /// For each input column, its output column.
     reverse: Vec<i32>,
 }
@@ -506,10 +491,11 @@ impl SumGroupComponent {
         }
         let mut ranges = Vec::with_capacity(sizes.len());
         let mut reverse = Vec::new();
-        let mut start = 0usize;
+        let mut start = 0i32;
         for (j, &s) in sizes.iter().enumerate() {
-            ranges.push((start, start + s as usize));
-            start += s as usize;
+            let end = start.checked_add(s)?;
+            ranges.push((start, end));
+            start = end;
             reverse.extend(std::iter::repeat_n(j as i32, s as usize));
         }
         Some(SumGroupComponent {
@@ -564,18 +550,6 @@ impl SumGroupComponent {
     }
 }
 
-impl MatViewMut<'_> {
-    /// `self[:, j] = Σ_{k ∈ ranges[j]} src[:, k]` (Kaldi's SumColumnRanges).
-    pub fn simple_sum_column_ranges(&mut self, src: MatView<'_>, ranges: &[(usize, usize)]) {
-        for r in 0..self.num_rows() {
-            let s = src.row(r);
-            for (x, &(a, b)) in self.row_mut(r).iter_mut().zip(ranges) {
-                *x = s[a..b].iter().sum();
-            }
-        }
-    }
-}
-
 impl Component for SumGroupComponent {
     fn type_name(&self) -> &'static str {
         "SumGroupComponent"
@@ -595,7 +569,7 @@ impl Component for SumGroupComponent {
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.simple_sum_column_ranges(input, &self.ranges);
+        output.sum_column_ranges(input, &self.ranges);
         None
     }
     fn backprop(
@@ -621,7 +595,7 @@ impl Component for SumGroupComponent {
             self.output_dim()
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -666,32 +640,6 @@ impl PnormComponent {
     }
 }
 
-impl MatViewMut<'_> {
-    /// `self[:, j] = ‖src[:, j·g .. (j+1)·g]‖₂` (Kaldi's GroupPnorm with p = 2).
-    pub fn simple_group_2norm(&mut self, src: MatView<'_>) {
-        let g = src.num_cols() / self.num_cols().max(1);
-        for r in 0..self.num_rows() {
-            let s = src.row(r);
-            for (x, grp) in self.row_mut(r).iter_mut().zip(s.chunks(g)) {
-                *x = grp.iter().map(|v| v * v).sum::<Real>().sqrt();
-            }
-        }
-    }
-    /// Derivative of [`Self::simple_group_2norm`]: `self = x / y · dy` (0 where y = 0).
-    pub fn simple_diff_group_2norm(&mut self, x: MatView<'_>, y: MatView<'_>, dy: MatView<'_>) {
-        let g = self.num_cols() / y.num_cols().max(1);
-        for r in 0..self.num_rows() {
-            let (xr, yr, dr) = (x.row(r), y.row(r), dy.row(r));
-            for (j, (out, xin)) in self.row_mut(r).chunks_mut(g).zip(xr.chunks(g)).enumerate() {
-                let f = if yr[j] != 0.0 { dr[j] / yr[j] } else { 0.0 };
-                for (o, &xv) in out.iter_mut().zip(xin) {
-                    *o = xv * f;
-                }
-            }
-        }
-    }
-}
-
 impl Component for PnormComponent {
     fn type_name(&self) -> &'static str {
         "PnormComponent"
@@ -711,7 +659,7 @@ impl Component for PnormComponent {
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.simple_group_2norm(input);
+        output.group_2norm_from(input);
         None
     }
     fn backprop(
@@ -726,7 +674,7 @@ impl Component for PnormComponent {
             ..
         } = args;
         if let Some(mut d) = in_deriv {
-            d.simple_diff_group_2norm(in_value, out_value, out_deriv);
+            d.diff_group_2norm(in_value, out_value, out_deriv);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -743,7 +691,7 @@ impl Component for PnormComponent {
             self.input_dim, self.output_dim
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -824,7 +772,7 @@ impl Component for FixedScaleComponent {
             parameter_stats("scales", &self.scales, true)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -895,7 +843,7 @@ impl Component for FixedBiasComponent {
             parameter_stats("bias", &self.bias, true)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1001,14 +949,19 @@ impl ClipGradientComponent {
             if self.norm_based_clipping {
                 let t = self.clipping_threshold;
                 let mut clipped = 0;
-                for r in 0..d.num_rows() {
-                    let sq: f32 = d.row(r).iter().map(|x| x * x).sum::<f32>() / (t * t);
-                    if sq > 1.0 {
-                        let s = sq.powf(-0.5);
-                        d.row_mut(r).iter_mut().for_each(|x| *x *= s);
-                        clipped += 1;
-                    }
-                }
+                let scales: Vec<f32> = (d.as_view().row_sum_squares().into_iter())
+                    .map(|sq| sq / (t * t))
+                    .map(|q| {
+                        if q > 1.0 {
+                            clipped += 1;
+                            q.powf(-0.5)
+                        } else {
+                            1.0
+                        }
+                    })
+                    .collect();
+                // Rows within the threshold are multiplied by 1.0, which is exact.
+                d.mul_rows_vec(&scales);
                 if let Some(u) = upd.as_deref_mut() {
                     u.num_clipped += clipped;
                     u.count += d.num_rows() as i32;
@@ -1053,15 +1006,9 @@ impl ClipGradientComponent {
         upd.num_self_repaired += 1;
         let target = self.self_repair_target;
         let mut repair = in_value.to_matrix();
-        repair.view_mut().map_inplace(|x| {
-            let sign = if x > 0.0 { 1.0 } else { -1.0 };
-            (x.abs() - target).max(0.0) * sign
-        });
-        let row_norm_sum = |m: MatView<'_>| -> f64 {
-            (0..m.num_rows())
-                .map(|r| m.row(r).iter().map(|x| x * x).sum::<f32>().sqrt() as f64)
-                .sum()
-        };
+        repair.view_mut().apply_soft_threshold(target);
+        let row_norm_sum =
+            |m: MatView<'_>| -> f64 { m.row_norms().iter().map(|&x| x as f64).sum() };
         let n = d.num_rows().max(1) as f64;
         let deriv_norm_sum = row_norm_sum(d.as_view());
         let magnitude =
@@ -1169,7 +1116,7 @@ impl Component for ClipGradientComponent {
         self.count = (self.count as f32 * scale) as i32;
         self.num_clipped = (self.num_clipped as f32 * scale) as i32;
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 #[cfg(test)]
