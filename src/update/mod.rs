@@ -20,8 +20,8 @@
 pub mod natural_gradient;
 
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
-use natural_gradient::OnlineNaturalGradient;
 use crate::nnet::component::UpdatableCommon;
+use natural_gradient::OnlineNaturalGradient;
 
 /// A row-wise preconditioner with its own state: Kaldi's `OnlineNaturalGradient`
 /// (`update::natural_gradient`) is the one meant to implement it.

@@ -6,11 +6,11 @@
 use super::nonlinear::summarize_vector;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::simd;
 use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 use std::any::Any;
 
