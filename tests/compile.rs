@@ -26,7 +26,7 @@ fn net(cfg: &str) -> Nnet {
     let mut n = Nnet::from_config_text(cfg, "<test>", &mut compnet::random::seeded_rng(0))
         .unwrap_or_else(|e| panic!("{e}\n{cfg}"));
     for c in n.components.iter_mut() {
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
     }
     n
 }
@@ -835,7 +835,7 @@ fn golden_nets_compile_and_match_reference() {
             continue;
         }
         for c in n.components.iter_mut() {
-            c.set_test_mode(true);
+            c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         }
         let ctx = nnet_context(&n).unwrap();
         let mut inputs = vec![io("input", 0..1, -ctx.left..12 + ctx.right, false)];
@@ -982,7 +982,7 @@ fn random_networks_match_reference() {
             }
         };
         for c in n.components.iter_mut() {
-            c.set_test_mode(true);
+            c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         }
         if n.components
             .iter()

@@ -509,7 +509,7 @@ fn batchnorm_test_mode_uses_the_stored_stats_and_target_rms() {
         text_vector_after(bn2, "<StatsVar>"),
     );
     let (target_rms, epsilon) = (0.5f64, 0.001f64);
-    c.set_test_mode(true);
+    c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
     let x = lcg_matrix(5, 24, 17);
     let mut y = Matrix::zeros(5, 24);
     c.propagate(
@@ -541,7 +541,7 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         "type=SpecAugmentTimeMaskComponent dim=4 zeroed-proportion=0.5 time-mask-max-frames=2",
     ] {
         let mut c = make(cfg);
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(5, 4);
         let memo = c.propagate(
             PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
@@ -558,7 +558,7 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         ("output-dim=3 dropout-proportion=0", 1.0),
     ] {
         let mut c = make(&format!("type=DropoutMaskComponent {cfg}"));
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(4, 3);
         c.propagate(
             PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
@@ -575,7 +575,7 @@ fn test_mode_behaviour_matches_the_golden_readme() {
     {
         let bytes = golden_component("fast-lstmp", "lstm1.dropout_mask", true).unwrap();
         let mut c = read_component(&mut TokenReader::new(&bytes, true, "model.raw")).expect("read");
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(2, 3);
         c.propagate(
             PropagateArgs::new(&mut compnet::random::seeded_rng(0)),

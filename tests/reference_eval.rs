@@ -48,7 +48,7 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     )
     .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}\n{}", net.config));
     for c in nnet.components.iter_mut() {
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
     }
     // Kaldi's context computation only handles networks whose inputs are 'input' (and
     // 'ivector'); others get a generous fixed context (the generator's offsets are small).

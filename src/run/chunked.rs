@@ -156,8 +156,11 @@ impl ChunkComputer {
         priors: Option<&Vector>,
     ) -> Result<Self> {
         opts.check()?;
+        // One generator through all components, in order: BatchNorm without statistics
+        // invents some, each its own, the same on every run.
+        let mut test_mode_rng = crate::random::seeded_rng(0);
         for c in nnet.components.iter_mut() {
-            c.set_test_mode(true);
+            c.set_test_mode(true, &mut test_mode_rng);
         }
         let input = nnet
             .node_index("input")

@@ -7,7 +7,7 @@
 //! - [`Update::Frozen`]: learning rate 0; no product is computed at all.
 //! - [`Update::Plain`]: the gradient times the learning rate, e.g. W += lr·Yᵀ·X and
 //!   b += lr·Σ rows of Y. Used for gradient holders (`is_gradient`, Kaldi's `UpdateSimple`),
-//!   for components without natural gradient, and while no preconditioner is plugged in.
+//!   for components without natural gradient; natural-gradient components use [`natural_gradient::OnlineNaturalGradient`].
 //! - [`Update::Preconditioned`]: natural-gradient SGD (facts §7.2): the rows of [X | 1] and
 //!   of Y are preconditioned first, each side by its own [`Preconditioner`] with its own
 //!   state, and the learning rate is multiplied by the two scale factors they return.
@@ -473,9 +473,18 @@ mod tests {
             Update::Plain { .. } => "plain",
             Update::Preconditioned { .. } => "preconditioned",
         };
-        // Nothing is plugged into the slot yet: natural-gradient blocks update plainly.
+        // The slot holds OnlineNaturalGradient: natural-gradient blocks are preconditioned.
         assert_eq!(
             kind(Update::new(&common, Some((&options, &mut st)), true)),
+            "preconditioned"
+        );
+        // Without natural gradient they update plainly.
+        let plain_options = NaturalGradientOptions {
+            use_natural_gradient: false,
+            ..options.clone()
+        };
+        assert_eq!(
+            kind(Update::new(&common, Some((&plain_options, &mut st)), true)),
             "plain"
         );
         let mut st = state(1.0, 1.0);

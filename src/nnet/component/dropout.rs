@@ -188,7 +188,7 @@ impl Component for DropoutComponent {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
     }
 }
@@ -222,7 +222,7 @@ mod tests {
         assert!(v.iter().zip(x.to_vec()).all(|(a, b)| *a == 0.0 || *a == b));
         let zeros = v.iter().filter(|a| **a == 0.0).count();
         assert!(zeros > 10 && zeros < 70, "{zeros} of 150 dropped");
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut crate::random::seeded_rng(0));
         c.propagate(
             PropagateArgs::new(&mut crate::random::seeded_rng(0)),
             x.view(),

@@ -352,7 +352,7 @@ impl Component for GeneralDropoutComponent {
         s
     }
     component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
     }
     fn precompute_indexes(
@@ -532,7 +532,7 @@ impl Component for DropoutMaskComponent {
         s
     }
     component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
     }
     fn get_input_indexes(
@@ -758,7 +758,7 @@ impl Component for SpecAugmentTimeMaskComponent {
         )
     }
     component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
     }
     fn precompute_indexes(

@@ -236,7 +236,9 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// Scales stored statistics (Kaldi's ScaleStats-style decay), if any.
     fn scale_stats(&mut self, _scale: f32) {}
     /// Switches train/test behaviour (Dropout, BatchNorm, ...); no-op for most components.
-    fn set_test_mode(&mut self, _test_mode: bool) {}
+    /// `rng` serves BatchNorm without statistics, which invents some (as Kaldi does); callers
+    /// switching a whole network pass one generator through all components in order.
+    fn set_test_mode(&mut self, _test_mode: bool, _rng: &mut dyn RngCore) {}
 
     // ---- Hooks for general (non-simple) components. The defaults are a simple component's.
 

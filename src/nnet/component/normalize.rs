@@ -371,15 +371,20 @@ impl BatchNormComponent {
 
     /// Recomputes the test-mode transform from the statistics (Kaldi's ComputeDerived).
     fn compute_derived(&mut self) {
+        self.compute_derived_with(&mut crate::random::seeded_rng(0));
+    }
+
+    /// [`Self::compute_derived`], inventing missing statistics from `rng`.
+    fn compute_derived_with(&mut self, rng: &mut dyn RngCore) {
         if !self.test_mode {
             self.offset.clear();
             self.scale.clear();
             return;
         }
         if self.count == 0.0 {
-            // Switched to test mode later (or read so): no init generator at hand, so a
-            // fixed seed keeps two runs on the same untrained model equal.
-            self.invent_stats(&mut crate::random::seeded_rng(0));
+            // Read in test mode: no generator at hand, so a fixed seed keeps two runs on the
+            // same untrained model equal.
+            self.invent_stats(rng);
         }
         let inv = (1.0 / self.count) as f32;
         let mut offset: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32 * -inv).collect();
@@ -718,9 +723,9 @@ impl Component for BatchNormComponent {
             self.stats_sumsq.iter_mut().for_each(|x| *x *= s);
         }
     }
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
-        self.compute_derived();
+        self.compute_derived_with(rng);
     }
 }
 
@@ -789,7 +794,7 @@ mod tests {
             let cfg = ConfigLine::parse_str(config).expect("cfg");
             let mut init_rng = crate::random::seeded_rng(seed);
             let mut c = BatchNormComponent::from_config(&cfg, &mut init_rng).expect("init");
-            c.set_test_mode(true);
+            c.set_test_mode(true, &mut crate::random::seeded_rng(0));
             let mut y = Matrix::zeros(1, 3);
             c.propagate(
                 PropagateArgs::new(&mut crate::random::seeded_rng(0)),
