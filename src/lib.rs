@@ -1,12 +1,14 @@
 //! compnet: computational networks in the style of Kaldi's nnet3.
 //!
-//! Data flow (one module per stage): config text → [`nnet`] (network, descriptors,
-//! components) → `compile` (request → graph → steps → computation) → `run` (the executor on
-//! a [`matrix`] backend) → `train`. [`io`] reads and writes Kaldi's files.
+//! Data flow (one module per stage): config text → [`frontend`] (Kaldi's config reader and
+//! model files) → [`nnet`] (network, descriptors, components) → `compile` (request → graph →
+//! steps → computation) → `run` (the executor on a [`matrix`] backend) → `train`. [`io`]
+//! reads and writes Kaldi's archive formats.
 
 pub mod cli;
 pub mod compile;
 pub mod error;
+pub mod frontend;
 pub mod index;
 pub mod io;
 pub mod limits;

@@ -7,10 +7,10 @@
 //! components with a stub factory whose dimensions come from Kaldi's own `info.txt` (or, for
 //! the benchmark configs, from the obvious config keys).
 
+use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenWriter;
 use compnet::matrix::{MatView, MatViewMut};
 use compnet::nnet::component::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
-use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::{NetworkNode, Nnet, ObjectiveType};
 use compnet::Result;
 use std::any::Any;

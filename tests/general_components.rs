@@ -3,13 +3,13 @@
 //! propagate against independent per-Index reference computations; numeric derivative checks
 //! of backprop (inputs and parameters) through the components' own Index hooks.
 
+use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenReader;
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::{
     new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
     PropagateArgs, Properties,
 };
-use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
 use compnet::testing::golden::{
     check_golden_info, golden_component, golden_path, round_trip_golden,

@@ -43,9 +43,7 @@ enum Command {
 /// With compression one such value can spoil the whole compressed matrix, so that is said too.
 /// Returns whether it warned.
 pub fn warn_non_finite(tool: &str, key: &str, m: &crate::matrix::Matrix, compress: bool) -> bool {
-    let bad: usize = (0..m.num_rows())
-        .map(|r| m.row(r).iter().filter(|x| !x.is_finite()).count())
-        .sum();
+    let bad = m.view().count_non_finite();
     if bad == 0 {
         return false;
     }

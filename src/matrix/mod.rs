@@ -25,7 +25,7 @@ mod pooling;
 mod precise;
 mod random;
 mod rows;
-pub(crate) mod simd;
+mod simd;
 mod vector;
 mod vector_params;
 mod weights;
@@ -233,17 +233,15 @@ impl Matrix {
     }
     /// Row `r` (num_cols elements).
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn row(&self, r: usize) -> &[Real] {
+    pub(in crate::matrix) fn row(&self, r: usize) -> &[Real] {
         let s = r * self.stride;
         &self.data[s..s + self.cols]
     }
-    /// Row `r`, mutable.
-    ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
-    /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
+    /// Row `r`, mutable (the matrix module's own tests fill matrices through it).
+    #[cfg(test)]
+    pub(in crate::matrix) fn row_mut(&mut self, r: usize) -> &mut [Real] {
         let s = r * self.stride;
         &mut self.data[s..s + self.cols]
     }
@@ -304,16 +302,16 @@ impl<'a> MatView<'a> {
     }
     /// The backing slice (length (rows-1)·stride + cols).
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn as_slice(&self) -> &'a [Real] {
+    pub(in crate::matrix) fn as_slice(&self) -> &'a [Real] {
         self.data
     }
     /// Row `r` (num_cols elements).
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn row(&self, r: usize) -> &'a [Real] {
+    pub(in crate::matrix) fn row(&self, r: usize) -> &'a [Real] {
         debug_assert!(r < self.rows);
         if self.cols == 0 {
             return &[]; // a zero-width view has an empty backing slice
@@ -432,9 +430,9 @@ impl<'a> MatViewMut<'a> {
     }
     /// Row `r` (num_cols elements).
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn row(&self, r: usize) -> &[Real] {
+    pub(in crate::matrix) fn row(&self, r: usize) -> &[Real] {
         if self.cols == 0 {
             return &[];
         }
@@ -443,9 +441,9 @@ impl<'a> MatViewMut<'a> {
     }
     /// Row `r`, mutable.
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
+    pub(in crate::matrix) fn row_mut(&mut self, r: usize) -> &mut [Real] {
         debug_assert!(r < self.rows);
         if self.cols == 0 {
             return &mut [];
@@ -463,9 +461,9 @@ impl<'a> MatViewMut<'a> {
     }
     /// The backing slice (length (rows-1)·stride + cols).
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn as_mut_slice(&mut self) -> &mut [Real] {
+    pub(in crate::matrix) fn as_mut_slice(&mut self) -> &mut [Real] {
         self.data
     }
     /// Overwrites row `r` with `v` (length num_cols; host copy: the I/O and test boundary).
@@ -557,10 +555,10 @@ impl<'a> MatViewMut<'a> {
     }
     /// Applies `f` to every element.
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub fn map_inplace(&mut self, f: impl Fn(Real) -> Real) {
+    pub(in crate::matrix) fn map_inplace(&mut self, f: impl Fn(Real) -> Real) {
         for r in 0..self.rows {
             for x in self.row_mut(r) {
                 *x = f(*x);
@@ -569,10 +567,10 @@ impl<'a> MatViewMut<'a> {
     }
     /// `self[i,j] = f(self[i,j], a[i,j])` for every element.
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub fn zip_apply(&mut self, a: MatView<'_>, f: impl Fn(Real, Real) -> Real) {
+    pub(in crate::matrix) fn zip_apply(&mut self, a: MatView<'_>, f: impl Fn(Real, Real) -> Real) {
         assert_eq!((self.rows, self.cols), (a.rows, a.cols), "zip_apply: shape");
         for r in 0..self.rows {
             let src = a.row(r);
@@ -583,10 +581,10 @@ impl<'a> MatViewMut<'a> {
     }
     /// `self[i,j] = f(self[i,j], a[i,j], b[i,j])` for every element.
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub fn zip2_apply(
+    pub(in crate::matrix) fn zip2_apply(
         &mut self,
         a: MatView<'_>,
         b: MatView<'_>,
@@ -626,18 +624,11 @@ impl Vector {
     pub fn dim(&self) -> usize {
         self.data.len()
     }
-    /// The elements.
-    ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
-    /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn as_slice(&self) -> &[Real] {
-        &self.data
-    }
     /// The elements, mutable.
     ///
-    /// Storage access, for src/matrix and phase-2 conversion only: code outside `matrix/`
+    /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
-    pub fn as_mut_slice(&mut self) -> &mut [Real] {
+    pub(in crate::matrix) fn as_mut_slice(&mut self) -> &mut [Real] {
         &mut self.data
     }
     /// A copy of the elements (host copy: the I/O and test boundary).

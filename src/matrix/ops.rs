@@ -524,6 +524,12 @@ impl MatView<'_> {
     pub fn is_finite(&self) -> bool {
         (0..self.num_rows()).all(|r| self.row(r).iter().all(|x| x.is_finite()))
     }
+    /// How many elements are NaN or infinite.
+    pub fn count_non_finite(&self) -> usize {
+        (0..self.num_rows())
+            .map(|r| self.row(r).iter().filter(|x| !x.is_finite()).count())
+            .sum()
+    }
 }
 
 /// `dst = s · src + beta · dst` (beta = 0: dst is not read).

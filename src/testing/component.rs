@@ -4,13 +4,13 @@
 //! [`check_component_config`] runs every generic check on one config line and says which
 //! check failed; other modules can call it from their own unit tests.
 
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::component::{
     new_component_from_config, read_component, BackpropArgs, Component, Memo, PropagateArgs,
     Properties,
 };
-use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// Reads component bytes (text or binary) and writes them back; the error names what differs.

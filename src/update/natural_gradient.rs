@@ -152,12 +152,13 @@ impl FisherEstimate {
     fn starting_point(rank: usize, dim: usize) -> Self {
         let mut r = Matrix::zeros(rank, dim);
         for i in 0..rank {
-            let row = r.row_mut(i);
+            let mut row = vec![0.0; dim];
             for j in (i..dim).step_by(rank) {
                 row[j] = if j == i { 1.1 } else { 1.0 };
             }
             let norm = row.iter().map(|x| x * x).sum::<Real>().sqrt();
             row.iter_mut().for_each(|x| *x /= norm);
+            r.copy_row_from_slice(i, &row);
         }
         FisherEstimate {
             r,

@@ -11,10 +11,10 @@ use super::{
     Properties,
 };
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::MatViewMut;
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
 use rand::RngCore;
 use std::any::Any;

@@ -8,9 +8,9 @@ use super::{
     UpdatableComponent,
 };
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;

@@ -9,9 +9,9 @@ use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
-use crate::nnet::config_line::ConfigLine;
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
 

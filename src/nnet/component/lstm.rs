@@ -21,12 +21,12 @@ use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{
     backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, MatView, MatViewMut, Matrix,
 };
-use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const TYPE: &str = "LstmNonlinearityComponent";

@@ -26,9 +26,9 @@ pub mod tdnn;
 pub mod updatable;
 
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
 use rand::RngCore;
 use std::any::Any;

@@ -7,10 +7,10 @@ use super::nonlinear::summarize_vector;
 use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// Rescales each block of `block-dim` inputs to RMS `target-rms`.

@@ -3,9 +3,9 @@
 //! summaries of `info` lines, and a few small parameter ops.
 
 use crate::error::{Error, Result};
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::TokenReader;
 use crate::matrix::{MatView, Matrix, Trans, Vector};
-use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// A rows × cols matrix of Gaussian values with this mean and standard deviation.

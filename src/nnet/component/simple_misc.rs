@@ -6,10 +6,10 @@ use super::nonlinear::parameter_stats;
 use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Trans};
-use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
 

@@ -15,9 +15,9 @@ use super::{
     Properties,
 };
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, PoolingOptions};
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
 use rustc_hash::FxHashMap;

@@ -6,9 +6,9 @@
 //! exactly as Kaldi's normalisation does (facts §2.6, §5.3). Every error carries the
 //! character offset within the descriptor text of the token or expression at fault.
 
-use super::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
+use super::config_line::is_valid_name;
 use crate::io::codec::{fmt_g, parse_float};
-use crate::nnet::config_line::is_valid_name;
+use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
 
 /// A descriptor syntax or normalisation error at a character offset within the text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -817,17 +817,6 @@ impl ForwardingDescriptor {
             }
         }
     }
-
-    /// Every node this descriptor may read, in order of appearance (with repeats).
-    pub fn collect_nodes(&self, out: &mut Vec<usize>) {
-        match self {
-            ForwardingDescriptor::Simple { node, .. } => out.push(*node),
-            ForwardingDescriptor::Offset { src, .. }
-            | ForwardingDescriptor::Round { src, .. }
-            | ForwardingDescriptor::ReplaceIndex { src, .. } => src.collect_nodes(out),
-            ForwardingDescriptor::Switch(v) => v.iter().for_each(|f| f.collect_nodes(out)),
-        }
-    }
 }
 
 impl SumDescriptor {
@@ -854,19 +843,6 @@ impl SumDescriptor {
             SumDescriptor::Const { value, dim } => {
                 s.push_str(&format!("Const({}, {dim})", fmt_scalar(*value)));
             }
-        }
-    }
-
-    /// Every node this descriptor may read, in order of appearance (with repeats).
-    pub fn collect_nodes(&self, out: &mut Vec<usize>) {
-        match self {
-            SumDescriptor::Simple(f) => f.collect_nodes(out),
-            SumDescriptor::Optional(a) => a.collect_nodes(out),
-            SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => {
-                a.collect_nodes(out);
-                b.collect_nodes(out);
-            }
-            SumDescriptor::Const { .. } => {}
         }
     }
 }
@@ -911,17 +887,6 @@ impl Descriptor {
             }
         }
         s
-    }
-
-    /// Every node this descriptor may read, sorted and without repeats.
-    pub fn node_dependencies(&self) -> Vec<usize> {
-        let mut v = Vec::new();
-        for p in &self.parts {
-            p.collect_nodes(&mut v);
-        }
-        v.sort_unstable();
-        v.dedup();
-        v
     }
 }
 

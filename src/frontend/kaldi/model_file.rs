@@ -11,11 +11,11 @@
 //! Every malformed input gives an [`Error::Format`] with the byte offset and what was expected;
 //! counts are checked against the bytes that remain before anything is allocated.
 
+use super::config_line::is_valid_name;
 use crate::error::{Error, Result};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::Vector;
 use crate::nnet::component::{component_type, read_component, Component};
-use crate::nnet::config_line::is_valid_name;
 use crate::nnet::Nnet;
 
 /// Kaldi refuses networks with this many components or more.
@@ -125,41 +125,6 @@ impl Nnet {
             w.newline_if_text();
         }
         w.token("</Nnet3>");
-    }
-
-    /// Total number of trainable parameters (updatable components only), as `nnet3-info`.
-    pub fn num_parameters(&self) -> usize {
-        self.components
-            .iter()
-            .filter_map(|c| c.as_updatable())
-            .map(|u| u.num_parameters())
-            .sum()
-    }
-
-    /// Sets the learning rate of every updatable component (Kaldi's `SetLearningRate`: the
-    /// stored rate is `learning_rate * learning-rate-factor`).
-    pub fn set_learning_rate(&mut self, learning_rate: f32) {
-        for c in &mut self.components {
-            if let Some(u) = c.as_updatable_mut() {
-                let cm = u.common_mut();
-                cm.learning_rate = learning_rate * cm.learning_rate_factor;
-            }
-        }
-    }
-
-    /// Multiplies all parameters by `scale` (Kaldi's `ScaleNnet`); components without
-    /// parameters scale their stored statistics instead.
-    pub fn scale_all(&mut self, scale: f32) {
-        if scale == 1.0 {
-            return;
-        }
-        for c in &mut self.components {
-            if let Some(u) = c.as_updatable_mut() {
-                u.scale(scale);
-            } else {
-                c.scale_stats(scale);
-            }
-        }
     }
 }
 
