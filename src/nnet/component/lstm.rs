@@ -225,8 +225,8 @@ impl LstmNonlinearityComponent {
         &self,
         in_value: MatView<'_>,
         out_deriv: MatView<'_>,
-        mut in_deriv: Option<&mut MatViewMut<'_>>,
-        mut params_deriv: Option<&mut [f64]>,
+        in_deriv: Option<&mut MatViewMut<'_>>,
+        params_deriv: Option<&mut [f64]>,
         mut stats: Option<&mut LstmNonlinearityComponent>,
     ) {
         let c = self.cell_dim();
@@ -246,8 +246,8 @@ impl LstmNonlinearityComponent {
                 use_dropout: self.use_dropout,
                 self_repair: &repair,
             },
-            in_deriv.as_deref_mut(),
-            params_deriv.as_deref_mut(),
+            in_deriv,
+            params_deriv,
             stats.as_deref_mut().map(|st| LstmStatsSums {
                 value_sum: &mut st.value_sum,
                 deriv_sum: &mut st.deriv_sum,
