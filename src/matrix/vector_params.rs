@@ -35,7 +35,9 @@ mod tests {
     fn reciprocal_keeps_sign_and_floors_magnitude() {
         let v = Vector::from_vec(vec![2.0, -0.5, 1e-9, -1e-9, 0.0]);
         let r = v.reciprocal_away_from_zero(1e-3);
-        assert_eq!(r.to_vec(), vec![0.5, -2.0, 1000.0, -1000.0, 1000.0]);
+        // 1/1e-3 in f32 (999.99994), with the sign of the input; +0 counts as positive.
+        let big = 1.0 / 1e-3f32;
+        assert_eq!(r.to_vec(), vec![0.5, -2.0, big, -big, big]);
     }
 
     #[test]
