@@ -109,10 +109,10 @@ impl BackpropTruncationComponent {
             return Err(r.err_at(at, "a <ZeroingThreshold> >= 0"));
         }
         r.expect_token("<ZeroingInterval>")?;
-        let zeroing_interval = super::param_util::read_positive_i32(r, "<ZeroingInterval>")? as i32;
+        let zeroing_interval = super::param_util::read_positive_count(r, "<ZeroingInterval>")?;
         r.expect_token("<RecurrenceInterval>")?;
         let recurrence_interval =
-            super::param_util::read_positive_i32(r, "<RecurrenceInterval>")? as i32;
+            super::param_util::read_positive_count(r, "<RecurrenceInterval>")?;
         r.expect_token("<NumElementsClipped>")?;
         let num_clipped = r.f64()?;
         r.expect_token("<NumElementsZeroed>")?;

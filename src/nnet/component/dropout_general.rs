@@ -158,7 +158,8 @@ impl GeneralDropoutComponent {
         if r.try_token("<SpecAugmentMaxProportion>")? {
             c.specaugment_max_proportion = read_proportion(r, "<SpecAugmentMaxProportion>")?;
             if r.try_token("<SpecAugmentMaxRegions>")? {
-                c.specaugment_max_regions = read_positive_i32(r, "<SpecAugmentMaxRegions>")? as i32;
+                c.specaugment_max_regions =
+                    super::param_util::read_positive_count(r, "<SpecAugmentMaxRegions>")?;
             }
         }
         if r.try_token("<TestMode>")? {
@@ -590,7 +591,8 @@ impl SpecAugmentTimeMaskComponent {
             return Err(r.err_at(at, "a <ZeroedProportion> in [0, 1)"));
         }
         r.expect_token("<TimeMaskMaxFrames>")?;
-        let time_mask_max_frames = read_positive_i32(r, "<TimeMaskMaxFrames>")? as i32;
+        let time_mask_max_frames =
+            super::param_util::read_positive_count(r, "<TimeMaskMaxFrames>")?;
         let test_mode = r.try_token("<TestMode>")?;
         expect_closing(r, SA)?;
         Ok(Box::new(SpecAugmentTimeMaskComponent {

@@ -83,6 +83,18 @@ pub fn read_positive_i32(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
     Ok(v as usize)
 }
 
+/// A positive integer read from a file that sizes nothing (a period, an interval, a count of
+/// regions): unlike a dim it is not held against the memory limit, so whatever a config
+/// accepted reads back.
+pub fn read_positive_count(r: &mut TokenReader<'_>, what: &str) -> Result<i32> {
+    let at = r.pos();
+    let v = r.i32()?;
+    if v <= 0 {
+        return Err(r.err_at(at, format!("a positive {what}")));
+    }
+    Ok(v)
+}
+
 /// A dimension error while reading a component at byte `at`.
 pub fn dim_error(r: &TokenReader<'_>, at: usize, what: impl Into<String>) -> Error {
     r.err_at(at, what)

@@ -178,10 +178,10 @@ impl StatisticsExtractionComponent {
         r.expect_token("<InputDim>")?;
         let input_dim = param_util::read_positive_i32(r, "input dimension")?;
         r.expect_token("<InputPeriod>")?;
-        let input_period = param_util::read_positive_i32(r, "input period")? as i32;
+        let input_period = param_util::read_positive_count(r, "input period")?;
         r.expect_token("<OutputPeriod>")?;
         let at = r.pos();
-        let output_period = param_util::read_positive_i32(r, "output period")? as i32;
+        let output_period = param_util::read_positive_count(r, "output period")?;
         if output_period % input_period != 0 || output_period as i64 > MAX_SPAN {
             return Err(r.err_at(
                 at,
@@ -450,7 +450,7 @@ impl StatisticsPoolingComponent {
         r.expect_token("<InputDim>")?;
         let input_dim = param_util::read_positive_i32(r, "input dimension")?;
         r.expect_token("<InputPeriod>")?;
-        let input_period = param_util::read_positive_i32(r, "input period")? as i32;
+        let input_period = param_util::read_positive_count(r, "input period")?;
         r.expect_token("<LeftContext>")?;
         let left_context = r.i32()?;
         r.expect_token("<RightContext>")?;
