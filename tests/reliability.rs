@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Golden files, copied into the repository (same layout as /work/shared/golden).
+/// Golden files, the in-repository copy of the Kaldi goldens (tests/data/kaldi).
 fn kaldi_data() -> PathBuf {
     std::env::var_os("COMPNET_KALDI_DATA").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kaldi"),

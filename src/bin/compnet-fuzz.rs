@@ -36,7 +36,7 @@ struct Opts {
     /// Stop after this many cases even if time is left.
     #[arg(long)]
     max_cases: Option<u64>,
-    /// Golden data (layout of /work/shared/golden: cases/*/, formats/feats, formats/egs);
+    /// Golden data (the layout of tests/data/kaldi: cases/*/, formats/feats, formats/egs);
     /// default: $COMPNET_KALDI_DATA, else tests/data/kaldi.
     #[arg(long)]
     data: Option<PathBuf>,
