@@ -20,6 +20,7 @@ pub mod run;
 /// evaluator): built for the crate's own tests and with the `testing` feature only.
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod train;
 pub mod update;
 
 pub use error::{Error, Result};

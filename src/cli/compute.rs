@@ -81,7 +81,7 @@ impl Args {
 const MAX_THREADS: usize = 256;
 
 /// Rejects a thread count that could not be started (`--num-threads=5000` used to panic).
-fn check_num_threads(n: usize) -> Result<()> {
+pub(crate) fn check_num_threads(n: usize) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let max = MAX_THREADS.max(cores);
     if n > max {

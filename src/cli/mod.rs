@@ -1,12 +1,16 @@
 //! The `compnet` command line: one subcommand per Kaldi tool, with Kaldi's option names
 //! (`--binary=false` and `--binary false` both work). Each subcommand lives in its own file.
 
+pub mod average;
+pub mod combine;
 pub mod compile;
 pub mod compute;
+pub mod compute_prob;
 pub mod copy;
 pub mod copy_feats;
 pub mod info;
 pub mod init;
+pub mod train;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -36,6 +40,24 @@ enum Command {
     Compute(compute::Args),
     /// Print the compiled computation for a request.
     Compile(compile::Args),
+    /// Train a network for one pass over merged egs (nnet3-train).
+    Train(train::Args),
+    /// Objective and accuracy of a network on egs (nnet3-compute-prob).
+    ComputeProb(compute_prob::Args),
+    /// Average the parameters of networks (nnet3-average).
+    Average(average::Args),
+    /// Combine the last models of a training run on held-out egs (nnet3-combine).
+    Combine(combine::Args),
+}
+
+/// A spinner on stderr when it is a terminal (long runs show progress; logs stay clean).
+pub fn progress_spinner(message: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_message(message.to_string());
+        b
+    })
 }
 
 /// Warns (on stderr, naming the utterance) when an input matrix holds NaN or infinity: they
@@ -79,5 +101,9 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::CopyFeats(a) => copy_feats::run(a),
         Command::Compute(a) => compute::run(a),
         Command::Compile(a) => compile::run(a),
+        Command::Train(a) => train::run(a),
+        Command::ComputeProb(a) => compute_prob::run(a),
+        Command::Average(a) => average::run(a),
+        Command::Combine(a) => combine::run(a),
     }
 }

@@ -580,7 +580,12 @@ impl Compiler<'_> {
                 let props = self.component_props(info.node);
                 let input = if s > 0 { &self.steps[s - 1] } else { info };
                 let in_deriv = if s > 0 { input.deriv } else { 0 };
-                let update = self.request.need_model_derivative && self.is_trainable(info.node);
+                // In training every component whose backprop runs gets its delta twin:
+                // trainable ones take their gradient there, the others their training-only
+                // work (self-repair, output-derivative statistics), as in Kaldi's trainer.
+                let update = self.request.need_model_derivative
+                    && (self.is_trainable(info.node)
+                        || (in_deriv != 0 && !props.has(Properties::UPDATABLE)));
                 if in_deriv == 0 && !update {
                     return Ok(());
                 }

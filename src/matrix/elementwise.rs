@@ -14,9 +14,14 @@ impl MatViewMut<'_> {
             self.row_mut(r).fill(v);
         }
     }
-    /// `self *= alpha`.
+    /// `self *= alpha`; scaling by 0 clears NaN and infinity too (as Kaldi's components'
+    /// `Scale(0)`: a delta network is reset this way after a non-finite minibatch).
     pub fn scale(&mut self, alpha: Real) {
-        self.map_inplace(|x| x * alpha);
+        if alpha == 0.0 {
+            self.map_inplace(|_| 0.0);
+        } else {
+            self.map_inplace(|x| x * alpha);
+        }
     }
     /// `self += c` element-wise.
     pub fn add_const(&mut self, c: Real) {

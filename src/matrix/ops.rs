@@ -629,3 +629,22 @@ pub(crate) fn transpose_apply(
         }
     }
 }
+
+impl MatView<'_> {
+    /// Sum of the diagonal elements (Kaldi's Trace), accumulated in f64.
+    pub fn trace(&self) -> Real {
+        let n = self.num_rows().min(self.num_cols());
+        (0..n).map(|i| self.get(i, i) as f64).sum::<f64>() as Real
+    }
+}
+
+impl MatViewMut<'_> {
+    /// Adds `alpha` to every diagonal element (Kaldi's AddToDiag).
+    pub fn add_to_diag(&mut self, alpha: Real) {
+        let n = self.num_rows().min(self.num_cols());
+        for i in 0..n {
+            let v = self.get(i, i);
+            self.set(i, i, v + alpha);
+        }
+    }
+}

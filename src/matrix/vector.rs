@@ -16,9 +16,13 @@ impl Vector {
     pub fn copy_from_slice(&mut self, x: &[Real]) {
         self.as_mut_slice().copy_from_slice(x);
     }
-    /// `self *= alpha`.
+    /// `self *= alpha`; scaling by 0 clears NaN and infinity too.
     pub fn scale(&mut self, alpha: Real) {
-        self.iter_mut().for_each(|x| *x *= alpha);
+        if alpha == 0.0 {
+            self.iter_mut().for_each(|x| *x = 0.0);
+        } else {
+            self.iter_mut().for_each(|x| *x *= alpha);
+        }
     }
     /// `self += c` element-wise.
     pub fn add_const(&mut self, c: Real) {

@@ -40,7 +40,7 @@ thread_local! {
 /// Executes an [`NnetComputation`] (Kaldi's `NnetComputer`).
 pub struct NnetComputer<'a> {
     computation: &'a NnetComputation,
-    nnet: &'a Nnet,
+    nnet: NetRef<'a>,
     /// Receives parameter gradients (Kaldi's `nnet_to_update`).
     delta: Option<&'a mut Nnet>,
     /// Receives component statistics (Kaldi's `nnet_to_store_stats`).
@@ -73,6 +73,35 @@ pub struct NnetComputer<'a> {
     rng: StdRng,
 }
 
+/// The network a computer runs: shared, or (training) held mutably so that component
+/// statistics go straight into it, as Kaldi's trainer stores them in the model it trains.
+enum NetRef<'a> {
+    Shared(&'a Nnet),
+    Mut(&'a mut Nnet),
+}
+
+impl NetRef<'_> {
+    fn get(&self) -> &Nnet {
+        match self {
+            NetRef::Shared(n) => n,
+            NetRef::Mut(n) => n,
+        }
+    }
+}
+
+/// Where statistics go: an explicit stats network, else the network itself when it is held
+/// mutably. A free function so that it borrows only these two fields.
+fn stats_target<'b>(
+    stats_nnet: &'b mut Option<&'_ mut Nnet>,
+    nnet: &'b mut NetRef<'_>,
+) -> Option<&'b mut Nnet> {
+    match (stats_nnet, nnet) {
+        (Some(s), _) => Some(&mut **s),
+        (None, NetRef::Mut(n)) => Some(&mut **n),
+        _ => None,
+    }
+}
+
 /// The seed of a computer's generator unless [`NnetComputer::with_seed`] says otherwise.
 pub const DEFAULT_SEED: u64 = 0;
 
@@ -82,6 +111,31 @@ impl<'a> NnetComputer<'a> {
     pub fn new(
         computation: &'a NnetComputation,
         nnet: &'a Nnet,
+        delta: Option<&'a mut Nnet>,
+    ) -> Self {
+        Self::with_net(computation, NetRef::Shared(nnet), delta)
+    }
+
+    /// A computer for training: component statistics (Propagate commands with
+    /// `store_stats`) go into `nnet` itself, parameter gradients into `delta` (Kaldi's
+    /// `NnetComputer(computation, nnet_, delta_nnet_)` in `NnetTrainer`).
+    pub fn for_training(
+        computation: &'a NnetComputation,
+        nnet: &'a mut Nnet,
+        delta: &'a mut Nnet,
+    ) -> Self {
+        Self::with_net(computation, NetRef::Mut(nnet), Some(delta))
+    }
+
+    /// A computer without a backward pass that stores component statistics into `nnet`
+    /// (Kaldi's RecomputeStats: BatchNorm statistics of an averaged model).
+    pub fn storing_stats(computation: &'a NnetComputation, nnet: &'a mut Nnet) -> Self {
+        Self::with_net(computation, NetRef::Mut(nnet), None)
+    }
+
+    fn with_net(
+        computation: &'a NnetComputation,
+        nnet: NetRef<'a>,
         delta: Option<&'a mut Nnet>,
     ) -> Self {
         let marker = computation
@@ -137,6 +191,7 @@ impl<'a> NnetComputer<'a> {
 
     fn node(&self, node_name: &str) -> Result<usize> {
         self.nnet
+            .get()
             .node_index(node_name)
             .ok_or_else(|| Error::Compute(format!("no node named '{node_name}' in the network")))
     }
@@ -226,7 +281,7 @@ impl<'a> NnetComputer<'a> {
     /// Validates the computation once (every index in range, shapes consistent).
     fn check(&mut self) -> Result<()> {
         if self.checked.is_none() {
-            let r = check_structure(self.computation, self.nnet)
+            let r = check_structure(self.computation, self.nnet.get())
                 .map(|accesses| self.can_take = compute_can_take(self.computation, &accesses))
                 .map_err(|e| e.to_string());
             self.checked = Some(r);
@@ -527,11 +582,11 @@ impl<'a> NnetComputer<'a> {
         memo: usize,
         store_stats: bool,
     ) -> Result<()> {
-        let nnet: &'a Nnet = self.nnet;
-        let comp: &dyn Component = nnet.components[c].as_ref();
         let idx = self.precomputed(precomputed);
         let (ii, oi) = (self.sm(input), self.sm(output));
-        let want_stats = store_stats && self.stats_nnet.is_some();
+        let want_stats =
+            store_stats && (self.stats_nnet.is_some() || matches!(self.nnet, NetRef::Mut(_)));
+        let comp: &dyn Component = self.nnet.get().components[c].as_ref();
         let new_memo = if ii == oi && !want_stats {
             let d = sub_view_mut(&mut self.matrices[oi.matrix], &oi);
             let args = PropagateArgs {
@@ -559,7 +614,7 @@ impl<'a> NnetComputer<'a> {
                 sub_view_mut(&mut self.matrices[oi.matrix], &oi),
             );
             if want_stats {
-                if let Some(sn) = self.stats_nnet.as_deref_mut() {
+                if let Some(sn) = stats_target(&mut self.stats_nnet, &mut self.nnet) {
                     sn.components[c].store_stats(
                         scratch.view(),
                         sub_view(&self.matrices[oi.matrix], &oi),
@@ -589,7 +644,7 @@ impl<'a> NnetComputer<'a> {
             m
         };
         if want_stats {
-            if let Some(sn) = self.stats_nnet.as_deref_mut() {
+            if let Some(sn) = stats_target(&mut self.stats_nnet, &mut self.nnet) {
                 sn.components[c].store_stats(
                     sub_view(&self.matrices[ii.matrix], &ii),
                     sub_view(&self.matrices[oi.matrix], &oi),
@@ -618,14 +673,14 @@ impl<'a> NnetComputer<'a> {
         memo: usize,
         update: bool,
     ) -> Result<()> {
-        let nnet: &'a Nnet = self.nnet;
-        let comp: &dyn Component = nnet.components[c].as_ref();
         let idx = self.precomputed(precomputed);
         let memo_val = if memo != 0 {
             self.memos.remove(&memo)
         } else {
             None
         };
+        let nnet: &Nnet = self.nnet.get();
+        let comp: &dyn Component = nnet.components[c].as_ref();
         let to_update: Option<&mut dyn Component> = if update {
             match self.delta.as_deref_mut() {
                 Some(d) => Some(d.components[c].as_mut()),
@@ -715,7 +770,12 @@ impl<'a> NnetComputer<'a> {
 
     fn accept(&mut self, s: usize, node: usize, backward: bool) -> Result<()> {
         let i = self.sm(s);
-        let name = self.nnet.node_names.get(node).map_or("?", |n| n.as_str());
+        let name = self
+            .nnet
+            .get()
+            .node_names
+            .get(node)
+            .map_or("?", |n| n.as_str());
         let what = if backward {
             "output derivative"
         } else {

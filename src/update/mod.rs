@@ -29,6 +29,8 @@ pub trait Preconditioner: Send + Sync + std::fmt::Debug {
     /// Preconditions the rows of `x` in place; returns the factor the learning rate is
     /// multiplied by (the rows keep the norm of the input, the factor carries the rest).
     fn precondition_directions(&mut self, x: MatViewMut<'_>) -> f32;
+    /// While frozen the estimate is used but not updated (backstitch's first step).
+    fn freeze(&mut self, frozen: bool);
     /// A copy with the same state (components are cloned with their delta network).
     fn clone_box(&self) -> Box<dyn Preconditioner>;
 }
@@ -136,6 +138,9 @@ impl Preconditioner for OnlineNaturalGradient {
     fn precondition_directions(&mut self, x: MatViewMut<'_>) -> f32 {
         OnlineNaturalGradient::precondition_directions(self, x)
     }
+    fn freeze(&mut self, frozen: bool) {
+        OnlineNaturalGradient::freeze(self, frozen)
+    }
     fn clone_box(&self) -> Box<dyn Preconditioner> {
         Box::new(self.clone())
     }
@@ -147,17 +152,29 @@ impl Preconditioner for OnlineNaturalGradient {
 pub struct NaturalGradientState {
     input: Option<Box<dyn Preconditioner>>,
     output: Option<Box<dyn Preconditioner>>,
+    /// Applies to the preconditioners made later too.
+    frozen: bool,
 }
 
 impl NaturalGradientState {
+    /// Freezes or unfreezes both sides (Kaldi's `FreezeNaturalGradient`).
+    pub fn freeze(&mut self, frozen: bool) {
+        self.frozen = frozen;
+        for p in [&mut self.input, &mut self.output].into_iter().flatten() {
+            p.freeze(frozen);
+        }
+    }
+
     /// Creates the missing preconditioners (`input` only when the block has input rows);
     /// false when none can be made, i.e. nothing is plugged in.
     fn ensure(&mut self, options: &NaturalGradientOptions, input: bool) -> bool {
         if self.output.is_none() {
             self.output = options.new_preconditioner(Side::Output);
+            self.freeze(self.frozen);
         }
         if input && self.input.is_none() {
             self.input = options.new_preconditioner(Side::Input);
+            self.freeze(self.frozen);
         }
         self.output.is_some() && (!input || self.input.is_some())
     }
@@ -197,6 +214,7 @@ impl<'a> Update<'a> {
         }
         match natural_gradient {
             Some((options, state)) if options.use_natural_gradient && !common.is_gradient => {
+                state.freeze(common.natural_gradient_frozen);
                 if state.ensure(options, input_side) {
                     Update::Preconditioned {
                         learning_rate,
@@ -350,6 +368,7 @@ mod tests {
             x.scale(self.factor);
             self.scale
         }
+        fn freeze(&mut self, _frozen: bool) {}
         fn clone_box(&self) -> Box<dyn Preconditioner> {
             Box::new(self.clone())
         }
@@ -365,6 +384,7 @@ mod tests {
                 factor: output,
                 scale: 1.0 / output,
             })),
+            frozen: false,
         }
     }
 

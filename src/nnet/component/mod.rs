@@ -235,6 +235,10 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     fn zero_stats(&mut self) {}
     /// Scales stored statistics (Kaldi's ScaleStats-style decay), if any.
     fn scale_stats(&mut self, _scale: f32) {}
+    /// Adds `alpha` times the statistics of `other` (same type) to this component's: how
+    /// training-only statistics gathered in the delta network reach the model (Kaldi's
+    /// `Component::Add` on components without parameters).
+    fn add_stats(&mut self, _alpha: f32, _other: &dyn Component) {}
     /// Switches train/test behaviour (Dropout, BatchNorm, ...); no-op for most components.
     /// `rng` serves BatchNorm without statistics, which invents some (as Kaldi does); callers
     /// switching a whole network pass one generator through all components in order.

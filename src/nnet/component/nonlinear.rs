@@ -247,7 +247,7 @@ impl NonlinearComponent {
     }
 
     /// Adds `alpha` times the statistics of `other` (Kaldi's `NonlinearComponent::Add`).
-    pub fn add_stats(&mut self, alpha: f32, other: &dyn Component) {
+    fn add_stats_from(&mut self, alpha: f32, other: &dyn Component) {
         let Some(o) = other.as_any().downcast_ref::<NonlinearComponent>() else {
             return;
         };
@@ -680,6 +680,9 @@ impl Component for NonlinearComponent {
         self.oderiv_count *= s;
         self.num_dims_self_repaired *= s;
         self.num_dims_processed *= s;
+    }
+    fn add_stats(&mut self, alpha: f32, other: &dyn Component) {
+        self.add_stats_from(alpha, other);
     }
 }
 

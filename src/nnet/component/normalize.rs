@@ -574,6 +574,30 @@ impl Component for BatchNormComponent {
         self.test_mode = test_mode;
         self.compute_derived_with(rng);
     }
+    fn add_stats(&mut self, alpha: f32, other: &dyn Component) {
+        let Some(o) = other.as_any().downcast_ref::<BatchNormComponent>() else {
+            return;
+        };
+        if o.stats_sum.len() != o.block_dim || o.count == 0.0 {
+            return;
+        }
+        if self.stats_sum.len() != self.block_dim {
+            self.stats_sum = vec![0.0; self.block_dim];
+            self.stats_sumsq = vec![0.0; self.block_dim];
+        }
+        let a = alpha as f64;
+        self.count += a * o.count;
+        for (s, x) in self.stats_sum.iter_mut().zip(&o.stats_sum) {
+            *s += a * x;
+        }
+        for (s, x) in self.stats_sumsq.iter_mut().zip(&o.stats_sumsq) {
+            *s += a * x;
+        }
+        // The test-mode transform follows the statistics.
+        if self.test_mode {
+            self.compute_derived();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -703,6 +703,10 @@ impl TdnnComponent {
 }
 
 impl UpdatableComponent for TdnnComponent {
+    fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
+        (self.orthonormal_constraint != 0.0)
+            .then(|| (self.orthonormal_constraint, self.linear_params.view_mut()))
+    }
     fn common(&self) -> &UpdatableCommon {
         &self.common
     }

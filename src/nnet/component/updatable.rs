@@ -16,6 +16,9 @@ pub struct UpdatableCommon {
     pub l2_regularize: f32,
     /// True when the component holds a gradient rather than parameters.
     pub is_gradient: bool,
+    /// Natural-gradient estimates are used but not updated (backstitch's first step, Kaldi's
+    /// `FreezeNaturalGradient`); never saved.
+    pub natural_gradient_frozen: bool,
 }
 
 impl Default for UpdatableCommon {
@@ -26,6 +29,7 @@ impl Default for UpdatableCommon {
             max_change: 0.0,
             l2_regularize: 0.0,
             is_gradient: false,
+            natural_gradient_frozen: false,
         }
     }
 }
@@ -39,7 +43,7 @@ impl UpdatableCommon {
             learning_rate_factor: cfg.get_or("learning-rate-factor", d.learning_rate_factor)?,
             max_change: cfg.get_or("max-change", d.max_change)?,
             l2_regularize: cfg.get_or("l2-regularize", d.l2_regularize)?,
-            is_gradient: false,
+            ..d
         };
         if c.learning_rate < 0.0 || c.learning_rate_factor < 0.0 {
             return Err(cfg.error("learning-rate and learning-rate-factor must be >= 0"));
@@ -116,6 +120,11 @@ pub trait UpdatableComponent {
     fn dot_product(&self, other: &dyn Component) -> f32;
     /// Adds Gaussian noise of this standard deviation to the parameters.
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore);
+    /// Kaldi's `orthonormal-constraint` of the weight matrix (0 = none) and that matrix, for
+    /// the trainer's ConstrainOrthonormal.
+    fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
+        None
+    }
     /// Zeroes the parameters; with `treat_as_gradient`, marks this a gradient holder
     /// (learning rate 1, is_gradient), as Kaldi's SetAsGradient.
     fn set_zero(&mut self, treat_as_gradient: bool) {

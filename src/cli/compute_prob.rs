@@ -1,0 +1,86 @@
+//! `compnet compute-prob` (Kaldi's `nnet3-compute-prob`): the objective (log-likelihood
+//! for `linear` outputs) and accuracy of a network on egs, BatchNorm and dropout in test
+//! mode by default.
+
+use crate::cli::init::parse_kaldi_bool;
+use crate::error::{Error, Result};
+use crate::io::egs::SequentialNnetExampleReader;
+use crate::nnet::Nnet;
+use crate::run::set_threads;
+use crate::train::{NnetComputeProb, NnetComputeProbOptions};
+
+/// Options of `compnet compute-prob`.
+#[derive(clap::Args, Debug)]
+#[command(
+    args_override_self = true,
+    override_usage = "compnet compute-prob [options] <model-in> <egs-rspecifier>"
+)]
+pub struct Args {
+    /// BatchNorm uses its stored statistics (false: the minibatch's).
+    #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub batchnorm_test_mode: bool,
+    /// Dropout is off (the test-time scaling applies).
+    #[arg(long = "dropout-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub dropout_test_mode: bool,
+    /// Also report the frame accuracy.
+    #[arg(long = "compute-accuracy", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub compute_accuracy: bool,
+    /// Seed of the statistics BatchNorm invents when it has none in test mode.
+    #[arg(long, default_value_t = 0)]
+    pub srand: u64,
+    /// Accepted for Kaldi scripts; computation is on the CPU.
+    #[arg(long = "use-gpu", default_value = "no")]
+    pub use_gpu: String,
+    /// Bound on the threads of every thread pool (0 = all cores).
+    #[arg(long = "num-threads", default_value_t = 0)]
+    pub num_threads: usize,
+    /// `<model-in> <egs-rspecifier>`.
+    pub args: Vec<String>,
+}
+
+/// Puts BatchNorm and/or dropout components in test mode, one generator through all.
+pub fn set_test_modes(nnet: &mut Nnet, batchnorm: bool, dropout: bool, srand: u64) {
+    let mut rng = crate::random::seeded_rng(srand);
+    for c in &mut nnet.components {
+        let is_bn = c.type_name() == "BatchNormComponent";
+        let is_dropout = c.type_name().contains("Dropout") || c.type_name().contains("SpecAugment");
+        if (is_bn && batchnorm) || (is_dropout && dropout) {
+            c.set_test_mode(true, &mut rng);
+        }
+    }
+}
+
+/// Runs the command.
+pub fn run(a: Args) -> Result<i32> {
+    let [model_in, egs_rspec] = a.args.as_slice() else {
+        return Err(Error::Usage(
+            "usage: compnet compute-prob [options] <model-in> <egs-rspecifier>".into(),
+        ));
+    };
+    super::compute::check_num_threads(a.num_threads)?;
+    set_threads(a.num_threads);
+    let mut nnet = Nnet::read_model_file(model_in)?.nnet;
+    set_test_modes(
+        &mut nnet,
+        a.batchnorm_test_mode,
+        a.dropout_test_mode,
+        a.srand,
+    );
+    let opts = NnetComputeProbOptions {
+        compute_accuracy: a.compute_accuracy,
+        ..Default::default()
+    };
+    let mut prob = NnetComputeProb::new(opts, &nnet);
+    for item in SequentialNnetExampleReader::open(egs_rspec)? {
+        let (key, eg) = item.map_err(|e| Error::Compute(format!("{egs_rspec}: {e}")))?;
+        prob.compute(&eg)
+            .map_err(|e| Error::Compute(format!("{egs_rspec}: example {key}: {e}")))?;
+    }
+    Ok(if prob.print_total_stats() { 0 } else { 1 })
+}

@@ -1,0 +1,138 @@
+//! `compnet train` (Kaldi's `nnet3-train`): one pass of training over merged egs, the model
+//! written atomically at the end.
+
+use crate::cli::init::parse_kaldi_bool;
+use crate::error::{Error, Result};
+use crate::io::egs::SequentialNnetExampleReader;
+use crate::nnet::Nnet;
+use crate::run::set_threads;
+use crate::train::log::log;
+use crate::train::{NnetTrainer, NnetTrainerOptions};
+
+/// Options of `compnet train`, Kaldi's names and defaults.
+#[derive(clap::Args, Debug)]
+#[command(
+    args_override_self = true,
+    override_usage = "compnet train [options] <model-in> <egs-rspecifier> <model-out>"
+)]
+pub struct Args {
+    /// Write the model in binary.
+    #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
+          default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    pub binary: bool,
+    /// Seed of every random choice (dropout masks, statistics sampling).
+    #[arg(long, default_value_t = 0)]
+    pub srand: u64,
+    /// Minibatches per objective log line.
+    #[arg(long = "print-interval", default_value_t = 100)]
+    pub print_interval: usize,
+    /// Momentum in [0, 1) (the effective learning rate is unchanged by it).
+    #[arg(long, default_value_t = 0.0)]
+    pub momentum: f32,
+    /// Limit on the norm of the whole parameter change per minibatch (0 = none).
+    #[arg(long = "max-param-change", default_value_t = 2.0)]
+    pub max_param_change: f32,
+    /// Multiplies every component's l2-regularize.
+    #[arg(long = "l2-regularize-factor", default_value_t = 1.0)]
+    pub l2_regularize_factor: f32,
+    /// Backstitch scale (0 = off).
+    #[arg(long = "backstitch-training-scale", default_value_t = 0.0)]
+    pub backstitch_training_scale: f32,
+    /// Backstitch on every this-many-th minibatch.
+    #[arg(long = "backstitch-training-interval", default_value_t = 1)]
+    pub backstitch_training_interval: usize,
+    /// BatchNorm statistics are scaled by this after each minibatch.
+    #[arg(long = "batchnorm-stats-scale", default_value_t = 0.8)]
+    pub batchnorm_stats_scale: f32,
+    /// Accumulate component statistics while training.
+    #[arg(long = "store-component-stats", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub store_component_stats: bool,
+    /// Zero the component statistics first.
+    #[arg(long = "zero-component-stats", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub zero_component_stats: bool,
+    /// Optimize compiled computations (`--optimization.optimize=false` to see the raw ones).
+    #[arg(long = "optimization.optimize", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub optimize: bool,
+    /// Accepted for Kaldi scripts; training runs on the CPU.
+    #[arg(long = "use-gpu", default_value = "no")]
+    pub use_gpu: String,
+    /// Bound on the threads of every thread pool (0 = all cores).
+    #[arg(long = "num-threads", default_value_t = 0)]
+    pub num_threads: usize,
+    /// Accepted for Kaldi scripts; computations are compiled once per run and cached in memory.
+    #[arg(long = "read-cache")]
+    pub read_cache: Option<String>,
+    /// Accepted for Kaldi scripts (see --read-cache).
+    #[arg(long = "write-cache")]
+    pub write_cache: Option<String>,
+    /// `<model-in> <egs-rspecifier> <model-out>`.
+    pub args: Vec<String>,
+}
+
+/// Runs the command.
+pub fn run(a: Args) -> Result<i32> {
+    const P: &str = "compnet train";
+    let [model_in, egs_rspec, model_out] = a.args.as_slice() else {
+        return Err(Error::Usage(
+            "usage: compnet train [options] <model-in> <egs-rspecifier> <model-out>".into(),
+        ));
+    };
+    super::compute::check_num_threads(a.num_threads)?;
+    set_threads(a.num_threads);
+    let read = Nnet::read_model_file(model_in)?;
+    if read.am.is_some() {
+        return Err(Error::Usage(format!(
+            "{model_in} is a final.mdl (transition model + network); compnet train reads and \
+             writes raw networks, as nnet3-train does"
+        )));
+    }
+    let mut nnet = read.nnet;
+    let opts = NnetTrainerOptions {
+        zero_component_stats: a.zero_component_stats,
+        store_component_stats: a.store_component_stats,
+        print_interval: a.print_interval,
+        momentum: a.momentum,
+        l2_regularize_factor: a.l2_regularize_factor,
+        backstitch_training_scale: a.backstitch_training_scale,
+        backstitch_training_interval: a.backstitch_training_interval,
+        batchnorm_stats_scale: a.batchnorm_stats_scale,
+        max_param_change: a.max_param_change,
+        srand: a.srand,
+        optimize: crate::compile::OptimizeOptions {
+            optimize: a.optimize,
+            ..Default::default()
+        },
+        program: P.into(),
+    };
+    let ok = {
+        let mut trainer = NnetTrainer::new(opts, &mut nnet)?;
+        let reader = SequentialNnetExampleReader::open(egs_rspec)?;
+        let bar = super::progress_spinner("training");
+        for item in reader {
+            let (key, eg) = item.map_err(|e| Error::Compute(format!("{egs_rspec}: {e}")))?;
+            trainer
+                .train(&eg)
+                .map_err(|e| Error::Compute(format!("{egs_rspec}: example {key}: {e}")))?;
+            if let Some(b) = &bar {
+                b.set_message(format!(
+                    "{} minibatches",
+                    trainer.num_minibatches_processed()
+                ));
+                b.tick();
+            }
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        trainer.print_total_stats()
+    };
+    nnet.write_model_file(model_out, a.binary)?;
+    log(P, &format!("Wrote model to {model_out}"));
+    Ok(if ok { 0 } else { 1 })
+}

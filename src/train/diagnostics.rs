@@ -1,0 +1,174 @@
+//! Evaluating a network on examples without training it (Kaldi's `NnetComputeProb`, the
+//! core of `nnet3-compute-prob` and of `combine`'s objective).
+
+use super::example::computation_request;
+use super::log::{fmt_g, log};
+use super::objective::{compute_accuracy, compute_objective, ObjectiveSum};
+use crate::compile::{
+    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
+};
+use crate::error::{Error, Result};
+use crate::io::egs::NnetExample;
+use crate::nnet::{NetworkNode, Nnet, ObjectiveType};
+use crate::run::NnetComputer;
+use std::collections::{BTreeMap, HashMap};
+
+/// Options of the evaluation.
+#[derive(Clone, Debug)]
+pub struct NnetComputeProbOptions {
+    /// Also compute the frame accuracy of `linear` outputs.
+    pub compute_accuracy: bool,
+    pub optimize: OptimizeOptions,
+    /// Name in log lines.
+    pub program: String,
+}
+
+impl Default for NnetComputeProbOptions {
+    fn default() -> Self {
+        NnetComputeProbOptions {
+            compute_accuracy: true,
+            optimize: OptimizeOptions::default(),
+            program: "compnet compute-prob".into(),
+        }
+    }
+}
+
+/// Sums the objective (and accuracy) of every output over the examples given.
+pub struct NnetComputeProb<'a> {
+    opts: NnetComputeProbOptions,
+    nnet: &'a Nnet,
+    cache: HashMap<String, NnetComputation>,
+    objectives: BTreeMap<String, (ObjectiveType, ObjectiveSum)>,
+    accuracy: BTreeMap<String, ObjectiveSum>,
+}
+
+impl<'a> NnetComputeProb<'a> {
+    pub fn new(opts: NnetComputeProbOptions, nnet: &'a Nnet) -> Self {
+        NnetComputeProb {
+            opts,
+            nnet,
+            cache: HashMap::new(),
+            objectives: BTreeMap::new(),
+            accuracy: BTreeMap::new(),
+        }
+    }
+
+    /// Evaluates one (merged) example.
+    pub fn compute(&mut self, eg: &NnetExample) -> Result<()> {
+        let nnet = self.nnet;
+        let request = computation_request(nnet, eg, false, false)?;
+        let key = format!("{request:?}");
+        if !self.cache.contains_key(&key) {
+            let mut comp = compile_computation(nnet, &request, &CompilerOptions::default())?;
+            optimize(nnet, &mut comp, &self.opts.optimize);
+            self.cache.insert(key.clone(), comp);
+        }
+        let computation = &self.cache[&key];
+        let mut computer = NnetComputer::new(computation, nnet, None);
+        for spec in &request.inputs {
+            if let Some(io) = eg.get(&spec.name) {
+                computer.accept_input(&spec.name, io.features.to_matrix())?;
+            }
+        }
+        computer.run_forward()?;
+        for spec in &request.outputs {
+            let name = &spec.name;
+            let node = nnet.node_index(name).unwrap_or(0);
+            let objective = match &nnet.nodes[node] {
+                NetworkNode::Descriptor { objective, .. } => *objective,
+                _ => ObjectiveType::Linear,
+            };
+            let sup = eg
+                .get(name)
+                .map(|io| &io.features)
+                .ok_or_else(|| Error::Compute(format!("no supervision for '{name}'")))?;
+            let output = computer.output(name)?;
+            let (sum, _) = compute_objective(name, objective, sup, output, false)?;
+            let e = self
+                .objectives
+                .entry(name.clone())
+                .or_insert((objective, ObjectiveSum::default()));
+            e.1.tot_weight += sum.tot_weight;
+            e.1.tot_objf += sum.tot_objf;
+            if self.opts.compute_accuracy {
+                // Kaldi reports it for every objective type (for dense targets too).
+                let a = compute_accuracy(sup, output);
+                let e = self.accuracy.entry(name.clone()).or_default();
+                e.tot_weight += a.tot_weight;
+                e.tot_objf += a.tot_objf;
+            }
+        }
+        Ok(())
+    }
+
+    /// The objective sums of output `name`.
+    pub fn objective(&self, name: &str) -> Option<ObjectiveSum> {
+        self.objectives.get(name).map(|e| e.1)
+    }
+
+    /// The accuracy sums of output `name`.
+    pub fn accuracy(&self, name: &str) -> Option<ObjectiveSum> {
+        self.accuracy.get(name).copied()
+    }
+
+    /// Logs Kaldi's "Overall log-likelihood ..." / "Overall accuracy ..." lines; false when
+    /// nothing was evaluated.
+    pub fn print_total_stats(&self) -> bool {
+        let p = &self.opts.program;
+        let mut any = false;
+        for (name, (objective, s)) in &self.objectives {
+            if s.tot_weight > 0.0 {
+                let what = match objective {
+                    ObjectiveType::Linear => "log-likelihood",
+                    ObjectiveType::Quadratic => "objective",
+                };
+                log(
+                    p,
+                    &format!(
+                        "Overall {what} for '{name}' is {} per frame, over {} frames.",
+                        fmt_g(s.tot_objf / s.tot_weight),
+                        fmt_g(s.tot_weight)
+                    ),
+                );
+                any = true;
+            }
+        }
+        for (name, s) in &self.accuracy {
+            if s.tot_weight != 0.0 {
+                log(
+                    p,
+                    &format!(
+                        "Overall accuracy for '{name}' is {} per frame, over {} frames.",
+                        fmt_g(s.tot_objf / s.tot_weight),
+                        fmt_g(s.tot_weight)
+                    ),
+                );
+            }
+        }
+        any
+    }
+}
+
+/// Zeroes the component statistics of `nnet` and accumulates them afresh over `egs` in a
+/// forward pass (Kaldi's `RecomputeStats`, used after averaging models with BatchNorm).
+pub fn recompute_stats(egs: &[NnetExample], nnet: &mut Nnet) -> Result<()> {
+    super::nnet_update::zero_component_stats(nnet);
+    let mut cache: HashMap<String, NnetComputation> = HashMap::new();
+    for eg in egs {
+        let request = computation_request(nnet, eg, false, true)?;
+        let key = format!("{request:?}");
+        if !cache.contains_key(&key) {
+            let mut comp = compile_computation(nnet, &request, &CompilerOptions::default())?;
+            optimize(nnet, &mut comp, &OptimizeOptions::default());
+            cache.insert(key.clone(), comp);
+        }
+        let mut computer = NnetComputer::storing_stats(&cache[&key], nnet);
+        for spec in &request.inputs {
+            if let Some(io) = eg.get(&spec.name) {
+                computer.accept_input(&spec.name, io.features.to_matrix())?;
+            }
+        }
+        computer.run_forward()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,420 @@
+//! Kaldi's training goldens (tests/data/kaldi/train/*, made with nnet3-train; see the
+//! folder's README): `compnet train` from the same model and egs with the options in each
+//! case's cmd.txt must give Kaldi's log lines and, block by block, Kaldi's parameters to
+//! within 1% of how much Kaldi changed the block (plain SGD: 0.1%); `compute-prob` must
+//! reproduce Kaldi's prob logs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TRAIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/train");
+
+fn case_dir(case: &str) -> PathBuf {
+    let d = Path::new(TRAIN).join(case);
+    assert!(d.is_dir(), "training golden {} missing", d.display());
+    d
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs compnet in `dir`; returns (success, stderr).
+fn compnet(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_compnet"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run compnet");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !err.contains("panicked"),
+        "compnet {args:?} panicked:\n{err}"
+    );
+    (out.status.success(), err)
+}
+
+/// The message part of Kaldi's (or our) log lines that match `pat`.
+fn messages(log: &str, pat: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(pat))
+        .map(|l| l.split_once(") ").map_or(l, |p| p.1).trim().to_string())
+        .collect()
+}
+
+/// The options Kaldi's nnet3-train got in cmd.txt.
+fn train_options(case: &str) -> Vec<String> {
+    let cmd = read(&case_dir(case).join("cmd.txt"));
+    let line = cmd
+        .lines()
+        .find(|l| l.starts_with("nnet3-train "))
+        .expect("cmd.txt has an nnet3-train line");
+    line.split_whitespace()
+        .skip(1)
+        .take_while(|w| w.starts_with("--"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Numbers of a text model, by (component, field token), in file order.
+fn fields(text: &str) -> BTreeMap<(String, String), Vec<f64>> {
+    let mut out: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let (mut comp, mut field) = (String::new(), String::new());
+    let mut toks = text.split_whitespace().peekable();
+    while let Some(t) = toks.next() {
+        if t == "<ComponentName>" {
+            comp = toks.next().unwrap_or_default().to_string();
+            field.clear();
+        } else if t.starts_with('<') && t.ends_with('>') {
+            field = t.to_string();
+            out.entry((comp.clone(), field.clone())).or_default();
+        } else if let Ok(v) = t.parse::<f64>() {
+            out.entry((comp.clone(), field.clone()))
+                .or_default()
+                .push(v);
+        }
+    }
+    out
+}
+
+/// Fields that Kaldi samples on a random subset of minibatches (nonlinearity statistics):
+/// their values depend on Kaldi's generator, so only their presence is compared.
+const SAMPLED: &[&str] = &[
+    "<ValueAvg>",
+    "<DerivAvg>",
+    "<Count>",
+    "<OderivRms>",
+    "<OderivCount>",
+    "<NumDimsSelfRepaired>",
+    "<NumDimsProcessed>",
+];
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn check_training(case: &str, tolerance: f64) {
+    let dir = case_dir(case);
+    let tmp = tempdir(case);
+    let out = tmp.join("after.raw");
+    let mut args: Vec<String> = vec!["train".into()];
+    args.extend(train_options(case));
+    args.extend([
+        "before.raw".into(),
+        "ark:egs.ark".into(),
+        out.display().to_string(),
+    ]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, log) = compnet(&dir, &argv);
+    assert!(ok, "{case}: compnet train failed:\n{log}");
+    let kaldi_log = read(&dir.join("train.log"));
+    for pat in [
+        "Average objective function",
+        "Overall average",
+        "log-prob-per-frame",
+    ] {
+        let (ours, theirs) = (messages(&log, pat), messages(&kaldi_log, pat));
+        assert!(
+            !theirs.is_empty(),
+            "{case}: Kaldi's log has no '{pat}' line"
+        );
+        assert_eq!(ours, theirs, "{case}: '{pat}' lines differ");
+    }
+    // Our model in text, against Kaldi's after.txt and the starting point before.txt.
+    let txt = tmp.join("after.txt");
+    let (ok, e) = compnet(
+        &dir,
+        &[
+            "copy",
+            "--binary=false",
+            out.to_str().unwrap(),
+            txt.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{e}");
+    let ours = fields(&read(&txt));
+    let kaldi = fields(&read(&dir.join("after.txt")));
+    let before = fields(&read(&dir.join("before.txt")));
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        kaldi.keys().collect::<Vec<_>>(),
+        "{case}: the trained models have different fields"
+    );
+    let mut compared = 0;
+    for (key, theirs) in &kaldi {
+        let mine = &ours[key];
+        let (comp, field) = key;
+        if SAMPLED.contains(&field.as_str()) && !comp.starts_with("bn") {
+            assert_eq!(mine.len(), theirs.len(), "{case}: {comp} {field}: length");
+            continue;
+        }
+        assert_eq!(mine.len(), theirs.len(), "{case}: {comp} {field}: length");
+        let start = before.get(key).filter(|b| b.len() == theirs.len());
+        let change = start.map_or(0.0, |b| max_abs_diff(b, theirs));
+        let err = max_abs_diff(mine, theirs);
+        let scale = theirs.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        // Blocks Kaldi changed: within `tolerance` of the change. Blocks it did not change
+        // (learning rates, options) or that have no starting point (BatchNorm statistics
+        // of an untrained model): equal to float precision.
+        let limit = if change > 0.0 {
+            tolerance * change
+        } else {
+            1e-5 * scale.max(1e-6)
+        };
+        assert!(
+            err <= limit,
+            "{case}: {comp} {field}: max |ours - Kaldi| = {err:e}, limit {limit:e} (Kaldi's change {change:e})"
+        );
+        compared += 1;
+    }
+    assert!(compared >= 8, "{case}: only {compared} blocks compared");
+}
+
+fn tempdir(case: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("compnet-training-{case}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn affine_plain_matches_kaldi() {
+    check_training("affine-plain", 1e-3);
+}
+
+#[test]
+fn quadratic_matches_kaldi() {
+    check_training("quadratic", 1e-3);
+}
+
+#[test]
+fn natural_gradient_and_batchnorm_match_kaldi() {
+    check_training("ng-batchnorm", 0.01);
+}
+
+#[test]
+fn momentum_and_l2_match_kaldi() {
+    check_training("momentum-l2", 0.01);
+}
+
+#[test]
+fn backstitch_matches_kaldi() {
+    check_training("backstitch", 0.01);
+}
+
+/// `compute-prob` on Kaldi's trained models reproduces Kaldi's prob logs.
+#[test]
+fn compute_prob_matches_kaldi() {
+    let mut checked = 0;
+    for case in [
+        "affine-plain",
+        "ng-batchnorm",
+        "momentum-l2",
+        "backstitch",
+        "quadratic",
+    ] {
+        let dir = case_dir(case);
+        let cmd = read(&dir.join("cmd.txt"));
+        for line in cmd.lines().filter(|l| l.starts_with("nnet3-compute-prob ")) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let log_file = words.last().unwrap();
+            let mut args = vec!["compute-prob"];
+            args.extend(words[1..words.len() - 2].iter().copied());
+            let (ok, ours) = compnet(&dir, &args);
+            assert!(ok, "{case}: {line}: {ours}");
+            let theirs = read(&dir.join(log_file));
+            let (o, t) = (messages(&ours, "Overall"), messages(&theirs, "Overall"));
+            assert!(!t.is_empty(), "{case}: {log_file} has no Overall line");
+            assert_eq!(o, t, "{case}: {line}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} compute-prob lines checked");
+}
+
+// ---------------------------------------------------------------- average and combine
+
+const TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/tools");
+
+fn tools_dir() -> PathBuf {
+    let d = PathBuf::from(TOOLS);
+    assert!(d.is_dir(), "golden folder {} missing", d.display());
+    d
+}
+
+fn bytes(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every number of two text models within `rel` × the largest magnitude of its block.
+fn assert_models_close(ours: &Path, theirs: &Path, rel: f64) {
+    let dir = tools_dir();
+    let txt = ours.with_extension("txt");
+    let (ok, e) = compnet(
+        &dir,
+        &[
+            "copy",
+            "--binary=false",
+            ours.to_str().unwrap(),
+            txt.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{e}");
+    let (a, b) = (fields(&read(&txt)), fields(&read(theirs)));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (key, x) in &a {
+        let y = &b[key];
+        assert_eq!(x.len(), y.len(), "{key:?}");
+        let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let err = max_abs_diff(x, y);
+        assert!(
+            err <= rel * scale.max(1e-30),
+            "{key:?}: {err:e} vs scale {scale:e}"
+        );
+    }
+}
+
+#[test]
+fn average_reproduces_kaldi() {
+    let dir = tools_dir();
+    let tmp = tempdir("average");
+    let out = tmp.join("avg.raw");
+    let (ok, log) = compnet(
+        &dir,
+        &[
+            "average",
+            "model_a.raw",
+            "model_b.raw",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{log}");
+    assert!(
+        bytes(&out) == bytes(&dir.join("avg.raw")),
+        "avg.raw differs from Kaldi's"
+    );
+    assert_eq!(messages(&log, "Averaged").len(), 1);
+    // Weighted: Kaldi's rounding of the weighted sum differs from ours in the last bit of
+    // some numbers, so numbers, not bytes.
+    let out_w = tmp.join("avg_w.raw");
+    let (ok, log) = compnet(
+        &dir,
+        &[
+            "average",
+            "--weights=0.3:0.7",
+            "model_a.raw",
+            "model_b.raw",
+            out_w.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{log}");
+    assert_models_close(&out_w, &dir.join("avg_w.txt"), 1e-6);
+}
+
+#[test]
+fn average_of_copies_is_the_model() {
+    let dir = tools_dir();
+    let tmp = tempdir("average-copies");
+    let out = tmp.join("avg3.raw");
+    let (ok, log) = compnet(
+        &dir,
+        &[
+            "average",
+            "model_a.raw",
+            "model_a.raw",
+            "model_a.raw",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{log}");
+    assert_models_close(&out, &dir.join("model_a.txt"), 1e-6);
+    let out2 = tmp.join("avg2.raw");
+    let (ok, log) = compnet(
+        &dir,
+        &[
+            "average",
+            "model_b.raw",
+            "model_b.raw",
+            out2.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{log}");
+    // Against the model as compnet writes it: statistics stored as averages and RMS do not
+    // round-trip to the bit through their sums (in Kaldi either).
+    let copy = tmp.join("copy.raw");
+    let (ok, log) = compnet(&dir, &["copy", "model_b.raw", copy.to_str().unwrap()]);
+    assert!(ok, "{log}");
+    assert!(
+        bytes(&out2) == bytes(&copy),
+        "two halves of a model are not the model"
+    );
+}
+
+#[test]
+fn combine_reproduces_kaldi() {
+    let dir = tools_dir();
+    let tmp = tempdir("combine");
+    let out = tmp.join("combined.raw");
+    let (ok, log) = compnet(
+        &dir,
+        &[
+            "combine",
+            "--use-gpu=no",
+            "model_a.raw",
+            "model_b.raw",
+            "init.raw",
+            "ark:egs_valid.ark",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{log}");
+    assert!(
+        bytes(&out) == bytes(&dir.join("combined.raw")),
+        "combined.raw differs from Kaldi's"
+    );
+    let kaldi = read(&dir.join("combine.log"));
+    for pat in ["objective function using", "Combining"] {
+        let (o, t) = (messages(&log, pat), messages(&kaldi, pat));
+        assert!(!t.is_empty());
+        assert_eq!(o, t, "'{pat}' lines differ");
+    }
+}
+
+/// The objective per frame `compute-prob` reports for a model on the held-out egs.
+fn held_out_objective(model: &Path) -> f64 {
+    let (ok, log) = compnet(
+        &tools_dir(),
+        &["compute-prob", model.to_str().unwrap(), "ark:egs_valid.ark"],
+    );
+    assert!(ok, "{log}");
+    let line = messages(&log, "Overall log-likelihood")
+        .pop()
+        .expect("a log-likelihood line");
+    line.split_whitespace().nth(5).unwrap().parse().unwrap()
+}
+
+#[test]
+fn combine_is_never_worse_than_its_first_model() {
+    let dir = tools_dir();
+    let tmp = tempdir("combine-order");
+    for order in [
+        ["init.raw", "model_a.raw", "model_b.raw"],
+        ["model_b.raw", "init.raw", "model_a.raw"],
+    ] {
+        let out = tmp.join("c.raw");
+        let mut args = vec!["combine"];
+        args.extend(order);
+        args.extend(["ark:egs_valid.ark", out.to_str().unwrap()]);
+        let (ok, log) = compnet(&dir, &args);
+        assert!(ok, "{log}");
+        let first = held_out_objective(&dir.join(order[0]));
+        let combined = held_out_objective(&out);
+        assert!(
+            combined >= first - 1e-6,
+            "{order:?}: combined {combined} < first {first}"
+        );
+    }
+}
