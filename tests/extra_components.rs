@@ -811,3 +811,65 @@ fn config_errors_name_the_problem() {
         assert!(e.contains(key), "{cfg}: {e}");
     }
 }
+
+/// BatchNorm with target-rms 0.5 in test mode (trained statistics, train/ng-batchnorm bn2):
+/// the backward pass predicts the change of ⟨y, D⟩ under small input changes (train mode
+/// with target-rms ≠ 1 is among the registry's test configs, through the generic harness).
+#[test]
+fn batchnorm_test_mode_with_target_rms_has_the_right_derivative() {
+    let raw = std::fs::read(golden_path("train/ng-batchnorm/after.raw")).unwrap();
+    let (_, _, body) = split_model_components(&raw)
+        .into_iter()
+        .find(|(n, _, _)| n == "bn2")
+        .expect("bn2 in train/ng-batchnorm/after.raw");
+    let mut c = read_component(&mut TokenReader::new(&body, true, "bn2")).unwrap();
+    c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
+    let (x, d) = (lcg_matrix(6, 24, 3), lcg_matrix(6, 24, 4));
+    let f = |x: &Matrix| -> f64 {
+        let mut y = Matrix::zeros(6, 24);
+        c.propagate(
+            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
+        (0..6)
+            .flat_map(|r| (0..24).map(move |j| (r, j)))
+            .map(|(r, j)| y.get(r, j) as f64 * d.get(r, j) as f64)
+            .sum()
+    };
+    let mut y = Matrix::zeros(6, 24);
+    let memo = c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        x.view(),
+        y.view_mut(),
+    );
+    let mut g = Matrix::zeros(6, 24);
+    let mut rng = compnet::random::seeded_rng(0);
+    let args = compnet::nnet::component::BackpropArgs {
+        indexes: None,
+        in_value: x.view(),
+        out_value: y.view(),
+        memo: memo.as_ref(),
+        to_update: None,
+        rng: &mut rng,
+    };
+    c.backprop(args, d.view(), Some(g.view_mut()));
+    let dir = lcg_matrix(6, 24, 5);
+    let eps = 1e-3f32;
+    let (mut xp, mut xm) = (x.clone(), x.clone());
+    xp.view_mut()
+        .add_mat(eps, dir.view(), compnet::matrix::Trans::No);
+    xm.view_mut()
+        .add_mat(-eps, dir.view(), compnet::matrix::Trans::No);
+    let measured = (f(&xp) - f(&xm)) / 2.0;
+    let predicted: f64 = (0..6)
+        .flat_map(|r| (0..24).map(move |j| (r, j)))
+        .map(|(r, j)| eps as f64 * dir.get(r, j) as f64 * g.get(r, j) as f64)
+        .sum();
+    assert!(
+        (predicted - measured).abs() <= 1e-3 * predicted.abs().max(1e-4),
+        "predicted {predicted}, measured {measured}"
+    );
+    // Test mode is affine with slope target-rms / √(var + ε): not the identity.
+    assert!(predicted.abs() > 1e-4);
+}

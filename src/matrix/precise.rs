@@ -52,6 +52,31 @@ fn gemm_f64(dst: &mut [f64], lhs: &[f64], rhs: &[f64], m: usize, k: usize, n: us
 }
 
 impl MatView<'_> {
+    /// `Σ_ij self[i,j] · b[i,j]` in f64 (objective sums: their differences must not drown
+    /// in float32 rounding of the total).
+    pub fn trace_mat_mat_f64(&self, b: MatView<'_>) -> f64 {
+        assert_eq!(
+            (self.num_rows(), self.num_cols()),
+            (b.num_rows(), b.num_cols())
+        );
+        (0..self.num_rows())
+            .map(|r| {
+                self.row(r)
+                    .iter()
+                    .zip(b.row(r))
+                    .map(|(&x, &y)| x as f64 * y as f64)
+                    .sum::<f64>()
+            })
+            .sum()
+    }
+
+    /// `Σ_ij self[i,j]` in f64.
+    pub fn sum_f64(&self) -> f64 {
+        (0..self.num_rows())
+            .map(|r| self.row(r).iter().map(|&x| x as f64).sum::<f64>())
+            .sum()
+    }
+
     /// `Σ_ij self[i,j]²`, squares and sum in f64 (no overflow for any finite f32 input).
     pub fn sum_squares_f64(&self) -> f64 {
         (0..self.num_rows())

@@ -55,8 +55,8 @@ pub fn compute_objective(
                 _ => {
                     let m = supervision.to_matrix();
                     ObjectiveSum {
-                        tot_weight: m.view().sum() as f64,
-                        tot_objf: output.view().trace_mat_mat(m.view()) as f64,
+                        tot_weight: m.view().sum_f64(),
+                        tot_objf: output.view().trace_mat_mat_f64(m.view()),
                     }
                 }
             };
@@ -68,7 +68,7 @@ pub fn compute_objective(
                 .add_mat(-1.0, output.view(), crate::matrix::Trans::No);
             let sum = ObjectiveSum {
                 tot_weight: rows as f64,
-                tot_objf: -0.5 * diff.view().trace_mat_mat(diff.view()) as f64,
+                tot_objf: -0.5 * diff.view().sum_squares_f64(),
             };
             Ok((sum, want_deriv.then_some(diff)))
         }
