@@ -92,9 +92,12 @@ fn setup(seed: u64, freeze: bool) -> Option<(Nnet, NnetExample, Option<usize>)> 
     Some((nnet, eg, frozen))
 }
 
+/// One network's result: (predicted, measured) pairs, the objective's size, a description.
+type StepCheck = (Vec<(f64, f64)>, f64, String);
+
 /// (predicted, measured) objective changes along 3 random parameter directions, predicted
 /// from the trainer's step (Δθ / learning rate = the gradient).
-fn check_step(seed: u64, freeze: bool) -> Option<(Vec<(f64, f64)>, f64, String)> {
+fn check_step(seed: u64, freeze: bool) -> Option<StepCheck> {
     let (nnet, eg, frozen) = setup(seed, freeze)?;
     let before = params(&nnet);
     let mut trained = nnet.clone();
