@@ -6,6 +6,7 @@
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
 
 pub mod analysis;
+pub mod cache;
 pub mod checker;
 pub mod compiler;
 pub mod computation;
@@ -18,6 +19,7 @@ pub mod split;
 pub mod steps;
 pub mod t_range;
 
+pub use cache::{CachingCompiler, CachingCompilerOptions, CompilerStats};
 pub use compiler::{compile_computation, CompilerOptions};
 pub use computation::{Command, NnetComputation, SubMatrixInfo};
 pub use optimize::{optimize, OptimizeOptions};
