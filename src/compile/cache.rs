@@ -372,11 +372,6 @@ impl Layout {
     fn n_of(&self, i: usize) -> usize {
         (i % (2 * self.stride)) / self.stride
     }
-    /// Where 2-sequence row `i` goes for sequence `n` (n ≥ 1 if row `i` is of sequence 1).
-    fn widen(&self, i: usize, n: usize, num_n: usize) -> usize {
-        let s = self.stride;
-        (i / (2 * s)) * num_n * s + n * s + i % s
-    }
     /// Which 2-sequence row widened row `e` comes from, and its sequence.
     fn narrow(&self, e: usize, num_n: usize) -> (usize, usize) {
         let s = self.stride;
@@ -386,6 +381,20 @@ impl Layout {
     }
     fn widened_rows(&self, num_n: usize) -> usize {
         self.rows / 2 * num_n
+    }
+    /// For 2-sequence row `i`: its widened row for sequence 0 (sequence n adds
+    /// n · stride), and its sequence (0 or 1).
+    fn base(&self, i: usize, num_n: usize) -> (usize, usize) {
+        let s = self.stride;
+        ((i / (2 * s)) * num_n * s + i % s, self.n_of(i))
+    }
+    /// The widened sequences a 2-sequence row of sequence `k` stands for.
+    fn sequences(k: usize, num_n: usize) -> std::ops::Range<usize> {
+        if k == 0 {
+            0..1
+        } else {
+            1..num_n
+        }
     }
 }
 
@@ -614,16 +623,17 @@ impl<'a> Expander<'a> {
         Ok(())
     }
 
-    /// Widened row of 2-sequence row `i` of a sub-matrix laid out as `l`, for sequence `n`,
-    /// after checking that row `i` belongs to that sequence.
-    fn map_row(&self, l: Layout, i: usize, n: usize) -> std::result::Result<usize, String> {
-        if i >= l.rows {
-            return Err(format!("row {i} out of range"));
+    /// Checks that row `j` of a sub-matrix laid out as `l` exists and is of sequence `k`;
+    /// returns its widened row for sequence 0.
+    fn source_base(&self, l: Layout, j: usize, k: usize) -> std::result::Result<usize, String> {
+        if j >= l.rows {
+            return Err(format!("row {j} out of range"));
         }
-        if l.n_of(i) != n.min(1) {
+        let (base, kj) = l.base(j, self.num_n);
+        if kj != k {
             return Err("a row reads from another sequence".into());
         }
-        Ok(l.widen(i, n, self.num_n))
+        Ok(base)
     }
 
     fn widen_indexes(
@@ -640,15 +650,17 @@ impl<'a> Expander<'a> {
         if old.len() != dl.rows {
             return Err("index table length differs from its destination's rows".into());
         }
-        let mut new = Vec::with_capacity(dl.widened_rows(self.num_n));
-        for e in 0..dl.widened_rows(self.num_n) {
-            let (i, n) = dl.narrow(e, self.num_n);
-            let v = old[i];
-            new.push(if v < 0 {
-                -1
-            } else {
-                self.map_row(sl, v as usize, n)? as i32
-            });
+        let num_n = self.num_n;
+        let mut new = vec![-1i32; dl.widened_rows(num_n)];
+        for (i, &v) in old.iter().enumerate() {
+            if v < 0 {
+                continue;
+            }
+            let (base, k) = dl.base(i, num_n);
+            let src_base = self.source_base(sl, v as usize, k)?;
+            for n in Layout::sequences(k, num_n) {
+                new[base + n * dl.stride] = (src_base + n * sl.stride) as i32;
+            }
         }
         self.out.indexes.push(new);
         let k = self.out.indexes.len() - 1;
@@ -671,16 +683,18 @@ impl<'a> Expander<'a> {
         if old.len() != dl.rows {
             return Err("multi table length differs from its sub-matrix's rows".into());
         }
-        let mut new = Vec::with_capacity(dl.widened_rows(self.num_n));
-        for e in 0..dl.widened_rows(self.num_n) {
-            let (i, n) = dl.narrow(e, self.num_n);
-            let (s, r) = old[i];
-            new.push(if s < 0 || r < 0 {
-                (-1, -1)
-            } else {
-                let l = self.layout(s as usize)?;
-                (s, self.map_row(l, r as usize, n)? as i32)
-            });
+        let num_n = self.num_n;
+        let mut new = vec![(-1i32, -1i32); dl.widened_rows(num_n)];
+        for (i, &(sub, row)) in old.iter().enumerate() {
+            if sub < 0 || row < 0 {
+                continue;
+            }
+            let (base, k) = dl.base(i, num_n);
+            let sl = self.layout(sub as usize)?;
+            let src_base = self.source_base(sl, row as usize, k)?;
+            for n in Layout::sequences(k, num_n) {
+                new[base + n * dl.stride] = (sub, (src_base + n * sl.stride) as i32);
+            }
         }
         self.out.indexes_multi.push(new);
         let k = self.out.indexes_multi.len() - 1;
@@ -706,12 +720,11 @@ impl<'a> Expander<'a> {
         if old.len() != dl.rows {
             return Err("range table length differs from its destination's rows".into());
         }
-        let mut new = Vec::with_capacity(dl.widened_rows(self.num_n));
-        for e in 0..dl.widened_rows(self.num_n) {
-            let (i, n) = dl.narrow(e, self.num_n);
-            let (a, b) = old[i];
+        let num_n = self.num_n;
+        // Empty ranges add nothing.
+        let mut new = vec![(-1i32, -1i32); dl.widened_rows(num_n)];
+        for (i, &(a, b)) in old.iter().enumerate() {
             if b <= a {
-                new.push((-1, -1)); // empty: adds nothing
                 continue;
             }
             if a < 0 {
@@ -722,9 +735,14 @@ impl<'a> Expander<'a> {
             if sl.stride == 0 || a / sl.stride != last / sl.stride {
                 return Err("a row range spans sequences".into());
             }
-            let wa = self.map_row(sl, a, n)?;
-            let wl = self.map_row(sl, last, n)?;
-            new.push((wa as i32, wl as i32 + 1));
+            let (base, k) = dl.base(i, num_n);
+            let src_base = self.source_base(sl, a, k)?;
+            self.source_base(sl, last, k)?;
+            let len = last - a + 1;
+            for n in Layout::sequences(k, num_n) {
+                let first = src_base + n * sl.stride;
+                new[base + n * dl.stride] = (first as i32, (first + len) as i32);
+            }
         }
         self.out.indexes_ranges.push(new);
         let k = self.out.indexes_ranges.len() - 1;
@@ -1061,11 +1079,16 @@ mod tests {
         // n = 1 first.
         assert_eq!(index_stride(&n_major[3..], 3), None);
         let l = Layout { stride: 3, rows: 6 };
+        let mut seen = vec![false; l.widened_rows(5)];
         for i in 0..6 {
-            for n in (if l.n_of(i) == 0 { 0..1 } else { 1..5 }).clone() {
-                assert_eq!(l.narrow(l.widen(i, n, 5), 5), (i, n));
+            let (base, k) = l.base(i, 5);
+            for n in Layout::sequences(k, 5) {
+                let e = base + n * l.stride;
+                assert_eq!(l.narrow(e, 5), (i, n));
+                seen[e] = true;
             }
         }
+        assert!(seen.iter().all(|&s| s));
     }
 
     #[test]
