@@ -504,3 +504,45 @@ fn cache_is_shared_between_threads() {
     assert_eq!(s.hits + s.misses, 4 * 5 + s.shortcuts);
     assert_eq!(compiler.len(), 7); // 3..=8 sequences, and 2
 }
+
+/// `compnet compile --shortcut` prints the widened computation (here the same text as the
+/// direct one); requests it cannot widen and contradictory options are clear errors.
+#[test]
+fn cli_compile_shortcut() {
+    let model = Path::new(GOLDEN).join("cases/xvector-small/model.raw");
+    let compile = |extra: &[&str]| {
+        let mut args = vec![
+            "compile".to_string(),
+            model.to_str().unwrap().to_string(),
+            "--backprop".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            stderr,
+        )
+    };
+    let io = ["--input=input:0..4:-12..20", "--output=output:0..4:0..8"];
+    let (ok, direct, e) = compile(&io);
+    assert!(ok, "{e}");
+    let (ok, widened, e) =
+        compile(&[&io[..], &["--shortcut", "--compiler.cache-capacity=3"]].concat());
+    assert!(ok, "{e}");
+    assert!(widened.contains("(4, -12:20)"), "{widened}");
+    assert_eq!(direct, widened);
+    let (ok, _, e) = compile(&[
+        "--input=input:0..1:-12..20",
+        "--output=output:0..1:0..8",
+        "--shortcut",
+    ]);
+    assert!(!ok && e.contains("cannot be compiled by shortcut"), "{e}");
+    let (ok, _, e) = compile(&[&io[..], &["--shortcut", "--compiler.use-shortcut=false"]].concat());
+    assert!(!ok && e.contains("contradicts"), "{e}");
+}
