@@ -4,6 +4,7 @@
 //! into epochs, phases and steps, [`compiler`] turns steps into matrices and commands,
 //! [`t_range`] bounds where each node can be computable (so the builder skips the rest),
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
+//! [`cache`] compiles each request shape once and widens 2-sequence computations to N.
 
 pub mod analysis;
 pub mod cache;
