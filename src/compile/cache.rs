@@ -341,7 +341,7 @@ fn find_stride<T>(
     }
     let stride = items.iter().position(|x| n_of(x) == 1)?;
     let block = num_n.checked_mul(stride)?;
-    if items.len() % block != 0 {
+    if !items.len().is_multiple_of(block) {
         return None;
     }
     for chunk in items.chunks(block) {
@@ -574,8 +574,8 @@ impl<'a> Expander<'a> {
             } else if s.row_offset == 0 && s.num_rows == ml.rows {
                 (ml, 0)
             } else if ml.stride > 0
-                && s.row_offset % (2 * ml.stride) == 0
-                && s.num_rows % (2 * ml.stride) == 0
+                && s.row_offset.is_multiple_of(2 * ml.stride)
+                && s.num_rows.is_multiple_of(2 * ml.stride)
             {
                 (
                     Layout {
