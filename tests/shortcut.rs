@@ -335,8 +335,6 @@ fn precomputed_indexes_are_recomputed() {
 /// belong to, must not pass unnoticed.
 #[test]
 fn broken_widening_is_caught() {
-    let net = random_nnet_config(1, true);
-    let nnet = Nnet::from_config_text(&net.config, "<random>", &mut seeded_rng(1)).unwrap();
     // A spliced TDNN: its input is read through row tables.
     let cfg = "input-node name=input dim=3\n\
         component name=a type=AffineComponent input-dim=9 output-dim=4\n\
@@ -346,7 +344,6 @@ fn broken_widening_is_caught() {
         component name=b type=AffineComponent input-dim=8 output-dim=3\n\
         component-node name=b component=b input=Append(r, Offset(r, 1))\n\
         output-node name=output input=b\n";
-    let _ = nnet;
     let nnet = Nnet::from_config_text(cfg, "<test>", &mut seeded_rng(3)).unwrap();
     let io = vec![("input".to_string(), false)];
     let req = request(&nnet, &io, &["output".into()], 4, 0, 5, true, true);
@@ -545,4 +542,34 @@ fn cli_compile_shortcut() {
     assert!(!ok && e.contains("cannot be compiled by shortcut"), "{e}");
     let (ok, _, e) = compile(&[&io[..], &["--shortcut", "--compiler.use-shortcut=false"]].concat());
     assert!(!ok && e.contains("contradicts"), "{e}");
+}
+
+/// The real-size recipe networks in tests/data/kaldi/perf (WSJ TDNN, LibriSpeech TDNN-F,
+/// VoxCeleb x-vector with statistics pooling, Switchboard TDNN-LSTM), 3 sequences.
+#[test]
+fn perf_networks_widen_exactly() {
+    let dir = Path::new(GOLDEN).join("perf");
+    let mut compared = Vec::new();
+    // (config, output frames, derivatives): the x-vector net pools statistics over at least
+    // 6 frames; the big LSTM runs forward only (the golden fast-lstmp case has derivatives).
+    for (config, len, derivs) in [
+        ("wsj_nnet3_tdnn_1a.config", 2, true),
+        ("librispeech_chain_tdnnf_1d.config", 2, true),
+        ("voxceleb_xvector_1a.config", 6, true),
+        ("swbd_chain_tdnn_lstm_1m.config", 2, false),
+    ] {
+        let path = dir.join(config);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut n =
+            Nnet::from_config_text(&text, path.to_str().unwrap(), &mut seeded_rng(0)).unwrap();
+        for c in n.components.iter_mut() {
+            c.set_test_mode(true, &mut seeded_rng(0));
+        }
+        let (inputs, outputs) = golden_io(&n);
+        let req = request(&n, &inputs, &outputs, 3, 0, len, true, derivs);
+        if compare(&n, &req, config) {
+            compared.push(config);
+        }
+    }
+    assert_eq!(compared.len(), 4, "{compared:?}");
 }
