@@ -4,12 +4,20 @@
 //! context, output derivatives and model derivatives wanted), and a 1000-frame inference
 //! request on the Switchboard TDNN-LSTM (1000 sequential LSTM steps per layer).
 //!
+//! The `shortcut` group compares, on the WSJ TDNN training request with 2, 64 and 256
+//! sequences × 8 frames, direct compilation + optimizer with shortcut compilation (compile
+//! and optimize the 2-sequence request, then widen: what a cold `CachingCompiler` pays) and
+//! with the widening alone (what it pays when the 2-sequence computation is cached).
+//!
 //! Usage: `cargo bench --bench compile` (criterion; `PERF_CONFIG_DIR` overrides
 //! tests/data/kaldi/perf in the repository).
 
+use compnet::compile::cache::{compile_with_shortcut, expand_computation, mini_request};
 use compnet::compile::context::nnet_context;
 use compnet::compile::request::{ComputationRequest, IoSpecification};
-use compnet::compile::{compile_computation, optimize, CompilerOptions, OptimizeOptions};
+use compnet::compile::{
+    compile_computation, optimize, CachingCompilerOptions, CompilerOptions, OptimizeOptions,
+};
 use compnet::nnet::{Index, Nnet};
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
@@ -120,5 +128,54 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+fn bench_shortcut(c: &mut Criterion) {
+    let nnet = match load("wsj_nnet3_tdnn_1a.config") {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("shortcut: skipped: {e}");
+            return;
+        }
+    };
+    let mut g = c.benchmark_group("shortcut");
+    g.sample_size(10).measurement_time(Duration::from_secs(5));
+    let opts = CompilerOptions::default();
+    let opt = OptimizeOptions::default();
+    let cache_opts = CachingCompilerOptions::default();
+    for seqs in [2, 64, 256] {
+        let Ok(req) = request(&nnet, seqs, 8, 1, true) else {
+            continue;
+        };
+        g.bench_function(format!("wsj_tdnn_train_{seqs}x8 direct"), |b| {
+            b.iter(|| {
+                compile_computation(&nnet, &req, &opts).map(|mut c| {
+                    optimize(&nnet, &mut c, &opt);
+                    c.commands.len()
+                })
+            })
+        });
+        let Ok((mini, num_n)) = mini_request(&req) else {
+            continue; // 2 sequences: nothing to widen
+        };
+        g.bench_function(format!("wsj_tdnn_train_{seqs}x8 shortcut"), |b| {
+            b.iter(|| compile_with_shortcut(&nnet, &req, &cache_opts).map(|c| c.is_ok()))
+        });
+        let mut small = compile_computation(
+            &nnet,
+            &mini,
+            &CompilerOptions {
+                output_debug_info: true,
+            },
+        )
+        .expect("2-sequence request");
+        optimize(&nnet, &mut small, &opt);
+        g.bench_function(format!("wsj_tdnn_train_{seqs}x8 widen only"), |b| {
+            b.iter(|| {
+                expand_computation(&nnet, &small, &mini, num_n, false).map(|c| c.commands.len())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_shortcut);
 criterion_main!(benches);

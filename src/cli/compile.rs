@@ -2,16 +2,20 @@
 //!
 //! ```text
 //! compnet compile model.raw --input=input:0:-2..12 --output=output:0:0..9 [--backprop]
-//!                 [--ivector] [--debug-info]
+//!                 [--ivector] [--debug-info] [--shortcut]
 //! ```
 //! Each `--input` / `--output` is `name:N:T` where N and T are an integer `5` or an inclusive
 //! range `0..3`; Indexes are listed n-major (all t of n=0, then n=1, ...). The model may be a
 //! Kaldi raw model (binary or text) or a config file (`*.config`, as `nnet3-init` reads).
+//! `--shortcut` prints what shortcut compilation gives (`compile::cache`): the request
+//! compiled for 2 sequences and widened to all of them.
 
+use crate::cli::init::parse_kaldi_bool;
+use crate::compile::cache::compile_with_shortcut;
 use crate::compile::print::format_computation;
 use crate::compile::{
-    compile_computation, optimize, CompilerOptions, ComputationRequest, IoSpecification,
-    OptimizeOptions,
+    compile_computation, optimize, CachingCompilerOptions, CompilerOptions, ComputationRequest,
+    IoSpecification, OptimizeOptions,
 };
 use crate::error::{Error, Result};
 use crate::nnet::{Index, Nnet};
@@ -41,6 +45,40 @@ pub struct Args {
     /// `--optimize=false`)
     #[arg(long)]
     pub no_optimize: bool,
+    /// Print the computation shortcut compilation gives: compiled for sequences 0 and 1,
+    /// then widened to every sequence of the request (which must hold at least 3, laid
+    /// out alike).
+    #[arg(long)]
+    pub shortcut: bool,
+    #[command(flatten)]
+    pub compiler: CachingCompilerArgs,
+}
+
+/// The caching compiler's options, with Kaldi's names (`--compiler.*`); for every command
+/// that compiles through `compile::CachingCompiler`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CachingCompilerArgs {
+    /// Compile requests of N > 2 equally shaped sequences as 2 sequences and widen the
+    /// result.
+    #[arg(long = "compiler.use-shortcut", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub use_shortcut: bool,
+    /// How many compiled computations to keep.
+    #[arg(long = "compiler.cache-capacity", default_value_t = 64)]
+    pub cache_capacity: usize,
+}
+
+impl CachingCompilerArgs {
+    /// The options these arguments select (compiler and optimizer options at their
+    /// defaults).
+    pub fn options(&self) -> CachingCompilerOptions {
+        CachingCompilerOptions {
+            use_shortcut: self.use_shortcut,
+            cache_capacity: self.cache_capacity,
+            ..Default::default()
+        }
+    }
 }
 
 /// Parses `5` or `a..b` (inclusive).
@@ -139,10 +177,28 @@ pub fn run(a: Args) -> Result<i32> {
     let opts = CompilerOptions {
         output_debug_info: a.debug_info,
     };
-    let mut comp = compile_computation(&nnet, &req, &opts)?;
-    if !a.no_optimize {
-        optimize(&nnet, &mut comp, &OptimizeOptions::default());
-    }
+    let comp = if a.shortcut {
+        if !a.compiler.use_shortcut {
+            return Err(Error::Usage(
+                "--shortcut contradicts --compiler.use-shortcut=false".into(),
+            ));
+        }
+        // One request is compiled, so --compiler.cache-capacity has nothing to do here.
+        let mut options = a.compiler.options();
+        options.compiler = opts;
+        options.optimize.optimize = !a.no_optimize;
+        compile_with_shortcut(&nnet, &req, &options)?.map_err(|why| {
+            Error::Usage(format!(
+                "--shortcut: this request cannot be compiled by shortcut: {why}"
+            ))
+        })?
+    } else {
+        let mut comp = compile_computation(&nnet, &req, &opts)?;
+        if !a.no_optimize {
+            optimize(&nnet, &mut comp, &OptimizeOptions::default());
+        }
+        comp
+    };
     print!("{req}");
     print!("{}", format_computation(&comp, &nnet));
     Ok(0)

@@ -82,6 +82,9 @@ pub fn compile_computation(
     let mut computation = NnetComputation::default();
     // Matrix and sub-matrix 0 are placeholders created by the first allocation.
     computation.component_precomputed_indexes.push(None);
+    computation
+        .component_precomputed_io
+        .push(Default::default());
     c.create_step_info(&deriv_needed, &steps, &is_input_step, &mut computation)?;
     timer.lap("step info");
     c.add_commands(&deriv_needed, &mut computation)?;
@@ -366,6 +369,12 @@ impl Compiler<'_> {
                 );
                 if let Some(p) = pre {
                     comp.component_precomputed_indexes.push(Some(p));
+                    comp.component_precomputed_io
+                        .push(super::computation::PrecomputedIo {
+                            input_indexes: self.steps[s - 1].output_indexes.clone(),
+                            output_indexes: self.steps[s].output_indexes.clone(),
+                            need_backprop: need,
+                        });
                     self.steps[s].precomputed = comp.component_precomputed_indexes.len() - 1;
                 }
             }

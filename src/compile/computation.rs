@@ -139,6 +139,17 @@ pub enum Command {
     GotoLabel { target: usize },
 }
 
+/// The step Indexes a component's precomputed indexes were made from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PrecomputedIo {
+    /// The component's input rows, in row order.
+    pub input_indexes: Vec<Index>,
+    /// The component's output rows, in row order.
+    pub output_indexes: Vec<Index>,
+    /// Whether they were computed for a backward pass too.
+    pub need_backprop: bool,
+}
+
 /// The compiled program.
 #[derive(Debug, Default)]
 pub struct NnetComputation {
@@ -150,6 +161,10 @@ pub struct NnetComputation {
     pub submatrices: Vec<SubMatrixInfo>,
     /// Entry 0 is `None`.
     pub component_precomputed_indexes: Vec<Option<Box<dyn PrecomputedIndexes>>>,
+    /// What each entry of `component_precomputed_indexes` was computed from (Kaldi's
+    /// `PrecomputedIndexesInfo`), so that shortcut compilation (`compile::cache`) can
+    /// recompute it for more sequences. Parallel to it when filled; may be empty.
+    pub component_precomputed_io: Vec<PrecomputedIo>,
     /// Row index vectors for CopyRows/AddRows (−1 = none).
     pub indexes: Vec<Vec<i32>>,
     /// (sub-matrix, row) pairs for the Multi commands ((−1, −1) = none).

@@ -4,8 +4,10 @@
 //! into epochs, phases and steps, [`compiler`] turns steps into matrices and commands,
 //! [`t_range`] bounds where each node can be computable (so the builder skips the rest),
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
+//! [`cache`] compiles each request shape once and widens 2-sequence computations to N.
 
 pub mod analysis;
+pub mod cache;
 pub mod checker;
 pub mod compiler;
 pub mod computation;
@@ -18,6 +20,7 @@ pub mod split;
 pub mod steps;
 pub mod t_range;
 
+pub use cache::{CachingCompiler, CachingCompilerOptions, CompilerStats};
 pub use compiler::{compile_computation, CompilerOptions};
 pub use computation::{Command, NnetComputation, SubMatrixInfo};
 pub use optimize::{optimize, OptimizeOptions};
