@@ -71,6 +71,8 @@ pub struct Args {
     /// Accepted for Kaldi scripts (see --read-cache).
     #[arg(long = "write-cache")]
     pub write_cache: Option<String>,
+    #[command(flatten)]
+    pub compiler: crate::cli::compile::CachingCompilerArgs,
     /// `<model-in> <egs-rspecifier> <model-out>`.
     pub args: Vec<String>,
 }
@@ -104,9 +106,12 @@ pub fn run(a: Args) -> Result<i32> {
         batchnorm_stats_scale: a.batchnorm_stats_scale,
         max_param_change: a.max_param_change,
         srand: a.srand,
-        optimize: crate::compile::OptimizeOptions {
-            optimize: a.optimize,
-            ..Default::default()
+        compiler: crate::compile::cache::CachingCompilerOptions {
+            optimize: crate::compile::OptimizeOptions {
+                optimize: a.optimize,
+                ..Default::default()
+            },
+            ..a.compiler.options()
         },
         program: P.into(),
     };

@@ -4,21 +4,20 @@
 use super::example::computation_request;
 use super::log::{fmt_g, log};
 use super::objective::{compute_accuracy, compute_objective, ObjectiveSum};
-use crate::compile::{
-    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
-};
+use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
 use crate::nnet::{NetworkNode, Nnet, ObjectiveType};
 use crate::run::NnetComputer;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Options of the evaluation.
 #[derive(Clone, Debug)]
 pub struct NnetComputeProbOptions {
     /// Also compute the frame accuracy of `linear` outputs.
     pub compute_accuracy: bool,
-    pub optimize: OptimizeOptions,
+    /// The compiler's options (`--compiler.*`).
+    pub compiler: CachingCompilerOptions,
     /// Name in log lines.
     pub program: String,
 }
@@ -27,7 +26,7 @@ impl Default for NnetComputeProbOptions {
     fn default() -> Self {
         NnetComputeProbOptions {
             compute_accuracy: true,
-            optimize: OptimizeOptions::default(),
+            compiler: CachingCompilerOptions::default(),
             program: "compnet compute-prob".into(),
         }
     }
@@ -37,7 +36,7 @@ impl Default for NnetComputeProbOptions {
 pub struct NnetComputeProb<'a> {
     opts: NnetComputeProbOptions,
     nnet: &'a Nnet,
-    cache: HashMap<String, NnetComputation>,
+    compiler: CachingCompiler,
     objectives: BTreeMap<String, (ObjectiveType, ObjectiveSum)>,
     accuracy: BTreeMap<String, ObjectiveSum>,
 }
@@ -45,9 +44,9 @@ pub struct NnetComputeProb<'a> {
 impl<'a> NnetComputeProb<'a> {
     pub fn new(opts: NnetComputeProbOptions, nnet: &'a Nnet) -> Self {
         NnetComputeProb {
+            compiler: CachingCompiler::new(opts.compiler.clone()),
             opts,
             nnet,
-            cache: HashMap::new(),
             objectives: BTreeMap::new(),
             accuracy: BTreeMap::new(),
         }
@@ -57,14 +56,8 @@ impl<'a> NnetComputeProb<'a> {
     pub fn compute(&mut self, eg: &NnetExample) -> Result<()> {
         let nnet = self.nnet;
         let request = computation_request(nnet, eg, false, false)?;
-        let key = format!("{request:?}");
-        if !self.cache.contains_key(&key) {
-            let mut comp = compile_computation(nnet, &request, &CompilerOptions::default())?;
-            optimize(nnet, &mut comp, &self.opts.optimize);
-            self.cache.insert(key.clone(), comp);
-        }
-        let computation = &self.cache[&key];
-        let mut computer = NnetComputer::new(computation, nnet, None);
+        let computation = self.compiler.compile(nnet, &request)?;
+        let mut computer = NnetComputer::new(&computation, nnet, None);
         for spec in &request.inputs {
             if let Some(io) = eg.get(&spec.name) {
                 computer.accept_input(&spec.name, io.features.to_matrix())?;
@@ -153,16 +146,11 @@ impl<'a> NnetComputeProb<'a> {
 /// forward pass (Kaldi's `RecomputeStats`, used after averaging models with BatchNorm).
 pub fn recompute_stats(egs: &[NnetExample], nnet: &mut Nnet) -> Result<()> {
     super::nnet_update::zero_component_stats(nnet);
-    let mut cache: HashMap<String, NnetComputation> = HashMap::new();
+    let compiler = CachingCompiler::new(CachingCompilerOptions::default());
     for eg in egs {
         let request = computation_request(nnet, eg, false, true)?;
-        let key = format!("{request:?}");
-        if !cache.contains_key(&key) {
-            let mut comp = compile_computation(nnet, &request, &CompilerOptions::default())?;
-            optimize(nnet, &mut comp, &OptimizeOptions::default());
-            cache.insert(key.clone(), comp);
-        }
-        let mut computer = NnetComputer::storing_stats(&cache[&key], nnet);
+        let computation = compiler.compile(nnet, &request)?;
+        let mut computer = NnetComputer::storing_stats(&computation, nnet);
         for spec in &request.inputs {
             if let Some(io) = eg.get(&spec.name) {
                 computer.accept_input(&spec.name, io.features.to_matrix())?;

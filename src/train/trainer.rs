@@ -10,17 +10,15 @@ use super::nnet_update::{
     update_nnet_with_max_change, zero_component_stats, MaxChangeStats,
 };
 use super::objective::compute_objective;
-use crate::compile::{
-    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
-};
+use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::compile::NnetComputation;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
 use crate::nnet::{Nnet, ObjectiveType};
 use crate::run::NnetComputer;
 use rand::rngs::StdRng;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Options of the trainer, with Kaldi's defaults (`NnetTrainerOptions`).
 #[derive(Clone, Debug)]
@@ -45,8 +43,8 @@ pub struct NnetTrainerOptions {
     pub max_param_change: f32,
     /// Seeds every random choice (dropout masks, statistics sampling, orthonormal steps).
     pub srand: u64,
-    /// Optimizer options for compiled computations.
-    pub optimize: OptimizeOptions,
+    /// The compiler's options (`--compiler.*`, `--optimization.*`).
+    pub compiler: CachingCompilerOptions,
     /// Name in log lines.
     pub program: String,
 }
@@ -64,7 +62,7 @@ impl Default for NnetTrainerOptions {
             batchnorm_stats_scale: 0.8,
             max_param_change: 2.0,
             srand: 0,
-            optimize: OptimizeOptions::default(),
+            compiler: CachingCompilerOptions::default(),
             program: "compnet train".into(),
         }
     }
@@ -138,8 +136,7 @@ pub struct NnetTrainer<'a> {
     /// Same components as `nnet`, holding the (learning-rate-scaled) gradient, and the
     /// momentum between minibatches.
     delta: Nnet,
-    cache: HashMap<String, Arc<NnetComputation>>,
-    compile_seconds: f64,
+    compiler: CachingCompiler,
     objectives: BTreeMap<String, ObjectiveFunctionInfo>,
     num_minibatches_processed: usize,
     max_change: MaxChangeStats,
@@ -185,12 +182,12 @@ impl<'a> NnetTrainer<'a> {
         let mut delta = nnet.clone();
         delta.scale_all(0.0);
         let rng = crate::random::seeded_rng(opts.srand);
+        let compiler = CachingCompiler::new(opts.compiler.clone());
         Ok(NnetTrainer {
             opts,
             nnet,
             delta,
-            cache: HashMap::new(),
-            compile_seconds: 0.0,
+            compiler,
             objectives: BTreeMap::new(),
             num_minibatches_processed: 0,
             max_change: MaxChangeStats::default(),
@@ -200,17 +197,7 @@ impl<'a> NnetTrainer<'a> {
 
     fn compile(&mut self, eg: &NnetExample) -> Result<Arc<NnetComputation>> {
         let request = computation_request(self.nnet, eg, true, self.opts.store_component_stats)?;
-        let key = format!("{request:?}");
-        if let Some(c) = self.cache.get(&key) {
-            return Ok(c.clone());
-        }
-        let t = Instant::now();
-        let mut comp = compile_computation(self.nnet, &request, &CompilerOptions::default())?;
-        optimize(self.nnet, &mut comp, &self.opts.optimize);
-        self.compile_seconds += t.elapsed().as_secs_f64();
-        let comp = Arc::new(comp);
-        self.cache.insert(key, comp.clone());
-        Ok(comp)
+        self.compiler.compile(self.nnet, &request)
     }
 
     /// Trains on one (merged) minibatch.
@@ -415,12 +402,16 @@ impl<'a> NnetTrainer<'a> {
                 ),
             );
         }
+        let st = self.compiler.stats();
         log(
             p,
             &format!(
-                "{} seconds taken in compilation total ({} distinct computations).",
-                fmt_g(self.compile_seconds),
-                self.cache.len()
+                "{} seconds taken in nnet3 compilation total ({} computations compiled, {} of \
+                 them by the shortcut; {} cache hits).",
+                fmt_g(st.compile_time.as_secs_f64()),
+                st.misses,
+                st.shortcuts,
+                st.hits
             ),
         );
         any
