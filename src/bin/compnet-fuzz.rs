@@ -100,6 +100,10 @@ enum Kind {
     Config,
     Feats,
     Egs,
+    /// A training golden's merged egs (paired with its `before.raw`).
+    TrainEgs,
+    /// A training golden's `before.raw` (paired with its egs).
+    TrainModel,
 }
 
 struct Seed {
@@ -131,6 +135,14 @@ fn load_corpus(data: &Path) -> Vec<Seed> {
         push(c.join("model.txt"), Kind::TextModel, Some(c.clone()));
         push(c.join("net.config"), Kind::Config, Some(c.clone()));
         push(c.join("feats.txt"), Kind::Feats, Some(c.clone()));
+    }
+    let mut train: Vec<PathBuf> = std::fs::read_dir(data.join("train"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    train.sort();
+    for c in train {
+        push(c.join("egs.ark"), Kind::TrainEgs, Some(c.clone()));
+        push(c.join("before.raw"), Kind::TrainModel, Some(c.clone()));
     }
     for (sub, kind) in [("formats/feats", Kind::Feats), ("formats/egs", Kind::Egs)] {
         let mut files: Vec<PathBuf> = std::fs::read_dir(data.join(sub))
@@ -437,6 +449,34 @@ fn plan_case(seed: u64, case: u64, corpus: &[Seed]) -> Plan {
                     "init+compute",
                 )
             }
+        }
+        Kind::TrainEgs => {
+            let before = case_file("before.raw").unwrap_or_default();
+            if rng.random_bool(0.6) {
+                // Train on the damaged egs; what it writes must evaluate.
+                (
+                    "egs.ark",
+                    strs(&["train", "--srand=1", &before, "ark:IN", "OUT"]),
+                    vec![Step::Then(strs(&["compute-prob", "OUT", "ark:IN"]))],
+                    "train",
+                )
+            } else {
+                (
+                    "egs.ark",
+                    strs(&["compute-prob", &before, "ark:IN"]),
+                    vec![],
+                    "compute-prob",
+                )
+            }
+        }
+        Kind::TrainModel => {
+            let egs = case_file("egs.ark").unwrap_or_default();
+            (
+                "before.raw",
+                strs(&["train", "IN", &format!("ark:{egs}"), "OUT"]),
+                vec![Step::ReadBack(strs(&["copy", binary, "OUT", "OUT2"]))],
+                "train",
+            )
         }
         Kind::Feats | Kind::Egs => {
             let name = if s.path.extension().is_some_and(|e| e == "txt") {

@@ -82,5 +82,12 @@ pub fn run(a: Args) -> Result<i32> {
         prob.compute(&eg)
             .map_err(|e| Error::Compute(format!("{egs_rspec}: example {key}: {e}")))?;
     }
-    Ok(if prob.print_total_stats() { 0 } else { 1 })
+    if prob.print_total_stats() {
+        Ok(0)
+    } else {
+        Err(Error::Compute(format!(
+            "{egs_rspec}: nothing to report: no output had a positive total weight (an empty \
+             archive, or supervision whose weights sum to zero or less, or are not finite)"
+        )))
+    }
 }

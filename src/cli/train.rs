@@ -139,5 +139,14 @@ pub fn run(a: Args) -> Result<i32> {
     };
     nnet.write_model_file(model_out, a.binary)?;
     log(P, &format!("Wrote model to {model_out}"));
-    Ok(if ok { 0 } else { 1 })
+    if ok {
+        Ok(0)
+    } else {
+        // As nnet3-train: the model is written, and the exit status says nothing was
+        // trained on.
+        Err(Error::Compute(format!(
+            "{egs_rspec}: no frames were trained on (an empty archive, or supervision whose \
+             weights sum to zero); {model_out} was written all the same"
+        )))
+    }
 }

@@ -363,7 +363,7 @@ impl<'a> NnetTrainer<'a> {
                 p,
                 &format!("[this line is to be parsed by a script:] log-prob-per-frame={avg}"),
             );
-            any |= info.tot_weight != 0.0;
+            any |= info.tot_weight != 0.0 && info.tot_weight.is_finite();
         }
         let n = self.num_minibatches_processed.max(1) as f64;
         let names = self
