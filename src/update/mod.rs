@@ -315,6 +315,24 @@ impl<'a> Update<'a> {
         }
     }
 
+    /// target += lr · G for a gradient G already summed over the minibatch (LSTM peepholes):
+    /// preconditioned, G's rows are (the output side only) and the factor scales lr.
+    pub fn rows_block(&mut self, mut target: MatViewMut<'_>, mut grad: Matrix) {
+        match self {
+            Update::Frozen => {}
+            Update::Plain { learning_rate } => {
+                target.add_mat(*learning_rate, grad.view(), Trans::No);
+            }
+            Update::Preconditioned {
+                learning_rate,
+                state,
+            } => {
+                let scale = precondition(&mut state.output, grad.view_mut());
+                target.add_mat(*learning_rate * scale, grad.view(), Trans::No);
+            }
+        }
+    }
+
     /// The shared shape of per-element blocks: plain = `plain` per column block;
     /// preconditioned = the blocks stacked as rows, preconditioned, then summed.
     fn per_element_block(

@@ -288,6 +288,15 @@ impl Component for BackpropTruncationComponent {
         self.count *= s;
         self.count_zeroing_boundaries *= s;
     }
+    fn add_stats(&mut self, alpha: f32, other: &dyn Component) {
+        if let Some(o) = other.as_any().downcast_ref::<BackpropTruncationComponent>() {
+            let a = alpha as f64;
+            self.num_clipped += a * o.num_clipped;
+            self.num_zeroed += a * o.num_zeroed;
+            self.count += a * o.count;
+            self.count_zeroing_boundaries += a * o.count_zeroing_boundaries;
+        }
+    }
     fn precompute_indexes(
         &self,
         _misc: &MiscComputationInfo,

@@ -27,6 +27,7 @@ use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{
     backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, MatView, MatViewMut, Matrix,
 };
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
 
 const TYPE: &str = "LstmNonlinearityComponent";
@@ -55,6 +56,15 @@ pub struct LstmNonlinearityComponent {
     /// Per nonlinearity: number of (frame, unit) pairs that were self-repaired.
     self_repair_total: [f64; 5],
     count: f64,
+    /// Natural-gradient state of the peephole update (in the delta network; never saved).
+    ng_state: NaturalGradientState,
+}
+
+/// Kaldi preconditions the peephole gradient, summed over the minibatch (3 rows), with fixed
+/// options: rank 20, update period 2, 1000 samples of history (few rows per minibatch, so a
+/// smaller, faster-moving estimate than the affine layers'); not configurable there either.
+fn peephole_natural_gradient() -> NaturalGradientOptions {
+    NaturalGradientOptions::symmetric(20, 4.0, 2, 1000.0)
 }
 
 impl LstmNonlinearityComponent {
@@ -70,6 +80,7 @@ impl LstmNonlinearityComponent {
             self_repair_config: [0.05, 0.05, 0.2, 0.05, 0.2, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5],
             self_repair_total: [0.0; 5],
             count: 0.0,
+            ng_state: NaturalGradientState::default(),
         }
     }
 
@@ -326,10 +337,12 @@ impl Component for LstmNonlinearityComponent {
                     Some(&mut pd),
                     Some(u),
                 );
-                // Plain SGD step on the peepholes (Kaldi additionally preconditions this
-                // with natural gradient; not done here).
-                let lr = u.common.learning_rate as f64;
-                u.params.view_mut().add_row_major_f64(lr, &pd);
+                // The summed gradient's 3 rows go through the natural-gradient
+                // preconditioner (Kaldi's `preconditioner_`), unless this is a gradient holder.
+                let grad = Matrix::from_vec(3, c, pd.iter().map(|&x| x as f32).collect());
+                let options = peephole_natural_gradient();
+                Update::new(&u.common, Some((&options, &mut u.ng_state)), false)
+                    .rows_block(u.params.view_mut(), grad);
             }
             _ => self.backprop_core(in_value, out_deriv, in_deriv.as_mut(), None, None),
         }
