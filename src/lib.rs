@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod compile;
+pub mod egs;
 pub mod error;
 pub mod index;
 pub mod io;

@@ -5,8 +5,10 @@ pub mod compile;
 pub mod compute;
 pub mod copy;
 pub mod copy_feats;
+pub mod get_egs;
 pub mod info;
 pub mod init;
+pub mod merge_egs;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -36,6 +38,12 @@ enum Command {
     Compute(compute::Args),
     /// Print the compiled computation for a request.
     Compile(compile::Args),
+    /// Cut utterances into training examples (nnet3-get-egs).
+    GetEgs(get_egs::Args),
+    /// Cut utterances with dense targets into training examples (nnet3-get-egs-dense-targets).
+    GetEgsDenseTargets(get_egs::DenseArgs),
+    /// Merge examples into minibatches (nnet3-merge-egs).
+    MergeEgs(merge_egs::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -55,5 +63,8 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::CopyFeats(a) => copy_feats::run(a),
         Command::Compute(a) => compute::run(a),
         Command::Compile(a) => compile::run(a),
+        Command::GetEgs(a) => get_egs::run(a),
+        Command::GetEgsDenseTargets(a) => get_egs::run_dense(a),
+        Command::MergeEgs(a) => merge_egs::run(a),
     }
 }
