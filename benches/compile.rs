@@ -20,8 +20,8 @@ fn load(config: &str) -> Result<Nnet, String> {
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/perf").into());
     let path = format!("{dir}/{config}");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    compnet::nnet::component::param_util::seed_init_rng(0);
-    Nnet::from_config_text(&text, &path).map_err(|e| e.to_string())
+    Nnet::from_config_text(&text, &path, &mut compnet::random::seeded_rng(0))
+        .map_err(|e| e.to_string())
 }
 
 /// A request over `seqs` sequences: input frames `[-left, frames-1+right]`, output frames

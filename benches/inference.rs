@@ -398,8 +398,7 @@ fn main() {
                 continue;
             }
         };
-        compnet::nnet::component::param_util::seed_init_rng(0);
-        let nnet = match Nnet::from_config_text(&text, &path) {
+        let nnet = match Nnet::from_config_text(&text, &path, &mut compnet::random::seeded_rng(0)) {
             Ok(n) => n,
             Err(e) => {
                 eprintln!("{path}: {e}");

@@ -1,15 +1,18 @@
 //! compnet: computational networks in the style of Kaldi's nnet3.
 //!
-//! Data flow (one module per stage): config text → [`nnet`] (network, descriptors,
-//! components) → `compile` (request → graph → steps → computation) → `run` (the executor on
-//! a [`matrix`] backend) → `train`. [`io`] reads and writes Kaldi's files.
+//! Data flow (one module per stage): config text → [`frontend`] (Kaldi's config reader and
+//! model files) → [`nnet`] (network, descriptors, components) → `compile` (request → graph →
+//! steps → computation) → `run` (the executor on a [`matrix`] backend) → `train`. [`io`]
+//! reads and writes Kaldi's archive formats.
 
 pub mod cli;
 pub mod compile;
 pub mod egs;
 pub mod error;
+pub mod frontend;
 pub mod index;
 pub mod io;
+pub mod limits;
 pub mod matrix;
 pub mod nnet;
 pub mod random;
@@ -18,5 +21,6 @@ pub mod run;
 /// evaluator): built for the crate's own tests and with the `testing` feature only.
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod update;
 
 pub use error::{Error, Result};

@@ -365,6 +365,31 @@ fn srand_is_reproducible() {
     assert_ne!(a, c);
 }
 
+/// FixedScale/FixedBias with only `dim=` draw their values at init: from the `--srand`
+/// generator, so the same seed gives the same file and another seed another one.
+#[test]
+fn srand_fixes_fixed_scale_and_bias_drawn_at_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("fixed.config");
+    std::fs::write(
+        &cfg,
+        "input-node name=input dim=6\n\
+         component name=scale type=FixedScaleComponent dim=6\n\
+         component name=bias type=FixedBiasComponent dim=6\n\
+         component-node name=scale component=scale input=input\n\
+         component-node name=bias component=bias input=scale\n\
+         output-node name=output input=bias\n",
+    )
+    .unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    ok(&["init", "--srand=5", s(&cfg), s(&p("a"))]);
+    ok(&["init", "--srand=5", s(&cfg), s(&p("b"))]);
+    ok(&["init", "--srand=6", s(&cfg), s(&p("c"))]);
+    let read = |n: &str| std::fs::read(p(n)).unwrap();
+    assert_eq!(read("a"), read("b"));
+    assert_ne!(read("a"), read("c"));
+}
+
 /// `init old.raw extra.config new.raw` adds to an existing network and keeps its parameters.
 #[test]
 fn init_applies_config_to_existing_model() {

@@ -12,7 +12,7 @@ use compnet::compile::{compile_computation, Command, CompilerOptions};
 use compnet::compile::{ComputationRequest, IoSpecification};
 use compnet::matrix::Matrix;
 use compnet::matrix::{MatView, MatViewMut};
-use compnet::nnet::component::Properties;
+use compnet::nnet::component::{PropagateArgs, Properties};
 use compnet::nnet::descriptor::{ForwardingDescriptor, IndexVar, SumDescriptor};
 use compnet::nnet::{Index, NetworkNode, Nnet};
 use compnet::run::NnetComputer;
@@ -23,9 +23,10 @@ use compnet::testing::golden::known_missing;
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn net(cfg: &str) -> Nnet {
-    let mut n = Nnet::from_config_text(cfg, "<test>").unwrap_or_else(|e| panic!("{e}\n{cfg}"));
+    let mut n = Nnet::from_config_text(cfg, "<test>", &mut compnet::random::seeded_rng(0))
+        .unwrap_or_else(|e| panic!("{e}\n{cfg}"));
     for c in n.components.iter_mut() {
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
     }
     n
 }
@@ -80,7 +81,7 @@ impl<'a> Reference<'a> {
         for (name, idx, m) in inputs {
             let node = nnet.node_index(name).unwrap();
             for (r, i) in idx.iter().enumerate() {
-                supplied.insert((node, *i), m.row(r).to_vec());
+                supplied.insert((node, *i), m.row_to_vec(r));
             }
         }
         Reference {
@@ -98,7 +99,7 @@ impl<'a> Reference<'a> {
             let v = self
                 .value(node, *i)
                 .unwrap_or_else(|| panic!("reference: {name} {i} not computable"));
-            m.row_mut(r).copy_from_slice(&v);
+            m.copy_row_from_slice(r, &v);
         }
         m
     }
@@ -189,7 +190,7 @@ impl<'a> Reference<'a> {
                     let mut out = vec![0.0; c.output_dim()];
                     let od = out.len();
                     c.propagate(
-                        None,
+                        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
                         MatView::from_slice(&x, 1, x.len()),
                         MatViewMut::from_slice(&mut out, 1, od),
                     );
@@ -247,7 +248,7 @@ fn check_against_reference(nnet: &Nnet, req: &ComputationRequest) -> NnetComputa
     for (o, want) in req.outputs.iter().zip(&expected) {
         let got = computer.output(&o.name).unwrap().clone();
         for r in 0..want.num_rows() {
-            for (a, b) in got.row(r).iter().zip(want.row(r)) {
+            for (a, b) in got.row_to_vec(r).iter().zip(&want.row_to_vec(r)) {
                 assert!(
                     (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
                     "output {} row {r} ({}) differs: {a} vs {b}\n{}",
@@ -579,7 +580,7 @@ fn check_input_deriv(nnet: &Nnet, req: &ComputationRequest) {
         for (o, w) in req.outputs.iter().zip(&weights) {
             let y = c.output(&o.name).unwrap();
             for r in 0..y.num_rows() {
-                for (a, b) in y.row(r).iter().zip(w.row(r)) {
+                for (a, b) in y.row_to_vec(r).iter().zip(&w.row_to_vec(r)) {
                     obj += (*a as f64) * (*b as f64);
                 }
             }
@@ -834,7 +835,7 @@ fn golden_nets_compile_and_match_reference() {
             continue;
         }
         for c in n.components.iter_mut() {
-            c.set_test_mode(true);
+            c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         }
         let ctx = nnet_context(&n).unwrap();
         let mut inputs = vec![io("input", 0..1, -ctx.left..12 + ctx.right, false)];
@@ -846,6 +847,58 @@ fn golden_nets_compile_and_match_reference() {
         n_ok += 1;
     }
     assert!(n_ok >= 5);
+}
+
+/// Every loadable golden network (general components included), forward only and with all
+/// derivatives: the compiled computation and what every optimizer pass leaves pass the
+/// computation checker.
+#[test]
+fn golden_nets_pass_the_checker_after_every_optimizer_pass() {
+    use compnet::compile::checker::check_computation;
+    use compnet::compile::optimize::{optimize_observed, OptimizeOptions};
+    let mut dirs: Vec<_> = std::fs::read_dir(Path::new(GOLDEN).join("cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let mut checked = Vec::new();
+    for d in dirs {
+        let Ok(n) = load_golden(&d.join("model.raw")) else {
+            continue;
+        };
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let ctx = nnet_context(&n).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for with_derivs in [false, true] {
+            let mut inputs = vec![io("input", 0..2, -ctx.left..12 + ctx.right, with_derivs)];
+            if n.node_index("ivector").is_some() {
+                inputs.push(io("ivector", 0..2, 0..1, false));
+            }
+            let mut req = request(inputs, vec![io("output", 0..2, 0..12, with_derivs)]);
+            req.need_model_derivative = with_derivs;
+            let mut comp = compile_computation(&n, &req, &CompilerOptions::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            check_computation(&comp, &n).unwrap_or_else(|e| {
+                panic!("{name}: compiled: {e}\n{}", format_computation(&comp, &n))
+            });
+            let mut passes = 0;
+            optimize_observed(
+                &n,
+                &mut comp,
+                &OptimizeOptions::default(),
+                &mut |pass, c| {
+                    passes += 1;
+                    check_computation(c, &n).unwrap_or_else(|e| {
+                        panic!("{name}: after {pass}: {e}\n{}", format_computation(c, &n))
+                    });
+                },
+            );
+            assert_eq!(passes, 4, "{name}");
+        }
+        checked.push(name);
+    }
+    eprintln!("checked: {checked:?}");
+    // Every case whose component types exist (12 of the 14 today).
+    assert!(checked.len() >= 12, "only {} cases checked", checked.len());
 }
 
 #[test]
@@ -917,7 +970,11 @@ fn random_networks_match_reference() {
     let mut config_errors = Vec::new();
     for seed in 0..count {
         let rnet = random_nnet_config(seed, false);
-        let mut n = match Nnet::from_config_text(&rnet.config, "<random>") {
+        let mut n = match Nnet::from_config_text(
+            &rnet.config,
+            "<random>",
+            &mut compnet::random::seeded_rng(0),
+        ) {
             Ok(n) => n,
             Err(e) => {
                 config_errors.push(format!("seed {seed}: {e}"));
@@ -925,7 +982,7 @@ fn random_networks_match_reference() {
             }
         };
         for c in n.components.iter_mut() {
-            c.set_test_mode(true);
+            c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         }
         if n.components
             .iter()
@@ -1061,7 +1118,11 @@ fn t_ranges_change_no_graph() {
     let mut computable = 0;
     for seed in 0..300 {
         let rnet = random_nnet_config(seed, false);
-        let Ok(n) = Nnet::from_config_text(&rnet.config, "<random>") else {
+        let Ok(n) = Nnet::from_config_text(
+            &rnet.config,
+            "<random>",
+            &mut compnet::random::seeded_rng(0),
+        ) else {
             continue;
         };
         let Ok(ctx) = compnet::compile::context::nnet_context_all_outputs(&n) else {

@@ -7,10 +7,10 @@
 //! components with a stub factory whose dimensions come from Kaldi's own `info.txt` (or, for
 //! the benchmark configs, from the obvious config keys).
 
+use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenWriter;
 use compnet::matrix::{MatView, MatViewMut};
-use compnet::nnet::component::{Component, Memo, PrecomputedIndexes, Properties};
-use compnet::nnet::config_line::ConfigLine;
+use compnet::nnet::component::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use compnet::nnet::{NetworkNode, Nnet, ObjectiveType};
 use compnet::Result;
 use std::any::Any;
@@ -40,25 +40,10 @@ impl Component for Stub {
     fn properties(&self) -> Properties {
         Properties::SIMPLE
     }
-    fn propagate(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, _: PropagateArgs<'_>, _: MatView<'_>, _: MatViewMut<'_>) -> Option<Memo> {
         None
     }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        _: Option<MatViewMut<'_>>,
-    ) {
-    }
+    fn backprop(&self, _: BackpropArgs<'_>, _: MatView<'_>, _: Option<MatViewMut<'_>>) {}
     fn write(&self, _: &mut TokenWriter) {}
     fn info(&self) -> String {
         String::new()
@@ -422,6 +407,7 @@ fn unregistered_component_type_is_reported() {
     let e = Nnet::from_config_text(
         "input-node name=input dim=4\ncomponent name=a type=NoSuchComponent dim=3\n",
         "x.config",
+        &mut compnet::random::seeded_rng(0),
     )
     .unwrap_err()
     .to_string();
@@ -629,7 +615,11 @@ fn golden_configs_with_registered_components() {
             skipped.push(format!("{} ({})", cfg.display(), missing.join(",")));
             continue;
         }
-        let nnet = match Nnet::from_config_text(&text, &cfg.display().to_string()) {
+        let nnet = match Nnet::from_config_text(
+            &text,
+            &cfg.display().to_string(),
+            &mut compnet::random::seeded_rng(0),
+        ) {
             Ok(n) => n,
             Err(e) => panic!("{e}"),
         };

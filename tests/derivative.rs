@@ -28,7 +28,7 @@ fn num_nets() -> u64 {
 fn dot(a: &Matrix, b: &Matrix) -> f64 {
     let mut s = 0.0f64;
     for r in 0..a.num_rows() {
-        for (x, y) in a.row(r).iter().zip(b.row(r)) {
+        for (x, y) in a.row_to_vec(r).iter().zip(&b.row_to_vec(r)) {
             s += *x as f64 * *y as f64;
         }
     }
@@ -72,7 +72,7 @@ fn objective_scale(
     for (o, d) in req.outputs.iter().zip(derivs) {
         let out = c.output(&o.name).expect("output");
         for r in 0..out.num_rows() {
-            for (x, y) in out.row(r).iter().zip(d.row(r)) {
+            for (x, y) in out.row_to_vec(r).iter().zip(&d.row_to_vec(r)) {
                 s += (*x as f64 * *y as f64).abs();
             }
         }
@@ -95,11 +95,13 @@ fn rel_err(pred: &[f64], meas: &[f64], noise: f64) -> f64 {
 
 fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
     let net = random_nnet_config(seed, true);
-    // Component initialisation draws from a thread-local generator: seed it, so that a
-    // network depends only on its seed.
-    compnet::nnet::component::param_util::seed_init_rng(seed);
-    let nnet = Nnet::from_config_text(&net.config, "<random>")
-        .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}"));
+    // The network's parameters depend only on its seed.
+    let nnet = Nnet::from_config_text(
+        &net.config,
+        "<random>",
+        &mut compnet::random::seeded_rng(seed),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}"));
     let (left, right) = nnet_context(&nnet).map_or((4, 4), |c| (c.left, c.right));
     let mut rr = random_request(&nnet, &net, left, right, seed, true).expect("request");
     rr.request.need_model_derivative = true;

@@ -5,12 +5,13 @@
 //! lines), an independent f64 re-derivation of the LSTM cell equations, numeric derivatives,
 //! and the test-mode behaviour the golden README documents.
 
+use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{MatView, MatViewMut, Matrix};
 use compnet::nnet::component::{
-    new_component_from_config, read_component, Component, MiscComputationInfo,
+    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
+    PropagateArgs,
 };
-use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::index::Index;
 use compnet::testing::component::{check_component_config, round_trip_bytes};
 use compnet::testing::golden::{
@@ -19,7 +20,8 @@ use compnet::testing::golden::{
 
 fn make(config: &str) -> Box<dyn Component> {
     let cfg = ConfigLine::parse_str(config).expect("config parses");
-    new_component_from_config(&cfg).expect("component initialises")
+    new_component_from_config(&cfg, &mut compnet::random::seeded_rng(0))
+        .expect("component initialises")
 }
 
 fn empty() -> Matrix {
@@ -168,10 +170,14 @@ fn lstm_forward_matches_reference_with_golden_params() {
         }
     }
     let mut y = Matrix::zeros(9, 32);
-    comp.propagate(None, x.view(), y.view_mut());
+    comp.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        x.view(),
+        y.view_mut(),
+    );
     for r in 0..9 {
-        let want = lstm_reference(x.row(r), lstm.params(), c, true);
-        for (j, (&a, &b)) in y.row(r).iter().zip(&want).enumerate() {
+        let want = lstm_reference(&x.row_to_vec(r), lstm.params(), c, true);
+        for (j, (&a, &b)) in y.row_to_vec(r).iter().zip(&want).enumerate() {
             assert!(
                 (a as f64 - b).abs() < 2e-6 * (1.0 + b.abs()),
                 "row {r} col {j}: {a} vs {b}"
@@ -179,16 +185,16 @@ fn lstm_forward_matches_reference_with_golden_params() {
         }
     }
     // With i and o gates dropped, m is zero and c = f ⊙ c_prev.
-    assert!(y.row(1)[16..].iter().all(|&v| v == 0.0));
+    assert!(y.row_to_vec(1)[16..].iter().all(|&v| v == 0.0));
 }
 
 /// Objective Σ y ⊙ d as a function of the input, in f64 via the reference.
 fn lstm_objective(x: &Matrix, w: &Matrix, c: usize, dropout: bool, d: &Matrix) -> f64 {
     (0..x.num_rows())
         .map(|r| {
-            lstm_reference(x.row(r), w, c, dropout)
+            lstm_reference(&x.row_to_vec(r), w, c, dropout)
                 .iter()
-                .zip(d.row(r))
+                .zip(&d.row_to_vec(r))
                 .map(|(a, &b)| a * b as f64)
                 .sum::<f64>()
         })
@@ -221,12 +227,13 @@ fn lstm_backprop_matches_numeric_derivatives_of_the_reference() {
         grad.as_updatable_mut().expect("updatable").set_zero(true);
         let mut g = Matrix::zeros(rows, id);
         comp.backprop(
-            None,
-            x.view(),
-            empty().view(),
+            BackpropArgs {
+                in_value: x.view(),
+                out_value: empty().view(),
+                to_update: Some(grad.as_mut()),
+                ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+            },
             d.view(),
-            None,
-            Some(grad.as_mut()),
             Some(g.view_mut()),
         );
         // Input derivative, element by element (central differences in f64).
@@ -279,12 +286,13 @@ fn lstm_stats_accumulate_and_survive_io() {
     let d = lcg_matrix(4, 6, 4);
     let mut upd = comp.clone_box();
     comp.backprop(
-        None,
-        x.view(),
-        empty().view(),
+        BackpropArgs {
+            in_value: x.view(),
+            out_value: empty().view(),
+            to_update: Some(upd.as_mut()),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         d.view(),
-        None,
-        Some(upd.as_mut()),
         None,
     );
     let lstm = upd
@@ -345,22 +353,23 @@ fn lstm_self_repair_pushes_saturated_units() {
     }
     let zero_d = Matrix::zeros(3, 4);
     comp.backprop(
-        None,
-        x.view(),
-        empty().view(),
+        BackpropArgs {
+            in_value: x.view(),
+            out_value: empty().view(),
+            to_update: Some(with_stats.as_mut()),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         zero_d.view(),
-        None,
-        Some(with_stats.as_mut()),
         None,
     );
     let mut g = Matrix::zeros(3, 10);
     with_stats.backprop(
-        None,
-        x.view(),
-        empty().view(),
+        BackpropArgs {
+            in_value: x.view(),
+            out_value: empty().view(),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         zero_d.view(),
-        None,
-        None,
         Some(g.view_mut()),
     );
     // Zero output derivative: only self-repair remains; σ ≈ 1 gives −(2σ − 1)·0.01 ≈ −0.01.
@@ -410,7 +419,11 @@ fn backprop_truncation_scales_clips_and_zeroes() {
         .has(compnet::nnet::component::Properties::SIMPLE));
     let x = Matrix::from_rows(&[vec![2.0, -4.0], vec![1.0, 1.0]]);
     let mut y = Matrix::zeros(2, 2);
-    comp.propagate(None, x.view(), y.view_mut());
+    comp.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        x.view(),
+        y.view_mut(),
+    );
     assert_eq!(y.to_vec(), vec![1.0, -2.0, 0.5, 0.5]);
     // Rows at t = 3, 4, 5, 8: t = 4 and 8 cross a multiple of 4 from t − 1.
     let outs: Vec<Index> = [3, 4, 5, 8].iter().map(|&t| Index::new(0, t, 0)).collect();
@@ -424,12 +437,14 @@ fn backprop_truncation_scales_clips_and_zeroes() {
     let mut g = Matrix::zeros(4, 2);
     let mut upd = comp.clone_box();
     comp.backprop(
-        pre.as_deref(),
-        empty().view(),
-        empty().view(),
+        BackpropArgs {
+            indexes: pre.as_deref(),
+            in_value: empty().view(),
+            out_value: empty().view(),
+            to_update: Some(upd.as_mut()),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         d.view(),
-        None,
-        Some(upd.as_mut()),
         Some(g.view_mut()),
     );
     // Row 0: scaled to norm 5, clipped to 3. Row 1: same, then zeroed (boundary, norm 3 > 1).
@@ -494,10 +509,14 @@ fn batchnorm_test_mode_uses_the_stored_stats_and_target_rms() {
         text_vector_after(bn2, "<StatsVar>"),
     );
     let (target_rms, epsilon) = (0.5f64, 0.001f64);
-    c.set_test_mode(true);
+    c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
     let x = lcg_matrix(5, 24, 17);
     let mut y = Matrix::zeros(5, 24);
-    c.propagate(None, x.view(), y.view_mut());
+    c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        x.view(),
+        y.view_mut(),
+    );
     for r in 0..5 {
         for j in 0..24 {
             let b = j % 8;
@@ -522,9 +541,13 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         "type=SpecAugmentTimeMaskComponent dim=4 zeroed-proportion=0.5 time-mask-max-frames=2",
     ] {
         let mut c = make(cfg);
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(5, 4);
-        let memo = c.propagate(None, x.view(), y.view_mut());
+        let memo = c.propagate(
+            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert!(memo.is_none());
         assert_eq!(y.to_vec(), x.to_vec(), "{cfg}");
     }
@@ -535,9 +558,13 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         ("output-dim=3 dropout-proportion=0", 1.0),
     ] {
         let mut c = make(&format!("type=DropoutMaskComponent {cfg}"));
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(4, 3);
-        c.propagate(None, Matrix::zeros(0, 3).view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+            Matrix::zeros(0, 3).view(),
+            y.view_mut(),
+        );
         assert!(
             y.to_vec().iter().all(|&v| v == want),
             "{cfg}: {:?}",
@@ -548,9 +575,13 @@ fn test_mode_behaviour_matches_the_golden_readme() {
     {
         let bytes = golden_component("fast-lstmp", "lstm1.dropout_mask", true).unwrap();
         let mut c = read_component(&mut TokenReader::new(&bytes, true, "model.raw")).expect("read");
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(2, 3);
-        c.propagate(None, Matrix::zeros(0, 3).view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+            Matrix::zeros(0, 3).view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![0.75; 6]);
         let mut desired = vec![];
         c.get_input_indexes(
@@ -574,13 +605,21 @@ fn test_mode_behaviour_matches_the_golden_readme() {
 fn dropout_mask_training_values() {
     let c = make("type=DropoutMaskComponent output-dim=3 dropout-proportion=0.25");
     let mut y = Matrix::zeros(400, 3);
-    c.propagate(None, Matrix::zeros(0, 3).view(), y.view_mut());
+    c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        Matrix::zeros(0, 3).view(),
+        y.view_mut(),
+    );
     let v = y.to_vec();
     assert!(v.iter().all(|&x| x == 0.0 || x == 1.0));
     let zeros = v.iter().filter(|&&x| x == 0.0).count() as f64 / v.len() as f64;
     assert!((zeros - 0.25).abs() < 0.06, "{zeros}");
     let c = make("type=DropoutMaskComponent output-dim=3 dropout-proportion=0.2 continuous=true");
-    c.propagate(None, Matrix::zeros(0, 3).view(), y.view_mut());
+    c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        Matrix::zeros(0, 3).view(),
+        y.view_mut(),
+    );
     assert!(y.to_vec().iter().all(|&x| (0.6..=1.4).contains(&x)));
 }
 
@@ -596,28 +635,37 @@ fn general_dropout_shares_masks_by_sequence_and_time_block() {
     let x = Matrix::from_vec(8, 6, vec![1.0; 48]);
     for _ in 0..5 {
         let mut y = Matrix::zeros(8, 6);
-        let memo = c.propagate(pre.as_deref(), x.view(), y.view_mut());
+        let memo = c.propagate(
+            PropagateArgs {
+                indexes: pre.as_deref(),
+                rng: &mut compnet::random::seeded_rng(0),
+            },
+            x.view(),
+            y.view_mut(),
+        );
         assert!(memo.is_some());
         for r in 0..8 {
-            let row = y.row(r);
+            let row = y.row_to_vec(r);
             // Both blocks of a row share the mask; values are 0 or 1/(1−p) = 2.
             assert_eq!(row[..3], row[3..]);
             assert!(row.iter().all(|&v| v == 0.0 || v == 2.0), "{row:?}");
         }
         // Rows of the same (n, time block) share the mask.
         for (a, b) in [(0, 1), (2, 3), (4, 5), (6, 7)] {
-            assert_eq!(y.row(a), y.row(b));
+            assert_eq!(y.row_to_vec(a), y.row_to_vec(b));
         }
         // Backprop applies the same mask.
         let d = Matrix::from_vec(8, 6, vec![3.0; 48]);
         let mut g = Matrix::zeros(8, 6);
         c.backprop(
-            pre.as_deref(),
-            empty().view(),
-            empty().view(),
+            BackpropArgs {
+                indexes: pre.as_deref(),
+                in_value: empty().view(),
+                out_value: empty().view(),
+                memo: memo.as_ref(),
+                ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+            },
             d.view(),
-            memo.as_ref(),
-            None,
             Some(g.view_mut()),
         );
         let want: Vec<f32> = y.to_vec().iter().map(|v| v * 3.0).collect();
@@ -636,26 +684,45 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
     let x = Matrix::from_vec(50, 3, vec![1.0; 150]);
     let mut y = Matrix::zeros(50, 3);
     let mut data = x.clone();
-    let memo = c.propagate_in_place(pre.as_deref(), data.view_mut());
-    c.propagate(pre.as_deref(), x.view(), y.view_mut());
+    let memo = c.propagate_in_place(
+        PropagateArgs {
+            indexes: pre.as_deref(),
+            rng: &mut compnet::random::seeded_rng(0),
+        },
+        data.view_mut(),
+    );
+    c.propagate(
+        PropagateArgs {
+            indexes: pre.as_deref(),
+            rng: &mut compnet::random::seeded_rng(0),
+        },
+        x.view(),
+        y.view_mut(),
+    );
     for m in [&y, &data] {
-        let zeroed = (0..50).filter(|&r| m.row(r) == [0.0; 3]).count();
-        assert!((0..50).all(|r| m.row(r) == [0.0; 3] || m.row(r) == [1.0; 3]));
+        let zeroed = (0..50).filter(|&r| m.row_to_vec(r) == [0.0; 3]).count();
+        assert!((0..50).all(|r| m.row_to_vec(r) == [0.0; 3] || m.row_to_vec(r) == [1.0; 3]));
         assert_eq!(zeroed, 10, "20% of 50 frames");
     }
     let d = Matrix::from_vec(50, 3, vec![2.0; 150]);
     let mut g = d.clone();
     c.backprop_in_place(
-        pre.as_deref(),
-        empty().view(),
-        empty().view(),
-        memo.as_ref(),
-        None,
+        BackpropArgs {
+            indexes: pre.as_deref(),
+            in_value: empty().view(),
+            out_value: empty().view(),
+            memo: memo.as_ref(),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         g.view_mut(),
     );
     for r in 0..50 {
-        let want = if data.row(r)[0] == 0.0 { 0.0 } else { 2.0 };
-        assert!(g.row(r).iter().all(|&v| v == want));
+        let want = if data.row_to_vec(r)[0] == 0.0 {
+            0.0
+        } else {
+            2.0
+        };
+        assert!(g.row_to_vec(r).iter().all(|&v| v == want));
     }
 }
 
@@ -664,35 +731,46 @@ fn non_simple_components_in_place_agree() {
     let x = lcg_matrix(6, 4, 2);
     let c = make("type=BackpropTruncationComponent dim=4 scale=0.9");
     let mut y = Matrix::zeros(6, 4);
-    c.propagate(None, x.view(), y.view_mut());
+    c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        x.view(),
+        y.view_mut(),
+    );
     let mut z = x.clone();
-    c.propagate_in_place(None, z.view_mut());
+    c.propagate_in_place(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        z.view_mut(),
+    );
     assert_eq!(y.to_vec(), z.to_vec());
     let d = lcg_matrix(6, 4, 3);
     let mut g = Matrix::zeros(6, 4);
     c.backprop(
-        None,
-        empty().view(),
-        empty().view(),
+        BackpropArgs {
+            in_value: empty().view(),
+            out_value: empty().view(),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         d.view(),
-        None,
-        None,
         Some(g.view_mut()),
     );
     let mut gi = d.clone();
     c.backprop_in_place(
-        None,
-        empty().view(),
-        empty().view(),
-        None,
-        None,
+        BackpropArgs {
+            in_value: empty().view(),
+            out_value: empty().view(),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         gi.view_mut(),
     );
     assert_eq!(g.to_vec(), gi.to_vec());
     // Strided views work (no contiguity flag for dim == block-dim).
     let mut wide = Matrix::zeros(6, 7);
     let gd = make("type=GeneralDropoutComponent dim=4 dropout-proportion=0");
-    gd.propagate(None, x.view(), wide.sub_mut(0, 6, 1, 4));
+    gd.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        x.view(),
+        wide.sub_mut(0, 6, 1, 4),
+    );
     assert_eq!(wide.sub(0, 6, 1, 4).to_vec(), x.to_vec());
     let _ = (
         MatView::from_slice(&[], 0, 0),
@@ -727,7 +805,7 @@ fn config_errors_name_the_problem() {
         ),
     ] {
         let parsed = ConfigLine::parse_str(cfg).expect("parses");
-        let e = new_component_from_config(&parsed)
+        let e = new_component_from_config(&parsed, &mut compnet::random::seeded_rng(0))
             .expect_err(cfg)
             .to_string();
         assert!(e.contains(key), "{cfg}: {e}");

@@ -3,12 +3,13 @@
 //! propagate against independent per-Index reference computations; numeric derivative checks
 //! of backprop (inputs and parameters) through the components' own Index hooks.
 
+use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenReader;
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::{
-    new_component_from_config, read_component, Component, MiscComputationInfo, Properties,
+    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
+    PropagateArgs, Properties,
 };
-use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
 use compnet::testing::golden::{
     check_golden_info, golden_component, golden_path, round_trip_golden,
@@ -16,7 +17,11 @@ use compnet::testing::golden::{
 use std::collections::HashMap;
 
 fn component(config: &str) -> Box<dyn Component> {
-    new_component_from_config(&ConfigLine::parse_str(config).unwrap()).unwrap()
+    new_component_from_config(
+        &ConfigLine::parse_str(config).unwrap(),
+        &mut compnet::random::seeded_rng(0),
+    )
+    .unwrap()
 }
 
 fn gauss(rows: usize, cols: usize, seed: u64) -> Matrix {
@@ -61,14 +66,14 @@ impl<'a> Step<'a> {
     fn permute_in(&self, x: &Matrix) -> Matrix {
         let mut m = Matrix::zeros(self.input.len(), x.num_cols());
         for (r, &p) in self.in_perm.iter().enumerate() {
-            m.row_mut(p).copy_from_slice(x.row(r));
+            m.copy_row_from_slice(p, &x.row_to_vec(r));
         }
         m
     }
     fn unpermute(perm: &[usize], m: &Matrix) -> Matrix {
         let mut out = Matrix::zeros(perm.len(), m.num_cols());
         for (r, &p) in perm.iter().enumerate() {
-            out.row_mut(r).copy_from_slice(m.row(p));
+            out.copy_row_from_slice(r, &m.row_to_vec(p));
         }
         out
     }
@@ -91,19 +96,31 @@ impl<'a> Step<'a> {
     fn forward(&self, x: &Matrix) -> Matrix {
         let xin = self.permute_in(x);
         let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c
-            .propagate(self.pre.as_deref(), xin.view(), y.view_mut());
+        self.c.propagate(
+            PropagateArgs {
+                indexes: self.pre.as_deref(),
+                rng: &mut compnet::random::seeded_rng(0),
+            },
+            xin.view(),
+            y.view_mut(),
+        );
         Self::unpermute(&self.out_perm, &y)
     }
     /// Input derivative (original input order) for output derivative `d` (original order).
     fn backward(&self, x: &Matrix, d: &Matrix, to_update: Option<&mut dyn Component>) -> Matrix {
         let xin = self.permute_in(x);
         let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c
-            .propagate(self.pre.as_deref(), xin.view(), y.view_mut());
+        self.c.propagate(
+            PropagateArgs {
+                indexes: self.pre.as_deref(),
+                rng: &mut compnet::random::seeded_rng(0),
+            },
+            xin.view(),
+            y.view_mut(),
+        );
         let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
         for (r, &p) in self.out_perm.iter().enumerate() {
-            dd.row_mut(p).copy_from_slice(d.row(r));
+            dd.copy_row_from_slice(p, &d.row_to_vec(r));
         }
         let empty = Matrix::zeros(0, 0);
         let p = self.c.properties();
@@ -118,13 +135,17 @@ impl<'a> Step<'a> {
             empty.view()
         };
         let mut g = self.destination(self.input.len(), self.c.input_dim(), true);
+        let mut rng = compnet::random::seeded_rng(0);
         self.c.backprop(
-            self.pre.as_deref(),
-            iv,
-            ov,
+            BackpropArgs {
+                indexes: self.pre.as_deref(),
+                in_value: iv,
+                out_value: ov,
+                // Re-borrowed: the args hold it only for this call.
+                to_update: to_update.map(|u| -> &mut dyn Component { u }),
+                ..BackpropArgs::new(&mut rng)
+            },
             dd.view(),
-            None,
-            to_update,
             Some(g.view_mut()),
         );
         Self::unpermute(&self.in_perm, &g)
@@ -223,7 +244,11 @@ fn bad_configs_and_files_are_errors() {
         "type=ConstantComponent output-dim=0",
     ] {
         assert!(
-            new_component_from_config(&ConfigLine::parse_str(cfg).unwrap()).is_err(),
+            new_component_from_config(
+                &ConfigLine::parse_str(cfg).unwrap(),
+                &mut compnet::random::seeded_rng(0)
+            )
+            .is_err(),
             "{cfg} accepted"
         );
     }
@@ -272,9 +297,9 @@ fn tdnn_reference(c: &dyn Component, input: &[Index], x: &Matrix, output: &[Inde
     let mut y = Matrix::zeros(output.len(), od);
     for (r, o) in output.iter().enumerate() {
         for j in 0..od {
-            let mut s = tdnn.bias_params.as_slice().get(j).copied().unwrap_or(0.0) as f64;
+            let mut s = tdnn.bias_params.to_vec().get(j).copied().unwrap_or(0.0) as f64;
             for (k, &off) in tdnn.time_offsets.iter().enumerate() {
-                let xi = x.row(pos[&Index::new(o.n, o.t + off, o.x)]);
+                let xi = x.row_to_vec(pos[&Index::new(o.n, o.t + off, o.x)]);
                 for (c2, &xv) in xi.iter().enumerate() {
                     s += tdnn.linear_params.get(j, k * id + c2) as f64 * xv as f64;
                 }
@@ -470,7 +495,7 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
     let frames: HashMap<Index, Vec<f32>> = frame_idx
         .iter()
         .enumerate()
-        .map(|(r, i)| (*i, x.row(r).to_vec()))
+        .map(|(r, i)| (*i, x.row_to_vec(r)))
         .collect();
 
     // Which extraction outputs are computable, and which pooling outputs.
@@ -507,7 +532,7 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
     let x_in = {
         let mut m = Matrix::zeros(ext_in.len(), 3);
         for (r, i) in ext_in.iter().enumerate() {
-            m.row_mut(r).copy_from_slice(&frames[i]);
+            m.copy_row_from_slice(r, &frames[i]);
         }
         m
     };
@@ -517,7 +542,7 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
     let y = s2.forward(&stats);
     for (r, o) in pool_out.iter().enumerate() {
         let want = stats_reference(&frames, o, 1, 3, 6, 6, 2);
-        for (a, b) in y.row(r).iter().zip(&want) {
+        for (a, b) in y.row_to_vec(r).iter().zip(&want) {
             assert!(
                 (a - b).abs() < 1e-4 * (1.0 + b.abs()),
                 "pooled stats at {o}: {a} vs {b}"
@@ -643,22 +668,27 @@ fn constant_component_needs_no_input_and_learns() {
     assert!(used.is_empty());
     let empty = Matrix::zeros(0, 4);
     let mut y = Matrix::zeros(3, 4);
-    c.propagate(None, empty.view(), y.view_mut());
+    c.propagate(
+        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        empty.view(),
+        y.view_mut(),
+    );
     let mut p = vec![0.0; 4];
     c.as_updatable().unwrap().vectorize(&mut p);
     for r in 0..3 {
-        assert_eq!(y.row(r), &p[..]);
+        assert_eq!(y.row_to_vec(r), p);
     }
     let d = gauss(3, 4, 2);
     let mut g = c.clone_box();
     g.as_updatable_mut().unwrap().set_zero(true);
     c.backprop(
-        None,
-        empty.view(),
-        empty.view(),
+        BackpropArgs {
+            in_value: empty.view(),
+            out_value: empty.view(),
+            to_update: Some(g.as_mut()),
+            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
+        },
         d.view(),
-        None,
-        Some(g.as_mut()),
         None,
     );
     let mut gv = vec![0.0; 4];
@@ -690,7 +720,7 @@ fn statistics_pooling_long_windows_match_reference() {
     let frames: HashMap<Index, Vec<f32>> = idx
         .iter()
         .enumerate()
-        .map(|(r, i)| (*i, x.row(r).to_vec()))
+        .map(|(r, i)| (*i, x.row_to_vec(r)))
         .collect();
     let avail = |i: &Index| i.n == 0 && (0..frames_n).contains(&i.t);
     let mut pool_in: Vec<Index> = Vec::new();
@@ -707,7 +737,7 @@ fn statistics_pooling_long_windows_match_reference() {
     let y = s2.forward(&stats);
     for (r, o) in idx.iter().enumerate() {
         let want = stats_reference(&frames, o, 1, 1, 0, frames_n, 1);
-        for (a, b) in y.row(r).iter().zip(&want) {
+        for (a, b) in y.row_to_vec(r).iter().zip(&want) {
             assert!(
                 (a - b).abs() < 1e-4 * (1.0 + b.abs()),
                 "pooled stats at {o}: {a} vs {b}"

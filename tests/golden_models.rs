@@ -381,7 +381,7 @@ fn final_mdl_is_read() {
         let read = compnet::nnet::Nnet::read_model(&mdl, "final.mdl").unwrap();
         let am = read.am.expect("acoustic-model part");
         assert_eq!((am.left_context, am.right_context), (1, 2));
-        assert_eq!(am.priors.as_slice(), &priors);
+        assert_eq!(am.priors.to_vec(), priors);
         assert_eq!(read.binary, binary);
         assert_eq!(read.nnet.write_model(binary), model);
         // Through the command line too: a final.mdl copies to the raw network.

@@ -99,7 +99,7 @@ fn assert_vec_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
 
 fn to64(m: MatView<'_>) -> Vec<Vec<f64>> {
     (0..m.num_rows())
-        .map(|i| m.row(i).iter().map(|&x| f64::from(x)).collect())
+        .map(|i| (0..m.num_cols()).map(|j| f64::from(m.get(i, j))).collect())
         .collect()
 }
 
@@ -1205,13 +1205,13 @@ fn row_gather_and_scatter() {
     assert_close(d.view(), &want, 1e-6, "add_rows");
     d.check_border();
     // multi forms: row pointers
-    let ptrs: Vec<Option<&[f32]>> = idx
+    let ptrs: Vec<Option<(MatView<'_>, usize)>> = idx
         .iter()
         .map(|&i| {
             if i < 0 {
                 None
             } else {
-                Some(src.view().row(i as usize))
+                Some((src.view(), i as usize))
             }
         })
         .collect();
@@ -1466,5 +1466,889 @@ fn approx_equal_and_split_rows() {
             let want = if i < 2 { 2.0 * a.get(i, j) } else { 0.0 };
             assert_eq!(c.get(i, j), want);
         }
+    }
+}
+
+/// The kernels components used to write by hand, each against a plain f64 reference.
+mod component_kernels {
+    use super::*;
+    use compnet::matrix::{
+        backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, PoolingOptions,
+        NORMALIZE_SQUARED_NORM_FLOOR,
+    };
+
+    fn sig(x: f64) -> f64 {
+        1.0 / (1.0 + (-x).exp())
+    }
+
+    /// `f` applied to every element of `m`, in f64.
+    fn map64(m: MatView<'_>, f: impl Fn(usize, usize, f64) -> f64) -> Vec<Vec<f64>> {
+        (0..m.num_rows())
+            .map(|i| {
+                (0..m.num_cols())
+                    .map(|j| f(i, j, f64::from(m.get(i, j))))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn in_place_nonlinearities_and_derivatives() {
+        let (r, c) = (5, 19);
+        let mut g = rng(71);
+        let x = Embedded::new(r, c, &mut g);
+        let d = Embedded::new(r, c, &mut g);
+        let y = {
+            let mut m = x.inner_orig();
+            m.view_mut().scale(3.0);
+            m
+        };
+        let (x64, y64, d64) = (to64(x.view()), to64(y.view()), to64(d.view()));
+        type Op = fn(&mut MatViewMut<'_>, MatView<'_>);
+        type Reference = fn(f64, f64, f64) -> f64;
+        let cases: [(&str, Op, Reference); 9] = [
+            ("apply_sigmoid", |m, _| m.apply_sigmoid(), |x, _, _| sig(x)),
+            ("apply_tanh", |m, _| m.apply_tanh(), |x, _, _| x.tanh()),
+            (
+                "apply_sigmoid_deriv_from_output",
+                |m, _| m.apply_sigmoid_deriv_from_output(),
+                |x, _, _| x * (1.0 - x),
+            ),
+            (
+                "apply_tanh_deriv_from_output",
+                |m, _| m.apply_tanh_deriv_from_output(),
+                |x, _, _| 1.0 - x * x,
+            ),
+            (
+                "diff_sigmoid_in_place",
+                |m, v| m.diff_sigmoid_in_place(v),
+                |d, y, _| d * y * (1.0 - y),
+            ),
+            (
+                "diff_tanh_in_place",
+                |m, v| m.diff_tanh_in_place(v),
+                |d, y, _| d * (1.0 - y * y),
+            ),
+            (
+                "diff_relu_in_place",
+                |m, v| m.diff_relu_in_place(v),
+                |d, y, _| if y > 0.0 { d } else { 0.0 },
+            ),
+            (
+                "apply_soft_threshold",
+                |m, _| m.apply_soft_threshold(0.25),
+                |x, _, _| x.signum() * (x.abs() - 0.25).max(0.0),
+            ),
+            (
+                "mul_mat_div_mat",
+                |m, v| {
+                    let mut den = v.to_matrix();
+                    den.view_mut().scale(2.0);
+                    den.set(1, 2, 0.0);
+                    m.mul_mat_div_mat(v, den.view())
+                },
+                |d, y, _| d * y / (2.0 * y),
+            ),
+        ];
+        for (name, op, reference) in cases {
+            let mut dst = Embedded::new(r, c, &mut g);
+            dst.big.sub_mut(R0, r, C0, c).copy_from(d.view());
+            let src = if name.starts_with("apply_") {
+                x.view()
+            } else {
+                y.view()
+            };
+            let start = to64(src);
+            if name.starts_with("apply_") {
+                dst.big.sub_mut(R0, r, C0, c).copy_from(src);
+            }
+            op(&mut dst.view_mut(), y.view());
+            let mut want: Vec<Vec<f64>> = (0..r)
+                .map(|i| {
+                    (0..c)
+                        .map(|j| {
+                            let first = if name.starts_with("apply_") {
+                                start[i][j]
+                            } else {
+                                d64[i][j]
+                            };
+                            reference(first, y64[i][j], x64[i][j])
+                        })
+                        .collect()
+                })
+                .collect();
+            if name == "mul_mat_div_mat" {
+                want[1][2] = d64[1][2]; // a zero denominator leaves the element alone
+            }
+            assert_close(dst.view(), &want, 1e-5, name);
+            dst.check_border();
+        }
+    }
+
+    #[test]
+    fn softmax_family_in_place() {
+        let (r, c) = (4, 23);
+        let mut g = rng(72);
+        let mut x = rand_mat(r, c, &mut g);
+        x.view_mut().scale(8.0);
+        x.set(2, 3, -200.0); // far below the floor after the softmax
+        let x64 = to64(x.view());
+        let lse: Vec<f64> = x64
+            .iter()
+            .map(|row| {
+                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+            })
+            .collect();
+        let mut sm = x.clone();
+        sm.view_mut().apply_softmax_per_row_floored(1e-20);
+        let want = map64(x.view(), |i, _, v| (v - lse[i]).exp().max(1e-20));
+        assert_close(sm.view(), &want, 1e-5, "apply_softmax_per_row_floored");
+        assert_eq!(sm.get(2, 3), 1e-20);
+        let mut ls = x.clone();
+        ls.view_mut().apply_log_softmax_per_row();
+        let want = map64(x.view(), |i, _, v| v - lse[i]);
+        assert_close(ls.view(), &want, 1e-5, "apply_log_softmax_per_row");
+
+        let d = rand_mat(r, c, &mut g);
+        let d64 = to64(d.view());
+        let y64 = to64(sm.view());
+        let mut got = d.clone();
+        got.view_mut().diff_softmax_per_row_in_place(sm.view());
+        let want: Vec<Vec<f64>> = (0..r)
+            .map(|i| {
+                let dot: f64 = (0..c).map(|j| y64[i][j] * d64[i][j]).sum();
+                (0..c).map(|j| y64[i][j] * (d64[i][j] - dot)).collect()
+            })
+            .collect();
+        assert_close(got.view(), &want, 1e-5, "diff_softmax_per_row_in_place");
+        let ly64 = to64(ls.view());
+        let mut got = d.clone();
+        got.view_mut().diff_log_softmax_per_row_in_place(ls.view());
+        let want: Vec<Vec<f64>> = (0..r)
+            .map(|i| {
+                let sum: f64 = d64[i].iter().sum();
+                (0..c).map(|j| d64[i][j] - ly64[i][j].exp() * sum).collect()
+            })
+            .collect();
+        assert_close(got.view(), &want, 1e-5, "diff_log_softmax_per_row_in_place");
+    }
+
+    #[test]
+    fn self_repair_terms_norms_and_f64_steps() {
+        let (r, c) = (6, 7);
+        let mut g = rng(73);
+        let a = rand_mat(r, c, &mut g);
+        let v = rand_vec(c, &mut g);
+        let mut d = Embedded::new(r, c, &mut g);
+        let old = to64(d.inner_orig().view());
+        d.view_mut()
+            .add_affine_mat_diag_vec(&v, -2.0, a.view(), 0.5);
+        let want = map64(a.view(), |i, j, x| {
+            old[i][j] + f64::from(v[j]) * (-2.0 * x + 0.5)
+        });
+        assert_close(d.view(), &want, 1e-5, "add_affine_mat_diag_vec");
+        d.check_border();
+
+        let a64 = to64(a.view());
+        let sq: Vec<f64> = a64
+            .iter()
+            .map(|row| row.iter().map(|x| x * x).sum())
+            .collect();
+        assert_vec_close(&a.view().row_sum_squares(), &sq, 1e-5, "row_sum_squares");
+        let norms: Vec<f64> = sq.iter().map(|s| s.sqrt()).collect();
+        assert_vec_close(&a.view().row_norms(), &norms, 1e-5, "row_norms");
+        let cols: Vec<f64> = (0..c)
+            .map(|j| (0..r).map(|i| a64[i][j] * a64[i][j]).sum::<f64>().sqrt())
+            .collect();
+        assert_vec_close(&a.view().col_norms(), &cols, 1e-5, "col_norms");
+
+        let step: Vec<f64> = (0..r * c).map(|k| k as f64 * 0.125 - 3.0).collect();
+        let mut p = Embedded::new(r, c, &mut g);
+        let old = to64(p.inner_orig().view());
+        p.view_mut().add_row_major_f64(0.5, &step);
+        let want: Vec<Vec<f64>> = (0..r)
+            .map(|i| (0..c).map(|j| old[i][j] + 0.5 * step[i * c + j]).collect())
+            .collect();
+        assert_close(p.view(), &want, 1e-6, "add_row_major_f64");
+        p.check_border();
+    }
+
+    #[test]
+    fn per_block_ops() {
+        let (r, bd, nb) = (5, 4, 3);
+        let c = bd * nb;
+        let mut g = rng(74);
+        let (u, w) = (rand_vec(bd, &mut g), rand_vec(bd, &mut g));
+        let a = rand_mat(r, c, &mut g);
+        let a64 = to64(a.view());
+        let (u64_, w64): (Vec<f64>, Vec<f64>) = (
+            u.iter().map(|&x| f64::from(x)).collect(),
+            w.iter().map(|&x| f64::from(x)).collect(),
+        );
+        type Op<'v> = Box<dyn Fn(&mut MatViewMut<'_>) + 'v>;
+        type Reference<'v> = Box<dyn Fn(f64, usize, usize, usize) -> f64 + 'v>;
+        let cases: Vec<(&str, Op, Reference)> = vec![
+            (
+                "add_vec_per_block",
+                Box::new(|m| m.add_vec_per_block(&u)),
+                Box::new(|x, _, _, j| x + u64_[j]),
+            ),
+            (
+                "mul_vec_per_block",
+                Box::new(|m| m.mul_vec_per_block(&u)),
+                Box::new(|x, _, _, j| x * u64_[j]),
+            ),
+            (
+                "mul_add_vec_per_block",
+                Box::new(|m| m.mul_add_vec_per_block(&u, &w)),
+                Box::new(|x, _, _, j| x * u64_[j] + w64[j]),
+            ),
+            (
+                "sub_vec_mul_vec_per_block",
+                Box::new(|m| m.sub_vec_mul_vec_per_block(&u, &w)),
+                Box::new(|x, _, _, j| (x - u64_[j]) * w64[j]),
+            ),
+            (
+                "add_vec_mul_vec_add_mat_vec_per_block",
+                Box::new(|m| m.add_vec_mul_vec_add_mat_vec_per_block(&u, &w, a.view(), &u)),
+                Box::new(|x, i, k, j| (x + u64_[j]) * w64[j] + a64[i][k] * u64_[j]),
+            ),
+        ];
+        for (name, op, reference) in cases {
+            let mut m = Embedded::new(r, c, &mut g);
+            let old = to64(m.inner_orig().view());
+            op(&mut m.view_mut());
+            let want: Vec<Vec<f64>> = (0..r)
+                .map(|i| (0..c).map(|k| reference(old[i][k], i, k, k % bd)).collect())
+                .collect();
+            assert_close(m.view(), &want, 1e-5, name);
+            m.check_border();
+        }
+
+        // Mask rows per data row, repeated over the blocks; unmapped rows untouched.
+        let mask = rand_mat(2, bd, &mut g);
+        let mut m = Embedded::new(r, c, &mut g);
+        let old = to64(m.inner_orig().view());
+        let row_map = [1usize, 0, 7, 1];
+        m.view_mut().mul_blocks_by_mask_rows(mask.view(), &row_map);
+        let want: Vec<Vec<f64>> = (0..r)
+            .map(|i| {
+                (0..c)
+                    .map(|k| match row_map.get(i) {
+                        Some(&q) if q < 2 => old[i][k] * f64::from(mask.get(q, k % bd)),
+                        _ => old[i][k],
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_close(m.view(), &want, 1e-6, "mul_blocks_by_mask_rows");
+        m.check_border();
+
+        let b = rand_mat(r, c, &mut g);
+        let (s, sq) = a.view().block_col_sum_and_sum_squares(bd);
+        let (dot, bsum) = a.view().block_col_dot_and_sum(b.view(), bd);
+        let sum_over = |f: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
+            (0..bd)
+                .map(|j| {
+                    (0..r)
+                        .flat_map(|i| (0..nb).map(move |q| (i, q * bd + j)))
+                        .map(|(i, k)| f(i, k))
+                        .sum()
+                })
+                .collect()
+        };
+        assert_vec_close(&s, &sum_over(&|i, k| a64[i][k]), 1e-5, "block sums");
+        assert_vec_close(
+            &sq,
+            &sum_over(&|i, k| a64[i][k] * a64[i][k]),
+            1e-5,
+            "block squares",
+        );
+        let b64 = to64(b.view());
+        assert_vec_close(
+            &dot,
+            &sum_over(&|i, k| a64[i][k] * b64[i][k]),
+            1e-5,
+            "block dots",
+        );
+        assert_vec_close(&bsum, &sum_over(&|i, k| b64[i][k]), 1e-5, "block sums of b");
+    }
+
+    /// Forward of one normalised block in f64: (y, log rms term).
+    fn normalize_block(x: &[f64], target: f64) -> (Vec<f64>, f64) {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / (x.len() as f64 * target * target);
+        let f = ms.max(f64::from(NORMALIZE_SQUARED_NORM_FLOOR)).powf(-0.5);
+        (x.iter().map(|v| v * f).collect(), -f.ln() + target.ln())
+    }
+
+    #[test]
+    fn normalize_per_row_and_its_derivative() {
+        let (r, bd, nb, t) = (4, 6, 2, 0.5f32);
+        let mut g = rng(75);
+        let mut x = rand_mat(r, bd * nb, &mut g);
+        for j in 0..bd {
+            x.set(3, j, 0.0); // an all-zero block sits at the floor
+        }
+        let x64 = to64(x.view());
+        for add_log in [false, true] {
+            let obd = bd + usize::from(add_log);
+            let mut y = Matrix::zeros(r, obd * nb);
+            y.view_mut().normalize_per_row(x.view(), bd, t, add_log);
+            let want: Vec<Vec<f64>> = x64
+                .iter()
+                .map(|row| {
+                    row.chunks(bd)
+                        .flat_map(|b| {
+                            let (mut v, l) = normalize_block(b, f64::from(t));
+                            if add_log {
+                                v.push(l);
+                            }
+                            v
+                        })
+                        .collect()
+                })
+                .collect();
+            assert_close(y.view(), &want, 1e-5, "normalize_per_row");
+
+            // The derivative against central differences of the f64 forward (off the floor).
+            let od = rand_mat(r, obd * nb, &mut g);
+            let mut dx = Embedded::new(r, bd * nb, &mut g);
+            let old = to64(dx.inner_orig().view());
+            dx.view_mut()
+                .diff_normalize_per_row(x.view(), Some(od.view()), bd, t, add_log);
+            let od64 = to64(od.view());
+            let objective = |row: &[f64], i: usize| -> f64 {
+                row.chunks(bd)
+                    .enumerate()
+                    .map(|(b, blk)| {
+                        let (v, l) = normalize_block(blk, f64::from(t));
+                        let o = &od64[i][b * obd..(b + 1) * obd];
+                        let mut s: f64 = v.iter().zip(o).map(|(a, b)| a * b).sum();
+                        if add_log {
+                            s += l * o[bd];
+                        }
+                        s
+                    })
+                    .sum()
+            };
+            for i in 0..3 {
+                for k in 0..bd * nb {
+                    let mut p = x64[i].clone();
+                    p[k] += 1e-6;
+                    let mut m = x64[i].clone();
+                    m[k] -= 1e-6;
+                    let num = (objective(&p, i) - objective(&m, i)) / 2e-6;
+                    let got = f64::from(dx.view().get(i, k)) - old[i][k];
+                    assert!(
+                        (got - num).abs() < 1e-3 * (1.0 + num.abs()),
+                        "diff_normalize_per_row (add_log {add_log}) ({i}, {k}): {got} vs {num}"
+                    );
+                }
+            }
+            // At the floor the scale is constant: the derivative is od · f.
+            let f = f64::from(NORMALIZE_SQUARED_NORM_FLOOR).powf(-0.5);
+            for k in 0..bd {
+                let got = f64::from(dx.view().get(3, k)) - old[3][k];
+                let want = od64[3][k] * f;
+                assert!(
+                    (got - want).abs() <= 1e-5 * want.abs(),
+                    "floor: {got} vs {want}"
+                );
+            }
+            dx.check_border();
+        }
+        // In place (no log column) equals out of place; the in-place derivative overwrites.
+        let mut y = Matrix::zeros(r, bd * nb);
+        y.view_mut().normalize_per_row(x.view(), bd, t, false);
+        let mut z = x.clone();
+        z.view_mut().apply_normalize_per_row(bd, t);
+        assert_eq!(z, y);
+        let od = rand_mat(r, bd * nb, &mut g);
+        let mut want = Matrix::zeros(r, bd * nb);
+        want.view_mut()
+            .diff_normalize_per_row(x.view(), Some(od.view()), bd, t, false);
+        let mut got = od.clone();
+        got.view_mut()
+            .diff_normalize_per_row(x.view(), None, bd, t, false);
+        assert_eq!(got, want);
+    }
+
+    /// One LSTM frame in f64: the output [c_t, m_t].
+    fn lstm_frame(x: &[f64], w: &[Vec<f64>], c: usize, dropout: bool) -> Vec<f64> {
+        let (si, sf, so) = if dropout {
+            (x[5 * c], x[5 * c + 1], x[5 * c + 2])
+        } else {
+            (1.0, 1.0, 1.0)
+        };
+        let mut out = vec![0.0; 2 * c];
+        for j in 0..c {
+            let cp = x[4 * c + j];
+            let i = sig(x[j] + w[0][j] * cp);
+            let f = sig(x[c + j] + w[1][j] * cp);
+            let ct = f * sf * cp + i * si * x[2 * c + j].tanh();
+            let o = sig(x[3 * c + j] + w[2][j] * ct);
+            out[j] = ct;
+            out[c + j] = o * so * ct.tanh();
+        }
+        out
+    }
+
+    #[test]
+    fn lstm_nonlinearity_forward_backward_and_stats() {
+        let (r, c) = (3, 4);
+        let mut g = rng(76);
+        let w = rand_mat(3, c, &mut g);
+        let w64 = to64(w.view());
+        for dropout in [false, true] {
+            let cols = 5 * c + if dropout { 3 } else { 0 };
+            let x = rand_mat(r, cols, &mut g);
+            let x64 = to64(x.view());
+            let mut y = Matrix::zeros(r, 2 * c);
+            y.view_mut()
+                .compute_lstm_nonlinearity(x.view(), w.view(), dropout);
+            let want: Vec<Vec<f64>> = x64
+                .iter()
+                .map(|row| lstm_frame(row, &w64, c, dropout))
+                .collect();
+            assert_close(y.view(), &want, 1e-5, "compute_lstm_nonlinearity");
+
+            let od = rand_mat(r, 2 * c, &mut g);
+            let od64 = to64(od.view());
+            let mut dx = Matrix::zeros(r, cols);
+            let mut pd = vec![0.0f64; 3 * c];
+            let (mut vs, mut ds) = (vec![0.0f64; 5 * c], vec![0.0f64; 5 * c]);
+            let no_repair = vec![0.0f32; 5 * c];
+            backprop_lstm_nonlinearity(
+                LstmBackpropInput {
+                    in_value: x.view(),
+                    params: w.view(),
+                    out_deriv: od.view(),
+                    use_dropout: dropout,
+                    self_repair: &no_repair,
+                },
+                Some(&mut dx.view_mut()),
+                Some(&mut pd),
+                Some(LstmStatsSums {
+                    value_sum: &mut vs,
+                    deriv_sum: &mut ds,
+                }),
+            );
+            let objective = |row: &[f64], w: &[Vec<f64>], i: usize| -> f64 {
+                lstm_frame(row, w, c, dropout)
+                    .iter()
+                    .zip(&od64[i])
+                    .map(|(a, b)| a * b)
+                    .sum()
+            };
+            let h = 1e-6;
+            for (i, row) in x64.iter().enumerate() {
+                for k in 0..cols {
+                    let (mut p, mut m) = (row.clone(), row.clone());
+                    p[k] += h;
+                    m[k] -= h;
+                    let num = (objective(&p, &w64, i) - objective(&m, &w64, i)) / (2.0 * h);
+                    let got = f64::from(dx.get(i, k));
+                    assert!(
+                        (got - num).abs() < 1e-4 * (1.0 + num.abs()),
+                        "lstm input derivative ({i}, {k}), dropout {dropout}: {got} vs {num}"
+                    );
+                }
+            }
+            for q in 0..3 {
+                for j in 0..c {
+                    let (mut wp, mut wm) = (w64.clone(), w64.clone());
+                    wp[q][j] += h;
+                    wm[q][j] -= h;
+                    let num: f64 = (0..r)
+                        .map(|i| {
+                            (objective(&x64[i], &wp, i) - objective(&x64[i], &wm, i)) / (2.0 * h)
+                        })
+                        .sum();
+                    assert!(
+                        (pd[q * c + j] - num).abs() < 1e-4 * (1.0 + num.abs()),
+                        "lstm params derivative ({q}, {j}): {} vs {num}",
+                        pd[q * c + j]
+                    );
+                }
+            }
+            // Value sums: i, f, tanh(c_part), o, tanh(c_t) over the frames.
+            for j in 0..c {
+                let mut want = [0.0f64; 5];
+                for row in &x64 {
+                    let cp = row[4 * c + j];
+                    let i = sig(row[j] + w64[0][j] * cp);
+                    let f = sig(row[c + j] + w64[1][j] * cp);
+                    let ct = lstm_frame(row, &w64, c, dropout)[j];
+                    let o = sig(row[3 * c + j] + w64[2][j] * ct);
+                    for (k, v) in [i, f, row[2 * c + j].tanh(), o, ct.tanh()]
+                        .iter()
+                        .enumerate()
+                    {
+                        want[k] += v;
+                    }
+                }
+                for k in 0..5 {
+                    assert!((vs[k * c + j] - want[k]).abs() < 1e-5, "value sum {k}, {j}");
+                }
+                let d_i: f64 = x64
+                    .iter()
+                    .map(|row| {
+                        let i = sig(row[j] + w64[0][j] * row[4 * c + j]);
+                        i * (1.0 - i)
+                    })
+                    .sum();
+                assert!((ds[j] - d_i).abs() < 1e-5, "derivative sum of i, {j}");
+            }
+            // Self-repair adds −(2σ − 1)·s to a sigmoid input's derivative and −2 tanh · s to
+            // c_part's; each term alone, for unit 1 of gates i, f, c_part and o.
+            for k in 0..4 {
+                let mut repair = vec![0.0f32; 5 * c];
+                repair[k * c + 1] = 0.5;
+                let mut dx2 = Matrix::zeros(r, cols);
+                backprop_lstm_nonlinearity(
+                    LstmBackpropInput {
+                        in_value: x.view(),
+                        params: w.view(),
+                        out_deriv: od.view(),
+                        use_dropout: dropout,
+                        self_repair: &repair,
+                    },
+                    Some(&mut dx2.view_mut()),
+                    None,
+                    None,
+                );
+                for (i, row) in x64.iter().enumerate() {
+                    let cp = row[4 * c + 1];
+                    let want = match k {
+                        0 => -(2.0 * sig(row[1] + w64[0][1] * cp) - 1.0) * 0.5,
+                        1 => -(2.0 * sig(row[c + 1] + w64[1][1] * cp) - 1.0) * 0.5,
+                        2 => -2.0 * row[2 * c + 1].tanh() * 0.5,
+                        _ => {
+                            let ct = lstm_frame(row, &w64, c, dropout)[1];
+                            -(2.0 * sig(row[3 * c + 1] + w64[2][1] * ct) - 1.0) * 0.5
+                        }
+                    };
+                    let col = k * c + 1;
+                    let got = f64::from(dx2.get(i, col)) - f64::from(dx.get(i, col));
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "self-repair {k}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Input rows [count, x…] as the extraction writes them, and their ranges.
+    fn stats_input(g: &mut StdRng, rows: usize, d: usize) -> Matrix {
+        let mut m = rand_mat(rows, d, g);
+        for i in 0..rows {
+            m.set(i, 0, 1.0 + (i % 3) as f32);
+        }
+        m
+    }
+
+    #[test]
+    fn row_range_statistics() {
+        let mut g = rng(77);
+        let (n_in, d) = (9, 3);
+        let x = rand_mat(n_in, d, &mut g);
+        let x64 = to64(x.view());
+        let ranges = [(0usize, 3usize), (2, 7), (7, 9)];
+        let counts = [3.0f32, 5.0, 2.0];
+        for var in [false, true] {
+            let oc = 1 + d + if var { d } else { 0 };
+            let mut y = Embedded::new(3, oc, &mut g);
+            let old = to64(y.inner_orig().view());
+            y.view_mut()
+                .add_row_range_stats(x.view(), &ranges, &counts, var);
+            let want: Vec<Vec<f64>> = ranges
+                .iter()
+                .enumerate()
+                .map(|(o, &(s, e))| {
+                    let mut w = vec![f64::from(counts[o])];
+                    w.extend((0..d).map(|j| (s..e).map(|i| x64[i][j]).sum::<f64>()));
+                    if var {
+                        w.extend(
+                            (0..d).map(|j| (s..e).map(|i| x64[i][j] * x64[i][j]).sum::<f64>()),
+                        );
+                    }
+                    w.iter().zip(&old[o]).map(|(a, b)| a + b).collect()
+                })
+                .collect();
+            assert_close(y.view(), &want, 1e-5, "add_row_range_stats");
+            y.check_border();
+
+            let disjoint = [(0usize, 3usize), (3, 7), (7, 9)];
+            let od = rand_mat(3, oc, &mut g);
+            let od64 = to64(od.view());
+            let mut gx = Matrix::zeros(n_in, d);
+            gx.view_mut()
+                .backprop_row_range_stats(od.view(), &disjoint, var.then(|| x.view()));
+            let want: Vec<Vec<f64>> = (0..n_in)
+                .map(|i| {
+                    let o = disjoint
+                        .iter()
+                        .position(|&(s, e)| (s..e).contains(&i))
+                        .unwrap();
+                    (0..d)
+                        .map(|j| {
+                            od64[o][1 + j]
+                                + if var {
+                                    2.0 * x64[i][j] * od64[o][1 + d + j]
+                                } else {
+                                    0.0
+                                }
+                        })
+                        .collect()
+                })
+                .collect();
+            assert_close(gx.view(), &want, 1e-5, "backprop_row_range_stats");
+        }
+    }
+
+    /// Pooled output of input rows [s, e) in f64.
+    fn pool64(x: &[Vec<f64>], s: usize, e: usize, o: PoolingOptions) -> Vec<f64> {
+        let cols = x[0].len();
+        let sum: Vec<f64> = (0..cols).map(|j| (s..e).map(|i| x[i][j]).sum()).collect();
+        let n = sum[0];
+        let mut stats: Vec<f64> = sum[1..].iter().map(|v| v / n).collect();
+        if o.output_stddevs {
+            let fd = stats.len() / 2;
+            for j in 0..fd {
+                let var = stats[fd + j] - stats[j] * stats[j];
+                stats[fd + j] = var.max(f64::from(o.variance_floor)).sqrt();
+            }
+        }
+        let mut out = vec![n.ln(); o.num_log_count_features];
+        out.extend(stats);
+        out
+    }
+
+    #[test]
+    fn row_range_pooling_and_its_derivative() {
+        let mut g = rng(78);
+        let fd = 2;
+        let x = stats_input(&mut g, 40, 1 + 2 * fd);
+        // Second-moment columns must exceed the squared means for a real variance.
+        let mut x = x;
+        for i in 0..40 {
+            for j in 0..fd {
+                x.set(i, 1 + fd + j, 2.0 + x.get(i, 1 + j).abs());
+            }
+        }
+        let x64 = to64(x.view());
+        let short = vec![(0usize, 4usize), (3, 9), (9, 9), (20, 22)];
+        // Windows over nearly everything take the f64 prefix-sum path.
+        let long: Vec<(usize, usize)> = (0..40).map(|o| (0, 40 - o % 3)).collect();
+        for stddev in [false, true] {
+            for nl in [0usize, 1] {
+                let opts = PoolingOptions {
+                    num_log_count_features: nl,
+                    output_stddevs: stddev,
+                    variance_floor: 1e-10,
+                };
+                for ranges in [&short, &long] {
+                    let mut y = Matrix::zeros(ranges.len(), nl + 2 * fd);
+                    y.set(2, 0, 7.0); // an empty window gives a zero row
+                    y.view_mut().pool_row_range_stats(x.view(), ranges, opts);
+                    let want: Vec<Vec<f64>> = ranges
+                        .iter()
+                        .map(|&(s, e)| {
+                            if s == e {
+                                vec![0.0; nl + 2 * fd]
+                            } else {
+                                pool64(&x64, s, e, opts)
+                            }
+                        })
+                        .collect();
+                    assert_close(y.view(), &want, 1e-5, "pool_row_range_stats");
+                }
+                // Derivative against central differences (the count column held fixed).
+                let ranges = [(0usize, 4usize), (4, 9)];
+                let mut y = Matrix::zeros(2, nl + 2 * fd);
+                y.view_mut().pool_row_range_stats(x.view(), &ranges, opts);
+                let od = rand_mat(2, nl + 2 * fd, &mut g);
+                let od64 = to64(od.view());
+                let mut gx = Matrix::zeros(40, 1 + 2 * fd);
+                gx.view_mut().backprop_pool_row_range_stats(
+                    x.view(),
+                    y.view(),
+                    od.view(),
+                    &ranges,
+                    opts,
+                );
+                let objective = |x: &[Vec<f64>]| -> f64 {
+                    ranges
+                        .iter()
+                        .enumerate()
+                        .map(|(o, &(s, e))| {
+                            pool64(x, s, e, opts)
+                                .iter()
+                                .zip(&od64[o])
+                                .skip(nl)
+                                .map(|(a, b)| a * b)
+                                .sum::<f64>()
+                        })
+                        .sum()
+                };
+                for i in 0..9 {
+                    for k in 1..1 + 2 * fd {
+                        let (mut p, mut m) = (x64.clone(), x64.clone());
+                        p[i][k] += 1e-6;
+                        m[i][k] -= 1e-6;
+                        let num = (objective(&p) - objective(&m)) / 2e-6;
+                        let got = f64::from(gx.get(i, k));
+                        assert!(
+                            (got - num).abs() < 1e-3 * (1.0 + num.abs()),
+                            "pooling derivative ({i}, {k}), stddev {stddev}, nl {nl}: {got} vs {num}"
+                        );
+                    }
+                    assert_eq!(gx.get(i, 0), 0.0, "the count column gets no derivative");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dropout_masks_are_seeded_and_well_formed() {
+        let (r, c) = (40, 30);
+        let draw = |seed: u64, f: &dyn Fn(&mut MatViewMut<'_>, &mut StdRng)| -> Matrix {
+            let mut m = Matrix::from_vec(r, c, vec![5.0; r * c]);
+            f(&mut m.view_mut(), &mut rng(seed));
+            m
+        };
+        type Fill = fn(&mut MatViewMut<'_>, &mut StdRng);
+        let fills: [(&str, Fill); 4] = [
+            ("dropout", |m, g| m.apply_dropout_rand(g, 0.3)),
+            ("mask", |m, g| m.set_rand_dropout_mask(g, 0.3, 2.0)),
+            ("continuous", |m, g| {
+                m.set_rand_continuous_dropout_mask(g, 0.3)
+            }),
+            ("regions", |m, g| m.set_rand_zeroed_regions_mask(g, 12, 3)),
+        ];
+        for (name, f) in fills {
+            let a = draw(1, &f);
+            assert_eq!(a, draw(1, &f), "{name}: the same seed gives the same mask");
+            assert_ne!(a, draw(2, &f), "{name}: another seed gives another mask");
+            let v = a.to_vec();
+            let zeros = v.iter().filter(|&&x| x == 0.0).count() as f64 / v.len() as f64;
+            match name {
+                "dropout" | "mask" => {
+                    let keep = if name == "dropout" { 5.0 } else { 2.0 };
+                    assert!(v.iter().all(|&x| x == 0.0 || x == keep), "{name}: values");
+                    assert!((zeros - 0.3).abs() < 0.06, "{name}: {zeros} dropped");
+                }
+                "continuous" => {
+                    assert!(v.iter().all(|&x| (0.4..=1.6).contains(&x)), "{name}: range");
+                    let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64;
+                    assert!((mean - 1.0).abs() < 0.03, "{name}: mean {mean}");
+                }
+                _ => {
+                    for i in 0..r {
+                        let row = a.row_to_vec(i);
+                        assert!(row.iter().all(|&x| x == 0.0 || x == 1.0), "{name}: values");
+                        let z = row.iter().filter(|&&x| x == 0.0).count();
+                        assert!(z <= 12, "{name}: {z} zeroed in row {i}");
+                    }
+                    assert!(zeros > 0.0, "{name}: something is zeroed");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn single_row_ops_and_host_copies() {
+        let (r, c) = (5, 6);
+        let mut g = rng(79);
+        let src = Embedded::new(4, c, &mut g);
+        let s64 = to64(src.view());
+        let mut d = Embedded::new(r, c, &mut g);
+        let mut want = to64(d.inner_orig().view());
+        let mut v = d.view_mut();
+        v.copy_row_from(0, src.view(), 3);
+        v.copy_row_scaled_from(1, -2.0, src.view(), 1);
+        v.add_row_from(2, 0.5, src.view(), 0);
+        v.zero_row(3);
+        v.zero_rows(&[false, false, false, false, true]);
+        want[0] = s64[3].clone();
+        want[1] = s64[1].iter().map(|x| -2.0 * x).collect();
+        want[2] = want[2]
+            .iter()
+            .zip(&s64[0])
+            .map(|(a, b)| a + 0.5 * b)
+            .collect();
+        want[3] = vec![0.0; c];
+        want[4] = vec![0.0; c];
+        assert_close(d.view(), &want, 1e-6, "single-row ops");
+        d.check_border();
+
+        let mut m = rand_mat(3, c, &mut g);
+        let row: Vec<f32> = (0..c).map(|j| j as f32).collect();
+        m.copy_row_from_slice(1, &row);
+        assert_eq!(m.row_to_vec(1), row);
+        assert_eq!(m.view().row_to_vec(1), row);
+        assert_eq!(m.to_vec()[c..2 * c], row[..]);
+
+        let ranges = [(0i32, 3i32), (-1, -1), (2, 4), (1, 1), (0, 4)];
+        let mut d = Embedded::new(r, c, &mut g);
+        let old = to64(d.inner_orig().view());
+        d.view_mut()
+            .add_row_ranges_scaled(-0.5, src.view(), &ranges);
+        let want: Vec<Vec<f64>> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, &(a, b))| {
+                (0..c)
+                    .map(|j| {
+                        old[i][j] - 0.5 * (a.max(0)..b).map(|k| s64[k as usize][j]).sum::<f64>()
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_close(d.view(), &want, 1e-6, "add_row_ranges_scaled");
+        d.check_border();
+    }
+
+    #[test]
+    fn group_2norm_and_its_derivative() {
+        let (r, groups, gsize) = (4, 3, 5);
+        let mut g = rng(80);
+        let mut x = rand_mat(r, groups * gsize, &mut g);
+        for k in 0..gsize {
+            x.set(2, gsize + k, 0.0); // a zero group: the derivative is zero there
+        }
+        let x64 = to64(x.view());
+        let mut y = Matrix::zeros(r, groups);
+        y.view_mut().group_2norm_from(x.view());
+        let want: Vec<Vec<f64>> = x64
+            .iter()
+            .map(|row| {
+                row.chunks(gsize)
+                    .map(|b| b.iter().map(|v| v * v).sum::<f64>().sqrt())
+                    .collect()
+            })
+            .collect();
+        assert_close(y.view(), &want, 1e-5, "group_2norm_from");
+        let dy = rand_mat(r, groups, &mut g);
+        let mut dx = Matrix::zeros(r, groups * gsize);
+        dx.view_mut()
+            .diff_group_2norm(x.view(), y.view(), dy.view());
+        let dxw: Vec<Vec<f64>> = (0..r)
+            .map(|i| {
+                (0..groups * gsize)
+                    .map(|k| {
+                        let n = want[i][k / gsize];
+                        if n == 0.0 {
+                            0.0
+                        } else {
+                            x64[i][k] / n * f64::from(dy.get(i, k / gsize))
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_close(dx.view(), &dxw, 1e-5, "diff_group_2norm");
     }
 }

@@ -4,10 +4,10 @@
 //! `COMPNET_RANDOM_NETS=N` sets the number of networks (default 400; raise it for an
 //! even more thorough run).
 
+use compnet::compile::checker::check_computation;
 use compnet::compile::context::nnet_context;
-use compnet::compile::{
-    compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions,
-};
+use compnet::compile::optimize::optimize_observed;
+use compnet::compile::{compile_computation, CompilerOptions, NnetComputation, OptimizeOptions};
 use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
 use compnet::random::seeded_rng;
@@ -27,7 +27,7 @@ fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
     assert_eq!((a.num_rows(), a.num_cols()), (b.num_rows(), b.num_cols()));
     let mut d = 0.0f32;
     for r in 0..a.num_rows() {
-        for (x, y) in a.row(r).iter().zip(b.row(r)) {
+        for (x, y) in a.row_to_vec(r).iter().zip(&b.row_to_vec(r)) {
             d = d.max((x - y).abs());
         }
     }
@@ -37,14 +37,18 @@ fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
 /// Runs one random network; returns (kind, computable).
 fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     let net = random_nnet_config(seed, false);
-    compnet::nnet::component::param_util::seed_init_rng(seed);
     if std::env::var("COMPNET_VERBOSE").is_ok() {
         eprintln!("seed {seed} ({}):\n{}", net.kind, net.config);
     }
-    let mut nnet = Nnet::from_config_text(&net.config, "<random>")
-        .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}\n{}", net.config));
+    // The network's parameters depend only on its seed.
+    let mut nnet = Nnet::from_config_text(
+        &net.config,
+        "<random>",
+        &mut compnet::random::seeded_rng(seed),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: config rejected: {e}\n{}", net.config));
     for c in nnet.components.iter_mut() {
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
     }
     // Kaldi's context computation only handles networks whose inputs are 'input' (and
     // 'ivector'); others get a generous fixed context (the generator's offsets are small).
@@ -94,6 +98,8 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
             );
         }
     }
+    check_computation(&comp, &nnet)
+        .unwrap_or_else(|e| panic!("compiled computation: {e}\n{}", ctx_msg()));
     let plain = run_computation(&nnet, &comp, &rr, with_derivs, seed, false, &ctx_msg);
     for ((o, r), got) in req.outputs.iter().zip(&expected).zip(&plain.outputs) {
         let want = r.as_ref().expect("checked above");
@@ -114,10 +120,27 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
         assert_eq!(d.num_rows(), i.indexes.len());
     }
     // The optimized computation (matrices it allocates undefined are filled with NaN) must
-    // give the same outputs, input derivatives and parameter gradients.
+    // give the same outputs, input derivatives and parameter gradients; the checker must
+    // accept what every pass leaves.
     let mut optimized =
         compile_computation(&nnet, req, &CompilerOptions::default()).expect("compile");
-    optimize(&nnet, &mut optimized, &OptimizeOptions::default());
+    let mut passes = 0;
+    optimize_observed(
+        &nnet,
+        &mut optimized,
+        &OptimizeOptions::default(),
+        &mut |pass, c| {
+            passes += 1;
+            check_computation(c, &nnet).unwrap_or_else(|e| {
+                panic!(
+                    "after optimizer pass {pass}: {e}\n{}\ncomputation:\n{}",
+                    ctx_msg(),
+                    compnet::compile::print::format_computation(c, &nnet)
+                )
+            });
+        },
+    );
+    assert_eq!(passes, 4, "every optimizer pass must be checked");
     let opt = run_computation(&nnet, &optimized, &rr, with_derivs, seed, true, &ctx_msg);
     let same = |what: &str, a: &[Matrix], b: &[Matrix]| {
         assert_eq!(a.len(), b.len());

@@ -95,7 +95,8 @@ pub fn parse_io_spec(spec: &str, has_deriv: bool) -> Result<IoSpecification> {
 pub fn load_network(path: &str) -> Result<Nnet> {
     if path.ends_with(".config") || path.ends_with(".cfg") {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Nnet::from_config_text(&text, path)
+        // Only the structure matters for compiling; parameters as `init --srand=0` makes them.
+        Nnet::from_config_text(&text, path, &mut crate::random::seeded_rng(0))
     } else {
         Ok(Nnet::read_model_file(path)?.nnet)
     }

@@ -76,6 +76,22 @@ impl Args {
     }
 }
 
+/// Most threads `--num-threads` may ask for on a machine with fewer cores than this: beyond
+/// the core count threads only cost memory, and thousands cannot be started.
+const MAX_THREADS: usize = 256;
+
+/// Rejects a thread count that could not be started (`--num-threads=5000` used to panic).
+fn check_num_threads(n: usize) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let max = MAX_THREADS.max(cores);
+    if n > max {
+        return Err(Error::Usage(format!(
+            "--num-threads={n} is more than {max} (this machine has {cores} cores)"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
     let [model, feats_rspec, out_wspec] = a.args.as_slice() else {
@@ -84,6 +100,7 @@ pub fn run(a: Args) -> Result<i32> {
                 .into(),
         ));
     };
+    check_num_threads(a.num_threads)?;
     set_threads(a.num_threads);
     let read = Nnet::read_model_file(model)?;
     let opts = a.chunk_options();
@@ -135,6 +152,7 @@ pub fn run(a: Args) -> Result<i32> {
     for item in feats.by_ref() {
         let (key, g) = item?;
         let m = g.to_matrix();
+        super::warn_non_finite("compute", &key, &m, false);
         if m.num_rows() == 0 {
             eprintln!("compnet compute: warning: zero-length utterance: {key}");
             failed += 1;
@@ -146,7 +164,7 @@ pub fn run(a: Args) -> Result<i32> {
             match r.get(&key)? {
                 Some(v) => {
                     fixed = v.clone();
-                    IvectorSource::Fixed(fixed.as_slice())
+                    IvectorSource::Fixed(&fixed)
                 }
                 None => {
                     eprintln!("compnet compute: warning: no iVector available for utterance {key}");

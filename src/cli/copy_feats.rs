@@ -65,6 +65,7 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
     }
     if !in_table {
         let m: Matrix = read_object(&a.input)?;
+        super::warn_non_finite("copy-feats", &a.input, &m, a.compress);
         if a.compress {
             write_object(&a.output, a.binary, &CompressedMatrix::compress(&m, method))?;
         } else {
@@ -78,6 +79,7 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
         let mut w = CompressedMatrixWriter::open(&a.output)?;
         for item in reader {
             let (key, m) = item?;
+            super::warn_non_finite("copy-feats", &key, &m, true);
             w.write(&key, &CompressedMatrix::compress(&m, method))?;
             n += 1;
         }
@@ -86,6 +88,7 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
         let mut w = MatrixWriter::open(&a.output)?;
         for item in reader {
             let (key, m) = item?;
+            super::warn_non_finite("copy-feats", &key, &m, false);
             w.write(&key, &m)?;
             n += 1;
         }
@@ -98,5 +101,10 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
 pub fn run(a: Args) -> Result<i32> {
     let n = copy_feats(&a)?;
     eprintln!("compnet copy-feats: copied {n} feature matrices.");
-    Ok(if n == 0 { 1 } else { 0 })
+    if n == 0 {
+        // Kaldi's exit status 1, with a message saying why (an empty or truncated archive).
+        eprintln!("compnet: error: no feature matrices in {}", a.input);
+        return Ok(1);
+    }
+    Ok(0)
 }

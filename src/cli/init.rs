@@ -55,7 +55,7 @@ pub fn run(a: Args) -> Result<i32> {
             ))
         }
     };
-    crate::nnet::component::param_util::seed_init_rng(a.srand as u64);
+    let mut init_rng = crate::random::seeded_rng(a.srand as u64);
     let text = read_config_text(config)?;
     let config_name = if config == "-" {
         "<stdin>"
@@ -65,10 +65,10 @@ pub fn run(a: Args) -> Result<i32> {
     let nnet = match existing {
         Some(m) => {
             let mut nnet = Nnet::read_model_file(m)?.nnet;
-            nnet.apply_config_text(&text, config_name)?;
+            nnet.apply_config_text(&text, config_name, &mut init_rng)?;
             nnet
         }
-        None => Nnet::from_config_text(&text, config_name)?,
+        None => Nnet::from_config_text(&text, config_name, &mut init_rng)?,
     };
     nnet.write_model_file(out, a.binary)?;
     eprintln!("compnet init: initialized raw neural net and wrote it to {out}");

@@ -46,6 +46,30 @@ enum Command {
     MergeEgs(merge_egs::Args),
 }
 
+/// Warns (on stderr, naming the utterance) when an input matrix holds NaN or infinity: they
+/// are carried through as Kaldi does, but silently they would turn up only in the outputs.
+/// With compression one such value can spoil the whole compressed matrix, so that is said too.
+/// Returns whether it warned.
+pub fn warn_non_finite(tool: &str, key: &str, m: &crate::matrix::Matrix, compress: bool) -> bool {
+    let bad = m.view().count_non_finite();
+    if bad == 0 {
+        return false;
+    }
+    let then = if compress {
+        "; compression takes its range from the values, so the whole compressed matrix may \
+         become NaN"
+    } else {
+        "; they are carried into the output"
+    };
+    eprintln!(
+        "compnet {tool}: warning: utterance {key}: {bad} NaN or infinite value(s) in a {}x{} \
+         matrix{then}",
+        m.num_rows(),
+        m.num_cols()
+    );
+    true
+}
+
 /// Runs the command line; returns the process exit code.
 pub fn main_with_args(args: Vec<String>) -> Result<i32> {
     let cli = match Cli::try_parse_from(args) {

@@ -5,6 +5,8 @@
 //! [`t_range`] bounds where each node can be computable (so the builder skips the rest),
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
 
+pub mod analysis;
+pub mod checker;
 pub mod compiler;
 pub mod computation;
 pub mod context;

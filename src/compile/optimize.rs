@@ -18,10 +18,13 @@
 //!   just after its last, so a freed buffer is reused (still in cache) by the next one.
 //!
 //! The analysis is per matrix and conservative: it only needs, for every command, which
-//! matrices it reads, fully overwrites or otherwise modifies. Tests compare optimized and
+//! matrices it reads, fully overwrites or otherwise modifies ([`super::analysis`]). Each pass
+//! leaves a complete computation ([`optimize_observed`] shows each one; tests run the
+//! checker on it). Tests compare optimized and
 //! unoptimized computations (values, input derivatives, parameter gradients) on hundreds of
 //! random networks, with "undefined" matrices filled with NaN so any read of one shows.
 
+use super::analysis::{command_accesses, rename_matrices, rename_submatrices, Access, MatrixOp};
 use super::computation::{Command, MatrixDebugInfo, MatrixInfo, NnetComputation, SubMatrixInfo};
 use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
@@ -49,117 +52,21 @@ impl Default for OptimizeOptions {
     }
 }
 
-/// How a command touches a matrix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Access {
-    /// Reads (part of) it.
-    Read,
-    /// Overwrites the given sub-matrix entirely, reading nothing of it.
-    Write,
-    /// Reads and writes, or writes part of the rows it names (adds, scatters, in place).
-    Modify,
-}
-
-/// Every (sub-matrix, access) of a command; Alloc/Dealloc/Swap and no-ops give none.
-fn command_accesses(comp: &NnetComputation, nnet: &Nnet, cmd: &Command) -> Vec<(usize, Access)> {
-    use Access::*;
-    let multi = |k: usize, a: Access| -> Vec<(usize, Access)> {
-        let mut v: Vec<usize> = comp
-            .indexes_multi
-            .get(k)
-            .map(|v| v.iter().filter(|p| p.0 > 0).map(|p| p.0 as usize).collect())
-            .unwrap_or_default();
-        v.sort_unstable();
-        v.dedup();
-        v.into_iter().map(|s| (s, a)).collect()
-    };
-    let props = |c: usize| {
-        nnet.components
-            .get(c)
-            .map_or(Properties(0), |c| c.properties())
-    };
-    let mut v = match *cmd {
-        Command::SetConst { s, .. } | Command::AcceptInput { s, .. } => vec![(s, Write)],
-        Command::ProvideOutput { s, .. } => vec![(s, Read)],
-        Command::Propagate {
-            component,
-            input,
-            output,
-            ..
-        } => {
-            let adds = props(component).has(Properties::PROPAGATE_ADDS);
-            if input == output {
-                vec![(output, Modify)]
-            } else {
-                vec![(input, Read), (output, if adds { Modify } else { Write })]
-            }
-        }
-        Command::Backprop {
-            component,
-            in_value,
-            out_value,
-            out_deriv,
-            in_deriv,
-            ..
-        } => {
-            let adds = props(component).has(Properties::BACKPROP_ADDS);
-            let mut v = vec![(in_value, Read), (out_value, Read)];
-            if in_deriv != 0 && in_deriv == out_deriv {
-                v.push((in_deriv, Modify));
-            } else {
-                v.push((out_deriv, Read));
-                v.push((in_deriv, if adds { Modify } else { Write }));
-            }
-            v
-        }
-        Command::MatrixCopy { dst, src, .. } | Command::CopyRows { dst, src, .. } => {
-            vec![(src, Read), (dst, Write)]
-        }
-        Command::MatrixAdd { dst, src, .. }
-        | Command::AddRows { dst, src, .. }
-        | Command::AddRowRanges { dst, src, .. } => vec![(src, Read), (dst, Modify)],
-        Command::CopyRowsMulti {
-            dst, indexes_multi, ..
-        } => {
-            let mut v = multi(indexes_multi, Read);
-            v.push((dst, Write));
-            v
-        }
-        Command::AddRowsMulti {
-            dst, indexes_multi, ..
-        } => {
-            let mut v = multi(indexes_multi, Read);
-            v.push((dst, Modify));
-            v
-        }
-        Command::CopyToRowsMulti {
-            src, indexes_multi, ..
-        }
-        | Command::AddToRowsMulti {
-            src, indexes_multi, ..
-        } => {
-            let mut v = multi(indexes_multi, Modify);
-            v.push((src, Read));
-            v
-        }
-        Command::AllocMatrix { .. }
-        | Command::AllocMatrixUndefined { .. }
-        | Command::DeallocMatrix { .. }
-        | Command::SwapMatrix { .. }
-        | Command::NoOperation
-        | Command::NoOperationPermanent
-        | Command::NoOperationMarker
-        | Command::NoOperationLabel
-        | Command::GotoLabel { .. } => Vec::new(),
-    };
-    v.retain(|&(s, _)| s != 0 && s < comp.submatrices.len());
-    v
-}
-
 /// Runs the optimizations `opts` selects on `comp` (compiled for `nnet`).
 ///
 /// Computations with loops or swaps (which the compiler does not produce) are left alone.
 pub fn optimize(nnet: &Nnet, comp: &mut NnetComputation, opts: &OptimizeOptions) {
+    optimize_observed(nnet, comp, opts, &mut |_, _| {});
+}
+
+/// [`optimize`], calling `after_pass(pass name, computation)` after every pass that ran; each
+/// computation it sees is complete and equivalent to the input.
+pub fn optimize_observed(
+    nnet: &Nnet,
+    comp: &mut NnetComputation,
+    opts: &OptimizeOptions,
+    after_pass: &mut dyn FnMut(&str, &NnetComputation),
+) {
     if !opts.optimize
         || comp.matrices.len() <= 1
         || comp.commands.iter().any(|c| {
@@ -177,61 +84,21 @@ pub fn optimize(nnet: &Nnet, comp: &mut NnetComputation, opts: &OptimizeOptions)
     let mut o = Optimizer::new(nnet, comp);
     if opts.remove_assignments || opts.propagate_in_place {
         o.merge_variables(opts.remove_assignments, opts.propagate_in_place);
+        after_pass("remove_assignments/propagate_in_place", o.comp);
     }
     let undefined = if opts.initialize_undefined {
-        o.undefined_at_alloc()
+        let undefined = o.undefined_at_alloc();
+        o.mark_undefined(&undefined);
+        after_pass("initialize_undefined", o.comp);
+        undefined
     } else {
         vec![false; o.comp.matrices.len()]
     };
     o.rebuild_sizing(opts.move_sizing_commands, &undefined);
+    after_pass("move_sizing_commands", o.comp);
     o.remove_unused_matrices();
     renumber_submatrices(comp);
-}
-
-/// Calls `f` on every sub-matrix field of a command (not those inside `indexes_multi`).
-fn for_each_submatrix_mut(cmd: &mut Command, mut f: impl FnMut(&mut usize)) {
-    match cmd {
-        Command::SetConst { s, .. }
-        | Command::AcceptInput { s, .. }
-        | Command::ProvideOutput { s, .. } => f(s),
-        Command::Propagate { input, output, .. } => {
-            f(input);
-            f(output);
-        }
-        Command::Backprop {
-            in_value,
-            out_value,
-            out_deriv,
-            in_deriv,
-            ..
-        } => {
-            f(in_value);
-            f(out_value);
-            f(out_deriv);
-            f(in_deriv);
-        }
-        Command::MatrixCopy { dst, src, .. }
-        | Command::MatrixAdd { dst, src, .. }
-        | Command::CopyRows { dst, src, .. }
-        | Command::AddRows { dst, src, .. }
-        | Command::AddRowRanges { dst, src, .. } => {
-            f(dst);
-            f(src);
-        }
-        Command::CopyRowsMulti { dst: s, .. }
-        | Command::AddRowsMulti { dst: s, .. }
-        | Command::CopyToRowsMulti { src: s, .. }
-        | Command::AddToRowsMulti { src: s, .. } => f(s),
-        Command::AllocMatrix { .. }
-        | Command::AllocMatrixUndefined { .. }
-        | Command::DeallocMatrix { .. }
-        | Command::SwapMatrix { .. }
-        | Command::NoOperation
-        | Command::NoOperationPermanent
-        | Command::NoOperationMarker
-        | Command::NoOperationLabel
-        | Command::GotoLabel { .. } => {}
-    }
+    after_pass("renumber", comp);
 }
 
 /// After merging, several sub-matrices describe the same rectangle and some are unused:
@@ -241,25 +108,23 @@ fn renumber_submatrices(comp: &mut NnetComputation) {
     let mut new_of: std::collections::HashMap<SubMatrixInfo, usize> = Default::default();
     let mut list = vec![comp.submatrices[0]];
     let old = std::mem::take(&mut comp.submatrices);
-    let mut map = |s: &mut usize| {
-        if *s == 0 || *s >= old.len() {
-            return;
+    let mut map = |s: usize| {
+        if s == 0 || s >= old.len() {
+            return s;
         }
-        let info = old[*s];
-        *s = *new_of.entry(info).or_insert_with(|| {
+        let info = old[s];
+        *new_of.entry(info).or_insert_with(|| {
             list.push(info);
             list.len() - 1
-        });
+        })
     };
     for c in &mut comp.commands {
-        for_each_submatrix_mut(c, &mut map);
+        rename_submatrices(c, &mut map);
     }
     for v in &mut comp.indexes_multi {
         for p in v.iter_mut() {
             if p.0 > 0 {
-                let mut s = p.0 as usize;
-                map(&mut s);
-                p.0 = s as i32;
+                p.0 = map(p.0 as usize) as i32;
             }
         }
     }
@@ -287,16 +152,16 @@ impl<'a> Optimizer<'a> {
         let mut alloc_at = vec![None; nm];
         let mut dealloc_at = vec![None; nm];
         for (k, cmd) in comp.commands.iter().enumerate() {
-            match *cmd {
-                Command::AllocMatrix { m } if m < nm => alloc_at[m] = Some(k),
-                Command::DeallocMatrix { m } if m < nm => dealloc_at[m] = Some(k),
-                _ => {
-                    for (s, a) in command_accesses(comp, nnet, cmd) {
-                        let m = comp.submatrices[s].matrix;
-                        if m < nm {
-                            accesses[m].push((k, s, a));
-                        }
-                    }
+            let acc = command_accesses(nnet, cmd);
+            match acc.matrix {
+                MatrixOp::Alloc { m, .. } if m < nm => alloc_at[m] = Some(k),
+                MatrixOp::Dealloc { m } if m < nm => dealloc_at[m] = Some(k),
+                _ => {}
+            }
+            for (s, a) in acc.submatrices(comp) {
+                let m = comp.submatrices[s].matrix;
+                if m < nm {
+                    accesses[m].push((k, s, a));
                 }
             }
         }
@@ -337,6 +202,8 @@ impl<'a> Optimizer<'a> {
 
     /// Renames matrix `x` to `y` everywhere (sub-matrices, accesses, sizing) and drops the
     /// accesses command `k` made to either (the caller rewrites that command).
+    /// The sizing commands stay a valid program: `y` takes the earlier allocation and the
+    /// later deallocation (none if either was never freed); the others become no-ops.
     fn merge(&mut self, x: usize, y: usize, k: usize) {
         let moved = std::mem::take(&mut self.submatrices_of[x]);
         for &s in &moved {
@@ -348,6 +215,12 @@ impl<'a> Optimizer<'a> {
         ax.retain(|&(c, _, _)| c != k);
         ax.sort_by_key(|&(c, _, _)| c);
         self.accesses[y] = ax;
+        let old_sizing = [
+            self.alloc_at[x],
+            self.alloc_at[y],
+            self.dealloc_at[x],
+            self.dealloc_at[y],
+        ];
         self.alloc_at[y] = match (self.alloc_at[x], self.alloc_at[y]) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -357,9 +230,28 @@ impl<'a> Optimizer<'a> {
             (Some(a), Some(b)) => Some(a.max(b)),
             _ => None,
         };
+        for at in old_sizing.into_iter().flatten() {
+            self.comp.commands[at] = Command::NoOperation;
+        }
+        if let Some(at) = self.dealloc_at[y] {
+            self.comp.commands[at] = Command::DeallocMatrix { m: y };
+        }
+        if let Some(at) = self.alloc_at[y] {
+            self.comp.commands[at] = Command::AllocMatrix { m: y };
+        }
         self.alloc_at[x] = None;
         self.dealloc_at[x] = None;
         self.live[x] = false;
+    }
+
+    /// initialize_undefined's rewrite: the allocations of the `undefined` matrices no longer
+    /// zero them.
+    fn mark_undefined(&mut self, undefined: &[bool]) {
+        for (m, &u) in undefined.iter().enumerate() {
+            if let (true, Some(at)) = (u, self.alloc_at[m]) {
+                self.comp.commands[at] = Command::AllocMatrixUndefined { m };
+            }
+        }
     }
 
     /// remove_assignments and propagate_in_place, one pass in command order.
@@ -414,7 +306,7 @@ impl<'a> Optimizer<'a> {
                     let a_unused_after = self.accesses[a].iter().all(|&(c, _, _)| c <= k);
                     if b_untouched_before && a_unused_after {
                         self.merge(b, a, k);
-                        self.accesses[a].push((k, input, Access::Modify));
+                        self.accesses[a].push((k, input, Access::ReadWrite));
                         self.accesses[a].sort_by_key(|&(c, _, _)| c);
                         if let Command::Propagate { output, .. } = &mut self.comp.commands[k] {
                             *output = input;
@@ -506,10 +398,10 @@ impl<'a> Optimizer<'a> {
                     Command::AllocMatrix { m }
                 });
             }
-            match c {
-                Command::NoOperation | Command::AllocMatrix { .. } => {}
-                Command::DeallocMatrix { .. } => {}
-                c => cmds.push(c),
+            match command_accesses(self.nnet, &c).matrix {
+                MatrixOp::Alloc { .. } | MatrixOp::Dealloc { .. } => {}
+                _ if c == Command::NoOperation => {}
+                _ => cmds.push(c),
             }
             for &m in &after[k] {
                 cmds.push(Command::DeallocMatrix { m });
@@ -538,12 +430,7 @@ impl<'a> Optimizer<'a> {
             s.matrix = new_index[s.matrix];
         }
         for c in &mut self.comp.commands {
-            match c {
-                Command::AllocMatrix { m }
-                | Command::AllocMatrixUndefined { m }
-                | Command::DeallocMatrix { m } => *m = new_index[*m],
-                _ => {}
-            }
+            rename_matrices(c, |m| new_index[m]);
         }
         self.comp.matrices = matrices;
         if has_debug {
@@ -568,6 +455,7 @@ mod tests {
              output-node name=output input=relu\n\
              output-node name=output2 input=input\n",
             "<test>",
+            &mut crate::random::seeded_rng(0),
         )
         .expect("config")
     }

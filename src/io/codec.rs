@@ -173,24 +173,22 @@ impl TokenWriter {
             self.token("FM");
             self.i32(m.num_rows() as i32);
             self.i32(m.num_cols() as i32);
-            // Sized once, then filled row by row (a loop the compiler vectorises).
-            let row_bytes = 4 * m.num_cols();
+            // One host copy (row-major), then sized once and filled (a loop the compiler
+            // vectorises).
+            let host = m.to_vec();
             let start = self.buf.len();
-            self.buf.resize(start + row_bytes * m.num_rows(), 0);
-            if row_bytes > 0 {
-                for (r, out) in self.buf[start..].chunks_exact_mut(row_bytes).enumerate() {
-                    for (o, &x) in out.chunks_exact_mut(4).zip(m.row(r)) {
-                        o.copy_from_slice(&x.to_le_bytes());
-                    }
-                }
+            self.buf.resize(start + 4 * host.len(), 0);
+            for (o, &x) in self.buf[start..].chunks_exact_mut(4).zip(&host) {
+                o.copy_from_slice(&x.to_le_bytes());
             }
         } else if m.num_rows() == 0 || m.num_cols() == 0 {
             self.buf.extend_from_slice(b" [ ]\n");
         } else {
             self.buf.extend_from_slice(b" [");
-            for r in 0..m.num_rows() {
+            let host = m.to_vec();
+            for row in host.chunks_exact(m.num_cols()) {
                 self.buf.extend_from_slice(b"\n  ");
-                for &x in m.row(r) {
+                for &x in row {
                     self.buf.extend_from_slice(fmt_float(x as f64).as_bytes());
                     self.buf.push(b' ');
                 }

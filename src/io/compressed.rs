@@ -120,6 +120,8 @@ impl CompressedMatrix {
         if rows == 0 || cols == 0 {
             return Self::empty();
         }
+        // One host copy, row-major: the encoder reads plain memory whatever the storage.
+        let host = m.to_vec();
         use CompressionMethod::*;
         let method = match method {
             Automatic if rows > 8 => SpeechFeature,
@@ -138,11 +140,9 @@ impl CompressedMatrix {
             _ => {
                 let mut lo = f32::INFINITY;
                 let mut hi = f32::NEG_INFINITY;
-                for r in 0..rows {
-                    for &x in m.row(r) {
-                        lo = lo.min(x);
-                        hi = hi.max(x);
-                    }
+                for &x in &host {
+                    lo = lo.min(x);
+                    hi = hi.max(x);
                 }
                 if hi == lo {
                     // A constant matrix still needs a non-zero range.
@@ -162,17 +162,13 @@ impl CompressedMatrix {
         let mut data = Vec::with_capacity(format.payload_len(rows, cols).unwrap_or(0));
         match format {
             CompressedFormat::TwoByte => {
-                for r in 0..rows {
-                    for &x in m.row(r) {
-                        data.extend_from_slice(&cm.value_to_u16(x).to_le_bytes());
-                    }
+                for &x in &host {
+                    data.extend_from_slice(&cm.value_to_u16(x).to_le_bytes());
                 }
             }
             CompressedFormat::OneByte => {
-                for r in 0..rows {
-                    for &x in m.row(r) {
-                        data.push(cm.value_to_u8(x));
-                    }
+                for &x in &host {
+                    data.push(cm.value_to_u8(x));
                 }
             }
             CompressedFormat::OneByteWithColHeaders => {
@@ -180,7 +176,7 @@ impl CompressedMatrix {
                 let mut col = vec![0f32; rows];
                 for c in 0..cols {
                     for (r, v) in col.iter_mut().enumerate() {
-                        *v = m.get(r, c);
+                        *v = host[r * cols + c];
                     }
                     let q = cm.col_quantiles(&col);
                     for v in q {
@@ -238,15 +234,15 @@ impl CompressedMatrix {
     /// Decompresses into a full matrix.
     pub fn to_matrix(&self) -> Matrix {
         let (rows, cols) = (self.rows, self.cols);
-        let mut m = Matrix::zeros(rows, cols);
+        // Decoded into host memory, then handed to the matrix in one piece.
+        let mut host = vec![0.0f32; rows * cols];
         if self.data.len() < self.format.payload_len(rows, cols).unwrap_or(usize::MAX) {
-            return m; // cannot happen for a matrix built by `read` or `compress`
+            return Matrix::from_vec(rows, cols, host); // cannot happen for `read`/`compress` output
         }
         match self.format {
             CompressedFormat::TwoByte => {
                 let inc = (self.range as f64 * (1.0 / 65535.0)) as f32;
-                for r in 0..rows {
-                    let row = m.row_mut(r);
+                for (r, row) in host.chunks_exact_mut(cols.max(1)).enumerate() {
                     let src = &self.data[r * cols * 2..(r + 1) * cols * 2];
                     for (d, b) in row.iter_mut().zip(src.chunks_exact(2)) {
                         let v = u16::from_le_bytes([b[0], b[1]]);
@@ -256,8 +252,7 @@ impl CompressedMatrix {
             }
             CompressedFormat::OneByte => {
                 let inc = (self.range as f64 * (1.0 / 255.0)) as f32;
-                for r in 0..rows {
-                    let row = m.row_mut(r);
+                for (r, row) in host.chunks_exact_mut(cols.max(1)).enumerate() {
                     for (d, &v) in row.iter_mut().zip(&self.data[r * cols..(r + 1) * cols]) {
                         *d = self.min_value + v as f32 * inc;
                     }
@@ -270,12 +265,12 @@ impl CompressedMatrix {
                     let p = [0, 1, 2, 3]
                         .map(|k| self.code_to_value(u16::from_le_bytes([h[2 * k], h[2 * k + 1]])));
                     for (r, &b) in bytes[c * rows..(c + 1) * rows].iter().enumerate() {
-                        m.set(r, c, dequantize_byte(p, b));
+                        host[r * cols + c] = dequantize_byte(p, b);
                     }
                 }
             }
         }
-        m
+        Matrix::from_vec(rows, cols, host)
     }
 
     /// Reads a compressed matrix (the reader must be binary and at `CM`, `CM2` or `CM3`).

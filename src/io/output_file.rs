@@ -49,8 +49,12 @@ impl OutputFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        remove_stale_temporaries(dir, &base);
         let tmp = dir.join(format!(".{base}.tmp{}", std::process::id()));
         let file = File::create(&tmp)?;
+        // The lock says "a writer is alive"; the OS drops it when the process dies, even by
+        // kill -9, which is how a later run tells a stale temporary from a live one.
+        let _ = file.try_lock();
         Ok(OutputFile {
             file: Some(std::io::BufWriter::new(file)),
             tmp: Some(tmp),
@@ -80,6 +84,30 @@ impl OutputFile {
     /// Abandons the output: the temporary file is removed and the destination left as it was
     /// (what dropping it does; this names the intent at the call site).
     pub fn discard(self) {}
+}
+
+/// Removes temporaries of `base` in `dir` left by writers that died before committing (kill
+/// -9, power loss): those whose lock can be taken, i.e. no live process holds it.
+fn remove_stale_temporaries(dir: &Path, base: &str) {
+    let prefix = format!(".{base}.tmp");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        if pid.is_empty() || !pid.bytes().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(f) = File::open(e.path()) else {
+            continue;
+        };
+        if f.try_lock().is_ok() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 impl Write for OutputFile {

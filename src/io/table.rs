@@ -565,12 +565,12 @@ impl TableObject for Vector {
         super::kaldi_matrix::read_vector(r)
     }
     fn write_object(&self, w: &mut TokenWriter) {
-        w.vector(self.as_slice())
+        w.vector(&self.to_vec())
     }
     fn extract_range(&self, range: &RangeSpec) -> std::result::Result<Self, String> {
         match (range.rows, range.cols) {
             (Some((a, b)), None) if b < self.dim() => {
-                Ok(Vector::from_vec(self.as_slice()[a..=b].to_vec()))
+                Ok(Vector::from_vec(self.to_vec().drain(a..=b).collect()))
             }
             _ => Err(format!(
                 "range [{}] does not fit a vector of dimension {}",

@@ -185,6 +185,140 @@ impl MatViewMut<'_> {
     }
 }
 
+/// In-place forms of the nonlinearities and their derivatives, for components that run in
+/// place (the input buffer becomes the output, or the output derivative the input one).
+impl MatViewMut<'_> {
+    /// `self = sigmoid(self)`.
+    pub fn apply_sigmoid(&mut self) {
+        self.map_inplace(|x| 1.0 / (1.0 + (-x).exp()));
+    }
+    /// `self = tanh(self)`.
+    pub fn apply_tanh(&mut self) {
+        self.map_inplace(|x| x.tanh());
+    }
+    /// `self = y (1 − y)` with y = self, a sigmoid output: the derivative from the value.
+    pub fn apply_sigmoid_deriv_from_output(&mut self) {
+        self.map_inplace(|y| y * (1.0 - y));
+    }
+    /// `self = 1 − y²` with y = self, a tanh output: the derivative from the value.
+    pub fn apply_tanh_deriv_from_output(&mut self) {
+        self.map_inplace(|y| 1.0 - y * y);
+    }
+    /// `self = self ⊙ y (1 − y)`, self holding the output derivative, y = sigmoid output.
+    pub fn diff_sigmoid_in_place(&mut self, value: MatView<'_>) {
+        self.zip_apply(value, |d, y| d * y * (1.0 - y));
+    }
+    /// `self = self ⊙ (1 − y²)`, self holding the output derivative, y = tanh output.
+    pub fn diff_tanh_in_place(&mut self, value: MatView<'_>) {
+        self.zip_apply(value, |d, y| d * (1.0 - y * y));
+    }
+    /// `self = self ⊙ [y > 0]`, self holding the output derivative, y = ReLU output.
+    pub fn diff_relu_in_place(&mut self, value: MatView<'_>) {
+        self.zip_apply(value, |d, y| if y > 0.0 { d } else { 0.0 });
+    }
+    /// `self = y ⊙ (self − (self·y))` per row, self holding the output derivative,
+    /// y = softmax output.
+    pub fn diff_softmax_per_row_in_place(&mut self, value: MatView<'_>) {
+        for r in 0..self.num_rows() {
+            let y = value.row(r);
+            let row = self.row_mut(r);
+            let dot: Real = y.iter().zip(row.iter()).map(|(a, b)| a * b).sum();
+            for (d, &yy) in row.iter_mut().zip(y) {
+                *d = yy * (*d - dot);
+            }
+        }
+    }
+    /// `self = self − exp(y) · sum(self)` per row, self holding the output derivative,
+    /// y = log-softmax output.
+    pub fn diff_log_softmax_per_row_in_place(&mut self, value: MatView<'_>) {
+        for r in 0..self.num_rows() {
+            let y = value.row(r);
+            let row = self.row_mut(r);
+            let sum: Real = row.iter().sum();
+            for (d, &yy) in row.iter_mut().zip(y) {
+                *d -= yy.exp() * sum;
+            }
+        }
+    }
+    /// `self = max(softmax(self), floor)` row by row, with a plain sequential sum (Kaldi's
+    /// SoftmaxComponent: ApplySoftMaxPerRow, then ApplyFloor).
+    pub fn apply_softmax_per_row_floored(&mut self, floor: Real) {
+        for r in 0..self.num_rows() {
+            let row = self.row_mut(r);
+            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
+            let mut s = 0.0f32;
+            for x in row.iter_mut() {
+                *x = (*x - m).exp();
+                s += *x;
+            }
+            for x in row.iter_mut() {
+                *x /= s;
+                if *x < floor {
+                    *x = floor;
+                }
+            }
+        }
+    }
+    /// `self = log_softmax(self)` row by row with the library `exp` and a sequential sum.
+    /// Not the same rounding as [`log_softmax_per_row_from`](Self::log_softmax_per_row_from),
+    /// which uses the vectorised exp.
+    pub fn apply_log_softmax_per_row(&mut self) {
+        for r in 0..self.num_rows() {
+            let row = self.row_mut(r);
+            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
+            let s: Real = row.iter().map(|&x| (x - m).exp()).sum();
+            let lse = m + s.ln();
+            for x in row.iter_mut() {
+                *x -= lse;
+            }
+        }
+    }
+    /// `self = self ⊙ num / den` element-wise, unchanged where `den` is 0 (recovers a dropout
+    /// mask from input and output; Kaldi's SetMatMatDivMat with self as the first operand).
+    pub fn mul_mat_div_mat(&mut self, num: MatView<'_>, den: MatView<'_>) {
+        self.zip2_apply(num, den, |d, n, x| if x == 0.0 { d } else { d * n / x });
+    }
+    /// `self = s · max(|self| − t, 0)` with s = +1 for positive elements and −1 otherwise
+    /// (zero becomes −0): the part of each element beyond ±t.
+    pub fn apply_soft_threshold(&mut self, t: Real) {
+        self.map_inplace(|x| {
+            let sign = if x > 0.0 { 1.0 } else { -1.0 };
+            (x.abs() - t).max(0.0) * sign
+        });
+    }
+    /// `self[i, j] += v[j] · (alpha · a[i, j] + beta)` (self-repair of saturating units).
+    pub fn add_affine_mat_diag_vec(&mut self, v: &[Real], alpha: Real, a: MatView<'_>, beta: Real) {
+        assert_eq!(v.len(), self.num_cols(), "add_affine_mat_diag_vec: dim");
+        assert_eq!(
+            (a.num_rows(), a.num_cols()),
+            (self.num_rows(), self.num_cols()),
+            "add_affine_mat_diag_vec: shape"
+        );
+        for r in 0..self.num_rows() {
+            let y = a.row(r);
+            for ((d, &yy), &f) in self.row_mut(r).iter_mut().zip(y).zip(v) {
+                *d += f * (alpha * yy + beta);
+            }
+        }
+    }
+    /// Adds `alpha · v` to `self` read as row-major (Kaldi's CopyRowsFromVec layout), each
+    /// product rounded from f64 to f32 before the addition (parameter steps from f64
+    /// gradients).
+    pub fn add_row_major_f64(&mut self, alpha: f64, v: &[f64]) {
+        assert_eq!(
+            v.len(),
+            self.num_rows() * self.num_cols(),
+            "add_row_major_f64: dim"
+        );
+        let cols = self.num_cols();
+        for r in 0..self.num_rows() {
+            for (p, d) in self.row_mut(r).iter_mut().zip(&v[r * cols..(r + 1) * cols]) {
+                *p += (alpha * d) as f32;
+            }
+        }
+    }
+}
+
 impl MatView<'_> {
     /// Sum of all elements.
     pub fn sum(&self) -> Real {
@@ -242,6 +376,28 @@ impl MatView<'_> {
         (0..self.num_rows())
             .map(|r| self.row(r).iter().zip(b.row(r)).map(|(x, y)| x * y).sum())
             .collect()
+    }
+    /// `Σ_j self[i, j]²` for every row (a sequential f32 sum).
+    pub fn row_sum_squares(&self) -> Vec<Real> {
+        (0..self.num_rows())
+            .map(|r| self.row(r).iter().map(|x| x * x).sum::<Real>())
+            .collect()
+    }
+    /// Euclidean norm of every row: the square root of [`row_sum_squares`](Self::row_sum_squares).
+    pub fn row_norms(&self) -> Vec<Real> {
+        let mut n = self.row_sum_squares();
+        n.iter_mut().for_each(|x| *x = x.sqrt());
+        n
+    }
+    /// Euclidean norm of every column (squares summed row by row in f32).
+    pub fn col_norms(&self) -> Vec<Real> {
+        let mut acc = vec![0.0 as Real; self.num_cols()];
+        for r in 0..self.num_rows() {
+            for (a, &x) in acc.iter_mut().zip(self.row(r)) {
+                *a += x * x;
+            }
+        }
+        acc.into_iter().map(Real::sqrt).collect()
     }
     /// True if `|self − b|_F ≤ tol · max(|self|_F, |b|_F)` (Kaldi's ApproxEqual).
     pub fn approx_equal(&self, b: MatView<'_>, tol: Real) -> bool {

@@ -13,16 +13,28 @@
 //! * [`WeightMatrix`] is a Matrix of layer weights that keeps a transposed copy for the fast
 //!   inference product.
 
+mod blocks;
 pub mod check;
+mod eigen;
 mod elementwise;
 mod gemm;
+mod lstm;
+mod normalize;
 mod ops;
+mod pooling;
+mod precise;
+mod random;
 mod rows;
-pub(crate) mod simd;
+mod simd;
 mod vector;
+mod vector_params;
 mod weights;
 
+pub use eigen::{symmetric_eigen, SymmetricEigen};
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
+pub use lstm::{backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums};
+pub use normalize::NORMALIZE_SQUARED_NORM_FLOOR;
+pub use pooling::PoolingOptions;
 pub use weights::WeightMatrix;
 
 /// `Σ_i a[i] · b[i]` over the common length (eight partial sums, so it vectorises).
@@ -220,12 +232,16 @@ impl Matrix {
         self.view_mut().into_sub(r0, nr, c0, nc)
     }
     /// Row `r` (num_cols elements).
-    pub fn row(&self, r: usize) -> &[Real] {
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
+    pub(in crate::matrix) fn row(&self, r: usize) -> &[Real] {
         let s = r * self.stride;
         &self.data[s..s + self.cols]
     }
-    /// Row `r`, mutable.
-    pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
+    /// Row `r`, mutable (the matrix module's own tests fill matrices through it).
+    #[cfg(test)]
+    pub(in crate::matrix) fn row_mut(&mut self, r: usize) -> &mut [Real] {
         let s = r * self.stride;
         &mut self.data[s..s + self.cols]
     }
@@ -246,6 +262,14 @@ impl Matrix {
     /// Row-major copy of the elements (no stride gaps).
     pub fn to_vec(&self) -> Vec<Real> {
         self.view().to_vec()
+    }
+    /// A copy of row `r` (host copy: the I/O and test boundary).
+    pub fn row_to_vec(&self, r: usize) -> Vec<Real> {
+        self.view().row_to_vec(r)
+    }
+    /// Overwrites row `r` with `v` (length num_cols; host copy: the I/O and test boundary).
+    pub fn copy_row_from_slice(&mut self, r: usize, v: &[Real]) {
+        self.view_mut().copy_row_from_slice(r, v);
     }
 }
 
@@ -277,11 +301,17 @@ impl<'a> MatView<'a> {
         self.stride
     }
     /// The backing slice (length (rows-1)·stride + cols).
-    pub fn as_slice(&self) -> &'a [Real] {
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
+    pub(in crate::matrix) fn as_slice(&self) -> &'a [Real] {
         self.data
     }
     /// Row `r` (num_cols elements).
-    pub fn row(&self, r: usize) -> &'a [Real] {
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
+    pub(in crate::matrix) fn row(&self, r: usize) -> &'a [Real] {
         debug_assert!(r < self.rows);
         if self.cols == 0 {
             return &[]; // a zero-width view has an empty backing slice
@@ -335,6 +365,11 @@ impl<'a> MatView<'a> {
             v.extend_from_slice(self.row(r));
         }
         v
+    }
+    /// A copy of row `r` (host copy: the I/O and test boundary).
+    pub fn row_to_vec(&self, r: usize) -> Vec<Real> {
+        assert!(r < self.rows, "row_to_vec: row {r} of {}", self.rows);
+        self.row(r).to_vec()
     }
     /// True if rows follow each other without gaps.
     pub fn is_contiguous(&self) -> bool {
@@ -394,7 +429,10 @@ impl<'a> MatViewMut<'a> {
         }
     }
     /// Row `r` (num_cols elements).
-    pub fn row(&self, r: usize) -> &[Real] {
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
+    pub(in crate::matrix) fn row(&self, r: usize) -> &[Real] {
         if self.cols == 0 {
             return &[];
         }
@@ -402,7 +440,10 @@ impl<'a> MatViewMut<'a> {
         &self.data[s..s + self.cols]
     }
     /// Row `r`, mutable.
-    pub fn row_mut(&mut self, r: usize) -> &mut [Real] {
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
+    pub(in crate::matrix) fn row_mut(&mut self, r: usize) -> &mut [Real] {
         debug_assert!(r < self.rows);
         if self.cols == 0 {
             return &mut [];
@@ -419,8 +460,21 @@ impl<'a> MatViewMut<'a> {
         self.data[r * self.stride + c] = v;
     }
     /// The backing slice (length (rows-1)·stride + cols).
-    pub fn as_mut_slice(&mut self) -> &mut [Real] {
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
+    pub(in crate::matrix) fn as_mut_slice(&mut self) -> &mut [Real] {
         self.data
+    }
+    /// Overwrites row `r` with `v` (length num_cols; host copy: the I/O and test boundary).
+    pub fn copy_row_from_slice(&mut self, r: usize, v: &[Real]) {
+        assert!(
+            r < self.rows,
+            "copy_row_from_slice: row {r} of {}",
+            self.rows
+        );
+        assert_eq!(v.len(), self.cols, "copy_row_from_slice: dim");
+        self.row_mut(r).copy_from_slice(v);
     }
     /// Mutable sub-view (borrowing this view).
     pub fn sub_mut(&mut self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatViewMut<'_> {
@@ -500,8 +554,11 @@ impl<'a> MatViewMut<'a> {
         )
     }
     /// Applies `f` to every element.
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub fn map_inplace(&mut self, f: impl Fn(Real) -> Real) {
+    pub(in crate::matrix) fn map_inplace(&mut self, f: impl Fn(Real) -> Real) {
         for r in 0..self.rows {
             for x in self.row_mut(r) {
                 *x = f(*x);
@@ -509,8 +566,11 @@ impl<'a> MatViewMut<'a> {
         }
     }
     /// `self[i,j] = f(self[i,j], a[i,j])` for every element.
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub fn zip_apply(&mut self, a: MatView<'_>, f: impl Fn(Real, Real) -> Real) {
+    pub(in crate::matrix) fn zip_apply(&mut self, a: MatView<'_>, f: impl Fn(Real, Real) -> Real) {
         assert_eq!((self.rows, self.cols), (a.rows, a.cols), "zip_apply: shape");
         for r in 0..self.rows {
             let src = a.row(r);
@@ -520,8 +580,11 @@ impl<'a> MatViewMut<'a> {
         }
     }
     /// `self[i,j] = f(self[i,j], a[i,j], b[i,j])` for every element.
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub fn zip2_apply(
+    pub(in crate::matrix) fn zip2_apply(
         &mut self,
         a: MatView<'_>,
         b: MatView<'_>,
@@ -561,13 +624,16 @@ impl Vector {
     pub fn dim(&self) -> usize {
         self.data.len()
     }
-    /// The elements.
-    pub fn as_slice(&self) -> &[Real] {
-        &self.data
-    }
     /// The elements, mutable.
-    pub fn as_mut_slice(&mut self) -> &mut [Real] {
+    ///
+    /// Storage access, private to src/matrix: code outside `matrix/`
+    /// calls the named operations (a second storage kind would have no host slice to lend).
+    pub(in crate::matrix) fn as_mut_slice(&mut self) -> &mut [Real] {
         &mut self.data
+    }
+    /// A copy of the elements (host copy: the I/O and test boundary).
+    pub fn to_vec(&self) -> Vec<Real> {
+        self.data.clone()
     }
     /// The elements, by value.
     pub fn into_vec(self) -> Vec<Real> {

@@ -213,6 +213,32 @@ impl MatViewMut<'_> {
             }
         }
     }
+    /// `self[i, j] = ‖src[i, j·g .. (j+1)·g]‖₂` with g = src.cols / self.cols, a sequential
+    /// f32 sum of squares (the p = 2 case of [`group_pnorm_from`](Self::group_pnorm_from),
+    /// without its general power).
+    pub fn group_2norm_from(&mut self, src: MatView<'_>) {
+        let g = src.num_cols() / self.num_cols().max(1);
+        for r in 0..self.num_rows() {
+            let s = src.row(r);
+            for (x, grp) in self.row_mut(r).iter_mut().zip(s.chunks(g)) {
+                *x = grp.iter().map(|v| v * v).sum::<Real>().sqrt();
+            }
+        }
+    }
+    /// Input derivative of [`group_2norm_from`](Self::group_2norm_from):
+    /// `self[i, k] = x[i, k] · dy[i, j] / y[i, j]` for k in group j, 0 where y = 0.
+    pub fn diff_group_2norm(&mut self, x: MatView<'_>, y: MatView<'_>, dy: MatView<'_>) {
+        let g = self.num_cols() / y.num_cols().max(1);
+        for r in 0..self.num_rows() {
+            let (xr, yr, dr) = (x.row(r), y.row(r), dy.row(r));
+            for (j, (out, xin)) in self.row_mut(r).chunks_mut(g).zip(xr.chunks(g)).enumerate() {
+                let f = if yr[j] != 0.0 { dr[j] / yr[j] } else { 0.0 };
+                for (o, &xv) in out.iter_mut().zip(xin) {
+                    *o = xv * f;
+                }
+            }
+        }
+    }
     /// `self[i, j] = max_{k in group j} src[i, k]` over consecutive groups (Kaldi's GroupMax).
     pub fn group_max_from(&mut self, src: MatView<'_>) {
         let g = group_size(self.num_cols(), src, self.num_rows());
@@ -497,6 +523,12 @@ impl MatView<'_> {
     /// True if every element is finite.
     pub fn is_finite(&self) -> bool {
         (0..self.num_rows()).all(|r| self.row(r).iter().all(|x| x.is_finite()))
+    }
+    /// How many elements are NaN or infinite.
+    pub fn count_non_finite(&self) -> usize {
+        (0..self.num_rows())
+            .map(|r| self.row(r).iter().filter(|x| !x.is_finite()).count())
+            .sum()
     }
 }
 

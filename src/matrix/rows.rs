@@ -48,24 +48,24 @@ impl MatViewMut<'_> {
             }
         }
     }
-    /// `self[i] = *srcs[i]` or zero for `None` (Kaldi's CopyRows with row pointers).
-    pub fn copy_rows_multi(&mut self, srcs: &[Option<&[Real]>]) {
+    /// `self[i] = m[j]` for `srcs[i] = Some((m, j))`, zero for `None` (Kaldi's CopyRows
+    /// with row pointers).
+    pub fn copy_rows_multi(&mut self, srcs: &[Option<(MatView<'_>, usize)>]) {
         assert_eq!(srcs.len(), self.num_rows());
         for (i, s) in srcs.iter().enumerate() {
             match s {
-                Some(s) => self.row_mut(i).copy_from_slice(s),
+                Some((m, j)) => self.copy_row_from(i, *m, *j),
                 None => self.row_mut(i).fill(0.0),
             }
         }
     }
-    /// `self[i] += alpha · *srcs[i]` where present (Kaldi's AddRows with row pointers).
-    pub fn add_rows_multi(&mut self, alpha: Real, srcs: &[Option<&[Real]>]) {
+    /// `self[i] += alpha · m[j]` for `srcs[i] = Some((m, j))` (Kaldi's AddRows with row
+    /// pointers).
+    pub fn add_rows_multi(&mut self, alpha: Real, srcs: &[Option<(MatView<'_>, usize)>]) {
         assert_eq!(srcs.len(), self.num_rows());
         for (i, s) in srcs.iter().enumerate() {
-            if let Some(s) = s {
-                for (x, &y) in self.row_mut(i).iter_mut().zip(s.iter()) {
-                    *x += alpha * y;
-                }
+            if let Some((m, j)) = s {
+                self.add_row_from(i, alpha, *m, *j);
             }
         }
     }
@@ -103,6 +103,48 @@ impl MatViewMut<'_> {
                     *x += s[j as usize];
                 }
             }
+        }
+    }
+    /// `self[i] += alpha · Σ_{j ∈ [start, end)} src[j]` (AddRowRanges with a scale; each
+    /// product is added on its own, so alpha = 1 gives [`add_row_ranges`](Self::add_row_ranges)).
+    pub fn add_row_ranges_scaled(&mut self, alpha: Real, src: MatView<'_>, ranges: &[(i32, i32)]) {
+        assert_eq!(ranges.len(), self.num_rows());
+        for (i, &(a, b)) in ranges.iter().enumerate() {
+            let row = self.row_mut(i);
+            for j in a.max(0)..b {
+                for (x, &y) in row.iter_mut().zip(src.row(j as usize)) {
+                    *x += alpha * y;
+                }
+            }
+        }
+    }
+    /// Row `i` becomes zero.
+    pub fn zero_row(&mut self, i: usize) {
+        self.row_mut(i).fill(0.0);
+    }
+    /// Rows `i` with `which[i]` become zero (rows past `which.len()` are kept).
+    pub fn zero_rows(&mut self, which: &[bool]) {
+        for (i, _) in which.iter().enumerate().filter(|(_, &z)| z) {
+            self.row_mut(i).fill(0.0);
+        }
+    }
+    /// `self[i] = src[j]` (one row; Kaldi's `Row(i).CopyFromVec(src.Row(j))`).
+    pub fn copy_row_from(&mut self, i: usize, src: MatView<'_>, j: usize) {
+        assert_eq!(src.num_cols(), self.num_cols(), "copy_row_from: dim");
+        self.row_mut(i).copy_from_slice(src.row(j));
+    }
+    /// `self[i] = alpha · src[j]` (one row).
+    pub fn copy_row_scaled_from(&mut self, i: usize, alpha: Real, src: MatView<'_>, j: usize) {
+        assert_eq!(src.num_cols(), self.num_cols(), "copy_row_scaled_from: dim");
+        for (x, &y) in self.row_mut(i).iter_mut().zip(src.row(j)) {
+            *x = alpha * y;
+        }
+    }
+    /// `self[i] += alpha · src[j]` (one row).
+    pub fn add_row_from(&mut self, i: usize, alpha: Real, src: MatView<'_>, j: usize) {
+        assert_eq!(src.num_cols(), self.num_cols(), "add_row_from: dim");
+        for (x, &y) in self.row_mut(i).iter_mut().zip(src.row(j)) {
+            *x += alpha * y;
         }
     }
 }

@@ -1,12 +1,12 @@
-//! The network and everything it is made of: config lines, Indexes, Descriptors, nodes and
-//! components.
+//! The network and everything it is made of: Indexes, Descriptors, nodes and components,
+//! with its validation and parameter maths. Reading and writing it in a toolkit's language
+//! is a front end's job ([`crate::frontend`]).
 
 pub mod component;
-pub mod config_line;
 pub mod descriptor;
-pub mod model_io;
 pub mod network;
-pub mod nnet_config;
+pub mod params;
+pub mod validate;
 
 // Index and Cindex live in the top-level `index` module (io/ uses them too); the
 // re-exports keep `nnet::Index` and `nnet::index::...` paths working.

@@ -74,6 +74,44 @@ impl NnetSimpleComputationOptions {
     }
 }
 
+/// Checks, before any graph is built, that the frames one computation spans (a chunk, its
+/// context and the extra context options, times the chunks batched together) and the values
+/// for them fit the memory limit ([`crate::limits`]); options near 2^31 would otherwise
+/// overflow the frame arithmetic or ask for more than exists.
+fn check_chunk_size(
+    nnet: &Nnet,
+    opts: &NnetSimpleComputationOptions,
+    context: &NnetContext,
+) -> Result<()> {
+    let fsf = i64::from(opts.frame_subsampling_factor);
+    let modulus = i64::from(context.modulus.max(1));
+    let extra_left = i64::from(opts.extra_left_context.max(opts.extra_left_context_initial));
+    let extra_right = i64::from(opts.extra_right_context.max(opts.extra_right_context_final));
+    // In i64 every term is below 2^32, so no sum or product of two overflows.
+    let chunk = i64::from(opts.frames_per_chunk) + fsf * modulus;
+    let span = chunk
+        + i64::from(context.left.max(0))
+        + i64::from(context.right.max(0))
+        + extra_left.max(0)
+        + extra_right.max(0);
+    // Per frame: every node's values as floats, plus the graph's bookkeeping per node.
+    const GRAPH_BYTES_PER_NODE: u64 = 64;
+    let mut per_frame: u64 = 0;
+    for n in 0..nnet.num_nodes() {
+        let dim = nnet.checked_node_dim(n).unwrap_or(0) as u64;
+        per_frame = per_frame.saturating_add(dim.saturating_mul(4) + GRAPH_BYTES_PER_NODE);
+    }
+    crate::limits::check_product(
+        &[span as u64, CHUNK_BATCH as u64, per_frame],
+        &format!(
+            "a computation over {span} frames (--frames-per-chunk={}, --extra-left-context={}, \
+             --extra-right-context={}, --frame-subsampling-factor={}, network context {}/{})",
+            opts.frames_per_chunk, extra_left, extra_right, fsf, context.left, context.right
+        ),
+    )
+    .map_err(Error::Usage)
+}
+
 /// Where an utterance's iVector comes from.
 #[derive(Clone, Copy)]
 pub enum IvectorSource<'a> {
@@ -118,8 +156,11 @@ impl ChunkComputer {
         priors: Option<&Vector>,
     ) -> Result<Self> {
         opts.check()?;
+        // One generator through all components, in order: BatchNorm without statistics
+        // invents some, each its own, the same on every run.
+        let mut test_mode_rng = crate::random::seeded_rng(0);
         for c in nnet.components.iter_mut() {
-            c.set_test_mode(true);
+            c.set_test_mode(true, &mut test_mode_rng);
         }
         let input = nnet
             .node_index("input")
@@ -164,6 +205,7 @@ impl ChunkComputer {
             tmp.node_names[k] = "output".into();
             (out_name, nnet_context(&tmp)?)
         };
+        check_chunk_size(&nnet, opts, &context)?;
         let fsf = opts.frame_subsampling_factor;
         let n = lcm(fsf, context.modulus.max(1));
         let mut frames_per_chunk = opts.frames_per_chunk;
@@ -302,8 +344,8 @@ impl ChunkComputer {
             for &(start, n) in g {
                 for r in 0..n as usize {
                     output
-                        .row_mut(start as usize + r)
-                        .copy_from_slice(m.row(row));
+                        .view_mut()
+                        .copy_row_from(start as usize + r, m.view(), row);
                     row += 1;
                 }
             }
@@ -379,7 +421,9 @@ impl ChunkComputer {
             let (first_in, last_in, first_out, last_out) = self.chunk_range(t_total, start, num);
             for (r, t) in (first_in..=last_in).enumerate() {
                 let src = t.clamp(0, t_total - 1) as usize;
-                input.row_mut(k * n_in + r).copy_from_slice(feats.row(src));
+                input
+                    .view_mut()
+                    .copy_row_from(k * n_in + r, feats.view(), src);
             }
             if self.has_ivector {
                 let row = ivector_row(ivector, first_out, last_out)?;
@@ -390,7 +434,7 @@ impl ChunkComputer {
                         got: row.len(),
                     });
                 }
-                iv_rows.extend_from_slice(row);
+                iv_rows.extend_from_slice(&row);
             }
         }
         let key = (lo, hi, n, group.len());
@@ -441,10 +485,10 @@ impl ChunkComputer {
 }
 
 /// The iVector for a chunk with first and last output frames `a` and `b`.
-fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> {
+fn ivector_row(src: IvectorSource<'_>, a: i32, b: i32) -> Result<Vec<f32>> {
     match src {
         IvectorSource::None => Err(Error::Compute("no iVector".into())),
-        IvectorSource::Fixed(v) => Ok(v),
+        IvectorSource::Fixed(v) => Ok(v.to_vec()),
         IvectorSource::Online(m, period) => {
             let rows = m.num_rows() as i32;
             if rows == 0 {
@@ -461,7 +505,7 @@ fn ivector_row<'a>(src: IvectorSource<'a>, a: i32, b: i32) -> Result<&'a [f32]> 
                 }
                 row = rows - 1;
             }
-            Ok(m.row(row as usize))
+            Ok(m.row_to_vec(row as usize))
         }
     }
 }

@@ -11,11 +11,16 @@
 //! the compiler only produces for in-place Propagate/Backprop), the read operand is copied into
 //! a reusable scratch buffer first.
 
+use crate::compile::analysis::{CommandAccesses, NodeIo};
+use crate::compile::checker::check_structure;
 use crate::compile::computation::{Command, NnetComputation, SubMatrixInfo};
 use crate::error::{Error, Result};
 use crate::matrix::{MatView, MatViewMut, Matrix, Real, Trans};
-use crate::nnet::component::{Component, Memo, PrecomputedIndexes, Properties};
+use crate::nnet::component::{
+    BackpropArgs, Component, Memo, PrecomputedIndexes, PropagateArgs, Properties,
+};
 use crate::nnet::Nnet;
+use rand::rngs::StdRng;
 use std::collections::HashMap;
 
 /// At most this many freed matrices are kept for reuse (per computer, and per thread between
@@ -63,7 +68,13 @@ pub struct NnetComputer<'a> {
     /// Fill matrices allocated undefined with NaN (tests: a read before the first write
     /// then shows in the results).
     poison_undefined: bool,
+    /// The one source of randomness for the components (dropout masks, self-repair,
+    /// sampled statistics). Commands run in order on one thread, so a seed fixes every draw.
+    rng: StdRng,
 }
+
+/// The seed of a computer's generator unless [`NnetComputer::with_seed`] says otherwise.
+pub const DEFAULT_SEED: u64 = 0;
 
 impl<'a> NnetComputer<'a> {
     /// A computer for `computation` on `nnet`; parameter gradients go to `delta` (a copy of
@@ -98,7 +109,16 @@ impl<'a> NnetComputer<'a> {
             forward_done: false,
             scratch: Matrix::default(),
             poison_undefined: false,
+            rng: crate::random::seeded_rng(DEFAULT_SEED),
         }
+    }
+
+    /// Seeds the generator the components draw from (dropout, self-repair). A trainer
+    /// passes `--srand` plus the minibatch index, so a run is reproducible and minibatches
+    /// draw different masks.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.rng = crate::random::seeded_rng(seed);
+        self
     }
 
     /// Sends component statistics (Propagate commands with `store_stats`) to the components
@@ -206,10 +226,9 @@ impl<'a> NnetComputer<'a> {
     /// Validates the computation once (every index in range, shapes consistent).
     fn check(&mut self) -> Result<()> {
         if self.checked.is_none() {
-            let r = check_computation(self.computation, self.nnet);
-            if r.is_ok() {
-                self.can_take = compute_can_take(self.computation);
-            }
+            let r = check_structure(self.computation, self.nnet)
+                .map(|accesses| self.can_take = compute_can_take(self.computation, &accesses))
+                .map_err(|e| e.to_string());
             self.checked = Some(r);
         }
         match &self.checked {
@@ -432,10 +451,9 @@ impl<'a> NnetComputer<'a> {
         {
             let mut d = sub_view_mut(&mut dmat, &di);
             for (i, &(s, r)) in pairs.iter().enumerate() {
-                let row = d.row_mut(i);
                 if s < 0 {
                     if !add {
-                        row.fill(0.0);
+                        d.zero_row(i);
                     }
                     continue;
                 }
@@ -444,18 +462,13 @@ impl<'a> NnetComputer<'a> {
                     Some(m) if si.matrix == di.matrix => m,
                     _ => &self.matrices[si.matrix],
                 };
-                let src = &srcm.row(si.row_offset + r as usize)
-                    [si.col_offset..si.col_offset + si.num_cols];
+                let src = sub_view(srcm, &si);
                 if add {
-                    for (x, &y) in row.iter_mut().zip(src) {
-                        *x += alpha * y;
-                    }
+                    d.add_row_from(i, alpha, src, r as usize);
                 } else if alpha == 1.0 {
-                    row.copy_from_slice(src);
+                    d.copy_row_from(i, src, r as usize);
                 } else {
-                    for (x, &y) in row.iter_mut().zip(src) {
-                        *x = alpha * y;
-                    }
+                    d.copy_row_scaled_from(i, alpha, src, r as usize);
                 }
             }
         }
@@ -482,19 +495,13 @@ impl<'a> NnetComputer<'a> {
                     continue;
                 }
                 let di = self.computation.submatrices[s as usize];
-                let row = &mut self.matrices[di.matrix].row_mut(di.row_offset + r as usize)
-                    [di.col_offset..di.col_offset + di.num_cols];
-                let from = sv.row(i);
+                let mut d = sub_view_mut(&mut self.matrices[di.matrix], &di);
                 if add {
-                    for (x, &y) in row.iter_mut().zip(from) {
-                        *x += alpha * y;
-                    }
+                    d.add_row_from(r as usize, alpha, sv, i);
                 } else if alpha == 1.0 {
-                    row.copy_from_slice(from);
+                    d.copy_row_from(r as usize, sv, i);
                 } else {
-                    for (x, &y) in row.iter_mut().zip(from) {
-                        *x = alpha * y;
-                    }
+                    d.copy_row_scaled_from(r as usize, alpha, sv, i);
                 }
             }
         }
@@ -527,12 +534,16 @@ impl<'a> NnetComputer<'a> {
         let want_stats = store_stats && self.stats_nnet.is_some();
         let new_memo = if ii == oi && !want_stats {
             let d = sub_view_mut(&mut self.matrices[oi.matrix], &oi);
+            let args = PropagateArgs {
+                indexes: idx,
+                rng: &mut self.rng,
+            };
             if comp.properties().has(Properties::PROPAGATE_IN_PLACE) {
-                comp.propagate_in_place(idx, d)
+                comp.propagate_in_place(args, d)
             } else {
                 let mut scratch = std::mem::take(&mut self.scratch);
                 copy_into(&mut scratch, d.as_view());
-                let m = comp.propagate(idx, scratch.view(), d);
+                let m = comp.propagate(args, scratch.view(), d);
                 self.scratch = scratch;
                 m
             }
@@ -540,7 +551,10 @@ impl<'a> NnetComputer<'a> {
             let mut scratch = std::mem::take(&mut self.scratch);
             copy_into(&mut scratch, sub_view(&self.matrices[ii.matrix], &ii));
             let m = comp.propagate(
-                idx,
+                PropagateArgs {
+                    indexes: idx,
+                    rng: &mut self.rng,
+                },
                 scratch.view(),
                 sub_view_mut(&mut self.matrices[oi.matrix], &oi),
             );
@@ -550,6 +564,7 @@ impl<'a> NnetComputer<'a> {
                         scratch.view(),
                         sub_view(&self.matrices[oi.matrix], &oi),
                         m.as_ref(),
+                        &mut self.rng,
                     );
                 }
             }
@@ -563,7 +578,10 @@ impl<'a> NnetComputer<'a> {
         } else {
             let mut omat = std::mem::take(&mut self.matrices[oi.matrix]);
             let m = comp.propagate(
-                idx,
+                PropagateArgs {
+                    indexes: idx,
+                    rng: &mut self.rng,
+                },
                 sub_view(&self.matrices[ii.matrix], &ii),
                 sub_view_mut(&mut omat, &oi),
             );
@@ -576,6 +594,7 @@ impl<'a> NnetComputer<'a> {
                     sub_view(&self.matrices[ii.matrix], &ii),
                     sub_view(&self.matrices[oi.matrix], &oi),
                     new_memo.as_ref(),
+                    &mut self.rng,
                 );
             }
         }
@@ -621,13 +640,17 @@ impl<'a> NnetComputer<'a> {
             None
         };
         if in_deriv == 0 {
-            comp.backprop(
-                idx,
-                view_of(&self.matrices, self.computation, in_value),
-                view_of(&self.matrices, self.computation, out_value),
-                view_of(&self.matrices, self.computation, out_deriv),
-                memo_val.as_ref(),
+            let args = BackpropArgs {
+                indexes: idx,
+                in_value: view_of(&self.matrices, self.computation, in_value),
+                out_value: view_of(&self.matrices, self.computation, out_value),
+                memo: memo_val.as_ref(),
                 to_update,
+                rng: &mut self.rng,
+            };
+            comp.backprop(
+                args,
+                view_of(&self.matrices, self.computation, out_deriv),
                 None,
             );
             return Ok(());
@@ -639,14 +662,15 @@ impl<'a> NnetComputer<'a> {
             let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
             let iv = view_of(&self.matrices, self.computation, in_value);
             let ov = view_of(&self.matrices, self.computation, out_value);
-            comp.backprop_in_place(
-                idx,
-                iv,
-                ov,
-                memo_val.as_ref(),
+            let args = BackpropArgs {
+                indexes: idx,
+                in_value: iv,
+                out_value: ov,
+                memo: memo_val.as_ref(),
                 to_update,
-                sub_view_mut(&mut dmat, &di),
-            );
+                rng: &mut self.rng,
+            };
+            comp.backprop_in_place(args, sub_view_mut(&mut dmat, &di));
             self.matrices[di.matrix] = dmat;
             return Ok(());
         }
@@ -676,15 +700,15 @@ impl<'a> NnetComputer<'a> {
             Some(m) => m.view(),
             None => view_of(mats, cmp, out_deriv),
         };
-        comp.backprop(
-            idx,
-            iv,
-            ov,
-            odv,
-            memo_val.as_ref(),
+        let args = BackpropArgs {
+            indexes: idx,
+            in_value: iv,
+            out_value: ov,
+            memo: memo_val.as_ref(),
             to_update,
-            Some(sub_view_mut(&mut dmat, &di)),
-        );
+            rng: &mut self.rng,
+        };
+        comp.backprop(args, odv, Some(sub_view_mut(&mut dmat, &di)));
         self.matrices[di.matrix] = dmat;
         Ok(())
     }
@@ -799,326 +823,31 @@ fn add_row_ranges_scaled(
 ) {
     if alpha == 1.0 {
         d.add_row_ranges(s, ranges);
-        return;
-    }
-    for (i, &(a, b)) in ranges.iter().enumerate() {
-        let row = d.row_mut(i);
-        for j in a.max(0)..b {
-            for (x, &y) in row.iter_mut().zip(s.row(j as usize)) {
-                *x += alpha * y;
-            }
-        }
+    } else {
+        d.add_row_ranges_scaled(alpha, s, ranges);
     }
 }
 
 /// For each command: whether a ProvideOutput's matrix is untouched afterwards (except for
 /// deallocation), so it may be moved out.
-fn compute_can_take(comp: &NnetComputation) -> Vec<bool> {
-    let n = comp.commands.len();
-    let mut ans = vec![false; n];
+fn compute_can_take(comp: &NnetComputation, accesses: &[CommandAccesses]) -> Vec<bool> {
     // Last command index touching each matrix other than by DeallocMatrix.
     let mut last_use = vec![None::<usize>; comp.matrices.len()];
-    for (k, c) in comp.commands.iter().enumerate() {
-        let mut touch = |s: usize| {
-            if s != 0 {
-                if let Some(i) = comp.submatrices.get(s) {
-                    if let Some(l) = last_use.get_mut(i.matrix) {
-                        *l = Some(k);
-                    }
-                }
-            }
-        };
-        match c {
-            Command::DeallocMatrix { .. } => {}
-            Command::AllocMatrix { m } | Command::AllocMatrixUndefined { m } => {
-                if let Some(l) = last_use.get_mut(*m) {
-                    *l = Some(k);
-                }
-            }
-            Command::SwapMatrix { a, b } => {
-                for m in [a, b] {
-                    if let Some(l) = last_use.get_mut(*m) {
-                        *l = Some(k);
-                    }
-                }
-            }
-            _ => {
-                for s in submatrices_of(comp, c) {
-                    touch(s);
-                }
-            }
+    for (k, acc) in accesses.iter().enumerate() {
+        for m in acc.matrices_used(comp) {
+            last_use[m] = Some(k);
         }
     }
-    for (k, c) in comp.commands.iter().enumerate() {
-        if let Command::ProvideOutput { s, .. } = c {
-            if let Some(i) = comp.submatrices.get(*s) {
-                ans[k] = last_use.get(i.matrix).copied().flatten() == Some(k);
+    accesses
+        .iter()
+        .enumerate()
+        .map(|(k, acc)| match (acc.io, acc.operands.first()) {
+            (Some(NodeIo::Provide { .. }), Some(o)) => {
+                last_use[comp.submatrices[o.submatrix].matrix] == Some(k)
             }
-        }
-    }
-    ans
-}
-
-/// Every sub-matrix a command reads or writes (including those named in indexes_multi).
-fn submatrices_of(comp: &NnetComputation, c: &Command) -> Vec<usize> {
-    let multi = |k: usize| -> Vec<usize> {
-        comp.indexes_multi
-            .get(k)
-            .map(|v| v.iter().filter(|p| p.0 > 0).map(|p| p.0 as usize).collect())
-            .unwrap_or_default()
-    };
-    match *c {
-        Command::SetConst { s, .. }
-        | Command::AcceptInput { s, .. }
-        | Command::ProvideOutput { s, .. } => vec![s],
-        Command::Propagate { input, output, .. } => vec![input, output],
-        Command::Backprop {
-            in_value,
-            out_value,
-            out_deriv,
-            in_deriv,
-            ..
-        } => vec![in_value, out_value, out_deriv, in_deriv],
-        Command::MatrixCopy { dst, src, .. }
-        | Command::MatrixAdd { dst, src, .. }
-        | Command::CopyRows { dst, src, .. }
-        | Command::AddRows { dst, src, .. }
-        | Command::AddRowRanges { dst, src, .. } => vec![dst, src],
-        Command::CopyRowsMulti {
-            dst, indexes_multi, ..
-        }
-        | Command::AddRowsMulti {
-            dst, indexes_multi, ..
-        } => {
-            let mut v = multi(indexes_multi);
-            v.push(dst);
-            v
-        }
-        Command::CopyToRowsMulti {
-            src, indexes_multi, ..
-        }
-        | Command::AddToRowsMulti {
-            src, indexes_multi, ..
-        } => {
-            let mut v = multi(indexes_multi);
-            v.push(src);
-            v
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// Checks that every index in the computation is in range and that shapes agree, so the
-/// executor never indexes out of bounds.
-pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> std::result::Result<(), String> {
-    let nm = comp.matrices.len();
-    for (k, s) in comp.submatrices.iter().enumerate().skip(1) {
-        let m = comp
-            .matrices
-            .get(s.matrix)
-            .filter(|_| s.matrix > 0)
-            .ok_or_else(|| format!("sub-matrix {k} names matrix {} of {nm}", s.matrix))?;
-        if s.row_offset + s.num_rows > m.num_rows || s.col_offset + s.num_cols > m.num_cols {
-            return Err(format!("sub-matrix {k} exceeds matrix {}", s.matrix));
-        }
-    }
-    let ns = comp.submatrices.len();
-    let sub = |s: usize,
-               what: &str,
-               k: usize,
-               zero_ok: bool|
-     -> std::result::Result<SubMatrixInfo, String> {
-        if s == 0 && zero_ok {
-            return Ok(SubMatrixInfo {
-                matrix: 0,
-                row_offset: 0,
-                num_rows: 0,
-                col_offset: 0,
-                num_cols: 0,
-            });
-        }
-        if s == 0 || s >= ns {
-            return Err(format!("command {k}: {what} sub-matrix {s} out of range"));
-        }
-        Ok(comp.submatrices[s])
-    };
-    let mat = |m: usize, k: usize| -> std::result::Result<(), String> {
-        if m == 0 || m >= nm {
-            Err(format!("command {k}: matrix {m} out of range"))
-        } else {
-            Ok(())
-        }
-    };
-    let same =
-        |a: &SubMatrixInfo, b: &SubMatrixInfo, k: usize| -> std::result::Result<(), String> {
-            if a.num_rows != b.num_rows || a.num_cols != b.num_cols {
-                Err(format!("command {k}: operand shapes differ"))
-            } else {
-                Ok(())
-            }
-        };
-    let check_multi =
-        |which: usize, rows: usize, cols: usize, k: usize| -> std::result::Result<(), String> {
-            let v = comp
-                .indexes_multi
-                .get(which)
-                .ok_or_else(|| format!("command {k}: indexes_multi {which} out of range"))?;
-            if v.len() != rows {
-                return Err(format!(
-                    "command {k}: indexes_multi has {} rows, expected {rows}",
-                    v.len()
-                ));
-            }
-            for &(s, r) in v {
-                if s < 0 {
-                    continue;
-                }
-                let si = sub(s as usize, "multi", k, false)?;
-                if r < 0 || r as usize >= si.num_rows || si.num_cols != cols {
-                    return Err(format!(
-                        "command {k}: bad (sub-matrix, row) pair ({s}, {r})"
-                    ));
-                }
-            }
-            Ok(())
-        };
-    let ncomp = nnet.components.len();
-    let nnodes = nnet.nodes.len();
-    for (k, c) in comp.commands.iter().enumerate() {
-        match *c {
-            Command::AllocMatrix { m }
-            | Command::AllocMatrixUndefined { m }
-            | Command::DeallocMatrix { m } => mat(m, k)?,
-            Command::SwapMatrix { a, b } => {
-                mat(a, k)?;
-                mat(b, k)?;
-                if comp.matrices[a] != comp.matrices[b] {
-                    return Err(format!("command {k}: swapped matrices differ in size"));
-                }
-            }
-            Command::SetConst { s, .. } => {
-                sub(s, "", k, false)?;
-            }
-            Command::Propagate {
-                component,
-                precomputed,
-                input,
-                output,
-                ..
-            } => {
-                let c = nnet
-                    .components
-                    .get(component)
-                    .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
-                // Input 0 = none (components such as ConstantComponent read no input).
-                let (i, o) = (
-                    sub(input, "input", k, true)?,
-                    sub(output, "output", k, false)?,
-                );
-                if (input != 0 && i.num_cols != c.input_dim()) || o.num_cols != c.output_dim() {
-                    return Err(format!("command {k}: component dims do not match"));
-                }
-                if precomputed >= comp.component_precomputed_indexes.len().max(1) {
-                    return Err(format!("command {k}: precomputed indexes out of range"));
-                }
-            }
-            Command::Backprop {
-                component,
-                precomputed,
-                in_value,
-                out_value,
-                out_deriv,
-                in_deriv,
-                ..
-            } => {
-                nnet.components
-                    .get(component)
-                    .ok_or_else(|| format!("command {k}: component {component} of {ncomp}"))?;
-                sub(in_value, "in-value", k, true)?;
-                sub(out_value, "out-value", k, true)?;
-                sub(out_deriv, "out-deriv", k, false)?;
-                sub(in_deriv, "in-deriv", k, true)?;
-                if precomputed >= comp.component_precomputed_indexes.len().max(1) {
-                    return Err(format!("command {k}: precomputed indexes out of range"));
-                }
-            }
-            Command::MatrixCopy { dst, src, .. } | Command::MatrixAdd { dst, src, .. } => {
-                same(&sub(dst, "dst", k, false)?, &sub(src, "src", k, false)?, k)?;
-            }
-            Command::CopyRows {
-                dst, src, indexes, ..
-            }
-            | Command::AddRows {
-                dst, src, indexes, ..
-            } => {
-                let (d, s) = (sub(dst, "dst", k, false)?, sub(src, "src", k, false)?);
-                let v = comp
-                    .indexes
-                    .get(indexes)
-                    .ok_or_else(|| format!("command {k}: indexes {indexes} out of range"))?;
-                if d.num_cols != s.num_cols || v.len() != d.num_rows {
-                    return Err(format!("command {k}: row-index shapes"));
-                }
-                if v.iter().any(|&j| j >= 0 && j as usize >= s.num_rows) {
-                    return Err(format!("command {k}: row index out of range"));
-                }
-            }
-            Command::AddRowRanges {
-                dst,
-                src,
-                indexes_ranges,
-                ..
-            } => {
-                let (d, s) = (sub(dst, "dst", k, false)?, sub(src, "src", k, false)?);
-                let v = comp
-                    .indexes_ranges
-                    .get(indexes_ranges)
-                    .ok_or_else(|| format!("command {k}: indexes_ranges out of range"))?;
-                if d.num_cols != s.num_cols || v.len() != d.num_rows {
-                    return Err(format!("command {k}: row-range shapes"));
-                }
-                if v.iter()
-                    .any(|&(a, b)| b > a && (a < 0 || b as usize > s.num_rows))
-                {
-                    return Err(format!("command {k}: row range out of range"));
-                }
-            }
-            Command::CopyRowsMulti {
-                dst, indexes_multi, ..
-            }
-            | Command::AddRowsMulti {
-                dst, indexes_multi, ..
-            } => {
-                let d = sub(dst, "dst", k, false)?;
-                check_multi(indexes_multi, d.num_rows, d.num_cols, k)?;
-            }
-            Command::CopyToRowsMulti {
-                src, indexes_multi, ..
-            }
-            | Command::AddToRowsMulti {
-                src, indexes_multi, ..
-            } => {
-                let s = sub(src, "src", k, false)?;
-                check_multi(indexes_multi, s.num_rows, s.num_cols, k)?;
-            }
-            Command::AcceptInput { s, node } | Command::ProvideOutput { s, node } => {
-                sub(s, "", k, false)?;
-                if node >= nnodes {
-                    return Err(format!("command {k}: node {node} out of range"));
-                }
-            }
-            Command::GotoLabel { target } => {
-                if target >= comp.commands.len() {
-                    return Err(format!("command {k}: goto target out of range"));
-                }
-            }
-            Command::NoOperation
-            | Command::NoOperationPermanent
-            | Command::NoOperationMarker
-            | Command::NoOperationLabel => {}
-        }
-    }
-    Ok(())
+            _ => false,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -1220,7 +949,7 @@ mod tests {
         comp.run_forward().expect("run");
         // After the swap, matrix m2 holds what was built in m3.
         let out = comp.output("output").expect("output");
-        let r = |i: usize| input.row(i).to_vec();
+        let r = |i: usize| input.row_to_vec(i);
         let add = |a: Vec<f32>, b: Vec<f32>, s: f32| -> Vec<f32> {
             a.iter().zip(&b).map(|(x, y)| x + s * y).collect()
         };
@@ -1235,15 +964,15 @@ mod tests {
             r(0),
             1.0,
         );
-        assert_eq!(out.row(0), &want0[..]);
-        assert_eq!(out.row(1), &want1[..]);
-        assert_eq!(out.row(2), &want2[..]);
+        assert_eq!(out.row_to_vec(0), want0);
+        assert_eq!(out.row_to_vec(1), want1);
+        assert_eq!(out.row_to_vec(2), want2);
         // And m3 (the old m2), built by the scatter commands:
         //   m2[0] = 2·in[0] + in[0]; m2[2] = 2·in[3] + in[1] + in[3]; m2[1] untouched (0).
         let old_m2 = &comp.matrices[m3];
-        assert_eq!(old_m2.row(0), &[3.0, 6.0]);
-        assert_eq!(old_m2.row(1), &[0.0, 0.0]);
-        assert_eq!(old_m2.row(2), &add(add(r(3), r(1), 1.0), r(3), 2.0)[..]);
+        assert_eq!(old_m2.row_to_vec(0), [3.0, 6.0]);
+        assert_eq!(old_m2.row_to_vec(1), [0.0, 0.0]);
+        assert_eq!(old_m2.row_to_vec(2), add(add(r(3), r(1), 1.0), r(3), 2.0));
     }
 
     #[test]

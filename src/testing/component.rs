@@ -4,12 +4,13 @@
 //! [`check_component_config`] runs every generic check on one config line and says which
 //! check failed; other modules can call it from their own unit tests.
 
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::component::{
-    new_component_from_config, read_component, Component, Memo, Properties,
+    new_component_from_config, read_component, BackpropArgs, Component, Memo, PropagateArgs,
+    Properties,
 };
-use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// Reads component bytes (text or binary) and writes them back; the error names what differs.
@@ -91,9 +92,9 @@ fn close_vec(a: &[f32], b: &[f32], tol: f32) -> bool {
 fn objective(y: &Matrix, d: &Matrix) -> f64 {
     (0..y.num_rows())
         .map(|r| {
-            y.row(r)
+            y.row_to_vec(r)
                 .iter()
-                .zip(d.row(r))
+                .zip(&d.row_to_vec(r))
                 .map(|(&a, &b)| a as f64 * b as f64)
                 .sum::<f64>()
         })
@@ -101,6 +102,12 @@ fn objective(y: &Matrix, d: &Matrix) -> f64 {
 }
 
 /// One component under test.
+/// A fresh generator for each propagate or backprop the harness runs, always with the same
+/// seed: a random component then draws the same masks in every call, so calls compare.
+fn step_rng() -> rand::rngs::StdRng {
+    crate::random::seeded_rng(17)
+}
+
 struct Harness<'a> {
     c: &'a dyn Component,
     props: Properties,
@@ -119,7 +126,7 @@ impl Harness<'_> {
         let mut y = Matrix::zeros(rows, od + if pad_out { 2 } else { 0 });
         y.view_mut().set_const(prefill);
         let memo = self.c.propagate(
-            None,
+            PropagateArgs::new(&mut step_rng()),
             xin.sub(0, rows, 0, x.num_cols()),
             y.sub_mut(0, rows, 0, od),
         );
@@ -156,15 +163,17 @@ impl Harness<'_> {
         let (rows, id) = (x.num_rows(), x.num_cols());
         let mut g = Matrix::zeros(rows, id + if pad { 1 } else { 0 });
         g.view_mut().set_const(prefill);
-        self.c.backprop(
-            None,
+        let mut rng = step_rng();
+        let args = BackpropArgs {
             in_value,
             out_value,
-            d.view(),
-            memo.as_ref(),
-            to_update,
-            Some(g.sub_mut(0, rows, 0, id)),
-        );
+            memo: memo.as_ref(),
+            // Re-borrowed: the args hold it only as long as this call.
+            to_update: to_update.map(|u| -> &mut dyn Component { u }),
+            ..BackpropArgs::new(&mut rng)
+        };
+        self.c
+            .backprop(args, d.view(), Some(g.sub_mut(0, rows, 0, id)));
         g.sub(0, rows, 0, id).to_matrix()
     }
 }
@@ -178,7 +187,9 @@ fn derivative_agrees(predicted: f64, measured: f64, noise: f64) -> bool {
 /// skipped and why) or the first failure.
 pub fn check_component_config(config: &str, seed: u64) -> Result<Vec<String>, String> {
     let cfg = ConfigLine::parse_str(config).map_err(|e| format!("config does not parse: {e}"))?;
-    let mut c = new_component_from_config(&cfg).map_err(|e| format!("from_config failed: {e}"))?;
+    let mut init_rng = crate::random::seeded_rng(seed);
+    let mut c = new_component_from_config(&cfg, &mut init_rng)
+        .map_err(|e| format!("from_config failed: {e}"))?;
     let type_name: String = cfg.get_or("type", String::new()).unwrap_or_default();
     check_component(c.as_mut(), &type_name, config, seed)
 }
@@ -203,7 +214,7 @@ pub fn check_component(
         return Ok(notes);
     }
     if props.has(Properties::RANDOM_COMPONENT) {
-        c.set_test_mode(true);
+        c.set_test_mode(true, &mut crate::random::seeded_rng(0));
         notes.push("random component: checked in test mode".into());
     }
     let c: &dyn Component = c;
@@ -272,7 +283,7 @@ pub fn check_component(
             return Err("PROPAGATE_IN_PLACE with input-dim != output-dim".into());
         }
         let mut data = x.clone();
-        c.propagate_in_place(None, data.view_mut());
+        c.propagate_in_place(PropagateArgs::new(&mut step_rng()), data.view_mut());
         if !close(&data, &y0, 1e-6) {
             return Err("propagate_in_place differs from propagate".into());
         }
@@ -321,14 +332,15 @@ pub fn check_component(
         };
         let mut deriv = d.clone();
         let mut grad2 = new_gradient();
-        c.backprop_in_place(
-            None,
+        let mut rng = step_rng();
+        let args = BackpropArgs {
             in_value,
             out_value,
-            memo.as_ref(),
-            Some(grad2.as_mut()),
-            deriv.view_mut(),
-        );
+            memo: memo.as_ref(),
+            to_update: Some(grad2.as_mut()),
+            ..BackpropArgs::new(&mut rng)
+        };
+        c.backprop_in_place(args, deriv.view_mut());
         if !close(&deriv, &g0, 1e-5) {
             return Err("backprop_in_place gives a different input derivative".into());
         }
@@ -346,9 +358,9 @@ pub fn check_component(
         * (1.0
             + (0..ROWS)
                 .map(|r| {
-                    y0.row(r)
+                    y0.row_to_vec(r)
                         .iter()
-                        .zip(d.row(r))
+                        .zip(&d.row_to_vec(r))
                         .map(|(a, b)| (a * b).abs() as f64)
                         .sum::<f64>()
                 })
@@ -594,7 +606,7 @@ mod tests {
     use super::*;
     use crate::matrix::{MatView, MatViewMut};
     use crate::nnet::component::affine::AffineComponent;
-    use crate::nnet::component::{PrecomputedIndexes, UpdatableComponent};
+    use crate::nnet::component::UpdatableComponent;
 
     /// Deliberate defects, to show that the harness catches them.
     #[derive(Clone, Copy, Debug)]
@@ -626,25 +638,36 @@ mod tests {
         }
         fn propagate(
             &self,
-            i: Option<&dyn PrecomputedIndexes>,
+            args: PropagateArgs<'_>,
             x: MatView<'_>,
             y: MatViewMut<'_>,
         ) -> Option<Memo> {
-            self.0.propagate(i, x, y)
+            self.0.propagate(args, x, y)
         }
-        fn backprop(
-            &self,
-            i: Option<&dyn PrecomputedIndexes>,
-            x: MatView<'_>,
-            y: MatView<'_>,
-            d: MatView<'_>,
-            m: Option<&Memo>,
-            u: Option<&mut dyn Component>,
-            g: Option<MatViewMut<'_>>,
-        ) {
-            let u = u
+        fn backprop(&self, args: BackpropArgs<'_>, d: MatView<'_>, g: Option<MatViewMut<'_>>) {
+            let BackpropArgs {
+                indexes,
+                in_value,
+                out_value,
+                memo,
+                to_update,
+                rng,
+            } = args;
+            let u = to_update
                 .and_then(|u| u.as_any_mut().downcast_mut::<Broken>())
                 .map(|b| &mut b.0 as &mut dyn Component);
+            macro_rules! args {
+                ($to_update:expr, $rng:expr) => {
+                    BackpropArgs {
+                        indexes,
+                        in_value,
+                        out_value,
+                        memo,
+                        to_update: $to_update,
+                        rng: $rng,
+                    }
+                };
+            }
             let mut d2 = d.to_matrix();
             match self.1 {
                 Bug::InputDerivative => d2.view_mut().scale(1.2),
@@ -652,13 +675,13 @@ mod tests {
                     // The gradient for the wrong output derivative, the input derivative right.
                     let mut wrong = d.to_matrix();
                     wrong.view_mut().scale(-1.0);
-                    self.0.backprop(i, x, y, wrong.view(), m, u, None);
-                    self.0.backprop(i, x, y, d, m, None, g);
+                    self.0.backprop(args!(u, &mut *rng), wrong.view(), None);
+                    self.0.backprop(args!(None, rng), d, g);
                     return;
                 }
                 _ => {}
             }
-            self.0.backprop(i, x, y, d2.view(), m, u, g);
+            self.0.backprop(args!(u, rng), d2.view(), g);
         }
         fn write(&self, w: &mut TokenWriter) {
             self.0.write(w)
@@ -697,7 +720,7 @@ mod tests {
     #[test]
     fn harness_catches_deliberate_defects() {
         let cfg = ConfigLine::parse_str("input-dim=4 output-dim=3").unwrap();
-        let inner = AffineComponent::from_config(&cfg).unwrap();
+        let inner = AffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let inner = inner
             .as_any()
             .downcast_ref::<AffineComponent>()

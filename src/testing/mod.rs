@@ -375,12 +375,11 @@ pub fn random_request(
         }
         shuffle_sometimes(&mut idx, &mut rng);
         let dim = nnet.node_index(name).map(|i| nnet.node_dim(i)).unwrap_or(0);
-        let mut m = Matrix::zeros(idx.len(), dim);
-        for r in 0..idx.len() {
-            for x in m.row_mut(r) {
-                *x = rand_gauss(&mut rng);
-            }
-        }
+        let m = Matrix::from_vec(
+            idx.len(),
+            dim,
+            (0..idx.len() * dim).map(|_| rand_gauss(&mut rng)).collect(),
+        );
         request.inputs.push(IoSpecification {
             name: name.clone(),
             indexes: idx,
@@ -428,11 +427,9 @@ fn shuffle_sometimes(idx: &mut [Index], rng: &mut StdRng) {
 
 /// A matrix of standard-normal values.
 pub fn random_matrix(rows: usize, cols: usize, rng: &mut StdRng) -> Matrix {
-    let mut m = Matrix::zeros(rows, cols);
-    for r in 0..rows {
-        for x in m.row_mut(r) {
-            *x = rand_gauss(rng);
-        }
-    }
-    m
+    Matrix::from_vec(
+        rows,
+        cols,
+        (0..rows * cols).map(|_| rand_gauss(rng)).collect(),
+    )
 }

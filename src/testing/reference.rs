@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::matrix::{MatView, MatViewMut, Matrix, Real};
-use crate::nnet::component::{MiscComputationInfo, Properties};
+use crate::nnet::component::{MiscComputationInfo, PropagateArgs, Properties};
 use crate::nnet::descriptor::{ForwardingDescriptor, IndexVar, SumDescriptor};
 use crate::nnet::{Cindex, Index, NetworkNode, Nnet};
 use std::collections::HashMap;
@@ -55,7 +55,7 @@ impl<'a> ReferenceEvaluator<'a> {
                 )));
             }
             for (r, ix) in indexes.iter().enumerate() {
-                supplied.insert((node, *ix), Rc::new(m.row(r).to_vec()));
+                supplied.insert((node, *ix), Rc::new(m.row_to_vec(r)));
             }
         }
         Ok(ReferenceEvaluator {
@@ -79,7 +79,7 @@ impl<'a> ReferenceEvaluator<'a> {
             let v = self.value((node, *ix))?.ok_or_else(|| {
                 Error::Compute(format!("reference: {name} at {ix} is not computable"))
             })?;
-            out.row_mut(r).copy_from_slice(&v);
+            out.copy_row_from_slice(r, &v);
         }
         Ok(out)
     }
@@ -146,7 +146,11 @@ impl<'a> ReferenceEvaluator<'a> {
                 let in_m = MatView::from_slice(&input, 1, input.len());
                 let mut out = vec![0.0; comp.output_dim()];
                 let od = out.len();
-                comp.propagate(None, in_m, MatViewMut::from_slice(&mut out, 1, od));
+                // Evaluated one row at a time, so it is meant for test mode; a fixed seed still
+                // makes any random component deterministic.
+                let mut rng = crate::random::seeded_rng(0);
+                let args = PropagateArgs::new(&mut rng);
+                comp.propagate(args, in_m, MatViewMut::from_slice(&mut out, 1, od));
                 Ok(Some(Rc::new(out)))
             }
         }
@@ -186,15 +190,20 @@ impl<'a> ReferenceEvaluator<'a> {
         let mut in_m = Matrix::zeros(used.len(), in_dim);
         for (r, i) in used.iter().enumerate() {
             if let Some(v) = avail.get(i) {
-                in_m.row_mut(r).copy_from_slice(v);
+                in_m.copy_row_from_slice(r, v);
             }
         }
         let mut out_m = Matrix::zeros(outputs.len(), comp.output_dim());
-        comp.propagate(pre.as_deref(), in_m.view(), out_m.view_mut());
+        let mut rng = crate::random::seeded_rng(0);
+        let args = PropagateArgs {
+            indexes: pre.as_deref(),
+            rng: &mut rng,
+        };
+        comp.propagate(args, in_m.view(), out_m.view_mut());
         let row = outputs.iter().position(|o| *o == ix).ok_or_else(|| {
             Error::Compute("reference: component dropped the requested output index".into())
         })?;
-        Ok(Some(Rc::new(out_m.row(row).to_vec())))
+        Ok(Some(Rc::new(out_m.row_to_vec(row))))
     }
 
     /// Maps an output Index through a forwarding descriptor: (node, input Index, scale).

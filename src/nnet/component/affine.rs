@@ -3,63 +3,42 @@
 //!
 //! Both trainable kinds share one Rust type, [`AffineComponent`]; `natural_gradient` is `Some`
 //! for the NG kind, which keeps its NG hyper-parameters (the NG state is never saved, as in
-//! Kaldi). The gradient accumulated in Backprop is the plain gradient scaled by the
-//! `to_update` component's learning rate; the natural-gradient preconditioning of a
-//! non-gradient update belongs to the trainer.
+//! Kaldi). Backprop hands (input rows, output-derivative rows) to the `to_update`
+//! component's [`crate::update::Update`], which adds the gradient scaled by its learning
+//! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
-use crate::nnet::config_line::ConfigLine;
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use rand::RngCore;
 
-/// Natural-gradient hyper-parameters of `NaturalGradientAffineComponent`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NgAffineOptions {
-    /// Rank of the input-side Fisher estimate.
-    pub rank_in: i32,
-    /// Rank of the output-side Fisher estimate.
-    pub rank_out: i32,
-    /// Minibatches between updates of the Fisher estimates.
-    pub update_period: i32,
-    /// Time constant (in frames) of the Fisher estimates.
-    pub num_samples_history: f32,
-    /// Smoothing of the Fisher estimates towards the unit matrix.
-    pub alpha: f32,
-}
-
-impl NgAffineOptions {
-    /// Kaldi's defaults for these dimensions: rank-in min(20, (in+1)/2), rank-out
-    /// min(80, (out+1)/2), update-period 4, num-samples-history 2000, alpha 4.
-    pub fn defaults(input_dim: usize, output_dim: usize) -> Self {
-        NgAffineOptions {
-            rank_in: 20.min((input_dim as i32 + 1) / 2),
-            rank_out: 80.min((output_dim as i32 + 1) / 2),
-            update_period: 4,
-            num_samples_history: 2000.0,
-            alpha: 4.0,
-        }
-    }
-
-    /// Reads the NG options from a config line, with the defaults above.
-    pub fn from_config(cfg: &ConfigLine, input_dim: usize, output_dim: usize) -> Result<Self> {
-        let d = NgAffineOptions::defaults(input_dim, output_dim);
-        let o = NgAffineOptions {
-            rank_in: cfg.get_or("rank-in", d.rank_in)?,
-            rank_out: cfg.get_or("rank-out", d.rank_out)?,
-            update_period: cfg.get_or("update-period", d.update_period)?,
-            num_samples_history: cfg.get_or("num-samples-history", d.num_samples_history)?,
-            alpha: cfg.get_or("alpha", d.alpha)?,
-        };
-        if o.rank_in <= 0 || o.rank_out <= 0 || o.update_period <= 0 {
-            return Err(cfg.error("rank-in, rank-out and update-period must be positive"));
-        }
-        if o.num_samples_history <= 0.0 || o.alpha < 0.0 {
-            return Err(cfg.error("num-samples-history must be > 0 and alpha >= 0"));
-        }
-        Ok(o)
-    }
+/// The natural-gradient options of a weight block from a config line (`rank-in`,
+/// `rank-out`, `update-period`, `num-samples-history`, `alpha`), with Kaldi's defaults for
+/// these dimensions (NaturalGradientAffine and Linear share them).
+pub(crate) fn weight_ng_options_from_config(
+    cfg: &ConfigLine,
+    input_dim: usize,
+    output_dim: usize,
+) -> Result<NaturalGradientOptions> {
+    let d = NaturalGradientOptions::for_weights(input_dim, output_dim);
+    let alpha = cfg.get_or("alpha", d.alpha_in)?;
+    let o = NaturalGradientOptions {
+        rank_in: cfg.get_or("rank-in", d.rank_in)?,
+        rank_out: cfg.get_or("rank-out", d.rank_out)?,
+        update_period: cfg.get_or("update-period", d.update_period)?,
+        num_samples_history: cfg.get_or("num-samples-history", d.num_samples_history)?,
+        alpha_in: alpha,
+        alpha_out: alpha,
+        ..d
+    };
+    o.validate().map_err(|e| cfg.error(e))?;
+    Ok(o)
 }
 
 /// `AffineComponent` or (with `natural_gradient`) `NaturalGradientAffineComponent`.
@@ -74,7 +53,9 @@ pub struct AffineComponent {
     /// Kaldi's orthonormal-constraint (0 = none); only stored here.
     pub orthonormal_constraint: f32,
     /// Present for `NaturalGradientAffineComponent`.
-    pub natural_gradient: Option<NgAffineOptions>,
+    pub natural_gradient: Option<NaturalGradientOptions>,
+    /// The preconditioners, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 const AFFINE: &str = "AffineComponent";
@@ -87,6 +68,7 @@ fn init_affine_params(
     cfg: &ConfigLine,
     default_bias_stddev: f32,
     with_bias_mean: bool,
+    init_rng: &mut dyn RngCore,
 ) -> Result<(Matrix, Vector)> {
     if let Some(path) = cfg.get::<String>("matrix")? {
         let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
@@ -123,12 +105,13 @@ fn init_affine_params(
     if param_stddev < 0.0 || bias_stddev < 0.0 {
         return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
     }
-    Ok(param_util::with_init_rng(|rng| {
+    Ok({
+        let rng: &mut dyn RngCore = init_rng;
         (
             param_util::gaussian_matrix(out_dim, in_dim, 0.0, param_stddev, rng),
             param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng),
         )
-    }))
+    })
 }
 
 /// Reads `<LinearParams> M <BiasParams> V` and checks that the dimensions agree.
@@ -174,20 +157,6 @@ pub(crate) fn affine_backprop_input(
     }
 }
 
-/// W += lr · out_derivᵀ · in, b += lr · Σ_rows out_deriv.
-pub(crate) fn affine_accumulate(
-    linear: &mut Matrix,
-    bias: &mut Vector,
-    lr: f32,
-    in_value: MatView<'_>,
-    out_deriv: MatView<'_>,
-) {
-    linear
-        .view_mut()
-        .add_mat_mat(lr, out_deriv, Trans::Yes, in_value, Trans::No, 1.0);
-    out_deriv.add_row_sum_to(bias, lr, 1.0);
-}
-
 impl AffineComponent {
     /// A plain AffineComponent from parameters.
     pub fn new(linear: Matrix, bias: Vector) -> Self {
@@ -197,15 +166,20 @@ impl AffineComponent {
             bias,
             orthonormal_constraint: 0.0,
             natural_gradient: None,
+            ng_state: NaturalGradientState::default(),
         }
     }
 
-    fn from_config_impl(cfg: &ConfigLine, ng: bool) -> Result<Box<dyn Component>> {
+    fn from_config_impl(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+        ng: bool,
+    ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let (linear, bias) = init_affine_params(cfg, 1.0, ng)?;
+        let (linear, bias) = init_affine_params(cfg, 1.0, ng, init_rng)?;
         let orthonormal_constraint = cfg.get_or("orthonormal-constraint", 0.0f32)?;
         let natural_gradient = if ng {
-            Some(NgAffineOptions::from_config(
+            Some(weight_ng_options_from_config(
                 cfg,
                 linear.num_cols(),
                 linear.num_rows(),
@@ -219,17 +193,21 @@ impl AffineComponent {
             bias,
             orthonormal_constraint,
             natural_gradient,
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
     /// Kaldi's AffineComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, false)
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, false)
     }
 
     /// Kaldi's NaturalGradientAffineComponent::InitFromConfig.
-    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, true)
+    pub fn ng_from_config(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, true)
     }
 
     /// Reads an AffineComponent body.
@@ -247,6 +225,7 @@ impl AffineComponent {
             bias,
             orthonormal_constraint,
             natural_gradient: None,
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -292,20 +271,31 @@ impl AffineComponent {
             linear: linear.into(),
             bias,
             orthonormal_constraint,
-            natural_gradient: Some(NgAffineOptions {
+            natural_gradient: Some(NaturalGradientOptions {
                 rank_in,
                 rank_out,
                 update_period,
                 num_samples_history,
-                alpha,
+                ..NaturalGradientOptions::symmetric(0, alpha, 0, 0.0)
             }),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
-    /// Accumulates `learning_rate × gradient` into this component's parameters.
+    /// Adds the parameter change for these rows to this (`to_update`) component: the
+    /// gradient scaled by its learning rate, natural-gradient preconditioned when it has
+    /// natural gradient and a preconditioner is plugged in.
     pub fn accumulate_gradient(&mut self, in_value: MatView<'_>, out_deriv: MatView<'_>) {
-        let lr = self.common.learning_rate;
-        affine_accumulate(&mut self.linear, &mut self.bias, lr, in_value, out_deriv);
+        let ng = self
+            .natural_gradient
+            .as_ref()
+            .map(|o| (o, &mut self.ng_state));
+        Update::new(&self.common, ng, true).weight_block(
+            self.linear.view_mut(),
+            Some(&mut *self.bias),
+            in_value,
+            out_deriv,
+        );
     }
 }
 
@@ -331,7 +321,7 @@ impl Component for AffineComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -340,14 +330,15 @@ impl Component for AffineComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<AffineComponent>()) {
             u.accumulate_gradient(in_value, out_deriv);
         }
@@ -381,7 +372,7 @@ impl Component for AffineComponent {
                 w.token("<NumSamplesHistory>");
                 w.f32(ng.num_samples_history);
                 w.token("<Alpha>");
-                w.f32(ng.alpha);
+                w.f32(ng.alpha_in);
             }
         }
         w.token(&format!("</{ty}>"));
@@ -412,7 +403,7 @@ impl Component for AffineComponent {
                 ng.rank_out,
                 g(ng.num_samples_history),
                 ng.update_period,
-                g(ng.alpha)
+                g(ng.alpha_in)
             );
         }
         s
@@ -439,8 +430,8 @@ pub struct FixedAffineComponent {
 
 impl FixedAffineComponent {
     /// Kaldi's FixedAffineComponent::InitFromConfig: `matrix=<file>` or random dims.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        let (linear, bias) = init_affine_params(cfg, 1.0, false)?;
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
+        let (linear, bias) = init_affine_params(cfg, 1.0, false, init_rng)?;
         Ok(Box::new(FixedAffineComponent {
             linear: linear.into(),
             bias,
@@ -474,7 +465,7 @@ impl Component for FixedAffineComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -483,12 +474,8 @@ impl Component for FixedAffineComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        _to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         affine_backprop_input(&self.linear, out_deriv, in_deriv);
@@ -540,13 +527,13 @@ mod tests {
         }
         let mat = dir.join("lda.mat");
         let cfg = ConfigLine::parse_str(&format!("matrix={}", mat.display())).unwrap();
-        let c = FixedAffineComponent::from_config(&cfg).unwrap();
+        let c = FixedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         for binary in [false, true] {
             let want = golden_component("tdnn-splice-ivector", "lda", binary).unwrap();
             let mut w = TokenWriter::new(binary);
             c.write(&mut w);
             assert!(
-                w.bytes() == want.as_slice(),
+                w.bytes() == &want[..],
                 "FixedAffine from lda.mat differs (binary={binary})"
             );
         }
@@ -568,19 +555,21 @@ mod tests {
     #[test]
     fn config_defaults_and_errors() {
         let cfg = ConfigLine::parse_str("input-dim=29 output-dim=20").unwrap();
-        let c = AffineComponent::ng_from_config(&cfg).unwrap();
+        let c = AffineComponent::ng_from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         let ng = a.natural_gradient.clone().unwrap();
         assert_eq!((ng.rank_in, ng.rank_out), (15, 10));
         assert_eq!((a.input_dim(), a.output_dim()), (29, 20));
         // Missing dims name the option.
         let cfg = ConfigLine::parse_str("input-dim=3").unwrap();
-        let e = AffineComponent::from_config(&cfg).unwrap_err().to_string();
+        let e = AffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("output-dim"), "{e}");
         let cfg = ConfigLine::parse_str("input-dim=3 output-dim=-2").unwrap();
-        assert!(AffineComponent::from_config(&cfg).is_err());
+        assert!(AffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).is_err());
         let cfg = ConfigLine::parse_str("matrix=/nonexistent/x.mat").unwrap();
-        let e = FixedAffineComponent::from_config(&cfg)
+        let e = FixedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0))
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/x.mat"), "{e}");
@@ -593,15 +582,19 @@ mod tests {
         std::fs::write(&p, "[ 1 2 3\n 4 5 6 ]\n").unwrap();
         let cfg =
             ConfigLine::parse_str(&format!("matrix={} learning-rate=0.5", p.display())).unwrap();
-        let c = AffineComponent::from_config(&cfg).unwrap();
+        let c = AffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         assert_eq!(a.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
-        assert_eq!(a.bias.as_slice(), &[3.0, 6.0]);
+        assert_eq!(a.bias.to_vec(), [3.0, 6.0]);
         assert_eq!(a.common.learning_rate, 0.5);
         // Forward against a hand computation: [1 1] -> [1+2+3, 4+5+6].
         let x = Matrix::from_vec(1, 2, vec![1.0, 1.0]);
         let mut y = Matrix::zeros(1, 2);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![6.0, 15.0]);
     }
 
@@ -617,17 +610,18 @@ mod tests {
         UpdatableComponent::scale(&mut u, 0.0);
         u.common.learning_rate = 0.5;
         a.backprop(
-            None,
-            x.view(),
-            Matrix::zeros(0, 0).view(),
+            BackpropArgs {
+                in_value: x.view(),
+                out_value: Matrix::zeros(0, 0).view(),
+                to_update: Some(&mut u),
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+            },
             d.view(),
-            None,
-            Some(&mut u),
             None,
         );
         // dW = dᵀ x = [1*1+10*3, 1*2+10*4] = [31, 42]; db = 11; times lr 0.5.
         assert_eq!(u.linear.to_vec(), vec![15.5, 21.0]);
-        assert_eq!(u.bias.as_slice(), &[5.5]);
+        assert_eq!(u.bias.to_vec(), [5.5]);
     }
 }
 
@@ -645,13 +639,13 @@ mod binary_matrix_tests {
         let p = dir.path().join("m.bin");
         std::fs::write(&p, w.into_bytes()).unwrap();
         let cfg = ConfigLine::parse_str(&format!("matrix={} input-dim=2", p.display())).unwrap();
-        let c = FixedAffineComponent::from_config(&cfg).unwrap();
+        let c = FixedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let f = c.as_any().downcast_ref::<FixedAffineComponent>().unwrap();
         assert_eq!(f.linear.to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
-        assert_eq!(f.bias.as_slice(), &[3.0, 6.0]);
+        assert_eq!(f.bias.to_vec(), [3.0, 6.0]);
         // A mismatching declared dimension is an error naming the option.
         let cfg = ConfigLine::parse_str(&format!("matrix={} output-dim=3", p.display())).unwrap();
-        let e = FixedAffineComponent::from_config(&cfg)
+        let e = FixedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0))
             .unwrap_err()
             .to_string();
         assert!(e.contains("output-dim"), "{e}");

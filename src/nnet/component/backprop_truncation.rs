@@ -6,13 +6,17 @@
 //! on the time index of each row; the diagnostics are kept in the file.
 
 use super::param_util::{component_boilerplate, expect_closing};
-use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use super::{
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::config_line::ConfigLine;
+use crate::matrix::MatViewMut;
 use crate::nnet::index::Index;
+use rand::RngCore;
 use std::any::Any;
 
 const TYPE: &str = "BackpropTruncationComponent";
@@ -55,7 +59,10 @@ fn div_floor(a: i32, b: i32) -> i32 {
 impl BackpropTruncationComponent {
     /// Registry hook: `dim` (required), `scale` (1.0), `clipping-threshold` (30),
     /// `zeroing-threshold` (15), `zeroing-interval` (20), `recurrence-interval` (1).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = super::param_util::require_positive(cfg, "dim")?;
         let c = BackpropTruncationComponent {
             dim,
@@ -102,10 +109,10 @@ impl BackpropTruncationComponent {
             return Err(r.err_at(at, "a <ZeroingThreshold> >= 0"));
         }
         r.expect_token("<ZeroingInterval>")?;
-        let zeroing_interval = super::param_util::read_positive_i32(r, "<ZeroingInterval>")? as i32;
+        let zeroing_interval = super::param_util::read_positive_count(r, "<ZeroingInterval>")?;
         r.expect_token("<RecurrenceInterval>")?;
         let recurrence_interval =
-            super::param_util::read_positive_i32(r, "<RecurrenceInterval>")? as i32;
+            super::param_util::read_positive_count(r, "<RecurrenceInterval>")?;
         r.expect_token("<NumElementsClipped>")?;
         let num_clipped = r.f64()?;
         r.expect_token("<NumElementsZeroed>")?;
@@ -147,15 +154,19 @@ impl BackpropTruncationComponent {
         let rows = deriv.num_rows();
         let mut clipped = 0usize;
         if self.clipping_threshold > 0.0 {
-            for r in 0..rows {
-                let row = deriv.row_mut(r);
-                let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
-                if norm > self.clipping_threshold {
-                    let s = self.clipping_threshold / norm;
-                    row.iter_mut().for_each(|x| *x *= s);
-                    clipped += 1;
-                }
-            }
+            let t = self.clipping_threshold;
+            let scales: Vec<f32> = (deriv.as_view().row_norms().into_iter())
+                .map(|norm| {
+                    if norm > t {
+                        clipped += 1;
+                        t / norm
+                    } else {
+                        1.0
+                    }
+                })
+                .collect();
+            // Rows within the threshold are multiplied by 1.0, which is exact.
+            deriv.mul_rows_vec(&scales);
         }
         let zi = indexes.and_then(|p| p.as_any().downcast_ref::<TruncationIndexes>());
         let mut zeroed = 0usize;
@@ -163,17 +174,12 @@ impl BackpropTruncationComponent {
         if let Some(zi) = zi {
             boundaries = zi.zeroing_sum;
             if self.zeroing_threshold > 0.0 {
-                for (r, &z) in zi.zeroing.iter().enumerate().take(rows) {
-                    if !z {
-                        continue;
-                    }
-                    let row = deriv.row_mut(r);
-                    let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
-                    if norm > self.zeroing_threshold {
-                        row.fill(0.0);
-                        zeroed += 1;
-                    }
-                }
+                let norms = deriv.as_view().row_norms();
+                let zero: Vec<bool> = (zi.zeroing.iter().zip(&norms))
+                    .map(|(&z, &norm)| z && norm > self.zeroing_threshold)
+                    .collect();
+                zeroed = zero.iter().filter(|&&z| z).count();
+                deriv.zero_rows(&zero);
             }
         }
         if let Some(u) =
@@ -202,7 +208,7 @@ impl Component for BackpropTruncationComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         if self.scale != 1.0 {
@@ -210,15 +216,10 @@ impl Component for BackpropTruncationComponent {
         }
         None
     }
-    fn backprop_in_place(
-        &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            indexes, to_update, ..
+        } = args;
         self.backprop_rows(indexes, &mut deriv, to_update);
     }
     fn write(&self, w: &mut TokenWriter) {

@@ -4,11 +4,15 @@
 //! consecutive input blocks; the NG kind differs only in its training update).
 
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
-use crate::nnet::config_line::ConfigLine;
+use crate::update::Update;
+use rand::RngCore;
 
 const BLOCK: &str = "BlockAffineComponent";
 const REPEATED: &str = "RepeatedAffineComponent";
@@ -34,6 +38,7 @@ fn random_params(
     rows: usize,
     cols: usize,
     bias_stddev: f32,
+    init_rng: &mut dyn RngCore,
 ) -> Result<(Matrix, Vector)> {
     let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
     let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
@@ -41,12 +46,13 @@ fn random_params(
     if param_stddev < 0.0 || bias_stddev < 0.0 {
         return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
     }
-    Ok(param_util::with_init_rng(|rng| {
+    Ok({
+        let rng: &mut dyn RngCore = init_rng;
         (
             param_util::gaussian_matrix(rows, cols, 0.0, param_stddev, rng),
             param_util::gaussian_vector(rows, bias_mean, bias_stddev, rng),
         )
-    }))
+    })
 }
 
 /// Reads `<Count> i32 <LinearParams> M <BiasParams> V` with consistent dimensions.
@@ -94,10 +100,10 @@ pub struct BlockAffineComponent {
 
 impl BlockAffineComponent {
     /// Kaldi's BlockAffineComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let (in_dim, out_dim, n) = block_dims(cfg, "num-blocks")?;
-        let (linear, bias) = random_params(cfg, out_dim, in_dim / n, 1.0)?;
+        let (linear, bias) = random_params(cfg, out_dim, in_dim / n, 1.0, init_rng)?;
         Ok(Box::new(BlockAffineComponent {
             common,
             linear,
@@ -145,7 +151,7 @@ impl Component for BlockAffineComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -166,30 +172,29 @@ impl Component for BlockAffineComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         let (ib, ob) = self.block_sizes();
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>())
         {
-            let lr = u.common.learning_rate;
+            let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_blocks {
-                u.linear.sub_mut(k * ob, ob, 0, ib).add_mat_mat(
-                    lr,
-                    out_deriv.cols_range(k * ob, ob),
-                    Trans::Yes,
+                update.weight_block(
+                    u.linear.sub_mut(k * ob, ob, 0, ib),
+                    None,
                     in_value.cols_range(k * ib, ib),
-                    Trans::No,
-                    1.0,
+                    out_deriv.cols_range(k * ob, ob),
                 );
             }
-            out_deriv.add_row_sum_to(&mut u.bias, lr, 1.0);
+            update.offset_block(&mut u.bias, out_deriv);
         }
         if let Some(mut d) = in_deriv {
             for k in 0..self.num_blocks {
@@ -255,11 +260,15 @@ pub struct RepeatedAffineComponent {
 }
 
 impl RepeatedAffineComponent {
-    fn from_config_impl(cfg: &ConfigLine, natural_gradient: bool) -> Result<Box<dyn Component>> {
+    fn from_config_impl(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+        natural_gradient: bool,
+    ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let (in_dim, out_dim, n) = block_dims(cfg, "num-repeats")?;
         // Kaldi initialises this component's bias to zero unless bias-stddev is given.
-        let (linear, bias) = random_params(cfg, out_dim / n, in_dim / n, 0.0)?;
+        let (linear, bias) = random_params(cfg, out_dim / n, in_dim / n, 0.0, init_rng)?;
         Ok(Box::new(RepeatedAffineComponent {
             common,
             linear,
@@ -270,13 +279,16 @@ impl RepeatedAffineComponent {
     }
 
     /// Kaldi's RepeatedAffineComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, false)
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, false)
     }
 
     /// NaturalGradientRepeatedAffineComponent's InitFromConfig (the same options).
-    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, true)
+    pub fn ng_from_config(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, true)
     }
 
     fn read_impl(r: &mut TokenReader<'_>, natural_gradient: bool) -> Result<Box<dyn Component>> {
@@ -332,7 +344,7 @@ impl Component for RepeatedAffineComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -353,30 +365,28 @@ impl Component for RepeatedAffineComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>())
         {
-            let lr = u.common.learning_rate;
+            // The natural-gradient kind has no preconditioner slot yet: it updates plainly.
+            let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_repeats {
-                let od = out_deriv.cols_range(k * ob, ob);
-                u.linear.view_mut().add_mat_mat(
-                    lr,
-                    od,
-                    Trans::Yes,
+                update.weight_block(
+                    u.linear.view_mut(),
+                    Some(&mut u.bias),
                     in_value.cols_range(k * ib, ib),
-                    Trans::No,
-                    1.0,
+                    out_deriv.cols_range(k * ob, ob),
                 );
-                od.add_row_sum_to(&mut u.bias, lr, 1.0);
             }
         }
         if let Some(mut d) = in_deriv {
@@ -447,7 +457,7 @@ mod tests {
     fn block_affine_equals_dense_block_diagonal() {
         // Independent reference: expand the blocks into a dense matrix and multiply.
         let cfg = ConfigLine::parse_str("input-dim=6 output-dim=4 num-blocks=2").unwrap();
-        let c = BlockAffineComponent::from_config(&cfg).unwrap();
+        let c = BlockAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let b = c.as_any().downcast_ref::<BlockAffineComponent>().unwrap();
         let mut dense = Matrix::zeros(4, 6);
         for k in 0..2 {
@@ -455,12 +465,19 @@ mod tests {
                 .sub_mut(k * 2, 2, k * 3, 3)
                 .copy_from(b.linear.sub(k * 2, 2, 0, 3));
         }
-        let x = param_util::with_init_rng(|r| param_util::gaussian_matrix(3, 6, 0.0, 1.0, r));
+        let x = {
+            let r = &mut crate::random::seeded_rng(0);
+            param_util::gaussian_matrix(3, 6, 0.0, 1.0, r)
+        };
         let mut want = Matrix::zeros(3, 4);
         want.add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);
         want.view_mut().add_vec_to_rows(1.0, &b.bias, 1.0);
         let mut got = Matrix::zeros(3, 4);
-        c.propagate(None, x.view(), got.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            got.view_mut(),
+        );
         assert!(got.view().approx_equal(want.view(), 1e-6));
     }
 
@@ -472,9 +489,14 @@ mod tests {
             "input-dim=6 output-dim=4",
         ] {
             let cfg = ConfigLine::parse_str(line).unwrap();
-            assert!(BlockAffineComponent::from_config(&cfg).is_err(), "{line}");
+            assert!(
+                BlockAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).is_err(),
+                "{line}"
+            );
         }
         let cfg = ConfigLine::parse_str("input-dim=6 output-dim=5 num-repeats=3").unwrap();
-        assert!(RepeatedAffineComponent::from_config(&cfg).is_err());
+        assert!(
+            RepeatedAffineComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).is_err()
+        );
     }
 }

@@ -2,16 +2,18 @@
 //! Index and needs no input at all (e.g. the initial cell value of an LSTM built from
 //! primitives, reached through `Failover`).
 
-use super::param_util::{self, component_boilerplate};
+use super::param_util::{self, component_boilerplate, vector_params_updatable};
 use super::{
-    Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties, UpdatableCommon,
+    BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
     UpdatableComponent,
 };
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use rand::RngCore;
 
 const CONSTANT: &str = "ConstantComponent";
 
@@ -22,19 +24,23 @@ pub struct ConstantComponent {
     /// The output value (and the parameters).
     pub output: Vector,
     pub is_updatable: bool,
-    pub use_natural_gradient: bool,
+    /// Natural-gradient options (Kaldi's file carries only use-natural-gradient).
+    pub ng: NaturalGradientOptions,
+    /// The preconditioner, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 impl ConstantComponent {
     /// Kaldi's ConstantComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let dim = param_util::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantComponent {
             common,
-            output: param_util::constant_output_from_config(cfg, dim)?,
+            output: param_util::constant_output_from_config(cfg, dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
-            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -56,7 +62,8 @@ impl ConstantComponent {
             common,
             output,
             is_updatable,
-            use_natural_gradient,
+            ng: NaturalGradientOptions::per_element(use_natural_gradient),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 }
@@ -81,31 +88,28 @@ impl Component for ConstantComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
         if output.num_cols() == self.output.dim() {
-            output.pu_copy_rows_from_vec(&self.output);
+            output.copy_from_vec_rows(&self.output);
         }
         None
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         _in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { to_update, .. } = args;
         // There is no input to propagate to; only the parameters get a gradient.
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantComponent>())
         {
             if u.is_updatable && out_deriv.num_cols() == u.output.dim() {
-                let lr = u.common.learning_rate;
-                out_deriv.add_row_sum_to(u.output.as_mut_slice(), lr, 1.0);
+                Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
+                    .offset_block(&mut u.output, out_deriv);
             }
         }
     }
@@ -133,7 +137,7 @@ impl Component for ConstantComponent {
         w.token("<IsUpdatable>");
         w.bool(self.is_updatable);
         w.token("<UseNaturalGradient>");
-        w.bool(self.use_natural_gradient);
+        w.bool(self.ng.use_natural_gradient);
         w.token("</ConstantComponent>");
     }
     fn info(&self) -> String {
@@ -142,7 +146,7 @@ impl Component for ConstantComponent {
             "{CONSTANT}, input-dim={d}, output-dim={d}, {}, {CONSTANT}, output-dim={d}, is-updatable={}, use-natural-gradient={}, {}",
             param_util::updatable_info(&self.common),
             self.is_updatable,
-            self.use_natural_gradient,
+            self.ng.use_natural_gradient,
             param_util::vector_stats("output", &self.output)
         )
     }
@@ -159,39 +163,4 @@ impl Component for ConstantComponent {
     }
 }
 
-impl UpdatableComponent for ConstantComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
-    fn num_parameters(&self) -> usize {
-        self.output.dim()
-    }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[self.output.as_slice()], out);
-    }
-    fn unvectorize(&mut self, params: &[f32]) {
-        param_util::take_params(self.output.as_mut_slice(), params, &mut 0);
-    }
-    fn scale(&mut self, alpha: f32) {
-        self.output.as_row_mut().scale(alpha);
-    }
-    fn add(&mut self, alpha: f32, other: &dyn Component) {
-        if let Some(o) = other.as_any().downcast_ref::<ConstantComponent>() {
-            param_util::vec_add(&mut self.output, alpha, o.output.as_slice());
-        }
-    }
-    fn dot_product(&self, other: &dyn Component) -> f32 {
-        other
-            .as_any()
-            .downcast_ref::<ConstantComponent>()
-            .map_or(0.0, |o| {
-                param_util::vec_dot(self.output.as_slice(), o.output.as_slice())
-            })
-    }
-    fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_vector(&mut self.output, stddev, rng);
-    }
-}
+vector_params_updatable!(ConstantComponent, output);

@@ -2,14 +2,25 @@
 //! inputs (or of whole frames, with `dropout-per-frame`) is zeroed; in test mode the input
 //! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
 
-use super::{Component, Memo, PrecomputedIndexes, Properties};
+use super::param_util::component_boilerplate;
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
-use std::any::Any;
+use rand::RngCore;
+
+/// Reads a proportion stored after `token`, which must lie in [0, 1] (error at its offset).
+pub(super) fn read_proportion(r: &mut TokenReader<'_>, token: &str) -> Result<f32> {
+    let at = r.pos();
+    let p = r.f32()?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(r.err_at(at, format!("a {token} in [0, 1]")));
+    }
+    Ok(p)
+}
 
 /// Classic dropout.
 #[derive(Clone, Debug)]
@@ -23,7 +34,10 @@ pub struct DropoutComponent {
 impl DropoutComponent {
     /// Registry hook: `dim`, `dropout-proportion` (both required), `dropout-per-frame`,
     /// `test-mode`.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim: i32 = cfg.require("dim")?;
         let dropout_proportion: f32 = cfg.require("dropout-proportion")?;
         let dropout_per_frame = cfg.get_or("dropout-per-frame", false)?;
@@ -50,11 +64,7 @@ impl DropoutComponent {
             return Err(r.err_at(at, "a positive <Dim>"));
         }
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = DropoutComponent {
             dim: dim as usize,
             dropout_proportion,
@@ -79,29 +89,22 @@ impl DropoutComponent {
         self.dropout_proportion = p.clamp(0.0, 1.0);
     }
     /// Applies dropout (or the test-mode scaling) to `data` in place.
-    fn apply(&self, data: &mut MatViewMut<'_>) {
+    fn apply(&self, data: &mut MatViewMut<'_>, rng: &mut dyn RngCore) {
         let p = self.dropout_proportion;
         if self.test_mode {
             data.scale(1.0 - p);
             return;
         }
-        let mut rng = rand::rng();
         // Keep an element when a uniform draw exceeds p (Kaldi: Heaviside(u - p)).
         if self.dropout_per_frame {
-            for r in 0..data.num_rows() {
-                if rng.random::<f32>() - p <= 0.0 {
-                    data.row_mut(r).fill(0.0);
-                }
-            }
+            let drop: Vec<bool> = (0..data.num_rows())
+                .map(|_| rng.random::<f32>() - p <= 0.0)
+                .collect();
+            data.zero_rows(&drop);
         } else {
-            data.map_inplace(|x| if rng_keep(p) { x } else { 0.0 });
+            data.apply_dropout_rand(rng, p);
         }
     }
-}
-
-/// One Bernoulli keep decision (thread-local RNG, usable inside `Fn` closures).
-fn rng_keep(p: f32) -> bool {
-    rand::rng().random::<f32>() - p > 0.0
 }
 
 impl Component for DropoutComponent {
@@ -123,39 +126,37 @@ impl Component for DropoutComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
         output.copy_from(input);
-        self.apply(&mut output);
+        self.apply(&mut output, args.rng);
         None
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            out_value,
+            ..
+        } = args;
         if let Some(mut d) = in_deriv {
             d.copy_from(out_deriv);
-            d.dropout_mul_ratio(out_value, in_value);
+            d.mul_mat_div_mat(out_value, in_value);
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
-        deriv.dropout_mul_ratio(out_value, in_value);
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            in_value,
+            out_value,
+            ..
+        } = args;
+        deriv.mul_mat_div_mat(out_value, in_value);
     }
     fn write(&self, w: &mut TokenWriter) {
         w.token("<DropoutComponent>");
@@ -177,25 +178,9 @@ impl Component for DropoutComponent {
             self.dropout_per_frame
         )
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn set_test_mode(&mut self, test_mode: bool) {
+    component_boilerplate!();
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
-    }
-}
-
-impl MatViewMut<'_> {
-    /// `self *= num / den` element-wise, leaving `self` unchanged where `den` is 0
-    /// (Kaldi's SetMatMatDivMat, used to recover the dropout mask from input and output).
-    pub fn dropout_mul_ratio(&mut self, num: MatView<'_>, den: MatView<'_>) {
-        self.zip2_apply(num, den, |d, n, x| if x == 0.0 { d } else { d * n / x });
     }
 }
 
@@ -207,16 +192,25 @@ mod tests {
     #[test]
     fn test_mode_scales_and_train_mode_masks() {
         let cfg = ConfigLine::parse_str("dim=3 dropout-proportion=0.25").expect("cfg");
-        let mut c = DropoutComponent::from_config(&cfg).expect("init");
+        let mut c =
+            DropoutComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&vec![vec![1.0, -2.0, 4.0]; 50]);
         let mut y = Matrix::zeros(50, 3);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         let v = y.to_vec();
         assert!(v.iter().zip(x.to_vec()).all(|(a, b)| *a == 0.0 || *a == b));
         let zeros = v.iter().filter(|a| **a == 0.0).count();
         assert!(zeros > 10 && zeros < 70, "{zeros} of 150 dropped");
-        c.set_test_mode(true);
-        c.propagate(None, x.view(), y.view_mut());
-        assert_eq!(y.row(0), &[0.75, -1.5, 3.0]);
+        c.set_test_mode(true, &mut crate::random::seeded_rng(0));
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
+        assert_eq!(y.row_to_vec(0), [0.75, -1.5, 3.0]);
     }
 }

@@ -14,15 +14,20 @@
 //!
 //! The training-mode masks use our own random generator, so they never match Kaldi's draws.
 
+use super::dropout::read_proportion;
 use super::param_util::{component_boilerplate, expect_closing, read_positive_i32};
-use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use super::{
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix};
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
 use rand::Rng;
+use rand::RngCore;
 use std::any::Any;
 use std::collections::HashMap;
 
@@ -76,7 +81,10 @@ impl GeneralDropoutComponent {
     /// Registry hook: `dim` (required), `block-dim` (dim), `time-period` (0),
     /// `dropout-proportion` (0.5), `continuous` (false), `specaugment-max-proportion` (0),
     /// `specaugment-max-regions` (1), `test-mode` (false).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = super::param_util::require_positive(cfg, "dim")?;
         let block_dim = super::param_util::positive_or(cfg, "block-dim", dim)?;
         let c = GeneralDropoutComponent {
@@ -136,11 +144,7 @@ impl GeneralDropoutComponent {
             return Err(r.err_at(at, "a <TimePeriod> >= 0"));
         }
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = GeneralDropoutComponent {
             dim,
             block_dim,
@@ -152,13 +156,10 @@ impl GeneralDropoutComponent {
             test_mode: false,
         };
         if r.try_token("<SpecAugmentMaxProportion>")? {
-            let at = r.pos();
-            c.specaugment_max_proportion = r.f32()?;
-            if !(0.0..=1.0).contains(&c.specaugment_max_proportion) {
-                return Err(r.err_at(at, "a <SpecAugmentMaxProportion> in [0, 1]"));
-            }
+            c.specaugment_max_proportion = read_proportion(r, "<SpecAugmentMaxProportion>")?;
             if r.try_token("<SpecAugmentMaxRegions>")? {
-                c.specaugment_max_regions = read_positive_i32(r, "<SpecAugmentMaxRegions>")? as i32;
+                c.specaugment_max_regions =
+                    super::param_util::read_positive_count(r, "<SpecAugmentMaxRegions>")?;
             }
         }
         if r.try_token("<TestMode>")? {
@@ -186,54 +187,29 @@ impl GeneralDropoutComponent {
     }
 
     /// Draws `rows` mask rows of dimension block-dim.
-    fn random_mask(&self, rows: usize) -> Matrix {
+    fn random_mask(&self, rows: usize, rng: &mut dyn RngCore) -> Matrix {
         let bd = self.block_dim;
-        let mut rng = rand::rng();
         let mut m = Matrix::zeros(rows, bd);
         let p = self.dropout_proportion;
-        for r in 0..rows {
-            let row = m.row_mut(r);
-            if self.specaugment_max_proportion > 0.0 {
-                row.fill(1.0);
-                let max_zeroed = (self.specaugment_max_proportion * bd as f32) as usize;
-                let total = rng.random_range(0..=max_zeroed);
-                let regions = rng.random_range(1..=self.specaugment_max_regions as usize);
-                let width = total / regions;
-                if width == 0 {
-                    continue;
-                }
-                for _ in 0..regions {
-                    let start = rng.random_range(0..=bd - width);
-                    row[start..start + width].fill(0.0);
-                }
-            } else if self.continuous {
-                for v in row.iter_mut() {
-                    *v = 1.0 + 4.0 * p * (rng.random::<f32>() - 0.5);
-                }
-            } else {
-                let keep = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
-                for v in row.iter_mut() {
-                    *v = if rng.random::<f32>() > p { keep } else { 0.0 };
-                }
-            }
+        // The mode is fixed per component, so drawing the whole matrix row-major gives the
+        // same stream as drawing row by row.
+        if self.specaugment_max_proportion > 0.0 {
+            let max_zeroed = (self.specaugment_max_proportion * bd as f32) as usize;
+            let max_regions = self.specaugment_max_regions as usize;
+            m.view_mut()
+                .set_rand_zeroed_regions_mask(rng, max_zeroed, max_regions);
+        } else if self.continuous {
+            m.view_mut().set_rand_continuous_dropout_mask(rng, p);
+        } else {
+            let keep = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+            m.view_mut().set_rand_dropout_mask(rng, p, keep);
         }
         m
     }
 
     /// Multiplies every row of `data` by its mask row, block by block.
     fn apply_mask(&self, data: &mut MatViewMut<'_>, mask: &Matrix, row_map: &[usize]) {
-        let bd = self.block_dim;
-        for (r, &k) in row_map.iter().enumerate().take(data.num_rows()) {
-            if k >= mask.num_rows() {
-                continue;
-            }
-            let m = mask.row(k);
-            for block in data.row_mut(r).chunks_mut(bd) {
-                for (x, &s) in block.iter_mut().zip(m) {
-                    *x *= s;
-                }
-            }
-        }
+        data.mul_blocks_by_mask_rows(mask.view(), row_map);
     }
 
     /// Draws masks for a step and applies them to `data`; returns the memo.
@@ -241,6 +217,7 @@ impl GeneralDropoutComponent {
         &self,
         indexes: Option<&dyn PrecomputedIndexes>,
         data: &mut MatViewMut<'_>,
+        rng: &mut dyn RngCore,
     ) -> Option<Memo> {
         if self.is_identity() {
             return None;
@@ -254,7 +231,7 @@ impl GeneralDropoutComponent {
             Some(p) => (p.row_map.clone(), p.num_mask_rows),
             None => ((0..rows).collect(), rows),
         };
-        let mask = self.random_mask(n);
+        let mask = self.random_mask(n, rng);
         self.apply_mask(data, &mask, &row_map);
         Some(Box::new(GeneralDropoutMemo { mask, row_map }))
     }
@@ -290,20 +267,14 @@ impl Component for GeneralDropoutComponent {
     }
     fn propagate_in_place(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
-        self.dropout_in_place(indexes, &mut data)
+        let PropagateArgs { indexes, rng } = args;
+        self.dropout_in_place(indexes, &mut data, rng)
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs { memo, .. } = args;
         self.backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -351,7 +322,7 @@ impl Component for GeneralDropoutComponent {
         s
     }
     component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
     }
     fn precompute_indexes(
@@ -397,7 +368,10 @@ pub struct DropoutMaskComponent {
 impl DropoutMaskComponent {
     /// Registry hook: `output-dim` (required), `dropout-proportion` (0.5), `continuous`
     /// (false), `test-mode` (false).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let output_dim = super::param_util::require_positive(cfg, "output-dim")?;
         let c = DropoutMaskComponent {
             output_dim,
@@ -419,11 +393,7 @@ impl DropoutMaskComponent {
         r.expect_token("<OutputDim>")?;
         let output_dim = read_positive_i32(r, "<OutputDim>")?;
         r.expect_token("<DropoutProportion>")?;
-        let at = r.pos();
-        let dropout_proportion = r.f32()?;
-        if !(0.0..=1.0).contains(&dropout_proportion) {
-            return Err(r.err_at(at, "a <DropoutProportion> in [0, 1]"));
-        }
+        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = DropoutMaskComponent {
             output_dim,
             dropout_proportion,
@@ -467,7 +437,7 @@ impl Component for DropoutMaskComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -485,31 +455,14 @@ impl Component for DropoutMaskComponent {
             output.set_const(1.0);
             return None;
         }
-        let mut rng = rand::rng();
-        for r in 0..output.num_rows() {
-            for v in output.row_mut(r).iter_mut() {
-                let u: f32 = rng.random();
-                *v = if self.continuous {
-                    1.0 + 4.0 * p * (u - 0.5)
-                } else if u > p {
-                    1.0
-                } else {
-                    0.0
-                };
-            }
+        if self.continuous {
+            output.set_rand_continuous_dropout_mask(args.rng, p);
+        } else {
+            output.set_rand_dropout_mask(args.rng, p, 1.0);
         }
         None
     }
-    fn backprop(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        _: Option<MatViewMut<'_>>,
-    ) {
+    fn backprop(&self, _args: BackpropArgs<'_>, _: MatView<'_>, _: Option<MatViewMut<'_>>) {
         // No input, so nothing to back-propagate to.
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -537,7 +490,7 @@ impl Component for DropoutMaskComponent {
         s
     }
     component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
     }
     fn get_input_indexes(
@@ -593,10 +546,18 @@ impl PrecomputedIndexes for SequenceRows {
 #[derive(Debug)]
 struct TimeMaskMemo(Vec<f32>);
 
+/// Which rows a time mask zeroes (its 0 entries).
+fn zeroed_rows(mask: &[f32]) -> Vec<bool> {
+    mask.iter().map(|&m| m == 0.0).collect()
+}
+
 impl SpecAugmentTimeMaskComponent {
     /// Registry hook: `dim` (required), `zeroed-proportion` (0.25), `time-mask-max-frames`
     /// (10), `test-mode` (false).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = super::param_util::require_positive(cfg, "dim")?;
         let c = SpecAugmentTimeMaskComponent {
             dim,
@@ -630,7 +591,8 @@ impl SpecAugmentTimeMaskComponent {
             return Err(r.err_at(at, "a <ZeroedProportion> in [0, 1)"));
         }
         r.expect_token("<TimeMaskMaxFrames>")?;
-        let time_mask_max_frames = read_positive_i32(r, "<TimeMaskMaxFrames>")? as i32;
+        let time_mask_max_frames =
+            super::param_util::read_positive_count(r, "<TimeMaskMaxFrames>")?;
         let test_mode = r.try_token("<TestMode>")?;
         expect_closing(r, SA)?;
         Ok(Box::new(SpecAugmentTimeMaskComponent {
@@ -646,6 +608,7 @@ impl SpecAugmentTimeMaskComponent {
         &self,
         indexes: Option<&dyn PrecomputedIndexes>,
         data: &mut MatViewMut<'_>,
+        rng: &mut dyn RngCore,
     ) -> Option<Memo> {
         if self.test_mode || self.zeroed_proportion == 0.0 {
             return None;
@@ -664,7 +627,6 @@ impl SpecAugmentTimeMaskComponent {
             }
         };
         let mut mask = vec![1.0f32; rows];
-        let mut rng = rand::rng();
         for seq in seqs {
             let t = seq.len();
             if t == 0 {
@@ -691,21 +653,16 @@ impl SpecAugmentTimeMaskComponent {
                 }
             }
         }
-        for (r, &m) in mask.iter().enumerate() {
-            if m == 0.0 {
-                data.row_mut(r).fill(0.0);
-            }
-        }
+        data.zero_rows(&zeroed_rows(&mask));
         Some(Box::new(TimeMaskMemo(mask)))
     }
 
     fn backprop_mask(memo: Option<&Memo>, deriv: &mut MatViewMut<'_>) {
         if let Some(TimeMaskMemo(mask)) = memo.and_then(|m| m.downcast_ref::<TimeMaskMemo>()) {
-            for (r, &m) in mask.iter().enumerate().take(deriv.num_rows()) {
-                if m == 0.0 {
-                    deriv.row_mut(r).fill(0.0);
-                }
-            }
+            // zero_rows ignores entries past the derivative's rows.
+            let mut zero = zeroed_rows(mask);
+            zero.truncate(deriv.num_rows());
+            deriv.zero_rows(&zero);
         }
     }
 }
@@ -728,20 +685,14 @@ impl Component for SpecAugmentTimeMaskComponent {
     }
     fn propagate_in_place(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
-        self.mask_in_place(indexes, &mut data)
+        let PropagateArgs { indexes, rng } = args;
+        self.mask_in_place(indexes, &mut data, rng)
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        memo: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs { memo, .. } = args;
         Self::backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -766,7 +717,7 @@ impl Component for SpecAugmentTimeMaskComponent {
         )
     }
     component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool) {
+    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
         self.test_mode = test_mode;
     }
     fn precompute_indexes(

@@ -1,15 +1,19 @@
 //! `LinearComponent`: y = W·x without a bias (TDNN-F bottlenecks, prefinal layers).
 //!
-//! Natural gradient is optional (`use-natural-gradient`, default true); its hyper-parameters
-//! are stored and written here, the preconditioning itself belongs to the trainer.
+//! Natural gradient is optional (`use-natural-gradient`, default true); the preconditioning
+//! is `crate::update`'s.
 
-use super::affine::NgAffineOptions;
+use super::affine::weight_ng_options_from_config;
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
-use crate::nnet::config_line::ConfigLine;
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use rand::RngCore;
 
 const LINEAR: &str = "LinearComponent";
 
@@ -22,15 +26,15 @@ pub struct LinearComponent {
     pub params: WeightMatrix,
     /// Kaldi's orthonormal-constraint (0 = none); only stored here.
     pub orthonormal_constraint: f32,
-    /// Whether training uses natural gradient.
-    pub use_natural_gradient: bool,
-    /// rank-in, rank-out, update-period, num-samples-history, alpha.
-    pub ng: NgAffineOptions,
+    /// use-natural-gradient, rank-in, rank-out, update-period, num-samples-history, alpha.
+    pub ng: NaturalGradientOptions,
+    /// The preconditioners, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 impl LinearComponent {
     /// Kaldi's LinearComponent::InitFromConfig: `matrix=<file>` (W itself) or random dims.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let params = if let Some(path) = cfg.get::<String>("matrix")? {
             let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
@@ -55,17 +59,19 @@ impl LinearComponent {
             if stddev < 0.0 {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
-            param_util::with_init_rng(|rng| {
+            {
+                let rng: &mut dyn RngCore = init_rng;
                 param_util::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng)
-            })
+            }
         };
-        let ng = NgAffineOptions::from_config(cfg, params.num_cols(), params.num_rows())?;
+        let mut ng = weight_ng_options_from_config(cfg, params.num_cols(), params.num_rows())?;
+        ng.use_natural_gradient = cfg.get_or("use-natural-gradient", true)?;
         Ok(Box::new(LinearComponent {
             common,
             orthonormal_constraint: cfg.get_or("orthonormal-constraint", 0.0f32)?,
-            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
             params: params.into(),
             ng,
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -98,14 +104,15 @@ impl LinearComponent {
             common,
             params: params.into(),
             orthonormal_constraint,
-            use_natural_gradient,
-            ng: NgAffineOptions {
+            ng: NaturalGradientOptions {
+                use_natural_gradient,
                 rank_in,
                 rank_out,
                 update_period,
                 num_samples_history,
-                alpha,
+                ..NaturalGradientOptions::symmetric(0, alpha, 0, 0.0)
             },
+            ng_state: NaturalGradientState::default(),
         }))
     }
 }
@@ -129,7 +136,7 @@ impl Component for LinearComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -138,19 +145,22 @@ impl Component for LinearComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<LinearComponent>()) {
-            let lr = u.common.learning_rate;
-            u.params
-                .view_mut()
-                .add_mat_mat(lr, out_deriv, Trans::Yes, in_value, Trans::No, 1.0);
+            Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), true).weight_block(
+                u.params.view_mut(),
+                None,
+                in_value,
+                out_deriv,
+            );
         }
         if let Some(mut d) = in_deriv {
             d.add_mat_mat(
@@ -172,12 +182,12 @@ impl Component for LinearComponent {
             w.f32(self.orthonormal_constraint);
         }
         w.token("<UseNaturalGradient>");
-        w.bool(self.use_natural_gradient);
+        w.bool(self.ng.use_natural_gradient);
         w.token("<RankInOut>");
         w.i32(self.ng.rank_in);
         w.i32(self.ng.rank_out);
         w.token("<Alpha>");
-        w.f32(self.ng.alpha);
+        w.f32(self.ng.alpha_in);
         w.token("<NumSamplesHistory>");
         w.f32(self.ng.num_samples_history);
         w.token("<UpdatePeriod>");
@@ -203,12 +213,12 @@ impl Component for LinearComponent {
         }
         s += &format!(
             ", use-natural-gradient={}, rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
-            self.use_natural_gradient,
+            self.ng.use_natural_gradient,
             self.ng.rank_in,
             self.ng.rank_out,
             g(self.ng.num_samples_history),
             self.ng.update_period,
-            g(self.ng.alpha)
+            g(self.ng.alpha_in)
         );
         s
     }

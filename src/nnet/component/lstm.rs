@@ -17,12 +17,17 @@
 //! nudges the input derivative of units whose average derivative fell below a threshold.
 
 use super::param_util::{self, component_boilerplate, expect_closing};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix};
-use crate::nnet::config_line::ConfigLine;
+use crate::matrix::{
+    backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, MatView, MatViewMut, Matrix,
+};
+use rand::RngCore;
 
 const TYPE: &str = "LstmNonlinearityComponent";
 /// Names of the five nonlinearities in the info line (Kaldi's order).
@@ -50,10 +55,6 @@ pub struct LstmNonlinearityComponent {
     /// Per nonlinearity: number of (frame, unit) pairs that were self-repaired.
     self_repair_total: [f64; 5],
     count: f64,
-}
-
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 impl LstmNonlinearityComponent {
@@ -90,7 +91,7 @@ impl LstmNonlinearityComponent {
     /// Registry hook: `cell-dim` (required), `param-stddev` (1.0), `tanh-self-repair-threshold`
     /// (0.2), `sigmoid-self-repair-threshold` (0.05), `self-repair-scale` (1e-5),
     /// `use-dropout` (false), and the learning-rate options.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let cell_dim = param_util::require_positive(cfg, "cell-dim")?;
         let stddev: f32 = cfg.get_or("param-stddev", 1.0f32)?;
         let tanh_thr: f32 = cfg.get_or("tanh-self-repair-threshold", 0.2f32)?;
@@ -109,9 +110,10 @@ impl LstmNonlinearityComponent {
                 cfg.error_at_value("self-repair-scale", "self-repair-scale must be in [0, 0.1)")
             );
         }
-        let params = param_util::with_init_rng(|rng| {
+        let params = {
+            let rng: &mut dyn RngCore = init_rng;
             param_util::gaussian_matrix(3, cell_dim, 0.0, stddev, rng)
-        });
+        };
         let mut c = LstmNonlinearityComponent::new(params, use_dropout);
         c.common = common;
         c.self_repair_config = [
@@ -146,14 +148,14 @@ impl LstmNonlinearityComponent {
         let at = r.pos();
         let cfg = r.vector()?;
         let cfg: [f32; 10] = cfg
-            .as_slice()
+            .to_vec()
             .try_into()
             .map_err(|_| r.err_at(at, "a <SelfRepairConfig> vector of dimension 10"))?;
         r.expect_token("<SelfRepairProb>")?;
         let at = r.pos();
         let prob = r.vector()?;
         let prob: [f32; 5] = prob
-            .as_slice()
+            .to_vec()
             .try_into()
             .map_err(|_| r.err_at(at, "a <SelfRepairProb> vector of dimension 5"))?;
         let mut use_dropout = false;
@@ -223,13 +225,12 @@ impl LstmNonlinearityComponent {
         &self,
         in_value: MatView<'_>,
         out_deriv: MatView<'_>,
-        mut in_deriv: Option<&mut MatViewMut<'_>>,
-        mut params_deriv: Option<&mut [f64]>,
+        in_deriv: Option<&mut MatViewMut<'_>>,
+        params_deriv: Option<&mut [f64]>,
         mut stats: Option<&mut LstmNonlinearityComponent>,
     ) {
         let c = self.cell_dim();
         let repair = self.repair_scales();
-        let (w_ic, w_fc, w_oc) = (self.params.row(0), self.params.row(1), self.params.row(2));
         let mut repaired_units = [0.0f64; 5];
         for (k, n) in repaired_units.iter_mut().enumerate() {
             *n = repair[k * c..(k + 1) * c]
@@ -237,79 +238,21 @@ impl LstmNonlinearityComponent {
                 .filter(|&&s| s != 0.0)
                 .count() as f64;
         }
-        for r in 0..in_value.num_rows() {
-            let x = in_value.row(r);
-            let od = out_deriv.row(r);
-            let (i_s, f_s, o_s) = if self.use_dropout {
-                (x[5 * c], x[5 * c + 1], x[5 * c + 2])
-            } else {
-                (1.0, 1.0, 1.0)
-            };
-            // Derivatives w.r.t. the three dropout scales (they feed nothing trainable in
-            // practice, but this keeps Backprop the true derivative).
-            let mut scale_deriv = [0.0f32; 3];
-            for j in 0..c {
-                let (i_part, f_part, c_part, o_part, c_prev) =
-                    (x[j], x[c + j], x[2 * c + j], x[3 * c + j], x[4 * c + j]);
-                let i_t = sigmoid(i_part + w_ic[j] * c_prev);
-                let f_t = sigmoid(f_part + w_fc[j] * c_prev);
-                let tanh_c_part = c_part.tanh();
-                let c_t = f_t * f_s * c_prev + i_t * i_s * tanh_c_part;
-                let o_t = sigmoid(o_part + w_oc[j] * c_t);
-                let tanh_c_t = c_t.tanh();
-                if let Some(st) = stats.as_deref_mut() {
-                    let vals = [i_t, f_t, tanh_c_part, o_t, tanh_c_t];
-                    let ders = [
-                        i_t * (1.0 - i_t),
-                        f_t * (1.0 - f_t),
-                        1.0 - tanh_c_part * tanh_c_part,
-                        o_t * (1.0 - o_t),
-                        1.0 - tanh_c_t * tanh_c_t,
-                    ];
-                    for (k, (&v, &d)) in vals.iter().zip(&ders).enumerate() {
-                        st.value_sum[k * c + j] += v as f64;
-                        st.deriv_sum[k * c + j] += d as f64;
-                    }
-                }
-                let (dc_out, dm) = (od[j], od[c + j]);
-                // Self-repair: sigmoids are pushed towards 0.5, tanh towards 0.
-                let sr = |k: usize| repair[k * c + j];
-                let do_t = dm * o_s * tanh_c_t;
-                let dtanh_c_t = dm * o_t * o_s;
-                let do_in = o_t * (1.0 - o_t) * do_t - (2.0 * o_t - 1.0) * sr(3);
-                let dc = dc_out + (1.0 - tanh_c_t * tanh_c_t) * dtanh_c_t - 2.0 * tanh_c_t * sr(4)
-                    + do_in * w_oc[j];
-                let df_t = dc * f_s * c_prev;
-                let di_t = dc * i_s * tanh_c_part;
-                let dtanh_c_part = dc * i_t * i_s;
-                let df_in = f_t * (1.0 - f_t) * df_t - (2.0 * f_t - 1.0) * sr(1);
-                let di_in = i_t * (1.0 - i_t) * di_t - (2.0 * i_t - 1.0) * sr(0);
-                let dc_part =
-                    (1.0 - tanh_c_part * tanh_c_part) * dtanh_c_part - 2.0 * tanh_c_part * sr(2);
-                let dc_prev = dc * f_t * f_s + di_in * w_ic[j] + df_in * w_fc[j];
-                scale_deriv[0] += dc * i_t * tanh_c_part;
-                scale_deriv[1] += dc * f_t * c_prev;
-                scale_deriv[2] += dm * o_t * tanh_c_t;
-                if let Some(g) = in_deriv.as_deref_mut() {
-                    let row = g.row_mut(r);
-                    row[j] = di_in;
-                    row[c + j] = df_in;
-                    row[2 * c + j] = dc_part;
-                    row[3 * c + j] = do_in;
-                    row[4 * c + j] = dc_prev;
-                }
-                if let Some(p) = params_deriv.as_deref_mut() {
-                    p[j] += (di_in * c_prev) as f64;
-                    p[c + j] += (df_in * c_prev) as f64;
-                    p[2 * c + j] += (do_in * c_t) as f64;
-                }
-            }
-            if self.use_dropout {
-                if let Some(g) = in_deriv.as_deref_mut() {
-                    g.row_mut(r)[5 * c..5 * c + 3].copy_from_slice(&scale_deriv);
-                }
-            }
-        }
+        backprop_lstm_nonlinearity(
+            LstmBackpropInput {
+                in_value,
+                params: self.params.view(),
+                out_deriv,
+                use_dropout: self.use_dropout,
+                self_repair: &repair,
+            },
+            in_deriv,
+            params_deriv,
+            stats.as_deref_mut().map(|st| LstmStatsSums {
+                value_sum: &mut st.value_sum,
+                deriv_sum: &mut st.deriv_sum,
+            }),
+        );
         if let Some(st) = stats {
             let rows = in_value.num_rows() as f64;
             for (t, &n) in st.self_repair_total.iter_mut().zip(&repaired_units) {
@@ -336,7 +279,7 @@ impl Component for LstmNonlinearityComponent {
 
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -344,38 +287,21 @@ impl Component for LstmNonlinearityComponent {
         if input.num_cols() != self.input_dim() || output.num_cols() != 2 * c {
             return None;
         }
-        let (w_ic, w_fc, w_oc) = (self.params.row(0), self.params.row(1), self.params.row(2));
-        for r in 0..input.num_rows().min(output.num_rows()) {
-            let x = input.row(r);
-            let (i_s, f_s, o_s) = if self.use_dropout {
-                (x[5 * c], x[5 * c + 1], x[5 * c + 2])
-            } else {
-                (1.0, 1.0, 1.0)
-            };
-            let y = output.row_mut(r);
-            for j in 0..c {
-                let c_prev = x[4 * c + j];
-                let i_t = sigmoid(x[j] + w_ic[j] * c_prev);
-                let f_t = sigmoid(x[c + j] + w_fc[j] * c_prev);
-                let c_t = f_t * f_s * c_prev + i_t * i_s * x[2 * c + j].tanh();
-                let o_t = sigmoid(x[3 * c + j] + w_oc[j] * c_t);
-                y[j] = c_t;
-                y[c + j] = o_t * o_s * c_t.tanh();
-            }
-        }
+        output.compute_lstm_nonlinearity(input, self.params.view(), self.use_dropout);
         None
     }
 
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         mut in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         let c = self.cell_dim();
         if in_value.num_cols() != self.input_dim()
             || out_deriv.num_cols() != 2 * c
@@ -403,9 +329,7 @@ impl Component for LstmNonlinearityComponent {
                 // Plain SGD step on the peepholes (Kaldi additionally preconditions this
                 // with natural gradient; not done here).
                 let lr = u.common.learning_rate as f64;
-                for (p, d) in u.params.view_mut().as_mut_slice().iter_mut().zip(&pd) {
-                    *p += (lr * d) as f32;
-                }
+                u.params.view_mut().add_row_major_f64(lr, &pd);
             }
             _ => self.backprop_core(in_value, out_deriv, in_deriv.as_mut(), None, None),
         }
@@ -455,8 +379,8 @@ impl Component for LstmNonlinearityComponent {
             self.use_dropout
         );
         for (k, name) in ["w_ic", "w_fc", "w_oc"].iter().enumerate() {
-            let row = self.params.row(k);
-            let rms = (param_util::vec_dot(row, row) / c as f32).sqrt();
+            let row = self.params.row_to_vec(k);
+            let rms = (param_util::vec_dot(&row, &row) / c as f32).sqrt();
             s += &format!(", {name}-rms={}", fmt_g(rms as f64, 4));
         }
         for (k, name) in NONLIN_NAMES.iter().enumerate() {
@@ -523,8 +447,10 @@ impl UpdatableComponent for LstmNonlinearityComponent {
         param_util::vectorize_into(&[&self.params.to_vec()], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
-        let mut off = 0;
-        param_util::take_params(self.params.view_mut().as_mut_slice(), params, &mut off);
+        let n = self.params.num_rows() * self.params.num_cols();
+        if let Some(src) = params.get(..n) {
+            self.params.view_mut().copy_from_row_major(src);
+        }
     }
     /// Scales the parameters and the statistics (zeroing both when `alpha` is 0), as Kaldi.
     fn scale(&mut self, alpha: f32) {

@@ -26,10 +26,11 @@ pub mod tdnn;
 pub mod updatable;
 
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::Index;
+use rand::RngCore;
 use std::any::Any;
 
 pub use updatable::{UpdatableCommon, UpdatableComponent};
@@ -74,6 +75,52 @@ impl std::fmt::Debug for Properties {
 /// What Propagate hands to Backprop for components with `USES_MEMO`.
 pub type Memo = Box<dyn Any + Send + Sync>;
 
+/// What every propagate receives besides its input and output.
+pub struct PropagateArgs<'a> {
+    /// What `precompute_indexes` made for this step (general components only).
+    pub indexes: Option<&'a dyn PrecomputedIndexes>,
+    /// The only source of randomness (dropout masks); seeded by the caller, so a
+    /// train-mode computation is reproducible.
+    pub rng: &'a mut dyn RngCore,
+}
+
+impl<'a> PropagateArgs<'a> {
+    /// No precomputed indexes; randomness from `rng`.
+    pub fn new(rng: &'a mut dyn RngCore) -> Self {
+        PropagateArgs { indexes: None, rng }
+    }
+}
+
+/// What every backprop receives besides the output and input derivatives.
+pub struct BackpropArgs<'a> {
+    /// What `precompute_indexes` made for this step (general components only).
+    pub indexes: Option<&'a dyn PrecomputedIndexes>,
+    /// The forward input (empty unless the component has `BACKPROP_NEEDS_INPUT`).
+    pub in_value: MatView<'a>,
+    /// The forward output (empty unless the component has `BACKPROP_NEEDS_OUTPUT`).
+    pub out_value: MatView<'a>,
+    /// What propagate returned (components with `USES_MEMO`).
+    pub memo: Option<&'a Memo>,
+    /// Receives the parameter change (a component of the same type), if any.
+    pub to_update: Option<&'a mut dyn Component>,
+    /// The only source of randomness (self-repair); seeded by the caller.
+    pub rng: &'a mut dyn RngCore,
+}
+
+impl<'a> BackpropArgs<'a> {
+    /// Empty values, no memo, nothing to update; randomness from `rng`.
+    pub fn new(rng: &'a mut dyn RngCore) -> Self {
+        BackpropArgs {
+            indexes: None,
+            in_value: MatView::from_slice(&[], 0, 0),
+            out_value: MatView::from_slice(&[], 0, 0),
+            memo: None,
+            to_update: None,
+            rng,
+        }
+    }
+}
+
 /// Per-computation index information a general component precomputes once at compile time.
 pub trait PrecomputedIndexes: Send + Sync + std::fmt::Debug {
     fn as_any(&self) -> &dyn Any;
@@ -105,37 +152,33 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// least one of the two (the two defaults call each other).
     fn propagate(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
         output.copy_from(input);
-        self.propagate_in_place(indexes, output)
+        self.propagate_in_place(args, output)
     }
 
     /// Back-propagates `out_deriv`. Writes (or with `BACKPROP_ADDS`, adds) the input
-    /// derivative into `in_deriv` when given, and accumulates the parameter gradient into
-    /// `to_update` (a component of the same type, usually in a separate "delta" network) when
-    /// given. `in_value` / `out_value` are empty (0×0) views unless the component declared
-    /// `BACKPROP_NEEDS_INPUT` / `BACKPROP_NEEDS_OUTPUT`.
+    /// derivative into `in_deriv` when given, and hands the parameter gradient to
+    /// `args.to_update` (a component of the same type, usually in a separate "delta" network)
+    /// when given, through its [`crate::update::Update`]. `args.in_value` / `args.out_value`
+    /// are empty (0×0) views unless the component declared `BACKPROP_NEEDS_INPUT` /
+    /// `BACKPROP_NEEDS_OUTPUT`.
     ///
     /// The default copies `out_deriv` into `in_deriv` and runs [`Self::backprop_in_place`];
     /// without `in_deriv` it does nothing, so a component that must update `to_update` even
     /// then overrides this. Every component overrides at least one of the two.
-    #[allow(clippy::too_many_arguments)]
     fn backprop(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         if let Some(mut d) = in_deriv {
             d.copy_from(out_deriv);
-            self.backprop_in_place(indexes, in_value, out_value, memo, to_update, d);
+            self.backprop_in_place(args, d);
         }
     }
 
@@ -145,36 +188,19 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// through a temporary copy.
     fn propagate_in_place(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         let input = data.as_view().to_matrix();
-        self.propagate(indexes, input.view(), data.rb())
+        self.propagate(args, input.view(), data.rb())
     }
 
     /// Backprop with `out_deriv` and `in_deriv` in the same memory (`deriv` holds the output
     /// derivative on entry and the input derivative on exit). Used only for components with
     /// `BACKPROP_IN_PLACE`; the default goes through a temporary copy.
-    #[allow(clippy::too_many_arguments)]
-    fn backprop_in_place(
-        &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
-        memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
         let out_deriv = deriv.as_view().to_matrix();
-        self.backprop(
-            indexes,
-            in_value,
-            out_value,
-            out_deriv.view(),
-            memo,
-            to_update,
-            Some(deriv.rb()),
-        );
+        self.backprop(args, out_deriv.view(), Some(deriv.rb()));
     }
 
     /// Writes the component exactly as Kaldi does, from `<TypeName>` to `</TypeName> `.
@@ -195,12 +221,14 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Accumulates statistics (components with `STORES_STATS`).
+    /// Accumulates statistics (components with `STORES_STATS`). Kaldi samples some of
+    /// them on a random subset of minibatches; `rng` decides which.
     fn store_stats(
         &mut self,
         _in_value: MatView<'_>,
         _out_value: MatView<'_>,
         _memo: Option<&Memo>,
+        _rng: &mut dyn RngCore,
     ) {
     }
     /// Zeroes stored statistics.
@@ -208,7 +236,9 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// Scales stored statistics (Kaldi's ScaleStats-style decay), if any.
     fn scale_stats(&mut self, _scale: f32) {}
     /// Switches train/test behaviour (Dropout, BatchNorm, ...); no-op for most components.
-    fn set_test_mode(&mut self, _test_mode: bool) {}
+    /// `rng` serves BatchNorm without statistics, which invents some (as Kaldi does); callers
+    /// switching a whole network pass one generator through all components in order.
+    fn set_test_mode(&mut self, _test_mode: bool, _rng: &mut dyn RngCore) {}
 
     // ---- Hooks for general (non-simple) components. The defaults are a simple component's.
 
@@ -274,8 +304,9 @@ pub struct ComponentType {
     /// Kaldi's type name, e.g. `AffineComponent`.
     pub name: &'static str,
     /// Initialises from a `component` config line (Kaldi's InitFromConfig). The line's
-    /// `type` and `name` keys are already consumed; every other key must be.
-    pub from_config: fn(&ConfigLine) -> Result<Box<dyn Component>>,
+    /// `type` and `name` keys are already consumed; every other key must be. Random
+    /// parameters are drawn from the init generator (`compnet init --srand`).
+    pub from_config: fn(&ConfigLine, &mut dyn RngCore) -> Result<Box<dyn Component>>,
     /// Reads the component after its opening `<TypeName>` token, through `</TypeName>`.
     pub read: fn(&mut TokenReader<'_>) -> Result<Box<dyn Component>>,
     /// Config lines (without `type=`) the generic test harness instantiates.
@@ -531,13 +562,17 @@ pub fn component_type(name: &str) -> Option<&'static ComponentType> {
     registry().iter().find(|t| t.name == name)
 }
 
-/// Creates a component from a `component name=... type=... ...` config line.
-pub fn new_component_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+/// Creates a component from a `component name=... type=... ...` config line, drawing random
+/// parameters from `init_rng`.
+pub fn new_component_from_config(
+    cfg: &ConfigLine,
+    init_rng: &mut dyn RngCore,
+) -> Result<Box<dyn Component>> {
     let type_name: String = cfg.require("type")?;
     let ty = component_type(&type_name).ok_or_else(|| {
         cfg.error_at_value("type", format!("unknown component type '{type_name}'"))
     })?;
-    let c = (ty.from_config)(cfg)?;
+    let c = (ty.from_config)(cfg, init_rng)?;
     cfg.check_all_used(&format!("component type {type_name}"))?;
     Ok(c)
 }

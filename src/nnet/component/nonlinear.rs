@@ -7,21 +7,24 @@
 //! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
-use super::param_util::fmt_succinct;
-use super::{Component, Memo, PrecomputedIndexes, Properties};
+use super::param_util::{component_boilerplate, fmt_succinct};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Real};
-use crate::nnet::config_line::ConfigLine;
+use crate::matrix::{MatView, MatViewMut, Trans};
 use rand::Rng;
-use std::any::Any;
+use rand::RngCore;
 
 /// Kaldi's sentinel for "threshold not set: use the per-type default".
 pub const UNSET_THRESHOLD: f32 = -1000.0;
 
 /// Self-repair only runs on about this fraction of minibatches (Kaldi hard-codes 0.5).
 const REPAIR_PROBABILITY: f32 = 0.5;
+
+/// Kaldi's SoftmaxComponent floors its outputs here so that their logs stay finite.
+const SOFTMAX_FLOOR: f32 = 1.0e-20;
 
 /// Which nonlinearity a [`NonlinearComponent`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,8 +226,8 @@ impl NonlinearComponent {
 
     /// Accumulates output-derivative squares on about 3 of 4 calls, always on the first
     /// (Kaldi's `StoreBackpropStats`).
-    fn store_backprop_stats(&mut self, out_deriv: MatView<'_>) {
-        if self.oderiv_count != 0.0 && rand::rng().random_range(0..4) == 0 {
+    fn store_backprop_stats(&mut self, out_deriv: MatView<'_>, rng: &mut dyn RngCore) {
+        if self.oderiv_count != 0.0 && rng.random_range(0..4) == 0 {
             return;
         }
         let dim = self.dim;
@@ -236,11 +239,7 @@ impl NonlinearComponent {
             self.oderiv_count = 0.0;
         }
         let mut temp = vec![0.0f32; dim];
-        for r in 0..out_deriv.num_rows() {
-            for (t, &x) in temp.iter_mut().zip(out_deriv.row(r)) {
-                *t += x * x;
-            }
-        }
+        out_deriv.add_diag_mat2_to(&mut temp, 1.0, Trans::Yes, 0.0);
         for (s, t) in self.oderiv_sumsq.iter_mut().zip(&temp) {
             *s += *t as f64;
         }
@@ -280,12 +279,13 @@ impl NonlinearComponent {
         out_value: MatView<'_>,
         in_deriv: &mut MatViewMut<'_>,
         upd: &mut Self,
+        rng: &mut dyn RngCore,
     ) {
         upd.num_dims_processed += self.dim as f64;
         if self.self_repair_scale == 0.0
             || self.count == 0.0
             || self.deriv_sum.len() != self.dim
-            || rand::rng().random::<f32>() > REPAIR_PROBABILITY
+            || rng.random::<f32>() > REPAIR_PROBABILITY
         {
             return;
         }
@@ -306,22 +306,17 @@ impl NonlinearComponent {
         let s = self.self_repair_scale / REPAIR_PROBABILITY;
         // Sigmoid: add s * (1 - 2y) (a tanh-like push towards zero); Tanh: add -s * y.
         let (out_coef, constant) = if sigmoid { (-2.0 * s, s) } else { (-s, 0.0) };
-        for r in 0..in_deriv.num_rows() {
-            let y = out_value.row(r);
-            for ((d, &yy), &f) in in_deriv.row_mut(r).iter_mut().zip(y).zip(&flags) {
-                *d += f * (out_coef * yy + constant);
-            }
-        }
+        in_deriv.add_affine_mat_diag_vec(&flags, out_coef, out_value, constant);
     }
 
     /// ReLU self-repair: pushes up units that are rarely active and down units that are
     /// almost always active (per block of `block-dim` when set).
-    fn repair_relu(&self, in_deriv: &mut MatViewMut<'_>, upd: &mut Self) {
+    fn repair_relu(&self, in_deriv: &mut MatViewMut<'_>, upd: &mut Self, rng: &mut dyn RngCore) {
         let (dim, bd) = (self.dim, self.block_dim);
         if self.self_repair_scale == 0.0 || self.count == 0.0 || self.deriv_sum.len() != dim {
             return;
         }
-        if rand::rng().random::<f32>() > REPAIR_PROBABILITY {
+        if rng.random::<f32>() > REPAIR_PROBABILITY {
             return;
         }
         upd.num_dims_processed += bd as f64;
@@ -352,21 +347,15 @@ impl NonlinearComponent {
             .iter()
             .map(|&x| x * (-self.self_repair_scale / REPAIR_PROBABILITY))
             .collect();
-        for r in 0..in_deriv.num_rows() {
-            for block in in_deriv.row_mut(r).chunks_mut(bd) {
-                for (d, &a) in block.iter_mut().zip(&add) {
-                    *d += a;
-                }
-            }
-        }
+        in_deriv.add_vec_per_block(&add);
     }
 
     /// The function derivative computed from the output, for the statistics.
     fn deriv_from_output(&self, out_value: MatView<'_>) -> Option<crate::matrix::Matrix> {
         let mut d = out_value.to_matrix();
         match self.kind {
-            NonlinearKind::Sigmoid => d.view_mut().map_inplace(|y| y * (1.0 - y)),
-            NonlinearKind::Tanh => d.view_mut().map_inplace(|y| 1.0 - y * y),
+            NonlinearKind::Sigmoid => d.view_mut().apply_sigmoid_deriv_from_output(),
+            NonlinearKind::Tanh => d.view_mut().apply_tanh_deriv_from_output(),
             NonlinearKind::RectifiedLinear => d.view_mut().apply_heaviside(),
             _ => return None,
         }
@@ -384,11 +373,7 @@ impl NonlinearComponent {
         match self.kind {
             NonlinearKind::Sigmoid => in_deriv.diff_sigmoid(out_value, out_deriv),
             NonlinearKind::Tanh => in_deriv.diff_tanh(out_value, out_deriv),
-            NonlinearKind::RectifiedLinear => in_deriv.zip2_apply(
-                out_value,
-                out_deriv,
-                |_, y, d| if y > 0.0 { d } else { 0.0 },
-            ),
+            NonlinearKind::RectifiedLinear => in_deriv.diff_relu(out_value, out_deriv),
             NonlinearKind::Softmax => in_deriv.diff_softmax_per_row(out_value, out_deriv),
             NonlinearKind::LogSoftmax => in_deriv.diff_log_softmax_per_row(out_value, out_deriv),
         }
@@ -401,6 +386,7 @@ impl NonlinearComponent {
         out_deriv: MatView<'_>,
         in_deriv: &mut MatViewMut<'_>,
         to_update: Option<&mut dyn Component>,
+        rng: &mut dyn RngCore,
     ) {
         let Some(upd) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<NonlinearComponent>())
         else {
@@ -408,12 +394,12 @@ impl NonlinearComponent {
         };
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh => {
-                self.repair_saturating(out_value, in_deriv, upd)
+                self.repair_saturating(out_value, in_deriv, upd, rng)
             }
-            NonlinearKind::RectifiedLinear => self.repair_relu(in_deriv, upd),
+            NonlinearKind::RectifiedLinear => self.repair_relu(in_deriv, upd, rng),
             _ => {}
         }
-        upd.store_backprop_stats(out_deriv);
+        upd.store_backprop_stats(out_deriv, rng);
     }
 }
 
@@ -440,39 +426,6 @@ fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<
         ));
     }
     Ok(v)
-}
-
-impl MatViewMut<'_> {
-    /// Row-wise softmax in place, floored at 1e-20 as Kaldi's SoftmaxComponent does.
-    pub fn nl_softmax_rows_inplace_floored(&mut self) {
-        for r in 0..self.num_rows() {
-            let row = self.row_mut(r);
-            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
-            let mut s = 0.0f32;
-            for x in row.iter_mut() {
-                *x = (*x - m).exp();
-                s += *x;
-            }
-            for x in row.iter_mut() {
-                *x /= s;
-                if *x < 1.0e-20 {
-                    *x = 1.0e-20;
-                }
-            }
-        }
-    }
-    /// Row-wise log-softmax in place.
-    pub fn nl_log_softmax_rows_inplace(&mut self) {
-        for r in 0..self.num_rows() {
-            let row = self.row_mut(r);
-            let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
-            let s: Real = row.iter().map(|&x| (x - m).exp()).sum();
-            let lse = m + s.ln();
-            for x in row.iter_mut() {
-                *x -= lse;
-            }
-        }
-    }
 }
 
 impl Component for NonlinearComponent {
@@ -507,7 +460,7 @@ impl Component for NonlinearComponent {
 
     fn propagate(
         &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -520,7 +473,7 @@ impl Component for NonlinearComponent {
             }
             NonlinearKind::Softmax => {
                 output.copy_from(input);
-                output.nl_softmax_rows_inplace_floored();
+                output.apply_softmax_per_row_floored(SOFTMAX_FLOOR);
             }
             NonlinearKind::LogSoftmax => output.log_softmax_per_row_from(input),
         }
@@ -529,77 +482,57 @@ impl Component for NonlinearComponent {
 
     fn propagate_in_place(
         &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         match self.kind {
-            NonlinearKind::Sigmoid => data.map_inplace(|x| 1.0 / (1.0 + (-x).exp())),
-            NonlinearKind::Tanh => data.map_inplace(|x| x.tanh()),
+            NonlinearKind::Sigmoid => data.apply_sigmoid(),
+            NonlinearKind::Tanh => data.apply_tanh(),
             NonlinearKind::RectifiedLinear => data.apply_floor(0.0),
-            NonlinearKind::Softmax => data.nl_softmax_rows_inplace_floored(),
-            NonlinearKind::LogSoftmax => data.nl_log_softmax_rows_inplace(),
+            NonlinearKind::Softmax => data.apply_softmax_per_row_floored(SOFTMAX_FLOOR),
+            NonlinearKind::LogSoftmax => data.apply_log_softmax_per_row(),
         }
         None
     }
 
     fn backprop(
         &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            rng,
+            ..
+        } = args;
         let Some(mut in_deriv) = in_deriv else {
             return;
         };
         self.compute_in_deriv(out_value, out_deriv, &mut in_deriv);
-        self.after_backprop(out_value, out_deriv, &mut in_deriv, to_update);
+        self.after_backprop(out_value, out_deriv, &mut in_deriv, to_update, rng);
     }
 
-    fn backprop_in_place(
-        &self,
-        _indexes: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            rng,
+            ..
+        } = args;
         // The output derivative is needed after it is overwritten only for the statistics;
         // keep a copy just when training.
         let saved = to_update.as_ref().map(|_| deriv.as_view().to_matrix());
         match self.kind {
-            NonlinearKind::Softmax => {
-                for r in 0..deriv.num_rows() {
-                    let y = out_value.row(r);
-                    let row = deriv.row_mut(r);
-                    let dot: Real = y.iter().zip(row.iter()).map(|(a, b)| a * b).sum();
-                    for (d, &yy) in row.iter_mut().zip(y) {
-                        *d = yy * (*d - dot);
-                    }
-                }
-            }
-            NonlinearKind::Sigmoid => deriv.zip_apply(out_value, |d, y| d * y * (1.0 - y)),
-            NonlinearKind::Tanh => deriv.zip_apply(out_value, |d, y| d * (1.0 - y * y)),
-            NonlinearKind::RectifiedLinear => {
-                deriv.zip_apply(out_value, |d, y| if y > 0.0 { d } else { 0.0 })
-            }
-            NonlinearKind::LogSoftmax => {
-                for r in 0..deriv.num_rows() {
-                    let y = out_value.row(r);
-                    let row = deriv.row_mut(r);
-                    let sum: Real = row.iter().sum();
-                    for (d, &yy) in row.iter_mut().zip(y) {
-                        *d -= yy.exp() * sum;
-                    }
-                }
-            }
+            NonlinearKind::Softmax => deriv.diff_softmax_per_row_in_place(out_value),
+            NonlinearKind::Sigmoid => deriv.diff_sigmoid_in_place(out_value),
+            NonlinearKind::Tanh => deriv.diff_tanh_in_place(out_value),
+            NonlinearKind::RectifiedLinear => deriv.diff_relu_in_place(out_value),
+            NonlinearKind::LogSoftmax => deriv.diff_log_softmax_per_row_in_place(out_value),
         }
         if let Some(od) = saved {
-            self.after_backprop(out_value, od.view(), &mut deriv, to_update);
+            self.after_backprop(out_value, od.view(), &mut deriv, to_update, rng);
         }
     }
 
@@ -703,26 +636,19 @@ impl Component for NonlinearComponent {
         s
     }
 
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+    component_boilerplate!();
 
     fn store_stats(
         &mut self,
         _in_value: MatView<'_>,
         out_value: MatView<'_>,
         _memo: Option<&Memo>,
+        rng: &mut dyn RngCore,
     ) {
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh | NonlinearKind::RectifiedLinear => {
                 // Kaldi stores these on about every other minibatch, always on the first.
-                if self.count != 0.0 && rand::rng().random_range(0..2) == 0 {
+                if self.count != 0.0 && rng.random_range(0..2) == 0 {
                     return;
                 }
                 let d = self.deriv_from_output(out_value);
@@ -760,7 +686,7 @@ impl Component for NonlinearComponent {
 macro_rules! nonlinear_entry_fns {
     ($from:ident, $read:ident, $kind:expr) => {
         /// Registry hook: create from a config line.
-        pub fn $from(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+        pub fn $from(cfg: &ConfigLine, _init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
             Ok(Box::new(NonlinearComponent::from_config_kind($kind, cfg)?))
         }
         /// Registry hook: read after the opening token.
@@ -809,7 +735,7 @@ pub fn summarize_vector(v: &[f32]) -> String {
     }
     const PCTS: [usize; 13] = [0, 1, 2, 5, 10, 20, 50, 80, 90, 95, 98, 99, 100];
     let mut sorted = v.to_vec();
-    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    sorted.sort_by(|a, b| a.total_cmp(b));
     let n = sorted.len() - 1;
     let mut s = String::from("[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=(");
     for (i, &p) in PCTS.iter().enumerate() {
@@ -1047,20 +973,28 @@ mod tests {
         let x = Matrix::from_rows(&[vec![0.3, -1.2, 0.7, 2.0], vec![-0.5, 0.1, 0.0, 1.5]]);
         let od = Matrix::from_rows(&[vec![0.2, -0.4, 1.0, 0.3], vec![0.9, 0.1, -0.7, 0.5]]);
         let mut y = Matrix::zeros(2, 4);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         let mut id = Matrix::zeros(2, 4);
         c.backprop(
-            None,
-            x.view(),
-            y.view(),
+            BackpropArgs {
+                in_value: x.view(),
+                out_value: y.view(),
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+            },
             od.view(),
-            None,
-            None,
             Some(id.view_mut()),
         );
         let obj = |m: &Matrix| {
             let mut yy = Matrix::zeros(2, 4);
-            c.propagate(None, m.view(), yy.view_mut());
+            c.propagate(
+                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+                m.view(),
+                yy.view_mut(),
+            );
             yy.view().trace_mat_mat(od.view()) as f64
         };
         let eps = 1e-3f32;
@@ -1085,7 +1019,7 @@ mod tests {
         let mut c =
             NonlinearComponent::from_config_kind(NonlinearKind::Tanh, &cfg("dim=2")).expect("init");
         let y = Matrix::from_rows(&[vec![0.5, -0.5], vec![0.0, 1.0]]);
-        c.store_stats(y.view(), y.view(), None);
+        c.store_stats(y.view(), y.view(), None, &mut crate::random::seeded_rng(0));
         assert_eq!(c.count(), 2.0);
         assert_eq!(c.value_avg(), vec![0.25, 0.25]);
         // derivative 1 - y^2: (0.75 + 1)/2, (0.75 + 0)/2

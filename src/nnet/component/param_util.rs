@@ -1,28 +1,12 @@
-//! Helpers shared by the affine family and the other updatable simple components: the random
-//! source for parameter initialisation, parameter files named in config lines, the parameter
+//! Helpers shared by the affine family and the other updatable simple components: random
+//! initial parameters (drawn from the init generator the caller passes), parameter files named in config lines, the parameter
 //! summaries of `info` lines, and a few small parameter ops.
 
 use crate::error::{Error, Result};
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::TokenReader;
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
-use crate::nnet::config_line::ConfigLine;
+use crate::matrix::{MatView, Matrix, Trans, Vector};
 use rand::RngCore;
-use std::cell::RefCell;
-
-thread_local! {
-    /// Kaldi initialises parameters from one process-wide generator seeded by `--srand`.
-    static INIT_RNG: RefCell<rand::rngs::StdRng> = RefCell::new(crate::random::seeded_rng(0));
-}
-
-/// Seeds the generator that component initialisers draw from (`compnet init --srand=N`).
-pub fn seed_init_rng(seed: u64) {
-    INIT_RNG.with(|r| *r.borrow_mut() = crate::random::seeded_rng(seed));
-}
-
-/// Runs `f` with the parameter-initialisation generator of this thread.
-pub fn with_init_rng<R>(f: impl FnOnce(&mut dyn RngCore) -> R) -> R {
-    INIT_RNG.with(|r| f(&mut *r.borrow_mut()))
-}
 
 /// A rows × cols matrix of Gaussian values with this mean and standard deviation.
 pub fn gaussian_matrix(
@@ -93,7 +77,22 @@ pub fn read_positive_i32(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
     if v <= 0 {
         return Err(r.err_at(at, format!("a positive {what}")));
     }
+    // A dim read from a file sizes vectors before anything else bounds it.
+    crate::limits::check_elements(v as u64, 4, &format!("{what} {v}"))
+        .map_err(|m| r.err_at(at, format!("a {what} within the memory limit: {m}")))?;
     Ok(v as usize)
+}
+
+/// A positive integer read from a file that sizes nothing (a period, an interval, a count of
+/// regions): unlike a dim it is not held against the memory limit, so whatever a config
+/// accepted reads back.
+pub fn read_positive_count(r: &mut TokenReader<'_>, what: &str) -> Result<i32> {
+    let at = r.pos();
+    let v = r.i32()?;
+    if v <= 0 {
+        return Err(r.err_at(at, format!("a positive {what}")));
+    }
+    Ok(v)
 }
 
 /// A dimension error while reading a component at byte `at`.
@@ -195,8 +194,8 @@ pub fn matrix_stats(name: &str, m: &Matrix, norms: bool) -> String {
     if norms {
         s += &format!(
             ", {name}-row-norms={}, {name}-col-norms={}",
-            summarize_vector(&v.pu_row_norms()),
-            summarize_vector(&v.pu_col_norms())
+            summarize_vector(&v.row_norms()),
+            summarize_vector(&v.col_norms())
         );
     }
     s
@@ -213,7 +212,7 @@ pub fn vector_stats(name: &str, v: &[f32]) -> String {
 }
 
 /// `self += alpha · other` for vectors of equal length.
-pub fn vec_add(v: &mut Vector, alpha: f32, other: &[f32]) {
+pub fn vec_add(v: &mut Vector, alpha: f32, other: &Vector) {
     if v.dim() == other.len() {
         v.as_row_mut()
             .add_mat(alpha, MatView::from_slice(other, 1, other.len()), Trans::No);
@@ -251,52 +250,21 @@ pub fn vectorize_into(parts: &[&[f32]], out: &mut [f32]) {
     }
 }
 
+/// Fills a vector from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
+pub fn take_params_vector(dst: &mut Vector, params: &[f32], off: &mut usize) {
+    let n = dst.dim();
+    if let Some(src) = params.get(*off..*off + n) {
+        dst.copy_from_slice(src);
+    }
+    *off += n;
+}
+
 /// Fills `dst` from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
 pub fn take_params(dst: &mut [f32], params: &[f32], off: &mut usize) {
     if let Some(src) = params.get(*off..*off + dst.len()) {
         dst.copy_from_slice(src);
     }
     *off += dst.len();
-}
-
-impl MatView<'_> {
-    /// Euclidean norm of every row.
-    pub fn pu_row_norms(&self) -> Vec<f32> {
-        (0..self.num_rows())
-            .map(|r| self.row(r).iter().map(|x| x * x).sum::<f32>().sqrt())
-            .collect()
-    }
-    /// Euclidean norm of every column.
-    pub fn pu_col_norms(&self) -> Vec<f32> {
-        let mut acc = vec![0.0f32; self.num_cols()];
-        for r in 0..self.num_rows() {
-            for (a, &x) in acc.iter_mut().zip(self.row(r)) {
-                *a += x * x;
-            }
-        }
-        acc.into_iter().map(f32::sqrt).collect()
-    }
-    /// `v = alpha · Σ_rows (self ⊙ b) + beta · v` (column sums of an element-wise product).
-    pub fn pu_add_col_dot_products_to(&self, b: MatView<'_>, v: &mut [f32], alpha: f32, beta: f32) {
-        let mut acc = vec![0.0f32; self.num_cols()];
-        for r in 0..self.num_rows() {
-            for ((a, &x), &y) in acc.iter_mut().zip(self.row(r)).zip(b.row(r)) {
-                *a += x * y;
-            }
-        }
-        for (y, a) in v.iter_mut().zip(acc) {
-            *y = alpha * a + beta * *y;
-        }
-    }
-}
-
-impl MatViewMut<'_> {
-    /// Overwrites every row with `v` (Kaldi's CopyRowsFromVec).
-    pub fn pu_copy_rows_from_vec(&mut self, v: &[f32]) {
-        for r in 0..self.num_rows() {
-            self.row_mut(r).copy_from_slice(v);
-        }
-    }
 }
 
 /// Implements `clone_box`, `as_any` and `as_any_mut` for a component type.
@@ -317,13 +285,17 @@ pub(crate) use component_boilerplate;
 
 /// The initial output vector of ConstantComponent / ConstantFunctionComponent: `dim` draws
 /// from N(output-mean, output-stddev²) (both options default to 0).
-pub fn constant_output_from_config(cfg: &ConfigLine, dim: usize) -> Result<Vector> {
+pub fn constant_output_from_config(
+    cfg: &ConfigLine,
+    dim: usize,
+    init_rng: &mut dyn RngCore,
+) -> Result<Vector> {
     let mean: f32 = cfg.get_or("output-mean", 0.0)?;
     let stddev: f32 = cfg.get_or("output-stddev", 0.0)?;
     if stddev < 0.0 {
         return Err(cfg.error_at_value("output-stddev", "output-stddev must be >= 0"));
     }
-    Ok(with_init_rng(|rng| gaussian_vector(dim, mean, stddev, rng)))
+    Ok(gaussian_vector(dim, mean, stddev, init_rng))
 }
 
 /// Parameter algebra for a (W, b) pair: adds `alpha`·(olin, obias) when the shapes agree.
@@ -349,7 +321,7 @@ pub fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
     let mut v = lin.to_vec();
     take_params(&mut v, params, &mut off);
     *lin = Matrix::from_vec(lin.num_rows(), lin.num_cols(), v);
-    take_params(bias, params, &mut off);
+    take_params_vector(bias, params, &mut off);
 }
 
 /// Implements `UpdatableComponent` for a type whose parameters are `linear` (W) and `bias`
@@ -412,6 +384,59 @@ macro_rules! linear_bias_updatable {
     };
 }
 pub(crate) use linear_bias_updatable;
+
+/// Implements `UpdatableComponent` for a type whose parameters are a list of vectors (in
+/// Vectorize order), with its learning-rate options in `common`.
+macro_rules! vector_params_updatable {
+    ($ty:ty, $($field:ident),+) => {
+        impl $crate::nnet::component::UpdatableComponent for $ty {
+            fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
+                &self.common
+            }
+            fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
+                &mut self.common
+            }
+            fn num_parameters(&self) -> usize {
+                0 $(+ self.$field.dim())+
+            }
+            fn vectorize(&self, out: &mut [f32]) {
+                $crate::nnet::component::param_util::vectorize_into(&[$(&self.$field),+], out);
+            }
+            fn unvectorize(&mut self, params: &[f32]) {
+                let mut off = 0;
+                $($crate::nnet::component::param_util::take_params_vector(
+                    &mut self.$field,
+                    params,
+                    &mut off,
+                );)+
+            }
+            fn scale(&mut self, alpha: f32) {
+                $(self.$field.scale(alpha);)+
+            }
+            fn add(&mut self, alpha: f32, other: &dyn $crate::nnet::component::Component) {
+                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
+                    $($crate::nnet::component::param_util::vec_add(
+                        &mut self.$field,
+                        alpha,
+                        &o.$field,
+                    );)+
+                }
+            }
+            fn dot_product(&self, other: &dyn $crate::nnet::component::Component) -> f32 {
+                match other.as_any().downcast_ref::<$ty>() {
+                    Some(o) => {
+                        0.0 $(+ $crate::nnet::component::param_util::vec_dot(&self.$field, &o.$field))+
+                    }
+                    None => 0.0,
+                }
+            }
+            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+                $($crate::nnet::component::param_util::perturb_vector(&mut self.$field, stddev, rng);)+
+            }
+        }
+    };
+}
+pub(crate) use vector_params_updatable;
 
 #[cfg(test)]
 mod tests {

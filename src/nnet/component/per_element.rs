@@ -4,12 +4,16 @@
 //! its backprop reconstructs x from the output) and `ConstantFunctionComponent` (y = c,
 //! ignoring x).
 
-use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, PrecomputedIndexes, Properties, UpdatableCommon, UpdatableComponent};
+use super::param_util::{self, component_boilerplate, vector_params_updatable};
+use super::{
+    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
-use crate::nnet::config_line::ConfigLine;
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use rand::RngCore;
 
 const PES: &str = "PerElementScaleComponent";
 const NG_PES: &str = "NaturalGradientPerElementScaleComponent";
@@ -18,7 +22,12 @@ const SAO: &str = "ScaleAndOffsetComponent";
 const CFC: &str = "ConstantFunctionComponent";
 
 /// A parameter vector from `vector=<file>` or `dim` + `param-mean`/`param-stddev`.
-fn init_param_vector(cfg: &ConfigLine, default_mean: f32, dim_key: &str) -> Result<Vector> {
+fn init_param_vector(
+    cfg: &ConfigLine,
+    default_mean: f32,
+    dim_key: &str,
+    init_rng: &mut dyn RngCore,
+) -> Result<Vector> {
     if let Some(path) = cfg.get::<String>("vector")? {
         let v = param_util::read_vector_file(cfg, "vector", &path)?;
         if v.dim() == 0 {
@@ -32,17 +41,10 @@ fn init_param_vector(cfg: &ConfigLine, default_mean: f32, dim_key: &str) -> Resu
     if stddev < 0.0 {
         return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
     }
-    Ok(param_util::with_init_rng(|rng| {
+    Ok({
+        let rng: &mut dyn RngCore = init_rng;
         param_util::gaussian_vector(dim, mean, stddev, rng)
-    }))
-}
-
-/// `min`, `max` of a non-empty vector.
-fn min_max(v: &[f32]) -> (f32, f32) {
-    v.iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
-            (a.min(x), b.max(x))
-        })
+    })
 }
 
 fn g6(v: f32) -> String {
@@ -69,31 +71,7 @@ fn for_blocks(m: &mut MatViewMut<'_>, block: usize, mut f: impl FnMut(&mut MatVi
     }
 }
 
-/// `v = alpha · Σ_rows Σ_blocks m + v` over column blocks of width v.len().
-fn add_block_row_sums(m: MatView<'_>, v: &mut [f32], alpha: f32) {
-    let b = v.len();
-    if b == 0 {
-        return;
-    }
-    for k in 0..m.num_cols() / b {
-        m.cols_range(k * b, b).add_row_sum_to(v, alpha, 1.0);
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-
-/// Natural-gradient hyper-parameters of `NaturalGradientPerElementScaleComponent`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NgScaleOptions {
-    /// Rank of the natural-gradient Fisher estimate.
-    pub rank: i32,
-    /// Minibatches between updates of the Fisher estimates.
-    pub update_period: i32,
-    /// Time constant (in frames) of the Fisher estimates.
-    pub num_samples_history: f32,
-    /// Smoothing of the Fisher estimates towards the unit matrix.
-    pub alpha: f32,
-}
 
 /// `PerElementScaleComponent` or (with `natural_gradient`)
 /// `NaturalGradientPerElementScaleComponent`.
@@ -103,23 +81,28 @@ pub struct PerElementScaleComponent {
     pub common: UpdatableCommon,
     /// Per-dimension scales.
     pub scales: Vector,
-    /// Present for `NaturalGradientPerElementScaleComponent`.
-    pub natural_gradient: Option<NgScaleOptions>,
+    /// Present for `NaturalGradientPerElementScaleComponent` (rank, alpha: the `_out` fields).
+    pub natural_gradient: Option<NaturalGradientOptions>,
+    /// The preconditioner, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 impl PerElementScaleComponent {
-    fn from_config_impl(cfg: &ConfigLine, ng: bool) -> Result<Box<dyn Component>> {
+    fn from_config_impl(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+        ng: bool,
+    ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let scales = init_param_vector(cfg, 1.0, "dim")?;
+        let scales = init_param_vector(cfg, 1.0, "dim", init_rng)?;
         let natural_gradient = if ng {
-            let o = NgScaleOptions {
-                rank: cfg.get_or("rank", 8)?,
-                update_period: cfg.get_or("update-period", 10)?,
-                num_samples_history: cfg.get_or("num-samples-history", 2000.0)?,
-                alpha: cfg.get_or("alpha", 4.0)?,
-            };
-            if o.rank <= 0 || o.update_period <= 0 || o.num_samples_history <= 0.0 || o.alpha < 0.0
-            {
+            let o = NaturalGradientOptions::symmetric(
+                cfg.get_or("rank", 8)?,
+                cfg.get_or("alpha", 4.0)?,
+                cfg.get_or("update-period", 10)?,
+                cfg.get_or("num-samples-history", 2000.0)?,
+            );
+            if o.validate().is_err() {
                 return Err(cfg.error(
                     "rank, update-period and num-samples-history must be positive, alpha >= 0",
                 ));
@@ -132,17 +115,21 @@ impl PerElementScaleComponent {
             common,
             scales,
             natural_gradient,
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
     /// Kaldi's PerElementScaleComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, false)
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, false)
     }
 
     /// Kaldi's NaturalGradientPerElementScaleComponent::InitFromConfig.
-    pub fn ng_from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, true)
+    pub fn ng_from_config(
+        cfg: &ConfigLine,
+        init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        Self::from_config_impl(cfg, init_rng, true)
     }
 
     /// Reads a PerElementScaleComponent body.
@@ -155,6 +142,7 @@ impl PerElementScaleComponent {
             common,
             scales,
             natural_gradient: None,
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -178,19 +166,23 @@ impl PerElementScaleComponent {
         Ok(Box::new(PerElementScaleComponent {
             common,
             scales,
-            natural_gradient: Some(NgScaleOptions {
+            natural_gradient: Some(NaturalGradientOptions::symmetric(
                 rank,
+                alpha,
                 update_period,
                 num_samples_history,
-                alpha,
-            }),
+            )),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
-    /// scales += lr · Σ_rows (in ⊙ out_deriv), with lr the learning rate of `self`.
+    /// scales += lr · Σ_rows (in ⊙ out_deriv), through this (`to_update`) component's update.
     fn accumulate(&mut self, in_value: MatView<'_>, out_deriv: MatView<'_>) {
-        let lr = self.common.learning_rate;
-        in_value.pu_add_col_dot_products_to(out_deriv, &mut self.scales, lr, 1.0);
+        let ng = self
+            .natural_gradient
+            .as_ref()
+            .map(|o| (o, &mut self.ng_state));
+        Update::new(&self.common, ng, false).scale_block(&mut self.scales, in_value, out_deriv);
     }
 }
 
@@ -217,7 +209,7 @@ impl Component for PerElementScaleComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
@@ -225,14 +217,15 @@ impl Component for PerElementScaleComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
         {
@@ -243,15 +236,12 @@ impl Component for PerElementScaleComponent {
             d.mul_cols_vec(&self.scales);
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            ..
+        } = args;
         // The gradient needs the output derivative, so it comes first.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
@@ -269,18 +259,18 @@ impl Component for PerElementScaleComponent {
             w.token("<IsGradient>");
             w.bool(self.common.is_gradient);
             w.token("<Rank>");
-            w.i32(ng.rank);
+            w.i32(ng.rank_out);
             w.token("<UpdatePeriod>");
             w.i32(ng.update_period);
             w.token("<NumSamplesHistory>");
             w.f32(ng.num_samples_history);
             w.token("<Alpha>");
-            w.f32(ng.alpha);
+            w.f32(ng.alpha_out);
         }
         w.token(&format!("</{ty}>"));
     }
     fn info(&self) -> String {
-        let (lo, hi) = min_max(&self.scales);
+        let (lo, hi) = self.scales.min_max();
         let mut s = format!(
             "{}, input-dim={}, output-dim={}, {}, scales-min={}, scales-max={}, {}",
             self.type_name(),
@@ -294,10 +284,10 @@ impl Component for PerElementScaleComponent {
         if let Some(ng) = &self.natural_gradient {
             s += &format!(
                 ", rank={}, update-period={}, num-samples-history={}, alpha={}",
-                ng.rank,
+                ng.rank_out,
                 ng.update_period,
                 g6(ng.num_samples_history),
-                g6(ng.alpha)
+                g6(ng.alpha_out)
             );
         }
         s
@@ -309,47 +299,6 @@ impl Component for PerElementScaleComponent {
     fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
         Some(self)
     }
-}
-
-/// The parameter algebra of components whose parameters are a list of vectors.
-macro_rules! vector_params_updatable {
-    ($ty:ty, $($field:ident),+) => {
-        impl UpdatableComponent for $ty {
-            fn common(&self) -> &UpdatableCommon {
-                &self.common
-            }
-            fn common_mut(&mut self) -> &mut UpdatableCommon {
-                &mut self.common
-            }
-            fn num_parameters(&self) -> usize {
-                0 $(+ self.$field.dim())+
-            }
-            fn vectorize(&self, out: &mut [f32]) {
-                param_util::vectorize_into(&[$(&self.$field),+], out);
-            }
-            fn unvectorize(&mut self, params: &[f32]) {
-                let mut off = 0;
-                $(param_util::take_params(&mut self.$field, params, &mut off);)+
-            }
-            fn scale(&mut self, alpha: f32) {
-                $(self.$field.as_row_mut().scale(alpha);)+
-            }
-            fn add(&mut self, alpha: f32, other: &dyn Component) {
-                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
-                    $(param_util::vec_add(&mut self.$field, alpha, &o.$field);)+
-                }
-            }
-            fn dot_product(&self, other: &dyn Component) -> f32 {
-                match other.as_any().downcast_ref::<$ty>() {
-                    Some(o) => 0.0 $(+ param_util::vec_dot(&self.$field, &o.$field))+,
-                    None => 0.0,
-                }
-            }
-            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-                $(param_util::perturb_vector(&mut self.$field, stddev, rng);)+
-            }
-        }
-    };
 }
 
 vector_params_updatable!(PerElementScaleComponent, scales);
@@ -365,16 +314,18 @@ pub struct PerElementOffsetComponent {
     pub offsets: Vector,
     /// Input and output dimension, a multiple of `offsets.dim()`.
     pub dim: usize,
-    /// Whether training uses natural gradient.
-    pub use_natural_gradient: bool,
+    /// Natural-gradient options (Kaldi's file carries only use-natural-gradient).
+    pub ng: NaturalGradientOptions,
+    /// The preconditioner, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 impl PerElementOffsetComponent {
     /// Kaldi's PerElementOffsetComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let (offsets, dim) = if cfg.has("vector") {
-            let v = init_param_vector(cfg, 0.0, "dim")?;
+            let v = init_param_vector(cfg, 0.0, "dim", init_rng)?;
             let dim = param_util::positive_or(cfg, "dim", v.dim())?;
             if dim % v.dim() != 0 {
                 return Err(cfg.error_at_value(
@@ -401,9 +352,10 @@ impl PerElementOffsetComponent {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
             (
-                param_util::with_init_rng(|rng| {
+                {
+                    let rng: &mut dyn RngCore = init_rng;
                     param_util::gaussian_vector(block, mean, stddev, rng)
-                }),
+                },
                 dim,
             )
         };
@@ -411,7 +363,8 @@ impl PerElementOffsetComponent {
             common,
             offsets,
             dim,
-            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -440,13 +393,14 @@ impl PerElementOffsetComponent {
             common,
             offsets,
             dim,
-            use_natural_gradient,
+            ng: NaturalGradientOptions::per_element(use_natural_gradient),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
     fn accumulate(&mut self, out_deriv: MatView<'_>) {
-        let lr = self.common.learning_rate;
-        add_block_row_sums(out_deriv, &mut self.offsets, lr);
+        Update::new(&self.common, Some((&self.ng, &mut self.ng_state)), false)
+            .offset_block(&mut self.offsets, out_deriv);
     }
 }
 
@@ -473,7 +427,7 @@ impl Component for PerElementOffsetComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         let o = &self.offsets;
@@ -482,14 +436,11 @@ impl Component for PerElementOffsetComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { to_update, .. } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
         {
@@ -499,15 +450,8 @@ impl Component for PerElementOffsetComponent {
             d.copy_from(out_deriv);
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, deriv: MatViewMut<'_>) {
+        let BackpropArgs { to_update, .. } = args;
         // The input derivative equals the output derivative: nothing to change in place.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
@@ -522,11 +466,11 @@ impl Component for PerElementOffsetComponent {
         w.token("<Dim>");
         w.i32(self.dim as i32);
         w.token("<UseNaturalGradient>");
-        w.bool(self.use_natural_gradient);
+        w.bool(self.ng.use_natural_gradient);
         w.token("</PerElementOffsetComponent>");
     }
     fn info(&self) -> String {
-        let (lo, hi) = min_max(&self.offsets);
+        let (lo, hi) = self.offsets.min_max();
         format!(
             "{PEO}, input-dim={}, output-dim={}, {}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
             self.dim,
@@ -535,7 +479,7 @@ impl Component for PerElementOffsetComponent {
             g6(lo),
             g6(hi),
             self.offsets.dim(),
-            self.use_natural_gradient,
+            self.ng.use_natural_gradient,
             param_util::vector_stats("offsets", &self.offsets)
         )
     }
@@ -563,10 +507,10 @@ pub struct ScaleAndOffsetComponent {
     pub scales: Vector,
     /// Per-dimension offsets.
     pub offsets: Vector,
-    /// Whether training uses natural gradient.
-    pub use_natural_gradient: bool,
-    /// Rank of the natural-gradient preconditioners.
-    pub rank: i32,
+    /// use-natural-gradient and rank (the `_out` fields), shared by both parameter blocks.
+    pub ng: NaturalGradientOptions,
+    /// The preconditioners of the scales and of the offsets (`to_update` side).
+    pub ng_state: [NaturalGradientState; 2],
 }
 
 /// Scales smaller than this in magnitude are treated as ±this when the backprop reconstructs
@@ -575,7 +519,10 @@ const SAO_EPSILON: f32 = 1.0e-4;
 
 impl ScaleAndOffsetComponent {
     /// Kaldi's ScaleAndOffsetComponent::InitFromConfig (scales 1, offsets 0).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let dim = param_util::require_positive(cfg, "dim")?;
         let block = param_util::positive_or(cfg, "block-dim", dim)?;
@@ -590,14 +537,18 @@ impl ScaleAndOffsetComponent {
             return Err(cfg.error_at_value("rank", "rank must be positive"));
         }
         let mut scales = Vector::zeros(block);
-        scales.as_row_mut().set_const(1.0);
+        scales.set_const(1.0);
         Ok(Box::new(ScaleAndOffsetComponent {
             common,
             dim,
             scales,
             offsets: Vector::zeros(block),
-            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
-            rank,
+            ng: NaturalGradientOptions {
+                rank_in: rank,
+                rank_out: rank,
+                ..NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?)
+            },
+            ng_state: Default::default(),
         }))
     }
 
@@ -631,8 +582,12 @@ impl ScaleAndOffsetComponent {
             dim,
             scales,
             offsets,
-            use_natural_gradient,
-            rank,
+            ng: NaturalGradientOptions {
+                rank_in: rank,
+                rank_out: rank,
+                ..NaturalGradientOptions::per_element(use_natural_gradient)
+            },
+            ng_state: Default::default(),
         }))
     }
 
@@ -641,36 +596,24 @@ impl ScaleAndOffsetComponent {
         &mut self,
         out_value: MatView<'_>,
         out_deriv: MatView<'_>,
-        scales: &[f32],
-        offsets: &[f32],
+        scales: &Vector,
+        offsets: &Vector,
     ) {
-        let lr = self.common.learning_rate;
-        let inv: Vec<f32> = scales
-            .iter()
-            .map(|&s| {
-                1.0 / if s.abs() < SAO_EPSILON {
-                    SAO_EPSILON.copysign(s)
-                } else {
-                    s
-                }
-            })
-            .collect();
+        let inv = scales.reciprocal_away_from_zero(SAO_EPSILON);
         let mut x = out_value.to_matrix();
         let mut xv = x.view_mut();
-        for_blocks(&mut xv, inv.len(), |b| {
+        for_blocks(&mut xv, inv.dim(), |b| {
             b.add_vec_to_rows(-1.0, offsets, 1.0);
             b.mul_cols_vec(&inv);
         });
-        let b = self.scales.dim();
-        for k in 0..self.dim / b {
-            x.sub(0, x.num_rows(), k * b, b).pu_add_col_dot_products_to(
-                out_deriv.cols_range(k * b, b),
-                &mut self.scales,
-                lr,
-                1.0,
-            );
-        }
-        add_block_row_sums(out_deriv, &mut self.offsets, lr);
+        let [scale_state, offset_state] = &mut self.ng_state;
+        Update::new(&self.common, Some((&self.ng, scale_state)), false).scale_block(
+            &mut self.scales,
+            x.view(),
+            out_deriv,
+        );
+        Update::new(&self.common, Some((&self.ng, offset_state)), false)
+            .offset_block(&mut self.offsets, out_deriv);
     }
 }
 
@@ -698,7 +641,7 @@ impl Component for ScaleAndOffsetComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         let (s, o) = (&self.scales, &self.offsets);
@@ -710,14 +653,15 @@ impl Component for ScaleAndOffsetComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
         {
@@ -729,15 +673,12 @@ impl Component for ScaleAndOffsetComponent {
             for_blocks(&mut d, s.dim(), |b| b.mul_cols_vec(s));
         }
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            out_value,
+            to_update,
+            ..
+        } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
         {
@@ -755,9 +696,9 @@ impl Component for ScaleAndOffsetComponent {
         w.token("<Offsets>");
         w.vector(&self.offsets);
         w.token("<UseNaturalGradient>");
-        w.bool(self.use_natural_gradient);
+        w.bool(self.ng.use_natural_gradient);
         w.token("<Rank>");
-        w.i32(self.rank);
+        w.i32(self.ng.rank_out);
         w.token("</ScaleAndOffsetComponent>");
     }
     fn info(&self) -> String {
@@ -766,7 +707,7 @@ impl Component for ScaleAndOffsetComponent {
             self.dim,
             self.dim,
             param_util::updatable_info(&self.common),
-            self.rank
+            self.ng.rank_out
         );
         if self.dim != self.scales.dim() {
             s += &format!(", block-size={}", self.scales.dim());
@@ -803,22 +744,25 @@ pub struct ConstantFunctionComponent {
     pub output: Vector,
     /// Whether the output vector is trained.
     pub is_updatable: bool,
-    /// Whether training uses natural gradient.
-    pub use_natural_gradient: bool,
+    /// Natural-gradient options (Kaldi's file carries only use-natural-gradient).
+    pub ng: NaturalGradientOptions,
+    /// The preconditioner, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
 
 impl ConstantFunctionComponent {
     /// Kaldi's ConstantFunctionComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let input_dim = param_util::require_positive(cfg, "input-dim")?;
         let output_dim = param_util::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantFunctionComponent {
             common,
             input_dim,
-            output: param_util::constant_output_from_config(cfg, output_dim)?,
+            output: param_util::constant_output_from_config(cfg, output_dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
-            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -839,7 +783,8 @@ impl ConstantFunctionComponent {
             input_dim,
             output,
             is_updatable,
-            use_natural_gradient,
+            ng: NaturalGradientOptions::per_element(use_natural_gradient),
+            ng_state: NaturalGradientState::default(),
         }))
     }
 }
@@ -866,38 +811,35 @@ impl Component for ConstantFunctionComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         _input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.pu_copy_rows_from_vec(&self.output);
+        output.copy_from_vec_rows(&self.output);
         None
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
-        data.pu_copy_rows_from_vec(&self.output);
+        data.copy_from_vec_rows(&self.output);
         None
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         _in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { to_update, .. } = args;
         // The output does not depend on the input: the input derivative gets nothing added.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>())
         {
             if u.is_updatable {
-                let lr = u.common.learning_rate;
-                out_deriv.add_row_sum_to(&mut u.output, lr, 1.0);
+                Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
+                    .offset_block(&mut u.output, out_deriv);
             }
         }
     }
@@ -910,7 +852,7 @@ impl Component for ConstantFunctionComponent {
         w.token("<IsUpdatable>");
         w.bool(self.is_updatable);
         w.token("<UseNaturalGradient>");
-        w.bool(self.use_natural_gradient);
+        w.bool(self.ng.use_natural_gradient);
         w.token("</ConstantFunctionComponent>");
     }
     fn info(&self) -> String {
@@ -924,7 +866,7 @@ impl Component for ConstantFunctionComponent {
             "{dims}, {}, {dims}, is-updatable={}, use-natural-gradient={}, {}",
             param_util::updatable_info(&self.common),
             self.is_updatable,
-            self.use_natural_gradient,
+            self.ng.use_natural_gradient,
             param_util::vector_stats("output", &self.output)
         )
     }
@@ -973,7 +915,8 @@ mod tests {
     #[test]
     fn scale_and_offset_matches_hand_computation() {
         let cfg = ConfigLine::parse_str("dim=4 block-dim=2").unwrap();
-        let mut c = ScaleAndOffsetComponent::from_config(&cfg).unwrap();
+        let mut c =
+            ScaleAndOffsetComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
         let sao = c
             .as_any_mut()
             .downcast_mut::<ScaleAndOffsetComponent>()
@@ -982,13 +925,20 @@ mod tests {
         sao.offsets = Vector::from_vec(vec![0.5, 1.0]);
         let x = crate::matrix::Matrix::from_vec(1, 4, vec![1.0, 2.0, 3.0, 4.0]);
         let mut y = crate::matrix::Matrix::zeros(1, 4);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![2.5, -1.0, 6.5, -3.0]);
     }
 
     #[test]
     fn offset_block_dim_must_divide() {
         let cfg = ConfigLine::parse_str("dim=6 block-dim=4").unwrap();
-        assert!(PerElementOffsetComponent::from_config(&cfg).is_err());
+        assert!(
+            PerElementOffsetComponent::from_config(&cfg, &mut crate::random::seeded_rng(0))
+                .is_err()
+        );
     }
 }

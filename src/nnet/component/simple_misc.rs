@@ -3,29 +3,15 @@
 //! Kaldi's `nnet-simple-component.{h,cc}`.
 
 use super::nonlinear::parameter_stats;
-use super::{Component, Memo, PrecomputedIndexes, Properties};
+use super::param_util::component_boilerplate;
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Real, Trans};
-use crate::nnet::config_line::ConfigLine;
+use crate::matrix::{MatView, MatViewMut, Trans};
 use rand::Rng;
-use std::any::Any;
-
-/// The boilerplate every component here shares.
-macro_rules! component_common {
-    () => {
-        fn clone_box(&self) -> Box<dyn Component> {
-            Box::new(self.clone())
-        }
-        fn as_any(&self) -> &dyn Any {
-            self
-        }
-        fn as_any_mut(&mut self) -> &mut dyn Any {
-            self
-        }
-    };
-}
+use rand::RngCore;
 
 /// Reads a positive i32 after `token` (error names the offset).
 fn read_pos_i32(r: &mut TokenReader<'_>, token: &str) -> Result<usize> {
@@ -59,11 +45,8 @@ fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vec<f32>>
 }
 
 /// `dim` standard-normal values (Kaldi's SetRandn for test-style initialisation).
-fn randn_vec(dim: usize) -> Vec<f32> {
-    let mut rng = rand::rng();
-    (0..dim)
-        .map(|_| crate::random::rand_gauss(&mut rng))
-        .collect()
+fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vec<f32> {
+    (0..dim).map(|_| crate::random::rand_gauss(rng)).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -77,7 +60,10 @@ pub struct NoOpComponent {
 
 impl NoOpComponent {
     /// Registry hook: `dim`, `backprop-scale` (1.0).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = cfg_pos(cfg, "dim")?;
         let backprop_scale = cfg.get_or("backprop-scale", 1.0f32)?;
         Ok(Box::new(NoOpComponent {
@@ -132,22 +118,10 @@ impl Component for NoOpComponent {
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
     }
-    fn propagate_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, _args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
         if self.backprop_scale != 1.0 {
             deriv.scale(self.backprop_scale);
         }
@@ -167,7 +141,7 @@ impl Component for NoOpComponent {
         }
         s
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -185,7 +159,10 @@ impl ElementwiseProductComponent {
         input_dim > output_dim && input_dim.is_multiple_of(output_dim)
     }
     /// Registry hook: `input-dim`, `output-dim` (a proper divisor of input-dim).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let input_dim = cfg_pos(cfg, "input-dim")?;
         if !Self::checked(input_dim, output_dim) {
@@ -228,7 +205,7 @@ impl Component for ElementwiseProductComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -241,14 +218,11 @@ impl Component for ElementwiseProductComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs { in_value, .. } = args;
         let Some(mut in_deriv) = in_deriv else {
             return;
         };
@@ -276,7 +250,7 @@ impl Component for ElementwiseProductComponent {
             self.input_dim, self.output_dim
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -302,7 +276,10 @@ impl PermuteComponent {
         Some(rev)
     }
     /// Registry hook: `column-map=a,b,c,...` (a permutation of 0..dim-1).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let column_map: Vec<i32> = cfg.require("column-map")?;
         let reverse_map = Self::reverse_of(&column_map)
             .filter(|_| !column_map.is_empty())
@@ -346,7 +323,7 @@ impl Component for PermuteComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -355,12 +332,8 @@ impl Component for PermuteComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         if let Some(mut d) = in_deriv {
@@ -387,7 +360,7 @@ impl Component for PermuteComponent {
         s.push(']');
         s
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -402,7 +375,10 @@ pub struct SumBlockComponent {
 
 impl SumBlockComponent {
     /// Registry hook: `input-dim`, `output-dim` (divides input-dim), `scale` (1.0).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let input_dim = cfg_pos(cfg, "input-dim")?;
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let scale = cfg.get_or("scale", 1.0f32)?;
@@ -450,7 +426,7 @@ impl Component for SumBlockComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
@@ -462,12 +438,8 @@ impl Component for SumBlockComponent {
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         let Some(mut d) = in_deriv else {
@@ -497,7 +469,7 @@ impl Component for SumBlockComponent {
             fmt_g(self.scale as f64, 6)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -507,7 +479,7 @@ impl Component for SumBlockComponent {
 pub struct SumGroupComponent {
     sizes: Vec<i32>,
     /// For each output column, the input column range [start, end).
-    ranges: Vec<(usize, usize)>,
+    ranges: Vec<(i32, i32)>,
     /// For each input column, its output column.
     reverse: Vec<i32>,
 }
@@ -519,10 +491,11 @@ impl SumGroupComponent {
         }
         let mut ranges = Vec::with_capacity(sizes.len());
         let mut reverse = Vec::new();
-        let mut start = 0usize;
+        let mut start = 0i32;
         for (j, &s) in sizes.iter().enumerate() {
-            ranges.push((start, start + s as usize));
-            start += s as usize;
+            let end = start.checked_add(s)?;
+            ranges.push((start, end));
+            start = end;
             reverse.extend(std::iter::repeat_n(j as i32, s as usize));
         }
         Some(SumGroupComponent {
@@ -532,7 +505,10 @@ impl SumGroupComponent {
         })
     }
     /// Registry hook: `sizes=a,b,...` or `input-dim` + `output-dim` (equal groups).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let sizes: Vec<i32> = if cfg.has("sizes") {
             cfg.require("sizes")?
         } else {
@@ -558,22 +534,19 @@ impl SumGroupComponent {
         r.expect_token("<Sizes>")?;
         let at = r.pos();
         let sizes = r.int_vec()?;
+        // The sizes add up to the input dim, one index per column: check before allocating.
+        let total = sizes
+            .iter()
+            .try_fold(0u64, |a, &s| a.checked_add(u64::from(s.max(0) as u32)));
+        crate::limits::check_product(
+            &[total.unwrap_or(u64::MAX), 4],
+            "<Sizes> adding up to a larger dim",
+        )
+        .map_err(|m| r.err_at(at, format!("<Sizes> within the memory limit: {m}")))?;
         let c = Self::from_sizes(sizes)
             .ok_or_else(|| r.err_at(at, "a non-empty <Sizes> list of positive integers"))?;
         r.expect_token("</SumGroupComponent>")?;
         Ok(Box::new(c))
-    }
-}
-
-impl MatViewMut<'_> {
-    /// `self[:, j] = Σ_{k ∈ ranges[j]} src[:, k]` (Kaldi's SumColumnRanges).
-    pub fn simple_sum_column_ranges(&mut self, src: MatView<'_>, ranges: &[(usize, usize)]) {
-        for r in 0..self.num_rows() {
-            let s = src.row(r);
-            for (x, &(a, b)) in self.row_mut(r).iter_mut().zip(ranges) {
-                *x = s[a..b].iter().sum();
-            }
-        }
     }
 }
 
@@ -592,21 +565,17 @@ impl Component for SumGroupComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.simple_sum_column_ranges(input, &self.ranges);
+        output.sum_column_ranges(input, &self.ranges);
         None
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
+        _args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
         if let Some(mut d) = in_deriv {
@@ -626,7 +595,7 @@ impl Component for SumGroupComponent {
             self.output_dim()
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -640,7 +609,10 @@ pub struct PnormComponent {
 
 impl PnormComponent {
     /// Registry hook: `input-dim`, `output-dim` (divides input-dim).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let output_dim = cfg_pos(cfg, "output-dim")?;
         let input_dim = cfg_pos(cfg, "input-dim")?;
         if !input_dim.is_multiple_of(output_dim) {
@@ -668,32 +640,6 @@ impl PnormComponent {
     }
 }
 
-impl MatViewMut<'_> {
-    /// `self[:, j] = ‖src[:, j·g .. (j+1)·g]‖₂` (Kaldi's GroupPnorm with p = 2).
-    pub fn simple_group_2norm(&mut self, src: MatView<'_>) {
-        let g = src.num_cols() / self.num_cols().max(1);
-        for r in 0..self.num_rows() {
-            let s = src.row(r);
-            for (x, grp) in self.row_mut(r).iter_mut().zip(s.chunks(g)) {
-                *x = grp.iter().map(|v| v * v).sum::<Real>().sqrt();
-            }
-        }
-    }
-    /// Derivative of [`Self::simple_group_2norm`]: `self = x / y · dy` (0 where y = 0).
-    pub fn simple_diff_group_2norm(&mut self, x: MatView<'_>, y: MatView<'_>, dy: MatView<'_>) {
-        let g = self.num_cols() / y.num_cols().max(1);
-        for r in 0..self.num_rows() {
-            let (xr, yr, dr) = (x.row(r), y.row(r), dy.row(r));
-            for (j, (out, xin)) in self.row_mut(r).chunks_mut(g).zip(xr.chunks(g)).enumerate() {
-                let f = if yr[j] != 0.0 { dr[j] / yr[j] } else { 0.0 };
-                for (o, &xv) in out.iter_mut().zip(xin) {
-                    *o = xv * f;
-                }
-            }
-        }
-    }
-}
-
 impl Component for PnormComponent {
     fn type_name(&self) -> &'static str {
         "PnormComponent"
@@ -709,25 +655,26 @@ impl Component for PnormComponent {
     }
     fn propagate(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.simple_group_2norm(input);
+        output.group_2norm_from(input);
         None
     }
     fn backprop(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            in_value,
+            out_value,
+            ..
+        } = args;
         if let Some(mut d) = in_deriv {
-            d.simple_diff_group_2norm(in_value, out_value, out_deriv);
+            d.diff_group_2norm(in_value, out_value, out_deriv);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -744,7 +691,7 @@ impl Component for PnormComponent {
             self.input_dim, self.output_dim
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -761,14 +708,14 @@ impl FixedScaleComponent {
         &self.scales
     }
     /// Registry hook: `scales=<vector file>`, or `dim` with `scale` (random normal without).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let scales = if let Some(path) = cfg.get::<String>("scales")? {
             read_vector_file(cfg, "scales", &path)?
         } else {
             let dim = cfg_pos(cfg, "dim")?;
             match cfg.get::<f32>("scale")? {
                 Some(s) => vec![s; dim],
-                None => randn_vec(dim),
+                None => randn_vec(dim, init_rng),
             }
         };
         Ok(Box::new(FixedScaleComponent { scales }))
@@ -802,21 +749,13 @@ impl Component for FixedScaleComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
+    fn backprop_in_place(&self, _args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
         deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -833,7 +772,7 @@ impl Component for FixedScaleComponent {
             parameter_stats("scales", &self.scales, true)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -846,11 +785,11 @@ pub struct FixedBiasComponent {
 
 impl FixedBiasComponent {
     /// Registry hook: `bias=<vector file>`, or `dim` (random normal bias).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let bias = if let Some(path) = cfg.get::<String>("bias")? {
             read_vector_file(cfg, "bias", &path)?
         } else {
-            randn_vec(cfg_pos(cfg, "dim")?)
+            randn_vec(cfg_pos(cfg, "dim")?, init_rng)
         };
         Ok(Box::new(FixedBiasComponent { bias }))
     }
@@ -883,22 +822,13 @@ impl Component for FixedBiasComponent {
     }
     fn propagate_in_place(
         &self,
-        _: Option<&dyn PrecomputedIndexes>,
+        _args: PropagateArgs<'_>,
         mut data: MatViewMut<'_>,
     ) -> Option<Memo> {
         data.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        _: Option<&mut dyn Component>,
-        _deriv: MatViewMut<'_>,
-    ) {
-    }
+    fn backprop_in_place(&self, _args: BackpropArgs<'_>, _deriv: MatViewMut<'_>) {}
     fn write(&self, w: &mut TokenWriter) {
         w.token("<FixedBiasComponent>");
         w.token("<Bias>");
@@ -913,7 +843,7 @@ impl Component for FixedBiasComponent {
             parameter_stats("bias", &self.bias, true)
         )
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -938,7 +868,10 @@ impl ClipGradientComponent {
     /// Registry hook: `dim`, `clipping-threshold` (15), `norm-based-clipping` (false),
     /// `self-repair-clipped-proportion-threshold` (0.01), `self-repair-target` (0),
     /// `self-repair-scale` (1).
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let dim = cfg_pos(cfg, "dim")?;
         let c = ClipGradientComponent {
             dim,
@@ -1008,6 +941,7 @@ impl ClipGradientComponent {
         in_value: MatView<'_>,
         d: &mut MatViewMut<'_>,
         to_update: Option<&mut dyn Component>,
+        rng: &mut dyn RngCore,
     ) {
         let mut upd =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ClipGradientComponent>());
@@ -1015,14 +949,19 @@ impl ClipGradientComponent {
             if self.norm_based_clipping {
                 let t = self.clipping_threshold;
                 let mut clipped = 0;
-                for r in 0..d.num_rows() {
-                    let sq: f32 = d.row(r).iter().map(|x| x * x).sum::<f32>() / (t * t);
-                    if sq > 1.0 {
-                        let s = sq.powf(-0.5);
-                        d.row_mut(r).iter_mut().for_each(|x| *x *= s);
-                        clipped += 1;
-                    }
-                }
+                let scales: Vec<f32> = (d.as_view().row_sum_squares().into_iter())
+                    .map(|sq| sq / (t * t))
+                    .map(|q| {
+                        if q > 1.0 {
+                            clipped += 1;
+                            q.powf(-0.5)
+                        } else {
+                            1.0
+                        }
+                    })
+                    .collect();
+                // Rows within the threshold are multiplied by 1.0, which is exact.
+                d.mul_rows_vec(&scales);
                 if let Some(u) = upd.as_deref_mut() {
                     u.num_clipped += clipped;
                     u.count += d.num_rows() as i32;
@@ -1033,7 +972,7 @@ impl ClipGradientComponent {
             }
             if let Some(u) = upd {
                 u.num_backpropped += 1;
-                self.repair(in_value, d, u);
+                self.repair(in_value, d, u, rng);
             }
         } else if self.clipping_threshold == 0.0 {
             d.set_zero();
@@ -1047,12 +986,13 @@ impl ClipGradientComponent {
         in_value: MatView<'_>,
         d: &mut MatViewMut<'_>,
         upd: &mut ClipGradientComponent,
+        rng: &mut dyn RngCore,
     ) {
         const REPAIR_PROBABILITY: f32 = 0.5;
         if self.self_repair_clipped_proportion_threshold >= 1.0
             || self.self_repair_scale == 0.0
             || self.count == 0
-            || rand::rng().random::<f32>() > REPAIR_PROBABILITY
+            || rng.random::<f32>() > REPAIR_PROBABILITY
         {
             return;
         }
@@ -1066,15 +1006,9 @@ impl ClipGradientComponent {
         upd.num_self_repaired += 1;
         let target = self.self_repair_target;
         let mut repair = in_value.to_matrix();
-        repair.view_mut().map_inplace(|x| {
-            let sign = if x > 0.0 { 1.0 } else { -1.0 };
-            (x.abs() - target).max(0.0) * sign
-        });
-        let row_norm_sum = |m: MatView<'_>| -> f64 {
-            (0..m.num_rows())
-                .map(|r| m.row(r).iter().map(|x| x * x).sum::<f32>().sqrt() as f64)
-                .sum()
-        };
+        repair.view_mut().apply_soft_threshold(target);
+        let row_norm_sum =
+            |m: MatView<'_>| -> f64 { m.row_norms().iter().map(|&x| x as f64).sum() };
         let n = d.num_rows().max(1) as f64;
         let deriv_norm_sum = row_norm_sum(d.as_view());
         let magnitude =
@@ -1113,23 +1047,17 @@ impl Component for ClipGradientComponent {
             | Properties::BACKPROP_IN_PLACE
             | Properties::BACKPROP_NEEDS_INPUT
     }
-    fn propagate_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        _data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(
-        &self,
-        _: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _: MatView<'_>,
-        _: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
-        mut deriv: MatViewMut<'_>,
-    ) {
-        self.clip(in_value, &mut deriv, to_update);
+    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+        let BackpropArgs {
+            in_value,
+            to_update,
+            rng,
+            ..
+        } = args;
+        self.clip(in_value, &mut deriv, to_update, rng);
     }
     fn write(&self, w: &mut TokenWriter) {
         w.token("<ClipGradientComponent>");
@@ -1188,7 +1116,7 @@ impl Component for ClipGradientComponent {
         self.count = (self.count as f32 * scale) as i32;
         self.num_clipped = (self.num_clipped as f32 * scale) as i32;
     }
-    component_common!();
+    component_boilerplate!();
 }
 
 #[cfg(test)]
@@ -1202,20 +1130,28 @@ mod tests {
 
     #[test]
     fn pnorm_forward_and_backward() {
-        let c = PnormComponent::from_config(&cfg("input-dim=4 output-dim=2")).expect("init");
+        let c = PnormComponent::from_config(
+            &cfg("input-dim=4 output-dim=2"),
+            &mut crate::random::seeded_rng(0),
+        )
+        .expect("init");
         let x = Matrix::from_rows(&[vec![3.0, 4.0, 0.0, 0.0]]);
         let mut y = Matrix::zeros(1, 2);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![5.0, 0.0]);
         let od = Matrix::from_rows(&[vec![10.0, 1.0]]);
         let mut id = Matrix::zeros(1, 4);
         c.backprop(
-            None,
-            x.view(),
-            y.view(),
+            BackpropArgs {
+                in_value: x.view(),
+                out_value: y.view(),
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+            },
             od.view(),
-            None,
-            None,
             Some(id.view_mut()),
         );
         assert_eq!(id.to_vec(), vec![6.0, 8.0, 0.0, 0.0]);
@@ -1223,33 +1159,52 @@ mod tests {
 
     #[test]
     fn sum_group_and_permute() {
-        let c = SumGroupComponent::from_config(&cfg("sizes=1,2")).expect("init");
+        let c =
+            SumGroupComponent::from_config(&cfg("sizes=1,2"), &mut crate::random::seeded_rng(0))
+                .expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 4.0]]);
         let mut y = Matrix::zeros(1, 2);
-        c.propagate(None, x.view(), y.view_mut());
+        c.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            y.view_mut(),
+        );
         assert_eq!(y.to_vec(), vec![1.0, 6.0]);
-        let p = PermuteComponent::from_config(&cfg("column-map=2,0,1")).expect("init");
+        let p = PermuteComponent::from_config(
+            &cfg("column-map=2,0,1"),
+            &mut crate::random::seeded_rng(0),
+        )
+        .expect("init");
         let mut z = Matrix::zeros(1, 3);
-        p.propagate(None, x.view(), z.view_mut());
+        p.propagate(
+            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            x.view(),
+            z.view_mut(),
+        );
         assert_eq!(z.to_vec(), vec![4.0, 1.0, 2.0]);
-        assert!(PermuteComponent::from_config(&cfg("column-map=0,0,1")).is_err());
+        assert!(PermuteComponent::from_config(
+            &cfg("column-map=0,0,1"),
+            &mut crate::random::seeded_rng(0)
+        )
+        .is_err());
     }
 
     #[test]
     fn norm_based_clipping_scales_long_rows() {
-        let c = ClipGradientComponent::from_config(&cfg(
-            "dim=2 clipping-threshold=1 norm-based-clipping=true",
-        ))
+        let c = ClipGradientComponent::from_config(
+            &cfg("dim=2 clipping-threshold=1 norm-based-clipping=true"),
+            &mut crate::random::seeded_rng(0),
+        )
         .expect("init");
         let od = Matrix::from_rows(&[vec![3.0, 4.0], vec![0.3, 0.4]]);
         let mut id = Matrix::zeros(2, 2);
         c.backprop(
-            None,
+            BackpropArgs {
+                in_value: od.view(),
+                out_value: od.view(),
+                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+            },
             od.view(),
-            od.view(),
-            od.view(),
-            None,
-            None,
             Some(id.view_mut()),
         );
         let v = id.to_vec();

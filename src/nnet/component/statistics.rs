@@ -10,12 +10,16 @@
 //! row range.
 
 use super::param_util::{self, component_boilerplate};
-use super::{Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties};
+use super::{
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties,
+};
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::config_line::ConfigLine;
+use crate::matrix::{MatView, MatViewMut, PoolingOptions};
 use crate::nnet::index::{Index, TRange};
+use rand::RngCore;
 use rustc_hash::FxHashMap;
 use std::any::Any;
 
@@ -141,7 +145,10 @@ pub struct StatisticsExtractionComponent {
 
 impl StatisticsExtractionComponent {
     /// Kaldi's StatisticsExtractionComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let input_dim = param_util::require_positive(cfg, "input-dim")?;
         let input_period = param_util::positive_or(cfg, "input-period", 1)? as i32;
         let output_period = param_util::positive_or(cfg, "output-period", 1)? as i32;
@@ -171,10 +178,10 @@ impl StatisticsExtractionComponent {
         r.expect_token("<InputDim>")?;
         let input_dim = param_util::read_positive_i32(r, "input dimension")?;
         r.expect_token("<InputPeriod>")?;
-        let input_period = param_util::read_positive_i32(r, "input period")? as i32;
+        let input_period = param_util::read_positive_count(r, "input period")?;
         r.expect_token("<OutputPeriod>")?;
         let at = r.pos();
-        let output_period = param_util::read_positive_i32(r, "output period")? as i32;
+        let output_period = param_util::read_positive_count(r, "output period")?;
         if output_period % input_period != 0 || output_period as i64 > MAX_SPAN {
             return Err(r.err_at(
                 at,
@@ -226,45 +233,29 @@ impl Component for StatisticsExtractionComponent {
 
     fn propagate(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
+        let PropagateArgs { indexes, .. } = args;
         let d = self.input_dim;
         if input.num_cols() != d || output.num_cols() != self.output_dim() {
             return None;
         }
         let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        for (o, (&(s, e), &count)) in p.forward.iter().zip(&p.counts).enumerate() {
-            let row = output.row_mut(o);
-            let (head, rest) = row.split_at_mut(1);
-            head[0] += count;
-            let (sum, sumsq) = rest.split_at_mut(d);
-            for i in s..e {
-                let x = input.row(i);
-                for (a, &v) in sum.iter_mut().zip(x) {
-                    *a += v;
-                }
-                if self.include_variance {
-                    for (a, &v) in sumsq.iter_mut().zip(x) {
-                        *a += v * v;
-                    }
-                }
-            }
-        }
+        output.add_row_range_stats(input, &p.forward, &p.counts, self.include_variance);
         None
     }
 
     fn backprop(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        _to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            indexes, in_value, ..
+        } = args;
         let Some(mut g) = in_deriv else {
             return;
         };
@@ -275,19 +266,11 @@ impl Component for StatisticsExtractionComponent {
         }
         let p = StatsPrecomputed::get(indexes, g.num_rows(), out_deriv.num_rows());
         let have_x = in_value.num_rows() == g.num_rows() && in_value.num_cols() == d;
-        for (o, &(s, e)) in p.forward.iter().enumerate() {
-            let od = out_deriv.row(o);
-            let (dsum, dsq) = od[1..].split_at(d);
-            for i in s..e {
-                let gi = g.row_mut(i);
-                gi.copy_from_slice(dsum);
-                if self.include_variance && have_x {
-                    for ((a, &x), &dq) in gi.iter_mut().zip(in_value.row(i)).zip(dsq) {
-                        *a += 2.0 * x * dq;
-                    }
-                }
-            }
-        }
+        g.backprop_row_range_stats(
+            out_deriv,
+            &p.forward,
+            (self.include_variance && have_x).then_some(in_value),
+        );
     }
 
     /// Output t reads the inputs of its output-period group (any one suffices).
@@ -438,7 +421,10 @@ impl StatisticsPoolingComponent {
     }
 
     /// Kaldi's StatisticsPoolingComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
         let input_dim = param_util::require_positive(cfg, "input-dim")?;
         let nlc: i32 = cfg.get_or("num-log-count-features", 0)?;
         if nlc < 0 {
@@ -464,7 +450,7 @@ impl StatisticsPoolingComponent {
         r.expect_token("<InputDim>")?;
         let input_dim = param_util::read_positive_i32(r, "input dimension")?;
         r.expect_token("<InputPeriod>")?;
-        let input_period = param_util::read_positive_i32(r, "input period")? as i32;
+        let input_period = param_util::read_positive_count(r, "input period")?;
         r.expect_token("<LeftContext>")?;
         let left_context = r.i32()?;
         r.expect_token("<RightContext>")?;
@@ -505,12 +491,12 @@ impl StatisticsPoolingComponent {
         )
     }
 
-    /// Dimension of the mean (and of the stddev) part.
-    fn feature_dim(&self) -> usize {
-        if self.output_stddevs {
-            (self.input_dim - 1) / 2
-        } else {
-            self.input_dim - 1
+    /// How the pooling kernel turns summed statistics into this component's output.
+    fn pooling_options(&self) -> PoolingOptions {
+        PoolingOptions {
+            num_log_count_features: self.num_log_count_features,
+            output_stddevs: self.output_stddevs,
+            variance_floor: self.variance_floor,
         }
     }
 }
@@ -538,97 +524,35 @@ impl Component for StatisticsPoolingComponent {
 
     fn propagate(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
+        let PropagateArgs { indexes, .. } = args;
         if input.num_cols() != self.input_dim || output.num_cols() != self.output_dim() {
             return None;
         }
         let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        let nl = self.num_log_count_features;
-        let fd = self.feature_dim();
-        // Long windows (x-vector pooling over whole utterances) would cost O(T²) row additions;
-        // summing through f64 prefix sums makes that O(T) and is more accurate than a float
-        // running sum. Short windows keep Kaldi's summation order exactly.
-        let total: usize = p.forward.iter().map(|&(s, e)| e.saturating_sub(s)).sum();
-        let prefix = (total > 16 * input.num_rows().max(1)).then(|| {
-            let cols = input.num_cols();
-            let mut pre = vec![0.0f64; (input.num_rows() + 1) * cols];
-            for i in 0..input.num_rows() {
-                let (done, next) = pre.split_at_mut((i + 1) * cols);
-                let prev = &done[i * cols..];
-                for ((n, &p), &x) in next[..cols].iter_mut().zip(prev).zip(input.row(i)) {
-                    *n = p + x as f64;
-                }
-            }
-            pre
-        });
-        for (o, &(s, e)) in p.forward.iter().enumerate() {
-            let row = output.row_mut(o);
-            row.fill(0.0);
-            if s == e {
-                continue; // not computable; the compiler never asks for such a row
-            }
-            let mut count = 0.0f32;
-            let stats = &mut row[nl..];
-            if let Some(pre) = &prefix {
-                let cols = input.num_cols();
-                let (lo, hi) = (
-                    &pre[s * cols..(s + 1) * cols],
-                    &pre[e * cols..(e + 1) * cols],
-                );
-                count = (hi[0] - lo[0]) as f32;
-                for ((a, &h), &l) in stats.iter_mut().zip(&hi[1..]).zip(&lo[1..]) {
-                    *a = (h - l) as f32;
-                }
-            } else {
-                for i in s..e {
-                    let x = input.row(i);
-                    count += x[0];
-                    for (a, &v) in stats.iter_mut().zip(&x[1..]) {
-                        *a += v;
-                    }
-                }
-            }
-            // Kaldi divides rows by multiplying with the inverted counts.
-            let inv = 1.0 / count;
-            for a in stats.iter_mut() {
-                *a *= inv;
-            }
-            if self.output_stddevs {
-                let (mean, var) = stats.split_at_mut(fd);
-                for (v, &m) in var.iter_mut().zip(mean.iter()) {
-                    let centered = *v - m * m;
-                    *v = centered.max(self.variance_floor).sqrt();
-                }
-            }
-            let log_count = count.ln();
-            for a in &mut row[..nl] {
-                *a = log_count;
-            }
-        }
+        output.pool_row_range_stats(input, &p.forward, self.pooling_options());
         None
     }
 
     fn backprop(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        _to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            indexes,
+            in_value,
+            out_value,
+            ..
+        } = args;
         let Some(mut g) = in_deriv else {
             return;
         };
-        let (nl, fd, od_dim) = (
-            self.num_log_count_features,
-            self.feature_dim(),
-            self.output_dim(),
-        );
+        let (nl, od_dim) = (self.num_log_count_features, self.output_dim());
         if g.num_cols() != self.input_dim || out_deriv.num_cols() != od_dim {
             return;
         }
@@ -643,37 +567,13 @@ impl Component for StatisticsPoolingComponent {
             return;
         }
         let p = StatsPrecomputed::get(indexes, g.num_rows(), n_out);
-        let mut d = vec![0.0f32; od_dim - nl];
-        for (o, &(s, e)) in p.forward.iter().enumerate() {
-            d.copy_from_slice(&out_deriv.row(o)[nl..]);
-            if self.output_stddevs {
-                // d/dvar of sqrt(var) = 0.5 / stddev (the floor is ignored, as in Kaldi);
-                // var = E[x²] − mean², so the mean also gets −2·mean·dvar.
-                let y = &out_value.row(o)[nl..];
-                let (mean, std) = y.split_at(fd);
-                let (dmean, dvar) = d.split_at_mut(fd);
-                for (((dv, &sd), dm), &m) in
-                    dvar.iter_mut().zip(std).zip(dmean.iter_mut()).zip(mean)
-                {
-                    *dv = 0.5 * *dv / sd;
-                    *dm += -2.0 * m * *dv;
-                }
-            }
-            let count = if nl > 0 {
-                out_value.row(o)[0].exp()
-            } else {
-                (s..e).map(|i| in_value.row(i)[0]).sum::<f32>()
-            };
-            let inv = 1.0 / count;
-            for v in d.iter_mut() {
-                *v *= inv;
-            }
-            for i in s..e {
-                for (a, &v) in g.row_mut(i)[1..].iter_mut().zip(&d) {
-                    *a += v;
-                }
-            }
-        }
+        g.backprop_pool_row_range_stats(
+            in_value,
+            out_value,
+            out_deriv,
+            &p.forward,
+            self.pooling_options(),
+        );
     }
 
     /// Output t reads inputs in `[t - left, t + right]` (any one suffices).

@@ -9,14 +9,16 @@
 
 use super::param_util::{self, component_boilerplate};
 use super::{
-    Component, Memo, MiscComputationInfo, PrecomputedIndexes, Properties, UpdatableCommon,
-    UpdatableComponent,
+    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
-use crate::nnet::config_line::ConfigLine;
 use crate::nnet::index::{Index, TRange, NO_TIME};
+use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use rand::RngCore;
 use std::any::Any;
 use std::collections::HashMap;
 
@@ -34,13 +36,14 @@ pub struct TdnnComponent {
     pub bias_params: Vector,
     /// Kaldi's orthonormal-constraint (0 = none); applied by the trainer.
     pub orthonormal_constraint: f32,
-    pub use_natural_gradient: bool,
-    pub num_samples_history: f32,
-    pub alpha_in: f32,
-    pub alpha_out: f32,
-    pub rank_in: i32,
-    pub rank_out: i32,
+    /// use-natural-gradient, rank-in/out, alpha-in/out, num-samples-history.
+    pub ng: NaturalGradientOptions,
+    /// The preconditioners, when this is the `to_update` side of a natural-gradient update.
+    pub ng_state: NaturalGradientState,
 }
+
+/// Kaldi's TdnnComponent has no update-period option; its preconditioners use this one.
+const TDNN_NG_UPDATE_PERIOD: i32 = 4;
 
 /// How the input rows of one time offset line up with the output rows.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,7 +94,7 @@ impl TdnnPrecomputed {
         if missing {
             return TdnnOffsetRows::Gather(map);
         }
-        match runs.as_slice() {
+        match &runs[..] {
             [] => TdnnOffsetRows::Contiguous { start: 0 },
             [(0, start, _)] => TdnnOffsetRows::Contiguous { start: *start },
             _ if map.len() >= MIN_AVG_RUN * runs.len() => TdnnOffsetRows::Runs(runs),
@@ -175,7 +178,7 @@ impl TdnnPrecomputed {
 
 impl TdnnComponent {
     /// Kaldi's TdnnComponent::InitFromConfig.
-    pub fn from_config(cfg: &ConfigLine) -> Result<Box<dyn Component>> {
+    pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let in_dim = param_util::require_positive(cfg, "input-dim")?;
         let out_dim = param_util::require_positive(cfg, "output-dim")?;
@@ -203,7 +206,8 @@ impl TdnnComponent {
         if rank_in <= 0 || rank_out <= 0 || alpha_in <= 0.0 || alpha_out <= 0.0 {
             return Err(cfg.error("rank-in, rank-out, alpha-in and alpha-out must be positive"));
         }
-        let (linear_params, bias_params) = param_util::with_init_rng(|rng| {
+        let (linear_params, bias_params) = {
+            let rng: &mut dyn RngCore = init_rng;
             let w = param_util::gaussian_matrix(out_dim, full_in, 0.0, param_stddev, rng);
             let b = if use_bias {
                 param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng)
@@ -211,19 +215,23 @@ impl TdnnComponent {
                 Vector::zeros(0)
             };
             (w, b)
-        });
+        };
         Ok(Box::new(TdnnComponent {
             common,
             time_offsets,
             linear_params: linear_params.into(),
             bias_params,
             orthonormal_constraint: cfg.get_or("orthonormal-constraint", 0.0f32)?,
-            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
-            num_samples_history,
-            alpha_in,
-            alpha_out,
-            rank_in,
-            rank_out,
+            ng: NaturalGradientOptions {
+                use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+                rank_in,
+                rank_out,
+                alpha_in,
+                alpha_out,
+                update_period: TDNN_NG_UPDATE_PERIOD,
+                num_samples_history,
+            },
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -286,12 +294,16 @@ impl TdnnComponent {
             linear_params: linear_params.into(),
             bias_params,
             orthonormal_constraint,
-            use_natural_gradient,
-            num_samples_history,
-            alpha_in,
-            alpha_out,
-            rank_in,
-            rank_out,
+            ng: NaturalGradientOptions {
+                use_natural_gradient,
+                rank_in,
+                rank_out,
+                alpha_in,
+                alpha_out,
+                update_period: TDNN_NG_UPDATE_PERIOD,
+                num_samples_history,
+            },
+            ng_state: NaturalGradientState::default(),
         }))
     }
 
@@ -323,6 +335,35 @@ impl TdnnComponent {
             )),
         };
         (p.offsets.len() == self.time_offsets.len() && p.fits(num_in, num_out)).then_some(p)
+    }
+}
+
+impl TdnnComponent {
+    /// The input rows each output row reads, offsets side by side (n_out × input-dim ·
+    /// #offsets; zeros where an input row is missing).
+    fn spliced_input(
+        &self,
+        layout: &TdnnPrecomputed,
+        in_value: MatView<'_>,
+        n_out: usize,
+    ) -> Matrix {
+        let d = self.block_dim();
+        let mut x = Matrix::zeros(n_out, d * layout.offsets.len());
+        for (k, rows) in layout.offsets.iter().enumerate() {
+            let mut xk = x.sub_mut(0, n_out, k * d, d);
+            match rows {
+                TdnnOffsetRows::Contiguous { start } => {
+                    xk.copy_from(in_value.rows_range(*start, n_out))
+                }
+                TdnnOffsetRows::Runs(runs) => {
+                    for &(o, i, l) in runs {
+                        xk.rows_range_mut(o, l).copy_from(in_value.rows_range(i, l));
+                    }
+                }
+                TdnnOffsetRows::Gather(map) => xk.copy_rows(in_value, map),
+            }
+        }
+        x
     }
 }
 
@@ -363,12 +404,13 @@ impl Component for TdnnComponent {
 
     fn propagate(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
+        args: PropagateArgs<'_>,
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
+        let PropagateArgs { indexes, .. } = args;
         if self.bias_params.dim() != 0 {
-            output.pu_copy_rows_from_vec(&self.bias_params);
+            output.copy_from_vec_rows(&self.bias_params);
         }
         let (n_in, n_out) = (input.num_rows(), output.num_rows());
         if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
@@ -400,14 +442,16 @@ impl Component for TdnnComponent {
 
     fn backprop(
         &self,
-        indexes: Option<&dyn PrecomputedIndexes>,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
+        args: BackpropArgs<'_>,
         out_deriv: MatView<'_>,
-        _memo: Option<&Memo>,
-        to_update: Option<&mut dyn Component>,
         in_deriv: Option<MatViewMut<'_>>,
     ) {
+        let BackpropArgs {
+            indexes,
+            in_value,
+            to_update,
+            ..
+        } = args;
         let n_out = out_deriv.num_rows();
         if out_deriv.num_cols() != self.output_dim() {
             return;
@@ -462,9 +506,22 @@ impl Component for TdnnComponent {
         let Some(layout) = self.layout(indexes, in_value.num_rows(), n_out) else {
             return;
         };
-        let lr = u.common.learning_rate;
-        let d = self.block_dim();
         let out_dim = self.output_dim();
+        let mut update = Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), true);
+        let lr = match update {
+            Update::Frozen => return,
+            Update::Plain { learning_rate } => learning_rate,
+            Update::Preconditioned { .. } => {
+                // The preconditioner sees whole spliced input rows (all offsets side by
+                // side), as the weight matrix does.
+                let x = self.spliced_input(&layout, in_value, n_out);
+                let bias = (u.bias_params.dim() == out_dim).then_some(&mut *u.bias_params);
+                update.weight_block(u.linear_params.view_mut(), bias, x.view(), out_deriv);
+                return;
+            }
+        };
+        // Plain gradient: one product per offset on the rows that offset reads.
+        let d = self.block_dim();
         for (k, rows) in layout.offsets.iter().enumerate() {
             let mut wk = u.linear_params.sub_mut(0, out_dim, k * d, d);
             match rows {
@@ -495,7 +552,7 @@ impl Component for TdnnComponent {
             }
         }
         if u.bias_params.dim() == out_dim {
-            out_deriv.add_row_sum_to(u.bias_params.as_mut_slice(), lr, 1.0);
+            u.bias_params.add_row_sum_mat(lr, out_deriv, 1.0);
         }
     }
 
@@ -577,15 +634,15 @@ impl Component for TdnnComponent {
         w.token("<OrthonormalConstraint>");
         w.f32(self.orthonormal_constraint);
         w.token("<UseNaturalGradient>");
-        w.bool(self.use_natural_gradient);
+        w.bool(self.ng.use_natural_gradient);
         w.token("<NumSamplesHistory>");
-        w.f32(self.num_samples_history);
+        w.f32(self.ng.num_samples_history);
         w.token("<AlphaInOut>");
-        w.f32(self.alpha_in);
-        w.f32(self.alpha_out);
+        w.f32(self.ng.alpha_in);
+        w.f32(self.ng.alpha_out);
         w.token("<RankInOut>");
-        w.i32(self.rank_in);
-        w.i32(self.rank_out);
+        w.i32(self.ng.rank_in);
+        w.i32(self.ng.rank_out);
         w.token("</TdnnComponent>");
     }
 
@@ -613,16 +670,16 @@ impl Component for TdnnComponent {
             s += ", ";
             s += &param_util::vector_stats("bias", &self.bias_params);
         }
-        if !self.use_natural_gradient {
+        if !self.ng.use_natural_gradient {
             s += ", use-natural-gradient=false";
         } else {
             s += &format!(
                 ", rank-in={}, rank-out={}, num-samples-history={}, update-period=4, alpha-in={}, alpha-out={}",
-                self.rank_in,
-                self.rank_out,
-                g(self.num_samples_history),
-                g(self.alpha_in),
-                g(self.alpha_out)
+                self.ng.rank_in,
+                self.ng.rank_out,
+                g(self.ng.num_samples_history),
+                g(self.ng.alpha_in),
+                g(self.ng.alpha_out)
             );
         }
         s
@@ -656,10 +713,7 @@ impl UpdatableComponent for TdnnComponent {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(
-            &[&self.linear_params.to_vec(), self.bias_params.as_slice()],
-            out,
-        );
+        param_util::vectorize_into(&[&self.linear_params.to_vec(), &self.bias_params], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let mut off = 0;
@@ -670,7 +724,7 @@ impl UpdatableComponent for TdnnComponent {
             self.linear_params.num_cols(),
             w,
         ));
-        param_util::take_params(self.bias_params.as_mut_slice(), params, &mut off);
+        param_util::take_params_vector(&mut self.bias_params, params, &mut off);
     }
     fn scale(&mut self, alpha: f32) {
         self.linear_params.view_mut().scale(alpha);
@@ -682,7 +736,7 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view_mut()
                     .add_mat(alpha, o.linear_params.view(), Trans::No);
-                param_util::vec_add(&mut self.bias_params, alpha, o.bias_params.as_slice());
+                param_util::vec_add(&mut self.bias_params, alpha, &o.bias_params);
             }
         }
     }
@@ -692,7 +746,7 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view()
                     .trace_mat_mat(o.linear_params.view())
-                    + param_util::vec_dot(self.bias_params.as_slice(), o.bias_params.as_slice())
+                    + param_util::vec_dot(&self.bias_params, &o.bias_params)
             }
             _ => 0.0,
         }

@@ -4,8 +4,8 @@
 
 use super::Component;
 use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::nnet::config_line::ConfigLine;
 
 /// Learning-rate options common to all updatable components.
 #[derive(Clone, Debug, PartialEq)]

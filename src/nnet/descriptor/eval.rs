@@ -317,7 +317,16 @@ impl Descriptor {
         true
     }
 
-    // `Descriptor::node_dependencies` (sorted, unique) lives in parse.rs.
+    /// Every node this descriptor may read, sorted and without repeats.
+    pub fn node_dependencies(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        for p in &self.parts {
+            p.node_dependencies(&mut v);
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 
     /// Modulus (lcm over the parts).
     pub fn modulus(&self) -> i32 {

@@ -21,12 +21,11 @@
 //! IfDefined, Const, or one forwarding descriptor) → [`ForwardingDescriptor`] (a node with a
 //! scale, wrapped in Offset / Switch / Round / ReplaceIndex). Append is pulled outward, Sum
 //! with more than two arguments becomes right-nested binary sums, Offsets distribute into Sums
-//! and nested Offsets add, nested Scales multiply (facts §5.3).
+//! and nested Offsets add, nested Scales multiply (facts §5.3). The parser and the printer
+//! of this syntax are Kaldi's front end's (`frontend::kaldi::descriptor_parse`); `eval.rs`
+//! gives a descriptor its meaning for the compiler.
 
 pub mod eval;
-pub mod parse;
-
-pub use parse::{DescriptorError, GeneralDescriptor};
 
 /// Which index variable ReplaceIndex replaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -6,9 +6,9 @@
 //! exactly as Kaldi's normalisation does (facts §2.6, §5.3). Every error carries the
 //! character offset within the descriptor text of the token or expression at fault.
 
-use super::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
+use super::config_line::is_valid_name;
 use crate::io::codec::{fmt_g, parse_float};
-use crate::nnet::config_line::is_valid_name;
+use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
 
 /// A descriptor syntax or normalisation error at a character offset within the text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -363,23 +363,20 @@ impl GeneralDescriptor {
                 SumDescriptor::Const { value: *v, dim: *d }
             }
             GeneralKind::Scale(alpha, a) => a.to_sum(Some(scale.unwrap_or(1.0) * alpha))?,
-            GeneralKind::Sum(v) => match v.as_slice() {
-                [] => return Err(DescriptorError::new(self.offset, "empty Sum()")),
-                [a] => a.to_sum(scale)?,
-                [a, rest @ ..] => {
-                    let first = a.to_sum(scale)?;
-                    let tail = if rest.len() == 1 {
-                        rest[0].to_sum(scale)?
-                    } else {
-                        GeneralDescriptor {
-                            kind: GeneralKind::Sum(rest.to_vec()),
-                            offset: rest[0].offset,
-                        }
-                        .to_sum(scale)?
-                    };
-                    SumDescriptor::Sum(Box::new(first), Box::new(tail))
+            GeneralKind::Sum(v) => {
+                // Right-nested, built from the last term backwards: linear in the terms.
+                let mut terms = v
+                    .iter()
+                    .map(|a| a.to_sum(scale))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let Some(mut sum) = terms.pop() else {
+                    return Err(DescriptorError::new(self.offset, "empty Sum()"));
+                };
+                while let Some(t) = terms.pop() {
+                    sum = SumDescriptor::Sum(Box::new(t), Box::new(sum));
                 }
-            },
+                sum
+            }
             GeneralKind::Failover(a, b) => {
                 no_scale("Failover()")?;
                 SumDescriptor::Failover(Box::new(a.to_sum(None)?), Box::new(b.to_sum(None)?))
@@ -606,14 +603,38 @@ impl Parser<'_> {
         op: &str,
     ) -> Result<Vec<GeneralDescriptor>, DescriptorError> {
         let mut v = vec![first];
+        // A Sum as the last argument of a Sum is read into the same list without recursing:
+        // Sum(a, Sum(b, c)) and Sum(a, b, c) normalise alike, and that is how Sums of many
+        // terms are written, so their nesting must not count against MAX_DEPTH. `inner` holds,
+        // per open inner Sum, where its terms start in `v` and its offset.
+        let mut inner: Vec<(usize, usize)> = Vec::new();
         loop {
             match self.peek().map(|t| &t.kind) {
                 Some(TokenKind::RParen) => {
                     self.pos += 1;
-                    return Ok(v);
+                    let Some((start, offset)) = inner.pop() else {
+                        return Ok(v);
+                    };
+                    if self.peek().map(|t| &t.kind) != Some(&TokenKind::RParen) {
+                        // Not the last argument after all: its terms become one Sum term.
+                        let items = v.split_off(start);
+                        v.push(GeneralDescriptor {
+                            kind: GeneralKind::Sum(items),
+                            offset,
+                        });
+                    }
                 }
                 Some(TokenKind::Comma) => {
                     self.pos += 1;
+                    let nested_sum = op == "Sum"
+                        && matches!(self.peek().map(|t| &t.kind), Some(TokenKind::Word(w)) if w == "Sum")
+                        && self.tokens.get(self.pos + 1).map(|t| &t.kind)
+                            == Some(&TokenKind::LParen);
+                    if nested_sum {
+                        let offset = self.here();
+                        self.pos += 2;
+                        inner.push((v.len(), offset));
+                    }
                     v.push(self.expr(depth + 1)?);
                 }
                 _ => return Err(self.err_expected(&format!("',' or ')' in {op}()"))),
@@ -796,17 +817,6 @@ impl ForwardingDescriptor {
             }
         }
     }
-
-    /// Every node this descriptor may read, in order of appearance (with repeats).
-    pub fn collect_nodes(&self, out: &mut Vec<usize>) {
-        match self {
-            ForwardingDescriptor::Simple { node, .. } => out.push(*node),
-            ForwardingDescriptor::Offset { src, .. }
-            | ForwardingDescriptor::Round { src, .. }
-            | ForwardingDescriptor::ReplaceIndex { src, .. } => src.collect_nodes(out),
-            ForwardingDescriptor::Switch(v) => v.iter().for_each(|f| f.collect_nodes(out)),
-        }
-    }
 }
 
 impl SumDescriptor {
@@ -833,19 +843,6 @@ impl SumDescriptor {
             SumDescriptor::Const { value, dim } => {
                 s.push_str(&format!("Const({}, {dim})", fmt_scalar(*value)));
             }
-        }
-    }
-
-    /// Every node this descriptor may read, in order of appearance (with repeats).
-    pub fn collect_nodes(&self, out: &mut Vec<usize>) {
-        match self {
-            SumDescriptor::Simple(f) => f.collect_nodes(out),
-            SumDescriptor::Optional(a) => a.collect_nodes(out),
-            SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => {
-                a.collect_nodes(out);
-                b.collect_nodes(out);
-            }
-            SumDescriptor::Const { .. } => {}
         }
     }
 }
@@ -890,17 +887,6 @@ impl Descriptor {
             }
         }
         s
-    }
-
-    /// Every node this descriptor may read, sorted and without repeats.
-    pub fn node_dependencies(&self) -> Vec<usize> {
-        let mut v = Vec::new();
-        for p in &self.parts {
-            p.collect_nodes(&mut v);
-        }
-        v.sort_unstable();
-        v.dedup();
-        v
     }
 }
 

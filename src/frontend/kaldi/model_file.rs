@@ -11,15 +11,15 @@
 //! Every malformed input gives an [`Error::Format`] with the byte offset and what was expected;
 //! counts are checked against the bytes that remain before anything is allocated.
 
+use super::config_line::is_valid_name;
 use crate::error::{Error, Result};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::Vector;
 use crate::nnet::component::{component_type, read_component, Component};
-use crate::nnet::config_line::is_valid_name;
 use crate::nnet::Nnet;
 
 /// Kaldi refuses networks with this many components or more.
-const MAX_COMPONENTS: i32 = 100_000;
+pub const MAX_COMPONENTS: i32 = 100_000;
 
 /// The acoustic-model part of a `final.mdl` (everything but the network itself).
 #[derive(Clone, Debug, Default)]
@@ -125,41 +125,6 @@ impl Nnet {
             w.newline_if_text();
         }
         w.token("</Nnet3>");
-    }
-
-    /// Total number of trainable parameters (updatable components only), as `nnet3-info`.
-    pub fn num_parameters(&self) -> usize {
-        self.components
-            .iter()
-            .filter_map(|c| c.as_updatable())
-            .map(|u| u.num_parameters())
-            .sum()
-    }
-
-    /// Sets the learning rate of every updatable component (Kaldi's `SetLearningRate`: the
-    /// stored rate is `learning_rate * learning-rate-factor`).
-    pub fn set_learning_rate(&mut self, learning_rate: f32) {
-        for c in &mut self.components {
-            if let Some(u) = c.as_updatable_mut() {
-                let cm = u.common_mut();
-                cm.learning_rate = learning_rate * cm.learning_rate_factor;
-            }
-        }
-    }
-
-    /// Multiplies all parameters by `scale` (Kaldi's `ScaleNnet`); components without
-    /// parameters scale their stored statistics instead.
-    pub fn scale_all(&mut self, scale: f32) {
-        if scale == 1.0 {
-            return;
-        }
-        for c in &mut self.components {
-            if let Some(u) = c.as_updatable_mut() {
-                u.scale(scale);
-            } else {
-                c.scale_stats(scale);
-            }
-        }
     }
 }
 
@@ -273,7 +238,8 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
         components,
         ..Default::default()
     };
-    nnet.apply_config_text(config_text, &file)
+    // The config section names nodes only; components came from the file above.
+    nnet.apply_config_text(config_text, &file, &mut crate::random::seeded_rng(0))
         .map_err(|e| config_error_to_format(e, &file, buf, config_start, &line_starts))?;
     r.set_pos(after);
     Ok(nnet)

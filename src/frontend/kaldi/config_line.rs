@@ -274,6 +274,72 @@ impl ConfigLine {
     }
 }
 
+/// How many float copies of its parameters a component may hold at once (parameters,
+/// gradient or statistics, the inference copy of a weight matrix, the copy being written...):
+/// the size check below multiplies by this so that a layer it passes can also be used.
+const PARAMETER_COPIES: u64 = 8;
+
+impl ConfigLine {
+    /// Checks the sizes this line asks for against the memory limit ([`crate::limits`])
+    /// before anything is built from it: every `*dim` value, the sum of `sizes=`, and a
+    /// weight matrix of `input-dim` × `output-dim` (× the number of `time-offsets`). Values
+    /// that are not positive integers are left to the reader of the line, which names them.
+    /// Marks nothing used.
+    pub fn check_sizes(&self) -> Result<()> {
+        let value = |key: &str| -> Option<u64> {
+            let e = self.entries.iter().find(|e| e.key == key)?;
+            e.value.trim().parse::<u64>().ok().filter(|&v| v > 0)
+        };
+        let list = |key: &str| -> Option<Vec<u64>> {
+            let e = self.entries.iter().find(|e| e.key == key)?;
+            Some(
+                e.value
+                    .split(',')
+                    .map(|p| p.trim().parse::<u64>().unwrap_or(0))
+                    .collect(),
+            )
+        };
+        // (key to point at, float count asked for)
+        let mut asks: Vec<(String, Option<u64>)> = Vec::new();
+        for e in self.entries.iter().filter(|e| e.key.ends_with("dim")) {
+            if let Some(v) = value(&e.key) {
+                asks.push((e.key.clone(), Some(v)));
+            }
+        }
+        if let Some(sizes) = list("sizes") {
+            let total = sizes.iter().try_fold(0u64, |a, &v| a.checked_add(v));
+            asks.push(("sizes".into(), total));
+        }
+        if let (Some(i), Some(o)) = (value("input-dim"), value("output-dim")) {
+            let offsets = list("time-offsets").map_or(1, |v| v.len() as u64);
+            let weights = i.checked_mul(o).and_then(|p| p.checked_mul(offsets));
+            asks.push(("input-dim".into(), weights));
+        }
+        for (key, floats) in asks {
+            let bytes = floats.and_then(|f| f.checked_mul(4 * PARAMETER_COPIES));
+            if bytes.is_none_or(|b| b > crate::limits::max_bytes()) {
+                let what = format!(
+                    "{} '{}' (with {PARAMETER_COPIES} copies of its parameters)",
+                    self.first_token,
+                    self.get_str_unmarked("name").unwrap_or("")
+                );
+                return Err(self.error_at_value(
+                    &key,
+                    crate::limits::too_big(bytes, crate::limits::max_bytes(), &what),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn get_str_unmarked(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|e| e.key == key)
+            .map(|e| e.value.as_str())
+    }
+}
+
 /// Types a config value can be read as. The error is a description of what was expected.
 pub trait FromConfigValue: Sized {
     fn from_config_value(s: &str) -> std::result::Result<Self, &'static str>;

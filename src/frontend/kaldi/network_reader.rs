@@ -1,5 +1,6 @@
-//! Reading config files into a network (Kaldi's `Nnet::ReadConfig`), writing its config
-//! lines (`GetConfigLines`), and checking that it hangs together (`Nnet::Check`).
+//! Reading config files into a network (Kaldi's `Nnet::ReadConfig`). The result is checked
+//! by the network's own [`Nnet::validate`] rules (`nnet/validate.rs`), with each problem
+//! traced back to the config line that caused it.
 //!
 //! Reading works in two passes over the lines so a line may refer to nodes defined later:
 //! pass 0 creates components and node slots, pass 1 parses descriptors and resolves names.
@@ -8,13 +9,14 @@
 //! an existing component's name replaces that component in place (how `nnet3-init old.raw
 //! extra.config` adds layers).
 
+use super::config_line::{config_lines as split_config_lines, is_valid_name, ConfigLine};
+use super::descriptor_parse::DescriptorError;
 use crate::error::{Error, Result, TextPos};
 use crate::nnet::component::{new_component_from_config, Component};
-use crate::nnet::config_line::{config_lines as split_config_lines, is_valid_name, ConfigLine};
-use crate::nnet::descriptor::parse::DescriptorError;
-use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, SumDescriptor};
+use crate::nnet::descriptor::Descriptor;
 use crate::nnet::network::{NetworkNode, Nnet, ObjectiveType};
-use std::collections::{HashMap, HashSet};
+use rand::RngCore;
+use std::collections::HashMap;
 
 /// Creates a component from a `component` config line whose `name` key is already consumed
 /// (the default is [`new_component_from_config`]).
@@ -28,31 +30,6 @@ const LINE_TYPES: &[&str] = &[
     "output-node",
     "dim-range-node",
 ];
-
-/// A problem found by the network check, tied to a node where possible.
-struct Problem {
-    node: Option<usize>,
-    /// The config key the problem is about (for the caret position).
-    key: &'static str,
-    msg: String,
-}
-
-impl Problem {
-    fn at(node: usize, key: &'static str, msg: impl Into<String>) -> Self {
-        Problem {
-            node: Some(node),
-            key,
-            msg: msg.into(),
-        }
-    }
-    fn global(msg: impl Into<String>) -> Self {
-        Problem {
-            node: None,
-            key: "name",
-            msg: msg.into(),
-        }
-    }
-}
 
 /// An error pointing at a character offset inside the value of `key`, allowing for a quote.
 fn value_error(cl: &ConfigLine, key: &str, offset: usize, msg: impl Into<String>) -> Error {
@@ -80,18 +57,25 @@ fn descriptor_error(cl: &ConfigLine, key: &str, e: DescriptorError) -> Error {
 
 impl Nnet {
     /// Builds a network from config text (Kaldi's `nnet3-init` on a config file). `file`
-    /// names the text in error messages.
-    pub fn from_config_text(text: &str, file: &str) -> Result<Nnet> {
+    /// names the text in error messages; random initial parameters come from `init_rng`
+    /// (seeded by `compnet init --srand`).
+    pub fn from_config_text(text: &str, file: &str, init_rng: &mut dyn RngCore) -> Result<Nnet> {
         let mut nnet = Nnet::default();
-        nnet.apply_config_text(text, file)?;
+        nnet.apply_config_text(text, file, init_rng)?;
         Ok(nnet)
     }
 
     /// Applies config text to this network (Kaldi's `ReadConfig`), creating components with
-    /// the registered component types. On error the network is left unchanged.
-    pub fn apply_config_text(&mut self, text: &str, file: &str) -> Result<()> {
+    /// the registered component types from `init_rng`. On error the network is left
+    /// unchanged.
+    pub fn apply_config_text(
+        &mut self,
+        text: &str,
+        file: &str,
+        init_rng: &mut dyn RngCore,
+    ) -> Result<()> {
         self.apply_config_text_with(text, file, &mut |cl: &ConfigLine| {
-            new_component_from_config(cl)
+            new_component_from_config(cl, init_rng)
         })
     }
 
@@ -130,6 +114,12 @@ impl Nnet {
         // Pass 0: components and node slots.
         let initial_num_components = self.components.len();
         let mut comp_names = self.component_names.clone();
+        // Names are looked up by map: a config may have 100,000 component lines.
+        let mut comp_index: HashMap<String, usize> = comp_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
         let mut replacements: Vec<(usize, Box<dyn Component>)> = Vec::new();
         let mut new_components: Vec<Box<dyn Component>> = Vec::new();
         let mut node_names: Vec<String> = Vec::new();
@@ -169,11 +159,12 @@ impl Nnet {
         };
         for (li, cl) in lines.iter().enumerate() {
             let name = cl.get_str("name").unwrap_or_default().to_string();
+            cl.check_sizes()?;
             match cl.first_token() {
                 "component" => {
                     let c = factory(cl)?;
                     cl.check_all_used("a component line")?;
-                    match comp_names.iter().position(|n| *n == name) {
+                    match comp_index.get(&name).copied() {
                         Some(idx) if idx < initial_num_components => replacements.push((idx, c)),
                         Some(_) => {
                             return Err(cl.error_at_value(
@@ -182,6 +173,15 @@ impl Nnet {
                             ))
                         }
                         None => {
+                            // What we write must read back, and the model format (Kaldi's
+                            // reader too) holds fewer components than this.
+                            let max = super::model_file::MAX_COMPONENTS as usize;
+                            if comp_names.len() + 1 >= max {
+                                return Err(cl.error(format!(
+                                    "too many components: a network holds fewer than {max}"
+                                )));
+                            }
+                            comp_index.insert(name.clone(), comp_names.len());
                             comp_names.push(name);
                             new_components.push(c);
                         }
@@ -273,7 +273,7 @@ impl Nnet {
                 "component" => {}
                 "component-node" => {
                     let cname: String = cl.require("component")?;
-                    let c = comp_names.iter().position(|n| *n == cname).ok_or_else(|| {
+                    let c = comp_index.get(&cname).copied().ok_or_else(|| {
                         cl.error_at_value("component", format!("no component named '{cname}'"))
                     })?;
                     let descriptor = parse_input(cl)?;
@@ -388,305 +388,6 @@ impl Nnet {
             self.nodes = old_nodes;
             self.component_names = old_comp_names;
             return Err(err);
-        }
-        Ok(())
-    }
-
-    /// The network's nodes as config lines (Kaldi's `GetConfigLines(include_dim=false)`,
-    /// the header of a model file), skipping hidden component-input nodes.
-    pub fn config_lines(&self) -> Vec<String> {
-        (0..self.nodes.len())
-            .filter(|&n| !self.is_component_input_node(n))
-            .map(|n| self.node_config_line(n, false))
-            .collect()
-    }
-
-    /// Config lines with dimensions, as `nnet3-info` prints them
-    /// (`GetConfigLines(include_dim=true)`).
-    pub fn config_lines_with_dims(&self) -> Vec<String> {
-        (0..self.nodes.len())
-            .filter(|&n| !self.is_component_input_node(n))
-            .map(|n| self.node_config_line(n, true))
-            .collect()
-    }
-
-    /// One node as a config line (Kaldi's `GetAsConfigLine`).
-    pub fn node_config_line(&self, n: usize, include_dim: bool) -> String {
-        let name = self.node_names.get(n).map_or("", |s| s.as_str());
-        let dim_of = |i: usize| self.checked_node_dim(i).unwrap_or(0);
-        match self.nodes.get(n) {
-            None => String::new(),
-            Some(NetworkNode::Input { dim }) => format!("input-node name={name} dim={dim}"),
-            Some(NetworkNode::Descriptor {
-                descriptor,
-                objective,
-            }) => {
-                let mut s = format!(
-                    "output-node name={name} input={}",
-                    descriptor.to_config(&self.node_names)
-                );
-                if include_dim {
-                    s.push_str(&format!(" dim={}", dim_of(n)));
-                }
-                s.push_str(match objective {
-                    ObjectiveType::Linear => " objective=linear",
-                    ObjectiveType::Quadratic => " objective=quadratic",
-                });
-                s
-            }
-            Some(NetworkNode::Component { component }) => {
-                let cname = self
-                    .component_names
-                    .get(*component)
-                    .map_or("", |s| s.as_str());
-                let input = match n.checked_sub(1).and_then(|p| self.nodes.get(p)) {
-                    Some(NetworkNode::Descriptor { descriptor, .. }) => {
-                        descriptor.to_config(&self.node_names)
-                    }
-                    _ => String::new(),
-                };
-                let mut s = format!("component-node name={name} component={cname} input={input}");
-                if include_dim {
-                    let in_dim = n.checked_sub(1).map_or(0, dim_of);
-                    s.push_str(&format!(" input-dim={in_dim} output-dim={}", dim_of(n)));
-                }
-                s
-            }
-            Some(NetworkNode::DimRange {
-                input_node,
-                dim_offset,
-                dim,
-            }) => format!(
-                "dim-range-node name={name} input-node={} dim-offset={dim_offset} dim={dim}",
-                self.node_names.get(*input_node).map_or("", |s| s.as_str())
-            ),
-        }
-    }
-
-    /// Checks that the network hangs together (Kaldi's `Nnet::Check`): unique valid names,
-    /// descriptors that read only input/component/dim-range nodes with agreeing dimensions,
-    /// component input dims that match their descriptors, dim-ranges in bounds, and at least
-    /// one input and one output node.
-    pub fn validate(&self) -> Result<()> {
-        self.check().map_err(|p| match p.node {
-            Some(n) => Error::Network(format!(
-                "node '{}': {}",
-                self.node_names.get(n).map_or("?", |s| s.as_str()),
-                p.msg
-            )),
-            None => Error::Network(p.msg),
-        })
-    }
-
-    /// The output dimension of a node, or why it cannot be computed (never panics).
-    pub fn checked_node_dim(&self, n: usize) -> std::result::Result<usize, String> {
-        match self.nodes.get(n) {
-            None => Err(format!("node index {n} out of range")),
-            Some(NetworkNode::Input { dim }) | Some(NetworkNode::DimRange { dim, .. }) => Ok(*dim),
-            Some(NetworkNode::Component { component }) => self
-                .components
-                .get(*component)
-                .map(|c| c.output_dim())
-                .ok_or_else(|| format!("component index {component} out of range")),
-            Some(NetworkNode::Descriptor { descriptor, .. }) => {
-                self.checked_descriptor_dim(descriptor)
-            }
-        }
-    }
-
-    /// The dimension of a descriptor, checking that every Sum/Failover/Switch agrees and that
-    /// only input, component and dim-range nodes are read.
-    pub fn checked_descriptor_dim(&self, d: &Descriptor) -> std::result::Result<usize, String> {
-        if d.parts.is_empty() {
-            return Err("empty descriptor".into());
-        }
-        d.parts.iter().map(|p| self.sum_dim(p)).sum()
-    }
-
-    fn sum_dim(&self, s: &SumDescriptor) -> std::result::Result<usize, String> {
-        match s {
-            SumDescriptor::Simple(f) => self.fwd_dim(f),
-            SumDescriptor::Optional(a) => self.sum_dim(a),
-            SumDescriptor::Const { dim, .. } => Ok(*dim),
-            SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => {
-                let (da, db) = (self.sum_dim(a)?, self.sum_dim(b)?);
-                if da != db {
-                    let op = if matches!(s, SumDescriptor::Sum(..)) {
-                        "Sum"
-                    } else {
-                        "Failover"
-                    };
-                    let mut ta = String::new();
-                    let mut tb = String::new();
-                    a.write_config(&self.node_names, &mut ta);
-                    b.write_config(&self.node_names, &mut tb);
-                    return Err(format!(
-                        "dimension mismatch in {op}(): {ta} has dim {da} but {tb} has dim {db}"
-                    ));
-                }
-                Ok(da)
-            }
-        }
-    }
-
-    fn fwd_dim(&self, f: &ForwardingDescriptor) -> std::result::Result<usize, String> {
-        match f {
-            ForwardingDescriptor::Simple { node, .. } => match self.nodes.get(*node) {
-                None => Err(format!(
-                    "descriptor reads node index {node}, which does not exist"
-                )),
-                Some(NetworkNode::Descriptor { .. }) => Err(format!(
-                    "descriptor reads '{}', which is not an input, component or dim-range node",
-                    self.node_names.get(*node).map_or("?", |s| s.as_str())
-                )),
-                Some(_) => self.checked_node_dim(*node),
-            },
-            ForwardingDescriptor::Offset { src, .. }
-            | ForwardingDescriptor::Round { src, .. }
-            | ForwardingDescriptor::ReplaceIndex { src, .. } => self.fwd_dim(src),
-            ForwardingDescriptor::Switch(v) => {
-                let mut dim = None;
-                for g in v {
-                    let d = self.fwd_dim(g)?;
-                    match dim {
-                        Some(prev) if prev != d => {
-                            return Err(format!(
-                                "dimension mismatch in Switch(): arguments have dims {prev} and {d}"
-                            ))
-                        }
-                        _ => dim = Some(d),
-                    }
-                }
-                dim.ok_or_else(|| "empty Switch()".to_string())
-            }
-        }
-    }
-
-    fn check(&self) -> std::result::Result<(), Problem> {
-        if self.node_names.len() != self.nodes.len() {
-            return Err(Problem::global("node names and nodes differ in number"));
-        }
-        if self.component_names.len() != self.components.len() {
-            return Err(Problem::global(
-                "component names and components differ in number",
-            ));
-        }
-        let mut seen = HashSet::new();
-        for (i, name) in self.node_names.iter().enumerate() {
-            if !is_valid_name(name) {
-                return Err(Problem::at(
-                    i,
-                    "name",
-                    format!("invalid node name '{name}'"),
-                ));
-            }
-            if !seen.insert(name.as_str()) {
-                return Err(Problem::at(
-                    i,
-                    "name",
-                    format!("duplicate node name '{name}'"),
-                ));
-            }
-        }
-        let mut seen = HashSet::new();
-        for name in &self.component_names {
-            if !is_valid_name(name) {
-                return Err(Problem::global(format!("invalid component name '{name}'")));
-            }
-            if !seen.insert(name.as_str()) {
-                return Err(Problem::global(format!(
-                    "duplicate component name '{name}'"
-                )));
-            }
-        }
-        let (mut num_inputs, mut num_outputs) = (0, 0);
-        for (n, node) in self.nodes.iter().enumerate() {
-            match node {
-                NetworkNode::Input { dim } => {
-                    num_inputs += 1;
-                    if *dim == 0 {
-                        return Err(Problem::at(n, "dim", "input dim must be positive"));
-                    }
-                }
-                NetworkNode::Descriptor { descriptor, .. } => {
-                    let is_output =
-                        !matches!(self.nodes.get(n + 1), Some(NetworkNode::Component { .. }));
-                    let dim = self
-                        .checked_descriptor_dim(descriptor)
-                        .map_err(|m| Problem::at(n, "input", m))?;
-                    if is_output {
-                        num_outputs += 1;
-                        if dim == 0 {
-                            return Err(Problem::at(n, "input", "output dim must be positive"));
-                        }
-                    }
-                }
-                NetworkNode::Component { component } => {
-                    let Some(c) = self.components.get(*component) else {
-                        return Err(Problem::at(n, "component", "component index out of range"));
-                    };
-                    let Some(NetworkNode::Descriptor { descriptor, .. }) =
-                        n.checked_sub(1).and_then(|p| self.nodes.get(p))
-                    else {
-                        return Err(Problem::at(
-                            n,
-                            "input",
-                            "a component node must follow its input descriptor node",
-                        ));
-                    };
-                    let src_dim = self
-                        .checked_descriptor_dim(descriptor)
-                        .map_err(|m| Problem::at(n, "input", m))?;
-                    if src_dim != c.input_dim() {
-                        return Err(Problem::at(
-                            n,
-                            "input",
-                            format!(
-                                "dimension mismatch: the input descriptor has dim {src_dim} but \
-                                 component '{}' ({}) has input-dim {}",
-                                self.component_names[*component],
-                                c.type_name(),
-                                c.input_dim()
-                            ),
-                        ));
-                    }
-                }
-                NetworkNode::DimRange {
-                    input_node,
-                    dim_offset,
-                    dim,
-                } => {
-                    let input_dim = match self.nodes.get(*input_node) {
-                        Some(NetworkNode::Input { .. } | NetworkNode::Component { .. }) => self
-                            .checked_node_dim(*input_node)
-                            .map_err(|m| Problem::at(n, "input-node", m))?,
-                        _ => {
-                            return Err(Problem::at(
-                                n,
-                                "input-node",
-                                "a dim-range-node must read an input node or a component node",
-                            ))
-                        }
-                    };
-                    if *dim == 0 || dim_offset + dim > input_dim {
-                        return Err(Problem::at(
-                            n,
-                            "dim",
-                            format!(
-                                "dim-range out of bounds: dim-offset={dim_offset} dim={dim} but \
-                                 input node '{}' has dim {input_dim}",
-                                self.node_names[*input_node]
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-        if num_inputs == 0 {
-            return Err(Problem::global("the network has no input node"));
-        }
-        if num_outputs == 0 {
-            return Err(Problem::global("the network has no output node"));
         }
         Ok(())
     }

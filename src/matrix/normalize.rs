@@ -1,0 +1,100 @@
+//! Row normalisation (Kaldi's NormalizePerRow and DiffNormalizePerRow), block by block.
+
+use super::{simd, MatView, MatViewMut, Real};
+
+/// The floor on the mean square Kaldi applies before the inverse square root (2^-66).
+pub const NORMALIZE_SQUARED_NORM_FLOOR: Real = 1.355_252_7e-20;
+
+impl MatViewMut<'_> {
+    /// Normalises each block of `block_dim` columns of `src` to RMS `target_rms`, writing
+    /// blocks of `block_dim` columns (+1 with `add_log`: the log RMS) into `self`
+    /// (Kaldi's NormalizePerRow; vectorised).
+    pub fn normalize_per_row(
+        &mut self,
+        src: MatView<'_>,
+        block_dim: usize,
+        target_rms: Real,
+        add_log: bool,
+    ) {
+        let bd = block_dim;
+        let obd = bd + usize::from(add_log);
+        let d_scaled = bd as f32 * target_rms * target_rms;
+        for r in 0..self.num_rows() {
+            let s = src.row(r);
+            for (ib, ob) in s.chunks(bd).zip(self.row_mut(r).chunks_mut(obd)) {
+                let f = (simd::sum_squares(ib) * (1.0 / d_scaled))
+                    .max(NORMALIZE_SQUARED_NORM_FLOOR)
+                    .powf(-0.5);
+                simd::scale_into(&mut ob[..bd], ib, f);
+                if add_log {
+                    ob[bd] = -f.ln() + target_rms.ln();
+                }
+            }
+        }
+    }
+    /// [`normalize_per_row`](Self::normalize_per_row) in place, without the log column.
+    pub fn apply_normalize_per_row(&mut self, block_dim: usize, target_rms: Real) {
+        let d_scaled = block_dim as f32 * target_rms * target_rms;
+        for r in 0..self.num_rows() {
+            for blk in self.row_mut(r).chunks_mut(block_dim) {
+                let f = (simd::sum_squares(blk) * (1.0 / d_scaled))
+                    .max(NORMALIZE_SQUARED_NORM_FLOOR)
+                    .powf(-0.5);
+                simd::scale(blk, f);
+            }
+        }
+    }
+    /// Adds the input derivative of [`normalize_per_row`](Self::normalize_per_row) to `self`
+    /// (Kaldi's DiffNormalizePerRow). With `out_deriv = None`, `self` holds the output
+    /// derivative (no log column) and is overwritten with the input derivative.
+    pub fn diff_normalize_per_row(
+        &mut self,
+        in_value: MatView<'_>,
+        out_deriv: Option<MatView<'_>>,
+        block_dim: usize,
+        target_rms: Real,
+        add_log: bool,
+    ) {
+        let bd = block_dim;
+        let obd = bd + usize::from(add_log);
+        let d_scaled = bd as f32 * target_rms * target_rms;
+        let mut od_buf = vec![0.0f32; obd];
+        for r in 0..self.num_rows() {
+            let x_row = in_value.row(r);
+            let od_row: Option<&[f32]> = out_deriv.map(|m| m.row(r));
+            let d_row = self.row_mut(r);
+            for (b, x) in x_row.chunks(bd).enumerate() {
+                match od_row {
+                    Some(o) => od_buf.copy_from_slice(&o[b * obd..(b + 1) * obd]),
+                    None => od_buf[..bd].copy_from_slice(&d_row[b * bd..(b + 1) * bd]),
+                }
+                let od = &od_buf[..bd];
+                let dot: f32 = od.iter().zip(x).map(|(a, b)| a * b).sum();
+                let sumsq: f32 = x.iter().map(|v| v * v).sum();
+                let d = &mut d_row[b * bd..(b + 1) * bd];
+                if od_row.is_none() {
+                    d.iter_mut().for_each(|v| *v = 0.0);
+                }
+                if add_log {
+                    let coef = od_buf[bd] / sumsq.max(bd as f32 * NORMALIZE_SQUARED_NORM_FLOOR);
+                    for (v, &xx) in d.iter_mut().zip(x) {
+                        *v += coef * xx;
+                    }
+                }
+                let f = (sumsq * (1.0 / d_scaled))
+                    .max(NORMALIZE_SQUARED_NORM_FLOOR)
+                    .powf(-0.5);
+                // At the floor the scale does not depend on x.
+                let f3 = if f == 1.0 / NORMALIZE_SQUARED_NORM_FLOOR.sqrt() {
+                    0.0
+                } else {
+                    f * f * f
+                };
+                let c = -dot * f3 / d_scaled;
+                for ((v, &o), &xx) in d.iter_mut().zip(od).zip(x) {
+                    *v += f * o + c * xx;
+                }
+            }
+        }
+    }
+}

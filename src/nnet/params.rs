@@ -1,0 +1,41 @@
+//! Parameter maths over a whole network: counting parameters, setting learning rates and
+//! scaling (Kaldi's nnet-utils functions the trainer and `nnet3-copy` use).
+
+use crate::nnet::network::Nnet;
+
+impl Nnet {
+    /// Total number of trainable parameters (updatable components only), as `nnet3-info`.
+    pub fn num_parameters(&self) -> usize {
+        self.components
+            .iter()
+            .filter_map(|c| c.as_updatable())
+            .map(|u| u.num_parameters())
+            .sum()
+    }
+
+    /// Sets the learning rate of every updatable component (Kaldi's `SetLearningRate`: the
+    /// stored rate is `learning_rate * learning-rate-factor`).
+    pub fn set_learning_rate(&mut self, learning_rate: f32) {
+        for c in &mut self.components {
+            if let Some(u) = c.as_updatable_mut() {
+                let cm = u.common_mut();
+                cm.learning_rate = learning_rate * cm.learning_rate_factor;
+            }
+        }
+    }
+
+    /// Multiplies all parameters by `scale` (Kaldi's `ScaleNnet`); components without
+    /// parameters scale their stored statistics instead.
+    pub fn scale_all(&mut self, scale: f32) {
+        if scale == 1.0 {
+            return;
+        }
+        for c in &mut self.components {
+            if let Some(u) = c.as_updatable_mut() {
+                u.scale(scale);
+            } else {
+                c.scale_stats(scale);
+            }
+        }
+    }
+}
