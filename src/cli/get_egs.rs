@@ -7,9 +7,10 @@ use crate::egs::kaldi_rand::GlibcRand;
 use crate::egs::splitter::{parse_num_frames, ExampleGenerationConfig, UtteranceSplitter};
 use crate::error::{Error, Result};
 use crate::index::Index;
+use crate::io::compressed::{CompressedFormat, CompressedMatrix, CompressionMethod};
 use crate::io::egs::{NnetExample, NnetExampleWriter, NnetIo};
 use crate::io::sparse::{GeneralMatrix, Posterior, SparseMatrix, SparseVector};
-use crate::io::table::{RandomAccessMatrixReader, RandomAccessTableReader, SequentialMatrixReader};
+use crate::io::table::{RandomAccessMatrixReader, RandomAccessTableReader, SequentialTableReader};
 use crate::matrix::Matrix;
 
 /// Options shared by both commands (Kaldi's `ExampleGenerationConfig` and the rest).
@@ -40,8 +41,11 @@ pub struct CommonArgs {
     #[arg(long = "frame-subsampling-factor", default_value_t = 1)]
     pub frame_subsampling_factor: i32,
     /// iVectors, one row per --online-ivector-period frames.
-    #[arg(long = "online-ivectors", alias = "ivectors", default_value = "")]
+    #[arg(long = "online-ivectors", default_value = "")]
     pub online_ivectors: String,
+    /// Alias of --online-ivectors (used when that one is not given).
+    #[arg(long = "ivectors", default_value = "")]
+    pub ivectors: String,
     /// Frames per iVector row.
     #[arg(long = "online-ivector-period", default_value_t = 1)]
     pub online_ivector_period: i32,
@@ -72,7 +76,7 @@ pub struct Args {
 /// Options of `compnet get-egs-dense-targets`.
 #[derive(clap::Args, Debug)]
 pub struct DenseArgs {
-    /// Dimension of the targets; required.
+    /// Dimension of the targets, checked when given (-1: any).
     #[arg(long = "num-targets", default_value_t = -1, allow_hyphen_values = true)]
     pub num_targets: i32,
     #[command(flatten)]
@@ -80,32 +84,119 @@ pub struct DenseArgs {
 }
 
 enum Supervision {
+    /// Pdf posteriors and the number of pdfs.
     Posteriors(RandomAccessTableReader<Posterior>, usize),
-    Dense(RandomAccessMatrixReader, usize),
+    /// Dense targets and the dimension they must have (`None`: any).
+    Dense(RandomAccessMatrixReader, Option<usize>),
 }
 
-/// Rows `first..first+n` of `m`, repeating the edge rows beyond either end.
-fn rows_with_padding(m: &Matrix, first: i32, n: i32) -> Matrix {
+/// Rows `first..first+n` of `m`, repeating the edge rows beyond either end (`m` non-empty).
+fn rows_with_padding(m: &Matrix, first: i32, n: usize) -> Matrix {
     let last = m.num_rows() as i32 - 1;
-    let mut out = Matrix::zeros(n as usize, m.num_cols());
+    let mut out = Matrix::zeros(n, m.num_cols());
     for r in 0..n {
-        let src = (first + r).clamp(0, last) as usize;
-        out.row_mut(r as usize).copy_from_slice(m.row(src));
+        let src = (first + r as i32).clamp(0, last) as usize;
+        out.copy_row_from_slice(r, &m.row_to_vec(src));
     }
     out
 }
 
+/// The same for a compressed matrix, without decompressing (Kaldi's sub-range constructor
+/// with padding): the codes of the clamped rows are copied; a one-byte-with-column-headers
+/// result of fewer than 8 rows is re-encoded as two-byte, as Kaldi does.
+fn compressed_rows_with_padding(c: &CompressedMatrix, first: i32, n: usize) -> CompressedMatrix {
+    let (rows, cols) = (c.rows, c.cols);
+    let src = |r: usize| (first + r as i32).clamp(0, rows as i32 - 1) as usize;
+    let mut data = Vec::new();
+    match c.format {
+        CompressedFormat::OneByteWithColHeaders => {
+            data.extend_from_slice(&c.data[..cols * 8]);
+            let bytes = &c.data[cols * 8..];
+            for col in 0..cols {
+                data.extend((0..n).map(|r| bytes[col * rows + src(r)]));
+            }
+        }
+        CompressedFormat::TwoByte => {
+            for r in 0..n {
+                let s = src(r);
+                data.extend_from_slice(&c.data[s * cols * 2..(s + 1) * cols * 2]);
+            }
+        }
+        CompressedFormat::OneByte => {
+            for r in 0..n {
+                let s = src(r);
+                data.extend_from_slice(&c.data[s * cols..(s + 1) * cols]);
+            }
+        }
+    }
+    let out = CompressedMatrix {
+        format: c.format,
+        min_value: c.min_value,
+        range: c.range,
+        rows: n,
+        cols,
+        data,
+    };
+    if n < 8 && c.format == CompressedFormat::OneByteWithColHeaders {
+        CompressedMatrix::compress(&out.to_matrix(), CompressionMethod::TwoByteAuto)
+    } else {
+        out
+    }
+}
+
+/// Kaldi's `ExtractRowRangeWithPadding` for the feature types a feature archive can hold.
+fn extract_rows(feats: &GeneralMatrix, first: i32, n: usize) -> GeneralMatrix {
+    match feats {
+        GeneralMatrix::Full(m) => GeneralMatrix::Full(rows_with_padding(m, first, n)),
+        GeneralMatrix::Compressed(c) => {
+            GeneralMatrix::Compressed(compressed_rows_with_padding(c, first, n))
+        }
+        GeneralMatrix::Sparse(s) => {
+            let last = s.rows.len() as i32 - 1;
+            GeneralMatrix::Sparse(SparseMatrix {
+                rows: (0..n)
+                    .map(|r| s.rows[(first + r as i32).clamp(0, last) as usize].clone())
+                    .collect(),
+            })
+        }
+    }
+}
+
+/// A posterior row as Kaldi's `SparseVector` stores it: sorted by (id, weight), weights of the
+/// same id summed, zero sums dropped. Ids outside `0..dim` are an error (Kaldi asserts).
+pub fn sparse_row(dim: usize, pairs: &[(i32, f32)]) -> std::result::Result<SparseVector, i32> {
+    let mut sorted = pairs.to_vec();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let mut out: Vec<(i32, f32)> = Vec::with_capacity(sorted.len());
+    let mut i = 0;
+    while i < sorted.len() {
+        let (id, mut w) = sorted[i];
+        i += 1;
+        while i < sorted.len() && sorted[i].0 == id {
+            w += sorted[i].1;
+            i += 1;
+        }
+        if w != 0.0 {
+            out.push((id, w));
+        }
+    }
+    if let Some(&(bad, _)) = out.iter().find(|p| p.0 < 0 || p.0 as usize >= dim) {
+        return Err(bad);
+    }
+    Ok(SparseVector { dim, pairs: out })
+}
+
 fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
     let fsf = c.frame_subsampling_factor;
-    let config = ExampleGenerationConfig {
-        left_context: c.left_context,
-        right_context: c.right_context,
-        left_context_initial: c.left_context_initial,
-        right_context_final: c.right_context_final,
-        num_frames_overlap: c.num_frames_overlap,
-        frame_subsampling_factor: fsf,
-        num_frames: parse_num_frames(&c.num_frames, fsf)?,
-    };
+    let (num_frames, rounded) = parse_num_frames(&c.num_frames, fsf)?;
+    if rounded {
+        let list: Vec<String> = num_frames.iter().map(|n| n.to_string()).collect();
+        eprintln!(
+            "LOG ({tool}) Rounding up --num-frames={} to multiples of --frame-subsampling-factor={fsf}, to: {}",
+            c.num_frames,
+            list.join(",")
+        );
+    }
     if c.left_context < 0 || c.right_context < 0 {
         return Err(Error::Usage(
             "--left-context and --right-context must be >= 0".into(),
@@ -116,33 +207,46 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
             "--online-ivector-period must be positive".into(),
         ));
     }
+    let ivector_spec = if c.online_ivectors.is_empty() {
+        c.ivectors.as_str()
+    } else {
+        c.online_ivectors.as_str()
+    };
+    let config = ExampleGenerationConfig {
+        left_context: c.left_context,
+        right_context: c.right_context,
+        left_context_initial: c.left_context_initial,
+        right_context_final: c.right_context_final,
+        num_frames_overlap: c.num_frames_overlap,
+        frame_subsampling_factor: fsf,
+        num_frames,
+    };
     let mut splitter = UtteranceSplitter::new(config)?;
     let mut rng = GlibcRand::default();
-    let feats = SequentialMatrixReader::open(&c.features)?;
-    let mut ivectors = if c.online_ivectors.is_empty() {
+    let feats_reader = SequentialTableReader::<GeneralMatrix>::open(&c.features)?;
+    let mut ivectors = if ivector_spec.is_empty() {
         None
     } else {
-        Some(RandomAccessMatrixReader::open(&c.online_ivectors)?)
+        Some(RandomAccessMatrixReader::open(ivector_spec)?)
     };
     let mut writer = NnetExampleWriter::open(&c.egs_out)?;
-    let (mut num_err, mut num_written) = (0usize, 0usize);
-    for item in feats {
+    let mut num_err = 0usize;
+    for item in feats_reader {
         let (key, feats) = item?;
         let n_rows = feats.num_rows() as i32;
-        let n_out = (n_rows + fsf - 1) / fsf;
-        let target_len = match &mut sup {
-            Supervision::Posteriors(r, _) => r.get(&key)?.map(|p| p.len()),
-            Supervision::Dense(r, _) => r.get(&key)?.map(|m| m.num_rows()),
+        let has = match &mut sup {
+            Supervision::Posteriors(r, _) => r.has_key(&key)?,
+            Supervision::Dense(r, _) => r.has_key(&key)?,
         };
-        let Some(target_len) = target_len else {
-            eprintln!("WARNING ({tool}) No supervision for key {key}");
-            num_err += 1;
-            continue;
-        };
-        if (target_len as i32 - n_out).abs() > c.targets_length_tolerance || target_len == 0 {
-            eprintln!(
-                "WARNING ({tool}) Mismatch in length for utterance {key}: {n_out} (subsampled) feature frames versus {target_len} target frames"
-            );
+        if !has {
+            match sup {
+                Supervision::Posteriors(..) => {
+                    eprintln!("WARNING ({tool}) No pdf-level posterior for key {key}")
+                }
+                Supervision::Dense(..) => {
+                    eprintln!("WARNING ({tool}) No target matrix for key {key}")
+                }
+            }
             num_err += 1;
             continue;
         }
@@ -155,8 +259,10 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
                     continue;
                 }
                 Some(m) => {
-                    let covered = m.num_rows() as i32 * c.online_ivector_period;
-                    if m.num_rows() == 0 || (n_rows - covered).abs() > c.length_tolerance {
+                    let covered = m.num_rows() as i64 * c.online_ivector_period as i64;
+                    if (n_rows as i64 - covered).abs() > c.length_tolerance as i64
+                        || m.num_rows() == 0
+                    {
                         eprintln!(
                             "WARNING ({tool}) Length difference between feats {n_rows} and iVectors {} exceeds tolerance {}",
                             m.num_rows(),
@@ -169,6 +275,32 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
                 }
             },
         };
+        let target_len = match &mut sup {
+            Supervision::Posteriors(r, _) => r.value(&key)?.len(),
+            Supervision::Dense(r, _) => r.value(&key)?.num_rows(),
+        } as i32;
+        let expected = (n_rows + fsf - 1) / fsf;
+        if (target_len - expected).abs() > c.targets_length_tolerance {
+            if fsf == 1 {
+                eprintln!(
+                    "WARNING ({tool}) Supervision does not have expected length for utterance {key}: expected length = {n_rows}, got {target_len}"
+                );
+            } else {
+                eprintln!(
+                    "WARNING ({tool}) Supervision does not have expected length for utterance {key}: expected length = ({n_rows} + {fsf} - 1) / {fsf} = {expected}, got: {target_len} (note: --frame-subsampling-factor={fsf})"
+                );
+            }
+            num_err += 1;
+            continue;
+        }
+        if let Supervision::Dense(r, Some(dim)) = &mut sup {
+            let got = r.value(&key)?.num_cols();
+            if got != *dim {
+                return Err(Error::Usage(format!(
+                    "utterance {key}: the targets have dimension {got} but --num-targets={dim}"
+                )));
+            }
+        }
         let chunks = splitter.chunks(n_rows, &mut rng)?;
         if chunks.is_empty() {
             eprintln!(
@@ -178,16 +310,22 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
         for chunk in &chunks {
             let total = chunk.left_context + chunk.num_frames + chunk.right_context;
             let start = chunk.first_frame - chunk.left_context;
+            crate::limits::check_product(
+                &[total.max(0) as u64, feats.num_cols() as u64, 4],
+                "an example's input matrix",
+            )
+            .map_err(Error::Usage)?;
             let mut eg = NnetExample::default();
             eg.io.push(NnetIo {
                 name: "input".into(),
                 indexes: (0..total)
                     .map(|i| Index::new(0, i - chunk.left_context, 0))
                     .collect(),
-                features: GeneralMatrix::Full(rows_with_padding(&feats, start, total)),
+                features: extract_rows(&feats, start, total as usize),
             });
             if let Some(iv) = &ivec {
-                // Kaldi draws the frame from a window as long as the whole utterance.
+                // Kaldi draws the frame from a window as long as the whole utterance that
+                // starts at the chunk's first input frame.
                 let frame = rng.rand_int(start, start + n_rows - 1);
                 let row = (frame / c.online_ivector_period).clamp(0, iv.num_rows() as i32 - 1);
                 eg.io.push(NnetIo {
@@ -197,43 +335,31 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
                 });
             }
             let first_out = chunk.first_frame / fsf;
-            let n_sub = chunk.num_frames / fsf;
-            let indexes = (0..n_sub).map(|i| Index::new(0, i * fsf, 0)).collect();
+            let n_sub = (chunk.num_frames / fsf) as usize;
+            let indexes = (0..n_sub as i32)
+                .map(|i| Index::new(0, i * fsf, 0))
+                .collect();
             let features = match &mut sup {
                 Supervision::Posteriors(r, dim) => {
                     let post = r.value(&key)?;
-                    let mut rows = Vec::with_capacity(n_sub as usize);
-                    for i in 0..n_sub {
-                        let t = (first_out + i) as usize;
-                        let w = chunk.output_weights[i as usize];
+                    let mut rows = Vec::with_capacity(n_sub);
+                    for (i, &w) in chunk.output_weights.iter().enumerate().take(n_sub) {
+                        let t = first_out as usize + i;
                         let mut pairs = post.get(t).cloned().unwrap_or_default();
                         for p in &mut pairs {
-                            if p.0 < 0 || p.0 as usize >= *dim {
-                                return Err(Error::Usage(format!(
-                                    "utterance {key}, frame {t}: pdf id {} is outside 0..{dim} (--num-pdfs)",
-                                    p.0
-                                )));
-                            }
                             p.1 *= w;
                         }
-                        rows.push(SparseVector { dim: *dim, pairs });
+                        rows.push(sparse_row(*dim, &pairs).map_err(|bad| {
+                            Error::Usage(format!(
+                                "utterance {key}, frame {t}: pdf id {bad} is outside 0..{dim} (--num-pdfs={dim})"
+                            ))
+                        })?);
                     }
                     GeneralMatrix::Sparse(SparseMatrix { rows })
                 }
-                Supervision::Dense(r, dim) => {
-                    let m = r.value(&key)?;
-                    if m.num_cols() != *dim {
-                        return Err(Error::Usage(format!(
-                            "utterance {key}: targets have dim {} but --num-targets={dim}",
-                            m.num_cols()
-                        )));
-                    }
-                    let mut part = rows_with_padding(m, first_out, n_sub);
-                    for i in 0..n_sub as usize {
-                        let w = chunk.output_weights[i];
-                        part.row_mut(i).iter_mut().for_each(|v| *v *= w);
-                    }
-                    GeneralMatrix::Full(part)
+                // Kaldi does not weight dense targets by the chunk overlap.
+                Supervision::Dense(r, _) => {
+                    GeneralMatrix::Full(rows_with_padding(r.value(&key)?, first_out, n_sub))
                 }
             };
             eg.io.push(NnetIo {
@@ -245,15 +371,16 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
                 eg.compress();
             }
             writer.write(&format!("{key}-{}", chunk.first_frame), &eg)?;
-            num_written += 1;
         }
     }
     writer.close()?;
-    eprintln!("LOG ({tool}) {}", splitter.summary());
     if num_err > 0 {
         eprintln!("WARNING ({tool}) {num_err} utterances had errors and could not be processed.");
     }
-    Ok(if num_written == 0 { 1 } else { 0 })
+    for line in splitter.summary() {
+        eprintln!("LOG ({tool}) {line}");
+    }
+    Ok(if splitter.total_chunks > 0 { 0 } else { 1 })
 }
 
 /// Runs `compnet get-egs`.
@@ -272,14 +399,7 @@ pub fn run(a: Args) -> Result<i32> {
 
 /// Runs `compnet get-egs-dense-targets`.
 pub fn run_dense(a: DenseArgs) -> Result<i32> {
-    if a.num_targets <= 0 {
-        return Err(Error::Usage(
-            "get-egs-dense-targets: --num-targets option is required".into(),
-        ));
-    }
-    let sup = Supervision::Dense(
-        RandomAccessMatrixReader::open(&a.common.targets)?,
-        a.num_targets as usize,
-    );
+    let dim = (a.num_targets >= 0).then_some(a.num_targets as usize);
+    let sup = Supervision::Dense(RandomAccessMatrixReader::open(&a.common.targets)?, dim);
     generate(&a.common, sup, "get-egs-dense-targets")
 }

@@ -7,6 +7,8 @@
 //! that fit, then (unless `--discard-partial-minibatches`) as one partial minibatch.
 
 use crate::error::{Error, Result};
+use crate::index::Index;
+use crate::io::compressed::CompressionMethod;
 use crate::io::egs::{NnetExample, NnetIo};
 use crate::io::sparse::{GeneralMatrix, SparseMatrix};
 use crate::matrix::Matrix;
@@ -93,62 +95,126 @@ pub fn eg_size(eg: &NnetExample) -> i32 {
     eg.io.iter().map(|io| io.indexes.len()).max().unwrap_or(0) as i32
 }
 
-/// Merges examples of one structure into a minibatch: ios of the same name are stacked and
-/// each example's `n` values are shifted past the previous examples'.
-pub fn merge_examples(egs: &[NnetExample], compress: bool) -> NnetExample {
-    let first = &egs[0];
-    let mut merged = NnetExample::default();
-    for (k, io0) in first.io.iter().enumerate() {
-        let mut indexes = Vec::new();
-        let mut n_offset = 0;
-        let parts: Vec<&NnetIo> = egs.iter().map(|e| &e.io[k]).collect();
-        for io in &parts {
-            let max_n = io.indexes.iter().map(|i| i.n).max().unwrap_or(0);
-            indexes.extend(io.indexes.iter().map(|i| {
-                let mut j = *i;
-                j.n += n_offset;
-                j
-            }));
-            n_offset += max_n + 1;
+/// Kaldi's structure hash of an example (`NnetExampleStructureHasher`): io names, dims and a
+/// sample of the indexes. It orders the log's per-structure statistics, and through
+/// [`super::stl_order`] the order in which the structures are flushed at the end.
+pub fn structure_hash(eg: &NnetExample) -> u64 {
+    let mut ans = (eg.io.len() as u64).wrapping_mul(35_099);
+    for io in &eg.io {
+        ans = ans.wrapping_mul(19_157).wrapping_add(io_hash(io));
+    }
+    ans
+}
+
+fn io_hash(io: &NnetIo) -> u64 {
+    let mut name = 0u64;
+    for &b in io.name.as_bytes() {
+        name = name.wrapping_mul(7_853).wrapping_add(b as i8 as i64 as u64);
+    }
+    name.wrapping_add(17u64.wrapping_mul(io.features.num_cols() as u64))
+        .wrapping_add(81_173u64.wrapping_mul(indexes_hash(&io.indexes)))
+}
+
+fn indexes_hash(indexes: &[Index]) -> u64 {
+    let mut ans = 1_433u64.wrapping_add(34_949u64.wrapping_mul(indexes.len() as u64));
+    let mut add = |i: &Index| {
+        for (v, k) in [(i.n, 1_619), (i.t, 15_649), (i.x, 89_809)] {
+            ans = ans.wrapping_add(v.wrapping_mul(k) as i64 as u64);
         }
-        let all_sparse = parts
+    };
+    // The first 15 indexes, then every 10th.
+    indexes.iter().take(15).for_each(&mut add);
+    indexes.iter().skip(15).step_by(10).for_each(&mut add);
+    ans
+}
+
+/// Kaldi's `AppendGeneralMatrixRows`: sparse if every non-empty part is sparse, else full.
+fn append_rows(parts: &[&GeneralMatrix]) -> Result<GeneralMatrix> {
+    let all_sparse = parts
+        .iter()
+        .all(|m| matches!(m, GeneralMatrix::Sparse(_)) || m.num_rows() == 0);
+    if all_sparse {
+        let mut rows = Vec::new();
+        for m in parts {
+            if let GeneralMatrix::Sparse(s) = m {
+                rows.extend(s.rows.iter().cloned());
+            }
+        }
+        return Ok(GeneralMatrix::Sparse(SparseMatrix { rows }));
+    }
+    let mut cols = None;
+    let mut total = 0usize;
+    for m in parts.iter().filter(|m| m.num_rows() > 0) {
+        total += m.num_rows();
+        match cols {
+            None => cols = Some(m.num_cols()),
+            Some(c) if c != m.num_cols() => {
+                return Err(Error::Usage(format!(
+                    "merging matrices with different numbers of columns: {c} vs. {}",
+                    m.num_cols()
+                )))
+            }
+            _ => {}
+        }
+    }
+    let cols = cols.unwrap_or(0);
+    crate::limits::check_product(&[total as u64, cols as u64, 4], "a merged matrix")
+        .map_err(Error::Usage)?;
+    let mut out = Matrix::zeros(total, cols);
+    let mut r0 = 0;
+    for m in parts.iter().filter(|m| m.num_rows() > 0) {
+        let part = m.to_matrix();
+        for r in 0..part.num_rows() {
+            out.copy_row_from_slice(r0 + r, &part.row_to_vec(r));
+        }
+        r0 += part.num_rows();
+    }
+    Ok(GeneralMatrix::Full(out))
+}
+
+/// Merges examples into a minibatch (Kaldi's `MergeExamples`): the merged ios are the union of
+/// the examples' io names in sorted order; rows of the same name are stacked and each
+/// example's `n` values are shifted past the previous examples'.
+pub fn merge_examples(egs: &[NnetExample], compress: bool) -> Result<NnetExample> {
+    let mut names: Vec<&str> = egs
+        .iter()
+        .flat_map(|e| e.io.iter().map(|io| io.name.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut merged = NnetExample::default();
+    for name in names {
+        let mut indexes = Vec::new();
+        let mut parts = Vec::new();
+        let mut n_offset = 0;
+        for io in egs
             .iter()
-            .all(|io| matches!(io.features, GeneralMatrix::Sparse(_)));
-        let mut features = if all_sparse {
-            let mut rows = Vec::new();
-            for io in &parts {
-                if let GeneralMatrix::Sparse(s) = &io.features {
-                    rows.extend(s.rows.iter().cloned());
-                }
-            }
-            GeneralMatrix::Sparse(SparseMatrix { rows })
-        } else {
-            let cols = io0.features.num_cols();
-            let total: usize = parts.iter().map(|io| io.features.num_rows()).sum();
-            let mut m = Matrix::zeros(total, cols);
-            let mut r0 = 0;
-            for io in &parts {
-                let part = io.features.to_matrix();
-                for r in 0..part.num_rows() {
-                    m.row_mut(r0 + r).copy_from_slice(part.row(r));
-                }
-                r0 += part.num_rows();
-            }
-            GeneralMatrix::Full(m)
-        };
+            .flat_map(|e| e.io.iter().filter(|io| io.name == name))
+        {
+            let max_n = io.indexes.iter().map(|i| i.n).max().unwrap_or(0);
+            indexes.extend(
+                io.indexes
+                    .iter()
+                    .map(|i| Index::new(i.n + n_offset, i.t, i.x)),
+            );
+            n_offset += max_n + 1;
+            parts.push(&io.features);
+        }
+        let mut features = append_rows(&parts)?;
         if compress {
-            features.compress(crate::io::compressed::CompressionMethod::Automatic);
+            features.compress(CompressionMethod::Automatic);
         }
         merged.io.push(NnetIo {
-            name: io0.name.clone(),
+            name: name.to_string(),
             indexes,
             features,
         });
     }
-    merged
+    Ok(merged)
 }
 
-/// Whether two examples can share a minibatch: same io names, dims and indexes.
+/// Whether two examples can share a minibatch (Kaldi's `NnetExampleStructureCompare`): same
+/// io names, indexes and dims.
 pub fn same_structure(a: &NnetExample, b: &NnetExample) -> bool {
     a.io.len() == b.io.len()
         && a.io.iter().zip(&b.io).all(|(x, y)| {

@@ -5,3 +5,4 @@
 pub mod kaldi_rand;
 pub mod merge;
 pub mod splitter;
+pub mod stl_order;

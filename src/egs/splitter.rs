@@ -9,7 +9,8 @@
 
 use super::kaldi_rand::GlibcRand;
 use crate::error::{Error, Result};
-use std::collections::BTreeSet;
+use crate::io::codec::fmt_g;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Kaldi's `ExampleGenerationConfig`.
 #[derive(Debug, Clone)]
@@ -30,28 +31,40 @@ pub struct ExampleGenerationConfig {
     pub num_frames: Vec<i32>,
 }
 
-/// Parses `--num-frames` (`8` or `8,7,9`).
-pub fn parse_num_frames(s: &str, fsf: i32) -> Result<Vec<i32>> {
+/// Parses `--num-frames` (`8`, `8,7,9`, or `-1` for whole utterances: an empty list). Sizes
+/// that are not multiples of the subsampling factor are rounded up to one, as Kaldi does (it
+/// logs the rounding; the returned flag says whether that happened).
+pub fn parse_num_frames(s: &str, fsf: i32) -> Result<(Vec<i32>, bool)> {
+    if fsf < 1 {
+        return Err(Error::Usage(format!(
+            "invalid value --frame-subsampling-factor={fsf}"
+        )));
+    }
+    if s.trim() == "-1" {
+        return Ok((Vec::new(), false));
+    }
     let sizes = s
         .split(',')
-        .map(|p| p.trim().parse::<i32>().ok().filter(|&n| n > 0))
+        .map(|p| p.trim().parse::<i32>().ok().filter(|&n| n > 0 && n <= 1 << 20))
         .collect::<Option<Vec<i32>>>()
         .ok_or_else(|| {
             Error::Usage(format!(
-                "--num-frames: expected positive integers separated by commas, got \"{s}\""
+                "invalid option --num-frames={s} (expected positive integers separated by commas, or -1)"
             ))
         })?;
-    if fsf < 1 {
-        return Err(Error::Usage(format!(
-            "--frame-subsampling-factor must be positive, got {fsf}"
-        )));
-    }
-    if let Some(bad) = sizes.iter().find(|&&n| n % fsf != 0) {
-        return Err(Error::Usage(format!(
-            "--num-frames value {bad} is not a multiple of --frame-subsampling-factor={fsf}"
-        )));
-    }
-    Ok(sizes)
+    let mut changed = false;
+    let sizes = sizes
+        .into_iter()
+        .map(|n| {
+            if n % fsf == 0 {
+                n
+            } else {
+                changed = true;
+                fsf * (n / fsf + 1)
+            }
+        })
+        .collect();
+    Ok((sizes, changed))
 }
 
 /// One chunk of an utterance.
@@ -75,57 +88,68 @@ pub struct UtteranceSplitter {
     config: ExampleGenerationConfig,
     /// Candidate splits per utterance length (index = length).
     splits_for_length: Vec<Vec<Vec<i32>>>,
-    /// Utterances split, input frames, chunks and output frames written.
-    pub total_utts: usize,
+    /// Utterances split.
+    pub total_utts: i64,
     /// Frames in the utterances split.
     pub total_input_frames: i64,
+    /// Frames where adjacent chunks overlap.
+    pub total_overlap_frames: i64,
     /// Chunks produced.
-    pub total_chunks: usize,
+    pub total_chunks: i64,
     /// Frames in the chunks.
     pub total_chunk_frames: i64,
+    /// Chunks per chunk size.
+    pub chunk_size_counts: BTreeMap<i32, i64>,
+    /// Where spare frames go: Kaldi shuffles them with `std::shuffle` from a `random_device`
+    /// seed, i.e. differently on every run and without touching `rand()`. We use a stream of
+    /// our own, so our output is reproducible and Kaldi's `rand()` draws stay in step.
+    gap_rng: GlibcRand,
 }
 
 impl UtteranceSplitter {
     /// Tabulates the candidate splits for every length up to the longest tabulated one.
+    /// An empty `num_frames` (`--num-frames=-1`) means every utterance is one chunk.
     pub fn new(config: ExampleGenerationConfig) -> Result<Self> {
-        let primary = config.num_frames[0];
-        if config.num_frames_overlap < 0 || config.num_frames_overlap >= primary {
-            return Err(Error::Usage(format!(
-                "--num-frames-overlap={} must be in 0..{primary}",
-                config.num_frames_overlap
-            )));
-        }
-        let max_len = max_utterance_length(&config.num_frames);
-        let splits = all_splits(&config);
-        let durations: Vec<f32> = splits
-            .iter()
-            .map(|s| default_duration(&config, s))
-            .collect();
-        let mut splits_for_length = vec![Vec::new(); max_len as usize + 1];
-        for (u, slot) in splits_for_length.iter_mut().enumerate() {
-            let u = u as i32;
-            let costs: Vec<f32> = splits
-                .iter()
-                .zip(&durations)
-                .map(|(s, &d)| {
-                    if s.iter().any(|&c| c > u) {
-                        f32::INFINITY
-                    } else if d > u as f32 {
-                        d - u as f32
-                    } else {
-                        2.0 * (u as f32 - d)
-                    }
-                })
-                .collect();
-            let best = costs.iter().copied().fold(f32::INFINITY, f32::min);
-            if best.is_infinite() {
-                continue;
+        let mut splits_for_length = Vec::new();
+        if !config.num_frames.is_empty() {
+            let primary = config.num_frames[0];
+            if config.num_frames_overlap < 0 || config.num_frames_overlap >= primary {
+                return Err(Error::Usage(format!(
+                    "--num-frames-overlap={} must be in 0..{primary}",
+                    config.num_frames_overlap
+                )));
             }
-            // Just under 2, so that ties between "one frame short" and "one frame over" are
-            // broken the same way every time.
-            for (s, &c) in splits.iter().zip(&costs) {
-                if c < best + 1.9999 {
-                    slot.push(s.clone());
+            let max_len = max_utterance_length(&config.num_frames);
+            let splits = all_splits(&config);
+            let durations: Vec<f32> = splits
+                .iter()
+                .map(|s| default_duration(&config, s))
+                .collect();
+            splits_for_length = vec![Vec::new(); max_len as usize + 1];
+            for (u, slot) in splits_for_length.iter_mut().enumerate() {
+                let u = u as f32;
+                let costs: Vec<f32> = splits
+                    .iter()
+                    .zip(&durations)
+                    .map(|(s, &d)| {
+                        if s.iter().any(|&c| c as f32 > u) {
+                            f32::INFINITY
+                        } else if d > u {
+                            d - u
+                        } else {
+                            2.0 * (u - d)
+                        }
+                    })
+                    .collect();
+                let best = costs.iter().copied().fold(f32::INFINITY, f32::min);
+                if best.is_infinite() {
+                    continue;
+                }
+                // Kaldi's threshold is just under 2, so that ties break the same way always.
+                for (s, &c) in splits.iter().zip(&costs) {
+                    if c < best + 1.9999 {
+                        slot.push(s.clone());
+                    }
                 }
             }
         }
@@ -134,8 +158,11 @@ impl UtteranceSplitter {
             splits_for_length,
             total_utts: 0,
             total_input_frames: 0,
+            total_overlap_frames: 0,
             total_chunks: 0,
             total_chunk_frames: 0,
+            chunk_size_counts: BTreeMap::new(),
+            gap_rng: GlibcRand::new(12_345),
         })
     }
 
@@ -144,16 +171,21 @@ impl UtteranceSplitter {
         &self.config
     }
 
+    /// Chunk sizes for an utterance: one random candidate split of the (reduced) length plus
+    /// the primary size once per reduction, sorted, reversed on a coin flip. The draws are
+    /// Kaldi's: `RandInt` over the candidates (none when there is only one), then the coin.
     fn chunk_sizes(&self, mut len: i32, rng: &mut GlibcRand) -> Vec<i32> {
         let primary = self.config.num_frames[0];
         let step = primary - self.config.num_frames_overlap;
         let max_tab = self.splits_for_length.len() as i32 - 1;
-        let mut repeats = 0;
-        while len > max_tab {
-            len -= step;
-            repeats += 1;
+        let mut repeats = 0usize;
+        if len > max_tab {
+            // As Kaldi's loop of subtractions, in one step.
+            let n = (len - max_tab + step - 1) / step;
+            len -= n * step;
+            repeats = n as usize;
         }
-        let candidates = &self.splits_for_length[len as usize];
+        let candidates = &self.splits_for_length[len.max(0) as usize];
         if candidates.is_empty() {
             return Vec::new();
         }
@@ -167,8 +199,9 @@ impl UtteranceSplitter {
         sizes
     }
 
-    fn gap_sizes(&self, len: i32, sizes: &[i32], rng: &mut GlibcRand) -> Result<Vec<i32>> {
+    fn gap_sizes(&mut self, len: i32, sizes: &[i32]) -> Result<Vec<i32>> {
         let sf = self.config.frame_subsampling_factor;
+        let rng = &mut self.gap_rng;
         if sf > 1 {
             let reduced: Vec<i32> = sizes.iter().map(|s| s / sf).collect();
             let gaps = gap_sizes_plain((len + sf - 1) / sf, &reduced, rng)?;
@@ -179,41 +212,60 @@ impl UtteranceSplitter {
 
     /// The chunks for one utterance of `len` frames (empty if it is too short).
     pub fn chunks(&mut self, len: i32, rng: &mut GlibcRand) -> Result<Vec<ChunkTimeInfo>> {
-        let sizes = self.chunk_sizes(len, rng);
-        let gaps = if sizes.is_empty() {
-            Vec::new()
+        let c = &self.config;
+        let (sizes, gaps) = if c.num_frames.is_empty() {
+            (vec![len], vec![0])
         } else {
-            self.gap_sizes(len, &sizes, rng)?
+            let sizes = self.chunk_sizes(len, rng);
+            let gaps = if sizes.is_empty() {
+                Vec::new()
+            } else {
+                self.gap_sizes(len, &sizes)?
+            };
+            (sizes, gaps)
         };
         let c = &self.config;
-        let mut chunks = Vec::with_capacity(sizes.len());
+        let n = sizes.len();
+        let mut chunks = Vec::with_capacity(n);
         let mut t = 0;
-        for (&size, &gap) in sizes.iter().zip(&gaps) {
+        for (i, (&size, &gap)) in sizes.iter().zip(&gaps).enumerate() {
             t += gap;
-            let first = t;
-            t += size;
             chunks.push(ChunkTimeInfo {
-                first_frame: first,
+                first_frame: t,
                 num_frames: size,
-                left_context: if first == 0 && c.left_context_initial >= 0 {
+                left_context: if i == 0 && c.left_context_initial >= 0 {
                     c.left_context_initial
                 } else {
                     c.left_context
                 },
-                right_context: if first + size >= len && c.right_context_final >= 0 {
+                right_context: if i + 1 == n && c.right_context_final >= 0 {
                     c.right_context_final
                 } else {
                     c.right_context
                 },
                 output_weights: Vec::new(),
             });
+            t += size;
         }
         self.set_output_weights(len, &mut chunks);
+        self.acc_stats(len, &chunks);
+        Ok(chunks)
+    }
+
+    fn acc_stats(&mut self, len: i32, chunks: &[ChunkTimeInfo]) {
         self.total_utts += 1;
         self.total_input_frames += len as i64;
-        self.total_chunks += chunks.len();
-        self.total_chunk_frames += chunks.iter().map(|c| c.num_frames as i64).sum::<i64>();
-        Ok(chunks)
+        for (i, c) in chunks.iter().enumerate() {
+            if i > 0 {
+                let prev_end = chunks[i - 1].first_frame + chunks[i - 1].num_frames;
+                if prev_end > c.first_frame {
+                    self.total_overlap_frames += (prev_end - c.first_frame) as i64;
+                }
+            }
+            *self.chunk_size_counts.entry(c.num_frames).or_insert(0) += 1;
+            self.total_chunks += 1;
+            self.total_chunk_frames += c.num_frames as i64;
+        }
     }
 
     fn set_output_weights(&self, len: i32, chunks: &mut [ChunkTimeInfo]) {
@@ -235,19 +287,47 @@ impl UtteranceSplitter {
         }
     }
 
-    /// Kaldi's two summary log lines.
-    pub fn summary(&self) -> String {
+    /// Kaldi's summary log lines (two, or three when several chunk sizes were used), without
+    /// the `LOG (...)` prefix.
+    pub fn summary(&self) -> Vec<String> {
         let hours = self.total_input_frames as f64 / 360_000.0;
-        let avg = self.total_chunk_frames as f64 / self.total_chunks.max(1) as f64;
-        let excess = self.total_chunk_frames - self.total_input_frames;
-        let pct = 100.0 * excess as f64 / self.total_input_frames.max(1) as f64;
-        format!(
-            "Split {} utts, with total length {} frames ({hours:.6} hours assuming 100 frames per second) into {} chunks.\nAverage chunk length was {avg} frames; overlap between adjacent chunks was {pct}% of input length; length of output was {}% of input length (minus overlap = 100%).",
-            self.total_utts,
-            self.total_input_frames,
-            self.total_chunks,
-            100.0 + pct
-        )
+        let avg = (self.total_chunk_frames as f64 / self.total_chunks as f64) as f32;
+        let input = self.total_input_frames as f64;
+        let overlap_pct = (self.total_overlap_frames as f64 * 100.0 / input) as f32;
+        let output_pct = (self.total_chunk_frames as f64 * 100.0 / input) as f32;
+        let g = |v: f32| fmt_g(v as f64, 6);
+        let mut lines = vec![
+            format!(
+                "Split {} utts, with total length {} frames ({} hours assuming 100 frames per second) into {} chunks.",
+                self.total_utts,
+                self.total_input_frames,
+                fmt_g(hours, 6),
+                self.total_chunks
+            ),
+            format!(
+                "Average chunk length was {} frames; overlap between adjacent chunks was {}% of input length; length of output was {}% of input length (minus overlap = {}%).",
+                g(avg),
+                g(overlap_pct),
+                g(output_pct),
+                g(output_pct - overlap_pct)
+            ),
+        ];
+        if self.chunk_size_counts.len() > 1 {
+            let parts: Vec<String> = self
+                .chunk_size_counts
+                .iter()
+                .map(|(&size, &count)| {
+                    let pct = (size as f64 * count as f64 * 100.0 / self.total_chunk_frames as f64)
+                        as f32;
+                    format!("{size} = {}%", fmt_g(pct as f64, 4))
+                })
+                .collect();
+            lines.push(format!(
+                "Output frames are distributed among chunk-sizes as follows: {}",
+                parts.join(", ")
+            ));
+        }
+        lines
     }
 }
 
@@ -290,6 +370,7 @@ fn all_splits(c: &ExampleGenerationConfig) -> Vec<Vec<i32>> {
                     set.insert(v.clone());
                 }
                 v.push(primary);
+                v.sort_unstable();
             }
         }
     }
@@ -313,14 +394,17 @@ fn gap_sizes_plain(len: i32, sizes: &[i32], rng: &mut GlibcRand) -> Result<Vec<i
         gaps.extend(overlaps.iter().map(|o| -o));
         Ok(gaps)
     } else {
-        // Gaps may go before, between and after chunks: spread evenly, placed at random.
+        // Gaps may go before, between and after chunks: spread evenly, placed at random
+        // (see `UtteranceSplitter::gap_rng`); nothing to place when there is no gap.
         let slots = n + 1;
         let (common, rem) = (
             total_gap / slots as i32,
             (total_gap % slots as i32) as usize,
         );
         let mut gaps: Vec<i32> = (0..slots).map(|i| common + i32::from(i < rem)).collect();
-        rng.shuffle(&mut gaps);
+        if total_gap > 0 {
+            rng.shuffle(&mut gaps);
+        }
         gaps.truncate(n);
         Ok(gaps)
     }
