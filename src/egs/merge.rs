@@ -111,8 +111,9 @@ fn io_hash(io: &NnetIo) -> u64 {
     for &b in io.name.as_bytes() {
         name = name.wrapping_mul(7_853).wrapping_add(b as i8 as i64 as u64);
     }
-    name.wrapping_add(17u64.wrapping_mul(io.features.num_cols() as u64))
-        .wrapping_add(81_173u64.wrapping_mul(indexes_hash(&io.indexes)))
+    name.wrapping_add(indexes_hash(&io.indexes))
+        .wrapping_add(19_249u64.wrapping_mul(io.features.num_rows() as u64))
+        .wrapping_add(14_731u64.wrapping_mul(io.features.num_cols() as u64))
 }
 
 fn indexes_hash(indexes: &[Index]) -> u64 {
