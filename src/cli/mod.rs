@@ -4,11 +4,13 @@
 pub mod compile;
 pub mod compute;
 pub mod copy;
+pub mod copy_egs;
 pub mod copy_feats;
 pub mod get_egs;
 pub mod info;
 pub mod init;
 pub mod merge_egs;
+pub mod shuffle_egs;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -44,6 +46,10 @@ enum Command {
     GetEgsDenseTargets(get_egs::DenseArgs),
     /// Merge examples into minibatches (nnet3-merge-egs).
     MergeEgs(merge_egs::Args),
+    /// Shuffle examples (nnet3-shuffle-egs).
+    ShuffleEgs(shuffle_egs::Args),
+    /// Copy examples: select frames, trim context, split over outputs (nnet3-copy-egs).
+    CopyEgs(copy_egs::Args),
 }
 
 /// Warns (on stderr, naming the utterance) when an input matrix holds NaN or infinity: they
@@ -90,5 +96,7 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::GetEgs(a) => get_egs::run(a),
         Command::GetEgsDenseTargets(a) => get_egs::run_dense(a),
         Command::MergeEgs(a) => merge_egs::run(a),
+        Command::ShuffleEgs(a) => shuffle_egs::run(a),
+        Command::CopyEgs(a) => copy_egs::run(a),
     }
 }

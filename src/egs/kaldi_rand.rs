@@ -64,11 +64,117 @@ impl GlibcRand {
         min + self.rand() % (max - min + 1)
     }
 
+    /// Kaldi's `WithProb`: true with probability `p` (values below about 128 / RAND_MAX are
+    /// handled in two steps, as Kaldi does).
+    pub fn with_prob(&mut self, p: f32) -> bool {
+        const RAND_MAX: i32 = i32::MAX;
+        if p <= 0.0 {
+            return false;
+        }
+        if p >= 1.0 {
+            return true;
+        }
+        if p * (RAND_MAX as f32) < 128.0 {
+            if self.rand() < RAND_MAX / 128 {
+                return self.with_prob(p * 128.0);
+            }
+            return false;
+        }
+        (self.rand() as f32) < (RAND_MAX as f32 + 1.0) * p
+    }
+
     /// libstdc++'s `std::random_shuffle` driven by `rand()`.
     pub fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in 1..v.len() {
             let j = self.rand() as usize % (i + 1);
             v.swap(i, j);
+        }
+    }
+}
+
+/// The Mersenne Twister `std::mt19937`, which `nnet3-shuffle-egs` seeds with `--srand`.
+#[derive(Debug, Clone)]
+pub struct Mt19937 {
+    state: Box<[u32; 624]>,
+    pos: usize,
+}
+
+impl Mt19937 {
+    /// The engine constructed from `seed`.
+    pub fn new(seed: u32) -> Self {
+        let mut st = Box::new([0u32; 624]);
+        st[0] = seed;
+        for i in 1..624 {
+            let prev = st[i - 1];
+            st[i] = 1_812_433_253u32
+                .wrapping_mul(prev ^ (prev >> 30))
+                .wrapping_add(i as u32);
+        }
+        Mt19937 { state: st, pos: 624 }
+    }
+
+    /// The next 32-bit output.
+    pub fn next_u32(&mut self) -> u32 {
+        if self.pos >= 624 {
+            let st = &mut self.state;
+            for i in 0..624 {
+                let y = (st[i] & 0x8000_0000) | (st[(i + 1) % 624] & 0x7fff_ffff);
+                let mag = if y & 1 == 1 { 0x9908_b0df } else { 0 };
+                st[i] = st[(i + 397) % 624] ^ (y >> 1) ^ mag;
+            }
+            self.pos = 0;
+        }
+        let mut y = self.state[self.pos];
+        self.pos += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^ (y >> 18)
+    }
+
+    /// libstdc++'s `uniform_int_distribution` over `0..range` (range >= 1) for a 32-bit
+    /// engine: Lemire's multiply-and-reject method.
+    fn below(&mut self, range: u64) -> u64 {
+        debug_assert!(range >= 1 && range <= 1 << 32);
+        let mut product = self.next_u32() as u64 * range;
+        let mut low = product & 0xffff_ffff;
+        if low < range {
+            let threshold = ((1u64 << 32) - range) % range;
+            while low < threshold {
+                product = self.next_u32() as u64 * range;
+                low = product & 0xffff_ffff;
+            }
+        }
+        product >> 32
+    }
+
+    /// libstdc++'s `std::shuffle` with this engine: when two positions fit one draw, it swaps
+    /// the elements in pairs from one draw each (after a single first swap when the length is
+    /// even); otherwise one draw per element.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        let n = v.len() as u64;
+        if n < 2 {
+            return;
+        }
+        if 0xffff_ffff / n >= n {
+            let mut i = 1usize;
+            if n % 2 == 0 {
+                let j = self.below(2) as usize;
+                v.swap(i, j);
+                i += 1;
+            }
+            while i < v.len() {
+                let range = i as u64 + 1;
+                let x = self.below(range * (range + 1));
+                v.swap(i, (x / (range + 1)) as usize);
+                v.swap(i + 1, (x % (range + 1)) as usize);
+                i += 2;
+            }
+        } else {
+            for i in 1..v.len() {
+                let j = self.below(i as u64 + 1) as usize;
+                v.swap(i, j);
+            }
         }
     }
 }
@@ -82,5 +188,13 @@ mod tests {
         let mut g = GlibcRand::default();
         let v: Vec<i32> = (0..3).map(|_| g.rand()).collect();
         assert_eq!(v, [1_804_289_383, 846_930_886, 1_681_692_777]);
+    }
+
+    #[test]
+    fn mt19937_is_the_standard_one() {
+        // The C++ standard's check: the 10000th output of a default-seeded mt19937.
+        let mut g = Mt19937::new(5489);
+        let v = (0..10_000).map(|_| g.next_u32()).last();
+        assert_eq!(v, Some(4_123_659_995));
     }
 }
