@@ -3,8 +3,8 @@
 //! spreading them over several outputs (round-robin, or at random with `--random`).
 //!
 //! Random choices are Kaldi's, from glibc's `rand()` after `srand(--srand)`, drawn per example
-//! in Kaldi's order: the copy count (`--keep-proportion` with a fractional part), the frame
-//! (`--frame=random`), then the output of each copy (`--random`).
+//! in Kaldi's order: the copy count (`--keep-proportion` with a fractional part), then for each
+//! copy its output (`--random`) and its frame (`--frame=random`).
 
 use super::copy_feats::parse_kaldi_bool;
 use crate::egs::kaldi_rand::GlibcRand;
@@ -210,27 +210,31 @@ pub fn run(a: Args) -> Result<i32> {
         let (key, eg) = item?;
         read += 1;
         let count = get_count(a.keep_proportion, &mut rng);
-        let eg = if plain {
-            Some(eg)
-        } else if count > 0 {
-            select(&eg, &a, &mut rng, &mut warned)?
-        } else {
-            None
-        };
-        let Some(eg) = eg else { continue };
+        // Per copy, Kaldi picks the output and then selects frames (so each copy of an
+        // example gets its own random frame).
         for _ in 0..count {
             let index = if a.random {
                 rng.rand() as usize % n_out
             } else {
                 written % n_out
             };
-            writers[index].write(&key, &eg)?;
+            let selected = if plain {
+                None
+            } else {
+                match select(&eg, &a, &mut rng, &mut warned)? {
+                    Some(e) => Some(e),
+                    None => continue,
+                }
+            };
+            writers[index].write(&key, selected.as_ref().unwrap_or(&eg))?;
             written += 1;
         }
     }
     for w in writers {
         w.close()?;
     }
-    eprintln!("LOG (copy-egs) Read {read} neural-network training examples, wrote {written}");
+    eprintln!(
+        "LOG (copy-egs) Read {read} neural-network training examples, wrote {written}, 0 examples had errors."
+    );
     Ok(if written == 0 { 1 } else { 0 })
 }
