@@ -211,6 +211,208 @@ fn frame_subsampled_posteriors_take_one_row_per_output_frame() {
     assert_eq!(out.status.code(), Some(0));
     let text = std::fs::read_to_string(dir.join("egs.txt")).unwrap();
     assert!(text.contains("u-0 "), "{text}");
-    assert!(text.contains("rows=2 dim=4 [ 0 1 ] dim=4 [ 1 1 ]"), "{text}");
-    assert!(text.contains("rows=2 dim=4 [ 2 1 ] dim=4 [ 3 1 ]"), "{text}");
+    assert!(
+        text.contains("rows=2 dim=4 [ 0 1 ] dim=4 [ 1 1 ]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rows=2 dim=4 [ 2 1 ] dim=4 [ 3 1 ]"),
+        "{text}"
+    );
+}
+
+/// Runs compnet in a scratch folder expecting failure; returns stderr.
+fn fails(dir: &Path, args: &[&str], what: &str) -> String {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let out = compnet(dir, &args);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_ne!(out.status.code(), Some(0), "{what}: should fail\n{err}");
+    assert!(
+        out.status.code().is_some(),
+        "{what}: killed by a signal\n{err}"
+    );
+    err
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = scratch("bad");
+    let g = Path::new(GOLDEN).join("egs-tools");
+    let multi = format!("ark:{}", g.join("multi.ark").display());
+    let feats = format!("ark:{}", g.join("feats.txt").display());
+    let post = format!("ark:{}", g.join("post.txt").display());
+    let targets = format!("ark:{}", g.join("targets.txt").display());
+
+    // Minibatch rules that do not parse, as Kaldi refuses them.
+    for rule in [
+        "64/128", "0", "4:2", "1=", "8,", "a", "-3", "3=2/3=4", "5=0:3",
+    ] {
+        let err = fails(
+            &dir,
+            &[
+                "merge-egs",
+                &format!("--minibatch-size={rule}"),
+                &multi,
+                "ark:o.ark",
+            ],
+            rule,
+        );
+        assert!(err.contains("--minibatch-size"), "{rule}: {err}");
+    }
+
+    // A truncated archive: every reader says where it broke off.
+    let bytes = read_golden(&g.join("multi.ark"));
+    let cut = dir.join("cut.ark");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2 + 7]).unwrap();
+    let cut = format!("ark:{}", cut.display());
+    for tool in ["merge-egs", "shuffle-egs", "copy-egs"] {
+        let err = fails(&dir, &[tool, &cut, "ark:o.ark"], tool);
+        assert!(err.contains("cut.ark"), "{tool}: {err}");
+    }
+    assert!(
+        !dir.join("o.ark").exists(),
+        "no partial output is left behind"
+    );
+
+    // Dimension mismatches: targets against --num-targets, pdf ids against --num-pdfs.
+    let err = fails(
+        &dir,
+        &[
+            "get-egs-dense-targets",
+            "--num-targets=5",
+            &feats,
+            &targets,
+            "ark:o.ark",
+        ],
+        "num-targets",
+    );
+    assert!(err.contains("--num-targets=5"), "{err}");
+    let err = fails(
+        &dir,
+        &["get-egs", "--num-pdfs=3", &feats, &post, "ark:o.ark"],
+        "num-pdfs",
+    );
+    assert!(err.contains("--num-pdfs=3"), "{err}");
+    let err = fails(
+        &dir,
+        &["get-egs", &feats, &post, "ark:o.ark"],
+        "no num-pdfs",
+    );
+    assert!(err.contains("--num-pdfs"), "{err}");
+
+    // Supervision with none of the feature keys: a warning per utterance, no egs, exit 1.
+    let other = dir.join("other.txt");
+    std::fs::write(&other, "zz [ 0 1 ]\n").unwrap();
+    let err = fails(
+        &dir,
+        &[
+            "get-egs",
+            "--num-pdfs=5",
+            &feats,
+            &format!("ark:{}", other.display()),
+            "ark:o.ark",
+        ],
+        "missing keys",
+    );
+    assert!(err.contains("No pdf-level posterior for key a"), "{err}");
+
+    // An example without the "input" io cannot have its frames selected.
+    let lone = dir.join("lone.txt");
+    std::fs::write(
+        &lone,
+        "k <Nnet3Eg> <NumIo> 1 <NnetIo> output <I1V> 1 <I1> 0 0 0  [\n  1 ]\n</NnetIo> </Nnet3Eg> \n",
+    )
+    .unwrap();
+    let err = fails(
+        &dir,
+        &[
+            "copy-egs",
+            "--frame=0",
+            &format!("ark:{}", lone.display()),
+            "ark:o.ark",
+        ],
+        "no input",
+    );
+    assert!(err.contains("\"input\""), "{err}");
+
+    // Out-of-range options are refused before any work.
+    for (opt, tool) in [
+        ("--left-context=-2", "get-egs"),
+        ("--num-frames=1,100000", "get-egs"),
+        ("--frame-subsampling-factor=0", "get-egs"),
+        ("--num-frames=4,x", "get-egs"),
+    ] {
+        fails(
+            &dir,
+            &[tool, "--num-pdfs=5", opt, &feats, &post, "ark:o.ark"],
+            opt,
+        );
+    }
+    fails(
+        &dir,
+        &["shuffle-egs", "--buffer-size=-1", &multi, "ark:o.ark"],
+        "buffer",
+    );
+    fails(
+        &dir,
+        &["copy-egs", "--keep-proportion=-1", &multi, "ark:o.ark"],
+        "keep",
+    );
+}
+
+mod rules {
+    use compnet::egs::merge::MinibatchSizes;
+    use proptest::prelude::*;
+
+    fn ranges() -> impl Strategy<Value = Vec<(i32, i32)>> {
+        prop::collection::vec((1..500i32, 0..300i32).prop_map(|(a, d)| (a, a + d)), 1..5)
+    }
+
+    proptest! {
+        #[test]
+        fn single_rule_round_trips(r in ranges()) {
+            let text: Vec<String> = r.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}:{b}") }).collect();
+            let text = text.join(",");
+            let parsed = MinibatchSizes::parse(&text).unwrap();
+            prop_assert_eq!(parsed.rules.len(), 1);
+            prop_assert_eq!(&parsed.rules[0].ranges, &r);
+            prop_assert_eq!(parsed.to_option_string(), text.clone());
+            prop_assert_eq!(MinibatchSizes::parse(&parsed.to_option_string()).unwrap(), parsed);
+        }
+
+        #[test]
+        fn per_size_rules_round_trip(rules in prop::collection::btree_map(1..2000i32, ranges(), 1..5)) {
+            let text: Vec<String> = rules.iter().map(|(size, r)| {
+                let r: Vec<String> = r.iter().map(|&(a, b)| format!("{a}:{b}")).collect();
+                format!("{size}={}", r.join(","))
+            }).collect();
+            let parsed = MinibatchSizes::parse(&text.join("/")).unwrap();
+            prop_assert_eq!(parsed.rules.len(), rules.len());
+            for (rule, (size, r)) in parsed.rules.iter().zip(&rules) {
+                prop_assert_eq!(rule.eg_size, *size);
+                prop_assert_eq!(&rule.ranges, r);
+            }
+            prop_assert_eq!(MinibatchSizes::parse(&parsed.to_option_string()).unwrap(), parsed);
+        }
+
+        #[test]
+        fn chosen_sizes_are_allowed(r in ranges(), avail in 1..1000usize, ended: bool) {
+            let text: Vec<String> = r.iter().map(|&(a, b)| format!("{a}:{b}")).collect();
+            let m = MinibatchSizes::parse(&text.join(",")).unwrap();
+            let n = m.minibatch_size(10, avail, ended);
+            prop_assert!(n <= avail);
+            if n > 0 {
+                prop_assert!(r.iter().any(|&(a, b)| a as usize <= n && n <= b as usize));
+            }
+            let largest = r.iter().map(|x| x.1).max().unwrap() as usize;
+            if !ended {
+                prop_assert_eq!(n, if avail >= largest { largest } else { 0 });
+            }
+        }
+
+        #[test]
+        fn garbage_never_panics(s in "[0-9=:,/ a-]{0,20}") {
+            let _ = MinibatchSizes::parse(&s);
+        }
+    }
 }

@@ -124,26 +124,26 @@ fn select(
         (out_min, out_max) = (f, f);
     }
     if a.left_context != -1 {
-        if !warned[0] && in_min > out_min - a.left_context {
+        if !warned[0] && in_min > out_min.saturating_sub(a.left_context) {
             warned[0] = true;
             eprintln!(
                 "WARNING (copy-egs) You requested --left-context={}, but example only has left-context of {} (will warn only once; this may be harmless if using any --*left-context-initial options)",
                 a.left_context,
-                out_min - in_min
+                out_min as i64 - in_min as i64
             );
         }
-        in_min = in_min.max(out_min - a.left_context);
+        in_min = in_min.max(out_min.saturating_sub(a.left_context));
     }
     if a.right_context != -1 {
-        if !warned[1] && in_max < out_max + a.right_context {
+        if !warned[1] && in_max < out_max.saturating_add(a.right_context) {
             warned[1] = true;
             eprintln!(
                 "WARNING (copy-egs) You requested --right-context={}, but example only has right-context of {} (will warn only once; this may be harmless if using any --*right-context-final options.",
                 a.right_context,
-                in_max - out_max
+                in_max as i64 - out_max as i64
             );
         }
-        in_max = in_max.min(out_max + a.right_context);
+        in_max = in_max.min(out_max.saturating_add(a.right_context));
     }
     let mut out = NnetExample::default();
     for io in &eg.io {
@@ -179,7 +179,7 @@ fn select(
             io.indexes = io
                 .indexes
                 .iter()
-                .map(|i| Index::new(i.n, i.t + a.frame_shift, i.x))
+                .map(|i| Index::new(i.n, i.t.wrapping_add(a.frame_shift), i.x))
                 .collect();
         }
         out.io.push(io);
@@ -189,7 +189,7 @@ fn select(
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
-    if !(a.keep_proportion >= 0.0) {
+    if a.keep_proportion.is_nan() || a.keep_proportion < 0.0 {
         return Err(Error::Usage(format!(
             "--keep-proportion must be >= 0, got {}",
             a.keep_proportion
@@ -203,7 +203,8 @@ pub fn run(a: Args) -> Result<i32> {
         .map(|w| NnetExampleWriter::open(w))
         .collect::<Result<Vec<_>>>()?;
     let n_out = writers.len();
-    let plain = a.frame.is_empty() && a.left_context == -1 && a.right_context == -1 && a.frame_shift == 0;
+    let plain =
+        a.frame.is_empty() && a.left_context == -1 && a.right_context == -1 && a.frame_shift == 0;
     let (mut read, mut written) = (0usize, 0usize);
     let mut warned = [false; 2];
     for item in reader {

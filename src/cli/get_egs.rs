@@ -197,10 +197,20 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
             list.join(",")
         );
     }
-    if c.left_context < 0 || c.right_context < 0 {
-        return Err(Error::Usage(
-            "--left-context and --right-context must be >= 0".into(),
-        ));
+    const MAX_CONTEXT: i32 = 1 << 20;
+    for (name, v) in [
+        ("left-context", c.left_context),
+        ("right-context", c.right_context),
+        ("left-context-initial", c.left_context_initial),
+        ("right-context-final", c.right_context_final),
+    ] {
+        // The -initial / -final ones are unset when negative, as in Kaldi.
+        let optional = name.ends_with("initial") || name.ends_with("final");
+        if v > MAX_CONTEXT || (!optional && v < 0) {
+            return Err(Error::Usage(format!(
+                "--{name}={v} is out of range (0..={MAX_CONTEXT})"
+            )));
+        }
     }
     if c.online_ivector_period < 1 {
         return Err(Error::Usage(
@@ -234,6 +244,11 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
     for item in feats_reader {
         let (key, feats) = item?;
         let n_rows = feats.num_rows() as i32;
+        if n_rows == 0 {
+            eprintln!("WARNING ({tool}) Not producing egs for utterance {key}: it has no frames.");
+            num_err += 1;
+            continue;
+        }
         let has = match &mut sup {
             Supervision::Posteriors(r, _) => r.has_key(&key)?,
             Supervision::Dense(r, _) => r.has_key(&key)?,
@@ -280,6 +295,11 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
             Supervision::Dense(r, _) => r.value(&key)?.num_rows(),
         } as i32;
         let expected = (n_rows + fsf - 1) / fsf;
+        if target_len == 0 {
+            eprintln!("WARNING ({tool}) The supervision of utterance {key} is empty.");
+            num_err += 1;
+            continue;
+        }
         if (target_len - expected).abs() > c.targets_length_tolerance {
             if fsf == 1 {
                 eprintln!(

@@ -61,7 +61,10 @@ impl GlibcRand {
         if max <= min {
             return min;
         }
-        min + self.rand() % (max - min + 1)
+        // Kaldi computes this in int32; a range wider than that wraps there, here it is
+        // computed exactly (never reached with real data).
+        let span = max as i64 - min as i64 + 1;
+        (min as i64 + self.rand() as i64 % span) as i32
     }
 
     /// Kaldi's `WithProb`: true with probability `p` (values below about 128 / RAND_MAX are
@@ -110,7 +113,10 @@ impl Mt19937 {
                 .wrapping_mul(prev ^ (prev >> 30))
                 .wrapping_add(i as u32);
         }
-        Mt19937 { state: st, pos: 624 }
+        Mt19937 {
+            state: st,
+            pos: 624,
+        }
     }
 
     /// The next 32-bit output.
@@ -135,7 +141,7 @@ impl Mt19937 {
     /// libstdc++'s `uniform_int_distribution` over `0..range` (range >= 1) for a 32-bit
     /// engine: Lemire's multiply-and-reject method.
     fn below(&mut self, range: u64) -> u64 {
-        debug_assert!(range >= 1 && range <= 1 << 32);
+        debug_assert!((1..=1 << 32).contains(&range));
         let mut product = self.next_u32() as u64 * range;
         let mut low = product & 0xffff_ffff;
         if low < range {
@@ -158,7 +164,7 @@ impl Mt19937 {
         }
         if 0xffff_ffff / n >= n {
             let mut i = 1usize;
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 let j = self.below(2) as usize;
                 v.swap(i, j);
                 i += 1;

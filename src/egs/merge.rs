@@ -59,9 +59,36 @@ impl MinibatchSizes {
                 }
                 ranges.push((a, b));
             }
+            if rules.iter().any(|r: &MinibatchRule| r.eg_size == eg_size) {
+                return Err(bad("repeated example sizes"));
+            }
             rules.push(MinibatchRule { eg_size, ranges });
         }
         Ok(MinibatchSizes { rules })
+    }
+
+    /// The option string these rules parse from (single values as `N`, ranges as `A:B`).
+    pub fn to_option_string(&self) -> String {
+        let rule = |r: &MinibatchRule| {
+            let ranges: Vec<String> = r
+                .ranges
+                .iter()
+                .map(|&(a, b)| {
+                    if a == b {
+                        a.to_string()
+                    } else {
+                        format!("{a}:{b}")
+                    }
+                })
+                .collect();
+            let ranges = ranges.join(",");
+            if self.rules.len() == 1 && r.eg_size == 0 {
+                ranges
+            } else {
+                format!("{}={ranges}", r.eg_size)
+            }
+        };
+        self.rules.iter().map(rule).collect::<Vec<_>>().join("/")
     }
 
     fn rule_for(&self, eg_size: i32) -> &MinibatchRule {
@@ -239,7 +266,9 @@ mod tests {
         assert_eq!(m.minibatch_size(150, 70, false), 0);
         assert_eq!(m.minibatch_size(150, 70, true), 70);
         assert_eq!(m.minibatch_size(150, 10, true), 0);
-        for bad in ["", "0", "a", "3:2", "64/128", "1=", "128=64:"] {
+        for bad in [
+            "", "0", "a", "3:2", "64/128", "1=", "128=64:", "8,", "-3", "3=2/3=4",
+        ] {
             assert!(MinibatchSizes::parse(bad).is_err(), "{bad}");
         }
     }

@@ -40,6 +40,12 @@ pub fn parse_num_frames(s: &str, fsf: i32) -> Result<(Vec<i32>, bool)> {
             "invalid value --frame-subsampling-factor={fsf}"
         )));
     }
+    if fsf > 1 << 20 {
+        return Err(Error::Usage(format!(
+            "--frame-subsampling-factor={fsf} is out of range (1..={})",
+            1 << 20
+        )));
+    }
     if s.trim() == "-1" {
         return Ok((Vec::new(), false));
     }
@@ -120,6 +126,18 @@ impl UtteranceSplitter {
                 )));
             }
             let max_len = max_utterance_length(&config.num_frames);
+            // The table holds one entry per length up to `max_len`, each weighing every
+            // split; keep that (and the splits, up to ~`max_len / primary` long) bounded.
+            let n = config.num_frames.len() as i64;
+            let work = (max_len as i64 + 1) * n * n * (max_len as i64 / primary as i64 + 2);
+            if config.num_frames.len() > 100 || max_len > 1 << 16 || work > 50_000_000 {
+                return Err(Error::Usage(format!(
+                    "--num-frames={:?}: too many or too large chunk sizes to tabulate the splits \
+                     of (utterances up to {max_len} frames; the longest size should be at \
+                     most a few times the first)",
+                    config.num_frames
+                )));
+            }
             let splits = all_splits(&config);
             let durations: Vec<f32> = splits
                 .iter()
