@@ -237,5 +237,9 @@ pub fn run(a: Args) -> Result<i32> {
     eprintln!(
         "LOG (copy-egs) Read {read} neural-network training examples, wrote {written}, 0 examples had errors."
     );
-    Ok(if written == 0 { 1 } else { 0 })
+    if written == 0 {
+        // Kaldi exits with status 1 here too.
+        return Err(Error::Usage("copy-egs: no examples were written".into()));
+    }
+    Ok(0)
 }

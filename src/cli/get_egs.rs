@@ -400,7 +400,11 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
     for line in splitter.summary() {
         eprintln!("LOG ({tool}) {line}");
     }
-    Ok(if splitter.total_chunks > 0 { 0 } else { 1 })
+    if splitter.total_chunks == 0 {
+        // Kaldi exits with status 1 here too.
+        return Err(Error::Usage(format!("{tool}: no examples were written")));
+    }
+    Ok(0)
 }
 
 /// Runs `compnet get-egs`.

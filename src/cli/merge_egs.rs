@@ -204,5 +204,11 @@ pub fn run(a: Args) -> Result<i32> {
     for line in lines {
         eprintln!("LOG (merge-egs) {line}");
     }
-    Ok(if written > 0 { 0 } else { 1 })
+    if written == 0 {
+        // Kaldi exits with status 1 here too.
+        return Err(crate::error::Error::Usage(
+            "merge-egs: no minibatches were written".into(),
+        ));
+    }
+    Ok(0)
 }

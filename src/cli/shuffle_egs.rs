@@ -72,5 +72,9 @@ pub fn run(a: Args) -> Result<i32> {
             ""
         }
     );
-    Ok(if done == 0 { 1 } else { 0 })
+    if done == 0 {
+        // Kaldi exits with status 1 here too.
+        return Err(Error::Usage("shuffle-egs: no examples were written".into()));
+    }
+    Ok(0)
 }
