@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod compile;
+pub mod egs;
 pub mod error;
 pub mod frontend;
 pub mod index;

@@ -484,7 +484,51 @@ fn plan_case(seed: u64, case: u64, corpus: &[Seed]) -> Plan {
             } else {
                 "input.ark"
             };
-            if !model.is_empty() && rng.random_bool(0.4) {
+            if s.kind == Kind::Egs && rng.random_bool(0.6) {
+                // The egs tools on a damaged archive; what they write must read back.
+                let (v, command) = match rng.random_range(0..4) {
+                    0 => {
+                        let sizes = ["1", "3", "2,4", "1:3", "9=2/10=1:3"];
+                        let mb = sizes[rng.random_range(0..sizes.len())];
+                        let v = vec![
+                            "merge-egs".to_string(),
+                            format!("--minibatch-size={mb}"),
+                            format!("--compress={}", rng.random_bool(0.5)),
+                        ];
+                        (v, "merge-egs")
+                    }
+                    1 => {
+                        let v = vec![
+                            "shuffle-egs".to_string(),
+                            format!("--srand={}", rng.random_range(0..5)),
+                            format!("--buffer-size={}", rng.random_range(0..4)),
+                        ];
+                        (v, "shuffle-egs")
+                    }
+                    _ => {
+                        let frames = ["", "0", "1", "random"];
+                        let mut v = vec![
+                            "copy-egs".to_string(),
+                            format!("--srand={}", rng.random_range(0..5)),
+                            format!("--left-context={}", rng.random_range(-1..3)),
+                            format!("--right-context={}", rng.random_range(-1..3)),
+                        ];
+                        let f = frames[rng.random_range(0..frames.len())];
+                        if !f.is_empty() {
+                            v.push(format!("--frame={f}"));
+                        }
+                        (v, "copy-egs")
+                    }
+                };
+                let mut v = v;
+                v.extend(strs(&["ark:IN", "ark:OUT"]));
+                (
+                    name,
+                    v,
+                    vec![Step::ReadBack(strs(&["copy-egs", "ark:OUT", "ark,t:OUT2"]))],
+                    command,
+                )
+            } else if !model.is_empty() && rng.random_bool(0.4) {
                 (name, compute(&model, "IN"), vec![], "compute")
             } else {
                 let mut v = strs(&["copy-feats"]);

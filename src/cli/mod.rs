@@ -7,9 +7,13 @@ pub mod compile;
 pub mod compute;
 pub mod compute_prob;
 pub mod copy;
+pub mod copy_egs;
 pub mod copy_feats;
+pub mod get_egs;
 pub mod info;
 pub mod init;
+pub mod merge_egs;
+pub mod shuffle_egs;
 pub mod train;
 
 use crate::error::Result;
@@ -40,6 +44,16 @@ enum Command {
     Compute(compute::Args),
     /// Print the compiled computation for a request.
     Compile(compile::Args),
+    /// Cut utterances into training examples (nnet3-get-egs).
+    GetEgs(get_egs::Args),
+    /// Cut utterances with dense targets into training examples (nnet3-get-egs-dense-targets).
+    GetEgsDenseTargets(get_egs::DenseArgs),
+    /// Merge examples into minibatches (nnet3-merge-egs).
+    MergeEgs(merge_egs::Args),
+    /// Shuffle examples (nnet3-shuffle-egs).
+    ShuffleEgs(shuffle_egs::Args),
+    /// Copy examples: select frames, trim context, split over outputs (nnet3-copy-egs).
+    CopyEgs(copy_egs::Args),
     /// Train a network for one pass over merged egs (nnet3-train).
     Train(train::Args),
     /// Objective and accuracy of a network on egs (nnet3-compute-prob).
@@ -101,6 +115,11 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::CopyFeats(a) => copy_feats::run(a),
         Command::Compute(a) => compute::run(a),
         Command::Compile(a) => compile::run(a),
+        Command::GetEgs(a) => get_egs::run(a),
+        Command::GetEgsDenseTargets(a) => get_egs::run_dense(a),
+        Command::MergeEgs(a) => merge_egs::run(a),
+        Command::ShuffleEgs(a) => shuffle_egs::run(a),
+        Command::CopyEgs(a) => copy_egs::run(a),
         Command::Train(a) => train::run(a),
         Command::ComputeProb(a) => compute_prob::run(a),
         Command::Average(a) => average::run(a),

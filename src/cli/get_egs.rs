@@ -1,0 +1,429 @@
+//! `compnet get-egs` (Kaldi's `nnet3-get-egs`) and `compnet get-egs-dense-targets`
+//! (`nnet3-get-egs-dense-targets`): utterances into training examples, chunked by
+//! [`crate::egs::splitter`], with Kaldi's random choices reproduced (`egs::kaldi_rand`).
+
+use super::copy_feats::parse_kaldi_bool;
+use crate::egs::kaldi_rand::GlibcRand;
+use crate::egs::splitter::{parse_num_frames, ExampleGenerationConfig, UtteranceSplitter};
+use crate::error::{Error, Result};
+use crate::index::Index;
+use crate::io::compressed::{CompressedFormat, CompressedMatrix, CompressionMethod};
+use crate::io::egs::{NnetExample, NnetExampleWriter, NnetIo};
+use crate::io::sparse::{GeneralMatrix, Posterior, SparseMatrix, SparseVector};
+use crate::io::table::{RandomAccessMatrixReader, RandomAccessTableReader, SequentialTableReader};
+use crate::matrix::Matrix;
+
+/// Options shared by both commands (Kaldi's `ExampleGenerationConfig` and the rest).
+#[derive(clap::Args, Debug)]
+pub struct CommonArgs {
+    /// Compress the input (and dense output) matrices.
+    #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
+    pub compress: bool,
+    /// Frames of left context.
+    #[arg(long = "left-context", default_value_t = 0)]
+    pub left_context: i32,
+    /// Frames of right context.
+    #[arg(long = "right-context", default_value_t = 0)]
+    pub right_context: i32,
+    /// Left context of an utterance's first chunk (-1: --left-context).
+    #[arg(long = "left-context-initial", default_value_t = -1, allow_hyphen_values = true)]
+    pub left_context_initial: i32,
+    /// Right context of an utterance's last chunk (-1: --right-context).
+    #[arg(long = "right-context-final", default_value_t = -1, allow_hyphen_values = true)]
+    pub right_context_final: i32,
+    /// Chunk sizes: the primary size first, then alternatives (`8` or `8,7,9`).
+    #[arg(long = "num-frames", default_value = "1")]
+    pub num_frames: String,
+    /// Overlap between chunks treated as free when choosing chunk sizes.
+    #[arg(long = "num-frames-overlap", default_value_t = 0)]
+    pub num_frames_overlap: i32,
+    /// Output frame subsampling.
+    #[arg(long = "frame-subsampling-factor", default_value_t = 1)]
+    pub frame_subsampling_factor: i32,
+    /// iVectors, one row per --online-ivector-period frames.
+    #[arg(long = "online-ivectors", default_value = "")]
+    pub online_ivectors: String,
+    /// Alias of --online-ivectors (used when that one is not given).
+    #[arg(long = "ivectors", default_value = "")]
+    pub ivectors: String,
+    /// Frames per iVector row.
+    #[arg(long = "online-ivector-period", default_value_t = 1)]
+    pub online_ivector_period: i32,
+    /// Allowed difference between feature and iVector lengths.
+    #[arg(long = "length-tolerance", default_value_t = 100)]
+    pub length_tolerance: i32,
+    /// Allowed difference between (subsampled) feature and target lengths.
+    #[arg(long = "targets-length-tolerance", default_value_t = 2)]
+    pub targets_length_tolerance: i32,
+    /// Features rspecifier.
+    pub features: String,
+    /// Supervision rspecifier (posteriors or dense targets).
+    pub targets: String,
+    /// Examples wspecifier.
+    pub egs_out: String,
+}
+
+/// Options of `compnet get-egs`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Number of pdfs (the output dimension); required.
+    #[arg(long = "num-pdfs", default_value_t = -1, allow_hyphen_values = true)]
+    pub num_pdfs: i32,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Options of `compnet get-egs-dense-targets`.
+#[derive(clap::Args, Debug)]
+pub struct DenseArgs {
+    /// Dimension of the targets, checked when given (-1: any).
+    #[arg(long = "num-targets", default_value_t = -1, allow_hyphen_values = true)]
+    pub num_targets: i32,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+enum Supervision {
+    /// Pdf posteriors and the number of pdfs.
+    Posteriors(RandomAccessTableReader<Posterior>, usize),
+    /// Dense targets and the dimension they must have (`None`: any).
+    Dense(RandomAccessMatrixReader, Option<usize>),
+}
+
+/// Rows `first..first+n` of `m`, repeating the edge rows beyond either end (`m` non-empty).
+fn rows_with_padding(m: &Matrix, first: i32, n: usize) -> Matrix {
+    let last = m.num_rows() as i32 - 1;
+    let mut out = Matrix::zeros(n, m.num_cols());
+    for r in 0..n {
+        let src = (first + r as i32).clamp(0, last) as usize;
+        out.copy_row_from_slice(r, &m.row_to_vec(src));
+    }
+    out
+}
+
+/// The same for a compressed matrix, without decompressing (Kaldi's sub-range constructor
+/// with padding): the codes of the clamped rows are copied; a one-byte-with-column-headers
+/// result of fewer than 8 rows is re-encoded as two-byte, as Kaldi does.
+fn compressed_rows_with_padding(c: &CompressedMatrix, first: i32, n: usize) -> CompressedMatrix {
+    let (rows, cols) = (c.rows, c.cols);
+    let src = |r: usize| (first + r as i32).clamp(0, rows as i32 - 1) as usize;
+    let mut data = Vec::new();
+    match c.format {
+        CompressedFormat::OneByteWithColHeaders => {
+            data.extend_from_slice(&c.data[..cols * 8]);
+            let bytes = &c.data[cols * 8..];
+            for col in 0..cols {
+                data.extend((0..n).map(|r| bytes[col * rows + src(r)]));
+            }
+        }
+        CompressedFormat::TwoByte => {
+            for r in 0..n {
+                let s = src(r);
+                data.extend_from_slice(&c.data[s * cols * 2..(s + 1) * cols * 2]);
+            }
+        }
+        CompressedFormat::OneByte => {
+            for r in 0..n {
+                let s = src(r);
+                data.extend_from_slice(&c.data[s * cols..(s + 1) * cols]);
+            }
+        }
+    }
+    let out = CompressedMatrix {
+        format: c.format,
+        min_value: c.min_value,
+        range: c.range,
+        rows: n,
+        cols,
+        data,
+    };
+    if n < 8 && c.format == CompressedFormat::OneByteWithColHeaders {
+        CompressedMatrix::compress(&out.to_matrix(), CompressionMethod::TwoByteAuto)
+    } else {
+        out
+    }
+}
+
+/// Kaldi's `ExtractRowRangeWithPadding` for the feature types a feature archive can hold.
+fn extract_rows(feats: &GeneralMatrix, first: i32, n: usize) -> GeneralMatrix {
+    match feats {
+        GeneralMatrix::Full(m) => GeneralMatrix::Full(rows_with_padding(m, first, n)),
+        GeneralMatrix::Compressed(c) => {
+            GeneralMatrix::Compressed(compressed_rows_with_padding(c, first, n))
+        }
+        GeneralMatrix::Sparse(s) => {
+            let last = s.rows.len() as i32 - 1;
+            GeneralMatrix::Sparse(SparseMatrix {
+                rows: (0..n)
+                    .map(|r| s.rows[(first + r as i32).clamp(0, last) as usize].clone())
+                    .collect(),
+            })
+        }
+    }
+}
+
+/// A posterior row as Kaldi's `SparseVector` stores it: sorted by (id, weight), weights of the
+/// same id summed, zero sums dropped. Ids outside `0..dim` are an error (Kaldi asserts).
+pub fn sparse_row(dim: usize, pairs: &[(i32, f32)]) -> std::result::Result<SparseVector, i32> {
+    let mut sorted = pairs.to_vec();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let mut out: Vec<(i32, f32)> = Vec::with_capacity(sorted.len());
+    let mut i = 0;
+    while i < sorted.len() {
+        let (id, mut w) = sorted[i];
+        i += 1;
+        while i < sorted.len() && sorted[i].0 == id {
+            w += sorted[i].1;
+            i += 1;
+        }
+        if w != 0.0 {
+            out.push((id, w));
+        }
+    }
+    if let Some(&(bad, _)) = out.iter().find(|p| p.0 < 0 || p.0 as usize >= dim) {
+        return Err(bad);
+    }
+    Ok(SparseVector { dim, pairs: out })
+}
+
+fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
+    let fsf = c.frame_subsampling_factor;
+    let (num_frames, rounded) = parse_num_frames(&c.num_frames, fsf)?;
+    if rounded {
+        let list: Vec<String> = num_frames.iter().map(|n| n.to_string()).collect();
+        eprintln!(
+            "LOG ({tool}) Rounding up --num-frames={} to multiples of --frame-subsampling-factor={fsf}, to: {}",
+            c.num_frames,
+            list.join(",")
+        );
+    }
+    const MAX_CONTEXT: i32 = 1 << 20;
+    for (name, v) in [
+        ("left-context", c.left_context),
+        ("right-context", c.right_context),
+        ("left-context-initial", c.left_context_initial),
+        ("right-context-final", c.right_context_final),
+    ] {
+        // The -initial / -final ones are unset when negative, as in Kaldi.
+        let optional = name.ends_with("initial") || name.ends_with("final");
+        if v > MAX_CONTEXT || (!optional && v < 0) {
+            return Err(Error::Usage(format!(
+                "--{name}={v} is out of range (0..={MAX_CONTEXT})"
+            )));
+        }
+    }
+    if c.online_ivector_period < 1 {
+        return Err(Error::Usage(
+            "--online-ivector-period must be positive".into(),
+        ));
+    }
+    let ivector_spec = if c.online_ivectors.is_empty() {
+        c.ivectors.as_str()
+    } else {
+        c.online_ivectors.as_str()
+    };
+    let config = ExampleGenerationConfig {
+        left_context: c.left_context,
+        right_context: c.right_context,
+        left_context_initial: c.left_context_initial,
+        right_context_final: c.right_context_final,
+        num_frames_overlap: c.num_frames_overlap,
+        frame_subsampling_factor: fsf,
+        num_frames,
+    };
+    let mut splitter = UtteranceSplitter::new(config)?;
+    let mut rng = GlibcRand::default();
+    let feats_reader = SequentialTableReader::<GeneralMatrix>::open(&c.features)?;
+    let mut ivectors = if ivector_spec.is_empty() {
+        None
+    } else {
+        Some(RandomAccessMatrixReader::open(ivector_spec)?)
+    };
+    let mut writer = NnetExampleWriter::open(&c.egs_out)?;
+    let mut num_err = 0usize;
+    for item in feats_reader {
+        let (key, feats) = item?;
+        let n_rows = feats.num_rows() as i32;
+        if n_rows == 0 {
+            eprintln!("WARNING ({tool}) Not producing egs for utterance {key}: it has no frames.");
+            num_err += 1;
+            continue;
+        }
+        let has = match &mut sup {
+            Supervision::Posteriors(r, _) => r.has_key(&key)?,
+            Supervision::Dense(r, _) => r.has_key(&key)?,
+        };
+        if !has {
+            match sup {
+                Supervision::Posteriors(..) => {
+                    eprintln!("WARNING ({tool}) No pdf-level posterior for key {key}")
+                }
+                Supervision::Dense(..) => {
+                    eprintln!("WARNING ({tool}) No target matrix for key {key}")
+                }
+            }
+            num_err += 1;
+            continue;
+        }
+        let ivec = match &mut ivectors {
+            None => None,
+            Some(r) => match r.get(&key)? {
+                None => {
+                    eprintln!("WARNING ({tool}) No iVectors for utterance {key}");
+                    num_err += 1;
+                    continue;
+                }
+                Some(m) => {
+                    let covered = m.num_rows() as i64 * c.online_ivector_period as i64;
+                    if (n_rows as i64 - covered).abs() > c.length_tolerance as i64
+                        || m.num_rows() == 0
+                    {
+                        eprintln!(
+                            "WARNING ({tool}) Length difference between feats {n_rows} and iVectors {} exceeds tolerance {}",
+                            m.num_rows(),
+                            c.length_tolerance
+                        );
+                        num_err += 1;
+                        continue;
+                    }
+                    Some(m.clone())
+                }
+            },
+        };
+        let target_len = match &mut sup {
+            Supervision::Posteriors(r, _) => r.value(&key)?.len(),
+            Supervision::Dense(r, _) => r.value(&key)?.num_rows(),
+        } as i32;
+        let expected = (n_rows + fsf - 1) / fsf;
+        if target_len == 0 {
+            eprintln!("WARNING ({tool}) The supervision of utterance {key} is empty.");
+            num_err += 1;
+            continue;
+        }
+        if (target_len - expected).abs() > c.targets_length_tolerance {
+            if fsf == 1 {
+                eprintln!(
+                    "WARNING ({tool}) Supervision does not have expected length for utterance {key}: expected length = {n_rows}, got {target_len}"
+                );
+            } else {
+                eprintln!(
+                    "WARNING ({tool}) Supervision does not have expected length for utterance {key}: expected length = ({n_rows} + {fsf} - 1) / {fsf} = {expected}, got: {target_len} (note: --frame-subsampling-factor={fsf})"
+                );
+            }
+            num_err += 1;
+            continue;
+        }
+        if let Supervision::Dense(r, Some(dim)) = &mut sup {
+            let got = r.value(&key)?.num_cols();
+            if got != *dim {
+                return Err(Error::Usage(format!(
+                    "utterance {key}: the targets have dimension {got} but --num-targets={dim}"
+                )));
+            }
+        }
+        let chunks = splitter.chunks(n_rows, &mut rng)?;
+        if chunks.is_empty() {
+            eprintln!(
+                "WARNING ({tool}) Not producing egs for utterance {key} because it is too short: {n_rows} frames."
+            );
+        }
+        for chunk in &chunks {
+            let total = chunk.left_context + chunk.num_frames + chunk.right_context;
+            let start = chunk.first_frame - chunk.left_context;
+            crate::limits::check_product(
+                &[total.max(0) as u64, feats.num_cols() as u64, 4],
+                "an example's input matrix",
+            )
+            .map_err(Error::Usage)?;
+            let mut eg = NnetExample::default();
+            eg.io.push(NnetIo {
+                name: "input".into(),
+                indexes: (0..total)
+                    .map(|i| Index::new(0, i - chunk.left_context, 0))
+                    .collect(),
+                features: extract_rows(&feats, start, total as usize),
+            });
+            if let Some(iv) = &ivec {
+                // Kaldi draws the frame from a window as long as the whole utterance that
+                // starts at the chunk's first input frame.
+                let frame = rng.rand_int(start, start + n_rows - 1);
+                let row = (frame / c.online_ivector_period).clamp(0, iv.num_rows() as i32 - 1);
+                eg.io.push(NnetIo {
+                    name: "ivector".into(),
+                    indexes: vec![Index::new(0, 0, 0)],
+                    features: GeneralMatrix::Full(rows_with_padding(iv, row, 1)),
+                });
+            }
+            let first_out = chunk.first_frame / fsf;
+            let n_sub = (chunk.num_frames / fsf) as usize;
+            let indexes = (0..n_sub as i32)
+                .map(|i| Index::new(0, i * fsf, 0))
+                .collect();
+            let features = match &mut sup {
+                Supervision::Posteriors(r, dim) => {
+                    let post = r.value(&key)?;
+                    let mut rows = Vec::with_capacity(n_sub);
+                    for (i, &w) in chunk.output_weights.iter().enumerate().take(n_sub) {
+                        let t = first_out as usize + i;
+                        let mut pairs = post.get(t).cloned().unwrap_or_default();
+                        for p in &mut pairs {
+                            p.1 *= w;
+                        }
+                        rows.push(sparse_row(*dim, &pairs).map_err(|bad| {
+                            Error::Usage(format!(
+                                "utterance {key}, frame {t}: pdf id {bad} is outside 0..{dim} (--num-pdfs={dim})"
+                            ))
+                        })?);
+                    }
+                    GeneralMatrix::Sparse(SparseMatrix { rows })
+                }
+                // Kaldi does not weight dense targets by the chunk overlap.
+                Supervision::Dense(r, _) => {
+                    GeneralMatrix::Full(rows_with_padding(r.value(&key)?, first_out, n_sub))
+                }
+            };
+            eg.io.push(NnetIo {
+                name: "output".into(),
+                indexes,
+                features,
+            });
+            if c.compress {
+                eg.compress();
+            }
+            writer.write(&format!("{key}-{}", chunk.first_frame), &eg)?;
+        }
+    }
+    writer.close()?;
+    if num_err > 0 {
+        eprintln!("WARNING ({tool}) {num_err} utterances had errors and could not be processed.");
+    }
+    for line in splitter.summary() {
+        eprintln!("LOG ({tool}) {line}");
+    }
+    if splitter.total_chunks == 0 {
+        // Kaldi exits with status 1 here too.
+        return Err(Error::Usage(format!("{tool}: no examples were written")));
+    }
+    Ok(0)
+}
+
+/// Runs `compnet get-egs`.
+pub fn run(a: Args) -> Result<i32> {
+    if a.num_pdfs <= 0 {
+        return Err(Error::Usage(
+            "get-egs: --num-pdfs option is required".into(),
+        ));
+    }
+    let sup = Supervision::Posteriors(
+        RandomAccessTableReader::open(&a.common.targets)?,
+        a.num_pdfs as usize,
+    );
+    generate(&a.common, sup, "get-egs")
+}
+
+/// Runs `compnet get-egs-dense-targets`.
+pub fn run_dense(a: DenseArgs) -> Result<i32> {
+    let dim = (a.num_targets >= 0).then_some(a.num_targets as usize);
+    let sup = Supervision::Dense(RandomAccessMatrixReader::open(&a.common.targets)?, dim);
+    generate(&a.common, sup, "get-egs-dense-targets")
+}

@@ -1,0 +1,206 @@
+//! The random numbers Kaldi's example tools draw: glibc's `rand()` in its default state
+//! (seed 1, the additive-feedback generator) and Kaldi's `RandInt` on top of it. Kaldi's
+//! binaries never seed it, so the same stream reproduces their random choices (chunk order,
+//! gap placement, which iVector row an example gets) and lets our egs match theirs byte for byte.
+
+/// glibc's `rand()` from `srand(1)`.
+#[derive(Debug, Clone)]
+pub struct GlibcRand {
+    state: [u32; 34],
+    pos: usize,
+}
+
+impl Default for GlibcRand {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl GlibcRand {
+    /// The generator after `srand(seed)`.
+    pub fn new(seed: u32) -> Self {
+        let mut r = [0u32; 34];
+        r[0] = if seed == 0 { 1 } else { seed };
+        for i in 1..31 {
+            // Park–Miller step, computed as glibc does (Schrage's method, signed).
+            let prev = r[i - 1] as i32 as i64;
+            let (hi, lo) = (prev / 127_773, prev % 127_773);
+            let mut word = 16_807 * lo - 2_836 * hi;
+            if word < 0 {
+                word += 2_147_483_647;
+            }
+            r[i] = word as u32;
+        }
+        for i in 31..34 {
+            r[i] = r[i - 31];
+        }
+        let mut g = GlibcRand { state: r, pos: 0 };
+        // glibc discards the first 310 outputs of the feedback sequence.
+        for _ in 0..310 {
+            g.step();
+        }
+        g
+    }
+
+    fn step(&mut self) -> u32 {
+        // A ring over the last 34 values: x[k] = x[k-31] + x[k-3].
+        let k = self.pos;
+        let v = self.state[(k + 34 - 31) % 34].wrapping_add(self.state[(k + 34 - 3) % 34]);
+        self.state[k] = v;
+        self.pos = (k + 1) % 34;
+        v
+    }
+
+    /// The next `rand()` value, in 0..=2^31-1.
+    pub fn rand(&mut self) -> i32 {
+        (self.step() >> 1) as i32
+    }
+
+    /// Kaldi's `RandInt(min, max)`: `min` without drawing when the range has one value.
+    pub fn rand_int(&mut self, min: i32, max: i32) -> i32 {
+        if max <= min {
+            return min;
+        }
+        // Kaldi computes this in int32; a range wider than that wraps there, here it is
+        // computed exactly (never reached with real data).
+        let span = max as i64 - min as i64 + 1;
+        (min as i64 + self.rand() as i64 % span) as i32
+    }
+
+    /// Kaldi's `WithProb`: true with probability `p` (values below about 128 / RAND_MAX are
+    /// handled in two steps, as Kaldi does).
+    pub fn with_prob(&mut self, p: f32) -> bool {
+        const RAND_MAX: i32 = i32::MAX;
+        if p <= 0.0 {
+            return false;
+        }
+        if p >= 1.0 {
+            return true;
+        }
+        if p * (RAND_MAX as f32) < 128.0 {
+            if self.rand() < RAND_MAX / 128 {
+                return self.with_prob(p * 128.0);
+            }
+            return false;
+        }
+        (self.rand() as f32) < (RAND_MAX as f32 + 1.0) * p
+    }
+
+    /// libstdc++'s `std::random_shuffle` driven by `rand()`.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in 1..v.len() {
+            let j = self.rand() as usize % (i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+/// The Mersenne Twister `std::mt19937`, which `nnet3-shuffle-egs` seeds with `--srand`.
+#[derive(Debug, Clone)]
+pub struct Mt19937 {
+    state: Box<[u32; 624]>,
+    pos: usize,
+}
+
+impl Mt19937 {
+    /// The engine constructed from `seed`.
+    pub fn new(seed: u32) -> Self {
+        let mut st = Box::new([0u32; 624]);
+        st[0] = seed;
+        for i in 1..624 {
+            let prev = st[i - 1];
+            st[i] = 1_812_433_253u32
+                .wrapping_mul(prev ^ (prev >> 30))
+                .wrapping_add(i as u32);
+        }
+        Mt19937 {
+            state: st,
+            pos: 624,
+        }
+    }
+
+    /// The next 32-bit output.
+    pub fn next_u32(&mut self) -> u32 {
+        if self.pos >= 624 {
+            let st = &mut self.state;
+            for i in 0..624 {
+                let y = (st[i] & 0x8000_0000) | (st[(i + 1) % 624] & 0x7fff_ffff);
+                let mag = if y & 1 == 1 { 0x9908_b0df } else { 0 };
+                st[i] = st[(i + 397) % 624] ^ (y >> 1) ^ mag;
+            }
+            self.pos = 0;
+        }
+        let mut y = self.state[self.pos];
+        self.pos += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^ (y >> 18)
+    }
+
+    /// libstdc++'s `uniform_int_distribution` over `0..range` (range >= 1) for a 32-bit
+    /// engine: Lemire's multiply-and-reject method.
+    fn below(&mut self, range: u64) -> u64 {
+        debug_assert!((1..=1 << 32).contains(&range));
+        let mut product = self.next_u32() as u64 * range;
+        let mut low = product & 0xffff_ffff;
+        if low < range {
+            let threshold = ((1u64 << 32) - range) % range;
+            while low < threshold {
+                product = self.next_u32() as u64 * range;
+                low = product & 0xffff_ffff;
+            }
+        }
+        product >> 32
+    }
+
+    /// libstdc++'s `std::shuffle` with this engine: when two positions fit one draw, it swaps
+    /// the elements in pairs from one draw each (after a single first swap when the length is
+    /// even); otherwise one draw per element.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        let n = v.len() as u64;
+        if n < 2 {
+            return;
+        }
+        if 0xffff_ffff / n >= n {
+            let mut i = 1usize;
+            if n.is_multiple_of(2) {
+                let j = self.below(2) as usize;
+                v.swap(i, j);
+                i += 1;
+            }
+            while i < v.len() {
+                let range = i as u64 + 1;
+                let x = self.below(range * (range + 1));
+                v.swap(i, (x / (range + 1)) as usize);
+                v.swap(i + 1, (x % (range + 1)) as usize);
+                i += 2;
+            }
+        } else {
+            for i in 1..v.len() {
+                let j = self.below(i as u64 + 1) as usize;
+                v.swap(i, j);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_values_are_glibcs() {
+        let mut g = GlibcRand::default();
+        let v: Vec<i32> = (0..3).map(|_| g.rand()).collect();
+        assert_eq!(v, [1_804_289_383, 846_930_886, 1_681_692_777]);
+    }
+
+    #[test]
+    fn mt19937_is_the_standard_one() {
+        // The C++ standard's check: the 10000th output of a default-seeded mt19937.
+        let mut g = Mt19937::new(5489);
+        let v = (0..10_000).map(|_| g.next_u32()).last();
+        assert_eq!(v, Some(4_123_659_995));
+    }
+}

@@ -1,0 +1,8 @@
+//! Training-example policy (not formats, which live in `io::egs`): how utterances are cut
+//! into chunks (Kaldi's `UtteranceSplitter`) and how examples are grouped into minibatches
+//! (Kaldi's `ExampleMergingConfig` / `ExampleMerger`).
+
+pub mod kaldi_rand;
+pub mod merge;
+pub mod splitter;
+pub mod stl_order;
