@@ -7,6 +7,7 @@
 //! component's [`crate::update::Update`], which adds the gradient scaled by its learning
 //! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
+use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
 use super::param_util::{self, component_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
@@ -116,13 +117,12 @@ fn init_affine_params(
 
 /// Reads `<LinearParams> M <BiasParams> V` and checks that the dimensions agree.
 fn read_linear_bias(r: &mut TokenReader<'_>) -> Result<(Matrix, Vector)> {
-    r.expect_token("<LinearParams>")?;
-    let linear = r.matrix()?;
+    let linear: Matrix = read_field(r, "<LinearParams>")?;
     r.expect_token("<BiasParams>")?;
     let at = r.pos();
     let bias = r.vector()?;
     if bias.dim() != linear.num_rows() || linear.num_cols() == 0 {
-        return Err(param_util::dim_error(
+        return Err(kaldi_fields::dim_error(
             r,
             at,
             format!(
@@ -214,11 +214,8 @@ impl AffineComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, AFFINE)?;
         let (linear, bias) = read_linear_bias(r)?;
-        let mut orthonormal_constraint = 0.0;
-        if r.try_token("<OrthonormalConstraint>")? {
-            orthonormal_constraint = r.f32()?;
-        }
-        param_util::expect_closing(r, AFFINE)?;
+        let orthonormal_constraint = read_opt_field(r, "<OrthonormalConstraint>")?.unwrap_or(0.0);
+        kaldi_fields::expect_closing(r, AFFINE)?;
         Ok(Box::new(AffineComponent {
             common,
             linear: linear.into(),
@@ -233,33 +230,18 @@ impl AffineComponent {
     pub fn ng_read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, NG_AFFINE)?;
         let (linear, bias) = read_linear_bias(r)?;
-        r.expect_token("<RankIn>")?;
-        let rank_in = r.i32()?;
-        r.expect_token("<RankOut>")?;
-        let rank_out = r.i32()?;
-        let mut orthonormal_constraint = 0.0;
-        if r.try_token("<OrthonormalConstraint>")? {
-            orthonormal_constraint = r.f32()?;
-        }
-        r.expect_token("<UpdatePeriod>")?;
-        let update_period = r.i32()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        r.expect_token("<Alpha>")?;
-        let alpha = r.f32()?;
+        let rank_in = read_field(r, "<RankIn>")?;
+        let rank_out = read_field(r, "<RankOut>")?;
+        let orthonormal_constraint = read_opt_field(r, "<OrthonormalConstraint>")?.unwrap_or(0.0);
+        let update_period = read_field(r, "<UpdatePeriod>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let alpha = read_field(r, "<Alpha>")?;
         // Legacy fields of older models, read and dropped.
-        if r.try_token("<MaxChangePerSample>")? {
-            r.f32()?;
-        }
-        if r.try_token("<IsGradient>")? {
-            r.bool()?;
-        }
-        if r.try_token("<UpdateCount>")? {
-            r.f64()?;
-            r.expect_token("<ActiveScalingCount>")?;
-            r.f64()?;
-            r.expect_token("<MaxChangeScaleStats>")?;
-            r.f64()?;
+        read_opt_field::<f32>(r, "<MaxChangePerSample>")?;
+        read_opt_field::<bool>(r, "<IsGradient>")?;
+        if read_opt_field::<f64>(r, "<UpdateCount>")?.is_some() {
+            read_field::<f64>(r, "<ActiveScalingCount>")?;
+            read_field::<f64>(r, "<MaxChangeScaleStats>")?;
         }
         let at = r.pos();
         let tok = r.token()?;
@@ -345,37 +327,24 @@ impl Component for AffineComponent {
         affine_backprop_input(&self.linear, out_deriv, in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
-        let ty = self.type_name();
-        self.common.write(w, ty);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        match &self.natural_gradient {
-            None => {
-                if self.orthonormal_constraint != 0.0 {
-                    w.token("<OrthonormalConstraint>");
-                    w.f32(self.orthonormal_constraint);
-                }
-            }
-            Some(ng) => {
-                w.token("<RankIn>");
-                w.i32(ng.rank_in);
-                w.token("<RankOut>");
-                w.i32(ng.rank_out);
-                if self.orthonormal_constraint != 0.0 {
-                    w.token("<OrthonormalConstraint>");
-                    w.f32(self.orthonormal_constraint);
-                }
-                w.token("<UpdatePeriod>");
-                w.i32(ng.update_period);
-                w.token("<NumSamplesHistory>");
-                w.f32(ng.num_samples_history);
-                w.token("<Alpha>");
-                w.f32(ng.alpha_in);
-            }
-        }
-        w.token(&format!("</{ty}>"));
+        let orthonormal =
+            (self.orthonormal_constraint != 0.0).then_some(self.orthonormal_constraint);
+        let ng = self.natural_gradient.as_ref();
+        write_updatable(
+            w,
+            self.type_name(),
+            &self.common,
+            &[
+                ("<LinearParams>", &self.linear),
+                ("<BiasParams>", &self.bias),
+                ("<RankIn>", &ng.map(|o| o.rank_in)),
+                ("<RankOut>", &ng.map(|o| o.rank_out)),
+                ("<OrthonormalConstraint>", &orthonormal),
+                ("<UpdatePeriod>", &ng.map(|o| o.update_period)),
+                ("<NumSamplesHistory>", &ng.map(|o| o.num_samples_history)),
+                ("<Alpha>", &ng.map(|o| o.alpha_in)),
+            ],
+        );
     }
     fn info(&self) -> String {
         let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
@@ -442,7 +411,7 @@ impl FixedAffineComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<FixedAffineComponent>")?;
         let (linear, bias) = read_linear_bias(r)?;
-        param_util::expect_closing(r, FIXED_AFFINE)?;
+        kaldi_fields::expect_closing(r, FIXED_AFFINE)?;
         Ok(Box::new(FixedAffineComponent {
             linear: linear.into(),
             bias,
@@ -481,12 +450,14 @@ impl Component for FixedAffineComponent {
         affine_backprop_input(&self.linear, out_deriv, in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<FixedAffineComponent>");
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        w.token("</FixedAffineComponent>");
+        write_component(
+            w,
+            FIXED_AFFINE,
+            &[
+                ("<LinearParams>", &self.linear),
+                ("<BiasParams>", &self.bias),
+            ],
+        );
     }
     fn info(&self) -> String {
         format!(

@@ -3,6 +3,7 @@
 //! `NaturalGradientRepeatedAffineComponent` (one small affine applied to each of num-repeats
 //! consecutive input blocks; the NG kind differs only in its training update).
 
+use super::kaldi_fields::{self, write_updatable};
 use super::param_util::{self, component_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
@@ -62,7 +63,7 @@ fn read_counted_params(
     rows_multiple: bool,
 ) -> Result<(usize, Matrix, Vector)> {
     r.expect_token(count_token)?;
-    let n = param_util::read_positive_i32(r, count_token)?;
+    let n = kaldi_fields::read_positive_i32(r, count_token)?;
     r.expect_token("<LinearParams>")?;
     let at = r.pos();
     let linear = r.matrix()?;
@@ -82,6 +83,29 @@ fn read_counted_params(
         return Err(r.err_at(at, format!("a bias of dimension {}", linear.num_rows())));
     }
     Ok((n, linear, bias))
+}
+
+/// Writes the component with its count field (`<NumBlocks>` or `<NumRepeats>`), W and b: the
+/// layout [`read_counted_params`] reads.
+fn write_counted_params(
+    w: &mut TokenWriter,
+    type_name: &str,
+    common: &UpdatableCommon,
+    count_token: &str,
+    n: usize,
+    linear: &Matrix,
+    bias: &Vector,
+) {
+    write_updatable(
+        w,
+        type_name,
+        common,
+        &[
+            (count_token, &n),
+            ("<LinearParams>", linear),
+            ("<BiasParams>", bias),
+        ],
+    );
 }
 
 /// `BlockAffineComponent`: W is block-diagonal with num-blocks equal blocks, stored stacked
@@ -116,7 +140,7 @@ impl BlockAffineComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, BLOCK)?;
         let (num_blocks, linear, bias) = read_counted_params(r, "<NumBlocks>", true)?;
-        param_util::expect_closing(r, BLOCK)?;
+        kaldi_fields::expect_closing(r, BLOCK)?;
         Ok(Box::new(BlockAffineComponent {
             common,
             linear,
@@ -211,14 +235,16 @@ impl Component for BlockAffineComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, BLOCK);
-        w.token("<NumBlocks>");
-        w.i32(self.num_blocks as i32);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        w.token("</BlockAffineComponent>");
+        let (ty, n) = (BLOCK, self.num_blocks);
+        write_counted_params(
+            w,
+            ty,
+            &self.common,
+            "<NumBlocks>",
+            n,
+            &self.linear,
+            &self.bias,
+        );
     }
     fn info(&self) -> String {
         format!(
@@ -299,7 +325,7 @@ impl RepeatedAffineComponent {
         };
         let common = UpdatableCommon::read(r, ty)?;
         let (num_repeats, linear, bias) = read_counted_params(r, "<NumRepeats>", false)?;
-        param_util::expect_closing(r, ty)?;
+        kaldi_fields::expect_closing(r, ty)?;
         Ok(Box::new(RepeatedAffineComponent {
             common,
             linear,
@@ -403,15 +429,16 @@ impl Component for RepeatedAffineComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        let ty = self.type_name();
-        self.common.write(w, ty);
-        w.token("<NumRepeats>");
-        w.i32(self.num_repeats as i32);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        w.token(&format!("</{ty}>"));
+        let (ty, n) = (self.type_name(), self.num_repeats);
+        write_counted_params(
+            w,
+            ty,
+            &self.common,
+            "<NumRepeats>",
+            n,
+            &self.linear,
+            &self.bias,
+        );
     }
     fn info(&self) -> String {
         format!(

@@ -2,6 +2,7 @@
 //! Index and needs no input at all (e.g. the initial cell value of an LSTM built from
 //! primitives, reached through `Failover`).
 
+use super::kaldi_fields::{self, read_field, write_updatable};
 use super::param_util::{self, component_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
@@ -53,11 +54,9 @@ impl ConstantComponent {
         if output.dim() == 0 {
             return Err(r.err_at(at, "a non-empty output vector"));
         }
-        r.expect_token("<IsUpdatable>")?;
-        let is_updatable = r.bool()?;
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        param_util::expect_closing(r, CONSTANT)?;
+        let is_updatable = read_field(r, "<IsUpdatable>")?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        kaldi_fields::expect_closing(r, CONSTANT)?;
         Ok(Box::new(ConstantComponent {
             common,
             output,
@@ -131,14 +130,16 @@ impl Component for ConstantComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, CONSTANT);
-        w.token("<Output>");
-        w.vector(&self.output);
-        w.token("<IsUpdatable>");
-        w.bool(self.is_updatable);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("</ConstantComponent>");
+        write_updatable(
+            w,
+            CONSTANT,
+            &self.common,
+            &[
+                ("<Output>", &self.output),
+                ("<IsUpdatable>", &self.is_updatable),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+            ],
+        );
     }
     fn info(&self) -> String {
         let d = self.output.dim();

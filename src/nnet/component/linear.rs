@@ -4,6 +4,7 @@
 //! is `crate::update`'s.
 
 use super::affine::weight_ng_options_from_config;
+use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_util::{self, component_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
@@ -84,22 +85,13 @@ impl LinearComponent {
         if params.num_rows() == 0 || params.num_cols() == 0 {
             return Err(r.err_at(at, "a non-empty parameter matrix"));
         }
-        let mut orthonormal_constraint = 0.0;
-        if r.try_token("<OrthonormalConstraint>")? {
-            orthonormal_constraint = r.f32()?;
-        }
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        r.expect_token("<RankInOut>")?;
-        let rank_in = r.i32()?;
-        let rank_out = r.i32()?;
-        r.expect_token("<Alpha>")?;
-        let alpha = r.f32()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        r.expect_token("<UpdatePeriod>")?;
-        let update_period = r.i32()?;
-        param_util::expect_closing(r, LINEAR)?;
+        let orthonormal_constraint = read_opt_field(r, "<OrthonormalConstraint>")?.unwrap_or(0.0);
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        let (rank_in, rank_out) = read_field(r, "<RankInOut>")?;
+        let alpha = read_field(r, "<Alpha>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let update_period = read_field(r, "<UpdatePeriod>")?;
+        kaldi_fields::expect_closing(r, LINEAR)?;
         Ok(Box::new(LinearComponent {
             common,
             params: params.into(),
@@ -174,25 +166,23 @@ impl Component for LinearComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, LINEAR);
-        w.token("<Params>");
-        w.matrix(&self.params);
-        if self.orthonormal_constraint != 0.0 {
-            w.token("<OrthonormalConstraint>");
-            w.f32(self.orthonormal_constraint);
-        }
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("<RankInOut>");
-        w.i32(self.ng.rank_in);
-        w.i32(self.ng.rank_out);
-        w.token("<Alpha>");
-        w.f32(self.ng.alpha_in);
-        w.token("<NumSamplesHistory>");
-        w.f32(self.ng.num_samples_history);
-        w.token("<UpdatePeriod>");
-        w.i32(self.ng.update_period);
-        w.token("</LinearComponent>");
+        let orthonormal =
+            (self.orthonormal_constraint != 0.0).then_some(self.orthonormal_constraint);
+        let ng = &self.ng;
+        write_updatable(
+            w,
+            LINEAR,
+            &self.common,
+            &[
+                ("<Params>", &self.params),
+                ("<OrthonormalConstraint>", &orthonormal),
+                ("<UseNaturalGradient>", &ng.use_natural_gradient),
+                ("<RankInOut>", &(ng.rank_in, ng.rank_out)),
+                ("<Alpha>", &ng.alpha_in),
+                ("<NumSamplesHistory>", &ng.num_samples_history),
+                ("<UpdatePeriod>", &ng.update_period),
+            ],
+        );
     }
     fn info(&self) -> String {
         let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);

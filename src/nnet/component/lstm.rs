@@ -16,7 +16,8 @@
 //! o σ, tanh(c)), a self-repair counter per nonlinearity and the frame count. Self-repair
 //! nudges the input derivative of units whose average derivative fell below a threshold.
 
-use super::param_util::{self, component_boilerplate, expect_closing};
+use super::kaldi_fields::{expect_closing, read_field, read_opt_field, write_updatable};
+use super::param_util::{self, component_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -158,12 +159,8 @@ impl LstmNonlinearityComponent {
             .to_vec()
             .try_into()
             .map_err(|_| r.err_at(at, "a <SelfRepairProb> vector of dimension 5"))?;
-        let mut use_dropout = false;
-        if r.try_token("<UseDropout>")? {
-            use_dropout = r.bool()?;
-        }
-        r.expect_token("<Count>")?;
-        let count = r.f64()?;
+        let use_dropout = read_opt_field(r, "<UseDropout>")?.unwrap_or(false);
+        let count = read_field(r, "<Count>")?;
         expect_closing(r, TYPE)?;
         let mut comp = LstmNonlinearityComponent::new(params, use_dropout);
         comp.common = common;
@@ -336,16 +333,6 @@ impl Component for LstmNonlinearityComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, TYPE);
-        w.token("<Params>");
-        w.matrix(&self.params);
-        w.token("<ValueAvg>");
-        w.matrix(&self.stats_avg(&self.value_sum));
-        w.token("<DerivAvg>");
-        w.matrix(&self.stats_avg(&self.deriv_sum));
-        w.token("<SelfRepairConfig>");
-        w.vector(&self.self_repair_config);
-        w.token("<SelfRepairProb>");
         let denom = self.count * self.cell_dim() as f64;
         let prob: Vec<f32> = self
             .self_repair_total
@@ -358,14 +345,20 @@ impl Component for LstmNonlinearityComponent {
                 }
             })
             .collect();
-        w.vector(&prob);
-        if self.use_dropout {
-            w.token("<UseDropout>");
-            w.bool(true);
-        }
-        w.token("<Count>");
-        w.f64(self.count);
-        w.token(&format!("</{TYPE}>"));
+        write_updatable(
+            w,
+            TYPE,
+            &self.common,
+            &[
+                ("<Params>", &self.params),
+                ("<ValueAvg>", &self.stats_avg(&self.value_sum)),
+                ("<DerivAvg>", &self.stats_avg(&self.deriv_sum)),
+                ("<SelfRepairConfig>", &self.self_repair_config),
+                ("<SelfRepairProb>", &prob),
+                ("<UseDropout>", &self.use_dropout.then_some(true)),
+                ("<Count>", &self.count),
+            ],
+        );
     }
 
     fn info(&self) -> String {

@@ -14,6 +14,7 @@ pub mod block_affine;
 pub mod constant;
 pub mod dropout;
 pub mod dropout_general;
+pub mod kaldi_fields;
 pub mod linear;
 pub mod lstm;
 pub mod nonlinear;

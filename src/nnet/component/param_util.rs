@@ -2,7 +2,7 @@
 //! initial parameters (drawn from the init generator the caller passes), parameter files named in config lines, the parameter
 //! summaries of `info` lines, and a few small parameter ops.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::TokenReader;
 use crate::matrix::{MatView, Matrix, Trans, Vector};
@@ -63,41 +63,6 @@ pub fn positive_or(cfg: &ConfigLine, key: &str, default: usize) -> Result<usize>
         Some(v) if v > 0 => Ok(v as usize),
         Some(v) => Err(cfg.error_at_value(key, format!("{key} must be positive (got {v})"))),
     }
-}
-
-/// Consumes the closing `</TypeName>` token.
-pub fn expect_closing(r: &mut TokenReader<'_>, type_name: &str) -> Result<()> {
-    r.expect_token(&format!("</{type_name}>"))
-}
-
-/// Reads an int32 that must be strictly positive.
-pub fn read_positive_i32(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
-    let at = r.pos();
-    let v = r.i32()?;
-    if v <= 0 {
-        return Err(r.err_at(at, format!("a positive {what}")));
-    }
-    // A dim read from a file sizes vectors before anything else bounds it.
-    crate::limits::check_elements(v as u64, 4, &format!("{what} {v}"))
-        .map_err(|m| r.err_at(at, format!("a {what} within the memory limit: {m}")))?;
-    Ok(v as usize)
-}
-
-/// A positive integer read from a file that sizes nothing (a period, an interval, a count of
-/// regions): unlike a dim it is not held against the memory limit, so whatever a config
-/// accepted reads back.
-pub fn read_positive_count(r: &mut TokenReader<'_>, what: &str) -> Result<i32> {
-    let at = r.pos();
-    let v = r.i32()?;
-    if v <= 0 {
-        return Err(r.err_at(at, format!("a positive {what}")));
-    }
-    Ok(v)
-}
-
-/// A dimension error while reading a component at byte `at`.
-pub fn dim_error(r: &TokenReader<'_>, at: usize, what: impl Into<String>) -> Error {
-    r.err_at(at, what)
 }
 
 /// Formats a float the way Kaldi's summaries do: fixed with 0, 1 or 2 decimals by magnitude,

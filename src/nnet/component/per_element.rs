@@ -4,6 +4,7 @@
 //! its backprop reconstructs x from the output) and `ConstantFunctionComponent` (y = c,
 //! ignoring x).
 
+use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_util::{self, component_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
@@ -137,7 +138,7 @@ impl PerElementScaleComponent {
         let common = UpdatableCommon::read(r, PES)?;
         r.expect_token("<Params>")?;
         let scales = read_nonempty_vector(r, "scale")?;
-        param_util::expect_closing(r, PES)?;
+        kaldi_fields::expect_closing(r, PES)?;
         Ok(Box::new(PerElementScaleComponent {
             common,
             scales,
@@ -151,18 +152,12 @@ impl PerElementScaleComponent {
         let mut common = UpdatableCommon::read(r, NG_PES)?;
         r.expect_token("<Params>")?;
         let scales = read_nonempty_vector(r, "scale")?;
-        if r.try_token("<IsGradient>")? {
-            common.is_gradient = r.bool()?;
-        }
-        r.expect_token("<Rank>")?;
-        let rank = r.i32()?;
-        r.expect_token("<UpdatePeriod>")?;
-        let update_period = r.i32()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        r.expect_token("<Alpha>")?;
-        let alpha = r.f32()?;
-        param_util::expect_closing(r, NG_PES)?;
+        kaldi_fields::read_opt_into(r, "<IsGradient>", &mut common.is_gradient)?;
+        let rank = read_field(r, "<Rank>")?;
+        let update_period = read_field(r, "<UpdatePeriod>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let alpha = read_field(r, "<Alpha>")?;
+        kaldi_fields::expect_closing(r, NG_PES)?;
         Ok(Box::new(PerElementScaleComponent {
             common,
             scales,
@@ -251,23 +246,20 @@ impl Component for PerElementScaleComponent {
         deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
-        let ty = self.type_name();
-        self.common.write(w, ty);
-        w.token("<Params>");
-        w.vector(&self.scales);
-        if let Some(ng) = &self.natural_gradient {
-            w.token("<IsGradient>");
-            w.bool(self.common.is_gradient);
-            w.token("<Rank>");
-            w.i32(ng.rank_out);
-            w.token("<UpdatePeriod>");
-            w.i32(ng.update_period);
-            w.token("<NumSamplesHistory>");
-            w.f32(ng.num_samples_history);
-            w.token("<Alpha>");
-            w.f32(ng.alpha_out);
-        }
-        w.token(&format!("</{ty}>"));
+        let ng = self.natural_gradient.as_ref();
+        write_updatable(
+            w,
+            self.type_name(),
+            &self.common,
+            &[
+                ("<Params>", &self.scales),
+                ("<IsGradient>", &ng.map(|_| self.common.is_gradient)),
+                ("<Rank>", &ng.map(|o| o.rank_out)),
+                ("<UpdatePeriod>", &ng.map(|o| o.update_period)),
+                ("<NumSamplesHistory>", &ng.map(|o| o.num_samples_history)),
+                ("<Alpha>", &ng.map(|o| o.alpha_out)),
+            ],
+        );
     }
     fn info(&self) -> String {
         let (lo, hi) = self.scales.min_max();
@@ -376,7 +368,7 @@ impl PerElementOffsetComponent {
         let mut dim = offsets.dim();
         if r.try_token("<Dim>")? {
             let at = r.pos();
-            dim = param_util::read_positive_i32(r, "dimension")?;
+            dim = kaldi_fields::read_positive_i32(r, "dimension")?;
             if dim % offsets.dim() != 0 {
                 return Err(r.err_at(
                     at,
@@ -384,11 +376,8 @@ impl PerElementOffsetComponent {
                 ));
             }
         }
-        let mut use_natural_gradient = true;
-        if r.try_token("<UseNaturalGradient>")? {
-            use_natural_gradient = r.bool()?;
-        }
-        param_util::expect_closing(r, PEO)?;
+        let use_natural_gradient = read_opt_field(r, "<UseNaturalGradient>")?.unwrap_or(true);
+        kaldi_fields::expect_closing(r, PEO)?;
         Ok(Box::new(PerElementOffsetComponent {
             common,
             offsets,
@@ -460,14 +449,16 @@ impl Component for PerElementOffsetComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, PEO);
-        w.token("<Offsets>");
-        w.vector(&self.offsets);
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("</PerElementOffsetComponent>");
+        write_updatable(
+            w,
+            PEO,
+            &self.common,
+            &[
+                ("<Offsets>", &self.offsets),
+                ("<Dim>", &self.dim),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+            ],
+        );
     }
     fn info(&self) -> String {
         let (lo, hi) = self.offsets.min_max();
@@ -556,7 +547,7 @@ impl ScaleAndOffsetComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, SAO)?;
         r.expect_token("<Dim>")?;
-        let dim = param_util::read_positive_i32(r, "dimension")?;
+        let dim = kaldi_fields::read_positive_i32(r, "dimension")?;
         r.expect_token("<Scales>")?;
         let at = r.pos();
         let scales = read_nonempty_vector(r, "scale")?;
@@ -572,11 +563,9 @@ impl ScaleAndOffsetComponent {
                 format!("an offset vector of dimension {}", scales.dim()),
             ));
         }
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        r.expect_token("<Rank>")?;
-        let rank = r.i32()?;
-        param_util::expect_closing(r, SAO)?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        let rank = read_field(r, "<Rank>")?;
+        kaldi_fields::expect_closing(r, SAO)?;
         Ok(Box::new(ScaleAndOffsetComponent {
             common,
             dim,
@@ -688,18 +677,18 @@ impl Component for ScaleAndOffsetComponent {
         for_blocks(&mut deriv, s.dim(), |b| b.mul_cols_vec(s));
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, SAO);
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<Scales>");
-        w.vector(&self.scales);
-        w.token("<Offsets>");
-        w.vector(&self.offsets);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("<Rank>");
-        w.i32(self.ng.rank_out);
-        w.token("</ScaleAndOffsetComponent>");
+        write_updatable(
+            w,
+            SAO,
+            &self.common,
+            &[
+                ("<Dim>", &self.dim),
+                ("<Scales>", &self.scales),
+                ("<Offsets>", &self.offsets),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+                ("<Rank>", &self.ng.rank_out),
+            ],
+        );
     }
     fn info(&self) -> String {
         let mut s = format!(
@@ -769,15 +758,12 @@ impl ConstantFunctionComponent {
     /// Reads a ConstantFunctionComponent body.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, CFC)?;
-        r.expect_token("<InputDim>")?;
-        let input_dim = param_util::read_positive_i32(r, "input dimension")?;
+        let input_dim = kaldi_fields::read_dim_field(r, "<InputDim>", "input dimension")?;
         r.expect_token("<Output>")?;
         let output = read_nonempty_vector(r, "output")?;
-        r.expect_token("<IsUpdatable>")?;
-        let is_updatable = r.bool()?;
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        param_util::expect_closing(r, CFC)?;
+        let is_updatable = read_field(r, "<IsUpdatable>")?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        kaldi_fields::expect_closing(r, CFC)?;
         Ok(Box::new(ConstantFunctionComponent {
             common,
             input_dim,
@@ -844,16 +830,17 @@ impl Component for ConstantFunctionComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, CFC);
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        w.token("<Output>");
-        w.vector(&self.output);
-        w.token("<IsUpdatable>");
-        w.bool(self.is_updatable);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("</ConstantFunctionComponent>");
+        write_updatable(
+            w,
+            CFC,
+            &self.common,
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<Output>", &self.output),
+                ("<IsUpdatable>", &self.is_updatable),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+            ],
+        );
     }
     fn info(&self) -> String {
         // Kaldi repeats the type and dimensions after the learning-rate part.

@@ -2,6 +2,7 @@
 //! Pnorm (2-norm), FixedScale, FixedBias and ClipGradient. Formats, options and flags follow
 //! Kaldi's `nnet-simple-component.{h,cc}`.
 
+use super::kaldi_fields::{read_field, read_opt_field, read_positive_count, write_component};
 use super::nonlinear::parameter_stats;
 use super::param_util::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
@@ -16,12 +17,7 @@ use rand::RngCore;
 /// Reads a positive i32 after `token` (error names the offset).
 fn read_pos_i32(r: &mut TokenReader<'_>, token: &str) -> Result<usize> {
     r.expect_token(token)?;
-    let at = r.pos();
-    let v = r.i32()?;
-    if v <= 0 {
-        return Err(r.err_at(at, format!("a positive value after {token}")));
-    }
-    Ok(v as usize)
+    Ok(read_positive_count(r, &format!("value after {token}"))? as usize)
 }
 
 /// A required positive integer config value.
@@ -94,8 +90,7 @@ impl NoOpComponent {
                 r.f64()?;
             }
         } else {
-            r.expect_token("<BackpropScale>")?;
-            backprop_scale = r.f32()?;
+            backprop_scale = read_field(r, "<BackpropScale>")?;
         }
         r.expect_token("</NoOpComponent>")?;
         Ok(Box::new(NoOpComponent {
@@ -127,12 +122,14 @@ impl Component for NoOpComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<NoOpComponent>");
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<BackpropScale>");
-        w.f32(self.backprop_scale);
-        w.token("</NoOpComponent>");
+        write_component(
+            w,
+            "NoOpComponent",
+            &[
+                ("<Dim>", &self.dim),
+                ("<BackpropScale>", &self.backprop_scale),
+            ],
+        );
     }
     fn info(&self) -> String {
         let mut s = format!("NoOpComponent, dim={}", self.dim);
@@ -237,12 +234,14 @@ impl Component for ElementwiseProductComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<ElementwiseProductComponent>");
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        w.token("<OutputDim>");
-        w.i32(self.output_dim as i32);
-        w.token("</ElementwiseProductComponent>");
+        write_component(
+            w,
+            "ElementwiseProductComponent",
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<OutputDim>", &self.output_dim),
+            ],
+        );
     }
     fn info(&self) -> String {
         format!(
@@ -341,10 +340,7 @@ impl Component for PermuteComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<PermuteComponent>");
-        w.token("<ColumnMap>");
-        w.int_vec(&self.column_map);
-        w.token("</PermuteComponent>");
+        write_component(w, "PermuteComponent", &[("<ColumnMap>", &self.column_map)]);
     }
     fn info(&self) -> String {
         let mut s = format!(
@@ -400,8 +396,7 @@ impl SumBlockComponent {
         if !input_dim.is_multiple_of(output_dim) {
             return Err(r.err_at(at, "an <OutputDim> dividing <InputDim>"));
         }
-        r.expect_token("<Scale>")?;
-        let scale = r.f32()?;
+        let scale = read_field(r, "<Scale>")?;
         r.expect_token("</SumBlockComponent>")?;
         Ok(Box::new(SumBlockComponent {
             input_dim,
@@ -452,14 +447,15 @@ impl Component for SumBlockComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<SumBlockComponent>");
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        w.token("<OutputDim>");
-        w.i32(self.output_dim as i32);
-        w.token("<Scale>");
-        w.f32(self.scale);
-        w.token("</SumBlockComponent>");
+        write_component(
+            w,
+            "SumBlockComponent",
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<OutputDim>", &self.output_dim),
+                ("<Scale>", &self.scale),
+            ],
+        );
     }
     fn info(&self) -> String {
         format!(
@@ -583,10 +579,7 @@ impl Component for SumGroupComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<SumGroupComponent>");
-        w.token("<Sizes>");
-        w.int_vec(&self.sizes);
-        w.token("</SumGroupComponent>");
+        write_component(w, "SumGroupComponent", &[("<Sizes>", &self.sizes)]);
     }
     fn info(&self) -> String {
         format!(
@@ -678,12 +671,14 @@ impl Component for PnormComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<PnormComponent>");
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        w.token("<OutputDim>");
-        w.i32(self.output_dim as i32);
-        w.token("</PnormComponent>");
+        write_component(
+            w,
+            "PnormComponent",
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<OutputDim>", &self.output_dim),
+            ],
+        );
     }
     fn info(&self) -> String {
         format!(
@@ -759,10 +754,7 @@ impl Component for FixedScaleComponent {
         deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<FixedScaleComponent>");
-        w.token("<Scales>");
-        w.vector(&self.scales);
-        w.token("</FixedScaleComponent>");
+        write_component(w, "FixedScaleComponent", &[("<Scales>", &self.scales)]);
     }
     fn info(&self) -> String {
         format!(
@@ -830,10 +822,7 @@ impl Component for FixedBiasComponent {
     }
     fn backprop_in_place(&self, _args: BackpropArgs<'_>, _deriv: MatViewMut<'_>) {}
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<FixedBiasComponent>");
-        w.token("<Bias>");
-        w.vector(&self.bias);
-        w.token("</FixedBiasComponent>");
+        write_component(w, "FixedBiasComponent", &[("<Bias>", &self.bias)]);
     }
     fn info(&self) -> String {
         format!(
@@ -899,14 +888,10 @@ impl ClipGradientComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<ClipGradientComponent>")?;
         let dim = read_pos_i32(r, "<Dim>")?;
-        r.expect_token("<ClippingThreshold>")?;
-        let clipping_threshold = r.f32()?;
-        r.expect_token("<NormBasedClipping>")?;
-        let norm_based_clipping = r.bool()?;
         let mut c = ClipGradientComponent {
             dim,
-            clipping_threshold,
-            norm_based_clipping,
+            clipping_threshold: read_field(r, "<ClippingThreshold>")?,
+            norm_based_clipping: read_field(r, "<NormBasedClipping>")?,
             self_repair_clipped_proportion_threshold: 1.0,
             self_repair_target: 0.0,
             self_repair_scale: 0.0,
@@ -915,21 +900,16 @@ impl ClipGradientComponent {
             num_self_repaired: 0,
             num_backpropped: 0,
         };
-        if r.try_token("<SelfRepairClippedProportionThreshold>")? {
-            c.self_repair_clipped_proportion_threshold = r.f32()?;
-            r.expect_token("<SelfRepairTarget>")?;
-            c.self_repair_target = r.f32()?;
-            r.expect_token("<SelfRepairScale>")?;
-            c.self_repair_scale = r.f32()?;
+        if let Some(t) = read_opt_field(r, "<SelfRepairClippedProportionThreshold>")? {
+            c.self_repair_clipped_proportion_threshold = t;
+            c.self_repair_target = read_field(r, "<SelfRepairTarget>")?;
+            c.self_repair_scale = read_field(r, "<SelfRepairScale>")?;
         }
-        r.expect_token("<NumElementsClipped>")?;
-        c.num_clipped = r.i32()?;
-        r.expect_token("<NumElementsProcessed>")?;
-        c.count = r.i32()?;
-        if r.try_token("<NumSelfRepaired>")? {
-            c.num_self_repaired = r.i32()?;
-            r.expect_token("<NumBackpropped>")?;
-            c.num_backpropped = r.i32()?;
+        c.num_clipped = read_field(r, "<NumElementsClipped>")?;
+        c.count = read_field(r, "<NumElementsProcessed>")?;
+        if let Some(n) = read_opt_field(r, "<NumSelfRepaired>")? {
+            c.num_self_repaired = n;
+            c.num_backpropped = read_field(r, "<NumBackpropped>")?;
         }
         r.expect_token("</ClipGradientComponent>")?;
         Ok(Box::new(c))
@@ -1060,28 +1040,25 @@ impl Component for ClipGradientComponent {
         self.clip(in_value, &mut deriv, to_update, rng);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<ClipGradientComponent>");
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<ClippingThreshold>");
-        w.f32(self.clipping_threshold);
-        w.token("<NormBasedClipping>");
-        w.bool(self.norm_based_clipping);
-        w.token("<SelfRepairClippedProportionThreshold>");
-        w.f32(self.self_repair_clipped_proportion_threshold);
-        w.token("<SelfRepairTarget>");
-        w.f32(self.self_repair_target);
-        w.token("<SelfRepairScale>");
-        w.f32(self.self_repair_scale);
-        w.token("<NumElementsClipped>");
-        w.i32(self.num_clipped);
-        w.token("<NumElementsProcessed>");
-        w.i32(self.count);
-        w.token("<NumSelfRepaired>");
-        w.i32(self.num_self_repaired);
-        w.token("<NumBackpropped>");
-        w.i32(self.num_backpropped);
-        w.token("</ClipGradientComponent>");
+        write_component(
+            w,
+            "ClipGradientComponent",
+            &[
+                ("<Dim>", &self.dim),
+                ("<ClippingThreshold>", &self.clipping_threshold),
+                ("<NormBasedClipping>", &self.norm_based_clipping),
+                (
+                    "<SelfRepairClippedProportionThreshold>",
+                    &self.self_repair_clipped_proportion_threshold,
+                ),
+                ("<SelfRepairTarget>", &self.self_repair_target),
+                ("<SelfRepairScale>", &self.self_repair_scale),
+                ("<NumElementsClipped>", &self.num_clipped),
+                ("<NumElementsProcessed>", &self.count),
+                ("<NumSelfRepaired>", &self.num_self_repaired),
+                ("<NumBackpropped>", &self.num_backpropped),
+            ],
+        );
     }
     fn info(&self) -> String {
         let prop = if self.count > 0 {

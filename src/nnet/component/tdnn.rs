@@ -7,6 +7,7 @@
 //! block when possible (the usual case with t-major row order), a few contiguous runs, or a
 //! gathered copy.
 
+use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_util::{self, component_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
@@ -271,23 +272,18 @@ impl TdnnComponent {
                 ),
             ));
         }
-        r.expect_token("<OrthonormalConstraint>")?;
-        let orthonormal_constraint = r.f32()?;
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        let (alpha_in, alpha_out) = if r.try_token("<AlphaInOut>")? {
-            (r.f32()?, r.f32()?)
-        } else {
-            r.expect_token("<Alpha>")?;
-            let a = r.f32()?;
-            (a, a)
+        let orthonormal_constraint = read_field(r, "<OrthonormalConstraint>")?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let (alpha_in, alpha_out) = match read_opt_field(r, "<AlphaInOut>")? {
+            Some(alphas) => alphas,
+            None => {
+                let a = read_field(r, "<Alpha>")?;
+                (a, a)
+            }
         };
-        r.expect_token("<RankInOut>")?;
-        let rank_in = r.i32()?;
-        let rank_out = r.i32()?;
-        param_util::expect_closing(r, TDNN)?;
+        let (rank_in, rank_out) = read_field(r, "<RankInOut>")?;
+        kaldi_fields::expect_closing(r, TDNN)?;
         Ok(Box::new(TdnnComponent {
             common,
             time_offsets,
@@ -624,26 +620,22 @@ impl Component for TdnnComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, TDNN);
-        w.token("<TimeOffsets>");
-        w.int_vec(&self.time_offsets);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear_params);
-        w.token("<BiasParams>");
-        w.vector(&self.bias_params);
-        w.token("<OrthonormalConstraint>");
-        w.f32(self.orthonormal_constraint);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("<NumSamplesHistory>");
-        w.f32(self.ng.num_samples_history);
-        w.token("<AlphaInOut>");
-        w.f32(self.ng.alpha_in);
-        w.f32(self.ng.alpha_out);
-        w.token("<RankInOut>");
-        w.i32(self.ng.rank_in);
-        w.i32(self.ng.rank_out);
-        w.token("</TdnnComponent>");
+        let ng = &self.ng;
+        write_updatable(
+            w,
+            TDNN,
+            &self.common,
+            &[
+                ("<TimeOffsets>", &self.time_offsets),
+                ("<LinearParams>", &self.linear_params),
+                ("<BiasParams>", &self.bias_params),
+                ("<OrthonormalConstraint>", &self.orthonormal_constraint),
+                ("<UseNaturalGradient>", &ng.use_natural_gradient),
+                ("<NumSamplesHistory>", &ng.num_samples_history),
+                ("<AlphaInOut>", &(ng.alpha_in, ng.alpha_out)),
+                ("<RankInOut>", &(ng.rank_in, ng.rank_out)),
+            ],
+        );
     }
 
     fn info(&self) -> String {
