@@ -8,10 +8,8 @@
 //! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
 use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
-use super::param_util::{self, component_boilerplate};
-use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
-};
+use super::param_util::{self, component_boilerplate, updatable_boilerplate};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -377,13 +375,7 @@ impl Component for AffineComponent {
         }
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 param_util::linear_bias_updatable!(AffineComponent);
@@ -474,6 +466,7 @@ impl Component for FixedAffineComponent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nnet::component::UpdatableComponent;
     use crate::testing::golden::{golden_component, golden_path, round_trip_golden};
 
     #[test]

@@ -4,10 +4,8 @@
 //! consecutive input blocks; the NG kind differs only in its training update).
 
 use super::kaldi_fields::{self, write_updatable};
-use super::param_util::{self, component_boilerplate};
-use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
-};
+use super::param_util::{self, updatable_boilerplate};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -257,13 +255,7 @@ impl Component for BlockAffineComponent {
             param_util::vector_stats("bias", &self.bias)
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 param_util::linear_bias_updatable!(BlockAffineComponent);
@@ -452,13 +444,7 @@ impl Component for RepeatedAffineComponent {
             param_util::vector_stats("bias", &self.bias)
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 param_util::linear_bias_updatable!(RepeatedAffineComponent);

@@ -5,7 +5,7 @@
 
 use super::affine::weight_ng_options_from_config;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
-use super::param_util::{self, component_boilerplate};
+use super::param_util::{self, updatable_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -212,13 +212,7 @@ impl Component for LinearComponent {
         );
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 impl UpdatableComponent for LinearComponent {

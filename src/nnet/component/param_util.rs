@@ -248,6 +248,23 @@ macro_rules! component_boilerplate {
 }
 pub(crate) use component_boilerplate;
 
+/// `component_boilerplate!()` plus `as_updatable` and `as_updatable_mut` giving the component
+/// itself (for a type that implements `UpdatableComponent`).
+macro_rules! updatable_boilerplate {
+    () => {
+        $crate::nnet::component::param_util::component_boilerplate!();
+        fn as_updatable(&self) -> Option<&dyn $crate::nnet::component::UpdatableComponent> {
+            Some(self)
+        }
+        fn as_updatable_mut(
+            &mut self,
+        ) -> Option<&mut dyn $crate::nnet::component::UpdatableComponent> {
+            Some(self)
+        }
+    };
+}
+pub(crate) use updatable_boilerplate;
+
 /// The initial output vector of ConstantComponent / ConstantFunctionComponent: `dim` draws
 /// from N(output-mean, output-stddev²) (both options default to 0).
 pub fn constant_output_from_config(

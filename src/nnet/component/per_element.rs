@@ -5,7 +5,9 @@
 //! ignoring x).
 
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
-use super::param_util::{self, component_boilerplate, vector_params_updatable};
+use super::param_util::{
+    self, component_boilerplate, updatable_boilerplate, vector_params_updatable,
+};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -284,13 +286,7 @@ impl Component for PerElementScaleComponent {
         }
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 vector_params_updatable!(PerElementScaleComponent, scales);
@@ -474,13 +470,7 @@ impl Component for PerElementOffsetComponent {
             param_util::vector_stats("offsets", &self.offsets)
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 vector_params_updatable!(PerElementOffsetComponent, offsets);
@@ -708,13 +698,7 @@ impl Component for ScaleAndOffsetComponent {
         );
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 vector_params_updatable!(ScaleAndOffsetComponent, scales, offsets);

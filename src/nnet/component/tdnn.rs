@@ -8,7 +8,7 @@
 //! gathered copy.
 
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
-use super::param_util::{self, component_boilerplate};
+use super::param_util::{self, updatable_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties, UpdatableCommon, UpdatableComponent,
@@ -677,13 +677,7 @@ impl Component for TdnnComponent {
         s
     }
 
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 impl TdnnComponent {
