@@ -8,7 +8,7 @@
 //! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
 use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
-use super::param_util::{self, component_boilerplate, updatable_boilerplate};
+use super::param_util::{self, component_boilerplate, updatable_boilerplate, RandomInit};
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -94,23 +94,9 @@ fn init_affine_params(
     }
     let in_dim = param_util::require_positive(cfg, "input-dim")?;
     let out_dim = param_util::require_positive(cfg, "output-dim")?;
-    let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
-    let bias_stddev: f32 = cfg.get_or("bias-stddev", default_bias_stddev)?;
-    let bias_mean: f32 = if with_bias_mean {
-        cfg.get_or("bias-mean", 0.0)?
-    } else {
-        0.0
-    };
-    if param_stddev < 0.0 || bias_stddev < 0.0 {
-        return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
-    }
-    Ok({
-        let rng: &mut dyn RngCore = init_rng;
-        (
-            param_util::gaussian_matrix(out_dim, in_dim, 0.0, param_stddev, rng),
-            param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng),
-        )
-    })
+    let init = RandomInit::from_config(cfg, in_dim, default_bias_stddev, with_bias_mean)?;
+    let linear = init.weights(out_dim, in_dim, init_rng);
+    Ok((linear, init.bias(out_dim, init_rng)))
 }
 
 /// Reads `<LinearParams> M <BiasParams> V` and checks that the dimensions agree.
@@ -168,7 +154,8 @@ impl AffineComponent {
         }
     }
 
-    fn from_config_impl(
+    /// Kaldi's InitFromConfig of the plain kind or (with `natural_gradient`) the NG kind.
+    pub fn from_config_kind(
         cfg: &ConfigLine,
         init_rng: &mut dyn RngCore,
         ng: bool,
@@ -197,15 +184,7 @@ impl AffineComponent {
 
     /// Kaldi's AffineComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, false)
-    }
-
-    /// Kaldi's NaturalGradientAffineComponent::InitFromConfig.
-    pub fn ng_from_config(
-        cfg: &ConfigLine,
-        init_rng: &mut dyn RngCore,
-    ) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, true)
+        Self::from_config_kind(cfg, init_rng, false)
     }
 
     /// Reads an AffineComponent body.
@@ -519,7 +498,8 @@ mod tests {
     #[test]
     fn config_defaults_and_errors() {
         let cfg = ConfigLine::parse_str("input-dim=29 output-dim=20").unwrap();
-        let c = AffineComponent::ng_from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
+        let c = AffineComponent::from_config_kind(&cfg, &mut crate::random::seeded_rng(0), true)
+            .unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         let ng = a.natural_gradient.clone().unwrap();
         assert_eq!((ng.rank_in, ng.rank_out), (15, 10));

@@ -4,7 +4,7 @@
 //! consecutive input blocks; the NG kind differs only in its training update).
 
 use super::kaldi_fields::{self, write_updatable};
-use super::param_util::{self, updatable_boilerplate};
+use super::param_util::{self, updatable_boilerplate, RandomInit};
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -39,19 +39,9 @@ fn random_params(
     bias_stddev: f32,
     init_rng: &mut dyn RngCore,
 ) -> Result<(Matrix, Vector)> {
-    let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
-    let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
-    let bias_stddev: f32 = cfg.get_or("bias-stddev", bias_stddev)?;
-    if param_stddev < 0.0 || bias_stddev < 0.0 {
-        return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
-    }
-    Ok({
-        let rng: &mut dyn RngCore = init_rng;
-        (
-            param_util::gaussian_matrix(rows, cols, 0.0, param_stddev, rng),
-            param_util::gaussian_vector(rows, bias_mean, bias_stddev, rng),
-        )
-    })
+    let init = RandomInit::from_config(cfg, cols, bias_stddev, true)?;
+    let linear = init.weights(rows, cols, init_rng);
+    Ok((linear, init.bias(rows, init_rng)))
 }
 
 /// Reads `<Count> i32 <LinearParams> M <BiasParams> V` with consistent dimensions.
@@ -278,7 +268,9 @@ pub struct RepeatedAffineComponent {
 }
 
 impl RepeatedAffineComponent {
-    fn from_config_impl(
+    /// InitFromConfig of RepeatedAffineComponent or (with `natural_gradient`) its NG kind (the
+    /// same options).
+    pub fn from_config_kind(
         cfg: &ConfigLine,
         init_rng: &mut dyn RngCore,
         natural_gradient: bool,
@@ -298,18 +290,14 @@ impl RepeatedAffineComponent {
 
     /// Kaldi's RepeatedAffineComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, false)
+        Self::from_config_kind(cfg, init_rng, false)
     }
 
-    /// NaturalGradientRepeatedAffineComponent's InitFromConfig (the same options).
-    pub fn ng_from_config(
-        cfg: &ConfigLine,
-        init_rng: &mut dyn RngCore,
+    /// Reads a RepeatedAffineComponent or (with `natural_gradient`) NG kind body.
+    pub fn read_kind(
+        r: &mut TokenReader<'_>,
+        natural_gradient: bool,
     ) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, true)
-    }
-
-    fn read_impl(r: &mut TokenReader<'_>, natural_gradient: bool) -> Result<Box<dyn Component>> {
         let ty = if natural_gradient {
             NG_REPEATED
         } else {
@@ -329,12 +317,7 @@ impl RepeatedAffineComponent {
 
     /// Reads a RepeatedAffineComponent body.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        Self::read_impl(r, false)
-    }
-
-    /// Reads a NaturalGradientRepeatedAffineComponent body.
-    pub fn ng_read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        Self::read_impl(r, true)
+        Self::read_kind(r, false)
     }
 }
 

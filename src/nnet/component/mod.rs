@@ -329,7 +329,7 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NaturalGradientAffineComponent",
-        from_config: affine::AffineComponent::ng_from_config,
+        from_config: |cfg, rng| affine::AffineComponent::from_config_kind(cfg, rng, true),
         read: affine::AffineComponent::ng_read,
         test_configs: &["input-dim=6 output-dim=5", "input-dim=4 output-dim=3 bias-mean=1.0 rank-in=2 rank-out=2 update-period=2 num-samples-history=500 alpha=2 learning-rate-factor=0.5 l2-regularize=0.01"],
     },
@@ -359,8 +359,10 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NaturalGradientRepeatedAffineComponent",
-        from_config: block_affine::RepeatedAffineComponent::ng_from_config,
-        read: block_affine::RepeatedAffineComponent::ng_read,
+        from_config: |cfg, rng| {
+            block_affine::RepeatedAffineComponent::from_config_kind(cfg, rng, true)
+        },
+        read: |r| block_affine::RepeatedAffineComponent::read_kind(r, true),
         test_configs: &["input-dim=8 output-dim=4 num-repeats=4 bias-stddev=0.5"],
     },
     ComponentType {
@@ -371,7 +373,9 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NaturalGradientPerElementScaleComponent",
-        from_config: per_element::PerElementScaleComponent::ng_from_config,
+        from_config: |cfg, rng| {
+            per_element::PerElementScaleComponent::from_config_kind(cfg, rng, true)
+        },
         read: per_element::PerElementScaleComponent::ng_read,
         test_configs: &["dim=6 param-mean=0.5 param-stddev=0.2", "dim=4 rank=2 update-period=3 num-samples-history=100 alpha=2"],
     },

@@ -31,6 +31,51 @@ pub fn gaussian_vector(dim: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore
     )
 }
 
+/// The random initialisation of a weight block with `cols` inputs, from a config line:
+/// `param-stddev` (default 1/√cols), `bias-stddev` and `bias-mean` (0; only where the type
+/// takes it).
+pub struct RandomInit {
+    pub param_stddev: f32,
+    pub bias_mean: f32,
+    pub bias_stddev: f32,
+}
+
+impl RandomInit {
+    /// Reads the options; `default_bias_stddev` is the type's default for `bias-stddev`.
+    pub fn from_config(
+        cfg: &ConfigLine,
+        cols: usize,
+        default_bias_stddev: f32,
+        with_bias_mean: bool,
+    ) -> Result<Self> {
+        let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
+        let bias_stddev: f32 = cfg.get_or("bias-stddev", default_bias_stddev)?;
+        let bias_mean: f32 = if with_bias_mean {
+            cfg.get_or("bias-mean", 0.0)?
+        } else {
+            0.0
+        };
+        if param_stddev < 0.0 || bias_stddev < 0.0 {
+            return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
+        }
+        Ok(RandomInit {
+            param_stddev,
+            bias_mean,
+            bias_stddev,
+        })
+    }
+
+    /// A rows × cols weight matrix: N(0, param-stddev²).
+    pub fn weights(&self, rows: usize, cols: usize, rng: &mut dyn RngCore) -> Matrix {
+        gaussian_matrix(rows, cols, 0.0, self.param_stddev, rng)
+    }
+
+    /// A bias vector: N(bias-mean, bias-stddev²).
+    pub fn bias(&self, dim: usize, rng: &mut dyn RngCore) -> Vector {
+        gaussian_vector(dim, self.bias_mean, self.bias_stddev, rng)
+    }
+}
+
 /// Reads a Kaldi matrix file (text or binary) named by the config option `key`.
 pub fn read_matrix_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Matrix> {
     let bytes = crate::io::read_file(path)

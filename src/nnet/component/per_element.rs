@@ -91,7 +91,8 @@ pub struct PerElementScaleComponent {
 }
 
 impl PerElementScaleComponent {
-    fn from_config_impl(
+    /// Kaldi's InitFromConfig of the plain kind or (with `natural_gradient`) the NG kind.
+    pub fn from_config_kind(
         cfg: &ConfigLine,
         init_rng: &mut dyn RngCore,
         ng: bool,
@@ -124,15 +125,7 @@ impl PerElementScaleComponent {
 
     /// Kaldi's PerElementScaleComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, false)
-    }
-
-    /// Kaldi's NaturalGradientPerElementScaleComponent::InitFromConfig.
-    pub fn ng_from_config(
-        cfg: &ConfigLine,
-        init_rng: &mut dyn RngCore,
-    ) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, true)
+        Self::from_config_kind(cfg, init_rng, false)
     }
 
     /// Reads a PerElementScaleComponent body.

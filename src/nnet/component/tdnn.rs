@@ -8,7 +8,7 @@
 //! gathered copy.
 
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
-use super::param_util::{self, updatable_boilerplate};
+use super::param_util::{self, updatable_boilerplate, RandomInit};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties, UpdatableCommon, UpdatableComponent,
@@ -192,13 +192,8 @@ impl TdnnComponent {
         }
         let n = time_offsets.len();
         let full_in = in_dim * n;
-        let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (full_in as f32).sqrt())?;
-        let bias_stddev: f32 = cfg.get_or("bias-stddev", 1.0)?;
-        let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
+        let init = RandomInit::from_config(cfg, full_in, 1.0, true)?;
         let use_bias: bool = cfg.get_or("use-bias", true)?;
-        if param_stddev < 0.0 || bias_stddev < 0.0 {
-            return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
-        }
         let rank_in: i32 = cfg.get_or("rank-in", 20.min((full_in as i32 + 1) / 2))?;
         let rank_out: i32 = cfg.get_or("rank-out", 80.min((out_dim as i32 + 1) / 2))?;
         let alpha_in: f32 = cfg.get_or("alpha-in", 4.0)?;
@@ -207,15 +202,11 @@ impl TdnnComponent {
         if rank_in <= 0 || rank_out <= 0 || alpha_in <= 0.0 || alpha_out <= 0.0 {
             return Err(cfg.error("rank-in, rank-out, alpha-in and alpha-out must be positive"));
         }
-        let (linear_params, bias_params) = {
-            let rng: &mut dyn RngCore = init_rng;
-            let w = param_util::gaussian_matrix(out_dim, full_in, 0.0, param_stddev, rng);
-            let b = if use_bias {
-                param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng)
-            } else {
-                Vector::zeros(0)
-            };
-            (w, b)
+        let linear_params = init.weights(out_dim, full_in, init_rng);
+        let bias_params = if use_bias {
+            init.bias(out_dim, init_rng)
+        } else {
+            Vector::zeros(0)
         };
         Ok(Box::new(TdnnComponent {
             common,
