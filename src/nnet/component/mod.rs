@@ -11,17 +11,19 @@
 pub mod affine;
 pub mod backprop_truncation;
 pub mod block_affine;
+pub mod column_groups;
 pub mod constant;
 pub mod dropout;
 pub mod dropout_general;
+pub mod fixed_scale_bias;
 pub mod kaldi_fields;
 pub mod linear;
 pub mod lstm;
 pub mod nonlinear;
 pub mod normalize;
 pub mod param_util;
+pub mod pass_through;
 pub mod per_element;
-pub mod simple_misc;
 pub mod statistics;
 pub mod tdnn;
 pub mod updatable;
@@ -430,56 +432,56 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NoOpComponent",
-        from_config: simple_misc::NoOpComponent::from_config,
-        read: simple_misc::NoOpComponent::read,
+        from_config: pass_through::NoOpComponent::from_config,
+        read: pass_through::NoOpComponent::read,
         test_configs: &["dim=5", "dim=4 backprop-scale=0.5"],
     },
     ComponentType {
         name: "ElementwiseProductComponent",
-        from_config: simple_misc::ElementwiseProductComponent::from_config,
-        read: simple_misc::ElementwiseProductComponent::read,
+        from_config: column_groups::ElementwiseProductComponent::from_config,
+        read: column_groups::ElementwiseProductComponent::read,
         test_configs: &["input-dim=8 output-dim=4", "input-dim=9 output-dim=3"],
     },
     ComponentType {
         name: "PermuteComponent",
-        from_config: simple_misc::PermuteComponent::from_config,
-        read: simple_misc::PermuteComponent::read,
+        from_config: column_groups::PermuteComponent::from_config,
+        read: column_groups::PermuteComponent::read,
         test_configs: &["column-map=3,1,0,4,2"],
     },
     ComponentType {
         name: "SumBlockComponent",
-        from_config: simple_misc::SumBlockComponent::from_config,
-        read: simple_misc::SumBlockComponent::read,
+        from_config: column_groups::SumBlockComponent::from_config,
+        read: column_groups::SumBlockComponent::read,
         test_configs: &["input-dim=6 output-dim=3", "input-dim=8 output-dim=2 scale=0.25"],
     },
     ComponentType {
         name: "SumGroupComponent",
-        from_config: simple_misc::SumGroupComponent::from_config,
-        read: simple_misc::SumGroupComponent::read,
+        from_config: column_groups::SumGroupComponent::from_config,
+        read: column_groups::SumGroupComponent::read,
         test_configs: &["sizes=1,2,3", "input-dim=6 output-dim=2"],
     },
     ComponentType {
         name: "PnormComponent",
-        from_config: simple_misc::PnormComponent::from_config,
-        read: simple_misc::PnormComponent::read,
+        from_config: column_groups::PnormComponent::from_config,
+        read: column_groups::PnormComponent::read,
         test_configs: &["input-dim=6 output-dim=3", "input-dim=8 output-dim=2"],
     },
     ComponentType {
         name: "FixedScaleComponent",
-        from_config: simple_misc::FixedScaleComponent::from_config,
-        read: simple_misc::FixedScaleComponent::read,
+        from_config: fixed_scale_bias::FixedScaleComponent::from_config,
+        read: fixed_scale_bias::FixedScaleComponent::read,
         test_configs: &["dim=5", "dim=4 scale=0.8"],
     },
     ComponentType {
         name: "FixedBiasComponent",
-        from_config: simple_misc::FixedBiasComponent::from_config,
-        read: simple_misc::FixedBiasComponent::read,
+        from_config: fixed_scale_bias::FixedBiasComponent::from_config,
+        read: fixed_scale_bias::FixedBiasComponent::read,
         test_configs: &["dim=5"],
     },
     ComponentType {
         name: "ClipGradientComponent",
-        from_config: simple_misc::ClipGradientComponent::from_config,
-        read: simple_misc::ClipGradientComponent::read,
+        from_config: pass_through::ClipGradientComponent::from_config,
+        read: pass_through::ClipGradientComponent::read,
         test_configs: &["dim=5 clipping-threshold=1000", "dim=4 clipping-threshold=1000 norm-based-clipping=true"],
     },
     ComponentType {

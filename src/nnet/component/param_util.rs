@@ -277,6 +277,21 @@ pub fn take_params(dst: &mut [f32], params: &[f32], off: &mut usize) {
     *off += dst.len();
 }
 
+/// Reads a positive i32 after `token` (error names the offset).
+pub(super) fn read_pos_i32(r: &mut TokenReader<'_>, token: &str) -> Result<usize> {
+    r.expect_token(token)?;
+    Ok(super::kaldi_fields::read_positive_count(r, &format!("value after {token}"))? as usize)
+}
+
+/// A required positive integer config value.
+pub(super) fn cfg_pos(cfg: &ConfigLine, key: &str) -> Result<usize> {
+    let v: i32 = cfg.require(key)?;
+    if v <= 0 {
+        return Err(cfg.error_at_value(key, format!("{key} must be > 0")));
+    }
+    Ok(v as usize)
+}
+
 /// Implements `clone_box`, `as_any` and `as_any_mut` for a component type.
 macro_rules! component_boilerplate {
     () => {
