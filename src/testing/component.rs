@@ -67,7 +67,7 @@ const PIECEWISE: &[&str] = &[
 const ROWS: usize = 7;
 
 fn gauss_matrix(rows: usize, cols: usize, rng: &mut dyn RngCore) -> Matrix {
-    crate::nnet::component::param_util::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
+    crate::nnet::component::param_init::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
 }
 
 /// True if `a ≈ b` to `tol` relative to the larger magnitude (and 1).

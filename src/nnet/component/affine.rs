@@ -7,8 +7,10 @@
 //! component's [`crate::update::Update`], which adds the gradient scaled by its learning
 //! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
+use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
-use super::param_util::{self, component_boilerplate, updatable_boilerplate, RandomInit};
+use super::param_init::{self, RandomInit};
+use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -70,7 +72,7 @@ fn init_affine_params(
     init_rng: &mut dyn RngCore,
 ) -> Result<(Matrix, Vector)> {
     if let Some(path) = cfg.get::<String>("matrix")? {
-        let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
+        let m = param_init::read_matrix_file(cfg, "matrix", &path)?;
         if m.num_cols() < 2 || m.num_rows() < 1 {
             return Err(cfg.error_at_value(
                 "matrix",
@@ -92,8 +94,8 @@ fn init_affine_params(
         let bias = Vector::from_vec(m.sub(0, rows, in_dim, 1).to_vec());
         return Ok((linear, bias));
     }
-    let in_dim = param_util::require_positive(cfg, "input-dim")?;
-    let out_dim = param_util::require_positive(cfg, "output-dim")?;
+    let in_dim = param_init::require_positive(cfg, "input-dim")?;
+    let out_dim = param_init::require_positive(cfg, "output-dim")?;
     let init = RandomInit::from_config(cfg, in_dim, default_bias_stddev, with_bias_mean)?;
     let linear = init.weights(out_dim, in_dim, init_rng);
     Ok((linear, init.bias(out_dim, init_rng)))
@@ -330,7 +332,7 @@ impl Component for AffineComponent {
             self.type_name(),
             self.input_dim(),
             self.output_dim(),
-            param_util::updatable_info(&self.common)
+            info_summary::updatable_info(&self.common)
         );
         if self.orthonormal_constraint != 0.0 {
             s += &format!(
@@ -339,9 +341,9 @@ impl Component for AffineComponent {
             );
         }
         s += ", ";
-        s += &param_util::matrix_stats("linear-params", &self.linear, true);
+        s += &info_summary::matrix_stats("linear-params", &self.linear, true);
         s += ", ";
-        s += &param_util::vector_stats("bias", &self.bias);
+        s += &info_summary::vector_stats("bias", &self.bias);
         if let Some(ng) = &self.natural_gradient {
             s += &format!(
                 ", rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
@@ -357,7 +359,7 @@ impl Component for AffineComponent {
     updatable_boilerplate!();
 }
 
-param_util::linear_bias_updatable!(AffineComponent);
+param_ops::linear_bias_updatable!(AffineComponent);
 
 /// `FixedAffineComponent`: a non-trainable affine transform (LDA, IDCT, ...).
 #[derive(Clone, Debug)]
@@ -435,8 +437,8 @@ impl Component for FixedAffineComponent {
             "{FIXED_AFFINE}, input-dim={}, output-dim={}, {}, {}",
             self.input_dim(),
             self.output_dim(),
-            param_util::matrix_stats("linear-params", &self.linear, false),
-            param_util::vector_stats("bias", &self.bias)
+            info_summary::matrix_stats("linear-params", &self.linear, false),
+            info_summary::vector_stats("bias", &self.bias)
         )
     }
     component_boilerplate!();

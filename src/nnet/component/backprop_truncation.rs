@@ -8,7 +8,7 @@
 use super::kaldi_fields::{
     expect_closing, read_count_field, read_dim_field, read_field, read_opt_field, write_component,
 };
-use super::param_util::component_boilerplate;
+use super::param_ops::component_boilerplate;
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties,
@@ -66,7 +66,7 @@ impl BackpropTruncationComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let dim = super::param_util::require_positive(cfg, "dim")?;
+        let dim = super::param_init::require_positive(cfg, "dim")?;
         let c = BackpropTruncationComponent {
             dim,
             scale: cfg.get_or("scale", 1.0f32)?,

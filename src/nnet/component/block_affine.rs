@@ -3,8 +3,10 @@
 //! `NaturalGradientRepeatedAffineComponent` (one small affine applied to each of num-repeats
 //! consecutive input blocks; the NG kind differs only in its training update).
 
+use super::info_summary;
 use super::kaldi_fields::{self, write_updatable};
-use super::param_util::{self, updatable_boilerplate, RandomInit};
+use super::param_init::{self, RandomInit};
+use super::param_ops::{self, updatable_boilerplate};
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -19,9 +21,9 @@ const NG_REPEATED: &str = "NaturalGradientRepeatedAffineComponent";
 
 /// Reads input-dim, output-dim and the block count `key`, checking divisibility.
 fn block_dims(cfg: &ConfigLine, key: &str) -> Result<(usize, usize, usize)> {
-    let in_dim = param_util::require_positive(cfg, "input-dim")?;
-    let out_dim = param_util::require_positive(cfg, "output-dim")?;
-    let n = param_util::require_positive(cfg, key)?;
+    let in_dim = param_init::require_positive(cfg, "input-dim")?;
+    let out_dim = param_init::require_positive(cfg, "output-dim")?;
+    let n = param_init::require_positive(cfg, key)?;
     if in_dim % n != 0 || out_dim % n != 0 {
         return Err(cfg.error_at_value(
             key,
@@ -239,16 +241,16 @@ impl Component for BlockAffineComponent {
             "{BLOCK}, input-dim={}, output-dim={}, {}, num-blocks={}, {}, {}",
             self.input_dim(),
             self.output_dim(),
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.num_blocks,
-            param_util::matrix_stats("linear-params", &self.linear, false),
-            param_util::vector_stats("bias", &self.bias)
+            info_summary::matrix_stats("linear-params", &self.linear, false),
+            info_summary::vector_stats("bias", &self.bias)
         )
     }
     updatable_boilerplate!();
 }
 
-param_util::linear_bias_updatable!(BlockAffineComponent);
+param_ops::linear_bias_updatable!(BlockAffineComponent);
 
 /// `RepeatedAffineComponent` or (with `natural_gradient`)
 /// `NaturalGradientRepeatedAffineComponent`: the same affine (W, b) applied to each of
@@ -421,16 +423,16 @@ impl Component for RepeatedAffineComponent {
             self.type_name(),
             self.input_dim(),
             self.output_dim(),
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.num_repeats,
-            param_util::matrix_stats("linear-params", &self.linear, false),
-            param_util::vector_stats("bias", &self.bias)
+            info_summary::matrix_stats("linear-params", &self.linear, false),
+            info_summary::vector_stats("bias", &self.bias)
         )
     }
     updatable_boilerplate!();
 }
 
-param_util::linear_bias_updatable!(RepeatedAffineComponent);
+param_ops::linear_bias_updatable!(RepeatedAffineComponent);
 
 #[cfg(test)]
 mod tests {
@@ -463,7 +465,7 @@ mod tests {
         }
         let x = {
             let r = &mut crate::random::seeded_rng(0);
-            param_util::gaussian_matrix(3, 6, 0.0, 1.0, r)
+            param_init::gaussian_matrix(3, 6, 0.0, 1.0, r)
         };
         let mut want = Matrix::zeros(3, 4);
         want.add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);

@@ -2,8 +2,9 @@
 //! Permute, SumBlock, SumGroup and Pnorm (2-norm). Formats, options and flags follow Kaldi's
 //! `nnet-simple-component.{h,cc}`.
 
-use super::kaldi_fields::{read_field, write_component};
-use super::param_util::{cfg_pos, component_boilerplate, read_pos_i32};
+use super::kaldi_fields::{read_field, read_pos_i32, write_component};
+use super::param_init::cfg_pos;
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;

@@ -2,8 +2,10 @@
 //! Index and needs no input at all (e.g. the initial cell value of an LSTM built from
 //! primitives, reached through `Failover`).
 
+use super::info_summary;
 use super::kaldi_fields::{self, read_field, write_updatable};
-use super::param_util::{self, component_boilerplate, vector_params_updatable};
+use super::param_init;
+use super::param_ops::{component_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
     UpdatableComponent,
@@ -35,10 +37,10 @@ impl ConstantComponent {
     /// Kaldi's ConstantComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let dim = param_util::require_positive(cfg, "output-dim")?;
+        let dim = param_init::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantComponent {
             common,
-            output: param_util::constant_output_from_config(cfg, dim, init_rng)?,
+            output: param_init::constant_output_from_config(cfg, dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
             ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
             ng_state: NaturalGradientState::default(),
@@ -145,10 +147,10 @@ impl Component for ConstantComponent {
         let d = self.output.dim();
         format!(
             "{CONSTANT}, input-dim={d}, output-dim={d}, {}, {CONSTANT}, output-dim={d}, is-updatable={}, use-natural-gradient={}, {}",
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.is_updatable,
             self.ng.use_natural_gradient,
-            param_util::vector_stats("output", &self.output)
+            info_summary::vector_stats("output", &self.output)
         )
     }
     component_boilerplate!();

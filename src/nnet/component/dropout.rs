@@ -3,7 +3,7 @@
 //! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
 
 use super::kaldi_fields::{read_count_field, read_opt_field, write_component};
-use super::param_util::component_boilerplate;
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;

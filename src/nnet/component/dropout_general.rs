@@ -19,7 +19,7 @@ use super::kaldi_fields::{
     expect_closing, read_count_field, read_dim_field, read_opt_field, read_positive_i32,
     write_component, Flag,
 };
-use super::param_util::component_boilerplate;
+use super::param_ops::component_boilerplate;
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties,
@@ -89,8 +89,8 @@ impl GeneralDropoutComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let dim = super::param_util::require_positive(cfg, "dim")?;
-        let block_dim = super::param_util::positive_or(cfg, "block-dim", dim)?;
+        let dim = super::param_init::require_positive(cfg, "dim")?;
+        let block_dim = super::param_init::positive_or(cfg, "block-dim", dim)?;
         let c = GeneralDropoutComponent {
             dim,
             block_dim,
@@ -368,7 +368,7 @@ impl DropoutMaskComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let output_dim = super::param_util::require_positive(cfg, "output-dim")?;
+        let output_dim = super::param_init::require_positive(cfg, "output-dim")?;
         let c = DropoutMaskComponent {
             output_dim,
             dropout_proportion: cfg.get_or("dropout-proportion", 0.5f32)?,
@@ -544,7 +544,7 @@ impl SpecAugmentTimeMaskComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let dim = super::param_util::require_positive(cfg, "dim")?;
+        let dim = super::param_init::require_positive(cfg, "dim")?;
         let c = SpecAugmentTimeMaskComponent {
             dim,
             zeroed_proportion: cfg.get_or("zeroed-proportion", 0.25f32)?,

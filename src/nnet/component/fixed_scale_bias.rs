@@ -3,7 +3,8 @@
 
 use super::kaldi_fields::write_component;
 use super::nonlinear::parameter_stats;
-use super::param_util::{cfg_pos, component_boilerplate};
+use super::param_init::cfg_pos;
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;

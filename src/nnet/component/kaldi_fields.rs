@@ -220,6 +220,13 @@ pub fn read_count_field(r: &mut TokenReader<'_>, token: &str, what: &str) -> Res
     read_positive_count(r, what)
 }
 
+/// `token` then a positive int32 (not held against the memory limit; the error names the
+/// token).
+pub fn read_pos_i32(r: &mut TokenReader<'_>, token: &str) -> Result<usize> {
+    r.expect_token(token)?;
+    Ok(read_positive_count(r, &format!("value after {token}"))? as usize)
+}
+
 /// Consumes the closing `</TypeName>` token.
 pub fn expect_closing(r: &mut TokenReader<'_>, type_name: &str) -> Result<()> {
     r.expect_token(&format!("</{type_name}>"))

@@ -4,8 +4,10 @@
 //! is `crate::update`'s.
 
 use super::affine::weight_ng_options_from_config;
+use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
-use super::param_util::{self, updatable_boilerplate};
+use super::param_init;
+use super::param_ops::{self, updatable_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -38,7 +40,7 @@ impl LinearComponent {
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let params = if let Some(path) = cfg.get::<String>("matrix")? {
-            let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
+            let m = param_init::read_matrix_file(cfg, "matrix", &path)?;
             if m.num_rows() == 0 || m.num_cols() == 0 {
                 return Err(cfg.error_at_value("matrix", format!("matrix in {path} is empty")));
             }
@@ -54,15 +56,15 @@ impl LinearComponent {
             }
             m
         } else {
-            let in_dim = param_util::require_positive(cfg, "input-dim")?;
-            let out_dim = param_util::require_positive(cfg, "output-dim")?;
+            let in_dim = param_init::require_positive(cfg, "input-dim")?;
+            let out_dim = param_init::require_positive(cfg, "output-dim")?;
             let stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
             if stddev < 0.0 {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
             {
                 let rng: &mut dyn RngCore = init_rng;
-                param_util::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng)
+                param_init::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng)
             }
         };
         let mut ng = weight_ng_options_from_config(cfg, params.num_cols(), params.num_rows())?;
@@ -190,10 +192,10 @@ impl Component for LinearComponent {
             "{LINEAR}, input-dim={}, output-dim={}, {}",
             self.input_dim(),
             self.output_dim(),
-            param_util::updatable_info(&self.common)
+            info_summary::updatable_info(&self.common)
         );
         s += ", ";
-        s += &param_util::matrix_stats("params", &self.params, true);
+        s += &info_summary::matrix_stats("params", &self.params, true);
         // Here (unlike AffineComponent) Kaldi prints the constraint after the statistics.
         if self.orthonormal_constraint != 0.0 {
             s += &format!(
@@ -226,11 +228,11 @@ impl UpdatableComponent for LinearComponent {
         self.params.num_rows() * self.params.num_cols()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.params.to_vec()], out);
+        param_ops::vectorize_into(&[&self.params.to_vec()], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let mut v = self.params.to_vec();
-        param_util::take_params(&mut v, params, &mut 0);
+        param_ops::take_params(&mut v, params, &mut 0);
         self.params = Matrix::from_vec(self.params.num_rows(), self.params.num_cols(), v).into();
     }
     fn scale(&mut self, alpha: f32) {
@@ -259,7 +261,7 @@ impl UpdatableComponent for LinearComponent {
         }
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.params, stddev, rng);
+        param_ops::perturb_matrix(&mut self.params, stddev, rng);
     }
 }
 

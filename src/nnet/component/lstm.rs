@@ -16,8 +16,10 @@
 //! o σ, tanh(c)), a self-repair counter per nonlinearity and the frame count. Self-repair
 //! nudges the input derivative of units whose average derivative fell below a threshold.
 
+use super::info_summary;
 use super::kaldi_fields::{expect_closing, read_field, read_opt_field, write_updatable};
-use super::param_util::{self, component_boilerplate};
+use super::param_init;
+use super::param_ops::{self, component_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -93,7 +95,7 @@ impl LstmNonlinearityComponent {
     /// (0.2), `sigmoid-self-repair-threshold` (0.05), `self-repair-scale` (1e-5),
     /// `use-dropout` (false), and the learning-rate options.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        let cell_dim = param_util::require_positive(cfg, "cell-dim")?;
+        let cell_dim = param_init::require_positive(cfg, "cell-dim")?;
         let stddev: f32 = cfg.get_or("param-stddev", 1.0f32)?;
         let tanh_thr: f32 = cfg.get_or("tanh-self-repair-threshold", 0.2f32)?;
         let sig_thr: f32 = cfg.get_or("sigmoid-self-repair-threshold", 0.05f32)?;
@@ -113,7 +115,7 @@ impl LstmNonlinearityComponent {
         }
         let params = {
             let rng: &mut dyn RngCore = init_rng;
-            param_util::gaussian_matrix(3, cell_dim, 0.0, stddev, rng)
+            param_init::gaussian_matrix(3, cell_dim, 0.0, stddev, rng)
         };
         let mut c = LstmNonlinearityComponent::new(params, use_dropout);
         c.common = common;
@@ -368,12 +370,12 @@ impl Component for LstmNonlinearityComponent {
             "{TYPE}, input-dim={}, output-dim={}, {}, cell-dim={c}, use-dropout={}",
             self.input_dim(),
             self.output_dim(),
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.use_dropout
         );
         for (k, name) in ["w_ic", "w_fc", "w_oc"].iter().enumerate() {
             let row = self.params.row_to_vec(k);
-            let rms = (param_util::vec_dot(&row, &row) / c as f32).sqrt();
+            let rms = (param_ops::vec_dot(&row, &row) / c as f32).sqrt();
             s += &format!(", {name}-rms={}", fmt_g(rms as f64, 4));
         }
         for (k, name) in NONLIN_NAMES.iter().enumerate() {
@@ -394,8 +396,8 @@ impl Component for LstmNonlinearityComponent {
                 s += &format!(
                     ", self-repaired-proportion={}, value-avg={}, deriv-avg={}",
                     g(prop),
-                    param_util::summarize_vector(&avg(&self.value_sum)),
-                    param_util::summarize_vector(&avg(&self.deriv_sum))
+                    info_summary::summarize_vector(&avg(&self.value_sum)),
+                    info_summary::summarize_vector(&avg(&self.deriv_sum))
                 );
             }
             s += " }";
@@ -437,7 +439,7 @@ impl UpdatableComponent for LstmNonlinearityComponent {
         3 * self.cell_dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.params.to_vec()], out);
+        param_ops::vectorize_into(&[&self.params.to_vec()], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let n = self.params.num_rows() * self.params.num_cols();
@@ -480,10 +482,10 @@ impl UpdatableComponent for LstmNonlinearityComponent {
         other
             .as_any()
             .downcast_ref::<LstmNonlinearityComponent>()
-            .map(|o| param_util::vec_dot(&self.params.to_vec(), &o.params.to_vec()))
+            .map(|o| param_ops::vec_dot(&self.params.to_vec(), &o.params.to_vec()))
             .unwrap_or(0.0)
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.params, stddev, rng);
+        param_ops::perturb_matrix(&mut self.params, stddev, rng);
     }
 }

@@ -7,8 +7,9 @@
 //! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
+use super::info_summary::fmt_succinct;
 use super::kaldi_fields::{read_field, read_opt_into, write_component};
-use super::param_util::{component_boilerplate, fmt_succinct};
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;

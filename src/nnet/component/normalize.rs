@@ -5,7 +5,7 @@
 
 use super::kaldi_fields::{read_field, read_opt_field, write_component};
 use super::nonlinear::summarize_vector;
-use super::param_util::component_boilerplate;
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;

@@ -4,10 +4,10 @@
 //! its backprop reconstructs x from the output) and `ConstantFunctionComponent` (y = c,
 //! ignoring x).
 
+use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
-use super::param_util::{
-    self, component_boilerplate, updatable_boilerplate, vector_params_updatable,
-};
+use super::param_init;
+use super::param_ops::{component_boilerplate, updatable_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -32,13 +32,13 @@ fn init_param_vector(
     init_rng: &mut dyn RngCore,
 ) -> Result<Vector> {
     if let Some(path) = cfg.get::<String>("vector")? {
-        let v = param_util::read_vector_file(cfg, "vector", &path)?;
+        let v = param_init::read_vector_file(cfg, "vector", &path)?;
         if v.dim() == 0 {
             return Err(cfg.error_at_value("vector", format!("vector in {path} is empty")));
         }
         return Ok(v);
     }
-    let dim = param_util::require_positive(cfg, dim_key)?;
+    let dim = param_init::require_positive(cfg, dim_key)?;
     let mean: f32 = cfg.get_or("param-mean", default_mean)?;
     let stddev: f32 = cfg.get_or("param-stddev", 0.0)?;
     if stddev < 0.0 {
@@ -46,7 +46,7 @@ fn init_param_vector(
     }
     Ok({
         let rng: &mut dyn RngCore = init_rng;
-        param_util::gaussian_vector(dim, mean, stddev, rng)
+        param_init::gaussian_vector(dim, mean, stddev, rng)
     })
 }
 
@@ -263,10 +263,10 @@ impl Component for PerElementScaleComponent {
             self.type_name(),
             self.input_dim(),
             self.output_dim(),
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             g6(lo),
             g6(hi),
-            param_util::vector_stats("scales", &self.scales)
+            info_summary::vector_stats("scales", &self.scales)
         );
         if let Some(ng) = &self.natural_gradient {
             s += &format!(
@@ -307,7 +307,7 @@ impl PerElementOffsetComponent {
         let common = UpdatableCommon::from_config(cfg)?;
         let (offsets, dim) = if cfg.has("vector") {
             let v = init_param_vector(cfg, 0.0, "dim", init_rng)?;
-            let dim = param_util::positive_or(cfg, "dim", v.dim())?;
+            let dim = param_init::positive_or(cfg, "dim", v.dim())?;
             if dim % v.dim() != 0 {
                 return Err(cfg.error_at_value(
                     "dim",
@@ -319,8 +319,8 @@ impl PerElementOffsetComponent {
             }
             (v, dim)
         } else {
-            let dim = param_util::require_positive(cfg, "dim")?;
-            let block = param_util::positive_or(cfg, "block-dim", dim)?;
+            let dim = param_init::require_positive(cfg, "dim")?;
+            let block = param_init::positive_or(cfg, "block-dim", dim)?;
             if dim % block != 0 {
                 return Err(cfg.error_at_value(
                     "block-dim",
@@ -335,7 +335,7 @@ impl PerElementOffsetComponent {
             (
                 {
                     let rng: &mut dyn RngCore = init_rng;
-                    param_util::gaussian_vector(block, mean, stddev, rng)
+                    param_init::gaussian_vector(block, mean, stddev, rng)
                 },
                 dim,
             )
@@ -455,12 +455,12 @@ impl Component for PerElementOffsetComponent {
             "{PEO}, input-dim={}, output-dim={}, {}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
             self.dim,
             self.dim,
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             g6(lo),
             g6(hi),
             self.offsets.dim(),
             self.ng.use_natural_gradient,
-            param_util::vector_stats("offsets", &self.offsets)
+            info_summary::vector_stats("offsets", &self.offsets)
         )
     }
     updatable_boilerplate!();
@@ -498,8 +498,8 @@ impl ScaleAndOffsetComponent {
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let dim = param_util::require_positive(cfg, "dim")?;
-        let block = param_util::positive_or(cfg, "block-dim", dim)?;
+        let dim = param_init::require_positive(cfg, "dim")?;
+        let block = param_init::positive_or(cfg, "block-dim", dim)?;
         if dim % block != 0 {
             return Err(cfg.error_at_value(
                 "block-dim",
@@ -678,7 +678,7 @@ impl Component for ScaleAndOffsetComponent {
             "{SAO}, input-dim={}, output-dim={}, {}, rank={}",
             self.dim,
             self.dim,
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.ng.rank_out
         );
         if self.dim != self.scales.dim() {
@@ -686,8 +686,8 @@ impl Component for ScaleAndOffsetComponent {
         }
         s += &format!(
             ", {}, {}",
-            param_util::vector_stats("scales", &self.scales),
-            param_util::vector_stats("offsets", &self.offsets)
+            info_summary::vector_stats("scales", &self.scales),
+            info_summary::vector_stats("offsets", &self.offsets)
         );
         s
     }
@@ -720,12 +720,12 @@ impl ConstantFunctionComponent {
     /// Kaldi's ConstantFunctionComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let input_dim = param_util::require_positive(cfg, "input-dim")?;
-        let output_dim = param_util::require_positive(cfg, "output-dim")?;
+        let input_dim = param_init::require_positive(cfg, "input-dim")?;
+        let output_dim = param_init::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantFunctionComponent {
             common,
             input_dim,
-            output: param_util::constant_output_from_config(cfg, output_dim, init_rng)?,
+            output: param_init::constant_output_from_config(cfg, output_dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
             ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
             ng_state: NaturalGradientState::default(),
@@ -828,10 +828,10 @@ impl Component for ConstantFunctionComponent {
         );
         format!(
             "{dims}, {}, {dims}, is-updatable={}, use-natural-gradient={}, {}",
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.is_updatable,
             self.ng.use_natural_gradient,
-            param_util::vector_stats("output", &self.output)
+            info_summary::vector_stats("output", &self.output)
         )
     }
     component_boilerplate!();

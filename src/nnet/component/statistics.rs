@@ -10,7 +10,8 @@
 //! row range.
 
 use super::kaldi_fields::{self, read_count_field, read_dim_field, read_field, write_component};
-use super::param_util::{self, component_boilerplate};
+use super::param_init;
+use super::param_ops::component_boilerplate;
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties,
@@ -150,9 +151,9 @@ impl StatisticsExtractionComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let input_dim = param_util::require_positive(cfg, "input-dim")?;
-        let input_period = param_util::positive_or(cfg, "input-period", 1)? as i32;
-        let output_period = param_util::positive_or(cfg, "output-period", 1)? as i32;
+        let input_dim = param_init::require_positive(cfg, "input-dim")?;
+        let input_period = param_init::positive_or(cfg, "input-period", 1)? as i32;
+        let output_period = param_init::positive_or(cfg, "output-period", 1)? as i32;
         if output_period as i64 > MAX_SPAN {
             return Err(cfg.error_at_value(
                 "output-period",
@@ -423,14 +424,14 @@ impl StatisticsPoolingComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let input_dim = param_util::require_positive(cfg, "input-dim")?;
+        let input_dim = param_init::require_positive(cfg, "input-dim")?;
         let nlc: i32 = cfg.get_or("num-log-count-features", 0)?;
         if nlc < 0 {
             return Err(cfg.error_at_value("num-log-count-features", "must be >= 0"));
         }
         let c = StatisticsPoolingComponent {
             input_dim,
-            input_period: param_util::positive_or(cfg, "input-period", 1)? as i32,
+            input_period: param_init::positive_or(cfg, "input-period", 1)? as i32,
             left_context: cfg.get_or("left-context", -1)?,
             right_context: cfg.get_or("right-context", -1)?,
             num_log_count_features: nlc as usize,

@@ -7,8 +7,10 @@
 //! block when possible (the usual case with t-major row order), a few contiguous runs, or a
 //! gathered copy.
 
+use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
-use super::param_util::{self, updatable_boilerplate, RandomInit};
+use super::param_init::{self, RandomInit};
+use super::param_ops::{self, updatable_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties, UpdatableCommon, UpdatableComponent,
@@ -181,8 +183,8 @@ impl TdnnComponent {
     /// Kaldi's TdnnComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let in_dim = param_util::require_positive(cfg, "input-dim")?;
-        let out_dim = param_util::require_positive(cfg, "output-dim")?;
+        let in_dim = param_init::require_positive(cfg, "input-dim")?;
+        let out_dim = param_init::require_positive(cfg, "output-dim")?;
         let time_offsets: Vec<i32> = cfg.require("time-offsets")?;
         if !distinct_nonempty(&time_offsets) {
             return Err(cfg.error_at_value(
@@ -635,7 +637,7 @@ impl Component for TdnnComponent {
             "{TDNN}, input-dim={}, output-dim={}, {}",
             self.input_dim(),
             self.output_dim(),
-            param_util::updatable_info(&self.common)
+            info_summary::updatable_info(&self.common)
         );
         if self.orthonormal_constraint != 0.0 {
             s += &format!(
@@ -646,12 +648,12 @@ impl Component for TdnnComponent {
         let offs: Vec<String> = self.time_offsets.iter().map(|o| o.to_string()).collect();
         s += &format!(", time-offsets={}", offs.join(","));
         s += ", ";
-        s += &param_util::matrix_stats("linear-params", &self.linear_params, true);
+        s += &info_summary::matrix_stats("linear-params", &self.linear_params, true);
         if self.bias_params.dim() == 0 {
             s += ", has-bias=false";
         } else {
             s += ", ";
-            s += &param_util::vector_stats("bias", &self.bias_params);
+            s += &info_summary::vector_stats("bias", &self.bias_params);
         }
         if !self.ng.use_natural_gradient {
             s += ", use-natural-gradient=false";
@@ -690,18 +692,18 @@ impl UpdatableComponent for TdnnComponent {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.linear_params.to_vec(), &self.bias_params], out);
+        param_ops::vectorize_into(&[&self.linear_params.to_vec(), &self.bias_params], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let mut off = 0;
         let mut w = self.linear_params.to_vec();
-        param_util::take_params(&mut w, params, &mut off);
+        param_ops::take_params(&mut w, params, &mut off);
         self.linear_params = WeightMatrix::new(Matrix::from_vec(
             self.linear_params.num_rows(),
             self.linear_params.num_cols(),
             w,
         ));
-        param_util::take_params_vector(&mut self.bias_params, params, &mut off);
+        param_ops::take_params_vector(&mut self.bias_params, params, &mut off);
     }
     fn scale(&mut self, alpha: f32) {
         self.linear_params.view_mut().scale(alpha);
@@ -713,7 +715,7 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view_mut()
                     .add_mat(alpha, o.linear_params.view(), Trans::No);
-                param_util::vec_add(&mut self.bias_params, alpha, &o.bias_params);
+                param_ops::vec_add(&mut self.bias_params, alpha, &o.bias_params);
             }
         }
     }
@@ -723,15 +725,15 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view()
                     .trace_mat_mat(o.linear_params.view())
-                    + param_util::vec_dot(&self.bias_params, &o.bias_params)
+                    + param_ops::vec_dot(&self.bias_params, &o.bias_params)
             }
             _ => 0.0,
         }
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.linear_params, stddev, rng);
+        param_ops::perturb_matrix(&mut self.linear_params, stddev, rng);
         if self.bias_params.dim() != 0 {
-            param_util::perturb_vector(&mut self.bias_params, stddev, rng);
+            param_ops::perturb_vector(&mut self.bias_params, stddev, rng);
         }
     }
 }

@@ -85,7 +85,7 @@ impl UpdatableCommon {
 
     /// The learning-rate part of an info line, in Kaldi's order.
     pub fn info(&self) -> String {
-        super::param_util::updatable_info(self)
+        super::info_summary::updatable_info(self)
     }
 }
 
