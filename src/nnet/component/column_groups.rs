@@ -559,6 +559,7 @@ impl Component for PnormComponent {
 mod tests {
     use super::*;
     use crate::matrix::Matrix;
+    use crate::testing::component::{forward, input_deriv};
 
     fn cfg(s: &str) -> ConfigLine {
         ConfigLine::parse_str(s).expect("config")
@@ -572,24 +573,10 @@ mod tests {
         )
         .expect("init");
         let x = Matrix::from_rows(&[vec![3.0, 4.0, 0.0, 0.0]]);
-        let mut y = Matrix::zeros(1, 2);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
-            x.view(),
-            y.view_mut(),
-        );
+        let y = forward(c.as_ref(), &x);
         assert_eq!(y.to_vec(), vec![5.0, 0.0]);
         let od = Matrix::from_rows(&[vec![10.0, 1.0]]);
-        let mut id = Matrix::zeros(1, 4);
-        c.backprop(
-            BackpropArgs {
-                in_value: x.view(),
-                out_value: y.view(),
-                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
-            },
-            od.view(),
-            Some(id.view_mut()),
-        );
+        let id = input_deriv(c.as_ref(), &x, &y, &od);
         assert_eq!(id.to_vec(), vec![6.0, 8.0, 0.0, 0.0]);
     }
 
@@ -599,25 +586,13 @@ mod tests {
             SumGroupComponent::from_config(&cfg("sizes=1,2"), &mut crate::random::seeded_rng(0))
                 .expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 4.0]]);
-        let mut y = Matrix::zeros(1, 2);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
-            x.view(),
-            y.view_mut(),
-        );
-        assert_eq!(y.to_vec(), vec![1.0, 6.0]);
+        assert_eq!(forward(c.as_ref(), &x).to_vec(), vec![1.0, 6.0]);
         let p = PermuteComponent::from_config(
             &cfg("column-map=2,0,1"),
             &mut crate::random::seeded_rng(0),
         )
         .expect("init");
-        let mut z = Matrix::zeros(1, 3);
-        p.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
-            x.view(),
-            z.view_mut(),
-        );
-        assert_eq!(z.to_vec(), vec![4.0, 1.0, 2.0]);
+        assert_eq!(forward(p.as_ref(), &x).to_vec(), vec![4.0, 1.0, 2.0]);
         assert!(PermuteComponent::from_config(
             &cfg("column-map=0,0,1"),
             &mut crate::random::seeded_rng(0)

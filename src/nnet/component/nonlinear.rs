@@ -774,6 +774,7 @@ pub fn parameter_stats(name: &str, v: &[f32], include_mean: bool) -> String {
 mod tests {
     use super::*;
     use crate::matrix::Matrix;
+    use crate::testing::component::{forward, input_deriv};
 
     /// True if a component body holds a non-zero `<Count>`.
     fn has_accumulated_stats(body: &[u8], binary: bool) -> bool {
@@ -972,31 +973,9 @@ mod tests {
             .expect("init");
         let x = Matrix::from_rows(&[vec![0.3, -1.2, 0.7, 2.0], vec![-0.5, 0.1, 0.0, 1.5]]);
         let od = Matrix::from_rows(&[vec![0.2, -0.4, 1.0, 0.3], vec![0.9, 0.1, -0.7, 0.5]]);
-        let mut y = Matrix::zeros(2, 4);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
-            x.view(),
-            y.view_mut(),
-        );
-        let mut id = Matrix::zeros(2, 4);
-        c.backprop(
-            BackpropArgs {
-                in_value: x.view(),
-                out_value: y.view(),
-                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
-            },
-            od.view(),
-            Some(id.view_mut()),
-        );
-        let obj = |m: &Matrix| {
-            let mut yy = Matrix::zeros(2, 4);
-            c.propagate(
-                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
-                m.view(),
-                yy.view_mut(),
-            );
-            yy.view().trace_mat_mat(od.view()) as f64
-        };
+        let y = forward(&c, &x);
+        let id = input_deriv(&c, &x, &y, &od);
+        let obj = |m: &Matrix| forward(&c, m).view().trace_mat_mat(od.view()) as f64;
         let eps = 1e-3f32;
         for r in 0..2 {
             for k in 0..4 {

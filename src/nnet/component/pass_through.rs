@@ -386,17 +386,7 @@ mod tests {
         )
         .expect("init");
         let od = Matrix::from_rows(&[vec![3.0, 4.0], vec![0.3, 0.4]]);
-        let mut id = Matrix::zeros(2, 2);
-        c.backprop(
-            BackpropArgs {
-                in_value: od.view(),
-                out_value: od.view(),
-                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
-            },
-            od.view(),
-            Some(id.view_mut()),
-        );
-        let v = id.to_vec();
+        let v = crate::testing::component::input_deriv(c.as_ref(), &od, &od, &od).to_vec();
         assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6);
         assert_eq!(&v[2..], &[0.3, 0.4]);
     }
