@@ -51,11 +51,7 @@ impl ConstantComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, CONSTANT)?;
         r.expect_token("<Output>")?;
-        let at = r.pos();
-        let output = r.vector()?;
-        if output.dim() == 0 {
-            return Err(r.err_at(at, "a non-empty output vector"));
-        }
+        let output = kaldi_fields::read_nonempty_vector(r, "output")?;
         let is_updatable = read_field(r, "<IsUpdatable>")?;
         let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
         kaldi_fields::expect_closing(r, CONSTANT)?;

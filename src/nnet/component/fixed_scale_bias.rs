@@ -1,7 +1,7 @@
 //! Fixed (non-trainable) per-dimension components: FixedScale (y = x ⊙ s) and FixedBias
 //! (y = x + b). Formats, options and flags follow Kaldi's `nnet-simple-component.{h,cc}`.
 
-use super::kaldi_fields::write_component;
+use super::kaldi_fields::{read_nonempty_vector, write_component};
 use super::nonlinear::parameter_stats;
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
@@ -58,11 +58,7 @@ impl FixedScaleComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<FixedScaleComponent>")?;
         r.expect_token("<Scales>")?;
-        let at = r.pos();
-        let scales = r.vector()?.into_vec();
-        if scales.is_empty() {
-            return Err(r.err_at(at, "a non-empty <Scales> vector"));
-        }
+        let scales = read_nonempty_vector(r, "<Scales>")?.into_vec();
         r.expect_token("</FixedScaleComponent>")?;
         Ok(Box::new(FixedScaleComponent { scales }))
     }
@@ -128,11 +124,7 @@ impl FixedBiasComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<FixedBiasComponent>")?;
         r.expect_token("<Bias>")?;
-        let at = r.pos();
-        let bias = r.vector()?.into_vec();
-        if bias.is_empty() {
-            return Err(r.err_at(at, "a non-empty <Bias> vector"));
-        }
+        let bias = read_nonempty_vector(r, "<Bias>")?.into_vec();
         r.expect_token("</FixedBiasComponent>")?;
         Ok(Box::new(FixedBiasComponent { bias }))
     }

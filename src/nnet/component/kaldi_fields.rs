@@ -227,6 +227,16 @@ pub fn read_pos_i32(r: &mut TokenReader<'_>, token: &str) -> Result<usize> {
     Ok(read_positive_count(r, &format!("value after {token}"))? as usize)
 }
 
+/// A vector that must not be empty (`what` names it in the error).
+pub fn read_nonempty_vector(r: &mut TokenReader<'_>, what: &str) -> Result<Vector> {
+    let at = r.pos();
+    let v = r.vector()?;
+    if v.dim() == 0 {
+        return Err(r.err_at(at, format!("a non-empty {what} vector")));
+    }
+    Ok(v)
+}
+
 /// Consumes the closing `</TypeName>` token.
 pub fn expect_closing(r: &mut TokenReader<'_>, type_name: &str) -> Result<()> {
     r.expect_token(&format!("</{type_name}>"))

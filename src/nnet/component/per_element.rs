@@ -5,7 +5,9 @@
 //! ignoring x).
 
 use super::info_summary;
-use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
+use super::kaldi_fields::{
+    self, read_field, read_nonempty_vector, read_opt_field, write_updatable,
+};
 use super::param_init;
 use super::param_ops::{component_boilerplate, updatable_boilerplate, vector_params_updatable};
 use super::{
@@ -52,16 +54,6 @@ fn init_param_vector(
 
 fn g6(v: f32) -> String {
     crate::io::codec::fmt_g(v as f64, 6)
-}
-
-/// Reads a non-empty vector.
-fn read_nonempty_vector(r: &mut TokenReader<'_>, what: &str) -> Result<Vector> {
-    let at = r.pos();
-    let v = r.vector()?;
-    if v.dim() == 0 {
-        return Err(r.err_at(at, format!("a non-empty {what} vector")));
-    }
-    Ok(v)
 }
 
 /// Applies `f` to each column block of width `block` of `m`.
