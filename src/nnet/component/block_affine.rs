@@ -238,10 +238,8 @@ impl Component for BlockAffineComponent {
     }
     fn info(&self) -> String {
         format!(
-            "{BLOCK}, input-dim={}, output-dim={}, {}, num-blocks={}, {}, {}",
-            self.input_dim(),
-            self.output_dim(),
-            info_summary::updatable_info(&self.common),
+            "{}, num-blocks={}, {}, {}",
+            info_summary::updatable_header(self, &self.common),
             self.num_blocks,
             info_summary::matrix_stats("linear-params", &self.linear, false),
             info_summary::vector_stats("bias", &self.bias)
@@ -419,11 +417,8 @@ impl Component for RepeatedAffineComponent {
     }
     fn info(&self) -> String {
         format!(
-            "{}, input-dim={}, output-dim={}, {}, num-repeats={}, {}, {}",
-            self.type_name(),
-            self.input_dim(),
-            self.output_dim(),
-            info_summary::updatable_info(&self.common),
+            "{}, num-repeats={}, {}, {}",
+            info_summary::updatable_header(self, &self.common),
             self.num_repeats,
             info_summary::matrix_stats("linear-params", &self.linear, false),
             info_summary::vector_stats("bias", &self.bias)

@@ -2,7 +2,32 @@
 //! `SummarizeVector` percentiles, `PrintParameterStats` for matrices and vectors, and the
 //! learning-rate options.
 
+use super::{Component, UpdatableCommon};
 use crate::matrix::Matrix;
+
+/// How an updatable component's info line starts: `Type, input-dim=…, output-dim=…` and the
+/// learning-rate options.
+pub fn updatable_header(c: &dyn Component, common: &UpdatableCommon) -> String {
+    format!(
+        "{}, input-dim={}, output-dim={}, {}",
+        c.type_name(),
+        c.input_dim(),
+        c.output_dim(),
+        updatable_info(common)
+    )
+}
+
+/// `, orthonormal-constraint=…` when the constraint is set, else nothing.
+pub fn orthonormal_info(constraint: f32) -> String {
+    if constraint != 0.0 {
+        format!(
+            ", orthonormal-constraint={}",
+            crate::io::codec::fmt_g(constraint as f64, 6)
+        )
+    } else {
+        String::new()
+    }
+}
 
 /// Formats a float the way Kaldi's summaries do: fixed with 0, 1 or 2 decimals by magnitude,
 /// one significant digit below 0.01.

@@ -188,21 +188,11 @@ impl Component for LinearComponent {
     }
     fn info(&self) -> String {
         let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
-        let mut s = format!(
-            "{LINEAR}, input-dim={}, output-dim={}, {}",
-            self.input_dim(),
-            self.output_dim(),
-            info_summary::updatable_info(&self.common)
-        );
+        let mut s = info_summary::updatable_header(self, &self.common);
         s += ", ";
         s += &info_summary::matrix_stats("params", &self.params, true);
         // Here (unlike AffineComponent) Kaldi prints the constraint after the statistics.
-        if self.orthonormal_constraint != 0.0 {
-            s += &format!(
-                ", orthonormal-constraint={}",
-                g(self.orthonormal_constraint)
-            );
-        }
+        s += &info_summary::orthonormal_info(self.orthonormal_constraint);
         s += &format!(
             ", use-natural-gradient={}, rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
             self.ng.use_natural_gradient,

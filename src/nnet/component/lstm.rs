@@ -366,13 +366,8 @@ impl Component for LstmNonlinearityComponent {
     fn info(&self) -> String {
         let c = self.cell_dim();
         let g = |v: f64| fmt_g(v, 6);
-        let mut s = format!(
-            "{TYPE}, input-dim={}, output-dim={}, {}, cell-dim={c}, use-dropout={}",
-            self.input_dim(),
-            self.output_dim(),
-            info_summary::updatable_info(&self.common),
-            self.use_dropout
-        );
+        let mut s = info_summary::updatable_header(self, &self.common);
+        s += &format!(", cell-dim={c}, use-dropout={}", self.use_dropout);
         for (k, name) in ["w_ic", "w_fc", "w_oc"].iter().enumerate() {
             let row = self.params.row_to_vec(k);
             let rms = (param_ops::vec_dot(&row, &row) / c as f32).sqrt();

@@ -251,11 +251,8 @@ impl Component for PerElementScaleComponent {
     fn info(&self) -> String {
         let (lo, hi) = self.scales.min_max();
         let mut s = format!(
-            "{}, input-dim={}, output-dim={}, {}, scales-min={}, scales-max={}, {}",
-            self.type_name(),
-            self.input_dim(),
-            self.output_dim(),
-            info_summary::updatable_info(&self.common),
+            "{}, scales-min={}, scales-max={}, {}",
+            info_summary::updatable_header(self, &self.common),
             g6(lo),
             g6(hi),
             info_summary::vector_stats("scales", &self.scales)
@@ -444,10 +441,8 @@ impl Component for PerElementOffsetComponent {
     fn info(&self) -> String {
         let (lo, hi) = self.offsets.min_max();
         format!(
-            "{PEO}, input-dim={}, output-dim={}, {}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
-            self.dim,
-            self.dim,
-            info_summary::updatable_info(&self.common),
+            "{}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
+            info_summary::updatable_header(self, &self.common),
             g6(lo),
             g6(hi),
             self.offsets.dim(),
@@ -666,13 +661,8 @@ impl Component for ScaleAndOffsetComponent {
         );
     }
     fn info(&self) -> String {
-        let mut s = format!(
-            "{SAO}, input-dim={}, output-dim={}, {}, rank={}",
-            self.dim,
-            self.dim,
-            info_summary::updatable_info(&self.common),
-            self.ng.rank_out
-        );
+        let mut s = info_summary::updatable_header(self, &self.common);
+        s += &format!(", rank={}", self.ng.rank_out);
         if self.dim != self.scales.dim() {
             s += &format!(", block-size={}", self.scales.dim());
         }

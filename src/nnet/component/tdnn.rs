@@ -633,18 +633,8 @@ impl Component for TdnnComponent {
 
     fn info(&self) -> String {
         let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
-        let mut s = format!(
-            "{TDNN}, input-dim={}, output-dim={}, {}",
-            self.input_dim(),
-            self.output_dim(),
-            info_summary::updatable_info(&self.common)
-        );
-        if self.orthonormal_constraint != 0.0 {
-            s += &format!(
-                ", orthonormal-constraint={}",
-                g(self.orthonormal_constraint)
-            );
-        }
+        let mut s = info_summary::updatable_header(self, &self.common);
+        s += &info_summary::orthonormal_info(self.orthonormal_constraint);
         let offs: Vec<String> = self.time_offsets.iter().map(|o| o.to_string()).collect();
         s += &format!(", time-offsets={}", offs.join(","));
         s += ", ";
