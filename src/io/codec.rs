@@ -475,6 +475,16 @@ impl<'a> TokenReader<'a> {
         }
         Ok(v)
     }
+    /// Skips whitespace, then expects the `[` opening `what` (a text vector or matrix); returns
+    /// the offset of the `[`.
+    pub fn open_bracket(&mut self, what: &str) -> Result<usize> {
+        self.skip_ws();
+        let at = self.pos;
+        if self.byte()? != b'[' {
+            return Err(self.err_at(at, format!("'[' opening {what}")));
+        }
+        Ok(at)
+    }
     /// Kaldi's ReadIntegerVector for int32.
     pub fn int_vec(&mut self) -> Result<Vec<i32>> {
         self.int_elements(
@@ -530,11 +540,7 @@ impl<'a> TokenReader<'a> {
             }
             Ok(v)
         } else {
-            self.skip_ws();
-            let at = self.pos;
-            if self.byte()? != b'[' {
-                return Err(self.err_at(at, format!("'[' opening {what}")));
-            }
+            self.open_bracket(what)?;
             let mut v = Vec::new();
             loop {
                 self.skip_ws();
