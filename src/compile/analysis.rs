@@ -141,6 +141,17 @@ pub enum MemoUse {
     Reads(usize),
 }
 
+impl MemoUse {
+    /// `uses(slot)`, or `None` for slot 0 (no memo).
+    fn of(slot: usize, uses: fn(usize) -> MemoUse) -> MemoUse {
+        if slot == 0 {
+            MemoUse::None
+        } else {
+            uses(slot)
+        }
+    }
+}
+
 /// The component a Propagate or Backprop runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ComponentUse {
@@ -284,6 +295,15 @@ fn describe(cmd: &mut Command) -> Described<'_> {
         }
     }
     let none = Facts::default();
+    // The copy and add forms of a command differ only in how they write dst.
+    let dst_role = if matches!(
+        cmd,
+        Command::MatrixAdd { .. } | Command::AddRows { .. } | Command::AddRowsMulti { .. }
+    ) {
+        Role::Add
+    } else {
+        Role::Write
+    };
     match cmd {
         Command::AllocMatrix { m } => {
             let matrix = MatrixOp::Alloc {
@@ -325,11 +345,7 @@ fn describe(cmd: &mut Command) -> Described<'_> {
                     backprop: false,
                     updates: false,
                     stores_stats: *store_stats,
-                    memo: if *memo == 0 {
-                        MemoUse::None
-                    } else {
-                        MemoUse::Writes(*memo)
-                    },
+                    memo: MemoUse::of(*memo, MemoUse::Writes),
                 }),
                 ..none
             };
@@ -359,11 +375,7 @@ fn describe(cmd: &mut Command) -> Described<'_> {
                     backprop: true,
                     updates: *update,
                     stores_stats: false,
-                    memo: if *memo == 0 {
-                        MemoUse::None
-                    } else {
-                        MemoUse::Reads(*memo)
-                    },
+                    memo: MemoUse::of(*memo, MemoUse::Reads),
                 }),
                 ..none
             };
@@ -383,35 +395,19 @@ fn describe(cmd: &mut Command) -> Described<'_> {
             ];
             (fields, vec![], facts)
         }
-        Command::MatrixCopy { dst, src, .. } => {
+        Command::MatrixCopy { dst, src, .. } | Command::MatrixAdd { dst, src, .. } => {
             let rows = RowMap::Same {
                 dst: *dst,
                 src: *src,
             };
-            let fields = vec![f(dst, "dst", Role::Write), f(src, "src", Role::Read)];
+            let fields = vec![f(dst, "dst", dst_role), f(src, "src", Role::Read)];
             (fields, vec![], Facts { rows, ..none })
         }
-        Command::MatrixAdd { dst, src, .. } => {
-            let rows = RowMap::Same {
-                dst: *dst,
-                src: *src,
-            };
-            let fields = vec![f(dst, "dst", Role::Add), f(src, "src", Role::Read)];
-            (fields, vec![], Facts { rows, ..none })
-        }
+        // CopyRows zeroes the rows whose index is −1: all of dst is written.
         Command::CopyRows {
             dst, src, indexes, ..
-        } => {
-            let rows = RowMap::Indexes {
-                dst: *dst,
-                src: *src,
-                table: *indexes,
-            };
-            // Rows whose index is −1 are zeroed: all of dst is written.
-            let fields = vec![f(dst, "dst", Role::Write), f(src, "src", Role::Read)];
-            (fields, vec![], Facts { rows, ..none })
         }
-        Command::AddRows {
+        | Command::AddRows {
             dst, src, indexes, ..
         } => {
             let rows = RowMap::Indexes {
@@ -419,7 +415,7 @@ fn describe(cmd: &mut Command) -> Described<'_> {
                 src: *src,
                 table: *indexes,
             };
-            let fields = vec![f(dst, "dst", Role::Add), f(src, "src", Role::Read)];
+            let fields = vec![f(dst, "dst", dst_role), f(src, "src", Role::Read)];
             (fields, vec![], Facts { rows, ..none })
         }
         Command::AddRowRanges {
@@ -439,10 +435,10 @@ fn describe(cmd: &mut Command) -> Described<'_> {
         // Rows whose pair is (−1, −1) are zeroed: all of dst is written.
         Command::CopyRowsMulti {
             dst, indexes_multi, ..
-        } => multi(dst, "dst", Role::Write, *indexes_multi, Access::Read),
-        Command::AddRowsMulti {
+        }
+        | Command::AddRowsMulti {
             dst, indexes_multi, ..
-        } => multi(dst, "dst", Role::Add, *indexes_multi, Access::Read),
+        } => multi(dst, "dst", dst_role, *indexes_multi, Access::Read),
         // A scatter writes only the rows it names: the targets are ReadWrite.
         Command::CopyToRowsMulti {
             src, indexes_multi, ..
@@ -563,17 +559,8 @@ pub fn rename_matrices(cmd: &mut Command, mut f: impl FnMut(usize) -> usize) {
 mod tests {
     use super::*;
 
-    /// input → relu → output.
     fn nnet() -> Nnet {
-        Nnet::from_config_text(
-            "input-node name=input dim=2\n\
-             component name=relu type=RectifiedLinearComponent dim=2\n\
-             component-node name=relu component=relu input=input\n\
-             output-node name=output input=relu\n",
-            "<test>",
-            &mut crate::random::seeded_rng(0),
-        )
-        .expect("config")
+        crate::testing::relu_nnet(false)
     }
 
     fn comp() -> NnetComputation {
@@ -587,15 +574,7 @@ mod tests {
     }
 
     fn propagate(input: usize, output: usize) -> Command {
-        Command::Propagate {
-            component: 0,
-            node: 1,
-            precomputed: 0,
-            input,
-            output,
-            memo: 0,
-            store_stats: false,
-        }
+        crate::testing::propagate_command(0, 1, input, output)
     }
 
     #[test]

@@ -150,6 +150,37 @@ pub struct PrecomputedIo {
     pub need_backprop: bool,
 }
 
+impl Command {
+    /// The command's kind as Kaldi names it (its `kCopyRows`-style type without the `k`).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Command::AllocMatrix { .. } => "AllocMatrix",
+            Command::AllocMatrixUndefined { .. } => "AllocMatrixUndefined",
+            Command::DeallocMatrix { .. } => "DeallocMatrix",
+            Command::SwapMatrix { .. } => "SwapMatrix",
+            Command::SetConst { .. } => "SetConst",
+            Command::Propagate { .. } => "Propagate",
+            Command::Backprop { .. } => "Backprop",
+            Command::MatrixCopy { .. } => "MatrixCopy",
+            Command::MatrixAdd { .. } => "MatrixAdd",
+            Command::CopyRows { .. } => "CopyRows",
+            Command::AddRows { .. } => "AddRows",
+            Command::CopyRowsMulti { .. } => "CopyRowsMulti",
+            Command::CopyToRowsMulti { .. } => "CopyToRowsMulti",
+            Command::AddRowsMulti { .. } => "AddRowsMulti",
+            Command::AddToRowsMulti { .. } => "AddToRowsMulti",
+            Command::AddRowRanges { .. } => "AddRowRanges",
+            Command::AcceptInput { .. } => "AcceptInput",
+            Command::ProvideOutput { .. } => "ProvideOutput",
+            Command::NoOperation => "NoOperation",
+            Command::NoOperationPermanent => "NoOperationPermanent",
+            Command::NoOperationMarker => "NoOperationMarker",
+            Command::NoOperationLabel => "NoOperationLabel",
+            Command::GotoLabel { .. } => "GotoLabel",
+        }
+    }
+}
+
 /// The compiled program.
 #[derive(Debug, Default)]
 pub struct NnetComputation {

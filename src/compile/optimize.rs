@@ -445,19 +445,9 @@ mod tests {
     use crate::matrix::Matrix;
     use crate::run::NnetComputer;
 
-    /// input → relu → output, plus a second output reading the input directly, so hand-made
-    /// computations can hand out two matrices.
+    /// With a second output, so hand-made computations can hand out two matrices.
     fn net() -> Nnet {
-        Nnet::from_config_text(
-            "input-node name=input dim=2\n\
-             component name=relu type=RectifiedLinearComponent dim=2\n\
-             component-node name=relu component=relu input=input\n\
-             output-node name=output input=relu\n\
-             output-node name=output2 input=input\n",
-            "<test>",
-            &mut crate::random::seeded_rng(0),
-        )
-        .expect("config")
+        crate::testing::relu_nnet(true)
     }
 
     /// A computation with `n` 3×2 matrices (sub-matrix k = all of matrix k), all allocated
@@ -523,15 +513,7 @@ mod tests {
 
     /// A Propagate of the relu component from sub-matrix `input` to `output`.
     fn relu(c: usize, node: usize, input: usize, output: usize) -> Command {
-        Command::Propagate {
-            component: c,
-            node,
-            precomputed: 0,
-            input,
-            output,
-            memo: 0,
-            store_stats: false,
-        }
+        crate::testing::propagate_command(c, node, input, output)
     }
 
     /// The common case: a copy disappears, the relu runs in place, nothing is zeroed, and

@@ -88,6 +88,11 @@ fn name_of(names: &[String], i: usize) -> &str {
 /// One command as text.
 pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String {
     let sn = |s: usize| submatrix_name(c, s);
+    let multi = |i: usize| {
+        c.indexes_multi
+            .get(i)
+            .map_or("[?]".into(), |v| format_multi(c, v))
+    };
     let nodes = &nnet.node_names;
     let comps = &nnet.component_names;
     match cmd {
@@ -184,23 +189,16 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
             src,
             indexes,
             alpha,
-        } => format!(
-            "{}.CopyRows({}, {}{})",
-            sn(*dst),
-            fmt_g(*alpha as f64, 6),
-            sn(*src),
-            c.indexes
-                .get(*indexes)
-                .map_or("[?]".into(), |v| format_int_list(v))
-        ),
-        Command::AddRows {
+        }
+        | Command::AddRows {
             dst,
             src,
             indexes,
             alpha,
         } => format!(
-            "{}.AddRows({}, {}{})",
+            "{}.{}({}, {}{})",
             sn(*dst),
+            cmd.kind_name(),
             fmt_g(*alpha as f64, 6),
             sn(*src),
             c.indexes
@@ -211,47 +209,31 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
             dst,
             indexes_multi,
             alpha,
-        } => format!(
-            "{}.CopyRowsMulti({}, {})",
-            sn(*dst),
-            fmt_g(*alpha as f64, 6),
-            c.indexes_multi
-                .get(*indexes_multi)
-                .map_or("[?]".into(), |v| format_multi(c, v))
-        ),
-        Command::AddRowsMulti {
+        }
+        | Command::AddRowsMulti {
             dst,
             indexes_multi,
             alpha,
         } => format!(
-            "{}.AddRowsMulti({}, {})",
+            "{}.{}({}, {})",
             sn(*dst),
+            cmd.kind_name(),
             fmt_g(*alpha as f64, 6),
-            c.indexes_multi
-                .get(*indexes_multi)
-                .map_or("[?]".into(), |v| format_multi(c, v))
+            multi(*indexes_multi)
         ),
         Command::CopyToRowsMulti {
             src,
             indexes_multi,
             alpha,
-        } => format!(
-            "{}.CopyToRowsMulti({}, {})",
-            c.indexes_multi
-                .get(*indexes_multi)
-                .map_or("[?]".into(), |v| format_multi(c, v)),
-            fmt_g(*alpha as f64, 6),
-            sn(*src)
-        ),
-        Command::AddToRowsMulti {
+        }
+        | Command::AddToRowsMulti {
             src,
             indexes_multi,
             alpha,
         } => format!(
-            "{}.AddToRowsMulti({}, {})",
-            c.indexes_multi
-                .get(*indexes_multi)
-                .map_or("[?]".into(), |v| format_multi(c, v)),
+            "{}.{}({}, {})",
+            multi(*indexes_multi),
+            cmd.kind_name(),
             fmt_g(*alpha as f64, 6),
             sn(*src)
         ),

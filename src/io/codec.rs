@@ -94,39 +94,28 @@ impl TokenWriter {
             self.buf.push(b'\n');
         }
     }
-    pub fn i32(&mut self, v: i32) {
+    /// A number: in binary its size byte and little-endian bytes `le`, in text `text()` and a
+    /// space.
+    fn number(&mut self, le: &[u8], text: impl FnOnce() -> String) {
         if self.binary {
-            self.buf.push(4);
-            self.buf.extend_from_slice(&v.to_le_bytes());
+            self.buf.push(le.len() as u8);
+            self.buf.extend_from_slice(le);
         } else {
-            self.buf.extend_from_slice(format!("{v} ").as_bytes());
+            self.buf.extend_from_slice(text().as_bytes());
+            self.buf.push(b' ');
         }
+    }
+    pub fn i32(&mut self, v: i32) {
+        self.number(&v.to_le_bytes(), || v.to_string());
     }
     pub fn i64(&mut self, v: i64) {
-        if self.binary {
-            self.buf.push(8);
-            self.buf.extend_from_slice(&v.to_le_bytes());
-        } else {
-            self.buf.extend_from_slice(format!("{v} ").as_bytes());
-        }
+        self.number(&v.to_le_bytes(), || v.to_string());
     }
     pub fn f32(&mut self, v: f32) {
-        if self.binary {
-            self.buf.push(4);
-            self.buf.extend_from_slice(&v.to_le_bytes());
-        } else {
-            self.buf.extend_from_slice(fmt_float(v as f64).as_bytes());
-            self.buf.push(b' ');
-        }
+        self.number(&v.to_le_bytes(), || fmt_float(v as f64));
     }
     pub fn f64(&mut self, v: f64) {
-        if self.binary {
-            self.buf.push(8);
-            self.buf.extend_from_slice(&v.to_le_bytes());
-        } else {
-            self.buf.extend_from_slice(fmt_float(v).as_bytes());
-            self.buf.push(b' ');
-        }
+        self.number(&v.to_le_bytes(), || fmt_float(v));
     }
     pub fn bool(&mut self, v: bool) {
         self.buf.push(if v { b'T' } else { b'F' });
@@ -407,50 +396,61 @@ impl<'a> TokenReader<'a> {
             let b = self.bytes(4)?;
             Ok(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         } else {
-            let (start, s) = self.text_word("an integer")?;
-            s.parse().map_err(|_| self.err_at(start, "an integer"))
+            self.text_integer()
         }
     }
     pub fn i64(&mut self) -> Result<i64> {
         if self.binary {
-            let at = self.pos;
-            let sz = self.size_byte("an int64")?;
-            match sz {
-                8 => {
-                    let b = self.bytes(8)?;
-                    Ok(i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-                }
-                4 => {
-                    let b = self.bytes(4)?;
-                    Ok(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
-                }
-                _ => Err(self.err_at(at, "int64 size byte 8")),
-            }
+            self.binary_4_or_8(
+                "an int64",
+                "int64 size byte 8",
+                |b| i32::from_le_bytes(b) as i64,
+                i64::from_le_bytes,
+            )
         } else {
-            let (start, s) = self.text_word("an integer")?;
-            s.parse().map_err(|_| self.err_at(start, "an integer"))
+            self.text_integer()
         }
     }
     /// A float; in binary accepts a 4- or 8-byte value.
     pub fn f64(&mut self) -> Result<f64> {
         if self.binary {
-            let at = self.pos;
-            let sz = self.size_byte("a float")?;
-            match sz {
-                4 => {
-                    let b = self.bytes(4)?;
-                    Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
-                }
-                8 => {
-                    let b = self.bytes(8)?;
-                    Ok(f64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-                }
-                _ => Err(self.err_at(at, "float size byte 4 or 8")),
-            }
+            self.binary_4_or_8(
+                "a float",
+                "float size byte 4 or 8",
+                |b| f32::from_le_bytes(b) as f64,
+                f64::from_le_bytes,
+            )
         } else {
             let (start, s) = self.text_word("a number")?;
             parse_float(s).ok_or_else(|| self.err_at(start, "a number"))
         }
+    }
+    /// A binary number of 4 or 8 bytes (as its size byte says), widened by `from4` or read by
+    /// `from8`; `what` names it when the size byte is missing, `expected` when it is wrong.
+    fn binary_4_or_8<T>(
+        &mut self,
+        what: &str,
+        expected: &str,
+        from4: impl FnOnce([u8; 4]) -> T,
+        from8: impl FnOnce([u8; 8]) -> T,
+    ) -> Result<T> {
+        let at = self.pos;
+        match self.size_byte(what)? {
+            4 => {
+                let b = self.bytes(4)?;
+                Ok(from4([b[0], b[1], b[2], b[3]]))
+            }
+            8 => {
+                let b = self.bytes(8)?;
+                Ok(from8(b.try_into().unwrap_or([0; 8])))
+            }
+            _ => Err(self.err_at(at, expected)),
+        }
+    }
+    /// A text integer token.
+    fn text_integer<T: std::str::FromStr>(&mut self) -> Result<T> {
+        let (start, s) = self.text_word("an integer")?;
+        s.parse().map_err(|_| self.err_at(start, "an integer"))
     }
     pub fn f32(&mut self) -> Result<f32> {
         if self.binary {
@@ -475,49 +475,54 @@ impl<'a> TokenReader<'a> {
         }
         Ok(v)
     }
+    /// Skips whitespace, then expects the `[` opening `what` (a text vector or matrix); returns
+    /// the offset of the `[`.
+    pub fn open_bracket(&mut self, what: &str) -> Result<usize> {
+        self.skip_ws();
+        let at = self.pos;
+        if self.byte()? != b'[' {
+            return Err(self.err_at(at, format!("'[' opening {what}")));
+        }
+        Ok(at)
+    }
     /// Kaldi's ReadIntegerVector for int32.
     pub fn int_vec(&mut self) -> Result<Vec<i32>> {
-        if self.binary {
-            let at = self.pos;
-            let sz = self.byte()?;
-            if sz != 4 {
-                return Err(self.err_at(at, "int32 element size 4"));
-            }
-            let b = self.bytes(4)?;
-            let n = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            if n < 0 || n as usize * 4 > self.buf.len() - self.pos {
-                return Err(self.err_at(at + 1, "a valid vector length"));
-            }
-            let mut v = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                let b = self.bytes(4)?;
-                v.push(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-            }
-            Ok(v)
-        } else {
-            self.skip_ws();
-            let at = self.pos;
-            if self.byte()? != b'[' {
-                return Err(self.err_at(at, "'[' opening an integer vector"));
-            }
-            let mut v = Vec::new();
-            loop {
-                self.skip_ws();
-                if self.buf.get(self.pos) == Some(&b']') {
-                    self.pos += 1;
-                    break;
-                }
-                v.push(self.i32()?);
-            }
-            // Kaldi's writer ends with a newline; consume it if present.
-            if self.buf.get(self.pos) == Some(&b'\n') {
-                self.pos += 1;
-            }
-            Ok(v)
-        }
+        self.int_elements(
+            4,
+            "an integer vector",
+            |b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            |r| r.i32(),
+        )
     }
     /// Kaldi's ReadIntegerPairVector for int32 pairs.
     pub fn int_pair_vec(&mut self) -> Result<Vec<(i32, i32)>> {
+        self.int_elements(
+            8,
+            "an integer-pair vector",
+            |b| {
+                (
+                    i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                    i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+                )
+            },
+            |r| {
+                let (start, s) = r.text_word("a pair a,b")?;
+                s.split_once(',')
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                    .ok_or_else(|| r.err_at(start, "a pair a,b"))
+            },
+        )
+    }
+    /// The layout both integer vectors share: in binary the int32 size byte 4, the count and
+    /// `width` bytes an element (`from_bytes`); in text `[ e e ... ]` with elements read by
+    /// `from_text` and the writer's closing newline consumed if present.
+    fn int_elements<T>(
+        &mut self,
+        width: usize,
+        what: &str,
+        from_bytes: impl Fn(&[u8]) -> T,
+        mut from_text: impl FnMut(&mut Self) -> Result<T>,
+    ) -> Result<Vec<T>> {
         if self.binary {
             let at = self.pos;
             let sz = self.byte()?;
@@ -526,24 +531,16 @@ impl<'a> TokenReader<'a> {
             }
             let b = self.bytes(4)?;
             let n = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            if n < 0 || n as usize * 8 > self.buf.len() - self.pos {
+            if n < 0 || n as usize * width > self.buf.len() - self.pos {
                 return Err(self.err_at(at + 1, "a valid vector length"));
             }
             let mut v = Vec::with_capacity(n as usize);
             for _ in 0..n {
-                let b = self.bytes(8)?;
-                v.push((
-                    i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                    i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-                ));
+                v.push(from_bytes(self.bytes(width)?));
             }
             Ok(v)
         } else {
-            self.skip_ws();
-            let at = self.pos;
-            if self.byte()? != b'[' {
-                return Err(self.err_at(at, "'[' opening an integer-pair vector"));
-            }
+            self.open_bracket(what)?;
             let mut v = Vec::new();
             loop {
                 self.skip_ws();
@@ -551,13 +548,9 @@ impl<'a> TokenReader<'a> {
                     self.pos += 1;
                     break;
                 }
-                let (start, s) = self.text_word("a pair a,b")?;
-                let pair = s
-                    .split_once(',')
-                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-                    .ok_or_else(|| self.err_at(start, "a pair a,b"))?;
-                v.push(pair);
+                v.push(from_text(self)?);
             }
+            // Kaldi's writer ends with a newline; consume it if present.
             if self.buf.get(self.pos) == Some(&b'\n') {
                 self.pos += 1;
             }

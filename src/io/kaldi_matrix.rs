@@ -62,25 +62,45 @@ pub fn read_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
     }
 }
 
+/// Skips spaces, tabs and carriage returns, stopping at a newline (which ends a text row).
+fn skip_inline_ws(r: &mut TokenReader<'_>) -> Result<()> {
+    while let Some(&b) = r.rest().first() {
+        if b == b' ' || b == b'\t' || b == b'\r' {
+            r.byte()?;
+        } else {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The number that starts here, up to whitespace, `]` or one of `ends`, parsed by `parse`;
+/// `expected` names it in the error.
+fn number_word<T>(
+    r: &mut TokenReader<'_>,
+    ends: &[u8],
+    parse: impl Fn(&str) -> Option<T>,
+    expected: &str,
+) -> Result<T> {
+    let here = r.pos();
+    let rest = r.rest();
+    let n = rest
+        .iter()
+        .position(|b| b.is_ascii_whitespace() || *b == b']' || ends.contains(b))
+        .unwrap_or(rest.len());
+    let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
+    let x = parse(word).ok_or_else(|| r.err_at(here, expected))?;
+    r.bytes(n)?;
+    Ok(x)
+}
+
 /// Reads a text matrix `[ a b \n c d ]` (a newline or `;` ends a row).
 fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
-    r.skip_ws();
-    let at = r.pos();
-    if r.byte()? != b'[' {
-        return Err(r.err_at(at, "'[' opening a matrix"));
-    }
+    let at = r.open_bracket("a matrix")?;
     let mut rows: Vec<Vec<f32>> = Vec::new();
     let mut cur: Vec<f32> = Vec::new();
     loop {
-        // Skip spaces but stop at newlines.
-        while let Some(&b) = r.rest().first() {
-            if b == b' ' || b == b'\t' || b == b'\r' {
-                r.byte()?;
-            } else {
-                break;
-            }
-        }
-        let here = r.pos();
+        skip_inline_ws(r)?;
         match r.rest().first() {
             None => return Err(r.err("']' closing the matrix (file truncated)")),
             Some(b'\n') | Some(b';') => {
@@ -96,17 +116,7 @@ fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
                 }
                 break;
             }
-            Some(_) => {
-                let rest = r.rest();
-                let n = rest
-                    .iter()
-                    .position(|b| b.is_ascii_whitespace() || *b == b']' || *b == b';')
-                    .unwrap_or(rest.len());
-                let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
-                let v = parse_f32(word).ok_or_else(|| r.err_at(here, "a number in the matrix"))?;
-                r.bytes(n)?;
-                cur.push(v);
-            }
+            Some(_) => cur.push(number_word(r, b";", parse_f32, "a number in the matrix")?),
         }
     }
     // Kaldi's writer ends with a newline after ']'.
@@ -166,20 +176,10 @@ fn read_vector_with<T>(
         };
         Ok(data)
     } else {
-        r.skip_ws();
-        let at = r.pos();
-        if r.byte()? != b'[' {
-            return Err(r.err_at(at, "'[' opening a vector"));
-        }
+        r.open_bracket("a vector")?;
         let mut v = Vec::new();
         loop {
-            while let Some(&b) = r.rest().first() {
-                if b == b' ' || b == b'\t' || b == b'\r' {
-                    r.byte()?;
-                } else {
-                    break;
-                }
-            }
+            skip_inline_ws(r)?;
             let here = r.pos();
             match r.rest().first() {
                 None => return Err(r.err("']' closing the vector (file truncated)")),
@@ -188,17 +188,7 @@ fn read_vector_with<T>(
                     r.byte()?;
                     break;
                 }
-                Some(_) => {
-                    let rest = r.rest();
-                    let n = rest
-                        .iter()
-                        .position(|b| b.is_ascii_whitespace() || *b == b']')
-                        .unwrap_or(rest.len());
-                    let word = std::str::from_utf8(&rest[..n]).unwrap_or("");
-                    let x = parse(word).ok_or_else(|| r.err_at(here, "a number in the vector"))?;
-                    r.bytes(n)?;
-                    v.push(x);
-                }
+                Some(_) => v.push(number_word(r, b"", &parse, "a number in the vector")?),
             }
         }
         if r.rest().first() == Some(&b'\n') {

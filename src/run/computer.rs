@@ -372,26 +372,7 @@ impl<'a> NnetComputer<'a> {
                 store_stats,
                 ..
             } => self.propagate(component, precomputed, input, output, memo, store_stats)?,
-            Command::Backprop {
-                component,
-                precomputed,
-                in_value,
-                out_value,
-                out_deriv,
-                in_deriv,
-                memo,
-                update,
-                ..
-            } => self.backprop(
-                component,
-                precomputed,
-                in_value,
-                out_value,
-                out_deriv,
-                in_deriv,
-                memo,
-                update,
-            )?,
+            Command::Backprop { .. } => self.backprop(cmd)?,
             Command::MatrixCopy { dst, src, alpha } => {
                 self.binary_op(dst, src, |mut d, s| {
                     d.copy_from(s);
@@ -661,18 +642,22 @@ impl<'a> NnetComputer<'a> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn backprop(
-        &mut self,
-        c: usize,
-        precomputed: usize,
-        in_value: usize,
-        out_value: usize,
-        out_deriv: usize,
-        in_deriv: usize,
-        memo: usize,
-        update: bool,
-    ) -> Result<()> {
+    /// Runs a Backprop command.
+    fn backprop(&mut self, cmd: &Command) -> Result<()> {
+        let Command::Backprop {
+            component: c,
+            precomputed,
+            in_value,
+            out_value,
+            out_deriv,
+            in_deriv,
+            memo,
+            update,
+            ..
+        } = *cmd
+        else {
+            return Err(Error::Compute("backprop called on another command".into()));
+        };
         let idx = self.precomputed(precomputed);
         let memo_val = if memo != 0 {
             self.memos.remove(&memo)

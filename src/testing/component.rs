@@ -66,8 +66,35 @@ const PIECEWISE: &[&str] = &[
 /// Number of rows of the random test matrices.
 const ROWS: usize = 7;
 
+/// The output of `c` for input `x`: one propagate into zeros, generator seeded 0.
+pub fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
+    let mut y = Matrix::zeros(x.num_rows(), c.output_dim());
+    c.propagate(
+        PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        x.view(),
+        y.view_mut(),
+    );
+    y
+}
+
+/// The input derivative of `c` for output derivative `od` at input `x` and output `y`: one
+/// backprop into zeros, nothing updated, generator seeded 0.
+pub fn input_deriv(c: &dyn Component, x: &Matrix, y: &Matrix, od: &Matrix) -> Matrix {
+    let mut id = Matrix::zeros(x.num_rows(), x.num_cols());
+    c.backprop(
+        BackpropArgs {
+            in_value: x.view(),
+            out_value: y.view(),
+            ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
+        },
+        od.view(),
+        Some(id.view_mut()),
+    );
+    id
+}
+
 fn gauss_matrix(rows: usize, cols: usize, rng: &mut dyn RngCore) -> Matrix {
-    crate::nnet::component::param_util::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
+    crate::nnet::component::param_init::gaussian_matrix(rows, cols, 0.0, 1.0, rng)
 }
 
 /// True if `a ≈ b` to `tol` relative to the larger magnitude (and 1).

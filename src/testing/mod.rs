@@ -138,6 +138,41 @@ fn have(ty: &str) -> bool {
     component_type(ty).is_some()
 }
 
+/// input → relu → output (dim 2), with `second_output` also output2 reading the input
+/// directly: the small network of hand-made computations in unit tests.
+pub fn relu_nnet(second_output: bool) -> crate::nnet::Nnet {
+    let mut config = String::from(
+        "input-node name=input dim=2\n\
+         component name=relu type=RectifiedLinearComponent dim=2\n\
+         component-node name=relu component=relu input=input\n\
+         output-node name=output input=relu\n",
+    );
+    if second_output {
+        config += "output-node name=output2 input=input\n";
+    }
+    crate::nnet::Nnet::from_config_text(&config, "<test>", &mut crate::random::seeded_rng(0))
+        .expect("config")
+}
+
+/// A Propagate of `component` (node `node`) from sub-matrix `input` to `output`, with no
+/// precomputed indexes, memo or statistics: for hand-made computations in unit tests.
+pub fn propagate_command(
+    component: usize,
+    node: usize,
+    input: usize,
+    output: usize,
+) -> crate::compile::Command {
+    crate::compile::Command::Propagate {
+        component,
+        node,
+        precomputed: 0,
+        input,
+        output,
+        memo: 0,
+        store_stats: false,
+    }
+}
+
 /// A random network config for `seed`. With `plain_affine`, only AffineComponent is used
 /// for affine layers (the natural-gradient variant updates differently from the gradient).
 pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {

@@ -7,10 +7,11 @@
 //! component's [`crate::update::Update`], which adds the gradient scaled by its learning
 //! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
-use super::param_util::{self, component_boilerplate};
-use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
-};
+use super::info_summary;
+use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
+use super::param_init::{self, RandomInit};
+use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -71,7 +72,7 @@ fn init_affine_params(
     init_rng: &mut dyn RngCore,
 ) -> Result<(Matrix, Vector)> {
     if let Some(path) = cfg.get::<String>("matrix")? {
-        let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
+        let m = param_init::read_matrix_file(cfg, "matrix", &path)?;
         if m.num_cols() < 2 || m.num_rows() < 1 {
             return Err(cfg.error_at_value(
                 "matrix",
@@ -93,36 +94,21 @@ fn init_affine_params(
         let bias = Vector::from_vec(m.sub(0, rows, in_dim, 1).to_vec());
         return Ok((linear, bias));
     }
-    let in_dim = param_util::require_positive(cfg, "input-dim")?;
-    let out_dim = param_util::require_positive(cfg, "output-dim")?;
-    let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
-    let bias_stddev: f32 = cfg.get_or("bias-stddev", default_bias_stddev)?;
-    let bias_mean: f32 = if with_bias_mean {
-        cfg.get_or("bias-mean", 0.0)?
-    } else {
-        0.0
-    };
-    if param_stddev < 0.0 || bias_stddev < 0.0 {
-        return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
-    }
-    Ok({
-        let rng: &mut dyn RngCore = init_rng;
-        (
-            param_util::gaussian_matrix(out_dim, in_dim, 0.0, param_stddev, rng),
-            param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng),
-        )
-    })
+    let in_dim = param_init::require_positive(cfg, "input-dim")?;
+    let out_dim = param_init::require_positive(cfg, "output-dim")?;
+    let init = RandomInit::from_config(cfg, in_dim, default_bias_stddev, with_bias_mean)?;
+    let linear = init.weights(out_dim, in_dim, init_rng);
+    Ok((linear, init.bias(out_dim, init_rng)))
 }
 
 /// Reads `<LinearParams> M <BiasParams> V` and checks that the dimensions agree.
 fn read_linear_bias(r: &mut TokenReader<'_>) -> Result<(Matrix, Vector)> {
-    r.expect_token("<LinearParams>")?;
-    let linear = r.matrix()?;
+    let linear: Matrix = read_field(r, "<LinearParams>")?;
     r.expect_token("<BiasParams>")?;
     let at = r.pos();
     let bias = r.vector()?;
     if bias.dim() != linear.num_rows() || linear.num_cols() == 0 {
-        return Err(param_util::dim_error(
+        return Err(kaldi_fields::dim_error(
             r,
             at,
             format!(
@@ -170,7 +156,8 @@ impl AffineComponent {
         }
     }
 
-    fn from_config_impl(
+    /// Kaldi's InitFromConfig of the plain kind or (with `natural_gradient`) the NG kind.
+    pub fn from_config_kind(
         cfg: &ConfigLine,
         init_rng: &mut dyn RngCore,
         ng: bool,
@@ -199,26 +186,15 @@ impl AffineComponent {
 
     /// Kaldi's AffineComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, false)
-    }
-
-    /// Kaldi's NaturalGradientAffineComponent::InitFromConfig.
-    pub fn ng_from_config(
-        cfg: &ConfigLine,
-        init_rng: &mut dyn RngCore,
-    ) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, true)
+        Self::from_config_kind(cfg, init_rng, false)
     }
 
     /// Reads an AffineComponent body.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, AFFINE)?;
         let (linear, bias) = read_linear_bias(r)?;
-        let mut orthonormal_constraint = 0.0;
-        if r.try_token("<OrthonormalConstraint>")? {
-            orthonormal_constraint = r.f32()?;
-        }
-        param_util::expect_closing(r, AFFINE)?;
+        let orthonormal_constraint = read_opt_field(r, "<OrthonormalConstraint>")?.unwrap_or(0.0);
+        kaldi_fields::expect_closing(r, AFFINE)?;
         Ok(Box::new(AffineComponent {
             common,
             linear: linear.into(),
@@ -233,33 +209,18 @@ impl AffineComponent {
     pub fn ng_read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, NG_AFFINE)?;
         let (linear, bias) = read_linear_bias(r)?;
-        r.expect_token("<RankIn>")?;
-        let rank_in = r.i32()?;
-        r.expect_token("<RankOut>")?;
-        let rank_out = r.i32()?;
-        let mut orthonormal_constraint = 0.0;
-        if r.try_token("<OrthonormalConstraint>")? {
-            orthonormal_constraint = r.f32()?;
-        }
-        r.expect_token("<UpdatePeriod>")?;
-        let update_period = r.i32()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        r.expect_token("<Alpha>")?;
-        let alpha = r.f32()?;
+        let rank_in = read_field(r, "<RankIn>")?;
+        let rank_out = read_field(r, "<RankOut>")?;
+        let orthonormal_constraint = read_opt_field(r, "<OrthonormalConstraint>")?.unwrap_or(0.0);
+        let update_period = read_field(r, "<UpdatePeriod>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let alpha = read_field(r, "<Alpha>")?;
         // Legacy fields of older models, read and dropped.
-        if r.try_token("<MaxChangePerSample>")? {
-            r.f32()?;
-        }
-        if r.try_token("<IsGradient>")? {
-            r.bool()?;
-        }
-        if r.try_token("<UpdateCount>")? {
-            r.f64()?;
-            r.expect_token("<ActiveScalingCount>")?;
-            r.f64()?;
-            r.expect_token("<MaxChangeScaleStats>")?;
-            r.f64()?;
+        read_opt_field::<f32>(r, "<MaxChangePerSample>")?;
+        read_opt_field::<bool>(r, "<IsGradient>")?;
+        if read_opt_field::<f64>(r, "<UpdateCount>")?.is_some() {
+            read_field::<f64>(r, "<ActiveScalingCount>")?;
+            read_field::<f64>(r, "<MaxChangeScaleStats>")?;
         }
         let at = r.pos();
         let tok = r.token()?;
@@ -345,57 +306,33 @@ impl Component for AffineComponent {
         affine_backprop_input(&self.linear, out_deriv, in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
-        let ty = self.type_name();
-        self.common.write(w, ty);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        match &self.natural_gradient {
-            None => {
-                if self.orthonormal_constraint != 0.0 {
-                    w.token("<OrthonormalConstraint>");
-                    w.f32(self.orthonormal_constraint);
-                }
-            }
-            Some(ng) => {
-                w.token("<RankIn>");
-                w.i32(ng.rank_in);
-                w.token("<RankOut>");
-                w.i32(ng.rank_out);
-                if self.orthonormal_constraint != 0.0 {
-                    w.token("<OrthonormalConstraint>");
-                    w.f32(self.orthonormal_constraint);
-                }
-                w.token("<UpdatePeriod>");
-                w.i32(ng.update_period);
-                w.token("<NumSamplesHistory>");
-                w.f32(ng.num_samples_history);
-                w.token("<Alpha>");
-                w.f32(ng.alpha_in);
-            }
-        }
-        w.token(&format!("</{ty}>"));
+        let orthonormal =
+            (self.orthonormal_constraint != 0.0).then_some(self.orthonormal_constraint);
+        let ng = self.natural_gradient.as_ref();
+        write_updatable(
+            w,
+            self.type_name(),
+            &self.common,
+            &[
+                ("<LinearParams>", &self.linear),
+                ("<BiasParams>", &self.bias),
+                ("<RankIn>", &ng.map(|o| o.rank_in)),
+                ("<RankOut>", &ng.map(|o| o.rank_out)),
+                ("<OrthonormalConstraint>", &orthonormal),
+                ("<UpdatePeriod>", &ng.map(|o| o.update_period)),
+                ("<NumSamplesHistory>", &ng.map(|o| o.num_samples_history)),
+                ("<Alpha>", &ng.map(|o| o.alpha_in)),
+            ],
+        );
     }
     fn info(&self) -> String {
         let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
-        let mut s = format!(
-            "{}, input-dim={}, output-dim={}, {}",
-            self.type_name(),
-            self.input_dim(),
-            self.output_dim(),
-            param_util::updatable_info(&self.common)
-        );
-        if self.orthonormal_constraint != 0.0 {
-            s += &format!(
-                ", orthonormal-constraint={}",
-                g(self.orthonormal_constraint)
-            );
-        }
+        let mut s = info_summary::updatable_header(self, &self.common);
+        s += &info_summary::orthonormal_info(self.orthonormal_constraint);
         s += ", ";
-        s += &param_util::matrix_stats("linear-params", &self.linear, true);
+        s += &info_summary::matrix_stats("linear-params", &self.linear, true);
         s += ", ";
-        s += &param_util::vector_stats("bias", &self.bias);
+        s += &info_summary::vector_stats("bias", &self.bias);
         if let Some(ng) = &self.natural_gradient {
             s += &format!(
                 ", rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
@@ -408,16 +345,10 @@ impl Component for AffineComponent {
         }
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
-param_util::linear_bias_updatable!(AffineComponent);
+param_ops::linear_bias_updatable!(AffineComponent);
 
 /// `FixedAffineComponent`: a non-trainable affine transform (LDA, IDCT, ...).
 #[derive(Clone, Debug)]
@@ -442,7 +373,7 @@ impl FixedAffineComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<FixedAffineComponent>")?;
         let (linear, bias) = read_linear_bias(r)?;
-        param_util::expect_closing(r, FIXED_AFFINE)?;
+        kaldi_fields::expect_closing(r, FIXED_AFFINE)?;
         Ok(Box::new(FixedAffineComponent {
             linear: linear.into(),
             bias,
@@ -481,20 +412,22 @@ impl Component for FixedAffineComponent {
         affine_backprop_input(&self.linear, out_deriv, in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<FixedAffineComponent>");
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        w.token("</FixedAffineComponent>");
+        write_component(
+            w,
+            FIXED_AFFINE,
+            &[
+                ("<LinearParams>", &self.linear),
+                ("<BiasParams>", &self.bias),
+            ],
+        );
     }
     fn info(&self) -> String {
         format!(
             "{FIXED_AFFINE}, input-dim={}, output-dim={}, {}, {}",
             self.input_dim(),
             self.output_dim(),
-            param_util::matrix_stats("linear-params", &self.linear, false),
-            param_util::vector_stats("bias", &self.bias)
+            info_summary::matrix_stats("linear-params", &self.linear, false),
+            info_summary::vector_stats("bias", &self.bias)
         )
     }
     component_boilerplate!();
@@ -503,6 +436,7 @@ impl Component for FixedAffineComponent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nnet::component::UpdatableComponent;
     use crate::testing::golden::{golden_component, golden_path, round_trip_golden};
 
     #[test]
@@ -555,7 +489,8 @@ mod tests {
     #[test]
     fn config_defaults_and_errors() {
         let cfg = ConfigLine::parse_str("input-dim=29 output-dim=20").unwrap();
-        let c = AffineComponent::ng_from_config(&cfg, &mut crate::random::seeded_rng(0)).unwrap();
+        let c = AffineComponent::from_config_kind(&cfg, &mut crate::random::seeded_rng(0), true)
+            .unwrap();
         let a = c.as_any().downcast_ref::<AffineComponent>().unwrap();
         let ng = a.natural_gradient.clone().unwrap();
         assert_eq!((ng.rank_in, ng.rank_out), (15, 10));

@@ -5,7 +5,10 @@
 //! `zeroing-interval` (truncated BPTT). It is a general component because the zeroing depends
 //! on the time index of each row; the diagnostics are kept in the file.
 
-use super::param_util::{component_boilerplate, expect_closing};
+use super::kaldi_fields::{
+    expect_closing, read_count_field, read_dim_field, read_field, read_opt_field, write_component,
+};
+use super::param_ops::component_boilerplate;
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties,
@@ -63,7 +66,7 @@ impl BackpropTruncationComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let dim = super::param_util::require_positive(cfg, "dim")?;
+        let dim = super::param_init::require_positive(cfg, "dim")?;
         let c = BackpropTruncationComponent {
             dim,
             scale: cfg.get_or("scale", 1.0f32)?,
@@ -88,14 +91,9 @@ impl BackpropTruncationComponent {
     /// Registry hook: reads the body after `<BackpropTruncationComponent>`.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token(&format!("<{TYPE}>"))?;
-        r.expect_token("<Dim>")?;
-        let dim = super::param_util::read_positive_i32(r, "<Dim>")?;
+        let dim = read_dim_field(r, "<Dim>", "<Dim>")?;
         // Old files have no <Scale>.
-        let scale = if r.try_token("<Scale>")? {
-            r.f32()?
-        } else {
-            1.0
-        };
+        let scale = read_opt_field(r, "<Scale>")?.unwrap_or(1.0);
         r.expect_token("<ClippingThreshold>")?;
         let at = r.pos();
         let clipping_threshold = r.f32()?;
@@ -108,19 +106,13 @@ impl BackpropTruncationComponent {
         if zeroing_threshold < 0.0 {
             return Err(r.err_at(at, "a <ZeroingThreshold> >= 0"));
         }
-        r.expect_token("<ZeroingInterval>")?;
-        let zeroing_interval = super::param_util::read_positive_count(r, "<ZeroingInterval>")?;
-        r.expect_token("<RecurrenceInterval>")?;
+        let zeroing_interval = read_count_field(r, "<ZeroingInterval>", "<ZeroingInterval>")?;
         let recurrence_interval =
-            super::param_util::read_positive_count(r, "<RecurrenceInterval>")?;
-        r.expect_token("<NumElementsClipped>")?;
-        let num_clipped = r.f64()?;
-        r.expect_token("<NumElementsZeroed>")?;
-        let num_zeroed = r.f64()?;
-        r.expect_token("<NumElementsProcessed>")?;
-        let count = r.f64()?;
-        r.expect_token("<NumZeroingBoundaries>")?;
-        let count_zeroing_boundaries = r.f64()?;
+            read_count_field(r, "<RecurrenceInterval>", "<RecurrenceInterval>")?;
+        let num_clipped = read_field(r, "<NumElementsClipped>")?;
+        let num_zeroed = read_field(r, "<NumElementsZeroed>")?;
+        let count = read_field(r, "<NumElementsProcessed>")?;
+        let count_zeroing_boundaries = read_field(r, "<NumZeroingBoundaries>")?;
         expect_closing(r, TYPE)?;
         Ok(Box::new(BackpropTruncationComponent {
             dim,
@@ -223,28 +215,22 @@ impl Component for BackpropTruncationComponent {
         self.backprop_rows(indexes, &mut deriv, to_update);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token(&format!("<{TYPE}>"));
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<Scale>");
-        w.f32(self.scale);
-        w.token("<ClippingThreshold>");
-        w.f32(self.clipping_threshold);
-        w.token("<ZeroingThreshold>");
-        w.f32(self.zeroing_threshold);
-        w.token("<ZeroingInterval>");
-        w.i32(self.zeroing_interval);
-        w.token("<RecurrenceInterval>");
-        w.i32(self.recurrence_interval);
-        w.token("<NumElementsClipped>");
-        w.f64(self.num_clipped);
-        w.token("<NumElementsZeroed>");
-        w.f64(self.num_zeroed);
-        w.token("<NumElementsProcessed>");
-        w.f64(self.count);
-        w.token("<NumZeroingBoundaries>");
-        w.f64(self.count_zeroing_boundaries);
-        w.token(&format!("</{TYPE}>"));
+        write_component(
+            w,
+            TYPE,
+            &[
+                ("<Dim>", &self.dim),
+                ("<Scale>", &self.scale),
+                ("<ClippingThreshold>", &self.clipping_threshold),
+                ("<ZeroingThreshold>", &self.zeroing_threshold),
+                ("<ZeroingInterval>", &self.zeroing_interval),
+                ("<RecurrenceInterval>", &self.recurrence_interval),
+                ("<NumElementsClipped>", &self.num_clipped),
+                ("<NumElementsZeroed>", &self.num_zeroed),
+                ("<NumElementsProcessed>", &self.count),
+                ("<NumZeroingBoundaries>", &self.count_zeroing_boundaries),
+            ],
+        );
     }
     fn info(&self) -> String {
         let g = |v: f64| fmt_g(v, 6);

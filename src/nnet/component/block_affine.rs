@@ -3,10 +3,11 @@
 //! `NaturalGradientRepeatedAffineComponent` (one small affine applied to each of num-repeats
 //! consecutive input blocks; the NG kind differs only in its training update).
 
-use super::param_util::{self, component_boilerplate};
-use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
-};
+use super::info_summary;
+use super::kaldi_fields::{self, write_updatable};
+use super::param_init::{self, RandomInit};
+use super::param_ops::{self, updatable_boilerplate};
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -20,9 +21,9 @@ const NG_REPEATED: &str = "NaturalGradientRepeatedAffineComponent";
 
 /// Reads input-dim, output-dim and the block count `key`, checking divisibility.
 fn block_dims(cfg: &ConfigLine, key: &str) -> Result<(usize, usize, usize)> {
-    let in_dim = param_util::require_positive(cfg, "input-dim")?;
-    let out_dim = param_util::require_positive(cfg, "output-dim")?;
-    let n = param_util::require_positive(cfg, key)?;
+    let in_dim = param_init::require_positive(cfg, "input-dim")?;
+    let out_dim = param_init::require_positive(cfg, "output-dim")?;
+    let n = param_init::require_positive(cfg, key)?;
     if in_dim % n != 0 || out_dim % n != 0 {
         return Err(cfg.error_at_value(
             key,
@@ -40,19 +41,9 @@ fn random_params(
     bias_stddev: f32,
     init_rng: &mut dyn RngCore,
 ) -> Result<(Matrix, Vector)> {
-    let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
-    let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
-    let bias_stddev: f32 = cfg.get_or("bias-stddev", bias_stddev)?;
-    if param_stddev < 0.0 || bias_stddev < 0.0 {
-        return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
-    }
-    Ok({
-        let rng: &mut dyn RngCore = init_rng;
-        (
-            param_util::gaussian_matrix(rows, cols, 0.0, param_stddev, rng),
-            param_util::gaussian_vector(rows, bias_mean, bias_stddev, rng),
-        )
-    })
+    let init = RandomInit::from_config(cfg, cols, bias_stddev, true)?;
+    let linear = init.weights(rows, cols, init_rng);
+    Ok((linear, init.bias(rows, init_rng)))
 }
 
 /// Reads `<Count> i32 <LinearParams> M <BiasParams> V` with consistent dimensions.
@@ -62,7 +53,7 @@ fn read_counted_params(
     rows_multiple: bool,
 ) -> Result<(usize, Matrix, Vector)> {
     r.expect_token(count_token)?;
-    let n = param_util::read_positive_i32(r, count_token)?;
+    let n = kaldi_fields::read_positive_i32(r, count_token)?;
     r.expect_token("<LinearParams>")?;
     let at = r.pos();
     let linear = r.matrix()?;
@@ -82,6 +73,29 @@ fn read_counted_params(
         return Err(r.err_at(at, format!("a bias of dimension {}", linear.num_rows())));
     }
     Ok((n, linear, bias))
+}
+
+/// Writes the component with its count field (`<NumBlocks>` or `<NumRepeats>`), W and b: the
+/// layout [`read_counted_params`] reads.
+fn write_counted_params(
+    w: &mut TokenWriter,
+    type_name: &str,
+    common: &UpdatableCommon,
+    count_token: &str,
+    n: usize,
+    linear: &Matrix,
+    bias: &Vector,
+) {
+    write_updatable(
+        w,
+        type_name,
+        common,
+        &[
+            (count_token, &n),
+            ("<LinearParams>", linear),
+            ("<BiasParams>", bias),
+        ],
+    );
 }
 
 /// `BlockAffineComponent`: W is block-diagonal with num-blocks equal blocks, stored stacked
@@ -116,7 +130,7 @@ impl BlockAffineComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, BLOCK)?;
         let (num_blocks, linear, bias) = read_counted_params(r, "<NumBlocks>", true)?;
-        param_util::expect_closing(r, BLOCK)?;
+        kaldi_fields::expect_closing(r, BLOCK)?;
         Ok(Box::new(BlockAffineComponent {
             common,
             linear,
@@ -211,36 +225,30 @@ impl Component for BlockAffineComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, BLOCK);
-        w.token("<NumBlocks>");
-        w.i32(self.num_blocks as i32);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        w.token("</BlockAffineComponent>");
+        let (ty, n) = (BLOCK, self.num_blocks);
+        write_counted_params(
+            w,
+            ty,
+            &self.common,
+            "<NumBlocks>",
+            n,
+            &self.linear,
+            &self.bias,
+        );
     }
     fn info(&self) -> String {
         format!(
-            "{BLOCK}, input-dim={}, output-dim={}, {}, num-blocks={}, {}, {}",
-            self.input_dim(),
-            self.output_dim(),
-            param_util::updatable_info(&self.common),
+            "{}, num-blocks={}, {}, {}",
+            info_summary::updatable_header(self, &self.common),
             self.num_blocks,
-            param_util::matrix_stats("linear-params", &self.linear, false),
-            param_util::vector_stats("bias", &self.bias)
+            info_summary::matrix_stats("linear-params", &self.linear, false),
+            info_summary::vector_stats("bias", &self.bias)
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
-param_util::linear_bias_updatable!(BlockAffineComponent);
+param_ops::linear_bias_updatable!(BlockAffineComponent);
 
 /// `RepeatedAffineComponent` or (with `natural_gradient`)
 /// `NaturalGradientRepeatedAffineComponent`: the same affine (W, b) applied to each of
@@ -260,7 +268,9 @@ pub struct RepeatedAffineComponent {
 }
 
 impl RepeatedAffineComponent {
-    fn from_config_impl(
+    /// InitFromConfig of RepeatedAffineComponent or (with `natural_gradient`) its NG kind (the
+    /// same options).
+    pub fn from_config_kind(
         cfg: &ConfigLine,
         init_rng: &mut dyn RngCore,
         natural_gradient: bool,
@@ -280,18 +290,14 @@ impl RepeatedAffineComponent {
 
     /// Kaldi's RepeatedAffineComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, false)
+        Self::from_config_kind(cfg, init_rng, false)
     }
 
-    /// NaturalGradientRepeatedAffineComponent's InitFromConfig (the same options).
-    pub fn ng_from_config(
-        cfg: &ConfigLine,
-        init_rng: &mut dyn RngCore,
+    /// Reads a RepeatedAffineComponent or (with `natural_gradient`) NG kind body.
+    pub fn read_kind(
+        r: &mut TokenReader<'_>,
+        natural_gradient: bool,
     ) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, true)
-    }
-
-    fn read_impl(r: &mut TokenReader<'_>, natural_gradient: bool) -> Result<Box<dyn Component>> {
         let ty = if natural_gradient {
             NG_REPEATED
         } else {
@@ -299,7 +305,7 @@ impl RepeatedAffineComponent {
         };
         let common = UpdatableCommon::read(r, ty)?;
         let (num_repeats, linear, bias) = read_counted_params(r, "<NumRepeats>", false)?;
-        param_util::expect_closing(r, ty)?;
+        kaldi_fields::expect_closing(r, ty)?;
         Ok(Box::new(RepeatedAffineComponent {
             common,
             linear,
@@ -311,12 +317,7 @@ impl RepeatedAffineComponent {
 
     /// Reads a RepeatedAffineComponent body.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        Self::read_impl(r, false)
-    }
-
-    /// Reads a NaturalGradientRepeatedAffineComponent body.
-    pub fn ng_read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        Self::read_impl(r, true)
+        Self::read_kind(r, false)
     }
 }
 
@@ -403,38 +404,30 @@ impl Component for RepeatedAffineComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        let ty = self.type_name();
-        self.common.write(w, ty);
-        w.token("<NumRepeats>");
-        w.i32(self.num_repeats as i32);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear);
-        w.token("<BiasParams>");
-        w.vector(&self.bias);
-        w.token(&format!("</{ty}>"));
+        let (ty, n) = (self.type_name(), self.num_repeats);
+        write_counted_params(
+            w,
+            ty,
+            &self.common,
+            "<NumRepeats>",
+            n,
+            &self.linear,
+            &self.bias,
+        );
     }
     fn info(&self) -> String {
         format!(
-            "{}, input-dim={}, output-dim={}, {}, num-repeats={}, {}, {}",
-            self.type_name(),
-            self.input_dim(),
-            self.output_dim(),
-            param_util::updatable_info(&self.common),
+            "{}, num-repeats={}, {}, {}",
+            info_summary::updatable_header(self, &self.common),
             self.num_repeats,
-            param_util::matrix_stats("linear-params", &self.linear, false),
-            param_util::vector_stats("bias", &self.bias)
+            info_summary::matrix_stats("linear-params", &self.linear, false),
+            info_summary::vector_stats("bias", &self.bias)
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
-param_util::linear_bias_updatable!(RepeatedAffineComponent);
+param_ops::linear_bias_updatable!(RepeatedAffineComponent);
 
 #[cfg(test)]
 mod tests {
@@ -467,7 +460,7 @@ mod tests {
         }
         let x = {
             let r = &mut crate::random::seeded_rng(0);
-            param_util::gaussian_matrix(3, 6, 0.0, 1.0, r)
+            param_init::gaussian_matrix(3, 6, 0.0, 1.0, r)
         };
         let mut want = Matrix::zeros(3, 4);
         want.add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);

@@ -2,7 +2,10 @@
 //! Index and needs no input at all (e.g. the initial cell value of an LSTM built from
 //! primitives, reached through `Failover`).
 
-use super::param_util::{self, component_boilerplate, vector_params_updatable};
+use super::info_summary;
+use super::kaldi_fields::{self, read_field, write_updatable};
+use super::param_init;
+use super::param_ops::{component_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
     UpdatableComponent,
@@ -34,10 +37,10 @@ impl ConstantComponent {
     /// Kaldi's ConstantComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let dim = param_util::require_positive(cfg, "output-dim")?;
+        let dim = param_init::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantComponent {
             common,
-            output: param_util::constant_output_from_config(cfg, dim, init_rng)?,
+            output: param_init::constant_output_from_config(cfg, dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
             ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
             ng_state: NaturalGradientState::default(),
@@ -48,16 +51,10 @@ impl ConstantComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, CONSTANT)?;
         r.expect_token("<Output>")?;
-        let at = r.pos();
-        let output = r.vector()?;
-        if output.dim() == 0 {
-            return Err(r.err_at(at, "a non-empty output vector"));
-        }
-        r.expect_token("<IsUpdatable>")?;
-        let is_updatable = r.bool()?;
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        param_util::expect_closing(r, CONSTANT)?;
+        let output = kaldi_fields::read_nonempty_vector(r, "output")?;
+        let is_updatable = read_field(r, "<IsUpdatable>")?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        kaldi_fields::expect_closing(r, CONSTANT)?;
         Ok(Box::new(ConstantComponent {
             common,
             output,
@@ -131,23 +128,25 @@ impl Component for ConstantComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, CONSTANT);
-        w.token("<Output>");
-        w.vector(&self.output);
-        w.token("<IsUpdatable>");
-        w.bool(self.is_updatable);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("</ConstantComponent>");
+        write_updatable(
+            w,
+            CONSTANT,
+            &self.common,
+            &[
+                ("<Output>", &self.output),
+                ("<IsUpdatable>", &self.is_updatable),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+            ],
+        );
     }
     fn info(&self) -> String {
         let d = self.output.dim();
         format!(
             "{CONSTANT}, input-dim={d}, output-dim={d}, {}, {CONSTANT}, output-dim={d}, is-updatable={}, use-natural-gradient={}, {}",
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.is_updatable,
             self.ng.use_natural_gradient,
-            param_util::vector_stats("output", &self.output)
+            info_summary::vector_stats("output", &self.output)
         )
     }
     component_boilerplate!();

@@ -2,7 +2,8 @@
 //! inputs (or of whole frames, with `dropout-per-frame`) is zeroed; in test mode the input
 //! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
 
-use super::param_util::component_boilerplate;
+use super::kaldi_fields::{read_count_field, read_opt_field, write_component};
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -20,6 +21,12 @@ pub(super) fn read_proportion(r: &mut TokenReader<'_>, token: &str) -> Result<f3
         return Err(r.err_at(at, format!("a {token} in [0, 1]")));
     }
     Ok(p)
+}
+
+/// `token` then a proportion in [0, 1].
+pub(super) fn read_proportion_field(r: &mut TokenReader<'_>, token: &str) -> Result<f32> {
+    r.expect_token(token)?;
+    read_proportion(r, token)
 }
 
 /// Classic dropout.
@@ -57,26 +64,12 @@ impl DropoutComponent {
     /// Registry hook (the per-frame and test-mode fields are optional, as in old files).
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<DropoutComponent>")?;
-        r.expect_token("<Dim>")?;
-        let at = r.pos();
-        let dim = r.i32()?;
-        if dim <= 0 {
-            return Err(r.err_at(at, "a positive <Dim>"));
-        }
-        r.expect_token("<DropoutProportion>")?;
-        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
-        let mut c = DropoutComponent {
-            dim: dim as usize,
-            dropout_proportion,
-            dropout_per_frame: false,
-            test_mode: false,
+        let c = DropoutComponent {
+            dim: read_count_field(r, "<Dim>", "<Dim>")? as usize,
+            dropout_proportion: read_proportion_field(r, "<DropoutProportion>")?,
+            dropout_per_frame: read_opt_field(r, "<DropoutPerFrame>")?.unwrap_or(false),
+            test_mode: read_opt_field(r, "<TestMode>")?.unwrap_or(false),
         };
-        if r.try_token("<DropoutPerFrame>")? {
-            c.dropout_per_frame = r.bool()?;
-        }
-        if r.try_token("<TestMode>")? {
-            c.test_mode = r.bool()?;
-        }
         r.expect_token("</DropoutComponent>")?;
         Ok(Box::new(c))
     }
@@ -159,16 +152,16 @@ impl Component for DropoutComponent {
         deriv.mul_mat_div_mat(out_value, in_value);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<DropoutComponent>");
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<DropoutProportion>");
-        w.f32(self.dropout_proportion);
-        w.token("<DropoutPerFrame>");
-        w.bool(self.dropout_per_frame);
-        w.token("<TestMode>");
-        w.bool(self.test_mode);
-        w.token("</DropoutComponent>");
+        write_component(
+            w,
+            "DropoutComponent",
+            &[
+                ("<Dim>", &self.dim),
+                ("<DropoutProportion>", &self.dropout_proportion),
+                ("<DropoutPerFrame>", &self.dropout_per_frame),
+                ("<TestMode>", &self.test_mode),
+            ],
+        );
     }
     fn info(&self) -> String {
         format!(

@@ -14,8 +14,12 @@
 //!
 //! The training-mode masks use our own random generator, so they never match Kaldi's draws.
 
-use super::dropout::read_proportion;
-use super::param_util::{component_boilerplate, expect_closing, read_positive_i32};
+use super::dropout::{read_proportion, read_proportion_field};
+use super::kaldi_fields::{
+    expect_closing, read_count_field, read_dim_field, read_opt_field, read_positive_i32,
+    write_component, Flag,
+};
+use super::param_ops::component_boilerplate;
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties,
@@ -85,8 +89,8 @@ impl GeneralDropoutComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let dim = super::param_util::require_positive(cfg, "dim")?;
-        let block_dim = super::param_util::positive_or(cfg, "block-dim", dim)?;
+        let dim = super::param_init::require_positive(cfg, "dim")?;
+        let block_dim = super::param_init::positive_or(cfg, "block-dim", dim)?;
         let c = GeneralDropoutComponent {
             dim,
             block_dim,
@@ -129,8 +133,7 @@ impl GeneralDropoutComponent {
     /// Registry hook: reads the body after `<GeneralDropoutComponent>`.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token(&format!("<{GD}>"))?;
-        r.expect_token("<Dim>")?;
-        let dim = read_positive_i32(r, "<Dim>")?;
+        let dim = read_dim_field(r, "<Dim>", "<Dim>")?;
         r.expect_token("<BlockDim>")?;
         let at = r.pos();
         let block_dim = read_positive_i32(r, "<BlockDim>")?;
@@ -143,8 +146,7 @@ impl GeneralDropoutComponent {
         if time_period < 0 {
             return Err(r.err_at(at, "a <TimePeriod> >= 0"));
         }
-        r.expect_token("<DropoutProportion>")?;
-        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
+        let dropout_proportion = read_proportion_field(r, "<DropoutProportion>")?;
         let mut c = GeneralDropoutComponent {
             dim,
             block_dim,
@@ -159,15 +161,11 @@ impl GeneralDropoutComponent {
             c.specaugment_max_proportion = read_proportion(r, "<SpecAugmentMaxProportion>")?;
             if r.try_token("<SpecAugmentMaxRegions>")? {
                 c.specaugment_max_regions =
-                    super::param_util::read_positive_count(r, "<SpecAugmentMaxRegions>")?;
+                    super::kaldi_fields::read_positive_count(r, "<SpecAugmentMaxRegions>")?;
             }
         }
-        if r.try_token("<TestMode>")? {
-            c.test_mode = true;
-        }
-        if r.try_token("<Continuous>")? {
-            c.continuous = true;
-        }
+        c.test_mode = r.try_token("<TestMode>")?;
+        c.continuous = r.try_token("<Continuous>")?;
         expect_closing(r, GD)?;
         Ok(Box::new(c))
     }
@@ -278,30 +276,28 @@ impl Component for GeneralDropoutComponent {
         self.backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token(&format!("<{GD}>"));
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<BlockDim>");
-        w.i32(self.block_dim as i32);
-        w.token("<TimePeriod>");
-        w.i32(self.time_period);
-        w.token("<DropoutProportion>");
-        w.f32(self.dropout_proportion);
-        if self.specaugment_max_proportion != 0.0 {
-            w.token("<SpecAugmentMaxProportion>");
-            w.f32(self.specaugment_max_proportion);
-            if self.specaugment_max_regions != 1 {
-                w.token("<SpecAugmentMaxRegions>");
-                w.i32(self.specaugment_max_regions);
-            }
-        }
-        if self.test_mode {
-            w.token("<TestMode>");
-        }
-        if self.continuous {
-            w.token("<Continuous>");
-        }
-        w.token(&format!("</{GD}>"));
+        let specaugment = self.specaugment_max_proportion != 0.0;
+        let max_regions = self.specaugment_max_regions;
+        write_component(
+            w,
+            GD,
+            &[
+                ("<Dim>", &self.dim),
+                ("<BlockDim>", &self.block_dim),
+                ("<TimePeriod>", &self.time_period),
+                ("<DropoutProportion>", &self.dropout_proportion),
+                (
+                    "<SpecAugmentMaxProportion>",
+                    &specaugment.then_some(self.specaugment_max_proportion),
+                ),
+                (
+                    "<SpecAugmentMaxRegions>",
+                    &(specaugment && max_regions != 1).then_some(max_regions),
+                ),
+                ("<TestMode>", &Flag(self.test_mode)),
+                ("<Continuous>", &Flag(self.continuous)),
+            ],
+        );
     }
     fn info(&self) -> String {
         let mut s = format!("{GD}, dim={}, block-dim={}", self.dim, self.block_dim);
@@ -372,7 +368,7 @@ impl DropoutMaskComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let output_dim = super::param_util::require_positive(cfg, "output-dim")?;
+        let output_dim = super::param_init::require_positive(cfg, "output-dim")?;
         let c = DropoutMaskComponent {
             output_dim,
             dropout_proportion: cfg.get_or("dropout-proportion", 0.5f32)?,
@@ -390,22 +386,13 @@ impl DropoutMaskComponent {
     /// Registry hook: reads the body after `<DropoutMaskComponent>`.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token(&format!("<{DM}>"))?;
-        r.expect_token("<OutputDim>")?;
-        let output_dim = read_positive_i32(r, "<OutputDim>")?;
-        r.expect_token("<DropoutProportion>")?;
-        let dropout_proportion = read_proportion(r, "<DropoutProportion>")?;
         let mut c = DropoutMaskComponent {
-            output_dim,
-            dropout_proportion,
+            output_dim: read_dim_field(r, "<OutputDim>", "<OutputDim>")?,
+            dropout_proportion: read_proportion_field(r, "<DropoutProportion>")?,
             continuous: false,
-            test_mode: false,
+            test_mode: read_opt_field(r, "<TestMode>")?.unwrap_or(false),
         };
-        if r.try_token("<TestMode>")? {
-            c.test_mode = r.bool()?;
-        }
-        if r.try_token("<Continuous>")? {
-            c.continuous = true;
-        }
+        c.continuous = r.try_token("<Continuous>")?;
         expect_closing(r, DM)?;
         Ok(Box::new(c))
     }
@@ -466,17 +453,16 @@ impl Component for DropoutMaskComponent {
         // No input, so nothing to back-propagate to.
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token(&format!("<{DM}>"));
-        w.token("<OutputDim>");
-        w.i32(self.output_dim as i32);
-        w.token("<DropoutProportion>");
-        w.f32(self.dropout_proportion);
-        w.token("<TestMode>");
-        w.bool(self.test_mode);
-        if self.continuous {
-            w.token("<Continuous>");
-        }
-        w.token(&format!("</{DM}>"));
+        write_component(
+            w,
+            DM,
+            &[
+                ("<OutputDim>", &self.output_dim),
+                ("<DropoutProportion>", &self.dropout_proportion),
+                ("<TestMode>", &self.test_mode),
+                ("<Continuous>", &Flag(self.continuous)),
+            ],
+        );
     }
     fn info(&self) -> String {
         let mut s = format!(
@@ -558,7 +544,7 @@ impl SpecAugmentTimeMaskComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let dim = super::param_util::require_positive(cfg, "dim")?;
+        let dim = super::param_init::require_positive(cfg, "dim")?;
         let c = SpecAugmentTimeMaskComponent {
             dim,
             zeroed_proportion: cfg.get_or("zeroed-proportion", 0.25f32)?,
@@ -582,17 +568,15 @@ impl SpecAugmentTimeMaskComponent {
     /// Registry hook: reads the body after `<SpecAugmentTimeMaskComponent>`.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token(&format!("<{SA}>"))?;
-        r.expect_token("<Dim>")?;
-        let dim = read_positive_i32(r, "<Dim>")?;
+        let dim = read_dim_field(r, "<Dim>", "<Dim>")?;
         r.expect_token("<ZeroedProportion>")?;
         let at = r.pos();
         let zeroed_proportion = r.f32()?;
         if !(0.0..1.0).contains(&zeroed_proportion) {
             return Err(r.err_at(at, "a <ZeroedProportion> in [0, 1)"));
         }
-        r.expect_token("<TimeMaskMaxFrames>")?;
         let time_mask_max_frames =
-            super::param_util::read_positive_count(r, "<TimeMaskMaxFrames>")?;
+            read_count_field(r, "<TimeMaskMaxFrames>", "<TimeMaskMaxFrames>")?;
         let test_mode = r.try_token("<TestMode>")?;
         expect_closing(r, SA)?;
         Ok(Box::new(SpecAugmentTimeMaskComponent {
@@ -696,17 +680,16 @@ impl Component for SpecAugmentTimeMaskComponent {
         Self::backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token(&format!("<{SA}>"));
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<ZeroedProportion>");
-        w.f32(self.zeroed_proportion);
-        w.token("<TimeMaskMaxFrames>");
-        w.i32(self.time_mask_max_frames);
-        if self.test_mode {
-            w.token("<TestMode>");
-        }
-        w.token(&format!("</{SA}>"));
+        write_component(
+            w,
+            SA,
+            &[
+                ("<Dim>", &self.dim),
+                ("<ZeroedProportion>", &self.zeroed_proportion),
+                ("<TimeMaskMaxFrames>", &self.time_mask_max_frames),
+                ("<TestMode>", &Flag(self.test_mode)),
+            ],
+        );
     }
     fn info(&self) -> String {
         format!(

@@ -4,7 +4,10 @@
 //! is `crate::update`'s.
 
 use super::affine::weight_ng_options_from_config;
-use super::param_util::{self, component_boilerplate};
+use super::info_summary;
+use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
+use super::param_init;
+use super::param_ops::{self, updatable_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -37,7 +40,7 @@ impl LinearComponent {
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let params = if let Some(path) = cfg.get::<String>("matrix")? {
-            let m = param_util::read_matrix_file(cfg, "matrix", &path)?;
+            let m = param_init::read_matrix_file(cfg, "matrix", &path)?;
             if m.num_rows() == 0 || m.num_cols() == 0 {
                 return Err(cfg.error_at_value("matrix", format!("matrix in {path} is empty")));
             }
@@ -53,15 +56,15 @@ impl LinearComponent {
             }
             m
         } else {
-            let in_dim = param_util::require_positive(cfg, "input-dim")?;
-            let out_dim = param_util::require_positive(cfg, "output-dim")?;
+            let in_dim = param_init::require_positive(cfg, "input-dim")?;
+            let out_dim = param_init::require_positive(cfg, "output-dim")?;
             let stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
             if stddev < 0.0 {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }
             {
                 let rng: &mut dyn RngCore = init_rng;
-                param_util::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng)
+                param_init::gaussian_matrix(out_dim, in_dim, 0.0, stddev, rng)
             }
         };
         let mut ng = weight_ng_options_from_config(cfg, params.num_cols(), params.num_rows())?;
@@ -84,22 +87,13 @@ impl LinearComponent {
         if params.num_rows() == 0 || params.num_cols() == 0 {
             return Err(r.err_at(at, "a non-empty parameter matrix"));
         }
-        let mut orthonormal_constraint = 0.0;
-        if r.try_token("<OrthonormalConstraint>")? {
-            orthonormal_constraint = r.f32()?;
-        }
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        r.expect_token("<RankInOut>")?;
-        let rank_in = r.i32()?;
-        let rank_out = r.i32()?;
-        r.expect_token("<Alpha>")?;
-        let alpha = r.f32()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        r.expect_token("<UpdatePeriod>")?;
-        let update_period = r.i32()?;
-        param_util::expect_closing(r, LINEAR)?;
+        let orthonormal_constraint = read_opt_field(r, "<OrthonormalConstraint>")?.unwrap_or(0.0);
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        let (rank_in, rank_out) = read_field(r, "<RankInOut>")?;
+        let alpha = read_field(r, "<Alpha>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let update_period = read_field(r, "<UpdatePeriod>")?;
+        kaldi_fields::expect_closing(r, LINEAR)?;
         Ok(Box::new(LinearComponent {
             common,
             params: params.into(),
@@ -174,43 +168,31 @@ impl Component for LinearComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, LINEAR);
-        w.token("<Params>");
-        w.matrix(&self.params);
-        if self.orthonormal_constraint != 0.0 {
-            w.token("<OrthonormalConstraint>");
-            w.f32(self.orthonormal_constraint);
-        }
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("<RankInOut>");
-        w.i32(self.ng.rank_in);
-        w.i32(self.ng.rank_out);
-        w.token("<Alpha>");
-        w.f32(self.ng.alpha_in);
-        w.token("<NumSamplesHistory>");
-        w.f32(self.ng.num_samples_history);
-        w.token("<UpdatePeriod>");
-        w.i32(self.ng.update_period);
-        w.token("</LinearComponent>");
+        let orthonormal =
+            (self.orthonormal_constraint != 0.0).then_some(self.orthonormal_constraint);
+        let ng = &self.ng;
+        write_updatable(
+            w,
+            LINEAR,
+            &self.common,
+            &[
+                ("<Params>", &self.params),
+                ("<OrthonormalConstraint>", &orthonormal),
+                ("<UseNaturalGradient>", &ng.use_natural_gradient),
+                ("<RankInOut>", &(ng.rank_in, ng.rank_out)),
+                ("<Alpha>", &ng.alpha_in),
+                ("<NumSamplesHistory>", &ng.num_samples_history),
+                ("<UpdatePeriod>", &ng.update_period),
+            ],
+        );
     }
     fn info(&self) -> String {
         let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
-        let mut s = format!(
-            "{LINEAR}, input-dim={}, output-dim={}, {}",
-            self.input_dim(),
-            self.output_dim(),
-            param_util::updatable_info(&self.common)
-        );
+        let mut s = info_summary::updatable_header(self, &self.common);
         s += ", ";
-        s += &param_util::matrix_stats("params", &self.params, true);
+        s += &info_summary::matrix_stats("params", &self.params, true);
         // Here (unlike AffineComponent) Kaldi prints the constraint after the statistics.
-        if self.orthonormal_constraint != 0.0 {
-            s += &format!(
-                ", orthonormal-constraint={}",
-                g(self.orthonormal_constraint)
-            );
-        }
+        s += &info_summary::orthonormal_info(self.orthonormal_constraint);
         s += &format!(
             ", use-natural-gradient={}, rank-in={}, rank-out={}, num-samples-history={}, update-period={}, alpha={}",
             self.ng.use_natural_gradient,
@@ -222,13 +204,7 @@ impl Component for LinearComponent {
         );
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 impl UpdatableComponent for LinearComponent {
@@ -242,11 +218,11 @@ impl UpdatableComponent for LinearComponent {
         self.params.num_rows() * self.params.num_cols()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.params.to_vec()], out);
+        param_ops::vectorize_into(&[&self.params.to_vec()], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let mut v = self.params.to_vec();
-        param_util::take_params(&mut v, params, &mut 0);
+        param_ops::take_params(&mut v, params, &mut 0);
         self.params = Matrix::from_vec(self.params.num_rows(), self.params.num_cols(), v).into();
     }
     fn scale(&mut self, alpha: f32) {
@@ -275,7 +251,7 @@ impl UpdatableComponent for LinearComponent {
         }
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.params, stddev, rng);
+        param_ops::perturb_matrix(&mut self.params, stddev, rng);
     }
 }
 

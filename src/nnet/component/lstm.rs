@@ -16,7 +16,10 @@
 //! o σ, tanh(c)), a self-repair counter per nonlinearity and the frame count. Self-repair
 //! nudges the input derivative of units whose average derivative fell below a threshold.
 
-use super::param_util::{self, component_boilerplate, expect_closing};
+use super::info_summary;
+use super::kaldi_fields::{expect_closing, read_field, read_opt_field, write_updatable};
+use super::param_init;
+use super::param_ops::{self, component_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -103,7 +106,7 @@ impl LstmNonlinearityComponent {
     /// (0.2), `sigmoid-self-repair-threshold` (0.05), `self-repair-scale` (1e-5),
     /// `use-dropout` (false), and the learning-rate options.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        let cell_dim = param_util::require_positive(cfg, "cell-dim")?;
+        let cell_dim = param_init::require_positive(cfg, "cell-dim")?;
         let stddev: f32 = cfg.get_or("param-stddev", 1.0f32)?;
         let tanh_thr: f32 = cfg.get_or("tanh-self-repair-threshold", 0.2f32)?;
         let sig_thr: f32 = cfg.get_or("sigmoid-self-repair-threshold", 0.05f32)?;
@@ -123,7 +126,7 @@ impl LstmNonlinearityComponent {
         }
         let params = {
             let rng: &mut dyn RngCore = init_rng;
-            param_util::gaussian_matrix(3, cell_dim, 0.0, stddev, rng)
+            param_init::gaussian_matrix(3, cell_dim, 0.0, stddev, rng)
         };
         let mut c = LstmNonlinearityComponent::new(params, use_dropout);
         c.common = common;
@@ -169,12 +172,8 @@ impl LstmNonlinearityComponent {
             .to_vec()
             .try_into()
             .map_err(|_| r.err_at(at, "a <SelfRepairProb> vector of dimension 5"))?;
-        let mut use_dropout = false;
-        if r.try_token("<UseDropout>")? {
-            use_dropout = r.bool()?;
-        }
-        r.expect_token("<Count>")?;
-        let count = r.f64()?;
+        let use_dropout = read_opt_field(r, "<UseDropout>")?.unwrap_or(false);
+        let count = read_field(r, "<Count>")?;
         expect_closing(r, TYPE)?;
         let mut comp = LstmNonlinearityComponent::new(params, use_dropout);
         comp.common = common;
@@ -349,16 +348,6 @@ impl Component for LstmNonlinearityComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, TYPE);
-        w.token("<Params>");
-        w.matrix(&self.params);
-        w.token("<ValueAvg>");
-        w.matrix(&self.stats_avg(&self.value_sum));
-        w.token("<DerivAvg>");
-        w.matrix(&self.stats_avg(&self.deriv_sum));
-        w.token("<SelfRepairConfig>");
-        w.vector(&self.self_repair_config);
-        w.token("<SelfRepairProb>");
         let denom = self.count * self.cell_dim() as f64;
         let prob: Vec<f32> = self
             .self_repair_total
@@ -371,29 +360,30 @@ impl Component for LstmNonlinearityComponent {
                 }
             })
             .collect();
-        w.vector(&prob);
-        if self.use_dropout {
-            w.token("<UseDropout>");
-            w.bool(true);
-        }
-        w.token("<Count>");
-        w.f64(self.count);
-        w.token(&format!("</{TYPE}>"));
+        write_updatable(
+            w,
+            TYPE,
+            &self.common,
+            &[
+                ("<Params>", &self.params),
+                ("<ValueAvg>", &self.stats_avg(&self.value_sum)),
+                ("<DerivAvg>", &self.stats_avg(&self.deriv_sum)),
+                ("<SelfRepairConfig>", &self.self_repair_config),
+                ("<SelfRepairProb>", &prob),
+                ("<UseDropout>", &self.use_dropout.then_some(true)),
+                ("<Count>", &self.count),
+            ],
+        );
     }
 
     fn info(&self) -> String {
         let c = self.cell_dim();
         let g = |v: f64| fmt_g(v, 6);
-        let mut s = format!(
-            "{TYPE}, input-dim={}, output-dim={}, {}, cell-dim={c}, use-dropout={}",
-            self.input_dim(),
-            self.output_dim(),
-            param_util::updatable_info(&self.common),
-            self.use_dropout
-        );
+        let mut s = info_summary::updatable_header(self, &self.common);
+        s += &format!(", cell-dim={c}, use-dropout={}", self.use_dropout);
         for (k, name) in ["w_ic", "w_fc", "w_oc"].iter().enumerate() {
             let row = self.params.row_to_vec(k);
-            let rms = (param_util::vec_dot(&row, &row) / c as f32).sqrt();
+            let rms = (param_ops::vec_dot(&row, &row) / c as f32).sqrt();
             s += &format!(", {name}-rms={}", fmt_g(rms as f64, 4));
         }
         for (k, name) in NONLIN_NAMES.iter().enumerate() {
@@ -414,8 +404,8 @@ impl Component for LstmNonlinearityComponent {
                 s += &format!(
                     ", self-repaired-proportion={}, value-avg={}, deriv-avg={}",
                     g(prop),
-                    param_util::summarize_vector(&avg(&self.value_sum)),
-                    param_util::summarize_vector(&avg(&self.deriv_sum))
+                    info_summary::summarize_vector(&avg(&self.value_sum)),
+                    info_summary::summarize_vector(&avg(&self.deriv_sum))
                 );
             }
             s += " }";
@@ -457,7 +447,7 @@ impl UpdatableComponent for LstmNonlinearityComponent {
         3 * self.cell_dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.params.to_vec()], out);
+        param_ops::vectorize_into(&[&self.params.to_vec()], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let n = self.params.num_rows() * self.params.num_cols();
@@ -500,10 +490,10 @@ impl UpdatableComponent for LstmNonlinearityComponent {
         other
             .as_any()
             .downcast_ref::<LstmNonlinearityComponent>()
-            .map(|o| param_util::vec_dot(&self.params.to_vec(), &o.params.to_vec()))
+            .map(|o| param_ops::vec_dot(&self.params.to_vec(), &o.params.to_vec()))
             .unwrap_or(0.0)
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.params, stddev, rng);
+        param_ops::perturb_matrix(&mut self.params, stddev, rng);
     }
 }

@@ -11,16 +11,21 @@
 pub mod affine;
 pub mod backprop_truncation;
 pub mod block_affine;
+pub mod column_groups;
 pub mod constant;
 pub mod dropout;
 pub mod dropout_general;
+pub mod fixed_scale_bias;
+pub mod info_summary;
+pub mod kaldi_fields;
 pub mod linear;
 pub mod lstm;
 pub mod nonlinear;
 pub mod normalize;
-pub mod param_util;
+pub mod param_init;
+pub mod param_ops;
+pub mod pass_through;
 pub mod per_element;
-pub mod simple_misc;
 pub mod statistics;
 pub mod tdnn;
 pub mod updatable;
@@ -332,7 +337,7 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NaturalGradientAffineComponent",
-        from_config: affine::AffineComponent::ng_from_config,
+        from_config: |cfg, rng| affine::AffineComponent::from_config_kind(cfg, rng, true),
         read: affine::AffineComponent::ng_read,
         test_configs: &["input-dim=6 output-dim=5", "input-dim=4 output-dim=3 bias-mean=1.0 rank-in=2 rank-out=2 update-period=2 num-samples-history=500 alpha=2 learning-rate-factor=0.5 l2-regularize=0.01"],
     },
@@ -362,8 +367,10 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NaturalGradientRepeatedAffineComponent",
-        from_config: block_affine::RepeatedAffineComponent::ng_from_config,
-        read: block_affine::RepeatedAffineComponent::ng_read,
+        from_config: |cfg, rng| {
+            block_affine::RepeatedAffineComponent::from_config_kind(cfg, rng, true)
+        },
+        read: |r| block_affine::RepeatedAffineComponent::read_kind(r, true),
         test_configs: &["input-dim=8 output-dim=4 num-repeats=4 bias-stddev=0.5"],
     },
     ComponentType {
@@ -374,7 +381,9 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NaturalGradientPerElementScaleComponent",
-        from_config: per_element::PerElementScaleComponent::ng_from_config,
+        from_config: |cfg, rng| {
+            per_element::PerElementScaleComponent::from_config_kind(cfg, rng, true)
+        },
         read: per_element::PerElementScaleComponent::ng_read,
         test_configs: &["dim=6 param-mean=0.5 param-stddev=0.2", "dim=4 rank=2 update-period=3 num-samples-history=100 alpha=2"],
     },
@@ -429,56 +438,56 @@ static REGISTRY: &[ComponentType] = &[
     },
     ComponentType {
         name: "NoOpComponent",
-        from_config: simple_misc::NoOpComponent::from_config,
-        read: simple_misc::NoOpComponent::read,
+        from_config: pass_through::NoOpComponent::from_config,
+        read: pass_through::NoOpComponent::read,
         test_configs: &["dim=5", "dim=4 backprop-scale=0.5"],
     },
     ComponentType {
         name: "ElementwiseProductComponent",
-        from_config: simple_misc::ElementwiseProductComponent::from_config,
-        read: simple_misc::ElementwiseProductComponent::read,
+        from_config: column_groups::ElementwiseProductComponent::from_config,
+        read: column_groups::ElementwiseProductComponent::read,
         test_configs: &["input-dim=8 output-dim=4", "input-dim=9 output-dim=3"],
     },
     ComponentType {
         name: "PermuteComponent",
-        from_config: simple_misc::PermuteComponent::from_config,
-        read: simple_misc::PermuteComponent::read,
+        from_config: column_groups::PermuteComponent::from_config,
+        read: column_groups::PermuteComponent::read,
         test_configs: &["column-map=3,1,0,4,2"],
     },
     ComponentType {
         name: "SumBlockComponent",
-        from_config: simple_misc::SumBlockComponent::from_config,
-        read: simple_misc::SumBlockComponent::read,
+        from_config: column_groups::SumBlockComponent::from_config,
+        read: column_groups::SumBlockComponent::read,
         test_configs: &["input-dim=6 output-dim=3", "input-dim=8 output-dim=2 scale=0.25"],
     },
     ComponentType {
         name: "SumGroupComponent",
-        from_config: simple_misc::SumGroupComponent::from_config,
-        read: simple_misc::SumGroupComponent::read,
+        from_config: column_groups::SumGroupComponent::from_config,
+        read: column_groups::SumGroupComponent::read,
         test_configs: &["sizes=1,2,3", "input-dim=6 output-dim=2"],
     },
     ComponentType {
         name: "PnormComponent",
-        from_config: simple_misc::PnormComponent::from_config,
-        read: simple_misc::PnormComponent::read,
+        from_config: column_groups::PnormComponent::from_config,
+        read: column_groups::PnormComponent::read,
         test_configs: &["input-dim=6 output-dim=3", "input-dim=8 output-dim=2"],
     },
     ComponentType {
         name: "FixedScaleComponent",
-        from_config: simple_misc::FixedScaleComponent::from_config,
-        read: simple_misc::FixedScaleComponent::read,
+        from_config: fixed_scale_bias::FixedScaleComponent::from_config,
+        read: fixed_scale_bias::FixedScaleComponent::read,
         test_configs: &["dim=5", "dim=4 scale=0.8"],
     },
     ComponentType {
         name: "FixedBiasComponent",
-        from_config: simple_misc::FixedBiasComponent::from_config,
-        read: simple_misc::FixedBiasComponent::read,
+        from_config: fixed_scale_bias::FixedBiasComponent::from_config,
+        read: fixed_scale_bias::FixedBiasComponent::read,
         test_configs: &["dim=5"],
     },
     ComponentType {
         name: "ClipGradientComponent",
-        from_config: simple_misc::ClipGradientComponent::from_config,
-        read: simple_misc::ClipGradientComponent::read,
+        from_config: pass_through::ClipGradientComponent::from_config,
+        read: pass_through::ClipGradientComponent::read,
         test_configs: &["dim=5 clipping-threshold=1000", "dim=4 clipping-threshold=1000 norm-based-clipping=true"],
     },
     ComponentType {

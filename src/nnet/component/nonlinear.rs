@@ -7,7 +7,9 @@
 //! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
-use super::param_util::{component_boilerplate, fmt_succinct};
+use super::info_summary::fmt_succinct;
+use super::kaldi_fields::{read_field, read_opt_into, write_component};
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -166,31 +168,27 @@ impl NonlinearComponent {
         let value_avg = read_stats_vector(r, dim, "<ValueAvg>")?;
         r.expect_token("<DerivAvg>")?;
         let deriv_avg = read_stats_vector(r, dim, "<DerivAvg>")?;
-        r.expect_token("<Count>")?;
-        c.count = r.f64()?;
+        c.count = read_field(r, "<Count>")?;
         c.value_sum = value_avg.iter().map(|&v| v * c.count).collect();
         c.deriv_sum = deriv_avg.iter().map(|&v| v * c.count).collect();
         if r.try_token("<OderivRms>")? {
             let rms = read_stats_vector(r, dim, "<OderivRms>")?;
-            r.expect_token("<OderivCount>")?;
-            c.oderiv_count = r.f64()?;
+            c.oderiv_count = read_field(r, "<OderivCount>")?;
             c.oderiv_sumsq = rms.iter().map(|&v| v * v * c.oderiv_count).collect();
         }
-        if r.try_token("<NumDimsSelfRepaired>")? {
-            c.num_dims_self_repaired = r.f64()?;
-        }
-        if r.try_token("<NumDimsProcessed>")? {
-            c.num_dims_processed = r.f64()?;
-        }
-        if r.try_token("<SelfRepairLowerThreshold>")? {
-            c.self_repair_lower_threshold = r.f32()?;
-        }
-        if r.try_token("<SelfRepairUpperThreshold>")? {
-            c.self_repair_upper_threshold = r.f32()?;
-        }
-        if r.try_token("<SelfRepairScale>")? {
-            c.self_repair_scale = r.f32()?;
-        }
+        read_opt_into(r, "<NumDimsSelfRepaired>", &mut c.num_dims_self_repaired)?;
+        read_opt_into(r, "<NumDimsProcessed>", &mut c.num_dims_processed)?;
+        read_opt_into(
+            r,
+            "<SelfRepairLowerThreshold>",
+            &mut c.self_repair_lower_threshold,
+        )?;
+        read_opt_into(
+            r,
+            "<SelfRepairUpperThreshold>",
+            &mut c.self_repair_upper_threshold,
+        )?;
+        read_opt_into(r, "<SelfRepairScale>", &mut c.self_repair_scale)?;
         r.expect_token(&close)?;
         Ok(c)
     }
@@ -537,45 +535,47 @@ impl Component for NonlinearComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        let name = self.kind.type_name();
-        w.token(&format!("<{name}>"));
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        if self.block_dim != self.dim {
-            w.token("<BlockDim>");
-            w.i32(self.block_dim as i32);
-        }
-        w.token("<ValueAvg>");
-        w.vector(&avg_as_kaldi_writes(&self.value_sum, self.count));
-        w.token("<DerivAvg>");
-        w.vector(&avg_as_kaldi_writes(&self.deriv_sum, self.count));
-        w.token("<Count>");
-        w.f64(self.count);
-        w.token("<OderivRms>");
         let rms: Vec<f32> = avg_as_kaldi_writes(&self.oderiv_sumsq, self.oderiv_count)
             .into_iter()
             .map(|x| x.max(0.0).sqrt())
             .collect();
-        w.vector(&rms);
-        w.token("<OderivCount>");
-        w.f64(self.oderiv_count);
-        w.token("<NumDimsSelfRepaired>");
-        w.f64(self.num_dims_self_repaired);
-        w.token("<NumDimsProcessed>");
-        w.f64(self.num_dims_processed);
-        if self.self_repair_lower_threshold != UNSET_THRESHOLD {
-            w.token("<SelfRepairLowerThreshold>");
-            w.f32(self.self_repair_lower_threshold);
-        }
-        if self.self_repair_upper_threshold != UNSET_THRESHOLD {
-            w.token("<SelfRepairUpperThreshold>");
-            w.f32(self.self_repair_upper_threshold);
-        }
-        if self.self_repair_scale != 0.0 {
-            w.token("<SelfRepairScale>");
-            w.f32(self.self_repair_scale);
-        }
-        w.token(&format!("</{name}>"));
+        let set = |t: f32| (t != UNSET_THRESHOLD).then_some(t);
+        write_component(
+            w,
+            self.kind.type_name(),
+            &[
+                ("<Dim>", &self.dim),
+                (
+                    "<BlockDim>",
+                    &(self.block_dim != self.dim).then_some(self.block_dim),
+                ),
+                (
+                    "<ValueAvg>",
+                    &avg_as_kaldi_writes(&self.value_sum, self.count),
+                ),
+                (
+                    "<DerivAvg>",
+                    &avg_as_kaldi_writes(&self.deriv_sum, self.count),
+                ),
+                ("<Count>", &self.count),
+                ("<OderivRms>", &rms),
+                ("<OderivCount>", &self.oderiv_count),
+                ("<NumDimsSelfRepaired>", &self.num_dims_self_repaired),
+                ("<NumDimsProcessed>", &self.num_dims_processed),
+                (
+                    "<SelfRepairLowerThreshold>",
+                    &set(self.self_repair_lower_threshold),
+                ),
+                (
+                    "<SelfRepairUpperThreshold>",
+                    &set(self.self_repair_upper_threshold),
+                ),
+                (
+                    "<SelfRepairScale>",
+                    &(self.self_repair_scale != 0.0).then_some(self.self_repair_scale),
+                ),
+            ],
+        );
     }
 
     fn info(&self) -> String {
@@ -777,6 +777,7 @@ pub fn parameter_stats(name: &str, v: &[f32], include_mean: bool) -> String {
 mod tests {
     use super::*;
     use crate::matrix::Matrix;
+    use crate::testing::component::{forward, input_deriv};
 
     /// True if a component body holds a non-zero `<Count>`.
     fn has_accumulated_stats(body: &[u8], binary: bool) -> bool {
@@ -975,31 +976,9 @@ mod tests {
             .expect("init");
         let x = Matrix::from_rows(&[vec![0.3, -1.2, 0.7, 2.0], vec![-0.5, 0.1, 0.0, 1.5]]);
         let od = Matrix::from_rows(&[vec![0.2, -0.4, 1.0, 0.3], vec![0.9, 0.1, -0.7, 0.5]]);
-        let mut y = Matrix::zeros(2, 4);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
-            x.view(),
-            y.view_mut(),
-        );
-        let mut id = Matrix::zeros(2, 4);
-        c.backprop(
-            BackpropArgs {
-                in_value: x.view(),
-                out_value: y.view(),
-                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
-            },
-            od.view(),
-            Some(id.view_mut()),
-        );
-        let obj = |m: &Matrix| {
-            let mut yy = Matrix::zeros(2, 4);
-            c.propagate(
-                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
-                m.view(),
-                yy.view_mut(),
-            );
-            yy.view().trace_mat_mat(od.view()) as f64
-        };
+        let y = forward(&c, &x);
+        let id = input_deriv(&c, &x, &y, &od);
+        let obj = |m: &Matrix| forward(&c, m).view().trace_mat_mat(od.view()) as f64;
         let eps = 1e-3f32;
         for r in 0..2 {
             for k in 0..4 {

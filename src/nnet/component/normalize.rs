@@ -3,14 +3,15 @@
 //! statistics in training and stored statistics in test mode), as in Kaldi's
 //! `nnet-normalize-component.{h,cc}`.
 
+use super::kaldi_fields::{read_field, read_opt_field, write_component};
 use super::nonlinear::summarize_vector;
-use super::param_util::component_boilerplate;
+use super::param_ops::component_boilerplate;
 use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut};
+use crate::matrix::{MatView, MatViewMut, Vector};
 use rand::RngCore;
 
 /// Rescales each block of `block-dim` inputs to RMS `target-rms`.
@@ -86,15 +87,10 @@ impl NormalizeComponent {
                 return Err(r.err_at(at, "a positive <TargetRms>"));
             }
         }
-        if r.try_token("<AddLogStddev>")? {
-            c.add_log_stddev = r.bool()?;
-        }
-        if r.try_token("<ValueAvg>")? {
-            r.vector()?;
-            r.expect_token("<DerivAvg>")?;
-            r.vector()?;
-            r.expect_token("<Count>")?;
-            r.f64()?;
+        c.add_log_stddev = read_opt_field(r, "<AddLogStddev>")?.unwrap_or(false);
+        if read_opt_field::<Vector>(r, "<ValueAvg>")?.is_some() {
+            read_field::<Vector>(r, "<DerivAvg>")?;
+            read_field::<f64>(r, "<Count>")?;
         }
         r.expect_token("</NormalizeComponent>")?;
         Ok(Box::new(c))
@@ -167,18 +163,17 @@ impl Component for NormalizeComponent {
         deriv.diff_normalize_per_row(in_value, None, self.block_dim, self.target_rms, false);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<NormalizeComponent>");
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        if self.block_dim != self.input_dim {
-            w.token("<BlockDim>");
-            w.i32(self.block_dim as i32);
-        }
-        w.token("<TargetRms>");
-        w.f32(self.target_rms);
-        w.token("<AddLogStddev>");
-        w.bool(self.add_log_stddev);
-        w.token("</NormalizeComponent>");
+        let block_dim = (self.block_dim != self.input_dim).then_some(self.block_dim);
+        write_component(
+            w,
+            "NormalizeComponent",
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<BlockDim>", &block_dim),
+                ("<TargetRms>", &self.target_rms),
+                ("<AddLogStddev>", &self.add_log_stddev),
+            ],
+        );
     }
     fn info(&self) -> String {
         let mut s = format!(
@@ -334,16 +329,11 @@ impl BatchNormComponent {
         r.expect_token("<Dim>")?;
         let at0 = r.pos();
         let dim = r.i32()?;
-        r.expect_token("<BlockDim>")?;
-        let block_dim = r.i32()?;
-        r.expect_token("<Epsilon>")?;
-        let epsilon = r.f32()?;
-        r.expect_token("<TargetRms>")?;
-        let target_rms = r.f32()?;
-        r.expect_token("<TestMode>")?;
-        let test_mode = r.bool()?;
-        r.expect_token("<Count>")?;
-        let count = r.f64()?;
+        let block_dim: i32 = read_field(r, "<BlockDim>")?;
+        let epsilon = read_field(r, "<Epsilon>")?;
+        let target_rms = read_field(r, "<TargetRms>")?;
+        let test_mode = read_field(r, "<TestMode>")?;
+        let count = read_field(r, "<Count>")?;
         let mut c = BatchNormComponent {
             dim: dim.max(0) as usize,
             block_dim: block_dim.max(0) as usize,
@@ -480,25 +470,21 @@ impl Component for BatchNormComponent {
         self.backprop_on(out_value, memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
-        w.token("<BatchNormComponent>");
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<BlockDim>");
-        w.i32(self.block_dim as i32);
-        w.token("<Epsilon>");
-        w.f32(self.epsilon);
-        w.token("<TargetRms>");
-        w.f32(self.target_rms);
-        w.token("<TestMode>");
-        w.bool(self.test_mode);
-        w.token("<Count>");
-        w.f64(self.count);
         let (mean, var) = self.mean_var();
-        w.token("<StatsMean>");
-        w.vector(&mean);
-        w.token("<StatsVar>");
-        w.vector(&var);
-        w.token("</BatchNormComponent>");
+        write_component(
+            w,
+            "BatchNormComponent",
+            &[
+                ("<Dim>", &self.dim),
+                ("<BlockDim>", &self.block_dim),
+                ("<Epsilon>", &self.epsilon),
+                ("<TargetRms>", &self.target_rms),
+                ("<TestMode>", &self.test_mode),
+                ("<Count>", &self.count),
+                ("<StatsMean>", &mean),
+                ("<StatsVar>", &var),
+            ],
+        );
     }
     fn info(&self) -> String {
         let mut s = format!(

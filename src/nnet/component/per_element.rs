@@ -4,7 +4,12 @@
 //! its backprop reconstructs x from the output) and `ConstantFunctionComponent` (y = c,
 //! ignoring x).
 
-use super::param_util::{self, component_boilerplate, vector_params_updatable};
+use super::info_summary;
+use super::kaldi_fields::{
+    self, read_field, read_nonempty_vector, read_opt_field, write_updatable,
+};
+use super::param_init;
+use super::param_ops::{component_boilerplate, updatable_boilerplate, vector_params_updatable};
 use super::{
     BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
 };
@@ -29,13 +34,13 @@ fn init_param_vector(
     init_rng: &mut dyn RngCore,
 ) -> Result<Vector> {
     if let Some(path) = cfg.get::<String>("vector")? {
-        let v = param_util::read_vector_file(cfg, "vector", &path)?;
+        let v = param_init::read_vector_file(cfg, "vector", &path)?;
         if v.dim() == 0 {
             return Err(cfg.error_at_value("vector", format!("vector in {path} is empty")));
         }
         return Ok(v);
     }
-    let dim = param_util::require_positive(cfg, dim_key)?;
+    let dim = param_init::require_positive(cfg, dim_key)?;
     let mean: f32 = cfg.get_or("param-mean", default_mean)?;
     let stddev: f32 = cfg.get_or("param-stddev", 0.0)?;
     if stddev < 0.0 {
@@ -43,22 +48,12 @@ fn init_param_vector(
     }
     Ok({
         let rng: &mut dyn RngCore = init_rng;
-        param_util::gaussian_vector(dim, mean, stddev, rng)
+        param_init::gaussian_vector(dim, mean, stddev, rng)
     })
 }
 
 fn g6(v: f32) -> String {
     crate::io::codec::fmt_g(v as f64, 6)
-}
-
-/// Reads a non-empty vector.
-fn read_nonempty_vector(r: &mut TokenReader<'_>, what: &str) -> Result<Vector> {
-    let at = r.pos();
-    let v = r.vector()?;
-    if v.dim() == 0 {
-        return Err(r.err_at(at, format!("a non-empty {what} vector")));
-    }
-    Ok(v)
 }
 
 /// Applies `f` to each column block of width `block` of `m`.
@@ -88,7 +83,8 @@ pub struct PerElementScaleComponent {
 }
 
 impl PerElementScaleComponent {
-    fn from_config_impl(
+    /// Kaldi's InitFromConfig of the plain kind or (with `natural_gradient`) the NG kind.
+    pub fn from_config_kind(
         cfg: &ConfigLine,
         init_rng: &mut dyn RngCore,
         ng: bool,
@@ -121,15 +117,7 @@ impl PerElementScaleComponent {
 
     /// Kaldi's PerElementScaleComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, false)
-    }
-
-    /// Kaldi's NaturalGradientPerElementScaleComponent::InitFromConfig.
-    pub fn ng_from_config(
-        cfg: &ConfigLine,
-        init_rng: &mut dyn RngCore,
-    ) -> Result<Box<dyn Component>> {
-        Self::from_config_impl(cfg, init_rng, true)
+        Self::from_config_kind(cfg, init_rng, false)
     }
 
     /// Reads a PerElementScaleComponent body.
@@ -137,7 +125,7 @@ impl PerElementScaleComponent {
         let common = UpdatableCommon::read(r, PES)?;
         r.expect_token("<Params>")?;
         let scales = read_nonempty_vector(r, "scale")?;
-        param_util::expect_closing(r, PES)?;
+        kaldi_fields::expect_closing(r, PES)?;
         Ok(Box::new(PerElementScaleComponent {
             common,
             scales,
@@ -151,18 +139,12 @@ impl PerElementScaleComponent {
         let mut common = UpdatableCommon::read(r, NG_PES)?;
         r.expect_token("<Params>")?;
         let scales = read_nonempty_vector(r, "scale")?;
-        if r.try_token("<IsGradient>")? {
-            common.is_gradient = r.bool()?;
-        }
-        r.expect_token("<Rank>")?;
-        let rank = r.i32()?;
-        r.expect_token("<UpdatePeriod>")?;
-        let update_period = r.i32()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        r.expect_token("<Alpha>")?;
-        let alpha = r.f32()?;
-        param_util::expect_closing(r, NG_PES)?;
+        kaldi_fields::read_opt_into(r, "<IsGradient>", &mut common.is_gradient)?;
+        let rank = read_field(r, "<Rank>")?;
+        let update_period = read_field(r, "<UpdatePeriod>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let alpha = read_field(r, "<Alpha>")?;
+        kaldi_fields::expect_closing(r, NG_PES)?;
         Ok(Box::new(PerElementScaleComponent {
             common,
             scales,
@@ -251,35 +233,29 @@ impl Component for PerElementScaleComponent {
         deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
-        let ty = self.type_name();
-        self.common.write(w, ty);
-        w.token("<Params>");
-        w.vector(&self.scales);
-        if let Some(ng) = &self.natural_gradient {
-            w.token("<IsGradient>");
-            w.bool(self.common.is_gradient);
-            w.token("<Rank>");
-            w.i32(ng.rank_out);
-            w.token("<UpdatePeriod>");
-            w.i32(ng.update_period);
-            w.token("<NumSamplesHistory>");
-            w.f32(ng.num_samples_history);
-            w.token("<Alpha>");
-            w.f32(ng.alpha_out);
-        }
-        w.token(&format!("</{ty}>"));
+        let ng = self.natural_gradient.as_ref();
+        write_updatable(
+            w,
+            self.type_name(),
+            &self.common,
+            &[
+                ("<Params>", &self.scales),
+                ("<IsGradient>", &ng.map(|_| self.common.is_gradient)),
+                ("<Rank>", &ng.map(|o| o.rank_out)),
+                ("<UpdatePeriod>", &ng.map(|o| o.update_period)),
+                ("<NumSamplesHistory>", &ng.map(|o| o.num_samples_history)),
+                ("<Alpha>", &ng.map(|o| o.alpha_out)),
+            ],
+        );
     }
     fn info(&self) -> String {
         let (lo, hi) = self.scales.min_max();
         let mut s = format!(
-            "{}, input-dim={}, output-dim={}, {}, scales-min={}, scales-max={}, {}",
-            self.type_name(),
-            self.input_dim(),
-            self.output_dim(),
-            param_util::updatable_info(&self.common),
+            "{}, scales-min={}, scales-max={}, {}",
+            info_summary::updatable_header(self, &self.common),
             g6(lo),
             g6(hi),
-            param_util::vector_stats("scales", &self.scales)
+            info_summary::vector_stats("scales", &self.scales)
         );
         if let Some(ng) = &self.natural_gradient {
             s += &format!(
@@ -292,13 +268,7 @@ impl Component for PerElementScaleComponent {
         }
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 vector_params_updatable!(PerElementScaleComponent, scales);
@@ -326,7 +296,7 @@ impl PerElementOffsetComponent {
         let common = UpdatableCommon::from_config(cfg)?;
         let (offsets, dim) = if cfg.has("vector") {
             let v = init_param_vector(cfg, 0.0, "dim", init_rng)?;
-            let dim = param_util::positive_or(cfg, "dim", v.dim())?;
+            let dim = param_init::positive_or(cfg, "dim", v.dim())?;
             if dim % v.dim() != 0 {
                 return Err(cfg.error_at_value(
                     "dim",
@@ -338,8 +308,8 @@ impl PerElementOffsetComponent {
             }
             (v, dim)
         } else {
-            let dim = param_util::require_positive(cfg, "dim")?;
-            let block = param_util::positive_or(cfg, "block-dim", dim)?;
+            let dim = param_init::require_positive(cfg, "dim")?;
+            let block = param_init::positive_or(cfg, "block-dim", dim)?;
             if dim % block != 0 {
                 return Err(cfg.error_at_value(
                     "block-dim",
@@ -354,7 +324,7 @@ impl PerElementOffsetComponent {
             (
                 {
                     let rng: &mut dyn RngCore = init_rng;
-                    param_util::gaussian_vector(block, mean, stddev, rng)
+                    param_init::gaussian_vector(block, mean, stddev, rng)
                 },
                 dim,
             )
@@ -376,7 +346,7 @@ impl PerElementOffsetComponent {
         let mut dim = offsets.dim();
         if r.try_token("<Dim>")? {
             let at = r.pos();
-            dim = param_util::read_positive_i32(r, "dimension")?;
+            dim = kaldi_fields::read_positive_i32(r, "dimension")?;
             if dim % offsets.dim() != 0 {
                 return Err(r.err_at(
                     at,
@@ -384,11 +354,8 @@ impl PerElementOffsetComponent {
                 ));
             }
         }
-        let mut use_natural_gradient = true;
-        if r.try_token("<UseNaturalGradient>")? {
-            use_natural_gradient = r.bool()?;
-        }
-        param_util::expect_closing(r, PEO)?;
+        let use_natural_gradient = read_opt_field(r, "<UseNaturalGradient>")?.unwrap_or(true);
+        kaldi_fields::expect_closing(r, PEO)?;
         Ok(Box::new(PerElementOffsetComponent {
             common,
             offsets,
@@ -460,36 +427,30 @@ impl Component for PerElementOffsetComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, PEO);
-        w.token("<Offsets>");
-        w.vector(&self.offsets);
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("</PerElementOffsetComponent>");
+        write_updatable(
+            w,
+            PEO,
+            &self.common,
+            &[
+                ("<Offsets>", &self.offsets),
+                ("<Dim>", &self.dim),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+            ],
+        );
     }
     fn info(&self) -> String {
         let (lo, hi) = self.offsets.min_max();
         format!(
-            "{PEO}, input-dim={}, output-dim={}, {}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
-            self.dim,
-            self.dim,
-            param_util::updatable_info(&self.common),
+            "{}, offsets-min={}, offsets-max={}, block-dim={}, use-natural-gradient={}, {}",
+            info_summary::updatable_header(self, &self.common),
             g6(lo),
             g6(hi),
             self.offsets.dim(),
             self.ng.use_natural_gradient,
-            param_util::vector_stats("offsets", &self.offsets)
+            info_summary::vector_stats("offsets", &self.offsets)
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 vector_params_updatable!(PerElementOffsetComponent, offsets);
@@ -524,8 +485,8 @@ impl ScaleAndOffsetComponent {
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let dim = param_util::require_positive(cfg, "dim")?;
-        let block = param_util::positive_or(cfg, "block-dim", dim)?;
+        let dim = param_init::require_positive(cfg, "dim")?;
+        let block = param_init::positive_or(cfg, "block-dim", dim)?;
         if dim % block != 0 {
             return Err(cfg.error_at_value(
                 "block-dim",
@@ -556,7 +517,7 @@ impl ScaleAndOffsetComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, SAO)?;
         r.expect_token("<Dim>")?;
-        let dim = param_util::read_positive_i32(r, "dimension")?;
+        let dim = kaldi_fields::read_positive_i32(r, "dimension")?;
         r.expect_token("<Scales>")?;
         let at = r.pos();
         let scales = read_nonempty_vector(r, "scale")?;
@@ -572,11 +533,9 @@ impl ScaleAndOffsetComponent {
                 format!("an offset vector of dimension {}", scales.dim()),
             ));
         }
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        r.expect_token("<Rank>")?;
-        let rank = r.i32()?;
-        param_util::expect_closing(r, SAO)?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        let rank = read_field(r, "<Rank>")?;
+        kaldi_fields::expect_closing(r, SAO)?;
         Ok(Box::new(ScaleAndOffsetComponent {
             common,
             dim,
@@ -688,44 +647,33 @@ impl Component for ScaleAndOffsetComponent {
         for_blocks(&mut deriv, s.dim(), |b| b.mul_cols_vec(s));
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, SAO);
-        w.token("<Dim>");
-        w.i32(self.dim as i32);
-        w.token("<Scales>");
-        w.vector(&self.scales);
-        w.token("<Offsets>");
-        w.vector(&self.offsets);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("<Rank>");
-        w.i32(self.ng.rank_out);
-        w.token("</ScaleAndOffsetComponent>");
+        write_updatable(
+            w,
+            SAO,
+            &self.common,
+            &[
+                ("<Dim>", &self.dim),
+                ("<Scales>", &self.scales),
+                ("<Offsets>", &self.offsets),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+                ("<Rank>", &self.ng.rank_out),
+            ],
+        );
     }
     fn info(&self) -> String {
-        let mut s = format!(
-            "{SAO}, input-dim={}, output-dim={}, {}, rank={}",
-            self.dim,
-            self.dim,
-            param_util::updatable_info(&self.common),
-            self.ng.rank_out
-        );
+        let mut s = info_summary::updatable_header(self, &self.common);
+        s += &format!(", rank={}", self.ng.rank_out);
         if self.dim != self.scales.dim() {
             s += &format!(", block-size={}", self.scales.dim());
         }
         s += &format!(
             ", {}, {}",
-            param_util::vector_stats("scales", &self.scales),
-            param_util::vector_stats("offsets", &self.offsets)
+            info_summary::vector_stats("scales", &self.scales),
+            info_summary::vector_stats("offsets", &self.offsets)
         );
         s
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 vector_params_updatable!(ScaleAndOffsetComponent, scales, offsets);
@@ -754,12 +702,12 @@ impl ConstantFunctionComponent {
     /// Kaldi's ConstantFunctionComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let input_dim = param_util::require_positive(cfg, "input-dim")?;
-        let output_dim = param_util::require_positive(cfg, "output-dim")?;
+        let input_dim = param_init::require_positive(cfg, "input-dim")?;
+        let output_dim = param_init::require_positive(cfg, "output-dim")?;
         Ok(Box::new(ConstantFunctionComponent {
             common,
             input_dim,
-            output: param_util::constant_output_from_config(cfg, output_dim, init_rng)?,
+            output: param_init::constant_output_from_config(cfg, output_dim, init_rng)?,
             is_updatable: cfg.get_or("is-updatable", true)?,
             ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
             ng_state: NaturalGradientState::default(),
@@ -769,15 +717,12 @@ impl ConstantFunctionComponent {
     /// Reads a ConstantFunctionComponent body.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, CFC)?;
-        r.expect_token("<InputDim>")?;
-        let input_dim = param_util::read_positive_i32(r, "input dimension")?;
+        let input_dim = kaldi_fields::read_dim_field(r, "<InputDim>", "input dimension")?;
         r.expect_token("<Output>")?;
         let output = read_nonempty_vector(r, "output")?;
-        r.expect_token("<IsUpdatable>")?;
-        let is_updatable = r.bool()?;
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        param_util::expect_closing(r, CFC)?;
+        let is_updatable = read_field(r, "<IsUpdatable>")?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        kaldi_fields::expect_closing(r, CFC)?;
         Ok(Box::new(ConstantFunctionComponent {
             common,
             input_dim,
@@ -844,16 +789,17 @@ impl Component for ConstantFunctionComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, CFC);
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        w.token("<Output>");
-        w.vector(&self.output);
-        w.token("<IsUpdatable>");
-        w.bool(self.is_updatable);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("</ConstantFunctionComponent>");
+        write_updatable(
+            w,
+            CFC,
+            &self.common,
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<Output>", &self.output),
+                ("<IsUpdatable>", &self.is_updatable),
+                ("<UseNaturalGradient>", &self.ng.use_natural_gradient),
+            ],
+        );
     }
     fn info(&self) -> String {
         // Kaldi repeats the type and dimensions after the learning-rate part.
@@ -864,10 +810,10 @@ impl Component for ConstantFunctionComponent {
         );
         format!(
             "{dims}, {}, {dims}, is-updatable={}, use-natural-gradient={}, {}",
-            param_util::updatable_info(&self.common),
+            info_summary::updatable_info(&self.common),
             self.is_updatable,
             self.ng.use_natural_gradient,
-            param_util::vector_stats("output", &self.output)
+            info_summary::vector_stats("output", &self.output)
         )
     }
     component_boilerplate!();

@@ -9,7 +9,9 @@
 //! summed. Both sort their Indexes by (n, x, t), so the inputs of one output form a contiguous
 //! row range.
 
-use super::param_util::{self, component_boilerplate};
+use super::kaldi_fields::{self, read_count_field, read_dim_field, read_field, write_component};
+use super::param_init;
+use super::param_ops::component_boilerplate;
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties,
@@ -149,9 +151,9 @@ impl StatisticsExtractionComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let input_dim = param_util::require_positive(cfg, "input-dim")?;
-        let input_period = param_util::positive_or(cfg, "input-period", 1)? as i32;
-        let output_period = param_util::positive_or(cfg, "output-period", 1)? as i32;
+        let input_dim = param_init::require_positive(cfg, "input-dim")?;
+        let input_period = param_init::positive_or(cfg, "input-period", 1)? as i32;
+        let output_period = param_init::positive_or(cfg, "output-period", 1)? as i32;
         if output_period as i64 > MAX_SPAN {
             return Err(cfg.error_at_value(
                 "output-period",
@@ -175,22 +177,19 @@ impl StatisticsExtractionComponent {
     /// Reads the body (note Kaldi's misspelt `<IncludeVarinance>`).
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token(&format!("<{EXTRACTION}>"))?;
-        r.expect_token("<InputDim>")?;
-        let input_dim = param_util::read_positive_i32(r, "input dimension")?;
-        r.expect_token("<InputPeriod>")?;
-        let input_period = param_util::read_positive_count(r, "input period")?;
+        let input_dim = read_dim_field(r, "<InputDim>", "input dimension")?;
+        let input_period = read_count_field(r, "<InputPeriod>", "input period")?;
         r.expect_token("<OutputPeriod>")?;
         let at = r.pos();
-        let output_period = param_util::read_positive_count(r, "output period")?;
+        let output_period = kaldi_fields::read_positive_count(r, "output period")?;
         if output_period % input_period != 0 || output_period as i64 > MAX_SPAN {
             return Err(r.err_at(
                 at,
                 format!("an output period that is a multiple of the input period and at most {MAX_SPAN}"),
             ));
         }
-        r.expect_token("<IncludeVarinance>")?;
-        let include_variance = r.bool()?;
-        param_util::expect_closing(r, EXTRACTION)?;
+        let include_variance = read_field(r, "<IncludeVarinance>")?;
+        kaldi_fields::expect_closing(r, EXTRACTION)?;
         Ok(Box::new(StatisticsExtractionComponent {
             input_dim,
             input_period,
@@ -312,16 +311,16 @@ impl Component for StatisticsExtractionComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        w.token(&format!("<{EXTRACTION}>"));
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        w.token("<InputPeriod>");
-        w.i32(self.input_period);
-        w.token("<OutputPeriod>");
-        w.i32(self.output_period);
-        w.token("<IncludeVarinance>");
-        w.bool(self.include_variance);
-        w.token(&format!("</{EXTRACTION}>"));
+        write_component(
+            w,
+            EXTRACTION,
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<InputPeriod>", &self.input_period),
+                ("<OutputPeriod>", &self.output_period),
+                ("<IncludeVarinance>", &self.include_variance),
+            ],
+        );
     }
 
     fn info(&self) -> String {
@@ -425,14 +424,14 @@ impl StatisticsPoolingComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let input_dim = param_util::require_positive(cfg, "input-dim")?;
+        let input_dim = param_init::require_positive(cfg, "input-dim")?;
         let nlc: i32 = cfg.get_or("num-log-count-features", 0)?;
         if nlc < 0 {
             return Err(cfg.error_at_value("num-log-count-features", "must be >= 0"));
         }
         let c = StatisticsPoolingComponent {
             input_dim,
-            input_period: param_util::positive_or(cfg, "input-period", 1)? as i32,
+            input_period: param_init::positive_or(cfg, "input-period", 1)? as i32,
             left_context: cfg.get_or("left-context", -1)?,
             right_context: cfg.get_or("right-context", -1)?,
             num_log_count_features: nlc as usize,
@@ -447,25 +446,19 @@ impl StatisticsPoolingComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token(&format!("<{POOLING}>"))?;
         let start = r.pos();
-        r.expect_token("<InputDim>")?;
-        let input_dim = param_util::read_positive_i32(r, "input dimension")?;
-        r.expect_token("<InputPeriod>")?;
-        let input_period = param_util::read_positive_count(r, "input period")?;
-        r.expect_token("<LeftContext>")?;
-        let left_context = r.i32()?;
-        r.expect_token("<RightContext>")?;
-        let right_context = r.i32()?;
+        let input_dim = read_dim_field(r, "<InputDim>", "input dimension")?;
+        let input_period = read_count_field(r, "<InputPeriod>", "input period")?;
+        let left_context = read_field(r, "<LeftContext>")?;
+        let right_context = read_field(r, "<RightContext>")?;
         r.expect_token("<NumLogCountFeatures>")?;
         let at = r.pos();
         let nlc = r.i32()?;
         if nlc < 0 {
             return Err(r.err_at(at, "a non-negative number of log-count features"));
         }
-        r.expect_token("<OutputStddevs>")?;
-        let output_stddevs = r.bool()?;
-        r.expect_token("<VarianceFloor>")?;
-        let variance_floor = r.f32()?;
-        param_util::expect_closing(r, POOLING)?;
+        let output_stddevs = read_field(r, "<OutputStddevs>")?;
+        let variance_floor = read_field(r, "<VarianceFloor>")?;
+        kaldi_fields::expect_closing(r, POOLING)?;
         let c = StatisticsPoolingComponent {
             input_dim,
             input_period,
@@ -621,22 +614,19 @@ impl Component for StatisticsPoolingComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        w.token(&format!("<{POOLING}>"));
-        w.token("<InputDim>");
-        w.i32(self.input_dim as i32);
-        w.token("<InputPeriod>");
-        w.i32(self.input_period);
-        w.token("<LeftContext>");
-        w.i32(self.left_context);
-        w.token("<RightContext>");
-        w.i32(self.right_context);
-        w.token("<NumLogCountFeatures>");
-        w.i32(self.num_log_count_features as i32);
-        w.token("<OutputStddevs>");
-        w.bool(self.output_stddevs);
-        w.token("<VarianceFloor>");
-        w.f32(self.variance_floor);
-        w.token(&format!("</{POOLING}>"));
+        write_component(
+            w,
+            POOLING,
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<InputPeriod>", &self.input_period),
+                ("<LeftContext>", &self.left_context),
+                ("<RightContext>", &self.right_context),
+                ("<NumLogCountFeatures>", &self.num_log_count_features),
+                ("<OutputStddevs>", &self.output_stddevs),
+                ("<VarianceFloor>", &self.variance_floor),
+            ],
+        );
     }
 
     fn info(&self) -> String {

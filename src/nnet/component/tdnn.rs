@@ -7,7 +7,10 @@
 //! block when possible (the usual case with t-major row order), a few contiguous runs, or a
 //! gathered copy.
 
-use super::param_util::{self, component_boilerplate};
+use super::info_summary;
+use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
+use super::param_init::{self, RandomInit};
+use super::param_ops::{self, updatable_boilerplate};
 use super::{
     BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
     Properties, UpdatableCommon, UpdatableComponent,
@@ -180,8 +183,8 @@ impl TdnnComponent {
     /// Kaldi's TdnnComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
-        let in_dim = param_util::require_positive(cfg, "input-dim")?;
-        let out_dim = param_util::require_positive(cfg, "output-dim")?;
+        let in_dim = param_init::require_positive(cfg, "input-dim")?;
+        let out_dim = param_init::require_positive(cfg, "output-dim")?;
         let time_offsets: Vec<i32> = cfg.require("time-offsets")?;
         if !distinct_nonempty(&time_offsets) {
             return Err(cfg.error_at_value(
@@ -191,13 +194,8 @@ impl TdnnComponent {
         }
         let n = time_offsets.len();
         let full_in = in_dim * n;
-        let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (full_in as f32).sqrt())?;
-        let bias_stddev: f32 = cfg.get_or("bias-stddev", 1.0)?;
-        let bias_mean: f32 = cfg.get_or("bias-mean", 0.0)?;
+        let init = RandomInit::from_config(cfg, full_in, 1.0, true)?;
         let use_bias: bool = cfg.get_or("use-bias", true)?;
-        if param_stddev < 0.0 || bias_stddev < 0.0 {
-            return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
-        }
         let rank_in: i32 = cfg.get_or("rank-in", 20.min((full_in as i32 + 1) / 2))?;
         let rank_out: i32 = cfg.get_or("rank-out", 80.min((out_dim as i32 + 1) / 2))?;
         let alpha_in: f32 = cfg.get_or("alpha-in", 4.0)?;
@@ -206,15 +204,11 @@ impl TdnnComponent {
         if rank_in <= 0 || rank_out <= 0 || alpha_in <= 0.0 || alpha_out <= 0.0 {
             return Err(cfg.error("rank-in, rank-out, alpha-in and alpha-out must be positive"));
         }
-        let (linear_params, bias_params) = {
-            let rng: &mut dyn RngCore = init_rng;
-            let w = param_util::gaussian_matrix(out_dim, full_in, 0.0, param_stddev, rng);
-            let b = if use_bias {
-                param_util::gaussian_vector(out_dim, bias_mean, bias_stddev, rng)
-            } else {
-                Vector::zeros(0)
-            };
-            (w, b)
+        let linear_params = init.weights(out_dim, full_in, init_rng);
+        let bias_params = if use_bias {
+            init.bias(out_dim, init_rng)
+        } else {
+            Vector::zeros(0)
         };
         Ok(Box::new(TdnnComponent {
             common,
@@ -271,23 +265,18 @@ impl TdnnComponent {
                 ),
             ));
         }
-        r.expect_token("<OrthonormalConstraint>")?;
-        let orthonormal_constraint = r.f32()?;
-        r.expect_token("<UseNaturalGradient>")?;
-        let use_natural_gradient = r.bool()?;
-        r.expect_token("<NumSamplesHistory>")?;
-        let num_samples_history = r.f32()?;
-        let (alpha_in, alpha_out) = if r.try_token("<AlphaInOut>")? {
-            (r.f32()?, r.f32()?)
-        } else {
-            r.expect_token("<Alpha>")?;
-            let a = r.f32()?;
-            (a, a)
+        let orthonormal_constraint = read_field(r, "<OrthonormalConstraint>")?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        let num_samples_history = read_field(r, "<NumSamplesHistory>")?;
+        let (alpha_in, alpha_out) = match read_opt_field(r, "<AlphaInOut>")? {
+            Some(alphas) => alphas,
+            None => {
+                let a = read_field(r, "<Alpha>")?;
+                (a, a)
+            }
         };
-        r.expect_token("<RankInOut>")?;
-        let rank_in = r.i32()?;
-        let rank_out = r.i32()?;
-        param_util::expect_closing(r, TDNN)?;
+        let (rank_in, rank_out) = read_field(r, "<RankInOut>")?;
+        kaldi_fields::expect_closing(r, TDNN)?;
         Ok(Box::new(TdnnComponent {
             common,
             time_offsets,
@@ -624,51 +613,37 @@ impl Component for TdnnComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        self.common.write(w, TDNN);
-        w.token("<TimeOffsets>");
-        w.int_vec(&self.time_offsets);
-        w.token("<LinearParams>");
-        w.matrix(&self.linear_params);
-        w.token("<BiasParams>");
-        w.vector(&self.bias_params);
-        w.token("<OrthonormalConstraint>");
-        w.f32(self.orthonormal_constraint);
-        w.token("<UseNaturalGradient>");
-        w.bool(self.ng.use_natural_gradient);
-        w.token("<NumSamplesHistory>");
-        w.f32(self.ng.num_samples_history);
-        w.token("<AlphaInOut>");
-        w.f32(self.ng.alpha_in);
-        w.f32(self.ng.alpha_out);
-        w.token("<RankInOut>");
-        w.i32(self.ng.rank_in);
-        w.i32(self.ng.rank_out);
-        w.token("</TdnnComponent>");
+        let ng = &self.ng;
+        write_updatable(
+            w,
+            TDNN,
+            &self.common,
+            &[
+                ("<TimeOffsets>", &self.time_offsets),
+                ("<LinearParams>", &self.linear_params),
+                ("<BiasParams>", &self.bias_params),
+                ("<OrthonormalConstraint>", &self.orthonormal_constraint),
+                ("<UseNaturalGradient>", &ng.use_natural_gradient),
+                ("<NumSamplesHistory>", &ng.num_samples_history),
+                ("<AlphaInOut>", &(ng.alpha_in, ng.alpha_out)),
+                ("<RankInOut>", &(ng.rank_in, ng.rank_out)),
+            ],
+        );
     }
 
     fn info(&self) -> String {
         let g = |v: f32| crate::io::codec::fmt_g(v as f64, 6);
-        let mut s = format!(
-            "{TDNN}, input-dim={}, output-dim={}, {}",
-            self.input_dim(),
-            self.output_dim(),
-            param_util::updatable_info(&self.common)
-        );
-        if self.orthonormal_constraint != 0.0 {
-            s += &format!(
-                ", orthonormal-constraint={}",
-                g(self.orthonormal_constraint)
-            );
-        }
+        let mut s = info_summary::updatable_header(self, &self.common);
+        s += &info_summary::orthonormal_info(self.orthonormal_constraint);
         let offs: Vec<String> = self.time_offsets.iter().map(|o| o.to_string()).collect();
         s += &format!(", time-offsets={}", offs.join(","));
         s += ", ";
-        s += &param_util::matrix_stats("linear-params", &self.linear_params, true);
+        s += &info_summary::matrix_stats("linear-params", &self.linear_params, true);
         if self.bias_params.dim() == 0 {
             s += ", has-bias=false";
         } else {
             s += ", ";
-            s += &param_util::vector_stats("bias", &self.bias_params);
+            s += &info_summary::vector_stats("bias", &self.bias_params);
         }
         if !self.ng.use_natural_gradient {
             s += ", use-natural-gradient=false";
@@ -685,13 +660,7 @@ impl Component for TdnnComponent {
         s
     }
 
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
 }
 
 impl TdnnComponent {
@@ -717,18 +686,18 @@ impl UpdatableComponent for TdnnComponent {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_util::vectorize_into(&[&self.linear_params.to_vec(), &self.bias_params], out);
+        param_ops::vectorize_into(&[&self.linear_params.to_vec(), &self.bias_params], out);
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let mut off = 0;
         let mut w = self.linear_params.to_vec();
-        param_util::take_params(&mut w, params, &mut off);
+        param_ops::take_params(&mut w, params, &mut off);
         self.linear_params = WeightMatrix::new(Matrix::from_vec(
             self.linear_params.num_rows(),
             self.linear_params.num_cols(),
             w,
         ));
-        param_util::take_params_vector(&mut self.bias_params, params, &mut off);
+        param_ops::take_params_vector(&mut self.bias_params, params, &mut off);
     }
     fn scale(&mut self, alpha: f32) {
         self.linear_params.view_mut().scale(alpha);
@@ -740,7 +709,7 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view_mut()
                     .add_mat(alpha, o.linear_params.view(), Trans::No);
-                param_util::vec_add(&mut self.bias_params, alpha, &o.bias_params);
+                param_ops::vec_add(&mut self.bias_params, alpha, &o.bias_params);
             }
         }
     }
@@ -750,15 +719,15 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view()
                     .trace_mat_mat(o.linear_params.view())
-                    + param_util::vec_dot(&self.bias_params, &o.bias_params)
+                    + param_ops::vec_dot(&self.bias_params, &o.bias_params)
             }
             _ => 0.0,
         }
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
-        param_util::perturb_matrix(&mut self.linear_params, stddev, rng);
+        param_ops::perturb_matrix(&mut self.linear_params, stddev, rng);
         if self.bias_params.dim() != 0 {
-            param_util::perturb_vector(&mut self.bias_params, stddev, rng);
+            param_ops::perturb_vector(&mut self.bias_params, stddev, rng);
         }
     }
 }

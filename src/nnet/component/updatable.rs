@@ -2,6 +2,7 @@
 //! `UpdatableComponent`), their config options and file fields, and the parameter algebra the
 //! trainer and the tests use.
 
+use super::kaldi_fields::{read_field, read_opt_into, write_fields};
 use super::Component;
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -54,24 +55,23 @@ impl UpdatableCommon {
     /// Writes `<TypeName>` and the common fields, ending with `<LearningRate>`.
     pub fn write(&self, w: &mut TokenWriter, type_name: &str) {
         w.token(&format!("<{type_name}>"));
-        if self.learning_rate_factor != 1.0 {
-            w.token("<LearningRateFactor>");
-            w.f32(self.learning_rate_factor);
-        }
-        if self.is_gradient {
-            w.token("<IsGradient>");
-            w.bool(true);
-        }
-        if self.max_change > 0.0 {
-            w.token("<MaxChange>");
-            w.f32(self.max_change);
-        }
-        if self.l2_regularize > 0.0 {
-            w.token("<L2Regularize>");
-            w.f32(self.l2_regularize);
-        }
-        w.token("<LearningRate>");
-        w.f32(self.learning_rate);
+        let factor = self.learning_rate_factor;
+        write_fields(
+            w,
+            &[
+                ("<LearningRateFactor>", &(factor != 1.0).then_some(factor)),
+                ("<IsGradient>", &self.is_gradient.then_some(true)),
+                (
+                    "<MaxChange>",
+                    &(self.max_change > 0.0).then_some(self.max_change),
+                ),
+                (
+                    "<L2Regularize>",
+                    &(self.l2_regularize > 0.0).then_some(self.l2_regularize),
+                ),
+                ("<LearningRate>", &self.learning_rate),
+            ],
+        );
     }
 
     /// Reads the common fields (the opening `<TypeName>` may or may not be consumed already).
@@ -79,26 +79,17 @@ impl UpdatableCommon {
         let open = format!("<{type_name}>");
         r.try_token(&open)?;
         let mut c = UpdatableCommon::default();
-        if r.try_token("<LearningRateFactor>")? {
-            c.learning_rate_factor = r.f32()?;
-        }
-        if r.try_token("<IsGradient>")? {
-            c.is_gradient = r.bool()?;
-        }
-        if r.try_token("<MaxChange>")? {
-            c.max_change = r.f32()?;
-        }
-        if r.try_token("<L2Regularize>")? {
-            c.l2_regularize = r.f32()?;
-        }
-        r.expect_token("<LearningRate>")?;
-        c.learning_rate = r.f32()?;
+        read_opt_into(r, "<LearningRateFactor>", &mut c.learning_rate_factor)?;
+        read_opt_into(r, "<IsGradient>", &mut c.is_gradient)?;
+        read_opt_into(r, "<MaxChange>", &mut c.max_change)?;
+        read_opt_into(r, "<L2Regularize>", &mut c.l2_regularize)?;
+        c.learning_rate = read_field(r, "<LearningRate>")?;
         Ok(c)
     }
 
     /// The learning-rate part of an info line, in Kaldi's order.
     pub fn info(&self) -> String {
-        super::param_util::updatable_info(self)
+        super::info_summary::updatable_info(self)
     }
 }
 

@@ -1,0 +1,602 @@
+//! Parameter-free components that combine or reorder groups of columns: ElementwiseProduct,
+//! Permute, SumBlock, SumGroup and Pnorm (2-norm). Formats, options and flags follow Kaldi's
+//! `nnet-simple-component.{h,cc}`.
+
+use super::kaldi_fields::{read_field, read_pos_i32, write_component};
+use super::param_init::cfg_pos;
+use super::param_ops::component_boilerplate;
+use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::io::codec::fmt_g;
+use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut, Trans};
+use rand::RngCore;
+
+/// Splits the input into `input-dim / output-dim` equal blocks and multiplies them
+/// element-wise.
+#[derive(Clone, Debug)]
+pub struct ElementwiseProductComponent {
+    input_dim: usize,
+    output_dim: usize,
+}
+
+impl ElementwiseProductComponent {
+    fn checked(input_dim: usize, output_dim: usize) -> bool {
+        input_dim > output_dim && input_dim.is_multiple_of(output_dim)
+    }
+    /// Registry hook: `input-dim`, `output-dim` (a proper divisor of input-dim).
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        let output_dim = cfg_pos(cfg, "output-dim")?;
+        let input_dim = cfg_pos(cfg, "input-dim")?;
+        if !Self::checked(input_dim, output_dim) {
+            return Err(cfg.error("input-dim must be a multiple (> 1) of output-dim"));
+        }
+        Ok(Box::new(ElementwiseProductComponent {
+            input_dim,
+            output_dim,
+        }))
+    }
+    /// Registry hook.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<ElementwiseProductComponent>")?;
+        let input_dim = read_pos_i32(r, "<InputDim>")?;
+        let at = r.pos();
+        let output_dim = read_pos_i32(r, "<OutputDim>")?;
+        if !Self::checked(input_dim, output_dim) {
+            return Err(r.err_at(at, "an <OutputDim> that properly divides <InputDim>"));
+        }
+        r.expect_token("</ElementwiseProductComponent>")?;
+        Ok(Box::new(ElementwiseProductComponent {
+            input_dim,
+            output_dim,
+        }))
+    }
+}
+
+impl Component for ElementwiseProductComponent {
+    fn type_name(&self) -> &'static str {
+        "ElementwiseProductComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.input_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.output_dim
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT
+    }
+    fn propagate(
+        &self,
+        _args: PropagateArgs<'_>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        let od = self.output_dim;
+        output.copy_from(input.cols_range(0, od));
+        for i in 1..self.input_dim / od {
+            output.mul_elements(input.cols_range(i * od, od));
+        }
+        None
+    }
+    fn backprop(
+        &self,
+        args: BackpropArgs<'_>,
+        out_deriv: MatView<'_>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let BackpropArgs { in_value, .. } = args;
+        let Some(mut in_deriv) = in_deriv else {
+            return;
+        };
+        let od = self.output_dim;
+        let n = self.input_dim / od;
+        for i in 0..n {
+            let mut block = in_deriv.cols_range_mut(i * od, od);
+            block.copy_from(out_deriv);
+            for j in (0..n).filter(|&j| j != i) {
+                block.mul_elements(in_value.cols_range(j * od, od));
+            }
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        write_component(
+            w,
+            "ElementwiseProductComponent",
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<OutputDim>", &self.output_dim),
+            ],
+        );
+    }
+    fn info(&self) -> String {
+        format!(
+            "ElementwiseProductComponent, input-dim={}, output-dim={}",
+            self.input_dim, self.output_dim
+        )
+    }
+    component_boilerplate!();
+}
+// ---------------------------------------------------------------------------------------
+
+/// Reorders columns: output column i is input column `column_map[i]`.
+#[derive(Clone, Debug)]
+pub struct PermuteComponent {
+    column_map: Vec<i32>,
+    reverse_map: Vec<i32>,
+}
+
+impl PermuteComponent {
+    /// The inverse map, or None if `map` is not a permutation of 0..n.
+    fn reverse_of(map: &[i32]) -> Option<Vec<i32>> {
+        let mut rev = vec![-1i32; map.len()];
+        for (i, &j) in map.iter().enumerate() {
+            let slot = rev.get_mut(usize::try_from(j).ok()?)?;
+            if *slot != -1 {
+                return None;
+            }
+            *slot = i as i32;
+        }
+        Some(rev)
+    }
+    /// Registry hook: `column-map=a,b,c,...` (a permutation of 0..dim-1).
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        let column_map: Vec<i32> = cfg.require("column-map")?;
+        let reverse_map = Self::reverse_of(&column_map)
+            .filter(|_| !column_map.is_empty())
+            .ok_or_else(|| {
+                cfg.error_at_value("column-map", "column-map must be a permutation of 0..dim-1")
+            })?;
+        Ok(Box::new(PermuteComponent {
+            column_map,
+            reverse_map,
+        }))
+    }
+    /// Registry hook.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<PermuteComponent>")?;
+        r.expect_token("<ColumnMap>")?;
+        let at = r.pos();
+        let column_map = r.int_vec()?;
+        let reverse_map = Self::reverse_of(&column_map)
+            .filter(|_| !column_map.is_empty())
+            .ok_or_else(|| r.err_at(at, "a <ColumnMap> that is a permutation of 0..dim-1"))?;
+        r.expect_token("</PermuteComponent>")?;
+        Ok(Box::new(PermuteComponent {
+            column_map,
+            reverse_map,
+        }))
+    }
+}
+
+impl Component for PermuteComponent {
+    fn type_name(&self) -> &'static str {
+        "PermuteComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.column_map.len()
+    }
+    fn output_dim(&self) -> usize {
+        self.column_map.len()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE
+    }
+    fn propagate(
+        &self,
+        _args: PropagateArgs<'_>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        output.copy_cols(input, &self.column_map);
+        None
+    }
+    fn backprop(
+        &self,
+        _args: BackpropArgs<'_>,
+        out_deriv: MatView<'_>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_cols(out_deriv, &self.reverse_map);
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        write_component(w, "PermuteComponent", &[("<ColumnMap>", &self.column_map)]);
+    }
+    fn info(&self) -> String {
+        let mut s = format!(
+            "PermuteComponent, dim={} , column-map=[ ",
+            self.column_map.len()
+        );
+        for c in self.column_map.iter().take(5) {
+            s += &format!("{c} ");
+        }
+        if self.column_map.len() > 5 {
+            s += "... ";
+        }
+        s.push(']');
+        s
+    }
+    component_boilerplate!();
+}
+// ---------------------------------------------------------------------------------------
+
+/// Sums the `input-dim / output-dim` consecutive blocks of the input, times `scale`.
+#[derive(Clone, Debug)]
+pub struct SumBlockComponent {
+    input_dim: usize,
+    output_dim: usize,
+    scale: f32,
+}
+
+impl SumBlockComponent {
+    /// Registry hook: `input-dim`, `output-dim` (divides input-dim), `scale` (1.0).
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        let input_dim = cfg_pos(cfg, "input-dim")?;
+        let output_dim = cfg_pos(cfg, "output-dim")?;
+        let scale = cfg.get_or("scale", 1.0f32)?;
+        if !input_dim.is_multiple_of(output_dim) {
+            return Err(cfg.error("output-dim must divide input-dim"));
+        }
+        Ok(Box::new(SumBlockComponent {
+            input_dim,
+            output_dim,
+            scale,
+        }))
+    }
+    /// Registry hook.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<SumBlockComponent>")?;
+        let input_dim = read_pos_i32(r, "<InputDim>")?;
+        let at = r.pos();
+        let output_dim = read_pos_i32(r, "<OutputDim>")?;
+        if !input_dim.is_multiple_of(output_dim) {
+            return Err(r.err_at(at, "an <OutputDim> dividing <InputDim>"));
+        }
+        let scale = read_field(r, "<Scale>")?;
+        r.expect_token("</SumBlockComponent>")?;
+        Ok(Box::new(SumBlockComponent {
+            input_dim,
+            output_dim,
+            scale,
+        }))
+    }
+}
+
+impl Component for SumBlockComponent {
+    fn type_name(&self) -> &'static str {
+        "SumBlockComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.input_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.output_dim
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS
+    }
+    fn propagate(
+        &self,
+        _args: PropagateArgs<'_>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        let od = self.output_dim;
+        for b in 0..self.input_dim / od {
+            output.add_mat(self.scale, input.cols_range(b * od, od), Trans::No);
+        }
+        None
+    }
+    fn backprop(
+        &self,
+        _args: BackpropArgs<'_>,
+        out_deriv: MatView<'_>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let Some(mut d) = in_deriv else {
+            return;
+        };
+        let od = self.output_dim;
+        for b in 0..self.input_dim / od {
+            d.cols_range_mut(b * od, od)
+                .add_mat(self.scale, out_deriv, Trans::No);
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        write_component(
+            w,
+            "SumBlockComponent",
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<OutputDim>", &self.output_dim),
+                ("<Scale>", &self.scale),
+            ],
+        );
+    }
+    fn info(&self) -> String {
+        format!(
+            "SumBlockComponent, input-dim={}, output-dim={}, scale={}",
+            self.input_dim,
+            self.output_dim,
+            fmt_g(self.scale as f64, 6)
+        )
+    }
+    component_boilerplate!();
+}
+// ---------------------------------------------------------------------------------------
+
+/// Sums consecutive groups of input columns of the given sizes into one output column each.
+#[derive(Clone, Debug)]
+pub struct SumGroupComponent {
+    sizes: Vec<i32>,
+    /// For each output column, the input column range [start, end).
+    ranges: Vec<(i32, i32)>,
+    /// For each input column, its output column.
+    reverse: Vec<i32>,
+}
+
+impl SumGroupComponent {
+    fn from_sizes(sizes: Vec<i32>) -> Option<Self> {
+        if sizes.is_empty() || sizes.iter().any(|&s| s <= 0) {
+            return None;
+        }
+        let mut ranges = Vec::with_capacity(sizes.len());
+        let mut reverse = Vec::new();
+        let mut start = 0i32;
+        for (j, &s) in sizes.iter().enumerate() {
+            let end = start.checked_add(s)?;
+            ranges.push((start, end));
+            start = end;
+            reverse.extend(std::iter::repeat_n(j as i32, s as usize));
+        }
+        Some(SumGroupComponent {
+            sizes,
+            ranges,
+            reverse,
+        })
+    }
+    /// Registry hook: `sizes=a,b,...` or `input-dim` + `output-dim` (equal groups).
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        let sizes: Vec<i32> = if cfg.has("sizes") {
+            cfg.require("sizes")?
+        } else {
+            let input_dim = cfg_pos(cfg, "input-dim")?;
+            let output_dim = cfg_pos(cfg, "output-dim")?;
+            if !input_dim.is_multiple_of(output_dim) {
+                return Err(cfg.error("output-dim must divide input-dim"));
+            }
+            vec![(input_dim / output_dim) as i32; output_dim]
+        };
+        Self::from_sizes(sizes)
+            .map(|c| Box::new(c) as Box<dyn Component>)
+            .ok_or_else(|| {
+                cfg.error_at_value(
+                    "sizes",
+                    "sizes must be a non-empty list of positive integers",
+                )
+            })
+    }
+    /// Registry hook.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<SumGroupComponent>")?;
+        r.expect_token("<Sizes>")?;
+        let at = r.pos();
+        let sizes = r.int_vec()?;
+        // The sizes add up to the input dim, one index per column: check before allocating.
+        let total = sizes
+            .iter()
+            .try_fold(0u64, |a, &s| a.checked_add(u64::from(s.max(0) as u32)));
+        crate::limits::check_product(
+            &[total.unwrap_or(u64::MAX), 4],
+            "<Sizes> adding up to a larger dim",
+        )
+        .map_err(|m| r.err_at(at, format!("<Sizes> within the memory limit: {m}")))?;
+        let c = Self::from_sizes(sizes)
+            .ok_or_else(|| r.err_at(at, "a non-empty <Sizes> list of positive integers"))?;
+        r.expect_token("</SumGroupComponent>")?;
+        Ok(Box::new(c))
+    }
+}
+
+impl Component for SumGroupComponent {
+    fn type_name(&self) -> &'static str {
+        "SumGroupComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.reverse.len()
+    }
+    fn output_dim(&self) -> usize {
+        self.sizes.len()
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE
+    }
+    fn propagate(
+        &self,
+        _args: PropagateArgs<'_>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        output.sum_column_ranges(input, &self.ranges);
+        None
+    }
+    fn backprop(
+        &self,
+        _args: BackpropArgs<'_>,
+        out_deriv: MatView<'_>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        if let Some(mut d) = in_deriv {
+            d.copy_cols(out_deriv, &self.reverse);
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        write_component(w, "SumGroupComponent", &[("<Sizes>", &self.sizes)]);
+    }
+    fn info(&self) -> String {
+        format!(
+            "SumGroupComponent, input-dim={}, output-dim={}",
+            self.input_dim(),
+            self.output_dim()
+        )
+    }
+    component_boilerplate!();
+}
+// ---------------------------------------------------------------------------------------
+
+/// The 2-norm over groups of `input-dim / output-dim` consecutive inputs.
+#[derive(Clone, Debug)]
+pub struct PnormComponent {
+    input_dim: usize,
+    output_dim: usize,
+}
+
+impl PnormComponent {
+    /// Registry hook: `input-dim`, `output-dim` (divides input-dim).
+    pub fn from_config(
+        cfg: &ConfigLine,
+        _init_rng: &mut dyn RngCore,
+    ) -> Result<Box<dyn Component>> {
+        let output_dim = cfg_pos(cfg, "output-dim")?;
+        let input_dim = cfg_pos(cfg, "input-dim")?;
+        if !input_dim.is_multiple_of(output_dim) {
+            return Err(cfg.error("output-dim must divide input-dim"));
+        }
+        Ok(Box::new(PnormComponent {
+            input_dim,
+            output_dim,
+        }))
+    }
+    /// Registry hook.
+    pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
+        r.try_token("<PnormComponent>")?;
+        let input_dim = read_pos_i32(r, "<InputDim>")?;
+        let at = r.pos();
+        let output_dim = read_pos_i32(r, "<OutputDim>")?;
+        if !input_dim.is_multiple_of(output_dim) {
+            return Err(r.err_at(at, "an <OutputDim> dividing <InputDim>"));
+        }
+        r.expect_token("</PnormComponent>")?;
+        Ok(Box::new(PnormComponent {
+            input_dim,
+            output_dim,
+        }))
+    }
+}
+
+impl Component for PnormComponent {
+    fn type_name(&self) -> &'static str {
+        "PnormComponent"
+    }
+    fn input_dim(&self) -> usize {
+        self.input_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.output_dim
+    }
+    fn properties(&self) -> Properties {
+        Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_NEEDS_OUTPUT
+    }
+    fn propagate(
+        &self,
+        _args: PropagateArgs<'_>,
+        input: MatView<'_>,
+        mut output: MatViewMut<'_>,
+    ) -> Option<Memo> {
+        output.group_2norm_from(input);
+        None
+    }
+    fn backprop(
+        &self,
+        args: BackpropArgs<'_>,
+        out_deriv: MatView<'_>,
+        in_deriv: Option<MatViewMut<'_>>,
+    ) {
+        let BackpropArgs {
+            in_value,
+            out_value,
+            ..
+        } = args;
+        if let Some(mut d) = in_deriv {
+            d.diff_group_2norm(in_value, out_value, out_deriv);
+        }
+    }
+    fn write(&self, w: &mut TokenWriter) {
+        write_component(
+            w,
+            "PnormComponent",
+            &[
+                ("<InputDim>", &self.input_dim),
+                ("<OutputDim>", &self.output_dim),
+            ],
+        );
+    }
+    fn info(&self) -> String {
+        format!(
+            "PnormComponent, input-dim={}, output-dim={}",
+            self.input_dim, self.output_dim
+        )
+    }
+    component_boilerplate!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+    use crate::testing::component::{forward, input_deriv};
+
+    fn cfg(s: &str) -> ConfigLine {
+        ConfigLine::parse_str(s).expect("config")
+    }
+
+    #[test]
+    fn pnorm_forward_and_backward() {
+        let c = PnormComponent::from_config(
+            &cfg("input-dim=4 output-dim=2"),
+            &mut crate::random::seeded_rng(0),
+        )
+        .expect("init");
+        let x = Matrix::from_rows(&[vec![3.0, 4.0, 0.0, 0.0]]);
+        let y = forward(c.as_ref(), &x);
+        assert_eq!(y.to_vec(), vec![5.0, 0.0]);
+        let od = Matrix::from_rows(&[vec![10.0, 1.0]]);
+        let id = input_deriv(c.as_ref(), &x, &y, &od);
+        assert_eq!(id.to_vec(), vec![6.0, 8.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn sum_group_and_permute() {
+        let c =
+            SumGroupComponent::from_config(&cfg("sizes=1,2"), &mut crate::random::seeded_rng(0))
+                .expect("init");
+        let x = Matrix::from_rows(&[vec![1.0, 2.0, 4.0]]);
+        assert_eq!(forward(c.as_ref(), &x).to_vec(), vec![1.0, 6.0]);
+        let p = PermuteComponent::from_config(
+            &cfg("column-map=2,0,1"),
+            &mut crate::random::seeded_rng(0),
+        )
+        .expect("init");
+        assert_eq!(forward(p.as_ref(), &x).to_vec(), vec![4.0, 1.0, 2.0]);
+        assert!(PermuteComponent::from_config(
+            &cfg("column-map=0,0,1"),
+            &mut crate::random::seeded_rng(0)
+        )
+        .is_err());
+    }
+}

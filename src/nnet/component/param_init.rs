@@ -1,0 +1,135 @@
+//! Initial component parameters from config lines: random values drawn from the init
+//! generator the caller passes (`RandomInit`: param-stddev, bias-stddev, bias-mean), parameter
+//! files named in config lines, and the positive-integer options that size them.
+
+use crate::error::Result;
+use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::io::TokenReader;
+use crate::matrix::{Matrix, Vector};
+use rand::RngCore;
+
+/// A rows × cols matrix of Gaussian values with this mean and standard deviation.
+pub fn gaussian_matrix(
+    rows: usize,
+    cols: usize,
+    mean: f32,
+    stddev: f32,
+    rng: &mut dyn RngCore,
+) -> Matrix {
+    let data = (0..rows * cols)
+        .map(|_| mean + stddev * crate::random::rand_gauss(rng))
+        .collect();
+    Matrix::from_vec(rows, cols, data)
+}
+
+/// A vector of Gaussian values with this mean and standard deviation.
+pub fn gaussian_vector(dim: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Vector {
+    Vector::from_vec(
+        (0..dim)
+            .map(|_| mean + stddev * crate::random::rand_gauss(rng))
+            .collect(),
+    )
+}
+
+/// The random initialisation of a weight block with `cols` inputs, from a config line:
+/// `param-stddev` (default 1/√cols), `bias-stddev` and `bias-mean` (0; only where the type
+/// takes it).
+pub struct RandomInit {
+    pub param_stddev: f32,
+    pub bias_mean: f32,
+    pub bias_stddev: f32,
+}
+
+impl RandomInit {
+    /// Reads the options; `default_bias_stddev` is the type's default for `bias-stddev`.
+    pub fn from_config(
+        cfg: &ConfigLine,
+        cols: usize,
+        default_bias_stddev: f32,
+        with_bias_mean: bool,
+    ) -> Result<Self> {
+        let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
+        let bias_stddev: f32 = cfg.get_or("bias-stddev", default_bias_stddev)?;
+        let bias_mean: f32 = if with_bias_mean {
+            cfg.get_or("bias-mean", 0.0)?
+        } else {
+            0.0
+        };
+        if param_stddev < 0.0 || bias_stddev < 0.0 {
+            return Err(cfg.error("param-stddev and bias-stddev must be >= 0"));
+        }
+        Ok(RandomInit {
+            param_stddev,
+            bias_mean,
+            bias_stddev,
+        })
+    }
+
+    /// A rows × cols weight matrix: N(0, param-stddev²).
+    pub fn weights(&self, rows: usize, cols: usize, rng: &mut dyn RngCore) -> Matrix {
+        gaussian_matrix(rows, cols, 0.0, self.param_stddev, rng)
+    }
+
+    /// A bias vector: N(bias-mean, bias-stddev²).
+    pub fn bias(&self, dim: usize, rng: &mut dyn RngCore) -> Vector {
+        gaussian_vector(dim, self.bias_mean, self.bias_stddev, rng)
+    }
+}
+
+/// Reads a Kaldi matrix file (text or binary) named by the config option `key`.
+pub fn read_matrix_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Matrix> {
+    let bytes = crate::io::read_file(path)
+        .map_err(|e| cfg.error_at_value(key, format!("cannot read matrix for {key}: {e}")))?;
+    let mut r = TokenReader::detect(&bytes, path)?;
+    r.matrix()
+}
+
+/// Reads a Kaldi vector file (text or binary) named by the config option `key`.
+pub fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vector> {
+    let bytes = crate::io::read_file(path)
+        .map_err(|e| cfg.error_at_value(key, format!("cannot read vector for {key}: {e}")))?;
+    let mut r = TokenReader::detect(&bytes, path)?;
+    r.vector()
+}
+
+/// A required strictly positive integer option.
+pub fn require_positive(cfg: &ConfigLine, key: &str) -> Result<usize> {
+    let v: i32 = cfg.require(key)?;
+    if v <= 0 {
+        return Err(cfg.error_at_value(key, format!("{key} must be positive (got {v})")));
+    }
+    Ok(v as usize)
+}
+
+/// An optional strictly positive integer option.
+pub fn positive_or(cfg: &ConfigLine, key: &str, default: usize) -> Result<usize> {
+    match cfg.get::<i32>(key)? {
+        None => Ok(default),
+        Some(v) if v > 0 => Ok(v as usize),
+        Some(v) => Err(cfg.error_at_value(key, format!("{key} must be positive (got {v})"))),
+    }
+}
+
+/// A required positive integer config value.
+pub(super) fn cfg_pos(cfg: &ConfigLine, key: &str) -> Result<usize> {
+    let v: i32 = cfg.require(key)?;
+    if v <= 0 {
+        return Err(cfg.error_at_value(key, format!("{key} must be > 0")));
+    }
+    Ok(v as usize)
+}
+
+/// The initial output vector of ConstantComponent / ConstantFunctionComponent: `dim` draws
+/// from N(output-mean, output-stddev²) (both options default to 0).
+pub fn constant_output_from_config(
+    cfg: &ConfigLine,
+    dim: usize,
+    init_rng: &mut dyn RngCore,
+) -> Result<Vector> {
+    let mean: f32 = cfg.get_or("output-mean", 0.0)?;
+    let stddev: f32 = cfg.get_or("output-stddev", 0.0)?;
+    if stddev < 0.0 {
+        return Err(cfg.error_at_value("output-stddev", "output-stddev must be >= 0"));
+    }
+    Ok(gaussian_vector(dim, mean, stddev, init_rng))
+}

@@ -1,0 +1,236 @@
+//! Operations on component parameters: the algebra of `UpdatableComponent` (vectorize, add,
+//! scale, dot product, perturb) over vectors and (W, b) pairs, and the macros that implement
+//! the `Component` and `UpdatableComponent` boilerplate from them.
+
+use super::param_init::{gaussian_matrix, gaussian_vector};
+use crate::matrix::{MatView, Matrix, Trans, Vector};
+use rand::RngCore;
+
+/// `self += alpha · other` for vectors of equal length.
+pub fn vec_add(v: &mut Vector, alpha: f32, other: &Vector) {
+    if v.dim() == other.len() {
+        v.as_row_mut()
+            .add_mat(alpha, MatView::from_slice(other, 1, other.len()), Trans::No);
+    }
+}
+
+/// Dot product of two vectors (accumulated in f64).
+pub fn vec_dot(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    MatView::from_slice(a, 1, a.len()).trace_mat_mat(MatView::from_slice(b, 1, b.len()))
+}
+
+/// Adds Gaussian noise of standard deviation `stddev` to a matrix.
+pub fn perturb_matrix(m: &mut Matrix, stddev: f32, rng: &mut dyn RngCore) {
+    let noise = gaussian_matrix(m.num_rows(), m.num_cols(), 0.0, stddev, rng);
+    m.view_mut().add_mat(1.0, noise.view(), Trans::No);
+}
+
+/// Adds Gaussian noise of standard deviation `stddev` to a vector.
+pub fn perturb_vector(v: &mut Vector, stddev: f32, rng: &mut dyn RngCore) {
+    let noise = gaussian_vector(v.dim(), 0.0, stddev, rng);
+    vec_add(v, 1.0, &noise);
+}
+
+/// Copies a matrix then a vector into `out` (the Vectorize order of the affine family).
+pub fn vectorize_into(parts: &[&[f32]], out: &mut [f32]) {
+    let mut off = 0;
+    for p in parts {
+        if let Some(dst) = out.get_mut(off..off + p.len()) {
+            dst.copy_from_slice(p);
+        }
+        off += p.len();
+    }
+}
+
+/// Fills a vector from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
+pub fn take_params_vector(dst: &mut Vector, params: &[f32], off: &mut usize) {
+    let n = dst.dim();
+    if let Some(src) = params.get(*off..*off + n) {
+        dst.copy_from_slice(src);
+    }
+    *off += n;
+}
+
+/// Fills `dst` from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
+pub fn take_params(dst: &mut [f32], params: &[f32], off: &mut usize) {
+    if let Some(src) = params.get(*off..*off + dst.len()) {
+        dst.copy_from_slice(src);
+    }
+    *off += dst.len();
+}
+
+/// Implements `clone_box`, `as_any` and `as_any_mut` for a component type.
+macro_rules! component_boilerplate {
+    () => {
+        fn clone_box(&self) -> Box<dyn $crate::nnet::component::Component> {
+            Box::new(self.clone())
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+    };
+}
+pub(crate) use component_boilerplate;
+
+/// `component_boilerplate!()` plus `as_updatable` and `as_updatable_mut` giving the component
+/// itself (for a type that implements `UpdatableComponent`).
+macro_rules! updatable_boilerplate {
+    () => {
+        $crate::nnet::component::param_ops::component_boilerplate!();
+        fn as_updatable(&self) -> Option<&dyn $crate::nnet::component::UpdatableComponent> {
+            Some(self)
+        }
+        fn as_updatable_mut(
+            &mut self,
+        ) -> Option<&mut dyn $crate::nnet::component::UpdatableComponent> {
+            Some(self)
+        }
+    };
+}
+pub(crate) use updatable_boilerplate;
+
+/// Parameter algebra for a (W, b) pair: adds `alpha`·(olin, obias) when the shapes agree.
+pub fn pair_add(lin: &mut Matrix, bias: &mut Vector, alpha: f32, olin: &Matrix, obias: &Vector) {
+    if (olin.num_rows(), olin.num_cols()) == (lin.num_rows(), lin.num_cols()) {
+        lin.view_mut()
+            .add_mat(alpha, olin.view(), crate::matrix::Trans::No);
+        vec_add(bias, alpha, obias);
+    }
+}
+
+/// Dot product of two (W, b) pairs (0 when the shapes differ).
+pub fn pair_dot(lin: &Matrix, bias: &Vector, olin: &Matrix, obias: &Vector) -> f32 {
+    if (olin.num_rows(), olin.num_cols()) != (lin.num_rows(), lin.num_cols()) {
+        return 0.0;
+    }
+    lin.view().trace_mat_mat(olin.view()) + vec_dot(bias, obias)
+}
+
+/// Sets a (W, b) pair from `params` in the order `vectorize` uses (W row-major, then b).
+pub fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
+    let mut off = 0;
+    let mut v = lin.to_vec();
+    take_params(&mut v, params, &mut off);
+    *lin = Matrix::from_vec(lin.num_rows(), lin.num_cols(), v);
+    take_params_vector(bias, params, &mut off);
+}
+
+/// Implements `UpdatableComponent` for a type whose parameters are `linear` (W) and `bias`
+/// (b), with its learning-rate options in `common`.
+macro_rules! linear_bias_updatable {
+    ($ty:ty) => {
+        impl $crate::nnet::component::UpdatableComponent for $ty {
+            fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
+                &self.common
+            }
+            fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
+                &mut self.common
+            }
+            fn num_parameters(&self) -> usize {
+                self.linear.num_rows() * (self.linear.num_cols() + 1)
+            }
+            fn vectorize(&self, out: &mut [f32]) {
+                $crate::nnet::component::param_ops::vectorize_into(
+                    &[&self.linear.to_vec(), &self.bias],
+                    out,
+                );
+            }
+            fn unvectorize(&mut self, params: &[f32]) {
+                $crate::nnet::component::param_ops::pair_unvectorize(
+                    &mut self.linear,
+                    &mut self.bias,
+                    params,
+                );
+            }
+            fn scale(&mut self, alpha: f32) {
+                self.linear.view_mut().scale(alpha);
+                self.bias.as_row_mut().scale(alpha);
+            }
+            fn add(&mut self, alpha: f32, other: &dyn $crate::nnet::component::Component) {
+                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
+                    $crate::nnet::component::param_ops::pair_add(
+                        &mut self.linear,
+                        &mut self.bias,
+                        alpha,
+                        &o.linear,
+                        &o.bias,
+                    );
+                }
+            }
+            fn dot_product(&self, other: &dyn $crate::nnet::component::Component) -> f32 {
+                other.as_any().downcast_ref::<$ty>().map_or(0.0, |o| {
+                    $crate::nnet::component::param_ops::pair_dot(
+                        &self.linear,
+                        &self.bias,
+                        &o.linear,
+                        &o.bias,
+                    )
+                })
+            }
+            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+                $crate::nnet::component::param_ops::perturb_matrix(&mut self.linear, stddev, rng);
+                $crate::nnet::component::param_ops::perturb_vector(&mut self.bias, stddev, rng);
+            }
+        }
+    };
+}
+pub(crate) use linear_bias_updatable;
+
+/// Implements `UpdatableComponent` for a type whose parameters are a list of vectors (in
+/// Vectorize order), with its learning-rate options in `common`.
+macro_rules! vector_params_updatable {
+    ($ty:ty, $($field:ident),+) => {
+        impl $crate::nnet::component::UpdatableComponent for $ty {
+            fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
+                &self.common
+            }
+            fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
+                &mut self.common
+            }
+            fn num_parameters(&self) -> usize {
+                0 $(+ self.$field.dim())+
+            }
+            fn vectorize(&self, out: &mut [f32]) {
+                $crate::nnet::component::param_ops::vectorize_into(&[$(&self.$field),+], out);
+            }
+            fn unvectorize(&mut self, params: &[f32]) {
+                let mut off = 0;
+                $($crate::nnet::component::param_ops::take_params_vector(
+                    &mut self.$field,
+                    params,
+                    &mut off,
+                );)+
+            }
+            fn scale(&mut self, alpha: f32) {
+                $(self.$field.scale(alpha);)+
+            }
+            fn add(&mut self, alpha: f32, other: &dyn $crate::nnet::component::Component) {
+                if let Some(o) = other.as_any().downcast_ref::<$ty>() {
+                    $($crate::nnet::component::param_ops::vec_add(
+                        &mut self.$field,
+                        alpha,
+                        &o.$field,
+                    );)+
+                }
+            }
+            fn dot_product(&self, other: &dyn $crate::nnet::component::Component) -> f32 {
+                match other.as_any().downcast_ref::<$ty>() {
+                    Some(o) => {
+                        0.0 $(+ $crate::nnet::component::param_ops::vec_dot(&self.$field, &o.$field))+
+                    }
+                    None => 0.0,
+                }
+            }
+            fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {
+                $($crate::nnet::component::param_ops::perturb_vector(&mut self.$field, stddev, rng);)+
+            }
+        }
+    };
+}
+pub(crate) use vector_params_updatable;
