@@ -16,8 +16,10 @@ fn golden(case: &str, file: &str) -> String {
     p.display().to_string()
 }
 
+/// `name` in a folder of its own (tests run in parallel, and each checks its folder for
+/// leftover temporaries).
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("compnet-train-bad-{}", std::process::id()));
+    let d = std::env::temp_dir().join(format!("compnet-train-bad-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
 }
