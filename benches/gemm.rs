@@ -18,6 +18,8 @@ const SHAPES: &[(&str, usize, usize, usize)] = &[
     ("small", 256, 200, 512),
     ("mid", 512, 1536, 1536),
     ("big", 512, 1536, 3000),
+    ("train-tdnn", 5632, 1950, 650),
+    ("train-out", 2048, 650, 3000),
 ];
 
 /// The three products of an affine layer, as (name, C shape, which operands are transposed).

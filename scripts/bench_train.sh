@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Training throughput behind docs/PERFORMANCE.md ("Training"): `compnet train` against Kaldi's
+# `nnet3-train` on the same egs, in the same run, on the wsj TDNN of tests/data/kaldi/perf
+# (natural gradient on), minibatches of 256 egs x 8 frames, 1 and 2 threads, whole process,
+# interleaved (compnet, Kaldi, compnet, Kaldi, ...), best of ROUNDS. The egs are made by
+# compnet's get-egs / shuffle-egs / merge-egs (byte-identical to Kaldi's tools) from random
+# 40-dim features, 100-dim online iVectors (period 10) and random pdf posteriors (3000 pdfs).
+#
+# Usage: scripts/bench_train.sh [ROUNDS] [KALDI_RUN]
+#   KALDI_RUN: Kaldi's launcher (default ../shared/tools/kaldi/run); without it only compnet runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+KALDI=${2:-../shared/tools/kaldi/run}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+cargo build --release --bin compnet >&2
+B=${CARGO_TARGET_DIR:-target}/release/compnet
+python3 - "$OUT" <<'PY'
+import random, struct, sys
+out = sys.argv[1]
+rng = random.Random(1)
+with open(f"{out}/feats.ark", "wb") as f, open(f"{out}/ivec.ark", "wb") as g, open(f"{out}/post.txt", "w") as p:
+    for u in range(48):
+        rows = 300
+        key = b"utt%03d" % u
+        f.write(key + b" \0BFM \4" + struct.pack("<i", rows) + b"\4" + struct.pack("<i", 40))
+        f.write(struct.pack("<%df" % (rows * 40), *(rng.gauss(0, 1) for _ in range(rows * 40))))
+        g.write(key + b" \0BFM \4" + struct.pack("<i", 30) + b"\4" + struct.pack("<i", 100))
+        g.write(struct.pack("<%df" % (30 * 100), *(rng.gauss(0, 1) for _ in range(30 * 100))))
+        p.write(key.decode() + " " + " ".join("[ %d 1 ]" % rng.randrange(3000) for _ in range(rows)) + "\n")
+PY
+"$B" init --srand=1 tests/data/kaldi/perf/wsj_nnet3_tdnn_1a.config "$OUT/wsj.raw" 2>/dev/null
+"$B" get-egs --num-pdfs=3000 --left-context=13 --right-context=7 --num-frames=8 \
+  --online-ivectors="ark:$OUT/ivec.ark" --online-ivector-period=10 \
+  "ark:$OUT/feats.ark" "ark:$OUT/post.txt" "ark:$OUT/egs1.ark" 2>/dev/null
+"$B" shuffle-egs --srand=1 "ark:$OUT/egs1.ark" "ark:$OUT/egs2.ark" 2>/dev/null
+"$B" merge-egs --minibatch-size=256 "ark:$OUT/egs2.ark" "ark:$OUT/egs.ark" 2>/dev/null
+frames=$(( $("$B" compute-prob "$OUT/wsj.raw" "ark:$OUT/egs.ark" 2>&1 | sed -n "s/.*log-likelihood.* over \([0-9]*\) frames.*/\1/p") ))
+echo "egs: $frames output frames in minibatches of 256 x 8"
+best() { sort -g | head -1; }
+for t in 1 2; do
+  : >"$OUT/c$t"; : >"$OUT/k$t"
+  for r in $(seq "$ROUNDS"); do
+    /usr/bin/time -f %e -a -o "$OUT/c$t" "$B" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/c.raw" 2>/dev/null
+    if [ -x "$KALDI" ]; then
+      OPENBLAS_NUM_THREADS=$t /usr/bin/time -f %e -a -o "$OUT/k$t" "$KALDI" nnet3-train --use-gpu=no --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/k.raw" 2>/dev/null
+    fi
+  done
+  c=$(best <"$OUT/c$t")
+  line=$(awk -v f="$frames" -v c="$c" -v t="$t" 'BEGIN { printf "threads %d: compnet %.2f s (%.0f frames/s)", t, c, f / c }')
+  if [ -s "$OUT/k$t" ]; then
+    k=$(best <"$OUT/k$t")
+    line="$line$(awk -v f="$frames" -v c="$c" -v k="$k" 'BEGIN { printf ", Kaldi %.2f s (%.0f frames/s), ratio %.2f", k, f / k, k / c }')"
+  fi
+  echo "$line"
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
