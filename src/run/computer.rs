@@ -62,6 +62,10 @@ pub struct NnetComputer<'a> {
     /// For each ProvideOutput command: true if its matrix is never touched again except by a
     /// deallocation, so the output can be moved out instead of copied.
     can_take: Vec<bool>,
+    /// Per component: its parameter update is consolidated (see [`PendingUpdate`]).
+    consolidate: Vec<bool>,
+    /// The rows saved for consolidated updates, by component.
+    pending: Vec<(usize, PendingUpdate)>,
     checked: Option<std::result::Result<(), String>>,
     forward_done: bool,
     scratch: Matrix,
@@ -159,6 +163,8 @@ impl<'a> NnetComputer<'a> {
             input_derivs: HashMap::new(),
             marker,
             can_take: Vec::new(),
+            consolidate: Vec::new(),
+            pending: Vec::new(),
             checked: None,
             forward_done: false,
             scratch: Matrix::default(),
@@ -253,6 +259,7 @@ impl<'a> NnetComputer<'a> {
         if self.marker < n {
             self.run_range(self.marker + 1, n, true)?;
         }
+        self.flush_consolidated_updates();
         Ok(())
     }
 
@@ -276,6 +283,28 @@ impl<'a> NnetComputer<'a> {
         })
     }
 
+    /// Runs each consolidated update: one Backprop per component over the rows of all its
+    /// steps, with no input derivative (those were computed step by step).
+    fn flush_consolidated_updates(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let Some(delta) = self.delta.as_deref_mut() else {
+            return;
+        };
+        for (c, p) in pending {
+            let comp: &dyn Component = self.nnet.get().components[c].as_ref();
+            let (in_value, out_value, out_deriv) = p.concatenated();
+            let args = BackpropArgs {
+                indexes: None,
+                in_value: in_value.view(),
+                out_value: out_value.view(),
+                memo: None,
+                to_update: Some(delta.components[c].as_mut()),
+                rng: &mut self.rng,
+            };
+            comp.backprop(args, out_deriv.view(), None);
+        }
+    }
+
     // ------------------------------------------------------------------ checking
 
     /// Validates the computation once (every index in range, shapes consistent).
@@ -285,6 +314,9 @@ impl<'a> NnetComputer<'a> {
                 .map(|accesses| self.can_take = compute_can_take(self.computation, &accesses))
                 .map_err(|e| e.to_string());
             self.checked = Some(r);
+            if self.delta.is_some() {
+                self.consolidate = components_to_consolidate(self.computation, self.nnet.get());
+            }
         }
         match &self.checked {
             Some(Err(e)) => Err(Error::Compute(format!("invalid computation: {e}"))),
@@ -658,6 +690,24 @@ impl<'a> NnetComputer<'a> {
         else {
             return Err(Error::Compute("backprop called on another command".into()));
         };
+        // A consolidated update: save the rows now, update once at the end of the pass.
+        let consolidated = update && self.consolidate.get(c).copied().unwrap_or(false);
+        if consolidated {
+            let rows = |s: usize| view_of(&self.matrices, self.computation, s).to_matrix();
+            let saved = (rows(in_value), rows(out_value), rows(out_deriv));
+            match self.pending.iter_mut().find(|p| p.0 == c) {
+                Some(p) => p.1.push(saved),
+                None => {
+                    let mut p = PendingUpdate::default();
+                    p.push(saved);
+                    self.pending.push((c, p));
+                }
+            }
+            if in_deriv == 0 {
+                return Ok(());
+            }
+        }
+        let update = update && !consolidated;
         let idx = self.precomputed(precomputed);
         let memo_val = if memo != 0 {
             self.memos.remove(&memo)
@@ -833,6 +883,81 @@ impl Drop for NnetComputer<'_> {
 }
 
 /// A view of sub-matrix `s` of `matrices` (0 = empty view).
+/// The saved rows of a component's steps whose parameter update is consolidated (Kaldi's
+/// `ConsolidateModelUpdate`, on by default in its trainer): a recurrent network runs a
+/// layer's backprop once per time step, and natural gradient must see the rows of the whole
+/// minibatch in one update, not a handful per step (its statistics and its rescaling differ).
+/// Each step still computes its input derivative at once; the update waits for the end of
+/// the backward pass.
+#[derive(Default)]
+struct PendingUpdate {
+    in_value: Vec<Matrix>,
+    out_value: Vec<Matrix>,
+    out_deriv: Vec<Matrix>,
+}
+
+impl PendingUpdate {
+    fn push(&mut self, (i, o, d): (Matrix, Matrix, Matrix)) {
+        self.in_value.push(i);
+        self.out_value.push(o);
+        self.out_deriv.push(d);
+    }
+
+    /// The rows of all steps, step after step.
+    fn concatenated(&self) -> (Matrix, Matrix, Matrix) {
+        fn cat(parts: &[Matrix]) -> Matrix {
+            let rows: usize = parts.iter().map(|m| m.num_rows()).sum();
+            let cols = parts.iter().map(|m| m.num_cols()).max().unwrap_or(0);
+            if rows == 0 || cols == 0 {
+                return Matrix::default();
+            }
+            let mut out = Matrix::zeros(rows, cols);
+            let mut r = 0;
+            for m in parts {
+                if m.num_rows() > 0 && m.num_cols() == cols {
+                    out.sub_mut(r, m.num_rows(), 0, cols).copy_from(m.view());
+                }
+                r += m.num_rows();
+            }
+            out
+        }
+        (
+            cat(&self.in_value),
+            cat(&self.out_value),
+            cat(&self.out_deriv),
+        )
+    }
+}
+
+/// Components whose update is consolidated: simple ones (rows independent, no precomputed
+/// indexes or memos) with parameters that are updated by more than one Backprop command.
+fn components_to_consolidate(comp: &NnetComputation, nnet: &Nnet) -> Vec<bool> {
+    let mut count = vec![0usize; nnet.components.len()];
+    for cmd in &comp.commands {
+        if let Command::Backprop {
+            component,
+            update: true,
+            ..
+        } = cmd
+        {
+            if let Some(n) = count.get_mut(*component) {
+                *n += 1;
+            }
+        }
+    }
+    nnet.components
+        .iter()
+        .zip(&count)
+        .map(|(c, &n)| {
+            let p = c.properties();
+            n > 1
+                && c.as_updatable().is_some()
+                && p.has(Properties::SIMPLE)
+                && !p.has(Properties::USES_MEMO)
+        })
+        .collect()
+}
+
 fn view_of<'m>(matrices: &'m [Matrix], comp: &NnetComputation, s: usize) -> MatView<'m> {
     if s == 0 {
         return MatView::from_slice(&[], 0, 0);

@@ -386,6 +386,10 @@ impl Component for LstmNonlinearityComponent {
             let rms = (param_ops::vec_dot(&row, &row) / c as f32).sqrt();
             s += &format!(", {name}-rms={}", fmt_g(rms as f64, 4));
         }
+        if self.count != 0.0 {
+            // Kaldi names the frame count when there are statistics (a trained model).
+            s += &format!(", count={}", g(self.count));
+        }
         for (k, name) in NONLIN_NAMES.iter().enumerate() {
             s += &format!(
                 ", {name}={{ self-repair-lower-threshold={}, self-repair-scale={}",
