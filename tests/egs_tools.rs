@@ -416,3 +416,77 @@ mod rules {
         }
     }
 }
+
+/// Beyond Kaldi's get-egs (which wants `ali-to-post` first): integer pdf alignments, in text
+/// or binary, give the same egs as the equivalent weight-1 posteriors.
+#[test]
+fn integer_alignments_give_the_egs_of_their_posteriors() {
+    let dir = std::env::temp_dir().join(format!("compnet-egs-ali-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/kaldi/train/affine-plain"
+    );
+    // One pdf per frame: the first of each golden posterior frame.
+    let post = std::fs::read_to_string(format!("{case}/post.txt")).unwrap();
+    let (mut ali_txt, mut post_txt, mut ali_bin) = (String::new(), String::new(), Vec::new());
+    for line in post.lines() {
+        let (key, rest) = line.split_once(' ').unwrap();
+        let pdfs: Vec<i32> = rest
+            .split(']')
+            .filter_map(|f| f.trim().trim_start_matches('[').split_whitespace().next())
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert!(!pdfs.is_empty());
+        ali_txt += &format!(
+            "{key} {}\n",
+            pdfs.iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        post_txt += &format!(
+            "{key} {}\n",
+            pdfs.iter()
+                .map(|p| format!("[ {p} 1 ]"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        ali_bin.extend_from_slice(format!("{key} \0B\x04").as_bytes());
+        ali_bin.extend_from_slice(&(pdfs.len() as i32).to_le_bytes());
+        for p in &pdfs {
+            ali_bin.push(4);
+            ali_bin.extend_from_slice(&p.to_le_bytes());
+        }
+    }
+    std::fs::write(dir.join("ali.txt"), ali_txt).unwrap();
+    std::fs::write(dir.join("post.txt"), post_txt).unwrap();
+    std::fs::write(dir.join("ali.ark"), ali_bin).unwrap();
+    let egs_of = |sup: &str, out: &str| -> Vec<u8> {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"))
+            .args([
+                "get-egs",
+                "--num-pdfs=10",
+                "--left-context=1",
+                "--right-context=1",
+                "--num-frames=5",
+                "--compress=false",
+                &format!("ark:{case}/feats.txt"),
+                &format!("ark:{}", dir.join(sup).display()),
+                &format!("ark:{}", dir.join(out).display()),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{sup}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::read(dir.join(out)).unwrap()
+    };
+    let from_post = egs_of("post.txt", "p.ark");
+    assert!(from_post.len() > 1000);
+    assert!(egs_of("ali.txt", "a.ark") == from_post, "text alignments");
+    assert!(egs_of("ali.ark", "b.ark") == from_post, "binary alignments");
+    let _ = std::fs::remove_dir_all(&dir);
+}

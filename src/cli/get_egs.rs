@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::io::compressed::{CompressedFormat, CompressedMatrix, CompressionMethod};
 use crate::io::egs::{NnetExample, NnetExampleWriter, NnetIo};
-use crate::io::sparse::{GeneralMatrix, Posterior, SparseMatrix, SparseVector};
+use crate::io::sparse::{GeneralMatrix, PdfSupervision, SparseMatrix, SparseVector};
 use crate::io::table::{RandomAccessMatrixReader, RandomAccessTableReader, SequentialTableReader};
 use crate::matrix::Matrix;
 
@@ -85,7 +85,7 @@ pub struct DenseArgs {
 
 enum Supervision {
     /// Pdf posteriors and the number of pdfs.
-    Posteriors(RandomAccessTableReader<Posterior>, usize),
+    Posteriors(RandomAccessTableReader<PdfSupervision>, usize),
     /// Dense targets and the dimension they must have (`None`: any).
     Dense(RandomAccessMatrixReader, Option<usize>),
 }
@@ -291,7 +291,7 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
             },
         };
         let target_len = match &mut sup {
-            Supervision::Posteriors(r, _) => r.value(&key)?.len(),
+            Supervision::Posteriors(r, _) => r.value(&key)?.0.len(),
             Supervision::Dense(r, _) => r.value(&key)?.num_rows(),
         } as i32;
         let expected = (n_rows + fsf - 1) / fsf;
@@ -361,7 +361,7 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
                 .collect();
             let features = match &mut sup {
                 Supervision::Posteriors(r, dim) => {
-                    let post = r.value(&key)?;
+                    let post = &r.value(&key)?.0;
                     let mut rows = Vec::with_capacity(n_sub);
                     for (i, &w) in chunk.output_weights.iter().enumerate().take(n_sub) {
                         let t = first_out as usize + i;

@@ -277,6 +277,13 @@ impl GeneralMatrix {
 /// Per-frame lists of (pdf or class id, weight): Kaldi's `Posterior`.
 pub type Posterior = Vec<Vec<(i32, f32)>>;
 
+/// Frame-level supervision as `get-egs` reads it: Kaldi posteriors, or (beyond Kaldi's tool,
+/// which wants `ali-to-post` first) an integer pdf alignment, each frame's pdf with weight 1.
+/// Read as a posterior first; an alignment is taken when that fails, or when the posterior
+/// reading gives only empty frames (how a binary alignment of pdf 0s would read).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PdfSupervision(pub Posterior);
+
 /// Reads a Posterior: binary counts and pairs, or text `[ id w ... ] [ ... ]` up to the end
 /// of the line.
 pub fn read_posterior(r: &mut TokenReader<'_>) -> Result<Posterior> {

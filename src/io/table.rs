@@ -677,6 +677,47 @@ impl TableObject for Posterior {
     }
 }
 
+impl TableObject for super::sparse::PdfSupervision {
+    fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
+        let start = r.pos();
+        let posterior = super::sparse::read_posterior(r);
+        let all_empty = |p: &Posterior| !p.is_empty() && p.iter().all(|f| f.is_empty());
+        if let Ok(p) = &posterior {
+            if !all_empty(p) {
+                return posterior.map(Self);
+            }
+        }
+        let after_posterior = r.pos();
+        r.set_pos(start);
+        match super::sparse::read_basic_int_vector(r) {
+            Ok(ali) => Ok(Self(ali.iter().map(|&k| vec![(k, 1.0)]).collect())),
+            Err(_) => match posterior {
+                Ok(p) => {
+                    r.set_pos(after_posterior);
+                    Ok(Self(p))
+                }
+                // The posterior's error (the format Kaldi's tool documents), saying that an
+                // alignment would have done too.
+                Err(Error::Format {
+                    file,
+                    offset,
+                    expected,
+                    found,
+                }) => Err(Error::Format {
+                    file,
+                    offset,
+                    expected: format!("{expected} (a posterior, or an integer alignment)"),
+                    found,
+                }),
+                Err(e) => Err(e),
+            },
+        }
+    }
+    fn write_object(&self, w: &mut TokenWriter) {
+        super::sparse::write_posterior(w, &self.0)
+    }
+}
+
 impl TableObject for Vec<i32> {
     fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
         super::sparse::read_basic_int_vector(r)
