@@ -271,3 +271,62 @@ fn a_few_hundred_steps_drive_the_objective_up() {
         "objective went from {first} to {last} only"
     );
 }
+
+/// Kaldi's orthonormal constraint (`orthonormal-constraint` on Linear, Affine and Tdnn
+/// components), applied by the trainer after each update: repeated, it makes the weight
+/// matrix semi-orthogonal, with rows (or columns, whichever are fewer) of norm s = the
+/// constraint, or of a common floating norm when the constraint is negative.
+#[test]
+fn the_orthonormal_constraint_makes_weights_semi_orthogonal() {
+    for (ty, dims, constraint) in [
+        ("LinearComponent", (12, 5), 1.0f32),
+        ("LinearComponent", (5, 12), 1.0),
+        ("AffineComponent", (10, 6), 0.5),
+        ("LinearComponent", (12, 5), -1.0),
+    ] {
+        let (input, output) = dims;
+        // Started 30 % off the target norm: like Kaldi's, the step is made for weights near
+        // the constraint (from far away a fixed-scale step can overshoot and diverge).
+        let stddev = 1.3 * constraint.abs() / (input.max(output) as f32).sqrt();
+        let config = format!(
+            "input-node name=input dim={input}\n\
+             component name=c type={ty} input-dim={input} output-dim={output} \
+             orthonormal-constraint={constraint} param-stddev={stddev}\n\
+             component-node name=c component=c input=input\n\
+             output-node name=output input=c\n"
+        );
+        let mut nnet = Nnet::from_config_text(&config, "<test>", &mut seeded_rng(4)).unwrap();
+        let mut rng = seeded_rng(9);
+        for _ in 0..400 {
+            compnet::train::nnet_update::constrain_orthonormal(&mut nnet, &mut rng);
+        }
+        let u = nnet.components[0].as_updatable().unwrap();
+        let mut v = vec![0.0; u.num_parameters()];
+        u.vectorize(&mut v);
+        // W (output × input, row-major) first in the parameter order; the smaller side.
+        let w = |r: usize, c: usize| v[r * input + c] as f64;
+        let (n, m, transposed) = if output <= input {
+            (output, input, false)
+        } else {
+            (input, output, true)
+        };
+        let at = |i: usize, k: usize| if transposed { w(k, i) } else { w(i, k) };
+        let gram = |i: usize, j: usize| (0..m).map(|k| at(i, k) * at(j, k)).sum::<f64>();
+        let s2 = if constraint > 0.0 {
+            (constraint * constraint) as f64
+        } else {
+            (0..n).map(|i| gram(i, i)).sum::<f64>() / n as f64
+        };
+        assert!(s2 > 1e-3, "{ty} {dims:?}: collapsed");
+        for i in 0..n {
+            for j in 0..n {
+                let want = if i == j { s2 } else { 0.0 };
+                assert!(
+                    (gram(i, j) - want).abs() < 1e-3 * s2.max(1.0),
+                    "{ty} {dims:?} constraint {constraint}: (W·Wᵀ)[{i},{j}] = {} not {want}",
+                    gram(i, j)
+                );
+            }
+        }
+    }
+}

@@ -51,7 +51,7 @@ pub struct AffineComponent {
     pub linear: WeightMatrix,
     /// b, output-dim.
     pub bias: Vector,
-    /// Kaldi's orthonormal-constraint (0 = none); only stored here.
+    /// Kaldi's orthonormal-constraint (0 = none); applied by the trainer.
     pub orthonormal_constraint: f32,
     /// Present for `NaturalGradientAffineComponent`.
     pub natural_gradient: Option<NaturalGradientOptions>,
@@ -348,7 +348,7 @@ impl Component for AffineComponent {
     updatable_boilerplate!();
 }
 
-param_ops::linear_bias_updatable!(AffineComponent);
+param_ops::linear_bias_updatable!(AffineComponent, orthonormal);
 
 /// `FixedAffineComponent`: a non-trainable affine transform (LDA, IDCT, ...).
 #[derive(Clone, Debug)]

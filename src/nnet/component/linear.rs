@@ -27,7 +27,7 @@ pub struct LinearComponent {
     pub common: UpdatableCommon,
     /// W, output-dim × input-dim.
     pub params: WeightMatrix,
-    /// Kaldi's orthonormal-constraint (0 = none); only stored here.
+    /// Kaldi's orthonormal-constraint (0 = none); applied by the trainer.
     pub orthonormal_constraint: f32,
     /// use-natural-gradient, rank-in, rank-out, update-period, num-samples-history, alpha.
     pub ng: NaturalGradientOptions,
@@ -208,6 +208,10 @@ impl Component for LinearComponent {
 }
 
 impl UpdatableComponent for LinearComponent {
+    fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
+        (self.orthonormal_constraint != 0.0)
+            .then(|| (self.orthonormal_constraint, self.params.view_mut()))
+    }
     fn common(&self) -> &UpdatableCommon {
         &self.common
     }

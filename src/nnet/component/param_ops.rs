@@ -125,7 +125,22 @@ pub fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
 /// (b), with its learning-rate options in `common`.
 macro_rules! linear_bias_updatable {
     ($ty:ty) => {
+        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, {});
+    };
+    // `orthonormal`: the type has Kaldi's `orthonormal-constraint` on `linear`.
+    ($ty:ty, orthonormal) => {
+        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, {
+            fn orthonormal_constraint(
+                &mut self,
+            ) -> Option<(f32, $crate::matrix::MatViewMut<'_>)> {
+                (self.orthonormal_constraint != 0.0)
+                    .then(|| (self.orthonormal_constraint, self.linear.view_mut()))
+            }
+        });
+    };
+    ($ty:ty, { $($extra:item)* }) => {
         impl $crate::nnet::component::UpdatableComponent for $ty {
+            $($extra)*
             fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
                 &self.common
             }
