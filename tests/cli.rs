@@ -470,3 +470,67 @@ fn usage_errors_exit_non_zero_with_one_clear_line() {
         assert!(!run(&args).status.success(), "{args:?}");
     }
 }
+
+/// Kaldi's habit in every command: an option given twice, the last one wins (existing Kaldi
+/// command lines repeat options, e.g. a script's defaults followed by the user's).
+#[test]
+fn a_repeated_option_takes_the_last_value() {
+    let dir = std::env::temp_dir().join(format!("compnet-cli-repeat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = format!("{GOLDEN}/train/affine-plain/before.raw");
+    let out = dir.join("m.raw");
+    ok(&["copy", "--binary=false", "--binary=true", &model, s(&out)]);
+    assert!(
+        std::fs::read(&out).unwrap().starts_with(b"\0B"),
+        "last --binary=true lost"
+    );
+    ok(&[
+        "copy",
+        "--binary=true",
+        "--binary",
+        "false",
+        &model,
+        s(&out),
+    ]);
+    assert!(
+        !std::fs::read(&out).unwrap().starts_with(b"\0B"),
+        "last --binary false lost"
+    );
+    // train: --print-interval=1 after =1000 logs every minibatch (4 of them: 3 phase lines).
+    let egs = format!("ark:{GOLDEN}/train/affine-plain/egs.ark");
+    let o = ok(&[
+        "train",
+        "--print-interval=1000",
+        "--print-interval=1",
+        &model,
+        &egs,
+        s(&out),
+    ]);
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        log.matches("Average objective function").count(),
+        3,
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same command twice gives bit-identical models (every random choice is seeded).
+#[test]
+fn training_twice_gives_identical_models() {
+    let dir = std::env::temp_dir().join(format!("compnet-cli-twice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = format!("{GOLDEN}/train/ng-batchnorm");
+    let (a, b) = (dir.join("a.raw"), dir.join("b.raw"));
+    for out in [&a, &b] {
+        ok(&[
+            "train",
+            "--srand=7",
+            &format!("{case}/before.raw"),
+            &format!("ark:{case}/egs.ark"),
+            s(out),
+        ]);
+    }
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -100,7 +100,13 @@ pub fn warn_non_finite(tool: &str, key: &str, m: &crate::matrix::Matrix, compres
 
 /// Runs the command line; returns the process exit code.
 pub fn main_with_args(args: Vec<String>) -> Result<i32> {
-    let cli = match Cli::try_parse_from(args) {
+    use clap::{CommandFactory, FromArgMatches};
+    // Kaldi's habit for every tool: an option given twice, the last one wins.
+    let command = Cli::command().mut_subcommands(|s| s.args_override_self(true));
+    let parsed = command
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
