@@ -103,7 +103,8 @@ fn same_log_line(a: &str, b: &str, rel: f64) -> bool {
     if rel == 0.0 || a == b {
         return a == b;
     }
-    let (wa, wb): (Vec<&str>, Vec<&str>) = (a.split(' ').collect(), b.split(' ').collect());
+    let (wa, wb): (Vec<&str>, Vec<&str>) =
+        (a.split([' ', '=']).collect(), b.split([' ', '=']).collect());
     wa.len() == wb.len()
         && wa.iter().zip(&wb).all(|(x, y)| {
             let num = |w: &str| w.trim_end_matches('.').parse::<f64>().ok();
@@ -235,6 +236,16 @@ fn momentum_and_l2_match_kaldi() {
 #[test]
 fn lstm_with_natural_gradient_matches_kaldi() {
     check_training_logs_within("lstm-ng", 0.01, 1e-5);
+}
+
+/// Natural gradient in every component type that has it (Linear, NG-PerElementScale,
+/// PerElementOffset, Tdnn, ScaleAndOffset, NG-RepeatedAffine, ConstantFunction, NG-Affine).
+/// One known residual: TdnnComponent's natural-gradient step differs from Kaldi's by about
+/// 1 % of the step (plain gradient: exact; the cause is not found yet), and over 5 minibatches
+/// that spreads to the other blocks, hence 3 % here.
+#[test]
+fn natural_gradient_in_every_component_matches_kaldi() {
+    check_training_logs_within("ng-all", 0.03, 2e-4);
 }
 
 #[test]

@@ -265,6 +265,8 @@ pub struct RepeatedAffineComponent {
     pub num_repeats: usize,
     /// True for `NaturalGradientRepeatedAffineComponent`.
     pub natural_gradient: bool,
+    /// Its preconditioner, when this is the `to_update` side (never saved).
+    pub ng_state: crate::update::NaturalGradientState,
 }
 
 impl RepeatedAffineComponent {
@@ -285,7 +287,56 @@ impl RepeatedAffineComponent {
             bias,
             num_repeats: n,
             natural_gradient,
+            ng_state: Default::default(),
         }))
+    }
+
+    /// Adds out_deriv · W block by block to `in_deriv`, if given.
+    fn input_deriv(&self, out_deriv: MatView<'_>, in_deriv: Option<MatViewMut<'_>>) {
+        let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
+        if let Some(mut d) = in_deriv {
+            for k in 0..self.num_repeats {
+                d.cols_range_mut(k * ib, ib).add_mat_mat(
+                    1.0,
+                    out_deriv.cols_range(k * ob, ob),
+                    Trans::No,
+                    self.linear.view(),
+                    Trans::No,
+                    1.0,
+                );
+            }
+        }
+    }
+
+    /// The natural-gradient kind's update (as Kaldi's): the gradient [∂W ∂b] summed over all
+    /// rows and repeats is formed first, and *its* rows (one per output unit, block-in + 1
+    /// columns) go through one preconditioner of rank min(40, block-in / 2), update period 4.
+    fn natural_gradient_update(&mut self, in_value: MatView<'_>, out_deriv: MatView<'_>, n: usize) {
+        let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
+        let mut grad = Matrix::zeros(ob, ib + 1);
+        for k in 0..n {
+            let (x, y) = (
+                in_value.cols_range(k * ib, ib),
+                out_deriv.cols_range(k * ob, ob),
+            );
+            grad.sub_mut(0, ob, 0, ib)
+                .add_mat_mat(1.0, y, Trans::Yes, x, Trans::No, 1.0);
+            let mut bias = vec![0.0f32; ob];
+            y.add_row_sum_to(&mut bias, 1.0, 0.0);
+            let mut col = grad.sub_mut(0, ob, ib, 1);
+            col.add_mat(1.0, MatView::from_slice(&bias, ob, 1), Trans::No);
+        }
+        let rank = 40.min(ib as i32 / 2).max(1);
+        let options = crate::update::NaturalGradientOptions::symmetric(rank, 4.0, 4, 2000.0);
+        let mut step = Matrix::zeros(ob, ib + 1);
+        Update::new(&self.common, Some((&options, &mut self.ng_state)), false)
+            .rows_block(step.view_mut(), grad);
+        self.linear
+            .view_mut()
+            .add_mat(1.0, step.sub(0, ob, 0, ib), Trans::No);
+        self.bias
+            .as_row_mut()
+            .add_mat(1.0, step.sub(0, ob, ib, 1), Trans::Yes);
     }
 
     /// Kaldi's RepeatedAffineComponent::InitFromConfig.
@@ -312,6 +363,7 @@ impl RepeatedAffineComponent {
             bias,
             num_repeats,
             natural_gradient,
+            ng_state: Default::default(),
         }))
     }
 
@@ -379,7 +431,10 @@ impl Component for RepeatedAffineComponent {
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>())
         {
-            // The natural-gradient kind has no preconditioner slot yet: it updates plainly.
+            if u.natural_gradient {
+                u.natural_gradient_update(in_value, out_deriv, self.num_repeats);
+                return self.input_deriv(out_deriv, in_deriv);
+            }
             let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_repeats {
                 update.weight_block(
@@ -390,18 +445,7 @@ impl Component for RepeatedAffineComponent {
                 );
             }
         }
-        if let Some(mut d) = in_deriv {
-            for k in 0..self.num_repeats {
-                d.cols_range_mut(k * ib, ib).add_mat_mat(
-                    1.0,
-                    out_deriv.cols_range(k * ob, ob),
-                    Trans::No,
-                    self.linear.view(),
-                    Trans::No,
-                    1.0,
-                );
-            }
-        }
+        self.input_deriv(out_deriv, in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let (ty, n) = (self.type_name(), self.num_repeats);
