@@ -202,7 +202,7 @@ const KNOWN_INFO_ROUNDING: &[(&str, &str, &str)] = &[(
 /// Two info lines that differ only in numbers, each within `rel`.
 fn info_close(a: &str, b: &str, rel: f64) -> bool {
     let split = |s: &str| -> Vec<String> {
-        s.split(|c: char| c == ',' || c == '=' || c == ' ' || c == '(' || c == ')')
+        s.split([',', '=', ' ', '(', ')'])
             .map(str::to_string)
             .collect()
     };
