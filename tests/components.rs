@@ -250,7 +250,7 @@ fn golden_info_lines_match() {
                 .find(|(l, c, _)| label.ends_with(l) && *c == name);
             match (got, known) {
                 (Ok(g), Some((_, _, why))) => {
-                    if g == want || !info_close(&g, &want, 2e-3) {
+                    if g == want || !info_close(&g, want, 2e-3) {
                         failures.push(format!(
                             "{label} {name}: listed as a known rounding difference ({why}) but \
                              {}:\n  ours:  {g}\n  kaldi: {want}",
