@@ -6,7 +6,7 @@
 use compnet::nnet::Nnet;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
@@ -15,35 +15,12 @@ fn golden(case: &str, file: &str) -> PathBuf {
 }
 
 fn compnet(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_compnet"))
-        .args(args)
-        .output()
-        .expect("run compnet");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !err.contains("panicked"),
-        "compnet {args:?} panicked:\n{err}"
-    );
-    out
+    compnet::testing::cli::run(env!("CARGO_BIN_EXE_compnet"), args)
 }
 
 /// Runs a command that must fail; returns its stderr. Checks the output file stays absent.
 fn must_fail(args: &[&str], out_file: &Path) -> String {
-    let out = compnet(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "compnet {args:?} succeeded");
-    assert!(err.starts_with("compnet: error: "), "{args:?}: {err}");
-    assert!(!out_file.exists(), "{args:?} left {}", out_file.display());
-    // No temporary file is left next to it either.
-    let dir = out_file.parent().unwrap();
-    let leftovers: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".tmp"))
-        .collect();
-    assert!(leftovers.is_empty(), "{args:?} left {leftovers:?}");
-    err
+    compnet::testing::cli::must_fail(env!("CARGO_BIN_EXE_compnet"), args, out_file, true)
 }
 
 const GOOD: &str = "input-node name=input dim=4

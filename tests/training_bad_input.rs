@@ -6,7 +6,7 @@
 use compnet::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
 use compnet::io::GeneralMatrix;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const TRAIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/train");
 
@@ -25,34 +25,13 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn compnet(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_compnet"))
-        .args(args)
-        .output()
-        .expect("run compnet");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !err.contains("panicked"),
-        "compnet {args:?} panicked:\n{err}"
-    );
-    out
+    compnet::testing::cli::run(env!("CARGO_BIN_EXE_compnet"), args)
 }
 
 /// Runs a command that must fail without writing `out` (or a temporary beside it); returns
 /// its stderr.
 fn must_fail(args: &[&str], out: &Path) -> String {
-    let o = compnet(args);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "compnet {args:?} succeeded:\n{err}");
-    assert!(err.contains("compnet: error: "), "{args:?}: {err}");
-    assert!(!out.exists(), "{args:?} left {}", out.display());
-    let leftovers: Vec<String> = std::fs::read_dir(out.parent().unwrap())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".tmp"))
-        .collect();
-    assert!(leftovers.is_empty(), "{args:?} left {leftovers:?}");
-    err
+    compnet::testing::cli::must_fail(env!("CARGO_BIN_EXE_compnet"), args, out, false)
 }
 
 fn read_egs(case: &str) -> Vec<(String, NnetExample)> {

@@ -4,6 +4,7 @@
 //! `tests/data/kaldi` (`golden`) and the compiler-independent reference evaluator
 //! (`reference`).
 
+pub mod cli;
 pub mod component;
 pub mod golden;
 pub mod reference;

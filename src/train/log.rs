@@ -1,38 +1,10 @@
 //! Log lines in Kaldi's shape, so its python drivers can parse ours: `LOG (<program>) <text>`
 //! on stderr, numbers as C++ streams print them (6 significant digits, `%g` style).
 
-/// `x` as C++'s default `ostream << x` prints a float or double: at most 6 significant
-/// digits, trailing zeros dropped, scientific form for exponents below -4 or from 6 up.
+/// `x` as C++'s default `ostream << x` prints a float or double: `%g` with 6 significant
+/// digits (Kaldi's log lines).
 pub fn fmt_g(x: f64) -> String {
-    if x.is_nan() {
-        return if x.is_sign_negative() { "-nan" } else { "nan" }.to_string();
-    }
-    if x.is_infinite() {
-        return if x < 0.0 { "-inf" } else { "inf" }.to_string();
-    }
-    if x == 0.0 {
-        return if x.is_sign_negative() { "-0" } else { "0" }.to_string();
-    }
-    // The exponent after rounding to 6 significant digits decides the form.
-    let sci = format!("{x:.5e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if !(-4..6).contains(&exp) {
-        let m = trim_zeros(mantissa);
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{m}e{sign}{:02}", exp.abs())
-    } else {
-        let decimals = (5 - exp).max(0) as usize;
-        trim_zeros(&format!("{x:.decimals$}")).to_string()
-    }
-}
-
-fn trim_zeros(s: &str) -> &str {
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        s
-    }
+    crate::io::codec::fmt_g(x, 6)
 }
 
 /// Prints `LOG (<program>) <text>` on stderr.

@@ -1,0 +1,42 @@
+//! Running the `compnet` binary from integration tests (which pass its path,
+//! `env!("CARGO_BIN_EXE_compnet")`): no run may panic, and a run that must fail must say so
+//! in one error line and leave no output (nor a temporary beside it).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs `bin` with `args`; panics if it panicked.
+pub fn run(bin: &str, args: &[&str]) -> Output {
+    let out = Command::new(bin).args(args).output().expect("run compnet");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked"),
+        "compnet {args:?} panicked:\n{err}"
+    );
+    out
+}
+
+/// Runs a command that must fail: non-zero exit, an error line starting `compnet: error: `
+/// (at the start of stderr when `error_first`; after log lines otherwise), no `out_file` and
+/// no temporary file beside it. Returns stderr.
+pub fn must_fail(bin: &str, args: &[&str], out_file: &Path, error_first: bool) -> String {
+    let out = run(bin, args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "compnet {args:?} succeeded:\n{err}");
+    let says = if error_first {
+        err.starts_with("compnet: error: ")
+    } else {
+        err.lines().any(|l| l.starts_with("compnet: error: "))
+    };
+    assert!(says, "{args:?}: {err}");
+    assert!(!out_file.exists(), "{args:?} left {}", out_file.display());
+    let dir = out_file.parent().expect("output in a folder");
+    let leftovers: Vec<String> = std::fs::read_dir(dir)
+        .expect("read the output folder")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{args:?} left {leftovers:?}");
+    err
+}
