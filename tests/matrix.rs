@@ -2352,3 +2352,30 @@ mod component_kernels {
         assert_close(dx.view(), &dxw, 1e-5, "diff_group_2norm");
     }
 }
+
+/// Σ x² in f64 on a strided view (the natural-gradient code reads a non-finite result as
+/// "some element is not finite", so that must hold too).
+#[test]
+fn sum_squares_f64_matches_a_reference_and_flags_non_finite() {
+    let mut g = rng(41);
+    for (r, c) in [(0, 5), (1, 1), (3, 7), (17, 33), (64, 1951)] {
+        let mut e = Embedded::new(r, c, &mut g);
+        let want: f64 = (0..r)
+            .flat_map(|i| (0..c).map(move |j| (i, j)))
+            .map(|(i, j)| f64::from(e.view().get(i, j)).powi(2))
+            .sum();
+        let got = e.view().sum_squares_f64();
+        assert!(
+            (got - want).abs() <= 1e-10 * want.max(1.0),
+            "{r}x{c}: {got} vs {want}"
+        );
+        if r > 0 {
+            e.view_mut().set(r - 1, c - 1, f32::INFINITY);
+            assert!(!e.view().sum_squares_f64().is_finite());
+            e.view_mut().set(0, 0, f32::NAN);
+            assert!(e.view().sum_squares_f64().is_nan());
+        }
+    }
+    let big = Matrix::from_vec(3, 3, vec![f32::MAX; 9]);
+    assert!(big.view().sum_squares_f64().is_finite());
+}

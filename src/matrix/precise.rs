@@ -78,14 +78,10 @@ impl MatView<'_> {
     }
 
     /// `Σ_ij self[i,j]²`, squares and sum in f64 (no overflow for any finite f32 input).
+    /// Infinite or NaN exactly when some element is (finite squares cannot overflow f64).
     pub fn sum_squares_f64(&self) -> f64 {
         (0..self.num_rows())
-            .map(|r| {
-                self.row(r)
-                    .iter()
-                    .map(|&x| (x as f64) * (x as f64))
-                    .sum::<f64>()
-            })
+            .map(|r| super::simd::sum_squares_f64(self.row(r)))
             .sum()
     }
 

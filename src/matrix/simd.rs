@@ -70,6 +70,28 @@ multiversion! {
 }
 
 multiversion! {
+    /// Σ x², squares and sums in f64 (8 lanes; exact squares, so no overflow for finite
+    /// f32 input and a non-finite result exactly when some element is not finite).
+    fn sum_squares_f64(x: &[Real]) -> f64 {
+        let mut lanes = [0.0f64; 8];
+        let chunks = x.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for i in 0..8 {
+                let v = c[i] as f64;
+                lanes[i] += v * v;
+            }
+        }
+        let mut s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+            + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+        for &v in rest {
+            s += (v as f64) * (v as f64);
+        }
+        s
+    }
+}
+
+multiversion! {
     /// x ← x · f.
     fn scale(x: &mut [Real], f: Real) {
         for v in x.iter_mut() {
@@ -218,6 +240,24 @@ mod tests {
                 "n {n}: {got} vs {want}"
             );
         }
+    }
+
+    #[test]
+    fn sum_squares_f64_matches_a_running_sum() {
+        for n in [0usize, 1, 7, 8, 9, 650, 1951] {
+            let x = data(n);
+            let want: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+            let got = sum_squares_f64(&x);
+            assert!(
+                (got - want).abs() <= 1e-14 * want.max(1.0),
+                "n {n}: {got} vs {want}"
+            );
+        }
+        assert!(sum_squares_f64(&[1.0, Real::NAN, 2.0]).is_nan());
+        assert_eq!(
+            sum_squares_f64(&[Real::MAX; 9]),
+            9.0 * (Real::MAX as f64).powi(2)
+        );
     }
 
     #[test]
