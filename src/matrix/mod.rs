@@ -21,6 +21,7 @@ mod gemm;
 mod lstm;
 mod normalize;
 mod ops;
+mod parallel;
 mod pooling;
 mod precise;
 mod random;

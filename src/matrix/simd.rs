@@ -92,6 +92,45 @@ multiversion! {
 }
 
 multiversion! {
+    /// Σ x·y over the common length (16 lanes).
+    fn dot(x: &[Real], y: &[Real]) -> Real {
+        let n = x.len().min(y.len());
+        let (cx, cy) = (x[..n].chunks_exact(16), y[..n].chunks_exact(16));
+        let (rx, ry) = (cx.remainder(), cy.remainder());
+        let mut lanes = [0.0 as Real; 16];
+        for (a, b) in cx.zip(cy) {
+            for i in 0..16 {
+                lanes[i] += a[i] * b[i];
+            }
+        }
+        let mut s: Real = lanes.iter().sum();
+        for (&a, &b) in rx.iter().zip(ry) {
+            s += a * b;
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// Σ x (16 lanes).
+    fn sum(x: &[Real]) -> Real {
+        let chunks = x.chunks_exact(16);
+        let rest = chunks.remainder();
+        let mut lanes = [0.0 as Real; 16];
+        for c in chunks {
+            for i in 0..16 {
+                lanes[i] += c[i];
+            }
+        }
+        let mut s: Real = lanes.iter().sum();
+        for &v in rest {
+            s += v;
+        }
+        s
+    }
+}
+
+multiversion! {
     /// x ← x · f.
     fn scale(x: &mut [Real], f: Real) {
         for v in x.iter_mut() {
@@ -258,6 +297,27 @@ mod tests {
             sum_squares_f64(&[Real::MAX; 9]),
             9.0 * (Real::MAX as f64).powi(2)
         );
+    }
+
+    #[test]
+    fn dot_and_sum_match_f64() {
+        for n in [0usize, 1, 15, 16, 17, 650, 1537] {
+            let x = data(n);
+            let y: Vec<Real> = x.iter().rev().map(|v| v * 0.5 + 0.25).collect();
+            let want_dot: f64 = x.iter().zip(&y).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let want_sum: f64 = x.iter().map(|&a| a as f64).sum();
+            let got = (dot(&x, &y) as f64, sum(&x) as f64);
+            let scale = x.iter().map(|&a| (a as f64).abs()).sum::<f64>().max(1.0);
+            assert!(
+                (got.0 - want_dot).abs() <= 1e-5 * scale * 2.0,
+                "n {n}: dot {got:?}"
+            );
+            assert!(
+                (got.1 - want_sum).abs() <= 1e-5 * scale,
+                "n {n}: sum {got:?}"
+            );
+        }
+        assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0]), 14.0);
     }
 
     #[test]
