@@ -2381,7 +2381,8 @@ fn sum_squares_f64_matches_a_reference_and_flags_non_finite() {
 }
 
 /// The row kernels that split their rows over threads (copy_rows, add_rows, the row
-/// normalisation and its derivative, diff_log_softmax_per_row), on strided views above the
+/// normalisation and its derivative, diff_log_softmax_per_row, the element-wise kernels,
+/// sum_squares_f64), on strided views above the
 /// parallel cut-off: one and two threads give the same bits, nothing outside the view
 /// changes, and the gathers match the reference.
 #[test]
@@ -2430,6 +2431,17 @@ fn row_parallel_kernels_do_not_depend_on_the_thread_count() {
             .diff_log_softmax_per_row(ls.view(), od.sub(0, r, 0, c));
         dx.check_border();
         outs.push(dx.view().to_matrix());
+        // An element-wise kernel (zip2_apply underneath) and the f64 sum of squares.
+        let mut dr = Embedded::new(r, c, &mut rng(9));
+        dr.view_mut().diff_relu(x.view(), od.sub(0, r, 0, c));
+        dr.check_border();
+        outs.push(dr.view().to_matrix());
+        let ss = x.view().sum_squares_f64();
+        outs.push(Matrix::from_vec(
+            1,
+            2,
+            vec![ss as f32, (ss - ss as f32 as f64) as f32],
+        ));
         set_num_threads(0);
         outs
     };

@@ -44,3 +44,37 @@ where
         || split(first + r, b, parts - left, f),
     );
 }
+
+/// Calls `f(first, chunk)` on consecutive chunks of `out` that together cover it: one chunk
+/// when `work` (the elements the whole call reads or writes) is small or one thread is
+/// allowed, else one chunk per thread, run in parallel. For per-row results of a reduction.
+pub(super) fn for_chunks<T, F>(out: &mut [T], work: usize, f: F)
+where
+    T: Send,
+    F: Fn(usize, &mut [T]) + Sync,
+{
+    let parts = if work < PARALLEL_MIN_ELEMENTS {
+        1
+    } else {
+        num_threads().min(out.len()).max(1)
+    };
+    split_slice(0, out, parts, &f);
+}
+
+fn split_slice<T, F>(first: usize, out: &mut [T], parts: usize, f: &F)
+where
+    T: Send,
+    F: Fn(usize, &mut [T]) + Sync,
+{
+    if parts <= 1 {
+        f(first, out);
+        return;
+    }
+    let left = parts / 2;
+    let r = out.len() * left / parts;
+    let (a, b) = out.split_at_mut(r);
+    rayon::join(
+        || split_slice(first, a, left, f),
+        || split_slice(first + r, b, parts - left, f),
+    );
+}
