@@ -8,6 +8,8 @@
 #
 # Usage: scripts/bench_train.sh [ROUNDS] [KALDI_RUN]
 #   KALDI_RUN: Kaldi's launcher (default ../shared/tools/kaldi/run); without it only compnet runs.
+#   BASE=path/to/an/older/compnet: also run that binary, interleaved with the others (a
+#   before/after comparison in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -17,6 +19,7 @@ trap 'rm -rf "$OUT"' EXIT
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release --bin compnet >&2
 B=${CARGO_TARGET_DIR:-target}/release/compnet
+BASE=${BASE:-}
 python3 - "$OUT" <<'PY'
 import random, struct, sys
 out = sys.argv[1]
@@ -41,8 +44,11 @@ frames=$(( $("$B" compute-prob "$OUT/wsj.raw" "ark:$OUT/egs.ark" 2>&1 | sed -n "
 echo "egs: $frames output frames in minibatches of 256 x 8"
 best() { sort -g | head -1; }
 for t in 1 2; do
-  : >"$OUT/c$t"; : >"$OUT/k$t"
+  : >"$OUT/c$t"; : >"$OUT/k$t"; : >"$OUT/b$t"
   for r in $(seq "$ROUNDS"); do
+    if [ -n "$BASE" ]; then
+      /usr/bin/time -f %e -a -o "$OUT/b$t" "$BASE" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/b.raw" 2>/dev/null
+    fi
     /usr/bin/time -f %e -a -o "$OUT/c$t" "$B" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/c.raw" 2>/dev/null
     if [ -x "$KALDI" ]; then
       OPENBLAS_NUM_THREADS=$t /usr/bin/time -f %e -a -o "$OUT/k$t" "$KALDI" nnet3-train --use-gpu=no --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/k.raw" 2>/dev/null
@@ -53,6 +59,10 @@ for t in 1 2; do
   if [ -s "$OUT/k$t" ]; then
     k=$(best <"$OUT/k$t")
     line="$line$(awk -v f="$frames" -v c="$c" -v k="$k" 'BEGIN { printf ", Kaldi %.2f s (%.0f frames/s), ratio %.2f", k, f / k, k / c }')"
+  fi
+  if [ -s "$OUT/b$t" ]; then
+    b=$(best <"$OUT/b$t")
+    line="$line$(awk -v f="$frames" -v c="$c" -v b="$b" 'BEGIN { printf "; base %.2f s (%.0f frames/s), speed-up %.3f", b, f / b, b / c }')"
   fi
   echo "$line"
 done

@@ -2352,3 +2352,113 @@ mod component_kernels {
         assert_close(dx.view(), &dxw, 1e-5, "diff_group_2norm");
     }
 }
+
+/// Σ x² in f64 on a strided view (the natural-gradient code reads a non-finite result as
+/// "some element is not finite", so that must hold too).
+#[test]
+fn sum_squares_f64_matches_a_reference_and_flags_non_finite() {
+    let mut g = rng(41);
+    for (r, c) in [(0, 5), (1, 1), (3, 7), (17, 33), (64, 1951)] {
+        let mut e = Embedded::new(r, c, &mut g);
+        let want: f64 = (0..r)
+            .flat_map(|i| (0..c).map(move |j| (i, j)))
+            .map(|(i, j)| f64::from(e.view().get(i, j)).powi(2))
+            .sum();
+        let got = e.view().sum_squares_f64();
+        assert!(
+            (got - want).abs() <= 1e-10 * want.max(1.0),
+            "{r}x{c}: {got} vs {want}"
+        );
+        if r > 0 {
+            e.view_mut().set(r - 1, c - 1, f32::INFINITY);
+            assert!(!e.view().sum_squares_f64().is_finite());
+            e.view_mut().set(0, 0, f32::NAN);
+            assert!(e.view().sum_squares_f64().is_nan());
+        }
+    }
+    let big = Matrix::from_vec(3, 3, vec![f32::MAX; 9]);
+    assert!(big.view().sum_squares_f64().is_finite());
+}
+
+/// The row kernels that split their rows over threads (copy_rows, add_rows, the row
+/// normalisation and its derivative, diff_log_softmax_per_row, the element-wise kernels,
+/// sum_squares_f64), on strided views above the
+/// parallel cut-off: one and two threads give the same bits, nothing outside the view
+/// changes, and the gathers match the reference.
+#[test]
+fn row_parallel_kernels_do_not_depend_on_the_thread_count() {
+    let (r, c) = (301, 520); // 156520 elements, above the cut-off
+    let mut g = rng(97);
+    let src = rand_mat(r + 10, c, &mut g);
+    let x = rand_mat(r, c, &mut g);
+    let od = rand_mat(r, c + 4, &mut g);
+    let idx: Vec<i32> = (0..r)
+        .map(|i| {
+            if i % 11 == 3 {
+                -1
+            } else {
+                ((i * 13) % (r + 10)) as i32
+            }
+        })
+        .collect();
+    let run = |threads: usize| -> Vec<Matrix> {
+        set_num_threads(threads);
+        let mut outs = Vec::new();
+        let mut d = Embedded::new(r, c, &mut rng(5));
+        d.view_mut().copy_rows(src.view(), &idx);
+        d.check_border();
+        outs.push(d.view().to_matrix());
+        d.view_mut().add_rows(-0.5, src.view(), &idx);
+        d.check_border();
+        outs.push(d.view().to_matrix());
+        for add_log in [false, true] {
+            let (bd, obd) = (130, 130 + usize::from(add_log));
+            let mut y = Embedded::new(r, 4 * obd, &mut rng(6));
+            y.view_mut().normalize_per_row(x.view(), bd, 0.7, add_log);
+            y.check_border();
+            outs.push(y.view().to_matrix());
+            let mut dx = Embedded::new(r, c, &mut rng(7));
+            let odv = od.sub(0, r, 0, 4 * obd);
+            dx.view_mut()
+                .diff_normalize_per_row(x.view(), Some(odv), bd, 0.7, add_log);
+            dx.check_border();
+            outs.push(dx.view().to_matrix());
+        }
+        let mut dx = Embedded::new(r, c, &mut rng(8));
+        let mut ls = x.clone();
+        ls.view_mut().apply_log_softmax_per_row();
+        dx.view_mut()
+            .diff_log_softmax_per_row(ls.view(), od.sub(0, r, 0, c));
+        dx.check_border();
+        outs.push(dx.view().to_matrix());
+        // An element-wise kernel (zip2_apply underneath) and the f64 sum of squares.
+        let mut dr = Embedded::new(r, c, &mut rng(9));
+        dr.view_mut().diff_relu(x.view(), od.sub(0, r, 0, c));
+        dr.check_border();
+        outs.push(dr.view().to_matrix());
+        let ss = x.view().sum_squares_f64();
+        outs.push(Matrix::from_vec(
+            1,
+            2,
+            vec![ss as f32, (ss - ss as f32 as f64) as f32],
+        ));
+        set_num_threads(0);
+        outs
+    };
+    let (one, two) = (run(1), run(2));
+    for (k, (a, b)) in one.iter().zip(&two).enumerate() {
+        assert_eq!(a.view().to_vec(), b.view().to_vec(), "kernel {k}");
+    }
+    let s64 = to64(src.view());
+    let want: Vec<Vec<f64>> = idx
+        .iter()
+        .map(|&j| {
+            if j < 0 {
+                vec![0.0; c]
+            } else {
+                s64[j as usize].clone()
+            }
+        })
+        .collect();
+    assert_close(one[0].view(), &want, 0.0, "copy_rows");
+}

@@ -1,6 +1,7 @@
 //! Element-wise operations, nonlinearities with their derivatives, and reductions.
 //! Each derivative sits next to its forward rule.
 
+use super::parallel::for_row_blocks;
 use super::{MatView, MatViewMut, Matrix, Real, Trans};
 
 impl MatViewMut<'_> {
@@ -180,13 +181,15 @@ impl MatViewMut<'_> {
     }
     /// `self = d − exp(y) · sum(d)` per row, y = log-softmax output.
     pub fn diff_log_softmax_per_row(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        for r in 0..self.num_rows() {
-            let (y, d) = (value.row(r), out_deriv.row(r));
-            let sum: Real = d.iter().sum();
-            for ((x, &yy), &dd) in self.row_mut(r).iter_mut().zip(y).zip(d) {
-                *x = dd - yy.exp() * sum;
+        for_row_blocks(self.rb(), |first, mut dst| {
+            for i in 0..dst.num_rows() {
+                let (y, d) = (value.row(first + i), out_deriv.row(first + i));
+                let sum = super::simd::sum(d);
+                for ((x, &yy), &dd) in dst.row_mut(i).iter_mut().zip(y).zip(d) {
+                    *x = dd - yy.exp() * sum;
+                }
             }
-        }
+        });
     }
 }
 

@@ -21,6 +21,7 @@ mod gemm;
 mod lstm;
 mod normalize;
 mod ops;
+mod parallel;
 mod pooling;
 mod precise;
 mod random;
@@ -558,26 +559,34 @@ impl<'a> MatViewMut<'a> {
     /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub(in crate::matrix) fn map_inplace(&mut self, f: impl Fn(Real) -> Real) {
-        for r in 0..self.rows {
-            for x in self.row_mut(r) {
-                *x = f(*x);
+    pub(in crate::matrix) fn map_inplace(&mut self, f: impl Fn(Real) -> Real + Sync) {
+        parallel::for_row_blocks(self.rb(), |_, mut dst| {
+            for r in 0..dst.rows {
+                for x in dst.row_mut(r) {
+                    *x = f(*x);
+                }
             }
-        }
+        });
     }
     /// `self[i,j] = f(self[i,j], a[i,j])` for every element.
     ///
     /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
     #[inline]
-    pub(in crate::matrix) fn zip_apply(&mut self, a: MatView<'_>, f: impl Fn(Real, Real) -> Real) {
+    pub(in crate::matrix) fn zip_apply(
+        &mut self,
+        a: MatView<'_>,
+        f: impl Fn(Real, Real) -> Real + Sync,
+    ) {
         assert_eq!((self.rows, self.cols), (a.rows, a.cols), "zip_apply: shape");
-        for r in 0..self.rows {
-            let src = a.row(r);
-            for (x, &y) in self.row_mut(r).iter_mut().zip(src) {
-                *x = f(*x, y);
+        parallel::for_row_blocks(self.rb(), |first, mut dst| {
+            for r in 0..dst.rows {
+                let src = a.row(first + r);
+                for (x, &y) in dst.row_mut(r).iter_mut().zip(src) {
+                    *x = f(*x, y);
+                }
             }
-        }
+        });
     }
     /// `self[i,j] = f(self[i,j], a[i,j], b[i,j])` for every element.
     ///
@@ -588,7 +597,7 @@ impl<'a> MatViewMut<'a> {
         &mut self,
         a: MatView<'_>,
         b: MatView<'_>,
-        f: impl Fn(Real, Real, Real) -> Real,
+        f: impl Fn(Real, Real, Real) -> Real + Sync,
     ) {
         assert_eq!(
             (self.rows, self.cols),
@@ -600,12 +609,14 @@ impl<'a> MatViewMut<'a> {
             (b.rows, b.cols),
             "zip2_apply: shape"
         );
-        for r in 0..self.rows {
-            let (ra, rb) = (a.row(r), b.row(r));
-            for ((x, &y), &z) in self.row_mut(r).iter_mut().zip(ra).zip(rb) {
-                *x = f(*x, y, z);
+        parallel::for_row_blocks(self.rb(), |first, mut dst| {
+            for r in 0..dst.rows {
+                let (ra, rb) = (a.row(first + r), b.row(first + r));
+                for ((x, &y), &z) in dst.row_mut(r).iter_mut().zip(ra).zip(rb) {
+                    *x = f(*x, y, z);
+                }
             }
-        }
+        });
     }
 }
 

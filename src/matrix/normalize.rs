@@ -1,5 +1,6 @@
 //! Row normalisation (Kaldi's NormalizePerRow and DiffNormalizePerRow), block by block.
 
+use super::parallel::for_row_blocks;
 use super::{simd, MatView, MatViewMut, Real};
 
 /// The floor on the mean square Kaldi applies before the inverse square root (2^-66).
@@ -19,18 +20,20 @@ impl MatViewMut<'_> {
         let bd = block_dim;
         let obd = bd + usize::from(add_log);
         let d_scaled = bd as f32 * target_rms * target_rms;
-        for r in 0..self.num_rows() {
-            let s = src.row(r);
-            for (ib, ob) in s.chunks(bd).zip(self.row_mut(r).chunks_mut(obd)) {
-                let f = (simd::sum_squares(ib) * (1.0 / d_scaled))
-                    .max(NORMALIZE_SQUARED_NORM_FLOOR)
-                    .powf(-0.5);
-                simd::scale_into(&mut ob[..bd], ib, f);
-                if add_log {
-                    ob[bd] = -f.ln() + target_rms.ln();
+        for_row_blocks(self.rb(), |first, mut dst| {
+            for i in 0..dst.num_rows() {
+                let s = src.row(first + i);
+                for (ib, ob) in s.chunks(bd).zip(dst.row_mut(i).chunks_mut(obd)) {
+                    let f = (simd::sum_squares(ib) * (1.0 / d_scaled))
+                        .max(NORMALIZE_SQUARED_NORM_FLOOR)
+                        .powf(-0.5);
+                    simd::scale_into(&mut ob[..bd], ib, f);
+                    if add_log {
+                        ob[bd] = -f.ln() + target_rms.ln();
+                    }
                 }
             }
-        }
+        });
     }
     /// [`normalize_per_row`](Self::normalize_per_row) in place, without the log column.
     pub fn apply_normalize_per_row(&mut self, block_dim: usize, target_rms: Real) {
@@ -58,43 +61,47 @@ impl MatViewMut<'_> {
         let bd = block_dim;
         let obd = bd + usize::from(add_log);
         let d_scaled = bd as f32 * target_rms * target_rms;
-        let mut od_buf = vec![0.0f32; obd];
-        for r in 0..self.num_rows() {
-            let x_row = in_value.row(r);
-            let od_row: Option<&[f32]> = out_deriv.map(|m| m.row(r));
-            let d_row = self.row_mut(r);
-            for (b, x) in x_row.chunks(bd).enumerate() {
-                match od_row {
-                    Some(o) => od_buf.copy_from_slice(&o[b * obd..(b + 1) * obd]),
-                    None => od_buf[..bd].copy_from_slice(&d_row[b * bd..(b + 1) * bd]),
-                }
-                let od = &od_buf[..bd];
-                let dot: f32 = od.iter().zip(x).map(|(a, b)| a * b).sum();
-                let sumsq: f32 = x.iter().map(|v| v * v).sum();
-                let d = &mut d_row[b * bd..(b + 1) * bd];
-                if od_row.is_none() {
-                    d.iter_mut().for_each(|v| *v = 0.0);
-                }
-                if add_log {
-                    let coef = od_buf[bd] / sumsq.max(bd as f32 * NORMALIZE_SQUARED_NORM_FLOOR);
-                    for (v, &xx) in d.iter_mut().zip(x) {
-                        *v += coef * xx;
+        // Rows are independent: blocks of them run in parallel.
+        for_row_blocks(self.rb(), |first, mut dst| {
+            let mut od_buf = vec![0.0f32; obd];
+            for i in 0..dst.num_rows() {
+                let r = first + i;
+                let x_row = in_value.row(r);
+                let od_row: Option<&[f32]> = out_deriv.as_ref().map(|m| m.row(r));
+                let d_row = dst.row_mut(i);
+                for (b, x) in x_row.chunks(bd).enumerate() {
+                    match od_row {
+                        Some(o) => od_buf.copy_from_slice(&o[b * obd..(b + 1) * obd]),
+                        None => od_buf[..bd].copy_from_slice(&d_row[b * bd..(b + 1) * bd]),
+                    }
+                    let od = &od_buf[..bd];
+                    let dot = simd::dot(od, x);
+                    let sumsq = simd::sum_squares(x);
+                    let d = &mut d_row[b * bd..(b + 1) * bd];
+                    if od_row.is_none() {
+                        d.iter_mut().for_each(|v| *v = 0.0);
+                    }
+                    if add_log {
+                        let coef = od_buf[bd] / sumsq.max(bd as f32 * NORMALIZE_SQUARED_NORM_FLOOR);
+                        for (v, &xx) in d.iter_mut().zip(x) {
+                            *v += coef * xx;
+                        }
+                    }
+                    let f = (sumsq * (1.0 / d_scaled))
+                        .max(NORMALIZE_SQUARED_NORM_FLOOR)
+                        .powf(-0.5);
+                    // At the floor the scale does not depend on x.
+                    let f3 = if f == 1.0 / NORMALIZE_SQUARED_NORM_FLOOR.sqrt() {
+                        0.0
+                    } else {
+                        f * f * f
+                    };
+                    let c = -dot * f3 / d_scaled;
+                    for ((v, &o), &xx) in d.iter_mut().zip(od).zip(x) {
+                        *v += f * o + c * xx;
                     }
                 }
-                let f = (sumsq * (1.0 / d_scaled))
-                    .max(NORMALIZE_SQUARED_NORM_FLOOR)
-                    .powf(-0.5);
-                // At the floor the scale does not depend on x.
-                let f3 = if f == 1.0 / NORMALIZE_SQUARED_NORM_FLOOR.sqrt() {
-                    0.0
-                } else {
-                    f * f * f
-                };
-                let c = -dot * f3 / d_scaled;
-                for ((v, &o), &xx) in d.iter_mut().zip(od).zip(x) {
-                    *v += f * o + c * xx;
-                }
             }
-        }
+        });
     }
 }

@@ -78,15 +78,18 @@ impl MatView<'_> {
     }
 
     /// `Σ_ij self[i,j]²`, squares and sum in f64 (no overflow for any finite f32 input).
+    /// Infinite or NaN exactly when some element is (finite squares cannot overflow f64).
     pub fn sum_squares_f64(&self) -> f64 {
-        (0..self.num_rows())
-            .map(|r| {
-                self.row(r)
-                    .iter()
-                    .map(|&x| (x as f64) * (x as f64))
-                    .sum::<f64>()
-            })
-            .sum()
+        // Row sums (in parallel for big matrices), then added in row order: the same result
+        // on any number of threads.
+        let mut rows = vec![0.0f64; self.num_rows()];
+        let work = self.num_rows() * self.num_cols();
+        super::parallel::for_chunks(&mut rows, work, |first, sums| {
+            for (i, s) in sums.iter_mut().enumerate() {
+                *s = super::simd::sum_squares_f64(self.row(first + i));
+            }
+        });
+        rows.iter().sum()
     }
 
     /// `self · selfᵀ` (rows × rows, row-major), products and sums in f64: the exact Gram

@@ -1,6 +1,7 @@
 //! Row and column gather/scatter operations with index vectors (−1 means "leave" or "zero"),
 //! as the compiled computation's CopyRows/AddRows/AddRowRanges/CopyCols commands need.
 
+use super::parallel::for_row_blocks;
 use super::{MatView, MatViewMut, Real};
 
 impl MatViewMut<'_> {
@@ -8,25 +9,29 @@ impl MatViewMut<'_> {
     pub fn copy_rows(&mut self, src: MatView<'_>, idx: &[i32]) {
         assert_eq!(idx.len(), self.num_rows());
         assert_eq!(src.num_cols(), self.num_cols());
-        for (i, &j) in idx.iter().enumerate() {
-            if j < 0 {
-                self.row_mut(i).fill(0.0);
-            } else {
-                self.row_mut(i).copy_from_slice(src.row(j as usize));
+        for_row_blocks(self.rb(), |first, mut dst| {
+            for (i, &j) in idx[first..first + dst.num_rows()].iter().enumerate() {
+                if j < 0 {
+                    dst.row_mut(i).fill(0.0);
+                } else {
+                    dst.row_mut(i).copy_from_slice(src.row(j as usize));
+                }
             }
-        }
+        });
     }
     /// `self[i] += alpha · src[idx[i]]` where `idx[i] ≠ −1` (Kaldi's AddRows).
     pub fn add_rows(&mut self, alpha: Real, src: MatView<'_>, idx: &[i32]) {
         assert_eq!(idx.len(), self.num_rows());
         assert_eq!(src.num_cols(), self.num_cols());
-        for (i, &j) in idx.iter().enumerate() {
-            if j >= 0 {
-                for (x, &y) in self.row_mut(i).iter_mut().zip(src.row(j as usize)) {
-                    *x += alpha * y;
+        for_row_blocks(self.rb(), |first, mut dst| {
+            for (i, &j) in idx[first..first + dst.num_rows()].iter().enumerate() {
+                if j >= 0 {
+                    for (x, &y) in dst.row_mut(i).iter_mut().zip(src.row(j as usize)) {
+                        *x += alpha * y;
+                    }
                 }
             }
-        }
+        });
     }
     /// `self[idx[i]] = src[i]` where `idx[i] ≠ −1` (Kaldi's CopyToRows, single destination).
     pub fn copy_to_rows_from(&mut self, src: MatView<'_>, idx: &[i32]) {

@@ -70,6 +70,67 @@ multiversion! {
 }
 
 multiversion! {
+    /// Σ x², squares and sums in f64 (8 lanes; exact squares, so no overflow for finite
+    /// f32 input and a non-finite result exactly when some element is not finite).
+    fn sum_squares_f64(x: &[Real]) -> f64 {
+        let mut lanes = [0.0f64; 8];
+        let chunks = x.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for i in 0..8 {
+                let v = c[i] as f64;
+                lanes[i] += v * v;
+            }
+        }
+        let mut s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+            + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+        for &v in rest {
+            s += (v as f64) * (v as f64);
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// Σ x·y over the common length (16 lanes).
+    fn dot(x: &[Real], y: &[Real]) -> Real {
+        let n = x.len().min(y.len());
+        let (cx, cy) = (x[..n].chunks_exact(16), y[..n].chunks_exact(16));
+        let (rx, ry) = (cx.remainder(), cy.remainder());
+        let mut lanes = [0.0 as Real; 16];
+        for (a, b) in cx.zip(cy) {
+            for i in 0..16 {
+                lanes[i] += a[i] * b[i];
+            }
+        }
+        let mut s: Real = lanes.iter().sum();
+        for (&a, &b) in rx.iter().zip(ry) {
+            s += a * b;
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// Σ x (16 lanes).
+    fn sum(x: &[Real]) -> Real {
+        let chunks = x.chunks_exact(16);
+        let rest = chunks.remainder();
+        let mut lanes = [0.0 as Real; 16];
+        for c in chunks {
+            for i in 0..16 {
+                lanes[i] += c[i];
+            }
+        }
+        let mut s: Real = lanes.iter().sum();
+        for &v in rest {
+            s += v;
+        }
+        s
+    }
+}
+
+multiversion! {
     /// x ← x · f.
     fn scale(x: &mut [Real], f: Real) {
         for v in x.iter_mut() {
@@ -218,6 +279,45 @@ mod tests {
                 "n {n}: {got} vs {want}"
             );
         }
+    }
+
+    #[test]
+    fn sum_squares_f64_matches_a_running_sum() {
+        for n in [0usize, 1, 7, 8, 9, 650, 1951] {
+            let x = data(n);
+            let want: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+            let got = sum_squares_f64(&x);
+            assert!(
+                (got - want).abs() <= 1e-14 * want.max(1.0),
+                "n {n}: {got} vs {want}"
+            );
+        }
+        assert!(sum_squares_f64(&[1.0, Real::NAN, 2.0]).is_nan());
+        assert_eq!(
+            sum_squares_f64(&[Real::MAX; 9]),
+            9.0 * (Real::MAX as f64).powi(2)
+        );
+    }
+
+    #[test]
+    fn dot_and_sum_match_f64() {
+        for n in [0usize, 1, 15, 16, 17, 650, 1537] {
+            let x = data(n);
+            let y: Vec<Real> = x.iter().rev().map(|v| v * 0.5 + 0.25).collect();
+            let want_dot: f64 = x.iter().zip(&y).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let want_sum: f64 = x.iter().map(|&a| a as f64).sum();
+            let got = (dot(&x, &y) as f64, sum(&x) as f64);
+            let scale = x.iter().map(|&a| (a as f64).abs()).sum::<f64>().max(1.0);
+            assert!(
+                (got.0 - want_dot).abs() <= 1e-5 * scale * 2.0,
+                "n {n}: dot {got:?}"
+            );
+            assert!(
+                (got.1 - want_sum).abs() <= 1e-5 * scale,
+                "n {n}: sum {got:?}"
+            );
+        }
+        assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0]), 14.0);
     }
 
     #[test]

@@ -154,6 +154,23 @@ pub struct NaturalGradientState {
     output: Option<Box<dyn Preconditioner>>,
     /// Applies to the preconditioners made later too.
     frozen: bool,
+    /// The copies of the two sides that get preconditioned, kept between minibatches so that
+    /// a block of fixed shape allocates (and zero-fills) them once.
+    scratch: Scratch,
+}
+
+/// Working copies of [X | 1] and Y. Their contents never outlive a call, so a clone starts
+/// empty.
+#[derive(Debug, Default)]
+struct Scratch {
+    input: Matrix,
+    output: Matrix,
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Self {
+        Scratch::default()
+    }
 }
 
 impl NaturalGradientState {
@@ -254,12 +271,18 @@ impl<'a> Update<'a> {
             } => {
                 let (n, d) = (in_rows.num_rows(), in_rows.num_cols());
                 let with_bias = bias.is_some();
-                let mut x = Matrix::zeros(n, d + usize::from(with_bias));
+                let Scratch {
+                    input: x,
+                    output: y,
+                } = &mut state.scratch;
+                // Every element is written below, so the old contents do not matter.
+                x.resize_undefined(n, d + usize::from(with_bias));
                 x.sub_mut(0, n, 0, d).copy_from(in_rows);
                 if with_bias {
                     x.sub_mut(0, n, d, 1).set_const(1.0);
                 }
-                let mut y = out_deriv.to_matrix();
+                y.resize_undefined(out_deriv.num_rows(), out_deriv.num_cols());
+                y.view_mut().copy_from(out_deriv);
                 let scale_in = precondition(&mut state.input, x.view_mut());
                 let scale_out = precondition(&mut state.output, y.view_mut());
                 let lr = *learning_rate * scale_in * scale_out;
@@ -403,6 +426,7 @@ mod tests {
                 scale: 1.0 / output,
             })),
             frozen: false,
+            scratch: Scratch::default(),
         }
     }
 

@@ -72,6 +72,18 @@ pub struct OnlineNaturalGradient {
     /// Unfrozen calls so far (decides which calls update).
     calls: usize,
     estimate: Option<FisherEstimate>,
+    /// P = X·Rᵀ (N×rank), kept between calls so it is allocated once.
+    p: ScratchMatrix,
+}
+
+/// A working matrix whose contents never outlive a call: a clone starts empty.
+#[derive(Debug, Default)]
+struct ScratchMatrix(Matrix);
+
+impl Clone for ScratchMatrix {
+    fn clone(&self) -> Self {
+        ScratchMatrix::default()
+    }
 }
 
 /// F = Rᵀ·diag(d)·R + ρ·I.
@@ -98,6 +110,7 @@ impl OnlineNaturalGradient {
             frozen: false,
             calls: 0,
             estimate: None,
+            p: ScratchMatrix::default(),
         }
     }
 
@@ -111,7 +124,12 @@ impl OnlineNaturalGradient {
     pub fn precondition_directions(&mut self, mut x: MatViewMut<'_>) -> f32 {
         let (n, dim) = (x.num_rows(), x.num_cols());
         let rank = self.rank.min(dim.saturating_sub(1));
-        if n == 0 || rank == 0 || !x.as_view().is_finite() {
+        if n == 0 || rank == 0 {
+            return 1.0;
+        }
+        // Finite exactly when every element is (module doc: non-finite input is left alone).
+        let tr_xx = x.as_view().sum_squares_f64();
+        if !tr_xx.is_finite() {
             return 1.0;
         }
         let eta = self.eta(n);
@@ -119,12 +137,13 @@ impl OnlineNaturalGradient {
         let fits = |e: &FisherEstimate| e.r.num_rows() == rank && e.r.num_cols() == dim;
         let mut estimate = match self.estimate.take() {
             Some(e) if fits(&e) => e,
-            _ => FisherEstimate::from_first_minibatch(x.as_view(), rank, eta),
+            _ => FisherEstimate::from_first_minibatch(x.as_view(), tr_xx, rank, eta),
         };
         let updating = !self.frozen
             && (self.calls <= NUM_INITIAL_UPDATES
                 || (self.calls - NUM_INITIAL_UPDATES).is_multiple_of(self.update_period));
-        let gamma = estimate.precondition(x.rb(), alpha, updating.then_some(eta));
+        let eta = updating.then_some(eta);
+        let gamma = estimate.precondition(x.rb(), tr_xx, alpha, eta, &mut self.p.0);
         if !self.frozen {
             self.calls += 1;
         }
@@ -168,50 +187,50 @@ impl FisherEstimate {
     }
 
     /// The estimate after absorbing the first minibatch a few times (module doc).
-    fn from_first_minibatch(x: MatView<'_>, rank: usize, eta: f64) -> Self {
+    /// `tr_xx`: Σ x².
+    fn from_first_minibatch(x: MatView<'_>, tr_xx: f64, rank: usize, eta: f64) -> Self {
         let mut estimate = Self::starting_point(rank, x.num_cols());
         let iterations = if x.num_rows() <= rank { 1 } else { 3 };
+        let mut p = Matrix::default();
         for _ in 0..iterations {
-            let a = estimate.moments(x).1;
-            estimate.update(&a, x.sum_squares_f64(), x.num_rows(), eta);
+            let a = estimate.moments(x, &mut p);
+            estimate.update(&a, tr_xx, x.num_rows(), eta);
         }
         estimate
     }
 
-    /// P = X·Rᵀ (N×rank) and A = Pᵀ·X = R·XᵀX (rank×D).
-    fn moments(&self, x: MatView<'_>) -> (Matrix, Matrix) {
+    /// P = X·Rᵀ (N×rank, into `p`); with `gram`, also returns A = Pᵀ·X = R·XᵀX (rank×D).
+    fn projections(&self, x: MatView<'_>, p: &mut Matrix, gram: bool) -> Option<Matrix> {
         let (n, dim, rank) = (x.num_rows(), x.num_cols(), self.r.num_rows());
-        let mut p = Matrix::zeros(n, rank);
+        // beta = 0: the old contents are not read.
+        p.resize_undefined(n, rank);
         p.view_mut()
             .add_mat_mat(1.0, x, Trans::No, self.r.view(), Trans::Yes, 0.0);
-        let mut a = Matrix::zeros(rank, dim);
-        a.view_mut()
-            .add_mat_mat(1.0, p.view(), Trans::Yes, x, Trans::No, 0.0);
-        (p, a)
+        gram.then(|| {
+            let mut a = Matrix::zeros(rank, dim);
+            a.view_mut()
+                .add_mat_mat(1.0, p.view(), Trans::Yes, x, Trans::No, 0.0);
+            a
+        })
+    }
+
+    /// A = R·XᵀX (rank×D), using `p` as the N×rank working matrix.
+    fn moments(&self, x: MatView<'_>, p: &mut Matrix) -> Matrix {
+        self.projections(x, p, true).unwrap_or_default()
     }
 
     /// Replaces x by X̂ = X·β·G⁻¹; returns γ. With `eta`, then updates the estimate with X.
-    fn precondition(&mut self, mut x: MatViewMut<'_>, alpha: f64, eta: Option<f64>) -> f64 {
+    /// `tr_xx`: Σ x² of the input.
+    fn precondition(
+        &mut self,
+        mut x: MatViewMut<'_>,
+        tr_xx: f64,
+        alpha: f64,
+        eta: Option<f64>,
+        p: &mut Matrix,
+    ) -> f64 {
         let n = x.num_rows();
-        let tr_xx = x.as_view().sum_squares_f64();
-        let (mut p, a) = match eta {
-            Some(_) => {
-                let (p, a) = self.moments(x.as_view());
-                (p, Some(a))
-            }
-            None => {
-                let mut p = Matrix::zeros(n, self.r.num_rows());
-                p.view_mut().add_mat_mat(
-                    1.0,
-                    x.as_view(),
-                    Trans::No,
-                    self.r.view(),
-                    Trans::Yes,
-                    0.0,
-                );
-                (p, None)
-            }
-        };
+        let a = self.projections(x.as_view(), p, eta.is_some());
         p.view_mut().mul_cols_vec(&self.inverse_weights(alpha));
         x.add_mat_mat(-1.0, p.view(), Trans::No, self.r.view(), Trans::No, 1.0);
         let tr_hat = x.as_view().sum_squares_f64();
