@@ -2,7 +2,7 @@
 //! Each derivative sits next to its forward rule.
 
 use super::parallel::for_row_blocks;
-use super::{MatView, MatViewMut, Matrix, Real, Trans};
+use super::{MatView, MatViewMut, Matrix, Real, Trans, Vector};
 
 impl MatViewMut<'_> {
     /// Sets every element to zero (NaN in the old contents does not matter).
@@ -67,10 +67,10 @@ impl MatViewMut<'_> {
         self.zip2_apply(a, b, |x, y, z| x + alpha * y * z);
     }
     /// `self[r, :] = alpha · v + beta · self[r, :]` for every row (Kaldi's AddVecToRows).
-    pub fn add_vec_to_rows(&mut self, alpha: Real, v: &[Real], beta: Real) {
-        assert_eq!(v.len(), self.num_cols(), "add_vec_to_rows: dim");
+    pub fn add_vec_to_rows(&mut self, alpha: Real, v: &Vector, beta: Real) {
+        assert_eq!(v.dim(), self.num_cols(), "add_vec_to_rows: dim");
         for r in 0..self.num_rows() {
-            super::simd::axpby(self.row_mut(r), v, alpha, beta);
+            super::simd::axpby(self.row_mut(r), &v.data, alpha, beta);
         }
     }
     /// `self[:, c] = alpha · v + beta · self[:, c]` for every column (Kaldi's AddVecToCols).
@@ -87,10 +87,10 @@ impl MatViewMut<'_> {
         }
     }
     /// Multiplies column c by `v[c]` (Kaldi's MulColsVec).
-    pub fn mul_cols_vec(&mut self, v: &[Real]) {
-        assert_eq!(v.len(), self.num_cols());
+    pub fn mul_cols_vec(&mut self, v: &Vector) {
+        assert_eq!(v.dim(), self.num_cols());
         for r in 0..self.num_rows() {
-            for (x, &y) in self.row_mut(r).iter_mut().zip(v) {
+            for (x, &y) in self.row_mut(r).iter_mut().zip(&v.data) {
                 *x *= y;
             }
         }

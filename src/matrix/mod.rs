@@ -666,17 +666,6 @@ impl Vector {
     }
 }
 
-impl std::ops::Deref for Vector {
-    type Target = [Real];
-    fn deref(&self) -> &[Real] {
-        &self.data
-    }
-}
-impl std::ops::DerefMut for Vector {
-    fn deref_mut(&mut self) -> &mut [Real] {
-        &mut self.data
-    }
-}
 impl From<Vec<Real>> for Vector {
     fn from(v: Vec<Real>) -> Self {
         Vector { data: v }

@@ -2,7 +2,7 @@
 //! reductions (p-norm, max, column ranges, blocks), ReLU helpers, masks, random fills and
 //! diagonal reductions. One line of documentation each states the exact semantics.
 
-use super::{MatView, MatViewMut, Matrix, Real, Trans};
+use super::{MatView, MatViewMut, Matrix, Real, Trans, Vector};
 use rand::Rng;
 
 /// Transpose in 32×32 tiles so both sides stay in cache.
@@ -341,10 +341,10 @@ impl MatViewMut<'_> {
         }
     }
     /// Every row becomes `v` (Kaldi's CopyRowsFromVec with a vector of dimension num_cols).
-    pub fn copy_from_vec_rows(&mut self, v: &[Real]) {
-        assert_eq!(v.len(), self.num_cols(), "copy_from_vec_rows: dim");
+    pub fn copy_from_vec_rows(&mut self, v: &Vector) {
+        assert_eq!(v.dim(), self.num_cols(), "copy_from_vec_rows: dim");
         for r in 0..self.num_rows() {
-            self.row_mut(r).copy_from_slice(v);
+            self.row_mut(r).copy_from_slice(&v.data);
         }
     }
     /// Every column becomes `v` (Kaldi's CopyColsFromVec with a vector of dimension num_rows).

@@ -1,5 +1,6 @@
-//! Vector operations (Kaldi's VectorBase / CuVector subset nnet3 uses). `Vector` derefs to
-//! `[Real]`, so slices of other storage can use [`super::dot`] and the matrix-view forms.
+//! Vector operations (Kaldi's VectorBase / CuVector subset nnet3 uses). `Vector` lends no
+//! host slice outside `src/matrix/`: operands given as `&[Real]` are host elements, and
+//! [`Vector::as_row`] / [`Vector::as_row_mut`] give the matrix-view forms.
 
 use super::{MatView, Real, Trans, Vector};
 
@@ -19,14 +20,14 @@ impl Vector {
     /// `self *= alpha`; scaling by 0 clears NaN and infinity too.
     pub fn scale(&mut self, alpha: Real) {
         if alpha == 0.0 {
-            self.iter_mut().for_each(|x| *x = 0.0);
+            self.data.iter_mut().for_each(|x| *x = 0.0);
         } else {
-            self.iter_mut().for_each(|x| *x *= alpha);
+            self.data.iter_mut().for_each(|x| *x *= alpha);
         }
     }
     /// `self += c` element-wise.
     pub fn add_const(&mut self, c: Real) {
-        self.iter_mut().for_each(|x| *x += c);
+        self.data.iter_mut().for_each(|x| *x += c);
     }
     /// `self += alpha · x` (Kaldi's AddVec).
     pub fn add_vec(&mut self, alpha: Real, x: &[Real]) {
@@ -40,7 +41,7 @@ impl Vector {
             (self.dim(), self.dim()),
             "add_vec_vec: dim"
         );
-        for ((y, &x), &z) in self.iter_mut().zip(a).zip(b) {
+        for ((y, &x), &z) in self.data.iter_mut().zip(a).zip(b) {
             *y = if beta == 0.0 {
                 alpha * x * z
             } else {
@@ -60,6 +61,18 @@ impl Vector {
     pub fn add_col_sum_mat(&mut self, alpha: Real, m: MatView<'_>, beta: Real) {
         m.add_col_sum_to(self.as_mut_slice(), alpha, beta);
     }
+    /// `self = alpha · diag(op(a) · op(b)) + beta · self` (Kaldi's AddDiagMatMat).
+    pub fn add_diag_mat_mat(
+        &mut self,
+        alpha: Real,
+        a: MatView<'_>,
+        ta: Trans,
+        b: MatView<'_>,
+        tb: Trans,
+        beta: Real,
+    ) {
+        a.add_diag_mat_mat_to(&mut self.data, alpha, ta, b, tb, beta);
+    }
     /// `self = alpha · diag(op(m) op(m)ᵀ) + beta · self` (Kaldi's AddDiagMat2).
     pub fn add_diag_mat2(&mut self, alpha: Real, m: MatView<'_>, t: Trans, beta: Real) {
         m.add_diag_mat2_to(self.as_mut_slice(), alpha, t, beta);
@@ -67,21 +80,21 @@ impl Vector {
     /// `self *= x` element-wise.
     pub fn mul_elements(&mut self, x: &[Real]) {
         assert_eq!(x.len(), self.dim(), "mul_elements: dim");
-        self.iter_mut().zip(x).for_each(|(y, &a)| *y *= a);
+        self.data.iter_mut().zip(x).for_each(|(y, &a)| *y *= a);
     }
     /// `self /= x` element-wise.
     pub fn div_elements(&mut self, x: &[Real]) {
         assert_eq!(x.len(), self.dim(), "div_elements: dim");
-        self.iter_mut().zip(x).for_each(|(y, &a)| *y /= a);
+        self.data.iter_mut().zip(x).for_each(|(y, &a)| *y /= a);
     }
     /// `self = 1 / self`.
     pub fn invert_elements(&mut self) {
-        self.iter_mut().for_each(|x| *x = 1.0 / *x);
+        self.data.iter_mut().for_each(|x| *x = 1.0 / *x);
     }
     /// `self = max(self, floor)`; returns how many elements were raised (Kaldi's ApplyFloor).
     pub fn apply_floor(&mut self, floor: Real) -> usize {
         let mut n = 0;
-        for x in self.iter_mut() {
+        for x in self.data.iter_mut() {
             if *x < floor {
                 *x = floor;
                 n += 1;
@@ -92,7 +105,7 @@ impl Vector {
     /// `self = min(self, ceiling)`; returns how many elements were lowered.
     pub fn apply_ceiling(&mut self, ceiling: Real) -> usize {
         let mut n = 0;
-        for x in self.iter_mut() {
+        for x in self.data.iter_mut() {
             if *x > ceiling {
                 *x = ceiling;
                 n += 1;
@@ -102,43 +115,48 @@ impl Vector {
     }
     /// `self = self^p`.
     pub fn apply_pow(&mut self, p: Real) {
-        self.iter_mut().for_each(|x| *x = x.powf(p));
+        self.data.iter_mut().for_each(|x| *x = x.powf(p));
     }
     /// `self = exp(self)`.
     pub fn apply_exp(&mut self) {
-        self.iter_mut().for_each(|x| *x = x.exp());
+        self.data.iter_mut().for_each(|x| *x = x.exp());
     }
     /// `self = ln(self)`.
     pub fn apply_log(&mut self) {
-        self.iter_mut().for_each(|x| *x = x.ln());
+        self.data.iter_mut().for_each(|x| *x = x.ln());
     }
     /// Sum of the elements, accumulated in f64.
     pub fn sum(&self) -> Real {
-        self.iter().map(|&x| f64::from(x)).sum::<f64>() as Real
+        self.data.iter().map(|&x| f64::from(x)).sum::<f64>() as Real
     }
     /// Largest element (−∞ when empty).
     pub fn max(&self) -> Real {
-        self.iter().copied().fold(Real::NEG_INFINITY, Real::max)
+        self.data
+            .iter()
+            .copied()
+            .fold(Real::NEG_INFINITY, Real::max)
     }
     /// Smallest element (+∞ when empty).
     pub fn min(&self) -> Real {
-        self.iter().copied().fold(Real::INFINITY, Real::min)
+        self.data.iter().copied().fold(Real::INFINITY, Real::min)
     }
     /// The p-norm `(Σ |x|^p)^(1/p)`; p = ∞ gives max |x|, p = 0 counts non-zeros (Kaldi's Norm).
     pub fn norm(&self, p: Real) -> Real {
         if p == 0.0 {
-            self.iter().filter(|&&x| x != 0.0).count() as Real
+            self.data.iter().filter(|&&x| x != 0.0).count() as Real
         } else if p == Real::INFINITY {
-            self.iter().fold(0.0, |m, x| m.max(x.abs()))
+            self.data.iter().fold(0.0, |m, x| m.max(x.abs()))
         } else if p == 1.0 {
-            self.iter().map(|x| f64::from(x.abs())).sum::<f64>() as Real
+            self.data.iter().map(|x| f64::from(x.abs())).sum::<f64>() as Real
         } else if p == 2.0 {
-            self.iter()
+            self.data
+                .iter()
                 .map(|&x| f64::from(x) * f64::from(x))
                 .sum::<f64>()
                 .sqrt() as Real
         } else {
             let s: f64 = self
+                .data
                 .iter()
                 .map(|x| f64::from(x.abs()).powf(f64::from(p)))
                 .sum();
@@ -148,6 +166,6 @@ impl Vector {
     /// `Σ self[i] · x[i]` (Kaldi's VecVec).
     pub fn dot(&self, x: &[Real]) -> Real {
         assert_eq!(x.len(), self.dim(), "dot: dim");
-        super::dot(self, x)
+        super::dot(&self.data, x)
     }
 }

@@ -7,7 +7,8 @@ impl Vector {
     /// sign) where `|x| < epsilon`; used to invert learned scales safely.
     pub fn reciprocal_away_from_zero(&self, epsilon: Real) -> Vector {
         Vector::from_vec(
-            self.iter()
+            self.data
+                .iter()
                 .map(|&s| {
                     1.0 / if s.abs() < epsilon {
                         epsilon.copysign(s)
@@ -20,7 +21,8 @@ impl Vector {
     }
     /// `(min, max)` of the elements (`(+∞, −∞)` when empty).
     pub fn min_max(&self) -> (Real, Real) {
-        self.iter()
+        self.data
+            .iter()
             .fold((Real::INFINITY, Real::NEG_INFINITY), |(a, b), &x| {
                 (a.min(x), b.max(x))
             })

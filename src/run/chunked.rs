@@ -118,7 +118,7 @@ pub enum IvectorSource<'a> {
     /// No iVector.
     None,
     /// One iVector for the whole utterance (`--ivectors`).
-    Fixed(&'a [f32]),
+    Fixed(&'a Vector),
     /// Online iVectors: row i covers frames `[i·period, (i+1)·period)`.
     Online(&'a Matrix, i32),
 }
@@ -135,7 +135,7 @@ pub struct ChunkComputer {
     has_ivector: bool,
     input_dim: usize,
     ivector_dim: usize,
-    log_priors: Option<Vec<f32>>,
+    log_priors: Option<Vector>,
     cache: HashMap<(i32, i32, usize, usize), NnetComputation>,
 }
 
@@ -231,7 +231,9 @@ impl ChunkComputer {
                         got: p.dim(),
                     });
                 }
-                Some(p.iter().map(|x| x.ln()).collect())
+                let mut log_p = p.clone();
+                log_p.apply_log();
+                Some(log_p)
             }
         };
         Ok(ChunkComputer {

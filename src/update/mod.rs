@@ -19,7 +19,7 @@
 
 pub mod natural_gradient;
 
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::nnet::component::UpdatableCommon;
 use natural_gradient::OnlineNaturalGradient;
 
@@ -252,7 +252,7 @@ impl<'a> Update<'a> {
     pub fn weight_block(
         &mut self,
         mut linear: MatViewMut<'_>,
-        bias: Option<&mut [f32]>,
+        bias: Option<&mut Vector>,
         in_rows: MatView<'_>,
         out_deriv: MatView<'_>,
     ) {
@@ -262,7 +262,7 @@ impl<'a> Update<'a> {
                 let lr = *learning_rate;
                 linear.add_mat_mat(lr, out_deriv, Trans::Yes, in_rows, Trans::No, 1.0);
                 if let Some(b) = bias {
-                    out_deriv.add_row_sum_to(b, lr, 1.0);
+                    b.add_row_sum_mat(lr, out_deriv, 1.0);
                 }
             }
             Update::Preconditioned {
@@ -288,8 +288,7 @@ impl<'a> Update<'a> {
                 let lr = *learning_rate * scale_in * scale_out;
                 linear.add_mat_mat(lr, y.view(), Trans::Yes, x.sub(0, n, 0, d), Trans::No, 1.0);
                 if let Some(b) = bias {
-                    let o = b.len();
-                    MatViewMut::from_slice(b, 1, o).add_mat_mat(
+                    b.as_row_mut().add_mat_mat(
                         lr,
                         x.sub(0, n, d, 1),
                         Trans::Yes,
@@ -302,17 +301,17 @@ impl<'a> Update<'a> {
         }
     }
 
-    /// v += lr·Σ rows of Y, with Y = `out_deriv` read as column blocks of width `v.len()`
+    /// v += lr·Σ rows of Y, with Y = `out_deriv` read as column blocks of width `v.dim()`
     /// (an offset shared by every block). Preconditioned: the blocks become rows of their
     /// own.
-    pub fn offset_block(&mut self, v: &mut [f32], out_deriv: MatView<'_>) {
-        self.per_element_block(v, out_deriv, |y, v, lr| y.add_row_sum_to(v, lr, 1.0));
+    pub fn offset_block(&mut self, v: &mut Vector, out_deriv: MatView<'_>) {
+        self.per_element_block(v, out_deriv, |y, v, lr| v.add_row_sum_mat(lr, y, 1.0));
     }
 
     /// v += lr·Σ rows of X ⊙ Y (a per-element scale shared by every column block of width
-    /// `v.len()`). Preconditioned: the per-frame gradient rows X ⊙ Y are.
-    pub fn scale_block(&mut self, v: &mut [f32], in_rows: MatView<'_>, out_deriv: MatView<'_>) {
-        let b = v.len();
+    /// `v.dim()`). Preconditioned: the per-frame gradient rows X ⊙ Y are.
+    pub fn scale_block(&mut self, v: &mut Vector, in_rows: MatView<'_>, out_deriv: MatView<'_>) {
+        let b = v.dim();
         match self {
             Update::Frozen => {}
             Update::Plain { learning_rate } => {
@@ -320,9 +319,9 @@ impl<'a> Update<'a> {
                     return;
                 }
                 for k in 0..in_rows.num_cols() / b {
-                    in_rows.cols_range(k * b, b).add_diag_mat_mat_to(
-                        v,
+                    v.add_diag_mat_mat(
                         *learning_rate,
+                        in_rows.cols_range(k * b, b),
                         Trans::Yes,
                         out_deriv.cols_range(k * b, b),
                         Trans::No,
@@ -360,11 +359,11 @@ impl<'a> Update<'a> {
     /// preconditioned = the blocks stacked as rows, preconditioned, then summed.
     fn per_element_block(
         &mut self,
-        v: &mut [f32],
+        v: &mut Vector,
         rows: MatView<'_>,
-        plain: impl Fn(MatView<'_>, &mut [f32], f32),
+        plain: impl Fn(MatView<'_>, &mut Vector, f32),
     ) {
-        let b = v.len();
+        let b = v.dim();
         if b == 0 {
             return;
         }
@@ -387,7 +386,7 @@ impl<'a> Update<'a> {
                         .copy_from(rows.cols_range(k * b, b));
                 }
                 let scale = precondition(&mut state.output, g.view_mut());
-                g.view().add_row_sum_to(v, *learning_rate * scale, 1.0);
+                v.add_row_sum_mat(*learning_rate * scale, g.view(), 1.0);
             }
         }
     }
@@ -438,14 +437,14 @@ mod tests {
     fn plain_weight_block_is_the_scaled_gradient_and_frozen_adds_nothing() {
         let x = m(2, 2, &[1.0, 2.0, 3.0, 4.0]);
         let y = m(2, 1, &[1.0, 10.0]);
-        let (mut w, mut b) = (Matrix::zeros(1, 2), vec![0.0f32]);
+        let (mut w, mut b) = (Matrix::zeros(1, 2), Vector::zeros(1));
         let mut u = Update::Plain { learning_rate: 0.5 };
         u.weight_block(w.view_mut(), Some(&mut b), x.view(), y.view());
         // Yᵀ X = [31, 42], Σ Y = 11; times 0.5.
         assert_eq!(w.to_vec(), vec![15.5, 21.0]);
-        assert_eq!(b, vec![5.5]);
+        assert_eq!(b.to_vec(), vec![5.5]);
         Update::Frozen.weight_block(w.view_mut(), Some(&mut b), x.view(), y.view());
-        assert_eq!((w.to_vec(), b), (vec![15.5, 21.0], vec![5.5]));
+        assert_eq!((w.to_vec(), b.to_vec()), (vec![15.5, 21.0], vec![5.5]));
     }
 
     /// Rows scaled by 2 (input) and 3 (output) with factors 1/2 and 1/3: the change must
@@ -455,7 +454,7 @@ mod tests {
     fn preconditioned_weight_block_applies_both_sides_and_their_factors() {
         let x = m(3, 2, &[1.0, -2.0, 0.5, 4.0, 3.0, 1.0]);
         let y = m(3, 2, &[1.0, 2.0, -1.0, 0.5, 0.25, 3.0]);
-        let (mut w0, mut b0) = (Matrix::zeros(2, 2), vec![0.0f32; 2]);
+        let (mut w0, mut b0) = (Matrix::zeros(2, 2), Vector::zeros(2));
         Update::Plain { learning_rate: 0.1 }.weight_block(
             w0.view_mut(),
             Some(&mut b0),
@@ -463,13 +462,18 @@ mod tests {
             y.view(),
         );
         let mut s = state(2.0, 3.0);
-        let (mut w1, mut b1) = (Matrix::zeros(2, 2), vec![0.0f32; 2]);
+        let (mut w1, mut b1) = (Matrix::zeros(2, 2), Vector::zeros(2));
         Update::Preconditioned {
             learning_rate: 0.1,
             state: &mut s,
         }
         .weight_block(w1.view_mut(), Some(&mut b1), x.view(), y.view());
-        for (a, b) in w0.to_vec().iter().zip(w1.to_vec()).chain(b0.iter().zip(b1)) {
+        for (a, b) in w0
+            .to_vec()
+            .iter()
+            .zip(w1.to_vec())
+            .chain(b0.to_vec().iter().zip(b1.to_vec()))
+        {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
         // A preconditioner that changes direction changes the result.
@@ -478,14 +482,14 @@ mod tests {
             factor: 2.0,
             scale: 1.0,
         }));
-        let (mut w2, mut b2) = (Matrix::zeros(2, 2), vec![0.0f32; 2]);
+        let (mut w2, mut b2) = (Matrix::zeros(2, 2), Vector::zeros(2));
         Update::Preconditioned {
             learning_rate: 0.1,
             state: &mut s,
         }
         .weight_block(w2.view_mut(), Some(&mut b2), x.view(), y.view());
         assert!((w2.get(0, 0) - 2.0 * w0.get(0, 0)).abs() < 1e-6);
-        assert!((b2[1] - 2.0 * b0[1]).abs() < 1e-6);
+        assert!((b2.to_vec()[1] - 2.0 * b0.to_vec()[1]).abs() < 1e-6);
     }
 
     #[test]
@@ -495,13 +499,13 @@ mod tests {
         let y = m(2, 4, &[0.5, 1.0, -2.0, 1.0, 3.0, 2.0, 1.0, 0.25]);
         for scale in [false, true] {
             let run = |u: &mut Update<'_>| {
-                let mut v = vec![0.0f32; 2];
+                let mut v = Vector::zeros(2);
                 if scale {
                     u.scale_block(&mut v, x.view(), y.view());
                 } else {
                     u.offset_block(&mut v, y.view());
                 }
-                v
+                v.to_vec()
             };
             let plain = run(&mut Update::Plain { learning_rate: 0.5 });
             let mut s = state(5.0, 4.0);

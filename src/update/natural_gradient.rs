@@ -48,7 +48,7 @@
 //! determined in f64 (below 1e-9 of the largest, e.g. when N < rank at initialisation) are
 //! replaced by orthonormal completions; their d sits at the floor, so they barely act.
 
-use crate::matrix::{symmetric_eigen, MatView, MatViewMut, Matrix, Real, Trans};
+use crate::matrix::{symmetric_eigen, MatView, MatViewMut, Matrix, Real, Trans, Vector};
 
 /// Floor on ρ and on d (the paper's ε).
 const EPSILON: f64 = 1e-10;
@@ -246,11 +246,11 @@ impl FisherEstimate {
     }
 
     /// e_i = d_i/(d_i + β) with β = ρ + α/D·tr F: β·G⁻¹ = I − Rᵀ·diag(e)·R.
-    fn inverse_weights(&self, alpha: f64) -> Vec<Real> {
+    fn inverse_weights(&self, alpha: f64) -> Vector {
         let dim = self.r.num_cols() as f64;
         let trace_f = self.d.iter().sum::<f64>() + dim * self.rho;
         let beta = self.rho + alpha / dim * trace_f;
-        self.d.iter().map(|&d| (d / (d + beta)) as Real).collect()
+        Vector::from_vec(self.d.iter().map(|&d| (d / (d + beta)) as Real).collect())
     }
 
     /// One power-iteration step towards T = η·XᵀX/N + (1−η)·F (module doc), given

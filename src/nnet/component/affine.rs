@@ -124,7 +124,7 @@ fn read_linear_bias(r: &mut TokenReader<'_>) -> Result<(Matrix, Vector)> {
 /// y = W·x + b (overwrites `out`).
 pub(crate) fn affine_forward(
     linear: &WeightMatrix,
-    bias: &[f32],
+    bias: &Vector,
     input: MatView<'_>,
     mut out: MatViewMut<'_>,
 ) {
@@ -253,7 +253,7 @@ impl AffineComponent {
             .map(|o| (o, &mut self.ng_state));
         Update::new(&self.common, ng, true).weight_block(
             self.linear.view_mut(),
-            Some(&mut *self.bias),
+            Some(&mut self.bias),
             in_value,
             out_deriv,
         );

@@ -9,23 +9,23 @@ use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::MatViewMut;
+use crate::matrix::{MatViewMut, Vector};
 use rand::RngCore;
 
 /// Reads a Kaldi vector object (text or binary) from a file named in a config line.
-fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vec<f32>> {
+fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vector> {
     let bytes = crate::io::read_file(path)?;
     let mut r = TokenReader::detect(&bytes, path)?;
-    let v = r.vector()?.into_vec();
-    if v.is_empty() {
+    let v = r.vector()?;
+    if v.dim() == 0 {
         return Err(cfg.error_at_value(key, format!("vector in {path} is empty")));
     }
     Ok(v)
 }
 
 /// `dim` standard-normal values (Kaldi's SetRandn for test-style initialisation).
-fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vec<f32> {
-    (0..dim).map(|_| crate::random::rand_gauss(rng)).collect()
+fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vector {
+    Vector::from_vec((0..dim).map(|_| crate::random::rand_gauss(rng)).collect())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -33,12 +33,12 @@ fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vec<f32> {
 /// A fixed per-dimension scale.
 #[derive(Clone, Debug)]
 pub struct FixedScaleComponent {
-    scales: Vec<f32>,
+    scales: Vector,
 }
 
 impl FixedScaleComponent {
     /// The scales.
-    pub fn scales(&self) -> &[f32] {
+    pub fn scales(&self) -> &Vector {
         &self.scales
     }
     /// Registry hook: `scales=<vector file>`, or `dim` with `scale` (random normal without).
@@ -48,7 +48,7 @@ impl FixedScaleComponent {
         } else {
             let dim = cfg_pos(cfg, "dim")?;
             match cfg.get::<f32>("scale")? {
-                Some(s) => vec![s; dim],
+                Some(s) => Vector::from_vec(vec![s; dim]),
                 None => randn_vec(dim, init_rng),
             }
         };
@@ -58,7 +58,7 @@ impl FixedScaleComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<FixedScaleComponent>")?;
         r.expect_token("<Scales>")?;
-        let scales = read_nonempty_vector(r, "<Scales>")?.into_vec();
+        let scales = read_nonempty_vector(r, "<Scales>")?;
         r.expect_token("</FixedScaleComponent>")?;
         Ok(Box::new(FixedScaleComponent { scales }))
     }
@@ -69,10 +69,10 @@ impl Component for FixedScaleComponent {
         "FixedScaleComponent"
     }
     fn input_dim(&self) -> usize {
-        self.scales.len()
+        self.scales.dim()
     }
     fn output_dim(&self) -> usize {
-        self.scales.len()
+        self.scales.dim()
     }
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
@@ -94,9 +94,9 @@ impl Component for FixedScaleComponent {
     fn info(&self) -> String {
         format!(
             "FixedScaleComponent, input-dim={}, output-dim={}{}",
-            self.scales.len(),
-            self.scales.len(),
-            parameter_stats("scales", &self.scales, true)
+            self.scales.dim(),
+            self.scales.dim(),
+            parameter_stats("scales", &self.scales.to_vec(), true)
         )
     }
     component_boilerplate!();
@@ -107,7 +107,7 @@ impl Component for FixedScaleComponent {
 /// A fixed per-dimension bias.
 #[derive(Clone, Debug)]
 pub struct FixedBiasComponent {
-    bias: Vec<f32>,
+    bias: Vector,
 }
 
 impl FixedBiasComponent {
@@ -124,7 +124,7 @@ impl FixedBiasComponent {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         r.try_token("<FixedBiasComponent>")?;
         r.expect_token("<Bias>")?;
-        let bias = read_nonempty_vector(r, "<Bias>")?.into_vec();
+        let bias = read_nonempty_vector(r, "<Bias>")?;
         r.expect_token("</FixedBiasComponent>")?;
         Ok(Box::new(FixedBiasComponent { bias }))
     }
@@ -135,10 +135,10 @@ impl Component for FixedBiasComponent {
         "FixedBiasComponent"
     }
     fn input_dim(&self) -> usize {
-        self.bias.len()
+        self.bias.dim()
     }
     fn output_dim(&self) -> usize {
-        self.bias.len()
+        self.bias.dim()
     }
     fn properties(&self) -> Properties {
         Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
@@ -158,9 +158,9 @@ impl Component for FixedBiasComponent {
     fn info(&self) -> String {
         format!(
             "FixedBiasComponent, input-dim={}, output-dim={}{}",
-            self.bias.len(),
-            self.bias.len(),
-            parameter_stats("bias", &self.bias, true)
+            self.bias.dim(),
+            self.bias.dim(),
+            parameter_stats("bias", &self.bias.to_vec(), true)
         )
     }
     component_boilerplate!();

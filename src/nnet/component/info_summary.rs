@@ -3,7 +3,7 @@
 //! learning-rate options.
 
 use super::{Component, UpdatableCommon};
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, Vector};
 
 /// How an updatable component's info line starts: `Type, input-dim=…, output-dim=…` and the
 /// learning-rate options.
@@ -131,8 +131,8 @@ pub fn matrix_stats(name: &str, m: &Matrix, norms: bool) -> String {
 }
 
 /// `name-{mean,stddev}=m,s` (Kaldi's PrintParameterStats for a vector).
-pub fn vector_stats(name: &str, v: &[f32]) -> String {
-    let (m, s) = mean_stddev(v);
+pub fn vector_stats(name: &str, v: &Vector) -> String {
+    let (m, s) = mean_stddev(&v.to_vec());
     format!(
         "{name}-{{mean,stddev}}={},{}",
         crate::io::codec::fmt_g(m as f64, 4),

@@ -61,7 +61,7 @@ impl<const N: usize> WriteField for [f32; N] {
 }
 impl WriteField for Vector {
     fn write_value(&self, w: &mut TokenWriter) {
-        w.vector(self);
+        w.vector(&self.to_vec());
     }
 }
 impl WriteField for Matrix {

@@ -8,10 +8,17 @@ use rand::RngCore;
 
 /// `self += alpha · other` for vectors of equal length.
 pub fn vec_add(v: &mut Vector, alpha: f32, other: &Vector) {
-    if v.dim() == other.len() {
-        v.as_row_mut()
-            .add_mat(alpha, MatView::from_slice(other, 1, other.len()), Trans::No);
+    if v.dim() == other.dim() {
+        v.as_row_mut().add_mat(alpha, other.as_row(), Trans::No);
     }
+}
+
+/// Dot product of two parameter vectors (accumulated in f64; 0 when the dimensions differ).
+pub fn vector_dot(a: &Vector, b: &Vector) -> f32 {
+    if a.dim() != b.dim() {
+        return 0.0;
+    }
+    a.as_row().trace_mat_mat(b.as_row())
 }
 
 /// Dot product of two vectors (accumulated in f64).
@@ -109,7 +116,7 @@ pub fn pair_dot(lin: &Matrix, bias: &Vector, olin: &Matrix, obias: &Vector) -> f
     if (olin.num_rows(), olin.num_cols()) != (lin.num_rows(), lin.num_cols()) {
         return 0.0;
     }
-    lin.view().trace_mat_mat(olin.view()) + vec_dot(bias, obias)
+    lin.view().trace_mat_mat(olin.view()) + vector_dot(bias, obias)
 }
 
 /// Sets a (W, b) pair from `params` in the order `vectorize` uses (W row-major, then b).
@@ -152,7 +159,7 @@ macro_rules! linear_bias_updatable {
             }
             fn vectorize(&self, out: &mut [f32]) {
                 $crate::nnet::component::param_ops::vectorize_into(
-                    &[&self.linear.to_vec(), &self.bias],
+                    &[&self.linear.to_vec(), &self.bias.to_vec()],
                     out,
                 );
             }
@@ -212,7 +219,10 @@ macro_rules! vector_params_updatable {
                 0 $(+ self.$field.dim())+
             }
             fn vectorize(&self, out: &mut [f32]) {
-                $crate::nnet::component::param_ops::vectorize_into(&[$(&self.$field),+], out);
+                $crate::nnet::component::param_ops::vectorize_into(
+                    &[$(&self.$field.to_vec()),+],
+                    out,
+                );
             }
             fn unvectorize(&mut self, params: &[f32]) {
                 let mut off = 0;
@@ -237,7 +247,7 @@ macro_rules! vector_params_updatable {
             fn dot_product(&self, other: &dyn $crate::nnet::component::Component) -> f32 {
                 match other.as_any().downcast_ref::<$ty>() {
                     Some(o) => {
-                        0.0 $(+ $crate::nnet::component::param_ops::vec_dot(&self.$field, &o.$field))+
+                        0.0 $(+ $crate::nnet::component::param_ops::vector_dot(&self.$field, &o.$field))+
                     }
                     None => 0.0,
                 }

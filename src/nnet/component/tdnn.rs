@@ -504,7 +504,7 @@ impl Component for TdnnComponent {
                 // The preconditioner sees whole spliced input rows (all offsets side by
                 // side), as the weight matrix does.
                 let x = self.spliced_input(&layout, in_value, n_out);
-                let bias = (u.bias_params.dim() == out_dim).then_some(&mut *u.bias_params);
+                let bias = (u.bias_params.dim() == out_dim).then_some(&mut u.bias_params);
                 update.weight_block(u.linear_params.view_mut(), bias, x.view(), out_deriv);
                 return;
             }
@@ -686,7 +686,10 @@ impl UpdatableComponent for TdnnComponent {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }
     fn vectorize(&self, out: &mut [f32]) {
-        param_ops::vectorize_into(&[&self.linear_params.to_vec(), &self.bias_params], out);
+        param_ops::vectorize_into(
+            &[&self.linear_params.to_vec(), &self.bias_params.to_vec()],
+            out,
+        );
     }
     fn unvectorize(&mut self, params: &[f32]) {
         let mut off = 0;
@@ -719,7 +722,7 @@ impl UpdatableComponent for TdnnComponent {
                 self.linear_params
                     .view()
                     .trace_mat_mat(o.linear_params.view())
-                    + param_ops::vec_dot(&self.bias_params, &o.bias_params)
+                    + param_ops::vector_dot(&self.bias_params, &o.bias_params)
             }
             _ => 0.0,
         }
