@@ -7,13 +7,14 @@
 # 40-dim features, 100-dim online iVectors (period 10) and random pdf posteriors (3000 pdfs).
 #
 # Usage: scripts/bench_train.sh [ROUNDS] [KALDI_RUN]
-#   KALDI_RUN: Kaldi's launcher (default ../shared/tools/kaldi/run); without it only compnet runs.
+#   KALDI_RUN (or env KALDI_RUN): the path of Kaldi's launcher script (`run`, which sets one
+#   BLAS thread and runs a Kaldi binary by name); without it only compnet runs.
 #   BASE=path/to/an/older/compnet: also run that binary, interleaved with the others (a
 #   before/after comparison in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
-KALDI=${2:-../shared/tools/kaldi/run}
+KALDI=${2:-${KALDI_RUN:-}}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -50,7 +51,7 @@ for t in 1 2; do
       /usr/bin/time -f %e -a -o "$OUT/b$t" "$BASE" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/b.raw" 2>/dev/null
     fi
     /usr/bin/time -f %e -a -o "$OUT/c$t" "$B" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/c.raw" 2>/dev/null
-    if [ -x "$KALDI" ]; then
+    if [ -n "$KALDI" ] && [ -x "$KALDI" ]; then
       OPENBLAS_NUM_THREADS=$t /usr/bin/time -f %e -a -o "$OUT/k$t" "$KALDI" nnet3-train --use-gpu=no --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/k.raw" 2>/dev/null
     fi
   done
