@@ -78,6 +78,16 @@ impl Nnet {
                 Some(NetworkNode::Component { .. })
             )
     }
+    /// The objective of output node `name` (`None` if it is not an output node).
+    pub fn objective_type(&self, name: &str) -> Option<ObjectiveType> {
+        let node = self.node_index(name)?;
+        match &self.nodes[node] {
+            NetworkNode::Descriptor { objective, .. } if self.is_output_node(node) => {
+                Some(*objective)
+            }
+            _ => None,
+        }
+    }
     /// True for an input node.
     pub fn is_input_node(&self, node: usize) -> bool {
         matches!(self.nodes[node], NetworkNode::Input { .. })

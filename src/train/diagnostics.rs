@@ -7,7 +7,7 @@ use super::objective::{compute_accuracy, compute_objective, ObjectiveSum};
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
-use crate::nnet::{NetworkNode, Nnet, ObjectiveType};
+use crate::nnet::{Nnet, ObjectiveType};
 use crate::run::NnetComputer;
 use std::collections::BTreeMap;
 
@@ -66,11 +66,7 @@ impl<'a> NnetComputeProb<'a> {
         computer.run_forward()?;
         for spec in &request.outputs {
             let name = &spec.name;
-            let node = nnet.node_index(name).unwrap_or(0);
-            let objective = match &nnet.nodes[node] {
-                NetworkNode::Descriptor { objective, .. } => *objective,
-                _ => ObjectiveType::Linear,
-            };
+            let objective = nnet.objective_type(name).unwrap_or_default();
             let sup = eg
                 .get(name)
                 .map(|io| &io.features)

@@ -238,19 +238,12 @@ impl<'a> NnetTrainer<'a> {
         seed: u64,
         suffix: &str,
     ) -> Result<()> {
-        let outputs: Vec<(String, ObjectiveType)> =
-            computation_request(self.nnet, eg, true, false)?
-                .outputs
-                .iter()
-                .map(|o| {
-                    let node = self.nnet.node_index(&o.name).unwrap_or(0);
-                    let objective = match &self.nnet.nodes[node] {
-                        crate::nnet::NetworkNode::Descriptor { objective, .. } => *objective,
-                        _ => ObjectiveType::Linear,
-                    };
-                    (o.name.clone(), objective)
-                })
-                .collect();
+        // The example's supervised outputs (the request checked every io against the network).
+        let outputs: Vec<(String, ObjectiveType)> = eg
+            .io
+            .iter()
+            .filter_map(|io| Some((io.name.clone(), self.nnet.objective_type(&io.name)?)))
+            .collect();
         let mut sums = Vec::new();
         {
             let mut computer =
