@@ -9,10 +9,7 @@ use crate::train::nnet_update::{add_nnet, same_structure};
 
 /// Options of `compnet average`.
 #[derive(clap::Args, Debug)]
-#[command(
-    args_override_self = true,
-    override_usage = "compnet average [options] <model1> <model2> ... <modelN> <model-out>"
-)]
+#[command(override_usage = "compnet average [options] <model1> <model2> ... <modelN> <model-out>")]
 pub struct Args {
     /// Write the model in binary.
     #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",

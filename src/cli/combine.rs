@@ -18,7 +18,6 @@ const P: &str = "compnet combine";
 /// Options of `compnet combine`.
 #[derive(clap::Args, Debug)]
 #[command(
-    args_override_self = true,
     override_usage = "compnet combine [options] <model1> ... <modelN> <valid-egs-rspecifier> <model-out>"
 )]
 pub struct Args {

@@ -11,10 +11,7 @@ use crate::train::{NnetComputeProb, NnetComputeProbOptions};
 
 /// Options of `compnet compute-prob`.
 #[derive(clap::Args, Debug)]
-#[command(
-    args_override_self = true,
-    override_usage = "compnet compute-prob [options] <model-in> <egs-rspecifier>"
-)]
+#[command(override_usage = "compnet compute-prob [options] <model-in> <egs-rspecifier>")]
 pub struct Args {
     /// BatchNorm uses its stored statistics (false: the minibatch's).
     #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,

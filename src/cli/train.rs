@@ -11,10 +11,7 @@ use crate::train::{NnetTrainer, NnetTrainerOptions};
 
 /// Options of `compnet train`, Kaldi's names and defaults.
 #[derive(clap::Args, Debug)]
-#[command(
-    args_override_self = true,
-    override_usage = "compnet train [options] <model-in> <egs-rspecifier> <model-out>"
-)]
+#[command(override_usage = "compnet train [options] <model-in> <egs-rspecifier> <model-out>")]
 pub struct Args {
     /// Write the model in binary.
     #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
