@@ -9,7 +9,10 @@ use crate::train::nnet_update::{add_nnet, same_structure};
 
 /// Options of `compnet average`.
 #[derive(clap::Args, Debug)]
-#[command(override_usage = "compnet average [options] <model1> <model2> ... <modelN> <model-out>")]
+#[command(
+    override_usage = "compnet average [options] <model1> <model2> ... <modelN> <model-out>",
+    after_help = "e.g.: compnet average 1.1.raw 1.2.raw 1.3.raw 2.raw"
+)]
 pub struct Args {
     /// Write the model in binary.
     #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",

@@ -18,7 +18,8 @@ const P: &str = "compnet combine";
 /// Options of `compnet combine`.
 #[derive(clap::Args, Debug)]
 #[command(
-    override_usage = "compnet combine [options] <model1> ... <modelN> <valid-egs-rspecifier> <model-out>"
+    override_usage = "compnet combine [options] <nnet-in1> <nnet-in2> ... <nnet-inN> <valid-examples-in> <nnet-out>",
+    after_help = "e.g.: compnet combine 1.1.raw 1.2.raw 1.3.raw ark:valid.egs 2.raw"
 )]
 pub struct Args {
     /// Write the model in binary.

@@ -22,6 +22,10 @@ use crate::nnet::{Index, Nnet};
 
 /// Options of `compnet compile`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet compile [options] <model-in> --input=<node>:<n-range>:<t-range> ... --output=<node>:<n-range>:<t-range> ...",
+    after_help = "e.g.: compnet compile final.raw --input=input:0:-2..12 --output=output:0:0..9 --backprop"
+)]
 pub struct Args {
     /// The model (raw nnet3 model, or a config file ending in .config).
     pub model: String,
@@ -77,6 +81,50 @@ impl CachingCompilerArgs {
             use_shortcut: self.use_shortcut,
             cache_capacity: self.cache_capacity,
             ..Default::default()
+        }
+    }
+}
+
+/// Kaldi's `--optimization.*` options that compnet's optimizer has (the others are accepted
+/// with a warning or refused, see `cli::kaldi_args`), for every command that compiles.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OptimizationArgs {
+    /// Optimize compiled computations at all (false: run them as compiled).
+    #[arg(long = "optimization.optimize", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "true", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub optimize: bool,
+    /// Turn whole-matrix copies into aliases.
+    #[arg(long = "optimization.remove-assignments", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub remove_assignments: bool,
+    /// Run components that allow it in place (propagation and backprop).
+    #[arg(long = "optimization.propagate-in-place", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub propagate_in_place: bool,
+    /// Skip zeroing matrices whose first use overwrites them.
+    #[arg(long = "optimization.initialize-undefined", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub initialize_undefined: bool,
+    /// Allocate each matrix just before its first use and free it after its last.
+    #[arg(long = "optimization.move-sizing-commands", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub move_sizing_commands: bool,
+}
+
+impl OptimizationArgs {
+    /// The optimizer options these arguments select.
+    pub fn options(&self) -> crate::compile::OptimizeOptions {
+        crate::compile::OptimizeOptions {
+            optimize: self.optimize,
+            remove_assignments: self.remove_assignments,
+            propagate_in_place: self.propagate_in_place,
+            initialize_undefined: self.initialize_undefined,
+            move_sizing_commands: self.move_sizing_commands,
         }
     }
 }

@@ -12,6 +12,10 @@ use crate::run::set_threads;
 
 /// Options of `compnet compute`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    override_usage = "compnet compute [options] <nnet-in> <features-rspecifier> <matrix-wspecifier>",
+    after_help = "e.g.: compnet compute final.raw scp:feats.scp ark:nnet_prediction.ark"
+)]
 pub struct Args {
     /// Number of output frames (at the subsampled rate × factor) per chunk; rounded up to a
     /// multiple of lcm(frame-subsampling-factor, network modulus).
@@ -58,6 +62,8 @@ pub struct Args {
     /// Bound on the number of threads of every thread pool (0 = all cores).
     #[arg(long = "num-threads", default_value_t = 0)]
     pub num_threads: usize,
+    #[command(flatten)]
+    pub optimization: crate::cli::compile::OptimizationArgs,
     /// `<model> <features-rspecifier> <matrix-wspecifier>`.
     pub args: Vec<String>,
 }
@@ -72,6 +78,7 @@ impl Args {
             extra_left_context_initial: self.extra_left_context_initial,
             extra_right_context_final: self.extra_right_context_final,
             frame_subsampling_factor: self.frame_subsampling_factor,
+            optimize: self.optimization.options(),
         }
     }
 }
@@ -93,7 +100,10 @@ pub(crate) fn check_num_threads(n: usize) -> Result<()> {
 }
 
 /// Runs the command.
-pub fn run(a: Args) -> Result<i32> {
+pub fn run(mut a: Args) -> Result<i32> {
+    // Kaldi's scripts spell "not given" as an empty string (`--ivectors=`).
+    a.ivectors = a.ivectors.filter(|s| !s.is_empty());
+    a.online_ivectors = a.online_ivectors.filter(|s| !s.is_empty());
     let [model, feats_rspec, out_wspec] = a.args.as_slice() else {
         return Err(Error::Usage(
             "usage: compnet compute [options] <model> <features-rspecifier> <matrix-wspecifier>"

@@ -11,7 +11,10 @@ use crate::train::{NnetComputeProb, NnetComputeProbOptions};
 
 /// Options of `compnet compute-prob`.
 #[derive(clap::Args, Debug)]
-#[command(override_usage = "compnet compute-prob [options] <model-in> <egs-rspecifier>")]
+#[command(
+    override_usage = "compnet compute-prob [options] <raw-model-in> <training-examples-in>",
+    after_help = "e.g.: compnet compute-prob 0.raw ark:valid.egs"
+)]
 pub struct Args {
     /// BatchNorm uses its stored statistics (false: the minibatch's).
     #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
@@ -37,6 +40,10 @@ pub struct Args {
     /// Bound on the threads of every thread pool (0 = all cores).
     #[arg(long = "num-threads", default_value_t = 0)]
     pub num_threads: usize,
+    #[command(flatten)]
+    pub optimization: crate::cli::compile::OptimizationArgs,
+    #[command(flatten)]
+    pub compiler: crate::cli::compile::CachingCompilerArgs,
     /// `<model-in> <egs-rspecifier>`.
     pub args: Vec<String>,
 }
@@ -71,6 +78,10 @@ pub fn run(a: Args) -> Result<i32> {
     );
     let opts = NnetComputeProbOptions {
         compute_accuracy: a.compute_accuracy,
+        compiler: crate::compile::cache::CachingCompilerOptions {
+            optimize: a.optimization.options(),
+            ..a.compiler.options()
+        },
         ..Default::default()
     };
     let mut prob = NnetComputeProb::new(opts, &nnet);

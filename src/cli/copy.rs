@@ -8,7 +8,8 @@ use crate::nnet::Nnet;
 /// Options of `compnet copy`.
 #[derive(clap::Args, Debug)]
 #[command(
-    override_usage = "compnet copy [--binary=true|false] [--learning-rate=R] [--scale=S] <model-in> <model-out>"
+    override_usage = "compnet copy [options] <nnet-in> <nnet-out>",
+    after_help = "e.g.: compnet copy --binary=false 0.raw text.raw"
 )]
 pub struct Args {
     /// Write the model in binary (`--binary=false` for text).
@@ -23,6 +24,22 @@ pub struct Args {
     /// Multiplies all parameters by this factor.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub scale: f32,
+    /// Apply this nnet3 config to the network first: add or replace components and nodes,
+    /// as `compnet init <existing> <config>` does (new parameters drawn with seed 0).
+    #[arg(long = "nnet-config", default_value = "")]
+    pub nnet_config: String,
+    /// Put BatchNorm components in test mode (they use their stored statistics).
+    #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "false", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub batchnorm_test_mode: bool,
+    /// Prepare for test time: BatchNorm and dropout in test mode. Kaldi also collapses
+    /// components into their neighbours (`CollapseModel`); compnet does not, so the model keeps
+    /// its components and computes the same outputs.
+    #[arg(long = "prepare-for-test", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "false", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub prepare_for_test: bool,
     /// Input model (`-` = stdin).
     pub input: String,
     /// Output model (`-` = stdout).
@@ -37,10 +54,28 @@ pub fn run(a: Args) -> Result<i32> {
         ));
     }
     let mut nnet = Nnet::read_model_file(&a.input)?.nnet;
+    if !a.nnet_config.is_empty() {
+        let text = crate::cli::init::read_config_text(&a.nnet_config)?;
+        let mut init_rng = crate::random::seeded_rng(0);
+        nnet.apply_config_text(&text, &a.nnet_config, &mut init_rng)?;
+    }
     if a.learning_rate >= 0.0 {
         nnet.set_learning_rate(a.learning_rate);
     }
     nnet.scale_all(a.scale);
+    if a.prepare_for_test {
+        eprintln!(
+            "compnet copy: warning: --prepare-for-test sets BatchNorm and dropout to test mode \
+             but does not collapse components into their neighbours as Kaldi's CollapseModel \
+             does; the model computes the same outputs"
+        );
+    }
+    crate::cli::compute_prob::set_test_modes(
+        &mut nnet,
+        a.batchnorm_test_mode || a.prepare_for_test,
+        a.prepare_for_test,
+        0,
+    );
     nnet.write_model_file(&a.output, a.binary)?;
     eprintln!(
         "compnet copy: copied raw neural net from {} to {}",

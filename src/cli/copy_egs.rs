@@ -16,6 +16,10 @@ use crate::matrix::Matrix;
 
 /// Options of `compnet copy-egs`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet copy-egs [options] <egs-rspecifier> <egs-wspecifier1> [<egs-wspecifier2> ...]",
+    after_help = "e.g.: compnet copy-egs ark:train.egs ark,t:text.egs"
+)]
 pub struct Args {
     /// Write each example to a random output instead of round-robin.
     #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]

@@ -30,6 +30,10 @@ fn parse_method(s: &str) -> std::result::Result<i64, String> {
 
 /// Options of `compnet copy-feats`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet copy-feats [options] <feature-rspecifier> <feature-wspecifier>\n       compnet copy-feats [options] <feats-rxfilename> <feats-wxfilename>",
+    after_help = "e.g.: compnet copy-feats ark:- ark,scp:foo.ark,foo.scp"
+)]
 pub struct Args {
     /// Write single-file output in binary (table outputs follow their wspecifier).
     #[arg(long, default_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]

@@ -65,6 +65,10 @@ pub struct CommonArgs {
 
 /// Options of `compnet get-egs`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet get-egs [options] <features-rspecifier> <pdf-post-rspecifier> <egs-out>",
+    after_help = "e.g.: compnet get-egs --num-pdfs=2658 --left-context=12 --right-context=9 --num-frames=8 scp:feats.scp ark:post.ark ark:cegs.1.ark"
+)]
 pub struct Args {
     /// Number of pdfs (the output dimension); required.
     #[arg(long = "num-pdfs", default_value_t = -1, allow_hyphen_values = true)]
@@ -75,6 +79,10 @@ pub struct Args {
 
 /// Options of `compnet get-egs-dense-targets`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet get-egs-dense-targets --num-targets=<n> [options] <features-rspecifier> <targets-rspecifier> <egs-out>",
+    after_help = "e.g.: compnet get-egs-dense-targets --num-targets=26 --left-context=12 --right-context=9 --num-frames=8 scp:feats.scp scp:targets.scp ark:egs.1.ark"
+)]
 pub struct DenseArgs {
     /// Dimension of the targets, checked when given (-1: any).
     #[arg(long = "num-targets", default_value_t = -1, allow_hyphen_values = true)]

@@ -7,6 +7,10 @@ use crate::nnet::Nnet;
 
 /// Options of `compnet info`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet info [options] <raw-nnet>",
+    after_help = "e.g.: compnet info 0.raw"
+)]
 pub struct Args {
     /// The model (raw network or final.mdl; `-` = stdin).
     pub model: String,

@@ -9,7 +9,8 @@ use crate::nnet::Nnet;
 /// Options of `compnet init`.
 #[derive(clap::Args, Debug)]
 #[command(
-    override_usage = "compnet init [--srand=N] [--binary=true|false] [<existing-model>] <config> <model-out>"
+    override_usage = "compnet init [options] [<existing-model-in>] <config-in> <raw-nnet-out>",
+    after_help = "e.g.: compnet init --srand=1 nnet.config 0.raw"
 )]
 pub struct Args {
     /// Seed for the random initialisation of parameters.

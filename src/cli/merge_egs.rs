@@ -17,6 +17,10 @@ use std::collections::BTreeMap;
 
 /// Options of `compnet merge-egs`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet merge-egs [options] <egs-rspecifier> <egs-wspecifier>",
+    after_help = "e.g.: compnet merge-egs --minibatch-size=512 ark:1.egs ark:-"
+)]
 pub struct Args {
     /// Minibatch sizes: `256`, `128,256`, `64:128,256` or `128=64:128/256=32,64`.
     #[arg(long = "minibatch-size", default_value = "256")]

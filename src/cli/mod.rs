@@ -12,6 +12,7 @@ pub mod copy_feats;
 pub mod get_egs;
 pub mod info;
 pub mod init;
+pub mod kaldi_args;
 pub mod merge_egs;
 pub mod shuffle_egs;
 pub mod train;
@@ -98,21 +99,73 @@ pub fn warn_non_finite(tool: &str, key: &str, m: &crate::matrix::Matrix, compres
     true
 }
 
+/// The clap description of the command line, with Kaldi's habit for every tool: an option
+/// given twice, the last one wins.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommands(|s| {
+        let example = s
+            .get_after_help()
+            .map(|h| format!("{h}\n\n"))
+            .unwrap_or_default();
+        s.args_override_self(true).after_help(format!(
+            "{example}Standard options (as in every Kaldi tool):\n  \
+             --config=<file>          read options from a file, one --name=value per line \
+             (may be repeated; the command line wins)\n  \
+             --print-args=true|false  echo the command line to stderr (default true)\n  \
+             --verbose=<n>            verbose level (default 0)\n  \
+             --help                   print this message"
+        ))
+    })
+}
+
+/// Applies Kaldi's conventions (`kaldi_args`), echoes the command line (`--print-args`) and
+/// parses. `Err(exit code)` inside when the arguments did not parse or asked for help (clap
+/// has printed why).
+fn parse(args: Vec<String>) -> Result<std::result::Result<Cli, i32>> {
+    use clap::FromArgMatches;
+    let original = args.clone();
+    let command = command();
+    let prepared = kaldi_args::prepare(args, &command)?;
+    let parsed = command
+        .try_get_matches_from(prepared.args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(c) => {
+            kaldi_args::set_verbose_level(prepared.standard.verbose);
+            if prepared.standard.print_args {
+                eprintln!("{}", kaldi_args::command_line_for_log(&original));
+            }
+            for w in &prepared.warnings {
+                eprintln!("{w}");
+            }
+            Ok(Ok(c))
+        }
+        Err(e) => {
+            let _ = e.print();
+            Ok(Err(if e.use_stderr() { 1 } else { 0 }))
+        }
+    }
+}
+
+/// Whether `args` (program name first) form a valid command line, without running it: the
+/// error clap or the Kaldi conventions give otherwise. For tests of option coverage.
+pub fn check_command_line(args: Vec<String>) -> std::result::Result<(), String> {
+    use clap::FromArgMatches;
+    let command = command();
+    let prepared = kaldi_args::prepare(args, &command).map_err(|e| e.to_string())?;
+    command
+        .try_get_matches_from(prepared.args)
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// Runs the command line; returns the process exit code.
 pub fn main_with_args(args: Vec<String>) -> Result<i32> {
-    use clap::{CommandFactory, FromArgMatches};
-    // Kaldi's habit for every tool: an option given twice, the last one wins.
-    let command = Cli::command().mut_subcommands(|s| s.args_override_self(true));
-    let parsed = command
-        .try_get_matches_from(args)
-        .and_then(|m| Cli::from_arg_matches(&m));
-    let cli = match parsed {
-        Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 1 } else { 0 };
-            let _ = e.print();
-            return Ok(code);
-        }
+    let cli = match parse(args)? {
+        Ok(cli) => cli,
+        Err(code) => return Ok(code),
     };
     match cli.command {
         Command::Init(a) => init::run(a),

@@ -11,6 +11,10 @@ use crate::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader
 
 /// Options of `compnet shuffle-egs`.
 #[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "compnet shuffle-egs [options] <egs-rspecifier> <egs-wspecifier>",
+    after_help = "e.g.: compnet shuffle-egs --srand=1 ark:train.egs ark:shuffled.egs"
+)]
 pub struct Args {
     /// Seed of the random numbers.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]

@@ -11,7 +11,10 @@ use crate::train::{NnetTrainer, NnetTrainerOptions};
 
 /// Options of `compnet train`, Kaldi's names and defaults.
 #[derive(clap::Args, Debug)]
-#[command(override_usage = "compnet train [options] <model-in> <egs-rspecifier> <model-out>")]
+#[command(
+    override_usage = "compnet train [options] <raw-model-in> <training-examples-in> <raw-model-out>",
+    after_help = "e.g.: compnet train 1.raw 'ark:compnet merge-egs ark:1.egs ark:-|' 2.raw"
+)]
 pub struct Args {
     /// Write the model in binary.
     #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
@@ -51,11 +54,8 @@ pub struct Args {
           default_value = "true", default_missing_value = "true", require_equals = true,
           action = clap::ArgAction::Set)]
     pub zero_component_stats: bool,
-    /// Optimize compiled computations (`--optimization.optimize=false` to see the raw ones).
-    #[arg(long = "optimization.optimize", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
-    pub optimize: bool,
+    #[command(flatten)]
+    pub optimization: crate::cli::compile::OptimizationArgs,
     /// Accepted for Kaldi scripts; training runs on the CPU.
     #[arg(long = "use-gpu", default_value = "no")]
     pub use_gpu: String,
@@ -104,10 +104,7 @@ pub fn run(a: Args) -> Result<i32> {
         max_param_change: a.max_param_change,
         srand: a.srand,
         compiler: crate::compile::cache::CachingCompilerOptions {
-            optimize: crate::compile::OptimizeOptions {
-                optimize: a.optimize,
-                ..Default::default()
-            },
+            optimize: a.optimization.options(),
             ..a.compiler.options()
         },
         program: P.into(),

@@ -30,7 +30,7 @@ use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
 
 /// Which optimizations to run (Kaldi's `NnetOptimizeOptions`, the subset we implement).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OptimizeOptions {
     /// Master switch (`--optimize` in Kaldi's tools).
     pub optimize: bool,

@@ -38,6 +38,8 @@ pub struct NnetSimpleComputationOptions {
     pub extra_right_context_final: i32,
     /// Output only every n-th frame (chain models use 3).
     pub frame_subsampling_factor: i32,
+    /// The optimizer's options (`--optimization.*`).
+    pub optimize: OptimizeOptions,
 }
 
 impl Default for NnetSimpleComputationOptions {
@@ -50,6 +52,7 @@ impl Default for NnetSimpleComputationOptions {
             extra_left_context_initial: -1,
             extra_right_context_final: -1,
             frame_subsampling_factor: 1,
+            optimize: OptimizeOptions::default(),
         }
     }
 }
@@ -396,7 +399,7 @@ impl ChunkComputer {
         if !self.cache.contains_key(&key) {
             let request = self.chunk_request(lo, hi, num, seqs as i32);
             let mut comp = compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
-            optimize(&self.nnet, &mut comp, &OptimizeOptions::default());
+            optimize(&self.nnet, &mut comp, &self.opts.optimize);
             self.cache.insert(key, comp);
         }
         Ok(())

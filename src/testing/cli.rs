@@ -17,14 +17,20 @@ pub fn run(bin: &str, args: &[&str]) -> Output {
 }
 
 /// Runs a command that must fail: non-zero exit, an error line starting `compnet: error: `
-/// (at the start of stderr when `error_first`; after log lines otherwise), no `out_file` and
+/// (right after the echoed command line when `error_first`; after log lines otherwise), no
+/// `out_file` and
 /// no temporary file beside it. Returns stderr.
 pub fn must_fail(bin: &str, args: &[&str], out_file: &Path, error_first: bool) -> String {
     let out = run(bin, args);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "compnet {args:?} succeeded:\n{err}");
+    // Every command echoes its command line first, as Kaldi's tools do (`--print-args`).
+    let mut full = vec![bin.to_string()];
+    full.extend(args.iter().map(|a| a.to_string()));
+    let echo = format!("{}\n", crate::cli::kaldi_args::command_line_for_log(&full));
+    let after_echo = err.strip_prefix(echo.as_str()).unwrap_or(&err);
     let says = if error_first {
-        err.starts_with("compnet: error: ")
+        after_echo.starts_with("compnet: error: ")
     } else {
         err.lines().any(|l| l.starts_with("compnet: error: "))
     };
