@@ -1,9 +1,10 @@
 //! `compnet copy` (Kaldi's `nnet3-copy`): reads a network (raw or final.mdl), optionally sets
-//! the learning rate or scales the parameters, and writes it as a raw model.
+//! the learning rate or scales the parameters, applies a config and edit directives
+//! (`nnet::edit`), and writes it as a raw model.
 
 use crate::cli::init::parse_kaldi_bool;
 use crate::error::{Error, Result};
-use crate::nnet::Nnet;
+use crate::nnet::{edit, Nnet};
 
 /// Options of `compnet copy`.
 #[derive(clap::Args, Debug)]
@@ -28,6 +29,14 @@ pub struct Args {
     /// as `compnet init <existing> <config>` does (new parameters drawn with seed 0).
     #[arg(long = "nnet-config", default_value = "")]
     pub nnet_config: String,
+    /// Edit directives applied after --nnet-config, --learning-rate and --scale (`;`
+    /// separates lines), e.g. `--edits='set-dropout-proportion name=* proportion=0.1'`; see
+    /// `nnet::edit` for the directives.
+    #[arg(long, default_value = "")]
+    pub edits: String,
+    /// A file of edit directives, one per line, applied before --edits.
+    #[arg(long = "edits-config", default_value = "")]
+    pub edits_config: String,
     /// Put BatchNorm components in test mode (they use their stored statistics).
     #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
           default_value = "false", default_missing_value = "true", require_equals = true,
@@ -63,6 +72,21 @@ pub fn run(a: Args) -> Result<i32> {
         nnet.set_learning_rate(a.learning_rate);
     }
     nnet.scale_all(a.scale);
+    let mut edits: Vec<(String, String)> = Vec::new();
+    if !a.edits_config.is_empty() {
+        edits.push((
+            crate::cli::init::read_config_text(&a.edits_config)?,
+            a.edits_config.clone(),
+        ));
+    }
+    if !a.edits.is_empty() {
+        edits.push((edit::edits_option_text(&a.edits), "--edits".into()));
+    }
+    for (text, file) in edits {
+        for msg in edit::apply_edit_config(&mut nnet, &text, &file)? {
+            crate::train::log::log("compnet copy", &msg);
+        }
+    }
     if a.prepare_for_test {
         eprintln!(
             "compnet copy: warning: --prepare-for-test sets BatchNorm and dropout to test mode \

@@ -209,21 +209,6 @@ const TRAIN: &[CompatOption] = &[no_effect(
     "the compiled-computation cache lives in memory only (see --write-cache)",
 )];
 
-const COPY: &[CompatOption] = &[
-    only_default(
-        "edits",
-        Str,
-        "",
-        "nnet3-copy's edit language is not implemented yet",
-    ),
-    only_default(
-        "edits-config",
-        Str,
-        "",
-        "nnet3-copy's edit language is not implemented yet",
-    ),
-];
-
 const COPY_FEATS: &[CompatOption] = &[
     only_default("htk-in", Bool, "false", "HTK input is not supported"),
     only_default("sphinx-in", Bool, "false", "Sphinx input is not supported"),
@@ -269,7 +254,6 @@ pub fn compat_options(sub: &str) -> Vec<&'static CompatOption> {
         "compute" => &[COMPUTE, OPTIMIZATION, DEBUG],
         "compute-prob" => &[COMPUTE_PROB, OPTIMIZATION, DEBUG],
         "train" => &[TRAIN, OPTIMIZATION, &DEBUG[..1], CUDA],
-        "copy" => &[COPY],
         "copy-feats" => &[COPY_FEATS],
         "copy-egs" => &[COPY_EGS],
         "merge-egs" => &[MERGE_EGS],

@@ -4,6 +4,7 @@
 
 pub mod component;
 pub mod descriptor;
+pub mod edit;
 pub mod network;
 pub mod params;
 pub mod validate;

@@ -360,6 +360,14 @@ pub struct FixedAffineComponent {
 }
 
 impl FixedAffineComponent {
+    /// A fixed affine transform from parameters (Kaldi's `convert-to-fixed-affine` edit).
+    pub fn new(linear: Matrix, bias: Vector) -> Self {
+        FixedAffineComponent {
+            linear: linear.into(),
+            bias,
+        }
+    }
+
     /// Kaldi's FixedAffineComponent::InitFromConfig: `matrix=<file>` or random dims.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let (linear, bias) = init_affine_params(cfg, 1.0, false, init_rng)?;
