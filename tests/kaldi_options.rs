@@ -306,3 +306,70 @@ fn help_names_the_positional_arguments_and_gives_an_example() {
         );
     }
 }
+
+/// `nnet3-compute --utt2spk`: the iVectors of --ivectors are looked up by speaker.
+#[test]
+fn utt2spk_reads_ivectors_per_speaker() {
+    let dir = temp_dir("utt2spk");
+    let model = case("tdnn-splice-ivector", "model.raw");
+    let feats = format!("ark:{}", case("tdnn-splice-ivector", "feats.txt"));
+    // One iVector: the first row of utt1's online iVectors.
+    let online = std::fs::read_to_string(case("tdnn-splice-ivector", "ivectors.txt")).unwrap();
+    let first_row: Vec<&str> = online
+        .split('[')
+        .nth(1)
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap()
+        .trim_end_matches(']')
+        .split_whitespace()
+        .collect();
+    assert_eq!(first_row.len(), 10);
+    let v = format!("[ {} ]", first_row.join(" "));
+    let per_utt = dir.join("utt_ivectors.txt");
+    std::fs::write(&per_utt, format!("utt1 {v}\nutt2 {v}\nutt3 {v}\n")).unwrap();
+    let per_spk = dir.join("spk_ivectors.txt");
+    std::fs::write(&per_spk, format!("spkA {v}\n")).unwrap();
+    let utt2spk = dir.join("utt2spk");
+    std::fs::write(&utt2spk, "utt1 spkA\nutt2 spkA\nutt3 spkA\n").unwrap();
+    let by_utt = compnet(&[
+        "compute",
+        &format!("--ivectors=ark:{}", per_utt.display()),
+        &model,
+        &feats,
+        "ark,t:-",
+    ]);
+    assert!(by_utt.status.success(), "{}", text(&by_utt.stderr));
+    let by_spk = compnet(&[
+        "compute",
+        &format!("--ivectors=ark:{}", per_spk.display()),
+        &format!("--utt2spk=ark:{}", utt2spk.display()),
+        &model,
+        &feats,
+        "ark,t:-",
+    ]);
+    assert!(by_spk.status.success(), "{}", text(&by_spk.stderr));
+    assert_eq!(text(&by_utt.stdout), text(&by_spk.stdout));
+    assert_eq!(text(&by_spk.stdout).matches('[').count(), 3);
+    // Without the map the per-speaker archive has no entry per utterance.
+    let no_map = compnet(&[
+        "compute",
+        &format!("--ivectors=ark:{}", per_spk.display()),
+        &model,
+        &feats,
+        "ark,t:-",
+    ]);
+    assert!(text(&no_map.stderr).contains("no iVector available for utterance utt1"));
+    // --utt2spk alone is a usage error.
+    let alone = compnet(&[
+        "compute",
+        &format!("--utt2spk=ark:{}", utt2spk.display()),
+        &model,
+        &feats,
+        "ark,t:-",
+    ]);
+    assert!(!alone.status.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

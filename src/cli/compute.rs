@@ -39,6 +39,10 @@ pub struct Args {
     /// Rspecifier of one iVector (a vector) per utterance.
     #[arg(long)]
     pub ivectors: Option<String>,
+    /// Rspecifier of the utterance-to-speaker map; with it, --ivectors holds one iVector per
+    /// speaker.
+    #[arg(long = "utt2spk", default_value = "")]
+    pub utt2spk: String,
     /// Rspecifier of online iVectors (a matrix per utterance, one row per period frames).
     #[arg(long = "online-ivectors")]
     pub online_ivectors: Option<String>,
@@ -146,6 +150,16 @@ pub fn run(mut a: Args) -> Result<i32> {
         Some(r) => Some(RandomAccessTableReader::<Vector>::open(r)?),
         None => None,
     };
+    let mut utt2spk = match (a.utt2spk.is_empty(), &a.ivectors) {
+        (true, _) => None,
+        (false, Some(_)) => Some(RandomAccessTableReader::<String>::open(&a.utt2spk)?),
+        (false, None) => {
+            return Err(Error::Usage(
+                "--utt2spk maps utterances to the speakers of --ivectors; give --ivectors too"
+                    .into(),
+            ))
+        }
+    };
     let mut online = match &a.online_ivectors {
         Some(r) => Some(RandomAccessTableReader::<GeneralMatrix>::open(r)?),
         None => None,
@@ -171,7 +185,21 @@ pub fn run(mut a: Args) -> Result<i32> {
         let fixed;
         let online_m;
         let src = if let Some(r) = ivectors.as_mut() {
-            match r.get(&key)? {
+            // With --utt2spk the iVectors are per speaker.
+            let ivector_key = match utt2spk.as_mut() {
+                Some(map) => {
+                    match map.get(&key)? {
+                        Some(spk) => spk.clone(),
+                        None => {
+                            eprintln!("compnet compute: warning: no speaker for utterance {key} in --utt2spk");
+                            failed += 1;
+                            continue;
+                        }
+                    }
+                }
+                None => key.clone(),
+            };
+            match r.get(&ivector_key)? {
                 Some(v) => {
                     fixed = v.clone();
                     IvectorSource::Fixed(&fixed)

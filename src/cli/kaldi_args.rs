@@ -173,20 +173,11 @@ const CUDA: &[CompatOption] = &[
     ),
 ];
 
-const COMPUTE: &[CompatOption] = &[
-    no_effect(
-        "acoustic-scale",
-        Float,
-        "it is a no-op in nnet3-compute as well",
-    ),
-    only_default(
-        "utt2spk",
-        Str,
-        "",
-        "per-speaker iVectors (--ivectors with --utt2spk) are not supported yet; give one \
-         iVector per utterance",
-    ),
-];
+const COMPUTE: &[CompatOption] = &[no_effect(
+    "acoustic-scale",
+    Float,
+    "it is a no-op in nnet3-compute as well",
+)];
 
 const COMPUTE_PROB: &[CompatOption] = &[
     no_effect(

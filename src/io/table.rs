@@ -727,6 +727,16 @@ impl TableObject for Vec<i32> {
     }
 }
 
+/// A token per key (Kaldi's `TokenHolder`), e.g. utt2spk maps: `utt1 spk1` per line.
+impl TableObject for String {
+    fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
+        r.token()
+    }
+    fn write_object(&self, w: &mut TokenWriter) {
+        w.token(self)
+    }
+}
+
 /// Reads one object at `pos` of `buf` (detecting the `\0B` header); returns it and the end
 /// position.
 fn read_at<T: TableObject>(buf: &[u8], pos: usize, file: &str) -> Result<(T, usize)> {
