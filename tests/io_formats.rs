@@ -30,6 +30,7 @@ fn args(compress: bool, method: i64, input: &str, output: &str) -> Args {
         binary: true,
         compress,
         compression_method: method,
+        write_num_frames: String::new(),
         input: input.to_string(),
         output: output.to_string(),
     }
@@ -475,4 +476,32 @@ fn single_object_mode_reads_offsets_and_writes_kaldi_bytes() {
         .output()
         .unwrap();
     assert!(!st.status.success());
+}
+
+/// `copy-feats --write-num-frames` writes Kaldi's int32 table, text and binary
+/// (formats/num-frames, from Kaldi's copy-feats).
+#[test]
+fn num_frames_tables_are_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let feats = format!("ark:{}/cases/seed/feats.txt", GOLDEN);
+    for (wspec, golden) in [
+        ("ark,t:", "num-frames/num_frames.txt"),
+        ("ark:", "num-frames/num_frames.ark"),
+    ] {
+        let out = dir.path().join("n");
+        let mut a = args(false, 1, &feats, "ark:/dev/null");
+        a.write_num_frames = format!("{wspec}{}", out.display());
+        assert_eq!(copy_feats(&a).unwrap(), 3);
+        assert_same(&read(out.to_str().unwrap()), &g(golden));
+        // And it reads back.
+        let back: Vec<(String, i32)> =
+            SequentialTableReader::<i32>::open(&format!("ark:{}", out.display()))
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect();
+        assert_eq!(
+            back.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
+            [7, 23, 61]
+        );
+    }
 }

@@ -45,6 +45,9 @@ pub struct Args {
     /// integer, 5 one-byte, 6 one-byte unsigned integer, 7 one-byte 0..1.
     #[arg(long = "compression-method", default_value = "1", value_parser = parse_method)]
     pub compression_method: i64,
+    /// Wspecifier to write each utterance's number of frames to (e.g. `ark,t:utt2num_frames`).
+    #[arg(long = "write-num-frames", default_value = "")]
+    pub write_num_frames: String,
     /// Input: rspecifier (or rxfilename of a single matrix).
     pub input: String,
     /// Output: wspecifier (or wxfilename of a single matrix).
@@ -68,6 +71,11 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
         ));
     }
     if !in_table {
+        if !a.write_num_frames.is_empty() {
+            return Err(Error::Usage(
+                "--write-num-frames needs table arguments (an rspecifier and a wspecifier)".into(),
+            ));
+        }
         let m: Matrix = read_object(&a.input)?;
         super::warn_non_finite("copy-feats", &a.input, &m, a.compress);
         if a.compress {
@@ -78,12 +86,23 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
         return Ok(1);
     }
     let reader = SequentialMatrixReader::open(&a.input)?;
+    let mut num_frames = match a.write_num_frames.as_str() {
+        "" => None,
+        w => Some(crate::io::table::TableWriter::<i32>::open(w)?),
+    };
+    let mut count_frames = |key: &str, m: &Matrix| -> Result<()> {
+        if let Some(w) = num_frames.as_mut() {
+            w.write(key, &(m.num_rows() as i32))?;
+        }
+        Ok(())
+    };
     let mut n = 0;
     if a.compress {
         let mut w = CompressedMatrixWriter::open(&a.output)?;
         for item in reader {
             let (key, m) = item?;
             super::warn_non_finite("copy-feats", &key, &m, true);
+            count_frames(&key, &m)?;
             w.write(&key, &CompressedMatrix::compress(&m, method))?;
             n += 1;
         }
@@ -93,9 +112,13 @@ pub fn copy_feats(a: &Args) -> Result<usize> {
         for item in reader {
             let (key, m) = item?;
             super::warn_non_finite("copy-feats", &key, &m, false);
+            count_frames(&key, &m)?;
             w.write(&key, &m)?;
             n += 1;
         }
+        w.close()?;
+    }
+    if let Some(w) = num_frames {
         w.close()?;
     }
     Ok(n)

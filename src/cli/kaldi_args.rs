@@ -203,12 +203,6 @@ const TRAIN: &[CompatOption] = &[no_effect(
 const COPY_FEATS: &[CompatOption] = &[
     only_default("htk-in", Bool, "false", "HTK input is not supported"),
     only_default("sphinx-in", Bool, "false", "Sphinx input is not supported"),
-    only_default(
-        "write-num-frames",
-        Str,
-        "",
-        "writing frame counts is not implemented yet",
-    ),
 ];
 
 const COPY_EGS: &[CompatOption] = &[

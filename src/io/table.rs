@@ -727,6 +727,17 @@ impl TableObject for Vec<i32> {
     }
 }
 
+/// An integer per key (Kaldi's `BasicHolder<int32>`), e.g. `--write-num-frames`.
+impl TableObject for i32 {
+    fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
+        r.i32()
+    }
+    fn write_object(&self, w: &mut TokenWriter) {
+        w.i32(*self);
+        w.newline_if_text();
+    }
+}
+
 /// A token per key (Kaldi's `TokenHolder`), e.g. utt2spk maps: `utt1 spk1` per line.
 impl TableObject for String {
     fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
