@@ -31,6 +31,11 @@ pub struct Args {
           default_value = "true", default_missing_value = "true", require_equals = true,
           action = clap::ArgAction::Set)]
     pub compute_accuracy: bool,
+    /// Also report the accuracy per reference dimension.
+    #[arg(long = "compute-per-dim-accuracy", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "false", default_missing_value = "true", require_equals = true,
+          action = clap::ArgAction::Set)]
+    pub compute_per_dim_accuracy: bool,
     /// Seed of the statistics BatchNorm invents when it has none in test mode.
     #[arg(long, default_value_t = 0)]
     pub srand: u64,
@@ -78,6 +83,7 @@ pub fn run(a: Args) -> Result<i32> {
     );
     let opts = NnetComputeProbOptions {
         compute_accuracy: a.compute_accuracy,
+        compute_per_dim_accuracy: a.compute_per_dim_accuracy,
         compiler: crate::compile::cache::CachingCompilerOptions {
             optimize: a.optimization.options(),
             ..a.compiler.options()

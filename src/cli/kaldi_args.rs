@@ -179,20 +179,12 @@ const COMPUTE: &[CompatOption] = &[no_effect(
     "it is a no-op in nnet3-compute as well",
 )];
 
-const COMPUTE_PROB: &[CompatOption] = &[
-    no_effect(
-        "collapse-model",
-        Bool,
-        "compnet evaluates the model as it is; Kaldi's collapsing folds BatchNorm and \
+const COMPUTE_PROB: &[CompatOption] = &[no_effect(
+    "collapse-model",
+    Bool,
+    "compnet evaluates the model as it is; Kaldi's collapsing folds BatchNorm and \
          dropout into neighbouring layers, which changes only rounding",
-    ),
-    only_default(
-        "compute-per-dim-accuracy",
-        Bool,
-        "false",
-        "per-dimension accuracy is not implemented",
-    ),
-];
+)];
 
 const TRAIN: &[CompatOption] = &[no_effect(
     "binary-write-cache",

@@ -3,7 +3,7 @@
 
 use super::example::computation_request;
 use super::log::{fmt_g, log};
-use super::objective::{compute_accuracy, compute_objective, ObjectiveSum};
+use super::objective::{add_per_dim_accuracy, compute_accuracy, compute_objective, ObjectiveSum};
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
@@ -16,6 +16,9 @@ use std::collections::BTreeMap;
 pub struct NnetComputeProbOptions {
     /// Also compute the frame accuracy of `linear` outputs.
     pub compute_accuracy: bool,
+    /// Also the accuracy per reference dimension (`--compute-per-dim-accuracy`; of the last
+    /// minibatch only, as Kaldi reports it).
+    pub compute_per_dim_accuracy: bool,
     /// The compiler's options (`--compiler.*`).
     pub compiler: CachingCompilerOptions,
     /// Name in log lines.
@@ -26,6 +29,7 @@ impl Default for NnetComputeProbOptions {
     fn default() -> Self {
         NnetComputeProbOptions {
             compute_accuracy: true,
+            compute_per_dim_accuracy: false,
             compiler: CachingCompilerOptions::default(),
             program: "compnet compute-prob".into(),
         }
@@ -39,6 +43,8 @@ pub struct NnetComputeProb<'a> {
     compiler: CachingCompiler,
     objectives: BTreeMap<String, (ObjectiveType, ObjectiveSum)>,
     accuracy: BTreeMap<String, ObjectiveSum>,
+    /// Per output: (weight, correct) per reference dimension, of the last minibatch.
+    per_dim_accuracy: BTreeMap<String, (Vec<f32>, Vec<f32>)>,
 }
 
 impl<'a> NnetComputeProb<'a> {
@@ -49,6 +55,7 @@ impl<'a> NnetComputeProb<'a> {
             nnet,
             objectives: BTreeMap::new(),
             accuracy: BTreeMap::new(),
+            per_dim_accuracy: BTreeMap::new(),
         }
     }
 
@@ -85,6 +92,18 @@ impl<'a> NnetComputeProb<'a> {
                 let e = self.accuracy.entry(name.clone()).or_default();
                 e.tot_weight += a.tot_weight;
                 e.tot_objf += a.tot_objf;
+                if self.opts.compute_per_dim_accuracy {
+                    let dim = output.num_cols();
+                    let (w, c) = self
+                        .per_dim_accuracy
+                        .entry(name.clone())
+                        .or_insert_with(|| (vec![0.0; dim], vec![0.0; dim]));
+                    // Kaldi's ComputeAccuracy zeroes the per-dim sums on every call, so its
+                    // report covers the last minibatch only; scripts compare against that.
+                    w.iter_mut().for_each(|x| *x = 0.0);
+                    c.iter_mut().for_each(|x| *x = 0.0);
+                    add_per_dim_accuracy(sup, output, w, c);
+                }
             }
         }
         Ok(())
@@ -132,6 +151,23 @@ impl<'a> NnetComputeProb<'a> {
                         fmt_g(s.tot_weight)
                     ),
                 );
+                if let Some((w, c)) = self.per_dim_accuracy.get(name) {
+                    // Dimensions never seen as a reference print 0.
+                    let per_dim: Vec<String> = w
+                        .iter()
+                        .zip(c)
+                        .map(|(&w, &c)| fmt_g(if w != 0.0 { f64::from(c / w) } else { 0.0 }))
+                        .collect();
+                    log(
+                        p,
+                        &format!(
+                            "Overall per-dim accuracy vector for '{name}' is  [ {} ]\n per \
+                             frame, over {} frames.",
+                            per_dim.join(" "),
+                            fmt_g(s.tot_weight)
+                        ),
+                    );
+                }
             }
         }
         any

@@ -78,27 +78,69 @@ pub fn compute_objective(
 /// Frame accuracy: a row counts (with the weight of its supervision) when the output's
 /// largest element is where the supervision's largest element is (first on ties).
 pub fn compute_accuracy(supervision: &GeneralMatrix, output: &Matrix) -> ObjectiveSum {
-    let best_out = output.view().row_max_index();
     // Row sums are single precision and the totals double, as Kaldi's: with dense targets
     // of both signs the weights nearly cancel and the last printed digit depends on it.
     let (mut weight, mut correct) = (0.0f64, 0.0f64);
-    let mut add_row = |r: usize, row_sum: f32, best: i32| {
+    for_each_accuracy_row(supervision, output, |_, _, row_sum, right| {
         weight += row_sum as f64;
-        if best_out.get(r) == Some(&best) {
+        if right {
             correct += row_sum as f64;
         }
+    });
+    ObjectiveSum {
+        tot_weight: weight,
+        tot_objf: correct,
+    }
+}
+
+/// Per-dimension accuracy sums (`nnet3-compute-prob --compute-per-dim-accuracy`): for each
+/// reference dimension, the weight of the frames whose reference it is and of those the output
+/// got right, added into `weight` and `correct` (sized to the output dimension, in single
+/// precision as Kaldi keeps them).
+pub fn add_per_dim_accuracy(
+    supervision: &GeneralMatrix,
+    output: &Matrix,
+    weight: &mut [f32],
+    correct: &mut [f32],
+) {
+    for_each_accuracy_row(supervision, output, |reference, _, row_sum, right| {
+        if let Ok(i) = usize::try_from(reference) {
+            if let Some(w) = weight.get_mut(i) {
+                *w += row_sum;
+            }
+            if right {
+                if let Some(c) = correct.get_mut(i) {
+                    *c += row_sum;
+                }
+            }
+        }
+    });
+}
+
+/// Calls `f(reference dimension, output's best dimension, row weight, whether they agree)` for
+/// every supervision row (Kaldi's `ComputeAccuracy`: the reference is the row's largest
+/// entry, the weight its sum).
+fn for_each_accuracy_row(
+    supervision: &GeneralMatrix,
+    output: &Matrix,
+    mut f: impl FnMut(i32, i32, f32, bool),
+) {
+    let best_out = output.view().row_max_index();
+    let mut row = |r: usize, row_sum: f32, best: i32| {
+        let hyp = best_out.get(r).copied().unwrap_or(-1);
+        f(best, hyp, row_sum, hyp == best)
     };
     match supervision {
         GeneralMatrix::Sparse(sm) => {
-            for (r, row) in sm.rows.iter().enumerate() {
-                let row_sum: f32 = row.pairs.iter().map(|p| p.1).sum();
+            for (r, row_pairs) in sm.rows.iter().enumerate() {
+                let row_sum: f32 = row_pairs.pairs.iter().map(|p| p.1).sum();
                 let mut best = (-1i32, f32::NEG_INFINITY);
-                for &(c, v) in &row.pairs {
+                for &(c, v) in &row_pairs.pairs {
                     if v > best.1 {
                         best = (c, v);
                     }
                 }
-                add_row(r, row_sum, best.0);
+                row(r, row_sum, best.0);
             }
         }
         _ => {
@@ -106,12 +148,8 @@ pub fn compute_accuracy(supervision: &GeneralMatrix, output: &Matrix) -> Objecti
             let best_sup = m.view().row_max_index();
             for (r, &best) in best_sup.iter().enumerate() {
                 let row_sum: f32 = m.row_to_vec(r).iter().sum();
-                add_row(r, row_sum, best);
+                row(r, row_sum, best);
             }
         }
-    }
-    ObjectiveSum {
-        tot_weight: weight,
-        tot_objf: correct,
     }
 }
