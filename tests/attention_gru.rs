@@ -866,3 +866,57 @@ fn bad_configs_and_files_are_errors() {
         assert_eq!(r.ok(), Some(true), "{text} accepted or panicked");
     }
 }
+
+// ------------------------------------------------------------------ trained model
+
+/// Kaldi's model after one training pass (`train/attention-gru`), with attention entropy and
+/// posterior statistics (doubles) and GRU statistics: copied like `nnet3-copy` in binary
+/// and text (Kaldi's text dump), and its info lines as `nnet3-info` prints them.
+#[test]
+fn trained_model_copies_and_info_match_kaldi() {
+    use compnet::testing::golden::golden_path;
+    let dir = golden_path("train/attention-gru");
+    let tmp = std::env::temp_dir().join(format!("compnet-attgru-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let after = dir.join("after.raw");
+    let bin = tmp.join("copy.raw");
+    let txt = tmp.join("copy.txt");
+    run(&["copy", after.to_str().unwrap(), bin.to_str().unwrap()]);
+    run(&[
+        "copy",
+        "--binary=false",
+        after.to_str().unwrap(),
+        txt.to_str().unwrap(),
+    ]);
+    assert!(
+        std::fs::read(&bin).unwrap() == std::fs::read(dir.join("after_copy.raw")).unwrap(),
+        "binary copy differs from Kaldi's nnet3-copy"
+    );
+    assert!(
+        std::fs::read(&txt).unwrap() == std::fs::read(dir.join("after.txt")).unwrap(),
+        "text copy differs from Kaldi's"
+    );
+    let info = run(&["info", after.to_str().unwrap()]);
+    let want = std::fs::read(dir.join("after_info.txt")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&want).contains("entropy="),
+        "the golden has attention statistics"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&info),
+        String::from_utf8_lossy(&want)
+    );
+    std::fs::remove_dir_all(&tmp).ok();
+}

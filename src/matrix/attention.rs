@@ -3,7 +3,7 @@
 //! positions o = 0..C (the input has `(C − 1)·row_shift` more rows than the output: the left
 //! and right context). The component composes them with the row softmax and its derivative.
 
-use super::{MatView, MatViewMut, Real};
+use super::{simd, MatView, MatViewMut, Real};
 
 /// Checks the shared shape rule: `a` has the output rows, `b` the input rows, `c` C columns.
 fn check_window(op: &str, out_rows: usize, in_rows: usize, c_cols: usize, row_shift: usize) {
@@ -34,9 +34,7 @@ impl MatViewMut<'_> {
             let ai = a.row(i);
             let out = self.row_mut(i);
             for (o, y) in out.iter_mut().enumerate() {
-                let bi = b.row(i + o * row_shift);
-                let s: Real = ai.iter().zip(bi).map(|(&x, &z)| x * z).sum();
-                *y = alpha * s;
+                *y = alpha * simd::dot(ai, b.row(i + o * row_shift));
             }
         }
     }
