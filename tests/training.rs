@@ -89,6 +89,10 @@ const SAMPLED: &[&str] = &[
     "<OderivCount>",
     "<NumDimsSelfRepaired>",
     "<NumDimsProcessed>",
+    "<SelfRepairTotal>",
+    "<StatsCount>",
+    "<EntropyStats>",
+    "<PosteriorStats>",
 ];
 
 fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
@@ -248,6 +252,14 @@ fn lstm_with_natural_gradient_matches_kaldi() {
 #[test]
 fn natural_gradient_in_every_component_matches_kaldi() {
     check_training_logs_within("ng-all", 0.03, 2e-4);
+}
+
+/// Restricted attention (a non-simple component with a memo and statistics) below a fast GRU
+/// and an output-gate GRU: W_h's two-sided and w_h's per-frame natural gradient, the GRUs'
+/// per-time-step updates consolidated. Their statistics are sampled (shape only).
+#[test]
+fn attention_and_gru_match_kaldi() {
+    check_training_logs_within("attention-gru", 0.01, 1e-5);
 }
 
 #[test]

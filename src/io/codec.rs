@@ -185,6 +185,47 @@ impl TokenWriter {
             self.buf.extend_from_slice(b"]\n");
         }
     }
+    /// A double vector (`DV` in binary; ` [ ... ]` in text, as a float vector prints).
+    pub fn vector_f64(&mut self, v: &[f64]) {
+        if self.binary {
+            self.token("DV");
+            self.i32(v.len() as i32);
+            for &x in v {
+                self.buf.extend_from_slice(&x.to_le_bytes());
+            }
+        } else {
+            self.buf.extend_from_slice(b" [ ");
+            for &x in v {
+                self.buf.extend_from_slice(fmt_float(x).as_bytes());
+                self.buf.push(b' ');
+            }
+            self.buf.extend_from_slice(b"]\n");
+        }
+    }
+    /// A row-major double matrix (`DM` in binary; ` [ ... ]` in text, as a float matrix
+    /// prints).
+    pub fn matrix_f64(&mut self, rows: usize, cols: usize, data: &[f64]) {
+        if self.binary {
+            self.token("DM");
+            self.i32(rows as i32);
+            self.i32(cols as i32);
+            for &x in data {
+                self.buf.extend_from_slice(&x.to_le_bytes());
+            }
+        } else if rows == 0 || cols == 0 {
+            self.buf.extend_from_slice(b" [ ]\n");
+        } else {
+            self.buf.extend_from_slice(b" [");
+            for row in data.chunks_exact(cols) {
+                self.buf.extend_from_slice(b"\n  ");
+                for &x in row {
+                    self.buf.extend_from_slice(fmt_float(x).as_bytes());
+                    self.buf.push(b' ');
+                }
+            }
+            self.buf.extend_from_slice(b"]\n");
+        }
+    }
     /// A float vector (`FV` in binary; ` [ ... ]` in text).
     pub fn vector(&mut self, v: &[Real]) {
         if self.binary {

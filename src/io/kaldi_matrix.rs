@@ -16,6 +16,11 @@ impl TokenReader<'_> {
     pub fn vector(&mut self) -> Result<Vector> {
         read_vector(self)
     }
+    /// A matrix read into double precision, row-major, with its rows and columns
+    /// (statistics Kaldi keeps in a double matrix).
+    pub fn matrix_f64(&mut self) -> Result<(usize, usize, Vec<f64>)> {
+        read_matrix_f64(self)
+    }
     /// A vector read into double precision (statistics Kaldi keeps in doubles).
     pub fn vector_f64(&mut self) -> Result<Vec<f64>> {
         read_vector_f64(self)
@@ -62,6 +67,42 @@ pub fn read_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
     }
 }
 
+/// Reads a matrix into double precision (DM exactly, FM widened; text parsed as doubles).
+pub fn read_matrix_f64(r: &mut TokenReader<'_>) -> Result<(usize, usize, Vec<f64>)> {
+    if !r.is_binary() {
+        let (rows, cols, data) = read_text_matrix_with(r, parse_float)?;
+        return Ok((rows, cols, data));
+    }
+    let at = r.pos();
+    let tok = r.token()?;
+    let double = match tok.as_str() {
+        "FM" => false,
+        "DM" => true,
+        _ => return Err(r.err_at(at, "matrix token FM or DM")),
+    };
+    let rows = r.i32()?;
+    let cols = r.i32()?;
+    if rows < 0 || cols < 0 {
+        return Err(r.err_at(at, "non-negative matrix dimensions"));
+    }
+    let (rows, cols) = (rows as usize, cols as usize);
+    let esz = if double { 8 } else { 4 };
+    if rows.saturating_mul(cols).saturating_mul(esz) > r.rest().len() {
+        return Err(r.err(format!("{rows}x{cols} matrix data (file truncated)")));
+    }
+    let raw = r.bytes(rows * cols * esz)?;
+    let data = if double {
+        raw.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect()
+    } else {
+        raw.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect()
+    };
+    Ok((rows, cols, data))
+}
+
 /// Skips spaces, tabs and carriage returns, stopping at a newline (which ends a text row).
 fn skip_inline_ws(r: &mut TokenReader<'_>) -> Result<()> {
     while let Some(&b) = r.rest().first() {
@@ -96,9 +137,18 @@ fn number_word<T>(
 
 /// Reads a text matrix `[ a b \n c d ]` (a newline or `;` ends a row).
 fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
+    let (rows, cols, data) = read_text_matrix_with(r, parse_f32)?;
+    Ok(Matrix::from_vec(rows, cols, data))
+}
+
+/// Reads a text matrix with numbers parsed by `parse`: rows, columns, row-major data.
+fn read_text_matrix_with<T: Copy>(
+    r: &mut TokenReader<'_>,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<(usize, usize, Vec<T>)> {
     let at = r.open_bracket("a matrix")?;
-    let mut rows: Vec<Vec<f32>> = Vec::new();
-    let mut cur: Vec<f32> = Vec::new();
+    let mut rows: Vec<Vec<T>> = Vec::new();
+    let mut cur: Vec<T> = Vec::new();
     loop {
         skip_inline_ws(r)?;
         match r.rest().first() {
@@ -116,7 +166,7 @@ fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
                 }
                 break;
             }
-            Some(_) => cur.push(number_word(r, b";", parse_f32, "a number in the matrix")?),
+            Some(_) => cur.push(number_word(r, b";", &parse, "a number in the matrix")?),
         }
     }
     // Kaldi's writer ends with a newline after ']'.
@@ -127,7 +177,8 @@ fn read_text_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
     if let Some((i, _)) = rows.iter().enumerate().find(|(_, x)| x.len() != cols) {
         return Err(r.err_at(at, format!("rows of equal length (row {i} differs)")));
     }
-    Ok(Matrix::from_rows(&rows))
+    let n = rows.len();
+    Ok((n, cols, rows.into_iter().flatten().collect()))
 }
 
 /// Reads a vector (FV/DV in binary, `[ ... ]` in text).

@@ -13,6 +13,7 @@
 //! * [`WeightMatrix`] is a Matrix of layer weights that keeps a transposed copy for the fast
 //!   inference product.
 
+mod attention;
 mod blocks;
 pub mod check;
 mod eigen;

@@ -312,6 +312,92 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
             outputs.push("output2".into());
             "multi-io"
         }
+        _ if have("RestrictedAttentionComponent") && b.rng.random_range(0..3) == 1 => {
+            // Attention layer: an affine makes keys, values and queries for the heads;
+            // sometimes fewer inputs are required than used (edges see zero padding).
+            let heads = b.rng.random_range(1..3);
+            let (kd, vd) = (b.dim(1, 4), b.dim(1, 4));
+            let (left, right) = (b.rng.random_range(0..3), b.rng.random_range(1..3));
+            let stride = b.rng.random_range(1..3);
+            let (left_req, right_req) = if b.rng.random_bool(0.5) {
+                (b.rng.random_range(0..=left), b.rng.random_range(0..=right))
+            } else {
+                (left, right)
+            };
+            let oc = b.rng.random_bool(0.7);
+            let cd = (left + 1 + right) as usize;
+            let a = b.affine("input", in_dim, heads * (2 * kd + vd + cd));
+            let att = b.comp(
+                "attention",
+                "RestrictedAttentionComponent",
+                &format!(
+                    "num-heads={heads} key-dim={kd} value-dim={vd} num-left-inputs={left} \
+                     num-right-inputs={right} time-stride={stride} \
+                     num-left-inputs-required={left_req} num-right-inputs-required={right_req} \
+                     output-context={oc}"
+                ),
+                &a,
+            );
+            let out_dim = heads * (vd + if oc { cd } else { 0 });
+            b.final_layer(&att, out_dim, "output");
+            "attention"
+        }
+        _ if have("GruNonlinearityComponent") && b.rng.random_bool(0.5) => {
+            // Fast GRU (projected or not) or output-gate GRU, as Kaldi's xconfig builds them.
+            let cell = b.dim(2, 6);
+            let (d, dim) = b.splice("input", in_dim, -1, 0);
+            let name = b.name("gru");
+            let y = format!("{name}_y");
+            let prev = format!("IfDefined(Offset({y}, -1))");
+            if b.rng.random_bool(0.5) {
+                let rec = b.rng.random_range(1..=cell);
+                let s = if rec == cell {
+                    y.clone()
+                } else {
+                    format!("{name}_s")
+                };
+                let sprev = format!("IfDefined(Offset({s}, -1))");
+                let zp = b.affine(&format!("Append({d}, {sprev})"), dim + rec, cell);
+                let z = b.comp("z", "SigmoidComponent", &format!("dim={cell}"), &zp);
+                let rp = b.affine(&format!("Append({d}, {sprev})"), dim + rec, rec);
+                let r = b.comp("r", "SigmoidComponent", &format!("dim={rec}"), &rp);
+                let hp = b.affine(&d, dim, cell);
+                let extra = if rec == cell {
+                    String::new()
+                } else {
+                    format!(", {sprev}")
+                };
+                let g = b.comp(
+                    "gru_nonlin",
+                    "GruNonlinearityComponent",
+                    &format!("cell-dim={cell} recurrent-dim={rec}"),
+                    &format!("Append({z}, {r}, {hp}, {prev}{extra})"),
+                );
+                b.lines.push(format!(
+                    "dim-range-node name={y} input-node={g} dim-offset={cell} dim={cell}"
+                ));
+                if rec != cell {
+                    b.lines.push(format!(
+                        "dim-range-node name={s} input-node={g} dim-offset={cell} dim={rec}"
+                    ));
+                }
+            } else {
+                let zp = b.affine(&format!("Append({d}, {prev})"), dim + cell, cell);
+                let z = b.comp("z", "SigmoidComponent", &format!("dim={cell}"), &zp);
+                let hp = b.affine(&d, dim, cell);
+                let g = b.comp(
+                    "opgru_nonlin",
+                    "OutputGruNonlinearityComponent",
+                    &format!("cell-dim={cell} param-mean=0.5 param-stddev=0.3"),
+                    &format!("Append({z}, {hp}, {prev})"),
+                );
+                b.lines.push(format!(
+                    "dim-range-node name={y} input-node={g} dim-offset={cell} dim={cell}"
+                ));
+            }
+            b.final_layer(&y, cell, "output");
+            "gru"
+        }
         _ => {
             // LSTM-like cell with a Failover to a constant initial state (when a
             // ConstantComponent exists), else an IfDefined recurrence; ElementwiseProduct

@@ -9,6 +9,7 @@
 //! Adding a component type = one file in this folder plus one line in [`registry`].
 
 pub mod affine;
+pub mod attention;
 pub mod backprop_truncation;
 pub mod block_affine;
 pub mod column_groups;
@@ -16,6 +17,7 @@ pub mod constant;
 pub mod dropout;
 pub mod dropout_general;
 pub mod fixed_scale_bias;
+pub mod gru;
 pub mod info_summary;
 pub mod kaldi_fields;
 pub mod linear;
@@ -532,6 +534,12 @@ static REGISTRY: &[ComponentType] = &[
         test_configs: &["input-dim=9 input-period=3 left-context=6 right-context=6 num-log-count-features=1", "input-dim=5 left-context=0 right-context=4 output-stddevs=false"],
     },
     ComponentType {
+        name: "RestrictedAttentionComponent",
+        from_config: attention::RestrictedAttentionComponent::from_config,
+        read: attention::RestrictedAttentionComponent::read,
+        test_configs: &["key-dim=3 value-dim=4 num-left-inputs=2 num-right-inputs=1", "num-heads=3 key-dim=2 value-dim=3 num-left-inputs=1 num-right-inputs=2 time-stride=3 num-left-inputs-required=0 num-right-inputs-required=1 output-context=false key-scale=0.25"],
+    },
+    ComponentType {
         name: "ConstantComponent",
         from_config: constant::ConstantComponent::from_config,
         read: constant::ConstantComponent::read,
@@ -543,6 +551,18 @@ static REGISTRY: &[ComponentType] = &[
         from_config: lstm::LstmNonlinearityComponent::from_config,
         read: lstm::LstmNonlinearityComponent::read,
         test_configs: &["cell-dim=4", "cell-dim=3 use-dropout=true param-stddev=0.5 max-change=0.75 learning-rate=0.01", "cell-dim=5 sigmoid-self-repair-threshold=0.1 tanh-self-repair-threshold=0.3 self-repair-scale=1e-4 l2-regularize=0.001"],
+    },
+    ComponentType {
+        name: "GruNonlinearityComponent",
+        from_config: gru::GruNonlinearityComponent::from_config,
+        read: gru::GruNonlinearityComponent::read,
+        test_configs: &["cell-dim=4", "cell-dim=5 recurrent-dim=3 param-stddev=0.5 self-repair-threshold=0.3 alpha=2 rank-in=2 rank-out=3 update-period=2 max-change=0.75 learning-rate=0.01", "cell-dim=3 self-repair-scale=1e-3 learning-rate-factor=0.5"],
+    },
+    ComponentType {
+        name: "OutputGruNonlinearityComponent",
+        from_config: gru::OutputGruNonlinearityComponent::from_config,
+        read: gru::OutputGruNonlinearityComponent::read,
+        test_configs: &["cell-dim=4", "cell-dim=6 param-mean=0.5 param-stddev=0.3 self-repair-threshold=0.1 alpha=2 rank=3 update-period=5 l2-regularize=0.001", "cell-dim=3 self-repair-scale=1e-3 max-change=0.5"],
     },
     ComponentType {
         name: "BackpropTruncationComponent",

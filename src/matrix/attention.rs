@@ -1,0 +1,156 @@
+//! The three products of Kaldi's restricted self-attention (`nnet3/attention.h`), each over a
+//! whole head at once. Output row i attends to the input rows `i + o·row_shift` for context
+//! positions o = 0..C (the input has `(C − 1)·row_shift` more rows than the output: the left
+//! and right context). The component composes them with the row softmax and its derivative.
+
+use super::{simd, MatView, MatViewMut, Real};
+
+/// Checks the shared shape rule: `a` has the output rows, `b` the input rows, `c` C columns.
+fn check_window(op: &str, out_rows: usize, in_rows: usize, c_cols: usize, row_shift: usize) {
+    assert!(
+        c_cols >= 1 && in_rows == out_rows + (c_cols - 1) * row_shift,
+        "{op}: {in_rows} input rows do not cover {out_rows} output rows with {c_cols} \
+         context positions {row_shift} rows apart"
+    );
+}
+
+impl MatViewMut<'_> {
+    /// `self[i, o] = alpha · a_i · b_{i + o·row_shift}` (self: N × C, a: N × D, b: M × D;
+    /// Kaldi's `GetAttentionDotProducts`): scaled key·query products over the window.
+    pub fn set_attention_dot_products(
+        &mut self,
+        alpha: Real,
+        a: MatView<'_>,
+        b: MatView<'_>,
+        row_shift: usize,
+    ) {
+        let (n, c) = (self.num_rows(), self.num_cols());
+        assert!(
+            a.num_rows() == n && a.num_cols() == b.num_cols(),
+            "set_attention_dot_products: dims"
+        );
+        check_window("set_attention_dot_products", n, b.num_rows(), c, row_shift);
+        for i in 0..n {
+            let ai = a.row(i);
+            let out = self.row_mut(i);
+            for (o, y) in out.iter_mut().enumerate() {
+                *y = alpha * simd::dot(ai, b.row(i + o * row_shift));
+            }
+        }
+    }
+
+    /// `self_i += alpha · Σ_o c[i, o] · b_{i + o·row_shift}` (self: N × D, b: M × D, c: N × C;
+    /// Kaldi's `ApplyScalesToOutput`): the attention-weighted sum of the window's rows.
+    pub fn add_attention_weighted_rows(
+        &mut self,
+        alpha: Real,
+        b: MatView<'_>,
+        c: MatView<'_>,
+        row_shift: usize,
+    ) {
+        let n = self.num_rows();
+        assert!(
+            c.num_rows() == n && b.num_cols() == self.num_cols(),
+            "add_attention_weighted_rows: dims"
+        );
+        check_window(
+            "add_attention_weighted_rows",
+            n,
+            b.num_rows(),
+            c.num_cols(),
+            row_shift,
+        );
+        for i in 0..n {
+            let ci = c.row(i);
+            let out = self.row_mut(i);
+            for (o, &w) in ci.iter().enumerate() {
+                let s = alpha * w;
+                for (y, &x) in out.iter_mut().zip(b.row(i + o * row_shift)) {
+                    *y += s * x;
+                }
+            }
+        }
+    }
+
+    /// `self_{i + o·row_shift} += alpha · c[i, o] · a_i` (self: M × D, a: N × D, c: N × C;
+    /// Kaldi's `ApplyScalesToInput`): spreads output-side rows back over the window.
+    pub fn add_attention_scaled_to_input(
+        &mut self,
+        alpha: Real,
+        a: MatView<'_>,
+        c: MatView<'_>,
+        row_shift: usize,
+    ) {
+        let n = a.num_rows();
+        assert!(
+            c.num_rows() == n && a.num_cols() == self.num_cols(),
+            "add_attention_scaled_to_input: dims"
+        );
+        check_window(
+            "add_attention_scaled_to_input",
+            n,
+            self.num_rows(),
+            c.num_cols(),
+            row_shift,
+        );
+        for i in 0..n {
+            let ai = a.row(i);
+            for (o, &w) in c.row(i).iter().enumerate() {
+                let s = alpha * w;
+                for (y, &x) in self.row_mut(i + o * row_shift).iter_mut().zip(ai) {
+                    *y += s * x;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::matrix::Matrix;
+
+    fn m(rows: usize, cols: usize, seed: u32) -> Matrix {
+        let data = (0..rows * cols)
+            .map(|k| (((k as u32 * 2654435761u32) ^ seed) % 1000) as f32 / 250.0 - 2.0)
+            .collect();
+        Matrix::from_vec(rows, cols, data)
+    }
+
+    #[test]
+    fn the_three_products_agree_with_their_definitions() {
+        let (n, d, c, shift) = (4, 3, 3, 2);
+        let rows_in = n + (c - 1) * shift;
+        let a = m(n, d, 1);
+        let b = m(rows_in, d, 2);
+        let w = m(n, c, 3);
+        let mut dots = Matrix::zeros(n, c);
+        dots.view_mut()
+            .set_attention_dot_products(0.5, a.view(), b.view(), shift);
+        let mut out = Matrix::zeros(n, d);
+        out.view_mut()
+            .add_attention_weighted_rows(2.0, b.view(), w.view(), shift);
+        let mut back = Matrix::zeros(rows_in, d);
+        back.view_mut()
+            .add_attention_scaled_to_input(1.5, a.view(), w.view(), shift);
+        let mut want_back = vec![0.0f64; rows_in * d];
+        for i in 0..n {
+            for o in 0..c {
+                let r = i + o * shift;
+                let dot: f64 = (0..d).map(|k| (a.get(i, k) * b.get(r, k)) as f64).sum();
+                assert!((dots.get(i, o) as f64 - 0.5 * dot).abs() < 1e-5);
+                for k in 0..d {
+                    want_back[r * d + k] += 1.5 * (w.get(i, o) * a.get(i, k)) as f64;
+                }
+            }
+            for k in 0..d {
+                let s: f64 = (0..c)
+                    .map(|o| (w.get(i, o) * b.get(i + o * shift, k)) as f64)
+                    .sum();
+                assert!((out.get(i, k) as f64 - 2.0 * s).abs() < 1e-4);
+            }
+        }
+        for (x, y) in back.to_vec().iter().zip(&want_back) {
+            assert!((*x as f64 - y).abs() < 1e-4);
+        }
+    }
+}
