@@ -128,6 +128,8 @@ fit_args! {
     patience: usize = "patience",
     /// Stop after this many seconds (a checkpoint is written) [0 = no limit].
     max_wall_time: f64 = "max-wall-time",
+    /// Stop after this many minibatches in all (a checkpoint is written; --resume continues) [0 = no limit].
+    max_minibatches: u64 = "max-minibatches",
     /// Seed of every random choice (initialisation, shuffling, dropout, noise) [0].
     srand: u64 = "srand",
     /// Minibatches per log line [100].
@@ -288,6 +290,7 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         load_best_on_reduction: a.load_best.unwrap_or(true),
         early_stopping_patience: a.patience.unwrap_or(0),
         max_wall_seconds: a.max_wall_time.unwrap_or(0.0),
+        max_minibatches: a.max_minibatches.unwrap_or(0),
         shuffle: a.shuffle.unwrap_or(true),
         srand: a.srand.unwrap_or(0),
         print_interval: a.print_interval.unwrap_or(d.print_interval).max(1),

@@ -52,6 +52,8 @@ pub struct FitOptions {
     pub early_stopping_patience: usize,
     /// Stop (after a checkpoint) once this many seconds have passed (0 = no limit).
     pub max_wall_seconds: f64,
+    /// Stop (after a checkpoint) once this many minibatches are done in all (0 = no limit).
+    pub max_minibatches: u64,
     pub shuffle: bool,
     pub srand: u64,
     pub print_interval: usize,
@@ -88,6 +90,7 @@ impl Default for FitOptions {
             load_best_on_reduction: true,
             early_stopping_patience: 0,
             max_wall_seconds: 0.0,
+            max_minibatches: 0,
             shuffle: true,
             srand: 0,
             print_interval: 100,
@@ -231,7 +234,10 @@ pub fn fit(
     };
     let mut stepper_bytes = None;
     if opts.resume && std::path::Path::new(&ckpt_path).exists() {
-        let (s, model, st) = read_checkpoint(&ckpt_path)?;
+        let (s, mut parts) = read_checkpoint(&ckpt_path)?;
+        let stats = parts.pop().expect("three parts");
+        let st = parts.pop().expect("three parts");
+        let model = parts.pop().expect("three parts");
         if s.num_parameters != nnet.num_parameters() {
             return Err(Error::Usage(format!(
                 "{ckpt_path}: the checkpoint is of a network with {} parameters, this one has {} \
@@ -248,6 +254,7 @@ pub fn fit(
             )));
         }
         nnet = read;
+        restore_stats(&mut nnet, &stats, &ckpt_path)?;
         state = s;
         stepper_bytes = Some(st);
         log(
@@ -442,13 +449,23 @@ pub fn fit(
             {
                 save(&ckpt_path, &state, &nnet, &updater)?;
             }
-            if opts.max_wall_seconds > 0.0 && start.elapsed().as_secs_f64() >= opts.max_wall_seconds
-            {
+            let out_of_time = opts.max_wall_seconds > 0.0
+                && start.elapsed().as_secs_f64() >= opts.max_wall_seconds;
+            let out_of_minibatches =
+                opts.max_minibatches > 0 && state.global_minibatch >= opts.max_minibatches;
+            if out_of_time || out_of_minibatches {
                 save(&ckpt_path, &state, &nnet, &updater)?;
-                stopped = Some(format!(
-                    "the wall-time limit of {} s was reached",
-                    opts.max_wall_seconds
-                ));
+                stopped = Some(if out_of_time {
+                    format!(
+                        "the wall-time limit of {} s was reached",
+                        opts.max_wall_seconds
+                    )
+                } else {
+                    format!(
+                        "the limit of {} minibatches was reached",
+                        opts.max_minibatches
+                    )
+                });
                 if let Some(b) = bar {
                     b.finish_and_clear();
                 }
@@ -557,5 +574,49 @@ fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &Updater) -> Result
     if let Updater::Plain { stepper, .. } = updater {
         stepper.write_state(&mut st);
     }
-    write_checkpoint(path, state, &nnet.write_model(true), &st)
+    write_checkpoint(
+        path,
+        state,
+        [&nnet.write_model(true), &st, &encode_stats(nnet)],
+    )
+}
+
+/// Every component's exact statistics: per component a count and the values (f64 LE).
+fn encode_stats(nnet: &Nnet) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in &nnet.components {
+        let s = c.exact_stats();
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        for v in s {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Restores what [`encode_stats`] wrote.
+fn restore_stats(nnet: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
+    let mut r = super::stepper::ByteReader {
+        bytes,
+        pos: 0,
+        file,
+    };
+    for (c, name) in nnet.components.iter_mut().zip(&nnet.component_names) {
+        let n = r.u64()?;
+        if n > (bytes.len() / 8) as u64 {
+            return Err(r.err("a statistics list longer than the checkpoint"));
+        }
+        let raw = r.bytes(n as usize * 8)?;
+        let v: Vec<f64> = raw
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        if !c.set_exact_stats(&v) {
+            return Err(Error::Usage(format!(
+                "{file}: the statistics of component {name} do not fit it (a checkpoint of \
+                 another network?)"
+            )));
+        }
+    }
+    Ok(())
 }

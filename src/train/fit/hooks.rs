@@ -224,20 +224,23 @@ pub struct LoopState {
 
 const MAGIC: &[u8] = b"COMPNET-FIT-CHECKPOINT-1\n";
 
-/// A checkpoint file: magic, then three length-prefixed parts: the loop state (JSON), the
-/// model (Kaldi binary), the stepper state.
-pub fn write_checkpoint(path: &str, state: &LoopState, model: &[u8], stepper: &[u8]) -> Result<()> {
+/// The number of length-prefixed parts after the loop state.
+const NUM_PARTS: usize = 3;
+
+/// A checkpoint file: magic, then length-prefixed parts: the loop state (JSON), the model
+/// (Kaldi binary), the stepper state, the exact component statistics.
+pub fn write_checkpoint(path: &str, state: &LoopState, parts: [&[u8]; NUM_PARTS]) -> Result<()> {
     let json = serde_json::to_vec(state).map_err(|e| Error::Usage(e.to_string()))?;
     let mut out = MAGIC.to_vec();
-    for part in [&json[..], model, stepper] {
+    for part in std::iter::once(&json[..]).chain(parts) {
         out.extend_from_slice(&(part.len() as u64).to_le_bytes());
         out.extend_from_slice(part);
     }
     crate::io::write_file_atomic(path, &out)
 }
 
-/// Reads a checkpoint: (loop state, model bytes, stepper bytes).
-pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<u8>, Vec<u8>)> {
+/// Reads a checkpoint: the loop state and the other parts.
+pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<Vec<u8>>)> {
     let bytes = crate::io::read_file(path)?;
     if !bytes.starts_with(MAGIC) {
         return Err(Error::Usage(format!(
@@ -251,7 +254,7 @@ pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<u8>, Vec<u8>)> {
         file: path,
     };
     let mut parts = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..=NUM_PARTS {
         let n = r.u64()?;
         if n > (bytes.len() - r.pos) as u64 {
             return Err(r.err(&format!("a part of {n} bytes, more than the file holds")));
@@ -260,9 +263,11 @@ pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<u8>, Vec<u8>)> {
     }
     let state: LoopState = serde_json::from_slice(&parts[0])
         .map_err(|e| Error::Usage(format!("{path}: the loop state: {e}")))?;
-    let stepper = parts.pop().expect("three parts");
-    let model = parts.pop().expect("three parts");
-    Ok((state, model, stepper))
+    if r.pos != bytes.len() {
+        return Err(r.err("the end of the checkpoint"));
+    }
+    parts.remove(0);
+    Ok((state, parts))
 }
 
 #[cfg(test)]
@@ -303,11 +308,12 @@ mod tests {
             best_valid: Some(-0.123456789012345),
             ..Default::default()
         };
-        write_checkpoint(&p, &state, b"model", b"stepper").unwrap();
-        let (s, m, st) = read_checkpoint(&p).unwrap();
+        write_checkpoint(&p, &state, [b"model", b"stepper", b""]).unwrap();
+        let (s, parts) = read_checkpoint(&p).unwrap();
+        assert_eq!(s, state);
         assert_eq!(
-            (s, m.as_slice(), st.as_slice()),
-            (state, &b"model"[..], &b"stepper"[..])
+            parts,
+            vec![b"model".to_vec(), b"stepper".to_vec(), Vec::new()]
         );
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
@@ -318,6 +324,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a compnet fit"));
+    }
+
+    #[test]
+    fn a_failed_checkpoint_write_names_the_file_and_keeps_the_previous_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.ckpt").to_string_lossy().into_owned();
+        let state = LoopState::default();
+        write_checkpoint(&p, &state, [b"one", b"", b""]).unwrap();
+        // A path under a regular file cannot be written.
+        let bad = format!("{p}/nested.ckpt");
+        let e = write_checkpoint(&bad, &state, [b"two", b"", b""])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nested.ckpt"), "{e}");
+        assert_eq!(read_checkpoint(&p).unwrap().1[0], b"one".to_vec());
     }
 
     #[test]
