@@ -37,7 +37,8 @@ fn the_bundled_training_example_learns() {
 fn the_digits_example_reaches_its_accuracy() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/digits");
     for arch in ["tdnn", "lstm"] {
-        let work = std::env::temp_dir().join(format!("compnet-digits-{}-{arch}", std::process::id()));
+        let work =
+            std::env::temp_dir().join(format!("compnet-digits-{}-{arch}", std::process::id()));
         let out = Command::new("sh")
             .arg(format!("{dir}/run.sh"))
             .arg(&work)
@@ -58,11 +59,16 @@ fn the_digits_example_reaches_its_accuracy() {
             .and_then(|l| l.split_whitespace().next())
             .and_then(|w| w.parse().ok())
             .unwrap_or_else(|| panic!("no accuracy line in:\n{text}"));
-        assert!(accuracy > 0.93, "{arch}: validation accuracy {accuracy}\n{text}");
+        assert!(
+            accuracy > 0.93,
+            "{arch}: validation accuracy {accuracy}\n{text}"
+        );
         let model = work.join(arch).join("final.raw");
         let curves = work.join(arch).join("curves.svg");
         assert!(text.contains(&*model.to_string_lossy()), "{text}");
-        assert!(std::fs::read_to_string(&curves).unwrap().contains("<polyline"));
+        assert!(std::fs::read_to_string(&curves)
+            .unwrap()
+            .contains("<polyline"));
         let _ = std::fs::remove_dir_all(&work);
     }
 }

@@ -238,7 +238,7 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
     if mb
         .items
         .iter()
-        .any(|&(v, _)| v < 1.0 || v > 1e6 || v.fract() != 0.0)
+        .any(|&(v, _)| !(1.0..=1e6).contains(&v) || v.fract() != 0.0)
     {
         return Err(Error::Usage(
             "--minibatch-size: sizes must be whole numbers in 1..=1000000".into(),

@@ -65,7 +65,7 @@ enum Command {
     /// Combine the last models of a training run on held-out egs (nnet3-combine).
     Combine(combine::Args),
     /// Train for several epochs with a stepper, schedules and hooks, from egs or feature archives.
-    Fit(fit::Args),
+    Fit(Box<fit::Args>),
     /// Objective and accuracy of a network on a data set, per output.
     Eval(eval::Args),
 }
@@ -136,7 +136,7 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::ComputeProb(a) => compute_prob::run(a),
         Command::Average(a) => average::run(a),
         Command::Combine(a) => combine::run(a),
-        Command::Fit(a) => fit::run(a),
+        Command::Fit(a) => fit::run(*a),
         Command::Eval(a) => eval::run(a),
     }
 }

@@ -117,7 +117,7 @@ pub struct FitSummary {
 /// Where the backward pass writes, and how the step is taken.
 enum Updater {
     Plain { grad: Nnet, stepper: Stepper },
-    Kaldi(KaldiNgStepper),
+    Kaldi(Box<KaldiNgStepper>),
 }
 
 impl Updater {
@@ -272,7 +272,11 @@ pub fn fit(
         if stepper_bytes.is_some() {
             warn(P, "the natural-gradient stepper's Fisher estimates are not checkpointed; they restart (as for each Kaldi nnet3-train job)");
         }
-        Updater::Kaldi(KaldiNgStepper::new(&nnet, &opts.stepper, opts.srand))
+        Updater::Kaldi(Box::new(KaldiNgStepper::new(
+            &nnet,
+            &opts.stepper,
+            opts.srand,
+        )))
     } else {
         let mut stepper = Stepper::new(opts.stepper.clone());
         if let Some(b) = &stepper_bytes {
@@ -425,7 +429,7 @@ pub fn fit(
                     frames_since / frames_timer.elapsed().as_secs_f64().max(1e-9)
                 ));
                 b.tick();
-            } else if state.position % opts.print_interval.max(1) == 0 {
+            } else if state.position.is_multiple_of(opts.print_interval.max(1)) {
                 log(
                     P,
                     &format!(

@@ -42,12 +42,12 @@ impl Every {
 
     /// Due after minibatch number `global_minibatch` (1-based count of minibatches done)?
     pub fn after_minibatch(self, done: u64) -> bool {
-        matches!(self, Every::Minibatches(n) if done % n as u64 == 0)
+        matches!(self, Every::Minibatches(n) if done.is_multiple_of(n as u64))
     }
 
     /// Due after epoch `epoch` (1-based count of epochs done)?
     pub fn after_epoch(self, done: usize) -> bool {
-        matches!(self, Every::Epochs(n) if done % n == 0)
+        matches!(self, Every::Epochs(n) if done.is_multiple_of(n))
     }
 }
 
@@ -93,6 +93,9 @@ impl EarlyStopping {
     }
 }
 
+/// One line of a panel: its name, its SVG dash attribute, its (epoch, value) points.
+type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
 /// The learning curves as an SVG picture: objective (left) and accuracy (right) per epoch,
 /// training solid and validation dashed. Written by hand: no fonts or system libraries.
 pub fn curves_svg(records: &[EpochRecord]) -> String {
@@ -102,7 +105,7 @@ pub fn curves_svg(records: &[EpochRecord]) -> String {
          viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
-    let panel = |s: &mut String, x0: f64, title: &str, series: &[(&str, &str, Vec<(f64, f64)>)]| {
+    let panel = |s: &mut String, x0: f64, title: &str, series: &[Series<'_>]| {
         let (pw, ph, top, left) = (380.0, 270.0, 40.0, x0 + 50.0);
         let pts: Vec<(f64, f64)> = series.iter().flat_map(|x| x.2.iter().copied()).collect();
         s.push_str(&format!(

@@ -164,8 +164,8 @@ impl DropoutSchedule {
                     "data fractions must not decrease ({a} then {b})"
                 )));
             }
-            for k in i + 1..j {
-                pos[k] = Some(a + (b - a) * (k - i) as f64 / (j - i) as f64);
+            for (k, slot) in pos.iter_mut().enumerate().take(j).skip(i + 1) {
+                *slot = Some(a + (b - a) * (k - i) as f64 / (j - i) as f64);
             }
             i = j;
         }

@@ -633,7 +633,7 @@ mod tests {
             &two_steps(StepperKind::RmsProp),
             &[
                 1.0 + 0.1 * 0.5 / (ms1[0] + e).sqrt() + 0.1 * 0.75 * -0.25 / (ms2[0] + e).sqrt(),
-                -2.0 + 0.1 * -1.0 / (ms1[1] + e).sqrt() + 0.1 * 0.75 * 2.0 / (ms2[1] + e).sqrt(),
+                -2.0 - 0.1 / (ms1[1] + e).sqrt() + 0.1 * 0.75 * 2.0 / (ms2[1] + e).sqrt(),
             ],
         );
     }
