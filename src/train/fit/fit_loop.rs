@@ -312,7 +312,17 @@ pub fn fit(
         let groups = groups_of(epoch);
         let n_groups = groups.len();
         let rx = spawn_loader(train, groups, state.position, opts.prefetch);
-        let bar = crate::cli::progress_spinner(&format!("epoch {}", epoch + 1));
+        // A bar per epoch when stderr is a terminal; Kaldi-style log lines otherwise.
+        let bar = crate::cli::progress_spinner(&format!("epoch {}", epoch + 1)).map(|b| {
+            b.set_length(n_groups as u64);
+            b.set_position(state.position as u64);
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} minibatches {msg}")
+            {
+                b.set_style(style);
+            }
+            b
+        });
         let (mut frames_timer, mut frames_since) = (std::time::Instant::now(), 0.0f64);
         for item in rx {
             let eg = item?;
@@ -422,13 +432,12 @@ pub fn fit(
             frames_since += frames;
             if let Some(b) = &bar {
                 b.set_message(format!(
-                    "epoch {} {}/{n_groups} objective {:.4} {:.0} frames/s",
+                    "epoch {}: objective {:.4}, {:.0} frames/s",
                     epoch + 1,
-                    state.position,
                     state.train_objf / state.train_weight,
                     frames_since / frames_timer.elapsed().as_secs_f64().max(1e-9)
                 ));
-                b.tick();
+                b.set_position(state.position as u64);
             } else if state.position.is_multiple_of(opts.print_interval.max(1)) {
                 log(
                     P,
