@@ -399,3 +399,119 @@ fn bad_input_is_a_clear_error() {
         &["--num-epochs=2", "--stepper=adam", "--resume"],
     ));
 }
+
+fn metrics_rows(dir: &str) -> Vec<serde_json::Value> {
+    String::from_utf8(read(format!("{dir}/metrics.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn auto_adjust_early_stopping_and_decay_act_as_documented() {
+    let t = setup();
+    // AutoAdjust: an improvement of 1000 is never reached, so from the second epoch on the
+    // rate halves after every epoch (the first epoch sets the best).
+    let a = s(&t.root.join("auto"));
+    run_fit(&fit_args(
+        &t,
+        &a,
+        &[
+            "--num-epochs=4",
+            "--learning-rate=0.002",
+            "--auto-adjust=0.5",
+            "--auto-adjust-threshold=1000",
+            "--load-best=false",
+        ],
+    ));
+    let lr: Vec<f64> = metrics_rows(&a)
+        .iter()
+        .map(|r| r["learning_rate"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lr, vec![0.002, 0.002, 0.001, 0.0005]);
+    // Early stopping: with a zero rate after epoch 1 only the BatchNorm statistics still
+    // change, which does not improve the validation objective by the threshold, so
+    // patience 2 stops after epoch 3.
+    let e = s(&t.root.join("early"));
+    let out = run_fit(&fit_args(
+        &t,
+        &e,
+        &[
+            "--num-epochs=10",
+            "--learning-rate=0.002:0",
+            "--patience=2",
+            "--auto-adjust-threshold=0.01",
+            "--stepper=sgd",
+        ],
+    ));
+    assert!(out.contains("stopped early"), "{out}");
+    assert_eq!(metrics_rows(&e).len(), 3);
+    // Kaldi's exponential decay: the last minibatch's rate is close to the final one.
+    let d = s(&t.root.join("decay"));
+    run_fit(&fit_args(
+        &t,
+        &d,
+        &[
+            "--num-epochs=2",
+            "--initial-effective-lrate=0.004",
+            "--final-effective-lrate=0.0004",
+        ],
+    ));
+    let rows = metrics_rows(&d);
+    let (first, last) = (
+        rows[0]["learning_rate"].as_f64().unwrap(),
+        rows[1]["learning_rate"].as_f64().unwrap(),
+    );
+    assert!(first < 0.004 && first > 0.0012, "{first}");
+    assert!(last > 0.0004 && last < 0.0005, "{last}");
+}
+
+/// The text form of one component of a model.
+fn component_text(model: &str, name: &str) -> String {
+    let text = ok(&["copy", "--binary=false", model, "-"]);
+    let start = text
+        .find(&format!("<ComponentName> {name} "))
+        .unwrap_or_else(|| panic!("no {name}"));
+    let rest = &text[start + 10..];
+    let end = rest.find("<ComponentName>").unwrap_or(rest.len());
+    rest[..end].to_string()
+}
+
+#[test]
+fn frozen_components_do_not_move_under_any_stepper() {
+    let t = setup();
+    let text = std::fs::read_to_string(format!("{EX}/net.config")).unwrap();
+    let cfg = t.root.join("frozen.config");
+    std::fs::write(
+        &cfg,
+        text.replace(
+            "input-dim=192 output-dim=64 learning-rate=0.002",
+            "input-dim=192 output-dim=64 learning-rate=0.002 learning-rate-factor=0",
+        ),
+    )
+    .unwrap();
+    let init = s(&t.root.join("init.raw"));
+    ok(&["init", "--srand=1", &s(&cfg), &init]);
+    for stepper in ["adam", "momentum", "ng"] {
+        let out = s(&t.root.join(stepper));
+        let mut a = fit_args(
+            &t,
+            &out,
+            &[&format!("--stepper={stepper}"), "--num-epochs=1"],
+        );
+        a[1] = init.clone();
+        run_fit(&a);
+        let fin = format!("{out}/final.raw");
+        assert_eq!(
+            component_text(&init, "tdnn2.affine"),
+            component_text(&fin, "tdnn2.affine"),
+            "{stepper} moved a frozen component"
+        );
+        assert_ne!(
+            component_text(&init, "tdnn1.affine"),
+            component_text(&fin, "tdnn1.affine"),
+            "{stepper} did not train"
+        );
+    }
+}

@@ -120,7 +120,7 @@ fit_args! {
     dropout_schedule: String = "dropout-schedule",
     /// AutoAdjust: multiply the learning rate by this when validation stops improving [0 = off].
     auto_adjust: f64 = "auto-adjust",
-    /// AutoAdjust: the least improvement of the validation objective that counts [0].
+    /// The least improvement of the validation objective that counts, for AutoAdjust and --patience [0].
     auto_adjust_threshold: f64 = "auto-adjust-threshold",
     /// AutoAdjust: at most this many reductions [4].
     max_reductions: usize = "max-reductions",

@@ -268,6 +268,8 @@ pub fn fit(
     } else if opts.zero_component_stats {
         zero_component_stats(&mut nnet);
     }
+    // The command line's patience holds, also for a resumed run.
+    state.early_stopping.patience = opts.early_stopping_patience;
     let mut updater = if kind == StepperKind::NaturalGradient {
         if stepper_bytes.is_some() {
             warn(P, "the natural-gradient stepper's Fisher estimates are not checkpointed; they restart (as for each Kaldi nnet3-train job)");
@@ -313,7 +315,7 @@ pub fn fit(
         let n_groups = groups.len();
         let rx = spawn_loader(train, groups, state.position, opts.prefetch);
         // A bar per epoch when stderr is a terminal; Kaldi-style log lines otherwise.
-        let bar = crate::cli::progress_spinner(&format!("epoch {}", epoch + 1)).map(|b| {
+        let bar = crate::cli::progress_spinner(&format!("epoch {}", epoch + 1)).inspect(|b| {
             b.set_length(n_groups as u64);
             b.set_position(state.position as u64);
             if let Ok(style) =
@@ -321,7 +323,6 @@ pub fn fit(
             {
                 b.set_style(style);
             }
-            b
         });
         let (mut frames_timer, mut frames_since) = (std::time::Instant::now(), 0.0f64);
         for item in rx {
@@ -543,7 +544,7 @@ pub fn fit(
                     log(P, &format!("loaded the best model so far, {best_path}"));
                 }
             }
-            if state.early_stopping.update(new_best) {
+            if state.early_stopping.update(improved) {
                 stop_now = Some(format!(
                     "no improvement on the validation set for {} epochs",
                     opts.early_stopping_patience
