@@ -99,7 +99,7 @@ enum Supervision {
 }
 
 /// Rows `first..first+n` of `m`, repeating the edge rows beyond either end (`m` non-empty).
-fn rows_with_padding(m: &Matrix, first: i32, n: usize) -> Matrix {
+pub fn rows_with_padding(m: &Matrix, first: i32, n: usize) -> Matrix {
     let last = m.num_rows() as i32 - 1;
     let mut out = Matrix::zeros(n, m.num_cols());
     for r in 0..n {
@@ -153,7 +153,7 @@ fn compressed_rows_with_padding(c: &CompressedMatrix, first: i32, n: usize) -> C
 }
 
 /// Kaldi's `ExtractRowRangeWithPadding` for the feature types a feature archive can hold.
-fn extract_rows(feats: &GeneralMatrix, first: i32, n: usize) -> GeneralMatrix {
+pub fn extract_rows(feats: &GeneralMatrix, first: i32, n: usize) -> GeneralMatrix {
     match feats {
         GeneralMatrix::Full(m) => GeneralMatrix::Full(rows_with_padding(m, first, n)),
         GeneralMatrix::Compressed(c) => {

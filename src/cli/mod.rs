@@ -9,6 +9,8 @@ pub mod compute_prob;
 pub mod copy;
 pub mod copy_egs;
 pub mod copy_feats;
+pub mod eval;
+pub mod fit;
 pub mod get_egs;
 pub mod info;
 pub mod init;
@@ -63,6 +65,10 @@ enum Command {
     Average(average::Args),
     /// Combine the last models of a training run on held-out egs (nnet3-combine).
     Combine(combine::Args),
+    /// Train for several epochs with a stepper, schedules and hooks, from egs or feature archives.
+    Fit(Box<fit::Args>),
+    /// Objective and accuracy of a network on a data set, per output.
+    Eval(eval::Args),
 }
 
 /// A spinner on stderr when it is a terminal (long runs show progress; logs stay clean).
@@ -183,5 +189,7 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::ComputeProb(a) => compute_prob::run(a),
         Command::Average(a) => average::run(a),
         Command::Combine(a) => combine::run(a),
+        Command::Fit(a) => fit::run(*a),
+        Command::Eval(a) => eval::run(a),
     }
 }

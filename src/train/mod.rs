@@ -11,6 +11,7 @@
 
 pub mod diagnostics;
 pub mod example;
+pub mod fit;
 pub mod log;
 pub mod nnet_update;
 pub mod objective;

@@ -425,6 +425,31 @@ impl Component for LstmNonlinearityComponent {
     fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
         Some(self)
     }
+    fn exact_stats(&self) -> Vec<f64> {
+        let mut v = vec![
+            self.count,
+            self.value_sum.len() as f64,
+            self.deriv_sum.len() as f64,
+        ];
+        v.extend_from_slice(&self.self_repair_total);
+        v.extend_from_slice(&self.value_sum);
+        v.extend_from_slice(&self.deriv_sum);
+        v
+    }
+    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
+        if stats.len() < 8 {
+            return false;
+        }
+        let (nv, nd) = (stats[1] as usize, stats[2] as usize);
+        if nv != self.value_sum.len() || nd != self.deriv_sum.len() || stats.len() != 8 + nv + nd {
+            return false;
+        }
+        self.count = stats[0];
+        self.self_repair_total.copy_from_slice(&stats[3..8]);
+        self.value_sum.copy_from_slice(&stats[8..8 + nv]);
+        self.deriv_sum.copy_from_slice(&stats[8 + nv..]);
+        true
+    }
     fn zero_stats(&mut self) {
         self.value_sum.iter_mut().for_each(|x| *x = 0.0);
         self.deriv_sum.iter_mut().for_each(|x| *x = 0.0);

@@ -246,6 +246,16 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// training-only statistics gathered in the delta network reach the model (Kaldi's
     /// `Component::Add` on components without parameters).
     fn add_stats(&mut self, _alpha: f32, _other: &dyn Component) {}
+    /// The statistics exactly, as a flat list (the model file stores rounded averages):
+    /// `compnet fit`'s checkpoints save them, so that a resumed run is bit-identical. Empty
+    /// for components whose statistics do not influence training or evaluation.
+    fn exact_stats(&self) -> Vec<f64> {
+        Vec::new()
+    }
+    /// Restores what [`Component::exact_stats`] returned; false when the list does not fit.
+    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
+        stats.is_empty()
+    }
     /// Switches train/test behaviour (Dropout, BatchNorm, ...); no-op for most components.
     /// `rng` serves BatchNorm without statistics, which invents some (as Kaldi does); callers
     /// switching a whole network pass one generator through all components in order.

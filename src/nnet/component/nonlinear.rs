@@ -658,6 +658,47 @@ impl Component for NonlinearComponent {
             NonlinearKind::LogSoftmax => {}
         }
     }
+    fn exact_stats(&self) -> Vec<f64> {
+        let mut v = vec![
+            self.count,
+            self.oderiv_count,
+            self.num_dims_self_repaired,
+            self.num_dims_processed,
+        ];
+        for s in [&self.value_sum, &self.deriv_sum, &self.oderiv_sumsq] {
+            v.push(s.len() as f64);
+            v.extend_from_slice(s);
+        }
+        v
+    }
+    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
+        let Some((head, mut rest)) = stats.split_at_checked(4) else {
+            return false;
+        };
+        let mut vecs = Vec::new();
+        for _ in 0..3 {
+            let Some((&n, tail)) = rest.split_first() else {
+                return false;
+            };
+            let n = n as usize;
+            if tail.len() < n || (n != 0 && n != self.dim) {
+                return false;
+            }
+            vecs.push(tail[..n].to_vec());
+            rest = &tail[n..];
+        }
+        if !rest.is_empty() {
+            return false;
+        }
+        self.count = head[0];
+        self.oderiv_count = head[1];
+        self.num_dims_self_repaired = head[2];
+        self.num_dims_processed = head[3];
+        self.oderiv_sumsq = vecs.pop().unwrap_or_default();
+        self.deriv_sum = vecs.pop().unwrap_or_default();
+        self.value_sum = vecs.pop().unwrap_or_default();
+        true
+    }
     fn zero_stats(&mut self) {
         self.value_sum.iter_mut().for_each(|x| *x = 0.0);
         self.deriv_sum.iter_mut().for_each(|x| *x = 0.0);

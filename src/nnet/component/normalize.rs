@@ -536,6 +536,27 @@ impl Component for BatchNormComponent {
         self.offset.clear();
         self.scale.clear();
     }
+    fn exact_stats(&self) -> Vec<f64> {
+        let mut v = vec![self.count];
+        v.extend_from_slice(&self.stats_sum);
+        v.extend_from_slice(&self.stats_sumsq);
+        v
+    }
+    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
+        let n = stats.len().saturating_sub(1) / 2;
+        if stats.is_empty() || stats.len() != 1 + 2 * n || (n != 0 && n != self.block_dim) {
+            return false;
+        }
+        self.count = stats[0];
+        self.stats_sum = stats[1..1 + n].to_vec();
+        self.stats_sumsq = stats[1 + n..].to_vec();
+        // The transform is derived from the statistics in test mode.
+        if self.test_mode {
+            let mut rng = crate::random::seeded_rng(0);
+            self.set_test_mode(true, &mut rng);
+        }
+        true
+    }
     fn zero_stats(&mut self) {
         // In test mode the statistics define the transform, so they are kept.
         if !self.test_mode {

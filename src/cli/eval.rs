@@ -1,0 +1,58 @@
+//! `compnet eval <model> <data>`: objective and accuracy per output of a network on a data set
+//! (CNTK's eval; the data as `compnet fit` reads it: egs or a feature/label directory).
+
+use crate::error::{Error, Result};
+use crate::train::fit::data::{load, ChunkOptions};
+use crate::train::log::fmt_g;
+
+/// Options of `compnet eval`.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = "compnet eval [options] <model> <data>")]
+pub struct Args {
+    /// Output frames per chunk cut from feature archives.
+    #[arg(long = "chunk-width", default_value_t = 8)]
+    pub chunk_width: i32,
+    /// Extra left context of chunks (recurrent networks).
+    #[arg(long = "extra-left-context", default_value_t = 0)]
+    pub extra_left_context: i32,
+    /// Extra right context of chunks.
+    #[arg(long = "extra-right-context", default_value_t = 0)]
+    pub extra_right_context: i32,
+    /// Examples per minibatch.
+    #[arg(long = "minibatch-size", default_value_t = 64)]
+    pub minibatch_size: usize,
+    /// Bound on the threads of every thread pool (0 = all cores).
+    #[arg(long = "num-threads", default_value_t = 0)]
+    pub num_threads: usize,
+    /// `<model> <data>`.
+    pub args: Vec<String>,
+}
+
+/// Runs the command: one line per output.
+pub fn run(a: Args) -> Result<i32> {
+    let [model, data] = a.args.as_slice() else {
+        return Err(Error::Usage(
+            "usage: compnet eval [options] <model> <data>".into(),
+        ));
+    };
+    super::compute::check_num_threads(a.num_threads)?;
+    crate::run::set_threads(a.num_threads);
+    let nnet = super::fit::read_or_init(model, 0)?;
+    let chunk = ChunkOptions {
+        chunk_width: a.chunk_width,
+        extra_left_context: a.extra_left_context,
+        extra_right_context: a.extra_right_context,
+    };
+    let set = load(data, &nnet, &chunk)?;
+    for (name, objf, acc, frames) in
+        crate::train::fit::evaluate(&nnet, &set, a.minibatch_size.max(1), 0)?
+    {
+        println!(
+            "output {name}: objective {} accuracy {} over {} frames",
+            fmt_g(objf),
+            fmt_g(acc),
+            fmt_g(frames)
+        );
+    }
+    Ok(0)
+}

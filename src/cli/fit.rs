@@ -1,0 +1,384 @@
+//! `compnet fit <config-or-model> --train <data> --valid <data> --out <dir>`: trains a network
+//! for several epochs with a chosen stepper, schedules and hooks (`train::fit`). Options come
+//! from the command line and/or a TOML file (`--config=FILE`, the same names as keys); the
+//! command line wins.
+
+use crate::cli::init::{parse_kaldi_bool, read_config_text};
+use crate::error::{Error, Result};
+use crate::nnet::Nnet;
+use crate::run::set_threads;
+use crate::train::fit::data::{load, ChunkOptions};
+use crate::train::fit::hooks::Every;
+use crate::train::fit::schedule::{DropoutSchedule, EpochSchedule};
+use crate::train::fit::stepper::{GradientOptions, StepperKind, StepperOptions};
+use crate::train::fit::{fit, FitOptions};
+use crate::train::log::{fmt_g, log};
+use serde::Deserialize;
+
+macro_rules! fit_args {
+    ($( $(#[doc = $doc:literal])* $field:ident : $ty:ty = $long:literal ),* $(,)?) => {
+        /// Options of `compnet fit` (every one may also be a key of the `--config` TOML file).
+        #[derive(clap::Args, Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[command(override_usage = "compnet fit [options] <config-or-model> --train <data> --valid <data> --out <dir>")]
+        pub struct Args {
+            /// A TOML file of options (keys as the long option names); the command line wins.
+            #[arg(long = "config")]
+            #[serde(skip)]
+            pub config: Option<String>,
+            /// `<config-or-model>`: an nnet3 config (initialised with --srand) or a raw model.
+            #[serde(skip)]
+            pub args: Vec<String>,
+            $(
+                $(#[doc = $doc])*
+                #[arg(long = $long, allow_hyphen_values = true)]
+                #[serde(rename = $long)]
+                pub $field: Option<$ty>,
+            )*
+            /// Continue from <out>/checkpoint.ckpt if there is one.
+            #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+            pub resume: Option<bool>,
+            /// Shuffle the training examples every epoch (seeded by --srand).
+            #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+            pub shuffle: Option<bool>,
+            /// AutoAdjust: go back to the best model when the learning rate is reduced.
+            #[arg(long = "load-best", value_parser = parse_kaldi_bool, num_args = 0..=1, default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+            #[serde(rename = "load-best")]
+            pub load_best: Option<bool>,
+        }
+
+        impl Args {
+            /// Fills what the command line left unset from `file`.
+            fn or(self, file: Args) -> Args {
+                Args {
+                    config: self.config,
+                    args: self.args,
+                    $( $field: self.$field.or(file.$field), )*
+                    resume: self.resume.or(file.resume),
+                    shuffle: self.shuffle.or(file.shuffle),
+                    load_best: self.load_best.or(file.load_best),
+                }
+            }
+        }
+    };
+}
+
+fit_args! {
+    /// Training data: an egs rspecifier (ark:..., scp:...) or a directory with feats.ark and ali.ark or post.ark.
+    train: String = "train",
+    /// Validation data (same forms as --train).
+    valid: String = "valid",
+    /// Output directory (final.raw, checkpoint.ckpt, metrics.jsonl, curves.svg).
+    out: String = "out",
+    /// Number of epochs [10].
+    num_epochs: usize = "num-epochs",
+    /// sgd, momentum, nesterov, adagrad, rmsprop, adam, adamw or ng (Kaldi's natural-gradient SGD) [ng].
+    stepper: String = "stepper",
+    /// Learning rate per epoch, CNTK notation (0.8:3.2*14:0.08) [0.001; adam/adamw/rmsprop/adagrad with per-minibatch rates: 0.001].
+    learning_rate: String = "learning-rate",
+    /// Kaldi's exponential decay: initial effective learning rate (with --final-effective-lrate).
+    initial_effective_lrate: f64 = "initial-effective-lrate",
+    /// Kaldi's exponential decay: final effective learning rate.
+    final_effective_lrate: f64 = "final-effective-lrate",
+    /// sample (the rate multiplies the summed gradient, Kaldi's and CNTK's per-sample) or minibatch (the mean gradient) [sample].
+    lr_per: String = "lr-per",
+    /// Linear learning-rate warm-up over this many minibatches [0].
+    warmup: usize = "warmup",
+    /// Minibatch size per epoch, CNTK notation (64*2:128) [64].
+    minibatch_size: String = "minibatch-size",
+    /// Momentum (momentum, nesterov [0.9]; ng [0]).
+    momentum: f32 = "momentum",
+    /// Adam's beta1 [0.9].
+    beta1: f32 = "beta1",
+    /// Adam's beta2 [0.999].
+    beta2: f32 = "beta2",
+    /// Denominator epsilon of adagrad, rmsprop, adam [1e-8].
+    epsilon: f32 = "epsilon",
+    /// AdamW's decoupled weight decay [0.01].
+    weight_decay: f32 = "weight-decay",
+    /// RMSProp's mean-square smoothing [0.99].
+    rms_gamma: f32 = "rms-gamma",
+    /// RMSProp's step growth while the sign holds [1.2].
+    rms_inc: f32 = "rms-inc",
+    /// RMSProp's step shrink on a sign flip [0.75].
+    rms_dec: f32 = "rms-dec",
+    /// RMSProp's largest step factor [10].
+    rms_max: f32 = "rms-max",
+    /// RMSProp's smallest step factor [0.1].
+    rms_min: f32 = "rms-min",
+    /// ng: limit on the norm of the change per minibatch [2.0].
+    max_param_change: f32 = "max-param-change",
+    /// L1 regularisation per minibatch (plain steppers) [0].
+    l1: f32 = "l1",
+    /// L2 regularisation per minibatch (plain steppers; components' l2-regularize applies too) [0].
+    l2: f32 = "l2",
+    /// Per-sample gradient clipping threshold (plain steppers) [0 = none].
+    clip_gradient: f32 = "clip-gradient",
+    /// Standard deviation of Gaussian gradient noise (plain steppers) [0].
+    gradient_noise: f32 = "gradient-noise",
+    /// Kaldi's dropout schedule, optionally `pattern=` first (0,0@0.20,0.5@0.5,0).
+    dropout_schedule: String = "dropout-schedule",
+    /// AutoAdjust: multiply the learning rate by this when validation stops improving [0 = off].
+    auto_adjust: f64 = "auto-adjust",
+    /// The least improvement of the validation objective that counts, for AutoAdjust and --patience [0].
+    auto_adjust_threshold: f64 = "auto-adjust-threshold",
+    /// AutoAdjust: at most this many reductions [4].
+    max_reductions: usize = "max-reductions",
+    /// Early stopping: epochs without a better validation objective [0 = never].
+    patience: usize = "patience",
+    /// Stop after this many seconds (a checkpoint is written) [0 = no limit].
+    max_wall_time: f64 = "max-wall-time",
+    /// Stop after this many minibatches in all (a checkpoint is written; --resume continues) [0 = no limit].
+    max_minibatches: u64 = "max-minibatches",
+    /// Seed of every random choice (initialisation, shuffling, dropout, noise) [0].
+    srand: u64 = "srand",
+    /// Minibatches per log line [100].
+    print_interval: usize = "print-interval",
+    /// Checkpoint every N epochs (N or Ne) or N minibatches (Nmb), or never [1].
+    checkpoint_every: String = "checkpoint-every",
+    /// Redraw curves.svg every N epochs [1].
+    plot_every: String = "plot-every",
+    /// Output frames per chunk cut from feature archives [8].
+    chunk_width: i32 = "chunk-width",
+    /// Extra left context of chunks (recurrent networks) [0].
+    extra_left_context: i32 = "extra-left-context",
+    /// Extra right context of chunks [0].
+    extra_right_context: i32 = "extra-right-context",
+    /// Threads of every thread pool [0 = all cores].
+    num_threads: usize = "num-threads",
+}
+
+/// Reads the TOML options file.
+fn read_toml(path: &str) -> Result<Args> {
+    let text = read_config_text(path)?;
+    toml::from_str(&text).map_err(|e| {
+        let (line, col) = e
+            .span()
+            .map(|s| {
+                let before = &text[..s.start.min(text.len())];
+                (
+                    before.matches('\n').count() + 1,
+                    before.len() - before.rfind('\n').map_or(0, |p| p + 1) + 1,
+                )
+            })
+            .unwrap_or((0, 0));
+        Error::Usage(format!("{path}:{line}:{col}: {}", e.message()))
+    })
+}
+
+/// The model to start from: a raw model, or a config initialised with `srand`.
+pub fn read_or_init(path: &str, srand: u64) -> Result<Nnet> {
+    let bytes = crate::io::read_file(path)?;
+    let looks_binary = bytes.starts_with(b"\0B");
+    let looks_model = looks_binary
+        || String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+            .trim_start()
+            .starts_with("<Nnet3>");
+    if looks_model {
+        let read = Nnet::read_model(&bytes, path)?;
+        if read.am.is_some() {
+            return Err(Error::Usage(format!(
+                "{path} is a final.mdl; compnet fit trains raw networks"
+            )));
+        }
+        Ok(read.nnet)
+    } else {
+        let text = read_config_text(path)?;
+        Nnet::from_config_text(&text, path, &mut crate::random::seeded_rng(srand))
+    }
+}
+
+/// Turns the merged options into `FitOptions` (defaults for what is unset).
+pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
+    let d = FitOptions::default();
+    let sd = StepperOptions::default();
+    let kind = StepperKind::parse(a.stepper.as_deref().unwrap_or("ng"))?;
+    let stepper = StepperOptions {
+        kind,
+        momentum: a
+            .momentum
+            .unwrap_or(if kind == StepperKind::NaturalGradient {
+                0.0
+            } else {
+                sd.momentum
+            }),
+        beta1: a.beta1.unwrap_or(sd.beta1),
+        beta2: a.beta2.unwrap_or(sd.beta2),
+        epsilon: a.epsilon.unwrap_or(sd.epsilon),
+        weight_decay: a.weight_decay.unwrap_or(sd.weight_decay),
+        rms_gamma: a.rms_gamma.unwrap_or(sd.rms_gamma),
+        rms_inc: a.rms_inc.unwrap_or(sd.rms_inc),
+        rms_dec: a.rms_dec.unwrap_or(sd.rms_dec),
+        rms_max: a.rms_max.unwrap_or(sd.rms_max),
+        rms_min: a.rms_min.unwrap_or(sd.rms_min),
+        max_param_change: a.max_param_change.unwrap_or(sd.max_param_change),
+    };
+    let lr_per_minibatch = match a.lr_per.as_deref().unwrap_or("sample") {
+        "sample" => false,
+        "minibatch" => true,
+        other => {
+            return Err(Error::Usage(format!(
+                "--lr-per={other}: expected sample or minibatch"
+            )))
+        }
+    };
+    let exponential_decay = match (a.initial_effective_lrate, a.final_effective_lrate) {
+        (None, None) => None,
+        (Some(i), Some(f)) if i > 0.0 && f > 0.0 && i.is_finite() && f.is_finite() => Some((i, f)),
+        _ => {
+            return Err(Error::Usage(
+                "--initial-effective-lrate and --final-effective-lrate go together and must be positive".into(),
+            ))
+        }
+    };
+    let mb = EpochSchedule::parse(
+        a.minibatch_size.as_deref().unwrap_or("64"),
+        "--minibatch-size",
+    )?;
+    if mb
+        .items
+        .iter()
+        .any(|&(v, _)| !(1.0..=1e6).contains(&v) || v.fract() != 0.0)
+    {
+        return Err(Error::Usage(
+            "--minibatch-size: sizes must be whole numbers in 1..=1000000".into(),
+        ));
+    }
+    let gradient = GradientOptions {
+        l1: a.l1.unwrap_or(0.0),
+        l2: a.l2.unwrap_or(0.0),
+        clip: a.clip_gradient.unwrap_or(0.0),
+        noise_stddev: a.gradient_noise.unwrap_or(0.0),
+    };
+    for (name, v) in [
+        ("l1", gradient.l1),
+        ("l2", gradient.l2),
+        ("clip-gradient", gradient.clip),
+        ("gradient-noise", gradient.noise_stddev),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            return Err(Error::Usage(format!(
+                "--{name} must be a finite number >= 0, got {v}"
+            )));
+        }
+    }
+    let out_dir = a
+        .out
+        .clone()
+        .ok_or_else(|| Error::Usage("compnet fit: --out <dir> is required".into()))?;
+    let opts = FitOptions {
+        out_dir,
+        num_epochs: a.num_epochs.unwrap_or(d.num_epochs),
+        stepper,
+        gradient,
+        learning_rate: EpochSchedule::parse(
+            a.learning_rate.as_deref().unwrap_or("0.001"),
+            "--learning-rate",
+        )?,
+        exponential_decay,
+        lr_per_minibatch,
+        warmup: a.warmup.unwrap_or(0),
+        minibatch_size: mb,
+        dropout: a
+            .dropout_schedule
+            .as_deref()
+            .map(DropoutSchedule::parse)
+            .transpose()?,
+        auto_adjust_factor: a.auto_adjust.unwrap_or(0.0),
+        auto_adjust_threshold: a.auto_adjust_threshold.unwrap_or(0.0),
+        max_reductions: a.max_reductions.unwrap_or(d.max_reductions),
+        load_best_on_reduction: a.load_best.unwrap_or(true),
+        early_stopping_patience: a.patience.unwrap_or(0),
+        max_wall_seconds: a.max_wall_time.unwrap_or(0.0),
+        max_minibatches: a.max_minibatches.unwrap_or(0),
+        shuffle: a.shuffle.unwrap_or(true),
+        srand: a.srand.unwrap_or(0),
+        print_interval: a.print_interval.unwrap_or(d.print_interval).max(1),
+        checkpoint_every: Every::parse(
+            a.checkpoint_every.as_deref().unwrap_or("1"),
+            "--checkpoint-every",
+        )?,
+        plot_every: Every::parse(a.plot_every.as_deref().unwrap_or("1"), "--plot-every")?,
+        resume: a.resume.unwrap_or(false),
+        ..d
+    };
+    if !(0.0..1.0).contains(&opts.auto_adjust_factor) {
+        return Err(Error::Usage(format!(
+            "--auto-adjust must be in [0, 1), got {}",
+            opts.auto_adjust_factor
+        )));
+    }
+    let chunk = ChunkOptions {
+        chunk_width: a.chunk_width.unwrap_or(8),
+        extra_left_context: a.extra_left_context.unwrap_or(0),
+        extra_right_context: a.extra_right_context.unwrap_or(0),
+    };
+    Ok((opts, chunk))
+}
+
+/// Runs the command.
+pub fn run(a: Args) -> Result<i32> {
+    let a = match a.config.clone() {
+        Some(path) => {
+            let file = read_toml(&path)?;
+            a.or(file)
+        }
+        None => a,
+    };
+    let [model_in] = a.args.as_slice() else {
+        return Err(Error::Usage(
+            "usage: compnet fit [options] <config-or-model> --train <data> --valid <data> --out <dir>".into(),
+        ));
+    };
+    let threads = a.num_threads.unwrap_or(0);
+    super::compute::check_num_threads(threads)?;
+    set_threads(threads);
+    let (opts, chunk) = options(&a)?;
+    let train_spec = a
+        .train
+        .clone()
+        .ok_or_else(|| Error::Usage("compnet fit: --train <data> is required".into()))?;
+    let nnet = read_or_init(model_in, opts.srand)?;
+    let train = load(&train_spec, &nnet, &chunk)?;
+    let valid = a
+        .valid
+        .as_deref()
+        .map(|v| load(v, &nnet, &chunk))
+        .transpose()?;
+    log(
+        "compnet fit",
+        &format!(
+            "{} training examples from {train_spec}{}; stepper {}, {} epochs",
+            train.examples.len(),
+            valid.as_ref().map_or(String::new(), |v| format!(
+                ", {} validation examples from {}",
+                v.examples.len(),
+                v.source
+            )),
+            opts.stepper.kind.name(),
+            opts.num_epochs
+        ),
+    );
+    let summary = fit(&opts, nnet, &train, valid.as_ref())?;
+    if let Some(why) = &summary.stopped_early {
+        println!("stopped early: {why}");
+    }
+    if let Some(last) = summary.records.last() {
+        match (last.valid_objective, last.valid_accuracy) {
+            (Some(o), Some(acc)) => println!(
+                "validation accuracy {} (objective {}) after epoch {}",
+                fmt_g(acc),
+                fmt_g(o),
+                last.epoch
+            ),
+            _ => println!(
+                "training accuracy {} after epoch {}",
+                fmt_g(last.train_accuracy),
+                last.epoch
+            ),
+        }
+    }
+    println!("model: {}", summary.final_model);
+    println!("curves: {}", summary.curves);
+    Ok(0)
+}

@@ -1,0 +1,636 @@
+//! The fit loop: epochs of minibatches from the data iterator, forward and backward into the
+//! stepper's target network, the step, the schedules (learning rate, minibatch size, dropout,
+//! AutoAdjust) and the hooks (monitor, saver, stoppers, visualiser).
+
+use super::data::{minibatch_groups, spawn_loader, DataSet};
+use super::hooks::{
+    curves_svg, read_checkpoint, write_checkpoint, write_metrics, EpochRecord, Every, LoopState,
+};
+use super::schedule::{exponential_decay, warmup_factor, DropoutSchedule, EpochSchedule};
+use super::stepper::{
+    apply_plain_step, gradient_network, GradientOptions, KaldiNgStepper, Stepper, StepperKind,
+    StepperOptions,
+};
+use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::egs::merge::merge_examples;
+use crate::error::{Error, Result};
+use crate::io::egs::NnetExample;
+use crate::nnet::Nnet;
+use crate::run::NnetComputer;
+use crate::train::diagnostics::{NnetComputeProb, NnetComputeProbOptions};
+use crate::train::example::{computation_request, num_sequences};
+use crate::train::log::{fmt_g, log, warn};
+use crate::train::nnet_update::{scale_batchnorm_stats, zero_component_stats};
+use crate::train::objective::{compute_accuracy, compute_objective};
+
+const P: &str = "compnet fit";
+
+/// Everything `compnet fit` is told (after defaults, the TOML file and the command line).
+#[derive(Clone, Debug)]
+pub struct FitOptions {
+    pub out_dir: String,
+    pub num_epochs: usize,
+    pub stepper: StepperOptions,
+    pub gradient: GradientOptions,
+    /// Learning rate per epoch (CNTK notation); ignored when the exponential decay is set.
+    pub learning_rate: EpochSchedule,
+    /// Kaldi's decay: (initial, final) effective learning rate.
+    pub exponential_decay: Option<(f64, f64)>,
+    /// The learning rate is per minibatch (divided by its frames) rather than per sample.
+    pub lr_per_minibatch: bool,
+    /// Linear warm-up over this many minibatches.
+    pub warmup: usize,
+    pub minibatch_size: EpochSchedule,
+    pub dropout: Option<DropoutSchedule>,
+    /// AutoAdjust: reduce the learning rate by this factor when the validation objective
+    /// improves by less than `auto_adjust_threshold` (0 = off); at most `max_reductions`
+    /// times; with `load_best`, go back to the best model first.
+    pub auto_adjust_factor: f64,
+    pub auto_adjust_threshold: f64,
+    pub max_reductions: usize,
+    pub load_best_on_reduction: bool,
+    pub early_stopping_patience: usize,
+    /// Stop (after a checkpoint) once this many seconds have passed (0 = no limit).
+    pub max_wall_seconds: f64,
+    /// Stop (after a checkpoint) once this many minibatches are done in all (0 = no limit).
+    pub max_minibatches: u64,
+    pub shuffle: bool,
+    pub srand: u64,
+    pub print_interval: usize,
+    pub checkpoint_every: Every,
+    pub plot_every: Every,
+    pub resume: bool,
+    pub zero_component_stats: bool,
+    pub store_component_stats: bool,
+    pub compiler: CachingCompilerOptions,
+    /// Minibatches the loader may prepare ahead.
+    pub prefetch: usize,
+}
+
+impl Default for FitOptions {
+    fn default() -> Self {
+        FitOptions {
+            out_dir: String::new(),
+            num_epochs: 10,
+            stepper: StepperOptions::default(),
+            gradient: GradientOptions::default(),
+            learning_rate: EpochSchedule {
+                items: vec![(0.001, 1)],
+            },
+            exponential_decay: None,
+            lr_per_minibatch: false,
+            warmup: 0,
+            minibatch_size: EpochSchedule {
+                items: vec![(64.0, 1)],
+            },
+            dropout: None,
+            auto_adjust_factor: 0.0,
+            auto_adjust_threshold: 0.0,
+            max_reductions: 4,
+            load_best_on_reduction: true,
+            early_stopping_patience: 0,
+            max_wall_seconds: 0.0,
+            max_minibatches: 0,
+            shuffle: true,
+            srand: 0,
+            print_interval: 100,
+            checkpoint_every: Every::Epochs(1),
+            plot_every: Every::Epochs(1),
+            resume: false,
+            zero_component_stats: true,
+            store_component_stats: true,
+            compiler: CachingCompilerOptions::default(),
+            prefetch: 4,
+        }
+    }
+}
+
+/// What a run ended with.
+#[derive(Clone, Debug)]
+pub struct FitSummary {
+    pub records: Vec<EpochRecord>,
+    pub final_model: String,
+    pub curves: String,
+    pub stopped_early: Option<String>,
+}
+
+/// Where the backward pass writes, and how the step is taken.
+enum Updater {
+    Plain { grad: Nnet, stepper: Stepper },
+    Kaldi(Box<KaldiNgStepper>),
+}
+
+impl Updater {
+    fn target(&mut self) -> &mut Nnet {
+        match self {
+            Updater::Plain { grad, .. } => grad,
+            Updater::Kaldi(k) => &mut k.delta,
+        }
+    }
+}
+
+/// Paths inside the output directory.
+pub fn out_path(dir: &str, file: &str) -> String {
+    format!("{}/{file}", dir.trim_end_matches('/'))
+}
+
+/// Block sizes (parameters per updatable component), for checking a stepper state.
+fn block_sizes(nnet: &Nnet) -> Vec<usize> {
+    nnet.components
+        .iter()
+        .filter_map(|c| c.as_updatable())
+        .map(|u| u.num_parameters())
+        .collect()
+}
+
+/// Sets the dropout proportion of the matching dropout components.
+fn set_dropout(nnet: &mut Nnet, schedule: &DropoutSchedule, fraction: f64) {
+    use crate::nnet::component::dropout::DropoutComponent;
+    use crate::nnet::component::dropout_general::{DropoutMaskComponent, GeneralDropoutComponent};
+    let p = schedule.value(fraction) as f32;
+    for (c, name) in nnet.components.iter_mut().zip(&nnet.component_names) {
+        if !schedule.matches(name) {
+            continue;
+        }
+        let any = c.as_any_mut();
+        if let Some(d) = any.downcast_mut::<DropoutComponent>() {
+            d.set_dropout_proportion(p);
+        } else if let Some(d) = any.downcast_mut::<GeneralDropoutComponent>() {
+            d.set_dropout_proportion(p);
+        } else if let Some(d) = any.downcast_mut::<DropoutMaskComponent>() {
+            d.set_dropout_proportion(p);
+        }
+    }
+}
+
+/// Objective and accuracy per frame of `nnet` on `data` (test mode: no dropout, BatchNorm's
+/// stored statistics), per output; the first output's pair is returned.
+pub fn evaluate(
+    nnet: &Nnet,
+    data: &DataSet,
+    minibatch_size: usize,
+    srand: u64,
+) -> Result<Vec<(String, f64, f64, f64)>> {
+    let mut test = nnet.clone();
+    crate::cli::compute_prob::set_test_modes(&mut test, true, true, srand);
+    let mut prob = NnetComputeProb::new(
+        NnetComputeProbOptions {
+            program: P.into(),
+            ..Default::default()
+        },
+        &test,
+    );
+    for g in minibatch_groups(data, minibatch_size, false, 0) {
+        let egs: Vec<NnetExample> = g.iter().map(|&i| data.examples[i].clone()).collect();
+        let eg = if egs.len() == 1 {
+            egs.into_iter().next().expect("one")
+        } else {
+            merge_examples(&egs, false)?
+        };
+        prob.compute(&eg)
+            .map_err(|e| Error::Compute(format!("{}: {e}", data.source)))?;
+    }
+    let mut out = Vec::new();
+    for name in test.output_names() {
+        if let Some(o) = prob.objective(name) {
+            let acc = prob.accuracy(name).unwrap_or_default();
+            out.push((
+                name.to_string(),
+                o.tot_objf / o.tot_weight,
+                acc.tot_objf / acc.tot_weight,
+                o.tot_weight,
+            ));
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::Compute(format!(
+            "{}: nothing was evaluated",
+            data.source
+        )));
+    }
+    Ok(out)
+}
+
+/// Trains `nnet` on `train` (validating on `valid`) as `opts` says; writes the model,
+/// checkpoints, metrics and curves into `opts.out_dir`.
+pub fn fit(
+    opts: &FitOptions,
+    mut nnet: Nnet,
+    train: &DataSet,
+    valid: Option<&DataSet>,
+) -> Result<FitSummary> {
+    opts.stepper.validate()?;
+    std::fs::create_dir_all(&opts.out_dir).map_err(|e| Error::io(&opts.out_dir, e))?;
+    let ckpt_path = out_path(&opts.out_dir, "checkpoint.ckpt");
+    let best_path = out_path(&opts.out_dir, "best.raw");
+    let metrics_path = out_path(&opts.out_dir, "metrics.jsonl");
+    let curves_path = out_path(&opts.out_dir, "curves.svg");
+    let final_path = out_path(&opts.out_dir, "final.raw");
+    let kind = opts.stepper.kind;
+    let mut state = LoopState {
+        lr_factor: 1.0,
+        num_parameters: nnet.num_parameters(),
+        ..Default::default()
+    };
+    let mut stepper_bytes = None;
+    if opts.resume && std::path::Path::new(&ckpt_path).exists() {
+        let (s, mut parts) = read_checkpoint(&ckpt_path)?;
+        let stats = parts.pop().expect("three parts");
+        let st = parts.pop().expect("three parts");
+        let model = parts.pop().expect("three parts");
+        if s.num_parameters != nnet.num_parameters() {
+            return Err(Error::Usage(format!(
+                "{ckpt_path}: the checkpoint is of a network with {} parameters, this one has {} \
+                 (a checkpoint of another network)",
+                s.num_parameters,
+                nnet.num_parameters()
+            )));
+        }
+        let read = Nnet::read_model(&model, &ckpt_path)?.nnet;
+        if !crate::train::nnet_update::same_structure(&read, &nnet) {
+            return Err(Error::Usage(format!(
+                "{ckpt_path}: the checkpoint's network differs from this one (a checkpoint of \
+                 another network)"
+            )));
+        }
+        nnet = read;
+        restore_stats(&mut nnet, &stats, &ckpt_path)?;
+        state = s;
+        stepper_bytes = Some(st);
+        log(
+            P,
+            &format!(
+                "Resuming from {ckpt_path}: epoch {}, minibatch {}",
+                state.epoch + 1,
+                state.position
+            ),
+        );
+    } else if opts.zero_component_stats {
+        zero_component_stats(&mut nnet);
+    }
+    // The command line's patience holds, also for a resumed run.
+    state.early_stopping.patience = opts.early_stopping_patience;
+    let mut updater = if kind == StepperKind::NaturalGradient {
+        if stepper_bytes.is_some() {
+            warn(P, "the natural-gradient stepper's Fisher estimates are not checkpointed; they restart (as for each Kaldi nnet3-train job)");
+        }
+        Updater::Kaldi(Box::new(KaldiNgStepper::new(
+            &nnet,
+            &opts.stepper,
+            opts.srand,
+        )))
+    } else {
+        let mut stepper = Stepper::new(opts.stepper.clone());
+        if let Some(b) = &stepper_bytes {
+            stepper.read_state(b, &block_sizes(&nnet), &ckpt_path)?;
+        }
+        Updater::Plain {
+            grad: gradient_network(&nnet),
+            stepper,
+        }
+    };
+    let compiler = CachingCompiler::new(opts.compiler.clone());
+    let start = std::time::Instant::now();
+    // The minibatch counts of every epoch, for the fraction of training done.
+    let groups_of = |epoch: usize| {
+        let mb = opts.minibatch_size.value(epoch).round().max(1.0) as usize;
+        minibatch_groups(
+            train,
+            mb,
+            opts.shuffle,
+            opts.srand
+                .wrapping_mul(1_000_003)
+                .wrapping_add(epoch as u64),
+        )
+    };
+    let total_minibatches: u64 = (0..opts.num_epochs)
+        .map(|e| groups_of(e).len() as u64)
+        .sum::<u64>()
+        .max(1);
+    let mut stopped = None;
+    let mut last_lr = 0.0;
+    'epochs: while state.epoch < opts.num_epochs {
+        let epoch = state.epoch;
+        let groups = groups_of(epoch);
+        let n_groups = groups.len();
+        let rx = spawn_loader(train, groups, state.position, opts.prefetch);
+        // A bar per epoch when stderr is a terminal; Kaldi-style log lines otherwise.
+        let bar = crate::cli::progress_spinner(&format!("epoch {}", epoch + 1)).inspect(|b| {
+            b.set_length(n_groups as u64);
+            b.set_position(state.position as u64);
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} minibatches {msg}")
+            {
+                b.set_style(style);
+            }
+        });
+        let (mut frames_timer, mut frames_since) = (std::time::Instant::now(), 0.0f64);
+        for item in rx {
+            let eg = item?;
+            let progress = state.global_minibatch as f64 / total_minibatches as f64;
+            let mut lr = match opts.exponential_decay {
+                Some((a, b)) => exponential_decay(a, b, progress),
+                None => opts.learning_rate.value(epoch),
+            };
+            lr *= warmup_factor(state.global_minibatch as usize, opts.warmup) * state.lr_factor;
+            if let Some(d) = &opts.dropout {
+                set_dropout(&mut nnet, d, progress);
+            }
+            let frames: f64 = eg
+                .io
+                .iter()
+                .filter(|io| nnet.objective_type(&io.name).is_some())
+                .map(|io| io.features.num_rows() as f64)
+                .sum();
+            // Per-minibatch rates step along the mean gradient rather than the sum.
+            let grad_scale = if opts.lr_per_minibatch {
+                1.0 / frames.max(1.0)
+            } else {
+                1.0
+            };
+            let step_lr = lr as f32;
+            last_lr = lr;
+            if let Updater::Kaldi(k) = &mut updater {
+                // Natural gradient updates inside the backward pass, at the delta's rates.
+                k.set_learning_rate((lr * grad_scale) as f32);
+            }
+            // Forward, objectives, backward into the stepper's target.
+            let request = computation_request(&nnet, &eg, true, opts.store_component_stats)
+                .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
+            let computation = compiler.compile(&nnet, &request)?;
+            let seed = opts.srand.wrapping_add(state.global_minibatch);
+            let (mut objf, mut weight, mut correct, mut acc_weight) = (0.0, 0.0, 0.0, 0.0);
+            {
+                let outputs: Vec<(String, crate::nnet::ObjectiveType)> = eg
+                    .io
+                    .iter()
+                    .filter_map(|io| Some((io.name.clone(), nnet.objective_type(&io.name)?)))
+                    .collect();
+                let target = updater.target();
+                let mut computer =
+                    NnetComputer::for_training(&computation, &mut nnet, target).with_seed(seed);
+                for io in &eg.io {
+                    if !outputs.iter().any(|(n, _)| n == &io.name) {
+                        computer.accept_input(&io.name, io.features.to_matrix())?;
+                    }
+                }
+                computer.run_forward()?;
+                for (name, objective) in &outputs {
+                    let sup = &eg.get(name).expect("listed from the example").features;
+                    let out = computer.output(name)?;
+                    let (sum, deriv) = compute_objective(name, *objective, sup, out, true)
+                        .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
+                    let acc = compute_accuracy(sup, out);
+                    objf += sum.tot_objf;
+                    weight += sum.tot_weight;
+                    correct += acc.tot_objf;
+                    acc_weight += acc.tot_weight;
+                    if let Some(d) = deriv {
+                        computer.accept_output_deriv(name, d)?;
+                    }
+                }
+                computer.run_backward()?;
+            }
+            if !objf.is_finite() {
+                return Err(Error::Compute(format!(
+                    "epoch {}, minibatch {}: the objective is not finite ({objf}); stopping \
+                     (try a smaller learning rate); the last checkpoint is {ckpt_path}",
+                    epoch + 1,
+                    state.position
+                )));
+            }
+            let sequences = num_sequences(&eg);
+            let ok = match &mut updater {
+                Updater::Kaldi(k) => k.step(&mut nnet, sequences),
+                Updater::Plain { grad, stepper } => {
+                    let mut rng = crate::random::seeded_rng(
+                        opts.srand ^ state.global_minibatch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    );
+                    let ok = apply_plain_step(
+                        stepper,
+                        &mut nnet,
+                        grad,
+                        step_lr,
+                        grad_scale as f32,
+                        &opts.gradient,
+                        sequences,
+                        frames,
+                        &mut rng,
+                    );
+                    scale_batchnorm_stats(0.8, &mut nnet);
+                    ok
+                }
+            };
+            if !ok {
+                warn(P, &format!("epoch {}, minibatch {}: the parameter change is not finite; update skipped", epoch + 1, state.position));
+            }
+            state.train_objf += objf;
+            state.train_weight += weight;
+            state.train_correct += correct;
+            state.train_acc_weight += acc_weight;
+            state.position += 1;
+            state.global_minibatch += 1;
+            frames_since += frames;
+            if let Some(b) = &bar {
+                b.set_message(format!(
+                    "epoch {}: objective {:.4}, {:.0} frames/s",
+                    epoch + 1,
+                    state.train_objf / state.train_weight,
+                    frames_since / frames_timer.elapsed().as_secs_f64().max(1e-9)
+                ));
+                b.set_position(state.position as u64);
+            } else if state.position.is_multiple_of(opts.print_interval.max(1)) {
+                log(
+                    P,
+                    &format!(
+                        "epoch {} minibatches {}: objective {} accuracy {} ({} frames/s)",
+                        epoch + 1,
+                        state.position,
+                        fmt_g(state.train_objf / state.train_weight),
+                        fmt_g(state.train_correct / state.train_acc_weight),
+                        fmt_g(
+                            (frames_since / frames_timer.elapsed().as_secs_f64().max(1e-9)).round()
+                        )
+                    ),
+                );
+                frames_timer = std::time::Instant::now();
+                frames_since = 0.0;
+            }
+            if opts
+                .checkpoint_every
+                .after_minibatch(state.global_minibatch)
+                && state.position < n_groups
+            {
+                save(&ckpt_path, &state, &nnet, &updater)?;
+            }
+            let out_of_time = opts.max_wall_seconds > 0.0
+                && start.elapsed().as_secs_f64() >= opts.max_wall_seconds;
+            let out_of_minibatches =
+                opts.max_minibatches > 0 && state.global_minibatch >= opts.max_minibatches;
+            if out_of_time || out_of_minibatches {
+                save(&ckpt_path, &state, &nnet, &updater)?;
+                stopped = Some(if out_of_time {
+                    format!(
+                        "the wall-time limit of {} s was reached",
+                        opts.max_wall_seconds
+                    )
+                } else {
+                    format!(
+                        "the limit of {} minibatches was reached",
+                        opts.max_minibatches
+                    )
+                });
+                if let Some(b) = bar {
+                    b.finish_and_clear();
+                }
+                break 'epochs;
+            }
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        // End of the epoch: validation, AutoAdjust, stoppers, metrics, curves, checkpoint.
+        let (mut valid_objective, mut valid_accuracy) = (None, None);
+        if let Some(v) = valid {
+            let res = evaluate(&nnet, v, 64, opts.srand)?;
+            valid_objective = Some(res[0].1);
+            valid_accuracy = Some(res[0].2);
+        }
+        let record = EpochRecord {
+            epoch: epoch + 1,
+            minibatches: state.global_minibatch,
+            learning_rate: last_lr,
+            train_objective: state.train_objf / state.train_weight,
+            train_accuracy: state.train_correct / state.train_acc_weight,
+            valid_objective,
+            valid_accuracy,
+        };
+        log(P, &format!(
+            "epoch {}: train objective {} accuracy {}; validation objective {} accuracy {}; learning rate {}",
+            epoch + 1,
+            fmt_g(record.train_objective),
+            fmt_g(record.train_accuracy),
+            valid_objective.map_or("-".into(), fmt_g),
+            valid_accuracy.map_or("-".into(), fmt_g),
+            fmt_g(last_lr)
+        ));
+        state.records.push(record);
+        let mut stop_now = None;
+        if let Some(vo) = valid_objective {
+            let improved = state
+                .best_valid
+                .is_none_or(|b| vo > b + opts.auto_adjust_threshold);
+            let new_best = state.best_valid.is_none_or(|b| vo > b);
+            if new_best {
+                state.best_valid = Some(vo);
+                nnet.write_model_file(&best_path, true)?;
+            }
+            if !improved && opts.auto_adjust_factor > 0.0 && state.reductions < opts.max_reductions
+            {
+                state.lr_factor *= opts.auto_adjust_factor;
+                state.reductions += 1;
+                log(
+                    P,
+                    &format!(
+                        "validation objective did not improve: learning rate factor now {}",
+                        fmt_g(state.lr_factor)
+                    ),
+                );
+                if opts.load_best_on_reduction
+                    && !new_best
+                    && std::path::Path::new(&best_path).exists()
+                {
+                    nnet = Nnet::read_model_file(&best_path)?.nnet;
+                    log(P, &format!("loaded the best model so far, {best_path}"));
+                }
+            }
+            if state.early_stopping.update(improved) {
+                stop_now = Some(format!(
+                    "no improvement on the validation set for {} epochs",
+                    opts.early_stopping_patience
+                ));
+            }
+        }
+        state.epoch += 1;
+        state.position = 0;
+        state.train_objf = 0.0;
+        state.train_weight = 0.0;
+        state.train_correct = 0.0;
+        state.train_acc_weight = 0.0;
+        write_metrics(&metrics_path, &state.records)?;
+        if opts.plot_every.after_epoch(state.epoch) || state.epoch == opts.num_epochs {
+            crate::io::write_file_atomic(&curves_path, curves_svg(&state.records).as_bytes())?;
+        }
+        if opts.checkpoint_every.after_epoch(state.epoch)
+            || state.epoch == opts.num_epochs
+            || stop_now.is_some()
+        {
+            save(&ckpt_path, &state, &nnet, &updater)?;
+        }
+        if let Some(why) = stop_now {
+            log(P, &format!("stopping early: {why}"));
+            stopped = Some(why);
+            break;
+        }
+    }
+    crate::io::write_file_atomic(&curves_path, curves_svg(&state.records).as_bytes())?;
+    nnet.write_model_file(&final_path, true)?;
+    Ok(FitSummary {
+        records: state.records,
+        final_model: final_path,
+        curves: curves_path,
+        stopped_early: stopped,
+    })
+}
+
+fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &Updater) -> Result<()> {
+    let mut st = Vec::new();
+    if let Updater::Plain { stepper, .. } = updater {
+        stepper.write_state(&mut st);
+    }
+    write_checkpoint(
+        path,
+        state,
+        [&nnet.write_model(true), &st, &encode_stats(nnet)],
+    )
+}
+
+/// Every component's exact statistics: per component a count and the values (f64 LE).
+fn encode_stats(nnet: &Nnet) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in &nnet.components {
+        let s = c.exact_stats();
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        for v in s {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Restores what [`encode_stats`] wrote.
+fn restore_stats(nnet: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
+    let mut r = super::stepper::ByteReader {
+        bytes,
+        pos: 0,
+        file,
+    };
+    for (c, name) in nnet.components.iter_mut().zip(&nnet.component_names) {
+        let n = r.u64()?;
+        if n > (bytes.len() / 8) as u64 {
+            return Err(r.err("a statistics list longer than the checkpoint"));
+        }
+        let raw = r.bytes(n as usize * 8)?;
+        let v: Vec<f64> = raw
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        if !c.set_exact_stats(&v) {
+            return Err(Error::Usage(format!(
+                "{file}: the statistics of component {name} do not fit it (a checkpoint of \
+                 another network?)"
+            )));
+        }
+    }
+    Ok(())
+}
