@@ -2,7 +2,9 @@
 //!
 //! Kaldi's `ParseOptions` gives every tool the same habits, and Kaldi's scripts rely on them:
 //! - `--config=<file>` reads options from a file (one `--name=value` per line, `#` comments;
-//!   may be repeated); options on the command line override the file's, whatever their order;
+//!   may be repeated); options on the command line override the file's, whatever their order
+//!   (a command that declares its own `--config`, like `fit` with its TOML file, reads it
+//!   itself);
 //! - the standard options `--verbose=N`, `--print-args` (on by default: the command line is
 //!   echoed to stderr, so a log file starts with the command that wrote it) and `--help`;
 //! - a bare boolean (`--compress`) means true, and `--apply-exp true` is `--apply-exp=true`;
@@ -333,6 +335,10 @@ pub fn prepare(args: Vec<String>, cmd: &clap::Command) -> Result<Prepared> {
         });
     };
     let compat = compat_options(&sub_name);
+    // A command with a `--config` of its own (fit's TOML file) reads it itself.
+    let own_config = sub
+        .get_arguments()
+        .any(|a| a.get_long() == Some("config"));
     // Long options of the subcommand that take an optional value (our booleans).
     let optional_value = |name: &str| {
         sub.get_arguments().any(|a| {
@@ -356,7 +362,7 @@ pub fn prepare(args: Vec<String>, cmd: &clap::Command) -> Result<Prepared> {
             continue;
         }
         match split_option(arg) {
-            Some(("config", value)) => {
+            Some(("config", value)) if !own_config => {
                 let path = match value {
                     Some(p) => p.to_string(),
                     None => it
