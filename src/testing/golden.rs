@@ -33,10 +33,6 @@ pub fn golden_path(rel: &str) -> PathBuf {
 /// starts working must leave this list (the tests check that too).
 pub const KNOWN_MISSING: &[(&str, &str)] = &[
     (
-        "cnn-small",
-        "TimeHeightConvolutionComponent is not implemented",
-    ),
-    (
         "extras-attention-gru",
         "RestrictedAttentionComponent, GruNonlinearityComponent and \
          OutputGruNonlinearityComponent are not implemented",
@@ -48,7 +44,6 @@ pub const KNOWN_MISSING_TYPES: &[&str] = &[
     "GruNonlinearityComponent",
     "OutputGruNonlinearityComponent",
     "RestrictedAttentionComponent",
-    "TimeHeightConvolutionComponent",
 ];
 
 /// Why golden case `case` is known not to work yet, if it is listed in [`KNOWN_MISSING`].
