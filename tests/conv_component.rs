@@ -266,12 +266,24 @@ fn random_shapes_match_the_direct_convolution() {
         }
         let hout = rng.random_range(1..=hin.div_ceil(s) + 1);
         let req = if rng.random_bool(0.5) {
-            format!(" required-time-offsets={}", ts[rng.random_range(0..ts.len())])
+            format!(
+                " required-time-offsets={}",
+                ts[rng.random_range(0..ts.len())]
+            )
         } else {
             String::new()
         };
-        let mem = if rng.random_bool(0.3) { " max-memory-mb=0.0001" } else { "" };
-        let join = |v: &[i32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+        let mem = if rng.random_bool(0.3) {
+            " max-memory-mb=0.0001"
+        } else {
+            ""
+        };
+        let join = |v: &[i32]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         let cfg = format!(
             "type=TimeHeightConvolutionComponent num-filters-in={fin} num-filters-out={fout} \
              height-in={hin} height-out={hout} height-subsample-out={s} height-offsets={} \
@@ -286,7 +298,11 @@ fn random_shapes_match_the_direct_convolution() {
             continue; // heights unused or unreachable: an invalid model, rejected
         };
         let input = grid(&[0, 1], &[-4, -3, -2, -1, 0, 2, 3, 4, 5], trial % 2 == 0);
-        let output = computable(c.as_ref(), &input, &grid(&[0, 1], &(-4..6).collect::<Vec<_>>(), false));
+        let output = computable(
+            c.as_ref(),
+            &input,
+            &grid(&[0, 1], &(-4..6).collect::<Vec<_>>(), false),
+        );
         if output.is_empty() {
             continue;
         }
@@ -313,7 +329,10 @@ fn input_derivative_is_the_derivative() {
             let g1 = step.backward(&x, &d, 1.0, None);
             let mut g1m = g1.clone();
             g1m.view_mut().add_const(-1.0);
-            assert!(max_abs_diff(&g, &g1m) < 1e-5, "{cfg}: backprop does not add");
+            assert!(
+                max_abs_diff(&g, &g1m) < 1e-5,
+                "{cfg}: backprop does not add"
+            );
             for k in 0..3 {
                 let mut dir = gauss(x.num_rows(), x.num_cols(), seed + 10 + k);
                 dir.view_mut().scale(1e-2);
@@ -445,16 +464,26 @@ fn natural_gradient_update_goes_downhill() {
         step.backward(&x, &d, 0.0, Some(ng.as_mut()));
         let g = params(gradient.as_ref());
         let delta = |after: Vec<f32>, before: Vec<f32>| -> Vec<f64> {
-            after.iter().zip(&before).map(|(a, b)| (a - b) as f64).collect()
+            after
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| (a - b) as f64)
+                .collect()
         };
         let dp = delta(params(plain.as_ref()), before_plain);
         let dn = delta(params(ng.as_ref()), before_ng);
         for (a, b) in dp.iter().zip(&g) {
-            assert!((a - 0.01 * *b as f64).abs() < 1e-6, "plain update is not lr × gradient");
+            assert!(
+                (a - 0.01 * *b as f64).abs() < 1e-6,
+                "plain update is not lr × gradient"
+            );
         }
         let dotg = |v: &[f64]| v.iter().zip(&g).map(|(a, b)| a * *b as f64).sum::<f64>();
         let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
-        assert!(dotg(&dn) > 0.0, "minibatch {mb}: NG step not along the gradient");
+        assert!(
+            dotg(&dn) > 0.0,
+            "minibatch {mb}: NG step not along the gradient"
+        );
         if mb == 5 {
             let cos = dotg(&dn) / norm(&dn) / norm(&dp) * 0.01;
             assert!(cos < 0.9999, "NG step has the plain direction (cos {cos})");
@@ -483,7 +512,11 @@ fn index_hooks_follow_required_time_offsets() {
     c.get_input_indexes(&misc, &Index::new(1, 5, 0), &mut want);
     assert_eq!(
         want,
-        vec![Index::new(1, 2, 0), Index::new(1, 5, 0), Index::new(1, 8, 0)]
+        vec![
+            Index::new(1, 2, 0),
+            Index::new(1, 5, 0),
+            Index::new(1, 8, 0)
+        ]
     );
     let avail = |i: &Index| (0..10).contains(&i.t);
     let mut used = Vec::new();
@@ -524,7 +557,10 @@ fn config_defaults_and_round_trips() {
         "type=TimeHeightConvolutionComponent num-filters-in=1 num-filters-out=1 height-in=3 \
          height-out=3 offsets=1,0;-1,1;-1,0;0,0",
     );
-    assert_eq!(conv(a.as_ref()).model.offsets, vec![(-1, 0), (-1, 1), (0, 0), (1, 0)]);
+    assert_eq!(
+        conv(a.as_ref()).model.offsets,
+        vec![(-1, 0), (-1, 1), (0, 0), (1, 0)]
+    );
     // init-unit: the (0,0) block is the unit matrix, everything else zero.
     let u = component(
         "type=TimeHeightConvolutionComponent num-filters-in=2 num-filters-out=2 height-in=3 \
@@ -599,7 +635,10 @@ fn damaged_files_are_errors_never_panics() {
                 read_component(&mut TokenReader::new(&bytes[..len], binary, "t")).is_err()
             });
             assert!(r.is_ok(), "panic reading {len} bytes (binary {binary})");
-            assert!(r.unwrap(), "truncation to {len} bytes accepted (binary {binary})");
+            assert!(
+                r.unwrap(),
+                "truncation to {len} bytes accepted (binary {binary})"
+            );
         }
         for pos in 0..bytes.len() {
             for v in [0u8, b'9', 0xff, b'-'] {
@@ -614,7 +653,10 @@ fn damaged_files_are_errors_never_panics() {
                         Step::new(c.as_ref(), &input, &out).forward(&x);
                     }
                 });
-                assert!(r.is_ok(), "panic with byte {pos} set to {v} (binary {binary})");
+                assert!(
+                    r.is_ok(),
+                    "panic with byte {pos} set to {v} (binary {binary})"
+                );
             }
         }
     }
@@ -622,7 +664,9 @@ fn damaged_files_are_errors_never_panics() {
     let text = "<TimeHeightConvolutionComponent> <LearningRate> 0.001 <Model> <ConvolutionModel> <NumFiltersIn> 1 <NumFiltersOut> 1 <HeightIn> 2 <HeightOut> 4 <HeightSubsampleOut> 1 <Offsets> [ 0,0 ]\n<RequiredTimeOffsets> [ 0 ]\n</ConvolutionModel> <LinearParams> [\n 1 ]\n<BiasParams> [ 0 ]\n<MaxMemoryMb> 200 <UseNaturalGradient> T <NumMinibatchesHistory> 4 <AlphaInOut> 4 4 <RankInOut> 1 1 </TimeHeightConvolutionComponent> ";
     let err = read_component(&mut TokenReader::new(text.as_bytes(), false, "t")).unwrap_err();
     assert!(err.to_string().contains("output height"), "{err}");
-    let text = text.replace("<HeightOut> 4", "<HeightOut> 2").replace("[\n 1 ]", "[\n 1 2 ]");
+    let text = text
+        .replace("<HeightOut> 4", "<HeightOut> 2")
+        .replace("[\n 1 ]", "[\n 1 2 ]");
     let err = read_component(&mut TokenReader::new(text.as_bytes(), false, "t")).unwrap_err();
     assert!(err.to_string().contains("1x1 parameter matrix"), "{err}");
 }

@@ -165,7 +165,12 @@ mod tests {
         y.view()
             .add_blocks_outer_to(1.0, &mut folded.view_mut(), 2, 2, &rows, &cols);
         let lhs: f32 = d.to_vec().iter().zip(y.to_vec()).map(|(a, b)| a * b).sum();
-        let rhs: f32 = src.to_vec().iter().zip(folded.to_vec()).map(|(a, b)| a * b).sum();
+        let rhs: f32 = src
+            .to_vec()
+            .iter()
+            .zip(folded.to_vec())
+            .map(|(a, b)| a * b)
+            .sum();
         assert_eq!(lhs, rhs);
     }
 

@@ -31,13 +31,11 @@ pub fn golden_path(rel: &str) -> PathBuf {
 /// Golden inference cases compnet cannot run yet, each with the reason. Tests that walk the
 /// golden cases skip exactly these and fail on any other case they cannot handle; a case that
 /// starts working must leave this list (the tests check that too).
-pub const KNOWN_MISSING: &[(&str, &str)] = &[
-    (
-        "extras-attention-gru",
-        "RestrictedAttentionComponent, GruNonlinearityComponent and \
+pub const KNOWN_MISSING: &[(&str, &str)] = &[(
+    "extras-attention-gru",
+    "RestrictedAttentionComponent, GruNonlinearityComponent and \
          OutputGruNonlinearityComponent are not implemented",
-    ),
-];
+)];
 
 /// The component types behind [`KNOWN_MISSING`].
 pub const KNOWN_MISSING_TYPES: &[&str] = &[

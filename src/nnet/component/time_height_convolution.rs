@@ -81,24 +81,25 @@ impl ConvolutionModel {
             self.height_subsample_out,
         ];
         if dims.contains(&0) {
-            return Err("num-filters-in, num-filters-out, height-in, height-out and \
+            return Err(
+                "num-filters-in, num-filters-out, height-in, height-out and \
                         height-subsample-out must be positive"
-                .into());
+                    .into(),
+            );
         }
         for (what, factors) in [
             ("input dimension", [self.height_in, self.num_filters_in]),
             ("output dimension", [self.height_out, self.num_filters_out]),
-            ("parameter columns", [self.num_filters_in, self.offsets.len()]),
+            (
+                "parameter columns",
+                [self.num_filters_in, self.offsets.len()],
+            ),
         ] {
             let f: Vec<u64> = factors.iter().map(|&v| v as u64).chain([4]).collect();
             crate::limits::check_product(&f, what)?;
         }
         crate::limits::check_product(
-            &[
-                self.num_filters_out as u64,
-                self.param_cols() as u64,
-                4,
-            ],
+            &[self.num_filters_out as u64, self.param_cols() as u64, 4],
             "parameter matrix",
         )?;
         if self.offsets.is_empty() {
@@ -110,9 +111,11 @@ impl ConvolutionModel {
         let all_t = self.all_time_offsets();
         let req = &self.required_time_offsets;
         if req.is_empty() || req.windows(2).any(|w| w[0] >= w[1]) {
-            return Err("required-time-offsets must be a non-empty sorted list of distinct \
+            return Err(
+                "required-time-offsets must be a non-empty sorted list of distinct \
                         values"
-                .into());
+                    .into(),
+            );
         }
         if let Some(t) = req.iter().find(|t| !all_t.contains(t)) {
             return Err(format!(
@@ -170,7 +173,11 @@ impl ConvolutionModel {
 
     /// Kaldi's ConvolutionModel::Info.
     pub fn info(&self) -> String {
-        let offs: Vec<String> = self.offsets.iter().map(|(t, h)| format!("{t},{h}")).collect();
+        let offs: Vec<String> = self
+            .offsets
+            .iter()
+            .map(|(t, h)| format!("{t},{h}"))
+            .collect();
         let req: Vec<String> = self
             .required_time_offsets
             .iter()
@@ -440,7 +447,10 @@ impl TimeHeightConvolutionComponent {
             }
             (w, Vector::zeros(rows))
         } else {
-            (init.weights(rows, cols, init_rng), init.bias(rows, init_rng))
+            (
+                init.weights(rows, cols, init_rng),
+                init.bias(rows, init_rng),
+            )
         };
         Ok(Box::new(TimeHeightConvolutionComponent {
             common,
@@ -466,8 +476,7 @@ impl TimeHeightConvolutionComponent {
         r.expect_token("<LinearParams>")?;
         let at = r.pos();
         let linear = r.matrix()?;
-        if (linear.num_rows(), linear.num_cols()) != (model.num_filters_out, model.param_cols())
-        {
+        if (linear.num_rows(), linear.num_cols()) != (model.num_filters_out, model.param_cols()) {
             return Err(r.err_at(
                 at,
                 format!(
@@ -603,7 +612,10 @@ fn with_reshaped<R>(view: MatView<'_>, groups: usize, f: impl FnOnce(MatView<'_>
         Some(v) => f(v),
         None => {
             let m = view.to_matrix();
-            let v = m.view().reshaped(r, c).expect("an owned matrix is contiguous");
+            let v = m
+                .view()
+                .reshaped(r, c)
+                .expect("an owned matrix is contiguous");
             f(v)
         }
     }
@@ -707,9 +719,10 @@ impl Component for TimeHeightConvolutionComponent {
                 }
             }
         }
-        let Some(u) = to_update
-            .and_then(|u| u.as_any_mut().downcast_mut::<TimeHeightConvolutionComponent>())
-        else {
+        let Some(u) = to_update.and_then(|u| {
+            u.as_any_mut()
+                .downcast_mut::<TimeHeightConvolutionComponent>()
+        }) else {
             return;
         };
         let lr = u.common.learning_rate;
@@ -732,8 +745,14 @@ impl Component for TimeHeightConvolutionComponent {
         for (r0, nr) in self.blocks(n_out) {
             self.unfold(&layout, &cols, in_value, (r0, nr), &mut t);
             with_reshaped(out_deriv.rows_range(r0, nr), hout, |dy| {
-                grad.sub_mut(0, fout, 0, pc)
-                    .add_mat_mat(1.0, dy, Trans::Yes, t.view(), Trans::No, 1.0);
+                grad.sub_mut(0, fout, 0, pc).add_mat_mat(
+                    1.0,
+                    dy,
+                    Trans::Yes,
+                    t.view(),
+                    Trans::No,
+                    1.0,
+                );
                 bias_grad.add_row_sum_mat(1.0, dy, 1.0);
             });
         }
@@ -750,7 +769,9 @@ impl Component for TimeHeightConvolutionComponent {
             pin.freeze(frozen);
             let scale_in = pin.precondition_directions(grad.view_mut());
             let mut gt = grad.transposed();
-            let pout = st.output.get_or_insert_with(|| new(u.rank_out, u.alpha_out));
+            let pout = st
+                .output
+                .get_or_insert_with(|| new(u.rank_out, u.alpha_out));
             pout.freeze(frozen);
             let scale_out = pout.precondition_directions(gt.view_mut());
             let lr = lr * scale_in * scale_out;
