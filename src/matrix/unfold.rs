@@ -124,10 +124,10 @@ fn check_outer(
     rows: &[i32],
     cols: &[i32],
 ) -> usize {
-    assert!(block > 0 && groups > 0 && num_cols % block == 0);
+    assert!(block > 0 && groups > 0 && num_cols.is_multiple_of(block));
     let slots = num_cols / block;
     assert!(
-        num_rows % groups == 0
+        num_rows.is_multiple_of(groups)
             && rows.len() == num_rows / groups * slots
             && cols.len() == groups * slots,
         "outer block tables: {} row and {} column entries for {num_rows}x{num_cols}, \

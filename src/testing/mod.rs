@@ -209,7 +209,7 @@ impl Builder {
     /// a tiny max-memory-mb (the split path), natural gradient unless `plain_affine`, and
     /// sometimes a residual Sum.
     fn cnn(&mut self, in_dim: usize) -> &'static str {
-        let (mut height, mut filters) = if in_dim % 2 == 0 && self.rng.random_bool(0.5) {
+        let (mut height, mut filters) = if in_dim.is_multiple_of(2) && self.rng.random_bool(0.5) {
             (in_dim / 2, 2)
         } else {
             (in_dim, 1)
