@@ -41,7 +41,9 @@ fn best_time(trials: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn filled(rows: usize, cols: usize) -> Matrix {
-    let v = (0..rows * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let v = (0..rows * cols)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
     Matrix::from_vec(rows, cols, v)
 }
 

@@ -5,8 +5,8 @@
 # random 40-dim features, 1 and 2 threads, interleaved, best of RUNS; then the per-layer convolution speed against the sgemm peak
 # (examples/conv_bench.rs) on 1 and 2 threads.
 #
-# Usage: scripts/bench_cnn.sh KALDI_RUN [RUNS]   (KALDI_RUN: Kaldi's launcher, e.g.
-#   ../shared/tools/kaldi/run; it must run `KALDI_RUN nnet3-compute ...`)
+# Usage: scripts/bench_cnn.sh KALDI_RUN [RUNS]   (KALDI_RUN: Kaldi's launcher script;
+#   it must run `KALDI_RUN nnet3-compute ...`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KALDI=${1:?usage: scripts/bench_cnn.sh KALDI_RUN [RUNS]}
