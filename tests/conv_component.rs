@@ -670,3 +670,78 @@ fn damaged_files_are_errors_never_panics() {
     let err = read_component(&mut TokenReader::new(text.as_bytes(), false, "t")).unwrap_err();
     assert!(err.to_string().contains("1x1 parameter matrix"), "{err}");
 }
+
+/// The trainer on Kaldi's cnn-small model (natural gradient, max-change 0.75 and 1.5 as the
+/// model file has them): fifty steps on one example of two 12-frame sequences raise the
+/// objective well, and both convolutions' parameters move.
+#[test]
+fn trainer_learns_through_the_golden_cnn() {
+    use compnet::io::egs::{NnetExample, NnetIo};
+    use compnet::io::GeneralMatrix;
+    use compnet::nnet::Nnet;
+    use compnet::train::{
+        NnetComputeProb, NnetComputeProbOptions, NnetTrainer, NnetTrainerOptions,
+    };
+    let path = compnet::testing::golden::golden_path("cases/cnn-small/model.raw");
+    let mut nnet = Nnet::read_model_file(path.to_str().unwrap()).unwrap().nnet;
+    // Context 2/2: inputs t = -2..14 give outputs t = 0..12.
+    let inputs: Vec<Index> = grid(&[0, 1], &(-2..14).collect::<Vec<_>>(), false);
+    let outputs: Vec<Index> = grid(&[0, 1], &(0..12).collect::<Vec<_>>(), false);
+    let mut targets = Matrix::zeros(outputs.len(), 16);
+    for r in 0..outputs.len() {
+        targets.set(r, (r * 5) % 16, 1.0);
+    }
+    let eg = NnetExample {
+        io: vec![
+            NnetIo {
+                name: "input".into(),
+                indexes: inputs.clone(),
+                features: GeneralMatrix::Full(gauss(inputs.len(), 20, 3)),
+            },
+            NnetIo {
+                name: "output".into(),
+                indexes: outputs,
+                features: GeneralMatrix::Full(targets),
+            },
+        ],
+    };
+    let objective = |nnet: &Nnet| {
+        let mut p = NnetComputeProb::new(NnetComputeProbOptions::default(), nnet);
+        p.compute(&eg).expect("compute-prob");
+        p.objective("output").unwrap().tot_objf / 24.0
+    };
+    let conv_params = |nnet: &Nnet| -> Vec<Vec<f32>> {
+        nnet.components
+            .iter()
+            .filter(|c| c.type_name() == "TimeHeightConvolutionComponent")
+            .map(|c| {
+                let u = c.as_updatable().unwrap();
+                let mut v = vec![0.0; u.num_parameters()];
+                u.vectorize(&mut v);
+                v
+            })
+            .collect()
+    };
+    nnet.set_learning_rate(0.01);
+    let (first, p0) = (objective(&nnet), conv_params(&nnet));
+    {
+        let opts = NnetTrainerOptions {
+            srand: 1,
+            print_interval: 1000,
+            ..Default::default()
+        };
+        let mut t = NnetTrainer::new(opts, &mut nnet).unwrap();
+        for _ in 0..50 {
+            t.train(&eg).unwrap();
+        }
+    }
+    let (last, p1) = (objective(&nnet), conv_params(&nnet));
+    assert_eq!(p0.len(), 2);
+    for (a, b) in p0.iter().zip(&p1) {
+        assert!(a != b, "a convolution did not train");
+    }
+    assert!(
+        last > first + 0.5,
+        "objective went from {first} to {last} only"
+    );
+}
