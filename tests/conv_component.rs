@@ -541,6 +541,8 @@ fn config_defaults_and_round_trips() {
     assert_eq!((cc.rank_in, cc.rank_out), (14, 2));
     assert_eq!((cc.max_memory_mb, cc.num_minibatches_history), (200.0, 4.0));
     assert_eq!(cc.model.required_time_offsets, vec![-1, 0, 1]);
+    // As nnet3-init: a zero bias unless bias-stddev is given.
+    assert_eq!(cc.bias.to_vec(), vec![0.0; 4]);
     assert_eq!((c.input_dim(), c.output_dim()), (60, 80));
     for binary in [false, true] {
         let mut w = TokenWriter::new(binary);

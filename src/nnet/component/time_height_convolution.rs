@@ -415,7 +415,8 @@ impl TimeHeightConvolutionComponent {
         };
         model.check().map_err(|e| cfg.error(e))?;
         let (rows, cols) = (model.num_filters_out, model.param_cols());
-        let init = RandomInit::from_config(cfg, cols, 0.01, false)?;
+        // Kaldi's nnet3-init leaves the bias at zero unless bias-stddev is given.
+        let init = RandomInit::from_config(cfg, cols, 0.0, false)?;
         let init_unit: bool = cfg.get_or("init-unit", false)?;
         let max_memory_mb: f32 = cfg.get_or("max-memory-mb", 200.0)?;
         let use_natural_gradient: bool = cfg.get_or("use-natural-gradient", true)?;
