@@ -81,6 +81,13 @@ fn guess_dims(cl: &ConfigLine) -> (usize, usize) {
             let d = get("output-dim").unwrap_or(1);
             (d, d)
         }
+        "TimeHeightConvolutionComponent" => {
+            let d = |f: &str, h: &str| get(f).unwrap_or(1) * get(h).unwrap_or(1);
+            (
+                d("num-filters-in", "height-in"),
+                d("num-filters-out", "height-out"),
+            )
+        }
         "NormalizeComponent" => {
             let d = get("dim").or(get("input-dim")).unwrap_or(1);
             (d, d + usize::from(flag("add-log-stddev")))
@@ -267,7 +274,7 @@ fn perf_configs_parse() {
             n += 1;
         }
     }
-    assert_eq!(n, 4);
+    assert_eq!(n, 5);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ mod precise;
 mod random;
 mod rows;
 mod simd;
+mod unfold;
 mod vector;
 mod vector_params;
 mod weights;

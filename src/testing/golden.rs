@@ -31,13 +31,10 @@ pub fn golden_path(rel: &str) -> PathBuf {
 /// Golden inference cases compnet cannot run yet, each with the reason. Tests that walk the
 /// golden cases skip exactly these and fail on any other case they cannot handle; a case that
 /// starts working must leave this list (the tests check that too).
-pub const KNOWN_MISSING: &[(&str, &str)] = &[(
-    "cnn-small",
-    "TimeHeightConvolutionComponent is not implemented",
-)];
+pub const KNOWN_MISSING: &[(&str, &str)] = &[];
 
 /// The component types behind [`KNOWN_MISSING`].
-pub const KNOWN_MISSING_TYPES: &[&str] = &["TimeHeightConvolutionComponent"];
+pub const KNOWN_MISSING_TYPES: &[&str] = &[];
 
 /// Why golden case `case` is known not to work yet, if it is listed in [`KNOWN_MISSING`].
 pub fn known_missing(case: &str) -> Option<&'static str> {

@@ -187,7 +187,85 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
     let mut outputs = vec!["output".to_string()];
     let in_dim = b.dim(3, 12);
     b.lines.push(format!("input-node name=input dim={in_dim}"));
-    let kind = match b.rng.random_range(0..7) {
+    // One seed in eight is a CNN (decided from the seed, so the other kinds' networks stay
+    // as they were).
+    let kind = if seed % 8 == 7 && have("TimeHeightConvolutionComponent") {
+        b.cnn(in_dim)
+    } else {
+        legacy_kind(&mut b, in_dim, &mut inputs, &mut outputs)
+    };
+    RandomNet {
+        config: b.lines.join("\n") + "\n",
+        kind,
+        inputs,
+        outputs,
+    }
+}
+
+impl Builder {
+    /// TimeHeightConvolution layers on `input` read as height × filters, in the spirit of
+    /// Kaldi's GenerateConfigSequenceCnnNew: padding or not, height subsampling, time offsets
+    /// `-1,0,1`, `0` or `-2,0,2`, sometimes only t = 0 required (missing frames read zeros),
+    /// a tiny max-memory-mb (the split path), natural gradient unless `plain_affine`, and
+    /// sometimes a residual Sum.
+    fn cnn(&mut self, in_dim: usize) -> &'static str {
+        let (mut height, mut filters) = if in_dim.is_multiple_of(2) && self.rng.random_bool(0.5) {
+            (in_dim / 2, 2)
+        } else {
+            (in_dim, 1)
+        };
+        let mut node = "input".to_string();
+        let layers = self.rng.random_range(1..=2);
+        for _ in 0..layers {
+            let fout = self.dim(1, 4);
+            let subsample = if height >= 4 && self.rng.random_bool(0.4) {
+                2
+            } else {
+                1
+            };
+            let (h_offs, hout) = if subsample == 1 && height > 2 && self.rng.random_bool(0.3) {
+                ("0,1,2", height - 2) // no padding
+            } else {
+                ("-1,0,1", height.div_ceil(subsample))
+            };
+            let t_offs = ["-1,0,1", "0", "-2,0,2"][self.rng.random_range(0..3)];
+            let mut extra = format!(
+                "num-filters-in={filters} num-filters-out={fout} height-in={height} \
+                 height-out={hout} height-subsample-out={subsample} height-offsets={h_offs} \
+                 time-offsets={t_offs} param-stddev=0.3 bias-stddev=0.2"
+            );
+            if t_offs != "0" && self.rng.random_bool(0.4) {
+                extra += " required-time-offsets=0";
+            }
+            if self.rng.random_bool(0.3) {
+                extra += " max-memory-mb=0.00005";
+            }
+            if self.plain_affine || self.rng.random_bool(0.5) {
+                extra += " use-natural-gradient=false";
+            }
+            let c = self.comp("conv", "TimeHeightConvolutionComponent", &extra, &node);
+            let dim = hout * fout;
+            let input = if dim == height * filters && self.rng.random_bool(0.5) {
+                format!("Sum({c}, {node})")
+            } else {
+                c
+            };
+            node = self.nonlin(&input, dim);
+            (height, filters) = (hout, fout);
+        }
+        self.final_layer(&node, height * filters, "output");
+        "cnn"
+    }
+}
+
+/// The network kinds from before the CNN kind, drawn as they were.
+fn legacy_kind(
+    b: &mut Builder,
+    in_dim: usize,
+    inputs: &mut Vec<(String, bool)>,
+    outputs: &mut Vec<String>,
+) -> &'static str {
+    match b.rng.random_range(0..7) {
         0 => {
             // Simplest: input -> affine -> output.
             let out = b.dim(2, 10);
@@ -439,12 +517,6 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
             b.final_layer(&format!("Append({c}, {g})"), 2 * h, "output");
             "lstm-like"
         }
-    };
-    RandomNet {
-        config: b.lines.join("\n") + "\n",
-        kind,
-        inputs,
-        outputs,
     }
 }
 

@@ -72,6 +72,9 @@ pub struct OnlineNaturalGradient {
     /// Unfrozen calls so far (decides which calls update).
     calls: usize,
     estimate: Option<FisherEstimate>,
+    /// When set (> 1), every minibatch gets η = 1/this whatever its row count (Kaldi's
+    /// `SetNumMinibatchesHistory`, used where the rows are a parameter gradient, not frames).
+    num_minibatches_history: Option<f32>,
     /// P = X·Rᵀ (N×rank), kept between calls so it is allocated once.
     p: ScratchMatrix,
 }
@@ -110,8 +113,16 @@ impl OnlineNaturalGradient {
             frozen: false,
             calls: 0,
             estimate: None,
+            num_minibatches_history: None,
             p: ScratchMatrix::default(),
         }
+    }
+
+    /// Makes every minibatch count as 1/`n` of the estimate (`n` > 1), as Kaldi's
+    /// TimeHeightConvolutionComponent does with its num-minibatches-history.
+    pub fn with_num_minibatches_history(mut self, n: f32) -> Self {
+        self.num_minibatches_history = Some(n);
+        self
     }
 
     /// While frozen, the estimate is used but not updated (backstitch's first pass).
@@ -157,6 +168,9 @@ impl OnlineNaturalGradient {
 
     /// Share of the new estimate that comes from a minibatch of `n` rows.
     fn eta(&self, n: usize) -> f64 {
+        if let Some(h) = self.num_minibatches_history {
+            return 1.0 / h as f64;
+        }
         let eta = 1.0 - (-(n as f64) / self.num_samples_history as f64).exp();
         if eta.is_nan() {
             MAX_ETA

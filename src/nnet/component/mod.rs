@@ -30,6 +30,7 @@ pub mod pass_through;
 pub mod per_element;
 pub mod statistics;
 pub mod tdnn;
+pub mod time_height_convolution;
 pub mod updatable;
 
 use crate::error::Result;
@@ -530,6 +531,12 @@ static REGISTRY: &[ComponentType] = &[
         from_config: tdnn::TdnnComponent::from_config,
         read: tdnn::TdnnComponent::read,
         test_configs: &["input-dim=5 output-dim=4 time-offsets=-1,0,1", "input-dim=4 output-dim=3 time-offsets=-3,0 use-bias=false orthonormal-constraint=-1 l2-regularize=0.01 max-change=0.75"],
+    },
+    ComponentType {
+        name: "TimeHeightConvolutionComponent",
+        from_config: time_height_convolution::TimeHeightConvolutionComponent::from_config,
+        read: time_height_convolution::TimeHeightConvolutionComponent::read,
+        test_configs: &["num-filters-in=2 num-filters-out=3 height-in=5 height-out=5 height-offsets=-1,0,1 time-offsets=-1,0,1", "num-filters-in=3 num-filters-out=2 height-in=6 height-out=3 height-subsample-out=2 offsets=0,0;0,1;2,0 required-time-offsets=0 use-natural-gradient=false max-memory-mb=0.0001"],
     },
     ComponentType {
         name: "StatisticsExtractionComponent",
