@@ -187,7 +187,7 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
     let mut outputs = vec!["output".to_string()];
     let in_dim = b.dim(3, 12);
     b.lines.push(format!("input-node name=input dim={in_dim}"));
-    let kind = match b.rng.random_range(0..7) {
+    let kind = match b.rng.random_range(0..8) {
         0 => {
             // Simplest: input -> affine -> output.
             let out = b.dim(2, 10);
@@ -311,6 +311,28 @@ pub fn random_nnet_config(seed: u64, plain_affine: bool) -> RandomNet {
             b.lines.push(format!("output-node name=output2 input={a3}"));
             outputs.push("output2".into());
             "multi-io"
+        }
+        7 => {
+            // DistributeComponent: blocks of a hidden layer spread over x, a layer evaluated
+            // at every x, summed back with ReplaceIndex.
+            let blocks = b.rng.random_range(2..4);
+            let o = b.dim(2, 5);
+            let (d, dim) = b.splice("input", in_dim, -1, 1);
+            let a = b.affine(&d, dim, blocks * o);
+            let dist = b.comp(
+                "dist",
+                "DistributeComponent",
+                &format!("input-dim={} output-dim={o}", blocks * o),
+                &a,
+            );
+            let h = b.dim(2, 6);
+            let a2 = b.affine(&dist, o, h);
+            let n = b.nonlin(&a2, h);
+            let terms: Vec<String> = (0..blocks)
+                .map(|x| format!("ReplaceIndex({n}, x, {x})"))
+                .collect();
+            b.final_layer(&format!("Sum({})", terms.join(", ")), h, "output");
+            "distribute"
         }
         _ => {
             // LSTM-like cell with a Failover to a constant initial state (when a
