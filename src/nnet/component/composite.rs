@@ -108,15 +108,18 @@ impl CompositeComponent {
         let mut components = Vec::with_capacity(n as usize);
         for i in 1..=n {
             let key = format!("component{i}");
-            let text: String = cfg
-                .get(&key)?
-                .ok_or_else(|| cfg.error(format!("missing {key}='type=... ...' (num-components={n})")))?;
+            let text: String = cfg.get(&key)?.ok_or_else(|| {
+                cfg.error(format!("missing {key}='type=... ...' (num-components={n})"))
+            })?;
             let nested = ConfigLine::parse(&text, cfg.pos().clone())
                 .map_err(|e| cfg.error_at_value(&key, format!("in {key}: {e}")))?;
             if nested.first_token() != "" {
                 return Err(cfg.error_at_value(
                     &key,
-                    format!("{key} must be key=value pairs (found '{}')", nested.first_token()),
+                    format!(
+                        "{key} must be key=value pairs (found '{}')",
+                        nested.first_token()
+                    ),
                 ));
             }
             if nested.get_str("type") == Some(COMPOSITE) {
@@ -284,11 +287,13 @@ impl Component for CompositeComponent {
             let mut deriv = out_deriv.rows_range(start, len).to_matrix();
             for i in (0..n).rev() {
                 let c = &self.components[i];
-                let sub_update: Option<&mut dyn Component> =
-                    match to_update.as_deref_mut().and_then(|u| u.components.get_mut(i)) {
-                        Some(b) => Some(&mut **b),
-                        None => None,
-                    };
+                let sub_update: Option<&mut dyn Component> = match to_update
+                    .as_deref_mut()
+                    .and_then(|u| u.components.get_mut(i))
+                {
+                    Some(b) => Some(&mut **b),
+                    None => None,
+                };
                 let args = BackpropArgs {
                     indexes: None,
                     in_value: rec.values[i].view(),
@@ -384,7 +389,8 @@ impl Component for CompositeComponent {
         self
     }
     fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        self.is_updatable().then_some(self as &dyn UpdatableComponent)
+        self.is_updatable()
+            .then_some(self as &dyn UpdatableComponent)
     }
     fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
         if self.is_updatable() {

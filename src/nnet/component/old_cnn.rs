@@ -54,7 +54,9 @@ fn num_steps(dim: usize, size: usize, step: usize) -> usize {
 /// Checks that a window of `size` moved by `step` tiles `dim` exactly, as Kaldi asserts.
 fn check_window(dim: usize, size: usize, step: usize) -> std::result::Result<(), String> {
     if size > dim {
-        Err(format!("window size {size} exceeds the input dimension {dim}"))
+        Err(format!(
+            "window size {size} exceeds the input dimension {dim}"
+        ))
     } else if (dim - size) % step != 0 {
         Err(format!(
             "(input dim {dim} - window size {size}) is not a multiple of the step {step}"
@@ -64,6 +66,22 @@ fn check_window(dim: usize, size: usize, step: usize) -> std::result::Result<(),
     }
 }
 
+/// Checks that an X × Y × Z tensor row fits the memory limit (and its size fits an integer).
+fn check_tensor_size(dims: [usize; 3]) -> std::result::Result<(), String> {
+    crate::limits::check_product(
+        &[dims[0] as u64, dims[1] as u64, dims[2] as u64, 4],
+        "input-x-dim × input-y-dim × input-z-dim",
+    )?;
+    // Kaldi's dims are int32, and so are the column indexes of the gathers.
+    let n = dims.iter().map(|&d| d as u64).product::<u64>();
+    if n > i32::MAX as u64 {
+        return Err(format!(
+            "an input dimension of {n} does not fit Kaldi's int32"
+        ));
+    }
+    Ok(())
+}
+
 /// Reads the three input dims `input-{x,y,z}-dim` from a config line.
 fn input_dims_from_config(cfg: &ConfigLine) -> Result<[usize; 3]> {
     let dims = [
@@ -71,11 +89,7 @@ fn input_dims_from_config(cfg: &ConfigLine) -> Result<[usize; 3]> {
         param_init::require_positive(cfg, "input-y-dim")?,
         param_init::require_positive(cfg, "input-z-dim")?,
     ];
-    crate::limits::check_product(
-        &[dims[0] as u64, dims[1] as u64, dims[2] as u64, 4],
-        "input-x-dim × input-y-dim × input-z-dim",
-    )
-    .map_err(|m| cfg.error_at_value("input-x-dim", m))?;
+    check_tensor_size(dims).map_err(|m| cfg.error_at_value("input-x-dim", m))?;
     Ok(dims)
 }
 
@@ -97,8 +111,6 @@ pub struct ConvolutionComponent {
     pub filters: Matrix,
     /// One bias per filter.
     pub bias: Vector,
-    /// Input column of each patch column (derived from the fields above).
-    column_map: Vec<i32>,
 }
 
 impl ConvolutionComponent {
@@ -113,10 +125,13 @@ impl ConvolutionComponent {
         filters: Matrix,
         bias: Vector,
     ) -> std::result::Result<Self, String> {
+        check_tensor_size(input_dims)?;
         for k in 0..2 {
             let axis = ["x", "y"][k];
             if filt_steps[k] == 0 || filt_dims[k] == 0 {
-                return Err(format!("filt-{axis}-dim and filt-{axis}-step must be positive"));
+                return Err(format!(
+                    "filt-{axis}-dim and filt-{axis}-step must be positive"
+                ));
             }
             check_window(input_dims[k], filt_dims[k], filt_steps[k])
                 .map_err(|m| format!("along {axis}: {m}"))?;
@@ -136,7 +151,7 @@ impl ConvolutionComponent {
                 filters.num_rows()
             ));
         }
-        let mut c = ConvolutionComponent {
+        let c = ConvolutionComponent {
             common,
             input_dims,
             filt_dims,
@@ -144,11 +159,10 @@ impl ConvolutionComponent {
             vectorization,
             filters,
             bias,
-            column_map: Vec::new(),
         };
         let patch_cols = c.num_patches() as u64 * filter_dim as u64;
-        crate::limits::check_elements(patch_cols, 4, "convolution patch columns")?;
-        c.column_map = c.build_column_map();
+        let out_dim = c.num_patches() as u64 * c.num_filters() as u64;
+        crate::limits::check_elements(patch_cols.max(out_dim), 4, "convolution patch columns")?;
         Ok(c)
     }
 
@@ -170,7 +184,9 @@ impl ConvolutionComponent {
             Some(other) => {
                 return Err(cfg.error_at_value(
                     "input-vectorization-order",
-                    format!("unknown input-vectorization-order '{other}' (expected 'yzx' or 'zyx')"),
+                    format!(
+                        "unknown input-vectorization-order '{other}' (expected 'yzx' or 'zyx')"
+                    ),
                 ))
             }
         };
@@ -297,8 +313,9 @@ impl ConvolutionComponent {
     }
 
     /// For each column of the patch row (patch-major, then x, y, z within a patch), the
-    /// input column it reads.
-    fn build_column_map(&self) -> Vec<i32> {
+    /// input column it reads. Built per call (its size is that of one patch row), so that
+    /// reading a model allocates nothing in proportion to its dimensions.
+    fn column_map(&self) -> Vec<i32> {
         let [nx, ny] = self.steps();
         let [_, ydim, zdim] = self.input_dims;
         let mut map = Vec::with_capacity(nx * ny * self.filter_dim());
@@ -321,8 +338,9 @@ impl ConvolutionComponent {
     /// The patches of every row, one patch per row: (rows · patches) × filter-dim.
     fn patches(&self, input: MatView<'_>) -> Matrix {
         let rows = input.num_rows();
-        let mut wide = Matrix::zeros(rows, self.column_map.len());
-        wide.view_mut().copy_cols(input, &self.column_map);
+        let map = self.column_map();
+        let mut wide = Matrix::zeros(rows, map.len());
+        wide.view_mut().copy_cols(input, &map);
         wide.into_reshaped(rows * self.num_patches(), self.filter_dim())
     }
 }
@@ -391,8 +409,9 @@ impl Component for ConvolutionComponent {
                 Trans::No,
                 0.0,
             );
-            let patch_deriv = patch_deriv.into_reshaped(rows, self.column_map.len());
-            d.add_to_cols(patch_deriv.view(), &self.column_map);
+            let map = self.column_map();
+            let patch_deriv = patch_deriv.into_reshaped(rows, map.len());
+            d.add_to_cols(patch_deriv.view(), &map);
         }
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConvolutionComponent>())
@@ -472,7 +491,13 @@ impl super::UpdatableComponent for ConvolutionComponent {
     }
     fn add(&mut self, alpha: f32, other: &dyn Component) {
         if let Some(o) = other.as_any().downcast_ref::<ConvolutionComponent>() {
-            param_ops::pair_add(&mut self.filters, &mut self.bias, alpha, &o.filters, &o.bias);
+            param_ops::pair_add(
+                &mut self.filters,
+                &mut self.bias,
+                alpha,
+                &o.filters,
+                &o.bias,
+            );
         }
     }
     fn dot_product(&self, other: &dyn Component) -> f32 {
@@ -499,11 +524,6 @@ pub struct MaxpoolingComponent {
     pub pool_sizes: [usize; 3],
     /// Pool steps (x, y, z).
     pub pool_steps: [usize; 3],
-    /// For pool j and window offset q, column j·pool-size + q holds the input column it
-    /// reads (derived from the fields above).
-    column_map: Vec<i32>,
-    /// Column j·pool-size + q → j: spreads the output derivative over each pool.
-    expand_map: Vec<i32>,
 }
 
 impl MaxpoolingComponent {
@@ -512,24 +532,24 @@ impl MaxpoolingComponent {
         pool_sizes: [usize; 3],
         pool_steps: [usize; 3],
     ) -> std::result::Result<Self, String> {
+        check_tensor_size(input_dims)?;
         for k in 0..3 {
             let axis = ["x", "y", "z"][k];
             if pool_sizes[k] == 0 || pool_steps[k] == 0 {
-                return Err(format!("pool-{axis}-size and pool-{axis}-step must be positive"));
+                return Err(format!(
+                    "pool-{axis}-size and pool-{axis}-step must be positive"
+                ));
             }
             check_window(input_dims[k], pool_sizes[k], pool_steps[k])
                 .map_err(|m| format!("along {axis}: {m}"))?;
         }
-        let mut c = MaxpoolingComponent {
+        let c = MaxpoolingComponent {
             input_dims,
             pool_sizes,
             pool_steps,
-            column_map: Vec::new(),
-            expand_map: Vec::new(),
         };
         let cols = c.output_dim() as u64 * c.pool_size() as u64;
         crate::limits::check_elements(cols, 4, "max-pooling patch columns")?;
-        c.build_maps();
         Ok(c)
     }
 
@@ -587,7 +607,10 @@ impl MaxpoolingComponent {
         self.pool_sizes.iter().product()
     }
 
-    fn build_maps(&mut self) {
+    /// For pool j and window offset q, column j·pool-size + q holds the input column it
+    /// reads (`column_map`); `expand_map` sends that column back to j, to spread the output
+    /// derivative over each pool. Built per call, like the convolution's map.
+    fn maps(&self) -> (Vec<i32>, Vec<i32>) {
         let [px, py, pz] = self.num_pools();
         let [_, ydim, zdim] = self.input_dims;
         let [sx, sy, sz] = self.pool_sizes;
@@ -612,14 +635,13 @@ impl MaxpoolingComponent {
                 }
             }
         }
-        self.column_map = column_map;
-        self.expand_map = expand_map;
+        (column_map, expand_map)
     }
 
     /// The pools of every row side by side: rows × (pools · pool-size).
-    fn patches(&self, input: MatView<'_>) -> Matrix {
-        let mut p = Matrix::zeros(input.num_rows(), self.column_map.len());
-        p.view_mut().copy_cols(input, &self.column_map);
+    fn patches(&self, input: MatView<'_>, column_map: &[i32]) -> Matrix {
+        let mut p = Matrix::zeros(input.num_rows(), column_map.len());
+        p.view_mut().copy_cols(input, column_map);
         p
     }
 }
@@ -646,7 +668,8 @@ impl Component for MaxpoolingComponent {
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        output.group_max_from(self.patches(input).view());
+        let (column_map, _) = self.maps();
+        output.group_max_from(self.patches(input, &column_map).view());
         None
     }
     fn backprop(
@@ -658,16 +681,17 @@ impl Component for MaxpoolingComponent {
         let Some(mut d) = in_deriv else {
             return;
         };
-        let patches = self.patches(args.in_value);
+        let (column_map, expand_map) = self.maps();
+        let patches = self.patches(args.in_value, &column_map);
         let rows = patches.num_rows();
-        let mut deriv = Matrix::zeros(rows, self.column_map.len());
+        let mut deriv = Matrix::zeros(rows, column_map.len());
         deriv
             .view_mut()
             .group_max_deriv(patches.view(), args.out_value);
-        let mut spread = Matrix::zeros(rows, self.column_map.len());
-        spread.view_mut().copy_cols(out_deriv, &self.expand_map);
+        let mut spread = Matrix::zeros(rows, column_map.len());
+        spread.view_mut().copy_cols(out_deriv, &expand_map);
         deriv.view_mut().mul_elements(spread.view());
-        d.add_to_cols(deriv.view(), &self.column_map);
+        d.add_to_cols(deriv.view(), &column_map);
     }
     fn write(&self, w: &mut TokenWriter) {
         let (i, s, t) = (self.input_dims, self.pool_sizes, self.pool_steps);
@@ -697,4 +721,3 @@ impl Component for MaxpoolingComponent {
     }
     component_boilerplate!();
 }
-
