@@ -379,12 +379,12 @@ fn damaged_models_are_errors_never_panics() {
         (
             "pool step",
             &txt,
-            txt.replacen("<PoolZStep> 2", "<PoolZStep> 0", 1),
+            txt.replacen("<PoolZStep> 1", "<PoolZStep> 0", 1),
         ),
         (
             "pool size",
             &txt,
-            txt.replacen("<PoolYSize> 2", "<PoolYSize> 9", 1),
+            txt.replacen("<PoolZSize> 2", "<PoolZSize> 9", 1),
         ),
         (
             "num components",
