@@ -11,9 +11,7 @@ use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::composite::CompositeComponent;
 use compnet::nnet::component::old_cnn::{ConvolutionComponent, Vectorization};
-use compnet::nnet::component::{
-    new_component_from_config, BackpropArgs, Component, PropagateArgs, UpdatableComponent,
-};
+use compnet::nnet::component::{new_component_from_config, BackpropArgs, Component, PropagateArgs};
 use compnet::nnet::Nnet;
 use compnet::testing::golden::golden_path;
 
