@@ -128,6 +128,11 @@ impl CompositeComponent {
                     "a CompositeComponent cannot contain a CompositeComponent",
                 ));
             }
+            // The sizes a sub-config asks for are held against the memory limit as a
+            // top-level line's are.
+            nested
+                .check_sizes()
+                .map_err(|e| cfg.error_at_value(&key, format!("in {key}: {e}")))?;
             let c = new_component_from_config(&nested, init_rng)
                 .map_err(|e| cfg.error_at_value(&key, format!("in {key}: {e}")))?;
             components.push(c);

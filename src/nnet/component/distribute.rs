@@ -46,7 +46,7 @@ impl PrecomputedIndexes for DistributePrecomputed {
 
 impl DistributeComponent {
     fn new(input_dim: usize, output_dim: usize) -> std::result::Result<Self, String> {
-        if input_dim == 0 || output_dim == 0 || input_dim % output_dim != 0 {
+        if input_dim == 0 || output_dim == 0 || !input_dim.is_multiple_of(output_dim) {
             return Err(format!(
                 "input-dim ({input_dim}) must be a positive multiple of output-dim ({output_dim})"
             ));

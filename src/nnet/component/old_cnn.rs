@@ -57,7 +57,7 @@ fn check_window(dim: usize, size: usize, step: usize) -> std::result::Result<(),
         Err(format!(
             "window size {size} exceeds the input dimension {dim}"
         ))
-    } else if (dim - size) % step != 0 {
+    } else if !(dim - size).is_multiple_of(step) {
         Err(format!(
             "(input dim {dim} - window size {size}) is not a multiple of the step {step}"
         ))
