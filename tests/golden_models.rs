@@ -30,6 +30,8 @@ const REQUIRED_CASES: &[&str] = &[
     "descriptors",
     "misc-components",
     "xvector-small",
+    "old-cnn",
+    "composite-distribute",
 ];
 
 /// One golden model: a binary file, its Kaldi text rendering, and the expected binary copy.

@@ -23,6 +23,7 @@ mod lstm;
 mod normalize;
 mod ops;
 mod parallel;
+mod patches;
 mod pooling;
 mod precise;
 mod random;

@@ -18,8 +18,7 @@ impl Nnet {
     pub fn set_learning_rate(&mut self, learning_rate: f32) {
         for c in &mut self.components {
             if let Some(u) = c.as_updatable_mut() {
-                let cm = u.common_mut();
-                cm.learning_rate = learning_rate * cm.learning_rate_factor;
+                u.set_underlying_learning_rate(learning_rate);
             }
         }
     }

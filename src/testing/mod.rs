@@ -258,14 +258,14 @@ impl Builder {
     }
 }
 
-/// The network kinds from before the CNN kind, drawn as they were.
+/// The network kinds other than the CNN kind.
 fn legacy_kind(
     b: &mut Builder,
     in_dim: usize,
     inputs: &mut Vec<(String, bool)>,
     outputs: &mut Vec<String>,
 ) -> &'static str {
-    match b.rng.random_range(0..7) {
+    match b.rng.random_range(0..8) {
         0 => {
             // Simplest: input -> affine -> output.
             let out = b.dim(2, 10);
@@ -389,6 +389,28 @@ fn legacy_kind(
             b.lines.push(format!("output-node name=output2 input={a3}"));
             outputs.push("output2".into());
             "multi-io"
+        }
+        7 => {
+            // DistributeComponent: blocks of a hidden layer spread over x, a layer evaluated
+            // at every x, summed back with ReplaceIndex.
+            let blocks = b.rng.random_range(2..4);
+            let o = b.dim(2, 5);
+            let (d, dim) = b.splice("input", in_dim, -1, 1);
+            let a = b.affine(&d, dim, blocks * o);
+            let dist = b.comp(
+                "dist",
+                "DistributeComponent",
+                &format!("input-dim={} output-dim={o}", blocks * o),
+                &a,
+            );
+            let h = b.dim(2, 6);
+            let a2 = b.affine(&dist, o, h);
+            let n = b.nonlin(&a2, h);
+            let terms: Vec<String> = (0..blocks)
+                .map(|x| format!("ReplaceIndex({n}, x, {x})"))
+                .collect();
+            b.final_layer(&format!("Sum({})", terms.join(", ")), h, "output");
+            "distribute"
         }
         _ if have("RestrictedAttentionComponent") && b.rng.random_range(0..3) == 1 => {
             // Attention layer: an affine makes keys, values and queries for the heads;

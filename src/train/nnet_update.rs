@@ -14,13 +14,8 @@ pub fn apply_l2_regularization(nnet: &Nnet, l2_scale: f32, delta: &mut Nnet) {
         return;
     }
     for (src, dest) in nnet.components.iter().zip(delta.components.iter_mut()) {
-        let Some(d) = dest.as_updatable_mut() else {
-            continue;
-        };
-        let (lr, l2) = (d.common().learning_rate, d.common().l2_regularize);
-        let scale = -2.0 * l2_scale * lr * l2;
-        if scale != 0.0 {
-            d.add(scale, src.as_ref());
+        if let Some(d) = dest.as_updatable_mut() {
+            d.add_l2_term(l2_scale, src.as_ref());
         }
     }
 }
@@ -124,7 +119,7 @@ pub fn scale_batchnorm_stats(scale: f32, nnet: &mut Nnet) {
 pub fn freeze_natural_gradient(freeze: bool, nnet: &mut Nnet) {
     for c in &mut nnet.components {
         if let Some(u) = c.as_updatable_mut() {
-            u.common_mut().natural_gradient_frozen = freeze;
+            u.freeze_natural_gradient(freeze);
         }
     }
 }
@@ -146,20 +141,20 @@ pub fn constrain_orthonormal(nnet: &mut Nnet, rng: &mut dyn RngCore) {
         let Some(u) = c.as_updatable_mut() else {
             continue;
         };
-        let Some((constraint, mut m)) = u.orthonormal_constraint() else {
-            continue;
-        };
-        if rng.random_range(0..4) != 0 {
-            continue;
-        }
-        if m.num_rows() <= m.num_cols() {
-            let mut w = m.as_view().to_matrix();
-            semi_orthogonal_step(constraint, &mut w);
-            m.copy_from(w.view());
-        } else {
-            let mut w = m.as_view().to_matrix().transposed();
-            semi_orthogonal_step(constraint, &mut w);
-            m.copy_from(w.transposed().view());
+        // One matrix per component, or each constrained one inside a composite.
+        for (constraint, mut m) in u.orthonormal_constraints() {
+            if rng.random_range(0..4) != 0 {
+                continue;
+            }
+            if m.num_rows() <= m.num_cols() {
+                let mut w = m.as_view().to_matrix();
+                semi_orthogonal_step(constraint, &mut w);
+                m.copy_from(w.view());
+            } else {
+                let mut w = m.as_view().to_matrix().transposed();
+                semi_orthogonal_step(constraint, &mut w);
+                m.copy_from(w.transposed().view());
+            }
         }
     }
 }

@@ -13,7 +13,9 @@ pub mod attention;
 pub mod backprop_truncation;
 pub mod block_affine;
 pub mod column_groups;
+pub mod composite;
 pub mod constant;
+pub mod distribute;
 pub mod dropout;
 pub mod dropout_general;
 pub mod fixed_scale_bias;
@@ -24,6 +26,7 @@ pub mod linear;
 pub mod lstm;
 pub mod nonlinear;
 pub mod normalize;
+pub mod old_cnn;
 pub mod param_init;
 pub mod param_ops;
 pub mod pass_through;
@@ -561,6 +564,41 @@ static REGISTRY: &[ComponentType] = &[
         from_config: constant::ConstantComponent::from_config,
         read: constant::ConstantComponent::read,
         test_configs: &["output-dim=5 output-mean=0.1 output-stddev=0.2", "output-dim=3 is-updatable=false use-natural-gradient=false"],
+    },
+    ComponentType {
+        name: "DistributeComponent",
+        from_config: distribute::DistributeComponent::from_config,
+        read: distribute::DistributeComponent::read,
+        test_configs: &["input-dim=6 output-dim=2", "input-dim=4 output-dim=4"],
+    },
+    // The pre-xconfig CNN components and the composite chain:
+    ComponentType {
+        name: "ConvolutionComponent",
+        from_config: old_cnn::ConvolutionComponent::from_config,
+        read: old_cnn::ConvolutionComponent::read,
+        test_configs: &[
+            "input-x-dim=3 input-y-dim=4 input-z-dim=2 filt-x-dim=2 filt-y-dim=2 filt-x-step=1 filt-y-step=2 num-filters=3",
+            "input-x-dim=5 input-y-dim=3 input-z-dim=2 filt-x-dim=3 filt-y-dim=2 filt-x-step=2 filt-y-step=1 num-filters=2 input-vectorization-order=yzx param-stddev=0.5 bias-stddev=0.3 learning-rate=0.01 max-change=0.5",
+        ],
+    },
+    ComponentType {
+        name: "MaxpoolingComponent",
+        from_config: old_cnn::MaxpoolingComponent::from_config,
+        read: old_cnn::MaxpoolingComponent::read,
+        test_configs: &[
+            "input-x-dim=2 input-y-dim=6 input-z-dim=2 pool-x-size=2 pool-y-size=2 pool-z-size=1 pool-x-step=1 pool-y-step=2 pool-z-step=1",
+            "input-x-dim=3 input-y-dim=5 input-z-dim=4 pool-x-size=2 pool-y-size=3 pool-z-size=2 pool-x-step=1 pool-y-step=1 pool-z-step=2",
+        ],
+    },
+    ComponentType {
+        name: "CompositeComponent",
+        from_config: composite::CompositeComponent::from_config,
+        read: composite::CompositeComponent::read,
+        test_configs: &[
+            "num-components=3 max-rows-process=3 component1='type=AffineComponent input-dim=5 output-dim=4' component2='type=TanhComponent dim=4' component3='type=NaturalGradientAffineComponent input-dim=4 output-dim=3'",
+            "num-components=2 max-rows-process=2 component1='type=TanhComponent dim=12' component2='type=ConvolutionComponent input-x-dim=3 input-y-dim=4 input-z-dim=1 filt-x-dim=2 filt-y-dim=2 filt-x-step=1 filt-y-step=1 num-filters=2'",
+            "num-components=2 component1='type=SigmoidComponent dim=4' component2='type=FixedAffineComponent input-dim=4 output-dim=3'",
+        ],
     },
     // Recurrence and dropout components:
     ComponentType {

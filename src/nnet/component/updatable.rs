@@ -116,6 +116,30 @@ pub trait UpdatableComponent {
     fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
         None
     }
+    /// All (constraint, matrix) pairs the trainer's ConstrainOrthonormal visits: this
+    /// component's own, or a composite's sub-components'.
+    fn orthonormal_constraints(&mut self) -> Vec<(f32, crate::matrix::MatViewMut<'_>)> {
+        self.orthonormal_constraint().into_iter().collect()
+    }
+    /// Sets the learning rate to `learning_rate` × learning-rate-factor (Kaldi's
+    /// `SetUnderlyingLearningRate`; a composite passes its rate on to its sub-components).
+    fn set_underlying_learning_rate(&mut self, learning_rate: f32) {
+        let c = self.common_mut();
+        c.learning_rate = learning_rate * c.learning_rate_factor;
+    }
+    /// Freezes or unfreezes the natural-gradient estimates (Kaldi's `FreezeNaturalGradient`).
+    fn freeze_natural_gradient(&mut self, freeze: bool) {
+        self.common_mut().natural_gradient_frozen = freeze;
+    }
+    /// On a delta component: adds the L2 term −2 · `l2_scale` · learning-rate · l2 ·
+    /// `params` (the model's component of the same type), if l2-regularize is set.
+    fn add_l2_term(&mut self, l2_scale: f32, params: &dyn Component) {
+        let (lr, l2) = (self.common().learning_rate, self.common().l2_regularize);
+        let scale = -2.0 * l2_scale * lr * l2;
+        if scale != 0.0 {
+            self.add(scale, params);
+        }
+    }
     /// Zeroes the parameters; with `treat_as_gradient`, marks this a gradient holder
     /// (learning rate 1, is_gradient), as Kaldi's SetAsGradient.
     fn set_zero(&mut self, treat_as_gradient: bool) {
