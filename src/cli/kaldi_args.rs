@@ -336,9 +336,7 @@ pub fn prepare(args: Vec<String>, cmd: &clap::Command) -> Result<Prepared> {
     };
     let compat = compat_options(&sub_name);
     // A command with a `--config` of its own (fit's TOML file) reads it itself.
-    let own_config = sub
-        .get_arguments()
-        .any(|a| a.get_long() == Some("config"));
+    let own_config = sub.get_arguments().any(|a| a.get_long() == Some("config"));
     // Long options of the subcommand that take an optional value (our booleans).
     let optional_value = |name: &str| {
         sub.get_arguments().any(|a| {
