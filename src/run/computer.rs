@@ -23,6 +23,23 @@ use crate::nnet::Nnet;
 use rand::rngs::StdRng;
 use std::collections::HashMap;
 
+/// Every matrix of the computation must fit the memory limit (`crate::limits`) before any is
+/// allocated: sizes come from model files and feature archives, and a damaged dimension must
+/// give an error, not an allocation failure that aborts the process.
+fn check_matrix_sizes(comp: &NnetComputation) -> std::result::Result<(), String> {
+    let bytes = std::mem::size_of::<Real>() as u64;
+    for (i, m) in comp.matrices.iter().enumerate() {
+        crate::limits::check_product(
+            &[m.num_rows as u64, m.num_cols as u64, bytes],
+            &format!(
+                "matrix m{i} ({} x {}) of the computation",
+                m.num_rows, m.num_cols
+            ),
+        )?;
+    }
+    Ok(())
+}
+
 /// At most this many freed matrices are kept for reuse (per computer, and per thread between
 /// computers).
 const POOL_MAX_BUFFERS: usize = 64;
@@ -312,7 +329,8 @@ impl<'a> NnetComputer<'a> {
         if self.checked.is_none() {
             let r = check_structure(self.computation, self.nnet.get())
                 .map(|accesses| self.can_take = compute_can_take(self.computation, &accesses))
-                .map_err(|e| e.to_string());
+                .map_err(|e| e.to_string())
+                .and_then(|()| check_matrix_sizes(self.computation));
             self.checked = Some(r);
             if self.delta.is_some() {
                 self.consolidate = components_to_consolidate(self.computation, self.nnet.get());
@@ -1186,5 +1204,17 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("3x2"), "{e}");
+    }
+    /// A matrix too large for memory (here past 2^64 bytes, a damaged size) is an error
+    /// before anything is allocated, not an aborted process.
+    #[test]
+    fn oversized_matrices_are_refused_before_allocation() {
+        let nnet = tiny_nnet();
+        let mut c = NnetComputation::default();
+        let m = c.new_matrix(1 << 40, 1 << 30);
+        c.commands = vec![Command::AllocMatrix { m }];
+        let mut comp = NnetComputer::new(&c, &nnet, None);
+        let e = comp.run_forward().unwrap_err().to_string();
+        assert!(e.contains("matrix m1") && e.contains("memory limit"), "{e}");
     }
 }
