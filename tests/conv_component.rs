@@ -14,6 +14,7 @@ use compnet::nnet::component::{
 };
 use compnet::nnet::Index;
 use compnet::testing::golden::{golden_component, round_trip_golden};
+use compnet::testing::numeric::{dot, gauss, max_abs_diff};
 use rand::Rng;
 
 fn component(config: &str) -> Box<dyn Component> {
@@ -28,31 +29,6 @@ fn conv(c: &dyn Component) -> &TimeHeightConvolutionComponent {
     c.as_any()
         .downcast_ref::<TimeHeightConvolutionComponent>()
         .unwrap()
-}
-
-fn gauss(rows: usize, cols: usize, seed: u64) -> Matrix {
-    let mut rng = compnet::random::seeded_rng(seed);
-    let v = (0..rows * cols)
-        .map(|_| compnet::random::rand_gauss(&mut rng))
-        .collect();
-    Matrix::from_vec(rows, cols, v)
-}
-
-fn dot(a: &Matrix, b: &Matrix) -> f64 {
-    a.to_vec()
-        .iter()
-        .zip(b.to_vec())
-        .map(|(&x, y)| x as f64 * y as f64)
-        .sum()
-}
-
-fn max_abs_diff(a: &Matrix, b: &Matrix) -> f32 {
-    assert_eq!((a.num_rows(), a.num_cols()), (b.num_rows(), b.num_cols()));
-    a.to_vec()
-        .iter()
-        .zip(b.to_vec())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// A component step as the compiler sets it up: reordered Indexes, rows permuted to match,

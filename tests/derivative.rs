@@ -15,6 +15,7 @@ use compnet::matrix::Matrix;
 use compnet::nnet::Nnet;
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::numeric::dot;
 use compnet::testing::{random_matrix, random_nnet_config, random_request};
 
 fn num_nets() -> u64 {
@@ -23,16 +24,6 @@ fn num_nets() -> u64 {
         .and_then(|s| s.parse().ok())
         .map(|n: u64| (n * 2 / 3).max(1))
         .unwrap_or(150)
-}
-
-fn dot(a: &Matrix, b: &Matrix) -> f64 {
-    let mut s = 0.0f64;
-    for r in 0..a.num_rows() {
-        for (x, y) in a.row_to_vec(r).iter().zip(&b.row_to_vec(r)) {
-            s += *x as f64 * *y as f64;
-        }
-    }
-    s
 }
 
 /// f = Σ ⟨output_o, D_o⟩ for the forward pass of `comp` on `inputs`.

@@ -14,6 +14,7 @@ use compnet::nnet::Index;
 use compnet::testing::golden::{
     check_golden_info, golden_component, golden_path, round_trip_golden,
 };
+use compnet::testing::numeric::{dot, gauss, max_abs_diff};
 use std::collections::HashMap;
 
 fn component(config: &str) -> Box<dyn Component> {
@@ -22,14 +23,6 @@ fn component(config: &str) -> Box<dyn Component> {
         &mut compnet::random::seeded_rng(0),
     )
     .unwrap()
-}
-
-fn gauss(rows: usize, cols: usize, seed: u64) -> Matrix {
-    let mut rng = compnet::random::seeded_rng(seed);
-    let v = (0..rows * cols)
-        .map(|_| compnet::random::rand_gauss(&mut rng))
-        .collect();
-    Matrix::from_vec(rows, cols, v)
 }
 
 /// A component step as the compiler sets it up: the component reorders the Indexes, the
@@ -150,23 +143,6 @@ impl<'a> Step<'a> {
         );
         Self::unpermute(&self.in_perm, &g)
     }
-}
-
-fn dot(a: &Matrix, b: &Matrix) -> f64 {
-    a.to_vec()
-        .iter()
-        .zip(b.to_vec())
-        .map(|(&x, y)| x as f64 * y as f64)
-        .sum()
-}
-
-fn max_abs_diff(a: &Matrix, b: &Matrix) -> f32 {
-    assert_eq!((a.num_rows(), a.num_cols()), (b.num_rows(), b.num_cols()));
-    a.to_vec()
-        .iter()
-        .zip(b.to_vec())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// Checks the input derivative of `step` at `x` by central differences along random

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod component;
 pub mod golden;
+pub mod numeric;
 pub mod reference;
 
 use crate::compile::request::{ComputationRequest, IoSpecification};
