@@ -27,6 +27,34 @@ impl TokenReader<'_> {
     }
 }
 
+/// Reads a binary `FM`/`DM` header and the raw element bytes after it: (double, rows, cols,
+/// bytes), checking the dimensions against what is left of the file before taking them.
+/// `expected` names the tokens allowed at `at` for the error.
+fn read_binary_matrix_data<'a>(
+    r: &mut TokenReader<'a>,
+    at: usize,
+    expected: &str,
+) -> Result<(bool, usize, usize, &'a [u8])> {
+    let tok = r.token()?;
+    let double = match tok.as_str() {
+        "FM" => false,
+        "DM" => true,
+        _ => return Err(r.err_at(at, expected)),
+    };
+    let rows = r.i32()?;
+    let cols = r.i32()?;
+    if rows < 0 || cols < 0 {
+        return Err(r.err_at(at, "non-negative matrix dimensions"));
+    }
+    let (rows, cols) = (rows as usize, cols as usize);
+    let esz = if double { 8 } else { 4 };
+    if rows.saturating_mul(cols).saturating_mul(esz) > r.rest().len() {
+        return Err(r.err(format!("{rows}x{cols} matrix data (file truncated)")));
+    }
+    let raw = r.bytes(rows * cols * esz)?;
+    Ok((double, rows, cols, raw))
+}
+
 /// Reads a matrix in whatever form the reader is positioned at.
 pub fn read_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
     if r.is_binary() {
@@ -35,23 +63,8 @@ pub fn read_matrix(r: &mut TokenReader<'_>) -> Result<Matrix> {
             // Matrix::Read decompresses a CompressedMatrix transparently.
             return Ok(super::compressed::CompressedMatrix::read(r)?.to_matrix());
         }
-        let tok = r.token()?;
-        let double = match tok.as_str() {
-            "FM" => false,
-            "DM" => true,
-            _ => return Err(r.err_at(at, "matrix token FM, DM, CM, CM2 or CM3")),
-        };
-        let rows = r.i32()?;
-        let cols = r.i32()?;
-        if rows < 0 || cols < 0 {
-            return Err(r.err_at(at, "non-negative matrix dimensions"));
-        }
-        let (rows, cols) = (rows as usize, cols as usize);
-        let esz = if double { 8 } else { 4 };
-        if rows.saturating_mul(cols).saturating_mul(esz) > r.rest().len() {
-            return Err(r.err(format!("{rows}x{cols} matrix data (file truncated)")));
-        }
-        let raw = r.bytes(rows * cols * esz)?;
+        let (double, rows, cols, raw) =
+            read_binary_matrix_data(r, at, "matrix token FM, DM, CM, CM2 or CM3")?;
         let data = if double {
             raw.chunks_exact(8)
                 .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
@@ -74,23 +87,7 @@ pub fn read_matrix_f64(r: &mut TokenReader<'_>) -> Result<(usize, usize, Vec<f64
         return Ok((rows, cols, data));
     }
     let at = r.pos();
-    let tok = r.token()?;
-    let double = match tok.as_str() {
-        "FM" => false,
-        "DM" => true,
-        _ => return Err(r.err_at(at, "matrix token FM or DM")),
-    };
-    let rows = r.i32()?;
-    let cols = r.i32()?;
-    if rows < 0 || cols < 0 {
-        return Err(r.err_at(at, "non-negative matrix dimensions"));
-    }
-    let (rows, cols) = (rows as usize, cols as usize);
-    let esz = if double { 8 } else { 4 };
-    if rows.saturating_mul(cols).saturating_mul(esz) > r.rest().len() {
-        return Err(r.err(format!("{rows}x{cols} matrix data (file truncated)")));
-    }
-    let raw = r.bytes(rows * cols * esz)?;
+    let (double, rows, cols, raw) = read_binary_matrix_data(r, at, "matrix token FM or DM")?;
     let data = if double {
         raw.chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
