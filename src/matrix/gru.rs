@@ -114,3 +114,71 @@ pub fn backprop_gru_cell(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+
+    fn m(rows: usize, cols: usize, seed: u32) -> Matrix {
+        let data = (0..rows * cols)
+            .map(|k| (((k as u32 * 2654435761u32) ^ seed) % 1000) as f32 / 250.0 - 2.0)
+            .collect();
+        Matrix::from_vec(rows, cols, data)
+    }
+
+    /// Both cells and the backward pass against their definitions in f64 (libm tanh).
+    #[test]
+    fn fused_cells_agree_with_their_definitions() {
+        let (n, c) = (3, 37);
+        let input = m(n, 3 * c, 7);
+        let w = Vector {
+            data: m(1, c, 9).to_vec(),
+        };
+        let g = |r: usize, j: usize| input.get(r, j) as f64;
+        let mut out = Matrix::zeros(n, 2 * c);
+        out.view_mut().compute_output_gru_cell(input.view(), &w);
+        let mut pre = Matrix::zeros(n, 2 * c);
+        pre.sub_mut(0, n, 0, c)
+            .copy_from(input.view().cols_range(c, c));
+        pre.view_mut().gru_cell_from_preactivation(
+            input.view().cols_range(0, c),
+            input.view().cols_range(2 * c, c),
+        );
+        let out_deriv = m(n, 2 * c, 11);
+        let mut hd = Matrix::zeros(n, c);
+        let mut in_deriv = m(n, 3 * c, 13);
+        let before = in_deriv.clone();
+        backprop_gru_cell(
+            input.view().cols_range(0, c),
+            input.view().cols_range(2 * c, c),
+            pre.view().cols_range(0, c),
+            out_deriv.view(),
+            &mut hd.view_mut(),
+            Some((&mut in_deriv.view_mut(), 0, 2 * c)),
+        );
+        for r in 0..n {
+            for j in 0..c {
+                let (z, hp, cp) = (g(r, j), g(r, c + j), g(r, 2 * c + j));
+                let close =
+                    |got: f32, want: f64| (got as f64 - want).abs() < 1e-6 * (1.0 + want.abs());
+                let h = (cp * w.data[j] as f64 + hp).tanh();
+                assert!(
+                    close(out.get(r, j), h) && close(out.get(r, c + j), (1.0 - z) * h + z * cp)
+                );
+                let h = hp.tanh();
+                assert!(
+                    close(pre.get(r, j), h) && close(pre.get(r, c + j), (1.0 - z) * h + z * cp)
+                );
+                let h = pre.get(r, j) as f64;
+                let (dh, dc) = (out_deriv.get(r, j) as f64, out_deriv.get(r, c + j) as f64);
+                assert!(close(hd.get(r, j), (dh + dc * (1.0 - z)) * (1.0 - h * h)));
+                let dz = in_deriv.get(r, j) as f64 - before.get(r, j) as f64;
+                assert!(close(dz as f32, dc * (cp - h)));
+                let dcp = in_deriv.get(r, 2 * c + j) as f64 - before.get(r, 2 * c + j) as f64;
+                assert!(close(dcp as f32, dc * z));
+                assert_eq!(in_deriv.get(r, c + j), before.get(r, c + j));
+            }
+        }
+    }
+}
