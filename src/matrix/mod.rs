@@ -19,6 +19,7 @@ pub mod check;
 mod eigen;
 mod elementwise;
 mod gemm;
+mod gru;
 mod lstm;
 mod normalize;
 mod ops;
@@ -36,6 +37,7 @@ mod weights;
 
 pub use eigen::{symmetric_eigen, SymmetricEigen};
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
+pub use gru::backprop_gru_cell;
 pub use lstm::{backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums};
 pub use normalize::NORMALIZE_SQUARED_NORM_FLOOR;
 pub use pooling::PoolingOptions;

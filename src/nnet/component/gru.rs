@@ -29,7 +29,7 @@ use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::matrix::{backprop_gru_cell, MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::{Rng, RngCore};
 
@@ -249,42 +249,6 @@ fn write_with_stats(
     write_updatable(w, type_name, common, &all);
 }
 
-/// `c_t = (1 − z) ⊙ h + z ⊙ c_prev` into `c_out`.
-fn interpolate(mut c_out: MatViewMut<'_>, z: MatView<'_>, h: MatView<'_>, c_prev: MatView<'_>) {
-    c_out.copy_from(h);
-    c_out.add_mat_mat_elements(-1.0, z, h, 1.0);
-    c_out.add_mat_mat_elements(1.0, z, c_prev, 1.0);
-}
-
-/// Backprop through [`interpolate`] and the tanh: returns the derivative before the tanh
-/// (from both outputs' derivatives) and adds z's and c_prev's derivatives to `in_deriv`'s
-/// columns `z_col` and `c_prev_col` when given.
-#[allow(clippy::too_many_arguments)]
-fn backprop_interpolate(
-    z: MatView<'_>,
-    c_prev: MatView<'_>,
-    h: MatView<'_>,
-    h_out_deriv: MatView<'_>,
-    c_deriv: MatView<'_>,
-    in_deriv: Option<&mut MatViewMut<'_>>,
-    z_col: usize,
-    c_prev_col: usize,
-) -> Matrix {
-    let (n, c) = (h.num_rows(), h.num_cols());
-    let mut hd = h_out_deriv.to_matrix();
-    hd.view_mut().add_mat(1.0, c_deriv, Trans::No);
-    hd.view_mut().add_mat_mat_elements(-1.0, c_deriv, z, 1.0);
-    if let Some(d) = in_deriv {
-        let mut zd = d.sub_mut(0, n, z_col, c);
-        zd.add_mat_mat_elements(-1.0, c_deriv, h, 1.0);
-        zd.add_mat_mat_elements(1.0, c_deriv, c_prev, 1.0);
-        d.sub_mut(0, n, c_prev_col, c)
-            .add_mat_mat_elements(1.0, c_deriv, z, 1.0);
-    }
-    hd.view_mut().diff_tanh_in_place(h);
-    hd
-}
-
 // ---------------------------------------------------------------- GruNonlinearityComponent
 
 /// `GruNonlinearityComponent`.
@@ -451,8 +415,10 @@ impl Component for GruNonlinearityComponent {
             input.cols_range(sc, r),
             0.0,
         );
-        let mut h = input.cols_range(hc, c).to_matrix();
-        h.view_mut().add_mat_mat(
+        // The pre-activation hpart + W_h (r ⊙ s) goes straight into h's output columns.
+        let mut h = output.sub_mut(0, n, 0, c);
+        h.copy_from(input.cols_range(hc, c));
+        h.add_mat_mat(
             1.0,
             sdotr.view(),
             Trans::No,
@@ -460,14 +426,7 @@ impl Component for GruNonlinearityComponent {
             Trans::Yes,
             1.0,
         );
-        h.view_mut().apply_tanh();
-        output.sub_mut(0, n, 0, c).copy_from(h.view());
-        interpolate(
-            output.sub_mut(0, n, c, c),
-            input.cols_range(zc, c),
-            h.view(),
-            input.cols_range(cc, c),
-        );
+        output.gru_cell_from_preactivation(input.cols_range(zc, c), input.cols_range(cc, c));
         None
     }
 
@@ -498,15 +457,14 @@ impl Component for GruNonlinearityComponent {
         }
         let [zc, rc, hc, cc, sc] = self.cols();
         let h = out_value.cols_range(0, c);
-        let mut hd = backprop_interpolate(
+        let mut hd = Matrix::zeros(n, c);
+        backprop_gru_cell(
             in_value.cols_range(zc, c),
             in_value.cols_range(cc, c),
             h,
-            out_deriv.cols_range(0, c),
-            out_deriv.cols_range(c, c),
-            in_deriv.as_mut(),
-            zc,
-            cc,
+            out_deriv,
+            &mut hd.view_mut(),
+            in_deriv.as_mut().map(|d| (d, zc, cc)),
         );
         let mut sdotr = Matrix::zeros(n, r);
         sdotr.view_mut().add_mat_mat_elements(
@@ -759,25 +717,14 @@ impl Component for OutputGruNonlinearityComponent {
         input: MatView<'_>,
         mut output: MatViewMut<'_>,
     ) -> Option<Memo> {
-        let (n, c) = (input.num_rows(), self.cell_dim());
+        let n = input.num_rows();
         if input.num_cols() != self.input_dim()
             || output.num_cols() != self.output_dim()
             || output.num_rows() != n
         {
             return None;
         }
-        let c_prev = input.cols_range(2 * c, c);
-        let mut h = c_prev.to_matrix();
-        h.view_mut().mul_cols_vec(&self.w_h);
-        h.view_mut().add_mat(1.0, input.cols_range(c, c), Trans::No);
-        h.view_mut().apply_tanh();
-        output.sub_mut(0, n, 0, c).copy_from(h.view());
-        interpolate(
-            output.sub_mut(0, n, c, c),
-            input.cols_range(0, c),
-            h.view(),
-            c_prev,
-        );
+        output.compute_output_gru_cell(input, &self.w_h);
         None
     }
 
@@ -808,15 +755,14 @@ impl Component for OutputGruNonlinearityComponent {
         }
         let h = out_value.cols_range(0, c);
         let c_prev = in_value.cols_range(2 * c, c);
-        let mut hd = backprop_interpolate(
+        let mut hd = Matrix::zeros(n, c);
+        backprop_gru_cell(
             in_value.cols_range(0, c),
             c_prev,
             h,
-            out_deriv.cols_range(0, c),
-            out_deriv.cols_range(c, c),
-            in_deriv.as_mut(),
-            0,
-            2 * c,
+            out_deriv,
+            &mut hd.view_mut(),
+            in_deriv.as_mut().map(|d| (d, 0, 2 * c)),
         );
         let upd = to_update.and_then(|u| {
             u.as_any_mut()
