@@ -178,8 +178,9 @@ fn tools_egs_are_kaldis() {
 #[test]
 fn egs_tools_options_are_kaldis() {
     // Chunk-size lists, whole utterances, overlap, compressed input, dense targets with
-    // subsampling, every minibatch rule form, shuffling and copy-egs options.
-    assert_eq!(check_folder("egs-tools"), 16);
+    // subsampling, every minibatch rule form, shuffling and copy-egs options (per-example
+    // weights and output names included).
+    assert_eq!(check_folder("egs-tools"), 17);
 }
 
 #[test]

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::io::egs::{NnetExample, NnetExampleWriter, NnetIo, SequentialNnetExampleReader};
 use crate::io::sparse::{GeneralMatrix, SparseMatrix};
+use crate::io::table::RandomAccessTableReader;
 use crate::matrix::Matrix;
 
 /// Options of `compnet copy-egs`.
@@ -42,11 +43,49 @@ pub struct Args {
     /// Add this to the t values of every io except `ivector` (after frame selection).
     #[arg(long = "frame-shift", default_value_t = 0, allow_hyphen_values = true)]
     pub frame_shift: i32,
+    /// Rspecifier of a weight per example key; the supervision of output `output` is scaled
+    /// by it (multilingual training). Examples without a weight are skipped with a warning.
+    #[arg(long, default_value = "")]
+    pub weights: String,
+    /// Rspecifier of an output name per example key; output `output` is renamed to it
+    /// (multilingual training). Examples without a name are skipped with a warning.
+    #[arg(long, default_value = "")]
+    pub outputs: String,
     /// Input examples rspecifier.
     pub egs_in: String,
     /// Output wspecifiers (one or more).
     #[arg(required = true, num_args = 1..)]
     pub egs_out: Vec<String>,
+}
+
+/// Kaldi's `ScaleSupervisionWeight`: scales the io named `output`.
+fn scale_output(eg: &mut NnetExample, weight: f32, key: &str) -> Result<()> {
+    let mut found = false;
+    for io in eg.io.iter_mut().filter(|io| io.name == "output") {
+        io.features.scale(weight);
+        found = true;
+    }
+    if !found {
+        return Err(Error::Usage(format!(
+            "copy-egs: example {key} has no supervision named 'output' to weight"
+        )));
+    }
+    Ok(())
+}
+
+/// Kaldi's `RenameOutputs`: the io named `output` gets `name`.
+fn rename_output(eg: &mut NnetExample, name: &str, key: &str) -> Result<()> {
+    let mut found = false;
+    for io in eg.io.iter_mut().filter(|io| io.name == "output") {
+        io.name = name.to_string();
+        found = true;
+    }
+    if !found {
+        return Err(Error::Usage(format!(
+            "copy-egs: example {key} has no output named 'output' to rename"
+        )));
+    }
+    Ok(())
 }
 
 /// Kaldi's `GetCount`: the whole part of `expected`, plus one with the fractional part's
@@ -209,11 +248,40 @@ pub fn run(a: Args) -> Result<i32> {
     let n_out = writers.len();
     let plain =
         a.frame.is_empty() && a.left_context == -1 && a.right_context == -1 && a.frame_shift == 0;
-    let (mut read, mut written) = (0usize, 0usize);
+    let mut weights = match a.weights.as_str() {
+        "" => None,
+        r => Some(RandomAccessTableReader::<f32>::open(r)?),
+    };
+    let mut output_names = match a.outputs.as_str() {
+        "" => None,
+        r => Some(RandomAccessTableReader::<String>::open(r)?),
+    };
+    let (mut read, mut written, mut errors) = (0usize, 0usize, 0usize);
     let mut warned = [false; 2];
     for item in reader {
-        let (key, eg) = item?;
+        let (key, mut eg) = item?;
         read += 1;
+        // As Kaldi: weight and name are looked up before any random number is drawn, and an
+        // example without them counts as an error and is skipped.
+        if let Some(r) = weights.as_mut() {
+            let Some(&w) = r.get(&key)? else {
+                eprintln!("WARNING (copy-egs) No weight for example key {key}");
+                errors += 1;
+                continue;
+            };
+            if w != 1.0 {
+                scale_output(&mut eg, w, &key)?;
+            }
+        }
+        if let Some(r) = output_names.as_mut() {
+            let Some(name) = r.get(&key)? else {
+                eprintln!("WARNING (copy-egs) No new output-name for example key {key}");
+                errors += 1;
+                continue;
+            };
+            let name = name.clone();
+            rename_output(&mut eg, &name, &key)?;
+        }
         let count = get_count(a.keep_proportion, &mut rng);
         // Per copy, Kaldi picks the output and then selects frames (so each copy of an
         // example gets its own random frame).
@@ -239,7 +307,7 @@ pub fn run(a: Args) -> Result<i32> {
         w.close()?;
     }
     eprintln!(
-        "LOG (copy-egs) Read {read} neural-network training examples, wrote {written}, 0 examples had errors."
+        "LOG (copy-egs) Read {read} neural-network training examples, wrote {written}, {errors} examples had errors."
     );
     if written == 0 {
         // Kaldi exits with status 1 here too.

@@ -199,21 +199,6 @@ const COPY_FEATS: &[CompatOption] = &[
     only_default("sphinx-in", Bool, "false", "Sphinx input is not supported"),
 ];
 
-const COPY_EGS: &[CompatOption] = &[
-    only_default(
-        "outputs",
-        Str,
-        "",
-        "renaming outputs per example is not implemented yet",
-    ),
-    only_default(
-        "weights",
-        Str,
-        "",
-        "per-example weights are not implemented yet",
-    ),
-];
-
 const MERGE_EGS: &[CompatOption] = &[only_default(
     "multilingual-eg",
     Bool,
@@ -234,7 +219,6 @@ pub fn compat_options(sub: &str) -> Vec<&'static CompatOption> {
         "compute-prob" => &[COMPUTE_PROB, OPTIMIZATION, DEBUG],
         "train" => &[TRAIN, OPTIMIZATION, &DEBUG[..1], CUDA],
         "copy-feats" => &[COPY_FEATS],
-        "copy-egs" => &[COPY_EGS],
         "merge-egs" => &[MERGE_EGS],
         "average" => &[AVERAGE],
         _ => &[],

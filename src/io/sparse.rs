@@ -216,6 +216,25 @@ impl Default for GeneralMatrix {
 }
 
 impl GeneralMatrix {
+    /// Multiplies every value by `alpha` (Kaldi's `GeneralMatrix::Scale`: a compressed matrix
+    /// scales the range in its header, keeping its codes).
+    pub fn scale(&mut self, alpha: f32) {
+        match self {
+            GeneralMatrix::Full(m) => m.view_mut().scale(alpha),
+            GeneralMatrix::Compressed(c) => {
+                c.min_value *= alpha;
+                c.range *= alpha;
+            }
+            GeneralMatrix::Sparse(sm) => {
+                for row in &mut sm.rows {
+                    for p in &mut row.pairs {
+                        p.1 *= alpha;
+                    }
+                }
+            }
+        }
+    }
+
     /// Number of rows.
     pub fn num_rows(&self) -> usize {
         match self {

@@ -727,6 +727,17 @@ impl TableObject for Vec<i32> {
     }
 }
 
+/// A float per key (Kaldi's `BasicHolder<float>`), e.g. `nnet3-copy-egs --weights`.
+impl TableObject for f32 {
+    fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
+        r.f32()
+    }
+    fn write_object(&self, w: &mut TokenWriter) {
+        w.f32(*self);
+        w.newline_if_text();
+    }
+}
+
 /// An integer per key (Kaldi's `BasicHolder<int32>`), e.g. `--write-num-frames`.
 impl TableObject for i32 {
     fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
