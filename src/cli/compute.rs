@@ -7,8 +7,31 @@ use crate::io::table::{RandomAccessTableReader, SequentialTableReader, TableWrit
 use crate::io::GeneralMatrix;
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::Nnet;
-use crate::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions};
+use crate::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions, Utterance};
 use crate::run::set_threads;
+
+/// Utterances are read ahead until they hold this many frames (or [`PENDING_UTTERANCES`]),
+/// then computed together: enough for several full chunk batches at any chunk size Kaldi's
+/// recipes use, little memory next to the network's activations.
+const PENDING_FRAMES: usize = 6000;
+const PENDING_UTTERANCES: usize = 64;
+
+/// An utterance's iVector, owned while it waits to be computed.
+enum OwnedIvector {
+    None,
+    Fixed(Vector),
+    Online(Matrix),
+}
+
+impl OwnedIvector {
+    fn source(&self, online_period: i32) -> IvectorSource<'_> {
+        match self {
+            OwnedIvector::None => IvectorSource::None,
+            OwnedIvector::Fixed(v) => IvectorSource::Fixed(v),
+            OwnedIvector::Online(m) => IvectorSource::Online(m, online_period),
+        }
+    }
+}
 
 /// Options of `compnet compute`.
 #[derive(clap::Args, Debug, Clone)]
@@ -173,6 +196,39 @@ pub fn run(mut a: Args) -> Result<i32> {
         None
     };
     let (mut done, mut failed) = (0usize, 0usize);
+    // Utterances are computed a few at a time, so that short ones share computations
+    // (`ChunkComputer::compute_many`); outputs are written in input order.
+    let mut pending: Vec<(String, Matrix, OwnedIvector)> = Vec::new();
+    let mut pending_frames = 0usize;
+    let flush = |pending: &mut Vec<(String, Matrix, OwnedIvector)>,
+                 cc: &mut ChunkComputer,
+                 writer: &mut TableWriter<Matrix>,
+                 done: &mut usize|
+     -> Result<()> {
+        let utts: Vec<Utterance<'_>> = pending
+            .iter()
+            .map(|(_, m, iv)| Utterance {
+                feats: m,
+                ivector: iv.source(a.online_ivector_period),
+            })
+            .collect();
+        let outs = cc.compute_many(&utts).map_err(|(u, e)| {
+            Error::Compute(format!("{feats_rspec}: utterance {}: {e}", pending[u].0))
+        })?;
+        for ((key, _, _), mut out) in pending.iter().zip(outs) {
+            if a.apply_exp {
+                out.view_mut().apply_exp();
+            }
+            writer.write(key, &out)?;
+            *done += 1;
+        }
+        if let Some(b) = &bar {
+            b.set_message(format!("{done} utterances"));
+            b.tick();
+        }
+        pending.clear();
+        Ok(())
+    };
     for item in feats.by_ref() {
         let (key, g) = item?;
         let m = g.to_matrix();
@@ -182,9 +238,7 @@ pub fn run(mut a: Args) -> Result<i32> {
             failed += 1;
             continue;
         }
-        let fixed;
-        let online_m;
-        let src = if let Some(r) = ivectors.as_mut() {
+        let iv = if let Some(r) = ivectors.as_mut() {
             // With --utt2spk the iVectors are per speaker.
             let ivector_key = match utt2spk.as_mut() {
                 Some(map) => {
@@ -200,10 +254,7 @@ pub fn run(mut a: Args) -> Result<i32> {
                 None => key.clone(),
             };
             match r.get(&ivector_key)? {
-                Some(v) => {
-                    fixed = v.clone();
-                    IvectorSource::Fixed(&fixed)
-                }
+                Some(v) => OwnedIvector::Fixed(v.clone()),
                 None => {
                     eprintln!("compnet compute: warning: no iVector available for utterance {key}");
                     failed += 1;
@@ -212,10 +263,7 @@ pub fn run(mut a: Args) -> Result<i32> {
             }
         } else if let Some(r) = online.as_mut() {
             match r.get(&key)? {
-                Some(v) => {
-                    online_m = v.to_matrix();
-                    IvectorSource::Online(&online_m, a.online_ivector_period)
-                }
+                Some(v) => OwnedIvector::Online(v.to_matrix()),
                 None => {
                     eprintln!("compnet compute: warning: no online iVectors for utterance {key}");
                     failed += 1;
@@ -223,21 +271,16 @@ pub fn run(mut a: Args) -> Result<i32> {
                 }
             }
         } else {
-            IvectorSource::None
+            OwnedIvector::None
         };
-        let mut out = cc
-            .compute(&m, src)
-            .map_err(|e| Error::Compute(format!("{feats_rspec}: utterance {key}: {e}")))?;
-        if a.apply_exp {
-            out.view_mut().apply_exp();
-        }
-        writer.write(&key, &out)?;
-        done += 1;
-        if let Some(b) = &bar {
-            b.set_message(format!("{done} utterances"));
-            b.tick();
+        pending_frames += m.num_rows();
+        pending.push((key, m, iv));
+        if pending_frames >= PENDING_FRAMES || pending.len() >= PENDING_UTTERANCES {
+            flush(&mut pending, &mut cc, &mut writer, &mut done)?;
+            pending_frames = 0;
         }
     }
+    flush(&mut pending, &mut cc, &mut writer, &mut done)?;
     writer.close()?;
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -123,4 +123,49 @@ impl Nnet {
             .map(|i| self.node_names[i].as_str())
             .collect()
     }
+
+    /// The nodes node `node` reads directly (a component node reads its descriptor node).
+    pub fn node_inputs(&self, node: usize) -> Vec<usize> {
+        match &self.nodes[node] {
+            NetworkNode::Input { .. } => Vec::new(),
+            NetworkNode::Descriptor { descriptor, .. } => descriptor.node_dependencies(),
+            NetworkNode::Component { .. } => node.checked_sub(1).into_iter().collect(),
+            NetworkNode::DimRange { input_node, .. } => vec![*input_node],
+        }
+    }
+
+    /// True if some node depends on itself through the graph (a recurrence such as
+    /// `IfDefined(Offset(x, -1))` feeding back into x; Kaldi's `NnetIsRecurrent`).
+    pub fn is_recurrent(&self) -> bool {
+        // Depth-first search for a back edge; iterative, since a network may have 100,000
+        // nodes. State: 0 unvisited, 1 on the stack, 2 done.
+        let n = self.nodes.len();
+        let mut state = vec![0u8; n];
+        for root in 0..n {
+            if state[root] != 0 {
+                continue;
+            }
+            let mut stack: Vec<(usize, Vec<usize>)> = vec![(root, self.node_inputs(root))];
+            state[root] = 1;
+            while let Some((node, deps)) = stack.last_mut() {
+                match deps.pop() {
+                    Some(d) if d < n => match state[d] {
+                        0 => {
+                            state[d] = 1;
+                            let next = self.node_inputs(d);
+                            stack.push((d, next));
+                        }
+                        1 => return true,
+                        _ => {}
+                    },
+                    Some(_) => {}
+                    None => {
+                        state[*node] = 2;
+                        stack.pop();
+                    }
+                }
+            }
+        }
+        false
+    }
 }

@@ -85,6 +85,7 @@ fn check_chunk_size(
     nnet: &Nnet,
     opts: &NnetSimpleComputationOptions,
     context: &NnetContext,
+    chunk_batch: usize,
 ) -> Result<()> {
     let fsf = i64::from(opts.frame_subsampling_factor);
     let modulus = i64::from(context.modulus.max(1));
@@ -105,7 +106,7 @@ fn check_chunk_size(
         per_frame = per_frame.saturating_add(dim.saturating_mul(4) + GRAPH_BYTES_PER_NODE);
     }
     crate::limits::check_product(
-        &[span as u64, CHUNK_BATCH as u64, per_frame],
+        &[span as u64, chunk_batch as u64, per_frame],
         &format!(
             "a computation over {span} frames (--frames-per-chunk={}, --extra-left-context={}, \
              --extra-right-context={}, --frame-subsampling-factor={}, network context {}/{})",
@@ -126,6 +127,26 @@ pub enum IvectorSource<'a> {
     Online(&'a Matrix, i32),
 }
 
+/// One utterance for [`ChunkComputer::compute_many`].
+#[derive(Clone, Copy)]
+pub struct Utterance<'a> {
+    /// T × input-dim features.
+    pub feats: &'a Matrix,
+    /// Where its iVector comes from.
+    pub ivector: IvectorSource<'a>,
+}
+
+/// One chunk to compute: its utterance, first output frame (subsampled) and size, its input
+/// range relative to the first output frame ([`ChunkComputer::chunk_shape`]) and its iVector
+/// row (empty without one).
+struct ChunkJob {
+    utt: usize,
+    start: i32,
+    num: i32,
+    shape: (i32, i32, usize),
+    ivector: Vec<f32>,
+}
+
 /// Everything fixed for a run: the network in test mode, its context, the chunking options,
 /// the log priors to subtract (if any) and a cache of compiled computations (keyed by the
 /// chunk's shape and the batch size).
@@ -140,10 +161,18 @@ pub struct ChunkComputer {
     ivector_dim: usize,
     log_priors: Option<Vector>,
     cache: HashMap<(i32, i32, usize, usize), NnetComputation>,
+    /// Most chunks per computation: [`CHUNK_BATCH`] or [`RECURRENT_CHUNK_BATCH`].
+    chunk_batch: usize,
 }
 
-/// At most this many consecutive equally shaped chunks run as one computation.
+/// At most this many equally shaped chunks run as one computation; more gave no reliable gain
+/// on the feed-forward perf networks (docs/PERFORMANCE.md, "Inference", change 8).
 const CHUNK_BATCH: usize = 4;
+
+/// The same for recurrent networks, whose recurrent products see only the batch's sequences
+/// as rows at every time step: the swbd TDNN-LSTM ran 9.1 / 6.4 / 5.1 / 5.1 s CPU with 4 /
+/// 8 / 16 / 32 (docs/PERFORMANCE.md, "Chunks of several utterances").
+const RECURRENT_CHUNK_BATCH: usize = 16;
 
 /// Name of the output node added when `--output-node` names a non-output node.
 const EXTRA_OUTPUT: &str = "compnet-extra-output";
@@ -208,7 +237,12 @@ impl ChunkComputer {
             tmp.node_names[k] = "output".into();
             (out_name, nnet_context(&tmp)?)
         };
-        check_chunk_size(&nnet, opts, &context)?;
+        let chunk_batch = if nnet.is_recurrent() {
+            RECURRENT_CHUNK_BATCH
+        } else {
+            CHUNK_BATCH
+        };
+        check_chunk_size(&nnet, opts, &context, chunk_batch)?;
         let fsf = opts.frame_subsampling_factor;
         let n = lcm(fsf, context.modulus.max(1));
         let mut frames_per_chunk = opts.frames_per_chunk;
@@ -250,6 +284,7 @@ impl ChunkComputer {
             ivector_dim,
             log_priors,
             cache: HashMap::new(),
+            chunk_batch,
         })
     }
 
@@ -270,95 +305,136 @@ impl ChunkComputer {
 
     /// Computes the output for one utterance (`feats`: T × input-dim).
     pub fn compute(&mut self, feats: &Matrix, ivector: IvectorSource<'_>) -> Result<Matrix> {
-        let t_total = feats.num_rows() as i32;
-        if feats.num_cols() != self.input_dim {
-            return Err(Error::DimMismatch {
-                context: "features vs network input".into(),
-                expected: self.input_dim,
-                got: feats.num_cols(),
-            });
-        }
-        if self.has_ivector && matches!(ivector, IvectorSource::None) {
-            return Err(Error::Compute("the network needs an iVector".into()));
-        }
+        let utt = Utterance { feats, ivector };
+        self.compute_many(std::slice::from_ref(&utt))
+            .map(|mut v| v.pop().unwrap_or_else(|| Matrix::zeros(0, 0)))
+            .map_err(|(_, e)| e)
+    }
+
+    /// Computes the outputs of several utterances, in order. Equally shaped chunks of
+    /// different utterances share one computation (up to [`CHUNK_BATCH`] sequences, or
+    /// [`RECURRENT_CHUNK_BATCH`] for a recurrent network), so an
+    /// utterance of only a chunk or two still gives every GEMM, and above all every step of a
+    /// recurrence, several rows. The outputs are those of [`Self::compute`] per utterance: each
+    /// sequence of a batch is exactly one chunk's computation. On error, the index of the
+    /// utterance it concerns comes with it.
+    pub fn compute_many(
+        &mut self,
+        utts: &[Utterance<'_>],
+    ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
         let fsf = self.opts.frame_subsampling_factor;
-        let num_sub = (t_total + fsf - 1) / fsf;
         let sub_per_chunk = self.frames_per_chunk / fsf;
         let out_dim = self
             .nnet
             .node_index(&self.output_node)
             .map(|i| self.nnet.node_dim(i))
             .unwrap_or(0);
-        let mut output = Matrix::zeros(num_sub.max(0) as usize, out_dim);
-        let mut chunks = Vec::new();
-        let mut start = 0;
-        while start < num_sub {
-            let n = sub_per_chunk.min(num_sub - start);
-            chunks.push((start, n));
-            start += n;
+        // Every chunk of every utterance, with its iVector row (the only per-chunk input that
+        // can be missing), checked before anything runs.
+        let mut outputs = Vec::with_capacity(utts.len());
+        let mut jobs: Vec<ChunkJob> = Vec::new();
+        for (u, utt) in utts.iter().enumerate() {
+            let t_total = utt.feats.num_rows() as i32;
+            if utt.feats.num_cols() != self.input_dim {
+                return Err((
+                    u,
+                    Error::DimMismatch {
+                        context: "features vs network input".into(),
+                        expected: self.input_dim,
+                        got: utt.feats.num_cols(),
+                    },
+                ));
+            }
+            if self.has_ivector && matches!(utt.ivector, IvectorSource::None) {
+                return Err((u, Error::Compute("the network needs an iVector".into())));
+            }
+            let num_sub = (t_total + fsf - 1) / fsf;
+            outputs.push(Matrix::zeros(num_sub.max(0) as usize, out_dim));
+            let mut start = 0;
+            while start < num_sub {
+                let num = sub_per_chunk.min(num_sub - start);
+                let (_, _, first_out, last_out) = self.chunk_range(t_total, start, num);
+                let ivector = if self.has_ivector {
+                    let row = ivector_row(utt.ivector, first_out, last_out).map_err(|e| (u, e))?;
+                    if row.len() != self.ivector_dim {
+                        return Err((
+                            u,
+                            Error::DimMismatch {
+                                context: "iVector vs network 'ivector' input".into(),
+                                expected: self.ivector_dim,
+                                got: row.len(),
+                            },
+                        ));
+                    }
+                    row
+                } else {
+                    Vec::new()
+                };
+                jobs.push(ChunkJob {
+                    utt: u,
+                    start,
+                    num,
+                    shape: self.chunk_shape(t_total, start, num),
+                    ivector,
+                });
+                start += num;
+            }
         }
-        // Consecutive chunks of the same shape run as one computation over up to CHUNK_BATCH
-        // sequences (n = 0, 1, ..): each sequence is exactly one chunk's computation (same
-        // input range, edge padding and iVector), but every layer's GEMM then sees 4× the rows
-        // and reads its weights once instead of four times.
-        let mut groups: Vec<Vec<(i32, i32)>> = Vec::new();
-        for &(start, n) in &chunks {
-            let shape = self.chunk_shape(t_total, start, n);
-            match groups.last_mut() {
-                Some(g)
-                    if g.len() < CHUNK_BATCH
-                        && g.first().is_some_and(|&(s0, n0)| {
-                            self.chunk_shape(t_total, s0, n0) == shape
-                        }) =>
-                {
-                    g.push((start, n))
+        // Chunks of one shape, in order of appearance, `chunk_batch` to a computation: that
+        // many times the rows in every GEMM, and the weights read once instead of that often.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut open: HashMap<(i32, i32, usize), usize> = HashMap::new();
+        for (j, job) in jobs.iter().enumerate() {
+            match open.get(&job.shape) {
+                Some(&g) if groups[g].len() < self.chunk_batch => groups[g].push(j),
+                _ => {
+                    open.insert(job.shape, groups.len());
+                    groups.push(vec![j]);
                 }
-                _ => groups.push(vec![(start, n)]),
             }
         }
         // Compile every shape first (the cache needs `&mut self`), then run the groups.
         for g in &groups {
-            if let Some(&(start, n)) = g.first() {
-                self.prepare_chunk(t_total, start, n, g.len())?;
-            }
+            let job = &jobs[g[0]];
+            self.prepare_chunk(job.shape, job.num, g.len())
+                .map_err(|e| (job.utt, e))?;
         }
         // Groups are independent computations, so with several threads they run in parallel,
         // one group per thread with single-threaded GEMMs: at these sizes a GEMM split over
         // threads gains nothing (measured: docs/PERFORMANCE.md, "Inference").
+        let run = |g: &Vec<usize>| self.run_chunks(utts, &jobs, g);
         let parallel = groups.len() > 1 && rayon::current_num_threads() > 1;
         let results: Vec<Result<Matrix>> = if parallel {
             use rayon::prelude::*;
             let saved = crate::matrix::num_threads();
             crate::matrix::set_num_threads(1);
-            let this = &*self;
-            let r = groups
-                .par_iter()
-                .map(|g| this.run_chunks(feats, ivector, g))
-                .collect();
+            let r = groups.par_iter().map(run).collect();
             crate::matrix::set_num_threads(saved);
             r
         } else {
-            groups
-                .iter()
-                .map(|g| self.run_chunks(feats, ivector, g))
-                .collect()
+            groups.iter().map(run).collect()
         };
         for (g, res) in groups.iter().zip(results) {
-            let m = res?;
+            let m = res.map_err(|e| (jobs[g[0]].utt, e))?;
             let mut row = 0;
-            for &(start, n) in g {
-                for r in 0..n as usize {
-                    output
-                        .view_mut()
-                        .copy_row_from(start as usize + r, m.view(), row);
+            for &j in g {
+                let job = &jobs[j];
+                for r in 0..job.num as usize {
+                    outputs[job.utt].view_mut().copy_row_from(
+                        job.start as usize + r,
+                        m.view(),
+                        row,
+                    );
                     row += 1;
                 }
             }
         }
         if let Some(lp) = &self.log_priors {
-            output.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
+            for out in &mut outputs {
+                out.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
+            }
         }
-        Ok(output)
+        Ok(outputs)
     }
 
     /// The input range of a chunk of `num` output frames (subsampled) starting at subsampled
@@ -391,10 +467,10 @@ impl ChunkComputer {
         (first_in - first_out, last_in - first_out, num as usize)
     }
 
-    /// Compiles (once per shape and batch size) the computation of `seqs` chunks shaped like
-    /// the given one (see [`Self::chunk_range`]).
-    fn prepare_chunk(&mut self, t_total: i32, start: i32, num: i32, seqs: usize) -> Result<()> {
-        let (lo, hi, n) = self.chunk_shape(t_total, start, num);
+    /// Compiles (once per shape and batch size) the computation of `seqs` chunks of `num`
+    /// output frames with input range `shape` (see [`Self::chunk_shape`]).
+    fn prepare_chunk(&mut self, shape: (i32, i32, usize), num: i32, seqs: usize) -> Result<()> {
+        let (lo, hi, n) = shape;
         let key = (lo, hi, n, seqs);
         if !self.cache.contains_key(&key) {
             let request = self.chunk_request(lo, hi, num, seqs as i32);
@@ -405,42 +481,34 @@ impl ChunkComputer {
         Ok(())
     }
 
-    /// Runs a group of equally shaped chunks `(start, num)` as one computation that
+    /// Runs a group of equally shaped chunks (indexes into `jobs`) as one computation that
     /// [`Self::prepare_chunk`] compiled; returns their outputs one after the other.
     fn run_chunks(
         &self,
-        feats: &Matrix,
-        ivector: IvectorSource<'_>,
-        group: &[(i32, i32)],
+        utts: &[Utterance<'_>],
+        jobs: &[ChunkJob],
+        group: &[usize],
     ) -> Result<Matrix> {
-        let t_total = feats.num_rows() as i32;
-        let Some(&(start0, num0)) = group.first() else {
+        let Some(&first) = group.first() else {
             return Ok(Matrix::zeros(0, 0));
         };
-        let (lo, hi, n) = self.chunk_shape(t_total, start0, num0);
+        let (lo, hi, n) = jobs[first].shape;
         // Input rows, sequence by sequence, edge frames repeated.
         let n_in = (hi - lo + 1) as usize;
         let mut input = Matrix::zeros(n_in * group.len(), self.input_dim);
-        let mut iv_rows = Vec::new();
-        for (k, &(start, num)) in group.iter().enumerate() {
-            let (first_in, last_in, first_out, last_out) = self.chunk_range(t_total, start, num);
+        let mut iv_rows = Vec::with_capacity(group.len() * self.ivector_dim);
+        for (k, &j) in group.iter().enumerate() {
+            let job = &jobs[j];
+            let feats = utts[job.utt].feats;
+            let t_total = feats.num_rows() as i32;
+            let (first_in, last_in, _, _) = self.chunk_range(t_total, job.start, job.num);
             for (r, t) in (first_in..=last_in).enumerate() {
                 let src = t.clamp(0, t_total - 1) as usize;
                 input
                     .view_mut()
                     .copy_row_from(k * n_in + r, feats.view(), src);
             }
-            if self.has_ivector {
-                let row = ivector_row(ivector, first_out, last_out)?;
-                if row.len() != self.ivector_dim {
-                    return Err(Error::DimMismatch {
-                        context: "iVector vs network 'ivector' input".into(),
-                        expected: self.ivector_dim,
-                        got: row.len(),
-                    });
-                }
-                iv_rows.extend_from_slice(&row);
-            }
+            iv_rows.extend_from_slice(&job.ivector);
         }
         let key = (lo, hi, n, group.len());
         let comp = self

@@ -1,0 +1,143 @@
+//! Chunks of several utterances computed together (`ChunkComputer::compute_many`, what
+//! `compnet compute` does) give each utterance the output it gets alone, for feed-forward and
+//! recurrent networks, with chunks of several shapes (short utterances, partial last chunks,
+//! extra context); and `Nnet::is_recurrent`, which picks the batch size, tells the two apart.
+
+use compnet::matrix::Matrix;
+use compnet::nnet::Nnet;
+use compnet::run::chunked::{
+    ChunkComputer, IvectorSource, NnetSimpleComputationOptions, Utterance,
+};
+use compnet::testing::numeric::{gauss, max_abs_diff};
+use rand::SeedableRng;
+
+const TDNN: &str = "input-node name=input dim=5
+component name=a type=NaturalGradientAffineComponent input-dim=15 output-dim=8
+component-node name=a component=a input=Append(Offset(input, -2), input, Offset(input, 1))
+component name=r type=RectifiedLinearComponent dim=8
+component-node name=r component=r input=a
+component name=o type=AffineComponent input-dim=16 output-dim=4
+component-node name=o component=o input=Append(Offset(r, -1), r)
+output-node name=output input=o objective=linear
+";
+
+/// An Elman-style recurrence (the golden `rnn` case's shape) plus a period-2 one.
+const RNN: &str = "input-node name=input dim=5
+component name=a type=AffineComponent input-dim=13 output-dim=8
+component-node name=a component=a input=Append(input, IfDefined(Offset(h, -1)))
+component name=h type=TanhComponent dim=8
+component-node name=h component=h input=a
+component name=b type=AffineComponent input-dim=14 output-dim=6
+component-node name=b component=b input=Append(h, IfDefined(Offset(s, -2)))
+component name=s type=SigmoidComponent dim=6
+component-node name=s component=s input=b
+component name=o type=AffineComponent input-dim=6 output-dim=6
+component-node name=o component=o input=s
+component name=f type=AffineComponent input-dim=6 output-dim=4
+component-node name=f component=f input=o
+output-node name=output input=f objective=linear
+";
+
+fn nnet(config: &str, seed: u64) -> Nnet {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    Nnet::from_config_text(config, "test.config", &mut rng).expect("config")
+}
+
+fn feats(rows: usize, seed: u64) -> Matrix {
+    gauss(rows, 5, seed)
+}
+
+/// Every utterance's output from one `compute_many` call equals its output alone.
+fn check_batched_equals_alone(config: &str, opts: &NnetSimpleComputationOptions) {
+    // Lengths: shorter than a chunk, exactly one, a partial last chunk, many chunks.
+    let lengths = [1usize, 3, 7, 8, 9, 23, 40, 41, 64, 5, 17];
+    let utts: Vec<Matrix> = lengths
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| feats(n, 100 + i as u64))
+        .collect();
+    let model = nnet(config, 7);
+    let mut cc = ChunkComputer::new(model.clone(), opts, "output", None).expect("chunker");
+    let batch: Vec<Utterance<'_>> = utts
+        .iter()
+        .map(|m| Utterance {
+            feats: m,
+            ivector: IvectorSource::None,
+        })
+        .collect();
+    let together = cc
+        .compute_many(&batch)
+        .map_err(|(u, e)| format!("utt {u}: {e}"))
+        .unwrap();
+    assert_eq!(together.len(), utts.len());
+    let mut alone_cc = ChunkComputer::new(model, opts, "output", None).expect("chunker");
+    for (i, m) in utts.iter().enumerate() {
+        let alone = alone_cc.compute(m, IvectorSource::None).expect("compute");
+        assert_eq!(
+            alone.num_rows(),
+            lengths[i].div_ceil(opts.frame_subsampling_factor as usize)
+        );
+        let d = max_abs_diff(&alone, &together[i]);
+        assert!(
+            d <= 1e-5,
+            "utterance {i} ({} frames): batched differs by {d}",
+            lengths[i]
+        );
+        assert!(
+            alone.num_rows() == 0 || alone.view().max_abs() > 0.0,
+            "utterance {i}: all zero"
+        );
+    }
+}
+
+#[test]
+fn batched_chunks_equal_single_utterances_feed_forward() {
+    let opts = NnetSimpleComputationOptions {
+        frames_per_chunk: 8,
+        ..Default::default()
+    };
+    check_batched_equals_alone(TDNN, &opts);
+    let opts = NnetSimpleComputationOptions {
+        frames_per_chunk: 6,
+        frame_subsampling_factor: 3,
+        extra_left_context: 2,
+        extra_right_context_final: 0,
+        ..Default::default()
+    };
+    check_batched_equals_alone(TDNN, &opts);
+}
+
+#[test]
+fn batched_chunks_equal_single_utterances_recurrent() {
+    let opts = NnetSimpleComputationOptions {
+        frames_per_chunk: 8,
+        extra_left_context: 4,
+        extra_left_context_initial: 0,
+        ..Default::default()
+    };
+    check_batched_equals_alone(RNN, &opts);
+}
+
+#[test]
+fn recurrence_is_detected() {
+    assert!(!nnet(TDNN, 1).is_recurrent());
+    assert!(nnet(RNN, 1).is_recurrent());
+    // The golden networks: the recurrent cases and two feed-forward ones.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kaldi/cases");
+    for (case, recurrent) in [
+        ("rnn", true),
+        ("lstm-primitives", true),
+        ("fast-lstmp", true),
+        ("clockwork", true),
+        ("tdnnf", false),
+        ("xvector-small", false),
+        ("simplest", false),
+    ] {
+        let text = std::fs::read_to_string(dir.join(case).join("net.config"))
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let n =
+            Nnet::from_config_text(&text, case, &mut rng).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(n.is_recurrent(), recurrent, "{case}");
+    }
+}
