@@ -114,6 +114,20 @@ pub struct OptimizationArgs {
           num_args = 0..=1, default_value = "true", default_missing_value = "true",
           require_equals = true, action = clap::ArgAction::Set)]
     pub move_sizing_commands: bool,
+    /// Derivatives at t below this are taken as zero and not computed (recurrent training on
+    /// chunks with extra left context).
+    #[arg(long = "optimization.min-deriv-time", default_value_t = i32::MIN,
+          allow_negative_numbers = true)]
+    pub min_deriv_time: i32,
+    /// Derivatives at t above this are taken as zero and not computed.
+    #[arg(long = "optimization.max-deriv-time", default_value_t = i32::MAX,
+          allow_negative_numbers = true)]
+    pub max_deriv_time: i32,
+    /// If set, the max-deriv-time of each minibatch is this plus its largest output t
+    /// (for egs of varying length).
+    #[arg(long = "optimization.max-deriv-time-relative", default_value_t = i32::MAX,
+          allow_negative_numbers = true)]
+    pub max_deriv_time_relative: i32,
 }
 
 impl OptimizationArgs {
@@ -125,6 +139,9 @@ impl OptimizationArgs {
             propagate_in_place: self.propagate_in_place,
             initialize_undefined: self.initialize_undefined,
             move_sizing_commands: self.move_sizing_commands,
+            min_deriv_time: self.min_deriv_time,
+            max_deriv_time: self.max_deriv_time,
+            max_deriv_time_relative: self.max_deriv_time_relative,
         }
     }
 }
