@@ -56,8 +56,9 @@ pub fn deriv_time_range(
 ) -> Option<(i32, i32)> {
     let max = if max_relative != NO_MAX_DERIV_TIME {
         match max_output_time(request) {
-            Some(t) => (t as i64 + max_relative as i64).clamp(i32::MIN as i64, i32::MAX as i64)
-                as i32,
+            Some(t) => {
+                (t as i64 + max_relative as i64).clamp(i32::MIN as i64, i32::MAX as i64) as i32
+            }
             None => max,
         }
     } else {
