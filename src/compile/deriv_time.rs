@@ -14,8 +14,8 @@
 //!   contiguous row span holding every row with t in range; whole-matrix commands and
 //!   component backprops act on that span;
 //! - row-indexed commands (`CopyRows`, `AddRows`, the `*Multi` commands) drop exactly the
-//!   derivative rows whose t is outside the range; `AddRowRanges` trims the ends of each
-//!   range;
+//!   derivative rows whose t is outside the range (their operands stay whole, see
+//!   `whole_if_kept`); `AddRowRanges` trims the ends of each range;
 //! - only derivative matrices are limited by the matrix and row commands; a Backprop of a
 //!   simple component is narrowed to the span of its operands (values included) or deleted
 //!   when its output derivative has no row in range, and a memo that no Backprop reads any
@@ -208,6 +208,19 @@ impl<'a> Limiter<'a> {
         }
     }
 
+    /// For row-indexed commands: `s` itself, or 0 if none of its rows is kept. Kaldi narrows
+    /// these commands' operands to the span as well, but their rows outside it are dropped
+    /// row by row anyway (the span holds every kept row), so the result is the same; keeping
+    /// the operands whole leaves sub-matrices that shortcut compilation can widen (a span
+    /// of an n-major request matrix cuts through the sequences).
+    fn whole_if_kept(&self, s: usize) -> usize {
+        if self.map_if_deriv(s) == 0 {
+            0
+        } else {
+            s
+        }
+    }
+
     /// Rows cut from the start of `orig` to get `new` (a narrowing of it).
     fn left_cut(&self, orig: usize, new: usize) -> usize {
         self.comp.submatrices[new].row_offset - self.comp.submatrices[orig].row_offset
@@ -362,7 +375,7 @@ impl<'a> Limiter<'a> {
                 indexes,
                 alpha,
             } => {
-                let (d, s) = (self.map_if_deriv(dst), self.map_if_deriv(src));
+                let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
                 if d == 0 || s == 0 {
                     // Nothing nonzero moves; the destination was zeroed at allocation.
                     return Some(Command::NoOperation);
@@ -414,7 +427,7 @@ impl<'a> Limiter<'a> {
                 else {
                     return None;
                 };
-                let l = self.map_if_deriv(local);
+                let l = self.whole_if_kept(local);
                 if l == 0 {
                     return Some(Command::NoOperation);
                 }
@@ -433,9 +446,7 @@ impl<'a> Limiter<'a> {
                         new.push((-1, -1));
                         continue;
                     }
-                    let sm = self.map_if_deriv(s);
-                    let sc = self.left_cut(s, sm);
-                    new.push((sm as i32, (r - sc) as i32));
+                    new.push((s as i32, r as i32));
                     keep = true;
                 }
                 if !keep {
@@ -476,10 +487,7 @@ impl<'a> Limiter<'a> {
                 indexes_ranges,
                 alpha,
             } => {
-                let (d, s) = (self.map_if_deriv(dst), self.map_if_deriv(src));
-                if d == dst && s == src {
-                    return None;
-                }
+                let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
                 if d == 0 || s == 0 {
                     return Some(Command::NoOperation);
                 }
@@ -510,6 +518,9 @@ impl<'a> Limiter<'a> {
                     .collect();
                 if !keep {
                     return Some(Command::NoOperation);
+                }
+                if new == old {
+                    return None;
                 }
                 self.comp.indexes_ranges.push(new);
                 Some(Command::AddRowRanges {
