@@ -554,3 +554,58 @@ impl<'a> Limiter<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::request::IoSpecification;
+
+    fn request(output_ts: std::ops::Range<i32>) -> ComputationRequest {
+        ComputationRequest {
+            outputs: vec![IoSpecification::from_ranges(
+                "output",
+                0..2,
+                output_ts,
+                true,
+            )],
+            ..Default::default()
+        }
+    }
+
+    /// Kaldi's rule: `max-deriv-time-relative` is added to the largest output t and
+    /// replaces `max-deriv-time`; nothing set means no limit.
+    #[test]
+    fn the_range_follows_kaldis_options() {
+        let r = request(3..10);
+        assert_eq!(max_output_time(&r), Some(9));
+        let none = (NO_MIN_DERIV_TIME, NO_MAX_DERIV_TIME, NO_MAX_DERIV_TIME);
+        assert_eq!(deriv_time_range(none.0, none.1, none.2, &r), None);
+        assert_eq!(
+            deriv_time_range(-2, NO_MAX_DERIV_TIME, NO_MAX_DERIV_TIME, &r),
+            Some((-2, NO_MAX_DERIV_TIME))
+        );
+        assert_eq!(
+            deriv_time_range(NO_MIN_DERIV_TIME, 5, NO_MAX_DERIV_TIME, &r),
+            Some((NO_MIN_DERIV_TIME, 5))
+        );
+        assert_eq!(deriv_time_range(0, 5, -3, &r), Some((0, 6)));
+        assert_eq!(deriv_time_range(0, NO_MAX_DERIV_TIME, 4, &r), Some((0, 13)));
+        // No overflow at the ends of i32.
+        assert_eq!(
+            deriv_time_range(0, 5, i32::MAX - 1, &r),
+            Some((0, NO_MAX_DERIV_TIME))
+        );
+    }
+
+    #[test]
+    fn bad_ranges_and_missing_debug_info_are_errors() {
+        let nnet = crate::testing::relu_nnet(false);
+        let mut comp = NnetComputation::default();
+        let m = comp.new_matrix(3, 2);
+        comp.whole_submatrix(m);
+        let e = limit_derivative_times(&nnet, &mut comp, 5, 4).unwrap_err();
+        assert!(e.contains("min-deriv-time (5)"), "{e}");
+        let e = limit_derivative_times(&nnet, &mut comp, 0, 4).unwrap_err();
+        assert!(e.contains("debug info"), "{e}");
+    }
+}
