@@ -515,3 +515,74 @@ fn frozen_components_do_not_move_under_any_stepper() {
         );
     }
 }
+
+/// `--min-deriv-time` / `--max-deriv-time-relative` (Kaldi's derivative-time limits) on a
+/// recurrent network: `fit --stepper=ng` gives `compnet train --optimization.*`'s model
+/// byte for byte on the same minibatches, and the limits change what is trained.
+#[test]
+fn derivative_time_limits_in_fit_equal_compnet_train() {
+    let t = setup();
+    let r = |f: &str| s(&t.root.join(f));
+    let case = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/kaldi/train/lstm-deriv-time"
+    );
+    let before = format!("{case}/before.raw");
+    let egs = format!("ark:{case}/egs.ark");
+    ok(&[
+        "train",
+        "--srand=1",
+        "--optimization.min-deriv-time=-2",
+        "--optimization.max-deriv-time-relative=-3",
+        &before,
+        &egs,
+        &r("train.raw"),
+    ]);
+    let fit = |out: &str, limits: &[&str]| {
+        let mut a = vec![
+            "fit",
+            &before,
+            "--train",
+            &egs,
+            "--out",
+            out,
+            "--stepper=ng",
+            "--num-epochs=1",
+            "--minibatch-size=1",
+            "--shuffle=false",
+            "--learning-rate=0.001",
+            "--srand=1",
+        ];
+        a.extend_from_slice(limits);
+        ok(&a);
+    };
+    let (limited, free) = (r("fit"), r("fit-free"));
+    fit(
+        &limited,
+        &["--min-deriv-time=-2", "--max-deriv-time-relative=-3"],
+    );
+    fit(&free, &[]);
+    let ours = read(format!("{limited}/final.raw"));
+    assert!(
+        read(r("train.raw")) == ours,
+        "fit with derivative-time limits differs from compnet train with them"
+    );
+    assert!(read(format!("{free}/final.raw")) != ours);
+    // The same limits from the TOML file.
+    let toml = r("fit.toml");
+    std::fs::write(&toml, "min-deriv-time = -2\nmax-deriv-time-relative = -3\n").unwrap();
+    let from_toml = r("fit-toml");
+    fit(&from_toml, &["--config", &toml]);
+    assert!(read(format!("{from_toml}/final.raw")) == ours);
+    let err = fails(&[
+        "fit",
+        &before,
+        "--train",
+        &egs,
+        "--out",
+        &r("bad"),
+        "--min-deriv-time=5",
+        "--max-deriv-time=4",
+    ]);
+    assert!(err.contains("--min-deriv-time=5"), "{err}");
+}

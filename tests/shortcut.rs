@@ -583,3 +583,61 @@ fn perf_networks_widen_exactly() {
     }
     assert_eq!(compared.len(), 4, "{compared:?}");
 }
+
+/// With derivative-time limits (`compile::deriv_time`, applied to the 2-sequence computation
+/// before widening, as Kaldi does): the widened computation passes the checker and gives
+/// what the directly compiled, limited one gives, n-major and t-major requests alike.
+#[test]
+fn limited_computations_widen_exactly() {
+    let mut compared = 0;
+    let mut kinds = std::collections::BTreeMap::new();
+    for seed in 0..120u64 {
+        let net = random_nnet_config(seed, seed % 2 == 0);
+        let mut nnet =
+            Nnet::from_config_text(&net.config, "<random>", &mut seeded_rng(seed)).unwrap();
+        for c in nnet.components.iter_mut() {
+            c.set_test_mode(true, &mut seeded_rng(0));
+        }
+        let (t0, len) = ((seed % 4) as i32, 2 + (seed % 7) as i32);
+        let req = request(
+            &nnet,
+            &net.inputs,
+            &net.outputs,
+            3 + (seed % 3) as i32,
+            t0,
+            len,
+            seed % 2 == 0,
+            true,
+        );
+        let mut options = CachingCompilerOptions::default();
+        options.optimize.min_deriv_time = t0 - 1 + (seed % 2) as i32;
+        options.optimize.max_deriv_time_relative = -((seed % 2) as i32);
+        let debug = CompilerOptions {
+            output_debug_info: true,
+        };
+        let Ok(mut direct) = compile_computation(&nnet, &req, &debug) else {
+            continue;
+        };
+        compnet::compile::optimize_for_request(&nnet, &req, &mut direct, &options.optimize)
+            .unwrap();
+        let what = format!("seed {seed} ({})", net.kind);
+        let widened = match compile_with_shortcut(&nnet, &req, &options) {
+            Ok(Ok(c)) => c,
+            Ok(Err(why)) => panic!("{what}: no shortcut: {why}\n{req}"),
+            Err(e) => panic!("{what}: the 2-sequence request fails: {e}"),
+        };
+        check_computation(&widened, &nnet).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let _ = run(&nnet, &direct, &req, 7);
+        let a = run(&nnet, &direct, &req, 7).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let b = run(&nnet, &widened, &req, 7).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let d = difference(&a, &b).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(d == 0.0, "{what}: results differ by {d}\n{req}");
+        compared += 1;
+        *kinds.entry(net.kind).or_insert(0) += 1;
+    }
+    eprintln!("compared {compared}: {kinds:?}");
+    assert!(compared >= 100, "only {compared} compared");
+    for k in ["rnn", "lstm-like", "gru"] {
+        assert!(kinds.contains_key(k), "no {k} network: {kinds:?}");
+    }
+}

@@ -242,6 +242,14 @@ fn lstm_with_natural_gradient_matches_kaldi() {
     check_training_logs_within("lstm-ng", 0.01, 1e-5);
 }
 
+/// The same LSTM with Kaldi's derivative-time limits (`--optimization.min-deriv-time=-2
+/// --optimization.max-deriv-time-relative=-3`): derivatives outside t in [-2, 16] are zero,
+/// minibatches of 4 sequences compiled by shortcut.
+#[test]
+fn lstm_with_derivative_time_limits_matches_kaldi() {
+    check_training_logs_within("lstm-deriv-time", 0.01, 1e-5);
+}
+
 /// Natural gradient in every component type that has it (Linear, NG-PerElementScale,
 /// PerElementOffset, Tdnn, ScaleAndOffset, NG-RepeatedAffine, ConstantFunction, NG-Affine).
 /// One known residual: the Tdnn's natural-gradient step differs from Kaldi's by about 1 % of

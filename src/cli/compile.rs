@@ -14,8 +14,8 @@ use crate::cli::init::parse_kaldi_bool;
 use crate::compile::cache::compile_with_shortcut;
 use crate::compile::print::format_computation;
 use crate::compile::{
-    compile_computation, optimize, CachingCompilerOptions, CompilerOptions, ComputationRequest,
-    IoSpecification, OptimizeOptions,
+    compile_computation, optimize_for_request, CachingCompilerOptions, CompilerOptions,
+    ComputationRequest, IoSpecification, OptimizeOptions,
 };
 use crate::error::{Error, Result};
 use crate::nnet::{Index, Nnet};
@@ -56,6 +56,8 @@ pub struct Args {
     pub shortcut: bool,
     #[command(flatten)]
     pub compiler: CachingCompilerArgs,
+    #[command(flatten)]
+    pub deriv_time: DerivTimeArgs,
 }
 
 /// The caching compiler's options, with Kaldi's names (`--compiler.*`); for every command
@@ -114,6 +116,37 @@ pub struct OptimizationArgs {
           num_args = 0..=1, default_value = "true", default_missing_value = "true",
           require_equals = true, action = clap::ArgAction::Set)]
     pub move_sizing_commands: bool,
+    #[command(flatten)]
+    pub deriv_time: DerivTimeArgs,
+}
+
+/// Kaldi's derivative-time limits (`--optimization.min-deriv-time` and friends), for every
+/// command that computes derivatives.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DerivTimeArgs {
+    /// Derivatives at t below this are taken as zero and not computed (recurrent training on
+    /// chunks with extra left context).
+    #[arg(long = "optimization.min-deriv-time", default_value_t = i32::MIN,
+          allow_negative_numbers = true)]
+    pub min_deriv_time: i32,
+    /// Derivatives at t above this are taken as zero and not computed.
+    #[arg(long = "optimization.max-deriv-time", default_value_t = i32::MAX,
+          allow_negative_numbers = true)]
+    pub max_deriv_time: i32,
+    /// If set, the max-deriv-time of each minibatch is this plus its largest output t
+    /// (for egs of varying length).
+    #[arg(long = "optimization.max-deriv-time-relative", default_value_t = i32::MAX,
+          allow_negative_numbers = true)]
+    pub max_deriv_time_relative: i32,
+}
+
+impl DerivTimeArgs {
+    /// Sets the limits in `o`.
+    pub fn apply(&self, o: &mut crate::compile::OptimizeOptions) {
+        o.min_deriv_time = self.min_deriv_time;
+        o.max_deriv_time = self.max_deriv_time;
+        o.max_deriv_time_relative = self.max_deriv_time_relative;
+    }
 }
 
 impl OptimizationArgs {
@@ -125,6 +158,9 @@ impl OptimizationArgs {
             propagate_in_place: self.propagate_in_place,
             initialize_undefined: self.initialize_undefined,
             move_sizing_commands: self.move_sizing_commands,
+            min_deriv_time: self.deriv_time.min_deriv_time,
+            max_deriv_time: self.deriv_time.max_deriv_time,
+            max_deriv_time_relative: self.deriv_time.max_deriv_time_relative,
         }
     }
 }
@@ -235,15 +271,25 @@ pub fn run(a: Args) -> Result<i32> {
         let mut options = a.compiler.options();
         options.compiler = opts;
         options.optimize.optimize = !a.no_optimize;
+        a.deriv_time.apply(&mut options.optimize);
         compile_with_shortcut(&nnet, &req, &options)?.map_err(|why| {
             Error::Usage(format!(
                 "--shortcut: this request cannot be compiled by shortcut: {why}"
             ))
         })?
     } else {
+        let mut o = OptimizeOptions {
+            optimize: !a.no_optimize,
+            ..Default::default()
+        };
+        a.deriv_time.apply(&mut o);
+        let opts = CompilerOptions {
+            output_debug_info: opts.output_debug_info || o.limits_deriv_times(),
+        };
         let mut comp = compile_computation(&nnet, &req, &opts)?;
-        if !a.no_optimize {
-            optimize(&nnet, &mut comp, &OptimizeOptions::default());
+        optimize_for_request(&nnet, &req, &mut comp, &o)?;
+        if !a.debug_info {
+            comp.matrix_debug_info.clear();
         }
         comp
     };

@@ -144,6 +144,12 @@ fit_args! {
     extra_left_context: i32 = "extra-left-context",
     /// Extra right context of chunks [0].
     extra_right_context: i32 = "extra-right-context",
+    /// Derivatives at t below this are zero and not computed (Kaldi's --optimization.min-deriv-time; a chunk's outputs are t = 0..chunk-width-1, so -N lets the gradient reach N frames of the left context) [no limit].
+    min_deriv_time: i32 = "min-deriv-time",
+    /// Derivatives at t above this are zero and not computed (Kaldi's --optimization.max-deriv-time) [no limit].
+    max_deriv_time: i32 = "max-deriv-time",
+    /// max-deriv-time relative to each minibatch's last output t (Kaldi's --optimization.max-deriv-time-relative; 0 = no backprop from the right context) [no limit].
+    max_deriv_time_relative: i32 = "max-deriv-time-relative",
     /// Threads of every thread pool [0 = all cores].
     num_threads: usize = "num-threads",
 }
@@ -302,6 +308,19 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         resume: a.resume.unwrap_or(false),
         ..d
     };
+    let mut opts = opts;
+    let o = &mut opts.compiler.optimize;
+    o.min_deriv_time = a.min_deriv_time.unwrap_or(o.min_deriv_time);
+    o.max_deriv_time = a.max_deriv_time.unwrap_or(o.max_deriv_time);
+    o.max_deriv_time_relative = a
+        .max_deriv_time_relative
+        .unwrap_or(o.max_deriv_time_relative);
+    if o.min_deriv_time > o.max_deriv_time {
+        return Err(Error::Usage(format!(
+            "--min-deriv-time={} is above --max-deriv-time={}",
+            o.min_deriv_time, o.max_deriv_time
+        )));
+    }
     if !(0.0..1.0).contains(&opts.auto_adjust_factor) {
         return Err(Error::Usage(format!(
             "--auto-adjust must be in [0, 1), got {}",

@@ -98,8 +98,15 @@ const fn only_default(
 use ValueKind::{Bool, Float, Int, Str};
 
 const NO_PASS: &str = "compnet's optimizer has no such pass; results are the same";
-const NO_DERIV_TIME: &str = "derivative-time limits are not implemented in compnet's \
-     optimizer yet, and ignoring them would change what is trained";
+const NO_DERIV: &str = "nnet3-compute computes no derivatives, so there is nothing to limit";
+
+/// The derivative-time limits, real options where derivatives are computed
+/// (`cli::compile::OptimizationArgs`); `compute` has none to limit.
+const DERIV_TIME_NO_EFFECT: &[CompatOption] = &[
+    no_effect("optimization.max-deriv-time", Int, NO_DERIV),
+    no_effect("optimization.max-deriv-time-relative", Int, NO_DERIV),
+    no_effect("optimization.min-deriv-time", Int, NO_DERIV),
+];
 
 /// Kaldi's `--optimization.*` options that compnet's optimizer does not have (those it has are
 /// real options: `cli::compile::OptimizationArgs`).
@@ -121,28 +128,10 @@ const OPTIMIZATION: &[CompatOption] = &[
     ),
     no_effect("optimization.convert-addition", Bool, NO_PASS),
     no_effect("optimization.extend-matrices", Bool, NO_PASS),
-    only_default(
-        "optimization.max-deriv-time",
-        Int,
-        "2147483647",
-        NO_DERIV_TIME,
-    ),
-    only_default(
-        "optimization.max-deriv-time-relative",
-        Int,
-        "2147483647",
-        NO_DERIV_TIME,
-    ),
     no_effect(
         "optimization.memory-compression-level",
         Int,
         "compnet does not compress matrices kept for backprop",
-    ),
-    only_default(
-        "optimization.min-deriv-time",
-        Int,
-        "-2147483648",
-        NO_DERIV_TIME,
     ),
     no_effect("optimization.optimize-row-ops", Bool, NO_PASS),
     no_effect("optimization.snip-row-ops", Bool, NO_PASS),
@@ -215,7 +204,7 @@ const AVERAGE: &[CompatOption] = &[no_effect(
 /// The Kaldi options subcommand `sub` accepts without implementing.
 pub fn compat_options(sub: &str) -> Vec<&'static CompatOption> {
     let groups: &[&[CompatOption]] = match sub {
-        "compute" => &[COMPUTE, OPTIMIZATION, DEBUG],
+        "compute" => &[COMPUTE, OPTIMIZATION, DERIV_TIME_NO_EFFECT, DEBUG],
         "compute-prob" => &[COMPUTE_PROB, OPTIMIZATION, DEBUG],
         "train" => &[TRAIN, OPTIMIZATION, &DEBUG[..1], CUDA],
         "copy-feats" => &[COPY_FEATS],
@@ -582,11 +571,19 @@ mod tests {
         assert!(prep(&[
             "compnet",
             "compute",
-            "--optimization.min-deriv-time=-2147483648"
+            "--optimization.consolidate-model-update=true"
         ])
         .is_ok());
-        let e = prep(&["compnet", "compute", "--optimization.min-deriv-time=0"]).unwrap_err();
+        let e = prep(&[
+            "compnet",
+            "compute",
+            "--optimization.consolidate-model-update=false",
+        ])
+        .unwrap_err();
         assert!(e.to_string().contains("only Kaldi's default"), "{e}");
+        // No derivatives in compute: the limits are accepted with a warning.
+        let p = prep(&["compnet", "compute", "--optimization.min-deriv-time=0"]).unwrap();
+        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
     }
 
     #[test]

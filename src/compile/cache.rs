@@ -16,7 +16,7 @@ use super::computation::{
     Command, MatrixDebugInfo, MatrixInfo, NnetComputation, PrecomputedIo, SubMatrixInfo,
 };
 use super::request::{ComputationRequest, IoSpecification};
-use super::{compile_computation, optimize, CompilerOptions, OptimizeOptions};
+use super::{compile_computation, optimize_for_request, CompilerOptions, OptimizeOptions};
 use crate::error::Result;
 use crate::nnet::component::{PrecomputedIndexes, Properties};
 use crate::nnet::{Index, Nnet};
@@ -258,9 +258,10 @@ impl CachingCompiler {
             }
         }
         let mut opts = self.options.compiler.clone();
-        opts.output_debug_info |= need_debug;
+        // The derivative-time limits read each row's Index from the debug info.
+        opts.output_debug_info |= need_debug || self.options.optimize.limits_deriv_times();
         let mut comp = compile_computation(nnet, request, &opts)?;
-        optimize(nnet, &mut comp, &self.options.optimize);
+        optimize_for_request(nnet, request, &mut comp, &self.options.optimize)?;
         Ok(comp)
     }
 }
@@ -303,7 +304,7 @@ pub fn compile_with_shortcut(
     let mut opts = options.compiler.clone();
     opts.output_debug_info = true;
     let mut small = compile_computation(nnet, &mini, &opts)?;
-    optimize(nnet, &mut small, &options.optimize);
+    optimize_for_request(nnet, &mini, &mut small, &options.optimize)?;
     Ok(expand_computation(
         nnet,
         &small,

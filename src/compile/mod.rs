@@ -4,6 +4,7 @@
 //! into epochs, phases and steps, [`compiler`] turns steps into matrices and commands,
 //! [`t_range`] bounds where each node can be computable (so the builder skips the rest),
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
+//! [`deriv_time`] limits derivatives to a range of t (recurrent training on chunks).
 //! [`cache`] compiles each request shape once and widens 2-sequence computations to N.
 
 pub mod analysis;
@@ -12,6 +13,7 @@ pub mod checker;
 pub mod compiler;
 pub mod computation;
 pub mod context;
+pub mod deriv_time;
 pub mod graph;
 pub mod optimize;
 pub mod print;
@@ -23,5 +25,5 @@ pub mod t_range;
 pub use cache::{CachingCompiler, CachingCompilerOptions, CompilerStats};
 pub use compiler::{compile_computation, CompilerOptions};
 pub use computation::{Command, NnetComputation, SubMatrixInfo};
-pub use optimize::{optimize, OptimizeOptions};
+pub use optimize::{optimize, optimize_for_request, OptimizeOptions};
 pub use request::{ComputationRequest, IoSpecification};

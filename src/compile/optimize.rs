@@ -26,6 +26,7 @@
 
 use super::analysis::{command_accesses, rename_matrices, rename_submatrices, Access, MatrixOp};
 use super::computation::{Command, MatrixDebugInfo, MatrixInfo, NnetComputation, SubMatrixInfo};
+use super::request::ComputationRequest;
 use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
 
@@ -38,6 +39,13 @@ pub struct OptimizeOptions {
     pub propagate_in_place: bool,
     pub initialize_undefined: bool,
     pub move_sizing_commands: bool,
+    /// `--optimization.min-deriv-time`: derivatives at smaller t are zero (i32::MIN: none).
+    pub min_deriv_time: i32,
+    /// `--optimization.max-deriv-time`: derivatives at larger t are zero (i32::MAX: none).
+    pub max_deriv_time: i32,
+    /// `--optimization.max-deriv-time-relative`: if set (not i32::MAX), replaces
+    /// `max_deriv_time` by this plus the request's largest output t.
+    pub max_deriv_time_relative: i32,
 }
 
 impl Default for OptimizeOptions {
@@ -48,11 +56,59 @@ impl Default for OptimizeOptions {
             propagate_in_place: true,
             initialize_undefined: true,
             move_sizing_commands: true,
+            min_deriv_time: super::deriv_time::NO_MIN_DERIV_TIME,
+            max_deriv_time: super::deriv_time::NO_MAX_DERIV_TIME,
+            max_deriv_time_relative: super::deriv_time::NO_MAX_DERIV_TIME,
         }
     }
 }
 
-/// Runs the optimizations `opts` selects on `comp` (compiled for `nnet`).
+impl OptimizeOptions {
+    /// True if any derivative-time limit is set (the computation then needs debug info).
+    pub fn limits_deriv_times(&self) -> bool {
+        self.min_deriv_time != super::deriv_time::NO_MIN_DERIV_TIME
+            || self.max_deriv_time != super::deriv_time::NO_MAX_DERIV_TIME
+            || self.max_deriv_time_relative != super::deriv_time::NO_MAX_DERIV_TIME
+    }
+}
+
+/// Kaldi's `Optimize` for a computation compiled from `request`: first the derivative-time
+/// limits `opts` sets (they change the gradients, so they apply even with `optimize` off; the
+/// computation must carry matrix debug info), then [`optimize`].
+pub fn optimize_for_request(
+    nnet: &Nnet,
+    request: &ComputationRequest,
+    comp: &mut NnetComputation,
+    opts: &OptimizeOptions,
+) -> crate::error::Result<()> {
+    optimize_for_request_observed(nnet, request, comp, opts, &mut |_, _| {})
+}
+
+/// [`optimize_for_request`] with [`optimize_observed`]'s callback (the limit is the pass
+/// "limit_deriv_times").
+pub fn optimize_for_request_observed(
+    nnet: &Nnet,
+    request: &ComputationRequest,
+    comp: &mut NnetComputation,
+    opts: &OptimizeOptions,
+    after_pass: &mut dyn FnMut(&str, &NnetComputation),
+) -> crate::error::Result<()> {
+    if let Some((min, max)) = super::deriv_time::deriv_time_range(
+        opts.min_deriv_time,
+        opts.max_deriv_time,
+        opts.max_deriv_time_relative,
+        request,
+    ) {
+        super::deriv_time::limit_derivative_times(nnet, comp, min, max)
+            .map_err(crate::error::Error::Compute)?;
+        after_pass("limit_deriv_times", comp);
+    }
+    optimize_observed(nnet, comp, opts, after_pass);
+    Ok(())
+}
+
+/// Runs the optimizations `opts` selects on `comp` (compiled for `nnet`). The
+/// derivative-time limits need the request: [`optimize_for_request`] applies them.
 ///
 /// Computations with loops or swaps (which the compiler does not produce) are left alone.
 pub fn optimize(nnet: &Nnet, comp: &mut NnetComputation, opts: &OptimizeOptions) {
