@@ -2,9 +2,9 @@
 //! using them, against their share of its FLOPs: the `extras-attention-gru` golden network
 //! scaled to real dimensions (TDNN 512, attention 8 heads × (key 32, value 64), 5 left and 2
 //! right inputs at time-stride 3, GRU cell 512, output-GRU cell 512 with 256+256 projections,
-//! 2000 outputs), one chunk of 8 sequences × 150 frames. Every layer's propagate is timed on
+//! 2000 outputs), one batch of 16 chunks × 150 frames. Every layer's propagate is timed on
 //! the rows the compiled computation gives it: whole chunks for the feed-forward layers, one
-//! time step (8 rows) at a time for the recurrent ones (150 calls).
+//! time step (16 rows) at a time for the recurrent ones (150 calls).
 //!
 //! Usage: `cargo bench --bench attention_gru -- [THREADS]` (default 1). Prints median times.
 
@@ -16,7 +16,8 @@ use compnet::nnet::component::{
 use compnet::nnet::Index;
 use std::time::Instant;
 
-const SEQS: usize = 8;
+/// What `compnet compute` batches for a recurrent network (run::chunked, 16 chunks).
+const SEQS: usize = 16;
 const FRAMES: usize = 150;
 
 fn random_matrix(rows: usize, cols: usize, seed: u32) -> Matrix {

@@ -289,6 +289,86 @@ pub(crate) fn tanh_fast(x: Real) -> Real {
 }
 
 multiversion! {
+    /// One output row of one restricted-attention head (see
+    /// `MatViewMut::add_restricted_attention`). `window` starts at the row's first window row
+    /// (keys, then values); window row o starts `o · shift_stride` elements later. `out` has
+    /// `value_dim` columns, or `value_dim` + C with the weights added after them.
+    fn attention_row(
+        out: &mut [Real],
+        weights: &mut [Real],
+        query: &[Real],
+        window: &[Real],
+        shift_stride: usize,
+        key_dim: usize,
+        value_dim: usize,
+        key_scale: Real,
+    ) {
+        let q = &query[..key_dim];
+        let full = key_dim / 16 * 16;
+        for (o, w) in weights.iter_mut().enumerate() {
+            let key = &window[o * shift_stride..][..key_dim];
+            let mut lanes = [0.0 as Real; 16];
+            for j0 in (0..full).step_by(16) {
+                for l in 0..16 {
+                    lanes[l] += q[j0 + l] * key[j0 + l];
+                }
+            }
+            let mut dot = 0.0 as Real;
+            for j in full..key_dim {
+                dot += q[j] * key[j];
+            }
+            // Pairwise halving in separate arrays, which compiles to vector shuffles.
+            let mut s8 = [0.0 as Real; 8];
+            for l in 0..8 {
+                s8[l] = lanes[l] + lanes[l + 8];
+            }
+            let mut s4 = [0.0 as Real; 4];
+            for l in 0..4 {
+                s4[l] = s8[l] + s8[l + 4];
+            }
+            let total = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+            *w = key_scale * (total + dot) + query[key_dim + o];
+        }
+        let mut max = Real::NEG_INFINITY;
+        for &w in weights.iter() {
+            max = if w > max { w } else { max };
+        }
+        let mut sum = 0.0 as Real;
+        for w in weights.iter_mut() {
+            *w = exp_fast(*w - max);
+            sum += *w;
+        }
+        for w in weights.iter_mut() {
+            *w /= sum;
+        }
+        let (values, context) = out.split_at_mut(value_dim);
+        // 16 output columns at a time, summed over the window in registers (a row-at-a-time
+        // axpy would load and store the output once per window position).
+        let vfull = value_dim / 16 * 16;
+        for j0 in (0..vfull).step_by(16) {
+            let mut acc = [0.0 as Real; 16];
+            acc.copy_from_slice(&values[j0..j0 + 16]);
+            for (o, &w) in weights.iter().enumerate() {
+                let v = &window[o * shift_stride + key_dim + j0..][..16];
+                for l in 0..16 {
+                    acc[l] += w * v[l];
+                }
+            }
+            values[j0..j0 + 16].copy_from_slice(&acc);
+        }
+        for (o, &w) in weights.iter().enumerate() {
+            let v = &window[o * shift_stride + key_dim..][..value_dim];
+            for (y, &x) in values[vfull..].iter_mut().zip(&v[vfull..]) {
+                *y += w * x;
+            }
+        }
+        for (y, &w) in context.iter_mut().zip(weights.iter()) {
+            *y += w;
+        }
+    }
+}
+
+multiversion! {
     /// The GRU cell on one row, fused: h ← tanh(h) (h holds the pre-activation),
     /// c ← (1 − z) h + z c_prev, rounded as `h − z·h + z·c_prev`.
     fn gru_cell_row(h: &mut [Real], c: &mut [Real], z: &[Real], c_prev: &[Real]) {

@@ -442,28 +442,20 @@ impl Component for RestrictedAttentionComponent {
         let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
         let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
         let mut c = Matrix::zeros(rows_out, self.num_heads * cd);
-        let mut b = Matrix::zeros(rows_out, cd);
         for h in 0..self.num_heads {
             let inp = input.cols_range(h * ip, ip);
-            let keys = inp.cols_range(0, kd);
-            let values = inp.cols_range(kd, vd);
-            let queries = inp.sub(rows_left, rows_out, kd + vd, kd + cd);
-            let mut bv = b.view_mut();
-            bv.set_attention_dot_products(self.key_scale, queries.cols_range(0, kd), keys, shift);
-            bv.add_mat(1.0, queries.cols_range(kd, cd), Trans::No);
-            let mut ch = c.sub_mut(0, rows_out, h * cd, cd);
-            ch.softmax_per_row_from(b.view());
-            let mut out = output.sub_mut(0, rows_out, h * op, op);
-            out.sub_mut(0, rows_out, 0, vd).add_attention_weighted_rows(
-                1.0,
-                values,
-                ch.as_view(),
-                shift,
-            );
-            if self.output_context {
-                out.sub_mut(0, rows_out, vd, cd)
-                    .add_mat(1.0, ch.as_view(), Trans::No);
-            }
+            // One pass per head: dot products, positional term, softmax and weighted sum
+            // (and the weights themselves with output-context) row by row.
+            output
+                .sub_mut(0, rows_out, h * op, op)
+                .add_restricted_attention(
+                    &mut c.sub_mut(0, rows_out, h * cd, cd),
+                    inp.cols_range(0, kd + vd),
+                    inp.sub(rows_left, rows_out, kd + vd, kd + cd),
+                    kd,
+                    self.key_scale,
+                    shift,
+                );
         }
         Some(Box::new(c))
     }
