@@ -741,27 +741,28 @@ impl Evaluator {
                     Some((_, v, o)) => num(v, o, "initValueScale")?,
                     None => 1.0,
                 };
-                let init =
-                    match get("init") {
-                        None => Init::Uniform(scale),
-                        Some((_, Value::Str(s), o)) => match s.to_ascii_lowercase().as_str() {
-                            "uniform" => Init::Uniform(scale),
-                            "gaussian" => Init::Gaussian(scale),
-                            "fixedvalue" => match get("value") {
-                                Some((_, v, o)) => Init::Fixed(num(v, o, "value")?),
-                                None => return Err(err(o, "init=fixedvalue needs value=<number>")),
-                            },
-                            _ => return Err(err(
+                let init = match get("init") {
+                    None => Init::Uniform(scale),
+                    Some((_, Value::Str(s), o)) => match s.to_ascii_lowercase().as_str() {
+                        "uniform" => Init::Uniform(scale),
+                        "gaussian" => Init::Gaussian(scale),
+                        "fixedvalue" => match get("value") {
+                            Some((_, v, o)) => Init::Fixed(num(v, o, "value")?),
+                            None => return Err(err(o, "init=fixedvalue needs value=<number>")),
+                        },
+                        _ => {
+                            return Err(err(
                                 o,
                                 format!(
                                     "unknown init '{s}': expected uniform, gaussian or fixedvalue"
                                 ),
-                            )),
-                        },
-                        Some((_, _, o)) => {
-                            return Err(err(o, "init must be uniform, gaussian or fixedvalue"))
+                            ))
                         }
-                    };
+                    },
+                    Some((_, _, o)) => {
+                        return Err(err(o, "init must be uniform, gaussian or fixedvalue"))
+                    }
+                };
                 let mut learning_rate_factor = match get("learningRateMultiplier") {
                     Some((_, v, o)) => num(v, o, "learningRateMultiplier")?,
                     None => 1.0,

@@ -225,8 +225,9 @@ impl<'a> Parser<'a> {
         Ok(Stmt::Assign { name, pos, expr })
     }
 
-    /// `key = value` entries up to `]`; a value is the text of its tokens up to the next
-    /// `key =` or the closing bracket (values may continue on the next line).
+    /// `key = value` entries up to `]`; a value is the text of its tokens to the end of the
+    /// line (or on the next line when nothing follows the `=`), the next `key =` or the
+    /// closing bracket.
     fn settings(&mut self) -> PResult<Vec<Setting>> {
         let mut out = Vec::new();
         let mut depth = 0usize;
@@ -238,10 +239,16 @@ impl<'a> Parser<'a> {
             let (key, pos) = self.ident("a setting name")?;
             self.expect('=')?;
             let mut value = String::new();
+            let mut last_line = 0;
             loop {
                 let Some(t) = self.peek() else {
                     return Err(self.unexpected("']'"));
                 };
+                // A value ends with its line, unless it has not started yet.
+                if !value.is_empty() && depth == 0 && t.pos.line > last_line {
+                    break;
+                }
+                last_line = t.pos.line;
                 let next_key = matches!(t.tok, Tok::Ident(_))
                     && matches!(
                         self.peek_at(1),
