@@ -219,6 +219,7 @@ struct Scope {
     chain: Rc<Vec<CallSite>>,
 }
 
+#[derive(Default)]
 pub struct Evaluator {
     pub graph: Graph,
     macros: HashMap<String, Rc<MacroDef>>,
@@ -239,12 +240,7 @@ pub fn err(origin: &Origin, msg: impl Into<String>) -> NdlError {
 
 impl Evaluator {
     pub fn new() -> Self {
-        Evaluator {
-            graph: Graph::default(),
-            macros: HashMap::new(),
-            counters: HashMap::new(),
-            depth: 0,
-        }
+        Self::default()
     }
 
     /// Evaluates a whole file: macro definitions first (anywhere in the file, sections
