@@ -826,3 +826,53 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn deep_or_damaged_input_gives_errors_not_crashes() {
+    let net = |body: &str| {
+        format!("features=Input(4, tag=feature)\n{body}\nMSE=SquareError(features, out, tag=criteria)\n")
+    };
+    // 150 nested calls lower (a deep network); 300 are refused by the parser.
+    let nest = |n: usize| format!("out = {}features{}", "Sigmoid(".repeat(n), ")".repeat(n));
+    let nnet = read_ndl(&net(&nest(150)), "deep.ndl", &mut seeded_rng(1)).expect("150 deep");
+    assert_eq!(nnet.components.len(), 150);
+    let e = error_of(&net(&nest(300)), "deeper.ndl");
+    assert!(e.contains("nest deeper than"), "{e}");
+    // 600 statements each using the next one (defined later).
+    let mut body = String::from("out = Sigmoid(a1)\n");
+    for k in 1..600 {
+        body.push_str(&format!("a{k} = Tanh(a{})\n", k + 1));
+    }
+    body.push_str("a600 = Sigmoid(features)\n");
+    let e = error_of(&net(&body), "chain.ndl");
+    assert!(e.contains("wait on names defined later"), "{e}");
+
+    // Random damage to the seed examples: every result is a network or an error.
+    let mut rng = seeded_rng(21);
+    for file in [
+        "lstm.ndl",
+        "cnn.ndl",
+        "rnnlm_full_softmax.ndl",
+        "timit_simple.ndl",
+    ] {
+        let text: Vec<char> = data(file).chars().collect();
+        for _ in 0..150 {
+            let mut t = text.clone();
+            for _ in 0..1 + (rand_gauss(&mut rng).abs() * 2.0) as usize {
+                let at = (rand_gauss(&mut rng).abs() * 1e6) as usize % t.len();
+                match (rand_gauss(&mut rng).abs() * 10.0) as usize % 3 {
+                    0 => {
+                        t.remove(at);
+                    }
+                    1 => t.insert(at, "()=,.[]{}9-xL"[at % 13..].chars().next().unwrap_or('x')),
+                    _ => {
+                        let other = (at * 7 + 1) % t.len();
+                        t.swap(at, other)
+                    }
+                }
+            }
+            let damaged: String = t.into_iter().collect();
+            let _ = read_ndl(&damaged, file, &mut seeded_rng(1));
+        }
+    }
+}

@@ -29,6 +29,9 @@ use crate::nnet::{Desc, NetworkBuilder, ObjectiveType};
 use rand::RngCore;
 use std::collections::{HashMap, HashSet};
 
+/// Lowering recurses along paths of the graph; longer paths are refused, not overflowed.
+const MAX_DEPTH: usize = 400;
+
 pub struct Lowerer<'g, 'r> {
     g: &'g Graph,
     pub b: NetworkBuilder,
@@ -176,6 +179,12 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         let id = self.g.resolve(id);
         if let Some(d) = self.dims.get(&id) {
             return Ok(*d);
+        }
+        if self.dims_running.len() >= MAX_DEPTH {
+            return Err(self.fail(
+                id,
+                format!("the network is deeper than {MAX_DEPTH} nodes on one path"),
+            ));
         }
         if !self.dims_running.insert(id) {
             return Err(self.fail(
@@ -471,6 +480,12 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         let id = self.g.resolve(id);
         if let Some(d) = self.memo.get(&id) {
             return Ok(d.clone());
+        }
+        if self.running.len() >= MAX_DEPTH {
+            return Err(self.fail(
+                id,
+                format!("the network is deeper than {MAX_DEPTH} nodes on one path"),
+            ));
         }
         if !self.running.insert(id) {
             return Err(self.fail(

@@ -90,13 +90,23 @@ pub struct Parser<'a> {
     i: usize,
     /// Where the text ends (for "unexpected end" errors).
     end: Pos,
+    /// Nesting of expressions and blocks now, bounded so that no input overflows the stack.
+    depth: usize,
 }
+
+/// How deeply expressions and blocks may nest.
+pub const MAX_NESTING: usize = 200;
 
 type PResult<T> = Result<T, (Pos, String)>;
 
 impl<'a> Parser<'a> {
     pub fn new(toks: &'a [Token], end: Pos) -> Self {
-        Parser { toks, i: 0, end }
+        Parser {
+            toks,
+            i: 0,
+            end,
+            depth: 0,
+        }
     }
 
     fn peek(&self) -> Option<&'a Token> {
@@ -197,7 +207,7 @@ impl<'a> Parser<'a> {
             self.expect(')')?;
             let body = if self.is_punct('{') {
                 self.i += 1;
-                MacroBody::Block(self.statements(Some('}'))?)
+                MacroBody::Block(self.nested(|p| p.statements(Some('}')))?)
             } else if self.is_punct('=') {
                 self.i += 1;
                 MacroBody::Expr(self.expr()?)
@@ -218,7 +228,7 @@ impl<'a> Parser<'a> {
                 let entries = self.settings()?;
                 return Ok(Stmt::Settings { name, pos, entries });
             }
-            let body = self.statements(Some(']'))?;
+            let body = self.nested(|p| p.statements(Some(']')))?;
             return Ok(Stmt::Section { name, pos, body });
         }
         let expr = self.expr()?;
@@ -275,6 +285,24 @@ impl<'a> Parser<'a> {
     }
 
     pub fn expr(&mut self) -> PResult<Expr> {
+        self.nested(|p| p.expr_inner())
+    }
+
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        if self.depth >= MAX_NESTING {
+            let pos = self.peek().map_or(self.end, |t| t.pos);
+            return Err((
+                pos,
+                format!("expressions and blocks nest deeper than {MAX_NESTING}"),
+            ));
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    fn expr_inner(&mut self) -> PResult<Expr> {
         let Some(t) = self.peek() else {
             return Err(self.unexpected("an expression"));
         };
