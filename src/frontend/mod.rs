@@ -7,3 +7,4 @@
 //! the first; CNTK's NDL and Brainstorm's readers are meant to sit beside it.
 
 pub mod kaldi;
+pub mod ndl;
