@@ -215,7 +215,14 @@ pub fn run(mut a: Args) -> Result<i32> {
         let outs = cc.compute_many(&utts).map_err(|(u, e)| {
             Error::Compute(format!("{feats_rspec}: utterance {}: {e}", pending[u].0))
         })?;
-        for ((key, _, _), mut out) in pending.iter().zip(outs) {
+        for ((key, feats, _), mut out) in pending.iter().zip(outs) {
+            crate::train::log::vlog(1, "compnet compute", || {
+                format!(
+                    "utterance {key}: {} frames in, {} output rows",
+                    feats.num_rows(),
+                    out.num_rows()
+                )
+            });
             if a.apply_exp {
                 out.view_mut().apply_exp();
             }

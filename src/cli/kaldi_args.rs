@@ -35,17 +35,7 @@ impl Default for StandardOptions {
     }
 }
 
-/// The verbose level of this process (`--verbose`), for code that prints more when asked.
-static VERBOSE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-/// Kaldi's verbose level given on the command line (`--verbose=N`, default 0).
-pub fn verbose_level() -> i32 {
-    VERBOSE.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-pub(crate) fn set_verbose_level(v: i32) {
-    VERBOSE.store(v, std::sync::atomic::Ordering::Relaxed);
-}
+pub use crate::train::log::{set_verbose_level, verbose_level};
 
 /// The value type of an option, as Kaldi's usage message names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -95,13 +95,14 @@ pub fn compile_computation(
     Ok(computation)
 }
 
-/// With `COMPNET_TIME_COMPILE=1` in the environment, prints how long each compiler phase took
+/// With `COMPNET_TIME_COMPILE=1` in the environment (or `--verbose=2`), prints how long each compiler phase took
 /// (to stderr), so compile-time work can be aimed where it matters.
 struct PhaseTimer(Option<std::cell::Cell<std::time::Instant>>);
 
 impl PhaseTimer {
     fn from_env() -> PhaseTimer {
-        let on = std::env::var("COMPNET_TIME_COMPILE").is_ok_and(|v| !v.is_empty() && v != "0");
+        let on = std::env::var("COMPNET_TIME_COMPILE").is_ok_and(|v| !v.is_empty() && v != "0")
+            || crate::train::log::verbose_level() >= 2;
         PhaseTimer(on.then(|| std::cell::Cell::new(std::time::Instant::now())))
     }
     fn lap(&self, phase: &str) {

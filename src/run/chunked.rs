@@ -9,6 +9,7 @@
 //! replaced by the first/last frame, and times shifted so that the chunk's first output frame
 //! has t = 0. iVectors are supplied as one row at t = 0.
 
+use crate::compile::cache::{compile_with_shortcut, CachingCompilerOptions};
 use crate::compile::context::{nnet_context, NnetContext};
 use crate::compile::request::{ComputationRequest, IoSpecification};
 use crate::compile::{
@@ -473,9 +474,36 @@ impl ChunkComputer {
         let (lo, hi, n) = shape;
         let key = (lo, hi, n, seqs);
         if !self.cache.contains_key(&key) {
+            let start = std::time::Instant::now();
             let request = self.chunk_request(lo, hi, num, seqs as i32);
-            let mut comp = compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
-            optimize(&self.nnet, &mut comp, &self.opts.optimize);
+            // Several chunks: compiled as 2 and widened (Kaldi's shortcut compilation), which
+            // costs what 2 do; a 16-chunk batch of a recurrent network otherwise spends
+            // longer compiling than computing. Direct compilation where widening gives up.
+            let options = CachingCompilerOptions {
+                optimize: self.opts.optimize.clone(),
+                ..Default::default()
+            };
+            let widened = if seqs > 2 {
+                compile_with_shortcut(&self.nnet, &request, &options)?.ok()
+            } else {
+                None
+            };
+            let comp = match widened {
+                Some(c) => c,
+                None => {
+                    let mut c =
+                        compile_computation(&self.nnet, &request, &CompilerOptions::default())?;
+                    optimize(&self.nnet, &mut c, &self.opts.optimize);
+                    c
+                }
+            };
+            crate::train::log::vlog(2, "compnet compute", || {
+                format!(
+                    "compiled {seqs} chunk(s) of {num} output frames, input t {lo}..{hi}: {} commands, {:.1} ms",
+                    comp.commands.len(),
+                    start.elapsed().as_secs_f64() * 1e3
+                )
+            });
             self.cache.insert(key, comp);
         }
         Ok(())

@@ -12,6 +12,28 @@ pub fn log(program: &str, text: &str) {
     eprintln!("LOG ({program}) {text}");
 }
 
+/// The verbose level of this process (Kaldi's `--verbose=N`, default 0).
+static VERBOSE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Kaldi's verbose level given on the command line (`--verbose=N`, default 0).
+pub fn verbose_level() -> i32 {
+    VERBOSE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets the verbose level (the command line does, before a command runs).
+pub fn set_verbose_level(v: i32) {
+    VERBOSE.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Prints `VLOG[<level>] (<program>) <text>` on stderr when the verbose level is at least
+/// `level` (Kaldi's `KALDI_VLOG`). What each level adds: 1, one line per utterance or
+/// minibatch; 2, each computation compiled, with the compiler's phase times.
+pub fn vlog(level: i32, program: &str, text: impl FnOnce() -> String) {
+    if verbose_level() >= level {
+        eprintln!("VLOG[{level}] ({program}) {}", text());
+    }
+}
+
 /// Prints `WARNING (<program>) <text>` on stderr.
 pub fn warn(program: &str, text: &str) {
     eprintln!("WARNING ({program}) {text}");

@@ -203,6 +203,14 @@ impl<'a> NnetTrainer<'a> {
     /// Trains on one (merged) minibatch.
     pub fn train(&mut self, eg: &NnetExample) -> Result<()> {
         let computation = self.compile(eg)?;
+        crate::train::log::vlog(1, &self.opts.program, || {
+            format!(
+                "minibatch {}: {} sequences, a computation of {} commands",
+                self.num_minibatches_processed,
+                num_sequences(eg),
+                computation.commands.len()
+            )
+        });
         let interval = self.opts.backstitch_training_interval;
         let seed = self
             .opts
