@@ -12,8 +12,8 @@ use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, Memo, MiscComputationInfo,
-    PrecomputedIndexes, PropagateArgs,
+    new_component_from_config, read_component, Backprop, Component, Memo, MiscComputationInfo,
+    PrecomputedIndexes, Propagate,
 };
 use compnet::nnet::Index;
 use compnet::testing::golden::{check_golden_info, round_trip_golden};
@@ -148,14 +148,12 @@ impl<'a> Step<'a> {
     }
     fn propagate(&self, xin: &Matrix) -> (Matrix, Option<Memo>) {
         let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
-        let memo = self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
+        let memo = self.c.propagate(Propagate {
+            input: xin.view(),
+            output: y.view_mut(),
+            indexes: self.pre.as_deref(),
+            rng: &mut compnet::random::seeded_rng(0),
+        });
         (y, memo)
     }
     fn forward(&self, x: &Matrix) -> Matrix {
@@ -173,16 +171,12 @@ impl<'a> Step<'a> {
         let mut g = Matrix::zeros(self.input.len(), self.c.input_dim());
         g.view_mut().set_const(init);
         let mut rng = compnet::random::seeded_rng(0);
-        self.c.backprop(
-            BackpropArgs {
-                indexes: self.pre.as_deref(),
-                in_value: xin.view(),
-                memo: memo.as_ref(),
-                ..BackpropArgs::new(&mut rng)
-            },
-            dd.view(),
-            Some(g.view_mut()),
-        );
+        self.c.backprop(Backprop {
+            indexes: self.pre.as_deref(),
+            in_value: xin.view(),
+            memo: memo.as_ref(),
+            ..Backprop::new(dd.view(), Some(g.view_mut()), &mut rng)
+        });
         Self::unpermute(&self.in_perm, &g)
     }
 }
@@ -420,14 +414,12 @@ fn attention_propagate_adds_to_its_output() {
     let (y0, _) = step.propagate(&xin);
     let mut y1 = Matrix::zeros(step.output.len(), c.output_dim());
     y1.view_mut().set_const(1.0);
-    c.propagate(
-        PropagateArgs {
-            indexes: step.pre.as_deref(),
-            rng: &mut compnet::random::seeded_rng(0),
-        },
-        xin.view(),
-        y1.view_mut(),
-    );
+    c.propagate(Propagate {
+        input: xin.view(),
+        output: y1.view_mut(),
+        indexes: step.pre.as_deref(),
+        rng: &mut compnet::random::seeded_rng(0),
+    });
     y1.view_mut().add_const(-1.0);
     assert!(max_abs_diff(&y0, &y1) < 1e-5);
 }
@@ -570,11 +562,11 @@ fn gru_reference(x: &Matrix, w_h: &Matrix, c: usize, r: usize) -> Matrix {
 
 fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
     let mut y = Matrix::zeros(x.num_rows(), c.output_dim());
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     y
 }
 
@@ -632,16 +624,12 @@ fn backprop_with_delta(
     let d = gauss(x.num_rows(), c.output_dim(), 5);
     let mut g = Matrix::zeros(x.num_rows(), c.input_dim());
     let mut rng = compnet::random::seeded_rng(seed);
-    c.backprop(
-        BackpropArgs {
-            in_value: x.view(),
-            out_value: y.view(),
-            to_update: Some(delta),
-            ..BackpropArgs::new(&mut rng)
-        },
-        d.view(),
-        Some(g.view_mut()),
-    );
+    c.backprop(Backprop {
+        in_value: x.view(),
+        out_value: y.view(),
+        to_update: Some(delta),
+        ..Backprop::new(d.view(), Some(g.view_mut()), &mut rng)
+    });
     g
 }
 
@@ -679,15 +667,11 @@ fn gru_stats_and_self_repair_as_kaldi() {
             let y = forward(c.as_ref(), &x);
             let d = gauss(20, c.output_dim(), 5);
             let mut g0 = Matrix::zeros(20, c.input_dim());
-            c.backprop(
-                BackpropArgs {
-                    in_value: x.view(),
-                    out_value: y.view(),
-                    ..BackpropArgs::new(&mut rng)
-                },
-                d.view(),
-                Some(g0.view_mut()),
-            );
+            c.backprop(Backprop {
+                in_value: x.view(),
+                out_value: y.view(),
+                ..Backprop::new(d.view(), Some(g0.view_mut()), &mut rng)
+            });
             if stored {
                 seen[0] = true;
                 // 2 of 4 cells repaired in this minibatch.

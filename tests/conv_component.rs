@@ -9,8 +9,8 @@ use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::time_height_convolution::TimeHeightConvolutionComponent;
 use compnet::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
-    PrecomputedIndexes, PropagateArgs, Properties,
+    new_component_from_config, read_component, Backprop, Component, MiscComputationInfo,
+    PrecomputedIndexes, Propagate, Properties,
 };
 use compnet::nnet::Index;
 use compnet::testing::golden::{golden_component, round_trip_golden};
@@ -79,14 +79,12 @@ impl<'a> Step<'a> {
         let xin = Self::permute(&self.in_perm, x);
         let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
         y.view_mut().set_const(f32::NAN);
-        self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
+        self.c.propagate(Propagate {
+            input: xin.view(),
+            output: y.view_mut(),
+            indexes: self.pre.as_deref(),
+            rng: &mut compnet::random::seeded_rng(0),
+        });
         Self::unpermute(&self.out_perm, &y)
     }
     /// Input derivative (original order), added to `prefill` (BACKPROP_ADDS).
@@ -102,16 +100,12 @@ impl<'a> Step<'a> {
         let mut g = Matrix::zeros(self.input.len(), self.c.input_dim());
         g.view_mut().set_const(prefill);
         let mut rng = compnet::random::seeded_rng(0);
-        self.c.backprop(
-            BackpropArgs {
-                indexes: self.pre.as_deref(),
-                in_value: xin.view(),
-                to_update: to_update.map(|u| -> &mut dyn Component { u }),
-                ..BackpropArgs::new(&mut rng)
-            },
-            dd.view(),
-            Some(g.view_mut()),
-        );
+        self.c.backprop(Backprop {
+            indexes: self.pre.as_deref(),
+            in_value: xin.view(),
+            to_update: to_update.map(|u| -> &mut dyn Component { u }),
+            ..Backprop::new(dd.view(), Some(g.view_mut()), &mut rng)
+        });
         Self::unpermute(&self.in_perm, &g)
     }
 }

@@ -7,8 +7,8 @@ use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenReader;
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
-    PropagateArgs, Properties,
+    new_component_from_config, read_component, Backprop, Component, MiscComputationInfo, Propagate,
+    Properties,
 };
 use compnet::nnet::Index;
 use compnet::testing::golden::{
@@ -89,28 +89,24 @@ impl<'a> Step<'a> {
     fn forward(&self, x: &Matrix) -> Matrix {
         let xin = self.permute_in(x);
         let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
+        self.c.propagate(Propagate {
+            input: xin.view(),
+            output: y.view_mut(),
+            indexes: self.pre.as_deref(),
+            rng: &mut compnet::random::seeded_rng(0),
+        });
         Self::unpermute(&self.out_perm, &y)
     }
     /// Input derivative (original input order) for output derivative `d` (original order).
     fn backward(&self, x: &Matrix, d: &Matrix, to_update: Option<&mut dyn Component>) -> Matrix {
         let xin = self.permute_in(x);
         let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
+        self.c.propagate(Propagate {
+            input: xin.view(),
+            output: y.view_mut(),
+            indexes: self.pre.as_deref(),
+            rng: &mut compnet::random::seeded_rng(0),
+        });
         let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
         for (r, &p) in self.out_perm.iter().enumerate() {
             dd.copy_row_from_slice(p, &d.row_to_vec(r));
@@ -129,18 +125,14 @@ impl<'a> Step<'a> {
         };
         let mut g = self.destination(self.input.len(), self.c.input_dim(), true);
         let mut rng = compnet::random::seeded_rng(0);
-        self.c.backprop(
-            BackpropArgs {
-                indexes: self.pre.as_deref(),
-                in_value: iv,
-                out_value: ov,
-                // Re-borrowed: the args hold it only for this call.
-                to_update: to_update.map(|u| -> &mut dyn Component { u }),
-                ..BackpropArgs::new(&mut rng)
-            },
-            dd.view(),
-            Some(g.view_mut()),
-        );
+        self.c.backprop(Backprop {
+            indexes: self.pre.as_deref(),
+            in_value: iv,
+            out_value: ov,
+            // Re-borrowed: the args hold it only for this call.
+            to_update: to_update.map(|u| -> &mut dyn Component { u }),
+            ..Backprop::new(dd.view(), Some(g.view_mut()), &mut rng)
+        });
         Self::unpermute(&self.in_perm, &g)
     }
 }
@@ -644,11 +636,11 @@ fn constant_component_needs_no_input_and_learns() {
     assert!(used.is_empty());
     let empty = Matrix::zeros(0, 4);
     let mut y = Matrix::zeros(3, 4);
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         empty.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     let mut p = vec![0.0; 4];
     c.as_updatable().unwrap().vectorize(&mut p);
     for r in 0..3 {
@@ -657,16 +649,12 @@ fn constant_component_needs_no_input_and_learns() {
     let d = gauss(3, 4, 2);
     let mut g = c.clone_box();
     g.as_updatable_mut().unwrap().set_zero(true);
-    c.backprop(
-        BackpropArgs {
-            in_value: empty.view(),
-            out_value: empty.view(),
-            to_update: Some(g.as_mut()),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        d.view(),
-        None,
-    );
+    c.backprop(Backprop {
+        in_value: empty.view(),
+        out_value: empty.view(),
+        to_update: Some(g.as_mut()),
+        ..Backprop::new(d.view(), None, &mut compnet::random::seeded_rng(0))
+    });
     let mut gv = vec![0.0; 4];
     g.as_updatable().unwrap().vectorize(&mut gv);
     for (j, g) in gv.iter().enumerate() {

@@ -8,8 +8,8 @@ use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, Memo, PropagateArgs,
-    Properties,
+    new_component_from_config, read_component, Backprop, BackpropInPlace, Component, Memo,
+    Propagate, PropagateInPlace, Properties,
 };
 use rand::RngCore;
 
@@ -69,11 +69,11 @@ const ROWS: usize = 7;
 /// The output of `c` for input `x`: one propagate into zeros, generator seeded 0.
 pub fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
     let mut y = Matrix::zeros(x.num_rows(), c.output_dim());
-    c.propagate(
-        PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut crate::random::seeded_rng(0),
+    ));
     y
 }
 
@@ -81,15 +81,15 @@ pub fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
 /// backprop into zeros, nothing updated, generator seeded 0.
 pub fn input_deriv(c: &dyn Component, x: &Matrix, y: &Matrix, od: &Matrix) -> Matrix {
     let mut id = Matrix::zeros(x.num_rows(), x.num_cols());
-    c.backprop(
-        BackpropArgs {
-            in_value: x.view(),
-            out_value: y.view(),
-            ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
-        },
-        od.view(),
-        Some(id.view_mut()),
-    );
+    c.backprop(Backprop {
+        in_value: x.view(),
+        out_value: y.view(),
+        ..Backprop::new(
+            od.view(),
+            Some(id.view_mut()),
+            &mut crate::random::seeded_rng(0),
+        )
+    });
     id
 }
 
@@ -152,11 +152,11 @@ impl Harness<'_> {
         xin.sub_mut(0, rows, 0, x.num_cols()).copy_from(x.view());
         let mut y = Matrix::zeros(rows, od + if pad_out { 2 } else { 0 });
         y.view_mut().set_const(prefill);
-        let memo = self.c.propagate(
-            PropagateArgs::new(&mut step_rng()),
+        let memo = self.c.propagate(Propagate::new(
             xin.sub(0, rows, 0, x.num_cols()),
             y.sub_mut(0, rows, 0, od),
-        );
+            &mut step_rng(),
+        ));
         (y.sub(0, rows, 0, od).to_matrix(), memo)
     }
 
@@ -191,16 +191,14 @@ impl Harness<'_> {
         let mut g = Matrix::zeros(rows, id + if pad { 1 } else { 0 });
         g.view_mut().set_const(prefill);
         let mut rng = step_rng();
-        let args = BackpropArgs {
+        self.c.backprop(Backprop {
             in_value,
             out_value,
             memo: memo.as_ref(),
-            // Re-borrowed: the args hold it only as long as this call.
+            // Re-borrowed: the step holds it only as long as this call.
             to_update: to_update.map(|u| -> &mut dyn Component { u }),
-            ..BackpropArgs::new(&mut rng)
-        };
-        self.c
-            .backprop(args, d.view(), Some(g.sub_mut(0, rows, 0, id)));
+            ..Backprop::new(d.view(), Some(g.sub_mut(0, rows, 0, id)), &mut rng)
+        });
         g.sub(0, rows, 0, id).to_matrix()
     }
 }
@@ -310,7 +308,7 @@ pub fn check_component(
             return Err("PROPAGATE_IN_PLACE with input-dim != output-dim".into());
         }
         let mut data = x.clone();
-        c.propagate_in_place(PropagateArgs::new(&mut step_rng()), data.view_mut());
+        c.propagate_in_place(PropagateInPlace::new(data.view_mut(), &mut step_rng()));
         if !close(&data, &y0, 1e-6) {
             return Err("propagate_in_place differs from propagate".into());
         }
@@ -360,14 +358,13 @@ pub fn check_component(
         let mut deriv = d.clone();
         let mut grad2 = new_gradient();
         let mut rng = step_rng();
-        let args = BackpropArgs {
+        c.backprop_in_place(BackpropInPlace {
             in_value,
             out_value,
             memo: memo.as_ref(),
             to_update: Some(grad2.as_mut()),
-            ..BackpropArgs::new(&mut rng)
-        };
-        c.backprop_in_place(args, deriv.view_mut());
+            ..BackpropInPlace::new(deriv.view_mut(), &mut rng)
+        });
         if !close(&deriv, &g0, 1e-5) {
             return Err("backprop_in_place gives a different input derivative".into());
         }
@@ -631,8 +628,8 @@ fn check_io(c: &dyn Component) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::{MatView, MatViewMut};
     use crate::nnet::component::affine::AffineComponent;
+    use crate::nnet::component::Description;
     use crate::nnet::component::UpdatableComponent;
 
     /// Deliberate defects, to show that the harness catches them.
@@ -648,44 +645,39 @@ mod tests {
     struct Broken(AffineComponent, Bug);
 
     impl Component for Broken {
-        fn type_name(&self) -> &'static str {
-            self.0.type_name()
+        fn describe(&self) -> Description {
+            Description::new(
+                self.0.type_name(),
+                self.0.input_dim(),
+                self.0.output_dim(),
+                match self.1 {
+                    Bug::FalseAddsFlag => self.0.properties() | Properties::PROPAGATE_ADDS,
+                    _ => self.0.properties(),
+                },
+            )
         }
-        fn input_dim(&self) -> usize {
-            self.0.input_dim()
+        fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
+            self.0.propagate(p)
         }
-        fn output_dim(&self) -> usize {
-            self.0.output_dim()
-        }
-        fn properties(&self) -> Properties {
-            match self.1 {
-                Bug::FalseAddsFlag => self.0.properties() | Properties::PROPAGATE_ADDS,
-                _ => self.0.properties(),
-            }
-        }
-        fn propagate(
-            &self,
-            args: PropagateArgs<'_>,
-            x: MatView<'_>,
-            y: MatViewMut<'_>,
-        ) -> Option<Memo> {
-            self.0.propagate(args, x, y)
-        }
-        fn backprop(&self, args: BackpropArgs<'_>, d: MatView<'_>, g: Option<MatViewMut<'_>>) {
-            let BackpropArgs {
+        fn backprop(&self, b: Backprop<'_>) {
+            let Backprop {
+                out_deriv: d,
+                in_deriv: g,
                 indexes,
                 in_value,
                 out_value,
                 memo,
                 to_update,
                 rng,
-            } = args;
+            } = b;
             let u = to_update
                 .and_then(|u| u.as_any_mut().downcast_mut::<Broken>())
                 .map(|b| &mut b.0 as &mut dyn Component);
-            macro_rules! args {
-                ($to_update:expr, $rng:expr) => {
-                    BackpropArgs {
+            macro_rules! step {
+                ($out_deriv:expr, $in_deriv:expr, $to_update:expr, $rng:expr) => {
+                    Backprop {
+                        out_deriv: $out_deriv,
+                        in_deriv: $in_deriv,
                         indexes,
                         in_value,
                         out_value,
@@ -702,13 +694,13 @@ mod tests {
                     // The gradient for the wrong output derivative, the input derivative right.
                     let mut wrong = d.to_matrix();
                     wrong.view_mut().scale(-1.0);
-                    self.0.backprop(args!(u, &mut *rng), wrong.view(), None);
-                    self.0.backprop(args!(None, rng), d, g);
+                    self.0.backprop(step!(wrong.view(), None, u, &mut *rng));
+                    self.0.backprop(step!(d, g, None, rng));
                     return;
                 }
                 _ => {}
             }
-            self.0.backprop(args!(u, rng), d2.view(), g);
+            self.0.backprop(step!(d2.view(), g, u, rng));
         }
         fn write(&self, w: &mut TokenWriter) {
             self.0.write(w)

@@ -22,14 +22,14 @@
 use super::kaldi_fields::{expect_closing, read_field, write_component};
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
+use crate::matrix::{MatView, Matrix, Trans};
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use rand::{Rng, RngCore};
 use std::any::Any;
@@ -410,35 +410,34 @@ impl RestrictedAttentionComponent {
 }
 
 impl Component for RestrictedAttentionComponent {
-    fn type_name(&self) -> &'static str {
-        TYPE
-    }
-    fn input_dim(&self) -> usize {
-        self.num_heads * self.input_dim_per_head()
-    }
-    fn output_dim(&self) -> usize {
-        self.num_heads * self.output_dim_per_head()
-    }
-    fn properties(&self) -> Properties {
-        Properties::REORDERS_INDEXES
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::PROPAGATE_ADDS
-            | Properties::BACKPROP_ADDS
-            | Properties::STORES_STATS
-            | Properties::USES_MEMO
+    fn describe(&self) -> Description {
+        Description::new(
+            TYPE,
+            self.num_heads * self.input_dim_per_head(),
+            self.num_heads * self.output_dim_per_head(),
+            Properties::REORDERS_INDEXES
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::PROPAGATE_ADDS
+                | Properties::BACKPROP_ADDS
+                | Properties::STORES_STATS
+                | Properties::USES_MEMO,
+        )
     }
 
     fn propagate(
         &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input,
+            mut output,
+            indexes,
+            ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let (rows_in, rows_out) = (input.num_rows(), output.num_rows());
         if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
             return None;
         }
-        let (rows_left, shift) = self.layout(Self::io_of(args.indexes), rows_in, rows_out)?;
+        let (rows_left, shift) = self.layout(Self::io_of(indexes), rows_in, rows_out)?;
         let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
         let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
         let mut c = Matrix::zeros(rows_out, self.num_heads * cd);
@@ -470,17 +469,21 @@ impl Component for RestrictedAttentionComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            memo,
+            in_value,
+            indexes,
+            ..
+        }: Backprop<'_>,
     ) {
         let Some(mut in_deriv) = in_deriv else {
             return;
         };
-        let Some(c) = args.memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
+        let Some(c) = memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
             return;
         };
-        let in_value = args.in_value;
         let (rows_in, rows_out) = (in_value.num_rows(), out_deriv.num_rows());
         let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
         let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
@@ -493,8 +496,7 @@ impl Component for RestrictedAttentionComponent {
         {
             return;
         }
-        let Some((rows_left, shift)) = self.layout(Self::io_of(args.indexes), rows_in, rows_out)
-        else {
+        let Some((rows_left, shift)) = self.layout(Self::io_of(indexes), rows_in, rows_out) else {
             return;
         };
         let mut c_deriv = Matrix::zeros(rows_out, cd);

@@ -10,8 +10,8 @@ use super::kaldi_fields::{
 };
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
-    Properties,
+    BackpropInPlace, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes,
+    PropagateInPlace, Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -186,32 +186,32 @@ impl BackpropTruncationComponent {
 }
 
 impl Component for BackpropTruncationComponent {
-    fn type_name(&self) -> &'static str {
-        TYPE
-    }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
+    fn describe(&self) -> Description {
+        Description::new(
+            TYPE,
+            self.dim,
+            self.dim,
+            Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+        )
     }
     fn propagate_in_place(
         &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
         if self.scale != 1.0 {
             data.scale(self.scale);
         }
         None
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            indexes, to_update, ..
-        } = args;
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            mut deriv,
+            indexes,
+            to_update,
+            ..
+        }: BackpropInPlace<'_>,
+    ) {
         self.backprop_rows(indexes, &mut deriv, to_update);
     }
     fn write(&self, w: &mut TokenWriter) {

@@ -7,7 +7,7 @@ use super::info_summary;
 use super::kaldi_fields::{self, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, updatable_boilerplate};
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
+use super::{Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -148,26 +148,22 @@ impl BlockAffineComponent {
 }
 
 impl Component for BlockAffineComponent {
-    fn type_name(&self) -> &'static str {
-        BLOCK
-    }
-    fn input_dim(&self) -> usize {
-        self.linear.num_cols() * self.num_blocks
-    }
-    fn output_dim(&self) -> usize {
-        self.linear.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            BLOCK,
+            self.linear.num_cols() * self.num_blocks,
+            self.linear.num_rows(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let (ib, ob) = self.block_sizes();
         for k in 0..self.num_blocks {
@@ -186,15 +182,14 @@ impl Component for BlockAffineComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let (ib, ob) = self.block_sizes();
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>())
@@ -374,32 +369,28 @@ impl RepeatedAffineComponent {
 }
 
 impl Component for RepeatedAffineComponent {
-    fn type_name(&self) -> &'static str {
-        if self.natural_gradient {
-            NG_REPEATED
-        } else {
-            REPEATED
-        }
-    }
-    fn input_dim(&self) -> usize {
-        self.linear.num_cols() * self.num_repeats
-    }
-    fn output_dim(&self) -> usize {
-        self.linear.num_rows() * self.num_repeats
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_ADDS
-            | Properties::INPUT_CONTIGUOUS
-            | Properties::OUTPUT_CONTIGUOUS
+    fn describe(&self) -> Description {
+        Description::new(
+            if self.natural_gradient {
+                NG_REPEATED
+            } else {
+                REPEATED
+            },
+            self.linear.num_cols() * self.num_repeats,
+            self.linear.num_rows() * self.num_repeats,
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_ADDS
+                | Properties::INPUT_CONTIGUOUS
+                | Properties::OUTPUT_CONTIGUOUS,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
         for k in 0..self.num_repeats {
@@ -418,15 +409,14 @@ impl Component for RepeatedAffineComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>())
@@ -510,11 +500,11 @@ mod tests {
         want.add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);
         want.view_mut().add_vec_to_rows(1.0, &b.bias, 1.0);
         let mut got = Matrix::zeros(3, 4);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             got.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         assert!(got.view().approx_equal(want.view(), 1e-6));
     }
 

@@ -5,12 +5,12 @@
 use super::kaldi_fields::{read_field, read_pos_i32, write_component};
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{Backprop, Component, Description, Memo, Propagate, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Trans};
+use crate::matrix::Trans;
 use rand::RngCore;
 
 /// Splits the input into `input-dim / output-dim` equal blocks and multiplies them
@@ -58,23 +58,19 @@ impl ElementwiseProductComponent {
 }
 
 impl Component for ElementwiseProductComponent {
-    fn type_name(&self) -> &'static str {
-        "ElementwiseProductComponent"
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT
+    fn describe(&self) -> Description {
+        Description::new(
+            "ElementwiseProductComponent",
+            self.input_dim,
+            self.output_dim,
+            Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let od = self.output_dim;
         output.copy_from(input.cols_range(0, od));
@@ -85,11 +81,13 @@ impl Component for ElementwiseProductComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            in_value,
+            ..
+        }: Backprop<'_>,
     ) {
-        let BackpropArgs { in_value, .. } = args;
         let Some(mut in_deriv) = in_deriv else {
             return;
         };
@@ -177,32 +175,30 @@ impl PermuteComponent {
 }
 
 impl Component for PermuteComponent {
-    fn type_name(&self) -> &'static str {
-        "PermuteComponent"
-    }
-    fn input_dim(&self) -> usize {
-        self.column_map.len()
-    }
-    fn output_dim(&self) -> usize {
-        self.column_map.len()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
+    fn describe(&self) -> Description {
+        Description::new(
+            "PermuteComponent",
+            self.column_map.len(),
+            self.column_map.len(),
+            Properties::SIMPLE,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         output.copy_cols(input, &self.column_map);
         None
     }
     fn backprop(
         &self,
-        _args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            ..
+        }: Backprop<'_>,
     ) {
         if let Some(mut d) = in_deriv {
             d.copy_cols(out_deriv, &self.reverse_map);
@@ -275,23 +271,19 @@ impl SumBlockComponent {
 }
 
 impl Component for SumBlockComponent {
-    fn type_name(&self) -> &'static str {
-        "SumBlockComponent"
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            "SumBlockComponent",
+            self.input_dim,
+            self.output_dim,
+            Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let od = self.output_dim;
         for b in 0..self.input_dim / od {
@@ -301,9 +293,11 @@ impl Component for SumBlockComponent {
     }
     fn backprop(
         &self,
-        _args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            ..
+        }: Backprop<'_>,
     ) {
         let Some(mut d) = in_deriv else {
             return;
@@ -414,32 +408,30 @@ impl SumGroupComponent {
 }
 
 impl Component for SumGroupComponent {
-    fn type_name(&self) -> &'static str {
-        "SumGroupComponent"
-    }
-    fn input_dim(&self) -> usize {
-        self.reverse.len()
-    }
-    fn output_dim(&self) -> usize {
-        self.sizes.len()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
+    fn describe(&self) -> Description {
+        Description::new(
+            "SumGroupComponent",
+            self.reverse.len(),
+            self.sizes.len(),
+            Properties::SIMPLE,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         output.sum_column_ranges(input, &self.ranges);
         None
     }
     fn backprop(
         &self,
-        _args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            ..
+        }: Backprop<'_>,
     ) {
         if let Some(mut d) = in_deriv {
             d.copy_cols(out_deriv, &self.reverse);
@@ -500,38 +492,35 @@ impl PnormComponent {
 }
 
 impl Component for PnormComponent {
-    fn type_name(&self) -> &'static str {
-        "PnormComponent"
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_NEEDS_OUTPUT
+    fn describe(&self) -> Description {
+        Description::new(
+            "PnormComponent",
+            self.input_dim,
+            self.output_dim,
+            Properties::SIMPLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         output.group_2norm_from(input);
         None
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             in_value,
             out_value,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         if let Some(mut d) = in_deriv {
             d.diff_group_2norm(in_value, out_value, out_deriv);
         }

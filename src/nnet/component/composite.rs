@@ -11,7 +11,7 @@
 
 use super::kaldi_fields::{self, read_opt_into};
 use super::{
-    new_component_from_config, read_component, BackpropArgs, Component, Memo, PropagateArgs,
+    new_component_from_config, read_component, Backprop, Component, Description, Memo, Propagate,
     Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
@@ -185,10 +185,10 @@ impl CompositeComponent {
         for (i, c) in self.components.iter().enumerate() {
             let x = cur.as_ref().map_or(input, |m| m.view());
             if i + 1 == n {
-                c.propagate(PropagateArgs::new(rng), x, output.rb());
+                c.propagate(Propagate::new(x, output.rb(), rng));
             } else {
                 let mut y = Matrix::zeros(input.num_rows(), c.output_dim());
-                c.propagate(PropagateArgs::new(rng), x, y.view_mut());
+                c.propagate(Propagate::new(x, y.view_mut(), rng));
                 cur = Some(y);
             }
         }
@@ -201,36 +201,14 @@ impl CompositeComponent {
         for c in &self.components {
             let mut y = Matrix::zeros(input.num_rows(), c.output_dim());
             let x = values.last().map_or(input, |m| m.view());
-            memos.push(c.propagate(PropagateArgs::new(rng), x, y.view_mut()));
+            memos.push(c.propagate(Propagate::new(x, y.view_mut(), &mut *rng)));
             values.push(y);
         }
         Recomputed { values, memos }
     }
 
-    fn is_updatable(&self) -> bool {
-        self.components.iter().any(|c| c.as_updatable().is_some())
-    }
-
-    /// Pairs of (own, other's) sub-components when `other` is a composite of the same shape.
-    fn pair_with<'a>(&'a self, other: &'a dyn Component) -> Option<&'a CompositeComponent> {
-        other
-            .as_any()
-            .downcast_ref::<CompositeComponent>()
-            .filter(|o| o.components.len() == self.components.len())
-    }
-}
-
-impl Component for CompositeComponent {
-    fn type_name(&self) -> &'static str {
-        COMPOSITE
-    }
-    fn input_dim(&self) -> usize {
-        self.components.first().map_or(0, |c| c.input_dim())
-    }
-    fn output_dim(&self) -> usize {
-        self.components.last().map_or(0, |c| c.output_dim())
-    }
-    fn properties(&self) -> Properties {
+    /// The chain's flags: simple, the first's input-side and the last's output-side flags.
+    fn chain_properties(&self) -> Properties {
         let first = self.components.first().map_or(0, |c| c.properties().0);
         let last = self.components.last().map_or(0, |c| c.properties().0);
         let mut p = Properties::SIMPLE.0 | Properties::BACKPROP_NEEDS_INPUT.0;
@@ -257,15 +235,41 @@ impl Component for CompositeComponent {
         }
         Properties(p)
     }
+
+    fn is_updatable(&self) -> bool {
+        self.components.iter().any(|c| c.as_updatable().is_some())
+    }
+
+    /// Pairs of (own, other's) sub-components when `other` is a composite of the same shape.
+    fn pair_with<'a>(&'a self, other: &'a dyn Component) -> Option<&'a CompositeComponent> {
+        other
+            .as_any()
+            .downcast_ref::<CompositeComponent>()
+            .filter(|o| o.components.len() == self.components.len())
+    }
+}
+
+impl Component for CompositeComponent {
+    fn describe(&self) -> Description {
+        Description::new(
+            COMPOSITE,
+            self.components.first().map_or(0, |c| c.input_dim()),
+            self.components.last().map_or(0, |c| c.output_dim()),
+            self.chain_properties(),
+        )
+    }
     fn propagate(
         &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input,
+            mut output,
+            rng,
+            ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         for (start, len) in self.chunks(input.num_rows()) {
             self.forward_chunk(
-                &mut *args.rng,
+                &mut *rng,
                 input.rows_range(start, len),
                 output.rows_range_mut(start, len),
             );
@@ -274,16 +278,15 @@ impl Component for CompositeComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            mut in_deriv,
             in_value,
             to_update,
             rng,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let mut to_update =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<CompositeComponent>());
         let n = self.components.len();
@@ -299,20 +302,20 @@ impl Component for CompositeComponent {
                     Some(b) => Some(&mut **b),
                     None => None,
                 };
-                let args = BackpropArgs {
-                    indexes: None,
+                let mut prev = None;
+                let target = if i == 0 {
+                    in_deriv.as_mut().map(|d| d.rows_range_mut(start, len))
+                } else {
+                    Some(prev.insert(Matrix::zeros(len, c.input_dim())).view_mut())
+                };
+                c.backprop(Backprop {
                     in_value: rec.values[i].view(),
                     out_value: rec.values[i + 1].view(),
                     memo: rec.memos[i].as_ref(),
                     to_update: sub_update,
-                    rng: &mut *rng,
-                };
-                if i == 0 {
-                    let target = in_deriv.as_mut().map(|d| d.rows_range_mut(start, len));
-                    c.backprop(args, deriv.view(), target);
-                } else {
-                    let mut prev = Matrix::zeros(len, c.input_dim());
-                    c.backprop(args, deriv.view(), Some(prev.view_mut()));
+                    ..Backprop::new(deriv.view(), target, &mut *rng)
+                });
+                if let Some(prev) = prev {
                     deriv = prev;
                 }
             }

@@ -21,14 +21,14 @@ use super::kaldi_fields::{
 };
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
-    Properties,
+    Backprop, BackpropInPlace, Component, Description, Memo, MiscComputationInfo,
+    PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix};
+use crate::matrix::{MatViewMut, Matrix};
 use crate::nnet::index::Index;
 use rand::Rng;
 use rand::RngCore;
@@ -243,36 +243,36 @@ impl GeneralDropoutComponent {
 }
 
 impl Component for GeneralDropoutComponent {
-    fn type_name(&self) -> &'static str {
-        GD
-    }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::RANDOM_COMPONENT
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::USES_MEMO;
-        if self.block_dim != self.dim {
-            p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
-        } else {
-            p
-        }
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::RANDOM_COMPONENT
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::USES_MEMO;
+            if self.block_dim != self.dim {
+                p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
+            } else {
+                p
+            }
+        };
+        Description::new(GD, self.dim, self.dim, properties)
     }
     fn propagate_in_place(
         &self,
-        args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace {
+            mut data,
+            indexes,
+            rng,
+        }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
-        let PropagateArgs { indexes, rng } = args;
         self.dropout_in_place(indexes, &mut data, rng)
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs { memo, .. } = args;
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            mut deriv, memo, ..
+        }: BackpropInPlace<'_>,
+    ) {
         self.backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -408,25 +408,21 @@ impl DropoutMaskComponent {
 }
 
 impl Component for DropoutMaskComponent {
-    fn type_name(&self) -> &'static str {
-        DM
+    fn describe(&self) -> Description {
+        Description::new(
+            DM,
+            self.output_dim,
+            self.output_dim,
+            Properties::RANDOM_COMPONENT,
+        )
     }
     /// Equal to the output dim, so that the (ignored) input descriptor, which in xconfig
     /// output names the node itself, has a consistent dimension.
-    fn input_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::RANDOM_COMPONENT
-    }
     fn propagate(
         &self,
-        args: PropagateArgs<'_>,
-        _input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            mut output, rng, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let p = self.dropout_proportion;
         if self.test_mode {
@@ -443,13 +439,13 @@ impl Component for DropoutMaskComponent {
             return None;
         }
         if self.continuous {
-            output.set_rand_continuous_dropout_mask(args.rng, p);
+            output.set_rand_continuous_dropout_mask(rng, p);
         } else {
-            output.set_rand_dropout_mask(args.rng, p, 1.0);
+            output.set_rand_dropout_mask(rng, p, 1.0);
         }
         None
     }
-    fn backprop(&self, _args: BackpropArgs<'_>, _: MatView<'_>, _: Option<MatViewMut<'_>>) {
+    fn backprop(&self, Backprop { .. }: Backprop<'_>) {
         // No input, so nothing to back-propagate to.
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -652,31 +648,33 @@ impl SpecAugmentTimeMaskComponent {
 }
 
 impl Component for SpecAugmentTimeMaskComponent {
-    fn type_name(&self) -> &'static str {
-        SA
-    }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::RANDOM_COMPONENT
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::USES_MEMO
+    fn describe(&self) -> Description {
+        Description::new(
+            SA,
+            self.dim,
+            self.dim,
+            Properties::RANDOM_COMPONENT
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::USES_MEMO,
+        )
     }
     fn propagate_in_place(
         &self,
-        args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace {
+            mut data,
+            indexes,
+            rng,
+        }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
-        let PropagateArgs { indexes, rng } = args;
         self.mask_in_place(indexes, &mut data, rng)
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs { memo, .. } = args;
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            mut deriv, memo, ..
+        }: BackpropInPlace<'_>,
+    ) {
         Self::backprop_mask(memo, &mut deriv);
     }
     fn write(&self, w: &mut TokenWriter) {

@@ -24,7 +24,7 @@ use super::kaldi_fields::{expect_closing, read_field, write_updatable};
 use super::param_init;
 use super::param_ops::{self, updatable_boilerplate};
 use super::UpdatableComponent;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
+use super::{Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -373,32 +373,28 @@ impl GruNonlinearityComponent {
 }
 
 impl Component for GruNonlinearityComponent {
-    fn type_name(&self) -> &'static str {
-        GRU
-    }
-    fn input_dim(&self) -> usize {
-        if self.recurrent_dim == self.cell_dim {
-            4 * self.cell_dim
-        } else {
-            3 * self.cell_dim + 2 * self.recurrent_dim
-        }
-    }
-    fn output_dim(&self) -> usize {
-        2 * self.cell_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            GRU,
+            if self.recurrent_dim == self.cell_dim {
+                4 * self.cell_dim
+            } else {
+                3 * self.cell_dim + 2 * self.recurrent_dim
+            },
+            2 * self.cell_dim,
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
 
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let (n, c, r) = (input.num_rows(), self.cell_dim, self.recurrent_dim);
         if input.num_cols() != self.input_dim()
@@ -432,17 +428,16 @@ impl Component for GruNonlinearityComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            mut in_deriv,
             in_value,
             out_value,
             to_update,
             rng,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let (n, c, r) = (in_value.num_rows(), self.cell_dim, self.recurrent_dim);
         if in_value.num_cols() != self.input_dim()
             || out_value.num_cols() != self.output_dim()
@@ -694,28 +689,24 @@ impl OutputGruNonlinearityComponent {
 }
 
 impl Component for OutputGruNonlinearityComponent {
-    fn type_name(&self) -> &'static str {
-        OUTPUT_GRU
-    }
-    fn input_dim(&self) -> usize {
-        3 * self.cell_dim()
-    }
-    fn output_dim(&self) -> usize {
-        2 * self.cell_dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            OUTPUT_GRU,
+            3 * self.cell_dim(),
+            2 * self.cell_dim(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
 
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let n = input.num_rows();
         if input.num_cols() != self.input_dim()
@@ -730,17 +721,16 @@ impl Component for OutputGruNonlinearityComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            mut in_deriv,
             in_value,
             out_value,
             to_update,
             rng,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let (n, c) = (in_value.num_rows(), self.cell_dim());
         if in_value.num_cols() != self.input_dim()
             || out_value.num_cols() != self.output_dim()

@@ -9,12 +9,13 @@ use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init;
 use super::param_ops::{self, updatable_boilerplate};
 use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+    Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+    UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
+use crate::matrix::{Matrix, Trans, WeightMatrix};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
 
@@ -112,42 +113,37 @@ impl LinearComponent {
 }
 
 impl Component for LinearComponent {
-    fn type_name(&self) -> &'static str {
-        LINEAR
-    }
-    fn input_dim(&self) -> usize {
-        self.params.num_cols()
-    }
-    fn output_dim(&self) -> usize {
-        self.params.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::PROPAGATE_ADDS
-            | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            LINEAR,
+            self.params.num_cols(),
+            self.params.num_rows(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::PROPAGATE_ADDS
+                | Properties::BACKPROP_ADDS,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         self.params.forward(1.0, input, &mut output, 1.0);
         None
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<LinearComponent>()) {
             Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), true).weight_block(
                 u.params.view_mut(),

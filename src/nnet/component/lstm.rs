@@ -21,7 +21,8 @@ use super::kaldi_fields::{expect_closing, read_field, read_opt_field, write_upda
 use super::param_init;
 use super::param_ops::{self, component_boilerplate};
 use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+    Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+    UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -274,24 +275,20 @@ impl LstmNonlinearityComponent {
 }
 
 impl Component for LstmNonlinearityComponent {
-    fn type_name(&self) -> &'static str {
-        TYPE
-    }
-    fn input_dim(&self) -> usize {
-        5 * self.cell_dim() + if self.use_dropout { 3 } else { 0 }
-    }
-    fn output_dim(&self) -> usize {
-        2 * self.cell_dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT
+    fn describe(&self) -> Description {
+        Description::new(
+            TYPE,
+            5 * self.cell_dim() + if self.use_dropout { 3 } else { 0 },
+            2 * self.cell_dim(),
+            Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT,
+        )
     }
 
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let c = self.cell_dim();
         if input.num_cols() != self.input_dim() || output.num_cols() != 2 * c {
@@ -303,15 +300,14 @@ impl Component for LstmNonlinearityComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            mut in_deriv,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let c = self.cell_dim();
         if in_value.num_cols() != self.input_dim()
             || out_deriv.num_cols() != 2 * c

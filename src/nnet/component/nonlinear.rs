@@ -10,7 +10,10 @@
 use super::info_summary::fmt_succinct;
 use super::kaldi_fields::{read_field, read_opt_into, write_component};
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{
+    Backprop, BackpropInPlace, Component, Description, Memo, Propagate, PropagateInPlace,
+    Properties,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -427,40 +430,36 @@ fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<
 }
 
 impl Component for NonlinearComponent {
-    fn type_name(&self) -> &'static str {
-        self.kind.type_name()
-    }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let base =
-            Properties::SIMPLE | Properties::BACKPROP_NEEDS_OUTPUT | Properties::STORES_STATS;
-        match self.kind {
-            NonlinearKind::Sigmoid | NonlinearKind::Tanh => base | Properties::PROPAGATE_IN_PLACE,
-            NonlinearKind::RectifiedLinear => {
-                let p = base | Properties::PROPAGATE_IN_PLACE;
-                if self.block_dim != self.dim {
-                    p | Properties::INPUT_CONTIGUOUS
-                } else {
-                    p
+    fn describe(&self) -> Description {
+        let properties = {
+            let base =
+                Properties::SIMPLE | Properties::BACKPROP_NEEDS_OUTPUT | Properties::STORES_STATS;
+            match self.kind {
+                NonlinearKind::Sigmoid | NonlinearKind::Tanh => {
+                    base | Properties::PROPAGATE_IN_PLACE
                 }
+                NonlinearKind::RectifiedLinear => {
+                    let p = base | Properties::PROPAGATE_IN_PLACE;
+                    if self.block_dim != self.dim {
+                        p | Properties::INPUT_CONTIGUOUS
+                    } else {
+                        p
+                    }
+                }
+                NonlinearKind::Softmax => {
+                    base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
+                }
+                NonlinearKind::LogSoftmax => base,
             }
-            NonlinearKind::Softmax => {
-                base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
-            }
-            NonlinearKind::LogSoftmax => base,
-        }
+        };
+        Description::new(self.kind.type_name(), self.dim, self.dim, properties)
     }
 
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         match self.kind {
             NonlinearKind::Sigmoid => output.sigmoid_from(input),
@@ -480,8 +479,7 @@ impl Component for NonlinearComponent {
 
     fn propagate_in_place(
         &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
         match self.kind {
             NonlinearKind::Sigmoid => data.apply_sigmoid(),
@@ -495,16 +493,15 @@ impl Component for NonlinearComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             out_value,
             to_update,
             rng,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let Some(mut in_deriv) = in_deriv else {
             return;
         };
@@ -512,13 +509,16 @@ impl Component for NonlinearComponent {
         self.after_backprop(out_value, out_deriv, &mut in_deriv, to_update, rng);
     }
 
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            mut deriv,
             out_value,
             to_update,
             rng,
             ..
-        } = args;
+        }: BackpropInPlace<'_>,
+    ) {
         // The output derivative is needed after it is overwritten only for the statistics;
         // keep a copy just when training.
         let saved = to_update.as_ref().map(|_| deriv.as_view().to_matrix());

@@ -16,11 +16,11 @@ use super::info_summary;
 use super::kaldi_fields::{self, read_dim_field, read_field, write_component, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
+use super::{Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::matrix::{MatView, Matrix, Trans, Vector};
 use crate::update::Update;
 use rand::RngCore;
 
@@ -346,27 +346,23 @@ impl ConvolutionComponent {
 }
 
 impl Component for ConvolutionComponent {
-    fn type_name(&self) -> &'static str {
-        CONVOLUTION
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dims.iter().product()
-    }
-    fn output_dim(&self) -> usize {
-        self.num_patches() * self.num_filters()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_ADDS
-            | Properties::PROPAGATE_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            CONVOLUTION,
+            self.input_dims.iter().product(),
+            self.num_patches() * self.num_filters(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_ADDS
+                | Properties::PROPAGATE_ADDS,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let rows = input.num_rows();
         let patches = self.patches(input);
@@ -386,15 +382,14 @@ impl Component for ConvolutionComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let rows = out_deriv.num_rows();
         let od = out_deriv
             .to_matrix()
@@ -647,26 +642,22 @@ impl MaxpoolingComponent {
 }
 
 impl Component for MaxpoolingComponent {
-    fn type_name(&self) -> &'static str {
-        MAXPOOLING
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dims.iter().product()
-    }
-    fn output_dim(&self) -> usize {
-        self.num_pools().iter().product()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            MAXPOOLING,
+            self.input_dims.iter().product(),
+            self.num_pools().iter().product(),
+            Properties::SIMPLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
     fn propagate(
         &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input, mut output, ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let (column_map, _) = self.maps();
         output.group_max_from(self.patches(input, &column_map).view());
@@ -674,20 +665,22 @@ impl Component for MaxpoolingComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            in_value,
+            out_value,
+            ..
+        }: Backprop<'_>,
     ) {
         let Some(mut d) = in_deriv else {
             return;
         };
         let (column_map, expand_map) = self.maps();
-        let patches = self.patches(args.in_value, &column_map);
+        let patches = self.patches(in_value, &column_map);
         let rows = patches.num_rows();
         let mut deriv = Matrix::zeros(rows, column_map.len());
-        deriv
-            .view_mut()
-            .group_max_deriv(patches.view(), args.out_value);
+        deriv.view_mut().group_max_deriv(patches.view(), out_value);
         let mut spread = Matrix::zeros(rows, column_map.len());
         spread.view_mut().copy_cols(out_deriv, &expand_map);
         deriv.view_mut().mul_elements(spread.view());

@@ -5,7 +5,7 @@
 use super::kaldi_fields::{read_field, read_opt_field, read_pos_i32, write_component};
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -68,22 +68,18 @@ impl NoOpComponent {
 }
 
 impl Component for NoOpComponent {
-    fn type_name(&self) -> &'static str {
-        "NoOpComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "NoOpComponent",
+            self.dim,
+            self.dim,
+            Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
-    }
-    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(&self, PropagateInPlace { .. }: PropagateInPlace<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(&self, _args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+    fn backprop_in_place(&self, BackpropInPlace { mut deriv, .. }: BackpropInPlace<'_>) {
         if self.backprop_scale != 1.0 {
             deriv.scale(self.backprop_scale);
         }
@@ -285,31 +281,30 @@ impl ClipGradientComponent {
 }
 
 impl Component for ClipGradientComponent {
-    fn type_name(&self) -> &'static str {
-        "ClipGradientComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "ClipGradientComponent",
+            self.dim,
+            self.dim,
+            Properties::SIMPLE
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::BACKPROP_NEEDS_INPUT,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::BACKPROP_NEEDS_INPUT
-    }
-    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(&self, PropagateInPlace { .. }: PropagateInPlace<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            mut deriv,
             in_value,
             to_update,
             rng,
             ..
-        } = args;
+        }: BackpropInPlace<'_>,
+    ) {
         self.clip(in_value, &mut deriv, to_update, rng);
     }
     fn write(&self, w: &mut TokenWriter) {

@@ -11,7 +11,8 @@ use super::kaldi_fields::{
 use super::param_init;
 use super::param_ops::{component_boilerplate, updatable_boilerplate, vector_params_updatable};
 use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+    Backprop, BackpropInPlace, Component, Description, Memo, Propagate, PropagateInPlace,
+    Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -169,45 +170,39 @@ impl PerElementScaleComponent {
 }
 
 impl Component for PerElementScaleComponent {
-    fn type_name(&self) -> &'static str {
-        if self.natural_gradient.is_some() {
-            NG_PES
-        } else {
-            PES
-        }
-    }
-    fn input_dim(&self) -> usize {
-        self.scales.dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.scales.dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
+    fn describe(&self) -> Description {
+        Description::new(
+            if self.natural_gradient.is_some() {
+                NG_PES
+            } else {
+                PES
+            },
+            self.scales.dim(),
+            self.scales.dim(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE,
+        )
     }
     fn propagate_in_place(
         &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
         data.mul_cols_vec(&self.scales);
         None
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
         {
@@ -218,12 +213,15 @@ impl Component for PerElementScaleComponent {
             d.mul_cols_vec(&self.scales);
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            mut deriv,
             in_value,
             to_update,
             ..
-        } = args;
+        }: BackpropInPlace<'_>,
+    ) {
         // The gradient needs the output derivative, so it comes first.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
@@ -372,30 +370,23 @@ impl PerElementOffsetComponent {
 }
 
 impl Component for PerElementOffsetComponent {
-    fn type_name(&self) -> &'static str {
-        PEO
-    }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::PROPAGATE_IN_PLACE;
-        if self.dim != self.offsets.dim() {
-            p | Properties::OUTPUT_CONTIGUOUS
-        } else {
-            p
-        }
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::PROPAGATE_IN_PLACE;
+            if self.dim != self.offsets.dim() {
+                p | Properties::OUTPUT_CONTIGUOUS
+            } else {
+                p
+            }
+        };
+        Description::new(PEO, self.dim, self.dim, properties)
     }
     fn propagate_in_place(
         &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
         let o = &self.offsets;
         for_blocks(&mut data, o.dim(), |b| b.add_vec_to_rows(1.0, o, 1.0));
@@ -403,11 +394,13 @@ impl Component for PerElementOffsetComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            to_update,
+            ..
+        }: Backprop<'_>,
     ) {
-        let BackpropArgs { to_update, .. } = args;
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
         {
@@ -417,8 +410,12 @@ impl Component for PerElementOffsetComponent {
             d.copy_from(out_deriv);
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, deriv: MatViewMut<'_>) {
-        let BackpropArgs { to_update, .. } = args;
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            deriv, to_update, ..
+        }: BackpropInPlace<'_>,
+    ) {
         // The input derivative equals the output derivative: nothing to change in place.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
@@ -577,31 +574,24 @@ impl ScaleAndOffsetComponent {
 }
 
 impl Component for ScaleAndOffsetComponent {
-    fn type_name(&self) -> &'static str {
-        SAO
-    }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_NEEDS_OUTPUT;
-        if self.dim != self.scales.dim() {
-            p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
-        } else {
-            p
-        }
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_NEEDS_OUTPUT;
+            if self.dim != self.scales.dim() {
+                p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
+            } else {
+                p
+            }
+        };
+        Description::new(SAO, self.dim, self.dim, properties)
     }
     fn propagate_in_place(
         &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
         let (s, o) = (&self.scales, &self.offsets);
         for_blocks(&mut data, s.dim(), |b| {
@@ -612,15 +602,14 @@ impl Component for ScaleAndOffsetComponent {
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             out_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
         {
@@ -632,12 +621,15 @@ impl Component for ScaleAndOffsetComponent {
             for_blocks(&mut d, s.dim(), |b| b.mul_cols_vec(s));
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
+    fn backprop_in_place(
+        &self,
+        BackpropInPlace {
+            mut deriv,
             out_value,
             to_update,
             ..
-        } = args;
+        }: BackpropInPlace<'_>,
+    ) {
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
         {
@@ -735,49 +727,38 @@ impl ConstantFunctionComponent {
 }
 
 impl Component for ConstantFunctionComponent {
-    fn type_name(&self) -> &'static str {
-        CFC
+    fn describe(&self) -> Description {
+        let properties = {
+            let mut p = Properties::SIMPLE | Properties::BACKPROP_ADDS;
+            if self.is_updatable {
+                p = p | Properties::UPDATABLE;
+            }
+            if self.input_dim == self.output.dim() {
+                p = p | Properties::PROPAGATE_IN_PLACE;
+            }
+            p
+        };
+        Description::new(CFC, self.input_dim, self.output.dim(), properties)
     }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output.dim()
-    }
-    fn properties(&self) -> Properties {
-        let mut p = Properties::SIMPLE | Properties::BACKPROP_ADDS;
-        if self.is_updatable {
-            p = p | Properties::UPDATABLE;
-        }
-        if self.input_dim == self.output.dim() {
-            p = p | Properties::PROPAGATE_IN_PLACE;
-        }
-        p
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        _input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, Propagate { mut output, .. }: Propagate<'_>) -> Option<Memo> {
         output.copy_from_vec_rows(&self.output);
         None
     }
     fn propagate_in_place(
         &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
+        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
     ) -> Option<Memo> {
         data.copy_from_vec_rows(&self.output);
         None
     }
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        _in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            to_update,
+            ..
+        }: Backprop<'_>,
     ) {
-        let BackpropArgs { to_update, .. } = args;
         // The output does not depend on the input: the input derivative gets nothing added.
         if let Some(u) =
             to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>())
@@ -871,11 +852,11 @@ mod tests {
         sao.offsets = Vector::from_vec(vec![0.5, 1.0]);
         let x = crate::matrix::Matrix::from_vec(1, 4, vec![1.0, 2.0, 3.0, 4.0]);
         let mut y = crate::matrix::Matrix::zeros(1, 4);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         assert_eq!(y.to_vec(), vec![2.5, -1.0, 6.5, -3.0]);
     }
 

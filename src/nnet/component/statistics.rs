@@ -13,13 +13,13 @@ use super::kaldi_fields::{self, read_count_field, read_dim_field, read_field, wr
 use super::param_init;
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, PoolingOptions};
+use crate::matrix::PoolingOptions;
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
 use rustc_hash::FxHashMap;
@@ -207,36 +207,37 @@ impl StatisticsExtractionComponent {
 }
 
 impl Component for StatisticsExtractionComponent {
-    fn type_name(&self) -> &'static str {
-        EXTRACTION
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        1 + self.input_dim
-            + if self.include_variance {
-                self.input_dim
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES;
+            if self.include_variance {
+                p | Properties::BACKPROP_NEEDS_INPUT
             } else {
-                0
+                p
             }
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES;
-        if self.include_variance {
-            p | Properties::BACKPROP_NEEDS_INPUT
-        } else {
-            p
-        }
+        };
+        Description::new(
+            EXTRACTION,
+            self.input_dim,
+            1 + self.input_dim
+                + if self.include_variance {
+                    self.input_dim
+                } else {
+                    0
+                },
+            properties,
+        )
     }
 
     fn propagate(
         &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input,
+            mut output,
+            indexes,
+            ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
-        let PropagateArgs { indexes, .. } = args;
         let d = self.input_dim;
         if input.num_cols() != d || output.num_cols() != self.output_dim() {
             return None;
@@ -248,13 +249,14 @@ impl Component for StatisticsExtractionComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
+        Backprop {
+            out_deriv,
+            in_deriv,
+            indexes,
+            in_value,
+            ..
+        }: Backprop<'_>,
     ) {
-        let BackpropArgs {
-            indexes, in_value, ..
-        } = args;
         let Some(mut g) = in_deriv else {
             return;
         };
@@ -495,33 +497,34 @@ impl StatisticsPoolingComponent {
 }
 
 impl Component for StatisticsPoolingComponent {
-    fn type_name(&self) -> &'static str {
-        POOLING
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.input_dim + self.num_log_count_features - 1
-    }
-    fn properties(&self) -> Properties {
-        let mut p = Properties::REORDERS_INDEXES | Properties::BACKPROP_ADDS;
-        if self.output_stddevs || self.num_log_count_features > 0 {
-            p = p | Properties::BACKPROP_NEEDS_OUTPUT;
-        }
-        if self.num_log_count_features == 0 {
-            p = p | Properties::BACKPROP_NEEDS_INPUT;
-        }
-        p
+    fn describe(&self) -> Description {
+        let properties = {
+            let mut p = Properties::REORDERS_INDEXES | Properties::BACKPROP_ADDS;
+            if self.output_stddevs || self.num_log_count_features > 0 {
+                p = p | Properties::BACKPROP_NEEDS_OUTPUT;
+            }
+            if self.num_log_count_features == 0 {
+                p = p | Properties::BACKPROP_NEEDS_INPUT;
+            }
+            p
+        };
+        Description::new(
+            POOLING,
+            self.input_dim,
+            self.input_dim + self.num_log_count_features - 1,
+            properties,
+        )
     }
 
     fn propagate(
         &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input,
+            mut output,
+            indexes,
+            ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
-        let PropagateArgs { indexes, .. } = args;
         if input.num_cols() != self.input_dim || output.num_cols() != self.output_dim() {
             return None;
         }
@@ -532,16 +535,15 @@ impl Component for StatisticsPoolingComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             indexes,
             in_value,
             out_value,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let Some(mut g) = in_deriv else {
             return;
         };

@@ -12,13 +12,13 @@ use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, updatable_boilerplate};
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
+use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
@@ -370,34 +370,35 @@ fn gather(src: MatView<'_>, rows: &[i32]) -> Matrix {
 }
 
 impl Component for TdnnComponent {
-    fn type_name(&self) -> &'static str {
-        TDNN
-    }
-    fn input_dim(&self) -> usize {
-        self.block_dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.linear_params.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::UPDATABLE
-            | Properties::REORDERS_INDEXES
-            | Properties::BACKPROP_ADDS
-            | Properties::BACKPROP_NEEDS_INPUT;
-        if self.bias_params.dim() == 0 {
-            p | Properties::PROPAGATE_ADDS
-        } else {
-            p
-        }
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::UPDATABLE
+                | Properties::REORDERS_INDEXES
+                | Properties::BACKPROP_ADDS
+                | Properties::BACKPROP_NEEDS_INPUT;
+            if self.bias_params.dim() == 0 {
+                p | Properties::PROPAGATE_ADDS
+            } else {
+                p
+            }
+        };
+        Description::new(
+            TDNN,
+            self.block_dim(),
+            self.linear_params.num_rows(),
+            properties,
+        )
     }
 
     fn propagate(
         &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input,
+            mut output,
+            indexes,
+            ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
-        let PropagateArgs { indexes, .. } = args;
         if self.bias_params.dim() != 0 {
             output.copy_from_vec_rows(&self.bias_params);
         }
@@ -431,16 +432,15 @@ impl Component for TdnnComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             indexes,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let n_out = out_deriv.num_rows();
         if out_deriv.num_cols() != self.output_dim() {
             return;

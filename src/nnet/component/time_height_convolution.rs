@@ -23,13 +23,13 @@ use super::kaldi_fields::{self, read_field, read_positive_i32, write_fields, Fie
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, updatable_boilerplate};
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties, UpdatableCommon,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
+use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use crate::update::natural_gradient::OnlineNaturalGradient;
 use rand::RngCore;
@@ -616,35 +616,34 @@ fn with_reshaped<R>(view: MatView<'_>, groups: usize, f: impl FnOnce(MatView<'_>
 }
 
 impl Component for TimeHeightConvolutionComponent {
-    fn type_name(&self) -> &'static str {
-        CONV
-    }
-    fn input_dim(&self) -> usize {
-        self.model.input_dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.model.output_dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::UPDATABLE
-            | Properties::REORDERS_INDEXES
-            | Properties::BACKPROP_ADDS
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::INPUT_CONTIGUOUS
-            | Properties::OUTPUT_CONTIGUOUS
+    fn describe(&self) -> Description {
+        Description::new(
+            CONV,
+            self.model.input_dim(),
+            self.model.output_dim(),
+            Properties::UPDATABLE
+                | Properties::REORDERS_INDEXES
+                | Properties::BACKPROP_ADDS
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::INPUT_CONTIGUOUS
+                | Properties::OUTPUT_CONTIGUOUS,
+        )
     }
 
     fn propagate(
         &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
+        Propagate {
+            input,
+            mut output,
+            indexes,
+            ..
+        }: Propagate<'_>,
     ) -> Option<Memo> {
         let (n_in, n_out) = (input.num_rows(), output.num_rows());
         if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
             return None;
         }
-        let layout = self.layout(args.indexes, n_in, n_out)?;
+        let layout = self.layout(indexes, n_in, n_out)?;
         let m = &self.model;
         let (hout, fout) = (m.height_out, m.num_filters_out);
         let cols = m.col_table();
@@ -667,16 +666,15 @@ impl Component for TimeHeightConvolutionComponent {
 
     fn backprop(
         &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
+        Backprop {
+            out_deriv,
+            in_deriv,
             indexes,
             in_value,
             to_update,
             ..
-        } = args;
+        }: Backprop<'_>,
+    ) {
         let m = &self.model;
         let (hout, fout, fin) = (m.height_out, m.num_filters_out, m.num_filters_in);
         let n_out = out_deriv.num_rows();
