@@ -36,10 +36,10 @@ impl Component for Stub {
             Properties::SIMPLE,
         )
     }
-    fn propagate(&self, Propagate { .. }: Propagate<'_>) -> Option<Memo> {
+    fn propagate(&self, _: Propagate<'_>) -> Option<Memo> {
         None
     }
-    fn backprop(&self, Backprop { .. }: Backprop<'_>) {}
+    fn backprop(&self, _: Backprop<'_>) {}
     fn write(&self, _: &mut TokenWriter) {}
     fn info(&self) -> String {
         String::new()

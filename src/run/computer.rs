@@ -102,6 +102,11 @@ enum NetRef<'a> {
     Mut(&'a mut Nnet),
 }
 
+/// The error of asking for an output or input derivative the computation did not provide.
+fn not_provided(what: &str, node_name: &str) -> Error {
+    Error::Compute(format!("the computation provided no {what} '{node_name}'"))
+}
+
 impl NetRef<'_> {
     fn get(&self) -> &Nnet {
         match self {
@@ -241,21 +246,17 @@ impl<'a> NnetComputer<'a> {
     /// The forward output of node `node_name`.
     pub fn output(&self, node_name: &str) -> Result<&Matrix> {
         let node = self.node(node_name)?;
-        self.outputs.get(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no output for node '{node_name}'"
-            ))
-        })
+        self.outputs
+            .get(&node)
+            .ok_or_else(|| not_provided("output for node", node_name))
     }
 
     /// Takes the forward output of node `node_name` out of the computer.
     pub fn take_output(&mut self, node_name: &str) -> Result<Matrix> {
         let node = self.node(node_name)?;
-        self.outputs.remove(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no output for node '{node_name}'"
-            ))
-        })
+        self.outputs
+            .remove(&node)
+            .ok_or_else(|| not_provided("output for node", node_name))
     }
 
     /// Supplies the derivative of the objective w.r.t. output node `node_name`.
@@ -284,21 +285,17 @@ impl<'a> NnetComputer<'a> {
     /// The derivative w.r.t. input node `node_name` (after `run_backward`).
     pub fn input_deriv(&self, node_name: &str) -> Result<&Matrix> {
         let node = self.node(node_name)?;
-        self.input_derivs.get(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no derivative for input node '{node_name}'"
-            ))
-        })
+        self.input_derivs
+            .get(&node)
+            .ok_or_else(|| not_provided("derivative for input node", node_name))
     }
 
     /// Takes the derivative w.r.t. input node `node_name` out of the computer.
     pub fn take_input_deriv(&mut self, node_name: &str) -> Result<Matrix> {
         let node = self.node(node_name)?;
-        self.input_derivs.remove(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no derivative for input node '{node_name}'"
-            ))
-        })
+        self.input_derivs
+            .remove(&node)
+            .ok_or_else(|| not_provided("derivative for input node", node_name))
     }
 
     /// Runs each consolidated update: one Backprop per component over the rows of all its

@@ -11,7 +11,9 @@ use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
-use super::{Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon};
+use super::{
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -276,24 +278,15 @@ impl Component for AffineComponent {
                 | Properties::BACKPROP_ADDS,
         )
     }
-    fn propagate(&self, Propagate { input, output, .. }: Propagate<'_>) -> Option<Memo> {
-        affine_forward(&self.linear, &self.bias, input, output);
+    fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
+        affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<AffineComponent>()) {
-            u.accumulate_gradient(in_value, out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<AffineComponent>(b.to_update) {
+            u.accumulate_gradient(b.in_value, b.out_deriv);
         }
-        affine_backprop_input(&self.linear, out_deriv, in_deriv);
+        affine_backprop_input(&self.linear, b.out_deriv, b.in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let orthonormal =
@@ -388,19 +381,12 @@ impl Component for FixedAffineComponent {
             Properties::SIMPLE | Properties::BACKPROP_ADDS,
         )
     }
-    fn propagate(&self, Propagate { input, output, .. }: Propagate<'_>) -> Option<Memo> {
-        affine_forward(&self.linear, &self.bias, input, output);
+    fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
+        affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            ..
-        }: Backprop<'_>,
-    ) {
-        affine_backprop_input(&self.linear, out_deriv, in_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        affine_backprop_input(&self.linear, b.out_deriv, b.in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(

@@ -424,26 +424,18 @@ impl Component for RestrictedAttentionComponent {
         )
     }
 
-    fn propagate(
-        &self,
-        Propagate {
-            input,
-            mut output,
-            indexes,
-            ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        let (rows_in, rows_out) = (input.num_rows(), output.num_rows());
-        if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        let (rows_in, rows_out) = (p.input.num_rows(), p.output.num_rows());
+        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
             return None;
         }
-        let (rows_left, shift) = self.layout(Self::io_of(indexes), rows_in, rows_out)?;
+        let (rows_left, shift) = self.layout(Self::io_of(p.indexes), rows_in, rows_out)?;
         let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
         let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
         let mut c = Matrix::zeros(rows_out, self.num_heads * cd);
         let mut b = Matrix::zeros(rows_out, cd);
         for h in 0..self.num_heads {
-            let inp = input.cols_range(h * ip, ip);
+            let inp = p.input.cols_range(h * ip, ip);
             let keys = inp.cols_range(0, kd);
             let values = inp.cols_range(kd, vd);
             let queries = inp.sub(rows_left, rows_out, kd + vd, kd + cd);
@@ -452,7 +444,7 @@ impl Component for RestrictedAttentionComponent {
             bv.add_mat(1.0, queries.cols_range(kd, cd), Trans::No);
             let mut ch = c.sub_mut(0, rows_out, h * cd, cd);
             ch.softmax_per_row_from(b.view());
-            let mut out = output.sub_mut(0, rows_out, h * op, op);
+            let mut out = p.output.sub_mut(0, rows_out, h * op, op);
             out.sub_mut(0, rows_out, 0, vd).add_attention_weighted_rows(
                 1.0,
                 values,
@@ -467,28 +459,18 @@ impl Component for RestrictedAttentionComponent {
         Some(Box::new(c))
     }
 
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            memo,
-            in_value,
-            indexes,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let Some(mut in_deriv) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut in_deriv) = b.in_deriv else {
             return;
         };
-        let Some(c) = memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
+        let Some(c) = b.memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
             return;
         };
-        let (rows_in, rows_out) = (in_value.num_rows(), out_deriv.num_rows());
+        let (rows_in, rows_out) = (b.in_value.num_rows(), b.out_deriv.num_rows());
         let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
         let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
-        if in_value.num_cols() != self.input_dim()
-            || out_deriv.num_cols() != self.output_dim()
+        if b.in_value.num_cols() != self.input_dim()
+            || b.out_deriv.num_cols() != self.output_dim()
             || in_deriv.num_rows() != rows_in
             || in_deriv.num_cols() != self.input_dim()
             || c.num_rows() != rows_out
@@ -496,18 +478,19 @@ impl Component for RestrictedAttentionComponent {
         {
             return;
         }
-        let Some((rows_left, shift)) = self.layout(Self::io_of(indexes), rows_in, rows_out) else {
+        let Some((rows_left, shift)) = self.layout(Self::io_of(b.indexes), rows_in, rows_out)
+        else {
             return;
         };
         let mut c_deriv = Matrix::zeros(rows_out, cd);
         let mut b_deriv = Matrix::zeros(rows_out, cd);
         for h in 0..self.num_heads {
-            let inp = in_value.cols_range(h * ip, ip);
+            let inp = b.in_value.cols_range(h * ip, ip);
             let keys = inp.cols_range(0, kd);
             let values = inp.cols_range(kd, vd);
             let queries_key = inp.sub(rows_left, rows_out, kd + vd, kd);
             let ch = c.sub(0, rows_out, h * cd, cd);
-            let od = out_deriv.cols_range(h * op, op);
+            let od = b.out_deriv.cols_range(h * op, op);
             let od_values = od.cols_range(0, vd);
             // Through the weighted sum (and the copy of c), then the softmax.
             c_deriv

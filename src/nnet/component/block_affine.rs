@@ -7,7 +7,9 @@ use super::info_summary;
 use super::kaldi_fields::{self, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, updatable_boilerplate};
-use super::{Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon};
+use super::{
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -159,58 +161,42 @@ impl Component for BlockAffineComponent {
                 | Properties::BACKPROP_ADDS,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (ib, ob) = self.block_sizes();
         for k in 0..self.num_blocks {
             let w = self.linear.sub(k * ob, ob, 0, ib);
-            output.cols_range_mut(k * ob, ob).add_mat_mat(
+            p.output.cols_range_mut(k * ob, ob).add_mat_mat(
                 1.0,
-                input.cols_range(k * ib, ib),
+                p.input.cols_range(k * ib, ib),
                 Trans::No,
                 w,
                 Trans::Yes,
                 0.0,
             );
         }
-        output.add_vec_to_rows(1.0, &self.bias, 1.0);
+        p.output.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
+    fn backprop(&self, b: Backprop<'_>) {
         let (ib, ob) = self.block_sizes();
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>())
-        {
+        if let Some(u) = update_target::<BlockAffineComponent>(b.to_update) {
             let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_blocks {
                 update.weight_block(
                     u.linear.sub_mut(k * ob, ob, 0, ib),
                     None,
-                    in_value.cols_range(k * ib, ib),
-                    out_deriv.cols_range(k * ob, ob),
+                    b.in_value.cols_range(k * ib, ib),
+                    b.out_deriv.cols_range(k * ob, ob),
                 );
             }
-            update.offset_block(&mut u.bias, out_deriv);
+            update.offset_block(&mut u.bias, b.out_deriv);
         }
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = b.in_deriv {
             for k in 0..self.num_blocks {
                 let w = self.linear.sub(k * ob, ob, 0, ib);
                 d.cols_range_mut(k * ib, ib).add_mat_mat(
                     1.0,
-                    out_deriv.cols_range(k * ob, ob),
+                    b.out_deriv.cols_range(k * ob, ob),
                     Trans::No,
                     w,
                     Trans::No,
@@ -386,18 +372,13 @@ impl Component for RepeatedAffineComponent {
                 | Properties::OUTPUT_CONTIGUOUS,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
         for k in 0..self.num_repeats {
-            let mut o = output.cols_range_mut(k * ob, ob);
+            let mut o = p.output.cols_range_mut(k * ob, ob);
             o.add_mat_mat(
                 1.0,
-                input.cols_range(k * ib, ib),
+                p.input.cols_range(k * ib, ib),
                 Trans::No,
                 self.linear.view(),
                 Trans::Yes,
@@ -407,35 +388,24 @@ impl Component for RepeatedAffineComponent {
         }
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
+    fn backprop(&self, b: Backprop<'_>) {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>())
-        {
+        if let Some(u) = update_target::<RepeatedAffineComponent>(b.to_update) {
             if u.natural_gradient {
-                u.natural_gradient_update(in_value, out_deriv, self.num_repeats);
-                return self.input_deriv(out_deriv, in_deriv);
+                u.natural_gradient_update(b.in_value, b.out_deriv, self.num_repeats);
+                return self.input_deriv(b.out_deriv, b.in_deriv);
             }
             let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_repeats {
                 update.weight_block(
                     u.linear.view_mut(),
                     Some(&mut u.bias),
-                    in_value.cols_range(k * ib, ib),
-                    out_deriv.cols_range(k * ob, ob),
+                    b.in_value.cols_range(k * ib, ib),
+                    b.out_deriv.cols_range(k * ob, ob),
                 );
             }
         }
-        self.input_deriv(out_deriv, in_deriv);
+        self.input_deriv(b.out_deriv, b.in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let (ty, n) = (self.type_name(), self.num_repeats);

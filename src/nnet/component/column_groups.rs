@@ -66,38 +66,25 @@ impl Component for ElementwiseProductComponent {
             Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let od = self.output_dim;
-        output.copy_from(input.cols_range(0, od));
+        p.output.copy_from(p.input.cols_range(0, od));
         for i in 1..self.input_dim / od {
-            output.mul_elements(input.cols_range(i * od, od));
+            p.output.mul_elements(p.input.cols_range(i * od, od));
         }
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let Some(mut in_deriv) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut in_deriv) = b.in_deriv else {
             return;
         };
         let od = self.output_dim;
         let n = self.input_dim / od;
         for i in 0..n {
             let mut block = in_deriv.cols_range_mut(i * od, od);
-            block.copy_from(out_deriv);
+            block.copy_from(b.out_deriv);
             for j in (0..n).filter(|&j| j != i) {
-                block.mul_elements(in_value.cols_range(j * od, od));
+                block.mul_elements(b.in_value.cols_range(j * od, od));
             }
         }
     }
@@ -183,25 +170,13 @@ impl Component for PermuteComponent {
             Properties::SIMPLE,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        output.copy_cols(input, &self.column_map);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.copy_cols(p.input, &self.column_map);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_cols(out_deriv, &self.reverse_map);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.copy_cols(b.out_deriv, &self.reverse_map);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -279,33 +254,22 @@ impl Component for SumBlockComponent {
             Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let od = self.output_dim;
         for b in 0..self.input_dim / od {
-            output.add_mat(self.scale, input.cols_range(b * od, od), Trans::No);
+            p.output
+                .add_mat(self.scale, p.input.cols_range(b * od, od), Trans::No);
         }
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let Some(mut d) = in_deriv else {
+    fn backprop(&self, step: Backprop<'_>) {
+        let Some(mut d) = step.in_deriv else {
             return;
         };
         let od = self.output_dim;
         for b in 0..self.input_dim / od {
             d.cols_range_mut(b * od, od)
-                .add_mat(self.scale, out_deriv, Trans::No);
+                .add_mat(self.scale, step.out_deriv, Trans::No);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -416,25 +380,13 @@ impl Component for SumGroupComponent {
             Properties::SIMPLE,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        output.sum_column_ranges(input, &self.ranges);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.sum_column_ranges(p.input, &self.ranges);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_cols(out_deriv, &self.reverse);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.copy_cols(b.out_deriv, &self.reverse);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -502,27 +454,13 @@ impl Component for PnormComponent {
                 | Properties::BACKPROP_NEEDS_OUTPUT,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        output.group_2norm_from(input);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.group_2norm_from(p.input);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            out_value,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.diff_group_2norm(in_value, out_value, out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.diff_group_2norm(b.in_value, b.out_value, b.out_deriv);
         }
     }
     fn write(&self, w: &mut TokenWriter) {

@@ -11,8 +11,8 @@
 
 use super::kaldi_fields::{self, read_opt_into};
 use super::{
-    new_component_from_config, read_component, Backprop, Component, Description, Memo, Propagate,
-    Properties, UpdatableCommon, UpdatableComponent,
+    new_component_from_config, read_component, update_target, Backprop, Component, Description,
+    Memo, Propagate, Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -258,41 +258,22 @@ impl Component for CompositeComponent {
             self.chain_properties(),
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input,
-            mut output,
-            rng,
-            ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        for (start, len) in self.chunks(input.num_rows()) {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        for (start, len) in self.chunks(p.input.num_rows()) {
             self.forward_chunk(
-                &mut *rng,
-                input.rows_range(start, len),
-                output.rows_range_mut(start, len),
+                &mut *p.rng,
+                p.input.rows_range(start, len),
+                p.output.rows_range_mut(start, len),
             );
         }
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            mut in_deriv,
-            in_value,
-            to_update,
-            rng,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let mut to_update =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<CompositeComponent>());
+    fn backprop(&self, mut step: Backprop<'_>) {
+        let mut to_update = update_target::<CompositeComponent>(step.to_update);
         let n = self.components.len();
-        for (start, len) in self.chunks(out_deriv.num_rows()) {
-            let rec = self.recompute(&mut *rng, in_value.rows_range(start, len));
-            let mut deriv = out_deriv.rows_range(start, len).to_matrix();
+        for (start, len) in self.chunks(step.out_deriv.num_rows()) {
+            let rec = self.recompute(&mut *step.rng, step.in_value.rows_range(start, len));
+            let mut deriv = step.out_deriv.rows_range(start, len).to_matrix();
             for i in (0..n).rev() {
                 let c = &self.components[i];
                 let sub_update: Option<&mut dyn Component> = match to_update
@@ -304,7 +285,7 @@ impl Component for CompositeComponent {
                 };
                 let mut prev = None;
                 let target = if i == 0 {
-                    in_deriv.as_mut().map(|d| d.rows_range_mut(start, len))
+                    step.in_deriv.as_mut().map(|d| d.rows_range_mut(start, len))
                 } else {
                     Some(prev.insert(Matrix::zeros(len, c.input_dim())).view_mut())
                 };
@@ -313,7 +294,7 @@ impl Component for CompositeComponent {
                     out_value: rec.values[i + 1].view(),
                     memo: rec.memos[i].as_ref(),
                     to_update: sub_update,
-                    ..Backprop::new(deriv.view(), target, &mut *rng)
+                    ..Backprop::new(deriv.view(), target, &mut *step.rng)
                 });
                 if let Some(prev) = prev {
                     deriv = prev;

@@ -7,8 +7,8 @@ use super::kaldi_fields::{self, read_field, write_updatable};
 use super::param_init;
 use super::param_ops::{component_boilerplate, vector_params_updatable};
 use super::{
-    Backprop, Component, Description, Memo, MiscComputationInfo, Propagate, Properties,
-    UpdatableCommon, UpdatableComponent,
+    update_target, Backprop, Component, Description, Memo, MiscComputationInfo, Propagate,
+    Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -79,26 +79,18 @@ impl Component for ConstantComponent {
         )
     }
     /// Kaldi reports the output dimension here too; no input is ever read.
-    fn propagate(&self, Propagate { mut output, .. }: Propagate<'_>) -> Option<Memo> {
-        if output.num_cols() == self.output.dim() {
-            output.copy_from_vec_rows(&self.output);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        if p.output.num_cols() == self.output.dim() {
+            p.output.copy_from_vec_rows(&self.output);
         }
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
+    fn backprop(&self, b: Backprop<'_>) {
         // There is no input to propagate to; only the parameters get a gradient.
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantComponent>())
-        {
-            if u.is_updatable && out_deriv.num_cols() == u.output.dim() {
+        if let Some(u) = update_target::<ConstantComponent>(b.to_update) {
+            if u.is_updatable && b.out_deriv.num_cols() == u.output.dim() {
                 Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
-                    .offset_block(&mut u.output, out_deriv);
+                    .offset_block(&mut u.output, b.out_deriv);
             }
         }
     }

@@ -116,45 +116,30 @@ impl Component for DistributeComponent {
             Properties::default(),
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input,
-            mut output,
-            indexes,
-            ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        output.set_zero();
-        // Without indexes for this step there is nothing to distribute (the compiler always
-        // precomputes them); the output stays zero rather than guessing.
-        if let Some(p) = self.maps(indexes, input.num_rows(), output.num_rows()) {
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
+        step.output.set_zero();
+        // Without step.indexes for this step there is nothing to distribute (the compiler always
+        // precomputes them); the step.output stays zero rather than guessing.
+        if let Some(p) = self.maps(step.indexes, step.input.num_rows(), step.output.num_rows()) {
             let d = self.output_dim;
             for (b, rows) in p.forward.iter().enumerate() {
-                output.add_rows(1.0, input.cols_range(b * d, d), rows);
+                step.output
+                    .add_rows(1.0, step.input.cols_range(b * d, d), rows);
             }
         }
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            indexes,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let Some(mut g) = in_deriv else {
+    fn backprop(&self, step: Backprop<'_>) {
+        let Some(mut g) = step.in_deriv else {
             return;
         };
-        let Some(p) = self.maps(indexes, g.num_rows(), out_deriv.num_rows()) else {
+        let Some(p) = self.maps(step.indexes, g.num_rows(), step.out_deriv.num_rows()) else {
             g.set_zero();
             return;
         };
         let d = self.output_dim;
         for (b, rows) in p.backward.iter().enumerate() {
-            g.cols_range_mut(b * d, d).copy_rows(out_deriv, rows);
+            g.cols_range_mut(b * d, d).copy_rows(step.out_deriv, rows);
         }
     }
     fn write(&self, w: &mut TokenWriter) {

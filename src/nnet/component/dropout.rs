@@ -113,44 +113,19 @@ impl Component for DropoutComponent {
                 | Properties::RANDOM_COMPONENT,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input,
-            mut output,
-            rng,
-            ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.apply(&mut output, rng);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.copy_from(p.input);
+        self.apply(&mut p.output, p.rng);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            out_value,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            d.mul_mat_div_mat(out_value, in_value);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.copy_from(b.out_deriv);
+            d.mul_mat_div_mat(b.out_value, b.in_value);
         }
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv,
-            in_value,
-            out_value,
-            ..
-        }: BackpropInPlace<'_>,
-    ) {
-        deriv.mul_mat_div_mat(out_value, in_value);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        b.deriv.mul_mat_div_mat(b.out_value, b.in_value);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(

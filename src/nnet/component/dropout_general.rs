@@ -257,23 +257,11 @@ impl Component for GeneralDropoutComponent {
         };
         Description::new(GD, self.dim, self.dim, properties)
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace {
-            mut data,
-            indexes,
-            rng,
-        }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
-        self.dropout_in_place(indexes, &mut data, rng)
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        self.dropout_in_place(p.indexes, &mut p.data, p.rng)
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv, memo, ..
-        }: BackpropInPlace<'_>,
-    ) {
-        self.backprop_mask(memo, &mut deriv);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        self.backprop_mask(b.memo, &mut b.deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let specaugment = self.specaugment_max_proportion != 0.0;
@@ -418,12 +406,7 @@ impl Component for DropoutMaskComponent {
     }
     /// Equal to the output dim, so that the (ignored) input descriptor, which in xconfig
     /// output names the node itself, has a consistent dimension.
-    fn propagate(
-        &self,
-        Propagate {
-            mut output, rng, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
         let p = self.dropout_proportion;
         if self.test_mode {
             let v = if self.continuous || p == 0.0 {
@@ -431,21 +414,21 @@ impl Component for DropoutMaskComponent {
             } else {
                 1.0 - p
             };
-            output.set_const(v);
+            step.output.set_const(v);
             return None;
         }
         if p == 0.0 {
-            output.set_const(1.0);
+            step.output.set_const(1.0);
             return None;
         }
         if self.continuous {
-            output.set_rand_continuous_dropout_mask(rng, p);
+            step.output.set_rand_continuous_dropout_mask(step.rng, p);
         } else {
-            output.set_rand_dropout_mask(rng, p, 1.0);
+            step.output.set_rand_dropout_mask(step.rng, p, 1.0);
         }
         None
     }
-    fn backprop(&self, Backprop { .. }: Backprop<'_>) {
+    fn backprop(&self, _: Backprop<'_>) {
         // No input, so nothing to back-propagate to.
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -659,23 +642,11 @@ impl Component for SpecAugmentTimeMaskComponent {
                 | Properties::USES_MEMO,
         )
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace {
-            mut data,
-            indexes,
-            rng,
-        }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
-        self.mask_in_place(indexes, &mut data, rng)
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        self.mask_in_place(p.indexes, &mut p.data, p.rng)
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv, memo, ..
-        }: BackpropInPlace<'_>,
-    ) {
-        Self::backprop_mask(memo, &mut deriv);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        Self::backprop_mask(b.memo, &mut b.deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(

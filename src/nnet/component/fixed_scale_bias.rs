@@ -73,15 +73,12 @@ impl Component for FixedScaleComponent {
             Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
         )
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
-        data.mul_cols_vec(&self.scales);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.mul_cols_vec(&self.scales);
         None
     }
-    fn backprop_in_place(&self, BackpropInPlace { mut deriv, .. }: BackpropInPlace<'_>) {
-        deriv.mul_cols_vec(&self.scales);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        b.deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(w, "FixedScaleComponent", &[("<Scales>", &self.scales)]);
@@ -134,14 +131,11 @@ impl Component for FixedBiasComponent {
             Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
         )
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
-        data.add_vec_to_rows(1.0, &self.bias, 1.0);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
-    fn backprop_in_place(&self, BackpropInPlace { .. }: BackpropInPlace<'_>) {}
+    fn backprop_in_place(&self, _: BackpropInPlace<'_>) {}
     fn write(&self, w: &mut TokenWriter) {
         write_component(w, "FixedBiasComponent", &[("<Bias>", &self.bias)]);
     }

@@ -9,7 +9,7 @@ use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init;
 use super::param_ops::{self, updatable_boilerplate};
 use super::{
-    Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
     UpdatableComponent,
 };
 use crate::error::Result;
@@ -125,37 +125,23 @@ impl Component for LinearComponent {
                 | Properties::BACKPROP_ADDS,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        self.params.forward(1.0, input, &mut output, 1.0);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        self.params.forward(1.0, p.input, &mut p.output, 1.0);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<LinearComponent>()) {
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<LinearComponent>(b.to_update) {
             Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), true).weight_block(
                 u.params.view_mut(),
                 None,
-                in_value,
-                out_deriv,
+                b.in_value,
+                b.out_deriv,
             );
         }
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = b.in_deriv {
             d.add_mat_mat(
                 1.0,
-                out_deriv,
+                b.out_deriv,
                 Trans::No,
                 self.params.view(),
                 Trans::No,

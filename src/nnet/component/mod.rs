@@ -254,9 +254,32 @@ impl Description {
     }
 }
 
+/// A backprop's update target as its concrete type (the target is always a component of the
+/// backprop's own type; anything else gets no update).
+pub fn update_target<T: Component + 'static>(
+    to_update: Option<&mut dyn Component>,
+) -> Option<&mut T> {
+    to_update.and_then(|u| u.as_any_mut().downcast_mut::<T>())
+}
+
 /// Per-computation index information a general component precomputes once at compile time.
 pub trait PrecomputedIndexes: Send + Sync + std::fmt::Debug {
     fn as_any(&self) -> &dyn Any;
+}
+
+/// The step's precomputed indexes if they are a `P`, else `default()` (a caller that ran the
+/// component without compiling), kept only if `fits` accepts them for these matrices.
+pub fn precomputed_or_default<'a, P: PrecomputedIndexes + Clone + 'static>(
+    indexes: Option<&'a dyn PrecomputedIndexes>,
+    default: impl FnOnce() -> P,
+    fits: impl FnOnce(&P) -> bool,
+) -> Option<std::borrow::Cow<'a, P>> {
+    use std::borrow::Cow;
+    let p = match indexes.and_then(|p| p.as_any().downcast_ref::<P>()) {
+        Some(p) => Cow::Borrowed(p),
+        None => Cow::Owned(default()),
+    };
+    fits(&p).then_some(p)
 }
 
 /// Extra information passed to the non-simple hooks (Kaldi's MiscComputationInfo).

@@ -125,51 +125,35 @@ impl Component for NormalizeComponent {
             properties,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        output.normalize_per_row(input, self.block_dim, self.target_rms, self.add_log_stddev);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.normalize_per_row(
+            p.input,
+            self.block_dim,
+            self.target_rms,
+            self.add_log_stddev,
+        );
         None
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         // Only without add-log-stddev (same shape); each block is read fully before written.
-        data.apply_normalize_per_row(self.block_dim, self.target_rms);
+        p.data
+            .apply_normalize_per_row(self.block_dim, self.target_rms);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(mut d) = in_deriv {
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
             d.diff_normalize_per_row(
-                in_value,
-                Some(out_deriv),
+                b.in_value,
+                Some(b.out_deriv),
                 self.block_dim,
                 self.target_rms,
                 self.add_log_stddev,
             );
         }
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv,
-            in_value,
-            ..
-        }: BackpropInPlace<'_>,
-    ) {
-        deriv.diff_normalize_per_row(in_value, None, self.block_dim, self.target_rms, false);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        b.deriv
+            .diff_normalize_per_row(b.in_value, None, self.block_dim, self.target_rms, false);
     }
     fn write(&self, w: &mut TokenWriter) {
         let block_dim = (self.block_dim != self.input_dim).then_some(self.block_dim);
@@ -454,27 +438,16 @@ impl Component for BatchNormComponent {
         };
         Description::new("BatchNormComponent", self.dim, self.dim, properties)
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         if self.test_mode {
-            data.mul_add_vec_per_block(&self.scale, &self.offset);
+            p.data.mul_add_vec_per_block(&self.scale, &self.offset);
             None
         } else {
-            Some(self.propagate_train(&mut data))
+            Some(self.propagate_train(&mut p.data))
         }
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv,
-            out_value,
-            memo,
-            ..
-        }: BackpropInPlace<'_>,
-    ) {
-        self.backprop_on(out_value, memo, &mut deriv);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        self.backprop_on(b.out_value, b.memo, &mut b.deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let (mean, var) = self.mean_var();

@@ -16,7 +16,9 @@ use super::info_summary;
 use super::kaldi_fields::{self, read_dim_field, read_field, write_component, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
-use super::{Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon};
+use super::{
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -358,14 +360,9 @@ impl Component for ConvolutionComponent {
                 | Properties::PROPAGATE_ADDS,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        let rows = input.num_rows();
-        let patches = self.patches(input);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        let rows = p.input.num_rows();
+        let patches = self.patches(p.input);
         let mut out = Matrix::zeros(patches.num_rows(), self.num_filters());
         out.view_mut().add_mat_mat(
             1.0,
@@ -377,24 +374,16 @@ impl Component for ConvolutionComponent {
         );
         out.view_mut().add_vec_to_rows(1.0, &self.bias, 1.0);
         let out = out.into_reshaped(rows, self.output_dim());
-        output.add_mat(1.0, out.view(), Trans::No);
+        p.output.add_mat(1.0, out.view(), Trans::No);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let rows = out_deriv.num_rows();
-        let od = out_deriv
+    fn backprop(&self, b: Backprop<'_>) {
+        let rows = b.out_deriv.num_rows();
+        let od = b
+            .out_deriv
             .to_matrix()
             .into_reshaped(rows * self.num_patches(), self.num_filters());
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = b.in_deriv {
             let mut patch_deriv = Matrix::zeros(od.num_rows(), self.filter_dim());
             patch_deriv.view_mut().add_mat_mat(
                 1.0,
@@ -408,10 +397,8 @@ impl Component for ConvolutionComponent {
             let patch_deriv = patch_deriv.into_reshaped(rows, map.len());
             d.add_to_cols(patch_deriv.view(), &map);
         }
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConvolutionComponent>())
-        {
-            let patches = self.patches(in_value);
+        if let Some(u) = update_target::<ConvolutionComponent>(b.to_update) {
+            let patches = self.patches(b.in_value);
             let mut update = Update::new(&u.common, None, true);
             update.weight_block(
                 u.filters.view_mut(),
@@ -653,36 +640,25 @@ impl Component for MaxpoolingComponent {
                 | Properties::BACKPROP_ADDS,
         )
     }
-    fn propagate(
-        &self,
-        Propagate {
-            input, mut output, ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (column_map, _) = self.maps();
-        output.group_max_from(self.patches(input, &column_map).view());
+        p.output
+            .group_max_from(self.patches(p.input, &column_map).view());
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            out_value,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let Some(mut d) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut d) = b.in_deriv else {
             return;
         };
         let (column_map, expand_map) = self.maps();
-        let patches = self.patches(in_value, &column_map);
+        let patches = self.patches(b.in_value, &column_map);
         let rows = patches.num_rows();
         let mut deriv = Matrix::zeros(rows, column_map.len());
-        deriv.view_mut().group_max_deriv(patches.view(), out_value);
+        deriv
+            .view_mut()
+            .group_max_deriv(patches.view(), b.out_value);
         let mut spread = Matrix::zeros(rows, column_map.len());
-        spread.view_mut().copy_cols(out_deriv, &expand_map);
+        spread.view_mut().copy_cols(b.out_deriv, &expand_map);
         deriv.view_mut().mul_elements(spread.view());
         d.add_to_cols(deriv.view(), &column_map);
     }

@@ -5,7 +5,9 @@
 use super::kaldi_fields::{read_field, read_opt_field, read_pos_i32, write_component};
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
-use super::{BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties};
+use super::{
+    update_target, BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -76,12 +78,12 @@ impl Component for NoOpComponent {
             Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
         )
     }
-    fn propagate_in_place(&self, PropagateInPlace { .. }: PropagateInPlace<'_>) -> Option<Memo> {
+    fn propagate_in_place(&self, _: PropagateInPlace<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(&self, BackpropInPlace { mut deriv, .. }: BackpropInPlace<'_>) {
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         if self.backprop_scale != 1.0 {
-            deriv.scale(self.backprop_scale);
+            b.deriv.scale(self.backprop_scale);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -192,8 +194,7 @@ impl ClipGradientComponent {
         to_update: Option<&mut dyn Component>,
         rng: &mut dyn RngCore,
     ) {
-        let mut upd =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ClipGradientComponent>());
+        let mut upd = update_target::<ClipGradientComponent>(to_update);
         if self.clipping_threshold > 0.0 {
             if self.norm_based_clipping {
                 let t = self.clipping_threshold;
@@ -292,20 +293,11 @@ impl Component for ClipGradientComponent {
                 | Properties::BACKPROP_NEEDS_INPUT,
         )
     }
-    fn propagate_in_place(&self, PropagateInPlace { .. }: PropagateInPlace<'_>) -> Option<Memo> {
+    fn propagate_in_place(&self, _: PropagateInPlace<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv,
-            in_value,
-            to_update,
-            rng,
-            ..
-        }: BackpropInPlace<'_>,
-    ) {
-        self.clip(in_value, &mut deriv, to_update, rng);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        self.clip(b.in_value, &mut b.deriv, b.to_update, b.rng);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(

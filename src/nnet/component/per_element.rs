@@ -11,8 +11,8 @@ use super::kaldi_fields::{
 use super::param_init;
 use super::param_ops::{component_boilerplate, updatable_boilerplate, vector_params_updatable};
 use super::{
-    Backprop, BackpropInPlace, Component, Description, Memo, Propagate, PropagateInPlace,
-    Properties, UpdatableCommon, UpdatableComponent,
+    update_target, Backprop, BackpropInPlace, Component, Description, Memo, Propagate,
+    PropagateInPlace, Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -186,49 +186,25 @@ impl Component for PerElementScaleComponent {
                 | Properties::BACKPROP_IN_PLACE,
         )
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
-        data.mul_cols_vec(&self.scales);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.mul_cols_vec(&self.scales);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            in_value,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
-        {
-            u.accumulate(in_value, out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<PerElementScaleComponent>(b.to_update) {
+            u.accumulate(b.in_value, b.out_deriv);
         }
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
+        if let Some(mut d) = b.in_deriv {
+            d.copy_from(b.out_deriv);
             d.mul_cols_vec(&self.scales);
         }
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv,
-            in_value,
-            to_update,
-            ..
-        }: BackpropInPlace<'_>,
-    ) {
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         // The gradient needs the output derivative, so it comes first.
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
-        {
-            u.accumulate(in_value, deriv.as_view());
+        if let Some(u) = update_target::<PerElementScaleComponent>(b.to_update) {
+            u.accumulate(b.in_value, b.deriv.as_view());
         }
-        deriv.mul_cols_vec(&self.scales);
+        b.deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
         let ng = self.natural_gradient.as_ref();
@@ -384,43 +360,23 @@ impl Component for PerElementOffsetComponent {
         };
         Description::new(PEO, self.dim, self.dim, properties)
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         let o = &self.offsets;
-        for_blocks(&mut data, o.dim(), |b| b.add_vec_to_rows(1.0, o, 1.0));
+        for_blocks(&mut p.data, o.dim(), |b| b.add_vec_to_rows(1.0, o, 1.0));
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
-        {
-            u.accumulate(out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<PerElementOffsetComponent>(b.to_update) {
+            u.accumulate(b.out_deriv);
         }
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
+        if let Some(mut d) = b.in_deriv {
+            d.copy_from(b.out_deriv);
         }
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            deriv, to_update, ..
-        }: BackpropInPlace<'_>,
-    ) {
+    fn backprop_in_place(&self, b: BackpropInPlace<'_>) {
         // The input derivative equals the output derivative: nothing to change in place.
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
-        {
-            u.accumulate(deriv.as_view());
+        if let Some(u) = update_target::<PerElementOffsetComponent>(b.to_update) {
+            u.accumulate(b.deriv.as_view());
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -589,54 +545,35 @@ impl Component for ScaleAndOffsetComponent {
         };
         Description::new(SAO, self.dim, self.dim, properties)
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         let (s, o) = (&self.scales, &self.offsets);
-        for_blocks(&mut data, s.dim(), |b| {
+        for_blocks(&mut p.data, s.dim(), |b| {
             b.mul_cols_vec(s);
             b.add_vec_to_rows(1.0, o, 1.0);
         });
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            out_value,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
-        {
-            u.accumulate(out_value, out_deriv, &self.scales, &self.offsets);
+    fn backprop(&self, step: Backprop<'_>) {
+        if let Some(u) = update_target::<ScaleAndOffsetComponent>(step.to_update) {
+            u.accumulate(step.out_value, step.out_deriv, &self.scales, &self.offsets);
         }
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
+        if let Some(mut d) = step.in_deriv {
+            d.copy_from(step.out_deriv);
             let s = &self.scales;
             for_blocks(&mut d, s.dim(), |b| b.mul_cols_vec(s));
         }
     }
-    fn backprop_in_place(
-        &self,
-        BackpropInPlace {
-            mut deriv,
-            out_value,
-            to_update,
-            ..
-        }: BackpropInPlace<'_>,
-    ) {
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
-        {
-            u.accumulate(out_value, deriv.as_view(), &self.scales, &self.offsets);
+    fn backprop_in_place(&self, mut step: BackpropInPlace<'_>) {
+        if let Some(u) = update_target::<ScaleAndOffsetComponent>(step.to_update) {
+            u.accumulate(
+                step.out_value,
+                step.deriv.as_view(),
+                &self.scales,
+                &self.offsets,
+            );
         }
         let s = &self.scales;
-        for_blocks(&mut deriv, s.dim(), |b| b.mul_cols_vec(s));
+        for_blocks(&mut step.deriv, s.dim(), |b| b.mul_cols_vec(s));
     }
     fn write(&self, w: &mut TokenWriter) {
         write_updatable(
@@ -740,32 +677,20 @@ impl Component for ConstantFunctionComponent {
         };
         Description::new(CFC, self.input_dim, self.output.dim(), properties)
     }
-    fn propagate(&self, Propagate { mut output, .. }: Propagate<'_>) -> Option<Memo> {
-        output.copy_from_vec_rows(&self.output);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.copy_from_vec_rows(&self.output);
         None
     }
-    fn propagate_in_place(
-        &self,
-        PropagateInPlace { mut data, .. }: PropagateInPlace<'_>,
-    ) -> Option<Memo> {
-        data.copy_from_vec_rows(&self.output);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.copy_from_vec_rows(&self.output);
         None
     }
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            to_update,
-            ..
-        }: Backprop<'_>,
-    ) {
+    fn backprop(&self, b: Backprop<'_>) {
         // The output does not depend on the input: the input derivative gets nothing added.
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>())
-        {
+        if let Some(u) = update_target::<ConstantFunctionComponent>(b.to_update) {
             if u.is_updatable {
                 Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
-                    .offset_block(&mut u.output, out_deriv);
+                    .offset_block(&mut u.output, b.out_deriv);
             }
         }
     }

@@ -229,48 +229,32 @@ impl Component for StatisticsExtractionComponent {
         )
     }
 
-    fn propagate(
-        &self,
-        Propagate {
-            input,
-            mut output,
-            indexes,
-            ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
         let d = self.input_dim;
-        if input.num_cols() != d || output.num_cols() != self.output_dim() {
+        if step.input.num_cols() != d || step.output.num_cols() != self.output_dim() {
             return None;
         }
-        let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        output.add_row_range_stats(input, &p.forward, &p.counts, self.include_variance);
+        let p = StatsPrecomputed::get(step.indexes, step.input.num_rows(), step.output.num_rows());
+        step.output
+            .add_row_range_stats(step.input, &p.forward, &p.counts, self.include_variance);
         None
     }
 
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            indexes,
-            in_value,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let Some(mut g) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut g) = b.in_deriv else {
             return;
         };
         let d = self.input_dim;
         g.set_zero();
-        if g.num_cols() != d || out_deriv.num_cols() != self.output_dim() {
+        if g.num_cols() != d || b.out_deriv.num_cols() != self.output_dim() {
             return;
         }
-        let p = StatsPrecomputed::get(indexes, g.num_rows(), out_deriv.num_rows());
-        let have_x = in_value.num_rows() == g.num_rows() && in_value.num_cols() == d;
+        let p = StatsPrecomputed::get(b.indexes, g.num_rows(), b.out_deriv.num_rows());
+        let have_x = b.in_value.num_rows() == g.num_rows() && b.in_value.num_cols() == d;
         g.backprop_row_range_stats(
-            out_deriv,
+            b.out_deriv,
             &p.forward,
-            (self.include_variance && have_x).then_some(in_value),
+            (self.include_variance && have_x).then_some(b.in_value),
         );
     }
 
@@ -516,56 +500,40 @@ impl Component for StatisticsPoolingComponent {
         )
     }
 
-    fn propagate(
-        &self,
-        Propagate {
-            input,
-            mut output,
-            indexes,
-            ..
-        }: Propagate<'_>,
-    ) -> Option<Memo> {
-        if input.num_cols() != self.input_dim || output.num_cols() != self.output_dim() {
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
+        if step.input.num_cols() != self.input_dim || step.output.num_cols() != self.output_dim() {
             return None;
         }
-        let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        output.pool_row_range_stats(input, &p.forward, self.pooling_options());
+        let p = StatsPrecomputed::get(step.indexes, step.input.num_rows(), step.output.num_rows());
+        step.output
+            .pool_row_range_stats(step.input, &p.forward, self.pooling_options());
         None
     }
 
-    fn backprop(
-        &self,
-        Backprop {
-            out_deriv,
-            in_deriv,
-            indexes,
-            in_value,
-            out_value,
-            ..
-        }: Backprop<'_>,
-    ) {
-        let Some(mut g) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut g) = b.in_deriv else {
             return;
         };
         let (nl, od_dim) = (self.num_log_count_features, self.output_dim());
-        if g.num_cols() != self.input_dim || out_deriv.num_cols() != od_dim {
+        if g.num_cols() != self.input_dim || b.out_deriv.num_cols() != od_dim {
             return;
         }
-        let n_out = out_deriv.num_rows();
+        let n_out = b.out_deriv.num_rows();
         let need_out = self.output_stddevs || nl > 0;
-        if need_out && (out_value.num_rows() != n_out || out_value.num_cols() != od_dim) {
+        if need_out && (b.out_value.num_rows() != n_out || b.out_value.num_cols() != od_dim) {
             return;
         }
         let need_in = nl == 0;
-        if need_in && (in_value.num_rows() != g.num_rows() || in_value.num_cols() != self.input_dim)
+        if need_in
+            && (b.in_value.num_rows() != g.num_rows() || b.in_value.num_cols() != self.input_dim)
         {
             return;
         }
-        let p = StatsPrecomputed::get(indexes, g.num_rows(), n_out);
+        let p = StatsPrecomputed::get(b.indexes, g.num_rows(), n_out);
         g.backprop_pool_row_range_stats(
-            in_value,
-            out_value,
-            out_deriv,
+            b.in_value,
+            b.out_value,
+            b.out_deriv,
             &p.forward,
             self.pooling_options(),
         );
