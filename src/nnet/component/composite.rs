@@ -10,6 +10,7 @@
 //! L2, orthonormal constraints, gradients, statistics).
 
 use super::kaldi_fields::{self, read_opt_into};
+use super::param_ops::updatable_common;
 use super::{
     new_component_from_config, read_component, update_target, Backprop, Component, Description,
     Memo, Propagate, Properties, UpdatableCommon, UpdatableComponent,
@@ -394,12 +395,7 @@ impl Component for CompositeComponent {
 /// parameters reach every sub-component (statistics of the others included, as Kaldi's
 /// `Add`/`Scale` on a composite do).
 impl UpdatableComponent for CompositeComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.components
             .iter()

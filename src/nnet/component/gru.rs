@@ -22,7 +22,7 @@
 use super::info_summary;
 use super::kaldi_fields::{expect_closing, read_field, write_updatable};
 use super::param_init;
-use super::param_ops::{self, updatable_boilerplate};
+use super::param_ops::{self, updatable_boilerplate, updatable_common};
 use super::UpdatableComponent;
 use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
@@ -537,12 +537,7 @@ impl Component for GruNonlinearityComponent {
 }
 
 impl UpdatableComponent for GruNonlinearityComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.cell_dim * self.recurrent_dim
     }
@@ -791,12 +786,7 @@ impl Component for OutputGruNonlinearityComponent {
 }
 
 impl UpdatableComponent for OutputGruNonlinearityComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.cell_dim()
     }

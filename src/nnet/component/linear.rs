@@ -7,7 +7,7 @@ use super::affine::weight_ng_options_from_config;
 use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init;
-use super::param_ops::{self, updatable_boilerplate};
+use super::param_ops::{self, updatable_boilerplate, updatable_common};
 use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
     UpdatableComponent,
@@ -194,12 +194,7 @@ impl UpdatableComponent for LinearComponent {
         (self.orthonormal_constraint != 0.0)
             .then(|| (self.orthonormal_constraint, self.params.view_mut()))
     }
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.params.num_rows() * self.params.num_cols()
     }

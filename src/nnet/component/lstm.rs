@@ -19,7 +19,7 @@
 use super::info_summary;
 use super::kaldi_fields::{expect_closing, read_field, read_opt_field, write_updatable};
 use super::param_init;
-use super::param_ops::{self, component_boilerplate};
+use super::param_ops::{self, component_boilerplate, updatable_common};
 use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
     UpdatableComponent,
@@ -448,12 +448,7 @@ impl Component for LstmNonlinearityComponent {
 }
 
 impl UpdatableComponent for LstmNonlinearityComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         3 * self.cell_dim()
     }

@@ -15,7 +15,7 @@
 use super::info_summary;
 use super::kaldi_fields::{self, read_dim_field, read_field, write_component, write_updatable};
 use super::param_init::{self, RandomInit};
-use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
+use super::param_ops::{self, component_boilerplate, updatable_boilerplate, updatable_common};
 use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
 };
@@ -452,12 +452,7 @@ impl Component for ConvolutionComponent {
 
 /// The (filters, bias) pair is the parameter set, in Kaldi's Vectorize order.
 impl super::UpdatableComponent for ConvolutionComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.num_filters() * (self.filter_dim() + 1)
     }

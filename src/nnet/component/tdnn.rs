@@ -10,7 +10,7 @@
 use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init::{self, RandomInit};
-use super::param_ops::{self, updatable_boilerplate};
+use super::param_ops::{self, updatable_boilerplate, updatable_common};
 use super::{
     precomputed_or_default, update_target, Backprop, Component, Description, Memo,
     MiscComputationInfo, PrecomputedIndexes, Propagate, Properties, UpdatableCommon,
@@ -654,12 +654,7 @@ impl UpdatableComponent for TdnnComponent {
         (self.orthonormal_constraint != 0.0)
             .then(|| (self.orthonormal_constraint, self.linear_params.view_mut()))
     }
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }
