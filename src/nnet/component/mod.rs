@@ -87,8 +87,8 @@ impl std::fmt::Debug for Properties {
 pub type Memo = Box<dyn Any + Send + Sync>;
 
 /// One forward step (Kaldi's `Propagate`): what the component reads and writes, and what
-/// else it may consult. Implementations destructure the fields they use, so the signature
-/// says what a component needs.
+/// else it may consult, in one value so that every implementation has the same one-line
+/// signature and reads the fields it needs (`p.input`, `p.output`).
 pub struct Propagate<'a> {
     /// The input rows.
     pub input: MatView<'a>,
