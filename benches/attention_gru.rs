@@ -11,7 +11,7 @@
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::{set_num_threads, Matrix};
 use compnet::nnet::component::{
-    new_component_from_config, Component, MiscComputationInfo, PropagateArgs,
+    new_component_from_config, Component, MiscComputationInfo, Propagate,
 };
 use compnet::nnet::Index;
 use std::time::Instant;
@@ -163,14 +163,12 @@ fn main() {
         let secs = median_secs(9, || {
             for _ in 0..l.calls {
                 let mut rng = compnet::random::seeded_rng(0);
-                l.c.propagate(
-                    PropagateArgs {
-                        indexes: l.pre.as_deref(),
-                        rng: &mut rng,
-                    },
-                    x.view(),
-                    y.view_mut(),
-                );
+                l.c.propagate(Propagate {
+                    input: x.view(),
+                    output: y.view_mut(),
+                    indexes: l.pre.as_deref(),
+                    rng: &mut rng,
+                });
             }
         });
         let flops = l.flops_per_row * (l.rows * l.calls) as f64;

@@ -11,7 +11,7 @@
 
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::{set_num_threads, Matrix, Trans};
-use compnet::nnet::component::{new_component_from_config, PropagateArgs};
+use compnet::nnet::component::{new_component_from_config, Propagate};
 use std::time::Instant;
 
 /// (filters in, filters out, height in, height out, subsampling, output rows per chunk).
@@ -82,7 +82,7 @@ fn main() {
         let mut y = Matrix::zeros(rows, hout * fout);
         let mut rng = compnet::random::seeded_rng(0);
         let t = best_time(trials, || {
-            comp.propagate(PropagateArgs::new(&mut rng), x.view(), y.view_mut());
+            comp.propagate(Propagate::new(x.view(), y.view_mut(), &mut rng));
         });
         let k = 9 * fin;
         let flops = 2.0 * (rows * hout * k * fout) as f64;

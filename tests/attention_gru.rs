@@ -12,10 +12,10 @@ use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, Memo, MiscComputationInfo,
-    PrecomputedIndexes, PropagateArgs,
+    new_component_from_config, read_component, Backprop, Component, MiscComputationInfo, Propagate,
 };
 use compnet::nnet::Index;
+use compnet::testing::component::Step;
 use compnet::testing::golden::{check_golden_info, round_trip_golden};
 use compnet::testing::numeric::{dot, gauss, max_abs_diff};
 use std::collections::HashMap;
@@ -95,97 +95,6 @@ fn config_defaults_are_kaldis() {
 }
 
 // ------------------------------------------------------------------ attention
-
-/// A step set up as the compiler does: reordered (and padded) Indexes, rows permuted to
-/// match, indexes precomputed. Blank input rows stay zero.
-struct Step<'a> {
-    c: &'a dyn Component,
-    input: Vec<Index>,
-    output: Vec<Index>,
-    in_perm: Vec<usize>,
-    out_perm: Vec<usize>,
-    pre: Option<Box<dyn PrecomputedIndexes>>,
-}
-
-impl<'a> Step<'a> {
-    fn new(c: &'a dyn Component, input: &[Index], output: &[Index]) -> Self {
-        let (mut i2, mut o2) = (input.to_vec(), output.to_vec());
-        c.reorder_indexes(&mut i2, &mut o2);
-        let pos = |v: &[Index], x: &Index| {
-            v.iter()
-                .position(|y| y == x)
-                .unwrap_or_else(|| panic!("reorder dropped {x}"))
-        };
-        let in_perm = input.iter().map(|x| pos(&i2, x)).collect();
-        let out_perm = output.iter().map(|x| pos(&o2, x)).collect();
-        // Reordering is idempotent (Kaldi checks this at verbose level 2).
-        let (mut i3, mut o3) = (i2.clone(), o2.clone());
-        c.reorder_indexes(&mut i3, &mut o3);
-        assert_eq!((&i3, &o3), (&i2, &o2), "reorder_indexes is not idempotent");
-        let pre = c.precompute_indexes(&MiscComputationInfo::default(), &i2, &o2, true);
-        Step {
-            c,
-            input: i2,
-            output: o2,
-            in_perm,
-            out_perm,
-            pre,
-        }
-    }
-    fn permute_in(&self, x: &Matrix) -> Matrix {
-        let mut m = Matrix::zeros(self.input.len(), x.num_cols());
-        for (r, &p) in self.in_perm.iter().enumerate() {
-            m.copy_row_from_slice(p, &x.row_to_vec(r));
-        }
-        m
-    }
-    fn unpermute(perm: &[usize], m: &Matrix) -> Matrix {
-        let mut out = Matrix::zeros(perm.len(), m.num_cols());
-        for (r, &p) in perm.iter().enumerate() {
-            out.copy_row_from_slice(r, &m.row_to_vec(p));
-        }
-        out
-    }
-    fn propagate(&self, xin: &Matrix) -> (Matrix, Option<Memo>) {
-        let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
-        let memo = self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
-        (y, memo)
-    }
-    fn forward(&self, x: &Matrix) -> Matrix {
-        Self::unpermute(&self.out_perm, &self.propagate(&self.permute_in(x)).0)
-    }
-    /// Input derivative (original input order) for output derivative `d`, added to `init`
-    /// (the rows as the step lays them out).
-    fn backward_onto(&self, x: &Matrix, d: &Matrix, init: f32) -> Matrix {
-        let xin = self.permute_in(x);
-        let (_, memo) = self.propagate(&xin);
-        let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
-        for (r, &p) in self.out_perm.iter().enumerate() {
-            dd.copy_row_from_slice(p, &d.row_to_vec(r));
-        }
-        let mut g = Matrix::zeros(self.input.len(), self.c.input_dim());
-        g.view_mut().set_const(init);
-        let mut rng = compnet::random::seeded_rng(0);
-        self.c.backprop(
-            BackpropArgs {
-                indexes: self.pre.as_deref(),
-                in_value: xin.view(),
-                memo: memo.as_ref(),
-                ..BackpropArgs::new(&mut rng)
-            },
-            dd.view(),
-            Some(g.view_mut()),
-        );
-        Self::unpermute(&self.in_perm, &g)
-    }
-}
 
 /// Indexes for each (n, x) in `nx` and each t in `ts`, in an arbitrary (n-major) order.
 fn indexes(nx: &[(i32, i32)], ts: impl Iterator<Item = i32> + Clone) -> Vec<Index> {
@@ -380,9 +289,9 @@ fn attention_input_derivative_is_the_derivative() {
         let step = Step::new(c.as_ref(), &input, &output);
         let x = gauss(input.len(), c.input_dim(), 200 + k as u64);
         let d = gauss(output.len(), c.output_dim(), 300 + k as u64);
-        let g = step.backward_onto(&x, &d, 0.0);
+        let g = step.backward_onto(&x, &d, Some(0.0), None);
         // BACKPROP_ADDS: the derivative is added to what is there.
-        let g1 = step.backward_onto(&x, &d, 1.0);
+        let g1 = step.backward_onto(&x, &d, Some(1.0), None);
         let mut g1m = g1.clone();
         g1m.view_mut().add_const(-1.0);
         assert!(
@@ -417,17 +326,15 @@ fn attention_propagate_adds_to_its_output() {
     );
     let step = Step::new(c.as_ref(), &input, &output);
     let xin = step.permute_in(&gauss(input.len(), c.input_dim(), 7));
-    let (y0, _) = step.propagate(&xin);
+    let (y0, _) = step.propagate_onto(&xin, Some(0.0));
     let mut y1 = Matrix::zeros(step.output.len(), c.output_dim());
     y1.view_mut().set_const(1.0);
-    c.propagate(
-        PropagateArgs {
-            indexes: step.pre.as_deref(),
-            rng: &mut compnet::random::seeded_rng(0),
-        },
-        xin.view(),
-        y1.view_mut(),
-    );
+    c.propagate(Propagate {
+        input: xin.view(),
+        output: y1.view_mut(),
+        indexes: step.pre.as_deref(),
+        rng: &mut compnet::random::seeded_rng(0),
+    });
     y1.view_mut().add_const(-1.0);
     assert!(max_abs_diff(&y0, &y1) < 1e-5);
 }
@@ -480,7 +387,7 @@ fn attention_stats_are_entropy_and_posterior_sums() {
     );
     let step = Step::new(c.as_ref(), &input, &output);
     let xin = step.permute_in(&gauss(input.len(), c.input_dim(), 9));
-    let (y, memo) = step.propagate(&xin);
+    let (y, memo) = step.propagate_onto(&xin, Some(0.0));
     // The context part of the output is c itself (output-context=true).
     let (heads, cd, vd) = (2, 5, 8);
     let mut entropy = [0.0f64; 2];
@@ -570,11 +477,11 @@ fn gru_reference(x: &Matrix, w_h: &Matrix, c: usize, r: usize) -> Matrix {
 
 fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
     let mut y = Matrix::zeros(x.num_rows(), c.output_dim());
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     y
 }
 
@@ -632,16 +539,12 @@ fn backprop_with_delta(
     let d = gauss(x.num_rows(), c.output_dim(), 5);
     let mut g = Matrix::zeros(x.num_rows(), c.input_dim());
     let mut rng = compnet::random::seeded_rng(seed);
-    c.backprop(
-        BackpropArgs {
-            in_value: x.view(),
-            out_value: y.view(),
-            to_update: Some(delta),
-            ..BackpropArgs::new(&mut rng)
-        },
-        d.view(),
-        Some(g.view_mut()),
-    );
+    c.backprop(Backprop {
+        in_value: x.view(),
+        out_value: y.view(),
+        to_update: Some(delta),
+        ..Backprop::new(d.view(), Some(g.view_mut()), &mut rng)
+    });
     g
 }
 
@@ -679,15 +582,11 @@ fn gru_stats_and_self_repair_as_kaldi() {
             let y = forward(c.as_ref(), &x);
             let d = gauss(20, c.output_dim(), 5);
             let mut g0 = Matrix::zeros(20, c.input_dim());
-            c.backprop(
-                BackpropArgs {
-                    in_value: x.view(),
-                    out_value: y.view(),
-                    ..BackpropArgs::new(&mut rng)
-                },
-                d.view(),
-                Some(g0.view_mut()),
-            );
+            c.backprop(Backprop {
+                in_value: x.view(),
+                out_value: y.view(),
+                ..Backprop::new(d.view(), Some(g0.view_mut()), &mut rng)
+            });
             if stored {
                 seen[0] = true;
                 // 2 of 4 cells repaired in this minibatch.
@@ -895,4 +794,23 @@ fn trained_model_copies_and_info_match_kaldi() {
         String::from_utf8_lossy(&want)
     );
     std::fs::remove_dir_all(&tmp).ok();
+}
+
+/// The shared component harness (numeric input and parameter derivatives, in-place and
+/// strided forms, I/O) on both GRU types, with and without a recurrent projection: a wrong
+/// sign anywhere in the fused backward pass (`matrix::gru`) fails here, not only in
+/// `tests/components.rs`.
+#[test]
+fn gru_backprop_is_the_derivative() {
+    for cfg in [
+        "type=GruNonlinearityComponent cell-dim=4",
+        "type=GruNonlinearityComponent cell-dim=6 recurrent-dim=3 param-stddev=0.5",
+        "type=OutputGruNonlinearityComponent cell-dim=5 param-stddev=0.5",
+    ] {
+        for seed in [3, 4] {
+            let notes = compnet::testing::component::check_component_config(cfg, seed)
+                .unwrap_or_else(|e| panic!("{cfg} (seed {seed}): {e}"));
+            assert!(notes.is_empty(), "{cfg}: checks skipped: {notes:?}");
+        }
+    }
 }

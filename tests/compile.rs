@@ -12,7 +12,7 @@ use compnet::compile::{compile_computation, Command, CompilerOptions};
 use compnet::compile::{ComputationRequest, IoSpecification};
 use compnet::matrix::Matrix;
 use compnet::matrix::{MatView, MatViewMut};
-use compnet::nnet::component::{PropagateArgs, Properties};
+use compnet::nnet::component::{Propagate, Properties};
 use compnet::nnet::descriptor::{ForwardingDescriptor, IndexVar, SumDescriptor};
 use compnet::nnet::{Index, NetworkNode, Nnet};
 use compnet::run::NnetComputer;
@@ -189,11 +189,11 @@ impl<'a> Reference<'a> {
                 self.value(node - 1, i).map(|x| {
                     let mut out = vec![0.0; c.output_dim()];
                     let od = out.len();
-                    c.propagate(
-                        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+                    c.propagate(Propagate::new(
                         MatView::from_slice(&x, 1, x.len()),
                         MatViewMut::from_slice(&mut out, 1, od),
-                    );
+                        &mut compnet::random::seeded_rng(0),
+                    ));
                     out
                 })
             }

@@ -3,7 +3,8 @@
 //! (numeric input- and parameter-derivative checks, adds/in-place honesty, stride
 //! independence, text and binary I/O round trips, parameter algebra); plus every component of
 //! the golden Kaldi models read and re-written byte for byte, and its info line compared.
-//! Failures name the type and config; non-simple components are skipped with a note.
+//! Failures name the type and config. Non-simple components run as one compiled step would
+//! (`Step`: reordered Indexes, precomputed indexes) through the numeric checks and I/O.
 
 use compnet::io::TokenReader;
 use compnet::nnet::component::{component_type, registry, Component};

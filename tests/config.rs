@@ -9,8 +9,8 @@
 
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenWriter;
-use compnet::matrix::{MatView, MatViewMut};
-use compnet::nnet::component::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+
+use compnet::nnet::component::{Backprop, Component, Description, Memo, Propagate, Properties};
 use compnet::nnet::{NetworkNode, Nnet, ObjectiveType};
 use compnet::Result;
 use std::any::Any;
@@ -28,22 +28,18 @@ struct Stub {
 }
 
 impl Component for Stub {
-    fn type_name(&self) -> &'static str {
-        "StubComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "StubComponent",
+            self.input_dim,
+            self.output_dim,
+            Properties::SIMPLE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-    }
-    fn propagate(&self, _: PropagateArgs<'_>, _: MatView<'_>, _: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate(&self, _: Propagate<'_>) -> Option<Memo> {
         None
     }
-    fn backprop(&self, _: BackpropArgs<'_>, _: MatView<'_>, _: Option<MatViewMut<'_>>) {}
+    fn backprop(&self, _: Backprop<'_>) {}
     fn write(&self, _: &mut TokenWriter) {}
     fn info(&self) -> String {
         String::new()

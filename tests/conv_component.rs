@@ -9,10 +9,10 @@ use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::time_height_convolution::TimeHeightConvolutionComponent;
 use compnet::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
-    PrecomputedIndexes, PropagateArgs, Properties,
+    new_component_from_config, read_component, Component, MiscComputationInfo,
 };
 use compnet::nnet::Index;
+use compnet::testing::component::Step;
 use compnet::testing::golden::{golden_component, round_trip_golden};
 use compnet::testing::numeric::{dot, gauss, max_abs_diff};
 use rand::Rng;
@@ -29,91 +29,6 @@ fn conv(c: &dyn Component) -> &TimeHeightConvolutionComponent {
     c.as_any()
         .downcast_ref::<TimeHeightConvolutionComponent>()
         .unwrap()
-}
-
-/// A component step as the compiler sets it up: reordered Indexes, rows permuted to match,
-/// precomputed indexes.
-struct Step<'a> {
-    c: &'a dyn Component,
-    input: Vec<Index>,
-    output: Vec<Index>,
-    in_perm: Vec<usize>,
-    out_perm: Vec<usize>,
-    pre: Option<Box<dyn PrecomputedIndexes>>,
-}
-
-impl<'a> Step<'a> {
-    fn new(c: &'a dyn Component, input: &[Index], output: &[Index]) -> Self {
-        let (mut i2, mut o2) = (input.to_vec(), output.to_vec());
-        assert!(c.properties().has(Properties::REORDERS_INDEXES));
-        c.reorder_indexes(&mut i2, &mut o2);
-        let pos = |v: &[Index], x: &Index| v.iter().position(|y| y == x).unwrap();
-        let in_perm = input.iter().map(|x| pos(&i2, x)).collect();
-        let out_perm = output.iter().map(|x| pos(&o2, x)).collect();
-        let pre = c.precompute_indexes(&MiscComputationInfo::default(), &i2, &o2, true);
-        Step {
-            c,
-            input: i2,
-            output: o2,
-            in_perm,
-            out_perm,
-            pre,
-        }
-    }
-    fn permute(perm: &[usize], x: &Matrix) -> Matrix {
-        let mut m = Matrix::zeros(x.num_rows(), x.num_cols());
-        for (r, &p) in perm.iter().enumerate() {
-            m.copy_row_from_slice(p, &x.row_to_vec(r));
-        }
-        m
-    }
-    fn unpermute(perm: &[usize], m: &Matrix) -> Matrix {
-        let mut out = Matrix::zeros(perm.len(), m.num_cols());
-        for (r, &p) in perm.iter().enumerate() {
-            out.copy_row_from_slice(r, &m.row_to_vec(p));
-        }
-        out
-    }
-    /// Output in the original order; the destination starts as NaN (propagate overwrites).
-    fn forward(&self, x: &Matrix) -> Matrix {
-        let xin = Self::permute(&self.in_perm, x);
-        let mut y = Matrix::zeros(self.output.len(), self.c.output_dim());
-        y.view_mut().set_const(f32::NAN);
-        self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
-        Self::unpermute(&self.out_perm, &y)
-    }
-    /// Input derivative (original order), added to `prefill` (BACKPROP_ADDS).
-    fn backward(
-        &self,
-        x: &Matrix,
-        d: &Matrix,
-        prefill: f32,
-        to_update: Option<&mut dyn Component>,
-    ) -> Matrix {
-        let xin = Self::permute(&self.in_perm, x);
-        let dd = Self::permute(&self.out_perm, d);
-        let mut g = Matrix::zeros(self.input.len(), self.c.input_dim());
-        g.view_mut().set_const(prefill);
-        let mut rng = compnet::random::seeded_rng(0);
-        self.c.backprop(
-            BackpropArgs {
-                indexes: self.pre.as_deref(),
-                in_value: xin.view(),
-                to_update: to_update.map(|u| -> &mut dyn Component { u }),
-                ..BackpropArgs::new(&mut rng)
-            },
-            dd.view(),
-            Some(g.view_mut()),
-        );
-        Self::unpermute(&self.in_perm, &g)
-    }
 }
 
 /// The convolution computed from its definition, in f64, one output value at a time.
@@ -300,9 +215,9 @@ fn input_derivative_is_the_derivative() {
             let x = gauss(input.len(), c.input_dim(), seed + 1);
             let step = Step::new(c.as_ref(), &input, &output);
             let d = gauss(output.len(), c.output_dim(), seed + 2);
-            let g = step.backward(&x, &d, 0.0, None);
+            let g = step.backward_onto(&x, &d, Some(0.0), None);
             // BACKPROP_ADDS: a prefilled derivative is added to.
-            let g1 = step.backward(&x, &d, 1.0, None);
+            let g1 = step.backward_onto(&x, &d, Some(1.0), None);
             let mut g1m = g1.clone();
             g1m.view_mut().add_const(-1.0);
             assert!(
@@ -339,7 +254,7 @@ fn parameter_gradient_is_the_derivative() {
             let step = Step::new(c.as_ref(), &input, &output);
             let mut grad = c.clone_box();
             grad.as_updatable_mut().unwrap().set_zero(true);
-            step.backward(&x, &d, 0.0, Some(grad.as_mut()));
+            step.backward_onto(&x, &d, Some(0.0), Some(grad.as_mut()));
             let u = c.as_updatable().unwrap();
             let n = u.num_parameters();
             let mut p0 = vec![0.0; n];
@@ -394,7 +309,7 @@ fn max_memory_split_changes_nothing() {
         let step = Step::new(c, &input, &output);
         let mut grad = c.clone_box();
         grad.as_updatable_mut().unwrap().set_zero(true);
-        let g = step.backward(&x, &d, 0.0, Some(grad.as_mut()));
+        let g = step.backward_onto(&x, &d, Some(0.0), Some(grad.as_mut()));
         let mut gv = vec![0.0; c.as_updatable().unwrap().num_parameters()];
         grad.as_updatable().unwrap().vectorize(&mut gv);
         (step.forward(&x), g, Matrix::from_vec(1, gv.len(), gv))
@@ -433,11 +348,11 @@ fn natural_gradient_update_goes_downhill() {
         let x = gauss(input.len(), c.input_dim(), 50 + mb);
         let d = gauss(output.len(), c.output_dim(), 60 + mb);
         gradient.as_updatable_mut().unwrap().set_zero(true);
-        step.backward(&x, &d, 0.0, Some(gradient.as_mut()));
+        step.backward_onto(&x, &d, Some(0.0), Some(gradient.as_mut()));
         let before_plain = params(plain.as_ref());
-        step.backward(&x, &d, 0.0, Some(plain.as_mut()));
+        step.backward_onto(&x, &d, Some(0.0), Some(plain.as_mut()));
         let before_ng = params(ng.as_ref());
-        step.backward(&x, &d, 0.0, Some(ng.as_mut()));
+        step.backward_onto(&x, &d, Some(0.0), Some(ng.as_mut()));
         let g = params(gradient.as_ref());
         let delta = |after: Vec<f32>, before: Vec<f32>| -> Vec<f64> {
             after

@@ -9,8 +9,8 @@ use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{MatView, MatViewMut, Matrix};
 use compnet::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
-    PropagateArgs,
+    new_component_from_config, read_component, Backprop, BackpropInPlace, Component,
+    MiscComputationInfo, Propagate, PropagateInPlace,
 };
 use compnet::nnet::index::Index;
 use compnet::testing::component::{check_component_config, round_trip_bytes};
@@ -170,11 +170,11 @@ fn lstm_forward_matches_reference_with_golden_params() {
         }
     }
     let mut y = Matrix::zeros(9, 32);
-    comp.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    comp.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     for r in 0..9 {
         let want = lstm_reference(&x.row_to_vec(r), lstm.params(), c, true);
         for (j, (&a, &b)) in y.row_to_vec(r).iter().zip(&want).enumerate() {
@@ -226,16 +226,16 @@ fn lstm_backprop_matches_numeric_derivatives_of_the_reference() {
         let mut grad = comp.clone_box();
         grad.as_updatable_mut().expect("updatable").set_zero(true);
         let mut g = Matrix::zeros(rows, id);
-        comp.backprop(
-            BackpropArgs {
-                in_value: x.view(),
-                out_value: empty().view(),
-                to_update: Some(grad.as_mut()),
-                ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-            },
-            d.view(),
-            Some(g.view_mut()),
-        );
+        comp.backprop(Backprop {
+            in_value: x.view(),
+            out_value: empty().view(),
+            to_update: Some(grad.as_mut()),
+            ..Backprop::new(
+                d.view(),
+                Some(g.view_mut()),
+                &mut compnet::random::seeded_rng(0),
+            )
+        });
         // Input derivative, element by element (central differences in f64).
         let h = 1e-3f32;
         let data_cols = id;
@@ -285,16 +285,12 @@ fn lstm_stats_accumulate_and_survive_io() {
     let x = lcg_matrix(4, 15, 3);
     let d = lcg_matrix(4, 6, 4);
     let mut upd = comp.clone_box();
-    comp.backprop(
-        BackpropArgs {
-            in_value: x.view(),
-            out_value: empty().view(),
-            to_update: Some(upd.as_mut()),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        d.view(),
-        None,
-    );
+    comp.backprop(Backprop {
+        in_value: x.view(),
+        out_value: empty().view(),
+        to_update: Some(upd.as_mut()),
+        ..Backprop::new(d.view(), None, &mut compnet::random::seeded_rng(0))
+    });
     let lstm = upd
         .as_any()
         .downcast_ref::<compnet::nnet::component::lstm::LstmNonlinearityComponent>()
@@ -352,26 +348,22 @@ fn lstm_self_repair_pushes_saturated_units() {
         x.set(r, 1, 30.0);
     }
     let zero_d = Matrix::zeros(3, 4);
-    comp.backprop(
-        BackpropArgs {
-            in_value: x.view(),
-            out_value: empty().view(),
-            to_update: Some(with_stats.as_mut()),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        zero_d.view(),
-        None,
-    );
+    comp.backprop(Backprop {
+        in_value: x.view(),
+        out_value: empty().view(),
+        to_update: Some(with_stats.as_mut()),
+        ..Backprop::new(zero_d.view(), None, &mut compnet::random::seeded_rng(0))
+    });
     let mut g = Matrix::zeros(3, 10);
-    with_stats.backprop(
-        BackpropArgs {
-            in_value: x.view(),
-            out_value: empty().view(),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        zero_d.view(),
-        Some(g.view_mut()),
-    );
+    with_stats.backprop(Backprop {
+        in_value: x.view(),
+        out_value: empty().view(),
+        ..Backprop::new(
+            zero_d.view(),
+            Some(g.view_mut()),
+            &mut compnet::random::seeded_rng(0),
+        )
+    });
     // Zero output derivative: only self-repair remains; σ ≈ 1 gives −(2σ − 1)·0.01 ≈ −0.01.
     assert!((g.get(0, 0) + 0.01).abs() < 1e-4, "{}", g.get(0, 0));
     // o-gate units (σ(0) = 0.5, derivative 0.25 ≥ 0.05) are not repaired.
@@ -419,11 +411,11 @@ fn backprop_truncation_scales_clips_and_zeroes() {
         .has(compnet::nnet::component::Properties::SIMPLE));
     let x = Matrix::from_rows(&[vec![2.0, -4.0], vec![1.0, 1.0]]);
     let mut y = Matrix::zeros(2, 2);
-    comp.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    comp.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     assert_eq!(y.to_vec(), vec![1.0, -2.0, 0.5, 0.5]);
     // Rows at t = 3, 4, 5, 8: t = 4 and 8 cross a multiple of 4 from t − 1.
     let outs: Vec<Index> = [3, 4, 5, 8].iter().map(|&t| Index::new(0, t, 0)).collect();
@@ -436,17 +428,17 @@ fn backprop_truncation_scales_clips_and_zeroes() {
     ]);
     let mut g = Matrix::zeros(4, 2);
     let mut upd = comp.clone_box();
-    comp.backprop(
-        BackpropArgs {
-            indexes: pre.as_deref(),
-            in_value: empty().view(),
-            out_value: empty().view(),
-            to_update: Some(upd.as_mut()),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        d.view(),
-        Some(g.view_mut()),
-    );
+    comp.backprop(Backprop {
+        indexes: pre.as_deref(),
+        in_value: empty().view(),
+        out_value: empty().view(),
+        to_update: Some(upd.as_mut()),
+        ..Backprop::new(
+            d.view(),
+            Some(g.view_mut()),
+            &mut compnet::random::seeded_rng(0),
+        )
+    });
     // Row 0: scaled to norm 5, clipped to 3. Row 1: same, then zeroed (boundary, norm 3 > 1).
     // Row 2: scaled (norm 0.5), untouched. Row 3: boundary but norm 0.5 < 1: kept.
     let want = [1.8, 2.4, 0.0, 0.0, 0.3, 0.4, 0.5, 0.0];
@@ -512,11 +504,11 @@ fn batchnorm_test_mode_uses_the_stored_stats_and_target_rms() {
     c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
     let x = lcg_matrix(5, 24, 17);
     let mut y = Matrix::zeros(5, 24);
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     for r in 0..5 {
         for j in 0..24 {
             let b = j % 8;
@@ -543,11 +535,11 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         let mut c = make(cfg);
         c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(5, 4);
-        let memo = c.propagate(
-            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        let memo = c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut compnet::random::seeded_rng(0),
+        ));
         assert!(memo.is_none());
         assert_eq!(y.to_vec(), x.to_vec(), "{cfg}");
     }
@@ -560,11 +552,11 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         let mut c = make(&format!("type=DropoutMaskComponent {cfg}"));
         c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(4, 3);
-        c.propagate(
-            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             Matrix::zeros(0, 3).view(),
             y.view_mut(),
-        );
+            &mut compnet::random::seeded_rng(0),
+        ));
         assert!(
             y.to_vec().iter().all(|&v| v == want),
             "{cfg}: {:?}",
@@ -577,11 +569,11 @@ fn test_mode_behaviour_matches_the_golden_readme() {
         let mut c = read_component(&mut TokenReader::new(&bytes, true, "model.raw")).expect("read");
         c.set_test_mode(true, &mut compnet::random::seeded_rng(0));
         let mut y = Matrix::zeros(2, 3);
-        c.propagate(
-            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             Matrix::zeros(0, 3).view(),
             y.view_mut(),
-        );
+            &mut compnet::random::seeded_rng(0),
+        ));
         assert_eq!(y.to_vec(), vec![0.75; 6]);
         let mut desired = vec![];
         c.get_input_indexes(
@@ -605,21 +597,21 @@ fn test_mode_behaviour_matches_the_golden_readme() {
 fn dropout_mask_training_values() {
     let c = make("type=DropoutMaskComponent output-dim=3 dropout-proportion=0.25");
     let mut y = Matrix::zeros(400, 3);
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         Matrix::zeros(0, 3).view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     let v = y.to_vec();
     assert!(v.iter().all(|&x| x == 0.0 || x == 1.0));
     let zeros = v.iter().filter(|&&x| x == 0.0).count() as f64 / v.len() as f64;
     assert!((zeros - 0.25).abs() < 0.06, "{zeros}");
     let c = make("type=DropoutMaskComponent output-dim=3 dropout-proportion=0.2 continuous=true");
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         Matrix::zeros(0, 3).view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     assert!(y.to_vec().iter().all(|&x| (0.6..=1.4).contains(&x)));
 }
 
@@ -635,14 +627,12 @@ fn general_dropout_shares_masks_by_sequence_and_time_block() {
     let x = Matrix::from_vec(8, 6, vec![1.0; 48]);
     for _ in 0..5 {
         let mut y = Matrix::zeros(8, 6);
-        let memo = c.propagate(
-            PropagateArgs {
-                indexes: pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            x.view(),
-            y.view_mut(),
-        );
+        let memo = c.propagate(Propagate {
+            input: x.view(),
+            output: y.view_mut(),
+            indexes: pre.as_deref(),
+            rng: &mut compnet::random::seeded_rng(0),
+        });
         assert!(memo.is_some());
         for r in 0..8 {
             let row = y.row_to_vec(r);
@@ -657,17 +647,17 @@ fn general_dropout_shares_masks_by_sequence_and_time_block() {
         // Backprop applies the same mask.
         let d = Matrix::from_vec(8, 6, vec![3.0; 48]);
         let mut g = Matrix::zeros(8, 6);
-        c.backprop(
-            BackpropArgs {
-                indexes: pre.as_deref(),
-                in_value: empty().view(),
-                out_value: empty().view(),
-                memo: memo.as_ref(),
-                ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-            },
-            d.view(),
-            Some(g.view_mut()),
-        );
+        c.backprop(Backprop {
+            indexes: pre.as_deref(),
+            in_value: empty().view(),
+            out_value: empty().view(),
+            memo: memo.as_ref(),
+            ..Backprop::new(
+                d.view(),
+                Some(g.view_mut()),
+                &mut compnet::random::seeded_rng(0),
+            )
+        });
         let want: Vec<f32> = y.to_vec().iter().map(|v| v * 3.0).collect();
         assert_eq!(g.to_vec(), want);
     }
@@ -684,21 +674,17 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
     let x = Matrix::from_vec(50, 3, vec![1.0; 150]);
     let mut y = Matrix::zeros(50, 3);
     let mut data = x.clone();
-    let memo = c.propagate_in_place(
-        PropagateArgs {
-            indexes: pre.as_deref(),
-            rng: &mut compnet::random::seeded_rng(0),
-        },
-        data.view_mut(),
-    );
-    c.propagate(
-        PropagateArgs {
-            indexes: pre.as_deref(),
-            rng: &mut compnet::random::seeded_rng(0),
-        },
-        x.view(),
-        y.view_mut(),
-    );
+    let memo = c.propagate_in_place(PropagateInPlace {
+        data: data.view_mut(),
+        indexes: pre.as_deref(),
+        rng: &mut compnet::random::seeded_rng(0),
+    });
+    c.propagate(Propagate {
+        input: x.view(),
+        output: y.view_mut(),
+        indexes: pre.as_deref(),
+        rng: &mut compnet::random::seeded_rng(0),
+    });
     for m in [&y, &data] {
         let zeroed = (0..50).filter(|&r| m.row_to_vec(r) == [0.0; 3]).count();
         assert!((0..50).all(|r| m.row_to_vec(r) == [0.0; 3] || m.row_to_vec(r) == [1.0; 3]));
@@ -706,16 +692,13 @@ fn spec_augment_time_mask_zeroes_whole_frames() {
     }
     let d = Matrix::from_vec(50, 3, vec![2.0; 150]);
     let mut g = d.clone();
-    c.backprop_in_place(
-        BackpropArgs {
-            indexes: pre.as_deref(),
-            in_value: empty().view(),
-            out_value: empty().view(),
-            memo: memo.as_ref(),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        g.view_mut(),
-    );
+    c.backprop_in_place(BackpropInPlace {
+        indexes: pre.as_deref(),
+        in_value: empty().view(),
+        out_value: empty().view(),
+        memo: memo.as_ref(),
+        ..BackpropInPlace::new(g.view_mut(), &mut compnet::random::seeded_rng(0))
+    });
     for r in 0..50 {
         let want = if data.row_to_vec(r)[0] == 0.0 {
             0.0
@@ -731,46 +714,43 @@ fn non_simple_components_in_place_agree() {
     let x = lcg_matrix(6, 4, 2);
     let c = make("type=BackpropTruncationComponent dim=4 scale=0.9");
     let mut y = Matrix::zeros(6, 4);
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     let mut z = x.clone();
-    c.propagate_in_place(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate_in_place(PropagateInPlace::new(
         z.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     assert_eq!(y.to_vec(), z.to_vec());
     let d = lcg_matrix(6, 4, 3);
     let mut g = Matrix::zeros(6, 4);
-    c.backprop(
-        BackpropArgs {
-            in_value: empty().view(),
-            out_value: empty().view(),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        d.view(),
-        Some(g.view_mut()),
-    );
+    c.backprop(Backprop {
+        in_value: empty().view(),
+        out_value: empty().view(),
+        ..Backprop::new(
+            d.view(),
+            Some(g.view_mut()),
+            &mut compnet::random::seeded_rng(0),
+        )
+    });
     let mut gi = d.clone();
-    c.backprop_in_place(
-        BackpropArgs {
-            in_value: empty().view(),
-            out_value: empty().view(),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        gi.view_mut(),
-    );
+    c.backprop_in_place(BackpropInPlace {
+        in_value: empty().view(),
+        out_value: empty().view(),
+        ..BackpropInPlace::new(gi.view_mut(), &mut compnet::random::seeded_rng(0))
+    });
     assert_eq!(g.to_vec(), gi.to_vec());
     // Strided views work (no contiguity flag for dim == block-dim).
     let mut wide = Matrix::zeros(6, 7);
     let gd = make("type=GeneralDropoutComponent dim=4 dropout-proportion=0");
-    gd.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    gd.propagate(Propagate::new(
         x.view(),
         wide.sub_mut(0, 6, 1, 4),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     assert_eq!(wide.sub(0, 6, 1, 4).to_vec(), x.to_vec());
     let _ = (
         MatView::from_slice(&[], 0, 0),
@@ -827,33 +807,34 @@ fn batchnorm_test_mode_with_target_rms_has_the_right_derivative() {
     let (x, d) = (lcg_matrix(6, 24, 3), lcg_matrix(6, 24, 4));
     let f = |x: &Matrix| -> f64 {
         let mut y = Matrix::zeros(6, 24);
-        c.propagate(
-            PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut compnet::random::seeded_rng(0),
+        ));
         (0..6)
             .flat_map(|r| (0..24).map(move |j| (r, j)))
             .map(|(r, j)| y.get(r, j) as f64 * d.get(r, j) as f64)
             .sum()
     };
     let mut y = Matrix::zeros(6, 24);
-    let memo = c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    let memo = c.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     let mut g = Matrix::zeros(6, 24);
     let mut rng = compnet::random::seeded_rng(0);
-    let args = compnet::nnet::component::BackpropArgs {
+    c.backprop(Backprop {
+        out_deriv: d.view(),
+        in_deriv: Some(g.view_mut()),
         indexes: None,
         in_value: x.view(),
         out_value: y.view(),
         memo: memo.as_ref(),
         to_update: None,
         rng: &mut rng,
-    };
-    c.backprop(args, d.view(), Some(g.view_mut()));
+    });
     let dir = lcg_matrix(6, 24, 5);
     let eps = 1e-3f32;
     let (mut xp, mut xm) = (x.clone(), x.clone());

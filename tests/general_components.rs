@@ -5,12 +5,12 @@
 
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenReader;
-use compnet::matrix::{Matrix, Trans};
+use compnet::matrix::Matrix;
 use compnet::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, MiscComputationInfo,
-    PropagateArgs, Properties,
+    new_component_from_config, read_component, Backprop, Component, MiscComputationInfo, Propagate,
 };
 use compnet::nnet::Index;
+use compnet::testing::component::Step;
 use compnet::testing::golden::{
     check_golden_info, golden_component, golden_path, round_trip_golden,
 };
@@ -25,152 +25,13 @@ fn component(config: &str) -> Box<dyn Component> {
     .unwrap()
 }
 
-/// A component step as the compiler sets it up: the component reorders the Indexes, the
-/// rows are permuted to match, indexes are precomputed.
-struct Step<'a> {
-    c: &'a dyn Component,
-    input: Vec<Index>,
-    output: Vec<Index>,
-    /// Row of the reordered input for each original input row, same for outputs.
-    in_perm: Vec<usize>,
-    out_perm: Vec<usize>,
-    pre: Option<Box<dyn compnet::nnet::component::PrecomputedIndexes>>,
-}
-
-impl<'a> Step<'a> {
-    fn new(c: &'a dyn Component, input: &[Index], output: &[Index]) -> Self {
-        let (mut i2, mut o2) = (input.to_vec(), output.to_vec());
-        if c.properties().has(Properties::REORDERS_INDEXES) {
-            c.reorder_indexes(&mut i2, &mut o2);
-        }
-        let pos = |v: &[Index], x: &Index| v.iter().position(|y| y == x).unwrap();
-        let in_perm = input.iter().map(|x| pos(&i2, x)).collect();
-        let out_perm = output.iter().map(|x| pos(&o2, x)).collect();
-        let pre = c.precompute_indexes(&MiscComputationInfo::default(), &i2, &o2, true);
-        Step {
-            c,
-            input: i2,
-            output: o2,
-            in_perm,
-            out_perm,
-            pre,
-        }
-    }
-    fn permute_in(&self, x: &Matrix) -> Matrix {
-        let mut m = Matrix::zeros(self.input.len(), x.num_cols());
-        for (r, &p) in self.in_perm.iter().enumerate() {
-            m.copy_row_from_slice(p, &x.row_to_vec(r));
-        }
-        m
-    }
-    fn unpermute(perm: &[usize], m: &Matrix) -> Matrix {
-        let mut out = Matrix::zeros(perm.len(), m.num_cols());
-        for (r, &p) in perm.iter().enumerate() {
-            out.copy_row_from_slice(r, &m.row_to_vec(p));
-        }
-        out
-    }
-    /// A destination for propagate (`for_backprop`: for backprop) as the optimizer may hand
-    /// it over: zeroed if the component adds to it, else holding anything (NaN here, so a
-    /// component that leaves part of it unwritten shows in the results).
-    fn destination(&self, rows: usize, cols: usize, for_backprop: bool) -> Matrix {
-        let adds = if for_backprop {
-            Properties::BACKPROP_ADDS
-        } else {
-            Properties::PROPAGATE_ADDS
-        };
-        let mut m = Matrix::zeros(rows, cols);
-        if !self.c.properties().has(adds) {
-            m.view_mut().set_const(f32::NAN);
-        }
-        m
-    }
-    /// Output rows in the original output order.
-    fn forward(&self, x: &Matrix) -> Matrix {
-        let xin = self.permute_in(x);
-        let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
-        Self::unpermute(&self.out_perm, &y)
-    }
-    /// Input derivative (original input order) for output derivative `d` (original order).
-    fn backward(&self, x: &Matrix, d: &Matrix, to_update: Option<&mut dyn Component>) -> Matrix {
-        let xin = self.permute_in(x);
-        let mut y = self.destination(self.output.len(), self.c.output_dim(), false);
-        self.c.propagate(
-            PropagateArgs {
-                indexes: self.pre.as_deref(),
-                rng: &mut compnet::random::seeded_rng(0),
-            },
-            xin.view(),
-            y.view_mut(),
-        );
-        let mut dd = Matrix::zeros(self.output.len(), d.num_cols());
-        for (r, &p) in self.out_perm.iter().enumerate() {
-            dd.copy_row_from_slice(p, &d.row_to_vec(r));
-        }
-        let empty = Matrix::zeros(0, 0);
-        let p = self.c.properties();
-        let iv = if p.has(Properties::BACKPROP_NEEDS_INPUT) {
-            xin.view()
-        } else {
-            empty.view()
-        };
-        let ov = if p.has(Properties::BACKPROP_NEEDS_OUTPUT) {
-            y.view()
-        } else {
-            empty.view()
-        };
-        let mut g = self.destination(self.input.len(), self.c.input_dim(), true);
-        let mut rng = compnet::random::seeded_rng(0);
-        self.c.backprop(
-            BackpropArgs {
-                indexes: self.pre.as_deref(),
-                in_value: iv,
-                out_value: ov,
-                // Re-borrowed: the args hold it only for this call.
-                to_update: to_update.map(|u| -> &mut dyn Component { u }),
-                ..BackpropArgs::new(&mut rng)
-            },
-            dd.view(),
-            Some(g.view_mut()),
-        );
-        Self::unpermute(&self.in_perm, &g)
-    }
-}
-
-/// Checks the input derivative of `step` at `x` by central differences along random
-/// directions. Pooling does not differentiate its count column (nor does Kaldi), so its
-/// directions leave column 0 alone.
-fn check_input_derivative(step: &Step, x: &Matrix, seed: u64) {
-    let skip_count = step.c.type_name() == "StatisticsPoolingComponent";
-    let d = gauss(step.output.len(), step.c.output_dim(), seed);
-    let g = step.backward(x, &d, None);
-    for k in 0..3 {
-        let mut dir = gauss(x.num_rows(), x.num_cols(), seed + 10 + k);
-        dir.view_mut().scale(1e-2);
-        if skip_count {
-            for r in 0..dir.num_rows() {
-                dir.set(r, 0, 0.0);
-            }
-        }
-        let mut xp = x.clone();
-        xp.view_mut().add_mat(1.0, dir.view(), Trans::No);
-        let mut xm = x.clone();
-        xm.view_mut().add_mat(-1.0, dir.view(), Trans::No);
-        let measured = (dot(&step.forward(&xp), &d) - dot(&step.forward(&xm), &d)) / 2.0;
-        let predicted = dot(&g, &dir);
-        assert!(
-            (measured - predicted).abs() <= 0.01 * measured.abs().max(predicted.abs()) + 1e-4,
-            "input derivative of {}: predicted {predicted}, measured {measured}",
-            step.c.type_name()
-        );
+/// Pooling does not differentiate its count column (nor does Kaldi): column 0 is left out of
+/// the numeric checks.
+fn pooling_count(c: &dyn Component) -> Vec<usize> {
+    if c.type_name() == "StatisticsPoolingComponent" {
+        vec![0]
+    } else {
+        Vec::new()
     }
 }
 
@@ -330,7 +191,8 @@ fn tdnn_matches_reference_on_varied_layouts() {
             let y = step.forward(&x);
             let want = tdnn_reference(comp.as_ref(), input, &x, output);
             assert!(max_abs_diff(&y, &want) < 1e-4, "tdnn output differs");
-            check_input_derivative(&step, &x, 17);
+            step.check_input_derivative(&x, 17, &pooling_count(step.c))
+                .unwrap();
         }
     }
 }
@@ -525,8 +387,10 @@ fn statistics_pooling_matches_reference_with_partial_windows() {
             );
         }
     }
-    check_input_derivative(&s1, &x_in, 31);
-    check_input_derivative(&s2, &stats, 32);
+    s1.check_input_derivative(&x_in, 31, &pooling_count(s1.c))
+        .unwrap();
+    s2.check_input_derivative(&stats, 32, &pooling_count(s2.c))
+        .unwrap();
 
     // A window holding one frame has variance 0 -> floored stddev sqrt(1e-10).
     let one = vec![Index::new(0, 0, 0)];
@@ -626,8 +490,10 @@ fn statistics_without_variance_or_log_counts() {
             assert!((y.get(r, j) - m).abs() < 1e-5);
         }
     }
-    check_input_derivative(&s1, &x, 41);
-    check_input_derivative(&s2, &st, 42);
+    s1.check_input_derivative(&x, 41, &pooling_count(s1.c))
+        .unwrap();
+    s2.check_input_derivative(&st, 42, &pooling_count(s2.c))
+        .unwrap();
 }
 
 // ------------------------------------------------------------------ ConstantComponent
@@ -644,11 +510,11 @@ fn constant_component_needs_no_input_and_learns() {
     assert!(used.is_empty());
     let empty = Matrix::zeros(0, 4);
     let mut y = Matrix::zeros(3, 4);
-    c.propagate(
-        PropagateArgs::new(&mut compnet::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         empty.view(),
         y.view_mut(),
-    );
+        &mut compnet::random::seeded_rng(0),
+    ));
     let mut p = vec![0.0; 4];
     c.as_updatable().unwrap().vectorize(&mut p);
     for r in 0..3 {
@@ -657,16 +523,12 @@ fn constant_component_needs_no_input_and_learns() {
     let d = gauss(3, 4, 2);
     let mut g = c.clone_box();
     g.as_updatable_mut().unwrap().set_zero(true);
-    c.backprop(
-        BackpropArgs {
-            in_value: empty.view(),
-            out_value: empty.view(),
-            to_update: Some(g.as_mut()),
-            ..BackpropArgs::new(&mut compnet::random::seeded_rng(0))
-        },
-        d.view(),
-        None,
-    );
+    c.backprop(Backprop {
+        in_value: empty.view(),
+        out_value: empty.view(),
+        to_update: Some(g.as_mut()),
+        ..Backprop::new(d.view(), None, &mut compnet::random::seeded_rng(0))
+    });
     let mut gv = vec![0.0; 4];
     g.as_updatable().unwrap().vectorize(&mut gv);
     for (j, g) in gv.iter().enumerate() {

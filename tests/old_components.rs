@@ -11,7 +11,7 @@ use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::composite::CompositeComponent;
 use compnet::nnet::component::old_cnn::{ConvolutionComponent, Vectorization};
-use compnet::nnet::component::{new_component_from_config, BackpropArgs, Component, PropagateArgs};
+use compnet::nnet::component::{new_component_from_config, Backprop, Component, Propagate};
 use compnet::nnet::Nnet;
 use compnet::testing::golden::golden_path;
 
@@ -38,7 +38,7 @@ fn lcg_matrix(rows: usize, cols: usize, seed: u64) -> Matrix {
 fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
     let mut y = Matrix::zeros(x.num_rows(), c.output_dim());
     let mut rng = compnet::random::seeded_rng(0);
-    c.propagate(PropagateArgs::new(&mut rng), x.view(), y.view_mut());
+    c.propagate(Propagate::new(x.view(), y.view_mut(), &mut rng));
     y
 }
 
@@ -51,13 +51,12 @@ fn backward(c: &dyn Component, x: &Matrix, d: &Matrix) -> (Matrix, Box<dyn Compo
     }
     let mut g = Matrix::zeros(x.num_rows(), c.input_dim());
     let mut rng = compnet::random::seeded_rng(0);
-    let args = BackpropArgs {
+    c.backprop(Backprop {
         in_value: x.view(),
         out_value: y.view(),
         to_update: Some(grad.as_mut()),
-        ..BackpropArgs::new(&mut rng)
-    };
-    c.backprop(args, d.view(), Some(g.view_mut()));
+        ..Backprop::new(d.view(), Some(g.view_mut()), &mut rng)
+    });
     (g, grad)
 }
 

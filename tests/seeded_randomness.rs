@@ -11,7 +11,7 @@ use compnet::compile::{compile_computation, optimize, CompilerOptions, OptimizeO
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::nonlinear::NonlinearComponent;
-use compnet::nnet::component::{new_component_from_config, BackpropArgs, PropagateArgs};
+use compnet::nnet::component::{new_component_from_config, Backprop, Propagate};
 use compnet::nnet::Nnet;
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
@@ -152,19 +152,18 @@ fn self_repair_run(seed: u64) -> (Vec<f32>, Vec<f64>) {
         let mut c = new_component_from_config(&cfg, &mut seeded_rng(0)).expect("component");
         let x = random_matrix(10, 6, &mut data);
         let mut y = Matrix::zeros(10, 6);
-        c.propagate(PropagateArgs::new(&mut rng), x.view(), y.view_mut());
+        c.propagate(Propagate::new(x.view(), y.view_mut(), &mut rng));
         c.store_stats(x.view(), y.view(), None, &mut rng);
         let mut to_update = c.clone_box();
         for _ in 0..8 {
             let d = random_matrix(10, 6, &mut data);
             let mut g = Matrix::zeros(10, 6);
-            let args = BackpropArgs {
+            c.backprop(Backprop {
                 in_value: x.view(),
                 out_value: y.view(),
                 to_update: Some(to_update.as_mut()),
-                ..BackpropArgs::new(&mut rng)
-            };
-            c.backprop(args, d.view(), Some(g.view_mut()));
+                ..Backprop::new(d.view(), Some(g.view_mut()), &mut rng)
+});
             derivs.extend(g.to_vec());
         }
         let n = to_update

@@ -170,19 +170,8 @@ impl TokenWriter {
             for (o, &x) in self.buf[start..].chunks_exact_mut(4).zip(&host) {
                 o.copy_from_slice(&x.to_le_bytes());
             }
-        } else if m.num_rows() == 0 || m.num_cols() == 0 {
-            self.buf.extend_from_slice(b" [ ]\n");
         } else {
-            self.buf.extend_from_slice(b" [");
-            let host = m.to_vec();
-            for row in host.chunks_exact(m.num_cols()) {
-                self.buf.extend_from_slice(b"\n  ");
-                for &x in row {
-                    self.buf.extend_from_slice(fmt_float(x as f64).as_bytes());
-                    self.buf.push(b' ');
-                }
-            }
-            self.buf.extend_from_slice(b"]\n");
+            self.text_matrix(m.num_rows(), m.num_cols(), &m.to_vec());
         }
     }
     /// A double vector (`DV` in binary; ` [ ... ]` in text, as a float vector prints).
@@ -194,12 +183,7 @@ impl TokenWriter {
                 self.buf.extend_from_slice(&x.to_le_bytes());
             }
         } else {
-            self.buf.extend_from_slice(b" [ ");
-            for &x in v {
-                self.buf.extend_from_slice(fmt_float(x).as_bytes());
-                self.buf.push(b' ');
-            }
-            self.buf.extend_from_slice(b"]\n");
+            self.text_vector(v);
         }
     }
     /// A row-major double matrix (`DM` in binary; ` [ ... ]` in text, as a float matrix
@@ -212,18 +196,8 @@ impl TokenWriter {
             for &x in data {
                 self.buf.extend_from_slice(&x.to_le_bytes());
             }
-        } else if rows == 0 || cols == 0 {
-            self.buf.extend_from_slice(b" [ ]\n");
         } else {
-            self.buf.extend_from_slice(b" [");
-            for row in data.chunks_exact(cols) {
-                self.buf.extend_from_slice(b"\n  ");
-                for &x in row {
-                    self.buf.extend_from_slice(fmt_float(x).as_bytes());
-                    self.buf.push(b' ');
-                }
-            }
-            self.buf.extend_from_slice(b"]\n");
+            self.text_matrix(rows, cols, data);
         }
     }
     /// A float vector (`FV` in binary; ` [ ... ]` in text).
@@ -235,13 +209,33 @@ impl TokenWriter {
                 self.buf.extend_from_slice(&x.to_le_bytes());
             }
         } else {
-            self.buf.extend_from_slice(b" [ ");
-            for &x in v {
-                self.buf.extend_from_slice(fmt_float(x as f64).as_bytes());
+            self.text_vector(v);
+        }
+    }
+    /// ` [ x x ... ]`: a vector in text (floats and doubles print alike).
+    fn text_vector<T: Copy + Into<f64>>(&mut self, v: &[T]) {
+        self.buf.extend_from_slice(b" [ ");
+        for &x in v {
+            self.buf.extend_from_slice(fmt_float(x.into()).as_bytes());
+            self.buf.push(b' ');
+        }
+        self.buf.extend_from_slice(b"]\n");
+    }
+    /// A row-major matrix in text: ` [ ]` when empty, else one indented line per row.
+    fn text_matrix<T: Copy + Into<f64>>(&mut self, rows: usize, cols: usize, data: &[T]) {
+        if rows == 0 || cols == 0 {
+            self.buf.extend_from_slice(b" [ ]\n");
+            return;
+        }
+        self.buf.extend_from_slice(b" [");
+        for row in data.chunks_exact(cols) {
+            self.buf.extend_from_slice(b"\n  ");
+            for &x in row {
+                self.buf.extend_from_slice(fmt_float(x.into()).as_bytes());
                 self.buf.push(b' ');
             }
-            self.buf.extend_from_slice(b"]\n");
         }
+        self.buf.extend_from_slice(b"]\n");
     }
 }
 

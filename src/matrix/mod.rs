@@ -139,6 +139,24 @@ impl std::fmt::Debug for Vector {
     }
 }
 
+/// `num_rows`, `num_cols` and `stride` of the three matrix forms (they share the fields).
+macro_rules! shape_accessors {
+    () => {
+        /// Number of rows.
+        pub fn num_rows(&self) -> usize {
+            self.rows
+        }
+        /// Number of columns.
+        pub fn num_cols(&self) -> usize {
+            self.cols
+        }
+        /// Distance between the starts of consecutive rows, in elements.
+        pub fn stride(&self) -> usize {
+            self.stride
+        }
+    };
+}
+
 impl Matrix {
     /// A zero matrix.
     pub fn zeros(rows: usize, cols: usize) -> Self {
@@ -173,18 +191,7 @@ impl Matrix {
         }
         Matrix::from_vec(rows.len(), cols, data)
     }
-    /// Number of rows.
-    pub fn num_rows(&self) -> usize {
-        self.rows
-    }
-    /// Number of columns.
-    pub fn num_cols(&self) -> usize {
-        self.cols
-    }
-    /// Distance between the starts of consecutive rows, in elements.
-    pub fn stride(&self) -> usize {
-        self.stride
-    }
+    shape_accessors!();
     /// Elements the matrix can hold without reallocating (see [`Matrix::resize`]).
     pub fn capacity(&self) -> usize {
         self.data.capacity()
@@ -294,18 +301,7 @@ impl<'a> MatView<'a> {
             stride,
         }
     }
-    /// Number of rows.
-    pub fn num_rows(&self) -> usize {
-        self.rows
-    }
-    /// Number of columns.
-    pub fn num_cols(&self) -> usize {
-        self.cols
-    }
-    /// Distance between the starts of consecutive rows, in elements.
-    pub fn stride(&self) -> usize {
-        self.stride
-    }
+    shape_accessors!();
     /// The backing slice (length (rows-1)·stride + cols).
     ///
     /// Storage access, private to src/matrix: code outside `matrix/`
@@ -404,18 +400,7 @@ impl<'a> MatViewMut<'a> {
             stride,
         }
     }
-    /// Number of rows.
-    pub fn num_rows(&self) -> usize {
-        self.rows
-    }
-    /// Number of columns.
-    pub fn num_cols(&self) -> usize {
-        self.cols
-    }
-    /// Distance between the starts of consecutive rows, in elements.
-    pub fn stride(&self) -> usize {
-        self.stride
-    }
+    shape_accessors!();
     /// A read-only view of the same elements.
     pub fn as_view(&self) -> MatView<'_> {
         MatView {

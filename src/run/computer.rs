@@ -17,7 +17,8 @@ use crate::compile::computation::{Command, NnetComputation, SubMatrixInfo};
 use crate::error::{Error, Result};
 use crate::matrix::{MatView, MatViewMut, Matrix, Real, Trans};
 use crate::nnet::component::{
-    BackpropArgs, Component, Memo, PrecomputedIndexes, PropagateArgs, Properties,
+    Backprop, BackpropInPlace, Component, Memo, PrecomputedIndexes, Propagate, PropagateInPlace,
+    Properties,
 };
 use crate::nnet::Nnet;
 use rand::rngs::StdRng;
@@ -99,6 +100,11 @@ pub struct NnetComputer<'a> {
 enum NetRef<'a> {
     Shared(&'a Nnet),
     Mut(&'a mut Nnet),
+}
+
+/// The error of asking for an output or input derivative the computation did not provide.
+fn not_provided(what: &str, node_name: &str) -> Error {
+    Error::Compute(format!("the computation provided no {what} '{node_name}'"))
 }
 
 impl NetRef<'_> {
@@ -240,21 +246,17 @@ impl<'a> NnetComputer<'a> {
     /// The forward output of node `node_name`.
     pub fn output(&self, node_name: &str) -> Result<&Matrix> {
         let node = self.node(node_name)?;
-        self.outputs.get(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no output for node '{node_name}'"
-            ))
-        })
+        self.outputs
+            .get(&node)
+            .ok_or_else(|| not_provided("output for node", node_name))
     }
 
     /// Takes the forward output of node `node_name` out of the computer.
     pub fn take_output(&mut self, node_name: &str) -> Result<Matrix> {
         let node = self.node(node_name)?;
-        self.outputs.remove(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no output for node '{node_name}'"
-            ))
-        })
+        self.outputs
+            .remove(&node)
+            .ok_or_else(|| not_provided("output for node", node_name))
     }
 
     /// Supplies the derivative of the objective w.r.t. output node `node_name`.
@@ -283,21 +285,17 @@ impl<'a> NnetComputer<'a> {
     /// The derivative w.r.t. input node `node_name` (after `run_backward`).
     pub fn input_deriv(&self, node_name: &str) -> Result<&Matrix> {
         let node = self.node(node_name)?;
-        self.input_derivs.get(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no derivative for input node '{node_name}'"
-            ))
-        })
+        self.input_derivs
+            .get(&node)
+            .ok_or_else(|| not_provided("derivative for input node", node_name))
     }
 
     /// Takes the derivative w.r.t. input node `node_name` out of the computer.
     pub fn take_input_deriv(&mut self, node_name: &str) -> Result<Matrix> {
         let node = self.node(node_name)?;
-        self.input_derivs.remove(&node).ok_or_else(|| {
-            Error::Compute(format!(
-                "the computation provided no derivative for input node '{node_name}'"
-            ))
-        })
+        self.input_derivs
+            .remove(&node)
+            .ok_or_else(|| not_provided("derivative for input node", node_name))
     }
 
     /// Runs each consolidated update: one Backprop per component over the rows of all its
@@ -310,15 +308,12 @@ impl<'a> NnetComputer<'a> {
         for (c, p) in pending {
             let comp: &dyn Component = self.nnet.get().components[c].as_ref();
             let (in_value, out_value, out_deriv) = p.concatenated();
-            let args = BackpropArgs {
-                indexes: None,
+            comp.backprop(Backprop {
                 in_value: in_value.view(),
                 out_value: out_value.view(),
-                memo: None,
                 to_update: Some(delta.components[c].as_mut()),
-                rng: &mut self.rng,
-            };
-            comp.backprop(args, out_deriv.view(), None);
+                ..Backprop::new(out_deriv.view(), None, &mut self.rng)
+            });
         }
     }
 
@@ -619,31 +614,35 @@ impl<'a> NnetComputer<'a> {
             store_stats && (self.stats_nnet.is_some() || matches!(self.nnet, NetRef::Mut(_)));
         let comp: &dyn Component = self.nnet.get().components[c].as_ref();
         let new_memo = if ii == oi && !want_stats {
-            let d = sub_view_mut(&mut self.matrices[oi.matrix], &oi);
-            let args = PropagateArgs {
-                indexes: idx,
-                rng: &mut self.rng,
-            };
+            let data = sub_view_mut(&mut self.matrices[oi.matrix], &oi);
+            let rng = &mut self.rng;
             if comp.properties().has(Properties::PROPAGATE_IN_PLACE) {
-                comp.propagate_in_place(args, d)
+                comp.propagate_in_place(PropagateInPlace {
+                    data,
+                    indexes: idx,
+                    rng,
+                })
             } else {
                 let mut scratch = std::mem::take(&mut self.scratch);
-                copy_into(&mut scratch, d.as_view());
-                let m = comp.propagate(args, scratch.view(), d);
+                copy_into(&mut scratch, data.as_view());
+                let m = comp.propagate(Propagate {
+                    input: scratch.view(),
+                    output: data,
+                    indexes: idx,
+                    rng,
+                });
                 self.scratch = scratch;
                 m
             }
         } else if ii.matrix == oi.matrix {
             let mut scratch = std::mem::take(&mut self.scratch);
             copy_into(&mut scratch, sub_view(&self.matrices[ii.matrix], &ii));
-            let m = comp.propagate(
-                PropagateArgs {
-                    indexes: idx,
-                    rng: &mut self.rng,
-                },
-                scratch.view(),
-                sub_view_mut(&mut self.matrices[oi.matrix], &oi),
-            );
+            let m = comp.propagate(Propagate {
+                input: scratch.view(),
+                output: sub_view_mut(&mut self.matrices[oi.matrix], &oi),
+                indexes: idx,
+                rng: &mut self.rng,
+            });
             if want_stats {
                 if let Some(sn) = stats_target(&mut self.stats_nnet, &mut self.nnet) {
                     sn.components[c].store_stats(
@@ -663,14 +662,12 @@ impl<'a> NnetComputer<'a> {
             return Ok(());
         } else {
             let mut omat = std::mem::take(&mut self.matrices[oi.matrix]);
-            let m = comp.propagate(
-                PropagateArgs {
-                    indexes: idx,
-                    rng: &mut self.rng,
-                },
-                sub_view(&self.matrices[ii.matrix], &ii),
-                sub_view_mut(&mut omat, &oi),
-            );
+            let m = comp.propagate(Propagate {
+                input: sub_view(&self.matrices[ii.matrix], &ii),
+                output: sub_view_mut(&mut omat, &oi),
+                indexes: idx,
+                rng: &mut self.rng,
+            });
             self.matrices[oi.matrix] = omat;
             m
         };
@@ -748,19 +745,16 @@ impl<'a> NnetComputer<'a> {
             None
         };
         if in_deriv == 0 {
-            let args = BackpropArgs {
+            comp.backprop(Backprop {
+                out_deriv: view_of(&self.matrices, self.computation, out_deriv),
+                in_deriv: None,
                 indexes: idx,
                 in_value: view_of(&self.matrices, self.computation, in_value),
                 out_value: view_of(&self.matrices, self.computation, out_value),
                 memo: memo_val.as_ref(),
                 to_update,
                 rng: &mut self.rng,
-            };
-            comp.backprop(
-                args,
-                view_of(&self.matrices, self.computation, out_deriv),
-                None,
-            );
+            });
             return Ok(());
         }
         let di = self.computation.submatrices[in_deriv];
@@ -770,15 +764,15 @@ impl<'a> NnetComputer<'a> {
             let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
             let iv = view_of(&self.matrices, self.computation, in_value);
             let ov = view_of(&self.matrices, self.computation, out_value);
-            let args = BackpropArgs {
+            comp.backprop_in_place(BackpropInPlace {
+                deriv: sub_view_mut(&mut dmat, &di),
                 indexes: idx,
                 in_value: iv,
                 out_value: ov,
                 memo: memo_val.as_ref(),
                 to_update,
                 rng: &mut self.rng,
-            };
-            comp.backprop_in_place(args, sub_view_mut(&mut dmat, &di));
+            });
             self.matrices[di.matrix] = dmat;
             return Ok(());
         }
@@ -808,15 +802,16 @@ impl<'a> NnetComputer<'a> {
             Some(m) => m.view(),
             None => view_of(mats, cmp, out_deriv),
         };
-        let args = BackpropArgs {
+        comp.backprop(Backprop {
+            out_deriv: odv,
+            in_deriv: Some(sub_view_mut(&mut dmat, &di)),
             indexes: idx,
             in_value: iv,
             out_value: ov,
             memo: memo_val.as_ref(),
             to_update,
             rng: &mut self.rng,
-        };
-        comp.backprop(args, odv, Some(sub_view_mut(&mut dmat, &di)));
+        });
         self.matrices[di.matrix] = dmat;
         Ok(())
     }

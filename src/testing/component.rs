@@ -2,15 +2,18 @@
 //! (`tests/components.rs`).
 //!
 //! [`check_component_config`] runs every generic check on one config line and says which
-//! check failed; other modules can call it from their own unit tests.
+//! check failed; other modules can call it from their own unit tests. General (non-simple)
+//! components are checked on a [`Step`]: Indexes reordered and precomputed as the compiler
+//! does, rows permuted to match; their own tests use `Step` directly.
 
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::component::{
-    new_component_from_config, read_component, BackpropArgs, Component, Memo, PropagateArgs,
-    Properties,
+    new_component_from_config, read_component, Backprop, BackpropInPlace, Component, Memo,
+    MiscComputationInfo, PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
 };
+use crate::nnet::Index;
 use rand::RngCore;
 
 /// Reads component bytes (text or binary) and writes them back; the error names what differs.
@@ -69,11 +72,11 @@ const ROWS: usize = 7;
 /// The output of `c` for input `x`: one propagate into zeros, generator seeded 0.
 pub fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
     let mut y = Matrix::zeros(x.num_rows(), c.output_dim());
-    c.propagate(
-        PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+    c.propagate(Propagate::new(
         x.view(),
         y.view_mut(),
-    );
+        &mut crate::random::seeded_rng(0),
+    ));
     y
 }
 
@@ -81,15 +84,15 @@ pub fn forward(c: &dyn Component, x: &Matrix) -> Matrix {
 /// backprop into zeros, nothing updated, generator seeded 0.
 pub fn input_deriv(c: &dyn Component, x: &Matrix, y: &Matrix, od: &Matrix) -> Matrix {
     let mut id = Matrix::zeros(x.num_rows(), x.num_cols());
-    c.backprop(
-        BackpropArgs {
-            in_value: x.view(),
-            out_value: y.view(),
-            ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
-        },
-        od.view(),
-        Some(id.view_mut()),
-    );
+    c.backprop(Backprop {
+        in_value: x.view(),
+        out_value: y.view(),
+        ..Backprop::new(
+            od.view(),
+            Some(id.view_mut()),
+            &mut crate::random::seeded_rng(0),
+        )
+    });
     id
 }
 
@@ -152,11 +155,11 @@ impl Harness<'_> {
         xin.sub_mut(0, rows, 0, x.num_cols()).copy_from(x.view());
         let mut y = Matrix::zeros(rows, od + if pad_out { 2 } else { 0 });
         y.view_mut().set_const(prefill);
-        let memo = self.c.propagate(
-            PropagateArgs::new(&mut step_rng()),
+        let memo = self.c.propagate(Propagate::new(
             xin.sub(0, rows, 0, x.num_cols()),
             y.sub_mut(0, rows, 0, od),
-        );
+            &mut step_rng(),
+        ));
         (y.sub(0, rows, 0, od).to_matrix(), memo)
     }
 
@@ -191,16 +194,14 @@ impl Harness<'_> {
         let mut g = Matrix::zeros(rows, id + if pad { 1 } else { 0 });
         g.view_mut().set_const(prefill);
         let mut rng = step_rng();
-        let args = BackpropArgs {
+        self.c.backprop(Backprop {
             in_value,
             out_value,
             memo: memo.as_ref(),
-            // Re-borrowed: the args hold it only as long as this call.
+            // Re-borrowed: the step holds it only as long as this call.
             to_update: to_update.map(|u| -> &mut dyn Component { u }),
-            ..BackpropArgs::new(&mut rng)
-        };
-        self.c
-            .backprop(args, d.view(), Some(g.sub_mut(0, rows, 0, id)));
+            ..Backprop::new(d.view(), Some(g.sub_mut(0, rows, 0, id)), &mut rng)
+        });
         g.sub(0, rows, 0, id).to_matrix()
     }
 }
@@ -236,13 +237,12 @@ pub fn check_component(
             c.type_name()
         ));
     }
-    if !props.has(Properties::SIMPLE) {
-        notes.push("not a simple component: skipped by the generic harness".into());
-        return Ok(notes);
-    }
     if props.has(Properties::RANDOM_COMPONENT) {
         c.set_test_mode(true, &mut crate::random::seeded_rng(0));
         notes.push("random component: checked in test mode".into());
+    }
+    if !props.has(Properties::SIMPLE) {
+        return check_general(c, type_name, config, seed, notes);
     }
     let c: &dyn Component = c;
     let (id, od) = (c.input_dim(), c.output_dim());
@@ -310,7 +310,7 @@ pub fn check_component(
             return Err("PROPAGATE_IN_PLACE with input-dim != output-dim".into());
         }
         let mut data = x.clone();
-        c.propagate_in_place(PropagateArgs::new(&mut step_rng()), data.view_mut());
+        c.propagate_in_place(PropagateInPlace::new(data.view_mut(), &mut step_rng()));
         if !close(&data, &y0, 1e-6) {
             return Err("propagate_in_place differs from propagate".into());
         }
@@ -360,14 +360,13 @@ pub fn check_component(
         let mut deriv = d.clone();
         let mut grad2 = new_gradient();
         let mut rng = step_rng();
-        let args = BackpropArgs {
+        c.backprop_in_place(BackpropInPlace {
             in_value,
             out_value,
             memo: memo.as_ref(),
             to_update: Some(grad2.as_mut()),
-            ..BackpropArgs::new(&mut rng)
-        };
-        c.backprop_in_place(args, deriv.view_mut());
+            ..BackpropInPlace::new(deriv.view_mut(), &mut rng)
+        });
         if !close(&deriv, &g0, 1e-5) {
             return Err("backprop_in_place gives a different input derivative".into());
         }
@@ -628,11 +627,382 @@ fn check_io(c: &dyn Component) -> Result<(), String> {
     Ok(())
 }
 
+// ------------------------------------------------------------------ general components
+
+/// A general component's step set up as the compiler does: Indexes reordered (and perhaps
+/// padded) by the component, rows permuted to match, indexes precomputed. Callers give and
+/// get matrices in their own row order; padded input rows stay zero.
+pub struct Step<'a> {
+    pub c: &'a dyn Component,
+    /// The Indexes in the step's row order.
+    pub input: Vec<Index>,
+    pub output: Vec<Index>,
+    /// The step's row of each of the caller's input rows; the same for outputs.
+    in_perm: Vec<usize>,
+    out_perm: Vec<usize>,
+    pub pre: Option<Box<dyn PrecomputedIndexes>>,
+}
+
+impl<'a> Step<'a> {
+    /// Panics where [`Step::try_new`] fails (for tests).
+    pub fn new(c: &'a dyn Component, input: &[Index], output: &[Index]) -> Self {
+        Self::try_new(c, input, output).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fails if reordering drops an Index or is not idempotent (Kaldi checks both).
+    pub fn try_new(
+        c: &'a dyn Component,
+        input: &[Index],
+        output: &[Index],
+    ) -> Result<Self, String> {
+        let (mut i2, mut o2) = (input.to_vec(), output.to_vec());
+        if c.properties().has(Properties::REORDERS_INDEXES) {
+            c.reorder_indexes(&mut i2, &mut o2);
+            let (mut i3, mut o3) = (i2.clone(), o2.clone());
+            c.reorder_indexes(&mut i3, &mut o3);
+            if (&i3, &o3) != (&i2, &o2) {
+                return Err("reorder_indexes is not idempotent".into());
+            }
+        }
+        let perm = |from: &[Index], to: &[Index]| -> Result<Vec<usize>, String> {
+            from.iter()
+                .map(|x| {
+                    to.iter()
+                        .position(|y| y == x)
+                        .ok_or_else(|| format!("reorder_indexes dropped {x}"))
+                })
+                .collect()
+        };
+        let (in_perm, out_perm) = (perm(input, &i2)?, perm(output, &o2)?);
+        let pre = c.precompute_indexes(&MiscComputationInfo::default(), &i2, &o2, true);
+        Ok(Step {
+            c,
+            input: i2,
+            output: o2,
+            in_perm,
+            out_perm,
+            pre,
+        })
+    }
+
+    fn to_step_rows(perm: &[usize], rows: usize, m: &Matrix) -> Matrix {
+        let mut out = Matrix::zeros(rows, m.num_cols());
+        for (r, &p) in perm.iter().enumerate() {
+            out.copy_row_from_slice(p, &m.row_to_vec(r));
+        }
+        out
+    }
+    fn to_caller_rows(perm: &[usize], m: &Matrix) -> Matrix {
+        let mut out = Matrix::zeros(perm.len(), m.num_cols());
+        for (r, &p) in perm.iter().enumerate() {
+            out.copy_row_from_slice(r, &m.row_to_vec(p));
+        }
+        out
+    }
+    /// The caller's input rows in the step's order.
+    pub fn permute_in(&self, x: &Matrix) -> Matrix {
+        Self::to_step_rows(&self.in_perm, self.input.len(), x)
+    }
+    /// The caller's output-derivative rows in the step's order.
+    pub fn permute_out(&self, d: &Matrix) -> Matrix {
+        Self::to_step_rows(&self.out_perm, self.output.len(), d)
+    }
+    /// Step-ordered input rows (an input derivative) in the caller's order.
+    pub fn unpermute_in(&self, g: &Matrix) -> Matrix {
+        Self::to_caller_rows(&self.in_perm, g)
+    }
+    /// Step-ordered output rows in the caller's order.
+    pub fn unpermute_out(&self, y: &Matrix) -> Matrix {
+        Self::to_caller_rows(&self.out_perm, y)
+    }
+
+    /// A destination as the optimizer may hand it over: zeroed if the component adds to it,
+    /// else holding anything (NaN here, so rows left unwritten show in the results).
+    fn destination(&self, rows: usize, cols: usize, adds: Properties) -> Matrix {
+        let mut m = Matrix::zeros(rows, cols);
+        if !self.c.properties().has(adds) {
+            m.view_mut().set_const(f32::NAN);
+        }
+        m
+    }
+
+    /// Propagate on step-ordered input rows into an output that starts as `init` (NaN: as
+    /// the optimizer hands it over, zero where the component adds).
+    pub fn propagate_onto(&self, xin: &Matrix, init: Option<f32>) -> (Matrix, Option<Memo>) {
+        let (rows, cols) = (self.output.len(), self.c.output_dim());
+        let mut y = match init {
+            Some(v) => {
+                let mut m = Matrix::zeros(rows, cols);
+                m.view_mut().set_const(v);
+                m
+            }
+            None => self.destination(rows, cols, Properties::PROPAGATE_ADDS),
+        };
+        let memo = self.c.propagate(Propagate {
+            indexes: self.pre.as_deref(),
+            ..Propagate::new(xin.view(), y.view_mut(), &mut step_rng())
+        });
+        (y, memo)
+    }
+
+    /// The output for the caller's input rows, in the caller's output order.
+    pub fn forward(&self, x: &Matrix) -> Matrix {
+        self.unpermute_out(&self.propagate_onto(&self.permute_in(x), None).0)
+    }
+
+    /// The input derivative (caller's order) for output derivative `d` (caller's order),
+    /// the gradient going to `to_update`.
+    pub fn backward(
+        &self,
+        x: &Matrix,
+        d: &Matrix,
+        to_update: Option<&mut dyn Component>,
+    ) -> Matrix {
+        self.backward_onto(x, d, None, to_update)
+    }
+
+    /// [`Step::backward`] with the input derivative starting as `init` (None: NaN, or zero
+    /// where the component adds).
+    pub fn backward_onto(
+        &self,
+        x: &Matrix,
+        d: &Matrix,
+        init: Option<f32>,
+        to_update: Option<&mut dyn Component>,
+    ) -> Matrix {
+        let xin = self.permute_in(x);
+        let (y, memo) = self.propagate_onto(&xin, None);
+        let dd = self.permute_out(d);
+        let props = self.c.properties();
+        let empty = Matrix::zeros(0, 0);
+        let (rows, cols) = (self.input.len(), self.c.input_dim());
+        let mut g = match init {
+            Some(v) => {
+                let mut m = Matrix::zeros(rows, cols);
+                m.view_mut().set_const(v);
+                m
+            }
+            None => self.destination(rows, cols, Properties::BACKPROP_ADDS),
+        };
+        let mut rng = step_rng();
+        self.c.backprop(Backprop {
+            indexes: self.pre.as_deref(),
+            in_value: if props.has(Properties::BACKPROP_NEEDS_INPUT) {
+                xin.view()
+            } else {
+                empty.view()
+            },
+            out_value: if props.has(Properties::BACKPROP_NEEDS_OUTPUT) {
+                y.view()
+            } else {
+                empty.view()
+            },
+            memo: memo.as_ref(),
+            // Re-borrowed: the step holds it only as long as this call.
+            to_update: to_update.map(|u| -> &mut dyn Component { u }),
+            ..Backprop::new(dd.view(), Some(g.view_mut()), &mut rng)
+        });
+        self.unpermute_in(&g)
+    }
+
+    /// Checks the input derivative at `x` by central differences along three random
+    /// directions (columns in `frozen_cols` left alone: an input the component does not
+    /// differentiate, as pooling's count).
+    pub fn check_input_derivative(
+        &self,
+        x: &Matrix,
+        seed: u64,
+        frozen_cols: &[usize],
+    ) -> Result<(), String> {
+        let mut rng = crate::random::seeded_rng(seed);
+        let d = gauss_matrix(self.output.len(), self.c.output_dim(), &mut rng);
+        let g = self.backward(x, &d, None);
+        for k in 0..3 {
+            let mut dir = gauss_matrix(x.num_rows(), x.num_cols(), &mut rng);
+            for r in 0..dir.num_rows() {
+                for &c in frozen_cols {
+                    dir.set(r, c, 0.0);
+                }
+            }
+            let ok = [1e-2f32, 3e-3].iter().any(|&delta| {
+                let predicted = delta as f64 * objective(&g, &dir);
+                let measured = self.measured_change(x, &dir, delta, &d);
+                (measured - predicted).abs() <= 0.01 * measured.abs().max(predicted.abs()) + 1e-4
+            });
+            if !ok {
+                let predicted = 1e-2 * objective(&g, &dir);
+                let measured = self.measured_change(x, &dir, 1e-2, &d);
+                return Err(format!(
+                    "input derivative of {} (direction {k}): predicted {predicted:.6e}, measured {measured:.6e}",
+                    self.c.type_name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Half the change of `⟨forward(x ± delta·dir), d⟩`.
+    fn measured_change(&self, x: &Matrix, dir: &Matrix, delta: f32, d: &Matrix) -> f64 {
+        let mut xp = x.clone();
+        xp.view_mut().add_mat(delta, dir.view(), Trans::No);
+        let mut xm = x.clone();
+        xm.view_mut().add_mat(-delta, dir.view(), Trans::No);
+        (objective(&self.forward(&xp), d) - objective(&self.forward(&xm), d)) / 2.0
+    }
+
+    /// The same step for another component of the same configuration (a perturbed copy).
+    fn for_copy<'b>(&self, c: &'b dyn Component) -> Step<'b> {
+        Step {
+            c,
+            input: self.input.clone(),
+            output: self.output.clone(),
+            in_perm: self.in_perm.clone(),
+            out_perm: self.out_perm.clone(),
+            pre: c.precompute_indexes(
+                &MiscComputationInfo::default(),
+                &self.input,
+                &self.output,
+                true,
+            ),
+        }
+    }
+
+    /// Checks the parameter gradient at `x` by central differences along three random
+    /// directions in parameter space.
+    pub fn check_parameter_derivative(&self, x: &Matrix, seed: u64) -> Result<(), String> {
+        let u = self.c.as_updatable().ok_or("not updatable")?;
+        let mut theta = vec![0.0; u.num_parameters()];
+        u.vectorize(&mut theta);
+        let mut rng = crate::random::seeded_rng(seed);
+        let d = gauss_matrix(self.output.len(), self.c.output_dim(), &mut rng);
+        let mut grad = self.c.clone_box();
+        let holder = grad.as_updatable_mut().ok_or("the copy is not updatable")?;
+        holder.set_zero(true);
+        self.backward(x, &d, Some(grad.as_mut()));
+        let mut g = vec![0.0; theta.len()];
+        grad.as_updatable().ok_or("no gradient")?.vectorize(&mut g);
+        let moved = |dir: &[f32], delta: f32| -> f64 {
+            let mut cp = self.c.clone_box();
+            let p: Vec<f32> = theta.iter().zip(dir).map(|(t, r)| t + delta * r).collect();
+            if let Some(u) = cp.as_updatable_mut() {
+                u.unvectorize(&p);
+            }
+            objective(&self.for_copy(cp.as_ref()).forward(x), &d)
+        };
+        for k in 0..3 {
+            let dir: Vec<f32> = (0..theta.len())
+                .map(|_| crate::random::rand_gauss(&mut rng))
+                .collect();
+            let per_unit: f64 = g.iter().zip(&dir).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let mut best = String::new();
+            let ok = [1e-2f32, 3e-3, 1e-3].iter().any(|&delta| {
+                let predicted = delta as f64 * per_unit;
+                let measured = (moved(&dir, delta) - moved(&dir, -delta)) / 2.0;
+                best =
+                    format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
+                (measured - predicted).abs() <= 0.01 * measured.abs().max(predicted.abs()) + 1e-4
+            });
+            if !ok {
+                return Err(format!(
+                    "parameter derivative of {} (direction {k}): {best}",
+                    self.c.type_name()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Makes random rows a valid input where a component reads more than numbers: statistics
+/// pooling reads a count, sums and (with stddevs) sums of squares, whose variance must stay
+/// above the floor that its backprop does not differentiate (as Kaldi's). Returns the input
+/// columns the component does not differentiate (the count; Kaldi does not either).
+fn make_valid_input(c: &dyn Component, x: &mut Matrix) -> Vec<usize> {
+    use crate::nnet::component::statistics::StatisticsPoolingComponent;
+    let Some(p) = c.as_any().downcast_ref::<StatisticsPoolingComponent>() else {
+        return Vec::new();
+    };
+    let d = if p.output_stddevs {
+        (p.input_dim - 1) / 2
+    } else {
+        p.input_dim - 1
+    };
+    for r in 0..x.num_rows() {
+        let count = 1.0 + x.get(r, 0).abs();
+        x.set(r, 0, count);
+        if p.output_stddevs {
+            for j in 1..=d {
+                let sum = x.get(r, j);
+                let spread = 0.5 + x.get(r, d + j).abs();
+                x.set(r, d + j, sum * sum / count + spread * count);
+            }
+        }
+    }
+    vec![0]
+}
+
+/// The generic checks of a general component, on one step as the compiler would set it up
+/// for two sequences: the outputs at t in {-6, 0, 6, 12} (multiples of every period in the
+/// test configs, as Kaldi's statistics extraction requires) that the component can compute
+/// from inputs at t in -12..=24, and the inputs it says it uses.
+fn check_general(
+    c: &dyn Component,
+    type_name: &str,
+    config: &str,
+    seed: u64,
+    mut notes: Vec<String>,
+) -> Result<Vec<String>, String> {
+    let misc = MiscComputationInfo::default();
+    let available: std::collections::HashSet<Index> = (0..2)
+        .flat_map(|n| (-12..=24).map(move |t| Index::new(n, t, 0)))
+        .collect();
+    let mut inputs = std::collections::BTreeSet::new();
+    let mut outputs = Vec::new();
+    for o in (0..2).flat_map(|n| [-6, 0, 6, 12].map(|t| Index::new(n, t, 0))) {
+        let mut used = Vec::new();
+        if c.is_computable(&misc, &o, &|i| available.contains(i), Some(&mut used)) {
+            outputs.push(o);
+            inputs.extend(used);
+        }
+    }
+    if outputs.is_empty() {
+        return Err(
+            "no output at t in {-6, 0, 6, 12} is computable from inputs at t in -12..=24".into(),
+        );
+    }
+    let inputs: Vec<Index> = inputs.into_iter().collect();
+    let step = Step::try_new(c, &inputs, &outputs)?;
+    let mut rng = crate::random::seeded_rng(seed);
+    let mut x = gauss_matrix(inputs.len(), c.input_dim(), &mut rng);
+    let frozen = make_valid_input(c, &mut x);
+    if step.forward(&x).to_vec().iter().any(|v| !v.is_finite()) {
+        return Err("propagate left output rows unwritten or produced non-finite values".into());
+    }
+    let exempt = NOT_A_DERIVATIVE.contains(&type_name)
+        || NOT_A_DERIVATIVE_KEYS.iter().any(|k| config.contains(k));
+    if exempt {
+        notes.push(
+            "backprop is not the exact derivative here: numeric derivative checks skipped".into(),
+        );
+    } else {
+        if inputs.is_empty() {
+            notes.push("no input rows: input derivative not checked".into());
+        } else {
+            step.check_input_derivative(&x, seed + 1, &frozen)?;
+        }
+        if c.properties().has(Properties::UPDATABLE) {
+            step.check_parameter_derivative(&x, seed + 2)?;
+        }
+    }
+    check_io(c)?;
+    Ok(notes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::{MatView, MatViewMut};
     use crate::nnet::component::affine::AffineComponent;
+    use crate::nnet::component::Description;
     use crate::nnet::component::UpdatableComponent;
 
     /// Deliberate defects, to show that the harness catches them.
@@ -648,44 +1018,39 @@ mod tests {
     struct Broken(AffineComponent, Bug);
 
     impl Component for Broken {
-        fn type_name(&self) -> &'static str {
-            self.0.type_name()
+        fn describe(&self) -> Description {
+            Description::new(
+                self.0.type_name(),
+                self.0.input_dim(),
+                self.0.output_dim(),
+                match self.1 {
+                    Bug::FalseAddsFlag => self.0.properties() | Properties::PROPAGATE_ADDS,
+                    _ => self.0.properties(),
+                },
+            )
         }
-        fn input_dim(&self) -> usize {
-            self.0.input_dim()
+        fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
+            self.0.propagate(p)
         }
-        fn output_dim(&self) -> usize {
-            self.0.output_dim()
-        }
-        fn properties(&self) -> Properties {
-            match self.1 {
-                Bug::FalseAddsFlag => self.0.properties() | Properties::PROPAGATE_ADDS,
-                _ => self.0.properties(),
-            }
-        }
-        fn propagate(
-            &self,
-            args: PropagateArgs<'_>,
-            x: MatView<'_>,
-            y: MatViewMut<'_>,
-        ) -> Option<Memo> {
-            self.0.propagate(args, x, y)
-        }
-        fn backprop(&self, args: BackpropArgs<'_>, d: MatView<'_>, g: Option<MatViewMut<'_>>) {
-            let BackpropArgs {
+        fn backprop(&self, b: Backprop<'_>) {
+            let Backprop {
+                out_deriv: d,
+                in_deriv: g,
                 indexes,
                 in_value,
                 out_value,
                 memo,
                 to_update,
                 rng,
-            } = args;
+            } = b;
             let u = to_update
                 .and_then(|u| u.as_any_mut().downcast_mut::<Broken>())
                 .map(|b| &mut b.0 as &mut dyn Component);
-            macro_rules! args {
-                ($to_update:expr, $rng:expr) => {
-                    BackpropArgs {
+            macro_rules! step {
+                ($out_deriv:expr, $in_deriv:expr, $to_update:expr, $rng:expr) => {
+                    Backprop {
+                        out_deriv: $out_deriv,
+                        in_deriv: $in_deriv,
                         indexes,
                         in_value,
                         out_value,
@@ -702,13 +1067,13 @@ mod tests {
                     // The gradient for the wrong output derivative, the input derivative right.
                     let mut wrong = d.to_matrix();
                     wrong.view_mut().scale(-1.0);
-                    self.0.backprop(args!(u, &mut *rng), wrong.view(), None);
-                    self.0.backprop(args!(None, rng), d, g);
+                    self.0.backprop(step!(wrong.view(), None, u, &mut *rng));
+                    self.0.backprop(step!(d, g, None, rng));
                     return;
                 }
                 _ => {}
             }
-            self.0.backprop(args!(u, rng), d2.view(), g);
+            self.0.backprop(step!(d2.view(), g, u, rng));
         }
         fn write(&self, w: &mut TokenWriter) {
             self.0.write(w)

@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::matrix::{MatView, MatViewMut, Matrix, Real};
-use crate::nnet::component::{MiscComputationInfo, PropagateArgs, Properties};
+use crate::nnet::component::{MiscComputationInfo, Propagate, Properties};
 use crate::nnet::descriptor::{ForwardingDescriptor, IndexVar, SumDescriptor};
 use crate::nnet::{Cindex, Index, NetworkNode, Nnet};
 use std::collections::HashMap;
@@ -149,8 +149,11 @@ impl<'a> ReferenceEvaluator<'a> {
                 // Evaluated one row at a time, so it is meant for test mode; a fixed seed still
                 // makes any random component deterministic.
                 let mut rng = crate::random::seeded_rng(0);
-                let args = PropagateArgs::new(&mut rng);
-                comp.propagate(args, in_m, MatViewMut::from_slice(&mut out, 1, od));
+                comp.propagate(Propagate::new(
+                    in_m,
+                    MatViewMut::from_slice(&mut out, 1, od),
+                    &mut rng,
+                ));
                 Ok(Some(Rc::new(out)))
             }
         }
@@ -195,11 +198,12 @@ impl<'a> ReferenceEvaluator<'a> {
         }
         let mut out_m = Matrix::zeros(outputs.len(), comp.output_dim());
         let mut rng = crate::random::seeded_rng(0);
-        let args = PropagateArgs {
+        comp.propagate(Propagate {
+            input: in_m.view(),
+            output: out_m.view_mut(),
             indexes: pre.as_deref(),
             rng: &mut rng,
-        };
-        comp.propagate(args, in_m.view(), out_m.view_mut());
+        });
         let row = outputs.iter().position(|o| *o == ix).ok_or_else(|| {
             Error::Compute("reference: component dropped the requested output index".into())
         })?;

@@ -11,7 +11,9 @@ use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
+use super::{
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -261,49 +263,30 @@ impl AffineComponent {
 }
 
 impl Component for AffineComponent {
-    fn type_name(&self) -> &'static str {
-        if self.natural_gradient.is_some() {
-            NG_AFFINE
-        } else {
-            AFFINE
-        }
+    fn describe(&self) -> Description {
+        Description::new(
+            if self.natural_gradient.is_some() {
+                NG_AFFINE
+            } else {
+                AFFINE
+            },
+            self.linear.num_cols(),
+            self.linear.num_rows(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.linear.num_cols()
-    }
-    fn output_dim(&self) -> usize {
-        self.linear.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_ADDS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        affine_forward(&self.linear, &self.bias, input, output);
+    fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
+        affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<AffineComponent>()) {
-            u.accumulate_gradient(in_value, out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<AffineComponent>(b.to_update) {
+            u.accumulate_gradient(b.in_value, b.out_deriv);
         }
-        affine_backprop_input(&self.linear, out_deriv, in_deriv);
+        affine_backprop_input(&self.linear, b.out_deriv, b.in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let orthonormal =
@@ -390,34 +373,20 @@ impl FixedAffineComponent {
 }
 
 impl Component for FixedAffineComponent {
-    fn type_name(&self) -> &'static str {
-        FIXED_AFFINE
+    fn describe(&self) -> Description {
+        Description::new(
+            FIXED_AFFINE,
+            self.linear.num_cols(),
+            self.linear.num_rows(),
+            Properties::SIMPLE | Properties::BACKPROP_ADDS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.linear.num_cols()
-    }
-    fn output_dim(&self) -> usize {
-        self.linear.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::BACKPROP_ADDS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        affine_forward(&self.linear, &self.bias, input, output);
+    fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
+        affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
-    fn backprop(
-        &self,
-        _args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        affine_backprop_input(&self.linear, out_deriv, in_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        affine_backprop_input(&self.linear, b.out_deriv, b.in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(
@@ -533,11 +502,11 @@ mod tests {
         // Forward against a hand computation: [1 1] -> [1+2+3, 4+5+6].
         let x = Matrix::from_vec(1, 2, vec![1.0, 1.0]);
         let mut y = Matrix::zeros(1, 2);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         assert_eq!(y.to_vec(), vec![6.0, 15.0]);
     }
 
@@ -552,16 +521,12 @@ mod tests {
         let mut u = a.clone();
         UpdatableComponent::scale(&mut u, 0.0);
         u.common.learning_rate = 0.5;
-        a.backprop(
-            BackpropArgs {
-                in_value: x.view(),
-                out_value: Matrix::zeros(0, 0).view(),
-                to_update: Some(&mut u),
-                ..BackpropArgs::new(&mut crate::random::seeded_rng(0))
-            },
-            d.view(),
-            None,
-        );
+        a.backprop(Backprop {
+            in_value: x.view(),
+            out_value: Matrix::zeros(0, 0).view(),
+            to_update: Some(&mut u),
+            ..Backprop::new(d.view(), None, &mut crate::random::seeded_rng(0))
+        });
         // dW = dᵀ x = [1*1+10*3, 1*2+10*4] = [31, 42]; db = 11; times lr 0.5.
         assert_eq!(u.linear.to_vec(), vec![15.5, 21.0]);
         assert_eq!(u.bias.to_vec(), [5.5]);

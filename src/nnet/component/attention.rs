@@ -22,14 +22,14 @@
 use super::kaldi_fields::{expect_closing, read_field, write_component};
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
+use crate::matrix::{MatView, Matrix, Trans};
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use rand::{Rng, RngCore};
 use std::any::Any;
@@ -410,43 +410,34 @@ impl RestrictedAttentionComponent {
 }
 
 impl Component for RestrictedAttentionComponent {
-    fn type_name(&self) -> &'static str {
-        TYPE
-    }
-    fn input_dim(&self) -> usize {
-        self.num_heads * self.input_dim_per_head()
-    }
-    fn output_dim(&self) -> usize {
-        self.num_heads * self.output_dim_per_head()
-    }
-    fn properties(&self) -> Properties {
-        Properties::REORDERS_INDEXES
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::PROPAGATE_ADDS
-            | Properties::BACKPROP_ADDS
-            | Properties::STORES_STATS
-            | Properties::USES_MEMO
+    fn describe(&self) -> Description {
+        Description::new(
+            TYPE,
+            self.num_heads * self.input_dim_per_head(),
+            self.num_heads * self.output_dim_per_head(),
+            Properties::REORDERS_INDEXES
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::PROPAGATE_ADDS
+                | Properties::BACKPROP_ADDS
+                | Properties::STORES_STATS
+                | Properties::USES_MEMO,
+        )
     }
 
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let (rows_in, rows_out) = (input.num_rows(), output.num_rows());
-        if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        let (rows_in, rows_out) = (p.input.num_rows(), p.output.num_rows());
+        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
             return None;
         }
-        let (rows_left, shift) = self.layout(Self::io_of(args.indexes), rows_in, rows_out)?;
+        let (rows_left, shift) = self.layout(Self::io_of(p.indexes), rows_in, rows_out)?;
         let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
         let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
         let mut c = Matrix::zeros(rows_out, self.num_heads * cd);
         for h in 0..self.num_heads {
-            let inp = input.cols_range(h * ip, ip);
+            let inp = p.input.cols_range(h * ip, ip);
             // One pass per head: dot products, positional term, softmax and weighted sum
             // (and the weights themselves with output-context) row by row.
-            output
+            p.output
                 .sub_mut(0, rows_out, h * op, op)
                 .add_restricted_attention(
                     &mut c.sub_mut(0, rows_out, h * cd, cd),
@@ -460,24 +451,18 @@ impl Component for RestrictedAttentionComponent {
         Some(Box::new(c))
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let Some(mut in_deriv) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut in_deriv) = b.in_deriv else {
             return;
         };
-        let Some(c) = args.memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
+        let Some(c) = b.memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
             return;
         };
-        let in_value = args.in_value;
-        let (rows_in, rows_out) = (in_value.num_rows(), out_deriv.num_rows());
+        let (rows_in, rows_out) = (b.in_value.num_rows(), b.out_deriv.num_rows());
         let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
         let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
-        if in_value.num_cols() != self.input_dim()
-            || out_deriv.num_cols() != self.output_dim()
+        if b.in_value.num_cols() != self.input_dim()
+            || b.out_deriv.num_cols() != self.output_dim()
             || in_deriv.num_rows() != rows_in
             || in_deriv.num_cols() != self.input_dim()
             || c.num_rows() != rows_out
@@ -485,19 +470,19 @@ impl Component for RestrictedAttentionComponent {
         {
             return;
         }
-        let Some((rows_left, shift)) = self.layout(Self::io_of(args.indexes), rows_in, rows_out)
+        let Some((rows_left, shift)) = self.layout(Self::io_of(b.indexes), rows_in, rows_out)
         else {
             return;
         };
         let mut c_deriv = Matrix::zeros(rows_out, cd);
         let mut b_deriv = Matrix::zeros(rows_out, cd);
         for h in 0..self.num_heads {
-            let inp = in_value.cols_range(h * ip, ip);
+            let inp = b.in_value.cols_range(h * ip, ip);
             let keys = inp.cols_range(0, kd);
             let values = inp.cols_range(kd, vd);
             let queries_key = inp.sub(rows_left, rows_out, kd + vd, kd);
             let ch = c.sub(0, rows_out, h * cd, cd);
-            let od = out_deriv.cols_range(h * op, op);
+            let od = b.out_deriv.cols_range(h * op, op);
             let od_values = od.cols_range(0, vd);
             // Through the weighted sum (and the copy of c), then the softmax.
             c_deriv

@@ -10,8 +10,8 @@ use super::kaldi_fields::{
 };
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
-    Properties,
+    update_target, BackpropInPlace, Component, Description, Memo, MiscComputationInfo,
+    PrecomputedIndexes, PropagateInPlace, Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -174,9 +174,7 @@ impl BackpropTruncationComponent {
                 deriv.zero_rows(&zero);
             }
         }
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<BackpropTruncationComponent>())
-        {
+        if let Some(u) = update_target::<BackpropTruncationComponent>(to_update) {
             u.num_clipped += clipped as f64;
             u.num_zeroed += zeroed as f64;
             u.count += rows as f64;
@@ -186,33 +184,22 @@ impl BackpropTruncationComponent {
 }
 
 impl Component for BackpropTruncationComponent {
-    fn type_name(&self) -> &'static str {
-        TYPE
+    fn describe(&self) -> Description {
+        Description::new(
+            TYPE,
+            self.dim,
+            self.dim,
+            Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
-    }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         if self.scale != 1.0 {
-            data.scale(self.scale);
+            p.data.scale(self.scale);
         }
         None
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            indexes, to_update, ..
-        } = args;
-        self.backprop_rows(indexes, &mut deriv, to_update);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        self.backprop_rows(b.indexes, &mut b.deriv, b.to_update);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(

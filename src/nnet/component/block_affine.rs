@@ -7,7 +7,9 @@ use super::info_summary;
 use super::kaldi_fields::{self, write_updatable};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, updatable_boilerplate};
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
+use super::{
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
@@ -148,74 +150,53 @@ impl BlockAffineComponent {
 }
 
 impl Component for BlockAffineComponent {
-    fn type_name(&self) -> &'static str {
-        BLOCK
+    fn describe(&self) -> Description {
+        Description::new(
+            BLOCK,
+            self.linear.num_cols() * self.num_blocks,
+            self.linear.num_rows(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.linear.num_cols() * self.num_blocks
-    }
-    fn output_dim(&self) -> usize {
-        self.linear.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_ADDS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (ib, ob) = self.block_sizes();
         for k in 0..self.num_blocks {
             let w = self.linear.sub(k * ob, ob, 0, ib);
-            output.cols_range_mut(k * ob, ob).add_mat_mat(
+            p.output.cols_range_mut(k * ob, ob).add_mat_mat(
                 1.0,
-                input.cols_range(k * ib, ib),
+                p.input.cols_range(k * ib, ib),
                 Trans::No,
                 w,
                 Trans::Yes,
                 0.0,
             );
         }
-        output.add_vec_to_rows(1.0, &self.bias, 1.0);
+        p.output.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
+    fn backprop(&self, b: Backprop<'_>) {
         let (ib, ob) = self.block_sizes();
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<BlockAffineComponent>())
-        {
+        if let Some(u) = update_target::<BlockAffineComponent>(b.to_update) {
             let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_blocks {
                 update.weight_block(
                     u.linear.sub_mut(k * ob, ob, 0, ib),
                     None,
-                    in_value.cols_range(k * ib, ib),
-                    out_deriv.cols_range(k * ob, ob),
+                    b.in_value.cols_range(k * ib, ib),
+                    b.out_deriv.cols_range(k * ob, ob),
                 );
             }
-            update.offset_block(&mut u.bias, out_deriv);
+            update.offset_block(&mut u.bias, b.out_deriv);
         }
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = b.in_deriv {
             for k in 0..self.num_blocks {
                 let w = self.linear.sub(k * ob, ob, 0, ib);
                 d.cols_range_mut(k * ib, ib).add_mat_mat(
                     1.0,
-                    out_deriv.cols_range(k * ob, ob),
+                    b.out_deriv.cols_range(k * ob, ob),
                     Trans::No,
                     w,
                     Trans::No,
@@ -374,39 +355,30 @@ impl RepeatedAffineComponent {
 }
 
 impl Component for RepeatedAffineComponent {
-    fn type_name(&self) -> &'static str {
-        if self.natural_gradient {
-            NG_REPEATED
-        } else {
-            REPEATED
-        }
+    fn describe(&self) -> Description {
+        Description::new(
+            if self.natural_gradient {
+                NG_REPEATED
+            } else {
+                REPEATED
+            },
+            self.linear.num_cols() * self.num_repeats,
+            self.linear.num_rows() * self.num_repeats,
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_ADDS
+                | Properties::INPUT_CONTIGUOUS
+                | Properties::OUTPUT_CONTIGUOUS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.linear.num_cols() * self.num_repeats
-    }
-    fn output_dim(&self) -> usize {
-        self.linear.num_rows() * self.num_repeats
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_ADDS
-            | Properties::INPUT_CONTIGUOUS
-            | Properties::OUTPUT_CONTIGUOUS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
         for k in 0..self.num_repeats {
-            let mut o = output.cols_range_mut(k * ob, ob);
+            let mut o = p.output.cols_range_mut(k * ob, ob);
             o.add_mat_mat(
                 1.0,
-                input.cols_range(k * ib, ib),
+                p.input.cols_range(k * ib, ib),
                 Trans::No,
                 self.linear.view(),
                 Trans::Yes,
@@ -416,36 +388,24 @@ impl Component for RepeatedAffineComponent {
         }
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
+    fn backprop(&self, b: Backprop<'_>) {
         let (ib, ob) = (self.linear.num_cols(), self.linear.num_rows());
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<RepeatedAffineComponent>())
-        {
+        if let Some(u) = update_target::<RepeatedAffineComponent>(b.to_update) {
             if u.natural_gradient {
-                u.natural_gradient_update(in_value, out_deriv, self.num_repeats);
-                return self.input_deriv(out_deriv, in_deriv);
+                u.natural_gradient_update(b.in_value, b.out_deriv, self.num_repeats);
+                return self.input_deriv(b.out_deriv, b.in_deriv);
             }
             let mut update = Update::new(&u.common, None, true);
             for k in 0..self.num_repeats {
                 update.weight_block(
                     u.linear.view_mut(),
                     Some(&mut u.bias),
-                    in_value.cols_range(k * ib, ib),
-                    out_deriv.cols_range(k * ob, ob),
+                    b.in_value.cols_range(k * ib, ib),
+                    b.out_deriv.cols_range(k * ob, ob),
                 );
             }
         }
-        self.input_deriv(out_deriv, in_deriv);
+        self.input_deriv(b.out_deriv, b.in_deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let (ty, n) = (self.type_name(), self.num_repeats);
@@ -510,11 +470,11 @@ mod tests {
         want.add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);
         want.view_mut().add_vec_to_rows(1.0, &b.bias, 1.0);
         let mut got = Matrix::zeros(3, 4);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             got.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         assert!(got.view().approx_equal(want.view(), 1e-6));
     }
 

@@ -5,12 +5,12 @@
 use super::kaldi_fields::{read_field, read_pos_i32, write_component};
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{Backprop, Component, Description, Memo, Propagate, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Trans};
+use crate::matrix::Trans;
 use rand::RngCore;
 
 /// Splits the input into `input-dim / output-dim` equal blocks and multiplies them
@@ -58,48 +58,33 @@ impl ElementwiseProductComponent {
 }
 
 impl Component for ElementwiseProductComponent {
-    fn type_name(&self) -> &'static str {
-        "ElementwiseProductComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "ElementwiseProductComponent",
+            self.input_dim,
+            self.output_dim,
+            Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let od = self.output_dim;
-        output.copy_from(input.cols_range(0, od));
+        p.output.copy_from(p.input.cols_range(0, od));
         for i in 1..self.input_dim / od {
-            output.mul_elements(input.cols_range(i * od, od));
+            p.output.mul_elements(p.input.cols_range(i * od, od));
         }
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs { in_value, .. } = args;
-        let Some(mut in_deriv) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut in_deriv) = b.in_deriv else {
             return;
         };
         let od = self.output_dim;
         let n = self.input_dim / od;
         for i in 0..n {
             let mut block = in_deriv.cols_range_mut(i * od, od);
-            block.copy_from(out_deriv);
+            block.copy_from(b.out_deriv);
             for j in (0..n).filter(|&j| j != i) {
-                block.mul_elements(in_value.cols_range(j * od, od));
+                block.mul_elements(b.in_value.cols_range(j * od, od));
             }
         }
     }
@@ -177,35 +162,21 @@ impl PermuteComponent {
 }
 
 impl Component for PermuteComponent {
-    fn type_name(&self) -> &'static str {
-        "PermuteComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "PermuteComponent",
+            self.column_map.len(),
+            self.column_map.len(),
+            Properties::SIMPLE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.column_map.len()
-    }
-    fn output_dim(&self) -> usize {
-        self.column_map.len()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_cols(input, &self.column_map);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.copy_cols(p.input, &self.column_map);
         None
     }
-    fn backprop(
-        &self,
-        _args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_cols(out_deriv, &self.reverse_map);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.copy_cols(b.out_deriv, &self.reverse_map);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -275,43 +246,30 @@ impl SumBlockComponent {
 }
 
 impl Component for SumBlockComponent {
-    fn type_name(&self) -> &'static str {
-        "SumBlockComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "SumBlockComponent",
+            self.input_dim,
+            self.output_dim,
+            Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let od = self.output_dim;
         for b in 0..self.input_dim / od {
-            output.add_mat(self.scale, input.cols_range(b * od, od), Trans::No);
+            p.output
+                .add_mat(self.scale, p.input.cols_range(b * od, od), Trans::No);
         }
         None
     }
-    fn backprop(
-        &self,
-        _args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let Some(mut d) = in_deriv else {
+    fn backprop(&self, step: Backprop<'_>) {
+        let Some(mut d) = step.in_deriv else {
             return;
         };
         let od = self.output_dim;
         for b in 0..self.input_dim / od {
             d.cols_range_mut(b * od, od)
-                .add_mat(self.scale, out_deriv, Trans::No);
+                .add_mat(self.scale, step.out_deriv, Trans::No);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -414,35 +372,21 @@ impl SumGroupComponent {
 }
 
 impl Component for SumGroupComponent {
-    fn type_name(&self) -> &'static str {
-        "SumGroupComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "SumGroupComponent",
+            self.reverse.len(),
+            self.sizes.len(),
+            Properties::SIMPLE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.reverse.len()
-    }
-    fn output_dim(&self) -> usize {
-        self.sizes.len()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.sum_column_ranges(input, &self.ranges);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.sum_column_ranges(p.input, &self.ranges);
         None
     }
-    fn backprop(
-        &self,
-        _args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_cols(out_deriv, &self.reverse);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.copy_cols(b.out_deriv, &self.reverse);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -500,40 +444,23 @@ impl PnormComponent {
 }
 
 impl Component for PnormComponent {
-    fn type_name(&self) -> &'static str {
-        "PnormComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "PnormComponent",
+            self.input_dim,
+            self.output_dim,
+            Properties::SIMPLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_NEEDS_OUTPUT
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.group_2norm_from(input);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.group_2norm_from(p.input);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            out_value,
-            ..
-        } = args;
-        if let Some(mut d) = in_deriv {
-            d.diff_group_2norm(in_value, out_value, out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.diff_group_2norm(b.in_value, b.out_value, b.out_deriv);
         }
     }
     fn write(&self, w: &mut TokenWriter) {

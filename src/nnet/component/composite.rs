@@ -10,9 +10,10 @@
 //! L2, orthonormal constraints, gradients, statistics).
 
 use super::kaldi_fields::{self, read_opt_into};
+use super::param_ops::updatable_common;
 use super::{
-    new_component_from_config, read_component, BackpropArgs, Component, Memo, PropagateArgs,
-    Properties, UpdatableCommon, UpdatableComponent,
+    new_component_from_config, read_component, update_target, Backprop, Component, Description,
+    Memo, Propagate, Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -185,10 +186,10 @@ impl CompositeComponent {
         for (i, c) in self.components.iter().enumerate() {
             let x = cur.as_ref().map_or(input, |m| m.view());
             if i + 1 == n {
-                c.propagate(PropagateArgs::new(rng), x, output.rb());
+                c.propagate(Propagate::new(x, output.rb(), rng));
             } else {
                 let mut y = Matrix::zeros(input.num_rows(), c.output_dim());
-                c.propagate(PropagateArgs::new(rng), x, y.view_mut());
+                c.propagate(Propagate::new(x, y.view_mut(), rng));
                 cur = Some(y);
             }
         }
@@ -201,36 +202,14 @@ impl CompositeComponent {
         for c in &self.components {
             let mut y = Matrix::zeros(input.num_rows(), c.output_dim());
             let x = values.last().map_or(input, |m| m.view());
-            memos.push(c.propagate(PropagateArgs::new(rng), x, y.view_mut()));
+            memos.push(c.propagate(Propagate::new(x, y.view_mut(), &mut *rng)));
             values.push(y);
         }
         Recomputed { values, memos }
     }
 
-    fn is_updatable(&self) -> bool {
-        self.components.iter().any(|c| c.as_updatable().is_some())
-    }
-
-    /// Pairs of (own, other's) sub-components when `other` is a composite of the same shape.
-    fn pair_with<'a>(&'a self, other: &'a dyn Component) -> Option<&'a CompositeComponent> {
-        other
-            .as_any()
-            .downcast_ref::<CompositeComponent>()
-            .filter(|o| o.components.len() == self.components.len())
-    }
-}
-
-impl Component for CompositeComponent {
-    fn type_name(&self) -> &'static str {
-        COMPOSITE
-    }
-    fn input_dim(&self) -> usize {
-        self.components.first().map_or(0, |c| c.input_dim())
-    }
-    fn output_dim(&self) -> usize {
-        self.components.last().map_or(0, |c| c.output_dim())
-    }
-    fn properties(&self) -> Properties {
+    /// The chain's flags: simple, the first's input-side and the last's output-side flags.
+    fn chain_properties(&self) -> Properties {
         let first = self.components.first().map_or(0, |c| c.properties().0);
         let last = self.components.last().map_or(0, |c| c.properties().0);
         let mut p = Properties::SIMPLE.0 | Properties::BACKPROP_NEEDS_INPUT.0;
@@ -257,39 +236,45 @@ impl Component for CompositeComponent {
         }
         Properties(p)
     }
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        for (start, len) in self.chunks(input.num_rows()) {
+
+    fn is_updatable(&self) -> bool {
+        self.components.iter().any(|c| c.as_updatable().is_some())
+    }
+
+    /// Pairs of (own, other's) sub-components when `other` is a composite of the same shape.
+    fn pair_with<'a>(&'a self, other: &'a dyn Component) -> Option<&'a CompositeComponent> {
+        other
+            .as_any()
+            .downcast_ref::<CompositeComponent>()
+            .filter(|o| o.components.len() == self.components.len())
+    }
+}
+
+impl Component for CompositeComponent {
+    fn describe(&self) -> Description {
+        Description::new(
+            COMPOSITE,
+            self.components.first().map_or(0, |c| c.input_dim()),
+            self.components.last().map_or(0, |c| c.output_dim()),
+            self.chain_properties(),
+        )
+    }
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        for (start, len) in self.chunks(p.input.num_rows()) {
             self.forward_chunk(
-                &mut *args.rng,
-                input.rows_range(start, len),
-                output.rows_range_mut(start, len),
+                &mut *p.rng,
+                p.input.rows_range(start, len),
+                p.output.rows_range_mut(start, len),
             );
         }
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            rng,
-            ..
-        } = args;
-        let mut to_update =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<CompositeComponent>());
+    fn backprop(&self, mut step: Backprop<'_>) {
+        let mut to_update = update_target::<CompositeComponent>(step.to_update);
         let n = self.components.len();
-        for (start, len) in self.chunks(out_deriv.num_rows()) {
-            let rec = self.recompute(&mut *rng, in_value.rows_range(start, len));
-            let mut deriv = out_deriv.rows_range(start, len).to_matrix();
+        for (start, len) in self.chunks(step.out_deriv.num_rows()) {
+            let rec = self.recompute(&mut *step.rng, step.in_value.rows_range(start, len));
+            let mut deriv = step.out_deriv.rows_range(start, len).to_matrix();
             for i in (0..n).rev() {
                 let c = &self.components[i];
                 let sub_update: Option<&mut dyn Component> = match to_update
@@ -299,20 +284,20 @@ impl Component for CompositeComponent {
                     Some(b) => Some(&mut **b),
                     None => None,
                 };
-                let args = BackpropArgs {
-                    indexes: None,
+                let mut prev = None;
+                let target = if i == 0 {
+                    step.in_deriv.as_mut().map(|d| d.rows_range_mut(start, len))
+                } else {
+                    Some(prev.insert(Matrix::zeros(len, c.input_dim())).view_mut())
+                };
+                c.backprop(Backprop {
                     in_value: rec.values[i].view(),
                     out_value: rec.values[i + 1].view(),
                     memo: rec.memos[i].as_ref(),
                     to_update: sub_update,
-                    rng: &mut *rng,
-                };
-                if i == 0 {
-                    let target = in_deriv.as_mut().map(|d| d.rows_range_mut(start, len));
-                    c.backprop(args, deriv.view(), target);
-                } else {
-                    let mut prev = Matrix::zeros(len, c.input_dim());
-                    c.backprop(args, deriv.view(), Some(prev.view_mut()));
+                    ..Backprop::new(deriv.view(), target, &mut *step.rng)
+                });
+                if let Some(prev) = prev {
                     deriv = prev;
                 }
             }
@@ -410,12 +395,7 @@ impl Component for CompositeComponent {
 /// parameters reach every sub-component (statistics of the others included, as Kaldi's
 /// `Add`/`Scale` on a composite do).
 impl UpdatableComponent for CompositeComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.components
             .iter()

@@ -7,13 +7,13 @@ use super::kaldi_fields::{self, read_field, write_updatable};
 use super::param_init;
 use super::param_ops::{component_boilerplate, vector_params_updatable};
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PropagateArgs, Properties, UpdatableCommon,
-    UpdatableComponent,
+    update_target, Backprop, Component, Description, Memo, MiscComputationInfo, Propagate,
+    Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Vector};
+use crate::matrix::Vector;
 use crate::nnet::index::Index;
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
@@ -66,47 +66,31 @@ impl ConstantComponent {
 }
 
 impl Component for ConstantComponent {
-    fn type_name(&self) -> &'static str {
-        CONSTANT
+    fn describe(&self) -> Description {
+        Description::new(
+            CONSTANT,
+            self.output.dim(),
+            self.output.dim(),
+            if self.is_updatable {
+                Properties::UPDATABLE
+            } else {
+                Properties(0)
+            },
+        )
     }
     /// Kaldi reports the output dimension here too; no input is ever read.
-    fn input_dim(&self) -> usize {
-        self.output.dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.output.dim()
-    }
-    fn properties(&self) -> Properties {
-        if self.is_updatable {
-            Properties::UPDATABLE
-        } else {
-            Properties(0)
-        }
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        _input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        if output.num_cols() == self.output.dim() {
-            output.copy_from_vec_rows(&self.output);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        if p.output.num_cols() == self.output.dim() {
+            p.output.copy_from_vec_rows(&self.output);
         }
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        _in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs { to_update, .. } = args;
+    fn backprop(&self, b: Backprop<'_>) {
         // There is no input to propagate to; only the parameters get a gradient.
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantComponent>())
-        {
-            if u.is_updatable && out_deriv.num_cols() == u.output.dim() {
+        if let Some(u) = update_target::<ConstantComponent>(b.to_update) {
+            if u.is_updatable && b.out_deriv.num_cols() == u.output.dim() {
                 Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
-                    .offset_block(&mut u.output, out_deriv);
+                    .offset_block(&mut u.output, b.out_deriv);
             }
         }
     }

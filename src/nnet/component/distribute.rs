@@ -7,13 +7,12 @@ use super::kaldi_fields::{self, read_dim_field, write_component};
 use super::param_init;
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
 use rustc_hash::FxHashMap;
@@ -109,51 +108,38 @@ impl DistributeComponent {
 }
 
 impl Component for DistributeComponent {
-    fn type_name(&self) -> &'static str {
-        DISTRIBUTE
+    fn describe(&self) -> Description {
+        Description::new(
+            DISTRIBUTE,
+            self.input_dim,
+            self.output_dim,
+            Properties::default(),
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::default()
-    }
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.set_zero();
-        // Without indexes for this step there is nothing to distribute (the compiler always
-        // precomputes them); the output stays zero rather than guessing.
-        if let Some(p) = self.maps(args.indexes, input.num_rows(), output.num_rows()) {
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
+        step.output.set_zero();
+        // Without step.indexes for this step there is nothing to distribute (the compiler always
+        // precomputes them); the step.output stays zero rather than guessing.
+        if let Some(p) = self.maps(step.indexes, step.input.num_rows(), step.output.num_rows()) {
             let d = self.output_dim;
             for (b, rows) in p.forward.iter().enumerate() {
-                output.add_rows(1.0, input.cols_range(b * d, d), rows);
+                step.output
+                    .add_rows(1.0, step.input.cols_range(b * d, d), rows);
             }
         }
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let Some(mut g) = in_deriv else {
+    fn backprop(&self, step: Backprop<'_>) {
+        let Some(mut g) = step.in_deriv else {
             return;
         };
-        let Some(p) = self.maps(args.indexes, g.num_rows(), out_deriv.num_rows()) else {
+        let Some(p) = self.maps(step.indexes, g.num_rows(), step.out_deriv.num_rows()) else {
             g.set_zero();
             return;
         };
         let d = self.output_dim;
         for (b, rows) in p.backward.iter().enumerate() {
-            g.cols_range_mut(b * d, d).copy_rows(out_deriv, rows);
+            g.cols_range_mut(b * d, d).copy_rows(step.out_deriv, rows);
         }
     }
     fn write(&self, w: &mut TokenWriter) {

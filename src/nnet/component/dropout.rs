@@ -4,12 +4,12 @@
 
 use super::kaldi_fields::{read_count_field, read_opt_field, write_component};
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{Backprop, BackpropInPlace, Component, Description, Memo, Propagate, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut};
+use crate::matrix::MatViewMut;
 use rand::Rng;
 use rand::RngCore;
 
@@ -101,55 +101,31 @@ impl DropoutComponent {
 }
 
 impl Component for DropoutComponent {
-    fn type_name(&self) -> &'static str {
-        "DropoutComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "DropoutComponent",
+            self.dim,
+            self.dim,
+            Properties::BACKPROP_IN_PLACE
+                | Properties::SIMPLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::RANDOM_COMPONENT,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::BACKPROP_IN_PLACE
-            | Properties::SIMPLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::RANDOM_COMPONENT
-    }
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.apply(&mut output, args.rng);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.copy_from(p.input);
+        self.apply(&mut p.output, p.rng);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            out_value,
-            ..
-        } = args;
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            d.mul_mat_div_mat(out_value, in_value);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
+            d.copy_from(b.out_deriv);
+            d.mul_mat_div_mat(b.out_value, b.in_value);
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            in_value,
-            out_value,
-            ..
-        } = args;
-        deriv.mul_mat_div_mat(out_value, in_value);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        b.deriv.mul_mat_div_mat(b.out_value, b.in_value);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(
@@ -189,21 +165,21 @@ mod tests {
             DropoutComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&vec![vec![1.0, -2.0, 4.0]; 50]);
         let mut y = Matrix::zeros(50, 3);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         let v = y.to_vec();
         assert!(v.iter().zip(x.to_vec()).all(|(a, b)| *a == 0.0 || *a == b));
         let zeros = v.iter().filter(|a| **a == 0.0).count();
         assert!(zeros > 10 && zeros < 70, "{zeros} of 150 dropped");
         c.set_test_mode(true, &mut crate::random::seeded_rng(0));
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         assert_eq!(y.row_to_vec(0), [0.75, -1.5, 3.0]);
     }
 }

@@ -21,14 +21,14 @@ use super::kaldi_fields::{
 };
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
-    Properties,
+    Backprop, BackpropInPlace, Component, Description, Memo, MiscComputationInfo,
+    PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix};
+use crate::matrix::{MatViewMut, Matrix};
 use crate::nnet::index::Index;
 use rand::Rng;
 use rand::RngCore;
@@ -243,37 +243,25 @@ impl GeneralDropoutComponent {
 }
 
 impl Component for GeneralDropoutComponent {
-    fn type_name(&self) -> &'static str {
-        GD
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::RANDOM_COMPONENT
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::USES_MEMO;
+            if self.block_dim != self.dim {
+                p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
+            } else {
+                p
+            }
+        };
+        Description::new(GD, self.dim, self.dim, properties)
     }
-    fn input_dim(&self) -> usize {
-        self.dim
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        self.dropout_in_place(p.indexes, &mut p.data, p.rng)
     }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::RANDOM_COMPONENT
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::USES_MEMO;
-        if self.block_dim != self.dim {
-            p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
-        } else {
-            p
-        }
-    }
-    fn propagate_in_place(
-        &self,
-        args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let PropagateArgs { indexes, rng } = args;
-        self.dropout_in_place(indexes, &mut data, rng)
-    }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs { memo, .. } = args;
-        self.backprop_mask(memo, &mut deriv);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        self.backprop_mask(b.memo, &mut b.deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let specaugment = self.specaugment_max_proportion != 0.0;
@@ -408,26 +396,17 @@ impl DropoutMaskComponent {
 }
 
 impl Component for DropoutMaskComponent {
-    fn type_name(&self) -> &'static str {
-        DM
+    fn describe(&self) -> Description {
+        Description::new(
+            DM,
+            self.output_dim,
+            self.output_dim,
+            Properties::RANDOM_COMPONENT,
+        )
     }
     /// Equal to the output dim, so that the (ignored) input descriptor, which in xconfig
     /// output names the node itself, has a consistent dimension.
-    fn input_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::RANDOM_COMPONENT
-    }
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        _input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
         let p = self.dropout_proportion;
         if self.test_mode {
             let v = if self.continuous || p == 0.0 {
@@ -435,21 +414,21 @@ impl Component for DropoutMaskComponent {
             } else {
                 1.0 - p
             };
-            output.set_const(v);
+            step.output.set_const(v);
             return None;
         }
         if p == 0.0 {
-            output.set_const(1.0);
+            step.output.set_const(1.0);
             return None;
         }
         if self.continuous {
-            output.set_rand_continuous_dropout_mask(args.rng, p);
+            step.output.set_rand_continuous_dropout_mask(step.rng, p);
         } else {
-            output.set_rand_dropout_mask(args.rng, p, 1.0);
+            step.output.set_rand_dropout_mask(step.rng, p, 1.0);
         }
         None
     }
-    fn backprop(&self, _args: BackpropArgs<'_>, _: MatView<'_>, _: Option<MatViewMut<'_>>) {
+    fn backprop(&self, _: Backprop<'_>) {
         // No input, so nothing to back-propagate to.
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -652,32 +631,22 @@ impl SpecAugmentTimeMaskComponent {
 }
 
 impl Component for SpecAugmentTimeMaskComponent {
-    fn type_name(&self) -> &'static str {
-        SA
+    fn describe(&self) -> Description {
+        Description::new(
+            SA,
+            self.dim,
+            self.dim,
+            Properties::RANDOM_COMPONENT
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::USES_MEMO,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.dim
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        self.mask_in_place(p.indexes, &mut p.data, p.rng)
     }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::RANDOM_COMPONENT
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::USES_MEMO
-    }
-    fn propagate_in_place(
-        &self,
-        args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let PropagateArgs { indexes, rng } = args;
-        self.mask_in_place(indexes, &mut data, rng)
-    }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs { memo, .. } = args;
-        Self::backprop_mask(memo, &mut deriv);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        Self::backprop_mask(b.memo, &mut b.deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(

@@ -5,11 +5,11 @@ use super::kaldi_fields::{read_nonempty_vector, write_component};
 use super::nonlinear::parameter_stats;
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatViewMut, Vector};
+use crate::matrix::Vector;
 use rand::RngCore;
 
 /// Reads a Kaldi vector object (text or binary) from a file named in a config line.
@@ -65,28 +65,20 @@ impl FixedScaleComponent {
 }
 
 impl Component for FixedScaleComponent {
-    fn type_name(&self) -> &'static str {
-        "FixedScaleComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "FixedScaleComponent",
+            self.scales.dim(),
+            self.scales.dim(),
+            Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.scales.dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.scales.dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
-    }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        data.mul_cols_vec(&self.scales);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.mul_cols_vec(&self.scales);
         None
     }
-    fn backprop_in_place(&self, _args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        deriv.mul_cols_vec(&self.scales);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        b.deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(w, "FixedScaleComponent", &[("<Scales>", &self.scales)]);
@@ -131,27 +123,19 @@ impl FixedBiasComponent {
 }
 
 impl Component for FixedBiasComponent {
-    fn type_name(&self) -> &'static str {
-        "FixedBiasComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "FixedBiasComponent",
+            self.bias.dim(),
+            self.bias.dim(),
+            Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.bias.dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.bias.dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
-    }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        data.add_vec_to_rows(1.0, &self.bias, 1.0);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.add_vec_to_rows(1.0, &self.bias, 1.0);
         None
     }
-    fn backprop_in_place(&self, _args: BackpropArgs<'_>, _deriv: MatViewMut<'_>) {}
+    fn backprop_in_place(&self, _: BackpropInPlace<'_>) {}
     fn write(&self, w: &mut TokenWriter) {
         write_component(w, "FixedBiasComponent", &[("<Bias>", &self.bias)]);
     }

@@ -22,9 +22,11 @@
 use super::info_summary;
 use super::kaldi_fields::{expect_closing, read_field, write_updatable};
 use super::param_init;
-use super::param_ops::{self, updatable_boilerplate};
+use super::param_ops::{self, updatable_boilerplate, updatable_common};
 use super::UpdatableComponent;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
+use super::{
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -373,37 +375,28 @@ impl GruNonlinearityComponent {
 }
 
 impl Component for GruNonlinearityComponent {
-    fn type_name(&self) -> &'static str {
-        GRU
-    }
-    fn input_dim(&self) -> usize {
-        if self.recurrent_dim == self.cell_dim {
-            4 * self.cell_dim
-        } else {
-            3 * self.cell_dim + 2 * self.recurrent_dim
-        }
-    }
-    fn output_dim(&self) -> usize {
-        2 * self.cell_dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            GRU,
+            if self.recurrent_dim == self.cell_dim {
+                4 * self.cell_dim
+            } else {
+                3 * self.cell_dim + 2 * self.recurrent_dim
+            },
+            2 * self.cell_dim,
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
 
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let (n, c, r) = (input.num_rows(), self.cell_dim, self.recurrent_dim);
-        if input.num_cols() != self.input_dim()
-            || output.num_cols() != self.output_dim()
-            || output.num_rows() != n
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        let (n, c, r) = (p.input.num_rows(), self.cell_dim, self.recurrent_dim);
+        if p.input.num_cols() != self.input_dim()
+            || p.output.num_cols() != self.output_dim()
+            || p.output.num_rows() != n
         {
             return None;
         }
@@ -411,13 +404,13 @@ impl Component for GruNonlinearityComponent {
         let mut sdotr = Matrix::zeros(n, r);
         sdotr.view_mut().add_mat_mat_elements(
             1.0,
-            input.cols_range(rc, r),
-            input.cols_range(sc, r),
+            p.input.cols_range(rc, r),
+            p.input.cols_range(sc, r),
             0.0,
         );
-        // The pre-activation hpart + W_h (r ⊙ s) goes straight into h's output columns.
-        let mut h = output.sub_mut(0, n, 0, c);
-        h.copy_from(input.cols_range(hc, c));
+        // The pre-activation hpart + W_h (r ⊙ s) goes straight into h's p.output columns.
+        let mut h = p.output.sub_mut(0, n, 0, c);
+        h.copy_from(p.input.cols_range(hc, c));
         h.add_mat_mat(
             1.0,
             sdotr.view(),
@@ -426,57 +419,46 @@ impl Component for GruNonlinearityComponent {
             Trans::Yes,
             1.0,
         );
-        output.gru_cell_from_preactivation(input.cols_range(zc, c), input.cols_range(cc, c));
+        p.output
+            .gru_cell_from_preactivation(p.input.cols_range(zc, c), p.input.cols_range(cc, c));
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            out_value,
-            to_update,
-            rng,
-            ..
-        } = args;
-        let (n, c, r) = (in_value.num_rows(), self.cell_dim, self.recurrent_dim);
-        if in_value.num_cols() != self.input_dim()
-            || out_value.num_cols() != self.output_dim()
-            || out_deriv.num_cols() != self.output_dim()
-            || out_value.num_rows() != n
-            || out_deriv.num_rows() != n
-            || in_deriv
+    fn backprop(&self, mut b: Backprop<'_>) {
+        let (n, c, r) = (b.in_value.num_rows(), self.cell_dim, self.recurrent_dim);
+        if b.in_value.num_cols() != self.input_dim()
+            || b.out_value.num_cols() != self.output_dim()
+            || b.out_deriv.num_cols() != self.output_dim()
+            || b.out_value.num_rows() != n
+            || b.out_deriv.num_rows() != n
+            || b.in_deriv
                 .as_ref()
                 .is_some_and(|d| d.num_rows() != n || d.num_cols() != self.input_dim())
         {
             return;
         }
         let [zc, rc, hc, cc, sc] = self.cols();
-        let h = out_value.cols_range(0, c);
+        let h = b.out_value.cols_range(0, c);
         let mut hd = Matrix::zeros(n, c);
         backprop_gru_cell(
-            in_value.cols_range(zc, c),
-            in_value.cols_range(cc, c),
+            b.in_value.cols_range(zc, c),
+            b.in_value.cols_range(cc, c),
             h,
-            out_deriv,
+            b.out_deriv,
             &mut hd.view_mut(),
-            in_deriv.as_mut().map(|d| (d, zc, cc)),
+            b.in_deriv.as_mut().map(|d| (d, zc, cc)),
         );
         let mut sdotr = Matrix::zeros(n, r);
         sdotr.view_mut().add_mat_mat_elements(
             1.0,
-            in_value.cols_range(rc, r),
-            in_value.cols_range(sc, r),
+            b.in_value.cols_range(rc, r),
+            b.in_value.cols_range(sc, r),
             0.0,
         );
-        let upd = to_update.and_then(|u| u.as_any_mut().downcast_mut::<GruNonlinearityComponent>());
+        let upd = update_target::<GruNonlinearityComponent>(b.to_update);
         if let Some(u) = upd {
             if u.cell_dim == c && u.recurrent_dim == r {
-                u.stats.store_and_repair(h, hd.view_mut(), rng);
+                u.stats.store_and_repair(h, hd.view_mut(), b.rng);
                 Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), true).weight_block(
                     u.w_h.view_mut(),
                     None,
@@ -485,7 +467,7 @@ impl Component for GruNonlinearityComponent {
                 );
             }
         }
-        if let Some(d) = in_deriv.as_mut() {
+        if let Some(d) = b.in_deriv.as_mut() {
             d.sub_mut(0, n, hc, c).add_mat(1.0, hd.view(), Trans::No);
             // sdotr's derivative reuses its memory.
             let sd = &mut sdotr;
@@ -494,13 +476,13 @@ impl Component for GruNonlinearityComponent {
             d.sub_mut(0, n, rc, r).add_mat_mat_elements(
                 1.0,
                 sd.view(),
-                in_value.cols_range(sc, r),
+                b.in_value.cols_range(sc, r),
                 1.0,
             );
             d.sub_mut(0, n, sc, r).add_mat_mat_elements(
                 1.0,
                 sd.view(),
-                in_value.cols_range(rc, r),
+                b.in_value.cols_range(rc, r),
                 1.0,
             );
         }
@@ -555,12 +537,7 @@ impl Component for GruNonlinearityComponent {
 }
 
 impl UpdatableComponent for GruNonlinearityComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.cell_dim * self.recurrent_dim
     }
@@ -694,83 +671,62 @@ impl OutputGruNonlinearityComponent {
 }
 
 impl Component for OutputGruNonlinearityComponent {
-    fn type_name(&self) -> &'static str {
-        OUTPUT_GRU
-    }
-    fn input_dim(&self) -> usize {
-        3 * self.cell_dim()
-    }
-    fn output_dim(&self) -> usize {
-        2 * self.cell_dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::BACKPROP_ADDS
+    fn describe(&self) -> Description {
+        Description::new(
+            OUTPUT_GRU,
+            3 * self.cell_dim(),
+            2 * self.cell_dim(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
 
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let n = input.num_rows();
-        if input.num_cols() != self.input_dim()
-            || output.num_cols() != self.output_dim()
-            || output.num_rows() != n
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        let n = p.input.num_rows();
+        if p.input.num_cols() != self.input_dim()
+            || p.output.num_cols() != self.output_dim()
+            || p.output.num_rows() != n
         {
             return None;
         }
-        output.compute_output_gru_cell(input, &self.w_h);
+        p.output.compute_output_gru_cell(p.input, &self.w_h);
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            out_value,
-            to_update,
-            rng,
-            ..
-        } = args;
-        let (n, c) = (in_value.num_rows(), self.cell_dim());
-        if in_value.num_cols() != self.input_dim()
-            || out_value.num_cols() != self.output_dim()
-            || out_deriv.num_cols() != self.output_dim()
-            || out_value.num_rows() != n
-            || out_deriv.num_rows() != n
-            || in_deriv
+    fn backprop(&self, mut b: Backprop<'_>) {
+        let (n, c) = (b.in_value.num_rows(), self.cell_dim());
+        if b.in_value.num_cols() != self.input_dim()
+            || b.out_value.num_cols() != self.output_dim()
+            || b.out_deriv.num_cols() != self.output_dim()
+            || b.out_value.num_rows() != n
+            || b.out_deriv.num_rows() != n
+            || b.in_deriv
                 .as_ref()
                 .is_some_and(|d| d.num_rows() != n || d.num_cols() != self.input_dim())
         {
             return;
         }
-        let h = out_value.cols_range(0, c);
-        let c_prev = in_value.cols_range(2 * c, c);
+        let h = b.out_value.cols_range(0, c);
+        let c_prev = b.in_value.cols_range(2 * c, c);
         let mut hd = Matrix::zeros(n, c);
         backprop_gru_cell(
-            in_value.cols_range(0, c),
+            b.in_value.cols_range(0, c),
             c_prev,
             h,
-            out_deriv,
+            b.out_deriv,
             &mut hd.view_mut(),
-            in_deriv.as_mut().map(|d| (d, 0, 2 * c)),
+            b.in_deriv.as_mut().map(|d| (d, 0, 2 * c)),
         );
-        let upd = to_update.and_then(|u| {
+        let upd = b.to_update.and_then(|u| {
             u.as_any_mut()
                 .downcast_mut::<OutputGruNonlinearityComponent>()
         });
         if let Some(u) = upd {
             if u.cell_dim() == c {
-                u.stats.store_and_repair(h, hd.view_mut(), rng);
+                u.stats.store_and_repair(h, hd.view_mut(), b.rng);
                 Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false).scale_block(
                     &mut u.w_h,
                     c_prev,
@@ -778,7 +734,7 @@ impl Component for OutputGruNonlinearityComponent {
                 );
             }
         }
-        if let Some(d) = in_deriv.as_mut() {
+        if let Some(d) = b.in_deriv.as_mut() {
             d.sub_mut(0, n, c, c).add_mat(1.0, hd.view(), Trans::No);
             hd.view_mut().mul_cols_vec(&self.w_h);
             d.sub_mut(0, n, 2 * c, c).add_mat(1.0, hd.view(), Trans::No);
@@ -830,12 +786,7 @@ impl Component for OutputGruNonlinearityComponent {
 }
 
 impl UpdatableComponent for OutputGruNonlinearityComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.cell_dim()
     }

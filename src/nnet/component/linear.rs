@@ -7,14 +7,15 @@ use super::affine::weight_ng_options_from_config;
 use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init;
-use super::param_ops::{self, updatable_boilerplate};
+use super::param_ops::{self, updatable_boilerplate, updatable_common};
 use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+    UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, WeightMatrix};
+use crate::matrix::{Matrix, Trans, WeightMatrix};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
 
@@ -112,54 +113,35 @@ impl LinearComponent {
 }
 
 impl Component for LinearComponent {
-    fn type_name(&self) -> &'static str {
-        LINEAR
+    fn describe(&self) -> Description {
+        Description::new(
+            LINEAR,
+            self.params.num_cols(),
+            self.params.num_rows(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::PROPAGATE_ADDS
+                | Properties::BACKPROP_ADDS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.params.num_cols()
-    }
-    fn output_dim(&self) -> usize {
-        self.params.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::PROPAGATE_ADDS
-            | Properties::BACKPROP_ADDS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        self.params.forward(1.0, input, &mut output, 1.0);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        self.params.forward(1.0, p.input, &mut p.output, 1.0);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
-        if let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<LinearComponent>()) {
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<LinearComponent>(b.to_update) {
             Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), true).weight_block(
                 u.params.view_mut(),
                 None,
-                in_value,
-                out_deriv,
+                b.in_value,
+                b.out_deriv,
             );
         }
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = b.in_deriv {
             d.add_mat_mat(
                 1.0,
-                out_deriv,
+                b.out_deriv,
                 Trans::No,
                 self.params.view(),
                 Trans::No,
@@ -212,12 +194,7 @@ impl UpdatableComponent for LinearComponent {
         (self.orthonormal_constraint != 0.0)
             .then(|| (self.orthonormal_constraint, self.params.view_mut()))
     }
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.params.num_rows() * self.params.num_cols()
     }

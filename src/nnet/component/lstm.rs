@@ -19,9 +19,10 @@
 use super::info_summary;
 use super::kaldi_fields::{expect_closing, read_field, read_opt_field, write_updatable};
 use super::param_init;
-use super::param_ops::{self, component_boilerplate};
+use super::param_ops::{self, component_boilerplate, updatable_common};
 use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+    UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -274,65 +275,46 @@ impl LstmNonlinearityComponent {
 }
 
 impl Component for LstmNonlinearityComponent {
-    fn type_name(&self) -> &'static str {
-        TYPE
-    }
-    fn input_dim(&self) -> usize {
-        5 * self.cell_dim() + if self.use_dropout { 3 } else { 0 }
-    }
-    fn output_dim(&self) -> usize {
-        2 * self.cell_dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT
+    fn describe(&self) -> Description {
+        Description::new(
+            TYPE,
+            5 * self.cell_dim() + if self.use_dropout { 3 } else { 0 },
+            2 * self.cell_dim(),
+            Properties::SIMPLE | Properties::UPDATABLE | Properties::BACKPROP_NEEDS_INPUT,
+        )
     }
 
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let c = self.cell_dim();
-        if input.num_cols() != self.input_dim() || output.num_cols() != 2 * c {
+        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != 2 * c {
             return None;
         }
-        output.compute_lstm_nonlinearity(input, self.params.view(), self.use_dropout);
+        p.output
+            .compute_lstm_nonlinearity(p.input, self.params.view(), self.use_dropout);
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        mut in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
+    fn backprop(&self, mut b: Backprop<'_>) {
         let c = self.cell_dim();
-        if in_value.num_cols() != self.input_dim()
-            || out_deriv.num_cols() != 2 * c
-            || out_deriv.num_rows() != in_value.num_rows()
+        if b.in_value.num_cols() != self.input_dim()
+            || b.out_deriv.num_cols() != 2 * c
+            || b.out_deriv.num_rows() != b.in_value.num_rows()
         {
             return;
         }
-        if let Some(g) = &in_deriv {
-            if g.num_cols() != self.input_dim() || g.num_rows() != in_value.num_rows() {
+        if let Some(g) = &b.in_deriv {
+            if g.num_cols() != self.input_dim() || g.num_rows() != b.in_value.num_rows() {
                 return;
             }
         }
-        let upd =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<LstmNonlinearityComponent>());
+        let upd = update_target::<LstmNonlinearityComponent>(b.to_update);
         match upd {
             Some(u) if u.cell_dim() == c => {
                 let mut pd = vec![0.0f64; 3 * c];
                 self.backprop_core(
-                    in_value,
-                    out_deriv,
-                    in_deriv.as_mut(),
+                    b.in_value,
+                    b.out_deriv,
+                    b.in_deriv.as_mut(),
                     Some(&mut pd),
                     Some(u),
                 );
@@ -343,7 +325,7 @@ impl Component for LstmNonlinearityComponent {
                 Update::new(&u.common, Some((&options, &mut u.ng_state)), false)
                     .rows_block(u.params.view_mut(), grad);
             }
-            _ => self.backprop_core(in_value, out_deriv, in_deriv.as_mut(), None, None),
+            _ => self.backprop_core(b.in_value, b.out_deriv, b.in_deriv.as_mut(), None, None),
         }
     }
 
@@ -466,12 +448,7 @@ impl Component for LstmNonlinearityComponent {
 }
 
 impl UpdatableComponent for LstmNonlinearityComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         3 * self.cell_dim()
     }

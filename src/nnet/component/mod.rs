@@ -86,8 +86,14 @@ impl std::fmt::Debug for Properties {
 /// What Propagate hands to Backprop for components with `USES_MEMO`.
 pub type Memo = Box<dyn Any + Send + Sync>;
 
-/// What every propagate receives besides its input and output.
-pub struct PropagateArgs<'a> {
+/// One forward step (Kaldi's `Propagate`): what the component reads and writes, and what
+/// else it may consult, in one value so that every implementation has the same one-line
+/// signature and reads the fields it needs (`p.input`, `p.output`).
+pub struct Propagate<'a> {
+    /// The input rows.
+    pub input: MatView<'a>,
+    /// Written, or added to with `PROPAGATE_ADDS`.
+    pub output: MatViewMut<'a>,
     /// What `precompute_indexes` made for this step (general components only).
     pub indexes: Option<&'a dyn PrecomputedIndexes>,
     /// The only source of randomness (dropout masks); seeded by the caller, so a
@@ -95,15 +101,58 @@ pub struct PropagateArgs<'a> {
     pub rng: &'a mut dyn RngCore,
 }
 
-impl<'a> PropagateArgs<'a> {
+impl<'a> Propagate<'a> {
     /// No precomputed indexes; randomness from `rng`.
-    pub fn new(rng: &'a mut dyn RngCore) -> Self {
-        PropagateArgs { indexes: None, rng }
+    pub fn new(input: MatView<'a>, output: MatViewMut<'a>, rng: &'a mut dyn RngCore) -> Self {
+        Propagate {
+            input,
+            output,
+            indexes: None,
+            rng,
+        }
+    }
+    /// The same step with `output` already holding the input (`PROPAGATE_IN_PLACE`).
+    fn into_in_place(self) -> PropagateInPlace<'a> {
+        let Propagate {
+            input,
+            mut output,
+            indexes,
+            rng,
+        } = self;
+        output.copy_from(input);
+        PropagateInPlace {
+            data: output,
+            indexes,
+            rng,
+        }
     }
 }
 
-/// What every backprop receives besides the output and input derivatives.
-pub struct BackpropArgs<'a> {
+/// A forward step in one matrix: `data` holds the input on entry and the output on exit.
+pub struct PropagateInPlace<'a> {
+    pub data: MatViewMut<'a>,
+    /// As in [`Propagate`].
+    pub indexes: Option<&'a dyn PrecomputedIndexes>,
+    pub rng: &'a mut dyn RngCore,
+}
+
+impl<'a> PropagateInPlace<'a> {
+    /// No precomputed indexes; randomness from `rng`.
+    pub fn new(data: MatViewMut<'a>, rng: &'a mut dyn RngCore) -> Self {
+        PropagateInPlace {
+            data,
+            indexes: None,
+            rng,
+        }
+    }
+}
+
+/// One backward step (Kaldi's `Backprop`): the output derivative, where the input
+/// derivative goes, and what the forward step left behind.
+pub struct Backprop<'a> {
+    pub out_deriv: MatView<'a>,
+    /// Written (or added to with `BACKPROP_ADDS`) when given.
+    pub in_deriv: Option<MatViewMut<'a>>,
     /// What `precompute_indexes` made for this step (general components only).
     pub indexes: Option<&'a dyn PrecomputedIndexes>,
     /// The forward input (empty unless the component has `BACKPROP_NEEDS_INPUT`).
@@ -118,10 +167,16 @@ pub struct BackpropArgs<'a> {
     pub rng: &'a mut dyn RngCore,
 }
 
-impl<'a> BackpropArgs<'a> {
+impl<'a> Backprop<'a> {
     /// Empty values, no memo, nothing to update; randomness from `rng`.
-    pub fn new(rng: &'a mut dyn RngCore) -> Self {
-        BackpropArgs {
+    pub fn new(
+        out_deriv: MatView<'a>,
+        in_deriv: Option<MatViewMut<'a>>,
+        rng: &'a mut dyn RngCore,
+    ) -> Self {
+        Backprop {
+            out_deriv,
+            in_deriv,
             indexes: None,
             in_value: MatView::from_slice(&[], 0, 0),
             out_value: MatView::from_slice(&[], 0, 0),
@@ -130,11 +185,101 @@ impl<'a> BackpropArgs<'a> {
             rng,
         }
     }
+    /// The same step with `deriv` holding the output derivative (`BACKPROP_IN_PLACE`).
+    fn in_place(self, deriv: MatViewMut<'a>) -> BackpropInPlace<'a> {
+        let Backprop {
+            indexes,
+            in_value,
+            out_value,
+            memo,
+            to_update,
+            rng,
+            ..
+        } = self;
+        BackpropInPlace {
+            deriv,
+            indexes,
+            in_value,
+            out_value,
+            memo,
+            to_update,
+            rng,
+        }
+    }
+}
+
+/// A backward step in one matrix: `deriv` holds the output derivative on entry and the
+/// input derivative on exit. The other fields are [`Backprop`]'s.
+pub struct BackpropInPlace<'a> {
+    pub deriv: MatViewMut<'a>,
+    pub indexes: Option<&'a dyn PrecomputedIndexes>,
+    pub in_value: MatView<'a>,
+    pub out_value: MatView<'a>,
+    pub memo: Option<&'a Memo>,
+    pub to_update: Option<&'a mut dyn Component>,
+    pub rng: &'a mut dyn RngCore,
+}
+
+impl<'a> BackpropInPlace<'a> {
+    /// Empty values, no memo, nothing to update; randomness from `rng`.
+    pub fn new(deriv: MatViewMut<'a>, rng: &'a mut dyn RngCore) -> Self {
+        Backprop::new(MatView::from_slice(&[], 0, 0), None, rng).in_place(deriv)
+    }
+}
+
+/// What a component is, as the compiler sees it: Kaldi's `Type()`, `InputDim()`,
+/// `OutputDim()` and `Properties()` in one declaration.
+#[derive(Clone, Copy, Debug)]
+pub struct Description {
+    /// Kaldi's type name, e.g. `AffineComponent`.
+    pub type_name: &'static str,
+    pub input_dim: usize,
+    pub output_dim: usize,
+    pub properties: Properties,
+}
+
+impl Description {
+    pub fn new(
+        type_name: &'static str,
+        input_dim: usize,
+        output_dim: usize,
+        properties: Properties,
+    ) -> Self {
+        Description {
+            type_name,
+            input_dim,
+            output_dim,
+            properties,
+        }
+    }
+}
+
+/// A backprop's update target as its concrete type (the target is always a component of the
+/// backprop's own type; anything else gets no update).
+pub fn update_target<T: Component + 'static>(
+    to_update: Option<&mut dyn Component>,
+) -> Option<&mut T> {
+    to_update.and_then(|u| u.as_any_mut().downcast_mut::<T>())
 }
 
 /// Per-computation index information a general component precomputes once at compile time.
 pub trait PrecomputedIndexes: Send + Sync + std::fmt::Debug {
     fn as_any(&self) -> &dyn Any;
+}
+
+/// The step's precomputed indexes if they are a `P`, else `default()` (a caller that ran the
+/// component without compiling), kept only if `fits` accepts them for these matrices.
+pub fn precomputed_or_default<'a, P: PrecomputedIndexes + Clone + 'static>(
+    indexes: Option<&'a dyn PrecomputedIndexes>,
+    default: impl FnOnce() -> P,
+    fits: impl FnOnce(&P) -> bool,
+) -> Option<std::borrow::Cow<'a, P>> {
+    use std::borrow::Cow;
+    let p = match indexes.and_then(|p| p.as_any().downcast_ref::<P>()) {
+        Some(p) => Cow::Borrowed(p),
+        None => Cow::Owned(default()),
+    };
+    fits(&p).then_some(p)
 }
 
 /// Extra information passed to the non-simple hooks (Kaldi's MiscComputationInfo).
@@ -149,11 +294,22 @@ pub struct MiscComputationInfo {
 
 /// A component: Propagate, Backprop, I/O and property flags.
 pub trait Component: Send + Sync + std::fmt::Debug {
+    /// Name, dimensions and property flags. The four accessors below read it; components
+    /// implement only this.
+    fn describe(&self) -> Description;
     /// Kaldi's type name, e.g. `AffineComponent`.
-    fn type_name(&self) -> &'static str;
-    fn input_dim(&self) -> usize;
-    fn output_dim(&self) -> usize;
-    fn properties(&self) -> Properties;
+    fn type_name(&self) -> &'static str {
+        self.describe().type_name
+    }
+    fn input_dim(&self) -> usize {
+        self.describe().input_dim
+    }
+    fn output_dim(&self) -> usize {
+        self.describe().output_dim
+    }
+    fn properties(&self) -> Properties {
+        self.describe().properties
+    }
 
     /// Computes `output` from `input`. If the component has `PROPAGATE_ADDS` it adds to
     /// `output`, otherwise it overwrites it. Returns a memo iff it has `USES_MEMO`.
@@ -161,35 +317,24 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// The default copies the input and runs [`Self::propagate_in_place`], so a component
     /// whose work is naturally in place implements only that. Every component overrides at
     /// least one of the two (the two defaults call each other).
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from(input);
-        self.propagate_in_place(args, output)
+    fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
+        self.propagate_in_place(p.into_in_place())
     }
 
     /// Back-propagates `out_deriv`. Writes (or with `BACKPROP_ADDS`, adds) the input
     /// derivative into `in_deriv` when given, and hands the parameter gradient to
-    /// `args.to_update` (a component of the same type, usually in a separate "delta" network)
-    /// when given, through its [`crate::update::Update`]. `args.in_value` / `args.out_value`
+    /// `to_update` (a component of the same type, usually in a separate "delta" network)
+    /// when given, through its [`crate::update::Update`]. `in_value` / `out_value`
     /// are empty (0×0) views unless the component declared `BACKPROP_NEEDS_INPUT` /
     /// `BACKPROP_NEEDS_OUTPUT`.
     ///
     /// The default copies `out_deriv` into `in_deriv` and runs [`Self::backprop_in_place`];
     /// without `in_deriv` it does nothing, so a component that must update `to_update` even
     /// then overrides this. Every component overrides at least one of the two.
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
-            self.backprop_in_place(args, d);
+    fn backprop(&self, mut b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv.take() {
+            d.copy_from(b.out_deriv);
+            self.backprop_in_place(b.in_place(d));
         }
     }
 
@@ -197,21 +342,46 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// and the output on exit). The runtime calls it only for components with
     /// `PROPAGATE_IN_PLACE`; those override it with a true in-place kernel. The default goes
     /// through a temporary copy.
-    fn propagate_in_place(
-        &self,
-        args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let input = data.as_view().to_matrix();
-        self.propagate(args, input.view(), data.rb())
+    fn propagate_in_place(&self, p: PropagateInPlace<'_>) -> Option<Memo> {
+        let PropagateInPlace {
+            data: output,
+            indexes,
+            rng,
+        } = p;
+        let input = output.as_view().to_matrix();
+        self.propagate(Propagate {
+            input: input.view(),
+            output,
+            indexes,
+            rng,
+        })
     }
 
     /// Backprop with `out_deriv` and `in_deriv` in the same memory (`deriv` holds the output
     /// derivative on entry and the input derivative on exit). Used only for components with
     /// `BACKPROP_IN_PLACE`; the default goes through a temporary copy.
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+    fn backprop_in_place(&self, b: BackpropInPlace<'_>) {
+        let BackpropInPlace {
+            mut deriv,
+            indexes,
+            in_value,
+            out_value,
+            memo,
+            to_update,
+            rng,
+        } = b;
         let out_deriv = deriv.as_view().to_matrix();
-        self.backprop(args, out_deriv.view(), Some(deriv.rb()));
+        // Reborrowed, since the copy lives shorter than the step's operands.
+        self.backprop(Backprop {
+            out_deriv: out_deriv.view(),
+            in_deriv: Some(deriv.rb()),
+            indexes,
+            in_value,
+            out_value,
+            memo,
+            to_update: to_update.map(|u| &mut *u as &mut dyn Component),
+            rng: &mut *rng,
+        });
     }
 
     /// Writes the component exactly as Kaldi does, from `<TypeName>` to `</TypeName> `.

@@ -10,7 +10,10 @@
 use super::info_summary::fmt_succinct;
 use super::kaldi_fields::{read_field, read_opt_into, write_component};
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{
+    update_target, Backprop, BackpropInPlace, Component, Description, Memo, Propagate,
+    PropagateInPlace, Properties,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -386,8 +389,7 @@ impl NonlinearComponent {
         to_update: Option<&mut dyn Component>,
         rng: &mut dyn RngCore,
     ) {
-        let Some(upd) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<NonlinearComponent>())
-        else {
+        let Some(upd) = update_target::<NonlinearComponent>(to_update) else {
             return;
         };
         match self.kind {
@@ -427,110 +429,80 @@ fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<
 }
 
 impl Component for NonlinearComponent {
-    fn type_name(&self) -> &'static str {
-        self.kind.type_name()
-    }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let base =
-            Properties::SIMPLE | Properties::BACKPROP_NEEDS_OUTPUT | Properties::STORES_STATS;
-        match self.kind {
-            NonlinearKind::Sigmoid | NonlinearKind::Tanh => base | Properties::PROPAGATE_IN_PLACE,
-            NonlinearKind::RectifiedLinear => {
-                let p = base | Properties::PROPAGATE_IN_PLACE;
-                if self.block_dim != self.dim {
-                    p | Properties::INPUT_CONTIGUOUS
-                } else {
-                    p
+    fn describe(&self) -> Description {
+        let properties = {
+            let base =
+                Properties::SIMPLE | Properties::BACKPROP_NEEDS_OUTPUT | Properties::STORES_STATS;
+            match self.kind {
+                NonlinearKind::Sigmoid | NonlinearKind::Tanh => {
+                    base | Properties::PROPAGATE_IN_PLACE
                 }
+                NonlinearKind::RectifiedLinear => {
+                    let p = base | Properties::PROPAGATE_IN_PLACE;
+                    if self.block_dim != self.dim {
+                        p | Properties::INPUT_CONTIGUOUS
+                    } else {
+                        p
+                    }
+                }
+                NonlinearKind::Softmax => {
+                    base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
+                }
+                NonlinearKind::LogSoftmax => base,
             }
-            NonlinearKind::Softmax => {
-                base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
-            }
-            NonlinearKind::LogSoftmax => base,
-        }
+        };
+        Description::new(self.kind.type_name(), self.dim, self.dim, properties)
     }
 
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         match self.kind {
-            NonlinearKind::Sigmoid => output.sigmoid_from(input),
-            NonlinearKind::Tanh => output.tanh_from(input),
+            NonlinearKind::Sigmoid => p.output.sigmoid_from(p.input),
+            NonlinearKind::Tanh => p.output.tanh_from(p.input),
             NonlinearKind::RectifiedLinear => {
-                output.copy_from(input);
-                output.apply_floor(0.0);
+                p.output.copy_from(p.input);
+                p.output.apply_floor(0.0);
             }
             NonlinearKind::Softmax => {
-                output.copy_from(input);
-                output.apply_softmax_per_row_floored(SOFTMAX_FLOOR);
+                p.output.copy_from(p.input);
+                p.output.apply_softmax_per_row_floored(SOFTMAX_FLOOR);
             }
-            NonlinearKind::LogSoftmax => output.log_softmax_per_row_from(input),
+            NonlinearKind::LogSoftmax => p.output.log_softmax_per_row_from(p.input),
         }
         None
     }
 
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         match self.kind {
-            NonlinearKind::Sigmoid => data.apply_sigmoid(),
-            NonlinearKind::Tanh => data.apply_tanh(),
-            NonlinearKind::RectifiedLinear => data.apply_floor(0.0),
-            NonlinearKind::Softmax => data.apply_softmax_per_row_floored(SOFTMAX_FLOOR),
-            NonlinearKind::LogSoftmax => data.apply_log_softmax_per_row(),
+            NonlinearKind::Sigmoid => p.data.apply_sigmoid(),
+            NonlinearKind::Tanh => p.data.apply_tanh(),
+            NonlinearKind::RectifiedLinear => p.data.apply_floor(0.0),
+            NonlinearKind::Softmax => p.data.apply_softmax_per_row_floored(SOFTMAX_FLOOR),
+            NonlinearKind::LogSoftmax => p.data.apply_log_softmax_per_row(),
         }
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            out_value,
-            to_update,
-            rng,
-            ..
-        } = args;
-        let Some(mut in_deriv) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut in_deriv) = b.in_deriv else {
             return;
         };
-        self.compute_in_deriv(out_value, out_deriv, &mut in_deriv);
-        self.after_backprop(out_value, out_deriv, &mut in_deriv, to_update, rng);
+        self.compute_in_deriv(b.out_value, b.out_deriv, &mut in_deriv);
+        self.after_backprop(b.out_value, b.out_deriv, &mut in_deriv, b.to_update, b.rng);
     }
 
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            out_value,
-            to_update,
-            rng,
-            ..
-        } = args;
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         // The output derivative is needed after it is overwritten only for the statistics;
         // keep a copy just when training.
-        let saved = to_update.as_ref().map(|_| deriv.as_view().to_matrix());
+        let saved = b.to_update.as_ref().map(|_| b.deriv.as_view().to_matrix());
         match self.kind {
-            NonlinearKind::Softmax => deriv.diff_softmax_per_row_in_place(out_value),
-            NonlinearKind::Sigmoid => deriv.diff_sigmoid_in_place(out_value),
-            NonlinearKind::Tanh => deriv.diff_tanh_in_place(out_value),
-            NonlinearKind::RectifiedLinear => deriv.diff_relu_in_place(out_value),
-            NonlinearKind::LogSoftmax => deriv.diff_log_softmax_per_row_in_place(out_value),
+            NonlinearKind::Softmax => b.deriv.diff_softmax_per_row_in_place(b.out_value),
+            NonlinearKind::Sigmoid => b.deriv.diff_sigmoid_in_place(b.out_value),
+            NonlinearKind::Tanh => b.deriv.diff_tanh_in_place(b.out_value),
+            NonlinearKind::RectifiedLinear => b.deriv.diff_relu_in_place(b.out_value),
+            NonlinearKind::LogSoftmax => b.deriv.diff_log_softmax_per_row_in_place(b.out_value),
         }
         if let Some(od) = saved {
-            self.after_backprop(out_value, od.view(), &mut deriv, to_update, rng);
+            self.after_backprop(b.out_value, od.view(), &mut b.deriv, b.to_update, b.rng);
         }
     }
 

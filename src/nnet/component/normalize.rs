@@ -6,7 +6,10 @@
 use super::kaldi_fields::{read_field, read_opt_field, write_component};
 use super::nonlinear::summarize_vector;
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{
+    Backprop, BackpropInPlace, Component, Description, Memo, Propagate, PropagateInPlace,
+    Properties,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -98,69 +101,59 @@ impl NormalizeComponent {
 }
 
 impl Component for NormalizeComponent {
-    fn type_name(&self) -> &'static str {
-        "NormalizeComponent"
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.input_dim
-            + if self.add_log_stddev {
-                self.input_dim / self.block_dim
-            } else {
-                0
+    fn describe(&self) -> Description {
+        let properties = {
+            let mut p =
+                Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS;
+            if !self.add_log_stddev {
+                p = p | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE;
             }
+            if self.block_dim != self.input_dim {
+                p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
+            }
+            p
+        };
+        Description::new(
+            "NormalizeComponent",
+            self.input_dim,
+            self.input_dim
+                + if self.add_log_stddev {
+                    self.input_dim / self.block_dim
+                } else {
+                    0
+                },
+            properties,
+        )
     }
-    fn properties(&self) -> Properties {
-        let mut p =
-            Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS;
-        if !self.add_log_stddev {
-            p = p | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE;
-        }
-        if self.block_dim != self.input_dim {
-            p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
-        }
-        p
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.normalize_per_row(input, self.block_dim, self.target_rms, self.add_log_stddev);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.normalize_per_row(
+            p.input,
+            self.block_dim,
+            self.target_rms,
+            self.add_log_stddev,
+        );
         None
     }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         // Only without add-log-stddev (same shape); each block is read fully before written.
-        data.apply_normalize_per_row(self.block_dim, self.target_rms);
+        p.data
+            .apply_normalize_per_row(self.block_dim, self.target_rms);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs { in_value, .. } = args;
-        if let Some(mut d) = in_deriv {
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(mut d) = b.in_deriv {
             d.diff_normalize_per_row(
-                in_value,
-                Some(out_deriv),
+                b.in_value,
+                Some(b.out_deriv),
                 self.block_dim,
                 self.target_rms,
                 self.add_log_stddev,
             );
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs { in_value, .. } = args;
-        deriv.diff_normalize_per_row(in_value, None, self.block_dim, self.target_rms, false);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        b.deriv
+            .diff_normalize_per_row(b.in_value, None, self.block_dim, self.target_rms, false);
     }
     fn write(&self, w: &mut TokenWriter) {
         let block_dim = (self.block_dim != self.input_dim).then_some(self.block_dim);
@@ -429,45 +422,32 @@ impl BatchNormComponent {
 }
 
 impl Component for BatchNormComponent {
-    fn type_name(&self) -> &'static str {
-        "BatchNormComponent"
+    fn describe(&self) -> Description {
+        let properties = {
+            let mut p = Properties::SIMPLE
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE;
+            if self.block_dim < self.dim {
+                p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
+            }
+            if !self.test_mode {
+                p = p | Properties::USES_MEMO | Properties::STORES_STATS;
+            }
+            p
+        };
+        Description::new("BatchNormComponent", self.dim, self.dim, properties)
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let mut p = Properties::SIMPLE
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE;
-        if self.block_dim < self.dim {
-            p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
-        }
-        if !self.test_mode {
-            p = p | Properties::USES_MEMO | Properties::STORES_STATS;
-        }
-        p
-    }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         if self.test_mode {
-            data.mul_add_vec_per_block(&self.scale, &self.offset);
+            p.data.mul_add_vec_per_block(&self.scale, &self.offset);
             None
         } else {
-            Some(self.propagate_train(&mut data))
+            Some(self.propagate_train(&mut p.data))
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            out_value, memo, ..
-        } = args;
-        self.backprop_on(out_value, memo, &mut deriv);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        self.backprop_on(b.out_value, b.memo, &mut b.deriv);
     }
     fn write(&self, w: &mut TokenWriter) {
         let (mean, var) = self.mean_var();
@@ -620,11 +600,11 @@ mod tests {
             NormalizeComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 3.0, 4.0]]);
         let mut y = Matrix::zeros(1, 5);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         let v = y.to_vec();
         let rms = (v[..4].iter().map(|a| a * a).sum::<f32>() / 4.0).sqrt();
         assert!((rms - 0.5).abs() < 1e-6);
@@ -639,11 +619,11 @@ mod tests {
             BatchNormComponent::from_config(&cfg, &mut crate::random::seeded_rng(0)).expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 10.0], vec![3.0, 10.0], vec![5.0, 13.0]]);
         let mut y = Matrix::zeros(3, 2);
-        let memo = c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        let memo = c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         let col0: Vec<f32> = (0..3).map(|r| y.get(r, 0)).collect();
         let mean = col0.iter().sum::<f32>() / 3.0;
         assert!(mean.abs() < 1e-6);
@@ -674,11 +654,11 @@ mod tests {
             let mut c = BatchNormComponent::from_config(&cfg, &mut init_rng).expect("init");
             c.set_test_mode(true, &mut crate::random::seeded_rng(0));
             let mut y = Matrix::zeros(1, 3);
-            c.propagate(
-                PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+            c.propagate(Propagate::new(
                 x.view(),
                 y.view_mut(),
-            );
+                &mut crate::random::seeded_rng(0),
+            ));
             y
         };
         let at_init = "dim=3 test-mode=true";

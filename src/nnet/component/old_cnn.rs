@@ -15,12 +15,14 @@
 use super::info_summary;
 use super::kaldi_fields::{self, read_dim_field, read_field, write_component, write_updatable};
 use super::param_init::{self, RandomInit};
-use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon};
+use super::param_ops::{self, component_boilerplate, updatable_boilerplate, updatable_common};
+use super::{
+    update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::matrix::{MatView, Matrix, Trans, Vector};
 use crate::update::Update;
 use rand::RngCore;
 
@@ -346,30 +348,21 @@ impl ConvolutionComponent {
 }
 
 impl Component for ConvolutionComponent {
-    fn type_name(&self) -> &'static str {
-        CONVOLUTION
+    fn describe(&self) -> Description {
+        Description::new(
+            CONVOLUTION,
+            self.input_dims.iter().product(),
+            self.num_patches() * self.num_filters(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_ADDS
+                | Properties::PROPAGATE_ADDS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.input_dims.iter().product()
-    }
-    fn output_dim(&self) -> usize {
-        self.num_patches() * self.num_filters()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_ADDS
-            | Properties::PROPAGATE_ADDS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let rows = input.num_rows();
-        let patches = self.patches(input);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        let rows = p.input.num_rows();
+        let patches = self.patches(p.input);
         let mut out = Matrix::zeros(patches.num_rows(), self.num_filters());
         out.view_mut().add_mat_mat(
             1.0,
@@ -381,25 +374,16 @@ impl Component for ConvolutionComponent {
         );
         out.view_mut().add_vec_to_rows(1.0, &self.bias, 1.0);
         let out = out.into_reshaped(rows, self.output_dim());
-        output.add_mat(1.0, out.view(), Trans::No);
+        p.output.add_mat(1.0, out.view(), Trans::No);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
-        let rows = out_deriv.num_rows();
-        let od = out_deriv
+    fn backprop(&self, b: Backprop<'_>) {
+        let rows = b.out_deriv.num_rows();
+        let od = b
+            .out_deriv
             .to_matrix()
             .into_reshaped(rows * self.num_patches(), self.num_filters());
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = b.in_deriv {
             let mut patch_deriv = Matrix::zeros(od.num_rows(), self.filter_dim());
             patch_deriv.view_mut().add_mat_mat(
                 1.0,
@@ -413,10 +397,8 @@ impl Component for ConvolutionComponent {
             let patch_deriv = patch_deriv.into_reshaped(rows, map.len());
             d.add_to_cols(patch_deriv.view(), &map);
         }
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConvolutionComponent>())
-        {
-            let patches = self.patches(in_value);
+        if let Some(u) = update_target::<ConvolutionComponent>(b.to_update) {
+            let patches = self.patches(b.in_value);
             let mut update = Update::new(&u.common, None, true);
             update.weight_block(
                 u.filters.view_mut(),
@@ -470,12 +452,7 @@ impl Component for ConvolutionComponent {
 
 /// The (filters, bias) pair is the parameter set, in Kaldi's Vectorize order.
 impl super::UpdatableComponent for ConvolutionComponent {
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.num_filters() * (self.filter_dim() + 1)
     }
@@ -647,49 +624,36 @@ impl MaxpoolingComponent {
 }
 
 impl Component for MaxpoolingComponent {
-    fn type_name(&self) -> &'static str {
-        MAXPOOLING
+    fn describe(&self) -> Description {
+        Description::new(
+            MAXPOOLING,
+            self.input_dims.iter().product(),
+            self.num_pools().iter().product(),
+            Properties::SIMPLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::BACKPROP_NEEDS_OUTPUT
+                | Properties::BACKPROP_ADDS,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.input_dims.iter().product()
-    }
-    fn output_dim(&self) -> usize {
-        self.num_pools().iter().product()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::BACKPROP_NEEDS_OUTPUT
-            | Properties::BACKPROP_ADDS
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (column_map, _) = self.maps();
-        output.group_max_from(self.patches(input, &column_map).view());
+        p.output
+            .group_max_from(self.patches(p.input, &column_map).view());
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let Some(mut d) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut d) = b.in_deriv else {
             return;
         };
         let (column_map, expand_map) = self.maps();
-        let patches = self.patches(args.in_value, &column_map);
+        let patches = self.patches(b.in_value, &column_map);
         let rows = patches.num_rows();
         let mut deriv = Matrix::zeros(rows, column_map.len());
         deriv
             .view_mut()
-            .group_max_deriv(patches.view(), args.out_value);
+            .group_max_deriv(patches.view(), b.out_value);
         let mut spread = Matrix::zeros(rows, column_map.len());
-        spread.view_mut().copy_cols(out_deriv, &expand_map);
+        spread.view_mut().copy_cols(b.out_deriv, &expand_map);
         deriv.view_mut().mul_elements(spread.view());
         d.add_to_cols(deriv.view(), &column_map);
     }

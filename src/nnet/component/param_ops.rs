@@ -102,6 +102,20 @@ macro_rules! updatable_boilerplate {
 }
 pub(crate) use updatable_boilerplate;
 
+/// `common` and `common_mut` of an `UpdatableComponent` whose learning-rate options are its
+/// `common` field.
+macro_rules! updatable_common {
+    () => {
+        fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
+            &self.common
+        }
+        fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
+            &mut self.common
+        }
+    };
+}
+pub(crate) use updatable_common;
+
 /// Parameter algebra for a (W, b) pair: adds `alpha`·(olin, obias) when the shapes agree.
 pub fn pair_add(lin: &mut Matrix, bias: &mut Vector, alpha: f32, olin: &Matrix, obias: &Vector) {
     if (olin.num_rows(), olin.num_cols()) == (lin.num_rows(), lin.num_cols()) {
@@ -148,12 +162,7 @@ macro_rules! linear_bias_updatable {
     ($ty:ty, { $($extra:item)* }) => {
         impl $crate::nnet::component::UpdatableComponent for $ty {
             $($extra)*
-            fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
-                &self.common
-            }
-            fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
-                &mut self.common
-            }
+            $crate::nnet::component::param_ops::updatable_common!();
             fn num_parameters(&self) -> usize {
                 self.linear.num_rows() * (self.linear.num_cols() + 1)
             }
@@ -209,12 +218,7 @@ pub(crate) use linear_bias_updatable;
 macro_rules! vector_params_updatable {
     ($ty:ty, $($field:ident),+) => {
         impl $crate::nnet::component::UpdatableComponent for $ty {
-            fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
-                &self.common
-            }
-            fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
-                &mut self.common
-            }
+            $crate::nnet::component::param_ops::updatable_common!();
             fn num_parameters(&self) -> usize {
                 0 $(+ self.$field.dim())+
             }

@@ -5,7 +5,9 @@
 use super::kaldi_fields::{read_field, read_opt_field, read_pos_i32, write_component};
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
-use super::{BackpropArgs, Component, Memo, PropagateArgs, Properties};
+use super::{
+    update_target, BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties,
+};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
@@ -68,24 +70,20 @@ impl NoOpComponent {
 }
 
 impl Component for NoOpComponent {
-    fn type_name(&self) -> &'static str {
-        "NoOpComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "NoOpComponent",
+            self.dim,
+            self.dim,
+            Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
-    }
-    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(&self, _: PropagateInPlace<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(&self, _args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         if self.backprop_scale != 1.0 {
-            deriv.scale(self.backprop_scale);
+            b.deriv.scale(self.backprop_scale);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -196,8 +194,7 @@ impl ClipGradientComponent {
         to_update: Option<&mut dyn Component>,
         rng: &mut dyn RngCore,
     ) {
-        let mut upd =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ClipGradientComponent>());
+        let mut upd = update_target::<ClipGradientComponent>(to_update);
         if self.clipping_threshold > 0.0 {
             if self.norm_based_clipping {
                 let t = self.clipping_threshold;
@@ -285,32 +282,22 @@ impl ClipGradientComponent {
 }
 
 impl Component for ClipGradientComponent {
-    fn type_name(&self) -> &'static str {
-        "ClipGradientComponent"
+    fn describe(&self) -> Description {
+        Description::new(
+            "ClipGradientComponent",
+            self.dim,
+            self.dim,
+            Properties::SIMPLE
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::BACKPROP_NEEDS_INPUT,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::BACKPROP_NEEDS_INPUT
-    }
-    fn propagate_in_place(&self, _args: PropagateArgs<'_>, _data: MatViewMut<'_>) -> Option<Memo> {
+    fn propagate_in_place(&self, _: PropagateInPlace<'_>) -> Option<Memo> {
         None
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            rng,
-            ..
-        } = args;
-        self.clip(in_value, &mut deriv, to_update, rng);
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
+        self.clip(b.in_value, &mut b.deriv, b.to_update, b.rng);
     }
     fn write(&self, w: &mut TokenWriter) {
         write_component(

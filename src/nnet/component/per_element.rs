@@ -11,7 +11,8 @@ use super::kaldi_fields::{
 use super::param_init;
 use super::param_ops::{component_boilerplate, updatable_boilerplate, vector_params_updatable};
 use super::{
-    BackpropArgs, Component, Memo, PropagateArgs, Properties, UpdatableCommon, UpdatableComponent,
+    update_target, Backprop, BackpropInPlace, Component, Description, Memo, Propagate,
+    PropagateInPlace, Properties, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -169,68 +170,41 @@ impl PerElementScaleComponent {
 }
 
 impl Component for PerElementScaleComponent {
-    fn type_name(&self) -> &'static str {
-        if self.natural_gradient.is_some() {
-            NG_PES
-        } else {
-            PES
-        }
+    fn describe(&self) -> Description {
+        Description::new(
+            if self.natural_gradient.is_some() {
+                NG_PES
+            } else {
+                PES
+            },
+            self.scales.dim(),
+            self.scales.dim(),
+            Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_IN_PLACE,
+        )
     }
-    fn input_dim(&self) -> usize {
-        self.scales.dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.scales.dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE
-    }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        data.mul_cols_vec(&self.scales);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.mul_cols_vec(&self.scales);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
-        {
-            u.accumulate(in_value, out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<PerElementScaleComponent>(b.to_update) {
+            u.accumulate(b.in_value, b.out_deriv);
         }
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
+        if let Some(mut d) = b.in_deriv {
+            d.copy_from(b.out_deriv);
             d.mul_cols_vec(&self.scales);
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            in_value,
-            to_update,
-            ..
-        } = args;
+    fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         // The gradient needs the output derivative, so it comes first.
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementScaleComponent>())
-        {
-            u.accumulate(in_value, deriv.as_view());
+        if let Some(u) = update_target::<PerElementScaleComponent>(b.to_update) {
+            u.accumulate(b.in_value, b.deriv.as_view());
         }
-        deriv.mul_cols_vec(&self.scales);
+        b.deriv.mul_cols_vec(&self.scales);
     }
     fn write(&self, w: &mut TokenWriter) {
         let ng = self.natural_gradient.as_ref();
@@ -372,58 +346,37 @@ impl PerElementOffsetComponent {
 }
 
 impl Component for PerElementOffsetComponent {
-    fn type_name(&self) -> &'static str {
-        PEO
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::PROPAGATE_IN_PLACE;
+            if self.dim != self.offsets.dim() {
+                p | Properties::OUTPUT_CONTIGUOUS
+            } else {
+                p
+            }
+        };
+        Description::new(PEO, self.dim, self.dim, properties)
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::PROPAGATE_IN_PLACE;
-        if self.dim != self.offsets.dim() {
-            p | Properties::OUTPUT_CONTIGUOUS
-        } else {
-            p
-        }
-    }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         let o = &self.offsets;
-        for_blocks(&mut data, o.dim(), |b| b.add_vec_to_rows(1.0, o, 1.0));
+        for_blocks(&mut p.data, o.dim(), |b| b.add_vec_to_rows(1.0, o, 1.0));
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs { to_update, .. } = args;
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
-        {
-            u.accumulate(out_deriv);
+    fn backprop(&self, b: Backprop<'_>) {
+        if let Some(u) = update_target::<PerElementOffsetComponent>(b.to_update) {
+            u.accumulate(b.out_deriv);
         }
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
+        if let Some(mut d) = b.in_deriv {
+            d.copy_from(b.out_deriv);
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, deriv: MatViewMut<'_>) {
-        let BackpropArgs { to_update, .. } = args;
+    fn backprop_in_place(&self, b: BackpropInPlace<'_>) {
         // The input derivative equals the output derivative: nothing to change in place.
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<PerElementOffsetComponent>())
-        {
-            u.accumulate(deriv.as_view());
+        if let Some(u) = update_target::<PerElementOffsetComponent>(b.to_update) {
+            u.accumulate(b.deriv.as_view());
         }
     }
     fn write(&self, w: &mut TokenWriter) {
@@ -577,74 +530,50 @@ impl ScaleAndOffsetComponent {
 }
 
 impl Component for ScaleAndOffsetComponent {
-    fn type_name(&self) -> &'static str {
-        SAO
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::SIMPLE
+                | Properties::UPDATABLE
+                | Properties::BACKPROP_IN_PLACE
+                | Properties::PROPAGATE_IN_PLACE
+                | Properties::BACKPROP_NEEDS_OUTPUT;
+            if self.dim != self.scales.dim() {
+                p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
+            } else {
+                p
+            }
+        };
+        Description::new(SAO, self.dim, self.dim, properties)
     }
-    fn input_dim(&self) -> usize {
-        self.dim
-    }
-    fn output_dim(&self) -> usize {
-        self.dim
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::SIMPLE
-            | Properties::UPDATABLE
-            | Properties::BACKPROP_IN_PLACE
-            | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_NEEDS_OUTPUT;
-        if self.dim != self.scales.dim() {
-            p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
-        } else {
-            p
-        }
-    }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         let (s, o) = (&self.scales, &self.offsets);
-        for_blocks(&mut data, s.dim(), |b| {
+        for_blocks(&mut p.data, s.dim(), |b| {
             b.mul_cols_vec(s);
             b.add_vec_to_rows(1.0, o, 1.0);
         });
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            out_value,
-            to_update,
-            ..
-        } = args;
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
-        {
-            u.accumulate(out_value, out_deriv, &self.scales, &self.offsets);
+    fn backprop(&self, step: Backprop<'_>) {
+        if let Some(u) = update_target::<ScaleAndOffsetComponent>(step.to_update) {
+            u.accumulate(step.out_value, step.out_deriv, &self.scales, &self.offsets);
         }
-        if let Some(mut d) = in_deriv {
-            d.copy_from(out_deriv);
+        if let Some(mut d) = step.in_deriv {
+            d.copy_from(step.out_deriv);
             let s = &self.scales;
             for_blocks(&mut d, s.dim(), |b| b.mul_cols_vec(s));
         }
     }
-    fn backprop_in_place(&self, args: BackpropArgs<'_>, mut deriv: MatViewMut<'_>) {
-        let BackpropArgs {
-            out_value,
-            to_update,
-            ..
-        } = args;
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ScaleAndOffsetComponent>())
-        {
-            u.accumulate(out_value, deriv.as_view(), &self.scales, &self.offsets);
+    fn backprop_in_place(&self, mut step: BackpropInPlace<'_>) {
+        if let Some(u) = update_target::<ScaleAndOffsetComponent>(step.to_update) {
+            u.accumulate(
+                step.out_value,
+                step.deriv.as_view(),
+                &self.scales,
+                &self.offsets,
+            );
         }
         let s = &self.scales;
-        for_blocks(&mut deriv, s.dim(), |b| b.mul_cols_vec(s));
+        for_blocks(&mut step.deriv, s.dim(), |b| b.mul_cols_vec(s));
     }
     fn write(&self, w: &mut TokenWriter) {
         write_updatable(
@@ -735,56 +664,33 @@ impl ConstantFunctionComponent {
 }
 
 impl Component for ConstantFunctionComponent {
-    fn type_name(&self) -> &'static str {
-        CFC
+    fn describe(&self) -> Description {
+        let properties = {
+            let mut p = Properties::SIMPLE | Properties::BACKPROP_ADDS;
+            if self.is_updatable {
+                p = p | Properties::UPDATABLE;
+            }
+            if self.input_dim == self.output.dim() {
+                p = p | Properties::PROPAGATE_IN_PLACE;
+            }
+            p
+        };
+        Description::new(CFC, self.input_dim, self.output.dim(), properties)
     }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.output.dim()
-    }
-    fn properties(&self) -> Properties {
-        let mut p = Properties::SIMPLE | Properties::BACKPROP_ADDS;
-        if self.is_updatable {
-            p = p | Properties::UPDATABLE;
-        }
-        if self.input_dim == self.output.dim() {
-            p = p | Properties::PROPAGATE_IN_PLACE;
-        }
-        p
-    }
-    fn propagate(
-        &self,
-        _args: PropagateArgs<'_>,
-        _input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        output.copy_from_vec_rows(&self.output);
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        p.output.copy_from_vec_rows(&self.output);
         None
     }
-    fn propagate_in_place(
-        &self,
-        _args: PropagateArgs<'_>,
-        mut data: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        data.copy_from_vec_rows(&self.output);
+    fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
+        p.data.copy_from_vec_rows(&self.output);
         None
     }
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        _in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs { to_update, .. } = args;
+    fn backprop(&self, b: Backprop<'_>) {
         // The output does not depend on the input: the input derivative gets nothing added.
-        if let Some(u) =
-            to_update.and_then(|u| u.as_any_mut().downcast_mut::<ConstantFunctionComponent>())
-        {
+        if let Some(u) = update_target::<ConstantFunctionComponent>(b.to_update) {
             if u.is_updatable {
                 Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), false)
-                    .offset_block(&mut u.output, out_deriv);
+                    .offset_block(&mut u.output, b.out_deriv);
             }
         }
     }
@@ -871,11 +777,11 @@ mod tests {
         sao.offsets = Vector::from_vec(vec![0.5, 1.0]);
         let x = crate::matrix::Matrix::from_vec(1, 4, vec![1.0, 2.0, 3.0, 4.0]);
         let mut y = crate::matrix::Matrix::zeros(1, 4);
-        c.propagate(
-            PropagateArgs::new(&mut crate::random::seeded_rng(0)),
+        c.propagate(Propagate::new(
             x.view(),
             y.view_mut(),
-        );
+            &mut crate::random::seeded_rng(0),
+        ));
         assert_eq!(y.to_vec(), vec![2.5, -1.0, 6.5, -3.0]);
     }
 

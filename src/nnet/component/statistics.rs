@@ -13,13 +13,13 @@ use super::kaldi_fields::{self, read_count_field, read_dim_field, read_field, wr
 use super::param_init;
 use super::param_ops::component_boilerplate;
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
+    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, PoolingOptions};
+use crate::matrix::PoolingOptions;
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
 use rustc_hash::FxHashMap;
@@ -207,68 +207,54 @@ impl StatisticsExtractionComponent {
 }
 
 impl Component for StatisticsExtractionComponent {
-    fn type_name(&self) -> &'static str {
-        EXTRACTION
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        1 + self.input_dim
-            + if self.include_variance {
-                self.input_dim
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES;
+            if self.include_variance {
+                p | Properties::BACKPROP_NEEDS_INPUT
             } else {
-                0
+                p
             }
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES;
-        if self.include_variance {
-            p | Properties::BACKPROP_NEEDS_INPUT
-        } else {
-            p
-        }
+        };
+        Description::new(
+            EXTRACTION,
+            self.input_dim,
+            1 + self.input_dim
+                + if self.include_variance {
+                    self.input_dim
+                } else {
+                    0
+                },
+            properties,
+        )
     }
 
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let PropagateArgs { indexes, .. } = args;
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
         let d = self.input_dim;
-        if input.num_cols() != d || output.num_cols() != self.output_dim() {
+        if step.input.num_cols() != d || step.output.num_cols() != self.output_dim() {
             return None;
         }
-        let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        output.add_row_range_stats(input, &p.forward, &p.counts, self.include_variance);
+        let p = StatsPrecomputed::get(step.indexes, step.input.num_rows(), step.output.num_rows());
+        step.output
+            .add_row_range_stats(step.input, &p.forward, &p.counts, self.include_variance);
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            indexes, in_value, ..
-        } = args;
-        let Some(mut g) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut g) = b.in_deriv else {
             return;
         };
         let d = self.input_dim;
         g.set_zero();
-        if g.num_cols() != d || out_deriv.num_cols() != self.output_dim() {
+        if g.num_cols() != d || b.out_deriv.num_cols() != self.output_dim() {
             return;
         }
-        let p = StatsPrecomputed::get(indexes, g.num_rows(), out_deriv.num_rows());
-        let have_x = in_value.num_rows() == g.num_rows() && in_value.num_cols() == d;
+        let p = StatsPrecomputed::get(b.indexes, g.num_rows(), b.out_deriv.num_rows());
+        let have_x = b.in_value.num_rows() == g.num_rows() && b.in_value.num_cols() == d;
         g.backprop_row_range_stats(
-            out_deriv,
+            b.out_deriv,
             &p.forward,
-            (self.include_variance && have_x).then_some(in_value),
+            (self.include_variance && have_x).then_some(b.in_value),
         );
     }
 
@@ -495,75 +481,59 @@ impl StatisticsPoolingComponent {
 }
 
 impl Component for StatisticsPoolingComponent {
-    fn type_name(&self) -> &'static str {
-        POOLING
-    }
-    fn input_dim(&self) -> usize {
-        self.input_dim
-    }
-    fn output_dim(&self) -> usize {
-        self.input_dim + self.num_log_count_features - 1
-    }
-    fn properties(&self) -> Properties {
-        let mut p = Properties::REORDERS_INDEXES | Properties::BACKPROP_ADDS;
-        if self.output_stddevs || self.num_log_count_features > 0 {
-            p = p | Properties::BACKPROP_NEEDS_OUTPUT;
-        }
-        if self.num_log_count_features == 0 {
-            p = p | Properties::BACKPROP_NEEDS_INPUT;
-        }
-        p
+    fn describe(&self) -> Description {
+        let properties = {
+            let mut p = Properties::REORDERS_INDEXES | Properties::BACKPROP_ADDS;
+            if self.output_stddevs || self.num_log_count_features > 0 {
+                p = p | Properties::BACKPROP_NEEDS_OUTPUT;
+            }
+            if self.num_log_count_features == 0 {
+                p = p | Properties::BACKPROP_NEEDS_INPUT;
+            }
+            p
+        };
+        Description::new(
+            POOLING,
+            self.input_dim,
+            self.input_dim + self.num_log_count_features - 1,
+            properties,
+        )
     }
 
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let PropagateArgs { indexes, .. } = args;
-        if input.num_cols() != self.input_dim || output.num_cols() != self.output_dim() {
+    fn propagate(&self, mut step: Propagate<'_>) -> Option<Memo> {
+        if step.input.num_cols() != self.input_dim || step.output.num_cols() != self.output_dim() {
             return None;
         }
-        let p = StatsPrecomputed::get(indexes, input.num_rows(), output.num_rows());
-        output.pool_row_range_stats(input, &p.forward, self.pooling_options());
+        let p = StatsPrecomputed::get(step.indexes, step.input.num_rows(), step.output.num_rows());
+        step.output
+            .pool_row_range_stats(step.input, &p.forward, self.pooling_options());
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            indexes,
-            in_value,
-            out_value,
-            ..
-        } = args;
-        let Some(mut g) = in_deriv else {
+    fn backprop(&self, b: Backprop<'_>) {
+        let Some(mut g) = b.in_deriv else {
             return;
         };
         let (nl, od_dim) = (self.num_log_count_features, self.output_dim());
-        if g.num_cols() != self.input_dim || out_deriv.num_cols() != od_dim {
+        if g.num_cols() != self.input_dim || b.out_deriv.num_cols() != od_dim {
             return;
         }
-        let n_out = out_deriv.num_rows();
+        let n_out = b.out_deriv.num_rows();
         let need_out = self.output_stddevs || nl > 0;
-        if need_out && (out_value.num_rows() != n_out || out_value.num_cols() != od_dim) {
+        if need_out && (b.out_value.num_rows() != n_out || b.out_value.num_cols() != od_dim) {
             return;
         }
         let need_in = nl == 0;
-        if need_in && (in_value.num_rows() != g.num_rows() || in_value.num_cols() != self.input_dim)
+        if need_in
+            && (b.in_value.num_rows() != g.num_rows() || b.in_value.num_cols() != self.input_dim)
         {
             return;
         }
-        let p = StatsPrecomputed::get(indexes, g.num_rows(), n_out);
+        let p = StatsPrecomputed::get(b.indexes, g.num_rows(), n_out);
         g.backprop_pool_row_range_stats(
-            in_value,
-            out_value,
-            out_deriv,
+            b.in_value,
+            b.out_value,
+            b.out_deriv,
             &p.forward,
             self.pooling_options(),
         );

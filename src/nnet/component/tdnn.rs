@@ -10,15 +10,16 @@
 use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init::{self, RandomInit};
-use super::param_ops::{self, updatable_boilerplate};
+use super::param_ops::{self, updatable_boilerplate, updatable_common};
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
-    Properties, UpdatableCommon, UpdatableComponent,
+    precomputed_or_default, update_target, Backprop, Component, Description, Memo,
+    MiscComputationInfo, PrecomputedIndexes, Propagate, Properties, UpdatableCommon,
+    UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
+use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
@@ -314,16 +315,11 @@ impl TdnnComponent {
         num_in: usize,
         num_out: usize,
     ) -> Option<std::borrow::Cow<'a, TdnnPrecomputed>> {
-        use std::borrow::Cow;
-        let p = match indexes.and_then(|p| p.as_any().downcast_ref::<TdnnPrecomputed>()) {
-            Some(p) => Cow::Borrowed(p),
-            None => Cow::Owned(TdnnPrecomputed::default_layout(
-                &self.time_offsets,
-                num_in,
-                num_out,
-            )),
-        };
-        (p.offsets.len() == self.time_offsets.len() && p.fits(num_in, num_out)).then_some(p)
+        precomputed_or_default(
+            indexes,
+            || TdnnPrecomputed::default_layout(&self.time_offsets, num_in, num_out),
+            |p| p.offsets.len() == self.time_offsets.len() && p.fits(num_in, num_out),
+        )
     }
 }
 
@@ -370,95 +366,77 @@ fn gather(src: MatView<'_>, rows: &[i32]) -> Matrix {
 }
 
 impl Component for TdnnComponent {
-    fn type_name(&self) -> &'static str {
-        TDNN
-    }
-    fn input_dim(&self) -> usize {
-        self.block_dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.linear_params.num_rows()
-    }
-    fn properties(&self) -> Properties {
-        let p = Properties::UPDATABLE
-            | Properties::REORDERS_INDEXES
-            | Properties::BACKPROP_ADDS
-            | Properties::BACKPROP_NEEDS_INPUT;
-        if self.bias_params.dim() == 0 {
-            p | Properties::PROPAGATE_ADDS
-        } else {
-            p
-        }
+    fn describe(&self) -> Description {
+        let properties = {
+            let p = Properties::UPDATABLE
+                | Properties::REORDERS_INDEXES
+                | Properties::BACKPROP_ADDS
+                | Properties::BACKPROP_NEEDS_INPUT;
+            if self.bias_params.dim() == 0 {
+                p | Properties::PROPAGATE_ADDS
+            } else {
+                p
+            }
+        };
+        Description::new(
+            TDNN,
+            self.block_dim(),
+            self.linear_params.num_rows(),
+            properties,
+        )
     }
 
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let PropagateArgs { indexes, .. } = args;
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         if self.bias_params.dim() != 0 {
-            output.copy_from_vec_rows(&self.bias_params);
+            p.output.copy_from_vec_rows(&self.bias_params);
         }
-        let (n_in, n_out) = (input.num_rows(), output.num_rows());
-        if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
+        let (n_in, n_out) = (p.input.num_rows(), p.output.num_rows());
+        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
             return None;
         }
-        let layout = self.layout(indexes, n_in, n_out)?;
+        let layout = self.layout(p.indexes, n_in, n_out)?;
         let d = self.block_dim();
         let w = &self.linear_params;
         for (k, rows) in layout.offsets.iter().enumerate() {
             match rows {
                 TdnnOffsetRows::Contiguous { start } => {
-                    let x = input.rows_range(*start, n_out);
-                    w.forward_cols(1.0, x, &mut output, 1.0, k * d);
+                    let x = p.input.rows_range(*start, n_out);
+                    w.forward_cols(1.0, x, &mut p.output, 1.0, k * d);
                 }
                 TdnnOffsetRows::Runs(runs) => {
                     for &(o, i, l) in runs {
-                        let mut y = output.rows_range_mut(o, l);
-                        w.forward_cols(1.0, input.rows_range(i, l), &mut y, 1.0, k * d);
+                        let mut y = p.output.rows_range_mut(o, l);
+                        w.forward_cols(1.0, p.input.rows_range(i, l), &mut y, 1.0, k * d);
                     }
                 }
                 TdnnOffsetRows::Gather(map) => {
-                    let x = gather(input, map);
-                    w.forward_cols(1.0, x.view(), &mut output, 1.0, k * d);
+                    let x = gather(p.input, map);
+                    w.forward_cols(1.0, x.view(), &mut p.output, 1.0, k * d);
                 }
             }
         }
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            indexes,
-            in_value,
-            to_update,
-            ..
-        } = args;
-        let n_out = out_deriv.num_rows();
-        if out_deriv.num_cols() != self.output_dim() {
+    fn backprop(&self, b: Backprop<'_>) {
+        let n_out = b.out_deriv.num_rows();
+        if b.out_deriv.num_cols() != self.output_dim() {
             return;
         }
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = b.in_deriv {
             if d.num_cols() == self.input_dim() {
-                if let Some(layout) = self.layout(indexes, d.num_rows(), n_out) {
+                if let Some(layout) = self.layout(b.indexes, d.num_rows(), n_out) {
                     for (k, rows) in layout.offsets.iter().enumerate() {
                         let w = self.block(k);
                         match rows {
                             TdnnOffsetRows::Contiguous { start } => d
                                 .rows_range_mut(*start, n_out)
-                                .add_mat_mat(1.0, out_deriv, Trans::No, w, Trans::No, 1.0),
+                                .add_mat_mat(1.0, b.out_deriv, Trans::No, w, Trans::No, 1.0),
                             TdnnOffsetRows::Runs(runs) => {
                                 for &(o, i, l) in runs {
                                     d.rows_range_mut(i, l).add_mat_mat(
                                         1.0,
-                                        out_deriv.rows_range(o, l),
+                                        b.out_deriv.rows_range(o, l),
                                         Trans::No,
                                         w,
                                         Trans::No,
@@ -470,7 +448,7 @@ impl Component for TdnnComponent {
                                 let mut tmp = Matrix::zeros(n_out, self.input_dim());
                                 tmp.view_mut().add_mat_mat(
                                     1.0,
-                                    out_deriv,
+                                    b.out_deriv,
                                     Trans::No,
                                     w,
                                     Trans::No,
@@ -483,16 +461,16 @@ impl Component for TdnnComponent {
                 }
             }
         }
-        let Some(u) = to_update.and_then(|u| u.as_any_mut().downcast_mut::<TdnnComponent>()) else {
+        let Some(u) = update_target::<TdnnComponent>(b.to_update) else {
             return;
         };
         if u.linear_params.num_rows() != self.linear_params.num_rows()
             || u.linear_params.num_cols() != self.linear_params.num_cols()
-            || in_value.num_cols() != self.input_dim()
+            || b.in_value.num_cols() != self.input_dim()
         {
             return;
         }
-        let Some(layout) = self.layout(indexes, in_value.num_rows(), n_out) else {
+        let Some(layout) = self.layout(b.indexes, b.in_value.num_rows(), n_out) else {
             return;
         };
         let out_dim = self.output_dim();
@@ -503,9 +481,9 @@ impl Component for TdnnComponent {
             Update::Preconditioned { .. } => {
                 // The preconditioner sees whole spliced input rows (all offsets side by
                 // side), as the weight matrix does.
-                let x = self.spliced_input(&layout, in_value, n_out);
+                let x = self.spliced_input(&layout, b.in_value, n_out);
                 let bias = (u.bias_params.dim() == out_dim).then_some(&mut u.bias_params);
-                update.weight_block(u.linear_params.view_mut(), bias, x.view(), out_deriv);
+                update.weight_block(u.linear_params.view_mut(), bias, x.view(), b.out_deriv);
                 return;
             }
         };
@@ -516,9 +494,9 @@ impl Component for TdnnComponent {
             match rows {
                 TdnnOffsetRows::Contiguous { start } => wk.add_mat_mat(
                     lr,
-                    out_deriv,
+                    b.out_deriv,
                     Trans::Yes,
-                    in_value.rows_range(*start, n_out),
+                    b.in_value.rows_range(*start, n_out),
                     Trans::No,
                     1.0,
                 ),
@@ -526,22 +504,22 @@ impl Component for TdnnComponent {
                     for &(o, i, l) in runs {
                         wk.add_mat_mat(
                             lr,
-                            out_deriv.rows_range(o, l),
+                            b.out_deriv.rows_range(o, l),
                             Trans::Yes,
-                            in_value.rows_range(i, l),
+                            b.in_value.rows_range(i, l),
                             Trans::No,
                             1.0,
                         );
                     }
                 }
                 TdnnOffsetRows::Gather(map) => {
-                    let x = gather(in_value, map);
-                    wk.add_mat_mat(lr, out_deriv, Trans::Yes, x.view(), Trans::No, 1.0);
+                    let x = gather(b.in_value, map);
+                    wk.add_mat_mat(lr, b.out_deriv, Trans::Yes, x.view(), Trans::No, 1.0);
                 }
             }
         }
         if u.bias_params.dim() == out_dim {
-            u.bias_params.add_row_sum_mat(lr, out_deriv, 1.0);
+            u.bias_params.add_row_sum_mat(lr, b.out_deriv, 1.0);
         }
     }
 
@@ -676,12 +654,7 @@ impl UpdatableComponent for TdnnComponent {
         (self.orthonormal_constraint != 0.0)
             .then(|| (self.orthonormal_constraint, self.linear_params.view_mut()))
     }
-    fn common(&self) -> &UpdatableCommon {
-        &self.common
-    }
-    fn common_mut(&mut self) -> &mut UpdatableCommon {
-        &mut self.common
-    }
+    updatable_common!();
     fn num_parameters(&self) -> usize {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }

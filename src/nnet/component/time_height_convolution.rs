@@ -23,13 +23,13 @@ use super::kaldi_fields::{self, read_field, read_positive_i32, write_fields, Fie
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, updatable_boilerplate};
 use super::{
-    BackpropArgs, Component, Memo, MiscComputationInfo, PrecomputedIndexes, PropagateArgs,
-    Properties, UpdatableCommon,
+    precomputed_or_default, Backprop, Component, Description, Memo, MiscComputationInfo,
+    PrecomputedIndexes, Propagate, Properties, UpdatableCommon,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
+use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use crate::update::natural_gradient::OnlineNaturalGradient;
 use rand::RngCore;
@@ -524,16 +524,11 @@ impl TimeHeightConvolutionComponent {
         num_in: usize,
         num_out: usize,
     ) -> Option<std::borrow::Cow<'a, ConvPrecomputed>> {
-        use std::borrow::Cow;
-        let p = match indexes.and_then(|p| p.as_any().downcast_ref::<ConvPrecomputed>()) {
-            Some(p) => Cow::Borrowed(p),
-            None => Cow::Owned(ConvPrecomputed::default_layout(
-                &self.model,
-                num_in,
-                num_out,
-            )),
-        };
-        p.fits(&self.model, num_in, num_out).then_some(p)
+        precomputed_or_default(
+            indexes,
+            || ConvPrecomputed::default_layout(&self.model, num_in, num_out),
+            |p| p.fits(&self.model, num_in, num_out),
+        )
     }
 
     /// Output rows per block, so that the unfolded temporary stays within max-memory-mb.
@@ -616,42 +611,33 @@ fn with_reshaped<R>(view: MatView<'_>, groups: usize, f: impl FnOnce(MatView<'_>
 }
 
 impl Component for TimeHeightConvolutionComponent {
-    fn type_name(&self) -> &'static str {
-        CONV
-    }
-    fn input_dim(&self) -> usize {
-        self.model.input_dim()
-    }
-    fn output_dim(&self) -> usize {
-        self.model.output_dim()
-    }
-    fn properties(&self) -> Properties {
-        Properties::UPDATABLE
-            | Properties::REORDERS_INDEXES
-            | Properties::BACKPROP_ADDS
-            | Properties::BACKPROP_NEEDS_INPUT
-            | Properties::INPUT_CONTIGUOUS
-            | Properties::OUTPUT_CONTIGUOUS
+    fn describe(&self) -> Description {
+        Description::new(
+            CONV,
+            self.model.input_dim(),
+            self.model.output_dim(),
+            Properties::UPDATABLE
+                | Properties::REORDERS_INDEXES
+                | Properties::BACKPROP_ADDS
+                | Properties::BACKPROP_NEEDS_INPUT
+                | Properties::INPUT_CONTIGUOUS
+                | Properties::OUTPUT_CONTIGUOUS,
+        )
     }
 
-    fn propagate(
-        &self,
-        args: PropagateArgs<'_>,
-        input: MatView<'_>,
-        mut output: MatViewMut<'_>,
-    ) -> Option<Memo> {
-        let (n_in, n_out) = (input.num_rows(), output.num_rows());
-        if input.num_cols() != self.input_dim() || output.num_cols() != self.output_dim() {
+    fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
+        let (n_in, n_out) = (p.input.num_rows(), p.output.num_rows());
+        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
             return None;
         }
-        let layout = self.layout(args.indexes, n_in, n_out)?;
+        let layout = self.layout(p.indexes, n_in, n_out)?;
         let m = &self.model;
         let (hout, fout) = (m.height_out, m.num_filters_out);
         let cols = m.col_table();
         let mut t = Matrix::default();
         for (r0, nr) in self.blocks(n_out) {
-            self.unfold(&layout, &cols, input, (r0, nr), &mut t);
-            let mut y = output.rows_range_mut(r0, nr);
+            self.unfold(&layout, &cols, p.input, (r0, nr), &mut t);
+            let mut y = p.output.rows_range_mut(r0, nr);
             if let Some(mut yr) = y.reshaped_mut(nr * hout, fout) {
                 yr.copy_from_vec_rows(&self.bias);
                 self.linear.forward(1.0, t.view(), &mut yr, 1.0);
@@ -665,33 +651,22 @@ impl Component for TimeHeightConvolutionComponent {
         None
     }
 
-    fn backprop(
-        &self,
-        args: BackpropArgs<'_>,
-        out_deriv: MatView<'_>,
-        in_deriv: Option<MatViewMut<'_>>,
-    ) {
-        let BackpropArgs {
-            indexes,
-            in_value,
-            to_update,
-            ..
-        } = args;
+    fn backprop(&self, step: Backprop<'_>) {
         let m = &self.model;
         let (hout, fout, fin) = (m.height_out, m.num_filters_out, m.num_filters_in);
-        let n_out = out_deriv.num_rows();
-        if out_deriv.num_cols() != self.output_dim() {
+        let n_out = step.out_deriv.num_rows();
+        if step.out_deriv.num_cols() != self.output_dim() {
             return;
         }
         let cols = m.col_table();
         let k = m.offsets.len();
-        if let Some(mut d) = in_deriv {
+        if let Some(mut d) = step.in_deriv {
             if d.num_cols() == self.input_dim() {
-                if let Some(layout) = self.layout(indexes, d.num_rows(), n_out) {
+                if let Some(layout) = self.layout(step.indexes, d.num_rows(), n_out) {
                     let mut dt = Matrix::default();
                     for (r0, nr) in self.blocks(n_out) {
                         dt.resize_undefined(nr * hout, m.param_cols());
-                        with_reshaped(out_deriv.rows_range(r0, nr), hout, |dy| {
+                        with_reshaped(step.out_deriv.rows_range(r0, nr), hout, |dy| {
                             dt.view_mut().add_mat_mat(
                                 1.0,
                                 dy,
@@ -713,7 +688,7 @@ impl Component for TimeHeightConvolutionComponent {
                 }
             }
         }
-        let Some(u) = to_update.and_then(|u| {
+        let Some(u) = step.to_update.and_then(|u| {
             u.as_any_mut()
                 .downcast_mut::<TimeHeightConvolutionComponent>()
         }) else {
@@ -724,11 +699,11 @@ impl Component for TimeHeightConvolutionComponent {
             || (u.linear.num_rows(), u.linear.num_cols())
                 != (self.linear.num_rows(), self.linear.num_cols())
             || u.bias.dim() != fout
-            || in_value.num_cols() != self.input_dim()
+            || step.in_value.num_cols() != self.input_dim()
         {
             return;
         }
-        let Some(layout) = self.layout(indexes, in_value.num_rows(), n_out) else {
+        let Some(layout) = self.layout(step.indexes, step.in_value.num_rows(), n_out) else {
             return;
         };
         // [∇W | ∇b], summed over the blocks of rows.
@@ -737,8 +712,8 @@ impl Component for TimeHeightConvolutionComponent {
         let mut bias_grad = Vector::zeros(fout);
         let mut t = Matrix::default();
         for (r0, nr) in self.blocks(n_out) {
-            self.unfold(&layout, &cols, in_value, (r0, nr), &mut t);
-            with_reshaped(out_deriv.rows_range(r0, nr), hout, |dy| {
+            self.unfold(&layout, &cols, step.in_value, (r0, nr), &mut t);
+            with_reshaped(step.out_deriv.rows_range(r0, nr), hout, |dy| {
                 grad.sub_mut(0, fout, 0, pc).add_mat_mat(
                     1.0,
                     dy,
