@@ -25,3 +25,4 @@ pub mod train;
 pub mod update;
 
 pub use error::{Error, Result};
+pub use nnet::builder::{Desc, NetworkBuilder};

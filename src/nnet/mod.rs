@@ -2,6 +2,7 @@
 //! with its validation and parameter maths. Reading and writing it in a toolkit's language
 //! is a front end's job ([`crate::frontend`]).
 
+pub mod builder;
 pub mod component;
 pub mod descriptor;
 pub mod edit;
@@ -13,4 +14,5 @@ pub mod validate;
 // re-exports keep `nnet::Index` and `nnet::index::...` paths working.
 pub use crate::index;
 pub use crate::index::{Cindex, Index, TRange};
+pub use builder::{Desc, NetworkBuilder};
 pub use network::{NetworkNode, Nnet, ObjectiveType};
