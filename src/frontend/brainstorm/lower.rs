@@ -13,19 +13,52 @@
 use super::arch::{wrong_kind, Architecture, Connection, Layer};
 use super::json::{Member, Source, Spanned, Value};
 use crate::error::{Error, Result};
+use crate::nnet::{Desc, ObjectiveType};
 use rustc_hash::FxHashMap;
 
-/// One generated config line and the layer it came from (`None` for comments).
-pub struct Line {
-    pub text: String,
+/// One step of building the network (a config line, or a builder call).
+pub enum OpKind {
+    /// A comment line in the printed config.
+    Comment(String),
+    Input {
+        name: String,
+        dim: usize,
+    },
+    /// A node used (by a recurrence) before it is defined.
+    Declare(String),
+    Component {
+        name: String,
+        config: String,
+    },
+    ComponentNode {
+        name: String,
+        component: String,
+        input: Desc,
+    },
+    DimRange {
+        name: String,
+        input: String,
+        offset: usize,
+        dim: usize,
+    },
+    Output {
+        name: String,
+        input: Desc,
+        objective: ObjectiveType,
+    },
+}
+
+/// One step and the layer it came from (`None` for comments).
+pub struct Op {
+    pub kind: OpKind,
     pub layer: Option<usize>,
 }
 
 /// What a layer output is to the layers after it.
 #[derive(Clone)]
 struct Expr {
-    /// Its descriptor (a node name or an expression); empty for loss and target-only outputs.
-    desc: String,
+    /// Its descriptor (a node or an expression); unused for loss and target-only outputs.
+    desc: Desc,
     /// Brainstorm's feature shape (without 'T', 'B'); the nnet3 dim is its product.
     shape: Vec<usize>,
     role: Role,
@@ -52,7 +85,7 @@ const MAX_DIM: u64 = i32::MAX as u64;
 struct Lowering<'s, 'a, 'j> {
     src: &'s Source<'s>,
     arch: &'a Architecture<'j>,
-    lines: Vec<Line>,
+    lines: Vec<Op>,
     /// Node names taken, with the layer that took each.
     names: FxHashMap<String, usize>,
     outs: FxHashMap<(usize, String), Expr>,
@@ -62,7 +95,7 @@ struct Lowering<'s, 'a, 'j> {
 }
 
 /// Lowers the architecture into config lines.
-pub fn lower(src: &Source<'_>, arch: &Architecture<'_>) -> Result<Vec<Line>> {
+pub fn lower(src: &Source<'_>, arch: &Architecture<'_>) -> Result<Vec<Op>> {
     check_every_layer_feeds_a_loss(src, arch)?;
     let mut lw = Lowering {
         src,
@@ -76,8 +109,8 @@ pub fn lower(src: &Source<'_>, arch: &Architecture<'_>) -> Result<Vec<Line>> {
     for &l in &arch.order {
         lw.cur = l;
         let layer = &arch.layers[l];
-        lw.lines.push(Line {
-            text: format!("# layer '{}' ({})", layer.name, layer.kind.name),
+        lw.lines.push(Op {
+            kind: OpKind::Comment(format!("# layer '{}' ({})", layer.name, layer.kind.name)),
             layer: None,
         });
         lw.layer(layer)?;
@@ -133,9 +166,9 @@ impl<'a> Lowering<'_, 'a, '_> {
         )
     }
 
-    fn emit(&mut self, text: String) {
-        self.lines.push(Line {
-            text,
+    fn emit(&mut self, kind: OpKind) {
+        self.lines.push(Op {
+            kind,
             layer: Some(self.cur),
         });
     }
@@ -153,13 +186,29 @@ impl<'a> Lowering<'_, 'a, '_> {
     }
 
     /// A component and the component node that applies it to `input`.
-    fn apply(&mut self, node: &str, component: &str, config: &str, input: &str) -> Result<()> {
+    fn apply(
+        &mut self,
+        node: &str,
+        component: &str,
+        config: &str,
+        input: impl Into<Desc>,
+    ) -> Result<()> {
         self.take_name(node)?;
-        self.emit(format!("component name={component} {config}"));
-        self.emit(format!(
-            "component-node name={node} component={component} input={input}"
-        ));
+        self.emit(OpKind::Component {
+            name: component.into(),
+            config: config.into(),
+        });
+        self.emit(OpKind::ComponentNode {
+            name: node.into(),
+            component: component.into(),
+            input: input.into(),
+        });
         Ok(())
+    }
+
+    /// Says that `node` is read (by a recurrence) before the layer defines it.
+    fn declare(&mut self, node: &str) {
+        self.emit(OpKind::Declare(node.into()));
     }
 
     fn set_out(&mut self, output: &str, e: Expr) {
@@ -361,15 +410,17 @@ impl<'a> Lowering<'_, 'a, '_> {
                 let x = self.input("default")?;
                 let shape = self.size()?;
                 let act = self.activation("rel")?;
-                self.affine_then(&name, &x.desc, x.dim(), shape, act)
+                self.affine_then(&name, x.desc.clone(), x.dim(), shape, act)
             }
             "Recurrent" => {
                 let x = self.input("default")?;
                 let shape = self.size()?;
                 let n: usize = shape.iter().product();
                 let act = self.activation("tanh")?;
-                let input = format!("Append({}, IfDefined(Offset({name}, -1)))", x.desc);
-                self.affine_then(&name, &input, x.dim() + n, vec![n], act)
+                let input =
+                    Desc::append([x.desc.clone(), Desc::node(&name).offset(-1).if_defined()]);
+                self.declare(&name);
+                self.affine_then(&name, input, x.dim() + n, vec![n], act)
             }
             "Lstm" => self.lstm(&name),
             "Elementwise" => {
@@ -382,7 +433,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                             &name,
                             &format!("{name}.{suffix}"),
                             &format!("type={ty} dim={d}"),
-                            &x.desc,
+                            x.desc.clone(),
                         )?;
                         self.set_out("default", node(&name, x.shape));
                     }
@@ -410,7 +461,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                         "type=GeneralDropoutComponent dim={} dropout-proportion={p}",
                         x.dim()
                     ),
-                    &x.desc,
+                    x.desc.clone(),
                 )?;
                 self.set_out("default", node(&name, x.shape));
                 Ok(())
@@ -438,7 +489,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                 self.set_out(
                     "default",
                     Expr {
-                        desc: format!("Append({}, {})", a.desc, b.desc),
+                        desc: Desc::append([a.desc, b.desc]),
                         shape,
                         role: Role::Data,
                     },
@@ -454,7 +505,7 @@ impl<'a> Lowering<'_, 'a, '_> {
             "SoftmaxFC" => {
                 let x = self.input("default")?;
                 let shape = self.size()?;
-                self.affine_then(&name, &x.desc, x.dim(), shape.clone(), None)?;
+                self.affine_then(&name, x.desc.clone(), x.dim(), shape.clone(), None)?;
                 // affine_then named the affine node after the layer; the scores are that node.
                 let scores = node(&name, shape);
                 self.outs.remove(&(self.cur, "default".to_string()));
@@ -503,7 +554,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                 self.set_out(
                     &o.key,
                     Expr {
-                        desc: String::new(),
+                        desc: Desc::node(""),
                         shape,
                         role: Role::TargetOnly,
                     },
@@ -513,7 +564,10 @@ impl<'a> Lowering<'_, 'a, '_> {
             let node_name = if i == main { "input" } else { o.key.as_str() };
             self.take_name(node_name)?;
             let dim: usize = shape.iter().product();
-            self.emit(format!("input-node name={node_name} dim={dim}"));
+            self.emit(OpKind::Input {
+                name: node_name.into(),
+                dim,
+            });
             self.set_out(&o.key, node(node_name, shape));
         }
         Ok(())
@@ -556,7 +610,7 @@ impl<'a> Lowering<'_, 'a, '_> {
     fn affine_then(
         &mut self,
         name: &str,
-        input: &str,
+        input: Desc,
         in_dim: usize,
         shape: Vec<usize>,
         act: Option<(&str, &str)>,
@@ -573,7 +627,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                     name,
                     &format!("{name}.{suffix}"),
                     &format!("type={ty} dim={out_dim}"),
-                    &a,
+                    a.as_str(),
                 )?;
             }
         }
@@ -599,6 +653,8 @@ impl<'a> Lowering<'_, 'a, '_> {
         let w = format!("{name}.W_all");
         let nl = format!("{name}.lstm_nonlin");
         let c = format!("{name}.c");
+        self.declare(name);
+        self.declare(&c);
         self.apply(
             &w,
             &w,
@@ -607,22 +663,28 @@ impl<'a> Lowering<'_, 'a, '_> {
                 x.dim() + n,
                 4 * n
             ),
-            &format!("Append({}, IfDefined(Offset({name}, -1)))", x.desc),
+            Desc::append([x.desc.clone(), Desc::node(name).offset(-1).if_defined()]),
         )?;
         self.apply(
             &nl,
             &nl,
             &format!("type=LstmNonlinearityComponent cell-dim={n}"),
-            &format!("Append({w}, IfDefined(Offset({c}, -1)))"),
+            Desc::append([Desc::node(&w), Desc::node(&c).offset(-1).if_defined()]),
         )?;
         self.take_name(&c)?;
-        self.emit(format!(
-            "dim-range-node name={c} input-node={nl} dim-offset=0 dim={n}"
-        ));
+        self.emit(OpKind::DimRange {
+            name: c.clone(),
+            input: nl.clone(),
+            offset: 0,
+            dim: n,
+        });
         self.take_name(name)?;
-        self.emit(format!(
-            "dim-range-node name={name} input-node={nl} dim-offset={n} dim={n}"
-        ));
+        self.emit(OpKind::DimRange {
+            name: name.into(),
+            input: nl,
+            offset: n,
+            dim: n,
+        });
         self.set_out("default", node(name, vec![n]));
         Ok(())
     }
@@ -643,13 +705,13 @@ impl<'a> Lowering<'_, 'a, '_> {
             &bn,
             &bn,
             &format!("type=BatchNormComponent dim={d} block-dim={block} epsilon={eps}"),
-            &x.desc,
+            x.desc.clone(),
         )?;
         self.apply(
             name,
             &format!("{name}.scale-offset"),
             &format!("type=ScaleAndOffsetComponent dim={d} block-dim={block}"),
-            &bn,
+            bn.as_str(),
         )?;
         self.set_out("default", node(name, x.shape));
         Ok(())
@@ -681,15 +743,12 @@ impl<'a> Lowering<'_, 'a, '_> {
                 "type=ElementwiseProductComponent input-dim={} output-dim={d}",
                 2 * d
             ),
-            &format!(
-                "Append({}, Sum({}, Scale(-1.0, {})))",
-                t.desc, h.desc, x.desc
-            ),
+            Desc::append([t.desc, Desc::sum([h.desc, x.desc.clone().scale(-1.0)])]),
         )?;
         self.set_out(
             "default",
             Expr {
-                desc: format!("Sum({}, {gate})", x.desc),
+                desc: Desc::sum([x.desc, Desc::node(&gate)]),
                 shape: x.shape,
                 role: Role::Data,
             },
@@ -763,14 +822,14 @@ impl<'a> Lowering<'_, 'a, '_> {
         );
         let conv = format!("{name}.conv");
         match act {
-            None => self.apply(name, &conv, &config, &x.desc)?,
+            None => self.apply(name, &conv, &config, x.desc)?,
             Some((suffix, ty)) => {
-                self.apply(&conv, &conv, &config, &x.desc)?;
+                self.apply(&conv, &conv, &config, x.desc)?;
                 self.apply(
                     name,
                     &format!("{name}.{suffix}"),
                     &format!("type={ty} dim={out_dim}"),
-                    &conv,
+                    conv.as_str(),
                 )?;
             }
         }
@@ -801,7 +860,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                  pool-x-size={kh} pool-y-size={kw} pool-z-size=1 \
                  pool-x-step={sh} pool-y-step={sw} pool-z-step=1"
             ),
-            &x.desc,
+            x.desc,
         )?;
         self.set_out("default", node(name, vec![oh, ow, c]));
         Ok(())
@@ -856,7 +915,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                 &p,
                 &format!("{name}.softmax"),
                 &format!("type=SoftmaxComponent dim={n}"),
-                &scores.desc,
+                scores.desc.clone(),
             )?;
             self.set_out(predictions, node(&p, vec![n]));
         }
@@ -866,12 +925,14 @@ impl<'a> Lowering<'_, 'a, '_> {
                 &ls,
                 &ls,
                 &format!("type=LogSoftmaxComponent dim={n}"),
-                &scores.desc,
+                scores.desc,
             )?;
             let out = self.output_name()?;
-            self.emit(format!(
-                "output-node name={out} input={ls} objective=linear"
-            ));
+            self.emit(OpKind::Output {
+                name: out,
+                input: Desc::node(ls),
+                objective: ObjectiveType::Linear,
+            });
         }
         self.set_out("loss", loss_expr());
         Ok(())
@@ -896,10 +957,11 @@ impl<'a> Lowering<'_, 'a, '_> {
         };
         if self.scored(loss_output) {
             let out = self.output_name()?;
-            self.emit(format!(
-                "output-node name={out} input={} objective=quadratic",
-                pred.desc
-            ));
+            self.emit(OpKind::Output {
+                name: out,
+                input: pred.desc.clone(),
+                objective: ObjectiveType::Quadratic,
+            });
         }
         if predictions != "default" {
             self.set_out(predictions, pred);
@@ -970,7 +1032,7 @@ impl<'a> Lowering<'_, 'a, '_> {
 
 fn node(name: &str, shape: Vec<usize>) -> Expr {
     Expr {
-        desc: name.to_string(),
+        desc: Desc::node(name),
         shape,
         role: Role::Data,
     }
@@ -978,7 +1040,7 @@ fn node(name: &str, shape: Vec<usize>) -> Expr {
 
 fn loss_expr() -> Expr {
     Expr {
-        desc: String::new(),
+        desc: Desc::node(""),
         shape: vec![1],
         role: Role::Loss,
     }
