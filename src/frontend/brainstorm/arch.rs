@@ -50,7 +50,7 @@ pub struct Architecture<'j> {
 
 impl Architecture<'_> {
     /// The connection into input `input` of layer `to`.
-    pub fn into_input(&self, to: usize, input: &str) -> Option<&Connection> {
+    pub fn connection_into(&self, to: usize, input: &str) -> Option<&Connection> {
         self.connections
             .iter()
             .find(|c| c.to == to && c.input == input)
@@ -273,7 +273,7 @@ fn connections(
         };
         let fl = &layers[from];
         for m in members {
-            if !fl.outputs.iter().any(|o| *o == m.key) {
+            if !fl.outputs.contains(&m.key) {
                 return Err(src.error(
                     m.key_at,
                     format!(

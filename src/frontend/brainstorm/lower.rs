@@ -218,7 +218,7 @@ impl<'a> Lowering<'_, 'a, '_> {
     /// The connection into `input` (present: `arch` checked every input is connected).
     fn conn(&self, input: &str) -> Result<&'a Connection> {
         let arch: &'a Architecture<'_> = self.arch;
-        arch.into_input(self.cur, input).ok_or_else(|| {
+        arch.connection_into(self.cur, input).ok_or_else(|| {
             self.err(
                 self.layer_ref().at,
                 format!("input '{input}' is not connected"),
@@ -252,7 +252,7 @@ impl<'a> Lowering<'_, 'a, '_> {
             })
     }
 
-    fn from_input_layer(&self, c: &Connection) -> bool {
+    fn comes_from_input_layer(&self, c: &Connection) -> bool {
         self.arch.layers[c.from].kind.name == "Input"
     }
 
@@ -788,7 +788,7 @@ impl<'a> Lowering<'_, 'a, '_> {
                 format!("{key}: {size} is larger than the input {axis} {dim}"),
             ));
         }
-        if (dim - size) % step != 0 {
+        if !(dim - size).is_multiple_of(step) {
             return Err(self.err(
                 at,
                 format!(
@@ -888,7 +888,7 @@ impl<'a> Lowering<'_, 'a, '_> {
     /// The targets connection must come straight from the Input layer: in nnet3 the
     /// supervision is in the examples, not computed by the network.
     fn targets_from_input(&self, t: &Connection) -> Result<Expr> {
-        if !self.from_input_layer(t) {
+        if !self.comes_from_input_layer(t) {
             return Err(self.src.error(
                 t.at,
                 format!(
@@ -974,7 +974,10 @@ impl<'a> Lowering<'_, 'a, '_> {
     fn squared_difference(&mut self, name: &str) -> Result<()> {
         let c1 = self.conn("inputs_1")?;
         let c2 = self.conn("inputs_2")?;
-        let (pred, t) = match (self.from_input_layer(c1), self.from_input_layer(c2)) {
+        let (pred, t) = match (
+            self.comes_from_input_layer(c1),
+            self.comes_from_input_layer(c2),
+        ) {
             (false, true) => (c1, c2),
             (true, false) => (c2, c1),
             (true, true) => return Err(self.err(
