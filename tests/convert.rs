@@ -1,0 +1,140 @@
+//! `compnet convert`: the nnet3 config a Brainstorm architecture becomes, re-read by the Kaldi
+//! reader, is the same network (byte-identical model files for the same `--srand`); Kaldi's
+//! command-line habits; failures leave no output behind.
+
+use compnet::frontend::brainstorm;
+use compnet::nnet::Nnet;
+use compnet::random::seeded_rng;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+const BIN: &str = env!("CARGO_BIN_EXE_compnet");
+const ARCHS: &[&str] = &[
+    "seed_basic.json",
+    "layout_example.json",
+    "lstm_highway.json",
+    "convnet.json",
+];
+
+fn compnet(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run compnet")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let o = compnet(args);
+    assert!(
+        o.status.success(),
+        "compnet {args:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn fails(args: &[&str]) -> String {
+    let o = compnet(args);
+    assert!(!o.status.success(), "compnet {args:?} should fail");
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!e.contains("panicked"), "{e}");
+    e
+}
+
+fn read(p: &str) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+#[test]
+fn converted_brainstorm_configs_initialise_to_the_same_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    for arch in ARCHS {
+        let json = format!("{DATA}/brainstorm/{arch}");
+        ok(&["convert", "--from=brainstorm", &json, &p("net.config")]);
+        ok(&["init", "--srand=7", &json, &p("a.raw")]);
+        ok(&["init", "--srand=7", &p("net.config"), &p("b.raw")]);
+        assert!(read(&p("a.raw")) == read(&p("b.raw")), "{arch}");
+        // In the library too: the Kaldi reader on the printed config, node for node.
+        let text = std::fs::read_to_string(&json).unwrap();
+        let config = brainstorm::lower(&text, arch).unwrap().config_text();
+        let kaldi = Nnet::from_config_text(&config, "converted", &mut seeded_rng(3)).unwrap();
+        let direct = brainstorm::read_brainstorm(&text, arch, &mut seeded_rng(3)).unwrap();
+        assert_eq!(kaldi.config_lines(), direct.config_lines(), "{arch}");
+        assert!(
+            kaldi.write_model(false) == direct.write_model(false),
+            "{arch}"
+        );
+    }
+}
+
+#[test]
+fn convert_follows_kaldis_command_line_habits() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let json = format!("{DATA}/brainstorm/seed_basic.json");
+    // `-` is stdout; `--from brainstorm` (spaced) works; the last of a repeated option wins.
+    let o = ok(&[
+        "convert",
+        "--from",
+        "ndl",
+        "--from",
+        "brainstorm",
+        &json,
+        "-",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.starts_with("# nnet3 config from seed_basic.json (brainstorm)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("input-node name=input dim=784\n"),
+        "{stdout}"
+    );
+    // The command line is echoed to stderr, unless --print-args=false.
+    assert!(String::from_utf8_lossy(&o.stderr).contains("convert"));
+    let o = ok(&["convert", "--print-args=false", &json, "-"]);
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Options from a --config file.
+    std::fs::write(p("opts.conf"), "--from=brainstorm\n").unwrap();
+    std::fs::copy(&json, p("arch.txt")).unwrap();
+    ok(&[
+        "convert",
+        &format!("--config={}", p("opts.conf")),
+        &p("arch.txt"),
+        &p("x.config"),
+    ]);
+    assert!(read(&p("x.config")).starts_with(b"# nnet3 config from arch.txt (brainstorm)"));
+    // --help names the arguments.
+    let o = ok(&["convert", "--help"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("<network-in> <config-out>"));
+    // Wrong argument counts and formats.
+    fails(&["convert", &json]);
+    let e = fails(&["convert", "--from=kaldi", &json, &p("y.config")]);
+    assert!(e.contains("nnet3 config already"), "{e}");
+    let e = fails(&["convert", "--from=caffe", &json, &p("y.config")]);
+    assert!(e.contains("unknown network format 'caffe'"), "{e}");
+}
+
+#[test]
+fn a_failed_convert_leaves_the_old_output_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    std::fs::write(p("out.config"), "old\n").unwrap();
+    // A SquaredError whose targets have 7 dims for a 10-dim prediction.
+    let bad = std::fs::read_to_string(format!("{DATA}/brainstorm/layout_example.json"))
+        .unwrap()
+        .replace("[\"T\", \"B\", 10]", "[\"T\", \"B\", 7]");
+    std::fs::write(p("bad.json"), bad).unwrap();
+    let e = fails(&["convert", &p("bad.json"), &p("out.config")]);
+    assert!(e.contains("bad.json:6:25: size mismatch"), "{e}");
+    assert_eq!(read(&p("out.config")), b"old\n");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().count() == 2,
+        "a temporary file was left behind"
+    );
+    assert!(Path::new(&p("bad.json")).exists());
+}
