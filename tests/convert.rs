@@ -138,3 +138,111 @@ fn a_failed_convert_leaves_the_old_output_alone() {
     );
     assert!(Path::new(&p("bad.json")).exists());
 }
+
+/// A small NDL network for the bundled frame-classification data (13 dims, 8 classes).
+const SMALL_NDL: &str = "SimpleNetworkBuilder = [\n  layerSizes = 13:32:8\n  \
+                         trainingCriterion = CrossEntropyWithSoftmax\n  layerTypes = Sigmoid\n]\n";
+
+#[test]
+fn ndl_converts_to_a_text_model_of_the_same_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    for ndl in ["autoencoder.ndl", "lstm.ndl", "cnn.ndl"] {
+        let path = format!("{DATA}/ndl/{ndl}");
+        let o = ok(&["convert", "--srand=4", &path, &p("net.txt")]);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("as a text model"));
+        let converted = Nnet::read_model_file(&p("net.txt")).unwrap().nnet;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let direct = compnet::frontend::ndl::read_ndl(&text, ndl, &mut seeded_rng(4)).unwrap();
+        assert_eq!(converted.config_lines(), direct.config_lines(), "{ndl}");
+        assert_eq!(converted.num_nodes(), direct.num_nodes());
+        for (k, (a, b)) in converted
+            .components
+            .iter()
+            .zip(&direct.components)
+            .enumerate()
+        {
+            assert_eq!(a.type_name(), b.type_name(), "{ndl}: component {k}");
+            if let (Some(ua), Some(ub)) = (a.as_updatable(), b.as_updatable()) {
+                let n = ub.num_parameters();
+                assert_eq!(ua.num_parameters(), n);
+                let (mut va, mut vb) = (vec![0.0; n], vec![0.0; n]);
+                ua.vectorize(&mut va);
+                ub.vectorize(&mut vb);
+                // The text model keeps Kaldi's printed precision.
+                for (x, y) in va.iter().zip(&vb) {
+                    assert!((x - y).abs() <= 1e-5 + 1e-5 * y.abs(), "{ndl}: {x} vs {y}");
+                }
+            }
+        }
+        // `compnet init` on the NDL file gives the same network.
+        ok(&["init", "--srand=4", "--binary=false", &path, &p("init.txt")]);
+        assert!(read(&p("init.txt")) == read(&p("net.txt")), "{ndl}");
+    }
+}
+
+/// The training objectives of metrics.jsonl, one per epoch.
+fn train_objectives(out: &str) -> Vec<f64> {
+    std::fs::read_to_string(Path::new(out).join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["train_objective"].as_f64().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn init_and_fit_read_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let ex = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train");
+    std::fs::create_dir_all(p("train")).unwrap();
+    std::fs::copy(format!("{ex}/train_feats.ark"), p("train/feats.ark")).unwrap();
+    std::fs::copy(format!("{ex}/train_post.txt"), p("train/post.ark")).unwrap();
+    std::fs::write(p("small.ndl"), SMALL_NDL).unwrap();
+    std::fs::write(p("small.txt"), SMALL_NDL).unwrap();
+    let json = format!("{DATA}/brainstorm/lstm_highway.json");
+    std::fs::copy(&json, p("lstm.arch")).unwrap();
+    let cases: [(&str, &[&str]); 5] = [
+        (&format!("{ex}/net.config"), &[]),
+        (&p("small.ndl"), &[]),
+        (&p("small.txt"), &["--format=ndl"]),
+        (&json, &[]),
+        (&p("lstm.arch"), &["--format=brainstorm"]),
+    ];
+    for (i, (net, format)) in cases.iter().enumerate() {
+        let raw = p(&format!("{i}.raw"));
+        let mut args = vec!["init", "--srand=1"];
+        args.extend_from_slice(format);
+        args.extend([*net, raw.as_str()]);
+        ok(&args);
+        let info = String::from_utf8_lossy(&ok(&["info", &raw]).stdout).into_owned();
+        assert!(info.contains("output-node name=output"), "{net}: {info}");
+
+        let out = p(&format!("out{i}"));
+        let train = p("train");
+        let mut args = vec![
+            "fit",
+            net,
+            "--train",
+            &train,
+            "--out",
+            &out,
+            "--num-epochs=3",
+            "--stepper=adam",
+            "--lr-per=minibatch",
+            "--learning-rate=0.005",
+            "--extra-left-context=4",
+            "--srand=1",
+        ];
+        args.extend_from_slice(format);
+        ok(&args);
+        let obj = train_objectives(&out);
+        assert!(obj[2] > obj[0], "{net}: objective did not rise: {obj:?}");
+    }
+    // A format named wrongly is an error of that front end, naming the file.
+    let e = fails(&["init", "--format=brainstorm", &p("small.ndl"), &p("x.raw")]);
+    assert!(e.contains("small.ndl:1:1: expected a JSON value"), "{e}");
+}

@@ -1,10 +1,12 @@
 //! `compnet convert --from ndl|brainstorm <in> <out.config>`: prints the nnet3 config a
 //! network description becomes, so users see what their network is in Kaldi's terms.
 //!
-//! The config is the one the front end built the network from (components with the options
-//! they were created with, then the nodes), so `compnet init --srand=N out.config` gives the
-//! same network, parameters included, as `compnet init --srand=N <in>`. The network is built
-//! once here too, so a config that would not initialise is never written.
+//! For Brainstorm the config is the one the front end built the network from (components with
+//! the options they were created with, then the nodes), so `compnet init --srand=N out.config`
+//! gives the same network, parameters included, as `compnet init --srand=N <in>`; the network
+//! is built once here too, so a config that would not initialise is never written. An NDL
+//! network is written as a Kaldi text model instead (`--srand` seeds its initial values):
+//! NDL's initialisers are not config options, and the NDL front end keeps no config lines.
 
 use crate::error::{Error, Result};
 use crate::frontend::{brainstorm, Format};
@@ -53,9 +55,19 @@ pub fn run(a: Args) -> Result<i32> {
             lowered.config_text()
         }
         Format::Ndl => {
-            return Err(Error::Usage(format!(
-                "{name}: the NDL front end is not available in this build yet"
-            )))
+            // NDL draws its own initial values (uniform, gaussian, fixed) into components
+            // made from config lines it does not keep, and no nnet3 config can carry
+            // parameters: the network is written as a text model, whose first lines are
+            // the nnet3 config of its nodes and the rest its components, as Kaldi has them.
+            let mut rng = crate::random::seeded_rng(a.srand as u64);
+            let nnet = crate::frontend::ndl::read_ndl(&text, name, &mut rng)?;
+            crate::io::write_file_atomic(output, &nnet.write_model(false))?;
+            eprintln!(
+                "compnet convert: wrote {name} as a text model to {output} (NDL's initial values \
+                 cannot be written as an nnet3 config; the node lines at its top are the config, \
+                 and compnet info prints it with the components' options)"
+            );
+            return Ok(0);
         }
         Format::Kaldi => {
             return Err(Error::Usage(format!(

@@ -4,11 +4,13 @@
 //! Each front end lowers into the same network types (nodes, descriptors, components) and
 //! gates the result with [`Nnet::validate`](crate::nnet::Nnet::validate), so the compiler,
 //! the runtime and the trainer never know which language a network came from. Kaldi's is
-//! the first; Brainstorm's architecture dictionary (`brainstorm`) sits beside it, and
-//! [`read_network`] picks one by extension or by name for `init`, `fit` and `convert`.
+//! the first; CNTK's NDL (`ndl`) and Brainstorm's architecture dictionary (`brainstorm`) sit
+//! beside it, and [`read_network`] picks one by extension or by name for `init`, `fit` and
+//! `convert`.
 
 pub mod brainstorm;
 pub mod kaldi;
+pub mod ndl;
 
 use crate::error::{Error, Result};
 use crate::nnet::Nnet;
@@ -72,9 +74,7 @@ pub fn read_network(
     match format {
         Format::Kaldi => Nnet::from_config_text(&text, name, init_rng),
         Format::Brainstorm => brainstorm::read_brainstorm(&text, name, init_rng),
-        Format::Ndl => Err(Error::Usage(format!(
-            "{name}: the NDL front end is not available in this build yet"
-        ))),
+        Format::Ndl => ndl::read_ndl(&text, name, init_rng),
     }
 }
 
