@@ -661,3 +661,49 @@ fn fit_trains_brainstorm_architectures_and_the_objective_falls() {
         "{info}"
     );
 }
+
+/// Damaged architectures (bytes deleted, replaced, duplicated, the file cut short) are
+/// errors with a position or networks, never panics.
+#[test]
+fn damaged_architectures_never_panic() {
+    use rand::Rng;
+    let mut rng = seeded_rng(11);
+    let originals: Vec<Vec<u8>> = EXAMPLES.iter().map(|n| text(n).into_bytes()).collect();
+    let specials = b"{}[]\",:.0123456789-eE \n'()TBtfn";
+    let mut errors = 0;
+    for round in 0..1500 {
+        let mut b = originals[round % originals.len()].clone();
+        for _ in 0..rng.random_range(1..4) {
+            let i = rng.random_range(0..b.len());
+            match rng.random_range(0..4) {
+                0 => {
+                    b.remove(i);
+                }
+                1 => b[i] = specials[rng.random_range(0..specials.len())],
+                2 => {
+                    let end = (i + rng.random_range(1..20)).min(b.len());
+                    let piece = b[i..end].to_vec();
+                    b.splice(i..i, piece);
+                }
+                _ => b.truncate(i),
+            }
+            if b.is_empty() {
+                b.push(b'{');
+            }
+        }
+        let t = String::from_utf8_lossy(&b).into_owned();
+        let r = std::panic::catch_unwind(|| read_brainstorm(&t, "m.json", &mut seeded_rng(0)));
+        match r {
+            Err(_) => panic!("panicked on:\n{t}"),
+            Ok(Err(e)) => {
+                errors += 1;
+                assert!(e.to_string().starts_with("m.json:"), "no position: {e}");
+            }
+            Ok(Ok(_)) => {}
+        }
+    }
+    assert!(
+        errors > 1000,
+        "only {errors} of 1500 damaged files were refused"
+    );
+}
