@@ -149,6 +149,11 @@ impl Parser<'_> {
             Some(b't') => self.literal("true", Value::Bool(true))?,
             Some(b'f') => self.literal("false", Value::Bool(false))?,
             Some(b'n') => self.literal("null", Value::Null)?,
+            Some(b'T' | b'F' | b'N') => {
+                return Err(self.unexpected(
+                    "a JSON value (Python's True, False and None are true, false and null)",
+                ))
+            }
             _ => return Err(self.unexpected("a JSON value")),
         };
         Ok(Spanned { value, at })
@@ -423,7 +428,7 @@ mod tests {
             ("[1e999]", 1, 2, "out of range"),
             ("\"abc", 1, 1, "not closed"),
             ("{} x", 1, 4, "end of the file"),
-            ("[True]", 1, 2, "lower case"),
+            ("[True]", 1, 2, "are true, false and null"),
         ];
         for &(text, line, col, what) in cases {
             let e = parse_str(text).expect_err(text);
