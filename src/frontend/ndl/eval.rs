@@ -219,13 +219,19 @@ struct Scope {
     chain: Rc<Vec<CallSite>>,
 }
 
+#[derive(Default)]
 pub struct Evaluator {
     pub graph: Graph,
     macros: HashMap<String, Rc<MacroDef>>,
     /// Generated-name counters per prefix.
     counters: HashMap<String, usize>,
     depth: usize,
+    /// Statements being evaluated now (nested through forward references).
+    pending_statements: usize,
 }
+
+/// How many statements may be in evaluation at once.
+const MAX_PENDING: usize = 500;
 
 /// Macro calls nest at most this deep (a recursive macro would not end).
 const MAX_DEPTH: usize = 64;
@@ -239,12 +245,7 @@ pub fn err(origin: &Origin, msg: impl Into<String>) -> NdlError {
 
 impl Evaluator {
     pub fn new() -> Self {
-        Evaluator {
-            graph: Graph::default(),
-            macros: HashMap::new(),
-            counters: HashMap::new(),
-            depth: 0,
-        }
+        Self::default()
     }
 
     /// Evaluates a whole file: macro definitions first (anywhere in the file, sections
@@ -311,13 +312,42 @@ impl Evaluator {
     }
 
     fn run_statement(&mut self, scope: &mut Scope, k: usize) -> EResult<Value> {
-        let Stmt::Assign { name, pos, expr } = scope.stmts[k].clone() else {
-            unreachable!("only assignments are run")
+        let Some(Stmt::Assign { name, pos, expr }) = scope.stmts.get(k).cloned() else {
+            return Err(err(
+                &Origin {
+                    pos: Pos::default(),
+                    chain: scope.chain.clone(),
+                },
+                "internal: not an assignment",
+            ));
         };
         let origin = Origin {
             pos,
             chain: scope.chain.clone(),
         };
+        // Forward references evaluate statements recursively; bound the depth.
+        if self.pending_statements >= MAX_PENDING {
+            return Err(err(
+                &origin,
+                format!(
+                    "more than {MAX_PENDING} statements wait on names defined later; define \
+                     names before their use"
+                ),
+            ));
+        }
+        self.pending_statements += 1;
+        let r = self.run_statement_inner(scope, name, origin, expr);
+        self.pending_statements -= 1;
+        r
+    }
+
+    fn run_statement_inner(
+        &mut self,
+        scope: &mut Scope,
+        name: String,
+        origin: Origin,
+        expr: Expr,
+    ) -> EResult<Value> {
         if let Some(tag) = root_list_tag(&name) {
             let items = match &expr {
                 Expr::List(items, _) => items.clone(),
@@ -435,11 +465,17 @@ impl Evaluator {
             )),
             Expr::Name(path, _) => {
                 let first = &path[0];
-                let mut v = match self.lookup(scope, first, &origin) {
-                    Ok(v) => v,
+                let known = scope.values.contains_key(first)
+                    || scope.running.contains_key(first)
+                    || scope
+                        .stmts
+                        .iter()
+                        .any(|s| matches!(s, Stmt::Assign { name, .. } if name == first));
+                let mut v = if known || path.len() > 1 {
+                    self.lookup(scope, first, &origin)?
+                } else {
                     // Bare words (`init=uniform`, `tag=feature`, `true`) are strings.
-                    Err(_) if path.len() == 1 => Value::Str(first.clone()),
-                    Err(e) => return Err(e),
+                    Value::Str(first.clone())
                 };
                 for (k, member) in path.iter().enumerate().skip(1) {
                     v = match &v {
@@ -714,11 +750,25 @@ impl Evaluator {
             "imageinput" => {
                 arity(3, 3)?;
                 check_named(&[])?;
-                Op::ImageInput {
+                let op = Op::ImageInput {
                     width: size(&pos_args[0].0, &pos_args[0].1, "the width")?,
                     height: size(&pos_args[1].0, &pos_args[1].1, "the height")?,
                     channels: size(&pos_args[2].0, &pos_args[2].1, "the channels")?,
+                };
+                if let Op::ImageInput {
+                    width,
+                    height,
+                    channels,
+                } = op
+                {
+                    if width as u64 * height as u64 * channels as u64 > i32::MAX as u64 {
+                        return Err(err(
+                            origin,
+                            "ImageInput: the image has more than 2^31 values",
+                        ));
+                    }
                 }
+                op
             }
             "parameter" | "learnableparameter" => {
                 arity(1, 2)?;

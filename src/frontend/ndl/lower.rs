@@ -29,6 +29,9 @@ use crate::nnet::{Desc, NetworkBuilder, ObjectiveType};
 use rand::RngCore;
 use std::collections::{HashMap, HashSet};
 
+/// Lowering recurses along paths of the graph; longer paths are refused, not overflowed.
+const MAX_DEPTH: usize = 400;
+
 pub struct Lowerer<'g, 'r> {
     g: &'g Graph,
     pub b: NetworkBuilder,
@@ -176,6 +179,12 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         let id = self.g.resolve(id);
         if let Some(d) = self.dims.get(&id) {
             return Ok(*d);
+        }
+        if self.dims_running.len() >= MAX_DEPTH {
+            return Err(self.fail(
+                id,
+                format!("the network is deeper than {MAX_DEPTH} nodes on one path"),
+            ));
         }
         if !self.dims_running.insert(id) {
             return Err(self.fail(
@@ -472,6 +481,12 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         if let Some(d) = self.memo.get(&id) {
             return Ok(d.clone());
         }
+        if self.running.len() >= MAX_DEPTH {
+            return Err(self.fail(
+                id,
+                format!("the network is deeper than {MAX_DEPTH} nodes on one path"),
+            ));
+        }
         if !self.running.insert(id) {
             return Err(self.fail(
                 id,
@@ -573,7 +588,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
             }
             None => self.lower(a)?,
         };
-        Ok(if sign == 1.0 { d } else { d.scale(sign) })
+        Ok(if sign == 1.0 { d } else { scaled(d, sign) })
     }
 
     /// A Parameter used as a value: a ConstantFunctionComponent node reading the features.
@@ -649,10 +664,10 @@ impl<'g, 'r> Lowerer<'g, 'r> {
             "ElementTimes" => {
                 let (a, b) = (inputs[0], inputs[1]);
                 if let Some(v) = self.constant(a) {
-                    return Ok(self.lower(b)?.scale(v as f32));
+                    return Ok(scaled(self.lower(b)?, v as f32));
                 }
                 if let Some(v) = self.constant(b) {
-                    return Ok(self.lower(a)?.scale(v as f32));
+                    return Ok(scaled(self.lower(a)?, v as f32));
                 }
                 if self.param(a).is_some() {
                     return self.diag_times(id, a, b);
@@ -675,20 +690,19 @@ impl<'g, 'r> Lowerer<'g, 'r> {
                 for &a in inputs {
                     terms.push(self.term(id, a, dim, 1.0)?);
                 }
-                Ok(if terms.len() == 1 {
-                    terms.pop().expect("one")
-                } else {
-                    Desc::sum(terms)
-                })
+                if terms.len() == 1 {
+                    return Ok(terms.pop().expect("one"));
+                }
+                self.sum(id, terms, dim)
             }
             "Minus" => {
                 let a = self.term(id, inputs[0], dim, 1.0)?;
                 let b = self.term(id, inputs[1], dim, -1.0)?;
-                Ok(Desc::sum([a, b]))
+                self.sum(id, vec![a, b], dim)
             }
             "Scale" => {
                 let c = self.constant(inputs[0]).unwrap_or(1.0);
-                Ok(self.lower(inputs[1])?.scale(c as f32))
+                Ok(scaled(self.lower(inputs[1])?, c as f32))
             }
             "Sigmoid" | "Tanh" | "RectifiedLinear" | "ReLU" | "Softmax" | "LogSoftmax" => {
                 let ty = match func {
@@ -812,6 +826,37 @@ impl<'g, 'r> Lowerer<'g, 'r> {
             parts.push(Desc::node(name));
         }
         Ok((Desc::append(parts), used_w, used_h))
+    }
+
+    /// `Sum(terms)`. Kaldi's compiler refuses a Sum that reads one node at one Index
+    /// through two terms, so a term sharing a node with an earlier one gets a node.
+    fn sum(&mut self, id: usize, terms: Vec<Desc>, dim: usize) -> EResult<Desc> {
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut out = Vec::new();
+        for (k, t) in terms.into_iter().enumerate() {
+            let names: Vec<String> = t.node_names().iter().map(|n| n.to_string()).collect();
+            let t = if names.iter().any(|n| seen.contains(n)) {
+                let name = format!("{}.term{k}", self.node_name(id));
+                let c = self.make_component(
+                    id,
+                    &format!("name={name} type=NoOpComponent dim={dim}"),
+                    None,
+                    1,
+                )?;
+                self.b
+                    .component(&name, c)
+                    .map_err(|e| self.fail(id, e.to_string()))?;
+                self.b
+                    .component_node(&name, &name, t)
+                    .map_err(|e| self.fail(id, e.to_string()))?;
+                Desc::node(name)
+            } else {
+                t
+            };
+            seen.extend(names);
+            out.push(t);
+        }
+        Ok(Desc::sum(out))
     }
 
     fn diag_times(&mut self, id: usize, w: usize, x: usize) -> EResult<Desc> {
@@ -957,6 +1002,20 @@ impl<'g, 'r> Lowerer<'g, 'r> {
             ));
         }
         Ok(())
+    }
+}
+
+/// `Scale(alpha, d)` pushed inside IfDefined, Failover, Sum and Append, which Kaldi's
+/// normal form cannot scale from outside.
+fn scaled(d: Desc, alpha: f32) -> Desc {
+    match d {
+        Desc::IfDefined(a) => scaled(*a, alpha).if_defined(),
+        Desc::Failover(a, b) => scaled(*a, alpha).failover(scaled(*b, alpha)),
+        Desc::Sum(v) => Desc::Sum(v.into_iter().map(|t| scaled(t, alpha)).collect()),
+        Desc::Append(v) => Desc::Append(v.into_iter().map(|t| scaled(t, alpha)).collect()),
+        Desc::Const(v, dim) => Desc::Const(v * alpha, dim),
+        Desc::Scale(b, a) => Desc::Scale(alpha * b, a),
+        other => other.scale(alpha),
     }
 }
 

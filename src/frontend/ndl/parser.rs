@@ -90,13 +90,23 @@ pub struct Parser<'a> {
     i: usize,
     /// Where the text ends (for "unexpected end" errors).
     end: Pos,
+    /// Nesting of expressions and blocks now, bounded so that no input overflows the stack.
+    depth: usize,
 }
+
+/// How deeply expressions and blocks may nest.
+pub const MAX_NESTING: usize = 200;
 
 type PResult<T> = Result<T, (Pos, String)>;
 
 impl<'a> Parser<'a> {
     pub fn new(toks: &'a [Token], end: Pos) -> Self {
-        Parser { toks, i: 0, end }
+        Parser {
+            toks,
+            i: 0,
+            end,
+            depth: 0,
+        }
     }
 
     fn peek(&self) -> Option<&'a Token> {
@@ -197,7 +207,7 @@ impl<'a> Parser<'a> {
             self.expect(')')?;
             let body = if self.is_punct('{') {
                 self.i += 1;
-                MacroBody::Block(self.statements(Some('}'))?)
+                MacroBody::Block(self.nested(|p| p.statements(Some('}')))?)
             } else if self.is_punct('=') {
                 self.i += 1;
                 MacroBody::Expr(self.expr()?)
@@ -218,15 +228,16 @@ impl<'a> Parser<'a> {
                 let entries = self.settings()?;
                 return Ok(Stmt::Settings { name, pos, entries });
             }
-            let body = self.statements(Some(']'))?;
+            let body = self.nested(|p| p.statements(Some(']')))?;
             return Ok(Stmt::Section { name, pos, body });
         }
         let expr = self.expr()?;
         Ok(Stmt::Assign { name, pos, expr })
     }
 
-    /// `key = value` entries up to `]`; a value is the text of its tokens up to the next
-    /// `key =` or the closing bracket (values may continue on the next line).
+    /// `key = value` entries up to `]`; a value is the text of its tokens to the end of the
+    /// line (or on the next line when nothing follows the `=`), the next `key =` or the
+    /// closing bracket.
     fn settings(&mut self) -> PResult<Vec<Setting>> {
         let mut out = Vec::new();
         let mut depth = 0usize;
@@ -238,10 +249,16 @@ impl<'a> Parser<'a> {
             let (key, pos) = self.ident("a setting name")?;
             self.expect('=')?;
             let mut value = String::new();
+            let mut last_line = 0;
             loop {
                 let Some(t) = self.peek() else {
                     return Err(self.unexpected("']'"));
                 };
+                // A value ends with its line, unless it has not started yet.
+                if !value.is_empty() && depth == 0 && t.pos.line > last_line {
+                    break;
+                }
+                last_line = t.pos.line;
                 let next_key = matches!(t.tok, Tok::Ident(_))
                     && matches!(
                         self.peek_at(1),
@@ -268,6 +285,24 @@ impl<'a> Parser<'a> {
     }
 
     pub fn expr(&mut self) -> PResult<Expr> {
+        self.nested(|p| p.expr_inner())
+    }
+
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        if self.depth >= MAX_NESTING {
+            let pos = self.peek().map_or(self.end, |t| t.pos);
+            return Err((
+                pos,
+                format!("expressions and blocks nest deeper than {MAX_NESTING}"),
+            ));
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    fn expr_inner(&mut self) -> PResult<Expr> {
         let Some(t) = self.peek() else {
             return Err(self.unexpected("an expression"));
         };
