@@ -37,7 +37,7 @@ pub fn run(a: Args) -> Result<i32> {
     };
     super::compute::check_num_threads(a.num_threads)?;
     crate::run::set_threads(a.num_threads);
-    let nnet = super::fit::read_or_init(model, 0)?;
+    let nnet = super::fit::read_or_init(model, None, 0)?;
     let chunk = ChunkOptions {
         chunk_width: a.chunk_width,
         extra_left_context: a.extra_left_context,

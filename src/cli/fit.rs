@@ -5,6 +5,7 @@
 
 use crate::cli::init::{parse_kaldi_bool, read_config_text};
 use crate::error::{Error, Result};
+use crate::frontend::{read_network, Format};
 use crate::nnet::Nnet;
 use crate::run::set_threads;
 use crate::train::fit::data::{load, ChunkOptions};
@@ -26,7 +27,7 @@ macro_rules! fit_args {
             #[arg(long = "config")]
             #[serde(skip)]
             pub config: Option<String>,
-            /// `<config-or-model>`: an nnet3 config (initialised with --srand) or a raw model.
+            /// `<config-or-model>`: an nnet3 config, NDL or Brainstorm JSON (initialised with --srand) or a raw model.
             #[serde(skip)]
             pub args: Vec<String>,
             $(
@@ -152,6 +153,8 @@ fit_args! {
     max_deriv_time_relative: i32 = "max-deriv-time-relative",
     /// Threads of every thread pool [0 = all cores].
     num_threads: usize = "num-threads",
+    /// The language of <config-or-model> when not a model: kaldi, ndl or brainstorm [by extension: .ndl, .json, else kaldi].
+    format: String = "format",
 }
 
 /// Reads the TOML options file.
@@ -172,8 +175,9 @@ fn read_toml(path: &str) -> Result<Args> {
     })
 }
 
-/// The model to start from: a raw model, or a config initialised with `srand`.
-pub fn read_or_init(path: &str, srand: u64) -> Result<Nnet> {
+/// The model to start from: a raw model, or a network description (an nnet3 config, NDL or
+/// Brainstorm JSON: `format`, or by extension) initialised with `srand`.
+pub fn read_or_init(path: &str, format: Option<Format>, srand: u64) -> Result<Nnet> {
     let bytes = crate::io::read_file(path)?;
     let looks_binary = bytes.starts_with(b"\0B");
     let looks_model = looks_binary
@@ -189,8 +193,7 @@ pub fn read_or_init(path: &str, srand: u64) -> Result<Nnet> {
         }
         Ok(read.nnet)
     } else {
-        let text = read_config_text(path)?;
-        Nnet::from_config_text(&text, path, &mut crate::random::seeded_rng(srand))
+        read_network(path, format, &mut crate::random::seeded_rng(srand))
     }
 }
 
@@ -357,7 +360,8 @@ pub fn run(a: Args) -> Result<i32> {
         .train
         .clone()
         .ok_or_else(|| Error::Usage("compnet fit: --train <data> is required".into()))?;
-    let nnet = read_or_init(model_in, opts.srand)?;
+    let format = a.format.as_deref().map(Format::parse).transpose()?;
+    let nnet = read_or_init(model_in, format, opts.srand)?;
     let train = load(&train_spec, &nnet, &chunk)?;
     let valid = a
         .valid

@@ -1,9 +1,12 @@
 //! `compnet init` (Kaldi's `nnet3-init`): creates a network from a config file, or applies a
 //! config to an existing network, and writes it as a raw model.
 //!
-//! Usage: `compnet init [--srand=N] [--binary=true|false] [<existing-model>] <config> <model-out>`.
+//! Usage: `compnet init [--srand=N] [--binary=true|false] [--format=kaldi|ndl|brainstorm]
+//! [<existing-model>] <config> <model-out>`; an NDL (`.ndl`) or Brainstorm (`.json`) file is
+//! read by its front end.
 
 use crate::error::{Error, Result};
+use crate::frontend::{read_network, Format};
 use crate::nnet::Nnet;
 
 /// Options of `compnet init`.
@@ -20,6 +23,9 @@ pub struct Args {
     #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
           default_missing_value = "true", action = clap::ArgAction::Set)]
     pub binary: bool,
+    /// The language of <config>: kaldi, ndl or brainstorm [by extension: .ndl, .json, else kaldi].
+    #[arg(long)]
+    pub format: Option<String>,
     /// `[<existing-model>] <config> <model-out>`.
     #[arg(num_args = 2..=3, required = true, value_name = "ARGS")]
     pub args: Vec<String>,
@@ -57,19 +63,29 @@ pub fn run(a: Args) -> Result<i32> {
         }
     };
     let mut init_rng = crate::random::seeded_rng(a.srand as u64);
-    let text = read_config_text(config)?;
+    let format = match &a.format {
+        Some(f) => Format::parse(f)?,
+        None => Format::from_path(config),
+    };
     let config_name = if config == "-" {
         "<stdin>"
     } else {
         config.as_str()
     };
     let nnet = match existing {
-        Some(m) => {
+        Some(m) if format == Format::Kaldi => {
+            let text = read_config_text(config)?;
             let mut nnet = Nnet::read_model_file(m)?.nnet;
             nnet.apply_config_text(&text, config_name, &mut init_rng)?;
             nnet
         }
-        None => Nnet::from_config_text(&text, config_name, &mut init_rng)?,
+        Some(_) => {
+            return Err(Error::Usage(format!(
+                "compnet init: adding to an existing network takes an nnet3 config; {config} is {}",
+                format.name()
+            )))
+        }
+        None => read_network(config, Some(format), &mut init_rng)?,
     };
     nnet.write_model_file(out, a.binary)?;
     eprintln!("compnet init: initialized raw neural net and wrote it to {out}");

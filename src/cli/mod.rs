@@ -6,6 +6,7 @@ pub mod combine;
 pub mod compile;
 pub mod compute;
 pub mod compute_prob;
+pub mod convert;
 pub mod copy;
 pub mod copy_egs;
 pub mod copy_feats;
@@ -69,6 +70,8 @@ enum Command {
     Fit(Box<fit::Args>),
     /// Objective and accuracy of a network on a data set, per output.
     Eval(eval::Args),
+    /// Print the nnet3 config an NDL or Brainstorm network becomes.
+    Convert(convert::Args),
 }
 
 /// A spinner on stderr when it is a terminal (long runs show progress; logs stay clean).
@@ -191,5 +194,6 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::Combine(a) => combine::run(a),
         Command::Fit(a) => fit::run(*a),
         Command::Eval(a) => eval::run(a),
+        Command::Convert(a) => convert::run(a),
     }
 }
