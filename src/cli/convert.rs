@@ -9,7 +9,7 @@
 //! NDL's initialisers are not config options, and the NDL front end keeps no config lines.
 
 use crate::error::{Error, Result};
-use crate::frontend::{brainstorm, Format};
+use crate::frontend::{brainstorm, network_from_text, Format};
 
 /// Options of `compnet convert`.
 #[derive(clap::Args, Debug)]
@@ -47,35 +47,29 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         input.as_str()
     };
-    let config = match format {
-        Format::Brainstorm => {
-            let lowered = brainstorm::lower(&text, name)?;
-            let mut rng = crate::random::seeded_rng(a.srand as u64);
-            brainstorm::read_brainstorm(&text, name, &mut rng)?;
-            lowered.config_text()
-        }
-        Format::Ndl => {
-            // NDL draws its own initial values (uniform, gaussian, fixed) into components
-            // made from config lines it does not keep, and no nnet3 config can carry
-            // parameters: the network is written as a text model, whose first lines are
-            // the nnet3 config of its nodes and the rest its components, as Kaldi has them.
-            let mut rng = crate::random::seeded_rng(a.srand as u64);
-            let nnet = crate::frontend::ndl::read_ndl(&text, name, &mut rng)?;
-            crate::io::write_file_atomic(output, &nnet.write_model(false))?;
-            eprintln!(
-                "compnet convert: wrote {name} as a text model to {output} (NDL's initial values \
-                 cannot be written as an nnet3 config; the node lines at its top are the config, \
-                 and compnet info prints it with the components' options)"
-            );
-            return Ok(0);
-        }
-        Format::Kaldi => {
-            return Err(Error::Usage(format!(
-                "{name} is read as an nnet3 config already (give --from=ndl or --from=brainstorm, \
-                 or a .ndl / .json file)"
-            )))
-        }
-    };
+    if format == Format::Kaldi {
+        return Err(Error::Usage(format!(
+            "{name} is read as an nnet3 config already (give --from=ndl or --from=brainstorm, \
+             or a .ndl / .json file)"
+        )));
+    }
+    // Built once whatever the format, so nothing that would not initialise is written.
+    let mut rng = crate::random::seeded_rng(a.srand as u64);
+    let nnet = network_from_text(&text, name, format, &mut rng)?;
+    if format == Format::Ndl {
+        // NDL draws its own initial values (uniform, gaussian, fixed) into components made
+        // from config lines it does not keep, and no nnet3 config can carry parameters: the
+        // network is written as a text model, whose first lines are the nnet3 config of its
+        // nodes and the rest its components, as Kaldi has them.
+        crate::io::write_file_atomic(output, &nnet.write_model(false))?;
+        eprintln!(
+            "compnet convert: wrote {name} as a text model to {output} (NDL's initial values \
+             cannot be written as an nnet3 config; the node lines at its top are the config, \
+             and compnet info prints it with the components' options)"
+        );
+        return Ok(0);
+    }
+    let config = brainstorm::lower(&text, name)?.config_text();
     let header = format!(
         "# nnet3 config from {} ({}), written by compnet convert\n",
         std::path::Path::new(name)

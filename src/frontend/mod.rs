@@ -71,10 +71,20 @@ pub fn read_network(
     let format = format.unwrap_or_else(|| Format::from_path(path));
     let text = read_text(path)?;
     let name = if path == "-" { "<stdin>" } else { path };
+    network_from_text(&text, name, format, init_rng)
+}
+
+/// The front end of `format` on `text` (`name` names it in errors).
+pub fn network_from_text(
+    text: &str,
+    name: &str,
+    format: Format,
+    init_rng: &mut dyn rand::RngCore,
+) -> Result<Nnet> {
     match format {
-        Format::Kaldi => Nnet::from_config_text(&text, name, init_rng),
-        Format::Brainstorm => brainstorm::read_brainstorm(&text, name, init_rng),
-        Format::Ndl => ndl::read_ndl(&text, name, init_rng),
+        Format::Kaldi => Nnet::from_config_text(text, name, init_rng),
+        Format::Brainstorm => brainstorm::read_brainstorm(text, name, init_rng),
+        Format::Ndl => ndl::read_ndl(text, name, init_rng),
     }
 }
 
