@@ -34,56 +34,6 @@ const REQUIRED_CASES: &[&str] = &[
     "composite-distribute",
 ];
 
-/// Models whose text copy may differ from Kaldi's in the last digit of LstmNonlinearity's
-/// `<ValueAvg>`/`<DerivAvg>`, and why. Only those fields may differ, in the last digit.
-const LSTM_STATS_LAST_DIGIT: &[(&str, &str)] = &[(
-    "train/lstm-deriv-time/after",
-    "LstmNonlinearity's write rounds sum × (1/count) once; Kaldi converts the double sum to \
-     float first and scales it by the float 1/count (one line in \
-     src/nnet/component/lstm.rs `stats_avg`; with it every golden model round-trips exactly)",
-)];
-
-/// True if `ours` and `kaldi` are the same text except numbers inside `<ValueAvg>` or
-/// `<DerivAvg>` matrices that differ in the last printed digit.
-fn same_but_lstm_stats_last_digit(ours: &[u8], kaldi: &[u8]) -> bool {
-    // Same layout: whitespace at the same bytes.
-    if ours.len() != kaldi.len()
-        || ours
-            .iter()
-            .zip(kaldi)
-            .any(|(x, y)| x.is_ascii_whitespace() != y.is_ascii_whitespace())
-    {
-        return false;
-    }
-    let (a, b) = (
-        String::from_utf8_lossy(ours),
-        String::from_utf8_lossy(kaldi),
-    );
-    let (ta, tb): (Vec<&str>, Vec<&str>) = (
-        a.split_whitespace().collect(),
-        b.split_whitespace().collect(),
-    );
-    let mut field = "";
-    let mut differing = 0;
-    for (x, y) in ta.iter().zip(&tb) {
-        if x.starts_with('<') {
-            field = x;
-        }
-        if x == y {
-            continue;
-        }
-        let (Ok(fx), Ok(fy)) = (x.parse::<f32>(), y.parse::<f32>()) else {
-            return false;
-        };
-        // Seven printed digits: one float step can move the last one by 1 or 2.
-        if !matches!(field, "<ValueAvg>" | "<DerivAvg>") || (fx - fy).abs() > 2e-7 * fy.abs() {
-            return false;
-        }
-        differing += 1;
-    }
-    differing > 0
-}
-
 /// One golden model: a binary file, its Kaldi text rendering, and the expected binary copy.
 struct GoldenModel {
     label: String,
@@ -240,10 +190,7 @@ fn check_model(m: &GoldenModel, tmp: &Path) -> Result<Outcome, String> {
     }
     let ours = std::fs::read(&out_txt).unwrap();
     let kaldi = std::fs::read(&m.txt).unwrap();
-    let known = LSTM_STATS_LAST_DIGIT.iter().find(|(l, _)| *l == m.label);
-    if let Some((label, why)) = known.filter(|_| same_but_lstm_stats_last_digit(&ours, &kaldi)) {
-        eprintln!("{label}: LstmNonlinearity statistics differ in the last digit: {why}");
-    } else if ours != kaldi {
+    if ours != kaldi {
         return Err(format!(
             "text copy differs from {}: {}",
             m.txt.display(),

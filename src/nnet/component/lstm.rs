@@ -207,7 +207,7 @@ impl LstmNonlinearityComponent {
         Matrix::from_vec(
             5,
             self.cell_dim(),
-            sum.iter().map(|&s| (s * inv) as f32).collect(),
+            sum.iter().map(|&s| (s as f32) * (inv as f32)).collect(),
         )
     }
 
