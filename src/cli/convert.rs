@@ -4,9 +4,10 @@
 //! For Brainstorm the config is the one the front end built the network from (components with
 //! the options they were created with, then the nodes), so `compnet init --srand=N out.config`
 //! gives the same network, parameters included, as `compnet init --srand=N <in>`; the network
-//! is built once here too, so a config that would not initialise is never written. An NDL
-//! network is written as a Kaldi text model instead (`--srand` seeds its initial values):
-//! NDL's initialisers are not config options, and the NDL front end keeps no config lines.
+//! is built once here too, so a config that would not initialise is never written. For NDL
+//! the config has the same components (the lines the front end made them from) and nodes;
+//! NDL's initial values (uniform, Gaussian, fixed) are not config options, so `compnet init`
+//! on the config draws Kaldi's instead, as a comment line in the output says.
 
 use crate::error::{Error, Result};
 use crate::frontend::{brainstorm, network_from_text, Format};
@@ -53,23 +54,20 @@ pub fn run(a: Args) -> Result<i32> {
              or a .ndl / .json file)"
         )));
     }
-    // Built once whatever the format, so nothing that would not initialise is written.
+    // The network is built whatever the format, so nothing that would not initialise is
+    // written.
     let mut rng = crate::random::seeded_rng(a.srand as u64);
-    let nnet = network_from_text(&text, name, format, &mut rng)?;
-    if format == Format::Ndl {
-        // NDL draws its own initial values (uniform, gaussian, fixed) into components made
-        // from config lines it does not keep, and no nnet3 config can carry parameters: the
-        // network is written as a text model, whose first lines are the nnet3 config of its
-        // nodes and the rest its components, as Kaldi has them.
-        crate::io::write_file_atomic(output, &nnet.write_model(false))?;
-        eprintln!(
-            "compnet convert: wrote {name} as a text model to {output} (NDL's initial values \
-             cannot be written as an nnet3 config; the node lines at its top are the config, \
-             and compnet info prints it with the components' options)"
-        );
-        return Ok(0);
-    }
-    let config = brainstorm::lower(&text, name)?.config_text();
+    let (config, note) = if format == Format::Ndl {
+        // NDL draws its own initial values (uniform, Gaussian, fixed), which no nnet3 config
+        // line can carry: the config gives the same network with Kaldi's initial values.
+        let (_, config) = crate::frontend::ndl::read_ndl_with_config(&text, name, &mut rng)?;
+        let note = "# initial values: `compnet init` on this config draws Kaldi's; on the NDL \
+                    file, NDL's (uniform, Gaussian or fixed)\n";
+        (config, note)
+    } else {
+        network_from_text(&text, name, format, &mut rng)?;
+        (brainstorm::lower(&text, name)?.config_text(), "")
+    };
     let header = format!(
         "# nnet3 config from {} ({}), written by compnet convert\n",
         std::path::Path::new(name)
@@ -77,7 +75,7 @@ pub fn run(a: Args) -> Result<i32> {
             .map_or(name.into(), |f| f.to_string_lossy()),
         format.name()
     );
-    crate::io::write_file_atomic(output, format!("{header}{config}").as_bytes())?;
+    crate::io::write_file_atomic(output, format!("{header}{note}{config}").as_bytes())?;
     if output != "-" {
         eprintln!("compnet convert: wrote the nnet3 config of {name} to {output}");
     }

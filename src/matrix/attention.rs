@@ -155,8 +155,7 @@ impl MatViewMut<'_> {
                 queries.row(i),
                 &data[i * stride..],
                 stride * row_shift,
-                key_dim,
-                value_dim,
+                (key_dim, value_dim),
                 key_scale,
             );
         }

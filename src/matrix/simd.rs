@@ -299,10 +299,10 @@ multiversion! {
         query: &[Real],
         window: &[Real],
         shift_stride: usize,
-        key_dim: usize,
-        value_dim: usize,
+        key_value_dims: (usize, usize),
         key_scale: Real,
     ) {
+        let (key_dim, value_dim) = key_value_dims;
         let q = &query[..key_dim];
         let full = key_dim / 16 * 16;
         for (o, w) in weights.iter_mut().enumerate() {

@@ -256,10 +256,23 @@ pub struct NetworkBuilder {
     /// Names declared for later definition, in declaration order.
     declared: Vec<String>,
     pending: Vec<Pending>,
+    /// Each component's config line (`type=... ` after `name=`), where it is known: made by
+    /// [`Self::component_from_config`] or recorded with [`Self::record_component_config`].
+    component_configs: HashMap<String, String>,
 }
 
 fn err(msg: impl Into<String>) -> Error {
     Error::Network(msg.into())
+}
+
+/// An error about a component config string the caller gave, without the position and caret
+/// inside the generated `component name=...` line: a front end puts its own position (the
+/// NDL or JSON location) in front of it, and the generated line is nothing its user wrote.
+fn config_err(name: &str, e: Error) -> Error {
+    match e {
+        Error::Parse { msg, .. } => err(format!("component '{name}': {msg}")),
+        other => err(format!("component '{name}': {other}")),
+    }
 }
 
 impl NetworkBuilder {
@@ -444,13 +457,21 @@ impl NetworkBuilder {
     ) -> Result<()> {
         self.check_new_name(name, "component")?;
         let cl = ConfigLine::parse_str(&format!("component name={name} {config}"))
-            .map_err(|e| err(format!("component '{name}': {e}")))?;
+            .map_err(|e| config_err(name, e))?;
         cl.get_str("name");
-        cl.check_sizes()
-            .map_err(|e| err(format!("component '{name}': {e}")))?;
-        let c = new_component_from_config(&cl, rng)
-            .map_err(|e| err(format!("component '{name}': {e}")))?;
-        self.component(name, c)
+        cl.check_sizes().map_err(|e| config_err(name, e))?;
+        let c = new_component_from_config(&cl, rng).map_err(|e| config_err(name, e))?;
+        self.component(name, c)?;
+        self.record_component_config(name, config);
+        Ok(())
+    }
+
+    /// Records the config line (without `name=`) that made component `name`, for a front end
+    /// that creates components itself (and then, say, sets their initial values), so that
+    /// [`Self::build_with_config`] can print the network as an nnet3 config.
+    pub fn record_component_config(&mut self, name: &str, config: &str) {
+        self.component_configs
+            .insert(name.to_string(), config.trim().to_string());
     }
 
     /// Adds component node `name` applying component `component` to `input` (the hidden
@@ -591,6 +612,26 @@ impl NetworkBuilder {
         }
         self.nnet.validate()?;
         Ok(self.nnet)
+    }
+
+    /// [`Self::build`], plus the network as an nnet3 config (component lines, then the node
+    /// lines) when every component's config line is known (`None` otherwise). `compnet init`
+    /// on that config makes the same network with Kaldi's initial values.
+    pub fn build_with_config(mut self) -> Result<(Nnet, Option<String>)> {
+        let configs = std::mem::take(&mut self.component_configs);
+        let nnet = self.build()?;
+        let mut text = String::new();
+        for name in &nnet.component_names {
+            match configs.get(name) {
+                Some(c) => text.push_str(&format!("component name={name} {c}\n")),
+                None => return Ok((nnet, None)),
+            }
+        }
+        for line in nnet.config_lines() {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        Ok((nnet, Some(text)))
     }
 }
 

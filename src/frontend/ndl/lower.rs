@@ -392,9 +392,15 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         let cl = ConfigLine::parse_str(&format!("component {config}"))
             .map_err(|e| self.fail(id, e.to_string()))?;
         cl.check_sizes().map_err(|e| self.fail(id, e.to_string()))?;
-        cl.get_str("name");
+        let name = cl.get_str("name").map(str::to_string).unwrap_or_default();
         let mut c =
             new_component_from_config(&cl, self.rng).map_err(|e| self.fail(id, e.to_string()))?;
+        // The config is kept so the network can be printed as nnet3 config lines.
+        let rest = config
+            .trim_start()
+            .strip_prefix(&format!("name={name}"))
+            .unwrap_or(config);
+        self.b.record_component_config(&name, rest);
         if let (Some(init), Some(u)) = (init, c.as_updatable_mut()) {
             let n = u.num_parameters();
             let values: Vec<f32> = (0..n)

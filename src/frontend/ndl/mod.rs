@@ -23,6 +23,17 @@ use rand::RngCore;
 /// Reads NDL text (`file` names it in errors) into a network, drawing initial parameters
 /// from `rng`.
 pub fn read_ndl(text: &str, file: &str, rng: &mut dyn RngCore) -> Result<Nnet> {
+    read_ndl_with_config(text, file, rng).map(|(nnet, _)| nnet)
+}
+
+/// [`read_ndl`], plus the network as nnet3 config lines (what `compnet convert` prints):
+/// the same nodes and components, which `compnet init` fills with Kaldi's initial values
+/// instead of NDL's.
+pub fn read_ndl_with_config(
+    text: &str,
+    file: &str,
+    rng: &mut dyn RngCore,
+) -> Result<(Nnet, String)> {
     let at = |pos: Pos, msg: String| error_at(text, file, pos, msg);
     let tokens = lexer::tokenize(text).map_err(|(p, m)| at(p, m))?;
     let end = Pos {
@@ -46,8 +57,15 @@ pub fn read_ndl(text: &str, file: &str, rng: &mut dyn RngCore) -> Result<Nnet> {
     }
     let mut lw = lower::Lowerer::new(&graph, rng);
     lw.lower_roots().map_err(|e| ndl_error(text, file, e))?;
-    lw.b.build()
-        .map_err(|e| Error::Network(format!("{file}: the lowered network is invalid: {e}")))
+    let (nnet, config) =
+        lw.b.build_with_config()
+            .map_err(|e| Error::Network(format!("{file}: the lowered network is invalid: {e}")))?;
+    let config = config.ok_or_else(|| {
+        Error::Network(format!(
+            "{file}: a component was made without a config line"
+        ))
+    })?;
+    Ok((nnet, config))
 }
 
 fn error_at(text: &str, file: &str, pos: Pos, msg: String) -> Error {

@@ -52,7 +52,7 @@ pub fn parse_layer_sizes(s: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-pub fn build(settings: &[Setting], rng: &mut dyn RngCore) -> SResult<Nnet> {
+pub fn build(settings: &[Setting], rng: &mut dyn RngCore) -> SResult<(Nnet, String)> {
     let mut sizes = None;
     let mut layer_type = "Sigmoid".to_string();
     let mut criterion = ("CrossEntropyWithSoftmax".to_string(), Pos::default());
@@ -168,5 +168,7 @@ pub fn build(settings: &[Setting], rng: &mut dyn RngCore) -> SResult<Nnet> {
         b.output("output", "output.log-softmax", ObjectiveType::Linear)
             .map_err(fail)?;
     }
-    b.build().map_err(fail)
+    let (nnet, config) = b.build_with_config().map_err(fail)?;
+    // Every component here comes from a config line, so the config is always known.
+    Ok((nnet, config.unwrap_or_default()))
 }
