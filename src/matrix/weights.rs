@@ -27,6 +27,11 @@ const PAD: usize = 16;
 /// Below this many rows the plain product is as fast and needs no copy.
 const MIN_ROWS: usize = 8;
 
+/// Above this many rows the input-derivative product packs W as usual: reading W in place
+/// doubled 8- and 48-row products (8×1024→512: 42 → 90 GFLOP/s) and made no difference by
+/// 640 rows (docs/PERFORMANCE.md, "Training").
+const BACKWARD_MAX_ROWS: usize = 256;
+
 /// Products with unchanged weights before the transposed copy is built (chunked inference
 /// makes ~30 per weight; feed-forward training one per update).
 const USES_BEFORE_COPY: usize = 1;
@@ -144,6 +149,76 @@ impl WeightMatrix {
             );
         }
         super::check::check_finite("WeightMatrix::forward", y.as_view());
+    }
+}
+
+impl WeightMatrix {
+    /// `dx = alpha · dy · W + beta · dx` (dy: rows × out, dx: rows × in; an affine layer's
+    /// input derivative). W row-major is Wᵀ column-major, the layout in which the kernel
+    /// reads the left operand of dxᵀ = Wᵀ·dyᵀ in place, so W is not repacked per product
+    /// (a recurrent layer's backward pass makes one product per time step).
+    ///
+    /// # Panics
+    /// If the shapes do not agree (a programming error, not an input error).
+    pub fn backward(&self, alpha: Real, dy: MatView<'_>, dx: &mut MatViewMut<'_>, beta: Real) {
+        let (out, inp, rows) = (self.w.num_rows(), self.w.num_cols(), dy.num_rows());
+        assert!(
+            dy.num_cols() == out && dx.num_rows() == rows && dx.num_cols() == inp,
+            "WeightMatrix::backward: {rows}x{} · {out}x{inp} into {}x{}",
+            dy.num_cols(),
+            dx.num_rows(),
+            dx.num_cols()
+        );
+        if rows == 0 || rows > BACKWARD_MAX_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
+            dx.add_mat_mat(
+                alpha,
+                dy,
+                super::Trans::No,
+                self.w.view(),
+                super::Trans::No,
+                beta,
+            );
+            return;
+        }
+        let parallelism = super::gemm::parallelism_for(inp, rows, out);
+        let (dy_rs, dx_rs, w_rs) = (
+            dy.stride() as isize,
+            dx.stride() as isize,
+            self.w.stride() as isize,
+        );
+        let dyp = dy.as_slice().as_ptr();
+        let dxp = dx.as_mut_slice().as_mut_ptr();
+        let wp = self.w.view().as_slice().as_ptr();
+        // SAFETY: the product is m = inp, n = rows, k = out. The destination dxᵀ (inp × rows)
+        // is addressed column-major in `dx`: element (j, r) at r·dx_rs + j, inside dx's
+        // rows × inp view. The left operand Wᵀ (inp × out, column-major) addresses (j, k) at
+        // k·w_rs + j inside W. The right operand dyᵀ (out × rows) addresses (k, r) at
+        // r·dy_rs + k inside dy's rows × out view. `dx` is a unique borrow, so it overlaps
+        // neither input; with read_dst = false gemm never reads it.
+        unsafe {
+            gemm::gemm(
+                inp,
+                rows,
+                out,
+                dxp,
+                dx_rs,
+                1,
+                beta != 0.0,
+                wp,
+                w_rs,
+                1,
+                dyp,
+                dy_rs,
+                1,
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+        super::check::check_finite("WeightMatrix::backward", dx.as_view());
     }
 }
 

@@ -17,7 +17,7 @@ use super::{
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector, WeightMatrix};
+use crate::matrix::{MatView, MatViewMut, Matrix, Vector, WeightMatrix};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
 
@@ -136,12 +136,12 @@ pub(crate) fn affine_forward(
 
 /// in_deriv += out_deriv · W.
 pub(crate) fn affine_backprop_input(
-    linear: &Matrix,
+    linear: &WeightMatrix,
     out_deriv: MatView<'_>,
     in_deriv: Option<MatViewMut<'_>>,
 ) {
     if let Some(mut d) = in_deriv {
-        d.add_mat_mat(1.0, out_deriv, Trans::No, linear.view(), Trans::No, 1.0);
+        linear.backward(1.0, out_deriv, &mut d, 1.0);
     }
 }
 

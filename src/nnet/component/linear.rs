@@ -139,14 +139,7 @@ impl Component for LinearComponent {
             );
         }
         if let Some(mut d) = b.in_deriv {
-            d.add_mat_mat(
-                1.0,
-                b.out_deriv,
-                Trans::No,
-                self.params.view(),
-                Trans::No,
-                1.0,
-            );
+            self.params.backward(1.0, b.out_deriv, &mut d, 1.0);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
