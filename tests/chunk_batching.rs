@@ -141,3 +141,46 @@ fn recurrence_is_detected() {
         assert_eq!(n.is_recurrent(), recurrent, "{case}");
     }
 }
+
+/// The same utterances computed again by a fresh computer give the same bits, whatever the
+/// threads' timing (equally shaped chunk batches run in parallel, and a weight matrix's first
+/// products take another GEMM path than its later ones).
+#[test]
+fn batched_computation_is_bit_reproducible() {
+    let opts = NnetSimpleComputationOptions {
+        frames_per_chunk: 8,
+        ..Default::default()
+    };
+    let utts: Vec<Matrix> = (0..12).map(|i| feats(40 + i, 300 + i as u64)).collect();
+    let batch: Vec<Utterance<'_>> = utts
+        .iter()
+        .map(|m| Utterance {
+            feats: m,
+            ivector: IvectorSource::None,
+        })
+        .collect();
+    for config in [TDNN, RNN] {
+        let model = nnet(config, 9);
+        let mut first: Option<Vec<Vec<f32>>> = None;
+        for _ in 0..8 {
+            let mut cc = ChunkComputer::new(model.clone(), &opts, "output", None).unwrap();
+            let out: Vec<Vec<f32>> = cc
+                .compute_many(&batch)
+                .map_err(|(u, e)| format!("utt {u}: {e}"))
+                .unwrap()
+                .iter()
+                .map(|m| m.to_vec())
+                .collect();
+            match &first {
+                None => first = Some(out),
+                Some(f) => assert!(
+                    f.iter()
+                        .flatten()
+                        .map(|x| x.to_bits())
+                        .eq(out.iter().flatten().map(|x| x.to_bits())),
+                    "a second run differs"
+                ),
+            }
+        }
+    }
+}

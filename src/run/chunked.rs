@@ -409,7 +409,12 @@ impl ChunkComputer {
             use rayon::prelude::*;
             let saved = crate::matrix::num_threads();
             crate::matrix::set_num_threads(1);
-            let r = groups.par_iter().map(run).collect();
+            // The first group runs alone: a weight matrix's first products take another GEMM
+            // path than later ones (`WeightMatrix` builds its product layout on the second),
+            // so which products come first must not depend on thread timing, or the same
+            // command could round differently from run to run.
+            let mut r = vec![run(&groups[0])];
+            r.par_extend(groups[1..].par_iter().map(run));
             crate::matrix::set_num_threads(saved);
             r
         } else {
