@@ -113,41 +113,7 @@ impl WeightMatrix {
             return;
         }
         let t = self.transposed();
-        let parallelism = super::gemm::parallelism_for(out, rows, inp);
-        let (x_rs, y_rs) = (x.stride() as isize, y.stride() as isize);
-        let xp = x.as_slice().as_ptr();
-        let yp = y.as_mut_slice().as_mut_ptr();
-        let wp = t.data[c0 * t.stride..].as_ptr();
-        // SAFETY: the product is m = out, n = rows, k = inp. The destination Yᵀ (out × rows)
-        // is addressed column-major in `y`: element (j, r) at r·y_rs + j, inside y's rows × out
-        // view. The left operand (out × inp, column-major) addresses (j, k) at
-        // (c0 + k)·stride + j < (c0 + inp)·stride ≤ t.data.len() from the start of `t.data`.
-        // The right operand Xᵀ (inp × rows) addresses (k, r) at r·x_rs + k inside x's
-        // rows × inp view. `y` is a unique borrow, so it overlaps neither input; with
-        // read_dst = false gemm never reads it.
-        unsafe {
-            gemm::gemm(
-                out,
-                rows,
-                inp,
-                yp,
-                y_rs,
-                1,
-                beta != 0.0,
-                wp,
-                t.stride as isize,
-                1,
-                xp,
-                x_rs,
-                1,
-                beta,
-                alpha,
-                false,
-                false,
-                false,
-                parallelism,
-            );
-        }
+        product_into_rows(y, &t.data[c0 * t.stride..], t.stride, x, alpha, beta);
         super::check::check_finite("WeightMatrix::forward", y.as_view());
     }
 }
@@ -180,45 +146,71 @@ impl WeightMatrix {
             );
             return;
         }
-        let parallelism = super::gemm::parallelism_for(inp, rows, out);
-        let (dy_rs, dx_rs, w_rs) = (
-            dy.stride() as isize,
-            dx.stride() as isize,
-            self.w.stride() as isize,
+        product_into_rows(
+            dx,
+            self.w.view().as_slice(),
+            self.w.stride(),
+            dy,
+            alpha,
+            beta,
         );
-        let dyp = dy.as_slice().as_ptr();
-        let dxp = dx.as_mut_slice().as_mut_ptr();
-        let wp = self.w.view().as_slice().as_ptr();
-        // SAFETY: the product is m = inp, n = rows, k = out. The destination dxᵀ (inp × rows)
-        // is addressed column-major in `dx`: element (j, r) at r·dx_rs + j, inside dx's
-        // rows × inp view. The left operand Wᵀ (inp × out, column-major) addresses (j, k) at
-        // k·w_rs + j inside W. The right operand dyᵀ (out × rows) addresses (k, r) at
-        // r·dy_rs + k inside dy's rows × out view. `dx` is a unique borrow, so it overlaps
-        // neither input; with read_dst = false gemm never reads it.
-        unsafe {
-            gemm::gemm(
-                inp,
-                rows,
-                out,
-                dxp,
-                dx_rs,
-                1,
-                beta != 0.0,
-                wp,
-                w_rs,
-                1,
-                dyp,
-                dy_rs,
-                1,
-                beta,
-                alpha,
-                false,
-                false,
-                false,
-                parallelism,
-            );
-        }
         super::check::check_finite("WeightMatrix::backward", dx.as_view());
+    }
+}
+
+/// `dst = alpha · rhs · lhsᵀ + beta · dst` with `lhs` an m × k matrix stored column-major
+/// (column c at `c · lhs_cs`), m = dst's columns, k = rhs's columns: the GEMM kernel reads a
+/// column-major left operand in place and writes dstᵀ column-major, which is dst row-major,
+/// so neither W layout (the transposed copy, or W itself for the input derivative) is
+/// repacked. With `beta == 0` dst is never read.
+///
+/// # Panics
+/// If `lhs` is too short for m × k at stride `lhs_cs`, or dst and rhs have different rows.
+fn product_into_rows(
+    dst: &mut MatViewMut<'_>,
+    lhs: &[Real],
+    lhs_cs: usize,
+    rhs: MatView<'_>,
+    alpha: Real,
+    beta: Real,
+) {
+    let (m, n, k) = (dst.num_cols(), dst.num_rows(), rhs.num_cols());
+    assert!(
+        rhs.num_rows() == n && m <= lhs_cs && (k == 0 || (k - 1) * lhs_cs + m <= lhs.len()),
+        "product_into_rows: shapes"
+    );
+    let parallelism = super::gemm::parallelism_for(m, n, k);
+    let (rhs_rs, dst_rs) = (rhs.stride() as isize, dst.stride() as isize);
+    let rp = rhs.as_slice().as_ptr();
+    let dp = dst.as_mut_slice().as_mut_ptr();
+    // SAFETY: the product is m × n × k. The destination dstᵀ (m × n) is addressed
+    // column-major in `dst`: element (j, r) at r·dst_rs + j, inside dst's n × m view. The left
+    // operand (m × k, column-major) addresses (j, c) at c·lhs_cs + j < (k − 1)·lhs_cs + m ≤
+    // lhs.len() (checked above). The right operand rhsᵀ (k × n) addresses (c, r) at
+    // r·rhs_rs + c inside rhs's n × k view. `dst` is a unique borrow, so it overlaps neither
+    // input; with read_dst = false gemm never reads it.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dp,
+            dst_rs,
+            1,
+            beta != 0.0,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            1,
+            rp,
+            rhs_rs,
+            1,
+            beta,
+            alpha,
+            false,
+            false,
+            false,
+            parallelism,
+        );
     }
 }
 

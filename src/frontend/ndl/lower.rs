@@ -82,6 +82,26 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         err(&self.node(id).origin, msg)
     }
 
+    /// Why a recursion over the graph (dimensions, lowering) may not enter node `id` with
+    /// the nodes of `running` already on its path: too deep, or a loop without a Delay.
+    fn recursion_error(&self, id: usize, running: &HashSet<usize>) -> Option<NdlError> {
+        if running.len() >= MAX_DEPTH {
+            return Some(self.fail(
+                id,
+                format!("the network is deeper than {MAX_DEPTH} nodes on one path"),
+            ));
+        }
+        running.contains(&id).then(|| {
+            self.fail(
+                id,
+                format!(
+                    "'{}' depends on itself without a Delay (PastValue/FutureValue)",
+                    self.node(id).name
+                ),
+            )
+        })
+    }
+
     /// The name a node's own component node gets: its NDL name, with `.value` when an
     /// output node of that name reads it.
     fn node_name(&self, id: usize) -> String {
@@ -180,21 +200,10 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         if let Some(d) = self.dims.get(&id) {
             return Ok(*d);
         }
-        if self.dims_running.len() >= MAX_DEPTH {
-            return Err(self.fail(
-                id,
-                format!("the network is deeper than {MAX_DEPTH} nodes on one path"),
-            ));
+        if let Some(e) = self.recursion_error(id, &self.dims_running) {
+            return Err(e);
         }
-        if !self.dims_running.insert(id) {
-            return Err(self.fail(
-                id,
-                format!(
-                    "'{}' depends on itself without a Delay (PastValue/FutureValue)",
-                    self.node(id).name
-                ),
-            ));
-        }
+        self.dims_running.insert(id);
         let d = self.compute_dim(id);
         self.dims_running.remove(&id);
         let d = d?;
@@ -487,21 +496,10 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         if let Some(d) = self.memo.get(&id) {
             return Ok(d.clone());
         }
-        if self.running.len() >= MAX_DEPTH {
-            return Err(self.fail(
-                id,
-                format!("the network is deeper than {MAX_DEPTH} nodes on one path"),
-            ));
+        if let Some(e) = self.recursion_error(id, &self.running) {
+            return Err(e);
         }
-        if !self.running.insert(id) {
-            return Err(self.fail(
-                id,
-                format!(
-                    "'{}' depends on itself without a Delay (PastValue/FutureValue)",
-                    self.node(id).name
-                ),
-            ));
-        }
+        self.running.insert(id);
         let d = self.lower_op(id);
         self.running.remove(&id);
         let mut d = d?;
