@@ -246,3 +246,25 @@ fn init_and_fit_read_every_format() {
     let e = fails(&["init", "--format=brainstorm", &p("small.ndl"), &p("x.raw")]);
     assert!(e.contains("small.ndl:1:1: expected a JSON value"), "{e}");
 }
+
+/// SimpleNetworkBuilder settings compnet accepts without acting on them are named in a
+/// warning, so nobody believes their features were normalised.
+#[test]
+fn ignored_simple_network_builder_settings_warn() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let ndl = SMALL_NDL.replace("layerTypes", "applyMeanVarNorm = true\n  layerTypes");
+    std::fs::write(p("mvn.ndl"), ndl).unwrap();
+    let o = ok(&["init", &p("mvn.ndl"), &p("mvn.raw")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "warning: SimpleNetworkBuilder setting 'applyMeanVarNorm' (line 4) has no effect"
+        ),
+        "{err}"
+    );
+    // Without such a setting, no warning.
+    std::fs::write(p("plain.ndl"), SMALL_NDL).unwrap();
+    let o = ok(&["init", &p("plain.ndl"), &p("plain.raw")]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
+}

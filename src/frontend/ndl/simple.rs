@@ -5,7 +5,7 @@
 //! the output layer is `output.affine` (+ `output.log-softmax`) and output node `output`.
 //! Settings about data or initialisation scale that nnet3 does not keep in the network
 //! (`applyMeanVarNorm`, `needPrior`, `uniformInit`, `initValueScale`, `evalCriterion`:
-//! accuracy is always reported for `output`) are accepted and have no effect.
+//! accuracy is always reported for `output`) are accepted with a warning and have no effect.
 
 use super::lexer::Pos;
 use super::parser::Setting;
@@ -96,7 +96,15 @@ pub fn build(settings: &[Setting], rng: &mut dyn RngCore) -> SResult<(Nnet, Stri
                 }
                 criterion = (s.value.to_ascii_lowercase(), s.pos);
             }
-            k if IGNORED.contains(&k) => {}
+            k if IGNORED.contains(&k) => {
+                // Accepted so CNTK configs load, but a user should know it did nothing.
+                eprintln!(
+                    "compnet: warning: SimpleNetworkBuilder setting '{}' (line {}) has no \
+                     effect here (features are expected normalised; initial values are \
+                     NDL's defaults; accuracy is always reported for 'output')",
+                    s.key, s.pos.line
+                );
+            }
             _ => {
                 return Err((
                     s.pos,
