@@ -477,15 +477,21 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         Ok(name)
     }
 
-    /// A component node `name` over a new component of the same name.
+    /// A component node named after node `id` over a new component of the same name.
     fn layer(&mut self, id: usize, config: &str, input: Desc) -> EResult<Desc> {
         let name = self.node_name(id);
+        self.named_layer(id, &name, config, input)
+    }
+
+    /// A component node `name` over a new component of the same name made from `config`
+    /// (errors point at node `id`).
+    fn named_layer(&mut self, id: usize, name: &str, config: &str, input: Desc) -> EResult<Desc> {
         let c = self.make_component(id, &format!("name={name} {config}"), None, 1)?;
         self.b
-            .component(&name, c)
+            .component(name, c)
             .map_err(|e| self.fail(id, e.to_string()))?;
         self.b
-            .component_node(&name, &name, input)
+            .component_node(name, name, input)
             .map_err(|e| self.fail(id, e.to_string()))?;
         Ok(Desc::node(name))
     }
@@ -515,19 +521,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
     /// A NoOpComponent node `name` reading `input`.
     fn materialize(&mut self, id: usize, name: &str, input: Desc) -> EResult<Desc> {
         let dim = self.known_dim(id, id)?;
-        let c = self.make_component(
-            id,
-            &format!("name={name} type=NoOpComponent dim={dim}"),
-            None,
-            1,
-        )?;
-        self.b
-            .component(name, c)
-            .map_err(|e| self.fail(id, e.to_string()))?;
-        self.b
-            .component_node(name, name, input)
-            .map_err(|e| self.fail(id, e.to_string()))?;
-        Ok(Desc::node(name))
+        self.named_layer(id, name, &format!("type=NoOpComponent dim={dim}"), input)
     }
 
     /// The name of a node holding `x`'s value, declaring it if `x` is still being lowered.
@@ -841,19 +835,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
             let names: Vec<String> = t.node_names().iter().map(|n| n.to_string()).collect();
             let t = if names.iter().any(|n| seen.contains(n)) {
                 let name = format!("{}.term{k}", self.node_name(id));
-                let c = self.make_component(
-                    id,
-                    &format!("name={name} type=NoOpComponent dim={dim}"),
-                    None,
-                    1,
-                )?;
-                self.b
-                    .component(&name, c)
-                    .map_err(|e| self.fail(id, e.to_string()))?;
-                self.b
-                    .component_node(&name, &name, t)
-                    .map_err(|e| self.fail(id, e.to_string()))?;
-                Desc::node(name)
+                self.named_layer(id, &name, &format!("type=NoOpComponent dim={dim}"), t)?
             } else {
                 t
             };
@@ -948,19 +930,13 @@ impl<'g, 'r> Lowerer<'g, 'r> {
             if is_func(n, "CrossEntropyWithSoftmax") {
                 let dim = self.known_dim(z, id)?;
                 let name = format!("{out}.log-softmax");
-                let c = self.make_component(
+                let d = self.named_layer(
                     id,
-                    &format!("name={name} type=LogSoftmaxComponent dim={dim}"),
-                    None,
-                    1,
+                    &name,
+                    &format!("type=LogSoftmaxComponent dim={dim}"),
+                    zd,
                 )?;
-                self.b
-                    .component(&name, c)
-                    .map_err(|e| self.fail(id, e.to_string()))?;
-                self.b
-                    .component_node(&name, &name, zd)
-                    .map_err(|e| self.fail(id, e.to_string()))?;
-                self.output(id, &out, Desc::node(name), ObjectiveType::Linear)?;
+                self.output(id, &out, d, ObjectiveType::Linear)?;
             } else {
                 self.output(id, &out, zd, ObjectiveType::Quadratic)?;
             }
