@@ -5,10 +5,26 @@
 //! scales `(i, f, o)` when `use_dropout`. Output: `[c_t, m_t]`. `params` is 3 × C: the
 //! peephole weights w_ic, w_fc, w_oc.
 
+use super::simd::{self, LstmRow, LstmRowGrads};
 use super::{MatView, MatViewMut, Real};
 
-fn sigmoid(x: Real) -> Real {
-    1.0 / (1.0 + (-x).exp())
+/// Row `r` of the cell input split into its parts; `params` holds the peephole weights.
+fn lstm_row<'a>(x: &'a [Real], params: &MatView<'a>, c: usize, use_dropout: bool) -> LstmRow<'a> {
+    LstmRow {
+        i_part: &x[..c],
+        f_part: &x[c..2 * c],
+        c_part: &x[2 * c..3 * c],
+        o_part: &x[3 * c..4 * c],
+        c_prev: &x[4 * c..5 * c],
+        w_ic: params.row(0),
+        w_fc: params.row(1),
+        w_oc: params.row(2),
+        scales: if use_dropout {
+            [x[5 * c], x[5 * c + 1], x[5 * c + 2]]
+        } else {
+            [1.0; 3]
+        },
+    }
 }
 
 /// Where the backward pass adds the per-unit statistics: the sums (5 × C, in f64) of the
@@ -56,24 +72,10 @@ impl MatViewMut<'_> {
             input.num_cols() == 5 * c + if use_dropout { 3 } else { 0 },
             "compute_lstm_nonlinearity: input dim"
         );
-        let (w_ic, w_fc, w_oc) = (params.row(0), params.row(1), params.row(2));
         for r in 0..input.num_rows().min(self.num_rows()) {
-            let x = input.row(r);
-            let (i_s, f_s, o_s) = if use_dropout {
-                (x[5 * c], x[5 * c + 1], x[5 * c + 2])
-            } else {
-                (1.0, 1.0, 1.0)
-            };
-            let y = self.row_mut(r);
-            for j in 0..c {
-                let c_prev = x[4 * c + j];
-                let i_t = sigmoid(x[j] + w_ic[j] * c_prev);
-                let f_t = sigmoid(x[c + j] + w_fc[j] * c_prev);
-                let c_t = f_t * f_s * c_prev + i_t * i_s * x[2 * c + j].tanh();
-                let o_t = sigmoid(x[3 * c + j] + w_oc[j] * c_t);
-                y[j] = c_t;
-                y[c + j] = o_t * o_s * c_t.tanh();
-            }
+            let x = lstm_row(input.row(r), &params, c, use_dropout);
+            let (c_out, m_out) = self.row_mut(r).split_at_mut(c);
+            simd::lstm_cell_row(x, c_out, m_out);
         }
     }
 }
@@ -84,8 +86,8 @@ impl MatViewMut<'_> {
 pub fn backprop_lstm_nonlinearity(
     a: LstmBackpropInput<'_>,
     mut in_deriv: Option<&mut MatViewMut<'_>>,
-    mut params_deriv: Option<&mut [f64]>,
-    mut stats: Option<LstmStatsSums<'_>>,
+    params_deriv: Option<&mut [f64]>,
+    stats: Option<LstmStatsSums<'_>>,
 ) {
     let LstmBackpropInput {
         in_value,
@@ -102,74 +104,49 @@ pub fn backprop_lstm_nonlinearity(
         "backprop_lstm_nonlinearity: self-repair"
     );
     assert_eq!(out_deriv.num_rows(), in_value.num_rows());
-    let (w_ic, w_fc, w_oc) = (params.row(0), params.row(1), params.row(2));
-    for r in 0..in_value.num_rows() {
-        let x = in_value.row(r);
-        let od = out_deriv.row(r);
-        let (i_s, f_s, o_s) = if use_dropout {
-            (x[5 * c], x[5 * c + 1], x[5 * c + 2])
-        } else {
-            (1.0, 1.0, 1.0)
+    // Outputs the caller did not ask for go to scratch rows, so one kernel serves all cases.
+    let n = in_value.num_rows();
+    let mut in_scratch = vec![0.0; if in_deriv.is_some() { 0 } else { 5 * c }];
+    let mut params_scratch = vec![0.0f64; if params_deriv.is_some() { 0 } else { 3 * c }];
+    let mut stats_scratch = vec![0.0f64; if stats.is_some() { 0 } else { 10 * c }];
+    let mut scale_terms = vec![0.0; 3 * c];
+    let half = stats_scratch.len() / 2;
+    let (value_scratch, deriv_scratch) = stats_scratch.split_at_mut(half);
+    let (value_sum, deriv_sum) = match stats {
+        Some(st) => (st.value_sum, st.deriv_sum),
+        None => (value_scratch, deriv_scratch),
+    };
+    let params_deriv: &mut [f64] = match params_deriv {
+        Some(p) => p,
+        None => &mut params_scratch,
+    };
+    for r in 0..n {
+        let x = lstm_row(in_value.row(r), &params, c, use_dropout);
+        let row_deriv: &mut [Real] = match in_deriv.as_deref_mut() {
+            Some(g) => &mut g.row_mut(r)[..5 * c],
+            None => &mut in_scratch,
         };
+        simd::lstm_cell_backprop_row(
+            x,
+            out_deriv.row(r),
+            repair,
+            LstmRowGrads {
+                in_deriv: row_deriv,
+                params_deriv: &mut *params_deriv,
+                value_sum: &mut *value_sum,
+                deriv_sum: &mut *deriv_sum,
+                scale_terms: &mut scale_terms,
+            },
+        );
         // Derivatives w.r.t. the three dropout scales (they feed nothing trainable in
-        // practice, but this keeps Backprop the true derivative).
-        let mut scale_deriv = [0.0f32; 3];
-        for j in 0..c {
-            let (i_part, f_part, c_part, o_part, c_prev) =
-                (x[j], x[c + j], x[2 * c + j], x[3 * c + j], x[4 * c + j]);
-            let i_t = sigmoid(i_part + w_ic[j] * c_prev);
-            let f_t = sigmoid(f_part + w_fc[j] * c_prev);
-            let tanh_c_part = c_part.tanh();
-            let c_t = f_t * f_s * c_prev + i_t * i_s * tanh_c_part;
-            let o_t = sigmoid(o_part + w_oc[j] * c_t);
-            let tanh_c_t = c_t.tanh();
-            if let Some(st) = stats.as_mut() {
-                let vals = [i_t, f_t, tanh_c_part, o_t, tanh_c_t];
-                let ders = [
-                    i_t * (1.0 - i_t),
-                    f_t * (1.0 - f_t),
-                    1.0 - tanh_c_part * tanh_c_part,
-                    o_t * (1.0 - o_t),
-                    1.0 - tanh_c_t * tanh_c_t,
-                ];
-                for (k, (&v, &d)) in vals.iter().zip(&ders).enumerate() {
-                    st.value_sum[k * c + j] += v as f64;
-                    st.deriv_sum[k * c + j] += d as f64;
+        // practice, but this keeps Backprop the true derivative), summed in unit order.
+        if use_dropout {
+            let mut scale_deriv = [0.0f32; 3];
+            for (k, d) in scale_deriv.iter_mut().enumerate() {
+                for &t in &scale_terms[k * c..(k + 1) * c] {
+                    *d += t;
                 }
             }
-            let (dc_out, dm) = (od[j], od[c + j]);
-            let sr = |k: usize| repair[k * c + j];
-            let do_t = dm * o_s * tanh_c_t;
-            let dtanh_c_t = dm * o_t * o_s;
-            let do_in = o_t * (1.0 - o_t) * do_t - (2.0 * o_t - 1.0) * sr(3);
-            let dc = dc_out + (1.0 - tanh_c_t * tanh_c_t) * dtanh_c_t - 2.0 * tanh_c_t * sr(4)
-                + do_in * w_oc[j];
-            let df_t = dc * f_s * c_prev;
-            let di_t = dc * i_s * tanh_c_part;
-            let dtanh_c_part = dc * i_t * i_s;
-            let df_in = f_t * (1.0 - f_t) * df_t - (2.0 * f_t - 1.0) * sr(1);
-            let di_in = i_t * (1.0 - i_t) * di_t - (2.0 * i_t - 1.0) * sr(0);
-            let dc_part =
-                (1.0 - tanh_c_part * tanh_c_part) * dtanh_c_part - 2.0 * tanh_c_part * sr(2);
-            let dc_prev = dc * f_t * f_s + di_in * w_ic[j] + df_in * w_fc[j];
-            scale_deriv[0] += dc * i_t * tanh_c_part;
-            scale_deriv[1] += dc * f_t * c_prev;
-            scale_deriv[2] += dm * o_t * tanh_c_t;
-            if let Some(g) = in_deriv.as_deref_mut() {
-                let row = g.row_mut(r);
-                row[j] = di_in;
-                row[c + j] = df_in;
-                row[2 * c + j] = dc_part;
-                row[3 * c + j] = do_in;
-                row[4 * c + j] = dc_prev;
-            }
-            if let Some(p) = params_deriv.as_deref_mut() {
-                p[j] += (di_in * c_prev) as f64;
-                p[c + j] += (df_in * c_prev) as f64;
-                p[2 * c + j] += (do_in * c_t) as f64;
-            }
-        }
-        if use_dropout {
             if let Some(g) = in_deriv.as_deref_mut() {
                 g.row_mut(r)[5 * c..5 * c + 3].copy_from_slice(&scale_deriv);
             }

@@ -261,8 +261,8 @@ pub(crate) fn exp_fast(x: Real) -> Real {
 /// tanh(x) with a relative error of a few ulp (tested against f64), branch-free so that it
 /// vectorises: the odd Taylor series through x¹⁹ for |x| < 0.55 (the next term is below
 /// 1e-9 relative), else 1 − 2 / (exp(2|x|) + 1) with [`exp_fast`]; the sign restored last.
-/// |x| is clamped to 10, where tanh rounds to 1. NaN gives NaN. Used by the fused GRU cells
-/// only (Tanh and the LSTM keep libm's `tanhf`, so their goldens keep their last bits).
+/// |x| is clamped to 10, where tanh rounds to 1. NaN gives NaN. Used by the fused GRU and
+/// LSTM cells (the Tanh component keeps libm's `tanhf`).
 #[inline(always)]
 pub(crate) fn tanh_fast(x: Real) -> Real {
     const T3: Real = (-1.0 / 3.0) as Real;
@@ -379,6 +379,191 @@ multiversion! {
             h[j] = t;
             c[j] = (t + -z[j] * t) + z[j] * c_prev[j];
         }
+    }
+}
+
+/// The logistic sigmoid 1 / (1 + exp(−x)) with [`exp_fast`] (relative error below 5e-7),
+/// branch-free so that it vectorises. NaN gives NaN.
+#[inline(always)]
+pub(crate) fn sigmoid_fast(x: Real) -> Real {
+    1.0 / (1.0 + exp_fast(-x))
+}
+
+/// One row of an LSTM cell's input, split into its parts (C each) with the peephole weights
+/// and the three dropout scales (1 without dropout); see `matrix::lstm`.
+#[derive(Clone, Copy)]
+pub(crate) struct LstmRow<'a> {
+    pub i_part: &'a [Real],
+    pub f_part: &'a [Real],
+    pub c_part: &'a [Real],
+    pub o_part: &'a [Real],
+    pub c_prev: &'a [Real],
+    pub w_ic: &'a [Real],
+    pub w_fc: &'a [Real],
+    pub w_oc: &'a [Real],
+    pub scales: [Real; 3],
+}
+
+/// Where [`lstm_cell_backprop_row`] writes: the input derivative (5C, overwritten), the
+/// peephole derivative (3C, f64, added), the value and derivative sums of the five
+/// nonlinearities (5C each, f64, added), and per unit the three dropout-scale derivative
+/// terms (3C, overwritten; the caller sums them in unit order).
+pub(crate) struct LstmRowGrads<'a> {
+    pub in_deriv: &'a mut [Real],
+    pub params_deriv: &'a mut [f64],
+    pub value_sum: &'a mut [f64],
+    pub deriv_sum: &'a mut [f64],
+    pub scale_terms: &'a mut [Real],
+}
+
+multiversion! {
+    /// The LSTM cell on one row: c_t into `c_out`, m_t into `m_out` (C each).
+    fn lstm_cell_row(x: LstmRow<'_>, c_out: &mut [Real], m_out: &mut [Real]) {
+        let n = c_out.len();
+        let (ip, fp, cp, op, cprev) =
+            (&x.i_part[..n], &x.f_part[..n], &x.c_part[..n], &x.o_part[..n], &x.c_prev[..n]);
+        let (wi, wf, wo, m_out) = (&x.w_ic[..n], &x.w_fc[..n], &x.w_oc[..n], &mut m_out[..n]);
+        let [i_s, f_s, o_s] = x.scales;
+        for j in 0..n {
+            let c_prev = cprev[j];
+            let i_t = sigmoid_fast(ip[j] + wi[j] * c_prev);
+            let f_t = sigmoid_fast(fp[j] + wf[j] * c_prev);
+            let c_t = f_t * f_s * c_prev + i_t * i_s * tanh_fast(cp[j]);
+            let o_t = sigmoid_fast(op[j] + wo[j] * c_t);
+            c_out[j] = c_t;
+            m_out[j] = o_t * o_s * tanh_fast(c_t);
+        }
+    }
+}
+
+/// Units per block of [`lstm_cell_backprop_row`].
+const LSTM_BLOCK: usize = 16;
+
+multiversion! {
+    /// The LSTM cell's backward pass on one row (the forward recomputed from `x`), from the
+    /// output derivative `od` = [dc_t, dm_t] (2C) and the self-repair terms `repair` (5C).
+    /// Works in blocks of 16 units whose results go to local arrays first: with a dozen
+    /// output slices, a plain loop over the units does not vectorise (the compiler cannot
+    /// rule out that they overlap).
+    fn lstm_cell_backprop_row(x: LstmRow<'_>, od: &[Real], repair: &[Real], g: LstmRowGrads<'_>) {
+        let n = x.c_prev.len();
+        let mut g = g;
+        let mut j0 = 0;
+        while j0 < n {
+            if n - j0 >= LSTM_BLOCK {
+                lstm_backprop_block(&x, od, repair, &mut g, j0, LSTM_BLOCK);
+                j0 += LSTM_BLOCK;
+            } else {
+                lstm_backprop_block(&x, od, repair, &mut g, j0, n - j0);
+                j0 = n;
+            }
+        }
+    }
+}
+
+/// Units `j0 .. j0 + len` of part `k` of a row made of parts `n` long.
+#[inline(always)]
+fn block_part(v: &[Real], n: usize, k: usize, j0: usize, len: usize) -> &[Real] {
+    &v[k * n + j0..k * n + j0 + len]
+}
+
+/// Units `j0 .. j0 + len` (len ≤ [`LSTM_BLOCK`]) of [`lstm_cell_backprop_row`].
+#[inline(always)]
+fn lstm_backprop_block(
+    x: &LstmRow<'_>,
+    od: &[Real],
+    repair: &[Real],
+    g: &mut LstmRowGrads<'_>,
+    j0: usize,
+    len: usize,
+) {
+    let n = x.c_prev.len();
+    let (ip, fp, cp, op, cprev) = (
+        &x.i_part[j0..j0 + len],
+        &x.f_part[j0..j0 + len],
+        &x.c_part[j0..j0 + len],
+        &x.o_part[j0..j0 + len],
+        &x.c_prev[j0..j0 + len],
+    );
+    let (wi, wf, wo) = (
+        &x.w_ic[j0..j0 + len],
+        &x.w_fc[j0..j0 + len],
+        &x.w_oc[j0..j0 + len],
+    );
+    let (od_c, od_m) = (block_part(od, n, 0, j0, len), block_part(od, n, 1, j0, len));
+    let (sr0, sr1, sr2, sr3, sr4) = (
+        block_part(repair, n, 0, j0, len),
+        block_part(repair, n, 1, j0, len),
+        block_part(repair, n, 2, j0, len),
+        block_part(repair, n, 3, j0, len),
+        block_part(repair, n, 4, j0, len),
+    );
+    let [i_s, f_s, o_s] = x.scales;
+    // Per unit: the five nonlinearities' values and derivatives, the five input
+    // derivatives, the three peephole-derivative terms and the three dropout-scale terms.
+    let mut vals = [[0.0 as Real; LSTM_BLOCK]; 5];
+    let mut ders = [[0.0 as Real; LSTM_BLOCK]; 5];
+    let mut ind = [[0.0 as Real; LSTM_BLOCK]; 5];
+    let mut pd = [[0.0 as Real; LSTM_BLOCK]; 3];
+    let mut sc = [[0.0 as Real; LSTM_BLOCK]; 3];
+    for l in 0..len {
+        let c_prev = cprev[l];
+        let i_t = sigmoid_fast(ip[l] + wi[l] * c_prev);
+        let f_t = sigmoid_fast(fp[l] + wf[l] * c_prev);
+        let tanh_c_part = tanh_fast(cp[l]);
+        let c_t = f_t * f_s * c_prev + i_t * i_s * tanh_c_part;
+        let o_t = sigmoid_fast(op[l] + wo[l] * c_t);
+        let tanh_c_t = tanh_fast(c_t);
+        vals[0][l] = i_t;
+        vals[1][l] = f_t;
+        vals[2][l] = tanh_c_part;
+        vals[3][l] = o_t;
+        vals[4][l] = tanh_c_t;
+        ders[0][l] = i_t * (1.0 - i_t);
+        ders[1][l] = f_t * (1.0 - f_t);
+        ders[2][l] = 1.0 - tanh_c_part * tanh_c_part;
+        ders[3][l] = o_t * (1.0 - o_t);
+        ders[4][l] = 1.0 - tanh_c_t * tanh_c_t;
+        let (dc_out, dm) = (od_c[l], od_m[l]);
+        let do_t = dm * o_s * tanh_c_t;
+        let dtanh_c_t = dm * o_t * o_s;
+        let do_in = o_t * (1.0 - o_t) * do_t - (2.0 * o_t - 1.0) * sr3[l];
+        let dc = dc_out + (1.0 - tanh_c_t * tanh_c_t) * dtanh_c_t - 2.0 * tanh_c_t * sr4[l]
+            + do_in * wo[l];
+        let df_t = dc * f_s * c_prev;
+        let di_t = dc * i_s * tanh_c_part;
+        let dtanh_c_part = dc * i_t * i_s;
+        let df_in = f_t * (1.0 - f_t) * df_t - (2.0 * f_t - 1.0) * sr1[l];
+        let di_in = i_t * (1.0 - i_t) * di_t - (2.0 * i_t - 1.0) * sr0[l];
+        let dc_part = (1.0 - tanh_c_part * tanh_c_part) * dtanh_c_part - 2.0 * tanh_c_part * sr2[l];
+        ind[0][l] = di_in;
+        ind[1][l] = df_in;
+        ind[2][l] = dc_part;
+        ind[3][l] = do_in;
+        ind[4][l] = dc * f_t * f_s + di_in * wi[l] + df_in * wf[l];
+        pd[0][l] = di_in * c_prev;
+        pd[1][l] = df_in * c_prev;
+        pd[2][l] = do_in * c_t;
+        sc[0][l] = dc * i_t * tanh_c_part;
+        sc[1][l] = dc * f_t * c_prev;
+        sc[2][l] = dm * o_t * tanh_c_t;
+    }
+    for k in 0..5 {
+        let at = k * n + j0..k * n + j0 + len;
+        for (d, &v) in g.value_sum[at.clone()].iter_mut().zip(&vals[k][..len]) {
+            *d += v as f64;
+        }
+        for (d, &v) in g.deriv_sum[at.clone()].iter_mut().zip(&ders[k][..len]) {
+            *d += v as f64;
+        }
+        g.in_deriv[at].copy_from_slice(&ind[k][..len]);
+    }
+    for k in 0..3 {
+        let at = k * n + j0..k * n + j0 + len;
+        for (d, &v) in g.params_deriv[at.clone()].iter_mut().zip(&pd[k][..len]) {
+            *d += v as f64;
+        }
+        g.scale_terms[at].copy_from_slice(&sc[k][..len]);
     }
 }
 
@@ -583,5 +768,113 @@ mod tests {
         assert_eq!(tanh_fast(100.0), 1.0);
         assert_eq!(tanh_fast(Real::NEG_INFINITY), -1.0);
         assert!(tanh_fast(Real::NAN).is_nan());
+    }
+
+    #[test]
+    fn sigmoid_fast_is_accurate() {
+        let mut worst = 0.0f64;
+        let mut x = -90.0f32;
+        while x <= 90.0 {
+            let want = 1.0 / (1.0 + (-(x as f64)).exp());
+            let got = sigmoid_fast(x) as f64;
+            assert!((0.0..=1.0).contains(&got), "sigmoid_fast({x}) = {got}");
+            if want > 1e-30 {
+                worst = worst.max(((got - want) / want).abs());
+            }
+            x += 0.000_731;
+        }
+        assert!(worst < 6e-7, "worst relative error {worst}");
+        assert_eq!(sigmoid_fast(0.0), 0.5);
+        assert_eq!(sigmoid_fast(Real::INFINITY), 1.0);
+        assert!(sigmoid_fast(Real::NEG_INFINITY) < 1e-37);
+        assert!(sigmoid_fast(Real::NAN).is_nan());
+    }
+
+    /// The blocked LSTM backward kernel equals a plain per-unit evaluation of the same
+    /// formulas, for widths that are and are not multiples of the block.
+    #[test]
+    fn lstm_backprop_blocks_cover_every_unit() {
+        for n in [1usize, 15, 16, 17, 40] {
+            let v = |k: usize, i: usize| ((k * 131 + i * 17) % 97) as Real / 48.0 - 1.0;
+            let x: Vec<Real> = (0..5 * n).map(|i| v(1, i)).collect();
+            let w: Vec<Real> = (0..3 * n).map(|i| v(2, i) * 0.5).collect();
+            let od: Vec<Real> = (0..2 * n).map(|i| v(3, i)).collect();
+            let repair: Vec<Real> = (0..5 * n).map(|i| v(4, i) * 0.01).collect();
+            let row = LstmRow {
+                i_part: &x[..n],
+                f_part: &x[n..2 * n],
+                c_part: &x[2 * n..3 * n],
+                o_part: &x[3 * n..4 * n],
+                c_prev: &x[4 * n..],
+                w_ic: &w[..n],
+                w_fc: &w[n..2 * n],
+                w_oc: &w[2 * n..],
+                scales: [0.9, 1.1, 0.8],
+            };
+            let (mut ind, mut pd, mut vs, mut ds, mut sc) = (
+                vec![Real::NAN; 5 * n],
+                vec![1.0f64; 3 * n],
+                vec![2.0f64; 5 * n],
+                vec![3.0f64; 5 * n],
+                vec![Real::NAN; 3 * n],
+            );
+            lstm_cell_backprop_row(
+                row,
+                &od,
+                &repair,
+                LstmRowGrads {
+                    in_deriv: &mut ind,
+                    params_deriv: &mut pd,
+                    value_sum: &mut vs,
+                    deriv_sum: &mut ds,
+                    scale_terms: &mut sc,
+                },
+            );
+            for j in 0..n {
+                // The formulas once more, unit by unit.
+                let [i_s, f_s, o_s] = [0.9 as Real, 1.1, 0.8];
+                let sr = |k: usize| repair[k * n + j];
+                let c_prev = x[4 * n + j];
+                let i_t = sigmoid_fast(x[j] + w[j] * c_prev);
+                let f_t = sigmoid_fast(x[n + j] + w[n + j] * c_prev);
+                let tc = tanh_fast(x[2 * n + j]);
+                let c_t = f_t * f_s * c_prev + i_t * i_s * tc;
+                let o_t = sigmoid_fast(x[3 * n + j] + w[2 * n + j] * c_t);
+                let tct = tanh_fast(c_t);
+                let (dc_out, dm) = (od[j], od[n + j]);
+                let do_in = o_t * (1.0 - o_t) * (dm * o_s * tct) - (2.0 * o_t - 1.0) * sr(3);
+                let dc = dc_out + (1.0 - tct * tct) * (dm * o_t * o_s) - 2.0 * tct * sr(4)
+                    + do_in * w[2 * n + j];
+                let df_in = f_t * (1.0 - f_t) * (dc * f_s * c_prev) - (2.0 * f_t - 1.0) * sr(1);
+                let di_in = i_t * (1.0 - i_t) * (dc * i_s * tc) - (2.0 * i_t - 1.0) * sr(0);
+                let dcp = (1.0 - tc * tc) * (dc * i_t * i_s) - 2.0 * tc * sr(2);
+                let want_in = [
+                    di_in,
+                    df_in,
+                    dcp,
+                    do_in,
+                    dc * f_t * f_s + di_in * w[j] + df_in * w[n + j],
+                ];
+                let want_vals = [i_t, f_t, tc, o_t, tct];
+                let want_ders = [
+                    i_t * (1.0 - i_t),
+                    f_t * (1.0 - f_t),
+                    1.0 - tc * tc,
+                    o_t * (1.0 - o_t),
+                    1.0 - tct * tct,
+                ];
+                for k in 0..5 {
+                    assert_eq!(ind[k * n + j], want_in[k], "n {n} unit {j} part {k}");
+                    assert_eq!(vs[k * n + j], 2.0 + want_vals[k] as f64, "n {n} unit {j}");
+                    assert_eq!(ds[k * n + j], 3.0 + want_ders[k] as f64, "n {n} unit {j}");
+                }
+                let want_pd = [di_in * c_prev, df_in * c_prev, do_in * c_t];
+                let want_sc = [dc * i_t * tc, dc * f_t * c_prev, dm * o_t * tct];
+                for k in 0..3 {
+                    assert_eq!(pd[k * n + j], 1.0 + want_pd[k] as f64, "n {n} unit {j}");
+                    assert_eq!(sc[k * n + j], want_sc[k], "n {n} unit {j}");
+                }
+            }
+        }
     }
 }
