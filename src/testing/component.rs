@@ -211,6 +211,12 @@ fn derivative_agrees(predicted: f64, measured: f64, noise: f64) -> bool {
     (predicted - measured).abs() <= 0.05 * predicted.abs().max(measured.abs()) + noise
 }
 
+/// The component a config line (with its `type=`) makes, random values drawn with seed 0.
+pub fn init(config: &str) -> crate::error::Result<Box<dyn Component>> {
+    let cfg = ConfigLine::parse_str(config)?;
+    new_component_from_config(&cfg, &mut crate::random::seeded_rng(0))
+}
+
 /// Runs every generic check on one config line (with its `type=`). Returns notes (checks
 /// skipped and why) or the first failure.
 pub fn check_component_config(config: &str, seed: u64) -> Result<Vec<String>, String> {
@@ -220,6 +226,35 @@ pub fn check_component_config(config: &str, seed: u64) -> Result<Vec<String>, St
         .map_err(|e| format!("from_config failed: {e}"))?;
     let type_name: String = cfg.get_or("type", String::new()).unwrap_or_default();
     check_component(c.as_mut(), &type_name, config, seed)
+}
+
+/// One step run onto zeros (`r0`), onto ones (`r1`) and onto zeros through strided views
+/// (`rs`): with `adds` (the step's `flag`) `r1` must be `r0` + 1, else equal to it, and the
+/// strides must not matter.
+fn check_adds_and_strides(
+    r0: &Matrix,
+    r1: &Matrix,
+    rs: &Matrix,
+    adds: bool,
+    flag: &str,
+    step: &str,
+    target: &str,
+) -> Result<(), String> {
+    let mut r1m = r1.clone();
+    if adds {
+        r1m.view_mut().add_const(-1.0);
+    }
+    if !close(r0, &r1m, 1e-5) {
+        return Err(if adds {
+            format!("{flag} set but {step} does not add to {target}")
+        } else {
+            format!("{flag} unset but {step} depends on {target}'s previous contents")
+        });
+    }
+    if !close(r0, rs, 1e-5) {
+        return Err(format!("{step} gives different results on strided views"));
+    }
+    Ok(())
 }
 
 /// Runs every generic check on a component (see [`check_component_config`]).
@@ -264,20 +299,16 @@ pub fn check_component(
     let (y0, memo) = h.forward(&x, 0.0, false);
     let (y1, _) = h.forward(&x, 1.0, false);
     let (ys, _) = h.forward(&x, 0.0, true);
-    let mut y1m = y1.clone();
-    if props.has(Properties::PROPAGATE_ADDS) {
-        y1m.view_mut().add_const(-1.0);
-    }
-    if !close(&y0, &y1m, 1e-5) {
-        return Err(if props.has(Properties::PROPAGATE_ADDS) {
-            "PROPAGATE_ADDS set but propagate does not add to the output".into()
-        } else {
-            "PROPAGATE_ADDS unset but propagate depends on the output's previous contents".into()
-        });
-    }
-    if !close(&y0, &ys, 1e-5) {
-        return Err("propagate gives different results on strided views".into());
-    }
+    let adds = props.has(Properties::PROPAGATE_ADDS);
+    check_adds_and_strides(
+        &y0,
+        &y1,
+        &ys,
+        adds,
+        "PROPAGATE_ADDS",
+        "propagate",
+        "the output",
+    )?;
     if memo.is_some() && !props.has(Properties::USES_MEMO) {
         return Err("propagate returned a memo without USES_MEMO".into());
     }
@@ -289,20 +320,8 @@ pub fn check_component(
     let g0 = h.backward(&x, &d, None, 0.0, false);
     let g1 = h.backward(&x, &d, None, 1.0, false);
     let gs = h.backward(&x, &d, None, 0.0, true);
-    let mut g1m = g1.clone();
-    if props.has(Properties::BACKPROP_ADDS) {
-        g1m.view_mut().add_const(-1.0);
-    }
-    if !close(&g0, &g1m, 1e-5) {
-        return Err(if props.has(Properties::BACKPROP_ADDS) {
-            "BACKPROP_ADDS set but backprop does not add to in_deriv".into()
-        } else {
-            "BACKPROP_ADDS unset but backprop depends on in_deriv's previous contents".into()
-        });
-    }
-    if !close(&g0, &gs, 1e-5) {
-        return Err("backprop gives different results on strided views".into());
-    }
+    let adds = props.has(Properties::BACKPROP_ADDS);
+    check_adds_and_strides(&g0, &g1, &gs, adds, "BACKPROP_ADDS", "backprop", "in_deriv")?;
 
     // In-place variants.
     if props.has(Properties::PROPAGATE_IN_PLACE) {
@@ -1081,15 +1100,7 @@ mod tests {
         fn info(&self) -> String {
             self.0.info()
         }
-        fn clone_box(&self) -> Box<dyn Component> {
-            Box::new(self.clone())
-        }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-            self
-        }
+        crate::nnet::component::param_ops::component_boilerplate!();
         fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
             Some(&self.0)
         }

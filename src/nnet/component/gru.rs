@@ -235,6 +235,19 @@ impl TanhStats {
     }
 }
 
+/// `zero_stats` and `scale_stats` of a component whose statistics are its `stats`
+/// ([`TanhStats`]).
+macro_rules! tanh_stats_hooks {
+    () => {
+        fn zero_stats(&mut self) {
+            self.stats.zero();
+        }
+        fn scale_stats(&mut self, scale: f32) {
+            self.stats.scale_by(scale as f64);
+        }
+    };
+}
+
 /// Writes the fields of [`TanhStats::write_fields`] after `fields`.
 fn write_with_stats(
     w: &mut TokenWriter,
@@ -527,13 +540,7 @@ impl Component for GruNonlinearityComponent {
     }
 
     updatable_boilerplate!();
-
-    fn zero_stats(&mut self) {
-        self.stats.zero();
-    }
-    fn scale_stats(&mut self, scale: f32) {
-        self.stats.scale_by(scale as f64);
-    }
+    tanh_stats_hooks!();
 }
 
 impl UpdatableComponent for GruNonlinearityComponent {
@@ -776,13 +783,7 @@ impl Component for OutputGruNonlinearityComponent {
     }
 
     updatable_boilerplate!();
-
-    fn zero_stats(&mut self) {
-        self.stats.zero();
-    }
-    fn scale_stats(&mut self, scale: f32) {
-        self.stats.scale_by(scale as f64);
-    }
+    tanh_stats_hooks!();
 }
 
 impl UpdatableComponent for OutputGruNonlinearityComponent {
