@@ -406,9 +406,7 @@ pub fn read_basic_int_vector(r: &mut TokenReader<'_>) -> Result<Vec<i32>> {
     } else {
         let mut v = Vec::new();
         loop {
-            while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
-                r.byte()?;
-            }
+            skip_blanks(r)?;
             match r.rest().first() {
                 None => break,
                 Some(b'\n') => {
@@ -416,17 +414,10 @@ pub fn read_basic_int_vector(r: &mut TokenReader<'_>) -> Result<Vec<i32>> {
                     break;
                 }
                 Some(_) => {
-                    let at = r.pos();
-                    let rest = r.rest();
-                    let n = rest
-                        .iter()
-                        .position(|b| b.is_ascii_whitespace())
-                        .unwrap_or(rest.len());
-                    let x = std::str::from_utf8(&rest[..n])
-                        .ok()
-                        .and_then(|s| s.parse::<i32>().ok())
-                        .ok_or_else(|| r.err_at(at, "an integer"))?;
-                    r.bytes(n)?;
+                    let (at, word) = next_word(r)?;
+                    let x = word
+                        .parse::<i32>()
+                        .map_err(|_| r.err_at(at, "an integer"))?;
                     v.push(x);
                 }
             }

@@ -206,6 +206,31 @@ impl Harness<'_> {
     }
 }
 
+/// Three directions from `direction`, each tried at every delta until the predicted and the
+/// measured objective change (`predicted_measured(direction, delta)`) agree; the directions
+/// where they never did, with the last attempt.
+fn directional_failures<D>(
+    mut direction: impl FnMut() -> D,
+    deltas: &[f32],
+    noise: f64,
+    mut predicted_measured: impl FnMut(&D, f32) -> (f64, f64),
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for k in 0..3 {
+        let dir = direction();
+        let mut best = String::new();
+        let ok = deltas.iter().any(|&delta| {
+            let (predicted, measured) = predicted_measured(&dir, delta);
+            best = format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
+            derivative_agrees(predicted, measured, noise * delta as f64)
+        });
+        if !ok {
+            failures.push(format!("direction {k}: {best}"));
+        }
+    }
+    failures
+}
+
 /// Relative agreement of a predicted and a measured objective change.
 fn derivative_agrees(predicted: f64, measured: f64, noise: f64) -> bool {
     (predicted - measured).abs() <= 0.05 * predicted.abs().max(measured.abs()) + noise
@@ -416,25 +441,20 @@ pub fn check_component(
             "backprop is not the exact derivative here: numeric derivative checks skipped".into(),
         );
     } else {
-        let mut failures = Vec::new();
-        for k in 0..3 {
-            let dir = gauss_matrix(ROWS, id, &mut rng);
-            let mut best = String::new();
-            let ok = deltas.iter().any(|&delta| {
-                let predicted = delta as f64 * objective(&g0, &dir);
+        let failures = directional_failures(
+            || gauss_matrix(ROWS, id, &mut rng),
+            &deltas,
+            noise,
+            |dir, delta| {
+                let predicted = delta as f64 * objective(&g0, dir);
                 let mut xp = x.clone();
                 xp.view_mut().add_mat(delta, dir.view(), Trans::No);
                 let mut xm = x.clone();
                 xm.view_mut().add_mat(-delta, dir.view(), Trans::No);
                 let measured = (objective(&h.value(&xp), &d) - objective(&h.value(&xm), &d)) / 2.0;
-                best =
-                    format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
-                derivative_agrees(predicted, measured, noise * delta as f64)
-            });
-            if !ok {
-                failures.push(format!("direction {k}: {best}"));
-            }
-        }
+                (predicted, measured)
+            },
+        );
         if failures.len() > usize::from(piecewise) {
             return Err(format!(
                 "input derivative check failed (objective {f0:.4e}): {}",
@@ -444,23 +464,25 @@ pub fn check_component(
         if updatable {
             let theta = params(c);
             let n = theta.len();
-            let mut failures = Vec::new();
-            for k in 0..3 {
-                let dir: Vec<f32> = (0..n)
-                    .map(|_| crate::random::rand_gauss(&mut rng))
-                    .collect();
-                let g_dot: f64 = grad_vec
-                    .iter()
-                    .zip(&dir)
-                    .map(|(&a, &b)| a as f64 * b as f64)
-                    .sum();
-                let mut best = String::new();
-                let ok = deltas.iter().any(|&delta| {
+            let failures = directional_failures(
+                || -> Vec<f32> {
+                    (0..n)
+                        .map(|_| crate::random::rand_gauss(&mut rng))
+                        .collect()
+                },
+                &deltas,
+                noise,
+                |dir, delta| {
+                    let g_dot: f64 = grad_vec
+                        .iter()
+                        .zip(dir)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum();
                     let at = |sign: f32| {
                         let mut cp = c.clone_box();
                         let p: Vec<f32> = theta
                             .iter()
-                            .zip(&dir)
+                            .zip(dir)
                             .map(|(t, r)| t + sign * delta * r)
                             .collect();
                         if let Some(u) = cp.as_updatable_mut() {
@@ -476,16 +498,9 @@ pub fn check_component(
                         )
                     };
                     let measured = (at(1.0) - at(-1.0)) / 2.0;
-                    let predicted = delta as f64 * g_dot;
-                    best = format!(
-                        "predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})"
-                    );
-                    derivative_agrees(predicted, measured, noise * delta as f64)
-                });
-                if !ok {
-                    failures.push(format!("direction {k}: {best}"));
-                }
-            }
+                    (delta as f64 * g_dot, measured)
+                },
+            );
             if failures.len() > usize::from(piecewise) {
                 return Err(format!(
                     "parameter derivative check failed: {}",
