@@ -421,7 +421,7 @@ impl Component for RestrictedAttentionComponent {
 
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (rows_in, rows_out) = (p.input.num_rows(), p.output.num_rows());
-        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
+        if !p.cols_fit(self.input_dim(), self.output_dim()) {
             return None;
         }
         let (rows_left, shift) = self.layout(Self::io_of(p.indexes), rows_in, rows_out)?;

@@ -119,6 +119,15 @@ impl<'a> Propagate<'a> {
             rng,
         }
     }
+    /// Whether the input has `input_dim` columns and the output `output_dim` (a component
+    /// handed other matrices does nothing).
+    pub fn cols_fit(&self, input_dim: usize, output_dim: usize) -> bool {
+        self.input.num_cols() == input_dim && self.output.num_cols() == output_dim
+    }
+    /// [`Self::cols_fit`], and as many output rows as input rows (a simple component).
+    pub fn fits(&self, input_dim: usize, output_dim: usize) -> bool {
+        self.cols_fit(input_dim, output_dim) && self.output.num_rows() == self.input.num_rows()
+    }
     /// The same step with `output` already holding the input (`PROPAGATE_IN_PLACE`).
     fn into_in_place(self) -> PropagateInPlace<'a> {
         let Propagate {
@@ -192,6 +201,19 @@ impl<'a> Backprop<'a> {
             to_update: None,
             rng,
         }
+    }
+    /// Whether a simple component's backward step has its shapes: `in_value` (and `in_deriv`
+    /// when given) n × `input_dim`, `out_value` and `out_deriv` n × `output_dim`.
+    pub fn fits(&self, input_dim: usize, output_dim: usize) -> bool {
+        let n = self.in_value.num_rows();
+        let fits = |m: MatView<'_>, cols: usize| m.num_rows() == n && m.num_cols() == cols;
+        self.in_value.num_cols() == input_dim
+            && fits(self.out_value, output_dim)
+            && fits(self.out_deriv, output_dim)
+            && self
+                .in_deriv
+                .as_ref()
+                .is_none_or(|d| fits(d.as_view(), input_dim))
     }
     /// The same step with `deriv` holding the output derivative (`BACKPROP_IN_PLACE`).
     fn in_place(self, deriv: MatViewMut<'a>) -> BackpropInPlace<'a> {

@@ -632,7 +632,7 @@ impl Component for TimeHeightConvolutionComponent {
 
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (n_in, n_out) = (p.input.num_rows(), p.output.num_rows());
-        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
+        if !p.cols_fit(self.input_dim(), self.output_dim()) {
             return None;
         }
         let layout = self.layout(p.indexes, n_in, n_out)?;
