@@ -18,6 +18,10 @@ impl Index {
     pub const fn new(n: i32, t: i32, x: i32) -> Self {
         Index { n, t, x }
     }
+    /// The same n and x at t + `dt` (wrapping, as an offset from a file may be anything).
+    pub const fn with_t_offset(self, dt: i32) -> Self {
+        Index::new(self.n, self.t.wrapping_add(dt), self.x)
+    }
 }
 
 impl PartialOrd for Index {

@@ -33,15 +33,11 @@ fn read_eq_token(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
         .ok_or_else(|| r.err_at(at, format!("{what}=<non-negative integer>")))
 }
 
-/// Checks that `count` items of at least `min_bytes` each can still be in the buffer, so a
-/// corrupted count never triggers a huge allocation.
-fn check_count(
-    r: &TokenReader<'_>,
-    at: usize,
-    count: i32,
-    min_bytes: usize,
-    what: &str,
-) -> Result<usize> {
+/// Reads a binary int32 count of items of at least `min_bytes` each and checks that they can
+/// still be in the buffer, so a corrupted count never triggers a huge allocation.
+fn read_count(r: &mut TokenReader<'_>, min_bytes: usize, what: &str) -> Result<usize> {
+    let at = r.pos();
+    let count = r.i32()?;
     if count < 0 || (count as usize).saturating_mul(min_bytes) > r.rest().len() {
         return Err(r.err_at(
             at,
@@ -64,9 +60,7 @@ impl SparseVector {
             if dim < 0 {
                 return Err(r.err_at(at, "non-negative sparse-vector dimension"));
             }
-            let at = r.pos();
-            let n = r.i32()?;
-            let n = check_count(r, at, n, 10, "number of sparse elements")?;
+            let n = read_count(r, 10, "number of sparse elements")?;
             let mut pairs = Vec::with_capacity(n);
             for _ in 0..n {
                 let at = r.pos();
@@ -144,9 +138,7 @@ impl SparseMatrix {
     pub fn read(r: &mut TokenReader<'_>) -> Result<Self> {
         let n = if r.is_binary() {
             r.expect_token("SM")?;
-            let at = r.pos();
-            let n = r.i32()?;
-            check_count(r, at, n, 12, "number of sparse rows")?
+            read_count(r, 12, "number of sparse rows")?
         } else {
             let at = r.pos();
             let n = read_eq_token(r, "rows")?;
@@ -307,14 +299,10 @@ pub struct PdfSupervision(pub Posterior);
 /// of the line.
 pub fn read_posterior(r: &mut TokenReader<'_>) -> Result<Posterior> {
     if r.is_binary() {
-        let at = r.pos();
-        let n = r.i32()?;
-        let n = check_count(r, at, n, 5, "number of frames")?;
+        let n = read_count(r, 5, "number of frames")?;
         let mut post = Vec::with_capacity(n);
         for _ in 0..n {
-            let at = r.pos();
-            let k = r.i32()?;
-            let k = check_count(r, at, k, 10, "number of pairs in a frame")?;
+            let k = read_count(r, 10, "number of pairs in a frame")?;
             let mut frame = Vec::with_capacity(k);
             for _ in 0..k {
                 let id = r.i32()?;
@@ -328,9 +316,7 @@ pub fn read_posterior(r: &mut TokenReader<'_>) -> Result<Posterior> {
         let mut post = Vec::new();
         loop {
             // Skip blanks on this line; a newline (or end of input) ends the object.
-            while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
-                r.byte()?;
-            }
+            skip_blanks(r)?;
             let at = r.pos();
             match r.rest().first() {
                 None => break,
@@ -345,46 +331,47 @@ pub fn read_posterior(r: &mut TokenReader<'_>) -> Result<Posterior> {
             }
             let mut frame = Vec::new();
             loop {
-                while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
-                    r.byte()?;
-                }
-                let at = r.pos();
-                let rest = r.rest();
-                let n = rest
-                    .iter()
-                    .position(|b| b.is_ascii_whitespace())
-                    .unwrap_or(rest.len());
-                if n == 0 {
+                let (at, word) = next_word(r)?;
+                if word.is_empty() {
                     return Err(r.err_at(at, "']' closing a posterior frame"));
                 }
-                let word = String::from_utf8_lossy(&rest[..n]).into_owned();
-                r.bytes(n)?;
                 if word == "]" {
                     break;
                 }
                 let id: i32 = word
                     .parse()
                     .map_err(|_| r.err_at(at, "an integer id or ']'"))?;
-                while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
-                    r.byte()?;
-                }
-                let at = r.pos();
-                let rest = r.rest();
-                let n = rest
-                    .iter()
-                    .position(|b| b.is_ascii_whitespace())
-                    .unwrap_or(rest.len());
-                let w = std::str::from_utf8(&rest[..n])
-                    .ok()
-                    .and_then(parse_float)
-                    .ok_or_else(|| r.err_at(at, "a weight"))?;
-                r.bytes(n)?;
+                let (at, word) = next_word(r)?;
+                let w = parse_float(&word).ok_or_else(|| r.err_at(at, "a weight"))?;
                 frame.push((id, w as f32));
             }
             post.push(frame);
         }
         Ok(post)
     }
+}
+
+/// Skips blanks (not newlines: a text Posterior is one line).
+fn skip_blanks(r: &mut TokenReader<'_>) -> Result<()> {
+    while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
+        r.byte()?;
+    }
+    Ok(())
+}
+
+/// The next word on a text Posterior line and its byte offset (empty at a newline or the
+/// end); consumed.
+fn next_word(r: &mut TokenReader<'_>) -> Result<(usize, String)> {
+    skip_blanks(r)?;
+    let at = r.pos();
+    let rest = r.rest();
+    let n = rest
+        .iter()
+        .position(|b| b.is_ascii_whitespace())
+        .unwrap_or(rest.len());
+    let word = String::from_utf8_lossy(&rest[..n]).into_owned();
+    r.bytes(n)?;
+    Ok((at, word))
 }
 
 /// Writes a Posterior (text: one line, each frame `[ id w ... ] `).
@@ -414,16 +401,12 @@ pub fn write_posterior(w: &mut TokenWriter, post: &Posterior) {
 /// of integers.
 pub fn read_basic_int_vector(r: &mut TokenReader<'_>) -> Result<Vec<i32>> {
     if r.is_binary() {
-        let at = r.pos();
-        let n = r.i32()?;
-        let n = check_count(r, at, n, 5, "vector length")?;
+        let n = read_count(r, 5, "vector length")?;
         (0..n).map(|_| r.i32()).collect()
     } else {
         let mut v = Vec::new();
         loop {
-            while matches!(r.rest().first(), Some(b' ' | b'\t' | b'\r')) {
-                r.byte()?;
-            }
+            skip_blanks(r)?;
             match r.rest().first() {
                 None => break,
                 Some(b'\n') => {
@@ -431,17 +414,10 @@ pub fn read_basic_int_vector(r: &mut TokenReader<'_>) -> Result<Vec<i32>> {
                     break;
                 }
                 Some(_) => {
-                    let at = r.pos();
-                    let rest = r.rest();
-                    let n = rest
-                        .iter()
-                        .position(|b| b.is_ascii_whitespace())
-                        .unwrap_or(rest.len());
-                    let x = std::str::from_utf8(&rest[..n])
-                        .ok()
-                        .and_then(|s| s.parse::<i32>().ok())
-                        .ok_or_else(|| r.err_at(at, "an integer"))?;
-                    r.bytes(n)?;
+                    let (at, word) = next_word(r)?;
+                    let x = word
+                        .parse::<i32>()
+                        .map_err(|_| r.err_at(at, "an integer"))?;
                     v.push(x);
                 }
             }

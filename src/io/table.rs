@@ -727,27 +727,23 @@ impl TableObject for Vec<i32> {
     }
 }
 
-/// A float per key (Kaldi's `BasicHolder<float>`), e.g. `nnet3-copy-egs --weights`.
-impl TableObject for f32 {
-    fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
-        r.f32()
-    }
-    fn write_object(&self, w: &mut TokenWriter) {
-        w.f32(*self);
-        w.newline_if_text();
-    }
+/// A number per key (Kaldi's `BasicHolder`), read and written by the token reader's and
+/// writer's method of the same name, one per line in text: a float (`nnet3-copy-egs
+/// --weights`) or an integer (`--write-num-frames`).
+macro_rules! basic_holder {
+    ($($ty:ident),+) => {$(
+        impl TableObject for $ty {
+            fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
+                r.$ty()
+            }
+            fn write_object(&self, w: &mut TokenWriter) {
+                w.$ty(*self);
+                w.newline_if_text();
+            }
+        }
+    )+};
 }
-
-/// An integer per key (Kaldi's `BasicHolder<int32>`), e.g. `--write-num-frames`.
-impl TableObject for i32 {
-    fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
-        r.i32()
-    }
-    fn write_object(&self, w: &mut TokenWriter) {
-        w.i32(*self);
-        w.newline_if_text();
-    }
-}
+basic_holder!(f32, i32);
 
 /// A token per key (Kaldi's `TokenHolder`), e.g. utt2spk maps: `utt1 spk1` per line.
 impl TableObject for String {

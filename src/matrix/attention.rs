@@ -167,12 +167,7 @@ impl MatViewMut<'_> {
 mod tests {
     use crate::matrix::Matrix;
 
-    fn m(rows: usize, cols: usize, seed: u32) -> Matrix {
-        let data = (0..rows * cols)
-            .map(|k| (((k as u32 * 2654435761u32) ^ seed) % 1000) as f32 / 250.0 - 2.0)
-            .collect();
-        Matrix::from_vec(rows, cols, data)
-    }
+    use crate::matrix::pseudo_random as m;
 
     /// The fused head equals the five-pass composition (dot products, positional term,
     /// softmax, weighted sum, weights appended), with and without output-context.

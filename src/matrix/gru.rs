@@ -120,12 +120,7 @@ mod tests {
     use super::*;
     use crate::matrix::Matrix;
 
-    fn m(rows: usize, cols: usize, seed: u32) -> Matrix {
-        let data = (0..rows * cols)
-            .map(|k| (((k as u32 * 2654435761u32) ^ seed) % 1000) as f32 / 250.0 - 2.0)
-            .collect();
-        Matrix::from_vec(rows, cols, data)
-    }
+    use crate::matrix::pseudo_random as m;
 
     /// Both cells and the backward pass against their definitions in f64 (libm tanh).
     #[test]

@@ -661,3 +661,13 @@ impl From<Vec<Real>> for Vector {
         Vector { data: v }
     }
 }
+
+/// A `rows × cols` matrix of deterministic values in [-2, 2) (a multiplicative hash of the
+/// position and `seed`), for the kernels' tests.
+#[cfg(test)]
+pub(crate) fn pseudo_random(rows: usize, cols: usize, seed: u32) -> Matrix {
+    let data = (0..rows * cols)
+        .map(|k| (((k as u32 * 2654435761u32) ^ seed) % 1000) as f32 / 250.0 - 2.0)
+        .collect();
+    Matrix::from_vec(rows, cols, data)
+}

@@ -6,6 +6,15 @@ use super::{simd, MatView, MatViewMut, Real};
 /// The floor on the mean square Kaldi applies before the inverse square root (2^-66).
 pub const NORMALIZE_SQUARED_NORM_FLOOR: Real = 1.355_252_7e-20;
 
+/// The factor that scales a block with squared sum `sumsq` to the target: (sumsq / d)^-1/2
+/// with d = block-dim · target-rms², the ratio floored at Kaldi's kSquaredNormFloor.
+#[inline(always)]
+fn normalize_scale(sumsq: Real, d_scaled: Real) -> Real {
+    (sumsq * (1.0 / d_scaled))
+        .max(NORMALIZE_SQUARED_NORM_FLOOR)
+        .powf(-0.5)
+}
+
 impl MatViewMut<'_> {
     /// Normalises each block of `block_dim` columns of `src` to RMS `target_rms`, writing
     /// blocks of `block_dim` columns (+1 with `add_log`: the log RMS) into `self`
@@ -24,9 +33,7 @@ impl MatViewMut<'_> {
             for i in 0..dst.num_rows() {
                 let s = src.row(first + i);
                 for (ib, ob) in s.chunks(bd).zip(dst.row_mut(i).chunks_mut(obd)) {
-                    let f = (simd::sum_squares(ib) * (1.0 / d_scaled))
-                        .max(NORMALIZE_SQUARED_NORM_FLOOR)
-                        .powf(-0.5);
+                    let f = normalize_scale(simd::sum_squares(ib), d_scaled);
                     simd::scale_into(&mut ob[..bd], ib, f);
                     if add_log {
                         ob[bd] = -f.ln() + target_rms.ln();
@@ -40,9 +47,7 @@ impl MatViewMut<'_> {
         let d_scaled = block_dim as f32 * target_rms * target_rms;
         for r in 0..self.num_rows() {
             for blk in self.row_mut(r).chunks_mut(block_dim) {
-                let f = (simd::sum_squares(blk) * (1.0 / d_scaled))
-                    .max(NORMALIZE_SQUARED_NORM_FLOOR)
-                    .powf(-0.5);
+                let f = normalize_scale(simd::sum_squares(blk), d_scaled);
                 simd::scale(blk, f);
             }
         }
@@ -87,9 +92,7 @@ impl MatViewMut<'_> {
                             *v += coef * xx;
                         }
                     }
-                    let f = (sumsq * (1.0 / d_scaled))
-                        .max(NORMALIZE_SQUARED_NORM_FLOOR)
-                        .powf(-0.5);
+                    let f = normalize_scale(sumsq, d_scaled);
                     // At the floor the scale does not depend on x.
                     let f3 = if f == 1.0 / NORMALIZE_SQUARED_NORM_FLOOR.sqrt() {
                         0.0

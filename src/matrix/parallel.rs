@@ -28,23 +28,6 @@ where
     split(0, m, parts, &f);
 }
 
-fn split<F>(first: usize, m: MatViewMut<'_>, parts: usize, f: &F)
-where
-    F: Fn(usize, MatViewMut<'_>) + Sync,
-{
-    if parts <= 1 {
-        f(first, m);
-        return;
-    }
-    let left = parts / 2;
-    let r = m.num_rows() * left / parts;
-    let (a, b) = m.split_rows_at(r);
-    rayon::join(
-        || split(first, a, left, f),
-        || split(first + r, b, parts - left, f),
-    );
-}
-
 /// Calls `f(first, chunk)` on consecutive chunks of `out` that together cover it: one chunk
 /// when `work` (the elements the whole call reads or writes) is small or one thread is
 /// allowed, else one chunk per thread, run in parallel. For per-row results of a reduction.
@@ -58,23 +41,48 @@ where
     } else {
         num_threads().min(out.len()).max(1)
     };
-    split_slice(0, out, parts, &f);
+    split(0, out, parts, &f);
 }
 
-fn split_slice<T, F>(first: usize, out: &mut [T], parts: usize, f: &F)
+/// What [`split`] divides: a matrix view by rows, a slice by elements.
+trait Halves: Send + Sized {
+    fn length(&self) -> usize;
+    fn split_at(self, r: usize) -> (Self, Self);
+}
+
+impl Halves for MatViewMut<'_> {
+    fn length(&self) -> usize {
+        self.num_rows()
+    }
+    fn split_at(self, r: usize) -> (Self, Self) {
+        self.split_rows_at(r)
+    }
+}
+
+impl<T: Send> Halves for &mut [T] {
+    fn length(&self) -> usize {
+        self.len()
+    }
+    fn split_at(self, r: usize) -> (Self, Self) {
+        self.split_at_mut(r)
+    }
+}
+
+/// Calls `f(first, part)` on `parts` consecutive parts of `whole` (in parallel when more than
+/// one); `first` is the part's offset in `whole`.
+fn split<H: Halves, F>(first: usize, whole: H, parts: usize, f: &F)
 where
-    T: Send,
-    F: Fn(usize, &mut [T]) + Sync,
+    F: Fn(usize, H) + Sync,
 {
     if parts <= 1 {
-        f(first, out);
+        f(first, whole);
         return;
     }
     let left = parts / 2;
-    let r = out.len() * left / parts;
-    let (a, b) = out.split_at_mut(r);
+    let r = whole.length() * left / parts;
+    let (a, b) = whole.split_at(r);
     rayon::join(
-        || split_slice(first, a, left, f),
-        || split_slice(first + r, b, parts - left, f),
+        || split(first, a, left, f),
+        || split(first + r, b, parts - left, f),
     );
 }

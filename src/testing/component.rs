@@ -206,9 +206,40 @@ impl Harness<'_> {
     }
 }
 
+/// Three directions from `direction`, each tried at every delta until the predicted and the
+/// measured objective change (`predicted_measured(direction, delta)`) agree; the directions
+/// where they never did, with the last attempt.
+fn directional_failures<D>(
+    mut direction: impl FnMut() -> D,
+    deltas: &[f32],
+    noise: f64,
+    mut predicted_measured: impl FnMut(&D, f32) -> (f64, f64),
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for k in 0..3 {
+        let dir = direction();
+        let mut best = String::new();
+        let ok = deltas.iter().any(|&delta| {
+            let (predicted, measured) = predicted_measured(&dir, delta);
+            best = format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
+            derivative_agrees(predicted, measured, noise * delta as f64)
+        });
+        if !ok {
+            failures.push(format!("direction {k}: {best}"));
+        }
+    }
+    failures
+}
+
 /// Relative agreement of a predicted and a measured objective change.
 fn derivative_agrees(predicted: f64, measured: f64, noise: f64) -> bool {
     (predicted - measured).abs() <= 0.05 * predicted.abs().max(measured.abs()) + noise
+}
+
+/// The component a config line (with its `type=`) makes, random values drawn with seed 0.
+pub fn init(config: &str) -> crate::error::Result<Box<dyn Component>> {
+    let cfg = ConfigLine::parse_str(config)?;
+    new_component_from_config(&cfg, &mut crate::random::seeded_rng(0))
 }
 
 /// Runs every generic check on one config line (with its `type=`). Returns notes (checks
@@ -220,6 +251,35 @@ pub fn check_component_config(config: &str, seed: u64) -> Result<Vec<String>, St
         .map_err(|e| format!("from_config failed: {e}"))?;
     let type_name: String = cfg.get_or("type", String::new()).unwrap_or_default();
     check_component(c.as_mut(), &type_name, config, seed)
+}
+
+/// One step run onto zeros (`r0`), onto ones (`r1`) and onto zeros through strided views
+/// (`rs`): with `adds` (the step's `flag`) `r1` must be `r0` + 1, else equal to it, and the
+/// strides must not matter.
+fn check_adds_and_strides(
+    r0: &Matrix,
+    r1: &Matrix,
+    rs: &Matrix,
+    adds: bool,
+    flag: &str,
+    step: &str,
+    target: &str,
+) -> Result<(), String> {
+    let mut r1m = r1.clone();
+    if adds {
+        r1m.view_mut().add_const(-1.0);
+    }
+    if !close(r0, &r1m, 1e-5) {
+        return Err(if adds {
+            format!("{flag} set but {step} does not add to {target}")
+        } else {
+            format!("{flag} unset but {step} depends on {target}'s previous contents")
+        });
+    }
+    if !close(r0, rs, 1e-5) {
+        return Err(format!("{step} gives different results on strided views"));
+    }
+    Ok(())
 }
 
 /// Runs every generic check on a component (see [`check_component_config`]).
@@ -264,20 +324,16 @@ pub fn check_component(
     let (y0, memo) = h.forward(&x, 0.0, false);
     let (y1, _) = h.forward(&x, 1.0, false);
     let (ys, _) = h.forward(&x, 0.0, true);
-    let mut y1m = y1.clone();
-    if props.has(Properties::PROPAGATE_ADDS) {
-        y1m.view_mut().add_const(-1.0);
-    }
-    if !close(&y0, &y1m, 1e-5) {
-        return Err(if props.has(Properties::PROPAGATE_ADDS) {
-            "PROPAGATE_ADDS set but propagate does not add to the output".into()
-        } else {
-            "PROPAGATE_ADDS unset but propagate depends on the output's previous contents".into()
-        });
-    }
-    if !close(&y0, &ys, 1e-5) {
-        return Err("propagate gives different results on strided views".into());
-    }
+    let adds = props.has(Properties::PROPAGATE_ADDS);
+    check_adds_and_strides(
+        &y0,
+        &y1,
+        &ys,
+        adds,
+        "PROPAGATE_ADDS",
+        "propagate",
+        "the output",
+    )?;
     if memo.is_some() && !props.has(Properties::USES_MEMO) {
         return Err("propagate returned a memo without USES_MEMO".into());
     }
@@ -289,20 +345,8 @@ pub fn check_component(
     let g0 = h.backward(&x, &d, None, 0.0, false);
     let g1 = h.backward(&x, &d, None, 1.0, false);
     let gs = h.backward(&x, &d, None, 0.0, true);
-    let mut g1m = g1.clone();
-    if props.has(Properties::BACKPROP_ADDS) {
-        g1m.view_mut().add_const(-1.0);
-    }
-    if !close(&g0, &g1m, 1e-5) {
-        return Err(if props.has(Properties::BACKPROP_ADDS) {
-            "BACKPROP_ADDS set but backprop does not add to in_deriv".into()
-        } else {
-            "BACKPROP_ADDS unset but backprop depends on in_deriv's previous contents".into()
-        });
-    }
-    if !close(&g0, &gs, 1e-5) {
-        return Err("backprop gives different results on strided views".into());
-    }
+    let adds = props.has(Properties::BACKPROP_ADDS);
+    check_adds_and_strides(&g0, &g1, &gs, adds, "BACKPROP_ADDS", "backprop", "in_deriv")?;
 
     // In-place variants.
     if props.has(Properties::PROPAGATE_IN_PLACE) {
@@ -397,25 +441,20 @@ pub fn check_component(
             "backprop is not the exact derivative here: numeric derivative checks skipped".into(),
         );
     } else {
-        let mut failures = Vec::new();
-        for k in 0..3 {
-            let dir = gauss_matrix(ROWS, id, &mut rng);
-            let mut best = String::new();
-            let ok = deltas.iter().any(|&delta| {
-                let predicted = delta as f64 * objective(&g0, &dir);
+        let failures = directional_failures(
+            || gauss_matrix(ROWS, id, &mut rng),
+            &deltas,
+            noise,
+            |dir, delta| {
+                let predicted = delta as f64 * objective(&g0, dir);
                 let mut xp = x.clone();
                 xp.view_mut().add_mat(delta, dir.view(), Trans::No);
                 let mut xm = x.clone();
                 xm.view_mut().add_mat(-delta, dir.view(), Trans::No);
                 let measured = (objective(&h.value(&xp), &d) - objective(&h.value(&xm), &d)) / 2.0;
-                best =
-                    format!("predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})");
-                derivative_agrees(predicted, measured, noise * delta as f64)
-            });
-            if !ok {
-                failures.push(format!("direction {k}: {best}"));
-            }
-        }
+                (predicted, measured)
+            },
+        );
         if failures.len() > usize::from(piecewise) {
             return Err(format!(
                 "input derivative check failed (objective {f0:.4e}): {}",
@@ -425,23 +464,25 @@ pub fn check_component(
         if updatable {
             let theta = params(c);
             let n = theta.len();
-            let mut failures = Vec::new();
-            for k in 0..3 {
-                let dir: Vec<f32> = (0..n)
-                    .map(|_| crate::random::rand_gauss(&mut rng))
-                    .collect();
-                let g_dot: f64 = grad_vec
-                    .iter()
-                    .zip(&dir)
-                    .map(|(&a, &b)| a as f64 * b as f64)
-                    .sum();
-                let mut best = String::new();
-                let ok = deltas.iter().any(|&delta| {
+            let failures = directional_failures(
+                || -> Vec<f32> {
+                    (0..n)
+                        .map(|_| crate::random::rand_gauss(&mut rng))
+                        .collect()
+                },
+                &deltas,
+                noise,
+                |dir, delta| {
+                    let g_dot: f64 = grad_vec
+                        .iter()
+                        .zip(dir)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum();
                     let at = |sign: f32| {
                         let mut cp = c.clone_box();
                         let p: Vec<f32> = theta
                             .iter()
-                            .zip(&dir)
+                            .zip(dir)
                             .map(|(t, r)| t + sign * delta * r)
                             .collect();
                         if let Some(u) = cp.as_updatable_mut() {
@@ -457,16 +498,9 @@ pub fn check_component(
                         )
                     };
                     let measured = (at(1.0) - at(-1.0)) / 2.0;
-                    let predicted = delta as f64 * g_dot;
-                    best = format!(
-                        "predicted {predicted:.6e}, measured {measured:.6e} (delta {delta})"
-                    );
-                    derivative_agrees(predicted, measured, noise * delta as f64)
-                });
-                if !ok {
-                    failures.push(format!("direction {k}: {best}"));
-                }
-            }
+                    (delta as f64 * g_dot, measured)
+                },
+            );
             if failures.len() > usize::from(piecewise) {
                 return Err(format!(
                     "parameter derivative check failed: {}",
@@ -1081,15 +1115,7 @@ mod tests {
         fn info(&self) -> String {
             self.0.info()
         }
-        fn clone_box(&self) -> Box<dyn Component> {
-            Box::new(self.clone())
-        }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-            self
-        }
+        crate::nnet::component::param_ops::component_boilerplate!();
         fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
             Some(&self.0)
         }

@@ -178,13 +178,40 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Value> {
+    /// Steps over the opening bracket of an object or array at nesting `depth`; true when
+    /// `close` follows at once (an empty one, also stepped over).
+    fn open(&mut self, depth: usize, close: u8) -> Result<bool> {
         self.enter(depth)?;
         self.at += 1;
-        let mut members: Vec<Member> = Vec::new();
         self.skip_ws();
-        if self.bytes.get(self.at) == Some(&b'}') {
+        Ok(self.step_over(close))
+    }
+
+    /// True (and stepped over) when the next byte is `b`.
+    fn step_over(&mut self, b: u8) -> bool {
+        let here = self.bytes.get(self.at) == Some(&b);
+        if here {
             self.at += 1;
+        }
+        here
+    }
+
+    /// After an item of an object or array: `,` (more follow: false) or `close` (the end:
+    /// true), else an error saying `expected`.
+    fn end_of_item(&mut self, close: u8, expected: &str) -> Result<bool> {
+        self.skip_ws();
+        if self.step_over(b',') {
+            Ok(false)
+        } else if self.step_over(close) {
+            Ok(true)
+        } else {
+            Err(self.unexpected(expected))
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Value> {
+        let mut members: Vec<Member> = Vec::new();
+        if self.open(depth, b'}')? {
             return Ok(Value::Object(members));
         }
         loop {
@@ -207,38 +234,22 @@ impl Parser<'_> {
             self.skip_ws();
             let value = self.value(depth + 1)?;
             members.push(Member { key, key_at, value });
-            self.skip_ws();
-            match self.bytes.get(self.at) {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(Value::Object(members));
-                }
-                _ => return Err(self.unexpected("',' or '}' after an object member")),
+            if self.end_of_item(b'}', "',' or '}' after an object member")? {
+                return Ok(Value::Object(members));
             }
         }
     }
 
     fn array(&mut self, depth: usize) -> Result<Value> {
-        self.enter(depth)?;
-        self.at += 1;
         let mut items = Vec::new();
-        self.skip_ws();
-        if self.bytes.get(self.at) == Some(&b']') {
-            self.at += 1;
+        if self.open(depth, b']')? {
             return Ok(Value::Array(items));
         }
         loop {
             self.skip_ws();
             items.push(self.value(depth + 1)?);
-            self.skip_ws();
-            match self.bytes.get(self.at) {
-                Some(b',') => self.at += 1,
-                Some(b']') => {
-                    self.at += 1;
-                    return Ok(Value::Array(items));
-                }
-                _ => return Err(self.unexpected("',' or ']' after a list item")),
+            if self.end_of_item(b']', "',' or ']' after a list item")? {
+                return Ok(Value::Array(items));
             }
         }
     }

@@ -173,15 +173,7 @@ impl GeneralDescriptor {
 
     fn write(&self, names: &[String], s: &mut String) {
         let list = |s: &mut String, op: &str, v: &[GeneralDescriptor]| {
-            s.push_str(op);
-            s.push('(');
-            for (i, d) in v.iter().enumerate() {
-                if i > 0 {
-                    s.push_str(", ");
-                }
-                d.write(names, s);
-            }
-            s.push(')');
+            write_call(s, op, v, |d, s| d.write(names, s));
         };
         match &self.kind {
             GeneralKind::Node(n) => s.push_str(node_name(names, *n)),
@@ -796,14 +788,7 @@ impl ForwardingDescriptor {
                 s.push(')');
             }
             ForwardingDescriptor::Switch(v) => {
-                s.push_str("Switch(");
-                for (i, f) in v.iter().enumerate() {
-                    if i > 0 {
-                        s.push_str(", ");
-                    }
-                    f.write_config(names, s);
-                }
-                s.push(')');
+                write_call(s, "Switch", v, |f, s| f.write_config(names, s));
             }
             ForwardingDescriptor::Round { src, t_modulus } => {
                 s.push_str("Round(");
@@ -876,18 +861,27 @@ impl Descriptor {
         match self.parts.as_slice() {
             [one] => one.write_config(node_names, &mut s),
             parts => {
-                s.push_str("Append(");
-                for (i, p) in parts.iter().enumerate() {
-                    if i > 0 {
-                        s.push_str(", ");
-                    }
-                    p.write_config(node_names, &mut s);
-                }
-                s.push(')');
+                write_call(&mut s, "Append", parts, |p, s| {
+                    p.write_config(node_names, s)
+                });
             }
         }
         s
     }
+}
+
+/// `op(a, b, ...)`: the descriptor expression `op` applied to `items`, each written by
+/// `write`.
+fn write_call<T>(s: &mut String, op: &str, items: &[T], write: impl Fn(&T, &mut String)) {
+    s.push_str(op);
+    s.push('(');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        write(item, s);
+    }
+    s.push(')');
 }
 
 #[cfg(test)]

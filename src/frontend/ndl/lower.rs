@@ -211,6 +211,24 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         Ok(d)
     }
 
+    /// `func(P, x)` at node `id` (Times, DiagTimes): P's rows and columns (P must be a
+    /// Parameter, `role` says which) and x's dim.
+    fn parameter_times(
+        &mut self,
+        func: &str,
+        role: &str,
+        inputs: &[usize],
+        id: usize,
+    ) -> EResult<(usize, usize, usize)> {
+        let (_, rows, cols) = self.param(inputs[0]).ok_or_else(|| {
+            self.fail(
+                id,
+                format!("{func}: the first argument must be a Parameter ({role})"),
+            )
+        })?;
+        Ok((rows, cols, self.known_dim(inputs[1], id)?))
+    }
+
     fn known_dim(&mut self, id: usize, user: usize) -> EResult<usize> {
         self.dim(id)?.ok_or_else(|| {
             self.fail(
@@ -236,13 +254,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         };
         let d = match func {
             "Times" => {
-                let (_, rows, cols) = self.param(inputs[0]).ok_or_else(|| {
-                    self.fail(
-                        id,
-                        "Times: the first argument must be a Parameter (the weights)",
-                    )
-                })?;
-                let x = self.known_dim(inputs[1], id)?;
+                let (rows, cols, x) = self.parameter_times(func, "the weights", inputs, id)?;
                 if x != cols {
                     return Err(self.fail(
                         id,
@@ -254,13 +266,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
                 rows
             }
             "DiagTimes" => {
-                let (_, rows, cols) = self.param(inputs[0]).ok_or_else(|| {
-                    self.fail(
-                        id,
-                        "DiagTimes: the first argument must be a Parameter (the diagonal)",
-                    )
-                })?;
-                let x = self.known_dim(inputs[1], id)?;
+                let (rows, cols, x) = self.parameter_times(func, "the diagonal", inputs, id)?;
                 if cols != 1 || rows != x {
                     return Err(self.fail(
                         id,

@@ -21,6 +21,23 @@ use crate::matrix::{MatView, MatViewMut, Matrix, Vector, WeightMatrix};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
 
+/// The weight natural-gradient options as a model file holds them (NaturalGradientAffine and
+/// Linear: both ranks, the update period, the history and one alpha).
+pub(crate) fn weight_ng_options(
+    (rank_in, rank_out): (i32, i32),
+    update_period: i32,
+    num_samples_history: f32,
+    alpha: f32,
+) -> NaturalGradientOptions {
+    NaturalGradientOptions {
+        rank_in,
+        rank_out,
+        update_period,
+        num_samples_history,
+        ..NaturalGradientOptions::symmetric(0, alpha, 0, 0.0)
+    }
+}
+
 /// The natural-gradient options of a weight block from a config line (`rank-in`,
 /// `rank-out`, `update-period`, `num-samples-history`, `alpha`), with Kaldi's defaults for
 /// these dimensions (NaturalGradientAffine and Linear share them).
@@ -234,13 +251,12 @@ impl AffineComponent {
             linear: linear.into(),
             bias,
             orthonormal_constraint,
-            natural_gradient: Some(NaturalGradientOptions {
-                rank_in,
-                rank_out,
+            natural_gradient: Some(weight_ng_options(
+                (rank_in, rank_out),
                 update_period,
                 num_samples_history,
-                ..NaturalGradientOptions::symmetric(0, alpha, 0, 0.0)
-            }),
+                alpha,
+            )),
             ng_state: NaturalGradientState::default(),
         }))
     }

@@ -23,16 +23,15 @@ use super::kaldi_fields::{expect_closing, read_field, write_component};
 use super::param_ops::component_boilerplate;
 use super::{
     Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
-    Properties,
+    Properties, StatsStep,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, Matrix, Trans};
+use crate::matrix::{Matrix, Trans};
 use crate::nnet::index::{Index, TRange, NO_TIME};
 use rand::{Rng, RngCore};
-use std::any::Any;
 use std::collections::{BTreeSet, HashSet};
 
 const TYPE: &str = "RestrictedAttentionComponent";
@@ -74,11 +73,7 @@ pub struct AttentionIo {
     pub t_step: i64,
 }
 
-impl PrecomputedIndexes for AttentionIo {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for AttentionIo {}
 
 /// Greatest common divisor (of non-negative values; gcd(0, x) = x).
 fn gcd(a: i64, b: i64) -> i64 {
@@ -426,7 +421,7 @@ impl Component for RestrictedAttentionComponent {
 
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (rows_in, rows_out) = (p.input.num_rows(), p.output.num_rows());
-        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
+        if !p.cols_fit(self.input_dim(), self.output_dim()) {
             return None;
         }
         let (rows_left, shift) = self.layout(Self::io_of(p.indexes), rows_in, rows_out)?;
@@ -509,14 +504,8 @@ impl Component for RestrictedAttentionComponent {
         }
     }
 
-    fn store_stats(
-        &mut self,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        memo: Option<&Memo>,
-        rng: &mut dyn RngCore,
-    ) {
-        let Some(c) = memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
+    fn store_stats_step(&mut self, s: StatsStep<'_>) {
+        let Some(c) = s.memo.and_then(|m| m.downcast_ref::<Matrix>()) else {
             return;
         };
         let (heads, cd) = (self.num_heads, self.context_dim());
@@ -529,7 +518,7 @@ impl Component for RestrictedAttentionComponent {
             self.stats_count = 0.0;
         }
         // Kaldi stores them for a random two minibatches in three, to save time.
-        if rng.random_range(0..3) == 0 {
+        if s.rng.random_range(0..3) == 0 {
             return;
         }
         let mut sums = vec![0.0f32; heads * cd];
@@ -682,32 +671,10 @@ impl Component for RestrictedAttentionComponent {
         }
     }
 
-    /// Computable when every required input is; uses every input of the window that exists.
-    fn is_computable(
-        &self,
-        _misc: &MiscComputationInfo,
-        output_index: &Index,
-        input_available: &dyn Fn(&Index) -> bool,
-        mut used_inputs: Option<&mut Vec<Index>>,
-    ) -> bool {
-        if let Some(u) = used_inputs.as_deref_mut() {
-            u.clear();
-        }
-        for (o, t) in self.window(output_index.t as i64) {
-            let ix = Index::new(output_index.n, t as i32, output_index.x);
-            if input_available(&ix) {
-                if let Some(u) = used_inputs.as_deref_mut() {
-                    u.push(ix);
-                }
-            } else if (-self.num_left_inputs_required..=self.num_right_inputs_required).contains(&o)
-            {
-                if let Some(u) = used_inputs {
-                    u.clear();
-                }
-                return false;
-            }
-        }
-        true
+    /// The window's inputs within the required offsets; the others are used where they exist.
+    fn input_required(&self, output_index: &Index, input: &Index) -> bool {
+        let o = (input.t as i64 - output_index.t as i64) / self.time_stride as i64;
+        (-self.num_left_inputs_required as i64..=self.num_right_inputs_required as i64).contains(&o)
     }
 
     /// Lays the rows out on the step's grid, blanks where an Index is not in the step.

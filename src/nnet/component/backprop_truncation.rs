@@ -20,7 +20,6 @@ use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::MatViewMut;
 use crate::nnet::index::Index;
 use rand::RngCore;
-use std::any::Any;
 
 const TYPE: &str = "BackpropTruncationComponent";
 
@@ -48,11 +47,7 @@ pub struct TruncationIndexes {
     pub zeroing_sum: usize,
 }
 
-impl PrecomputedIndexes for TruncationIndexes {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for TruncationIndexes {}
 
 /// Floor division.
 fn div_floor(a: i32, b: i32) -> i32 {

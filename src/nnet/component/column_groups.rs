@@ -2,7 +2,7 @@
 //! Permute, SumBlock, SumGroup and Pnorm (2-norm). Formats, options and flags follow Kaldi's
 //! `nnet-simple-component.{h,cc}`.
 
-use super::kaldi_fields::{read_field, read_pos_i32, write_component};
+use super::kaldi_fields::{expect_closing, read_field, read_pos_i32, write_component, Field};
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
 use super::{Backprop, Component, Description, Memo, Propagate, Properties};
@@ -13,13 +13,82 @@ use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::Trans;
 use rand::RngCore;
 
+/// The `input-dim` / `output-dim` pair of the components that map blocks of input columns
+/// onto output columns (ElementwiseProduct, SumBlock, Pnorm): read, checked and written the
+/// same way by each; `fits` is the component's rule for the pair, `expected` what a file
+/// must hold instead.
+#[derive(Clone, Copy, Debug)]
+struct BlockDims {
+    input_dim: usize,
+    output_dim: usize,
+}
+
+impl BlockDims {
+    /// `output-dim` and `input-dim` from a config line.
+    fn from_config(cfg: &ConfigLine, fits: fn(usize, usize) -> bool, rule: &str) -> Result<Self> {
+        let output_dim = cfg_pos(cfg, "output-dim")?;
+        let input_dim = cfg_pos(cfg, "input-dim")?;
+        if !fits(input_dim, output_dim) {
+            return Err(cfg.error(rule));
+        }
+        Ok(BlockDims {
+            input_dim,
+            output_dim,
+        })
+    }
+    /// `<InputDim>` and `<OutputDim>` after the optional `<TypeName>`.
+    fn read(
+        r: &mut TokenReader<'_>,
+        type_name: &str,
+        fits: fn(usize, usize) -> bool,
+        expected: &str,
+    ) -> Result<Self> {
+        r.try_token(&format!("<{type_name}>"))?;
+        let input_dim = read_pos_i32(r, "<InputDim>")?;
+        let at = r.pos();
+        let output_dim = read_pos_i32(r, "<OutputDim>")?;
+        if !fits(input_dim, output_dim) {
+            return Err(r.err_at(at, expected));
+        }
+        Ok(BlockDims {
+            input_dim,
+            output_dim,
+        })
+    }
+    /// The number of output-dim blocks of the input.
+    fn num_blocks(&self) -> usize {
+        self.input_dim / self.output_dim
+    }
+    fn fields(&self) -> [Field<'_>; 2] {
+        [
+            ("<InputDim>", &self.input_dim),
+            ("<OutputDim>", &self.output_dim),
+        ]
+    }
+    /// Kaldi's `Info()` start: `TypeName, input-dim=.., output-dim=..`.
+    fn info(&self, type_name: &str) -> String {
+        format!(
+            "{type_name}, input-dim={}, output-dim={}",
+            self.input_dim, self.output_dim
+        )
+    }
+}
+
+/// Output-dim divides input-dim (SumBlock, Pnorm).
+fn divides(input_dim: usize, output_dim: usize) -> bool {
+    input_dim.is_multiple_of(output_dim)
+}
+const DIVIDES: &str = "output-dim must divide input-dim";
+const DIVIDING: &str = "an <OutputDim> dividing <InputDim>";
+
 /// Splits the input into `input-dim / output-dim` equal blocks and multiplies them
 /// element-wise.
 #[derive(Clone, Debug)]
 pub struct ElementwiseProductComponent {
-    input_dim: usize,
-    output_dim: usize,
+    dims: BlockDims,
 }
+
+const EP: &str = "ElementwiseProductComponent";
 
 impl ElementwiseProductComponent {
     fn checked(input_dim: usize, output_dim: usize) -> bool {
@@ -30,46 +99,32 @@ impl ElementwiseProductComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let output_dim = cfg_pos(cfg, "output-dim")?;
-        let input_dim = cfg_pos(cfg, "input-dim")?;
-        if !Self::checked(input_dim, output_dim) {
-            return Err(cfg.error("input-dim must be a multiple (> 1) of output-dim"));
-        }
-        Ok(Box::new(ElementwiseProductComponent {
-            input_dim,
-            output_dim,
-        }))
+        let rule = "input-dim must be a multiple (> 1) of output-dim";
+        let dims = BlockDims::from_config(cfg, Self::checked, rule)?;
+        Ok(Box::new(ElementwiseProductComponent { dims }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        r.try_token("<ElementwiseProductComponent>")?;
-        let input_dim = read_pos_i32(r, "<InputDim>")?;
-        let at = r.pos();
-        let output_dim = read_pos_i32(r, "<OutputDim>")?;
-        if !Self::checked(input_dim, output_dim) {
-            return Err(r.err_at(at, "an <OutputDim> that properly divides <InputDim>"));
-        }
-        r.expect_token("</ElementwiseProductComponent>")?;
-        Ok(Box::new(ElementwiseProductComponent {
-            input_dim,
-            output_dim,
-        }))
+        let expected = "an <OutputDim> that properly divides <InputDim>";
+        let dims = BlockDims::read(r, EP, Self::checked, expected)?;
+        expect_closing(r, EP)?;
+        Ok(Box::new(ElementwiseProductComponent { dims }))
     }
 }
 
 impl Component for ElementwiseProductComponent {
     fn describe(&self) -> Description {
         Description::new(
-            "ElementwiseProductComponent",
-            self.input_dim,
-            self.output_dim,
+            EP,
+            self.dims.input_dim,
+            self.dims.output_dim,
             Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT,
         )
     }
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
-        let od = self.output_dim;
+        let od = self.dims.output_dim;
         p.output.copy_from(p.input.cols_range(0, od));
-        for i in 1..self.input_dim / od {
+        for i in 1..self.dims.num_blocks() {
             p.output.mul_elements(p.input.cols_range(i * od, od));
         }
         None
@@ -78,8 +133,8 @@ impl Component for ElementwiseProductComponent {
         let Some(mut in_deriv) = b.in_deriv else {
             return;
         };
-        let od = self.output_dim;
-        let n = self.input_dim / od;
+        let od = self.dims.output_dim;
+        let n = self.dims.num_blocks();
         for i in 0..n {
             let mut block = in_deriv.cols_range_mut(i * od, od);
             block.copy_from(b.out_deriv);
@@ -89,20 +144,10 @@ impl Component for ElementwiseProductComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            "ElementwiseProductComponent",
-            &[
-                ("<InputDim>", &self.input_dim),
-                ("<OutputDim>", &self.output_dim),
-            ],
-        );
+        write_component(w, EP, &self.dims.fields());
     }
     fn info(&self) -> String {
-        format!(
-            "ElementwiseProductComponent, input-dim={}, output-dim={}",
-            self.input_dim, self.output_dim
-        )
+        self.dims.info(EP)
     }
     component_boilerplate!();
 }
@@ -203,10 +248,11 @@ impl Component for PermuteComponent {
 /// Sums the `input-dim / output-dim` consecutive blocks of the input, times `scale`.
 #[derive(Clone, Debug)]
 pub struct SumBlockComponent {
-    input_dim: usize,
-    output_dim: usize,
+    dims: BlockDims,
     scale: f32,
 }
+
+const SB: &str = "SumBlockComponent";
 
 impl SumBlockComponent {
     /// Registry hook: `input-dim`, `output-dim` (divides input-dim), `scale` (1.0).
@@ -214,49 +260,31 @@ impl SumBlockComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let input_dim = cfg_pos(cfg, "input-dim")?;
-        let output_dim = cfg_pos(cfg, "output-dim")?;
+        let dims = BlockDims::from_config(cfg, divides, DIVIDES)?;
         let scale = cfg.get_or("scale", 1.0f32)?;
-        if !input_dim.is_multiple_of(output_dim) {
-            return Err(cfg.error("output-dim must divide input-dim"));
-        }
-        Ok(Box::new(SumBlockComponent {
-            input_dim,
-            output_dim,
-            scale,
-        }))
+        Ok(Box::new(SumBlockComponent { dims, scale }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        r.try_token("<SumBlockComponent>")?;
-        let input_dim = read_pos_i32(r, "<InputDim>")?;
-        let at = r.pos();
-        let output_dim = read_pos_i32(r, "<OutputDim>")?;
-        if !input_dim.is_multiple_of(output_dim) {
-            return Err(r.err_at(at, "an <OutputDim> dividing <InputDim>"));
-        }
+        let dims = BlockDims::read(r, SB, divides, DIVIDING)?;
         let scale = read_field(r, "<Scale>")?;
-        r.expect_token("</SumBlockComponent>")?;
-        Ok(Box::new(SumBlockComponent {
-            input_dim,
-            output_dim,
-            scale,
-        }))
+        expect_closing(r, SB)?;
+        Ok(Box::new(SumBlockComponent { dims, scale }))
     }
 }
 
 impl Component for SumBlockComponent {
     fn describe(&self) -> Description {
         Description::new(
-            "SumBlockComponent",
-            self.input_dim,
-            self.output_dim,
+            SB,
+            self.dims.input_dim,
+            self.dims.output_dim,
             Properties::SIMPLE | Properties::PROPAGATE_ADDS | Properties::BACKPROP_ADDS,
         )
     }
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
-        let od = self.output_dim;
-        for b in 0..self.input_dim / od {
+        let od = self.dims.output_dim;
+        for b in 0..self.dims.num_blocks() {
             p.output
                 .add_mat(self.scale, p.input.cols_range(b * od, od), Trans::No);
         }
@@ -266,30 +294,19 @@ impl Component for SumBlockComponent {
         let Some(mut d) = step.in_deriv else {
             return;
         };
-        let od = self.output_dim;
-        for b in 0..self.input_dim / od {
+        let od = self.dims.output_dim;
+        for b in 0..self.dims.num_blocks() {
             d.cols_range_mut(b * od, od)
                 .add_mat(self.scale, step.out_deriv, Trans::No);
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            "SumBlockComponent",
-            &[
-                ("<InputDim>", &self.input_dim),
-                ("<OutputDim>", &self.output_dim),
-                ("<Scale>", &self.scale),
-            ],
-        );
+        let [i, o] = self.dims.fields();
+        write_component(w, SB, &[i, o, ("<Scale>", &self.scale)]);
     }
     fn info(&self) -> String {
-        format!(
-            "SumBlockComponent, input-dim={}, output-dim={}, scale={}",
-            self.input_dim,
-            self.output_dim,
-            fmt_g(self.scale as f64, 6)
-        )
+        let scale = fmt_g(self.scale as f64, 6);
+        format!("{}, scale={scale}", self.dims.info(SB))
     }
     component_boilerplate!();
 }
@@ -333,12 +350,8 @@ impl SumGroupComponent {
         let sizes: Vec<i32> = if cfg.has("sizes") {
             cfg.require("sizes")?
         } else {
-            let input_dim = cfg_pos(cfg, "input-dim")?;
-            let output_dim = cfg_pos(cfg, "output-dim")?;
-            if !input_dim.is_multiple_of(output_dim) {
-                return Err(cfg.error("output-dim must divide input-dim"));
-            }
-            vec![(input_dim / output_dim) as i32; output_dim]
+            let dims = BlockDims::from_config(cfg, divides, DIVIDES)?;
+            vec![dims.num_blocks() as i32; dims.output_dim]
         };
         Self::from_sizes(sizes)
             .map(|c| Box::new(c) as Box<dyn Component>)
@@ -393,11 +406,12 @@ impl Component for SumGroupComponent {
         write_component(w, "SumGroupComponent", &[("<Sizes>", &self.sizes)]);
     }
     fn info(&self) -> String {
-        format!(
-            "SumGroupComponent, input-dim={}, output-dim={}",
-            self.input_dim(),
-            self.output_dim()
-        )
+        let (input_dim, output_dim) = (self.input_dim(), self.output_dim());
+        BlockDims {
+            input_dim,
+            output_dim,
+        }
+        .info("SumGroupComponent")
     }
     component_boilerplate!();
 }
@@ -406,9 +420,10 @@ impl Component for SumGroupComponent {
 /// The 2-norm over groups of `input-dim / output-dim` consecutive inputs.
 #[derive(Clone, Debug)]
 pub struct PnormComponent {
-    input_dim: usize,
-    output_dim: usize,
+    dims: BlockDims,
 }
+
+const PNORM: &str = "PnormComponent";
 
 impl PnormComponent {
     /// Registry hook: `input-dim`, `output-dim` (divides input-dim).
@@ -416,39 +431,23 @@ impl PnormComponent {
         cfg: &ConfigLine,
         _init_rng: &mut dyn RngCore,
     ) -> Result<Box<dyn Component>> {
-        let output_dim = cfg_pos(cfg, "output-dim")?;
-        let input_dim = cfg_pos(cfg, "input-dim")?;
-        if !input_dim.is_multiple_of(output_dim) {
-            return Err(cfg.error("output-dim must divide input-dim"));
-        }
-        Ok(Box::new(PnormComponent {
-            input_dim,
-            output_dim,
-        }))
+        let dims = BlockDims::from_config(cfg, divides, DIVIDES)?;
+        Ok(Box::new(PnormComponent { dims }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        r.try_token("<PnormComponent>")?;
-        let input_dim = read_pos_i32(r, "<InputDim>")?;
-        let at = r.pos();
-        let output_dim = read_pos_i32(r, "<OutputDim>")?;
-        if !input_dim.is_multiple_of(output_dim) {
-            return Err(r.err_at(at, "an <OutputDim> dividing <InputDim>"));
-        }
-        r.expect_token("</PnormComponent>")?;
-        Ok(Box::new(PnormComponent {
-            input_dim,
-            output_dim,
-        }))
+        let dims = BlockDims::read(r, PNORM, divides, DIVIDING)?;
+        expect_closing(r, PNORM)?;
+        Ok(Box::new(PnormComponent { dims }))
     }
 }
 
 impl Component for PnormComponent {
     fn describe(&self) -> Description {
         Description::new(
-            "PnormComponent",
-            self.input_dim,
-            self.output_dim,
+            PNORM,
+            self.dims.input_dim,
+            self.dims.output_dim,
             Properties::SIMPLE
                 | Properties::BACKPROP_NEEDS_INPUT
                 | Properties::BACKPROP_NEEDS_OUTPUT,
@@ -464,41 +463,22 @@ impl Component for PnormComponent {
         }
     }
     fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            "PnormComponent",
-            &[
-                ("<InputDim>", &self.input_dim),
-                ("<OutputDim>", &self.output_dim),
-            ],
-        );
+        write_component(w, PNORM, &self.dims.fields());
     }
     fn info(&self) -> String {
-        format!(
-            "PnormComponent, input-dim={}, output-dim={}",
-            self.input_dim, self.output_dim
-        )
+        self.dims.info(PNORM)
     }
     component_boilerplate!();
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::matrix::Matrix;
-    use crate::testing::component::{forward, input_deriv};
-
-    fn cfg(s: &str) -> ConfigLine {
-        ConfigLine::parse_str(s).expect("config")
-    }
+    use crate::testing::component::{forward, init, input_deriv};
 
     #[test]
     fn pnorm_forward_and_backward() {
-        let c = PnormComponent::from_config(
-            &cfg("input-dim=4 output-dim=2"),
-            &mut crate::random::seeded_rng(0),
-        )
-        .expect("init");
+        let c = init("type=PnormComponent input-dim=4 output-dim=2").expect("init");
         let x = Matrix::from_rows(&[vec![3.0, 4.0, 0.0, 0.0]]);
         let y = forward(c.as_ref(), &x);
         assert_eq!(y.to_vec(), vec![5.0, 0.0]);
@@ -509,21 +489,11 @@ mod tests {
 
     #[test]
     fn sum_group_and_permute() {
-        let c =
-            SumGroupComponent::from_config(&cfg("sizes=1,2"), &mut crate::random::seeded_rng(0))
-                .expect("init");
+        let c = init("type=SumGroupComponent sizes=1,2").expect("init");
         let x = Matrix::from_rows(&[vec![1.0, 2.0, 4.0]]);
         assert_eq!(forward(c.as_ref(), &x).to_vec(), vec![1.0, 6.0]);
-        let p = PermuteComponent::from_config(
-            &cfg("column-map=2,0,1"),
-            &mut crate::random::seeded_rng(0),
-        )
-        .expect("init");
+        let p = init("type=PermuteComponent column-map=2,0,1").expect("init");
         assert_eq!(forward(p.as_ref(), &x).to_vec(), vec![4.0, 1.0, 2.0]);
-        assert!(PermuteComponent::from_config(
-            &cfg("column-map=0,0,1"),
-            &mut crate::random::seeded_rng(0)
-        )
-        .is_err());
+        assert!(init("type=PermuteComponent column-map=0,0,1").is_err());
     }
 }

@@ -10,10 +10,10 @@
 //! L2, orthonormal constraints, gradients, statistics).
 
 use super::kaldi_fields::{self, read_opt_into};
-use super::param_ops::updatable_common;
+use super::param_ops::{updatable_boilerplate, updatable_common};
 use super::{
     new_component_from_config, read_component, update_target, Backprop, Component, Description,
-    Memo, Propagate, Properties, UpdatableCommon, UpdatableComponent,
+    Memo, Propagate, Properties, StatsStep, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -243,10 +243,27 @@ impl CompositeComponent {
 
     /// Pairs of (own, other's) sub-components when `other` is a composite of the same shape.
     fn pair_with<'a>(&'a self, other: &'a dyn Component) -> Option<&'a CompositeComponent> {
+        Self::of_length(self.components.len(), other)
+    }
+    /// `other` as a composite of `len` sub-components, if it is one.
+    fn of_length(len: usize, other: &dyn Component) -> Option<&CompositeComponent> {
         other
             .as_any()
             .downcast_ref::<CompositeComponent>()
-            .filter(|o| o.components.len() == self.components.len())
+            .filter(|o| o.components.len() == len)
+    }
+    /// Calls `f` with each sub-component and its counterpart in `other` (a composite of the
+    /// same length; anything else: no call).
+    fn zip_mut(
+        &mut self,
+        other: &dyn Component,
+        mut f: impl FnMut(&mut dyn Component, &dyn Component),
+    ) {
+        if let Some(o) = Self::of_length(self.components.len(), other) {
+            for (c, oc) in self.components.iter_mut().zip(&o.components) {
+                f(c.as_mut(), oc.as_ref());
+            }
+        }
     }
 }
 
@@ -303,13 +320,8 @@ impl Component for CompositeComponent {
             }
         }
     }
-    fn store_stats(
-        &mut self,
-        in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        rng: &mut dyn RngCore,
-    ) {
+    fn store_stats_step(&mut self, s: StatsStep<'_>) {
+        let (in_value, rng) = (s.in_value, s.rng);
         if in_value.num_cols() != self.input_dim() {
             return;
         }
@@ -369,26 +381,7 @@ impl Component for CompositeComponent {
             .collect();
         format!("{COMPOSITE} {}", parts.join(", "))
     }
-    fn clone_box(&self) -> Box<dyn Component> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        self.is_updatable()
-            .then_some(self as &dyn UpdatableComponent)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        if self.is_updatable() {
-            Some(self)
-        } else {
-            None
-        }
-    }
+    updatable_boilerplate!(if is_updatable());
 }
 
 /// The parameters are those of the updatable sub-components, in order; operations on the
@@ -436,19 +429,10 @@ impl UpdatableComponent for CompositeComponent {
         }
     }
     fn add(&mut self, alpha: f32, other: &dyn Component) {
-        let Some(o) = other
-            .as_any()
-            .downcast_ref::<CompositeComponent>()
-            .filter(|o| o.components.len() == self.components.len())
-        else {
-            return;
-        };
-        for (c, oc) in self.components.iter_mut().zip(&o.components) {
-            match c.as_updatable_mut() {
-                Some(u) => u.add(alpha, oc.as_ref()),
-                None => c.add_stats(alpha, oc.as_ref()),
-            }
-        }
+        self.zip_mut(other, |c, oc| match c.as_updatable_mut() {
+            Some(u) => u.add(alpha, oc),
+            None => c.add_stats(alpha, oc),
+        });
     }
     fn dot_product(&self, other: &dyn Component) -> f32 {
         let Some(o) = self.pair_with(other) else {
@@ -505,18 +489,11 @@ impl UpdatableComponent for CompositeComponent {
         }
     }
     fn add_l2_term(&mut self, l2_scale: f32, params: &dyn Component) {
-        let Some(o) = params
-            .as_any()
-            .downcast_ref::<CompositeComponent>()
-            .filter(|o| o.components.len() == self.components.len())
-        else {
-            return;
-        };
-        for (c, oc) in self.components.iter_mut().zip(&o.components) {
+        self.zip_mut(params, |c, oc| {
             if let Some(u) = c.as_updatable_mut() {
-                u.add_l2_term(l2_scale, oc.as_ref());
+                u.add_l2_term(l2_scale, oc);
             }
-        }
+        });
     }
     fn orthonormal_constraints(&mut self) -> Vec<(f32, MatViewMut<'_>)> {
         self.components

@@ -5,10 +5,10 @@
 use super::info_summary;
 use super::kaldi_fields::{self, read_field, write_updatable};
 use super::param_init;
-use super::param_ops::{component_boilerplate, vector_params_updatable};
+use super::param_ops::{updatable_boilerplate, vector_params_updatable};
 use super::{
     update_target, Backprop, Component, Description, Memo, MiscComputationInfo, Propagate,
-    Properties, UpdatableCommon, UpdatableComponent,
+    Properties, UpdatableCommon,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -33,35 +33,81 @@ pub struct ConstantComponent {
     pub ng_state: NaturalGradientState,
 }
 
+/// The part ConstantComponent and ConstantFunctionComponent share (Kaldi's two classes hold
+/// the same fields): the output vector, whether it is trained, and with natural gradient.
+pub(super) struct ConstantOutput {
+    pub output: Vector,
+    pub is_updatable: bool,
+    pub ng: NaturalGradientOptions,
+}
+
+impl ConstantOutput {
+    /// `output-mean`, `output-stddev` (a vector of `dim` draws), `is-updatable`,
+    /// `use-natural-gradient`.
+    pub fn from_config(cfg: &ConfigLine, dim: usize, init_rng: &mut dyn RngCore) -> Result<Self> {
+        Ok(ConstantOutput {
+            output: param_init::constant_output_from_config(cfg, dim, init_rng)?,
+            is_updatable: cfg.get_or("is-updatable", true)?,
+            ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
+        })
+    }
+    /// `<Output>`, `<IsUpdatable>`, `<UseNaturalGradient>`, then the closing token.
+    pub fn read(r: &mut TokenReader<'_>, type_name: &str) -> Result<Self> {
+        r.expect_token("<Output>")?;
+        let output = kaldi_fields::read_nonempty_vector(r, "output")?;
+        let is_updatable = read_field(r, "<IsUpdatable>")?;
+        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
+        kaldi_fields::expect_closing(r, type_name)?;
+        Ok(ConstantOutput {
+            output,
+            is_updatable,
+            ng: NaturalGradientOptions::per_element(use_natural_gradient),
+        })
+    }
+}
+
+/// The info line of both, as Kaldi prints it: `head` (type and dimensions), the
+/// learning-rate part, `dims` (type and dimensions again), then the output vector's options
+/// and statistics.
+pub(super) fn constant_info(
+    (head, dims): (&str, &str),
+    common: &UpdatableCommon,
+    is_updatable: bool,
+    ng: &NaturalGradientOptions,
+    output: &Vector,
+) -> String {
+    format!(
+        "{head}, {}, {dims}, is-updatable={is_updatable}, use-natural-gradient={}, {}",
+        info_summary::updatable_info(common),
+        ng.use_natural_gradient,
+        info_summary::vector_stats("output", output)
+    )
+}
+
 impl ConstantComponent {
     /// Kaldi's ConstantComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::from_config(cfg)?;
         let dim = param_init::require_positive(cfg, "output-dim")?;
-        Ok(Box::new(ConstantComponent {
-            common,
-            output: param_init::constant_output_from_config(cfg, dim, init_rng)?,
-            is_updatable: cfg.get_or("is-updatable", true)?,
-            ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
-            ng_state: NaturalGradientState::default(),
-        }))
+        let c = ConstantOutput::from_config(cfg, dim, init_rng)?;
+        Ok(Box::new(ConstantComponent::new(common, c)))
     }
 
     /// Reads a ConstantComponent body.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, CONSTANT)?;
-        r.expect_token("<Output>")?;
-        let output = kaldi_fields::read_nonempty_vector(r, "output")?;
-        let is_updatable = read_field(r, "<IsUpdatable>")?;
-        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
-        kaldi_fields::expect_closing(r, CONSTANT)?;
-        Ok(Box::new(ConstantComponent {
+        let c = ConstantOutput::read(r, CONSTANT)?;
+        Ok(Box::new(ConstantComponent::new(common, c)))
+    }
+
+    fn new(common: UpdatableCommon, c: ConstantOutput) -> Self {
+        ConstantComponent {
             common,
-            output,
-            is_updatable,
-            ng: NaturalGradientOptions::per_element(use_natural_gradient),
+            output: c.output,
+            is_updatable: c.is_updatable,
+            ng: c.ng,
             ng_state: NaturalGradientState::default(),
-        }))
+        }
     }
 }
 
@@ -98,18 +144,6 @@ impl Component for ConstantComponent {
     fn get_input_indexes(&self, _: &MiscComputationInfo, _: &Index, desired: &mut Vec<Index>) {
         desired.clear();
     }
-    fn is_computable(
-        &self,
-        _: &MiscComputationInfo,
-        _: &Index,
-        _input_available: &dyn Fn(&Index) -> bool,
-        used_inputs: Option<&mut Vec<Index>>,
-    ) -> bool {
-        if let Some(u) = used_inputs {
-            u.clear();
-        }
-        true
-    }
 
     fn write(&self, w: &mut TokenWriter) {
         write_updatable(
@@ -125,25 +159,18 @@ impl Component for ConstantComponent {
     }
     fn info(&self) -> String {
         let d = self.output.dim();
-        format!(
-            "{CONSTANT}, input-dim={d}, output-dim={d}, {}, {CONSTANT}, output-dim={d}, is-updatable={}, use-natural-gradient={}, {}",
-            info_summary::updatable_info(&self.common),
+        constant_info(
+            (
+                &format!("{CONSTANT}, input-dim={d}, output-dim={d}"),
+                &format!("{CONSTANT}, output-dim={d}"),
+            ),
+            &self.common,
             self.is_updatable,
-            self.ng.use_natural_gradient,
-            info_summary::vector_stats("output", &self.output)
+            &self.ng,
+            &self.output,
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        self.is_updatable.then_some(self as &dyn UpdatableComponent)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        if self.is_updatable {
-            Some(self)
-        } else {
-            None
-        }
-    }
+    updatable_boilerplate!(if is_updatable);
 }
 
 vector_params_updatable!(ConstantComponent, output);

@@ -16,7 +16,6 @@ use crate::io::{TokenReader, TokenWriter};
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
 use rustc_hash::FxHashMap;
-use std::any::Any;
 
 const DISTRIBUTE: &str = "DistributeComponent";
 
@@ -37,11 +36,7 @@ pub struct DistributePrecomputed {
     backward: Vec<Vec<i32>>,
 }
 
-impl PrecomputedIndexes for DistributePrecomputed {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for DistributePrecomputed {}
 
 impl DistributeComponent {
     fn new(input_dim: usize, output_dim: usize) -> std::result::Result<Self, String> {
@@ -166,23 +161,6 @@ impl Component for DistributeComponent {
     fn get_input_indexes(&self, _: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
         desired.clear();
         desired.push(self.input_index_and_block(o).0);
-    }
-    fn is_computable(
-        &self,
-        _: &MiscComputationInfo,
-        o: &Index,
-        input_available: &dyn Fn(&Index) -> bool,
-        used_inputs: Option<&mut Vec<Index>>,
-    ) -> bool {
-        let input = self.input_index_and_block(o).0;
-        let ok = input_available(&input);
-        if let Some(u) = used_inputs {
-            u.clear();
-            if ok {
-                u.push(input);
-            }
-        }
-        ok
     }
     fn precompute_indexes(
         &self,

@@ -3,7 +3,7 @@
 //! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
 
 use super::kaldi_fields::{read_count_field, read_opt_field, write_component};
-use super::param_ops::component_boilerplate;
+use super::param_ops::test_mode_boilerplate;
 use super::{Backprop, BackpropInPlace, Component, Description, Memo, Propagate, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -147,10 +147,7 @@ impl Component for DropoutComponent {
             self.dropout_per_frame
         )
     }
-    component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
-        self.test_mode = test_mode;
-    }
+    test_mode_boilerplate!();
 }
 
 #[cfg(test)]

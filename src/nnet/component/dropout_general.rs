@@ -19,7 +19,7 @@ use super::kaldi_fields::{
     expect_closing, read_count_field, read_dim_field, read_opt_field, read_positive_i32,
     write_component, Flag,
 };
-use super::param_ops::component_boilerplate;
+use super::param_ops::test_mode_boilerplate;
 use super::{
     Backprop, BackpropInPlace, Component, Description, Memo, MiscComputationInfo,
     PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
@@ -32,7 +32,6 @@ use crate::matrix::{MatViewMut, Matrix};
 use crate::nnet::index::Index;
 use rand::Rng;
 use rand::RngCore;
-use std::any::Any;
 use std::collections::HashMap;
 
 const GD: &str = "GeneralDropoutComponent";
@@ -68,11 +67,7 @@ pub struct DropoutMaskRows {
     pub num_mask_rows: usize,
 }
 
-impl PrecomputedIndexes for DropoutMaskRows {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for DropoutMaskRows {}
 
 /// What Propagate hands to Backprop: the mask rows and which one each row used.
 #[derive(Debug)]
@@ -244,17 +239,14 @@ impl GeneralDropoutComponent {
 
 impl Component for GeneralDropoutComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let p = Properties::RANDOM_COMPONENT
-                | Properties::PROPAGATE_IN_PLACE
-                | Properties::BACKPROP_IN_PLACE
-                | Properties::USES_MEMO;
-            if self.block_dim != self.dim {
-                p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
-            } else {
-                p
-            }
-        };
+        let properties = (Properties::RANDOM_COMPONENT
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::USES_MEMO)
+            .with_if(
+                self.block_dim != self.dim,
+                Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS,
+            );
         Description::new(GD, self.dim, self.dim, properties)
     }
     fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
@@ -305,10 +297,7 @@ impl Component for GeneralDropoutComponent {
         }
         s
     }
-    component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
-        self.test_mode = test_mode;
-    }
+    test_mode_boilerplate!();
     fn precompute_indexes(
         &self,
         _misc: &MiscComputationInfo,
@@ -454,10 +443,7 @@ impl Component for DropoutMaskComponent {
         }
         s
     }
-    component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
-        self.test_mode = test_mode;
-    }
+    test_mode_boilerplate!();
     fn get_input_indexes(
         &self,
         _misc: &MiscComputationInfo,
@@ -465,18 +451,6 @@ impl Component for DropoutMaskComponent {
         _desired: &mut Vec<Index>,
     ) {
         // Needs no input.
-    }
-    fn is_computable(
-        &self,
-        _misc: &MiscComputationInfo,
-        _output_index: &Index,
-        _input_available: &dyn Fn(&Index) -> bool,
-        used_inputs: Option<&mut Vec<Index>>,
-    ) -> bool {
-        if let Some(u) = used_inputs {
-            u.clear();
-        }
-        true
     }
 }
 
@@ -501,11 +475,7 @@ pub struct SequenceRows {
     pub num_rows: usize,
 }
 
-impl PrecomputedIndexes for SequenceRows {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for SequenceRows {}
 
 /// The per-row 0/1 mask of a time-masking Propagate.
 #[derive(Debug)]
@@ -668,10 +638,7 @@ impl Component for SpecAugmentTimeMaskComponent {
             self.time_mask_max_frames
         )
     }
-    component_boilerplate!();
-    fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn RngCore) {
-        self.test_mode = test_mode;
-    }
+    test_mode_boilerplate!();
     fn precompute_indexes(
         &self,
         _misc: &MiscComputationInfo,

@@ -235,6 +235,19 @@ impl TanhStats {
     }
 }
 
+/// `zero_stats` and `scale_stats` of a component whose statistics are its `stats`
+/// ([`TanhStats`]).
+macro_rules! tanh_stats_hooks {
+    () => {
+        fn zero_stats(&mut self) {
+            self.stats.zero();
+        }
+        fn scale_stats(&mut self, scale: f32) {
+            self.stats.scale_by(scale as f64);
+        }
+    };
+}
+
 /// Writes the fields of [`TanhStats::write_fields`] after `fields`.
 fn write_with_stats(
     w: &mut TokenWriter,
@@ -394,10 +407,7 @@ impl Component for GruNonlinearityComponent {
 
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (n, c, r) = (p.input.num_rows(), self.cell_dim, self.recurrent_dim);
-        if p.input.num_cols() != self.input_dim()
-            || p.output.num_cols() != self.output_dim()
-            || p.output.num_rows() != n
-        {
+        if !p.fits(self.input_dim(), self.output_dim()) {
             return None;
         }
         let [zc, rc, hc, cc, sc] = self.cols();
@@ -426,15 +436,7 @@ impl Component for GruNonlinearityComponent {
 
     fn backprop(&self, mut b: Backprop<'_>) {
         let (n, c, r) = (b.in_value.num_rows(), self.cell_dim, self.recurrent_dim);
-        if b.in_value.num_cols() != self.input_dim()
-            || b.out_value.num_cols() != self.output_dim()
-            || b.out_deriv.num_cols() != self.output_dim()
-            || b.out_value.num_rows() != n
-            || b.out_deriv.num_rows() != n
-            || b.in_deriv
-                .as_ref()
-                .is_some_and(|d| d.num_rows() != n || d.num_cols() != self.input_dim())
-        {
+        if !b.fits(self.input_dim(), self.output_dim()) {
             return;
         }
         let [zc, rc, hc, cc, sc] = self.cols();
@@ -527,13 +529,7 @@ impl Component for GruNonlinearityComponent {
     }
 
     updatable_boilerplate!();
-
-    fn zero_stats(&mut self) {
-        self.stats.zero();
-    }
-    fn scale_stats(&mut self, scale: f32) {
-        self.stats.scale_by(scale as f64);
-    }
+    tanh_stats_hooks!();
 }
 
 impl UpdatableComponent for GruNonlinearityComponent {
@@ -685,11 +681,7 @@ impl Component for OutputGruNonlinearityComponent {
     }
 
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
-        let n = p.input.num_rows();
-        if p.input.num_cols() != self.input_dim()
-            || p.output.num_cols() != self.output_dim()
-            || p.output.num_rows() != n
-        {
+        if !p.fits(self.input_dim(), self.output_dim()) {
             return None;
         }
         p.output.compute_output_gru_cell(p.input, &self.w_h);
@@ -698,15 +690,7 @@ impl Component for OutputGruNonlinearityComponent {
 
     fn backprop(&self, mut b: Backprop<'_>) {
         let (n, c) = (b.in_value.num_rows(), self.cell_dim());
-        if b.in_value.num_cols() != self.input_dim()
-            || b.out_value.num_cols() != self.output_dim()
-            || b.out_deriv.num_cols() != self.output_dim()
-            || b.out_value.num_rows() != n
-            || b.out_deriv.num_rows() != n
-            || b.in_deriv
-                .as_ref()
-                .is_some_and(|d| d.num_rows() != n || d.num_cols() != self.input_dim())
-        {
+        if !b.fits(self.input_dim(), self.output_dim()) {
             return;
         }
         let h = b.out_value.cols_range(0, c);
@@ -776,13 +760,7 @@ impl Component for OutputGruNonlinearityComponent {
     }
 
     updatable_boilerplate!();
-
-    fn zero_stats(&mut self) {
-        self.stats.zero();
-    }
-    fn scale_stats(&mut self, scale: f32) {
-        self.stats.scale_by(scale as f64);
-    }
+    tanh_stats_hooks!();
 }
 
 impl UpdatableComponent for OutputGruNonlinearityComponent {

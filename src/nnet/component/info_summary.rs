@@ -80,6 +80,12 @@ pub fn updatable_info(c: &crate::nnet::component::UpdatableCommon) -> String {
 
 /// Kaldi's vector summary: all values for short vectors, else percentiles, mean and stddev.
 pub fn summarize_vector(v: &[f32]) -> String {
+    summarize_vector_with(v, mean_stddev)
+}
+
+/// [`summarize_vector`] with the mean and standard deviation from `mean_stddev` (the
+/// nonlinearities' statistics are summarised with Kaldi's float arithmetic).
+pub fn summarize_vector_with(v: &[f32], mean_stddev: fn(&[f32]) -> (f32, f32)) -> String {
     if v.len() < 10 {
         let mut s = String::from("[ ");
         for &x in v {

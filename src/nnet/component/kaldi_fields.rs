@@ -18,30 +18,27 @@ pub trait WriteField {
     }
 }
 
-impl WriteField for f32 {
-    fn write_value(&self, w: &mut TokenWriter) {
-        w.f32(*self);
-    }
+/// The scalars, each written and read by the token writer's and reader's method of its name.
+macro_rules! scalar_fields {
+    ($($ty:ident),+) => {$(
+        impl WriteField for $ty {
+            fn write_value(&self, w: &mut TokenWriter) {
+                w.$ty(*self);
+            }
+        }
+        impl ReadField for $ty {
+            fn read_value(r: &mut TokenReader<'_>) -> Result<Self> {
+                r.$ty()
+            }
+        }
+    )+};
 }
-impl WriteField for f64 {
-    fn write_value(&self, w: &mut TokenWriter) {
-        w.f64(*self);
-    }
-}
-impl WriteField for i32 {
-    fn write_value(&self, w: &mut TokenWriter) {
-        w.i32(*self);
-    }
-}
+scalar_fields!(f32, f64, i32, bool);
+
 /// A dimension, written as Kaldi's int32.
 impl WriteField for usize {
     fn write_value(&self, w: &mut TokenWriter) {
         w.i32(*self as i32);
-    }
-}
-impl WriteField for bool {
-    fn write_value(&self, w: &mut TokenWriter) {
-        w.bool(*self);
     }
 }
 impl WriteField for Vec<i32> {
@@ -139,26 +136,6 @@ pub trait ReadField: Sized {
     fn read_value(r: &mut TokenReader<'_>) -> Result<Self>;
 }
 
-impl ReadField for f32 {
-    fn read_value(r: &mut TokenReader<'_>) -> Result<Self> {
-        r.f32()
-    }
-}
-impl ReadField for f64 {
-    fn read_value(r: &mut TokenReader<'_>) -> Result<Self> {
-        r.f64()
-    }
-}
-impl ReadField for i32 {
-    fn read_value(r: &mut TokenReader<'_>) -> Result<Self> {
-        r.i32()
-    }
-}
-impl ReadField for bool {
-    fn read_value(r: &mut TokenReader<'_>) -> Result<Self> {
-        r.bool()
-    }
-}
 impl ReadField for Vec<i32> {
     fn read_value(r: &mut TokenReader<'_>) -> Result<Self> {
         r.int_vec()
@@ -206,6 +183,16 @@ pub fn read_opt_into<T: ReadField>(
         *field = v;
     }
     Ok(())
+}
+
+/// `<Token>` then a vector of exactly `N` values.
+pub fn read_array_field<const N: usize>(r: &mut TokenReader<'_>, token: &str) -> Result<[f32; N]> {
+    r.expect_token(token)?;
+    let at = r.pos();
+    let v = r.vector()?;
+    v.to_vec()
+        .try_into()
+        .map_err(|_| r.err_at(at, format!("a {token} vector of dimension {N}")))
 }
 
 /// `<Token>` then a dimension (a positive int32 within the memory limit).

@@ -3,7 +3,7 @@
 //! Natural gradient is optional (`use-natural-gradient`, default true); the preconditioning
 //! is `crate::update`'s.
 
-use super::affine::weight_ng_options_from_config;
+use super::affine::{weight_ng_options, weight_ng_options_from_config};
 use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable};
 use super::param_init;
@@ -101,11 +101,12 @@ impl LinearComponent {
             orthonormal_constraint,
             ng: NaturalGradientOptions {
                 use_natural_gradient,
-                rank_in,
-                rank_out,
-                update_period,
-                num_samples_history,
-                ..NaturalGradientOptions::symmetric(0, alpha, 0, 0.0)
+                ..weight_ng_options(
+                    (rank_in, rank_out),
+                    update_period,
+                    num_samples_history,
+                    alpha,
+                )
             },
             ng_state: NaturalGradientState::default(),
         }))

@@ -17,9 +17,11 @@
 //! nudges the input derivative of units whose average derivative fell below a threshold.
 
 use super::info_summary;
-use super::kaldi_fields::{expect_closing, read_field, read_opt_field, write_updatable};
+use super::kaldi_fields::{
+    expect_closing, read_array_field, read_field, read_opt_field, write_updatable,
+};
 use super::param_init;
-use super::param_ops::{self, component_boilerplate, updatable_common};
+use super::param_ops::{self, updatable_boilerplate, updatable_common};
 use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
     UpdatableComponent,
@@ -159,20 +161,8 @@ impl LstmNonlinearityComponent {
         };
         let value_avg = read_stats(r, "<ValueAvg>")?;
         let deriv_avg = read_stats(r, "<DerivAvg>")?;
-        r.expect_token("<SelfRepairConfig>")?;
-        let at = r.pos();
-        let cfg = r.vector()?;
-        let cfg: [f32; 10] = cfg
-            .to_vec()
-            .try_into()
-            .map_err(|_| r.err_at(at, "a <SelfRepairConfig> vector of dimension 10"))?;
-        r.expect_token("<SelfRepairProb>")?;
-        let at = r.pos();
-        let prob = r.vector()?;
-        let prob: [f32; 5] = prob
-            .to_vec()
-            .try_into()
-            .map_err(|_| r.err_at(at, "a <SelfRepairProb> vector of dimension 5"))?;
+        let cfg: [f32; 10] = read_array_field(r, "<SelfRepairConfig>")?;
+        let prob: [f32; 5] = read_array_field(r, "<SelfRepairProb>")?;
         let use_dropout = read_opt_field(r, "<UseDropout>")?.unwrap_or(false);
         let count = read_field(r, "<Count>")?;
         expect_closing(r, TYPE)?;
@@ -399,14 +389,7 @@ impl Component for LstmNonlinearityComponent {
         s
     }
 
-    component_boilerplate!();
-
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        Some(self)
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        Some(self)
-    }
+    updatable_boilerplate!();
     fn exact_stats(&self) -> Vec<f64> {
         let mut v = vec![
             self.count,

@@ -70,6 +70,14 @@ impl Properties {
     pub fn has(self, f: Properties) -> bool {
         self.0 & f.0 == f.0
     }
+    /// These flags plus `f` when `cond` holds (a flag that depends on the configuration).
+    pub fn with_if(self, cond: bool, f: Properties) -> Properties {
+        if cond {
+            self | f
+        } else {
+            self
+        }
+    }
 }
 impl std::ops::BitOr for Properties {
     type Output = Properties;
@@ -110,6 +118,15 @@ impl<'a> Propagate<'a> {
             indexes: None,
             rng,
         }
+    }
+    /// Whether the input has `input_dim` columns and the output `output_dim` (a component
+    /// handed other matrices does nothing).
+    pub fn cols_fit(&self, input_dim: usize, output_dim: usize) -> bool {
+        self.input.num_cols() == input_dim && self.output.num_cols() == output_dim
+    }
+    /// [`Self::cols_fit`], and as many output rows as input rows (a simple component).
+    pub fn fits(&self, input_dim: usize, output_dim: usize) -> bool {
+        self.cols_fit(input_dim, output_dim) && self.output.num_rows() == self.input.num_rows()
     }
     /// The same step with `output` already holding the input (`PROPAGATE_IN_PLACE`).
     fn into_in_place(self) -> PropagateInPlace<'a> {
@@ -185,6 +202,19 @@ impl<'a> Backprop<'a> {
             rng,
         }
     }
+    /// Whether a simple component's backward step has its shapes: `in_value` (and `in_deriv`
+    /// when given) n × `input_dim`, `out_value` and `out_deriv` n × `output_dim`.
+    pub fn fits(&self, input_dim: usize, output_dim: usize) -> bool {
+        let n = self.in_value.num_rows();
+        let fits = |m: MatView<'_>, cols: usize| m.num_rows() == n && m.num_cols() == cols;
+        self.in_value.num_cols() == input_dim
+            && fits(self.out_value, output_dim)
+            && fits(self.out_deriv, output_dim)
+            && self
+                .in_deriv
+                .as_ref()
+                .is_none_or(|d| fits(d.as_view(), input_dim))
+    }
     /// The same step with `deriv` holding the output derivative (`BACKPROP_IN_PLACE`).
     fn in_place(self, deriv: MatViewMut<'a>) -> BackpropInPlace<'a> {
         let Backprop {
@@ -227,6 +257,15 @@ impl<'a> BackpropInPlace<'a> {
     }
 }
 
+/// The operands of [`Component::store_stats`]: the forward step's values and memo.
+pub struct StatsStep<'a> {
+    pub in_value: MatView<'a>,
+    pub out_value: MatView<'a>,
+    pub memo: Option<&'a Memo>,
+    /// Kaldi samples some statistics on a random subset of minibatches; this decides which.
+    pub rng: &'a mut dyn RngCore,
+}
+
 /// What a component is, as the compiler sees it: Kaldi's `Type()`, `InputDim()`,
 /// `OutputDim()` and `Properties()` in one declaration.
 #[derive(Clone, Copy, Debug)]
@@ -263,8 +302,17 @@ pub fn update_target<T: Component + 'static>(
 }
 
 /// Per-computation index information a general component precomputes once at compile time.
-pub trait PrecomputedIndexes: Send + Sync + std::fmt::Debug {
+/// A type declares itself one with an empty `impl`; `as_any` comes from [`AsAny`].
+pub trait PrecomputedIndexes: AsAny + Send + Sync + std::fmt::Debug {}
+
+/// The downcast hook of [`PrecomputedIndexes`], for every sized type.
+pub trait AsAny {
     fn as_any(&self) -> &dyn Any;
+}
+impl<T: Any> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }
 
 /// The step's precomputed indexes if they are a `P`, else `default()` (a caller that ran the
@@ -402,16 +450,25 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Accumulates statistics (components with `STORES_STATS`). Kaldi samples some of
-    /// them on a random subset of minibatches; `rng` decides which.
+    /// Accumulates statistics (components with `STORES_STATS`; Kaldi's `StoreStats`): the
+    /// caller's entry, which hands its operands in one [`StatsStep`] to
+    /// [`Self::store_stats_step`], the method components implement.
     fn store_stats(
         &mut self,
-        _in_value: MatView<'_>,
-        _out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        _rng: &mut dyn RngCore,
+        in_value: MatView<'_>,
+        out_value: MatView<'_>,
+        memo: Option<&Memo>,
+        rng: &mut dyn RngCore,
     ) {
+        self.store_stats_step(StatsStep {
+            in_value,
+            out_value,
+            memo,
+            rng,
+        });
     }
+    /// What [`Self::store_stats`] does; nothing by default.
+    fn store_stats_step(&mut self, _s: StatsStep<'_>) {}
     /// Zeroes stored statistics.
     fn zero_stats(&mut self) {}
     /// Scales stored statistics (Kaldi's ScaleStats-style decay), if any.
@@ -459,20 +516,32 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         desired.push(*output_index);
     }
     /// Whether `output_index` can be computed given which inputs exist; fills `used_inputs`
-    /// with the inputs it would use.
+    /// with the inputs it would use. A simple component needs its own Index; a general one
+    /// is judged by [`inputs_computable`] from `get_input_indexes` and `input_required`.
     fn is_computable(
         &self,
-        _misc: &MiscComputationInfo,
+        misc: &MiscComputationInfo,
         output_index: &Index,
         input_available: &dyn Fn(&Index) -> bool,
         used_inputs: Option<&mut Vec<Index>>,
     ) -> bool {
+        if !self.properties().has(Properties::SIMPLE) {
+            return inputs_computable(self, misc, output_index, input_available, used_inputs);
+        }
         let ok = input_available(output_index);
         if let (true, Some(u)) = (ok, used_inputs) {
             u.clear();
             u.push(*output_index);
         }
         ok
+    }
+    /// Whether `input`, one of `get_input_indexes(output_index)`, must exist for
+    /// `output_index` to be computable (general components; the others are optional: used
+    /// when they exist). An output with no inputs listed is asked about its own Index: true
+    /// (a component that needs no input, ConstantComponent) makes it computable, false (all
+    /// inputs optional, and the window empty) does not.
+    fn input_required(&self, _output_index: &Index, _input: &Index) -> bool {
+        true
     }
     /// Reorders (and may pad with kNoTime indexes) the input and output Indexes of a step.
     fn reorder_indexes(&self, _input: &mut Vec<Index>, _output: &mut Vec<Index>) {}
@@ -486,6 +555,46 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     ) -> Option<Box<dyn PrecomputedIndexes>> {
         None
     }
+}
+
+/// A general component's `is_computable` (Kaldi's pattern for optional inputs): computable
+/// when every required input exists and, when none is required, at least one input exists (see
+/// [`Component::input_required`] for an output with none); it uses every input that exists,
+/// in `get_input_indexes` order.
+pub fn inputs_computable<C: Component + ?Sized>(
+    c: &C,
+    misc: &MiscComputationInfo,
+    output_index: &Index,
+    input_available: &dyn Fn(&Index) -> bool,
+    used_inputs: Option<&mut Vec<Index>>,
+) -> bool {
+    let mut inputs = Vec::new();
+    c.get_input_indexes(misc, output_index, &mut inputs);
+    let num_inputs = inputs.len();
+    let (mut used, mut any_required) = (Vec::with_capacity(num_inputs), false);
+    let mut ok = true;
+    for i in inputs {
+        let required = c.input_required(output_index, &i);
+        any_required |= required;
+        if input_available(&i) {
+            used.push(i);
+        } else if required {
+            ok = false;
+            break;
+        }
+    }
+    let ok = if num_inputs == 0 {
+        c.input_required(output_index, output_index)
+    } else {
+        ok && (any_required || !used.is_empty())
+    };
+    if let Some(u) = used_inputs {
+        u.clear();
+        if ok {
+            u.extend(used);
+        }
+    }
+    ok
 }
 
 impl Clone for Box<dyn Component> {

@@ -7,12 +7,12 @@
 //! Also home of the info-line helpers [`summarize_vector`] and [`parameter_stats`], which
 //! reproduce Kaldi's `SummarizeVector` / `PrintParameterStats` text.
 
-use super::info_summary::fmt_succinct;
+use super::info_summary;
 use super::kaldi_fields::{read_field, read_opt_into, write_component};
 use super::param_ops::component_boilerplate;
 use super::{
     update_target, Backprop, BackpropInPlace, Component, Description, Memo, Propagate,
-    PropagateInPlace, Properties,
+    PropagateInPlace, Properties, StatsStep,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -437,14 +437,8 @@ impl Component for NonlinearComponent {
                 NonlinearKind::Sigmoid | NonlinearKind::Tanh => {
                     base | Properties::PROPAGATE_IN_PLACE
                 }
-                NonlinearKind::RectifiedLinear => {
-                    let p = base | Properties::PROPAGATE_IN_PLACE;
-                    if self.block_dim != self.dim {
-                        p | Properties::INPUT_CONTIGUOUS
-                    } else {
-                        p
-                    }
-                }
+                NonlinearKind::RectifiedLinear => (base | Properties::PROPAGATE_IN_PLACE)
+                    .with_if(self.block_dim != self.dim, Properties::INPUT_CONTIGUOUS),
                 NonlinearKind::Softmax => {
                     base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
                 }
@@ -610,13 +604,8 @@ impl Component for NonlinearComponent {
 
     component_boilerplate!();
 
-    fn store_stats(
-        &mut self,
-        _in_value: MatView<'_>,
-        out_value: MatView<'_>,
-        _memo: Option<&Memo>,
-        rng: &mut dyn RngCore,
-    ) {
+    fn store_stats_step(&mut self, s: StatsStep<'_>) {
+        let (out_value, rng) = (s.out_value, s.rng);
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh | NonlinearKind::RectifiedLinear => {
                 // Kaldi stores these on about every other minibatch, always on the first.
@@ -737,36 +726,9 @@ fn mean_stddev(v: &[f32]) -> (f32, f32) {
     (mean, stddev)
 }
 
-/// Kaldi's `SummarizeVector`: the elements for short vectors, else selected percentiles,
-/// mean and standard deviation.
+/// Kaldi's `SummarizeVector` with its float mean and standard deviation.
 pub fn summarize_vector(v: &[f32]) -> String {
-    if v.len() < 10 {
-        let mut s = String::from("[ ");
-        for &x in v {
-            s += &fmt_succinct(x);
-            s.push(' ');
-        }
-        s.push(']');
-        return s;
-    }
-    const PCTS: [usize; 13] = [0, 1, 2, 5, 10, 20, 50, 80, 90, 95, 98, 99, 100];
-    let mut sorted = v.to_vec();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let n = sorted.len() - 1;
-    let mut s = String::from("[percentiles(0,1,2,5 10,20,50,80,90 95,98,99,100)=(");
-    for (i, &p) in PCTS.iter().enumerate() {
-        s += &fmt_succinct(sorted[(p * n) / 100]);
-        if i + 1 < PCTS.len() {
-            s.push(if i == 3 || i == 8 { ' ' } else { ',' });
-        }
-    }
-    let (mean, stddev) = mean_stddev(v);
-    s += &format!(
-        "), mean={}, stddev={}]",
-        fmt_g(mean as f64, 3),
-        fmt_g(stddev as f64, 3)
-    );
-    s
+    info_summary::summarize_vector_with(v, mean_stddev)
 }
 
 /// Kaldi's `PrintParameterStats` for a vector: `, NAME-{mean,stddev}=m,s` (or `, NAME-rms=r`
@@ -790,6 +752,7 @@ pub fn parameter_stats(name: &str, v: &[f32], include_mean: bool) -> String {
 mod tests {
     use super::*;
     use crate::matrix::Matrix;
+    use crate::nnet::component::info_summary::fmt_succinct;
     use crate::testing::component::{forward, input_deriv};
 
     /// True if a component body holds a non-zero `<Count>`.

@@ -8,7 +8,7 @@ use super::nonlinear::summarize_vector;
 use super::param_ops::component_boilerplate;
 use super::{
     Backprop, BackpropInPlace, Component, Description, Memo, Propagate, PropagateInPlace,
-    Properties,
+    Properties, StatsStep,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -102,17 +102,16 @@ impl NormalizeComponent {
 
 impl Component for NormalizeComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let mut p =
-                Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS;
-            if !self.add_log_stddev {
-                p = p | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE;
-            }
-            if self.block_dim != self.input_dim {
-                p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
-            }
-            p
-        };
+        let properties =
+            (Properties::SIMPLE | Properties::BACKPROP_NEEDS_INPUT | Properties::BACKPROP_ADDS)
+                .with_if(
+                    !self.add_log_stddev,
+                    Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+                )
+                .with_if(
+                    self.block_dim != self.input_dim,
+                    Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS,
+                );
         Description::new(
             "NormalizeComponent",
             self.input_dim,
@@ -423,19 +422,18 @@ impl BatchNormComponent {
 
 impl Component for BatchNormComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let mut p = Properties::SIMPLE
-                | Properties::BACKPROP_NEEDS_OUTPUT
-                | Properties::PROPAGATE_IN_PLACE
-                | Properties::BACKPROP_IN_PLACE;
-            if self.block_dim < self.dim {
-                p = p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS;
-            }
-            if !self.test_mode {
-                p = p | Properties::USES_MEMO | Properties::STORES_STATS;
-            }
-            p
-        };
+        let properties = (Properties::SIMPLE
+            | Properties::BACKPROP_NEEDS_OUTPUT
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_IN_PLACE)
+            .with_if(
+                self.block_dim < self.dim,
+                Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS,
+            )
+            .with_if(
+                !self.test_mode,
+                Properties::USES_MEMO | Properties::STORES_STATS,
+            );
         Description::new("BatchNormComponent", self.dim, self.dim, properties)
     }
     fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
@@ -488,17 +486,11 @@ impl Component for BatchNormComponent {
         s
     }
     component_boilerplate!();
-    fn store_stats(
-        &mut self,
-        _: MatView<'_>,
-        _: MatView<'_>,
-        memo: Option<&Memo>,
-        _rng: &mut dyn RngCore,
-    ) {
+    fn store_stats_step(&mut self, s: StatsStep<'_>) {
         if self.test_mode {
             return;
         }
-        let Some(m) = memo.and_then(|m| m.downcast_ref::<BatchNormMemo>()) else {
+        let Some(m) = s.memo.and_then(|m| m.downcast_ref::<BatchNormMemo>()) else {
             return;
         };
         if self.stats_sum.len() != self.block_dim {

@@ -85,8 +85,21 @@ macro_rules! component_boilerplate {
 }
 pub(crate) use component_boilerplate;
 
+/// `component_boilerplate!()` plus `set_test_mode` setting the `test_mode` field: the dropout
+/// family, whose randomness is off in test mode.
+macro_rules! test_mode_boilerplate {
+    () => {
+        $crate::nnet::component::param_ops::component_boilerplate!();
+        fn set_test_mode(&mut self, test_mode: bool, _rng: &mut dyn rand::RngCore) {
+            self.test_mode = test_mode;
+        }
+    };
+}
+pub(crate) use test_mode_boilerplate;
+
 /// `component_boilerplate!()` plus `as_updatable` and `as_updatable_mut` giving the component
-/// itself (for a type that implements `UpdatableComponent`).
+/// itself (for a type that implements `UpdatableComponent`); with `if cond`, only while
+/// `self.cond` holds (`is-updatable=false` makes a ConstantComponent a constant).
 macro_rules! updatable_boilerplate {
     () => {
         $crate::nnet::component::param_ops::component_boilerplate!();
@@ -97,6 +110,21 @@ macro_rules! updatable_boilerplate {
             &mut self,
         ) -> Option<&mut dyn $crate::nnet::component::UpdatableComponent> {
             Some(self)
+        }
+    };
+    (if $($cond:tt)+) => {
+        $crate::nnet::component::param_ops::component_boilerplate!();
+        fn as_updatable(&self) -> Option<&dyn $crate::nnet::component::UpdatableComponent> {
+            self.$($cond)+.then_some(self as &dyn $crate::nnet::component::UpdatableComponent)
+        }
+        fn as_updatable_mut(
+            &mut self,
+        ) -> Option<&mut dyn $crate::nnet::component::UpdatableComponent> {
+            if self.$($cond)+ {
+                Some(self)
+            } else {
+                None
+            }
         }
     };
 }

@@ -358,22 +358,16 @@ impl Component for ClipGradientComponent {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::matrix::Matrix;
-
-    fn cfg(s: &str) -> ConfigLine {
-        ConfigLine::parse_str(s).expect("config")
-    }
+    use crate::testing::component::{init, input_deriv};
 
     #[test]
     fn norm_based_clipping_scales_long_rows() {
-        let c = ClipGradientComponent::from_config(
-            &cfg("dim=2 clipping-threshold=1 norm-based-clipping=true"),
-            &mut crate::random::seeded_rng(0),
-        )
-        .expect("init");
+        let config =
+            "type=ClipGradientComponent dim=2 clipping-threshold=1 norm-based-clipping=true";
+        let c = init(config).expect("init");
         let od = Matrix::from_rows(&[vec![3.0, 4.0], vec![0.3, 0.4]]);
-        let v = crate::testing::component::input_deriv(c.as_ref(), &od, &od, &od).to_vec();
+        let v = input_deriv(c.as_ref(), &od, &od, &od).to_vec();
         assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6);
         assert_eq!(&v[2..], &[0.3, 0.4]);
     }

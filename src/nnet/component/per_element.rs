@@ -4,15 +4,16 @@
 //! its backprop reconstructs x from the output) and `ConstantFunctionComponent` (y = c,
 //! ignoring x).
 
+use super::constant::{constant_info, ConstantOutput};
 use super::info_summary;
 use super::kaldi_fields::{
     self, read_field, read_nonempty_vector, read_opt_field, write_updatable,
 };
 use super::param_init;
-use super::param_ops::{component_boilerplate, updatable_boilerplate, vector_params_updatable};
+use super::param_ops::{updatable_boilerplate, vector_params_updatable};
 use super::{
     update_target, Backprop, BackpropInPlace, Component, Description, Memo, Propagate,
-    PropagateInPlace, Properties, UpdatableCommon, UpdatableComponent,
+    PropagateInPlace, Properties, UpdatableCommon,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -347,17 +348,14 @@ impl PerElementOffsetComponent {
 
 impl Component for PerElementOffsetComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let p = Properties::SIMPLE
-                | Properties::UPDATABLE
-                | Properties::BACKPROP_IN_PLACE
-                | Properties::PROPAGATE_IN_PLACE;
-            if self.dim != self.offsets.dim() {
-                p | Properties::OUTPUT_CONTIGUOUS
-            } else {
-                p
-            }
-        };
+        let properties = (Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::PROPAGATE_IN_PLACE)
+            .with_if(
+                self.dim != self.offsets.dim(),
+                Properties::OUTPUT_CONTIGUOUS,
+            );
         Description::new(PEO, self.dim, self.dim, properties)
     }
     fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
@@ -531,18 +529,15 @@ impl ScaleAndOffsetComponent {
 
 impl Component for ScaleAndOffsetComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let p = Properties::SIMPLE
-                | Properties::UPDATABLE
-                | Properties::BACKPROP_IN_PLACE
-                | Properties::PROPAGATE_IN_PLACE
-                | Properties::BACKPROP_NEEDS_OUTPUT;
-            if self.dim != self.scales.dim() {
-                p | Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS
-            } else {
-                p
-            }
-        };
+        let properties = (Properties::SIMPLE
+            | Properties::UPDATABLE
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::PROPAGATE_IN_PLACE
+            | Properties::BACKPROP_NEEDS_OUTPUT)
+            .with_if(
+                self.dim != self.scales.dim(),
+                Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS,
+            );
         Description::new(SAO, self.dim, self.dim, properties)
     }
     fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
@@ -633,48 +628,42 @@ impl ConstantFunctionComponent {
         let common = UpdatableCommon::from_config(cfg)?;
         let input_dim = param_init::require_positive(cfg, "input-dim")?;
         let output_dim = param_init::require_positive(cfg, "output-dim")?;
-        Ok(Box::new(ConstantFunctionComponent {
-            common,
-            input_dim,
-            output: param_init::constant_output_from_config(cfg, output_dim, init_rng)?,
-            is_updatable: cfg.get_or("is-updatable", true)?,
-            ng: NaturalGradientOptions::per_element(cfg.get_or("use-natural-gradient", true)?),
-            ng_state: NaturalGradientState::default(),
-        }))
+        let c = ConstantOutput::from_config(cfg, output_dim, init_rng)?;
+        Ok(Box::new(ConstantFunctionComponent::new(
+            common, input_dim, c,
+        )))
     }
 
     /// Reads a ConstantFunctionComponent body.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
         let common = UpdatableCommon::read(r, CFC)?;
         let input_dim = kaldi_fields::read_dim_field(r, "<InputDim>", "input dimension")?;
-        r.expect_token("<Output>")?;
-        let output = read_nonempty_vector(r, "output")?;
-        let is_updatable = read_field(r, "<IsUpdatable>")?;
-        let use_natural_gradient = read_field(r, "<UseNaturalGradient>")?;
-        kaldi_fields::expect_closing(r, CFC)?;
-        Ok(Box::new(ConstantFunctionComponent {
+        let c = ConstantOutput::read(r, CFC)?;
+        Ok(Box::new(ConstantFunctionComponent::new(
+            common, input_dim, c,
+        )))
+    }
+
+    fn new(common: UpdatableCommon, input_dim: usize, c: ConstantOutput) -> Self {
+        ConstantFunctionComponent {
             common,
             input_dim,
-            output,
-            is_updatable,
-            ng: NaturalGradientOptions::per_element(use_natural_gradient),
+            output: c.output,
+            is_updatable: c.is_updatable,
+            ng: c.ng,
             ng_state: NaturalGradientState::default(),
-        }))
+        }
     }
 }
 
 impl Component for ConstantFunctionComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let mut p = Properties::SIMPLE | Properties::BACKPROP_ADDS;
-            if self.is_updatable {
-                p = p | Properties::UPDATABLE;
-            }
-            if self.input_dim == self.output.dim() {
-                p = p | Properties::PROPAGATE_IN_PLACE;
-            }
-            p
-        };
+        let properties = (Properties::SIMPLE | Properties::BACKPROP_ADDS)
+            .with_if(self.is_updatable, Properties::UPDATABLE)
+            .with_if(
+                self.input_dim == self.output.dim(),
+                Properties::PROPAGATE_IN_PLACE,
+            );
         Description::new(CFC, self.input_dim, self.output.dim(), properties)
     }
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
@@ -714,29 +703,15 @@ impl Component for ConstantFunctionComponent {
             self.input_dim,
             self.output.dim()
         );
-        format!(
-            "{dims}, {}, {dims}, is-updatable={}, use-natural-gradient={}, {}",
-            info_summary::updatable_info(&self.common),
+        constant_info(
+            (&dims, &dims),
+            &self.common,
             self.is_updatable,
-            self.ng.use_natural_gradient,
-            info_summary::vector_stats("output", &self.output)
+            &self.ng,
+            &self.output,
         )
     }
-    component_boilerplate!();
-    fn as_updatable(&self) -> Option<&dyn UpdatableComponent> {
-        if self.is_updatable {
-            Some(self)
-        } else {
-            None
-        }
-    }
-    fn as_updatable_mut(&mut self) -> Option<&mut dyn UpdatableComponent> {
-        if self.is_updatable {
-            Some(self)
-        } else {
-            None
-        }
-    }
+    updatable_boilerplate!(if is_updatable);
 }
 
 vector_params_updatable!(ConstantFunctionComponent, output);

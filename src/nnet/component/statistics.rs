@@ -13,8 +13,8 @@ use super::kaldi_fields::{self, read_count_field, read_dim_field, read_field, wr
 use super::param_init;
 use super::param_ops::component_boilerplate;
 use super::{
-    Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
-    Properties,
+    inputs_computable, Backprop, Component, Description, Memo, MiscComputationInfo,
+    PrecomputedIndexes, Propagate, Properties,
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
@@ -23,10 +23,43 @@ use crate::matrix::PoolingOptions;
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
 use rustc_hash::FxHashMap;
-use std::any::Any;
 
 const EXTRACTION: &str = "StatisticsExtractionComponent";
 const POOLING: &str = "StatisticsPoolingComponent";
+
+/// The Index hooks both components share: output `o` reads the inputs of the window
+/// `self.$span(o)` = (first t, step, count) at its n and x, all optional, and the Indexes are
+/// sorted (n, x, t).
+macro_rules! window_hooks {
+    ($span:ident) => {
+        fn get_input_indexes(
+            &self,
+            misc: &MiscComputationInfo,
+            o: &Index,
+            desired: &mut Vec<Index>,
+        ) {
+            desired.clear();
+            desired.extend(span_within(misc, o, self.$span(o)));
+        }
+        fn input_required(&self, _: &Index, _: &Index) -> bool {
+            false
+        }
+        fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
+            sort_nxt(input);
+            sort_nxt(output);
+        }
+        fn precompute_indexes(
+            &self,
+            _: &MiscComputationInfo,
+            input: &[Index],
+            output: &[Index],
+            _need_backprop: bool,
+        ) -> Option<Box<dyn PrecomputedIndexes>> {
+            let window = |o: &Index| self.$span(o);
+            Some(Box::new(StatsPrecomputed::new(input, output, window)))
+        }
+    };
+}
 
 /// Kaldi's IndexLessNxt: n, then x, then t.
 fn sort_nxt(v: &mut [Index]) {
@@ -43,11 +76,7 @@ pub struct StatsPrecomputed {
     pub counts: Vec<f32>,
 }
 
-impl PrecomputedIndexes for StatsPrecomputed {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for StatsPrecomputed {}
 
 impl StatsPrecomputed {
     /// Builds the ranges from each output's input Indexes (those present in `input`), given
@@ -208,14 +237,8 @@ impl StatisticsExtractionComponent {
 
 impl Component for StatisticsExtractionComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let p = Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES;
-            if self.include_variance {
-                p | Properties::BACKPROP_NEEDS_INPUT
-            } else {
-                p
-            }
-        };
+        let properties = (Properties::PROPAGATE_ADDS | Properties::REORDERS_INDEXES)
+            .with_if(self.include_variance, Properties::BACKPROP_NEEDS_INPUT);
         Description::new(
             EXTRACTION,
             self.input_dim,
@@ -264,37 +287,7 @@ impl Component for StatisticsExtractionComponent {
         input.widen(1 - p, p - 1)
     }
 
-    fn get_input_indexes(&self, misc: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
-        desired.clear();
-        desired.extend(span_within(misc, o, self.group_span(o)));
-    }
-
-    fn is_computable(
-        &self,
-        misc: &MiscComputationInfo,
-        o: &Index,
-        input_available: &dyn Fn(&Index) -> bool,
-        used_inputs: Option<&mut Vec<Index>>,
-    ) -> bool {
-        optional_inputs(misc, o, self.group_span(o), input_available, used_inputs)
-    }
-
-    fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
-        sort_nxt(input);
-        sort_nxt(output);
-    }
-
-    fn precompute_indexes(
-        &self,
-        _: &MiscComputationInfo,
-        input: &[Index],
-        output: &[Index],
-        _need_backprop: bool,
-    ) -> Option<Box<dyn PrecomputedIndexes>> {
-        Some(Box::new(StatsPrecomputed::new(input, output, |o| {
-            self.group_span(o)
-        })))
-    }
+    window_hooks!(group_span);
 
     fn write(&self, w: &mut TokenWriter) {
         write_component(
@@ -342,24 +335,6 @@ fn span_within(
     };
     let (n, x) = (o.n, o.x);
     (k0..=k1).map(move |k| Index::new(n, (first + k * step) as i32, x))
-}
-
-fn optional_inputs(
-    misc: &MiscComputationInfo,
-    o: &Index,
-    span: (i64, i64, i64),
-    input_available: &dyn Fn(&Index) -> bool,
-    used_inputs: Option<&mut Vec<Index>>,
-) -> bool {
-    let mut window = span_within(misc, o, span);
-    match used_inputs {
-        None => window.any(|i| input_available(&i)),
-        Some(u) => {
-            u.clear();
-            u.extend(window.filter(|i| input_available(i)));
-            !u.is_empty()
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -482,16 +457,15 @@ impl StatisticsPoolingComponent {
 
 impl Component for StatisticsPoolingComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let mut p = Properties::REORDERS_INDEXES | Properties::BACKPROP_ADDS;
-            if self.output_stddevs || self.num_log_count_features > 0 {
-                p = p | Properties::BACKPROP_NEEDS_OUTPUT;
-            }
-            if self.num_log_count_features == 0 {
-                p = p | Properties::BACKPROP_NEEDS_INPUT;
-            }
-            p
-        };
+        let properties = (Properties::REORDERS_INDEXES | Properties::BACKPROP_ADDS)
+            .with_if(
+                self.output_stddevs || self.num_log_count_features > 0,
+                Properties::BACKPROP_NEEDS_OUTPUT,
+            )
+            .with_if(
+                self.num_log_count_features == 0,
+                Properties::BACKPROP_NEEDS_INPUT,
+            );
         Description::new(
             POOLING,
             self.input_dim,
@@ -544,11 +518,6 @@ impl Component for StatisticsPoolingComponent {
         input.widen(-(self.right_context as i64), self.left_context as i64)
     }
 
-    fn get_input_indexes(&self, misc: &MiscComputationInfo, o: &Index, desired: &mut Vec<Index>) {
-        desired.clear();
-        desired.extend(span_within(misc, o, self.window_span(o)));
-    }
-
     fn is_computable(
         &self,
         misc: &MiscComputationInfo,
@@ -563,25 +532,9 @@ impl Component for StatisticsPoolingComponent {
             }
             return false;
         }
-        optional_inputs(misc, o, self.window_span(o), input_available, used_inputs)
+        inputs_computable(self, misc, o, input_available, used_inputs)
     }
-
-    fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
-        sort_nxt(input);
-        sort_nxt(output);
-    }
-
-    fn precompute_indexes(
-        &self,
-        _: &MiscComputationInfo,
-        input: &[Index],
-        output: &[Index],
-        _need_backprop: bool,
-    ) -> Option<Box<dyn PrecomputedIndexes>> {
-        Some(Box::new(StatsPrecomputed::new(input, output, |o| {
-            self.window_span(o)
-        })))
-    }
+    window_hooks!(window_span);
 
     fn write(&self, w: &mut TokenWriter) {
         write_component(

@@ -20,10 +20,9 @@ use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
-use crate::nnet::index::{Index, TRange, NO_TIME};
+use crate::nnet::index::{Index, NO_TIME};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
 use rand::RngCore;
-use std::any::Any;
 use std::collections::HashMap;
 
 const TDNN: &str = "TdnnComponent";
@@ -70,11 +69,7 @@ pub struct TdnnPrecomputed {
     pub offsets: Vec<TdnnOffsetRows>,
 }
 
-impl PrecomputedIndexes for TdnnPrecomputed {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for TdnnPrecomputed {}
 
 /// Average run length from which separate GEMMs per run beat one gathered copy.
 const MIN_AVG_RUN: usize = 16;
@@ -180,6 +175,25 @@ impl TdnnPrecomputed {
     }
 }
 
+/// TdnnComponent's natural-gradient options: its ranks and alphas per side, Kaldi's fixed
+/// update period.
+fn tdnn_ng_options(
+    use_natural_gradient: bool,
+    (rank_in, rank_out): (i32, i32),
+    (alpha_in, alpha_out): (f32, f32),
+    num_samples_history: f32,
+) -> NaturalGradientOptions {
+    NaturalGradientOptions {
+        use_natural_gradient,
+        rank_in,
+        rank_out,
+        alpha_in,
+        alpha_out,
+        update_period: TDNN_NG_UPDATE_PERIOD,
+        num_samples_history,
+    }
+}
+
 impl TdnnComponent {
     /// Kaldi's TdnnComponent::InitFromConfig.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
@@ -217,15 +231,12 @@ impl TdnnComponent {
             linear_params: linear_params.into(),
             bias_params,
             orthonormal_constraint: cfg.get_or("orthonormal-constraint", 0.0f32)?,
-            ng: NaturalGradientOptions {
-                use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
-                rank_in,
-                rank_out,
-                alpha_in,
-                alpha_out,
-                update_period: TDNN_NG_UPDATE_PERIOD,
+            ng: tdnn_ng_options(
+                cfg.get_or("use-natural-gradient", true)?,
+                (rank_in, rank_out),
+                (alpha_in, alpha_out),
                 num_samples_history,
-            },
+            ),
             ng_state: NaturalGradientState::default(),
         }))
     }
@@ -284,15 +295,12 @@ impl TdnnComponent {
             linear_params: linear_params.into(),
             bias_params,
             orthonormal_constraint,
-            ng: NaturalGradientOptions {
+            ng: tdnn_ng_options(
                 use_natural_gradient,
-                rank_in,
-                rank_out,
-                alpha_in,
-                alpha_out,
-                update_period: TDNN_NG_UPDATE_PERIOD,
+                (rank_in, rank_out),
+                (alpha_in, alpha_out),
                 num_samples_history,
-            },
+            ),
             ng_state: NaturalGradientState::default(),
         }))
     }
@@ -365,19 +373,58 @@ fn gather(src: MatView<'_>, rows: &[i32]) -> Matrix {
     m
 }
 
+/// The Index hooks of the components whose output at t reads the input at t + each time offset
+/// (`self.$offsets()`), needing those at `self.$required()`: TdnnComponent and
+/// TimeHeightConvolutionComponent. Both sort their Indexes t-major (t, x, n): with all
+/// sequences present at every frame, each offset's input rows then form one contiguous block
+/// (or mostly runs, for a convolution with padding).
+macro_rules! time_offset_hooks {
+    ($offsets:ident, $required:ident) => {
+        /// Output t is computable where the input is at every required t + offset.
+        fn output_t_range(&self, input: $crate::nnet::TRange) -> $crate::nnet::TRange {
+            let req = self.$required();
+            let lo = req.iter().min().copied().unwrap_or(0) as i64;
+            let hi = req.iter().max().copied().unwrap_or(0) as i64;
+            match input {
+                $crate::nnet::TRange::Span(a, b) => $crate::nnet::TRange::span(a - lo, b - hi),
+                r => r,
+            }
+        }
+        fn get_input_indexes(
+            &self,
+            _misc: &$crate::nnet::component::MiscComputationInfo,
+            output_index: &$crate::nnet::Index,
+            desired: &mut Vec<$crate::nnet::Index>,
+        ) {
+            desired.clear();
+            let offsets = self.$offsets();
+            desired.extend(offsets.iter().map(|&t| output_index.with_t_offset(t)));
+        }
+        fn reorder_indexes(
+            &self,
+            input: &mut Vec<$crate::nnet::Index>,
+            output: &mut Vec<$crate::nnet::Index>,
+        ) {
+            input.sort();
+            output.sort();
+        }
+    };
+}
+pub(crate) use time_offset_hooks;
+
+impl TdnnComponent {
+    fn time_offsets(&self) -> &[i32] {
+        &self.time_offsets
+    }
+}
+
 impl Component for TdnnComponent {
     fn describe(&self) -> Description {
-        let properties = {
-            let p = Properties::UPDATABLE
-                | Properties::REORDERS_INDEXES
-                | Properties::BACKPROP_ADDS
-                | Properties::BACKPROP_NEEDS_INPUT;
-            if self.bias_params.dim() == 0 {
-                p | Properties::PROPAGATE_ADDS
-            } else {
-                p
-            }
-        };
+        let properties = (Properties::UPDATABLE
+            | Properties::REORDERS_INDEXES
+            | Properties::BACKPROP_ADDS
+            | Properties::BACKPROP_NEEDS_INPUT)
+            .with_if(self.bias_params.dim() == 0, Properties::PROPAGATE_ADDS);
         Description::new(
             TDNN,
             self.block_dim(),
@@ -523,58 +570,8 @@ impl Component for TdnnComponent {
         }
     }
 
-    /// Output t needs the input at every t + offset.
-    fn output_t_range(&self, input: TRange) -> TRange {
-        let lo = self.time_offsets.iter().min().copied().unwrap_or(0) as i64;
-        let hi = self.time_offsets.iter().max().copied().unwrap_or(0) as i64;
-        match input {
-            TRange::Span(a, b) => TRange::span(a - lo, b - hi),
-            r => r,
-        }
-    }
-
-    fn get_input_indexes(
-        &self,
-        _misc: &MiscComputationInfo,
-        output_index: &Index,
-        desired: &mut Vec<Index>,
-    ) {
-        desired.clear();
-        for &off in &self.time_offsets {
-            let mut i = *output_index;
-            i.t = i.t.wrapping_add(off);
-            desired.push(i);
-        }
-    }
-
-    fn is_computable(
-        &self,
-        _misc: &MiscComputationInfo,
-        output_index: &Index,
-        input_available: &dyn Fn(&Index) -> bool,
-        used_inputs: Option<&mut Vec<Index>>,
-    ) -> bool {
-        let needed = self.time_offsets.iter().map(|&off| {
-            let mut i = *output_index;
-            i.t = i.t.wrapping_add(off);
-            i
-        });
-        let ok = needed.clone().all(|i| input_available(&i));
-        if let Some(u) = used_inputs {
-            u.clear();
-            if ok {
-                u.extend(needed);
-            }
-        }
-        ok
-    }
-
-    fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
-        // t-major order (t, x, n): with all sequences present at every frame, each offset's
-        // input rows then form one contiguous block.
-        input.sort();
-        output.sort();
-    }
+    // Every offset's input is required.
+    time_offset_hooks!(time_offsets, time_offsets);
 
     fn precompute_indexes(
         &self,

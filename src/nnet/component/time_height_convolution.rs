@@ -22,6 +22,7 @@ use super::info_summary;
 use super::kaldi_fields::{self, read_field, read_positive_i32, write_fields, Field, WriteField};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, updatable_boilerplate};
+use super::tdnn::time_offset_hooks;
 use super::{
     precomputed_or_default, Backprop, Component, Description, Memo, MiscComputationInfo,
     PrecomputedIndexes, Propagate, Properties, UpdatableCommon,
@@ -30,10 +31,9 @@ use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
-use crate::nnet::index::{Index, TRange, NO_TIME};
+use crate::nnet::index::{Index, NO_TIME};
 use crate::update::natural_gradient::OnlineNaturalGradient;
 use rand::RngCore;
-use std::any::Any;
 use std::collections::HashMap;
 
 const CONV: &str = "TimeHeightConvolutionComponent";
@@ -279,11 +279,7 @@ pub struct ConvPrecomputed {
     pub rows: Vec<i32>,
 }
 
-impl PrecomputedIndexes for ConvPrecomputed {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+impl PrecomputedIndexes for ConvPrecomputed {}
 
 impl ConvPrecomputed {
     /// The row table for these Indexes, in the order given.
@@ -610,6 +606,15 @@ fn with_reshaped<R>(view: MatView<'_>, groups: usize, f: impl FnOnce(MatView<'_>
     }
 }
 
+impl TimeHeightConvolutionComponent {
+    fn all_time_offsets(&self) -> Vec<i32> {
+        self.model.all_time_offsets()
+    }
+    fn required_time_offsets(&self) -> &[i32] {
+        &self.model.required_time_offsets
+    }
+}
+
 impl Component for TimeHeightConvolutionComponent {
     fn describe(&self) -> Description {
         Description::new(
@@ -627,7 +632,7 @@ impl Component for TimeHeightConvolutionComponent {
 
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         let (n_in, n_out) = (p.input.num_rows(), p.output.num_rows());
-        if p.input.num_cols() != self.input_dim() || p.output.num_cols() != self.output_dim() {
+        if !p.cols_fit(self.input_dim(), self.output_dim()) {
             return None;
         }
         let layout = self.layout(p.indexes, n_in, n_out)?;
@@ -758,67 +763,12 @@ impl Component for TimeHeightConvolutionComponent {
         }
     }
 
-    /// Output t is computable where every required offset's input is.
-    fn output_t_range(&self, input: TRange) -> TRange {
-        let r = &self.model.required_time_offsets;
-        let lo = r.iter().min().copied().unwrap_or(0) as i64;
-        let hi = r.iter().max().copied().unwrap_or(0) as i64;
-        match input {
-            TRange::Span(a, b) => TRange::span(a - lo, b - hi),
-            r => r,
-        }
-    }
+    time_offset_hooks!(all_time_offsets, required_time_offsets);
 
-    fn get_input_indexes(
-        &self,
-        _misc: &MiscComputationInfo,
-        output_index: &Index,
-        desired: &mut Vec<Index>,
-    ) {
-        desired.clear();
-        for t in self.model.all_time_offsets() {
-            let mut i = *output_index;
-            i.t = i.t.wrapping_add(t);
-            desired.push(i);
-        }
-    }
-
-    fn is_computable(
-        &self,
-        _misc: &MiscComputationInfo,
-        output_index: &Index,
-        input_available: &dyn Fn(&Index) -> bool,
-        used_inputs: Option<&mut Vec<Index>>,
-    ) -> bool {
-        let at = |t: i32| {
-            let mut i = *output_index;
-            i.t = i.t.wrapping_add(t);
-            i
-        };
-        let ok = self
-            .model
-            .required_time_offsets
-            .iter()
-            .all(|&t| input_available(&at(t)));
-        if let Some(u) = used_inputs {
-            u.clear();
-            if ok {
-                u.extend(
-                    self.model
-                        .all_time_offsets()
-                        .into_iter()
-                        .map(at)
-                        .filter(|i| input_available(i)),
-                );
-            }
-        }
-        ok
-    }
-
-    fn reorder_indexes(&self, input: &mut Vec<Index>, output: &mut Vec<Index>) {
-        // t-major order, as TdnnComponent: the rows an offset reads are then mostly runs.
-        input.sort();
-        output.sort();
+    /// The inputs at the required time offsets; the others are used where they exist.
+    fn input_required(&self, output_index: &Index, input: &Index) -> bool {
+        let t = input.t.wrapping_sub(output_index.t);
+        self.model.required_time_offsets.contains(&t)
     }
 
     fn precompute_indexes(
