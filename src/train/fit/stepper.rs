@@ -651,11 +651,14 @@ impl KaldiNgStepper {
     pub fn write_state(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"ng\0");
         out.extend_from_slice(&self.rng.words.to_le_bytes());
+        // Without momentum the delta is zero between minibatches: no blocks are written (a
+        // model-sized part less to write and sync).
         let blocks: Vec<&dyn crate::nnet::component::UpdatableComponent> = self
             .delta
             .components
             .iter()
             .filter_map(|c| c.as_updatable())
+            .filter(|_| self.momentum != 0.0)
             .collect();
         out.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
         for u in blocks {
@@ -692,13 +695,13 @@ impl KaldiNgStepper {
             .iter_mut()
             .filter_map(|c| c.as_updatable_mut())
             .collect();
-        if n != blocks.len() as u64 {
+        if n != blocks.len() as u64 && (n != 0 || self.momentum != 0.0) {
             return Err(r.err(&format!(
                 "{n} parameter blocks, this network has {} (a checkpoint of another network)",
                 blocks.len()
             )));
         }
-        for (b, u) in blocks.iter_mut().enumerate() {
+        for (b, u) in blocks.iter_mut().enumerate().take(n as usize) {
             let len = r.u64()?;
             if len != u.num_parameters() as u64 {
                 return Err(r.err(&format!(
