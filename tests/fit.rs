@@ -586,3 +586,233 @@ fn derivative_time_limits_in_fit_equal_compnet_train() {
     ]);
     assert!(err.contains("--min-deriv-time=5"), "{err}");
 }
+
+/// Per-utterance labels from the command line: `--help` says how they are given, the
+/// bundled pooling network learns from `utt2label` with a range of chunk widths, and a
+/// label for an utterance the features lack is an error naming the file, line and key.
+#[test]
+fn per_utterance_labels_train_a_pooling_network() {
+    let help = ok(&["fit", "--help"]);
+    assert!(
+        help.contains("utt2label") && help.contains("MIN,MAX"),
+        "{help}"
+    );
+    let digits = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/digits");
+    let t = tempfile::tempdir().unwrap();
+    let out = s(&t.path().join("xv"));
+    let config = format!("{digits}/xvector.config");
+    let train = format!("{digits}/train");
+    let valid = format!("{digits}/valid");
+    let text = ok(&[
+        "fit",
+        &config,
+        "--train",
+        &train,
+        "--valid",
+        &valid,
+        "--out",
+        &out,
+        "--labels=utterance",
+        "--chunk-width=7,8",
+        "--num-epochs=2",
+        "--learning-rate=0.002",
+        "--srand=1",
+    ]);
+    let acc: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("validation accuracy "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(acc > 0.8, "validation accuracy {acc}");
+    // One output row per chunk: eval counts one frame per image of the validation set.
+    let e = ok(&[
+        "eval",
+        "--labels=utterance",
+        &format!("{out}/final.raw"),
+        &valid,
+    ]);
+    assert!(e.contains("over 299 frames"), "{e}");
+    // A label for an utterance that is not in feats.ark.
+    let bad = t.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::copy(format!("{valid}/feats.ark"), bad.join("feats.ark")).unwrap();
+    let mut labels = std::fs::read_to_string(format!("{valid}/utt2label")).unwrap();
+    labels.push_str("not-an-image 3\n");
+    std::fs::write(bad.join("utt2label"), labels).unwrap();
+    let err = fails(&[
+        "fit",
+        &config,
+        "--train",
+        &s(&bad),
+        "--out",
+        &s(&t.path().join("o")),
+        "--num-epochs=1",
+    ]);
+    assert!(
+        err.contains("utt2label:300:") && err.contains("not-an-image"),
+        "{err}"
+    );
+}
+
+/// Kaldi's natural-gradient stepper (with momentum): interrupted mid-epoch and resumed,
+/// the run ends with the same model and checkpoint, byte for byte, as an uninterrupted one
+/// (the checkpoint holds the Fisher estimates, the momentum and the generator's position);
+/// its checkpoint is refused by another network.
+#[test]
+fn natural_gradient_resume_is_bit_identical() {
+    let t = setup();
+    // With momentum the delta network carries over between minibatches; without, it is
+    // zero and the checkpoint leaves it out.
+    for momentum in ["0.5", "0"] {
+        let m = format!("--momentum={momentum}");
+        let extra = [
+            "--stepper=ng",
+            m.as_str(),
+            "--learning-rate=0.002",
+            "--minibatch-size=16",
+            "--num-epochs=2",
+        ];
+        let a = s(&t.root.join(format!("a{momentum}")));
+        let c = s(&t.root.join(format!("c{momentum}")));
+        run_fit(&fit_args(&t, &a, &extra));
+        // Far enough for every preconditioner to be past its first ten updates.
+        let mut stop = extra.to_vec();
+        stop.push("--max-minibatches=23");
+        let out = run_fit(&fit_args(&t, &c, &stop));
+        assert!(out.contains("stopped early"), "{out}");
+        assert!(read(format!("{c}/final.raw")) != read(format!("{a}/final.raw")));
+        let mut resume = extra.to_vec();
+        resume.push("--resume");
+        let o = compnet(
+            &fit_args(&t, &c, &resume)
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>(),
+        );
+        assert!(o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("Resuming from") && !err.contains("WARNING"),
+            "{err}"
+        );
+        for f in ["final.raw", "checkpoint.ckpt", "metrics.jsonl"] {
+            assert!(
+                read(format!("{a}/{f}")) == read(format!("{c}/{f}")),
+                "{f} differs between the uninterrupted and the resumed ng run (momentum \
+                 {momentum})"
+            );
+        }
+    }
+    let c = s(&t.root.join("c0.5"));
+    let resume = [
+        "--stepper=ng",
+        "--momentum=0.5",
+        "--learning-rate=0.002",
+        "--minibatch-size=16",
+        "--num-epochs=2",
+        "--resume",
+    ];
+    // Another network's run refuses this checkpoint and leaves it as it was.
+    let text = std::fs::read_to_string(format!("{EX}/net.config")).unwrap();
+    let other = t.root.join("other.config");
+    std::fs::write(
+        &other,
+        text.replace("output-dim=64", "output-dim=32")
+            .replace("input-dim=192", "input-dim=96")
+            .replace("dim=64", "dim=32")
+            .replace("input-dim=64", "input-dim=32"),
+    )
+    .unwrap();
+    let before = read(format!("{c}/checkpoint.ckpt"));
+    let mut args = fit_args(&t, &c, &resume);
+    args[1] = s(&other);
+    let e = fails(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(
+        e.contains("checkpoint.ckpt") && e.contains("another network"),
+        "{e}"
+    );
+    assert!(read(format!("{c}/checkpoint.ckpt")) == before);
+}
+
+/// Backstitch (`--backstitch-training-scale`, `--backstitch-training-interval`) with Kaldi's
+/// stepper: on the same minibatches `fit` gives `compnet train`'s model byte for byte, and
+/// backstitch changes the model; a stepper without backstitch refuses it.
+#[test]
+fn backstitch_in_fit_equals_compnet_train() {
+    let t = setup();
+    let r = |f: &str| s(&t.root.join(f));
+    ok(&[
+        "init",
+        "--srand=1",
+        &format!("{EX}/net.config"),
+        &r("0.raw"),
+    ]);
+    ok(&[
+        "get-egs",
+        "--num-pdfs=8",
+        "--left-context=4",
+        "--right-context=4",
+        "--num-frames=8",
+        &format!("ark:{EX}/train_feats.ark"),
+        &format!("ark:{EX}/train_post.txt"),
+        &format!("ark:{}", r("egs.ark")),
+    ]);
+    ok(&[
+        "merge-egs",
+        "--minibatch-size=32",
+        &format!("ark:{}", r("egs.ark")),
+        &format!("ark:{}", r("merged.ark")),
+    ]);
+    let egs = format!("ark:{}", r("merged.ark"));
+    let backstitch = [
+        "--backstitch-training-scale=0.3",
+        "--backstitch-training-interval=2",
+    ];
+    let mut train = vec!["train", "--srand=3"];
+    train.extend(backstitch);
+    let (zero, merged_out) = (r("0.raw"), r("train.raw"));
+    train.extend([zero.as_str(), egs.as_str(), merged_out.as_str()]);
+    ok(&train);
+    let fit = |out: &str, extra: &[&str]| {
+        let mut a = vec![
+            "fit",
+            &zero,
+            "--train",
+            &egs,
+            "--out",
+            out,
+            "--stepper=ng",
+            "--num-epochs=1",
+            "--minibatch-size=1",
+            "--shuffle=false",
+            "--learning-rate=0.002",
+            "--srand=3",
+        ];
+        a.extend_from_slice(extra);
+        ok(&a);
+    };
+    let (with, without) = (r("fit"), r("fit-plain"));
+    fit(&with, &backstitch);
+    fit(&without, &[]);
+    let ours = read(format!("{with}/final.raw"));
+    assert!(
+        read(r("train.raw")) == ours,
+        "fit with backstitch differs from compnet train with backstitch"
+    );
+    assert!(read(format!("{without}/final.raw")) != ours);
+    let err = fails(&[
+        "fit",
+        &zero,
+        "--train",
+        &egs,
+        "--out",
+        &r("bad"),
+        "--stepper=adam",
+        "--backstitch-training-scale=0.3",
+    ]);
+    assert!(
+        err.contains("--backstitch-training-scale") && err.contains("--stepper=adam"),
+        "{err}"
+    );
+}

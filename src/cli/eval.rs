@@ -2,16 +2,23 @@
 //! (CNTK's eval; the data as `compnet fit` reads it: egs or a feature/label directory).
 
 use crate::error::{Error, Result};
-use crate::train::fit::data::{load, ChunkOptions};
+use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
 use crate::train::log::fmt_g;
 
 /// Options of `compnet eval`.
 #[derive(clap::Args, Debug)]
 #[command(override_usage = "compnet eval [options] <model> <data>")]
 pub struct Args {
-    /// Output frames per chunk cut from feature archives.
-    #[arg(long = "chunk-width", default_value_t = 8)]
-    pub chunk_width: i32,
+    /// Frames per chunk cut from feature archives (as `compnet fit`'s: N, or MIN,MAX with
+    /// utt2label).
+    #[arg(long = "chunk-width", default_value = "8")]
+    pub chunk_width: ChunkWidth,
+    /// The labels of a data directory: frame, utterance (utt2label) or auto.
+    #[arg(long = "labels", default_value = "auto")]
+    pub labels: String,
+    /// Seeds per-utterance chunk widths and offsets.
+    #[arg(long = "srand", default_value_t = 0)]
+    pub srand: u64,
     /// Extra left context of chunks (recurrent networks).
     #[arg(long = "extra-left-context", default_value_t = 0)]
     pub extra_left_context: i32,
@@ -42,6 +49,8 @@ pub fn run(a: Args) -> Result<i32> {
         chunk_width: a.chunk_width,
         extra_left_context: a.extra_left_context,
         extra_right_context: a.extra_right_context,
+        labels: LabelKind::parse(&a.labels)?,
+        seed: a.srand,
     };
     let set = load(data, &nnet, &chunk)?;
     for (name, objf, acc, frames) in

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::frontend::{read_network, Format};
 use crate::nnet::Nnet;
 use crate::run::set_threads;
-use crate::train::fit::data::{load, ChunkOptions};
+use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
 use crate::train::fit::hooks::Every;
 use crate::train::fit::schedule::{DropoutSchedule, EpochSchedule};
 use crate::train::fit::stepper::{GradientOptions, StepperKind, StepperOptions};
@@ -65,7 +65,7 @@ macro_rules! fit_args {
 }
 
 fit_args! {
-    /// Training data: an egs rspecifier (ark:..., scp:...) or a directory with feats.ark and ali.ark or post.ark.
+    /// Training data: an egs rspecifier (ark:..., scp:...) or a directory with feats.ark and labels: ali.ark or post.ark (a label per frame) or utt2label (text, `utt-id int` per line: a label per utterance, for pooling networks such as x-vectors).
     train: String = "train",
     /// Validation data (same forms as --train).
     valid: String = "valid",
@@ -109,6 +109,10 @@ fit_args! {
     rms_min: f32 = "rms-min",
     /// ng: limit on the norm of the change per minibatch [2.0].
     max_param_change: f32 = "max-param-change",
+    /// ng: Kaldi's backstitch scale α (0 = off; needs --momentum=0): a step of -α along the gradient, then 1+α along the gradient there [0].
+    backstitch_training_scale: f32 = "backstitch-training-scale",
+    /// ng: backstitch on every this-many-th minibatch (those with index = --srand modulo this) [1].
+    backstitch_training_interval: usize = "backstitch-training-interval",
     /// L1 regularisation per minibatch (plain steppers) [0].
     l1: f32 = "l1",
     /// L2 regularisation per minibatch (plain steppers; components' l2-regularize applies too) [0].
@@ -139,8 +143,10 @@ fit_args! {
     checkpoint_every: String = "checkpoint-every",
     /// Redraw curves.svg every N epochs [1].
     plot_every: String = "plot-every",
-    /// Output frames per chunk cut from feature archives [8].
-    chunk_width: i32 = "chunk-width",
+    /// Frames per chunk cut from feature archives: output frames with frame labels; with utt2label, input frames per chunk (output at t = 0), N or MIN,MAX (a width drawn per utterance, seeded by --srand; shorter utterances are left out with a warning) [8].
+    chunk_width: ChunkWidth = "chunk-width",
+    /// The labels of a data directory: frame (ali.ark, post.ark), utterance (utt2label) or auto (frame labels if there are any, else utt2label) [auto].
+    labels: String = "labels",
     /// Extra left context of chunks (recurrent networks) [0].
     extra_left_context: i32 = "extra-left-context",
     /// Extra right context of chunks [0].
@@ -221,6 +227,8 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         rms_max: a.rms_max.unwrap_or(sd.rms_max),
         rms_min: a.rms_min.unwrap_or(sd.rms_min),
         max_param_change: a.max_param_change.unwrap_or(sd.max_param_change),
+        backstitch_scale: a.backstitch_training_scale.unwrap_or(0.0),
+        backstitch_interval: a.backstitch_training_interval.unwrap_or(1),
     };
     let lr_per_minibatch = match a.lr_per.as_deref().unwrap_or("sample") {
         "sample" => false,
@@ -331,9 +339,11 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         )));
     }
     let chunk = ChunkOptions {
-        chunk_width: a.chunk_width.unwrap_or(8),
+        chunk_width: a.chunk_width.unwrap_or(ChunkWidth { min: 8, max: 8 }),
         extra_left_context: a.extra_left_context.unwrap_or(0),
         extra_right_context: a.extra_right_context.unwrap_or(0),
+        labels: LabelKind::parse(a.labels.as_deref().unwrap_or("auto"))?,
+        seed: opts.srand,
     };
     Ok((opts, chunk))
 }

@@ -21,7 +21,7 @@ pub mod natural_gradient;
 
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::nnet::component::UpdatableCommon;
-use natural_gradient::OnlineNaturalGradient;
+use natural_gradient::{NgSnapshot, OnlineNaturalGradient};
 
 /// A row-wise preconditioner with its own state: Kaldi's `OnlineNaturalGradient`
 /// (`update::natural_gradient`) is the one meant to implement it.
@@ -33,6 +33,75 @@ pub trait Preconditioner: Send + Sync + std::fmt::Debug {
     fn freeze(&mut self, frozen: bool);
     /// A copy with the same state (components are cloned with their delta network).
     fn clone_box(&self) -> Box<dyn Preconditioner>;
+    /// The state as plain values, for `compnet fit`'s checkpoints (None: cannot be saved).
+    fn snapshot(&self) -> Option<NgSnapshot> {
+        None
+    }
+}
+
+/// One preconditioner slot of a component (empty until its first update), as `compnet
+/// fit`'s checkpoints save and restore it.
+pub trait NgSlot {
+    /// Ok(None): the slot is empty; Err: it holds a preconditioner that cannot be saved.
+    fn save(&self) -> Result<Option<NgSnapshot>, String>;
+    /// Puts back what `save` gave; false when the snapshot does not hold together.
+    fn restore(&mut self, s: Option<NgSnapshot>) -> bool;
+}
+
+impl NgSlot for Option<Box<dyn Preconditioner>> {
+    fn save(&self) -> Result<Option<NgSnapshot>, String> {
+        match self {
+            None => Ok(None),
+            Some(p) => p
+                .snapshot()
+                .map(Some)
+                .ok_or_else(|| format!("a preconditioner that cannot be saved: {p:?}")),
+        }
+    }
+    fn restore(&mut self, s: Option<NgSnapshot>) -> bool {
+        let Some(s) = s else {
+            *self = None;
+            return true;
+        };
+        match OnlineNaturalGradient::from_snapshot(s) {
+            Some(p) => {
+                *self = Some(Box::new(p));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl NgSlot for Option<OnlineNaturalGradient> {
+    fn save(&self) -> Result<Option<NgSnapshot>, String> {
+        Ok(self.as_ref().map(|p| p.snapshot()))
+    }
+    fn restore(&mut self, s: Option<NgSnapshot>) -> bool {
+        let Some(s) = s else {
+            *self = None;
+            return true;
+        };
+        *self = OnlineNaturalGradient::from_snapshot(s);
+        self.is_some()
+    }
+}
+
+/// A component's natural-gradient state(s): its slots in a fixed order.
+pub trait NgSlots {
+    fn ng_slots(&mut self) -> Vec<&mut dyn NgSlot>;
+}
+
+impl NgSlots for NaturalGradientState {
+    fn ng_slots(&mut self) -> Vec<&mut dyn NgSlot> {
+        vec![&mut self.input, &mut self.output]
+    }
+}
+
+impl<const N: usize> NgSlots for [NaturalGradientState; N] {
+    fn ng_slots(&mut self) -> Vec<&mut dyn NgSlot> {
+        self.iter_mut().flat_map(|s| s.ng_slots()).collect()
+    }
 }
 
 impl Clone for Box<dyn Preconditioner> {
@@ -143,6 +212,9 @@ impl Preconditioner for OnlineNaturalGradient {
     }
     fn clone_box(&self) -> Box<dyn Preconditioner> {
         Box::new(self.clone())
+    }
+    fn snapshot(&self) -> Option<NgSnapshot> {
+        Some(OnlineNaturalGradient::snapshot(self))
     }
 }
 

@@ -79,6 +79,29 @@ pub struct OnlineNaturalGradient {
     p: ScratchMatrix,
 }
 
+/// The state of an [`OnlineNaturalGradient`] as plain values (it has no generator of its
+/// own: its only random-looking choice, the starting point, is fixed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NgSnapshot {
+    pub rank: usize,
+    pub update_period: usize,
+    pub num_samples_history: f32,
+    pub alpha: f32,
+    pub calls: usize,
+    pub num_minibatches_history: Option<f32>,
+    pub estimate: Option<EstimateSnapshot>,
+}
+
+/// F = Rᵀ·diag(d)·R + ρ·I as plain values: R row-major (rows × cols).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EstimateSnapshot {
+    pub rows: usize,
+    pub cols: usize,
+    pub r: Vec<Real>,
+    pub d: Vec<f64>,
+    pub rho: f64,
+}
+
 /// A working matrix whose contents never outlive a call: a clone starts empty.
 #[derive(Debug, Default)]
 struct ScratchMatrix(Matrix);
@@ -123,6 +146,55 @@ impl OnlineNaturalGradient {
     pub fn with_num_minibatches_history(mut self, n: f32) -> Self {
         self.num_minibatches_history = Some(n);
         self
+    }
+
+    /// Everything later calls depend on (`compnet fit`'s checkpoints); the frozen flag is
+    /// not part of it (callers set it before every use).
+    pub fn snapshot(&self) -> NgSnapshot {
+        NgSnapshot {
+            rank: self.rank,
+            update_period: self.update_period,
+            num_samples_history: self.num_samples_history,
+            alpha: self.alpha,
+            calls: self.calls,
+            num_minibatches_history: self.num_minibatches_history,
+            estimate: self.estimate.as_ref().map(|e| EstimateSnapshot {
+                rows: e.r.num_rows(),
+                cols: e.r.num_cols(),
+                r: e.r.to_vec(),
+                d: e.d.clone(),
+                rho: e.rho,
+            }),
+        }
+    }
+
+    /// The preconditioner a [`Self::snapshot`] was taken of; None when the snapshot's sizes
+    /// do not agree with each other.
+    pub fn from_snapshot(s: NgSnapshot) -> Option<Self> {
+        let estimate = match s.estimate {
+            None => None,
+            Some(e) => {
+                if e.r.len() != e.rows.checked_mul(e.cols)? || e.d.len() != e.rows {
+                    return None;
+                }
+                Some(FisherEstimate {
+                    r: Matrix::from_vec(e.rows, e.cols, e.r),
+                    d: e.d,
+                    rho: e.rho,
+                })
+            }
+        };
+        Some(OnlineNaturalGradient {
+            rank: s.rank,
+            update_period: s.update_period.max(1),
+            num_samples_history: s.num_samples_history,
+            alpha: s.alpha,
+            frozen: false,
+            calls: s.calls,
+            estimate,
+            num_minibatches_history: s.num_minibatches_history,
+            p: ScratchMatrix::default(),
+        })
     }
 
     /// While frozen, the estimate is used but not updated (backstitch's first pass).

@@ -347,7 +347,7 @@ impl Component for AffineComponent {
     updatable_boilerplate!();
 }
 
-param_ops::linear_bias_updatable!(AffineComponent, orthonormal);
+param_ops::linear_bias_updatable!(AffineComponent, orthonormal, ng);
 
 /// `FixedAffineComponent`: a non-trainable affine transform (LDA, IDCT, ...).
 #[derive(Clone, Debug)]

@@ -431,7 +431,7 @@ impl Component for RepeatedAffineComponent {
     updatable_boilerplate!();
 }
 
-param_ops::linear_bias_updatable!(RepeatedAffineComponent);
+param_ops::linear_bias_updatable!(RepeatedAffineComponent, ng);
 
 #[cfg(test)]
 mod tests {

@@ -389,6 +389,13 @@ impl Component for CompositeComponent {
 /// `Add`/`Scale` on a composite do).
 impl UpdatableComponent for CompositeComponent {
     updatable_common!();
+    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+        self.components
+            .iter_mut()
+            .filter_map(|c| c.as_updatable_mut())
+            .flat_map(|u| u.natural_gradient_slots())
+            .collect()
+    }
     fn num_parameters(&self) -> usize {
         self.components
             .iter()

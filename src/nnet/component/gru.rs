@@ -533,6 +533,9 @@ impl Component for GruNonlinearityComponent {
 }
 
 impl UpdatableComponent for GruNonlinearityComponent {
+    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+        crate::update::NgSlots::ng_slots(&mut self.ng_state)
+    }
     updatable_common!();
     fn num_parameters(&self) -> usize {
         self.cell_dim * self.recurrent_dim
@@ -764,6 +767,9 @@ impl Component for OutputGruNonlinearityComponent {
 }
 
 impl UpdatableComponent for OutputGruNonlinearityComponent {
+    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+        crate::update::NgSlots::ng_slots(&mut self.ng_state)
+    }
     updatable_common!();
     fn num_parameters(&self) -> usize {
         self.cell_dim()

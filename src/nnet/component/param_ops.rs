@@ -176,14 +176,25 @@ macro_rules! linear_bias_updatable {
     ($ty:ty) => {
         $crate::nnet::component::param_ops::linear_bias_updatable!($ty, {});
     };
-    // `orthonormal`: the type has Kaldi's `orthonormal-constraint` on `linear`.
-    ($ty:ty, orthonormal) => {
+    // `ng`: the type keeps its natural-gradient state in `ng_state` (checkpointed by fit).
+    ($ty:ty, ng) => {
+        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, {
+            fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
+                $crate::update::NgSlots::ng_slots(&mut self.ng_state)
+            }
+        });
+    };
+    // `orthonormal`: the type also has Kaldi's `orthonormal-constraint` on `linear`.
+    ($ty:ty, orthonormal, ng) => {
         $crate::nnet::component::param_ops::linear_bias_updatable!($ty, {
             fn orthonormal_constraint(
                 &mut self,
             ) -> Option<(f32, $crate::matrix::MatViewMut<'_>)> {
                 (self.orthonormal_constraint != 0.0)
                     .then(|| (self.orthonormal_constraint, self.linear.view_mut()))
+            }
+            fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
+                $crate::update::NgSlots::ng_slots(&mut self.ng_state)
             }
         });
     };
@@ -247,6 +258,9 @@ macro_rules! vector_params_updatable {
     ($ty:ty, $($field:ident),+) => {
         impl $crate::nnet::component::UpdatableComponent for $ty {
             $crate::nnet::component::param_ops::updatable_common!();
+            fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
+                $crate::update::NgSlots::ng_slots(&mut self.ng_state)
+            }
             fn num_parameters(&self) -> usize {
                 0 $(+ self.$field.dim())+
             }

@@ -647,6 +647,9 @@ impl TdnnComponent {
 }
 
 impl UpdatableComponent for TdnnComponent {
+    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+        crate::update::NgSlots::ng_slots(&mut self.ng_state)
+    }
     fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
         (self.orthonormal_constraint != 0.0)
             .then(|| (self.orthonormal_constraint, self.linear_params.view_mut()))

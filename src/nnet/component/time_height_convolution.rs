@@ -250,6 +250,12 @@ pub struct ConvNgState {
     output: Option<OnlineNaturalGradient>,
 }
 
+impl crate::update::NgSlots for ConvNgState {
+    fn ng_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+        vec![&mut self.input, &mut self.output]
+    }
+}
+
 /// `TimeHeightConvolutionComponent`.
 #[derive(Clone, Debug)]
 pub struct TimeHeightConvolutionComponent {
@@ -828,4 +834,4 @@ impl Component for TimeHeightConvolutionComponent {
     updatable_boilerplate!();
 }
 
-param_ops::linear_bias_updatable!(TimeHeightConvolutionComponent);
+param_ops::linear_bias_updatable!(TimeHeightConvolutionComponent, ng);

@@ -127,6 +127,11 @@ pub trait UpdatableComponent {
         let c = self.common_mut();
         c.learning_rate = learning_rate * c.learning_rate_factor;
     }
+    /// The natural-gradient preconditioner slots this component holds (in a delta network),
+    /// in a fixed order: what `compnet fit` checkpoints so a resumed run is bit-identical.
+    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+        Vec::new()
+    }
     /// Freezes or unfreezes the natural-gradient estimates (Kaldi's `FreezeNaturalGradient`).
     fn freeze_natural_gradient(&mut self, freeze: bool) {
         self.common_mut().natural_gradient_frozen = freeze;

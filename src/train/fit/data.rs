@@ -8,6 +8,14 @@
 //! (posteriors per frame), and optionally `ivector.ark` (one iVector per utterance). The
 //! utterances are cut into chunks of `--chunk-width` frames with the network's context plus
 //! `--extra-left-context`/`--extra-right-context` (`egs::splitter`, as `get-egs`).
+//!
+//! Per-utterance labels (x-vector-style pooling networks): a directory with `feats.ark` and
+//! `utt2label` (Kaldi's `utt2spk`-style text, one `utt-id int` per line). Each utterance is cut
+//! into chunks of `--chunk-width` frames (or a width drawn per utterance from `min,max`, as
+//! Kaldi's x-vector egs draw one per archive), input t = 0..width-1, and each chunk's output
+//! is one row at t = 0 carrying the utterance's label (as Kaldi's x-vector egs put it).
+//! Utterances shorter than the chunk are skipped with a warning, as Kaldi's x-vector egs
+//! leave them out.
 
 use crate::cli::get_egs::{extract_rows, sparse_row};
 use crate::compile::context::nnet_context;
@@ -23,25 +31,104 @@ use crate::io::{Posterior, RandomAccessVectorReader};
 use crate::matrix::Matrix;
 use crate::nnet::Nnet;
 use rand::seq::SliceRandom;
+use rand::Rng;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 
 /// How utterances are cut into examples.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkOptions {
-    /// Output frames per chunk (`--chunk-width`).
-    pub chunk_width: i32,
+    /// Frames per chunk (`--chunk-width`): output frames with frame labels; with
+    /// per-utterance labels, input frames, a width drawn per utterance from `min..=max`.
+    pub chunk_width: ChunkWidth,
     /// Frames of context beyond the network's own (recurrent networks).
     pub extra_left_context: i32,
     pub extra_right_context: i32,
+    /// Which labels a data directory's examples carry (`--labels`).
+    pub labels: LabelKind,
+    /// Seeds the chunk widths and offsets of per-utterance chunks (`--srand`).
+    pub seed: u64,
 }
 
 impl Default for ChunkOptions {
     fn default() -> Self {
         ChunkOptions {
-            chunk_width: 8,
+            chunk_width: ChunkWidth { min: 8, max: 8 },
             extra_left_context: 0,
             extra_right_context: 0,
+            labels: LabelKind::Auto,
+            seed: 0,
+        }
+    }
+}
+
+/// `--chunk-width`: `N`, or `MIN,MAX` (per-utterance labels only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkWidth {
+    pub min: i32,
+    pub max: i32,
+}
+
+impl std::str::FromStr for ChunkWidth {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let num = |w: &str| {
+            w.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| {
+                    format!("--chunk-width={s}: expected N or MIN,MAX (positive whole numbers)")
+                })
+        };
+        let (min, max) = match s.split_once(',') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(s)?, num(s)?),
+        };
+        if min > max {
+            return Err(format!("--chunk-width={s}: MIN is above MAX"));
+        }
+        Ok(ChunkWidth { min, max })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ChunkWidth {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Int(i64),
+            Text(String),
+        }
+        let text = match Form::deserialize(d)? {
+            Form::Int(v) => v.to_string(),
+            Form::Text(t) => t,
+        };
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// `--labels`: what a data directory's labels are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LabelKind {
+    /// Frame labels (`ali.ark`, `post.ark`) if the directory has them, else `utt2label`.
+    #[default]
+    Auto,
+    /// A label per frame: `ali.ark` or `post.ark`.
+    Frame,
+    /// A label per utterance: `utt2label` (pooling networks).
+    Utterance,
+}
+
+impl LabelKind {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(LabelKind::Auto),
+            "frame" => Ok(LabelKind::Frame),
+            "utterance" => Ok(LabelKind::Utterance),
+            _ => Err(Error::Usage(format!(
+                "--labels={s}: expected auto, frame or utterance"
+            ))),
         }
     }
 }
@@ -128,11 +215,34 @@ fn examples_from_directory(
         .filter(|&n| nnet.is_output_node(n))
         .map(|n| nnet.node_dim(n))
         .ok_or_else(|| Error::Usage("the network has no output node named 'output'".into()))?;
+    let frame_labels = exists("ali.ark") || exists("post.ark");
+    let per_utterance = match chunk.labels {
+        LabelKind::Auto => !frame_labels && exists("utt2label"),
+        LabelKind::Frame => false,
+        LabelKind::Utterance => true,
+    };
+    if per_utterance {
+        return examples_with_utterance_labels(
+            dir,
+            &path("utt2label"),
+            input_dim,
+            num_classes,
+            nnet,
+            chunk,
+        );
+    }
     let ctx = nnet_context(nnet)?;
-    if chunk.chunk_width <= 0 || chunk.extra_left_context < 0 || chunk.extra_right_context < 0 {
+    let ChunkWidth { min: width, max } = chunk.chunk_width;
+    if width <= 0 || chunk.extra_left_context < 0 || chunk.extra_right_context < 0 {
         return Err(Error::Usage(
             "--chunk-width must be positive and the extra contexts >= 0".into(),
         ));
+    }
+    if max != width {
+        return Err(Error::Usage(format!(
+            "{dir}: --chunk-width={width},{max}: a range of widths applies to per-utterance \
+             labels (utt2label); frame labels take one width"
+        )));
     }
     let mut splitter = UtteranceSplitter::new(ExampleGenerationConfig {
         left_context: ctx.left + chunk.extra_left_context,
@@ -141,7 +251,7 @@ fn examples_from_directory(
         right_context_final: -1,
         num_frames_overlap: 0,
         frame_subsampling_factor: 1,
-        num_frames: vec![chunk.chunk_width],
+        num_frames: vec![width],
     })?;
     let mut rng = GlibcRand::default();
     enum Labels {
@@ -160,9 +270,11 @@ fn examples_from_directory(
         )
     } else {
         return Err(Error::Usage(format!(
-            "{dir}: no labels: expected {} (a label per frame) or {}",
+            "{dir}: no labels: expected {} (a label per frame), {} or {} (a label per \
+             utterance)",
             path("ali.ark"),
-            path("post.ark")
+            path("post.ark"),
+            path("utt2label")
         )));
     };
     let mut ivectors = if exists("ivector.ark") {
@@ -301,6 +413,157 @@ fn examples_from_directory(
     Ok(out)
 }
 
+/// `utt2label`: `utt-id int` per line, checked (a whole number in `0..num_classes`, no key
+/// twice); each key with its 1-based line.
+pub fn read_utt2label(
+    file: &str,
+    num_classes: usize,
+) -> Result<std::collections::HashMap<String, (i32, usize)>> {
+    let text = String::from_utf8(crate::io::read_file(file)?)
+        .map_err(|e| Error::Usage(format!("{file}: not UTF-8 text ({e})")))?;
+    let mut out = std::collections::HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        let at = format!("{file}:{}", i + 1);
+        let [key, label] = words[..] else {
+            return Err(Error::Usage(format!(
+                "{at}: expected `utterance-id label`, got {} words",
+                words.len()
+            )));
+        };
+        let label: i32 = label.parse().map_err(|_| {
+            Error::Usage(format!(
+                "{at}: utterance {key}: the label '{label}' is not a whole number"
+            ))
+        })?;
+        if label < 0 || label as usize >= num_classes {
+            return Err(Error::Usage(format!(
+                "{at}: utterance {key}: label {label} is outside 0..{num_classes} (the \
+                 network's output dimension)"
+            )));
+        }
+        if out.insert(key.to_string(), (label, i + 1)).is_some() {
+            return Err(Error::Usage(format!(
+                "{at}: utterance {key} has a label already"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The chunks (first frame, width) of an utterance of `n` frames for per-utterance labels:
+/// a width drawn from `min..=min(max, n)`, as many whole chunks of it as fit, the spare
+/// frames left at a random place at the start and end. None when `n < min` (skipped).
+pub fn utterance_chunks(n: usize, width: ChunkWidth, rng: &mut impl Rng) -> Vec<(usize, usize)> {
+    let (min, max) = (width.min.max(1) as usize, width.max.max(1) as usize);
+    if n < min {
+        return Vec::new();
+    }
+    let w = rng.random_range(min..=max.min(n));
+    let count = n / w;
+    let first = rng.random_range(0..=n - count * w);
+    (0..count).map(|i| (first + i * w, w)).collect()
+}
+
+/// Examples of a pooling network: chunks of each utterance of `feats.ark`, input at
+/// t = 0..width-1, one output row at t = 0 with the utterance's label from `labels_file`.
+fn examples_with_utterance_labels(
+    dir: &str,
+    labels_file: &str,
+    input_dim: usize,
+    num_classes: usize,
+    nnet: &Nnet,
+    chunk: &ChunkOptions,
+) -> Result<Vec<NnetExample>> {
+    if !std::path::Path::new(labels_file).exists() {
+        return Err(Error::Usage(format!(
+            "{dir}: --labels=utterance but there is no {labels_file}"
+        )));
+    }
+    if nnet
+        .node_index("ivector")
+        .is_some_and(|n| nnet.is_input_node(n))
+    {
+        return Err(Error::Usage(format!(
+            "{dir}: per-utterance labels with an 'ivector' input are not supported"
+        )));
+    }
+    let labels = read_utt2label(labels_file, num_classes)?;
+    let feats_file = format!("{}/feats.ark", dir.trim_end_matches('/'));
+    let mut rng = crate::random::seeded_rng(chunk.seed);
+    let mut seen = std::collections::HashSet::new();
+    let mut skipped = Vec::new();
+    let mut out = Vec::new();
+    for item in SequentialTableReader::<GeneralMatrix>::open(&format!("ark:{feats_file}"))? {
+        let (key, feats) = item?;
+        if feats.num_cols() != input_dim {
+            return Err(Error::Usage(format!(
+                "{feats_file}: utterance {key}: features of dimension {} but the network's \
+                 input has dimension {input_dim}",
+                feats.num_cols()
+            )));
+        }
+        let &(label, _) = labels.get(&key).ok_or_else(|| {
+            Error::Usage(format!(
+                "{labels_file}: no label for utterance {key} (in {feats_file})"
+            ))
+        })?;
+        seen.insert(key.clone());
+        let chunks = utterance_chunks(feats.num_rows(), chunk.chunk_width, &mut rng);
+        if chunks.is_empty() {
+            skipped.push(format!("{key} ({} frames)", feats.num_rows()));
+        }
+        for (first, width) in chunks {
+            crate::limits::check_product(
+                &[width as u64, input_dim as u64, 4],
+                "an example's input matrix",
+            )
+            .map_err(Error::Usage)?;
+            let mut eg = NnetExample::default();
+            eg.io.push(NnetIo {
+                name: "input".into(),
+                indexes: (0..width as i32).map(|t| Index::new(0, t, 0)).collect(),
+                features: extract_rows(&feats, first as i32, width),
+            });
+            let row = sparse_row(num_classes, &[(label, 1.0)])
+                .map_err(|bad| Error::Usage(format!("{labels_file}: label {bad}")))?;
+            eg.io.push(NnetIo {
+                name: "output".into(),
+                indexes: vec![Index::new(0, 0, 0)],
+                features: GeneralMatrix::Sparse(SparseMatrix { rows: vec![row] }),
+            });
+            out.push(eg);
+        }
+    }
+    if let Some((key, line)) = labels
+        .iter()
+        .filter(|(k, _)| !seen.contains(*k))
+        .map(|(k, &(_, line))| (k, line))
+        .min_by_key(|&(_, line)| line)
+    {
+        return Err(Error::Usage(format!(
+            "{labels_file}:{line}: a label for utterance {key}, which is not in {feats_file}"
+        )));
+    }
+    if !skipped.is_empty() {
+        crate::train::log::warn(
+            "compnet fit",
+            &format!(
+                "{feats_file}: {} utterance(s) shorter than --chunk-width={} left out (as \
+                 Kaldi's x-vector egs leave them out): {}{}",
+                skipped.len(),
+                chunk.chunk_width.min,
+                skipped[..skipped.len().min(5)].join(", "),
+                if skipped.len() > 5 { ", ..." } else { "" }
+            ),
+        );
+    }
+    Ok(out)
+}
+
 /// The minibatches of one epoch, as lists of example indexes: the examples in a seeded
 /// random order (`shuffle`), grouped by structure, `size` per minibatch (the last of each
 /// structure may be smaller).
@@ -354,4 +617,230 @@ pub fn spawn_loader(
         }
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pooling network: input dim 2, a ±1 splice (so chunks need 3 frames), statistics
+    /// pooling over t = 0..100, 3 classes.
+    const POOLING: &str = "input-node name=input dim=2
+component name=a type=AffineComponent input-dim=6 output-dim=4
+component name=se type=StatisticsExtractionComponent input-dim=4 include-variance=true
+component name=sp type=StatisticsPoolingComponent input-dim=9 left-context=0 right-context=100 output-stddevs=true
+component name=o type=AffineComponent input-dim=8 output-dim=3
+component name=ls type=LogSoftmaxComponent dim=3
+component-node name=a component=a input=Append(Offset(input, -1), input, Offset(input, 1))
+component-node name=se component=se input=a
+component-node name=sp component=sp input=se
+component-node name=o component=o input=Round(sp, 1)
+component-node name=ls component=ls input=o
+output-node name=output input=ls objective=linear
+";
+
+    fn nnet() -> Nnet {
+        Nnet::from_config_text(POOLING, "pooling.config", &mut crate::random::seeded_rng(0))
+            .unwrap()
+    }
+
+    /// A data directory: utterances (key, frames) with features whose row i is [i, key
+    /// index], and `utt2label` text.
+    fn data_dir(utts: &[(&str, usize)], utt2label: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut feats = String::new();
+        for (k, (key, n)) in utts.iter().enumerate() {
+            feats.push_str(&format!("{key} [\n"));
+            for i in 0..*n {
+                feats.push_str(&format!("  {i} {k}\n"));
+            }
+            feats.push_str("]\n");
+        }
+        std::fs::write(dir.path().join("feats.ark"), feats).unwrap();
+        std::fs::write(dir.path().join("utt2label"), utt2label).unwrap();
+        dir
+    }
+
+    fn opts(width: &str) -> ChunkOptions {
+        ChunkOptions {
+            chunk_width: width.parse().unwrap(),
+            seed: 7,
+            ..Default::default()
+        }
+    }
+
+    fn load_dir(dir: &tempfile::TempDir, width: &str) -> Result<DataSet> {
+        load(&dir.path().to_string_lossy(), &nnet(), &opts(width))
+    }
+
+    #[test]
+    fn chunk_widths_parse_as_one_number_or_a_range() {
+        assert_eq!("8".parse(), Ok(ChunkWidth { min: 8, max: 8 }));
+        assert_eq!("6,10".parse(), Ok(ChunkWidth { min: 6, max: 10 }));
+        for bad in ["0", "-3", "10,6", "a", "4,", ""] {
+            assert!(bad.parse::<ChunkWidth>().is_err(), "{bad}");
+        }
+        let t: std::collections::HashMap<String, ChunkWidth> =
+            toml::from_str("a = 8\nb = \"3,5\"").unwrap();
+        assert_eq!(t["a"], ChunkWidth { min: 8, max: 8 });
+        assert_eq!(t["b"], ChunkWidth { min: 3, max: 5 });
+    }
+
+    #[test]
+    fn utterance_chunks_are_whole_inside_and_drawn_from_the_range() {
+        let mut rng = crate::random::seeded_rng(1);
+        let mut widths = std::collections::BTreeSet::new();
+        for n in 0..40usize {
+            let chunks = utterance_chunks(n, ChunkWidth { min: 4, max: 9 }, &mut rng);
+            if n < 4 {
+                assert!(chunks.is_empty(), "{n}: {chunks:?}");
+                continue;
+            }
+            let w = chunks[0].1;
+            widths.insert(w);
+            assert!((4..=9.min(n)).contains(&w), "{n}: {chunks:?}");
+            assert_eq!(chunks.len(), n / w, "{n}: {chunks:?}");
+            for (i, &(first, width)) in chunks.iter().enumerate() {
+                assert_eq!(width, w);
+                assert_eq!(first, chunks[0].0 + i * w);
+                assert!(first + width <= n, "{n}: {chunks:?}");
+            }
+        }
+        // Over 36 utterances every width of the range is drawn.
+        assert_eq!(
+            widths.into_iter().collect::<Vec<_>>(),
+            (4..=9).collect::<Vec<_>>()
+        );
+        // Seeded: the same generator state gives the same chunks.
+        let a = utterance_chunks(
+            30,
+            ChunkWidth { min: 4, max: 9 },
+            &mut crate::random::seeded_rng(5),
+        );
+        let b = utterance_chunks(
+            30,
+            ChunkWidth { min: 4, max: 9 },
+            &mut crate::random::seeded_rng(5),
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn each_chunk_is_one_sequence_with_the_utterance_label_at_t_0() {
+        let dir = data_dir(&[("u1", 10), ("u2", 4), ("u3", 7)], "u1 2\nu2 0\n\nu3 1\n");
+        let set = load_dir(&dir, "3").unwrap();
+        // 10/3 + 4/3 + 7/3 chunks of 3 frames.
+        assert_eq!(set.examples.len(), 3 + 1 + 2);
+        let mut labels = Vec::new();
+        for eg in set.examples.iter() {
+            let input = &eg.io[0];
+            assert_eq!(input.name, "input");
+            let ts: Vec<i32> = input.indexes.iter().map(|i| i.t).collect();
+            assert_eq!(ts, vec![0, 1, 2]);
+            let output = &eg.io[1];
+            assert_eq!(output.name, "output");
+            assert_eq!(output.indexes, vec![Index::new(0, 0, 0)]);
+            let GeneralMatrix::Sparse(s) = &output.features else {
+                panic!("sparse supervision")
+            };
+            assert_eq!(s.rows.len(), 1);
+            // The features' second column is the utterance's position: its label matches.
+            let GeneralMatrix::Full(m) = &input.features else {
+                panic!("full features")
+            };
+            let utt = m.get(0, 1) as usize;
+            let label = s.rows[0].pairs[0].0;
+            assert_eq!(label, [2, 0, 1][utt]);
+            assert_eq!(s.rows[0].pairs[0].1, 1.0);
+            // Consecutive frames of the utterance.
+            assert_eq!(m.get(1, 0), m.get(0, 0) + 1.0);
+            labels.push(label);
+        }
+        assert_eq!(labels, vec![2, 2, 2, 0, 1, 1]);
+        // A range of widths: every chunk of one utterance has one width; they merge in
+        // groups of one width only.
+        let set = load_dir(&dir, "3,5").unwrap();
+        let groups = minibatch_groups(&set, 100, true, 3);
+        for g in groups {
+            let widths: std::collections::BTreeSet<usize> = g
+                .iter()
+                .map(|&i| set.examples[i].io[0].indexes.len())
+                .collect();
+            assert_eq!(widths.len(), 1);
+        }
+    }
+
+    #[test]
+    fn a_short_utterance_is_left_out_and_bad_labels_are_clear_errors() {
+        // Shorter than the chunk: left out (Kaldi's x-vector egs do the same).
+        let dir = data_dir(&[("u1", 6), ("short", 2)], "u1 1\nshort 0\n");
+        assert_eq!(load_dir(&dir, "3").unwrap().examples.len(), 2);
+        // All too short: the empty-set error names the directory.
+        let e = load_dir(&dir, "7").err().unwrap().to_string();
+        assert!(e.contains("empty"), "{e}");
+        let utt2label =
+            |d: &tempfile::TempDir| d.path().join("utt2label").to_string_lossy().into_owned();
+        for (text, want) in [
+            ("u1 1\n", "no label for utterance short"),
+            (
+                "u1 1\nshort 0\nghost 2\n",
+                ":3: a label for utterance ghost, which is not in",
+            ),
+            (
+                "u1 3\nshort 0\n",
+                ":1: utterance u1: label 3 is outside 0..3",
+            ),
+            (
+                "u1 1\nshort -1\n",
+                ":2: utterance short: label -1 is outside",
+            ),
+            (
+                "u1 one\nshort 0\n",
+                ":1: utterance u1: the label 'one' is not a whole number",
+            ),
+            ("u1 1 2\nshort 0\n", ":1: expected `utterance-id label`"),
+            (
+                "u1 1\nu1 2\nshort 0\n",
+                ":2: utterance u1 has a label already",
+            ),
+        ] {
+            let d = data_dir(&[("u1", 6), ("short", 3)], text);
+            let e = load_dir(&d, "3").err().unwrap().to_string();
+            assert!(
+                e.contains(&utt2label(&d)) && e.contains(want),
+                "{text:?}: {e}"
+            );
+        }
+        // Frame labels take one width.
+        let d = data_dir(&[("u1", 6)], "u1 1\n");
+        std::fs::write(d.path().join("ali.ark"), "u1 0 0 0 0 0 0\n").unwrap();
+        let e = load(
+            &d.path().to_string_lossy(),
+            &nnet(),
+            &ChunkOptions {
+                labels: LabelKind::Frame,
+                ..opts("2,3")
+            },
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            e.contains("a range of widths applies to per-utterance"),
+            "{e}"
+        );
+        // Auto picks the frame labels when there are some; utterance forces utt2label.
+        let frame = load(&d.path().to_string_lossy(), &nnet(), &opts("3"));
+        let utt = load(
+            &d.path().to_string_lossy(),
+            &nnet(),
+            &ChunkOptions {
+                labels: LabelKind::Utterance,
+                ..opts("3")
+            },
+        )
+        .unwrap();
+        assert_eq!(utt.examples[0].io[1].indexes.len(), 1);
+        assert!(frame.unwrap().examples[0].io[1].indexes.len() > 1);
+    }
 }

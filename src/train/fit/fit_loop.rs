@@ -12,6 +12,7 @@ use super::stepper::{
     StepperOptions,
 };
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::compile::NnetComputation;
 use crate::egs::merge::merge_examples;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
@@ -20,7 +21,9 @@ use crate::run::NnetComputer;
 use crate::train::diagnostics::{NnetComputeProb, NnetComputeProbOptions};
 use crate::train::example::{computation_request, num_sequences};
 use crate::train::log::{fmt_g, log, warn};
-use crate::train::nnet_update::{scale_batchnorm_stats, zero_component_stats};
+use crate::train::nnet_update::{
+    freeze_natural_gradient, scale_batchnorm_stats, zero_component_stats,
+};
 use crate::train::objective::{compute_accuracy, compute_objective};
 
 const P: &str = "compnet fit";
@@ -233,8 +236,10 @@ pub fn fit(
         ..Default::default()
     };
     let mut stepper_bytes = None;
+    let mut ng_bytes = Vec::new();
     if opts.resume && std::path::Path::new(&ckpt_path).exists() {
         let (s, mut parts) = read_checkpoint(&ckpt_path)?;
+        ng_bytes = parts.pop().expect("four parts");
         let stats = parts.pop().expect("three parts");
         let st = parts.pop().expect("three parts");
         let model = parts.pop().expect("three parts");
@@ -271,14 +276,17 @@ pub fn fit(
     // The command line's patience holds, also for a resumed run.
     state.early_stopping.patience = opts.early_stopping_patience;
     let mut updater = if kind == StepperKind::NaturalGradient {
-        if stepper_bytes.is_some() {
-            warn(P, "the natural-gradient stepper's Fisher estimates are not checkpointed; they restart (as for each Kaldi nnet3-train job)");
+        let mut k = KaldiNgStepper::new(&nnet, &opts.stepper, opts.srand);
+        if let Some(b) = &stepper_bytes {
+            if ng_bytes.is_empty() {
+                // A checkpoint of an older compnet: it holds no natural-gradient state.
+                warn(P, &format!("{ckpt_path} holds no natural-gradient state; the Fisher estimates restart (as for each Kaldi nnet3-train job)"));
+            } else {
+                k.read_state(b, &ckpt_path)?;
+                super::ng_state::restore(&mut k.delta, &ng_bytes, &ckpt_path)?;
+            }
         }
-        Updater::Kaldi(Box::new(KaldiNgStepper::new(
-            &nnet,
-            &opts.stepper,
-            opts.srand,
-        )))
+        Updater::Kaldi(Box::new(k))
     } else {
         let mut stepper = Stepper::new(opts.stepper.clone());
         if let Some(b) = &stepper_bytes {
@@ -359,66 +367,67 @@ pub fn fit(
                 .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
             let computation = compiler.compile(&nnet, &request)?;
             let seed = opts.srand.wrapping_add(state.global_minibatch);
-            let (mut objf, mut weight, mut correct, mut acc_weight) = (0.0, 0.0, 0.0, 0.0);
-            {
-                let outputs: Vec<(String, crate::nnet::ObjectiveType)> = eg
-                    .io
-                    .iter()
-                    .filter_map(|io| Some((io.name.clone(), nnet.objective_type(&io.name)?)))
-                    .collect();
-                let target = updater.target();
-                let mut computer =
-                    NnetComputer::for_training(&computation, &mut nnet, target).with_seed(seed);
-                for io in &eg.io {
-                    if !outputs.iter().any(|(n, _)| n == &io.name) {
-                        computer.accept_input(&io.name, io.features.to_matrix())?;
-                    }
-                }
-                computer.run_forward()?;
-                for (name, objective) in &outputs {
-                    let sup = &eg.get(name).expect("listed from the example").features;
-                    let out = computer.output(name)?;
-                    let (sum, deriv) = compute_objective(name, *objective, sup, out, true)
-                        .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
-                    let acc = compute_accuracy(sup, out);
-                    objf += sum.tot_objf;
-                    weight += sum.tot_weight;
-                    correct += acc.tot_objf;
-                    acc_weight += acc.tot_weight;
-                    if let Some(d) = deriv {
-                        computer.accept_output_deriv(name, d)?;
-                    }
-                }
-                computer.run_backward()?;
-            }
-            if !objf.is_finite() {
-                return Err(Error::Compute(format!(
+            let sequences = num_sequences(&eg);
+            let not_finite = |objf: f64| {
+                Error::Compute(format!(
                     "epoch {}, minibatch {}: the objective is not finite ({objf}); stopping \
                      (try a smaller learning rate); the last checkpoint is {ckpt_path}",
                     epoch + 1,
                     state.position
-                )));
-            }
-            let sequences = num_sequences(&eg);
-            let ok = match &mut updater {
-                Updater::Kaldi(k) => k.step(&mut nnet, sequences),
-                Updater::Plain { grad, stepper } => {
-                    let mut rng = crate::random::seeded_rng(
-                        opts.srand ^ state.global_minibatch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                    );
-                    let ok = apply_plain_step(
-                        stepper,
-                        &mut nnet,
-                        grad,
-                        step_lr,
-                        grad_scale as f32,
-                        &opts.gradient,
-                        sequences,
-                        frames,
-                        &mut rng,
-                    );
-                    scale_batchnorm_stats(0.8, &mut nnet);
-                    ok
+                ))
+            };
+            let backstitch = match &updater {
+                Updater::Kaldi(k) => k.backstitch_now(&opts.stepper, state.global_minibatch),
+                Updater::Plain { .. } => false,
+            };
+            let fb = |nnet: &mut Nnet, target: &mut Nnet| {
+                forward_backward(nnet, target, &computation, &eg, seed, &train.source)
+            };
+            let ([objf, weight, correct, acc_weight], ok) = match (&mut updater, backstitch) {
+                (Updater::Kaldi(k), true) => {
+                    // Kaldi's backstitch: both passes draw the same random numbers; the
+                    // first uses the natural-gradient estimates without updating them. The
+                    // first pass's objective is the minibatch's.
+                    let alpha = opts.stepper.backstitch_scale;
+                    freeze_natural_gradient(true, &mut k.delta);
+                    let first = fb(&mut nnet, &mut k.delta)?;
+                    if !first[0].is_finite() {
+                        return Err(not_finite(first[0]));
+                    }
+                    k.backstitch_step(&mut nnet, sequences, alpha, true);
+                    freeze_natural_gradient(false, &mut k.delta);
+                    fb(&mut nnet, &mut k.delta)?;
+                    k.backstitch_step(&mut nnet, sequences, alpha, false);
+                    (first, true)
+                }
+                (u, _) => {
+                    let sums = fb(&mut nnet, u.target())?;
+                    if !sums[0].is_finite() {
+                        return Err(not_finite(sums[0]));
+                    }
+                    let ok = match u {
+                        Updater::Kaldi(k) => k.step(&mut nnet, sequences),
+                        Updater::Plain { grad, stepper } => {
+                            let mut rng = crate::random::seeded_rng(
+                                opts.srand
+                                    ^ state.global_minibatch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                            );
+                            let ok = apply_plain_step(
+                                stepper,
+                                &mut nnet,
+                                grad,
+                                step_lr,
+                                grad_scale as f32,
+                                &opts.gradient,
+                                sequences,
+                                frames,
+                                &mut rng,
+                            );
+                            scale_batchnorm_stats(0.8, &mut nnet);
+                            ok
+                        }
+                    };
+                    (sums, ok)
                 }
             };
             if !ok {
@@ -461,14 +470,14 @@ pub fn fit(
                 .after_minibatch(state.global_minibatch)
                 && state.position < n_groups
             {
-                save(&ckpt_path, &state, &nnet, &updater)?;
+                save(&ckpt_path, &state, &nnet, &mut updater)?;
             }
             let out_of_time = opts.max_wall_seconds > 0.0
                 && start.elapsed().as_secs_f64() >= opts.max_wall_seconds;
             let out_of_minibatches =
                 opts.max_minibatches > 0 && state.global_minibatch >= opts.max_minibatches;
             if out_of_time || out_of_minibatches {
-                save(&ckpt_path, &state, &nnet, &updater)?;
+                save(&ckpt_path, &state, &nnet, &mut updater)?;
                 stopped = Some(if out_of_time {
                     format!(
                         "the wall-time limit of {} s was reached",
@@ -565,7 +574,7 @@ pub fn fit(
             || state.epoch == opts.num_epochs
             || stop_now.is_some()
         {
-            save(&ckpt_path, &state, &nnet, &updater)?;
+            save(&ckpt_path, &state, &nnet, &mut updater)?;
         }
         if let Some(why) = stop_now {
             log(P, &format!("stopping early: {why}"));
@@ -583,20 +592,68 @@ pub fn fit(
     })
 }
 
-fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &Updater) -> Result<()> {
+/// Forward, objectives, backward into `target` (the stepper's network): the objective, its
+/// weight, the correct frames and the accuracy's weight, summed over the outputs.
+fn forward_backward(
+    nnet: &mut Nnet,
+    target: &mut Nnet,
+    computation: &NnetComputation,
+    eg: &NnetExample,
+    seed: u64,
+    source: &str,
+) -> Result<[f64; 4]> {
+    let (mut objf, mut weight, mut correct, mut acc_weight) = (0.0, 0.0, 0.0, 0.0);
+    let outputs: Vec<(String, crate::nnet::ObjectiveType)> = eg
+        .io
+        .iter()
+        .filter_map(|io| Some((io.name.clone(), nnet.objective_type(&io.name)?)))
+        .collect();
+    let mut computer = NnetComputer::for_training(computation, nnet, target).with_seed(seed);
+    for io in &eg.io {
+        if !outputs.iter().any(|(n, _)| n == &io.name) {
+            computer.accept_input(&io.name, io.features.to_matrix())?;
+        }
+    }
+    computer.run_forward()?;
+    for (name, objective) in &outputs {
+        let Some(sup) = eg.get(name).map(|io| &io.features) else {
+            continue;
+        };
+        let out = computer.output(name)?;
+        let (sum, deriv) = compute_objective(name, *objective, sup, out, true)
+            .map_err(|e| Error::Compute(format!("{source}: {e}")))?;
+        let acc = compute_accuracy(sup, out);
+        objf += sum.tot_objf;
+        weight += sum.tot_weight;
+        correct += acc.tot_objf;
+        acc_weight += acc.tot_weight;
+        if let Some(d) = deriv {
+            computer.accept_output_deriv(name, d)?;
+        }
+    }
+    computer.run_backward()?;
+    Ok([objf, weight, correct, acc_weight])
+}
+
+fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &mut Updater) -> Result<()> {
     let mut st = Vec::new();
-    if let Updater::Plain { stepper, .. } = updater {
-        stepper.write_state(&mut st);
+    let mut ng = Vec::new();
+    match updater {
+        Updater::Plain { stepper, .. } => stepper.write_state(&mut st),
+        Updater::Kaldi(k) => {
+            k.write_state(&mut st);
+            ng = super::ng_state::encode(&mut k.delta)?;
+        }
     }
     write_checkpoint(
         path,
         state,
-        [&nnet.write_model(true), &st, &encode_stats(nnet)],
+        [&nnet.write_model(true), &st, &encode_stats(nnet), &ng],
     )
 }
 
 /// Every component's exact statistics: per component a count and the values (f64 LE).
-fn encode_stats(nnet: &Nnet) -> Vec<u8> {
+pub(super) fn encode_stats(nnet: &Nnet) -> Vec<u8> {
     let mut out = Vec::new();
     for c in &nnet.components {
         let s = c.exact_stats();
@@ -609,7 +666,7 @@ fn encode_stats(nnet: &Nnet) -> Vec<u8> {
 }
 
 /// Restores what [`encode_stats`] wrote.
-fn restore_stats(nnet: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
+pub(super) fn restore_stats(nnet: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
     let mut r = super::stepper::ByteReader {
         bytes,
         pos: 0,

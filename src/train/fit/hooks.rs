@@ -225,13 +225,17 @@ pub struct LoopState {
     pub num_parameters: usize,
 }
 
-const MAGIC: &[u8] = b"COMPNET-FIT-CHECKPOINT-1\n";
+const MAGIC: &[u8] = b"COMPNET-FIT-CHECKPOINT-2\n";
+/// Version 1 had no natural-gradient part; it reads with that part empty.
+const MAGIC_V1: &[u8] = b"COMPNET-FIT-CHECKPOINT-1\n";
 
 /// The number of length-prefixed parts after the loop state.
-const NUM_PARTS: usize = 3;
+const NUM_PARTS: usize = 4;
 
 /// A checkpoint file: magic, then length-prefixed parts: the loop state (JSON), the model
-/// (Kaldi binary), the stepper state, the exact component statistics.
+/// (Kaldi binary), the stepper state, the exact component statistics, the natural-gradient
+/// preconditioners (`ng_state`; empty for the plain steppers). One file, written
+/// atomically, so the parts always belong together.
 pub fn write_checkpoint(path: &str, state: &LoopState, parts: [&[u8]; NUM_PARTS]) -> Result<()> {
     let json = serde_json::to_vec(state).map_err(|e| Error::Usage(e.to_string()))?;
     let mut out = MAGIC.to_vec();
@@ -245,7 +249,12 @@ pub fn write_checkpoint(path: &str, state: &LoopState, parts: [&[u8]; NUM_PARTS]
 /// Reads a checkpoint: the loop state and the other parts.
 pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<Vec<u8>>)> {
     let bytes = crate::io::read_file(path)?;
-    if !bytes.starts_with(MAGIC) {
+    let (magic, num_parts) = if bytes.starts_with(MAGIC_V1) {
+        (MAGIC_V1, NUM_PARTS - 1)
+    } else {
+        (MAGIC, NUM_PARTS)
+    };
+    if !bytes.starts_with(magic) {
         return Err(Error::Usage(format!(
             "{path}: not a compnet fit checkpoint (it does not start with {:?})",
             String::from_utf8_lossy(&MAGIC[..MAGIC.len() - 1])
@@ -253,11 +262,11 @@ pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<Vec<u8>>)> {
     }
     let mut r = ByteReader {
         bytes: &bytes,
-        pos: MAGIC.len(),
+        pos: magic.len(),
         file: path,
     };
     let mut parts = Vec::new();
-    for _ in 0..=NUM_PARTS {
+    for _ in 0..=num_parts {
         let n = r.u64()?;
         if n > (bytes.len() - r.pos) as u64 {
             return Err(r.err(&format!("a part of {n} bytes, more than the file holds")));
@@ -270,6 +279,7 @@ pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<Vec<u8>>)> {
         return Err(r.err("the end of the checkpoint"));
     }
     parts.remove(0);
+    parts.resize(NUM_PARTS, Vec::new());
     Ok((state, parts))
 }
 
@@ -311,13 +321,28 @@ mod tests {
             best_valid: Some(-0.123456789012345),
             ..Default::default()
         };
-        write_checkpoint(&p, &state, [b"model", b"stepper", b""]).unwrap();
+        write_checkpoint(&p, &state, [b"model", b"stepper", b"", b"ng"]).unwrap();
         let (s, parts) = read_checkpoint(&p).unwrap();
         assert_eq!(s, state);
         assert_eq!(
             parts,
-            vec![b"model".to_vec(), b"stepper".to_vec(), Vec::new()]
+            vec![
+                b"model".to_vec(),
+                b"stepper".to_vec(),
+                Vec::new(),
+                b"ng".to_vec()
+            ]
         );
+        // A version-1 checkpoint (three parts) reads with an empty natural-gradient part.
+        let v2 = std::fs::read(&p).unwrap();
+        let mut v1 = MAGIC_V1.to_vec();
+        let body = &v2[MAGIC.len()..v2.len() - 8 - 2];
+        v1.extend_from_slice(body);
+        std::fs::write(&p, v1).unwrap();
+        let (s1, parts1) = read_checkpoint(&p).unwrap();
+        assert_eq!((s1, &parts1[..3]), (state.clone(), &parts[..3]));
+        assert!(parts1[3].is_empty());
+        write_checkpoint(&p, &state, [b"model", b"stepper", b"", b"ng"]).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
         let e = read_checkpoint(&p).unwrap_err().to_string();
@@ -334,10 +359,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.ckpt").to_string_lossy().into_owned();
         let state = LoopState::default();
-        write_checkpoint(&p, &state, [b"one", b"", b""]).unwrap();
+        write_checkpoint(&p, &state, [b"one", b"", b"", b""]).unwrap();
         // A path under a regular file cannot be written.
         let bad = format!("{p}/nested.ckpt");
-        let e = write_checkpoint(&bad, &state, [b"two", b"", b""])
+        let e = write_checkpoint(&bad, &state, [b"two", b"", b"", b""])
             .unwrap_err()
             .to_string();
         assert!(e.contains("nested.ckpt"), "{e}");

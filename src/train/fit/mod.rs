@@ -10,6 +10,7 @@
 pub mod data;
 pub mod fit_loop;
 pub mod hooks;
+pub mod ng_state;
 pub mod schedule;
 pub mod stepper;
 

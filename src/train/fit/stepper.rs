@@ -21,6 +21,7 @@ use crate::train::nnet_update::{
     update_nnet_with_max_change, MaxChangeStats,
 };
 use rand::rngs::StdRng;
+use rand::RngCore;
 
 /// The steppers `--stepper` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +107,11 @@ pub struct StepperOptions {
     pub rms_min: f32,
     /// ng: limit on the norm of the whole change per minibatch (Kaldi's `--max-param-change`).
     pub max_param_change: f32,
+    /// ng: Kaldi's backstitch, `--backstitch-training-scale` α (0 = off): on every
+    /// `backstitch_interval`-th minibatch a step of −α·lr along the gradient, then one of
+    /// (1+α)·lr along the gradient at the new point.
+    pub backstitch_scale: f32,
+    pub backstitch_interval: usize,
 }
 
 impl Default for StepperOptions {
@@ -123,6 +129,8 @@ impl Default for StepperOptions {
             rms_max: 10.0,
             rms_min: 0.1,
             max_param_change: 2.0,
+            backstitch_scale: 0.0,
+            backstitch_interval: 1,
         }
     }
 }
@@ -166,6 +174,31 @@ impl StepperOptions {
                 "--rms-min={} is above --rms-max={}",
                 self.rms_min, self.rms_max
             )));
+        }
+        if !self.backstitch_scale.is_finite() || self.backstitch_scale < 0.0 {
+            return Err(Error::Usage(format!(
+                "--backstitch-training-scale must be a finite number >= 0, got {}",
+                self.backstitch_scale
+            )));
+        }
+        if self.backstitch_interval == 0 {
+            return Err(Error::Usage(
+                "--backstitch-training-interval must be positive".into(),
+            ));
+        }
+        if self.backstitch_scale > 0.0 {
+            if self.kind != StepperKind::NaturalGradient {
+                return Err(Error::Usage(format!(
+                    "--backstitch-training-scale: backstitch is Kaldi's update (--stepper=ng); \
+                     it is not defined for --stepper={}",
+                    self.kind.name()
+                )));
+            }
+            if self.momentum > 0.0 {
+                return Err(Error::Usage(
+                    "backstitch training is incompatible with --momentum > 0 (as in Kaldi)".into(),
+                ));
+            }
         }
         Ok(())
     }
@@ -511,8 +544,52 @@ pub struct KaldiNgStepper {
     pub l2_regularize_factor: f32,
     pub batchnorm_stats_scale: f32,
     pub max_change: MaxChangeStats,
+    /// `--srand`, which seeds `rng`.
+    pub srand: u64,
     /// The orthonormal constraint's random choices (seeded as `compnet train`'s).
-    pub rng: StdRng,
+    pub rng: CountingRng,
+}
+
+/// A seeded generator that counts the 32-bit words it has handed out: a checkpoint records
+/// the count and a resumed run replays it (the generator's own state cannot be saved). A
+/// 64-bit draw always takes two words of the stream, so replaying words one by one lands
+/// on the same position.
+pub struct CountingRng {
+    rng: StdRng,
+    pub words: u64,
+}
+
+impl CountingRng {
+    pub fn new(seed: u64) -> Self {
+        CountingRng {
+            rng: crate::random::seeded_rng(seed),
+            words: 0,
+        }
+    }
+
+    /// The generator of `seed` after `words` words.
+    pub fn replayed(seed: u64, words: u64) -> Self {
+        let mut r = CountingRng::new(seed);
+        for _ in 0..words {
+            r.next_u32();
+        }
+        r
+    }
+}
+
+impl rand::RngCore for CountingRng {
+    fn next_u32(&mut self) -> u32 {
+        self.words += 1;
+        self.rng.next_u32()
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.words += 2;
+        self.rng.next_u64()
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        self.words += dest.len().div_ceil(4) as u64;
+        self.rng.fill_bytes(dest)
+    }
 }
 
 impl KaldiNgStepper {
@@ -526,8 +603,118 @@ impl KaldiNgStepper {
             l2_regularize_factor: 1.0,
             batchnorm_stats_scale: 0.8,
             max_change: MaxChangeStats::default(),
-            rng: crate::random::seeded_rng(srand),
+            rng: CountingRng::new(srand),
+            srand,
         }
+    }
+
+    /// Whether minibatch `n` (counted over the whole run) takes Kaldi's two backstitch steps
+    /// (`compnet train`'s choice: n ≡ srand modulo the interval).
+    pub fn backstitch_now(&self, opts: &StepperOptions, n: u64) -> bool {
+        let interval = opts.backstitch_interval.max(1) as u64;
+        opts.backstitch_scale > 0.0 && n % interval == self.srand % interval
+    }
+
+    /// One of backstitch's two steps after a backward pass into the delta (its first with the
+    /// natural-gradient estimates frozen): the first moves −α times the change (max-change
+    /// scaled by α), the second 1+α times it, with L2 and the BatchNorm scaling, as
+    /// `compnet train`. The delta is zeroed (backstitch has no momentum).
+    pub fn backstitch_step(&mut self, nnet: &mut Nnet, sequences: usize, alpha: f32, first: bool) {
+        let (max_change_scale, scale) = if first {
+            (alpha, -alpha)
+        } else {
+            (1.0 + alpha, 1.0 + alpha)
+        };
+        if !first {
+            let l2_scale = sequences as f32 * self.l2_regularize_factor / scale;
+            apply_l2_regularization(nnet, l2_scale, &mut self.delta);
+        }
+        update_nnet_with_max_change(
+            &self.delta,
+            self.max_param_change,
+            max_change_scale,
+            scale,
+            nnet,
+            &mut self.max_change,
+        );
+        if first {
+            constrain_orthonormal(nnet, &mut self.rng);
+        } else {
+            scale_batchnorm_stats(self.batchnorm_stats_scale, nnet);
+        }
+        self.delta.scale_all(0.0);
+    }
+
+    /// The state a resumed run needs besides the natural-gradient estimates
+    /// (`ng_state`): the generator's position and the delta network's parameters and
+    /// statistics (the momentum between minibatches).
+    pub fn write_state(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"ng\0");
+        out.extend_from_slice(&self.rng.words.to_le_bytes());
+        // Without momentum the delta is zero between minibatches: no blocks are written (a
+        // model-sized part less to write and sync).
+        let blocks: Vec<&dyn crate::nnet::component::UpdatableComponent> = self
+            .delta
+            .components
+            .iter()
+            .filter_map(|c| c.as_updatable())
+            .filter(|_| self.momentum != 0.0)
+            .collect();
+        out.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
+        for u in blocks {
+            let mut v = vec![0.0f32; u.num_parameters()];
+            u.vectorize(&mut v);
+            out.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            for x in v {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        out.extend_from_slice(&super::fit_loop::encode_stats(&self.delta));
+    }
+
+    /// Reads what [`KaldiNgStepper::write_state`] wrote; the delta network must have the
+    /// same blocks (a checkpoint of this network).
+    pub fn read_state(&mut self, bytes: &[u8], file: &str) -> Result<()> {
+        let mut r = ByteReader {
+            bytes,
+            pos: 0,
+            file,
+        };
+        let name = r.cstr()?;
+        if name != "ng" {
+            return Err(Error::Usage(format!(
+                "{file}: the checkpoint was written with --stepper={name}, this run uses \
+                 --stepper=ng"
+            )));
+        }
+        let words = r.u64()?;
+        let n = r.u64()?;
+        let mut blocks: Vec<&mut dyn crate::nnet::component::UpdatableComponent> = self
+            .delta
+            .components
+            .iter_mut()
+            .filter_map(|c| c.as_updatable_mut())
+            .collect();
+        if n != blocks.len() as u64 && (n != 0 || self.momentum != 0.0) {
+            return Err(r.err(&format!(
+                "{n} parameter blocks, this network has {} (a checkpoint of another network)",
+                blocks.len()
+            )));
+        }
+        for (b, u) in blocks.iter_mut().enumerate().take(n as usize) {
+            let len = r.u64()?;
+            if len != u.num_parameters() as u64 {
+                return Err(r.err(&format!(
+                    "block {b} has {} parameters in this network but {len} in the checkpoint \
+                     (a checkpoint of another network)",
+                    u.num_parameters()
+                )));
+            }
+            u.unvectorize(&r.f32s(len as usize)?);
+        }
+        super::fit_loop::restore_stats(&mut self.delta, &bytes[r.pos..], file)?;
+        self.rng = CountingRng::replayed(self.srand, words);
+        Ok(())
     }
 
     /// Sets the learning rate the next backward passes use (`SetLearningRate` on the delta
@@ -635,6 +822,33 @@ mod tests {
                 1.0 + 0.1 * 0.5 / (ms1[0] + e).sqrt() + 0.1 * 0.75 * -0.25 / (ms2[0] + e).sqrt(),
                 -2.0 - 0.1 / (ms1[1] + e).sqrt() + 0.1 * 0.75 * 2.0 / (ms2[1] + e).sqrt(),
             ],
+        );
+    }
+
+    /// After any mix of 32- and 64-bit draws and byte fills, the generator replayed from
+    /// its word count continues with the same numbers.
+    #[test]
+    fn a_replayed_generator_continues_where_the_original_was() {
+        let mut a = CountingRng::new(11);
+        let mut buf = [0u8; 7];
+        for i in 0..300 {
+            match i % 5 {
+                0 | 3 => {
+                    a.next_u64();
+                }
+                1 => a.fill_bytes(&mut buf),
+                _ => {
+                    a.next_u32();
+                }
+            }
+        }
+        let mut b = CountingRng::replayed(11, a.words);
+        let next_a: Vec<u64> = (0..40).map(|_| a.next_u64()).collect();
+        let next_b: Vec<u64> = (0..40).map(|_| b.next_u64()).collect();
+        assert_eq!(next_a, next_b);
+        assert_ne!(
+            CountingRng::replayed(11, a.words + 1).next_u64(),
+            a.next_u64()
         );
     }
 
