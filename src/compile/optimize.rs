@@ -861,6 +861,85 @@ mod tests {
         }
     }
 
+    /// The softmax's backprop runs in place (its output derivative becomes its input
+    /// derivative), and the derivative of the additions to zeroed matrices is copied, not
+    /// added; with each pass off, the command stays as compiled; results are the same.
+    #[test]
+    fn backprop_in_place_and_convert_addition_fire() {
+        use crate::compile::{compile_computation, CompilerOptions, IoSpecification};
+        let nnet = Nnet::from_config_text(
+            "input-node name=input dim=2\n\
+             component name=softmax type=SoftmaxComponent dim=2\n\
+             component-node name=softmax component=softmax input=input\n\
+             output-node name=output input=softmax\n",
+            "<test>",
+            &mut crate::random::seeded_rng(0),
+        )
+        .unwrap();
+        let req = ComputationRequest {
+            inputs: vec![IoSpecification::from_ranges("input", 0..2, 0..3, true)],
+            outputs: vec![IoSpecification::from_ranges("output", 0..2, 0..3, true)],
+            ..Default::default()
+        };
+        let compiled = |o: &OptimizeOptions| {
+            let mut c = compile_computation(&nnet, &req, &CompilerOptions::default()).unwrap();
+            optimize(&nnet, &mut c, o);
+            c
+        };
+        let run_both = |c: &NnetComputation| {
+            let mut comp = NnetComputer::new(c, &nnet, None).poison_undefined();
+            let x = Matrix::from_rows(&[
+                vec![1.0, -2.0],
+                vec![-3.0, 4.0],
+                vec![5.0, -6.0],
+                vec![0.5, 0.25],
+                vec![-1.0, 2.0],
+                vec![3.0, -0.5],
+            ]);
+            comp.accept_input("input", x.clone()).unwrap();
+            comp.run_forward().unwrap();
+            comp.accept_output_deriv("output", x).unwrap();
+            comp.run_backward().unwrap();
+            (
+                comp.output("output").unwrap().clone(),
+                comp.input_deriv("input").unwrap().clone(),
+            )
+        };
+        let in_place = |c: &NnetComputation| {
+            c.commands.iter().any(|x| {
+                matches!(x, Command::Backprop { out_deriv, in_deriv, .. } if out_deriv == in_deriv)
+            })
+        };
+        let adds = |c: &NnetComputation| {
+            count(c, |x| {
+                matches!(
+                    x,
+                    Command::MatrixAdd { .. }
+                        | Command::AddRows { .. }
+                        | Command::AddRowsMulti { .. }
+                )
+            })
+        };
+        let all = compiled(&OptimizeOptions::default());
+        assert!(in_place(&all), "{:?}", all.commands);
+        assert_eq!(adds(&all), 0, "{:?}", all.commands);
+        let mut no_bip = OptimizeOptions::default();
+        no_bip.set_pass("backprop-in-place", false);
+        assert!(!in_place(&compiled(&no_bip)));
+        let mut no_ca = OptimizeOptions::default();
+        no_ca.set_pass("convert-addition", false);
+        assert!(adds(&compiled(&no_ca)) > 0);
+        let plain = compiled(&OptimizeOptions {
+            optimize: false,
+            ..Default::default()
+        });
+        assert!(adds(&plain) > 0);
+        let want = run_both(&plain);
+        for c in [&all, &compiled(&no_bip), &compiled(&no_ca)] {
+            assert_eq!(run_both(c), want);
+        }
+    }
+
     /// Computations the passes do not understand are left exactly as they are.
     #[test]
     fn swaps_and_loops_are_left_alone() {

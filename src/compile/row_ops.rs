@@ -479,3 +479,188 @@ fn table_of_mut(c: &mut Command) -> Option<(usize, &mut usize)> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::checker::check_computation;
+    use crate::matrix::Matrix;
+    use crate::nnet::Nnet;
+    use crate::run::NnetComputer;
+
+    /// m1 = the 3×2 input, m2 and m3 scratch, m4 copied to the output; then `body`.
+    fn computation(body: impl FnOnce(&mut NnetComputation) -> Vec<Command>) -> NnetComputation {
+        let nnet = crate::testing::relu_nnet(false);
+        let mut c = NnetComputation::default();
+        for _ in 0..4 {
+            let m = c.new_matrix(3, 2);
+            c.whole_submatrix(m);
+        }
+        c.commands = (1..=4).map(|m| Command::AllocMatrix { m }).collect();
+        let input = nnet.node_index("input").unwrap();
+        c.commands.push(Command::AcceptInput { s: 1, node: input });
+        let body = body(&mut c);
+        c.commands.extend(body);
+        c.commands.push(Command::ProvideOutput {
+            s: 4,
+            node: nnet.node_index("output").unwrap(),
+        });
+        for m in 1..=3 {
+            c.commands.push(Command::DeallocMatrix { m });
+        }
+        c
+    }
+
+    fn run(c: &NnetComputation) -> Matrix {
+        let nnet: Nnet = crate::testing::relu_nnet(false);
+        check_computation(c, &nnet).expect("checker");
+        let mut comp = NnetComputer::new(c, &nnet, None);
+        let input = Matrix::from_rows(&[vec![1.0, -2.0], vec![3.0, 4.0], vec![5.0, -6.0]]);
+        comp.accept_input("input", input).unwrap();
+        comp.run_forward().unwrap();
+        comp.output("output").unwrap().clone()
+    }
+
+    fn copy(dst: usize, src: usize) -> Command {
+        Command::MatrixCopy {
+            dst,
+            src,
+            alpha: 1.0,
+        }
+    }
+
+    fn kinds(c: &NnetComputation) -> Vec<&'static str> {
+        c.commands[5..c.commands.len() - 4]
+            .iter()
+            .map(|c| c.kind_name())
+            .collect()
+    }
+
+    /// `m2.AddRows(m3[-1, 2, -1])` acts on row 1 only, and then is a matrix add of one row.
+    #[test]
+    fn snip_then_matrix_op() {
+        let c = computation(|c| {
+            c.indexes.push(vec![-1, 2, -1]);
+            // m3, not the input m1: matrices exchanged with the caller keep their shape.
+            vec![
+                Command::SetConst { s: 2, alpha: 7.0 },
+                copy(3, 1),
+                Command::AddRows {
+                    dst: 2,
+                    src: 3,
+                    indexes: 0,
+                    alpha: 0.5,
+                },
+                copy(4, 2),
+            ]
+        });
+        let mut opt = NnetComputation {
+            matrices: c.matrices.clone(),
+            submatrices: c.submatrices.clone(),
+            indexes: c.indexes.clone(),
+            commands: c.commands.clone(),
+            ..Default::default()
+        };
+        assert_eq!(snip_row_ops(&mut opt), 1);
+        let Command::AddRows { dst, indexes, .. } = opt.commands[7] else {
+            panic!("{:?}", opt.commands[7]);
+        };
+        assert_eq!(opt.indexes[indexes], [2]);
+        assert_eq!(
+            (
+                opt.submatrices[dst].row_offset,
+                opt.submatrices[dst].num_rows
+            ),
+            (1, 1)
+        );
+        assert_eq!(run(&opt), run(&c));
+        assert_eq!(replace_row_with_matrix_ops(&mut opt), 1);
+        assert_eq!(
+            kinds(&opt),
+            ["SetConst", "MatrixCopy", "MatrixAdd", "MatrixCopy"]
+        );
+        let Command::MatrixAdd { src, .. } = opt.commands[7] else {
+            panic!();
+        };
+        assert_eq!(opt.submatrices[src].row_offset, 2);
+        drop_unused_tables(&mut opt);
+        assert!(opt.indexes.is_empty());
+        assert_eq!(run(&opt), run(&c));
+    }
+
+    /// A gather from two matrices becomes a copy and an add; a scatter into one matrix a
+    /// gather into the rows it names.
+    #[test]
+    fn split_gathers_and_scatters() {
+        let c = computation(|c| {
+            c.indexes_multi.push(vec![(1, 2), (2, 0), (1, 0)]);
+            c.indexes_multi.push(vec![(3, 2), (-1, -1), (3, 1)]);
+            vec![
+                Command::SetConst { s: 2, alpha: 3.0 },
+                Command::CopyRowsMulti {
+                    dst: 4,
+                    indexes_multi: 0,
+                    alpha: 2.0,
+                },
+                Command::AddToRowsMulti {
+                    src: 1,
+                    indexes_multi: 1,
+                    alpha: 1.0,
+                },
+                Command::MatrixAdd {
+                    dst: 4,
+                    src: 3,
+                    alpha: 1.0,
+                },
+            ]
+        });
+        let mut opt = NnetComputation {
+            matrices: c.matrices.clone(),
+            submatrices: c.submatrices.clone(),
+            indexes_multi: c.indexes_multi.clone(),
+            commands: c.commands.clone(),
+            ..Default::default()
+        };
+        assert_eq!(split_row_ops(&mut opt), 2);
+        assert_eq!(
+            kinds(&opt),
+            ["SetConst", "CopyRows", "AddRows", "AddRows", "MatrixAdd"]
+        );
+        // The scatter's gather covers rows 1..=2 of m3: row 1 from input row 2, row 2 from 0.
+        let Command::AddRows { dst, indexes, .. } = opt.commands[8] else {
+            panic!();
+        };
+        assert_eq!(opt.indexes[indexes], [2, 0]);
+        assert_eq!(
+            (
+                opt.submatrices[dst].row_offset,
+                opt.submatrices[dst].num_rows
+            ),
+            (1, 2)
+        );
+        assert_eq!(run(&opt), run(&c));
+    }
+
+    /// A scatter that copies must name every row of its span, and a gather may not read the
+    /// matrix it writes: such commands stay whole.
+    #[test]
+    fn unsafe_splits_are_left_alone() {
+        let mut c = computation(|c| {
+            c.indexes_multi.push(vec![(3, 2), (3, 0), (-1, -1)]);
+            c.indexes_multi.push(vec![(4, 1), (1, 0), (1, 1)]);
+            vec![
+                Command::CopyToRowsMulti {
+                    src: 1,
+                    indexes_multi: 0,
+                    alpha: 1.0,
+                },
+                Command::AddRowsMulti {
+                    dst: 4,
+                    indexes_multi: 1,
+                    alpha: 1.0,
+                },
+            ]
+        });
+        assert_eq!(split_row_ops(&mut c), 0);
+    }
+}
