@@ -352,11 +352,12 @@ pub fn run(a: Args) -> Result<i32> {
         )?;
         let (p, u) = (peak_matrix_memory(&comp), peak_matrix_memory(&plain));
         println!(
-            "# peak matrix memory: {} ({} bytes, after command c{}), {} matrices",
+            "# peak matrix memory: {} ({} bytes, after command c{}), {} matrices of {} in all",
             mib(p.peak_bytes),
             p.peak_bytes,
             p.at_command,
-            comp.matrices.len().saturating_sub(1)
+            comp.matrices.len().saturating_sub(1),
+            mib(p.total_bytes)
         );
         println!(
             "# unoptimized: {} ({} bytes), {} matrices; optimized / unoptimized = {:.1}%",
