@@ -34,8 +34,13 @@ fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
     d / b.view().max_abs().max(1.0)
 }
 
-/// Runs one random network; returns (kind, computable).
-fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
+/// Runs one random network; returns (kind, computable), and adds the names of the optimizer
+/// passes that changed its computation to `fired`.
+fn check_one(
+    seed: u64,
+    with_derivs: bool,
+    fired: &mut std::collections::BTreeSet<String>,
+) -> (&'static str, bool) {
     let net = random_nnet_config(seed, false);
     if std::env::var("COMPNET_VERBOSE").is_ok() {
         eprintln!("seed {seed} ({}):\n{}", net.kind, net.config);
@@ -123,13 +128,19 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     // give the same outputs, input derivatives and parameter gradients; the checker must
     // accept what every pass leaves. On a difference, each pass is switched off in turn to
     // name the one behind it.
+    let changed_by = std::cell::RefCell::new(Vec::new());
     let compare = |opts: &OptimizeOptions| -> Result<(), String> {
         let mut optimized =
             compile_computation(&nnet, req, &CompilerOptions::default()).expect("compile");
         let mut passes = 0;
         let mut problem = None;
+        let mut before = optimized.commands.clone();
         optimize_observed(&nnet, &mut optimized, opts, &mut |pass, c| {
             passes += 1;
+            if c.commands != before && *opts == OptimizeOptions::default() {
+                changed_by.borrow_mut().push(pass.to_string());
+                before = c.commands.clone();
+            }
             if let (None, Err(e)) = (&problem, check_computation(c, &nnet)) {
                 problem = Some(format!(
                     "after optimizer pass {pass}: {e}\ncomputation:\n{}",
@@ -173,6 +184,7 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
             ctx_msg()
         );
     }
+    fired.extend(changed_by.into_inner());
     (net.kind, true)
 }
 
@@ -278,9 +290,10 @@ fn run_computation(
 
 fn run_many(with_derivs: bool, offset: u64) {
     let n = num_nets();
+    let mut fired = std::collections::BTreeSet::new();
     let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     for seed in offset..offset + n {
-        let (kind, ok) = check_one(seed, with_derivs);
+        let (kind, ok) = check_one(seed, with_derivs, &mut fired);
         let e = by_kind.entry(kind).or_default();
         e.0 += 1;
         if ok {
@@ -297,6 +310,27 @@ fn run_many(with_derivs: bool, offset: u64) {
         computable as u64 * 2 >= n,
         "fewer than half of the random requests were computable"
     );
+    // The random networks exercise every pass that rewrites commands (a pass that never
+    // fires would make the comparison above prove nothing about it).
+    let mut expected = vec![
+        "snip_row_ops",
+        "split_row_ops",
+        "optimize_row_ops",
+        "remove_assignments/propagate_in_place/backprop_in_place",
+        "initialize_undefined",
+        "move_sizing_commands",
+    ];
+    // Forward sums start with a copy; additions to zeros are the backward pass's.
+    if with_derivs {
+        expected.push("convert_addition");
+    }
+    for pass in expected {
+        assert!(
+            fired.contains(pass),
+            "pass {pass} never changed a random computation: {fired:?}"
+        );
+    }
+    eprintln!("passes that changed some computation: {fired:?}");
 }
 
 /// Recursion in the reference evaluator goes as deep as the recurrence; give it room.
