@@ -106,7 +106,7 @@ pub struct OptimizationArgs {
           num_args = 0..=1, default_value = "true", default_missing_value = "true",
           require_equals = true, action = clap::ArgAction::Set)]
     pub remove_assignments: bool,
-    /// Run components that allow it in place (propagation and backprop).
+    /// Run the propagation of components that allow it in place.
     #[arg(long = "optimization.propagate-in-place", value_parser = parse_kaldi_bool,
           num_args = 0..=1, default_value = "true", default_missing_value = "true",
           require_equals = true, action = clap::ArgAction::Set)]
