@@ -892,7 +892,7 @@ fn golden_nets_pass_the_checker_after_every_optimizer_pass() {
                     });
                 },
             );
-            assert_eq!(passes, 4, "{name}");
+            assert_eq!(passes, 8, "{name}");
         }
         checked.push(name);
     }
@@ -952,6 +952,47 @@ fn cli_compile_prints_computation() {
     assert!(!out.status.success());
     assert!(stderr.contains("supply t up to 11"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `compnet compile --memory`: the optimized peak is below the unoptimized one (which, as
+/// compiled, holds every matrix at once), and switching every pass off gives 100 %.
+#[test]
+fn cli_compile_reports_peak_memory() {
+    let model = Path::new(GOLDEN).join("cases/seed/model.raw");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "compile".to_string(),
+            model.to_str().unwrap().to_string(),
+            "--input=input:0..1:-1..11".into(),
+            "--output=output:0..1:0..9".into(),
+            "--backprop".into(),
+            "--memory".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let bytes = |prefix: &str| -> u64 {
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no '{prefix}' line in {stdout}"));
+            let (_, rest) = line.split_once(" (").expect("bytes");
+            rest.split(' ').next().unwrap().parse().expect("number")
+        };
+        (bytes("# peak matrix memory:"), bytes("# unoptimized:"))
+    };
+    let (opt, plain) = run(&[]);
+    assert!(opt > 0 && opt < plain, "{opt} vs {plain}");
+    let (off, plain2) = run(&["--optimization.optimize=false"]);
+    assert_eq!((off, plain2), (plain, plain));
 }
 
 /// Random networks from the shared generator: every one whose config loads and whose

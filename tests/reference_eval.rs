@@ -34,8 +34,13 @@ fn rel_diff(a: &Matrix, b: &Matrix) -> f32 {
     d / b.view().max_abs().max(1.0)
 }
 
-/// Runs one random network; returns (kind, computable).
-fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
+/// Runs one random network; returns (kind, computable), and adds the names of the optimizer
+/// passes that changed its computation to `fired`.
+fn check_one(
+    seed: u64,
+    with_derivs: bool,
+    fired: &mut std::collections::BTreeSet<String>,
+) -> (&'static str, bool) {
     let net = random_nnet_config(seed, false);
     if std::env::var("COMPNET_VERBOSE").is_ok() {
         eprintln!("seed {seed} ({}):\n{}", net.kind, net.config);
@@ -121,51 +126,86 @@ fn check_one(seed: u64, with_derivs: bool) -> (&'static str, bool) {
     }
     // The optimized computation (matrices it allocates undefined are filled with NaN) must
     // give the same outputs, input derivatives and parameter gradients; the checker must
-    // accept what every pass leaves.
-    let mut optimized =
-        compile_computation(&nnet, req, &CompilerOptions::default()).expect("compile");
-    let mut passes = 0;
-    optimize_observed(
-        &nnet,
-        &mut optimized,
-        &OptimizeOptions::default(),
-        &mut |pass, c| {
+    // accept what every pass leaves. On a difference, each pass is switched off in turn to
+    // name the one behind it.
+    let changed_by = std::cell::RefCell::new(Vec::new());
+    let compare = |opts: &OptimizeOptions| -> Result<(), String> {
+        let mut optimized =
+            compile_computation(&nnet, req, &CompilerOptions::default()).expect("compile");
+        let mut passes = 0;
+        let mut problem = None;
+        let mut before = optimized.commands.clone();
+        optimize_observed(&nnet, &mut optimized, opts, &mut |pass, c| {
             passes += 1;
-            check_computation(c, &nnet).unwrap_or_else(|e| {
-                panic!(
-                    "after optimizer pass {pass}: {e}\n{}\ncomputation:\n{}",
-                    ctx_msg(),
+            if c.commands != before && *opts == OptimizeOptions::default() {
+                changed_by.borrow_mut().push(pass.to_string());
+                before = c.commands.clone();
+            }
+            if let (None, Err(e)) = (&problem, check_computation(c, &nnet)) {
+                problem = Some(format!(
+                    "after optimizer pass {pass}: {e}\ncomputation:\n{}",
                     compnet::compile::print::format_computation(c, &nnet)
-                )
-            });
-        },
-    );
-    assert_eq!(passes, 4, "every optimizer pass must be checked");
-    let opt = run_computation(&nnet, &optimized, &rr, with_derivs, seed, true, &ctx_msg);
-    let same = |what: &str, a: &[Matrix], b: &[Matrix]| {
-        assert_eq!(a.len(), b.len());
-        for (x, y) in a.iter().zip(b) {
-            let d = rel_diff(x, y);
-            assert!(
-                d < 1e-5,
-                "optimized computation: {what} differs by {d}\n{}\noptimized:\n{}",
-                ctx_msg(),
-                compnet::compile::print::format_computation(&optimized, &nnet)
-            );
+                ));
+            }
+        });
+        if let Some(p) = problem {
+            return Err(p);
         }
+        if *opts == OptimizeOptions::default() {
+            assert_eq!(passes, 8, "every optimizer pass must be checked");
+        }
+        let opt = run_computation(&nnet, &optimized, &rr, with_derivs, seed, true, &ctx_msg);
+        let printed = || compnet::compile::print::format_computation(&optimized, &nnet);
+        let same = |what: &str, a: &[Matrix], b: &[Matrix]| -> Result<(), String> {
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(b) {
+                let d = rel_diff(x, y);
+                if d.is_nan() || d >= 1e-5 {
+                    return Err(format!("{what} differs by {d}\noptimized:\n{}", printed()));
+                }
+            }
+            Ok(())
+        };
+        same("output", &opt.outputs, &plain.outputs)?;
+        same("input derivative", &opt.input_derivs, &plain.input_derivs)?;
+        assert_eq!(opt.gradient.len(), plain.gradient.len());
+        let scale = plain.gradient.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        for (a, b) in opt.gradient.iter().zip(&plain.gradient) {
+            if (a - b).abs().is_nan() || (a - b).abs() > 1e-5 * scale {
+                return Err(format!("parameter gradient {a} vs {b}"));
+            }
+        }
+        Ok(())
     };
-    same("output", &opt.outputs, &plain.outputs);
-    same("input derivative", &opt.input_derivs, &plain.input_derivs);
-    assert_eq!(opt.gradient.len(), plain.gradient.len());
-    let scale = plain.gradient.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-    for (a, b) in opt.gradient.iter().zip(&plain.gradient) {
-        assert!(
-            (a - b).abs() <= 1e-5 * scale,
-            "optimized computation: parameter gradient {a} vs {b}\n{}",
+    if let Err(e) = compare(&OptimizeOptions::default()) {
+        panic!(
+            "optimized computation: {e}\n{}\n{}",
+            culprit(&compare),
             ctx_msg()
         );
     }
+    fired.extend(changed_by.into_inner());
     (net.kind, true)
+}
+
+/// Names the optimizer passes whose switching off (alone) makes `compare` succeed.
+fn culprit(compare: &dyn Fn(&OptimizeOptions) -> Result<(), String>) -> String {
+    let mut found = Vec::new();
+    for &pass in compnet::compile::optimize::PASS_OPTIONS {
+        let mut o = OptimizeOptions::default();
+        assert!(o.set_pass(pass, false), "{pass}");
+        if compare(&o).is_ok() {
+            found.push(pass);
+        }
+    }
+    if found.is_empty() {
+        "no single pass switched off removes the difference".into()
+    } else {
+        format!(
+            "culprit: --optimization.{}=false removes the difference",
+            found.join(", or ")
+        )
+    }
 }
 
 /// What one run of a computation gives: outputs, input derivatives and the parameter
@@ -250,9 +290,10 @@ fn run_computation(
 
 fn run_many(with_derivs: bool, offset: u64) {
     let n = num_nets();
+    let mut fired = std::collections::BTreeSet::new();
     let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     for seed in offset..offset + n {
-        let (kind, ok) = check_one(seed, with_derivs);
+        let (kind, ok) = check_one(seed, with_derivs, &mut fired);
         let e = by_kind.entry(kind).or_default();
         e.0 += 1;
         if ok {
@@ -269,6 +310,27 @@ fn run_many(with_derivs: bool, offset: u64) {
         computable as u64 * 2 >= n,
         "fewer than half of the random requests were computable"
     );
+    // The random networks exercise every pass that rewrites commands (a pass that never
+    // fires would make the comparison above prove nothing about it).
+    let mut expected = vec![
+        "snip_row_ops",
+        "split_row_ops",
+        "optimize_row_ops",
+        "remove_assignments/propagate_in_place/backprop_in_place",
+        "initialize_undefined",
+        "move_sizing_commands",
+    ];
+    // Forward sums start with a copy; additions to zeros are the backward pass's.
+    if with_derivs {
+        expected.push("convert_addition");
+    }
+    for pass in expected {
+        assert!(
+            fired.contains(pass),
+            "pass {pass} never changed a random computation: {fired:?}"
+        );
+    }
+    eprintln!("passes that changed some computation: {fired:?}");
 }
 
 /// Recursion in the reference evaluator goes as deep as the recurrence; give it room.

@@ -12,6 +12,7 @@
 
 use crate::cli::init::parse_kaldi_bool;
 use crate::compile::cache::compile_with_shortcut;
+use crate::compile::memory::peak_matrix_memory;
 use crate::compile::print::format_computation;
 use crate::compile::{
     compile_computation, optimize_for_request, CachingCompilerOptions, CompilerOptions,
@@ -54,10 +55,14 @@ pub struct Args {
     /// out alike).
     #[arg(long)]
     pub shortcut: bool,
+    /// Print, instead of the computation, the peak of live matrix memory of the computation
+    /// (with the `--optimization.*` options given) and of the unoptimized one.
+    #[arg(long)]
+    pub memory: bool,
     #[command(flatten)]
     pub compiler: CachingCompilerArgs,
     #[command(flatten)]
-    pub deriv_time: DerivTimeArgs,
+    pub optimization: OptimizationArgs,
 }
 
 /// The caching compiler's options, with Kaldi's names (`--compiler.*`); for every command
@@ -101,7 +106,7 @@ pub struct OptimizationArgs {
           num_args = 0..=1, default_value = "true", default_missing_value = "true",
           require_equals = true, action = clap::ArgAction::Set)]
     pub remove_assignments: bool,
-    /// Run components that allow it in place (propagation and backprop).
+    /// Run the propagation of components that allow it in place.
     #[arg(long = "optimization.propagate-in-place", value_parser = parse_kaldi_bool,
           num_args = 0..=1, default_value = "true", default_missing_value = "true",
           require_equals = true, action = clap::ArgAction::Set)]
@@ -116,6 +121,31 @@ pub struct OptimizationArgs {
           num_args = 0..=1, default_value = "true", default_missing_value = "true",
           require_equals = true, action = clap::ArgAction::Set)]
     pub move_sizing_commands: bool,
+    /// Turn additions into matrices still zero into copies.
+    #[arg(long = "optimization.convert-addition", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub convert_addition: bool,
+    /// Trim the rows with nothing to add off the ends of row commands.
+    #[arg(long = "optimization.snip-row-ops", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub snip_row_ops: bool,
+    /// Split row commands over several matrices into at most two over one each.
+    #[arg(long = "optimization.split-row-ops", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub split_row_ops: bool,
+    /// Turn row commands that read a run of rows into whole-matrix commands.
+    #[arg(long = "optimization.optimize-row-ops", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub optimize_row_ops: bool,
+    /// Run backprops of components that allow it in place.
+    #[arg(long = "optimization.backprop-in-place", value_parser = parse_kaldi_bool,
+          num_args = 0..=1, default_value = "true", default_missing_value = "true",
+          require_equals = true, action = clap::ArgAction::Set)]
+    pub backprop_in_place: bool,
     #[command(flatten)]
     pub deriv_time: DerivTimeArgs,
 }
@@ -158,6 +188,11 @@ impl OptimizationArgs {
             propagate_in_place: self.propagate_in_place,
             initialize_undefined: self.initialize_undefined,
             move_sizing_commands: self.move_sizing_commands,
+            convert_addition: self.convert_addition,
+            snip_row_ops: self.snip_row_ops,
+            split_row_ops: self.split_row_ops,
+            optimize_row_ops: self.optimize_row_ops,
+            backprop_in_place: self.backprop_in_place,
             min_deriv_time: self.deriv_time.min_deriv_time,
             max_deriv_time: self.deriv_time.max_deriv_time,
             max_deriv_time_relative: self.deriv_time.max_deriv_time_relative,
@@ -254,14 +289,17 @@ pub fn build_request(a: &Args) -> Result<ComputationRequest> {
     Ok(req)
 }
 
-/// Runs the command.
-pub fn run(a: Args) -> Result<i32> {
-    let req = build_request(&a)?;
-    let nnet = load_network(&a.model)?;
+/// Compiles the request of `a` with optimizer options `o` (by shortcut with `--shortcut`).
+fn compile_for(
+    a: &Args,
+    nnet: &Nnet,
+    req: &ComputationRequest,
+    o: &OptimizeOptions,
+) -> Result<crate::compile::NnetComputation> {
     let opts = CompilerOptions {
         output_debug_info: a.debug_info,
     };
-    let comp = if a.shortcut {
+    if a.shortcut {
         if !a.compiler.use_shortcut {
             return Err(Error::Usage(
                 "--shortcut contradicts --compiler.use-shortcut=false".into(),
@@ -270,31 +308,67 @@ pub fn run(a: Args) -> Result<i32> {
         // One request is compiled, so --compiler.cache-capacity has nothing to do here.
         let mut options = a.compiler.options();
         options.compiler = opts;
-        options.optimize.optimize = !a.no_optimize;
-        a.deriv_time.apply(&mut options.optimize);
-        compile_with_shortcut(&nnet, &req, &options)?.map_err(|why| {
+        options.optimize = o.clone();
+        compile_with_shortcut(nnet, req, &options)?.map_err(|why| {
             Error::Usage(format!(
                 "--shortcut: this request cannot be compiled by shortcut: {why}"
             ))
-        })?
+        })
     } else {
-        let mut o = OptimizeOptions {
-            optimize: !a.no_optimize,
-            ..Default::default()
-        };
-        a.deriv_time.apply(&mut o);
         let opts = CompilerOptions {
             output_debug_info: opts.output_debug_info || o.limits_deriv_times(),
         };
-        let mut comp = compile_computation(&nnet, &req, &opts)?;
-        optimize_for_request(&nnet, &req, &mut comp, &o)?;
+        let mut comp = compile_computation(nnet, req, &opts)?;
+        optimize_for_request(nnet, req, &mut comp, o)?;
         if !a.debug_info {
             comp.matrix_debug_info.clear();
         }
-        comp
-    };
+        Ok(comp)
+    }
+}
+
+/// Bytes as MiB with one decimal.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Runs the command.
+pub fn run(a: Args) -> Result<i32> {
+    let req = build_request(&a)?;
+    let nnet = load_network(&a.model)?;
+    let mut o = a.optimization.options();
+    o.optimize &= !a.no_optimize;
+    let comp = compile_for(&a, &nnet, &req, &o)?;
     print!("{req}");
-    print!("{}", format_computation(&comp, &nnet));
+    if a.memory {
+        let plain = compile_for(
+            &a,
+            &nnet,
+            &req,
+            &OptimizeOptions {
+                optimize: false,
+                ..o.clone()
+            },
+        )?;
+        let (p, u) = (peak_matrix_memory(&comp), peak_matrix_memory(&plain));
+        println!(
+            "# peak matrix memory: {} ({} bytes, after command c{}), {} matrices of {} in all",
+            mib(p.peak_bytes),
+            p.peak_bytes,
+            p.at_command,
+            comp.matrices.len().saturating_sub(1),
+            mib(p.total_bytes)
+        );
+        println!(
+            "# unoptimized: {} ({} bytes), {} matrices; optimized / unoptimized = {:.1}%",
+            mib(u.peak_bytes),
+            u.peak_bytes,
+            plain.matrices.len().saturating_sub(1),
+            100.0 * p.peak_bytes as f64 / u.peak_bytes.max(1) as f64
+        );
+    } else {
+        print!("{}", format_computation(&comp, &nnet));
+    }
     Ok(0)
 }
 

@@ -104,11 +104,6 @@ const OPTIMIZATION: &[CompatOption] = &[
     no_effect("optimization.allocate-from-other", Bool, NO_PASS),
     no_effect("optimization.allow-left-merge", Bool, NO_PASS),
     no_effect("optimization.allow-right-merge", Bool, NO_PASS),
-    no_effect(
-        "optimization.backprop-in-place",
-        Bool,
-        "compnet's --optimization.propagate-in-place covers backprop as well",
-    ),
     only_default(
         "optimization.consolidate-model-update",
         Bool,
@@ -116,16 +111,12 @@ const OPTIMIZATION: &[CompatOption] = &[
         "compnet always consolidates the model update of recurrent layers (natural gradient \
          sees all time steps together, as in Kaldi's default)",
     ),
-    no_effect("optimization.convert-addition", Bool, NO_PASS),
     no_effect("optimization.extend-matrices", Bool, NO_PASS),
     no_effect(
         "optimization.memory-compression-level",
         Int,
         "compnet does not compress matrices kept for backprop",
     ),
-    no_effect("optimization.optimize-row-ops", Bool, NO_PASS),
-    no_effect("optimization.snip-row-ops", Bool, NO_PASS),
-    no_effect("optimization.split-row-ops", Bool, NO_PASS),
 ];
 
 const DEBUG: &[CompatOption] = &[

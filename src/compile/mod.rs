@@ -5,6 +5,8 @@
 //! [`t_range`] bounds where each node can be computable (so the builder skips the rest),
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
 //! [`deriv_time`] limits derivatives to a range of t (recurrent training on chunks).
+//! [`optimize`] runs the optimizer's passes (their own modules: [`convert_addition`],
+//! [`row_ops`]); [`memory`] measures a computation's peak matrix memory.
 //! [`cache`] compiles each request shape once and widens 2-sequence computations to N.
 
 pub mod analysis;
@@ -13,11 +15,14 @@ pub mod checker;
 pub mod compiler;
 pub mod computation;
 pub mod context;
+pub mod convert_addition;
 pub mod deriv_time;
 pub mod graph;
+pub mod memory;
 pub mod optimize;
 pub mod print;
 pub mod request;
+pub mod row_ops;
 pub mod split;
 pub mod steps;
 pub mod t_range;

@@ -39,6 +39,15 @@ pub struct OptimizeOptions {
     pub propagate_in_place: bool,
     pub initialize_undefined: bool,
     pub move_sizing_commands: bool,
+    /// `--optimization.convert-addition` (`super::convert_addition`).
+    pub convert_addition: bool,
+    /// `--optimization.snip-row-ops`, `split-row-ops`, `optimize-row-ops`
+    /// (`super::row_ops`).
+    pub snip_row_ops: bool,
+    pub split_row_ops: bool,
+    pub optimize_row_ops: bool,
+    /// `--optimization.backprop-in-place`: the backprop twin of propagate_in_place.
+    pub backprop_in_place: bool,
     /// `--optimization.min-deriv-time`: derivatives at smaller t are zero (i32::MIN: none).
     pub min_deriv_time: i32,
     /// `--optimization.max-deriv-time`: derivatives at larger t are zero (i32::MAX: none).
@@ -56,6 +65,11 @@ impl Default for OptimizeOptions {
             propagate_in_place: true,
             initialize_undefined: true,
             move_sizing_commands: true,
+            convert_addition: true,
+            snip_row_ops: true,
+            split_row_ops: true,
+            optimize_row_ops: true,
+            backprop_in_place: true,
             min_deriv_time: super::deriv_time::NO_MIN_DERIV_TIME,
             max_deriv_time: super::deriv_time::NO_MAX_DERIV_TIME,
             max_deriv_time_relative: super::deriv_time::NO_MAX_DERIV_TIME,
@@ -63,7 +77,40 @@ impl Default for OptimizeOptions {
     }
 }
 
+/// Kaldi's names of the passes that can be switched off one by one, in the order they run
+/// (tests switch each off to name the pass behind a difference).
+pub const PASS_OPTIONS: &[&str] = &[
+    "convert-addition",
+    "snip-row-ops",
+    "split-row-ops",
+    "optimize-row-ops",
+    "remove-assignments",
+    "propagate-in-place",
+    "backprop-in-place",
+    "initialize-undefined",
+    "move-sizing-commands",
+];
+
 impl OptimizeOptions {
+    /// Switches the pass named `name` (one of [`PASS_OPTIONS`]) on or off; false if there is
+    /// no such pass.
+    pub fn set_pass(&mut self, name: &str, on: bool) -> bool {
+        let flag = match name {
+            "convert-addition" => &mut self.convert_addition,
+            "snip-row-ops" => &mut self.snip_row_ops,
+            "split-row-ops" => &mut self.split_row_ops,
+            "optimize-row-ops" => &mut self.optimize_row_ops,
+            "remove-assignments" => &mut self.remove_assignments,
+            "propagate-in-place" => &mut self.propagate_in_place,
+            "backprop-in-place" => &mut self.backprop_in_place,
+            "initialize-undefined" => &mut self.initialize_undefined,
+            "move-sizing-commands" => &mut self.move_sizing_commands,
+            _ => return false,
+        };
+        *flag = on;
+        true
+    }
+
     /// True if any derivative-time limit is set (the computation then needs debug info).
     pub fn limits_deriv_times(&self) -> bool {
         self.min_deriv_time != super::deriv_time::NO_MIN_DERIV_TIME
@@ -137,10 +184,37 @@ pub fn optimize_observed(
     {
         return;
     }
+    if opts.convert_addition {
+        super::convert_addition::convert_addition_to_assignment(nnet, comp);
+        after_pass("convert_addition", comp);
+    }
+    if opts.snip_row_ops || opts.split_row_ops || opts.optimize_row_ops {
+        use super::row_ops;
+        if opts.snip_row_ops {
+            row_ops::snip_row_ops(comp);
+            after_pass("snip_row_ops", comp);
+        }
+        if opts.split_row_ops {
+            row_ops::split_row_ops(comp);
+            after_pass("split_row_ops", comp);
+        }
+        if opts.optimize_row_ops {
+            row_ops::replace_row_with_matrix_ops(comp);
+            after_pass("optimize_row_ops", comp);
+        }
+        row_ops::drop_unused_tables(comp);
+    }
     let mut o = Optimizer::new(nnet, comp);
-    if opts.remove_assignments || opts.propagate_in_place {
-        o.merge_variables(opts.remove_assignments, opts.propagate_in_place);
-        after_pass("remove_assignments/propagate_in_place", o.comp);
+    if opts.remove_assignments || opts.propagate_in_place || opts.backprop_in_place {
+        while o.merge_variables(
+            opts.remove_assignments,
+            opts.propagate_in_place,
+            opts.backprop_in_place,
+        ) {}
+        after_pass(
+            "remove_assignments/propagate_in_place/backprop_in_place",
+            o.comp,
+        );
     }
     let undefined = if opts.initialize_undefined {
         let undefined = o.undefined_at_alloc();
@@ -310,8 +384,10 @@ impl<'a> Optimizer<'a> {
         }
     }
 
-    /// remove_assignments and propagate_in_place, one pass in command order.
-    fn merge_variables(&mut self, assignments: bool, in_place: bool) {
+    /// remove_assignments, propagate_in_place and backprop_in_place, one pass in command
+    /// order; true if anything merged (Kaldi repeats until nothing does).
+    fn merge_variables(&mut self, assignments: bool, in_place: bool, backprop: bool) -> bool {
+        let mut merged = false;
         for k in 0..self.comp.commands.len() {
             match self.comp.commands[k] {
                 Command::MatrixCopy { dst, src, alpha } if assignments && alpha == 1.0 => {
@@ -331,6 +407,7 @@ impl<'a> Optimizer<'a> {
                     if untouched_before && unwritten_after(a) && unwritten_after(b) {
                         self.merge(a, b, k);
                         self.comp.commands[k] = Command::NoOperation;
+                        merged = true;
                     }
                 }
                 Command::Propagate {
@@ -367,11 +444,57 @@ impl<'a> Optimizer<'a> {
                         if let Command::Propagate { output, .. } = &mut self.comp.commands[k] {
                             *output = input;
                         }
+                        merged = true;
+                    }
+                }
+                Command::Backprop {
+                    component,
+                    in_value,
+                    out_value,
+                    out_deriv,
+                    in_deriv,
+                    ..
+                } if backprop => {
+                    if in_deriv == 0 || out_deriv == 0 || in_deriv == out_deriv {
+                        continue;
+                    }
+                    let props = self
+                        .nnet
+                        .components
+                        .get(component)
+                        .map_or(Properties(0), |c| c.properties());
+                    if !props.has(Properties::BACKPROP_IN_PLACE)
+                        || props.has(Properties::BACKPROP_ADDS)
+                        || !self.is_whole(in_deriv)
+                        || !self.is_whole(out_deriv)
+                    {
+                        continue;
+                    }
+                    let (a, b) = (self.matrix_of(out_deriv), self.matrix_of(in_deriv));
+                    // The values the backprop reads must not share the derivative's storage.
+                    let mut values = [in_value, out_value]
+                        .into_iter()
+                        .filter(|&s| s != 0)
+                        .map(|s| self.matrix_of(s));
+                    if a == b || !self.same_shape(a, b) || values.any(|m| m == a || m == b) {
+                        continue;
+                    }
+                    let b_untouched_before = self.accesses[b].iter().all(|&(c, _, _)| c >= k);
+                    let a_unused_after = self.accesses[a].iter().all(|&(c, _, _)| c <= k);
+                    if b_untouched_before && a_unused_after {
+                        self.merge(b, a, k);
+                        self.accesses[a].push((k, out_deriv, Access::ReadWrite));
+                        self.accesses[a].sort_by_key(|&(c, _, _)| c);
+                        if let Command::Backprop { in_deriv, .. } = &mut self.comp.commands[k] {
+                            *in_deriv = out_deriv;
+                        }
+                        merged = true;
                     }
                 }
                 _ => {}
             }
         }
+        merged
     }
 
     /// Per matrix: true if its first uses overwrite all of it before anything reads it, so
@@ -735,6 +858,85 @@ mod tests {
             assert!(undefined(1));
             assert!(!undefined(3));
             assert_eq!(undefined(2), !read_between);
+        }
+    }
+
+    /// The softmax's backprop runs in place (its output derivative becomes its input
+    /// derivative), and the derivative of the additions to zeroed matrices is copied, not
+    /// added; with each pass off, the command stays as compiled; results are the same.
+    #[test]
+    fn backprop_in_place_and_convert_addition_fire() {
+        use crate::compile::{compile_computation, CompilerOptions, IoSpecification};
+        let nnet = Nnet::from_config_text(
+            "input-node name=input dim=2\n\
+             component name=softmax type=SoftmaxComponent dim=2\n\
+             component-node name=softmax component=softmax input=input\n\
+             output-node name=output input=softmax\n",
+            "<test>",
+            &mut crate::random::seeded_rng(0),
+        )
+        .unwrap();
+        let req = ComputationRequest {
+            inputs: vec![IoSpecification::from_ranges("input", 0..2, 0..3, true)],
+            outputs: vec![IoSpecification::from_ranges("output", 0..2, 0..3, true)],
+            ..Default::default()
+        };
+        let compiled = |o: &OptimizeOptions| {
+            let mut c = compile_computation(&nnet, &req, &CompilerOptions::default()).unwrap();
+            optimize(&nnet, &mut c, o);
+            c
+        };
+        let run_both = |c: &NnetComputation| {
+            let mut comp = NnetComputer::new(c, &nnet, None).poison_undefined();
+            let x = Matrix::from_rows(&[
+                vec![1.0, -2.0],
+                vec![-3.0, 4.0],
+                vec![5.0, -6.0],
+                vec![0.5, 0.25],
+                vec![-1.0, 2.0],
+                vec![3.0, -0.5],
+            ]);
+            comp.accept_input("input", x.clone()).unwrap();
+            comp.run_forward().unwrap();
+            comp.accept_output_deriv("output", x).unwrap();
+            comp.run_backward().unwrap();
+            (
+                comp.output("output").unwrap().clone(),
+                comp.input_deriv("input").unwrap().clone(),
+            )
+        };
+        let in_place = |c: &NnetComputation| {
+            c.commands.iter().any(|x| {
+                matches!(x, Command::Backprop { out_deriv, in_deriv, .. } if out_deriv == in_deriv)
+            })
+        };
+        let adds = |c: &NnetComputation| {
+            count(c, |x| {
+                matches!(
+                    x,
+                    Command::MatrixAdd { .. }
+                        | Command::AddRows { .. }
+                        | Command::AddRowsMulti { .. }
+                )
+            })
+        };
+        let all = compiled(&OptimizeOptions::default());
+        assert!(in_place(&all), "{:?}", all.commands);
+        assert_eq!(adds(&all), 0, "{:?}", all.commands);
+        let mut no_bip = OptimizeOptions::default();
+        no_bip.set_pass("backprop-in-place", false);
+        assert!(!in_place(&compiled(&no_bip)));
+        let mut no_ca = OptimizeOptions::default();
+        no_ca.set_pass("convert-addition", false);
+        assert!(adds(&compiled(&no_ca)) > 0);
+        let plain = compiled(&OptimizeOptions {
+            optimize: false,
+            ..Default::default()
+        });
+        assert!(adds(&plain) > 0);
+        let want = run_both(&plain);
+        for c in [&all, &compiled(&no_bip), &compiled(&no_ca)] {
+            assert_eq!(run_both(c), want);
         }
     }
 
