@@ -15,6 +15,7 @@ pub mod computation;
 pub mod context;
 pub mod deriv_time;
 pub mod graph;
+pub mod looped;
 pub mod optimize;
 pub mod print;
 pub mod request;

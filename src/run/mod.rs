@@ -5,6 +5,7 @@
 
 pub mod chunked;
 pub mod computer;
+pub mod looped;
 
 pub use computer::NnetComputer;
 
