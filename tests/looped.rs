@@ -420,3 +420,27 @@ fn streaming_bad_input_is_a_clear_error() {
     let e = s.run_ready().expect_err("no ivector").to_string();
     assert!(e.contains("needs an iVector"), "{e}");
 }
+
+#[test]
+fn chunk_size_and_ivector_period() {
+    use compnet::compile::looped::{get_chunk_size, modify_nnet_ivector_period};
+    let case = golden_dir().join("cases").join("descriptors");
+    let r = Nnet::read_model_file(case.join("model.raw").to_str().expect("path")).expect("model");
+    let mut nnet = r.nnet;
+    // Modulus 2 (Round(r1_lo, 2)): 50 stays, 51 → 52; with fsf 3: lcm 6 → 54.
+    assert_eq!(get_chunk_size(&nnet, 1, 50), 50);
+    assert_eq!(get_chunk_size(&nnet, 1, 51), 52);
+    assert_eq!(get_chunk_size(&nnet, 3, 50), 54);
+    let before = nnet.config_lines().join("\n");
+    assert!(before.contains("ReplaceIndex(ivector, t, 0)"), "{before}");
+    assert_eq!(
+        modify_nnet_ivector_period(&mut nnet, 10).expect("modify"),
+        1
+    );
+    let after = nnet.config_lines().join("\n");
+    assert!(!after.contains("ReplaceIndex(ivector"), "{after}");
+    assert!(after.contains("Round(ivector, 10)"), "{after}");
+    assert!(modify_nnet_ivector_period(&mut nnet, 0).is_err());
+    // The network changed its modulus to lcm(2, 10).
+    assert_eq!(get_chunk_size(&nnet, 1, 21), 30);
+}
