@@ -404,6 +404,18 @@ fn streaming_bad_input_is_a_clear_error() {
         .expect_err("no ivector input")
         .to_string();
     assert!(e.contains("iVector"), "{e}");
+    // A chunk too large for the memory limit is refused before anything is allocated.
+    let case = golden_dir().join("cases").join("tdnn-component");
+    let r = Nnet::read_model_file(case.join("model.raw").to_str().expect("path")).expect("model");
+    let huge = NnetSimpleComputationOptions {
+        frames_per_chunk: 2_000_000_000,
+        ..Default::default()
+    };
+    let e = LoopedDecoder::new(r.nnet, &huge, "output", None)
+        .err()
+        .expect("huge chunk")
+        .to_string();
+    assert!(e.contains("--frames-per-chunk"), "{e}");
     // An iVector network without an iVector.
     let case = golden_dir().join("cases").join("descriptors");
     let r = Nnet::read_model_file(case.join("model.raw").to_str().expect("path")).expect("model");

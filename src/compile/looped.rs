@@ -53,6 +53,9 @@ pub struct LoopedOptions {
     pub extra_left_context_initial: i32,
     /// The optimizer's options.
     pub optimize: OptimizeOptions,
+    /// Streams computed together (sequences n = 0..N−1, each its own utterance), so that a
+    /// recurrent product has N rows per time step instead of one.
+    pub num_streams: usize,
 }
 
 impl Default for LoopedOptions {
@@ -62,6 +65,7 @@ impl Default for LoopedOptions {
             frame_subsampling_factor: 1,
             extra_left_context_initial: 0,
             optimize: OptimizeOptions::default(),
+            num_streams: 1,
         }
     }
 }
@@ -88,6 +92,8 @@ pub struct LoopedComputation {
     /// Input frames per chunk (w), a multiple of the modulus and the subsampling factor.
     pub chunk_size: i32,
     pub frame_subsampling_factor: i32,
+    /// Streams per computation (sequence n of every request is stream n).
+    pub num_streams: usize,
     pub first: ChunkProgram,
     pub steady: ChunkProgram,
 }
@@ -213,8 +219,9 @@ fn shifted(v: &[Index], by: i32) -> Vec<Index> {
 }
 
 /// The request inputs that are not carried: the network's input nodes over t in
-/// `[lo, hi)` (and t = 0 for `ivector`, which `ReplaceIndex(ivector, t, 0)` reads).
-fn plain_inputs(nnet: &Nnet, lo: i32, hi: i32) -> Vec<IoSpecification> {
+/// `[lo, hi)` (and t = 0 for `ivector`, which `ReplaceIndex(ivector, t, 0)` reads), for
+/// streams n = 0..`streams`, n-major.
+fn plain_inputs(nnet: &Nnet, lo: i32, hi: i32, streams: i32) -> Vec<IoSpecification> {
     let mut v = Vec::new();
     for name in nnet.input_names() {
         let mut ts: Vec<i32> = (lo..hi).collect();
@@ -223,7 +230,9 @@ fn plain_inputs(nnet: &Nnet, lo: i32, hi: i32) -> Vec<IoSpecification> {
         }
         v.push(IoSpecification {
             name: name.to_string(),
-            indexes: ts.into_iter().map(|t| Index::new(0, t, 0)).collect(),
+            indexes: (0..streams)
+                .flat_map(|n| ts.iter().map(move |&t| Index::new(n, t, 0)))
+                .collect(),
             has_deriv: false,
         });
     }
@@ -268,10 +277,11 @@ pub fn compile_looped(
     let w = get_chunk_size(nnet, f, opts.frames_per_chunk);
     let (left, right) = (context.left.max(0), context.right.max(0));
     let extra = opts.extra_left_context_initial.max(0);
+    let streams = opts.num_streams.clamp(1, 1 << 16) as i32;
     let outputs_of = |k: i32| IoSpecification {
         name: output_node.to_string(),
-        indexes: (0..w / f)
-            .map(|i| Index::new(0, k * w + i * f, 0))
+        indexes: (0..streams)
+            .flat_map(|n| (0..w / f).map(move |i| Index::new(n, k * w + i * f, 0)))
             .collect(),
         has_deriv: false,
     };
@@ -280,6 +290,7 @@ pub fn compile_looped(
             nnet,
             k * w - left - if k == 0 { extra } else { 0 },
             (k + 1) * w + right,
+            streams,
         ),
         outputs: vec![outputs_of(k)],
         ..Default::default()
@@ -418,6 +429,7 @@ pub fn compile_looped(
         output_node: output_node.to_string(),
         chunk_size: w,
         frame_subsampling_factor: f,
+        num_streams: streams as usize,
         first,
         steady,
     })

@@ -82,7 +82,7 @@ impl NnetSimpleComputationOptions {
 /// context and the extra context options, times the chunks batched together) and the values
 /// for them fit the memory limit ([`crate::limits`]); options near 2^31 would otherwise
 /// overflow the frame arithmetic or ask for more than exists.
-fn check_chunk_size(
+pub(crate) fn check_chunk_size(
     nnet: &Nnet,
     opts: &NnetSimpleComputationOptions,
     context: &NnetContext,

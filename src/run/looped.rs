@@ -16,13 +16,42 @@ use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::Nnet;
 use crate::run::chunked::{
-    prepare_network, IvectorSource, NnetSimpleComputationOptions, Utterance,
+    check_chunk_size, prepare_network, IvectorSource, NnetSimpleComputationOptions, Utterance,
 };
 use crate::run::NnetComputer;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Streams of a recurrent network computed together by [`LoopedDecoder::compute_many`]: a
+/// recurrent product then has that many rows per time step (as `RECURRENT_CHUNK_BATCH` in
+/// `run::chunked`).
+const RECURRENT_STREAMS: usize = 16;
+
+/// The iVector of the chunk whose last input frame is `frame` (Kaldi's looped decoders: the
+/// online row of that frame, the last row past the end).
+fn looped_ivector(src: IvectorSource<'_>, frame: i64) -> Result<Vec<f32>> {
+    match src {
+        IvectorSource::None => Err(Error::Compute("the network needs an iVector".into())),
+        IvectorSource::Fixed(v) => Ok(v.to_vec()),
+        IvectorSource::Online(m, period) => {
+            if m.num_rows() == 0 {
+                return Err(Error::Compute("empty online iVector matrix".into()));
+            }
+            let r = (frame / i64::from(period.max(1))).clamp(0, m.num_rows() as i64 - 1);
+            Ok(m.row_to_vec(r as usize))
+        }
+    }
+}
 
 /// A network compiled for looped decoding, shared by any number of streams.
 pub struct LoopedDecoder {
     looped: LoopedComputation,
+    /// What compiles a batch of streams later: the prepared network, its output node and the
+    /// options; compiled batches by stream count.
+    nnet: Nnet,
+    output_node: String,
+    options: LoopedOptions,
+    batches: Mutex<HashMap<usize, Arc<LoopedComputation>>>,
     context: NnetContext,
     input_dim: usize,
     ivector_dim: usize,
@@ -48,16 +77,9 @@ impl LoopedDecoder {
             frame_subsampling_factor: opts.frame_subsampling_factor,
             extra_left_context_initial: opts.extra_left_context_initial.max(0),
             optimize: opts.optimize.clone(),
+            num_streams: 1,
         };
-        crate::limits::check_product(
-            &[
-                (opts.frames_per_chunk as u64).saturating_add(p.context.left.max(0) as u64),
-                p.nnet.num_nodes() as u64,
-                64,
-            ],
-            "a looped chunk (--frames-per-chunk)",
-        )
-        .map_err(Error::Usage)?;
+        check_chunk_size(&p.nnet, opts, &p.context, RECURRENT_STREAMS)?;
         let looped = compile_looped(&p.nnet, &p.output_node, p.context, &looped_opts)?;
         let out_dim = looped
             .nnet
@@ -81,6 +103,10 @@ impl LoopedDecoder {
         };
         Ok(LoopedDecoder {
             looped,
+            nnet: p.nnet,
+            output_node: p.output_node,
+            options: looped_opts,
+            batches: Mutex::new(HashMap::new()),
             context: p.context,
             input_dim: p.input_dim,
             ivector_dim: p.ivector_dim,
@@ -132,19 +158,7 @@ impl LoopedDecoder {
         s.input_finished();
         loop {
             if self.needs_ivector() {
-                let frame = s.next_chunk_last_input_frame();
-                let row = match ivector {
-                    IvectorSource::None => Vec::new(),
-                    IvectorSource::Fixed(v) => v.to_vec(),
-                    IvectorSource::Online(m, period) => {
-                        if m.num_rows() == 0 {
-                            return Err(Error::Compute("empty online iVector matrix".into()));
-                        }
-                        let r =
-                            (frame / i64::from(period.max(1))).clamp(0, m.num_rows() as i64 - 1);
-                        m.row_to_vec(r as usize)
-                    }
-                };
+                let row = looped_ivector(ivector, s.next_chunk_last_input_frame())?;
                 s.set_ivector(&row)?;
             }
             if !s.advance()? {
@@ -161,6 +175,18 @@ impl LoopedDecoder {
         &self,
         utts: &[Utterance<'_>],
     ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
+        if self.nnet.is_recurrent() && utts.len() > 1 {
+            let mut outs = Vec::with_capacity(utts.len());
+            for (b, group) in utts.chunks(RECURRENT_STREAMS).enumerate() {
+                let first = b * RECURRENT_STREAMS;
+                let l = self.batch(group.len()).map_err(|e| (first, e))?;
+                outs.extend(
+                    self.compute_batch(&l, group)
+                        .map_err(|(u, e)| (first + u, e))?,
+                );
+            }
+            return Ok(outs);
+        }
         let run = |(u, utt): (usize, &Utterance<'_>)| {
             self.compute(utt.feats, utt.ivector).map_err(|e| (u, e))
         };
@@ -168,23 +194,175 @@ impl LoopedDecoder {
             use rayon::prelude::*;
             let saved = crate::matrix::num_threads();
             crate::matrix::set_num_threads(1);
-            let r = utts.par_iter().enumerate().map(run).collect();
+            // The first utterance runs alone: a weight's first products take another GEMM
+            // path than later ones (`WeightMatrix`), so which come first must not depend on
+            // thread timing (as in `ChunkComputer::compute_many`).
+            let first = run((0, &utts[0]));
+            let rest: std::result::Result<Vec<Matrix>, (usize, Error)> = utts[1..]
+                .par_iter()
+                .enumerate()
+                .map(|(u, utt)| run((u + 1, utt)))
+                .collect();
             crate::matrix::set_num_threads(saved);
-            r
+            let mut all = vec![first?];
+            all.extend(rest?);
+            Ok(all)
         } else {
             utts.iter().enumerate().map(run).collect()
         }
     }
 }
 
-/// The program of chunk k and the shift of its t against its request.
-fn program(dec: &LoopedDecoder, k: i64) -> (&ChunkProgram, i64) {
-    let l = &dec.looped;
+impl LoopedDecoder {
+    /// The looped computation of `n` streams, compiled once.
+    fn batch(&self, n: usize) -> Result<Arc<LoopedComputation>> {
+        if let Some(l) = self.batches.lock().ok().and_then(|m| m.get(&n).cloned()) {
+            return Ok(l);
+        }
+        let opts = LoopedOptions {
+            num_streams: n,
+            ..self.options.clone()
+        };
+        let l = Arc::new(compile_looped(
+            &self.nnet,
+            &self.output_node,
+            self.context,
+            &opts,
+        )?);
+        if let Ok(mut m) = self.batches.lock() {
+            m.insert(n, l.clone());
+        }
+        Ok(l)
+    }
+
+    /// Whole utterances as the streams n = 0.. of one looped computation of
+    /// `utts.len()` streams, chunk by chunk until the longest is done (a finished stream
+    /// repeats its last frame, and its outputs past its end are dropped). Each stream's
+    /// outputs are those of [`Self::compute`] on it alone (up to float rounding).
+    fn compute_batch(
+        &self,
+        l: &LoopedComputation,
+        utts: &[Utterance<'_>],
+    ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
+        let f = l.frame_subsampling_factor.max(1) as usize;
+        let w = i64::from(l.chunk_size);
+        let mut outs: Vec<Vec<f32>> = vec![Vec::new(); utts.len()];
+        let mut emitted = vec![0usize; utts.len()];
+        let mut totals = Vec::with_capacity(utts.len());
+        for (u, utt) in utts.iter().enumerate() {
+            if utt.feats.num_cols() != self.input_dim {
+                return Err((
+                    u,
+                    Error::DimMismatch {
+                        context: "features vs network input".into(),
+                        expected: self.input_dim,
+                        got: utt.feats.num_cols(),
+                    },
+                ));
+            }
+            totals.push(utt.feats.num_rows().div_ceil(f));
+        }
+        let mut carried: Vec<Matrix> = Vec::new();
+        let mut k = 0i64;
+        while emitted.iter().zip(&totals).any(|(e, t)| e < t) {
+            let (p, shift) = program_of(l, k);
+            let last_in = (k + 1) * w + i64::from(self.context.right.max(0)) - 1;
+            let ivectors: Vec<Vec<f32>> = if self.needs_ivector() {
+                utts.iter()
+                    .enumerate()
+                    .map(|(u, utt)| looped_ivector(utt.ivector, last_in).map_err(|e| (u, e)))
+                    .collect::<std::result::Result<_, _>>()?
+            } else {
+                Vec::new()
+            };
+            let mut computer = NnetComputer::new(&p.computation, &l.nnet, None);
+            for (spec, carry) in p.request.inputs.iter().zip(&p.carried_in) {
+                let m = if let Some(i) = carry {
+                    match carried.get_mut(*i) {
+                        Some(m) => std::mem::take(m),
+                        None => {
+                            return Err((
+                                0,
+                                Error::Compute(
+                                    "looped batch: internal error: carried value missing".into(),
+                                ),
+                            ))
+                        }
+                    }
+                } else if spec.name == "ivector" {
+                    let mut data = Vec::with_capacity(spec.indexes.len() * self.ivector_dim);
+                    for i in &spec.indexes {
+                        match ivectors.get(i.n as usize) {
+                            Some(v) => data.extend_from_slice(v),
+                            None => data.resize(data.len() + self.ivector_dim, 0.0),
+                        }
+                    }
+                    Matrix::from_vec(spec.indexes.len(), self.ivector_dim, data)
+                } else if spec.name == "input" {
+                    let mut m = Matrix::zeros(spec.indexes.len(), self.input_dim);
+                    for (r, i) in spec.indexes.iter().enumerate() {
+                        if let Some(utt) = utts.get(i.n as usize) {
+                            let last = utt.feats.num_rows() as i64 - 1;
+                            let t = (i64::from(i.t) + shift).clamp(0, last.max(0)) as usize;
+                            m.view_mut().copy_row_from(r, utt.feats.view(), t);
+                        }
+                    }
+                    m
+                } else {
+                    return Err((
+                        0,
+                        Error::Compute(format!(
+                            "looped batch: the network's input '{}' is neither 'input' nor 'ivector'",
+                            spec.name
+                        )),
+                    ));
+                };
+                computer.accept_input(&spec.name, m).map_err(|e| (0, e))?;
+            }
+            computer.run_forward().map_err(|e| (0, e))?;
+            let out = computer.take_output(&l.output_node).map_err(|e| (0, e))?;
+            carried = p
+                .carried_out
+                .iter()
+                .map(|name| computer.take_output(name))
+                .collect::<Result<_>>()
+                .map_err(|e| (0, e))?;
+            let spec = &p.request.outputs[0];
+            for (r, i) in spec.indexes.iter().enumerate() {
+                let n = i.n as usize;
+                let sub = ((i64::from(i.t) + shift) / f as i64) as usize;
+                if n < utts.len() && sub == emitted[n] && sub < totals[n] {
+                    outs[n].extend_from_slice(&out.row_to_vec(r));
+                    emitted[n] += 1;
+                }
+            }
+            k += 1;
+        }
+        Ok(outs
+            .into_iter()
+            .map(|data| {
+                let mut m = Matrix::from_vec(data.len() / self.out_dim.max(1), self.out_dim, data);
+                if let Some(lp) = &self.log_priors {
+                    m.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
+                }
+                m
+            })
+            .collect())
+    }
+}
+
+/// The program of chunk k of `l` and the shift of its t against its request.
+fn program_of(l: &LoopedComputation, k: i64) -> (&ChunkProgram, i64) {
     if k == 0 {
         (&l.first, 0)
     } else {
         (&l.steady, (k - 1) * i64::from(l.chunk_size))
     }
+}
+
+/// The program of chunk k and the shift of its t against its request.
+fn program(dec: &LoopedDecoder, k: i64) -> (&ChunkProgram, i64) {
+    program_of(&dec.looped, k)
 }
 
 /// One stream through a [`LoopedDecoder`]: [`Self::accept_frames`], [`Self::set_ivector`],
@@ -282,9 +460,14 @@ impl LoopedStream<'_> {
         if self.finished && (self.emitted >= self.total_outputs() || self.num_frames == 0) {
             return Ok(false);
         }
-        let span = self.input_span();
-        if let Some((_, hi)) = span {
-            if !self.finished && hi >= self.num_frames as i64 {
+        // Ready when the chunk's input is there, and its last output frame too (so that no
+        // output past the end of a stream that then finishes is ever given out).
+        if !self.finished {
+            let last_out = (self.chunk + 1) * i64::from(self.dec.looped.chunk_size) - 1;
+            let hi = self
+                .input_span()
+                .map_or(last_out, |(_, hi)| hi.max(last_out));
+            if hi >= self.num_frames as i64 {
                 return Ok(false);
             }
         }
