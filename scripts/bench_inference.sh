@@ -60,6 +60,7 @@ WORK=(
   "xvector-whole voxceleb_xvector_1a.config feats30 --frames-per-chunk=1500"
   "tdnnf librispeech_chain_tdnnf_1d.config feats40 --frame-subsampling-factor=3"
   "lstm swbd_chain_tdnn_lstm_1m.config feats40 --frame-subsampling-factor=3"
+  "lstm-looped swbd_chain_tdnn_lstm_1m.config feats40 --frame-subsampling-factor=3 --looped"
 )
 printf '%-14s %7s %8s %8s %9s | %8s %8s %9s | %7s %7s\n' workload threads wall_s cpu_s frames/s \
   k_wall_s k_cpu_s k_fr/s wall_x cpu_x

@@ -6,6 +6,7 @@
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
 //! [`deriv_time`] limits derivatives to a range of t (recurrent training on chunks).
 //! [`cache`] compiles each request shape once and widens 2-sequence computations to N.
+//! [`looped`] compiles a network for looped (streaming) computation: a first and a steady chunk.
 
 pub mod analysis;
 pub mod cache;
