@@ -96,8 +96,9 @@ pub struct Args {
     /// --extra-left-context-initial of the extra-context options applies. A chunk's new rows
     /// use the iVector of its last input frame (Kaldi's looped decoders), so with
     /// --online-ivectors the outputs differ from the chunked ones; otherwise a
-    /// feed-forward network gives the chunked outputs, and a recurrent one those of a
-    /// whole-utterance computation.
+    /// feed-forward network gives the chunked outputs (unless it reads frames that may be
+    /// missing: Failover, IfDefined of a later frame, statistics pooling), and a recurrent
+    /// one those of a whole-utterance computation.
     #[arg(long = "looped", value_parser = parse_kaldi_bool, num_args = 0..=1,
           default_value = "false", default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub looped: bool,
