@@ -6,8 +6,15 @@
 # period 10 where the net has an `ivector` input), model load and compilation included as in
 # Kaldi's figures; then the in-process bench (benches/inference.rs) on 1 and 2 threads.
 #
+# With KALDI_RUN set to Kaldi's launcher (e.g. KALDI_RUN=/path/to/kaldi/run, which runs
+# `$KALDI_RUN nnet3-compute ...`), Kaldi's nnet3-compute runs interleaved with compnet on the
+# same inputs and options (each run of compnet followed by one of Kaldi), and the ratios are
+# printed; without it Kaldi is skipped with a message. Workloads with `--looped` (a compnet
+# option) are compared with Kaldi's chunked run of the same network.
+#
 # Usage: scripts/bench_inference.sh [RUNS]      (best of RUNS whole-process runs, default 3)
-#   env: CARGO_TARGET_DIR, PERF_CONFIG_DIR, SKIP_INPROC=1 (whole-process runs only)
+#   env: CARGO_TARGET_DIR, PERF_CONFIG_DIR, SKIP_INPROC=1 (whole-process runs only),
+#        KALDI_RUN (Kaldi's launcher), BENCH_ONLY="wsj tdnnf" (only these workloads)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
@@ -34,36 +41,66 @@ ark(f"{out}/feats30.ark", 30, 1500)
 ark(f"{out}/ivec.ark", 100, 150)
 EOF
 
+if [ -z "${KALDI_RUN:-}" ]; then
+  echo "KALDI_RUN is not set: Kaldi's nnet3-compute is skipped (no ratios)"
+fi
+
+# Whole-process wall and CPU (user + system) seconds of a command: "wall cpu".
+timed() {
+  /usr/bin/time -o "$OUT/time.txt" -f '%e %U %S' "$@" >/dev/null 2>&1
+  awk '{ printf "%.3f %.3f\n", $1, $2 + $3 }' "$OUT/time.txt"
+}
+
 # label config feats options...
 WORK=(
   "wsj wsj_nnet3_tdnn_1a.config feats40"
+  "wsj-looped wsj_nnet3_tdnn_1a.config feats40 --looped"
+  "wsj-looped200 wsj_nnet3_tdnn_1a.config feats40 --looped --frames-per-chunk=200"
   "xvector voxceleb_xvector_1a.config feats30"
   "xvector-whole voxceleb_xvector_1a.config feats30 --frames-per-chunk=1500"
   "tdnnf librispeech_chain_tdnnf_1d.config feats40 --frame-subsampling-factor=3"
   "lstm swbd_chain_tdnn_lstm_1m.config feats40 --frame-subsampling-factor=3"
+  "lstm-looped swbd_chain_tdnn_lstm_1m.config feats40 --frame-subsampling-factor=3 --looped"
 )
-printf '%-14s %7s %8s %9s\n' workload threads best_s frames/s
+printf '%-14s %7s %8s %8s %9s | %8s %8s %9s | %7s %7s\n' workload threads wall_s cpu_s frames/s \
+  k_wall_s k_cpu_s k_fr/s wall_x cpu_x
 for w in "${WORK[@]}"; do
   set -- $w
   label=$1 config=$2 feats=$3
   shift 3
+  if [ -n "${BENCH_ONLY:-}" ] && ! [[ " $BENCH_ONLY " == *" $label "* ]]; then continue; fi
   "$BIN" init "$DIR/$config" "$OUT/$label.raw" 2>/dev/null
   iv=()
   if grep -q '^input-node name=ivector' "$DIR/$config"; then
     iv=(--online-ivectors="ark:$OUT/ivec.ark" --online-ivector-period=10)
   fi
+  # Kaldi's options: the same, less compnet's --looped (Kaldi's chunked run is the reference).
+  kopts=()
+  for o in "$@"; do
+    case "$o" in --looped|--frames-per-chunk=200) ;; *) kopts+=("$o") ;; esac
+  done
   threads="1"
   [ "$label" = wsj ] && threads="1 2"
   for t in $threads; do
-    best=
+    best= bestc= kbest= kbestc=
     for r in $(seq "$RUNS"); do
-      s=$(date +%s.%N)
-      "$BIN" compute --num-threads="$t" "$@" "${iv[@]}" "$OUT/$label.raw" "ark:$OUT/$feats.ark" ark:/dev/null 2>/dev/null
-      e=$(date +%s.%N)
-      d=$(echo "$e - $s" | bc -l)
+      read -r d c < <(timed "$BIN" compute --num-threads="$t" "$@" "${iv[@]}" "$OUT/$label.raw" "ark:$OUT/$feats.ark" ark:/dev/null)
       if [ -z "$best" ] || [ "$(echo "$d < $best" | bc -l)" = 1 ]; then best=$d; fi
+      if [ -z "$bestc" ] || [ "$(echo "$c < $bestc" | bc -l)" = 1 ]; then bestc=$c; fi
+      if [ -n "${KALDI_RUN:-}" ] && [ "$t" = 1 ]; then
+        read -r d c < <(timed "$KALDI_RUN" nnet3-compute "${kopts[@]}" "${iv[@]}" "$OUT/$label.raw" "ark:$OUT/$feats.ark" ark:/dev/null)
+        if [ -z "$kbest" ] || [ "$(echo "$d < $kbest" | bc -l)" = 1 ]; then kbest=$d; fi
+        if [ -z "$kbestc" ] || [ "$(echo "$c < $kbestc" | bc -l)" = 1 ]; then kbestc=$c; fi
+      fi
     done
-    printf '%-14s %7s %8.3f %9.0f\n' "$label" "$t" "$best" "$(echo "6000 / $best" | bc -l)"
+    if [ -n "$kbest" ]; then
+      printf '%-14s %7s %8.3f %8.3f %9.0f | %8.3f %8.3f %9.0f | %7.2f %7.2f\n' "$label" "$t" "$best" "$bestc" \
+        "$(echo "6000 / $best" | bc -l)" "$kbest" "$kbestc" "$(echo "6000 / $kbest" | bc -l)" \
+        "$(echo "$kbest / $best" | bc -l)" "$(echo "$kbestc / $bestc" | bc -l)"
+    else
+      printf '%-14s %7s %8.3f %8.3f %9.0f | %8s %8s %9s | %7s %7s\n' "$label" "$t" "$best" "$bestc" \
+        "$(echo "6000 / $best" | bc -l)" - - - - -
+    fi
   done
 done
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

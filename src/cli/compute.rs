@@ -8,6 +8,7 @@ use crate::io::GeneralMatrix;
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::Nnet;
 use crate::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions, Utterance};
+use crate::run::looped::LoopedDecoder;
 use crate::run::set_threads;
 
 /// Utterances are read ahead until they hold this many frames (or [`PENDING_UTTERANCES`]),
@@ -89,6 +90,18 @@ pub struct Args {
     /// Bound on the number of threads of every thread pool (0 = all cores).
     #[arg(long = "num-threads", default_value_t = 0)]
     pub num_threads: usize,
+    /// Looped computation (a compnet option; Kaldi has looped decoding only in its
+    /// decoders): chunks of --frames-per-chunk frames that reuse what earlier chunks
+    /// computed, recurrent state included, instead of recomputing their context; only
+    /// --extra-left-context-initial of the extra-context options applies. A chunk's new rows
+    /// use the iVector of its last input frame (Kaldi's looped decoders), so with
+    /// --online-ivectors the outputs differ from the chunked ones; otherwise a
+    /// feed-forward network gives the chunked outputs (unless it reads frames that may be
+    /// missing: Failover, IfDefined of a later frame, statistics pooling), and a recurrent
+    /// one those of a whole-utterance computation.
+    #[arg(long = "looped", value_parser = parse_kaldi_bool, num_args = 0..=1,
+          default_value = "false", default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    pub looped: bool,
     #[command(flatten)]
     pub optimization: crate::cli::compile::OptimizationArgs,
     /// `<model> <features-rspecifier> <matrix-wspecifier>`.
@@ -126,6 +139,31 @@ pub(crate) fn check_num_threads(n: usize) -> Result<()> {
     Ok(())
 }
 
+/// What computes the utterances: chunked (Kaldi's nnet3-compute) or looped.
+enum Engine {
+    Chunked(Box<ChunkComputer>),
+    Looped(Box<LoopedDecoder>),
+}
+
+impl Engine {
+    fn needs_ivector(&self) -> bool {
+        match self {
+            Engine::Chunked(c) => c.needs_ivector(),
+            Engine::Looped(l) => l.needs_ivector(),
+        }
+    }
+
+    fn compute_many(
+        &mut self,
+        utts: &[Utterance<'_>],
+    ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
+        match self {
+            Engine::Chunked(c) => c.compute_many(utts),
+            Engine::Looped(l) => l.compute_many(utts),
+        }
+    }
+}
+
 /// Runs the command.
 pub fn run(mut a: Args) -> Result<i32> {
     // Kaldi's scripts spell "not given" as an empty string (`--ivectors=`).
@@ -161,7 +199,21 @@ pub fn run(mut a: Args) -> Result<i32> {
         }
         (true, Some(am)) => Some(am.priors.clone()),
     };
-    let mut cc = ChunkComputer::new(read.nnet, &opts, &a.output_node, priors.as_ref())?;
+    let mut cc = if a.looped {
+        Engine::Looped(Box::new(LoopedDecoder::new(
+            read.nnet,
+            &opts,
+            &a.output_node,
+            priors.as_ref(),
+        )?))
+    } else {
+        Engine::Chunked(Box::new(ChunkComputer::new(
+            read.nnet,
+            &opts,
+            &a.output_node,
+            priors.as_ref(),
+        )?))
+    };
     if cc.needs_ivector() && a.ivectors.is_none() && a.online_ivectors.is_none() {
         return Err(Error::Usage(
             "the network has an 'ivector' input: give --ivectors or --online-ivectors".into(),
@@ -201,7 +253,7 @@ pub fn run(mut a: Args) -> Result<i32> {
     let mut pending: Vec<(String, Matrix, OwnedIvector)> = Vec::new();
     let mut pending_frames = 0usize;
     let flush = |pending: &mut Vec<(String, Matrix, OwnedIvector)>,
-                 cc: &mut ChunkComputer,
+                 cc: &mut Engine,
                  writer: &mut TableWriter<Matrix>,
                  done: &mut usize|
      -> Result<()> {

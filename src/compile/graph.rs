@@ -754,7 +754,9 @@ impl<'a> ComputationGraphBuilder<'a> {
 
     fn prune_dependencies(&mut self, id: usize) -> Result<()> {
         let info = self.computable_info[id];
-        if info != ComputableInfo::Computable {
+        // A given Cindex (a component node's too, as looped computation supplies them)
+        // depends on nothing.
+        if info != ComputableInfo::Computable || self.graph.is_input[id] {
             self.graph.dependencies[id].clear();
             return Ok(());
         }

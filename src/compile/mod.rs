@@ -8,6 +8,7 @@
 //! [`optimize`] runs the optimizer's passes (their own modules: [`convert_addition`],
 //! [`row_ops`]); [`memory`] measures a computation's peak matrix memory.
 //! [`cache`] compiles each request shape once and widens 2-sequence computations to N.
+//! [`looped`] compiles a network for looped (streaming) computation: a first and a steady chunk.
 
 pub mod analysis;
 pub mod cache;
@@ -18,6 +19,7 @@ pub mod context;
 pub mod convert_addition;
 pub mod deriv_time;
 pub mod graph;
+pub mod looped;
 pub mod memory;
 pub mod optimize;
 pub mod print;

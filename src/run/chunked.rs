@@ -82,7 +82,7 @@ impl NnetSimpleComputationOptions {
 /// context and the extra context options, times the chunks batched together) and the values
 /// for them fit the memory limit ([`crate::limits`]); options near 2^31 would otherwise
 /// overflow the frame arithmetic or ask for more than exists.
-fn check_chunk_size(
+pub(crate) fn check_chunk_size(
     nnet: &Nnet,
     opts: &NnetSimpleComputationOptions,
     context: &NnetContext,
@@ -183,61 +183,20 @@ impl ChunkComputer {
     /// context and the chunk size (logged when it has to be increased, as Kaldi does). With
     /// `priors`, their logs are subtracted from every output row.
     pub fn new(
-        mut nnet: Nnet,
+        nnet: Nnet,
         opts: &NnetSimpleComputationOptions,
         output_node: &str,
         priors: Option<&Vector>,
     ) -> Result<Self> {
         opts.check()?;
-        // One generator through all components, in order: BatchNorm without statistics
-        // invents some, each its own, the same on every run.
-        let mut test_mode_rng = crate::random::seeded_rng(0);
-        for c in nnet.components.iter_mut() {
-            c.set_test_mode(true, &mut test_mode_rng);
-        }
-        let input = nnet
-            .node_index("input")
-            .filter(|&i| nnet.is_input_node(i))
-            .ok_or_else(|| Error::Network("the network has no input node named 'input'".into()))?;
-        let input_dim = nnet.node_dim(input);
-        let ivector_dim = match nnet.node_index("ivector") {
-            Some(i) if nnet.is_input_node(i) => nnet.node_dim(i),
-            _ => 0,
-        };
+        let Prepared {
+            nnet,
+            output_node,
+            context,
+            input_dim,
+            ivector_dim,
+        } = prepare_network(nnet, output_node)?;
         let has_ivector = ivector_dim > 0;
-        // The output: the named node; a non-output node gets an output node reading it, and
-        // for the context computation that node plays the role of 'output'.
-        let node = nnet
-            .node_index(output_node)
-            .ok_or_else(|| Error::Usage(format!("--output-node: no node named '{output_node}'")))?;
-        let (output_node, context) = if nnet.is_output_node(node) && output_node == "output" {
-            let ctx = nnet_context(&nnet)?;
-            ("output".to_string(), ctx)
-        } else {
-            let out_name = if nnet.is_output_node(node) {
-                output_node.to_string()
-            } else {
-                nnet.node_names.push(EXTRA_OUTPUT.to_string());
-                nnet.nodes.push(NetworkNode::Descriptor {
-                    descriptor: Descriptor {
-                        parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
-                            node,
-                            scale: 1.0,
-                        })],
-                    },
-                    objective: ObjectiveType::Linear,
-                });
-                EXTRA_OUTPUT.to_string()
-            };
-            // Context of that output: rename it 'output' in a copy.
-            let mut tmp = nnet.clone();
-            let k = tmp.node_index(&out_name).unwrap_or(0);
-            if let Some(o) = tmp.node_index("output") {
-                tmp.node_names[o] = "compnet-original-output".into();
-            }
-            tmp.node_names[k] = "output".into();
-            (out_name, nnet_context(&tmp)?)
-        };
         let chunk_batch = if nnet.is_recurrent() {
             RECURRENT_CHUNK_BATCH
         } else {
@@ -588,6 +547,76 @@ impl ChunkComputer {
         });
         req
     }
+}
+
+/// A network made ready for decoding: test mode, the output node (a non-output node gets an
+/// output node reading it), its context and the input dims.
+pub(crate) struct Prepared {
+    pub nnet: Nnet,
+    pub output_node: String,
+    pub context: NnetContext,
+    pub input_dim: usize,
+    /// 0 without an `ivector` input.
+    pub ivector_dim: usize,
+}
+
+/// Prepares `nnet` for computing node `output_node` (chunked or looped).
+pub(crate) fn prepare_network(mut nnet: Nnet, output_node: &str) -> Result<Prepared> {
+    // One generator through all components, in order: BatchNorm without statistics
+    // invents some, each its own, the same on every run.
+    let mut test_mode_rng = crate::random::seeded_rng(0);
+    for c in nnet.components.iter_mut() {
+        c.set_test_mode(true, &mut test_mode_rng);
+    }
+    let input = nnet
+        .node_index("input")
+        .filter(|&i| nnet.is_input_node(i))
+        .ok_or_else(|| Error::Network("the network has no input node named 'input'".into()))?;
+    let input_dim = nnet.node_dim(input);
+    let ivector_dim = match nnet.node_index("ivector") {
+        Some(i) if nnet.is_input_node(i) => nnet.node_dim(i),
+        _ => 0,
+    };
+    // The output: the named node; a non-output node gets an output node reading it, and
+    // for the context computation that node plays the role of 'output'.
+    let node = nnet
+        .node_index(output_node)
+        .ok_or_else(|| Error::Usage(format!("--output-node: no node named '{output_node}'")))?;
+    let (output_node, context) = if nnet.is_output_node(node) && output_node == "output" {
+        let ctx = nnet_context(&nnet)?;
+        ("output".to_string(), ctx)
+    } else {
+        let out_name = if nnet.is_output_node(node) {
+            output_node.to_string()
+        } else {
+            nnet.node_names.push(EXTRA_OUTPUT.to_string());
+            nnet.nodes.push(NetworkNode::Descriptor {
+                descriptor: Descriptor {
+                    parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
+                        node,
+                        scale: 1.0,
+                    })],
+                },
+                objective: ObjectiveType::Linear,
+            });
+            EXTRA_OUTPUT.to_string()
+        };
+        // Context of that output: rename it 'output' in a copy.
+        let mut tmp = nnet.clone();
+        let k = tmp.node_index(&out_name).unwrap_or(0);
+        if let Some(o) = tmp.node_index("output") {
+            tmp.node_names[o] = "compnet-original-output".into();
+        }
+        tmp.node_names[k] = "output".into();
+        (out_name, nnet_context(&tmp)?)
+    };
+    Ok(Prepared {
+        nnet,
+        output_node,
+        context,
+        input_dim,
+        ivector_dim,
+    })
 }
 
 /// The iVector for a chunk with first and last output frames `a` and `b`.

@@ -491,7 +491,7 @@ impl<'a> NnetComputer<'a> {
             | Command::NoOperationLabel => {}
             Command::GotoLabel { .. } => {
                 return Err(Error::Compute(
-                    "looped computations (GotoLabel) are not supported by NnetComputer".into(),
+                    "GotoLabel: NnetComputer runs commands in order (compnet loops with compile::looped, which needs no jumps)".into(),
                 ))
             }
         }

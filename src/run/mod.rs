@@ -1,10 +1,12 @@
 //! The runtime: `NnetComputer` executes an NnetComputation forward and backward on the matrix
 //! backend; `chunked` runs a network over whole utterances chunk by chunk (Kaldi's
-//! `DecodableNnetSimple`). The compiler-independent reference evaluator the tests compare
-//! the runtime with is `testing::reference`.
+//! `DecodableNnetSimple`); `looped` streams it, each chunk reusing what earlier ones
+//! computed (Kaldi's `DecodableNnetSimpleLooped`). The compiler-independent reference
+//! evaluator the tests compare the runtime with is `testing::reference`.
 
 pub mod chunked;
 pub mod computer;
+pub mod looped;
 
 pub use computer::NnetComputer;
 

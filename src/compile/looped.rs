@@ -1,0 +1,436 @@
+//! Looped computation (Kaldi's `CompileLooped`, facts §6.3): a network run over an endless
+//! stream chunk by chunk, each chunk reusing the activations (recurrent state included) that
+//! earlier chunks computed instead of recomputing its left context.
+//!
+//! Kaldi compiles three chunk requests into one program, finds two points where the live
+//! matrices agree up to a time shift, and closes the loop with a `goto`. compnet gets the same
+//! reuse from two ordinary computations over *persistent matrices*:
+//!
+//! * the **first chunk** (outputs `[0, w)`, inputs from `−left − extra_left_context_initial`);
+//! * the **steady chunk** (outputs `[w, 2w)`), whose request gives, besides the new input
+//!   frames, the values of every component node that earlier chunks computed and this chunk
+//!   reads (component nodes may be request inputs, as in Kaldi). Both computations also
+//!   provide, as extra outputs, the values the *next* chunk will read from them.
+//!
+//! Chunk k ≥ 1 runs the steady computation with every t shifted by (k−1)·w: the carried
+//! matrices of one chunk are the next chunk's inputs row for row (Kaldi's matrix swaps at the
+//! `goto`). Which (node, t) are carried is found from the compiled graphs, not assumed: the
+//! first chunk's graph says how far each node is computed (its frontier); a steady chunk
+//! offered everything below the frontiers says what it reads from the past; the carried set
+//! is that pattern's periodic extension, so a chunk can always pass on what the next needs.
+//! The repeat is then proven, not assumed: the chunk after the steady one is compiled too,
+//! and its computation must print identically and its inputs be the steady chunk's shifted
+//! by w ([`LoopedComputation::steady`]); otherwise the network is refused as not loopable.
+//!
+//! Why not Kaldi's single program with a goto: our compiler and optimizer work on one
+//! request; the two-computation form needs neither multi-request compilation nor loop
+//! detection over live matrices, runs the unchanged optimizer and checker on each part, and
+//! hands the streaming runtime (`run::looped`) a natural place to exchange inputs, outputs
+//! and iVectors per chunk. The cost is one copy of the carried rows per chunk (a few frames
+//! per layer).
+
+use super::context::{nnet_modulus, NnetContext};
+use super::graph::{build_graph, ComputationGraph};
+use super::print::format_computation;
+use super::request::{ComputationRequest, IoSpecification};
+use super::{compile_computation, optimize, CompilerOptions, NnetComputation, OptimizeOptions};
+use crate::error::{Error, Result};
+use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
+use crate::nnet::{Index, NetworkNode, Nnet, ObjectiveType};
+use std::collections::BTreeMap;
+
+/// Prefix of the output nodes added for the carried values of component node `C`.
+pub const CARRY_PREFIX: &str = "compnet-carry:";
+
+/// How a network is looped (the options of Kaldi's `NnetSimpleLoopedComputationOptions`).
+#[derive(Clone, Debug)]
+pub struct LoopedOptions {
+    /// Input frames per chunk before [`get_chunk_size`] rounding.
+    pub frames_per_chunk: i32,
+    /// Output every n-th frame.
+    pub frame_subsampling_factor: i32,
+    /// Extra left context of the first chunk (beyond the network's own).
+    pub extra_left_context_initial: i32,
+    /// The optimizer's options.
+    pub optimize: OptimizeOptions,
+    /// Streams computed together (sequences n = 0..N−1, each its own utterance), so that a
+    /// recurrent product has N rows per time step instead of one.
+    pub num_streams: usize,
+}
+
+impl Default for LoopedOptions {
+    fn default() -> Self {
+        LoopedOptions {
+            frames_per_chunk: 20,
+            frame_subsampling_factor: 1,
+            extra_left_context_initial: 0,
+            optimize: OptimizeOptions::default(),
+            num_streams: 1,
+        }
+    }
+}
+
+/// One chunk's compiled computation and what it exchanges with its neighbours.
+#[derive(Debug)]
+pub struct ChunkProgram {
+    /// The request (absolute t: first chunk outputs `[0, w)`, steady chunk `[w, 2w)`).
+    pub request: ComputationRequest,
+    pub computation: NnetComputation,
+    /// Per request input: `Some(i)` if it is the i-th carried matrix of the previous chunk.
+    pub carried_in: Vec<Option<usize>>,
+    /// The output nodes whose values the next chunk receives, in its carried order.
+    pub carried_out: Vec<String>,
+}
+
+/// A network compiled for looped computation: the first and the steady chunk.
+#[derive(Debug)]
+pub struct LoopedComputation {
+    /// The network plus one output node per carried component node.
+    pub nnet: Nnet,
+    /// The output node computed.
+    pub output_node: String,
+    /// Input frames per chunk (w), a multiple of the modulus and the subsampling factor.
+    pub chunk_size: i32,
+    pub frame_subsampling_factor: i32,
+    /// Streams per computation (sequence n of every request is stream n).
+    pub num_streams: usize,
+    pub first: ChunkProgram,
+    pub steady: ChunkProgram,
+}
+
+/// Kaldi's `GetChunkSize`: the advised size rounded up to a multiple of the network's modulus
+/// and of the frame-subsampling factor.
+pub fn get_chunk_size(nnet: &Nnet, frame_subsampling_factor: i32, advised: i32) -> i32 {
+    let m = nnet_modulus(nnet).max(1);
+    let f = frame_subsampling_factor.max(1);
+    let mut size = advised.max(1);
+    while size % m != 0 || size % f != 0 {
+        size += 1;
+    }
+    size
+}
+
+/// Kaldi's `ModifyNnetIvectorPeriod`: every `ReplaceIndex(ivector, t, 0)` becomes
+/// `Round(ivector, period)`, so that the iVector may change every `period` frames of a
+/// stream. Returns how many descriptors changed. (The looped computation here does not need
+/// it: each chunk receives its iVector afresh; see the module doc.)
+pub fn modify_nnet_ivector_period(nnet: &mut Nnet, period: i32) -> Result<usize> {
+    if period < 1 {
+        return Err(Error::Usage(format!(
+            "iVector period must be >= 1, got {period}"
+        )));
+    }
+    let Some(iv) = nnet
+        .node_index("ivector")
+        .filter(|&i| nnet.is_input_node(i))
+    else {
+        return Ok(0);
+    };
+    fn fwd(d: &mut ForwardingDescriptor, iv: usize, period: i32) -> bool {
+        match d {
+            ForwardingDescriptor::ReplaceIndex {
+                src,
+                var: IndexVar::T,
+                value: 0,
+            } if matches!(**src, ForwardingDescriptor::Simple { node, .. } if node == iv) => {
+                let src = std::mem::replace(
+                    src,
+                    Box::new(ForwardingDescriptor::Simple {
+                        node: iv,
+                        scale: 1.0,
+                    }),
+                );
+                *d = ForwardingDescriptor::Round {
+                    src,
+                    t_modulus: period,
+                };
+                true
+            }
+            ForwardingDescriptor::Simple { .. } => false,
+            ForwardingDescriptor::Offset { src, .. }
+            | ForwardingDescriptor::Round { src, .. }
+            | ForwardingDescriptor::ReplaceIndex { src, .. } => fwd(src, iv, period),
+            ForwardingDescriptor::Switch(v) => {
+                let mut any = false;
+                for x in v {
+                    any |= fwd(x, iv, period);
+                }
+                any
+            }
+        }
+    }
+    fn sum(d: &mut SumDescriptor, iv: usize, period: i32) -> bool {
+        match d {
+            SumDescriptor::Simple(f) => fwd(f, iv, period),
+            SumDescriptor::Optional(s) => sum(s, iv, period),
+            SumDescriptor::Sum(a, b) | SumDescriptor::Failover(a, b) => {
+                let x = sum(a, iv, period);
+                sum(b, iv, period) || x
+            }
+            SumDescriptor::Const { .. } => false,
+        }
+    }
+    let mut changed = 0;
+    for node in nnet.nodes.iter_mut() {
+        if let NetworkNode::Descriptor { descriptor, .. } = node {
+            let mut any = false;
+            for p in descriptor.parts.iter_mut() {
+                any |= sum(p, iv, period);
+            }
+            changed += usize::from(any);
+        }
+    }
+    Ok(changed)
+}
+
+/// Per component node, the Indexes (sorted by t, then x) a graph computes (`inputs` false) or
+/// that were given and are read (`inputs` true).
+fn node_indexes(nnet: &Nnet, g: &ComputationGraph, inputs: bool) -> BTreeMap<usize, Vec<Index>> {
+    let mut used = vec![false; g.cindexes.len()];
+    for deps in &g.dependencies {
+        for &d in deps {
+            used[d] = true;
+        }
+    }
+    let mut out: BTreeMap<usize, Vec<Index>> = BTreeMap::new();
+    for (id, &(node, index)) in g.cindexes.iter().enumerate() {
+        let keep = if inputs {
+            g.is_input[id] && used[id]
+        } else {
+            !g.is_input[id]
+        };
+        if keep && matches!(nnet.nodes[node], NetworkNode::Component { .. }) {
+            out.entry(node).or_default().push(index);
+        }
+    }
+    for v in out.values_mut() {
+        sort_indexes(v);
+    }
+    out
+}
+
+fn sort_indexes(v: &mut Vec<Index>) {
+    v.sort_by_key(|i| (i.t, i.x, i.n));
+    v.dedup();
+}
+
+fn shifted(v: &[Index], by: i32) -> Vec<Index> {
+    v.iter().map(|i| Index::new(i.n, i.t + by, i.x)).collect()
+}
+
+/// The request inputs that are not carried: the network's input nodes over t in
+/// `[lo, hi)` (and t = 0 for `ivector`, which `ReplaceIndex(ivector, t, 0)` reads), for
+/// streams n = 0..`streams`, n-major.
+fn plain_inputs(nnet: &Nnet, lo: i32, hi: i32, streams: i32) -> Vec<IoSpecification> {
+    let mut v = Vec::new();
+    for name in nnet.input_names() {
+        let mut ts: Vec<i32> = (lo..hi).collect();
+        if name == "ivector" && !(lo..hi).contains(&0) {
+            ts.insert(0, 0);
+        }
+        v.push(IoSpecification {
+            name: name.to_string(),
+            indexes: (0..streams)
+                .flat_map(|n| ts.iter().map(move |&t| Index::new(n, t, 0)))
+                .collect(),
+            has_deriv: false,
+        });
+    }
+    v
+}
+
+/// Removes from the first `plain` inputs (those not carried) the Indexes the graph does not
+/// read, and such inputs that are left empty; returns how many remain.
+fn trim_inputs(nnet: &Nnet, req: &mut ComputationRequest, plain: usize) -> Result<usize> {
+    let g = build_graph(nnet, req)?;
+    let mut used = vec![false; g.cindexes.len()];
+    for deps in &g.dependencies {
+        for &d in deps {
+            used[d] = true;
+        }
+    }
+    for spec in req.inputs.iter_mut().take(plain) {
+        let Some(node) = nnet.node_index(&spec.name) else {
+            continue;
+        };
+        spec.indexes
+            .retain(|i| g.get_cindex_id(&(node, *i)).is_some_and(|id| used[id]));
+    }
+    let before = req.inputs.len();
+    let mut k = 0;
+    req.inputs.retain(|s| {
+        k += 1;
+        k > plain || !s.indexes.is_empty()
+    });
+    Ok(plain - (before - req.inputs.len()))
+}
+
+/// Compiles `nnet` for looped computation of `output_node` (which must exist) with the
+/// network's `context` (left/right context of that output).
+pub fn compile_looped(
+    nnet: &Nnet,
+    output_node: &str,
+    context: NnetContext,
+    opts: &LoopedOptions,
+) -> Result<LoopedComputation> {
+    let f = opts.frame_subsampling_factor.max(1);
+    let w = get_chunk_size(nnet, f, opts.frames_per_chunk);
+    let (left, right) = (context.left.max(0), context.right.max(0));
+    let extra = opts.extra_left_context_initial.max(0);
+    let streams = opts.num_streams.clamp(1, 1 << 16) as i32;
+    let outputs_of = |k: i32| IoSpecification {
+        name: output_node.to_string(),
+        indexes: (0..streams)
+            .flat_map(|n| (0..w / f).map(move |i| Index::new(n, k * w + i * f, 0)))
+            .collect(),
+        has_deriv: false,
+    };
+    let chunk_request = |k: i32| ComputationRequest {
+        inputs: plain_inputs(
+            nnet,
+            k * w - left - if k == 0 { extra } else { 0 },
+            (k + 1) * w + right,
+            streams,
+        ),
+        outputs: vec![outputs_of(k)],
+        ..Default::default()
+    };
+    // 1. How far the first chunk computes each component node.
+    let g0 = build_graph(nnet, &chunk_request(0))?;
+    let comp0 = node_indexes(nnet, &g0, false);
+    let frontier: BTreeMap<usize, i32> = comp0
+        .iter()
+        .filter_map(|(&n, v)| v.iter().map(|i| i.t).max().map(|t| (n, t + 1)))
+        .collect();
+    // 2. What a steady chunk reads of that past when all of it is offered.
+    let mut r1 = chunk_request(1);
+    for (&node, v) in &comp0 {
+        let old: Vec<Index> = v
+            .iter()
+            .copied()
+            .filter(|i| i.t < frontier[&node])
+            .collect();
+        if !old.is_empty() {
+            r1.inputs.push(IoSpecification {
+                name: nnet.node_names[node].clone(),
+                indexes: old,
+                has_deriv: false,
+            });
+        }
+    }
+    let g1 = build_graph(nnet, &r1)?;
+    let read1 = node_indexes(nnet, &g1, true);
+    let comp1 = node_indexes(nnet, &g1, false);
+    // 3. The carried set: the periodic extension of what a steady chunk computes, from the
+    // earliest t it reads up to the frontier.
+    let mut carried: Vec<(usize, Vec<Index>)> = Vec::new();
+    for (&node, read) in &read1 {
+        let (Some(&e1), Some(new)) = (frontier.get(&node), comp1.get(&node)) else {
+            return Err(Error::Compute(format!(
+                "looped computation: node '{}' is read from the past but not computed by every chunk",
+                nnet.node_names[node]
+            )));
+        };
+        let m = read.iter().map(|i| i.t).min().unwrap_or(e1);
+        let mut set = Vec::new();
+        for i in new.iter().filter(|i| i.t >= e1) {
+            let mut t = i.t - w;
+            while t >= m {
+                if t < e1 {
+                    set.push(Index::new(i.n, t, i.x));
+                }
+                t -= w;
+            }
+        }
+        sort_indexes(&mut set);
+        if !set.is_empty() {
+            carried.push((node, set));
+        }
+    }
+    // 4. The network with one output node per carried component node.
+    let mut net = nnet.clone();
+    let mut carry_names = Vec::new();
+    for (node, _) in &carried {
+        let name = format!("{CARRY_PREFIX}{}", nnet.node_names[*node]);
+        net.node_names.push(name.clone());
+        net.nodes.push(NetworkNode::Descriptor {
+            descriptor: Descriptor {
+                parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
+                    node: *node,
+                    scale: 1.0,
+                })],
+            },
+            objective: ObjectiveType::Linear,
+        });
+        carry_names.push(name);
+    }
+    // 5. Chunks 0, 1 and 2 with their carried inputs and outputs.
+    let program = |k: i32| -> Result<ChunkProgram> {
+        let mut req = chunk_request(k);
+        let plain = req.inputs.len();
+        if k > 0 {
+            for (node, set) in &carried {
+                req.inputs.push(IoSpecification {
+                    name: nnet.node_names[*node].clone(),
+                    indexes: shifted(set, (k - 1) * w),
+                    has_deriv: false,
+                });
+            }
+        }
+        for ((_, set), name) in carried.iter().zip(&carry_names) {
+            req.outputs.push(IoSpecification {
+                name: name.clone(),
+                indexes: shifted(set, k * w),
+                has_deriv: false,
+            });
+        }
+        let plain = trim_inputs(&net, &mut req, plain)?;
+        let mut computation = compile_computation(&net, &req, &CompilerOptions::default())?;
+        optimize(&net, &mut computation, &opts.optimize);
+        let carried_in = (0..req.inputs.len())
+            .map(|i| i.checked_sub(plain))
+            .collect();
+        Ok(ChunkProgram {
+            request: req,
+            computation,
+            carried_in,
+            carried_out: carry_names.clone(),
+        })
+    };
+    let first = program(0)?;
+    let steady = program(1)?;
+    let next = program(2)?;
+    // 6. The repeat: chunk 2 must be chunk 1 shifted by w.
+    let same_inputs = steady.request.inputs.len() == next.request.inputs.len()
+        && steady
+            .request
+            .inputs
+            .iter()
+            .zip(&next.request.inputs)
+            .all(|(a, b)| {
+                a.name == b.name
+                    && if a.name == "ivector" {
+                        a.indexes.len() == b.indexes.len()
+                    } else {
+                        shifted(&a.indexes, w) == b.indexes
+                    }
+            });
+    if !same_inputs
+        || format_computation(&steady.computation, &net)
+            != format_computation(&next.computation, &net)
+    {
+        return Err(Error::Compute(format!(
+            "looped computation: chunks of {w} frames do not repeat (is the network recurrent \
+             towards the future, or is its context not shift-invariant?)"
+        )));
+    }
+    Ok(LoopedComputation {
+        nnet: net,
+        output_node: output_node.to_string(),
+        chunk_size: w,
+        frame_subsampling_factor: f,
+        num_streams: streams as usize,
+        first,
+        steady,
+    })
+}
