@@ -9,6 +9,8 @@
 # Random 40-dim features, iVectors and pdf alignments (3000 pdfs) are made by python3.
 #
 # Usage: scripts/bench_fit.sh [ROUNDS]
+#   env FIT_OPTS: more options for fit (e.g. --checkpoint-every=never, to leave out the
+#   end-of-run checkpoint, which train does not write)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -56,7 +58,7 @@ for t in 1 2; do
     rm -rf "$OUT/fit"
     /usr/bin/time -f "%e %U %S" -a -o "$OUT/f$t" "$B" fit "$OUT/wsj.raw" --train "$OUT/data" --out "$OUT/fit" \
       --num-threads=$t --srand=1 --stepper=ng --learning-rate=0.001 --num-epochs=1 \
-      --minibatch-size=256 --chunk-width=8 >/dev/null 2>&1
+      --minibatch-size=256 --chunk-width=8 ${FIT_OPTS:-} >/dev/null 2>&1
   done
   tt=$(best <"$OUT/t$t"); ff=$(best <"$OUT/f$t")
   tc=$(best_cpu <"$OUT/t$t"); fc=$(best_cpu <"$OUT/f$t")
