@@ -419,28 +419,15 @@ impl<'a> Optimizer<'a> {
                     if input == 0 || output == 0 || input == output {
                         continue;
                     }
-                    let props = self
-                        .nnet
-                        .components
-                        .get(component)
-                        .map_or(Properties(0), |c| c.properties());
-                    if !props.has(Properties::PROPAGATE_IN_PLACE)
-                        || props.has(Properties::PROPAGATE_ADDS)
-                        || !self.is_whole(input)
-                        || !self.is_whole(output)
-                    {
+                    let flags = (Properties::PROPAGATE_IN_PLACE, Properties::PROPAGATE_ADDS);
+                    if !self.allows_in_place(component, flags, input, output) {
                         continue;
                     }
                     let (a, b) = (self.matrix_of(input), self.matrix_of(output));
                     if a == b || !self.same_shape(a, b) {
                         continue;
                     }
-                    let b_untouched_before = self.accesses[b].iter().all(|&(c, _, _)| c >= k);
-                    let a_unused_after = self.accesses[a].iter().all(|&(c, _, _)| c <= k);
-                    if b_untouched_before && a_unused_after {
-                        self.merge(b, a, k);
-                        self.accesses[a].push((k, input, Access::ReadWrite));
-                        self.accesses[a].sort_by_key(|&(c, _, _)| c);
+                    if self.merge_in_place(k, input, a, b) {
                         if let Command::Propagate { output, .. } = &mut self.comp.commands[k] {
                             *output = input;
                         }
@@ -458,16 +445,8 @@ impl<'a> Optimizer<'a> {
                     if in_deriv == 0 || out_deriv == 0 || in_deriv == out_deriv {
                         continue;
                     }
-                    let props = self
-                        .nnet
-                        .components
-                        .get(component)
-                        .map_or(Properties(0), |c| c.properties());
-                    if !props.has(Properties::BACKPROP_IN_PLACE)
-                        || props.has(Properties::BACKPROP_ADDS)
-                        || !self.is_whole(in_deriv)
-                        || !self.is_whole(out_deriv)
-                    {
+                    let flags = (Properties::BACKPROP_IN_PLACE, Properties::BACKPROP_ADDS);
+                    if !self.allows_in_place(component, flags, out_deriv, in_deriv) {
                         continue;
                     }
                     let (a, b) = (self.matrix_of(out_deriv), self.matrix_of(in_deriv));
@@ -479,12 +458,7 @@ impl<'a> Optimizer<'a> {
                     if a == b || !self.same_shape(a, b) || values.any(|m| m == a || m == b) {
                         continue;
                     }
-                    let b_untouched_before = self.accesses[b].iter().all(|&(c, _, _)| c >= k);
-                    let a_unused_after = self.accesses[a].iter().all(|&(c, _, _)| c <= k);
-                    if b_untouched_before && a_unused_after {
-                        self.merge(b, a, k);
-                        self.accesses[a].push((k, out_deriv, Access::ReadWrite));
-                        self.accesses[a].sort_by_key(|&(c, _, _)| c);
+                    if self.merge_in_place(k, out_deriv, a, b) {
                         if let Command::Backprop { in_deriv, .. } = &mut self.comp.commands[k] {
                             *in_deriv = out_deriv;
                         }
@@ -495,6 +469,39 @@ impl<'a> Optimizer<'a> {
             }
         }
         merged
+    }
+
+    /// Whether command `component` may run in place from sub-matrix `src` into `dst`: it has
+    /// the in-place flag of `flags.0` and not the "adds" flag of `flags.1`, and both
+    /// sub-matrices are whole matrices.
+    fn allows_in_place(
+        &self,
+        component: usize,
+        flags: (Properties, Properties),
+        src: usize,
+        dst: usize,
+    ) -> bool {
+        let props = self
+            .nnet
+            .components
+            .get(component)
+            .map_or(Properties(0), |c| c.properties());
+        props.has(flags.0) && !props.has(flags.1) && self.is_whole(src) && self.is_whole(dst)
+    }
+
+    /// Command `k` reads matrix `a` (through sub-matrix `src`) and writes matrix `b`: if `b`
+    /// is untouched before `k` and `a` unused after it, `b` becomes `a` (the command then
+    /// reads and writes `src`; the caller renames its output). Returns whether it merged.
+    fn merge_in_place(&mut self, k: usize, src: usize, a: usize, b: usize) -> bool {
+        let b_untouched_before = self.accesses[b].iter().all(|&(c, _, _)| c >= k);
+        let a_unused_after = self.accesses[a].iter().all(|&(c, _, _)| c <= k);
+        if !(b_untouched_before && a_unused_after) {
+            return false;
+        }
+        self.merge(b, a, k);
+        self.accesses[a].push((k, src, Access::ReadWrite));
+        self.accesses[a].sort_by_key(|&(c, _, _)| c);
+        true
     }
 
     /// Per matrix: true if its first uses overwrite all of it before anything reads it, so
