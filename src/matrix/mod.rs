@@ -248,6 +248,8 @@ impl Matrix {
     ///
     /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
+    /// (Only the matrix module's own tests read a `Matrix` row directly now.)
+    #[cfg(test)]
     pub(in crate::matrix) fn row(&self, r: usize) -> &[Real] {
         let s = r * self.stride;
         &self.data[s..s + self.cols]

@@ -620,10 +620,16 @@ pub(crate) fn transpose_apply(
         let r1 = (r0 + TILE).min(rows);
         for c0 in (0..cols).step_by(TILE) {
             let c1 = (c0 + TILE).min(cols);
+            // The tile's source rows, sliced once (not once per element).
+            let mut tile: [&[Real]; TILE] = [&[]; TILE];
+            for (t, c) in tile.iter_mut().zip(c0..c1) {
+                *t = &src.row(c)[r0..r1];
+            }
+            let tile = &tile[..c1 - c0];
             for r in r0..r1 {
                 let d = &mut dst.row_mut(r)[c0..c1];
-                for (c, x) in (c0..c1).zip(d.iter_mut()) {
-                    *x = f(*x, src.row(c)[r]);
+                for (x, s) in d.iter_mut().zip(tile) {
+                    *x = f(*x, s[r - r0]);
                 }
             }
         }

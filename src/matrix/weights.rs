@@ -66,11 +66,9 @@ impl WeightMatrix {
             let (out, inp) = (self.w.num_rows(), self.w.num_cols());
             let stride = out.div_ceil(PAD) * PAD;
             let mut data = vec![0.0; inp * stride];
-            for j in 0..out {
-                for (k, &v) in self.w.row(j).iter().enumerate() {
-                    data[k * stride + j] = v;
-                }
-            }
+            // The tiled transpose: an element-at-a-time one was 4 % of a TDNN-LSTM decode.
+            MatViewMut::from_slice_strided(&mut data, inp, out, stride)
+                .copy_from_trans(self.w.view());
             Transposed { data, stride }
         })
     }
