@@ -6,7 +6,9 @@
 //! the rows the compiled computation gives it: whole chunks for the feed-forward layers, one
 //! time step (16 rows) at a time for the recurrent ones (150 calls).
 //!
-//! Usage: `cargo bench --bench attention_gru -- [THREADS]` (default 1). Prints median times.
+//! Usage: `cargo bench --bench attention_gru -- [THREADS [LAYER [ROUNDS]]]` (default 1 thread,
+//! all layers, 9 rounds). Prints median times; with LAYER (a substring of the layer names)
+//! only the matching layers run, e.g. to profile one under `perf record`.
 
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::{set_num_threads, Matrix};
@@ -84,6 +86,11 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1);
     set_num_threads(threads);
+    let only = std::env::args().nth(2).unwrap_or_default();
+    let rounds: usize = std::env::args()
+        .nth(3)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(9);
     let (heads, kd, vd, left, right, stride) = (8usize, 32usize, 64usize, 5i32, 2i32, 3i32);
     let cd = (left + 1 + right) as usize;
     let chunk = SEQS * FRAMES;
@@ -157,10 +164,10 @@ fn main() {
     let mut total_t = 0.0;
     let mut total_f = 0.0;
     let mut rows_out = Vec::new();
-    for l in &layers {
+    for l in layers.iter().filter(|l| l.name.contains(only.as_str())) {
         let x = random_matrix(l.rows_in, l.c.input_dim(), 7);
         let mut y = Matrix::zeros(l.rows, l.c.output_dim());
-        let secs = median_secs(9, || {
+        let secs = median_secs(rounds, || {
             for _ in 0..l.calls {
                 let mut rng = compnet::random::seeded_rng(0);
                 l.c.propagate(Propagate {
