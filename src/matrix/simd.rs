@@ -716,6 +716,15 @@ mod attention_x86 {
 }
 
 multiversion! {
+    /// y = a ⊙ b (the GRU's reset-gated recurrent input r ⊙ s).
+    fn mul_elements_into(y: &mut [Real], a: &[Real], b: &[Real]) {
+        for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
+            *y = a * b;
+        }
+    }
+}
+
+multiversion! {
     /// The GRU cell on one row, fused: h ← tanh(h) (h holds the pre-activation),
     /// c ← (1 − z) h + z c_prev, rounded as `h − z·h + z·c_prev`.
     fn gru_cell_row(h: &mut [Real], c: &mut [Real], z: &[Real], c_prev: &[Real]) {
