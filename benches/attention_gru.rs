@@ -13,7 +13,7 @@
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::{set_num_threads, Matrix};
 use compnet::nnet::component::{
-    new_component_from_config, Component, MiscComputationInfo, Propagate,
+    new_component_from_config, Backprop, Component, MiscComputationInfo, Propagate,
 };
 use compnet::nnet::Index;
 use std::time::Instant;
@@ -200,5 +200,33 @@ fn main() {
             100.0 * flops / total_f,
             flops / secs * 1e-9
         );
+    }
+    // Training's side of attention (not part of the inference table): its backprop.
+    if let Some(l) = layers.iter().find(|l| l.name == "att1.attention") {
+        if l.name.contains(only.as_str()) {
+            let x = random_matrix(l.rows_in, l.c.input_dim(), 7);
+            let dy = random_matrix(l.rows, l.c.output_dim(), 8);
+            let mut y = Matrix::zeros(l.rows, l.c.output_dim());
+            let mut rng = compnet::random::seeded_rng(0);
+            let memo = l.c.propagate(Propagate {
+                input: x.view(),
+                output: y.view_mut(),
+                indexes: l.pre.as_deref(),
+                rng: &mut rng,
+            });
+            let mut dx = Matrix::zeros(l.rows_in, l.c.input_dim());
+            let secs = median_secs(rounds, || {
+                let mut b = Backprop::new(dy.view(), Some(dx.view_mut()), &mut rng);
+                b.indexes = l.pre.as_deref();
+                b.in_value = x.view();
+                b.memo = memo.as_ref();
+                l.c.backprop(b);
+            });
+            println!(
+                "{:<20} {:>9.3} (backprop, not in the table)",
+                l.name,
+                secs * 1e3
+            );
+        }
     }
 }
