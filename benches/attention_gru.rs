@@ -227,6 +227,31 @@ fn main() {
                 l.name,
                 secs * 1e3
             );
+            // The memory floor of its propagate at this machine's streaming rate: read the
+            // input once, read and write the output once (the bench's data stays in L3).
+            let input = vec![1.0f32; l.rows_in * l.c.input_dim()];
+            let mut output = vec![0.0f32; l.rows * l.c.output_dim()];
+            let secs = median_secs(rounds, || {
+                let mut lanes = [0.0f32; 16];
+                for c in input.chunks_exact(16) {
+                    for (a, &v) in lanes.iter_mut().zip(c) {
+                        *a += v;
+                    }
+                }
+                std::hint::black_box(lanes);
+                for v in output.iter_mut() {
+                    *v += 1.0;
+                }
+                std::hint::black_box(&mut output);
+            });
+            let bytes = 4.0 * (input.len() + 2 * output.len()) as f64;
+            println!(
+                "{:<20} {:>9.3} (memory floor: {:.1} MB read or written at {:.1} GB/s)",
+                l.name,
+                secs * 1e3,
+                bytes * 1e-6,
+                bytes / secs * 1e-9
+            );
         }
     }
 }
