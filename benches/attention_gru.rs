@@ -6,12 +6,14 @@
 //! the rows the compiled computation gives it: whole chunks for the feed-forward layers, one
 //! time step (16 rows) at a time for the recurrent ones (150 calls).
 //!
-//! Usage: `cargo bench --bench attention_gru -- [THREADS]` (default 1). Prints median times.
+//! Usage: `cargo bench --bench attention_gru -- [THREADS [LAYER [ROUNDS]]]` (default 1 thread,
+//! all layers, 9 rounds). Prints median times; with LAYER (a substring of the layer names)
+//! only the matching layers run, e.g. to profile one under `perf record`.
 
 use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::{set_num_threads, Matrix};
 use compnet::nnet::component::{
-    new_component_from_config, Component, MiscComputationInfo, Propagate,
+    new_component_from_config, Backprop, Component, MiscComputationInfo, Propagate,
 };
 use compnet::nnet::Index;
 use std::time::Instant;
@@ -84,6 +86,11 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1);
     set_num_threads(threads);
+    let only = std::env::args().nth(2).unwrap_or_default();
+    let rounds: usize = std::env::args()
+        .nth(3)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(9);
     let (heads, kd, vd, left, right, stride) = (8usize, 32usize, 64usize, 5i32, 2i32, 3i32);
     let cd = (left + 1 + right) as usize;
     let chunk = SEQS * FRAMES;
@@ -157,10 +164,10 @@ fn main() {
     let mut total_t = 0.0;
     let mut total_f = 0.0;
     let mut rows_out = Vec::new();
-    for l in &layers {
+    for l in layers.iter().filter(|l| l.name.contains(only.as_str())) {
         let x = random_matrix(l.rows_in, l.c.input_dim(), 7);
         let mut y = Matrix::zeros(l.rows, l.c.output_dim());
-        let secs = median_secs(9, || {
+        let secs = median_secs(rounds, || {
             for _ in 0..l.calls {
                 let mut rng = compnet::random::seeded_rng(0);
                 l.c.propagate(Propagate {
@@ -193,5 +200,58 @@ fn main() {
             100.0 * flops / total_f,
             flops / secs * 1e-9
         );
+    }
+    // Training's side of attention (not part of the inference table): its backprop.
+    if let Some(l) = layers.iter().find(|l| l.name == "att1.attention") {
+        if l.name.contains(only.as_str()) {
+            let x = random_matrix(l.rows_in, l.c.input_dim(), 7);
+            let dy = random_matrix(l.rows, l.c.output_dim(), 8);
+            let mut y = Matrix::zeros(l.rows, l.c.output_dim());
+            let mut rng = compnet::random::seeded_rng(0);
+            let memo = l.c.propagate(Propagate {
+                input: x.view(),
+                output: y.view_mut(),
+                indexes: l.pre.as_deref(),
+                rng: &mut rng,
+            });
+            let mut dx = Matrix::zeros(l.rows_in, l.c.input_dim());
+            let secs = median_secs(rounds, || {
+                let mut b = Backprop::new(dy.view(), Some(dx.view_mut()), &mut rng);
+                b.indexes = l.pre.as_deref();
+                b.in_value = x.view();
+                b.memo = memo.as_ref();
+                l.c.backprop(b);
+            });
+            println!(
+                "{:<20} {:>9.3} (backprop, not in the table)",
+                l.name,
+                secs * 1e3
+            );
+            // The memory floor of its propagate at this machine's streaming rate: read the
+            // input once, read and write the output once (the bench's data stays in L3).
+            let input = vec![1.0f32; l.rows_in * l.c.input_dim()];
+            let mut output = vec![0.0f32; l.rows * l.c.output_dim()];
+            let secs = median_secs(rounds, || {
+                let mut lanes = [0.0f32; 16];
+                for c in input.chunks_exact(16) {
+                    for (a, &v) in lanes.iter_mut().zip(c) {
+                        *a += v;
+                    }
+                }
+                std::hint::black_box(lanes);
+                for v in output.iter_mut() {
+                    *v += 1.0;
+                }
+                std::hint::black_box(&mut output);
+            });
+            let bytes = 4.0 * (input.len() + 2 * output.len()) as f64;
+            println!(
+                "{:<20} {:>9.3} (memory floor: {:.1} MB read or written at {:.1} GB/s)",
+                l.name,
+                secs * 1e3,
+                bytes * 1e-6,
+                bytes / secs * 1e-9
+            );
+        }
     }
 }

@@ -144,21 +144,25 @@ impl MatViewMut<'_> {
             c,
             row_shift,
         );
-        if n == 0 {
-            return;
-        }
-        let (data, stride) = (input.as_slice(), input.stride());
-        for i in 0..n {
-            simd::attention_row(
-                self.row_mut(i),
-                weights.row_mut(i),
-                queries.row(i),
-                &data[i * stride..],
-                stride * row_shift,
-                (key_dim, value_dim),
-                key_scale,
-            );
-        }
+        let (out_stride, out_cols) = (self.stride(), self.num_cols());
+        let weights_stride = weights.stride();
+        simd::attention_head(simd::AttentionHead {
+            out: self.as_mut_slice(),
+            out_stride,
+            out_cols,
+            weights: weights.as_mut_slice(),
+            weights_stride,
+            queries: queries.as_slice(),
+            queries_stride: queries.stride(),
+            input: input.as_slice(),
+            input_stride: input.stride(),
+            rows: n,
+            row_shift,
+            context: c,
+            key_dim,
+            value_dim,
+            key_scale,
+        });
         super::check::check_finite("add_restricted_attention", self.as_view());
     }
 }
@@ -238,6 +242,191 @@ mod tests {
                     assert!(
                         (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
                         "out ({i},{j}): {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Restricted attention for one head in plain scalar code, every sum in the order the
+    /// kernels promise (`simd::attention_row`): per position 16 lanes summed over the key's
+    /// 16-column chunks, halved (l + l+8, + l+4, (0+2) + (1+3)), plus the remaining columns
+    /// summed in order; the softmax sum in position order; each output column summed over
+    /// the positions in order, starting from its old value.
+    #[allow(clippy::too_many_arguments)]
+    fn reference_head(
+        out: &mut Matrix,
+        weights: &mut Matrix,
+        input: &Matrix,
+        queries: &Matrix,
+        kd: usize,
+        vd: usize,
+        key_scale: f32,
+        shift: usize,
+    ) {
+        let c = weights.num_cols();
+        for i in 0..out.num_rows() {
+            let mut scores = vec![0.0f32; c];
+            for (o, score) in scores.iter_mut().enumerate() {
+                let r = i + o * shift;
+                let mut lanes = [0.0f32; 16];
+                for chunk in 0..kd / 16 {
+                    for (l, lane) in lanes.iter_mut().enumerate() {
+                        let j = 16 * chunk + l;
+                        *lane += queries.get(i, j) * input.get(r, j);
+                    }
+                }
+                let mut tail = 0.0f32;
+                for j in kd / 16 * 16..kd {
+                    tail += queries.get(i, j) * input.get(r, j);
+                }
+                let s8: Vec<f32> = (0..8).map(|l| lanes[l] + lanes[l + 8]).collect();
+                let s4: Vec<f32> = (0..4).map(|l| s8[l] + s8[l + 4]).collect();
+                let total = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+                *score = key_scale * (total + tail) + queries.get(i, kd + o);
+            }
+            let mut max = f32::NEG_INFINITY;
+            for &s in &scores {
+                max = if s > max { s } else { max };
+            }
+            let e: Vec<f32> = scores
+                .iter()
+                .map(|&s| crate::matrix::simd::exp_fast(s - max))
+                .collect();
+            let mut sum = 0.0f32;
+            for &v in &e {
+                sum += v;
+            }
+            for (o, &v) in e.iter().enumerate() {
+                weights.set(i, o, v / sum);
+            }
+            for j in 0..vd {
+                let mut y = out.get(i, j);
+                for o in 0..c {
+                    y += weights.get(i, o) * input.get(i + o * shift, kd + j);
+                }
+                out.set(i, j, y);
+            }
+            if out.num_cols() > vd {
+                for o in 0..c {
+                    out.set(i, vd + o, out.get(i, vd + o) + weights.get(i, o));
+                }
+            }
+        }
+    }
+
+    /// Both kernels (the vectorised one where the CPU has it, and the row-by-row one) equal
+    /// the scalar reference bit for bit: shapes with and without key and value tails,
+    /// C below, at and above a vector of positions (and above 32, where only the row path
+    /// runs), row counts that leave partial batches, strided views, signed zeros and ties.
+    #[test]
+    fn fused_head_rounds_as_documented() {
+        for (n, kd, vd, c, shift, ctx) in [
+            (9, 32, 64, 8, 3, true),
+            (13, 40, 80, 8, 2, true),
+            (6, 3, 5, 5, 1, false),
+            (5, 16, 8, 9, 2, true),
+            (7, 17, 20, 16, 1, false),
+            (4, 32, 70, 17, 1, true),
+            (3, 8, 64, 32, 1, true),
+            (3, 8, 16, 33, 1, false),
+            (1, 64, 128, 1, 1, true),
+            (0, 32, 64, 8, 3, true),
+        ] {
+            let rows_in = n + (c - 1) * shift;
+            // Two spare columns on each side, so that every view is strided.
+            let mut wide = m(rows_in, kd + vd + 4, 21);
+            for r in 0..rows_in {
+                wide.set(r, 2 + r % (kd + vd), 0.0);
+                wide.set(r, 2 + (3 * r + 1) % (kd + vd), -0.0);
+            }
+            let input = Matrix::from_rows(
+                &(0..rows_in)
+                    .map(|r| (0..kd + vd).map(|j| wide.get(r, j + 2)).collect())
+                    .collect::<Vec<_>>(),
+            );
+            let mut queries = m(n, kd + c + 3, 22);
+            if n > 1 {
+                // A row of equal scores (zero query) and one with a signed-zero query.
+                for j in 0..kd + c + 3 {
+                    queries.set(0, j, 0.0);
+                    queries.set(1, j, -0.0);
+                }
+            }
+            let out_cols = if ctx { vd + c } else { vd };
+            let start = m(n, out_cols + 5, 23);
+            let (mut want, mut want_w) = (start.clone(), Matrix::zeros(n, c));
+            let mut want_out = Matrix::zeros(n, out_cols);
+            want_out
+                .view_mut()
+                .copy_from(start.view().cols_range(1, out_cols));
+            let q_view = queries.view().cols_range(1, kd + c);
+            let q_copy = Matrix::from_rows(
+                &(0..n)
+                    .map(|i| (0..kd + c).map(|j| q_view.get(i, j)).collect())
+                    .collect::<Vec<_>>(),
+            );
+            if n > 0 {
+                reference_head(
+                    &mut want_out,
+                    &mut want_w,
+                    &input,
+                    &q_copy,
+                    kd,
+                    vd,
+                    0.3,
+                    shift,
+                );
+            }
+            want.view_mut()
+                .sub_mut(0, n, 1, out_cols)
+                .copy_from(want_out.view());
+            for by_rows in [false, true] {
+                let mut got = start.clone();
+                let mut w_got = Matrix::from_vec(n, c + 2, vec![f32::NAN; n * (c + 2)]);
+                let mut w_view = w_got.sub_mut(0, n, 1, c);
+                let mut out_view = got.sub_mut(0, n, 1, out_cols);
+                let in_view = wide.view().cols_range(2, kd + vd);
+                if by_rows {
+                    crate::matrix::simd::attention_head_by_rows(
+                        crate::matrix::simd::AttentionHead {
+                            out_stride: out_view.stride(),
+                            out_cols,
+                            out: out_view.as_mut_slice(),
+                            weights_stride: w_view.stride(),
+                            weights: w_view.as_mut_slice(),
+                            queries: q_view.as_slice(),
+                            queries_stride: q_view.stride(),
+                            input: in_view.as_slice(),
+                            input_stride: in_view.stride(),
+                            rows: n,
+                            row_shift: shift,
+                            context: c,
+                            key_dim: kd,
+                            value_dim: vd,
+                            key_scale: 0.3,
+                        },
+                    );
+                } else {
+                    out_view.add_restricted_attention(&mut w_view, in_view, q_view, kd, 0.3, shift);
+                }
+                for i in 0..n {
+                    for o in 0..c {
+                        let (g, w) = (w_got.get(i, o + 1), want_w.get(i, o));
+                        assert_eq!(
+                            g.to_bits(),
+                            w.to_bits(),
+                            "weights ({i},{o}) of n={n} kd={kd} vd={vd} c={c} rows={by_rows}: \
+                             {g} vs {w}"
+                        );
+                    }
+                }
+                for (k, (g, w)) in got.to_vec().iter().zip(want.to_vec()).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        w.to_bits(),
+                        "output element {k} of n={n} kd={kd} vd={vd} c={c} rows={by_rows}: \
+                         {g} vs {w}"
                     );
                 }
             }

@@ -12,6 +12,19 @@
 use super::{simd, MatView, MatViewMut, Vector};
 
 impl MatViewMut<'_> {
+    /// `self = r ⊙ s` (n × R; the GRU's reset-gated recurrent input, the operand of its W_h
+    /// product), row by row with the vectorised kernel.
+    pub fn set_gru_reset_product(&mut self, r: MatView<'_>, s: MatView<'_>) {
+        let (n, d) = (self.num_rows(), self.num_cols());
+        assert!(
+            r.num_rows() == n && s.num_rows() == n && r.num_cols() == d && s.num_cols() == d,
+            "set_gru_reset_product: dimensions"
+        );
+        for i in 0..n {
+            simd::mul_elements_into(self.row_mut(i), r.row(i), s.row(i));
+        }
+    }
+
     /// `self = [h, c]` (n × 2C) where the first C columns hold the pre-activation on entry:
     /// h = tanh(pre), c = (1 − z) ⊙ h + z ⊙ c_prev (`z`, `c_prev`: n × C).
     pub fn gru_cell_from_preactivation(&mut self, z: MatView<'_>, c_prev: MatView<'_>) {
@@ -121,6 +134,24 @@ mod tests {
     use crate::matrix::Matrix;
 
     use crate::matrix::pseudo_random as m;
+
+    /// r ⊙ s on column ranges of one input (as the GRU takes them), every element exact.
+    #[test]
+    fn reset_product_is_the_element_product() {
+        let (n, d) = (5, 37);
+        let input = m(n, 3 * d + 2, 5);
+        let mut y = Matrix::zeros(n, d);
+        y.view_mut().set_gru_reset_product(
+            input.view().cols_range(1, d),
+            input.view().cols_range(2 * d + 1, d),
+        );
+        for i in 0..n {
+            for j in 0..d {
+                let want = input.get(i, 1 + j) * input.get(i, 2 * d + 1 + j);
+                assert_eq!(y.get(i, j).to_bits(), want.to_bits(), "({i},{j})");
+            }
+        }
+    }
 
     /// Both cells and the backward pass against their definitions in f64 (libm tanh).
     #[test]

@@ -303,40 +303,38 @@ multiversion! {
         key_scale: Real,
     ) {
         let (key_dim, value_dim) = key_value_dims;
-        let q = &query[..key_dim];
         let full = key_dim / 16 * 16;
-        for (o, w) in weights.iter_mut().enumerate() {
-            let key = &window[o * shift_stride..][..key_dim];
+        let (q16, q_tail) = query[..key_dim].split_at(full);
+        let positional = &query[key_dim..key_dim + weights.len()];
+        for (o, (w, &pos)) in weights.iter_mut().zip(positional).enumerate() {
+            let (k16, k_tail) = window[o * shift_stride..][..key_dim].split_at(full);
+            // 16 lanes, each summing its columns in order (fixed-size chunks, so that the
+            // lanes are one vector and no bounds check is left in the loop).
             let mut lanes = [0.0 as Real; 16];
-            for j0 in (0..full).step_by(16) {
+            for (a, b) in q16.chunks_exact(16).zip(k16.chunks_exact(16)) {
+                let (a, b): (&[Real; 16], &[Real; 16]) =
+                    (a.try_into().unwrap(), b.try_into().unwrap());
                 for l in 0..16 {
-                    lanes[l] += q[j0 + l] * key[j0 + l];
+                    lanes[l] += a[l] * b[l];
                 }
             }
             let mut dot = 0.0 as Real;
-            for j in full..key_dim {
-                dot += q[j] * key[j];
+            for (&a, &b) in q_tail.iter().zip(k_tail) {
+                dot += a * b;
             }
-            // Pairwise halving in separate arrays, which compiles to vector shuffles.
-            let mut s8 = [0.0 as Real; 8];
-            for l in 0..8 {
-                s8[l] = lanes[l] + lanes[l + 8];
-            }
-            let mut s4 = [0.0 as Real; 4];
-            for l in 0..4 {
-                s4[l] = s8[l] + s8[l + 4];
-            }
-            let total = (s4[0] + s4[2]) + (s4[1] + s4[3]);
-            *w = key_scale * (total + dot) + query[key_dim + o];
+            *w = key_scale * (halving_sum(&lanes) + dot) + pos;
         }
         let mut max = Real::NEG_INFINITY;
         for &w in weights.iter() {
             max = if w > max { w } else { max };
         }
-        let mut sum = 0.0 as Real;
+        // The exps in one vectorised pass, then their sum in order.
         for w in weights.iter_mut() {
             *w = exp_fast(*w - max);
-            sum += *w;
+        }
+        let mut sum = 0.0 as Real;
+        for &w in weights.iter() {
+            sum += w;
         }
         for w in weights.iter_mut() {
             *w /= sum;
@@ -345,25 +343,383 @@ multiversion! {
         // 16 output columns at a time, summed over the window in registers (a row-at-a-time
         // axpy would load and store the output once per window position).
         let vfull = value_dim / 16 * 16;
-        for j0 in (0..vfull).step_by(16) {
-            let mut acc = [0.0 as Real; 16];
-            acc.copy_from_slice(&values[j0..j0 + 16]);
+        let (v16, v_tail) = values.split_at_mut(vfull);
+        for (k, y) in v16.chunks_exact_mut(16).enumerate() {
+            let y: &mut [Real; 16] = y.try_into().unwrap();
+            let mut acc = *y;
+            let col = key_dim + 16 * k;
             for (o, &w) in weights.iter().enumerate() {
-                let v = &window[o * shift_stride + key_dim + j0..][..16];
+                let v: &[Real; 16] = window[o * shift_stride + col..][..16].try_into().unwrap();
                 for l in 0..16 {
                     acc[l] += w * v[l];
                 }
             }
-            values[j0..j0 + 16].copy_from_slice(&acc);
+            *y = acc;
         }
         for (o, &w) in weights.iter().enumerate() {
-            let v = &window[o * shift_stride + key_dim..][..value_dim];
-            for (y, &x) in values[vfull..].iter_mut().zip(&v[vfull..]) {
+            let v = &window[o * shift_stride + key_dim + vfull..][..v_tail.len()];
+            for (y, &x) in v_tail.iter_mut().zip(v) {
                 *y += w * x;
             }
         }
         for (y, &w) in context.iter_mut().zip(weights.iter()) {
             *y += w;
+        }
+    }
+}
+
+/// The sum of 16 lanes by pairwise halving (l + l+8, then l + l+4, then (0+2) + (1+3)),
+/// written over separate arrays so that it compiles to vector shuffles.
+#[inline(always)]
+fn halving_sum(lanes: &[Real; 16]) -> Real {
+    let mut s8 = [0.0 as Real; 8];
+    for l in 0..8 {
+        s8[l] = lanes[l] + lanes[l + 8];
+    }
+    let mut s4 = [0.0 as Real; 4];
+    for l in 0..4 {
+        s4[l] = s8[l] + s8[l + 4];
+    }
+    (s4[0] + s4[2]) + (s4[1] + s4[3])
+}
+
+/// One restricted-attention head over all its output rows (see
+/// `MatViewMut::add_restricted_attention`): slices with their row strides, in elements.
+pub(crate) struct AttentionHead<'a> {
+    /// Output rows: `value_dim` columns, or `value_dim` + C with the weights added after them.
+    pub out: &'a mut [Real],
+    pub out_stride: usize,
+    pub out_cols: usize,
+    /// The softmax weights (C columns, overwritten).
+    pub weights: &'a mut [Real],
+    pub weights_stride: usize,
+    /// Per output row the query's key part (`key_dim`), then its positional term (C).
+    pub queries: &'a [Real],
+    pub queries_stride: usize,
+    /// Input rows (keys, then values); output row i's window is rows i + o·row_shift.
+    pub input: &'a [Real],
+    pub input_stride: usize,
+    pub rows: usize,
+    pub row_shift: usize,
+    /// C, the number of context positions.
+    pub context: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+    pub key_scale: Real,
+}
+
+/// Restricted attention forward for one head. With AVX2 and C ≤ 32 the rows go through
+/// `attention_x86` (the window's positions in the vector lanes), otherwise row by row
+/// through [`attention_row`]; both round every sum the same way, so the results are equal
+/// bit for bit.
+pub(crate) fn attention_head(h: AttentionHead<'_>) {
+    check_attention_head(&h);
+    #[cfg(target_arch = "x86_64")]
+    if h.rows > 0 && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, and the extents were checked above.
+        unsafe {
+            match h.context.div_ceil(8) {
+                1 => return attention_x86::attention_rows::<8>(&h),
+                2 => return attention_x86::attention_rows::<16>(&h),
+                3 => return attention_x86::attention_rows::<24>(&h),
+                4 => return attention_x86::attention_rows::<32>(&h),
+                _ => {}
+            }
+        }
+    }
+    attention_head_by_rows(h);
+}
+
+/// [`attention_head`] one row at a time through [`attention_row`] (also the reference the
+/// vectorised kernel is tested against).
+pub(crate) fn attention_head_by_rows(h: AttentionHead<'_>) {
+    check_attention_head(&h);
+    let (c, n) = (h.context, h.rows);
+    let AttentionHead {
+        out,
+        weights,
+        queries,
+        input,
+        ..
+    } = h;
+    for i in 0..n {
+        attention_row(
+            &mut out[i * h.out_stride..][..h.out_cols],
+            &mut weights[i * h.weights_stride..][..c],
+            &queries[i * h.queries_stride..][..h.key_dim + c],
+            &input[i * h.input_stride..],
+            h.input_stride * h.row_shift,
+            (h.key_dim, h.value_dim),
+            h.key_scale,
+        );
+    }
+}
+
+/// The extents every access of the attention kernels stays within.
+fn check_attention_head(h: &AttentionHead<'_>) {
+    let c = h.context;
+    let last = h.rows.saturating_sub(1);
+    assert!(
+        c >= 1
+            && (h.out_cols == h.value_dim || h.out_cols == h.value_dim + c)
+            && (h.rows == 0
+                || last * h.out_stride + h.out_cols <= h.out.len()
+                    && last * h.weights_stride + c <= h.weights.len()
+                    && last * h.queries_stride + h.key_dim + c <= h.queries.len()
+                    && (last + (c - 1) * h.row_shift) * h.input_stride + h.key_dim + h.value_dim
+                        <= h.input.len()),
+        "attention_head: dimensions"
+    );
+}
+
+/// The AVX2 restricted-attention kernel: what [`attention_row`] computes, every sum in the
+/// same order (so bit for bit), but with the window's positions in the vector lanes: the
+/// key·query products of eight positions at once, their 16-lane halving sums done across
+/// positions with shuffles, the softmax on whole vectors, several rows per batch so that
+/// their latency chains (exp, the ordered sum, the division) overlap. Written with
+/// intrinsics because the compiler turns the portable form into 2-lane code here.
+#[cfg(target_arch = "x86_64")]
+mod attention_x86 {
+    use super::{exp_fast, AttentionHead, Real};
+    use std::arch::x86_64::*;
+
+    /// Positions per vector of scores.
+    const P: usize = 8;
+    /// Rows per batch.
+    const ROWS: usize = 4;
+    /// How many rows ahead [`prefetch`] asks for the lines.
+    const AHEAD: usize = 8;
+
+    /// All rows of `h`, for C ≤ N (N a multiple of 8).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, and `h` must have passed `check_attention_head`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn attention_rows<const N: usize>(h: &AttentionHead<'_>) {
+        let mut i = 0;
+        while i + ROWS <= h.rows {
+            prefetch(h, i + AHEAD, ROWS);
+            batch::<N, ROWS>(h, i);
+            i += ROWS;
+        }
+        while i < h.rows {
+            batch::<N, 1>(h, i);
+            i += 1;
+        }
+    }
+
+    /// Asks for the lines rows `i0 .. i0 + n` read first: the window's last input row (the
+    /// others were last rows before), the query and the output row. Consecutive input rows
+    /// are usually more than a 4 KiB page apart, where the hardware's stream detection stops.
+    #[inline(always)]
+    unsafe fn prefetch(h: &AttentionHead<'_>, i0: usize, n: usize) {
+        for i in i0..h.rows.min(i0 + n) {
+            let last = i + (h.context - 1) * h.row_shift;
+            touch(
+                h.input.as_ptr().add(last * h.input_stride),
+                h.key_dim + h.value_dim,
+            );
+            touch(
+                h.queries.as_ptr().add(i * h.queries_stride),
+                h.key_dim + h.context,
+            );
+            touch(h.out.as_ptr().add(i * h.out_stride), h.out_cols);
+        }
+    }
+
+    /// Prefetches the lines of `p .. p + n` (n ≥ 1).
+    #[inline(always)]
+    unsafe fn touch(p: *const Real, n: usize) {
+        let mut j = 0;
+        while j < n {
+            _mm_prefetch::<_MM_HINT_T0>(p.add(j) as *const i8);
+            j += 16;
+        }
+        _mm_prefetch::<_MM_HINT_T0>(p.add(n - 1) as *const i8);
+    }
+
+    /// Rows `i0 .. i0 + R`.
+    #[inline(always)]
+    unsafe fn batch<const N: usize, const R: usize>(h: &AttentionHead<'_>, i0: usize) {
+        // C as a constant when it fills the vectors, so that its loops unroll.
+        let c = if h.context == N { N } else { h.context };
+        let (kd, vd) = (h.key_dim, h.value_dim);
+        let shift = h.row_shift * h.input_stride;
+        let full = kd / 16 * 16;
+        let base = h.input.as_ptr();
+        let mut scores = [[Real::NEG_INFINITY; N]; R];
+        for (r, sc) in scores.iter_mut().enumerate() {
+            let win = base.add((i0 + r) * h.input_stride);
+            let q = h.queries.as_ptr().add((i0 + r) * h.queries_stride);
+            for o0 in (0..c.div_ceil(P)).map(|b| b * P) {
+                // Positions past C repeat position o0 (in bounds; their scores are dropped).
+                let key: [*const Real; P] =
+                    std::array::from_fn(|p| win.add(if o0 + p < c { o0 + p } else { o0 } * shift));
+                let mut lo = [_mm256_setzero_ps(); P];
+                let mut hi = [_mm256_setzero_ps(); P];
+                // `attention_row` starts each lane at 0 + q·k; starting at q·k changes at
+                // most the sign of a zero lane, which the `+ tail` below (never −0) absorbs.
+                if full > 0 {
+                    let (q0, q1) = (_mm256_loadu_ps(q), _mm256_loadu_ps(q.add(8)));
+                    for p in 0..P {
+                        lo[p] = _mm256_mul_ps(q0, _mm256_loadu_ps(key[p]));
+                        hi[p] = _mm256_mul_ps(q1, _mm256_loadu_ps(key[p].add(8)));
+                    }
+                }
+                for j in (1..full / 16).map(|b| b * 16) {
+                    let (q0, q1) = (_mm256_loadu_ps(q.add(j)), _mm256_loadu_ps(q.add(j + 8)));
+                    for p in 0..P {
+                        let k = key[p].add(j);
+                        lo[p] = _mm256_add_ps(lo[p], _mm256_mul_ps(q0, _mm256_loadu_ps(k)));
+                        hi[p] = _mm256_add_ps(hi[p], _mm256_mul_ps(q1, _mm256_loadu_ps(k.add(8))));
+                    }
+                }
+                let mut tail = [0.0 as Real; P];
+                for (t, k) in tail.iter_mut().zip(&key) {
+                    for j in full..kd {
+                        *t += *q.add(j) * *k.add(j);
+                    }
+                }
+                let mask = lane_mask((c - o0).min(P));
+                let s = _mm256_add_ps(
+                    _mm256_mul_ps(
+                        _mm256_set1_ps(h.key_scale),
+                        _mm256_add_ps(halving_sums(&lo, &hi), _mm256_loadu_ps(tail.as_ptr())),
+                    ),
+                    _mm256_maskload_ps(q.add(kd + o0), mask),
+                );
+                let s = _mm256_blendv_ps(
+                    _mm256_set1_ps(Real::NEG_INFINITY),
+                    s,
+                    _mm256_castsi256_ps(mask),
+                );
+                _mm256_storeu_ps(sc.as_mut_ptr().add(o0), s);
+            }
+        }
+        // The softmax: max and exps on whole vectors (the −∞ past C drop out), each sum in
+        // position order as in `attention_row`.
+        let mut e = [[0.0 as Real; N]; R];
+        for (e, sc) in e.iter_mut().zip(&scores) {
+            let mut max = Real::NEG_INFINITY;
+            for &s in sc.iter() {
+                max = if s > max { s } else { max };
+            }
+            for (e, &s) in e.iter_mut().zip(sc) {
+                *e = exp_fast(s - max);
+            }
+        }
+        for (r, e) in e.iter_mut().enumerate() {
+            let mut sum = 0.0 as Real;
+            for &v in &e[..c] {
+                sum += v;
+            }
+            for v in e.iter_mut() {
+                *v /= sum;
+            }
+            let w = h.weights.as_ptr().add((i0 + r) * h.weights_stride) as *mut Real;
+            for o0 in (0..c.div_ceil(P)).map(|b| b * P) {
+                let mask = lane_mask((c - o0).min(P));
+                _mm256_maskstore_ps(w.add(o0), mask, _mm256_loadu_ps(e.as_ptr().add(o0)));
+            }
+        }
+        for (r, e) in e.iter().enumerate() {
+            let y = h.out.as_ptr().add((i0 + r) * h.out_stride) as *mut Real;
+            weighted_sum(
+                y,
+                base.add((i0 + r) * h.input_stride + kd),
+                shift,
+                &e[..c],
+                vd,
+            );
+            if h.out_cols > vd {
+                for (o, &w) in e[..c].iter().enumerate() {
+                    *y.add(vd + o) += w;
+                }
+            }
+        }
+    }
+
+    /// `y[j] += Σ_o w[o] · v[o·shift + j]` for j < n, each sum from y in position order.
+    #[inline(always)]
+    unsafe fn weighted_sum(y: *mut Real, v: *const Real, shift: usize, w: &[Real], n: usize) {
+        let mut j = 0;
+        while j + 64 <= n {
+            weighted_block::<8>(y.add(j), v.add(j), shift, w);
+            j += 64;
+        }
+        while j + 8 <= n {
+            weighted_block::<1>(y.add(j), v.add(j), shift, w);
+            j += 8;
+        }
+        for (o, &wo) in w.iter().enumerate() {
+            for jj in j..n {
+                *y.add(jj) += wo * *v.add(o * shift + jj);
+            }
+        }
+    }
+
+    /// [`weighted_sum`] on 8·K columns, in K registers.
+    #[inline(always)]
+    unsafe fn weighted_block<const K: usize>(
+        y: *mut Real,
+        v: *const Real,
+        shift: usize,
+        w: &[Real],
+    ) {
+        let mut acc: [__m256; K] = std::array::from_fn(|k| _mm256_loadu_ps(y.add(8 * k)));
+        for (o, &wo) in w.iter().enumerate() {
+            let (wo, vo) = (_mm256_set1_ps(wo), v.add(o * shift));
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(wo, _mm256_loadu_ps(vo.add(8 * k))));
+            }
+        }
+        for (k, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(y.add(8 * k), *a);
+        }
+    }
+
+    /// All ones in the first `n` (≤ 8) lanes.
+    #[inline(always)]
+    unsafe fn lane_mask(n: usize) -> __m256i {
+        _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(n as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        )
+    }
+
+    /// The 16-lane halving sums of `halving_sum` ((l + l+8), then + l+4, then
+    /// (0+2) + (1+3)) of eight positions whose lanes 0..8 are in `lo` and 8..16 in `hi`,
+    /// done across positions with shuffles; position p ends in element p.
+    #[inline(always)]
+    unsafe fn halving_sums(lo: &[__m256; P], hi: &[__m256; P]) -> __m256 {
+        let s8: [__m256; P] = std::array::from_fn(|p| _mm256_add_ps(lo[p], hi[p]));
+        // [a0..4 | b0..4] + [a4..8 | b4..8] for the pairs (0,1) (2,3) (4,5) (6,7).
+        let s4: [__m256; 4] = std::array::from_fn(|k| {
+            let (a, b) = (s8[2 * k], s8[2 * k + 1]);
+            _mm256_add_ps(
+                _mm256_permute2f128_ps(a, b, 0x20),
+                _mm256_permute2f128_ps(a, b, 0x31),
+            )
+        });
+        // [a0+a2 a1+a3 c0+c2 c1+c3 | b.. d..] from [a | b] and [c | d].
+        let s2: [__m256; 2] = std::array::from_fn(|k| {
+            let (u, v) = (s4[2 * k], s4[2 * k + 1]);
+            _mm256_add_ps(_mm256_shuffle_ps(u, v, 0x44), _mm256_shuffle_ps(u, v, 0xEE))
+        });
+        // Positions [0 2 4 6 | 1 3 5 7], then in order.
+        let t = _mm256_add_ps(
+            _mm256_shuffle_ps(s2[0], s2[1], 0x88),
+            _mm256_shuffle_ps(s2[0], s2[1], 0xDD),
+        );
+        _mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+}
+
+multiversion! {
+    /// y = a ⊙ b (the GRU's reset-gated recurrent input r ⊙ s).
+    fn mul_elements_into(y: &mut [Real], a: &[Real], b: &[Real]) {
+        for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
+            *y = a * b;
         }
     }
 }

@@ -412,12 +412,9 @@ impl Component for GruNonlinearityComponent {
         }
         let [zc, rc, hc, cc, sc] = self.cols();
         let mut sdotr = Matrix::zeros(n, r);
-        sdotr.view_mut().add_mat_mat_elements(
-            1.0,
-            p.input.cols_range(rc, r),
-            p.input.cols_range(sc, r),
-            0.0,
-        );
+        sdotr
+            .view_mut()
+            .set_gru_reset_product(p.input.cols_range(rc, r), p.input.cols_range(sc, r));
         // The pre-activation hpart + W_h (r ⊙ s) goes straight into h's p.output columns.
         let mut h = p.output.sub_mut(0, n, 0, c);
         h.copy_from(p.input.cols_range(hc, c));
