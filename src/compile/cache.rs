@@ -880,153 +880,98 @@ impl<'a> Expander<'a> {
     fn run(mut self, keep_debug_info: bool) -> std::result::Result<NnetComputation, String> {
         let mut commands = Vec::with_capacity(self.small.commands.len());
         for c in &self.small.commands {
-            let new = match *c {
+            // Commands keep their kind and operands; only the index tables and precomputed
+            // indexes they name are replaced by widened ones.
+            let mut new = c.clone();
+            match &mut new {
                 Command::AllocMatrix { .. }
                 | Command::AllocMatrixUndefined { .. }
                 | Command::DeallocMatrix { .. }
                 | Command::NoOperation
                 | Command::NoOperationPermanent
-                | Command::NoOperationMarker => c.clone(),
+                | Command::NoOperationMarker => {}
                 Command::SwapMatrix { a, b } => {
-                    let la = self.matrix_layout.get(a).ok_or("no such matrix")?;
-                    if self.matrix_layout.get(b) != Some(la) {
+                    let la = self.matrix_layout.get(*a).ok_or("no such matrix")?;
+                    if self.matrix_layout.get(*b) != Some(la) {
                         return Err("swap of matrices laid out differently".into());
                     }
-                    c.clone()
                 }
                 Command::NoOperationLabel | Command::GotoLabel { .. } => {
                     return Err("looped computations are not widened".into())
                 }
                 Command::SetConst { s, .. } => {
-                    self.layout(s)?;
-                    c.clone()
+                    self.layout(*s)?;
                 }
                 Command::Propagate {
                     component,
-                    node,
                     precomputed,
                     input,
                     output,
-                    memo,
-                    store_stats,
-                } => Command::Propagate {
-                    component,
-                    node,
-                    precomputed: self.widen_component_command(
-                        component,
-                        precomputed,
-                        &[input],
-                        &[output],
-                    )?,
-                    input,
-                    output,
-                    memo,
-                    store_stats,
-                },
+                    ..
+                } => {
+                    *precomputed = self.widen_component_command(
+                        *component,
+                        *precomputed,
+                        &[*input],
+                        &[*output],
+                    )?
+                }
                 Command::Backprop {
                     component,
-                    node,
                     precomputed,
                     in_value,
                     out_value,
                     out_deriv,
                     in_deriv,
-                    memo,
-                    update,
-                } => Command::Backprop {
-                    component,
-                    node,
-                    precomputed: self.widen_component_command(
-                        component,
-                        precomputed,
-                        &[in_value, in_deriv],
-                        &[out_value, out_deriv],
-                    )?,
-                    in_value,
-                    out_value,
-                    out_deriv,
-                    in_deriv,
-                    memo,
-                    update,
-                },
+                    ..
+                } => {
+                    *precomputed = self.widen_component_command(
+                        *component,
+                        *precomputed,
+                        &[*in_value, *in_deriv],
+                        &[*out_value, *out_deriv],
+                    )?
+                }
                 Command::MatrixCopy { dst, src, .. } | Command::MatrixAdd { dst, src, .. } => {
-                    self.same_layout(&[dst, src], "matrix copy")?;
-                    c.clone()
+                    self.same_layout(&[*dst, *src], "matrix copy")?;
                 }
                 Command::CopyRows {
-                    dst,
-                    src,
-                    indexes,
-                    alpha,
-                } => Command::CopyRows {
-                    dst,
-                    src,
-                    indexes: self.widen_indexes(indexes, dst, src)?,
-                    alpha,
-                },
-                Command::AddRows {
-                    dst,
-                    src,
-                    indexes,
-                    alpha,
-                } => Command::AddRows {
-                    dst,
-                    src,
-                    indexes: self.widen_indexes(indexes, dst, src)?,
-                    alpha,
-                },
+                    dst, src, indexes, ..
+                }
+                | Command::AddRows {
+                    dst, src, indexes, ..
+                } => *indexes = self.widen_indexes(*indexes, *dst, *src)?,
+                // The To kinds' tables are indexed by the rows of their source.
                 Command::CopyRowsMulti {
-                    dst,
+                    dst: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::CopyRowsMulti {
-                    dst,
-                    indexes_multi: self.widen_multi(indexes_multi, dst)?,
-                    alpha,
-                },
-                Command::AddRowsMulti {
-                    dst,
+                    ..
+                }
+                | Command::AddRowsMulti {
+                    dst: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::AddRowsMulti {
-                    dst,
-                    indexes_multi: self.widen_multi(indexes_multi, dst)?,
-                    alpha,
-                },
-                Command::CopyToRowsMulti {
-                    src,
+                    ..
+                }
+                | Command::CopyToRowsMulti {
+                    src: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::CopyToRowsMulti {
-                    src,
-                    indexes_multi: self.widen_multi(indexes_multi, src)?,
-                    alpha,
-                },
-                Command::AddToRowsMulti {
-                    src,
+                    ..
+                }
+                | Command::AddToRowsMulti {
+                    src: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::AddToRowsMulti {
-                    src,
-                    indexes_multi: self.widen_multi(indexes_multi, src)?,
-                    alpha,
-                },
+                    ..
+                } => *indexes_multi = self.widen_multi(*indexes_multi, *rows_of)?,
                 Command::AddRowRanges {
                     dst,
                     src,
                     indexes_ranges,
-                    alpha,
-                } => Command::AddRowRanges {
-                    dst,
-                    src,
-                    indexes_ranges: self.widen_ranges(indexes_ranges, dst, src)?,
-                    alpha,
-                },
+                    ..
+                } => *indexes_ranges = self.widen_ranges(*indexes_ranges, *dst, *src)?,
                 Command::AcceptInput { s, node } | Command::ProvideOutput { s, node } => {
-                    self.check_io(node, s)?;
-                    c.clone()
+                    self.check_io(*node, *s)?;
                 }
-            };
+            }
             commands.push(new);
         }
         self.out.commands = commands;
