@@ -201,20 +201,19 @@ fn sources(table: &[(i32, i32)]) -> Vec<usize> {
 /// None. With two sources a copy becomes a copy from the first (zeroing the rows of the
 /// second) and an add from the second.
 fn split_gather(comp: &mut NnetComputation, cmd: &Command) -> Option<Vec<Command>> {
-    let (Command::CopyRowsMulti {
-        dst,
-        indexes_multi: table,
-        alpha,
-    }
-    | Command::AddRowsMulti {
-        dst,
-        indexes_multi: table,
-        alpha,
-    }) = *cmd
-    else {
-        return None;
+    let (dst, table, alpha, add) = match *cmd {
+        Command::CopyRowsMulti {
+            dst,
+            indexes_multi,
+            alpha,
+        } => (dst, indexes_multi, alpha, false),
+        Command::AddRowsMulti {
+            dst,
+            indexes_multi,
+            alpha,
+        } => (dst, indexes_multi, alpha, true),
+        _ => return None,
     };
-    let add = matches!(cmd, Command::AddRowsMulti { .. });
     let srcs = sources(&comp.indexes_multi[table]);
     let d = comp.submatrices[dst];
     // The commands would run one after the other: no source may be written by an earlier
@@ -247,20 +246,19 @@ fn split_gather(comp: &mut NnetComputation, cmd: &Command) -> Option<Vec<Command
 /// into, or None: per target, a gather into the rows `min..=max` it names, which must each
 /// be named once (and, for a copy, every one of them).
 fn split_scatter(comp: &mut NnetComputation, io: &[bool], cmd: &Command) -> Option<Vec<Command>> {
-    let (Command::CopyToRowsMulti {
-        src,
-        indexes_multi: table,
-        alpha,
-    }
-    | Command::AddToRowsMulti {
-        src,
-        indexes_multi: table,
-        alpha,
-    }) = *cmd
-    else {
-        return None;
+    let (src, table, alpha, add) = match *cmd {
+        Command::CopyToRowsMulti {
+            src,
+            indexes_multi,
+            alpha,
+        } => (src, indexes_multi, alpha, false),
+        Command::AddToRowsMulti {
+            src,
+            indexes_multi,
+            alpha,
+        } => (src, indexes_multi, alpha, true),
+        _ => return None,
     };
-    let add = matches!(cmd, Command::AddToRowsMulti { .. });
     let targets = sources(&comp.indexes_multi[table]);
     let s_info = comp.submatrices[src];
     if targets.len() > 2
@@ -335,22 +333,21 @@ pub fn replace_row_with_matrix_ops(comp: &mut NnetComputation) -> usize {
     let io = io_matrices(comp);
     let mut changed = 0;
     for k in 0..comp.commands.len() {
-        let (Command::CopyRows {
-            dst,
-            src,
-            indexes,
-            alpha,
-        }
-        | Command::AddRows {
-            dst,
-            src,
-            indexes,
-            alpha,
-        }) = comp.commands[k]
-        else {
-            continue;
+        let (dst, src, indexes, alpha, add) = match comp.commands[k] {
+            Command::CopyRows {
+                dst,
+                src,
+                indexes,
+                alpha,
+            } => (dst, src, indexes, alpha, false),
+            Command::AddRows {
+                dst,
+                src,
+                indexes,
+                alpha,
+            } => (dst, src, indexes, alpha, true),
+            _ => continue,
         };
-        let add = matches!(comp.commands[k], Command::AddRows { .. });
         let table = &comp.indexes[indexes];
         let Some(&first) = table.first() else {
             continue;
