@@ -105,6 +105,17 @@ impl Error {
             source,
         }
     }
+    /// Ok when `got` is `expected`, else a [`Error::DimMismatch`] in `context`.
+    pub fn check_dim(context: &str, expected: usize, got: usize) -> Result<()> {
+        if got != expected {
+            return Err(Error::DimMismatch {
+                context: context.into(),
+                expected,
+                got,
+            });
+        }
+        Ok(())
+    }
     /// A format error at a byte offset.
     pub fn format(
         file: impl Into<String>,

@@ -126,30 +126,18 @@ fn load_corpus(data: &Path) -> Vec<Seed> {
             });
         }
     };
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(data.join("cases"))
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    cases.sort();
-    for c in cases {
+    for c in sorted_entries(&data.join("cases")) {
         push(c.join("model.raw"), Kind::BinaryModel, Some(c.clone()));
         push(c.join("model.txt"), Kind::TextModel, Some(c.clone()));
         push(c.join("net.config"), Kind::Config, Some(c.clone()));
         push(c.join("feats.txt"), Kind::Feats, Some(c.clone()));
     }
-    let mut train: Vec<PathBuf> = std::fs::read_dir(data.join("train"))
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    train.sort();
-    for c in train {
+    for c in sorted_entries(&data.join("train")) {
         push(c.join("egs.ark"), Kind::TrainEgs, Some(c.clone()));
         push(c.join("before.raw"), Kind::TrainModel, Some(c.clone()));
     }
     for (sub, kind) in [("formats/feats", Kind::Feats), ("formats/egs", Kind::Egs)] {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(data.join(sub))
-            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        files.sort();
-        for f in files
+        for f in sorted_entries(&data.join(sub))
             .into_iter()
             .filter(|f| f.extension().is_some_and(|e| e == "ark"))
         {
@@ -157,6 +145,16 @@ fn load_corpus(data: &Path) -> Vec<Seed> {
         }
     }
     seeds
+}
+
+/// The entries of `dir` in name order (none if it cannot be read), so that seeds come in the
+/// same order on every machine.
+fn sorted_entries(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 // ---------------------------------------------------------------- mutations

@@ -1,7 +1,7 @@
 //! `compnet average` (Kaldi's `nnet3-average`): the weighted average of the parameters (and
 //! component statistics) of networks with the same structure.
 
-use crate::cli::init::parse_kaldi_bool;
+use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
 use crate::nnet::Nnet;
 use crate::train::log::log;
@@ -15,8 +15,7 @@ use crate::train::nnet_update::{add_nnet, same_structure};
 )]
 pub struct Args {
     /// Write the model in binary.
-    #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
-          default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long, kaldi_bool = "true")]
     pub binary: bool,
     /// Colon-separated weights, one per model (normalised to sum to one); default equal.
     #[arg(long, default_value = "")]

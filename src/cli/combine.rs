@@ -4,7 +4,7 @@
 
 use crate::cli::average::read_raw;
 use crate::cli::compute_prob::set_test_modes;
-use crate::cli::init::parse_kaldi_bool;
+use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, SequentialNnetExampleReader};
 use crate::nnet::Nnet;
@@ -23,21 +23,16 @@ const P: &str = "compnet combine";
 )]
 pub struct Args {
     /// Write the model in binary.
-    #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
-          default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long, kaldi_bool = "true")]
     pub binary: bool,
     /// At most this many objective evaluations (models are added in groups to stay under it).
     #[arg(long = "max-objective-evaluations", default_value_t = 30)]
     pub max_objective_evaluations: usize,
     /// Evaluate with BatchNorm in test mode.
-    #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "batchnorm-test-mode", kaldi_bool = "false")]
     pub batchnorm_test_mode: bool,
     /// Evaluate with dropout in test mode.
-    #[arg(long = "dropout-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "dropout-test-mode", kaldi_bool = "true")]
     pub dropout_test_mode: bool,
     /// Accepted for Kaldi scripts; computation is on the CPU.
     #[arg(long = "use-gpu", default_value = "no")]

@@ -10,7 +10,7 @@
 //! `--shortcut` prints what shortcut compilation gives (`compile::cache`): the request
 //! compiled for 2 sequences and widened to all of them.
 
-use crate::cli::init::parse_kaldi_bool;
+use crate::cli::init::KaldiBool;
 use crate::compile::cache::compile_with_shortcut;
 use crate::compile::memory::peak_matrix_memory;
 use crate::compile::print::format_computation;
@@ -71,9 +71,7 @@ pub struct Args {
 pub struct CachingCompilerArgs {
     /// Compile requests of N > 2 equally shaped sequences as 2 sequences and widen the
     /// result.
-    #[arg(long = "compiler.use-shortcut", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "compiler.use-shortcut", kaldi_bool = "true")]
     pub use_shortcut: bool,
     /// How many compiled computations to keep.
     #[arg(long = "compiler.cache-capacity", default_value_t = 64)]
@@ -97,54 +95,34 @@ impl CachingCompilerArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct OptimizationArgs {
     /// Optimize compiled computations at all (false: run them as compiled).
-    #[arg(long = "optimization.optimize", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.optimize", kaldi_bool = "true")]
     pub optimize: bool,
     /// Turn whole-matrix copies into aliases.
-    #[arg(long = "optimization.remove-assignments", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.remove-assignments", kaldi_bool = "true")]
     pub remove_assignments: bool,
     /// Run the propagation of components that allow it in place.
-    #[arg(long = "optimization.propagate-in-place", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.propagate-in-place", kaldi_bool = "true")]
     pub propagate_in_place: bool,
     /// Skip zeroing matrices whose first use overwrites them.
-    #[arg(long = "optimization.initialize-undefined", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.initialize-undefined", kaldi_bool = "true")]
     pub initialize_undefined: bool,
     /// Allocate each matrix just before its first use and free it after its last.
-    #[arg(long = "optimization.move-sizing-commands", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.move-sizing-commands", kaldi_bool = "true")]
     pub move_sizing_commands: bool,
     /// Turn additions into matrices still zero into copies.
-    #[arg(long = "optimization.convert-addition", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.convert-addition", kaldi_bool = "true")]
     pub convert_addition: bool,
     /// Trim the rows with nothing to add off the ends of row commands.
-    #[arg(long = "optimization.snip-row-ops", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.snip-row-ops", kaldi_bool = "true")]
     pub snip_row_ops: bool,
     /// Split row commands over several matrices into at most two over one each.
-    #[arg(long = "optimization.split-row-ops", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.split-row-ops", kaldi_bool = "true")]
     pub split_row_ops: bool,
     /// Turn row commands that read a run of rows into whole-matrix commands.
-    #[arg(long = "optimization.optimize-row-ops", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.optimize-row-ops", kaldi_bool = "true")]
     pub optimize_row_ops: bool,
     /// Run backprops of components that allow it in place.
-    #[arg(long = "optimization.backprop-in-place", value_parser = parse_kaldi_bool,
-          num_args = 0..=1, default_value = "true", default_missing_value = "true",
-          require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "optimization.backprop-in-place", kaldi_bool = "true")]
     pub backprop_in_place: bool,
     #[command(flatten)]
     pub deriv_time: DerivTimeArgs,

@@ -1,7 +1,7 @@
 //! `compnet compute` (Kaldi's `nnet3-compute`): reads the options, the model and the tables,
 //! runs `run::chunked::ChunkComputer` on every utterance and writes the output matrices.
 
-use crate::cli::init::parse_kaldi_bool;
+use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::table::{RandomAccessTableReader, SequentialTableReader, TableWriter};
 use crate::io::GeneralMatrix;
@@ -74,12 +74,10 @@ pub struct Args {
     #[arg(long = "online-ivector-period", default_value_t = 0)]
     pub online_ivector_period: i32,
     /// Exponentiate the output (log-probabilities → probabilities).
-    #[arg(long = "apply-exp", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "apply-exp", kaldi_bool = "false")]
     pub apply_exp: bool,
     /// Subtract the log priors stored in a final.mdl from the output.
-    #[arg(long = "use-priors", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "use-priors", kaldi_bool = "false")]
     pub use_priors: bool,
     /// Accepted for compatibility with Kaldi scripts; computation is always on the CPU.
     #[arg(long = "use-gpu", default_value = "no")]
@@ -99,8 +97,7 @@ pub struct Args {
     /// feed-forward network gives the chunked outputs (unless it reads frames that may be
     /// missing: Failover, IfDefined of a later frame, statistics pooling), and a recurrent
     /// one those of a whole-utterance computation.
-    #[arg(long = "looped", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long = "looped", kaldi_bool = "false")]
     pub looped: bool,
     #[command(flatten)]
     pub optimization: crate::cli::compile::OptimizationArgs,
@@ -292,45 +289,36 @@ pub fn run(mut a: Args) -> Result<i32> {
         let (key, g) = item?;
         let m = g.to_matrix();
         super::warn_non_finite("compute", &key, &m, false);
-        if m.num_rows() == 0 {
-            eprintln!("compnet compute: warning: zero-length utterance: {key}");
-            failed += 1;
-            continue;
-        }
-        let iv = if let Some(r) = ivectors.as_mut() {
+        let iv = if m.num_rows() == 0 {
+            Err(format!("zero-length utterance: {key}"))
+        } else if let Some(r) = ivectors.as_mut() {
             // With --utt2spk the iVectors are per speaker.
-            let ivector_key = match utt2spk.as_mut() {
-                Some(map) => {
-                    match map.get(&key)? {
-                        Some(spk) => spk.clone(),
-                        None => {
-                            eprintln!("compnet compute: warning: no speaker for utterance {key} in --utt2spk");
-                            failed += 1;
-                            continue;
-                        }
-                    }
-                }
-                None => key.clone(),
+            let spk = match utt2spk.as_mut() {
+                Some(map) => map.get(&key)?.cloned(),
+                None => Some(key.clone()),
             };
-            match r.get(&ivector_key)? {
-                Some(v) => OwnedIvector::Fixed(v.clone()),
-                None => {
-                    eprintln!("compnet compute: warning: no iVector available for utterance {key}");
-                    failed += 1;
-                    continue;
-                }
+            match spk {
+                None => Err(format!("no speaker for utterance {key} in --utt2spk")),
+                Some(spk) => r
+                    .get(&spk)?
+                    .map(|v| OwnedIvector::Fixed(v.clone()))
+                    .ok_or_else(|| format!("no iVector available for utterance {key}")),
             }
         } else if let Some(r) = online.as_mut() {
-            match r.get(&key)? {
-                Some(v) => OwnedIvector::Online(v.to_matrix()),
-                None => {
-                    eprintln!("compnet compute: warning: no online iVectors for utterance {key}");
-                    failed += 1;
-                    continue;
-                }
-            }
+            r.get(&key)?
+                .map(|v| OwnedIvector::Online(v.to_matrix()))
+                .ok_or_else(|| format!("no online iVectors for utterance {key}"))
         } else {
-            OwnedIvector::None
+            Ok(OwnedIvector::None)
+        };
+        // Kaldi's nnet3-compute skips such an utterance with a warning and goes on.
+        let iv = match iv {
+            Ok(iv) => iv,
+            Err(why) => {
+                eprintln!("compnet compute: warning: {why}");
+                failed += 1;
+                continue;
+            }
         };
         pending_frames += m.num_rows();
         pending.push((key, m, iv));

@@ -2,7 +2,7 @@
 //! for `linear` outputs) and accuracy of a network on egs, BatchNorm and dropout in test
 //! mode by default.
 
-use crate::cli::init::parse_kaldi_bool;
+use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
 use crate::nnet::Nnet;
@@ -17,24 +17,16 @@ use crate::train::{NnetComputeProb, NnetComputeProbOptions};
 )]
 pub struct Args {
     /// BatchNorm uses its stored statistics (false: the minibatch's).
-    #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "batchnorm-test-mode", kaldi_bool = "true")]
     pub batchnorm_test_mode: bool,
     /// Dropout is off (the test-time scaling applies).
-    #[arg(long = "dropout-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "dropout-test-mode", kaldi_bool = "true")]
     pub dropout_test_mode: bool,
     /// Also report the frame accuracy.
-    #[arg(long = "compute-accuracy", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "compute-accuracy", kaldi_bool = "true")]
     pub compute_accuracy: bool,
     /// Also report the accuracy per reference dimension.
-    #[arg(long = "compute-per-dim-accuracy", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "compute-per-dim-accuracy", kaldi_bool = "false")]
     pub compute_per_dim_accuracy: bool,
     /// Seed of the statistics BatchNorm invents when it has none in test mode.
     #[arg(long, default_value_t = 0)]

@@ -2,7 +2,7 @@
 //! the learning rate or scales the parameters, applies a config and edit directives
 //! (`nnet::edit`), and writes it as a raw model.
 
-use crate::cli::init::parse_kaldi_bool;
+use crate::cli::init::{parse_kaldi_bool, KaldiBool};
 use crate::error::{Error, Result};
 use crate::nnet::{edit, Nnet};
 
@@ -38,16 +38,12 @@ pub struct Args {
     #[arg(long = "edits-config", default_value = "")]
     pub edits_config: String,
     /// Put BatchNorm components in test mode (they use their stored statistics).
-    #[arg(long = "batchnorm-test-mode", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "batchnorm-test-mode", kaldi_bool = "false")]
     pub batchnorm_test_mode: bool,
     /// Prepare for test time: BatchNorm and dropout in test mode. Kaldi also collapses
     /// components into their neighbours (`CollapseModel`); compnet does not, so the model keeps
     /// its components and computes the same outputs.
-    #[arg(long = "prepare-for-test", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "false", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "prepare-for-test", kaldi_bool = "false")]
     pub prepare_for_test: bool,
     /// Input model (`-` = stdin).
     pub input: String,

@@ -4,7 +4,9 @@
 
 use super::copy_feats::parse_kaldi_bool;
 use crate::egs::kaldi_rand::GlibcRand;
-use crate::egs::splitter::{parse_num_frames, ExampleGenerationConfig, UtteranceSplitter};
+use crate::egs::splitter::{
+    parse_num_frames, ChunkTimeInfo, ExampleGenerationConfig, UtteranceSplitter,
+};
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::io::compressed::{CompressedFormat, CompressedMatrix, CompressionMethod};
@@ -150,6 +152,33 @@ fn compressed_rows_with_padding(c: &CompressedMatrix, first: i32, n: usize) -> C
     } else {
         out
     }
+}
+
+/// An example's `input`: `total` rows of `feats` from row `start` (padded as
+/// [`extract_rows`]), at t = `t0`, `t0` + 1, ...; its size checked against the memory limit
+/// first.
+pub fn input_io(feats: &GeneralMatrix, start: i32, total: i32, t0: i32) -> Result<NnetIo> {
+    crate::limits::check_product(
+        &[total.max(0) as u64, feats.num_cols() as u64, 4],
+        "an example's input matrix",
+    )
+    .map_err(Error::Usage)?;
+    Ok(NnetIo {
+        name: "input".into(),
+        indexes: (0..total).map(|i| Index::new(0, t0 + i, 0)).collect(),
+        features: extract_rows(feats, start, total as usize),
+    })
+}
+
+/// A new example holding the `input` of `chunk`, its context frames included (t relative to
+/// the chunk's first frame).
+pub fn chunk_example(feats: &GeneralMatrix, chunk: &ChunkTimeInfo) -> Result<NnetExample> {
+    let total = chunk.left_context + chunk.num_frames + chunk.right_context;
+    let start = chunk.first_frame - chunk.left_context;
+    let mut eg = NnetExample::default();
+    eg.io
+        .push(input_io(feats, start, total, -chunk.left_context)?);
+    Ok(eg)
 }
 
 /// Kaldi's `ExtractRowRangeWithPadding` for the feature types a feature archive can hold.
@@ -336,22 +365,9 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
             );
         }
         for chunk in &chunks {
-            let total = chunk.left_context + chunk.num_frames + chunk.right_context;
-            let start = chunk.first_frame - chunk.left_context;
-            crate::limits::check_product(
-                &[total.max(0) as u64, feats.num_cols() as u64, 4],
-                "an example's input matrix",
-            )
-            .map_err(Error::Usage)?;
-            let mut eg = NnetExample::default();
-            eg.io.push(NnetIo {
-                name: "input".into(),
-                indexes: (0..total)
-                    .map(|i| Index::new(0, i - chunk.left_context, 0))
-                    .collect(),
-                features: extract_rows(&feats, start, total as usize),
-            });
+            let mut eg = chunk_example(&feats, chunk)?;
             if let Some(iv) = &ivec {
+                let start = chunk.first_frame - chunk.left_context;
                 // Kaldi draws the frame from a window as long as the whole utterance that
                 // starts at the chunk's first input frame.
                 let frame = rng.rand_int(start, start + n_rows - 1);

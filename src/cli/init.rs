@@ -41,6 +41,24 @@ pub fn parse_kaldi_bool(s: &str) -> std::result::Result<bool, String> {
     }
 }
 
+/// A Kaldi boolean option, as `#[arg(long, kaldi_bool = "true")]` (clap's derive calls
+/// the builder method an attribute names): `--name` alone is true, `--name=false`, values
+/// as [`parse_kaldi_bool`] reads them, and `default` when it is not given.
+pub trait KaldiBool {
+    fn kaldi_bool(self, default: &'static str) -> Self;
+}
+
+impl KaldiBool for clap::Arg {
+    fn kaldi_bool(self, default: &'static str) -> Self {
+        self.value_parser(parse_kaldi_bool)
+            .num_args(0..=1)
+            .default_value(default)
+            .default_missing_value("true")
+            .require_equals(true)
+            .action(clap::ArgAction::Set)
+    }
+}
+
 /// Reads a config file (`-` = stdin) as UTF-8 text.
 pub fn read_config_text(path: &str) -> Result<String> {
     let bytes = crate::io::read_file(path)?;

@@ -1,7 +1,7 @@
 //! `compnet train` (Kaldi's `nnet3-train`): one pass of training over merged egs, the model
 //! written atomically at the end.
 
-use crate::cli::init::parse_kaldi_bool;
+use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
 use crate::nnet::Nnet;
@@ -17,8 +17,7 @@ use crate::train::{NnetTrainer, NnetTrainerOptions};
 )]
 pub struct Args {
     /// Write the model in binary.
-    #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
-          default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    #[arg(long, kaldi_bool = "true")]
     pub binary: bool,
     /// Seed of every random choice (dropout masks, statistics sampling).
     #[arg(long, default_value_t = 0)]
@@ -45,14 +44,10 @@ pub struct Args {
     #[arg(long = "batchnorm-stats-scale", default_value_t = 0.8)]
     pub batchnorm_stats_scale: f32,
     /// Accumulate component statistics while training.
-    #[arg(long = "store-component-stats", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "store-component-stats", kaldi_bool = "true")]
     pub store_component_stats: bool,
     /// Zero the component statistics first.
-    #[arg(long = "zero-component-stats", value_parser = parse_kaldi_bool, num_args = 0..=1,
-          default_value = "true", default_missing_value = "true", require_equals = true,
-          action = clap::ArgAction::Set)]
+    #[arg(long = "zero-component-stats", kaldi_bool = "true")]
     pub zero_component_stats: bool,
     #[command(flatten)]
     pub optimization: crate::cli::compile::OptimizationArgs,

@@ -637,6 +637,35 @@ impl<'a> Expander<'a> {
         Ok(base)
     }
 
+    /// Widens the 2-sequence table `old`, an entry per row of a sub-matrix laid out as `dl`:
+    /// `source(entry, k)` checks an entry of sequence `k` and gives the widened row it names
+    /// for sequence 0 and the stride to the next sequence (None: a blank entry, left
+    /// `blank`); `at(entry, row)` is the entry moved to widened row `row`.
+    fn widen_table<T: Copy>(
+        &self,
+        old: &[T],
+        dl: Layout,
+        (blank, len_error): (T, &str),
+        source: impl Fn(T, usize) -> std::result::Result<Option<(usize, usize)>, String>,
+        at: impl Fn(T, usize) -> T,
+    ) -> std::result::Result<Vec<T>, String> {
+        if old.len() != dl.rows {
+            return Err(len_error.into());
+        }
+        let num_n = self.num_n;
+        let mut new = vec![blank; dl.widened_rows(num_n)];
+        for (i, &e) in old.iter().enumerate() {
+            let (base, k) = dl.base(i, num_n);
+            let Some((src_base, stride)) = source(e, k)? else {
+                continue;
+            };
+            for n in Layout::sequences(k, num_n) {
+                new[base + n * dl.stride] = at(e, src_base + n * stride);
+            }
+        }
+        Ok(new)
+    }
+
     fn widen_indexes(
         &mut self,
         id: usize,
@@ -648,21 +677,16 @@ impl<'a> Expander<'a> {
             return Ok(k);
         }
         let old = self.small.indexes.get(id).ok_or("no such index table")?;
-        if old.len() != dl.rows {
-            return Err("index table length differs from its destination's rows".into());
-        }
-        let num_n = self.num_n;
-        let mut new = vec![-1i32; dl.widened_rows(num_n)];
-        for (i, &v) in old.iter().enumerate() {
-            if v < 0 {
-                continue;
-            }
-            let (base, k) = dl.base(i, num_n);
-            let src_base = self.source_base(sl, v as usize, k)?;
-            for n in Layout::sequences(k, num_n) {
-                new[base + n * dl.stride] = (src_base + n * sl.stride) as i32;
-            }
-        }
+        let new = self.widen_table(
+            old,
+            dl,
+            (-1, "index table length differs from its destination's rows"),
+            |v, k| match v {
+                ..0 => Ok(None),
+                _ => Ok(Some((self.source_base(sl, v as usize, k)?, sl.stride))),
+            },
+            |_, row| row as i32,
+        )?;
         self.out.indexes.push(new);
         let k = self.out.indexes.len() - 1;
         self.indexes_map.insert((id, dl, sl), k);
@@ -681,22 +705,22 @@ impl<'a> Expander<'a> {
             .indexes_multi
             .get(id)
             .ok_or("no such multi table")?;
-        if old.len() != dl.rows {
-            return Err("multi table length differs from its sub-matrix's rows".into());
-        }
-        let num_n = self.num_n;
-        let mut new = vec![(-1i32, -1i32); dl.widened_rows(num_n)];
-        for (i, &(sub, row)) in old.iter().enumerate() {
-            if sub < 0 || row < 0 {
-                continue;
-            }
-            let (base, k) = dl.base(i, num_n);
-            let sl = self.layout(sub as usize)?;
-            let src_base = self.source_base(sl, row as usize, k)?;
-            for n in Layout::sequences(k, num_n) {
-                new[base + n * dl.stride] = (sub, (src_base + n * sl.stride) as i32);
-            }
-        }
+        let new = self.widen_table(
+            old,
+            dl,
+            (
+                (-1, -1),
+                "multi table length differs from its sub-matrix's rows",
+            ),
+            |(sub, row), k| {
+                if sub < 0 || row < 0 {
+                    return Ok(None);
+                }
+                let sl = self.layout(sub as usize)?;
+                Ok(Some((self.source_base(sl, row as usize, k)?, sl.stride)))
+            },
+            |(sub, _), row| (sub, row as i32),
+        )?;
         self.out.indexes_multi.push(new);
         let k = self.out.indexes_multi.len() - 1;
         self.multi_map.insert((id, dl), k);
@@ -718,33 +742,32 @@ impl<'a> Expander<'a> {
             .indexes_ranges
             .get(id)
             .ok_or("no such range table")?;
-        if old.len() != dl.rows {
-            return Err("range table length differs from its destination's rows".into());
-        }
-        let num_n = self.num_n;
         // Empty ranges add nothing.
-        let mut new = vec![(-1i32, -1i32); dl.widened_rows(num_n)];
-        for (i, &(a, b)) in old.iter().enumerate() {
-            if b <= a {
-                continue;
-            }
-            if a < 0 {
-                return Err("negative row range".into());
-            }
-            let (a, last) = (a as usize, b as usize - 1);
-            // One sequence's contiguous rows stay contiguous when widened.
-            if sl.stride == 0 || a / sl.stride != last / sl.stride {
-                return Err("a row range spans sequences".into());
-            }
-            let (base, k) = dl.base(i, num_n);
-            let src_base = self.source_base(sl, a, k)?;
-            self.source_base(sl, last, k)?;
-            let len = last - a + 1;
-            for n in Layout::sequences(k, num_n) {
-                let first = src_base + n * sl.stride;
-                new[base + n * dl.stride] = (first as i32, (first + len) as i32);
-            }
-        }
+        let new = self.widen_table(
+            old,
+            dl,
+            (
+                (-1, -1),
+                "range table length differs from its destination's rows",
+            ),
+            |(a, b), k| {
+                if b <= a {
+                    return Ok(None);
+                }
+                if a < 0 {
+                    return Err("negative row range".into());
+                }
+                let (a, last) = (a as usize, b as usize - 1);
+                // One sequence's contiguous rows stay contiguous when widened.
+                if sl.stride == 0 || a / sl.stride != last / sl.stride {
+                    return Err("a row range spans sequences".into());
+                }
+                let src_base = self.source_base(sl, a, k)?;
+                self.source_base(sl, last, k)?;
+                Ok(Some((src_base, sl.stride)))
+            },
+            |(a, b), first| (first as i32, first as i32 + (b - a)),
+        )?;
         self.out.indexes_ranges.push(new);
         let k = self.out.indexes_ranges.len() - 1;
         self.ranges_map.insert((id, dl, sl), k);
@@ -880,153 +903,98 @@ impl<'a> Expander<'a> {
     fn run(mut self, keep_debug_info: bool) -> std::result::Result<NnetComputation, String> {
         let mut commands = Vec::with_capacity(self.small.commands.len());
         for c in &self.small.commands {
-            let new = match *c {
+            // Commands keep their kind and operands; only the index tables and precomputed
+            // indexes they name are replaced by widened ones.
+            let mut new = c.clone();
+            match &mut new {
                 Command::AllocMatrix { .. }
                 | Command::AllocMatrixUndefined { .. }
                 | Command::DeallocMatrix { .. }
                 | Command::NoOperation
                 | Command::NoOperationPermanent
-                | Command::NoOperationMarker => c.clone(),
+                | Command::NoOperationMarker => {}
                 Command::SwapMatrix { a, b } => {
-                    let la = self.matrix_layout.get(a).ok_or("no such matrix")?;
-                    if self.matrix_layout.get(b) != Some(la) {
+                    let la = self.matrix_layout.get(*a).ok_or("no such matrix")?;
+                    if self.matrix_layout.get(*b) != Some(la) {
                         return Err("swap of matrices laid out differently".into());
                     }
-                    c.clone()
                 }
                 Command::NoOperationLabel | Command::GotoLabel { .. } => {
                     return Err("looped computations are not widened".into())
                 }
                 Command::SetConst { s, .. } => {
-                    self.layout(s)?;
-                    c.clone()
+                    self.layout(*s)?;
                 }
                 Command::Propagate {
                     component,
-                    node,
                     precomputed,
                     input,
                     output,
-                    memo,
-                    store_stats,
-                } => Command::Propagate {
-                    component,
-                    node,
-                    precomputed: self.widen_component_command(
-                        component,
-                        precomputed,
-                        &[input],
-                        &[output],
-                    )?,
-                    input,
-                    output,
-                    memo,
-                    store_stats,
-                },
+                    ..
+                } => {
+                    *precomputed = self.widen_component_command(
+                        *component,
+                        *precomputed,
+                        &[*input],
+                        &[*output],
+                    )?
+                }
                 Command::Backprop {
                     component,
-                    node,
                     precomputed,
                     in_value,
                     out_value,
                     out_deriv,
                     in_deriv,
-                    memo,
-                    update,
-                } => Command::Backprop {
-                    component,
-                    node,
-                    precomputed: self.widen_component_command(
-                        component,
-                        precomputed,
-                        &[in_value, in_deriv],
-                        &[out_value, out_deriv],
-                    )?,
-                    in_value,
-                    out_value,
-                    out_deriv,
-                    in_deriv,
-                    memo,
-                    update,
-                },
+                    ..
+                } => {
+                    *precomputed = self.widen_component_command(
+                        *component,
+                        *precomputed,
+                        &[*in_value, *in_deriv],
+                        &[*out_value, *out_deriv],
+                    )?
+                }
                 Command::MatrixCopy { dst, src, .. } | Command::MatrixAdd { dst, src, .. } => {
-                    self.same_layout(&[dst, src], "matrix copy")?;
-                    c.clone()
+                    self.same_layout(&[*dst, *src], "matrix copy")?;
                 }
                 Command::CopyRows {
-                    dst,
-                    src,
-                    indexes,
-                    alpha,
-                } => Command::CopyRows {
-                    dst,
-                    src,
-                    indexes: self.widen_indexes(indexes, dst, src)?,
-                    alpha,
-                },
-                Command::AddRows {
-                    dst,
-                    src,
-                    indexes,
-                    alpha,
-                } => Command::AddRows {
-                    dst,
-                    src,
-                    indexes: self.widen_indexes(indexes, dst, src)?,
-                    alpha,
-                },
+                    dst, src, indexes, ..
+                }
+                | Command::AddRows {
+                    dst, src, indexes, ..
+                } => *indexes = self.widen_indexes(*indexes, *dst, *src)?,
+                // The To kinds' tables are indexed by the rows of their source.
                 Command::CopyRowsMulti {
-                    dst,
+                    dst: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::CopyRowsMulti {
-                    dst,
-                    indexes_multi: self.widen_multi(indexes_multi, dst)?,
-                    alpha,
-                },
-                Command::AddRowsMulti {
-                    dst,
+                    ..
+                }
+                | Command::AddRowsMulti {
+                    dst: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::AddRowsMulti {
-                    dst,
-                    indexes_multi: self.widen_multi(indexes_multi, dst)?,
-                    alpha,
-                },
-                Command::CopyToRowsMulti {
-                    src,
+                    ..
+                }
+                | Command::CopyToRowsMulti {
+                    src: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::CopyToRowsMulti {
-                    src,
-                    indexes_multi: self.widen_multi(indexes_multi, src)?,
-                    alpha,
-                },
-                Command::AddToRowsMulti {
-                    src,
+                    ..
+                }
+                | Command::AddToRowsMulti {
+                    src: rows_of,
                     indexes_multi,
-                    alpha,
-                } => Command::AddToRowsMulti {
-                    src,
-                    indexes_multi: self.widen_multi(indexes_multi, src)?,
-                    alpha,
-                },
+                    ..
+                } => *indexes_multi = self.widen_multi(*indexes_multi, *rows_of)?,
                 Command::AddRowRanges {
                     dst,
                     src,
                     indexes_ranges,
-                    alpha,
-                } => Command::AddRowRanges {
-                    dst,
-                    src,
-                    indexes_ranges: self.widen_ranges(indexes_ranges, dst, src)?,
-                    alpha,
-                },
+                    ..
+                } => *indexes_ranges = self.widen_ranges(*indexes_ranges, *dst, *src)?,
                 Command::AcceptInput { s, node } | Command::ProvideOutput { s, node } => {
-                    self.check_io(node, s)?;
-                    c.clone()
+                    self.check_io(*node, *s)?;
                 }
-            };
+            }
             commands.push(new);
         }
         self.out.commands = commands;

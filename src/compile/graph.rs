@@ -305,18 +305,33 @@ impl<'a> ComputationGraphBuilder<'a> {
                     )))
                 }
             }
-            for index in &spec.indexes {
-                let (id, is_new) = self.graph.get_or_add((node, *index), true);
-                if !is_new {
-                    return Err(Error::Compute(format!(
-                        "input '{}': Index {} is listed more than once",
-                        spec.name, index
-                    )));
-                }
-                self.add_cindex_id(id, true, false);
-            }
+            self.add_request_cindexes(node, &spec.name, &spec.indexes, true)?;
         }
         Ok(())
+    }
+
+    /// Adds the cindexes of the request's input (`is_input`) or output `name` at `node`, each
+    /// Index once; returns their ids.
+    fn add_request_cindexes(
+        &mut self,
+        node: usize,
+        name: &str,
+        indexes: &[Index],
+        is_input: bool,
+    ) -> Result<Vec<usize>> {
+        let what = if is_input { "input" } else { "output" };
+        let mut ids = Vec::with_capacity(indexes.len());
+        for index in indexes {
+            let (id, is_new) = self.graph.get_or_add((node, *index), is_input);
+            if !is_new {
+                return Err(Error::Compute(format!(
+                    "{what} '{name}': Index {index} is listed more than once"
+                )));
+            }
+            self.add_cindex_id(id, is_input, !is_input);
+            ids.push(id);
+        }
+        Ok(ids)
     }
 
     fn add_outputs(&mut self) -> Result<()> {
@@ -331,19 +346,8 @@ impl<'a> ComputationGraphBuilder<'a> {
                     spec.name
                 )));
             }
-            let mut ids = Vec::with_capacity(spec.indexes.len());
-            for index in &spec.indexes {
-                let (id, is_new) = self.graph.get_or_add((node, *index), false);
-                if !is_new {
-                    return Err(Error::Compute(format!(
-                        "output '{}': Index {} is listed more than once",
-                        spec.name, index
-                    )));
-                }
-                self.add_cindex_id(id, false, true);
-                ids.push(id);
-                total += 1;
-            }
+            let ids = self.add_request_cindexes(node, &spec.name, &spec.indexes, false)?;
+            total += ids.len();
             self.output_ids.push(ids);
         }
         if total == 0 {

@@ -70,137 +70,119 @@ fn ends<T>(v: &[T], none: impl Fn(&T) -> bool) -> (usize, usize) {
     (lead, v.iter().rev().take_while(|x| none(x)).count())
 }
 
+/// What snipping did to one command.
+enum Snip {
+    /// Neither end of the table is "no row".
+    Unchanged,
+    /// Every row is "no row": the command does nothing.
+    Empty,
+    /// `local` and `table` now name the narrower sub-matrix and the trimmed table.
+    Narrowed,
+}
+
+/// Snips the rows of sub-matrix `local` that table `table` of `tables(comp)` marks `none` at
+/// either end, rewriting both in place.
+fn snip<T: Clone>(
+    comp: &mut NnetComputation,
+    io: &[bool],
+    local: &mut usize,
+    table: &mut usize,
+    tables: fn(&mut NnetComputation) -> &mut Vec<Vec<T>>,
+    none: impl Fn(&T) -> bool,
+) -> Snip {
+    let t = &tables(comp)[*table];
+    let (a, b) = ends(t, none);
+    let n = t.len();
+    if a + b == 0 {
+        return Snip::Unchanged;
+    }
+    if a == n {
+        return Snip::Empty;
+    }
+    let Some(narrow) = row_range(comp, io, *local, a, n - a - b) else {
+        return Snip::Unchanged;
+    };
+    let list = tables(comp);
+    let trimmed = list[*table][a..n - b].to_vec();
+    list.push(trimmed);
+    *table = list.len() - 1;
+    *local = narrow;
+    Snip::Narrowed
+}
+
 /// snip-row-ops; returns the number of commands changed.
 pub fn snip_row_ops(comp: &mut NnetComputation) -> usize {
     let io = io_matrices(comp);
     let mut changed = 0;
     for k in 0..comp.commands.len() {
-        let new = match comp.commands[k].clone() {
-            Command::AddRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            } => {
-                let (a, b) = ends(&comp.indexes[indexes], |&i| i < 0);
-                let n = comp.indexes[indexes].len();
-                if a + b == 0 {
-                    continue;
-                }
-                if a == n {
-                    Command::NoOperation
-                } else {
-                    let Some(dst) = row_range(comp, &io, dst, a, n - a - b) else {
-                        continue;
-                    };
-                    let table = comp.indexes[indexes][a..n - b].to_vec();
-                    comp.indexes.push(table);
-                    Command::AddRows {
-                        dst,
-                        src,
-                        indexes: comp.indexes.len() - 1,
-                        alpha,
-                    }
-                }
+        let mut cmd = comp.commands[k].clone();
+        let snipped = match &mut cmd {
+            Command::AddRows { dst, indexes, .. } => {
+                snip(comp, &io, dst, indexes, |c| &mut c.indexes, |&i| i < 0)
             }
             Command::AddRowRanges {
                 dst,
-                src,
                 indexes_ranges,
-                alpha,
-            } => {
-                let (a, b) = ends(&comp.indexes_ranges[indexes_ranges], |r| r.0 >= r.1);
-                let n = comp.indexes_ranges[indexes_ranges].len();
-                if a + b == 0 {
-                    continue;
-                }
-                if a == n {
-                    Command::NoOperation
-                } else {
-                    let Some(dst) = row_range(comp, &io, dst, a, n - a - b) else {
-                        continue;
-                    };
-                    let table = comp.indexes_ranges[indexes_ranges][a..n - b].to_vec();
-                    comp.indexes_ranges.push(table);
-                    Command::AddRowRanges {
-                        dst,
-                        src,
-                        indexes_ranges: comp.indexes_ranges.len() - 1,
-                        alpha,
-                    }
-                }
+                ..
+            } => snip(
+                comp,
+                &io,
+                dst,
+                indexes_ranges,
+                |c| &mut c.indexes_ranges,
+                |r| r.0 >= r.1,
+            ),
+            // The scatters' tables are indexed by the rows of their source.
+            Command::AddRowsMulti {
+                dst: local,
+                indexes_multi,
+                ..
             }
-            cmd @ (Command::AddRowsMulti { .. }
-            | Command::AddToRowsMulti { .. }
-            | Command::CopyToRowsMulti { .. }) => {
-                let (local, table) = multi_parts(&cmd);
-                let (a, b) = ends(&comp.indexes_multi[table], |p| p.0 < 0);
-                let n = comp.indexes_multi[table].len();
-                if a + b == 0 {
-                    continue;
-                }
-                if a == n {
-                    Command::NoOperation
-                } else {
-                    let Some(local) = row_range(comp, &io, local, a, n - a - b) else {
-                        continue;
-                    };
-                    let t = comp.indexes_multi[table][a..n - b].to_vec();
-                    comp.indexes_multi.push(t);
-                    with_multi_parts(&cmd, local, comp.indexes_multi.len() - 1)
-                }
+            | Command::AddToRowsMulti {
+                src: local,
+                indexes_multi,
+                ..
             }
+            | Command::CopyToRowsMulti {
+                src: local,
+                indexes_multi,
+                ..
+            } => snip(
+                comp,
+                &io,
+                local,
+                indexes_multi,
+                |c| &mut c.indexes_multi,
+                |p| p.0 < 0,
+            ),
             _ => continue,
         };
-        comp.commands[k] = new;
+        comp.commands[k] = match snipped {
+            Snip::Unchanged => continue,
+            Snip::Empty => Command::NoOperation,
+            Snip::Narrowed => cmd,
+        };
         changed += 1;
     }
     changed
 }
 
-/// The local sub-matrix and the table of a `*Multi` command.
-fn multi_parts(cmd: &Command) -> (usize, usize) {
-    match *cmd {
-        Command::CopyRowsMulti {
-            dst, indexes_multi, ..
+/// `dst = alpha · src[indexes]` (CopyRows), or `+=` (AddRows) when `add`.
+fn rows_command(add: bool, dst: usize, src: usize, indexes: usize, alpha: f32) -> Command {
+    if add {
+        Command::AddRows {
+            dst,
+            src,
+            indexes,
+            alpha,
         }
-        | Command::AddRowsMulti {
-            dst, indexes_multi, ..
-        } => (dst, indexes_multi),
-        Command::CopyToRowsMulti {
-            src, indexes_multi, ..
+    } else {
+        Command::CopyRows {
+            dst,
+            src,
+            indexes,
+            alpha,
         }
-        | Command::AddToRowsMulti {
-            src, indexes_multi, ..
-        } => (src, indexes_multi),
-        _ => (0, 0),
-    }
-}
-
-/// `cmd` (a `*Multi` command) with another local sub-matrix and table.
-fn with_multi_parts(cmd: &Command, local: usize, table: usize) -> Command {
-    match *cmd {
-        Command::CopyRowsMulti { alpha, .. } => Command::CopyRowsMulti {
-            dst: local,
-            indexes_multi: table,
-            alpha,
-        },
-        Command::AddRowsMulti { alpha, .. } => Command::AddRowsMulti {
-            dst: local,
-            indexes_multi: table,
-            alpha,
-        },
-        Command::CopyToRowsMulti { alpha, .. } => Command::CopyToRowsMulti {
-            src: local,
-            indexes_multi: table,
-            alpha,
-        },
-        Command::AddToRowsMulti { alpha, .. } => Command::AddToRowsMulti {
-            src: local,
-            indexes_multi: table,
-            alpha,
-        },
-        ref other => other.clone(),
     }
 }
 
@@ -247,21 +229,7 @@ fn split_gather(comp: &mut NnetComputation, cmd: &Command) -> Option<Vec<Command
             .collect();
         comp.indexes.push(rows);
         let indexes = comp.indexes.len() - 1;
-        out.push(if add || j > 0 {
-            Command::AddRows {
-                dst,
-                src: s,
-                indexes,
-                alpha,
-            }
-        } else {
-            Command::CopyRows {
-                dst,
-                src: s,
-                indexes,
-                alpha,
-            }
-        });
+        out.push(rows_command(add || j > 0, dst, s, indexes, alpha));
     }
     if out.is_empty() {
         // Every row is "none": a copy zeroes dst, an add does nothing.
@@ -332,21 +300,7 @@ fn split_scatter(comp: &mut NnetComputation, io: &[bool], cmd: &Command) -> Opti
     for ((_, _, inverse), dst) in plans.into_iter().zip(dsts) {
         comp.indexes.push(inverse);
         let indexes = comp.indexes.len() - 1;
-        out.push(if add {
-            Command::AddRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            }
-        } else {
-            Command::CopyRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            }
-        });
+        out.push(rows_command(add, dst, src, indexes, alpha));
     }
     if out.is_empty() {
         out.push(Command::NoOperation);

@@ -83,6 +83,15 @@ fn split_spec(spec: &str) -> Option<(Vec<&str>, &str)> {
     Some((head.split([',', ' ']).collect(), tail))
 }
 
+/// The options and the filename of a `what` ("rspecifier" or "wspecifier"), with the checks
+/// both share; `forms` says what a spec looks like.
+fn spec_parts<'a>(spec: &'a str, what: &str, forms: &str) -> Result<(Vec<&'a str>, &'a str)> {
+    if spec.ends_with(|c: char| c.is_ascii_whitespace()) {
+        return Err(usage(spec, what, "trailing whitespace"));
+    }
+    split_spec(spec).ok_or_else(|| usage(spec, what, &format!("expected {forms}")))
+}
+
 fn usage(spec: &str, what: &str, why: &str) -> Error {
     Error::Usage(format!("invalid {what} \"{spec}\": {why}"))
 }
@@ -90,11 +99,7 @@ fn usage(spec: &str, what: &str, why: &str) -> Error {
 /// Parses an rspecifier with Kaldi's validity rules.
 pub fn parse_rspecifier(spec: &str) -> Result<Rspecifier> {
     let bad = |why: &str| usage(spec, "rspecifier", why);
-    if spec.ends_with(|c: char| c.is_ascii_whitespace()) {
-        return Err(bad("trailing whitespace"));
-    }
-    let (opts_list, filename) =
-        split_spec(spec).ok_or_else(|| bad("expected ark:... or scp:..."))?;
+    let (opts_list, filename) = spec_parts(spec, "rspecifier", "ark:... or scp:...")?;
     let mut kind = None;
     let mut o = ReadOptions::default();
     for piece in opts_list {
@@ -138,11 +143,7 @@ pub fn parse_rspecifier(spec: &str) -> Result<Rspecifier> {
 /// Parses a wspecifier with Kaldi's validity rules (`ark`, `scp`, or `ark,scp` in that order).
 pub fn parse_wspecifier(spec: &str) -> Result<Wspecifier> {
     let bad = |why: &str| usage(spec, "wspecifier", why);
-    if spec.ends_with(|c: char| c.is_ascii_whitespace()) {
-        return Err(bad("trailing whitespace"));
-    }
-    let (opts_list, filename) =
-        split_spec(spec).ok_or_else(|| bad("expected ark:..., scp:... or ark,scp:..."))?;
+    let (opts_list, filename) = spec_parts(spec, "wspecifier", "ark:..., scp:... or ark,scp:...")?;
     #[derive(PartialEq)]
     enum K {
         None,

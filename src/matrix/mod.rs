@@ -139,8 +139,20 @@ impl std::fmt::Debug for Vector {
     }
 }
 
-/// `num_rows`, `num_cols` and `stride` of the three matrix forms (they share the fields).
+/// `num_rows`, `num_cols` and `stride` of the three matrix forms (they share the fields);
+/// with `mut`, also element access `get` and `set` (the owned and the mutable form).
 macro_rules! shape_accessors {
+    (mut) => {
+        shape_accessors!();
+        /// Element (r, c).
+        pub fn get(&self, r: usize, c: usize) -> Real {
+            self.data[r * self.stride + c]
+        }
+        /// Sets element (r, c).
+        pub fn set(&mut self, r: usize, c: usize, v: Real) {
+            self.data[r * self.stride + c] = v;
+        }
+    };
     () => {
         /// Number of rows.
         pub fn num_rows(&self) -> usize {
@@ -191,7 +203,7 @@ impl Matrix {
         }
         Matrix::from_vec(rows.len(), cols, data)
     }
-    shape_accessors!();
+    shape_accessors!(mut);
     /// Elements the matrix can hold without reallocating (see [`Matrix::resize`]).
     pub fn capacity(&self) -> usize {
         self.data.capacity()
@@ -259,14 +271,6 @@ impl Matrix {
     pub(in crate::matrix) fn row_mut(&mut self, r: usize) -> &mut [Real] {
         let s = r * self.stride;
         &mut self.data[s..s + self.cols]
-    }
-    /// Element (r, c).
-    pub fn get(&self, r: usize, c: usize) -> Real {
-        self.data[r * self.stride + c]
-    }
-    /// Sets element (r, c).
-    pub fn set(&mut self, r: usize, c: usize, v: Real) {
-        self.data[r * self.stride + c] = v;
     }
     /// The transpose, as a new matrix.
     pub fn transposed(&self) -> Matrix {
@@ -402,7 +406,7 @@ impl<'a> MatViewMut<'a> {
             stride,
         }
     }
-    shape_accessors!();
+    shape_accessors!(mut);
     /// A read-only view of the same elements.
     pub fn as_view(&self) -> MatView<'_> {
         MatView {
@@ -443,14 +447,6 @@ impl<'a> MatViewMut<'a> {
         }
         let s = r * self.stride;
         &mut self.data[s..s + self.cols]
-    }
-    /// Element (r, c).
-    pub fn get(&self, r: usize, c: usize) -> Real {
-        self.data[r * self.stride + c]
-    }
-    /// Sets element (r, c).
-    pub fn set(&mut self, r: usize, c: usize, v: Real) {
-        self.data[r * self.stride + c] = v;
     }
     /// The backing slice (length (rows-1)·stride + cols).
     ///
@@ -510,30 +506,17 @@ impl<'a> MatViewMut<'a> {
     pub fn split_rows_at(self, r: usize) -> (MatViewMut<'a>, MatViewMut<'a>) {
         assert!(r <= self.rows);
         let (rows, cols, stride) = (self.rows, self.cols, self.stride);
-        if r == 0 || r == rows || cols == 0 {
-            let (a, b) = self
-                .data
-                .split_at_mut(if r == 0 { 0 } else { self.data.len() });
-            return (
-                MatViewMut {
-                    data: a,
-                    rows: r,
-                    cols,
-                    stride,
-                },
-                MatViewMut {
-                    data: b,
-                    rows: rows - r,
-                    cols,
-                    stride,
-                },
-            );
-        }
-        let (a, b) = self.data.split_at_mut(r * stride);
-        let alen = span(r, cols, stride);
+        // An empty side gets no data; otherwise the top ends after its last element.
+        let (a, b) = if r == 0 || r == rows || cols == 0 {
+            self.data
+                .split_at_mut(if r == 0 { 0 } else { self.data.len() })
+        } else {
+            let (a, b) = self.data.split_at_mut(r * stride);
+            (&mut a[..span(r, cols, stride)], b)
+        };
         (
             MatViewMut {
-                data: &mut a[..alen],
+                data: a,
                 rows: r,
                 cols,
                 stride,

@@ -641,14 +641,16 @@ mod tests {
     use crate::random::seeded_rng;
 
     fn small() -> NetworkBuilder {
+        affine_builder(3, "a", "input-dim=6 output-dim=4")
+    }
+
+    /// An input of `input_dim` and an AffineComponent `name` with `dims`.
+    fn affine_builder(input_dim: usize, name: &str, dims: &str) -> NetworkBuilder {
         let mut b = NetworkBuilder::new();
-        b.input("input", 3).unwrap();
-        b.component_from_config(
-            "a",
-            "type=AffineComponent input-dim=6 output-dim=4",
-            &mut seeded_rng(0),
-        )
-        .unwrap();
+        b.input("input", input_dim).unwrap();
+        let config = format!("type=AffineComponent {dims}");
+        b.component_from_config(name, &config, &mut seeded_rng(0))
+            .unwrap();
         b
     }
 
@@ -727,14 +729,7 @@ mod tests {
 
     #[test]
     fn declared_nodes_allow_recurrence() {
-        let mut b = NetworkBuilder::new();
-        b.input("input", 2).unwrap();
-        b.component_from_config(
-            "r",
-            "type=AffineComponent input-dim=4 output-dim=2",
-            &mut seeded_rng(0),
-        )
-        .unwrap();
+        let mut b = affine_builder(2, "r", "input-dim=4 output-dim=2");
         assert!(
             msg(b.component_node("r", "r", Desc::node("r").offset(-1))).contains("unknown node")
         );

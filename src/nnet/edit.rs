@@ -20,8 +20,7 @@ use crate::error::Result;
 use crate::error::TextPos;
 use crate::frontend::kaldi::config_line::{config_lines, is_valid_name, ConfigLine};
 use crate::nnet::component::affine::{AffineComponent, FixedAffineComponent};
-use crate::nnet::component::dropout::DropoutComponent;
-use crate::nnet::component::dropout_general::{DropoutMaskComponent, GeneralDropoutComponent};
+use crate::nnet::component::dropout::set_dropout_proportion;
 use crate::nnet::descriptor::{ForwardingDescriptor, SumDescriptor};
 use crate::nnet::network::{NetworkNode, Nnet};
 
@@ -88,20 +87,9 @@ fn apply_directive(nnet: &mut Nnet, cl: &ConfigLine) -> Result<String> {
             }
             let mut n = 0;
             for (name, c) in nnet.component_names.iter().zip(&mut nnet.components) {
-                if !name_matches_pattern(name, &pat) {
-                    continue;
+                if name_matches_pattern(name, &pat) && set_dropout_proportion(c.as_mut(), p) {
+                    n += 1;
                 }
-                let any = c.as_any_mut();
-                if let Some(d) = any.downcast_mut::<DropoutComponent>() {
-                    d.set_dropout_proportion(p);
-                } else if let Some(d) = any.downcast_mut::<DropoutMaskComponent>() {
-                    d.set_dropout_proportion(p);
-                } else if let Some(d) = any.downcast_mut::<GeneralDropoutComponent>() {
-                    d.set_dropout_proportion(p);
-                } else {
-                    continue;
-                }
-                n += 1;
             }
             format!("Set dropout proportions for {n} components.")
         }

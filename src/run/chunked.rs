@@ -128,6 +128,42 @@ pub enum IvectorSource<'a> {
     Online(&'a Matrix, i32),
 }
 
+impl IvectorSource<'_> {
+    /// Errs when a network with an `ivector` input (`needed`) is given none.
+    pub(crate) fn check_given(&self, needed: bool) -> Result<()> {
+        if needed && matches!(self, IvectorSource::None) {
+            return Err(Error::Compute("the network needs an iVector".into()));
+        }
+        Ok(())
+    }
+
+    /// The fixed iVector, or the online row that `pick(rows, period)` chooses (the decoders
+    /// differ in which frame's row they take).
+    pub(crate) fn select(self, pick: impl FnOnce(i32, i32) -> Result<i32>) -> Result<Vec<f32>> {
+        match self {
+            IvectorSource::None => Err(Error::Compute("the network needs an iVector".into())),
+            IvectorSource::Fixed(v) => Ok(v.to_vec()),
+            IvectorSource::Online(m, period) => {
+                if m.num_rows() == 0 {
+                    return Err(Error::Compute("empty online iVector matrix".into()));
+                }
+                Ok(m.row_to_vec(pick(m.num_rows() as i32, period)? as usize))
+            }
+        }
+    }
+}
+
+/// The logs of `priors` (subtracted from every output row), checked against the output dim.
+pub(crate) fn log_priors(priors: Option<&Vector>, out_dim: usize) -> Result<Option<Vector>> {
+    let Some(p) = priors else {
+        return Ok(None);
+    };
+    Error::check_dim("--use-priors (priors vs output dim)", out_dim, p.dim())?;
+    let mut log_p = p.clone();
+    log_p.apply_log();
+    Ok(Some(log_p))
+}
+
 /// One utterance for [`ChunkComputer::compute_many`].
 #[derive(Clone, Copy)]
 pub struct Utterance<'a> {
@@ -218,21 +254,7 @@ impl ChunkComputer {
             .node_index(&output_node)
             .map(|i| nnet.node_dim(i))
             .unwrap_or(0);
-        let log_priors = match priors {
-            None => None,
-            Some(p) => {
-                if p.dim() != out_dim {
-                    return Err(Error::DimMismatch {
-                        context: "--use-priors (priors vs output dim)".into(),
-                        expected: out_dim,
-                        got: p.dim(),
-                    });
-                }
-                let mut log_p = p.clone();
-                log_p.apply_log();
-                Some(log_p)
-            }
-        };
+        let log_priors = log_priors(priors, out_dim)?;
         Ok(ChunkComputer {
             nnet,
             output_node,
@@ -295,19 +317,13 @@ impl ChunkComputer {
         let mut jobs: Vec<ChunkJob> = Vec::new();
         for (u, utt) in utts.iter().enumerate() {
             let t_total = utt.feats.num_rows() as i32;
-            if utt.feats.num_cols() != self.input_dim {
-                return Err((
-                    u,
-                    Error::DimMismatch {
-                        context: "features vs network input".into(),
-                        expected: self.input_dim,
-                        got: utt.feats.num_cols(),
-                    },
-                ));
-            }
-            if self.has_ivector && matches!(utt.ivector, IvectorSource::None) {
-                return Err((u, Error::Compute("the network needs an iVector".into())));
-            }
+            Error::check_dim(
+                "features vs network input",
+                self.input_dim,
+                utt.feats.num_cols(),
+            )
+            .and_then(|()| utt.ivector.check_given(self.has_ivector))
+            .map_err(|e| (u, e))?;
             let num_sub = (t_total + fsf - 1) / fsf;
             outputs.push(Matrix::zeros(num_sub.max(0) as usize, out_dim));
             let mut start = 0;
@@ -316,16 +332,12 @@ impl ChunkComputer {
                 let (_, _, first_out, last_out) = self.chunk_range(t_total, start, num);
                 let ivector = if self.has_ivector {
                     let row = ivector_row(utt.ivector, first_out, last_out).map_err(|e| (u, e))?;
-                    if row.len() != self.ivector_dim {
-                        return Err((
-                            u,
-                            Error::DimMismatch {
-                                context: "iVector vs network 'ivector' input".into(),
-                                expected: self.ivector_dim,
-                                got: row.len(),
-                            },
-                        ));
-                    }
+                    Error::check_dim(
+                        "iVector vs network 'ivector' input",
+                        self.ivector_dim,
+                        row.len(),
+                    )
+                    .map_err(|e| (u, e))?;
                     row
                 } else {
                     Vec::new()
@@ -621,28 +633,16 @@ pub(crate) fn prepare_network(mut nnet: Nnet, output_node: &str) -> Result<Prepa
 
 /// The iVector for a chunk with first and last output frames `a` and `b`.
 fn ivector_row(src: IvectorSource<'_>, a: i32, b: i32) -> Result<Vec<f32>> {
-    match src {
-        IvectorSource::None => Err(Error::Compute("no iVector".into())),
-        IvectorSource::Fixed(v) => Ok(v.to_vec()),
-        IvectorSource::Online(m, period) => {
-            let rows = m.num_rows() as i32;
-            if rows == 0 {
-                return Err(Error::Compute("empty online iVector matrix".into()));
-            }
-            let frame = a + (b - a) / 2;
-            let mut row = frame / period.max(1);
-            if row >= rows {
-                let margin = row - (rows - 1);
-                if margin * period > 50 {
-                    return Err(Error::Compute(format!(
-                        "could not get an iVector for frame {frame}: only {rows} rows of online iVectors with period {period}"
-                    )));
-                }
-                row = rows - 1;
-            }
-            Ok(m.row_to_vec(row as usize))
+    src.select(|rows, period| {
+        let frame = a + (b - a) / 2;
+        let row = frame / period.max(1);
+        if row >= rows && (row - (rows - 1)) * period > 50 {
+            return Err(Error::Compute(format!(
+                "could not get an iVector for frame {frame}: only {rows} rows of online iVectors with period {period}"
+            )));
         }
-    }
+        Ok(row.min(rows - 1))
+    })
 }
 
 fn gcd(a: i32, b: i32) -> i32 {

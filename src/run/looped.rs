@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::Nnet;
 use crate::run::chunked::{
-    check_chunk_size, prepare_network, IvectorSource, NnetSimpleComputationOptions, Utterance,
+    check_chunk_size, log_priors, prepare_network, IvectorSource, NnetSimpleComputationOptions,
+    Utterance,
 };
 use crate::run::NnetComputer;
 use std::collections::HashMap;
@@ -30,17 +31,9 @@ const RECURRENT_STREAMS: usize = 16;
 /// The iVector of the chunk whose last input frame is `frame` (Kaldi's looped decoders: the
 /// online row of that frame, the last row past the end).
 fn looped_ivector(src: IvectorSource<'_>, frame: i64) -> Result<Vec<f32>> {
-    match src {
-        IvectorSource::None => Err(Error::Compute("the network needs an iVector".into())),
-        IvectorSource::Fixed(v) => Ok(v.to_vec()),
-        IvectorSource::Online(m, period) => {
-            if m.num_rows() == 0 {
-                return Err(Error::Compute("empty online iVector matrix".into()));
-            }
-            let r = (frame / i64::from(period.max(1))).clamp(0, m.num_rows() as i64 - 1);
-            Ok(m.row_to_vec(r as usize))
-        }
-    }
+    src.select(|rows, period| {
+        Ok((frame / i64::from(period.max(1))).clamp(0, i64::from(rows) - 1) as i32)
+    })
 }
 
 /// A network compiled for looped decoding, shared by any number of streams.
@@ -86,21 +79,7 @@ impl LoopedDecoder {
             .node_index(&p.output_node)
             .map(|i| looped.nnet.node_dim(i))
             .unwrap_or(0);
-        let log_priors = match priors {
-            None => None,
-            Some(pr) => {
-                if pr.dim() != out_dim {
-                    return Err(Error::DimMismatch {
-                        context: "--use-priors (priors vs output dim)".into(),
-                        expected: out_dim,
-                        got: pr.dim(),
-                    });
-                }
-                let mut lp = pr.clone();
-                lp.apply_log();
-                Some(lp)
-            }
-        };
+        let log_priors = log_priors(priors, out_dim)?;
         Ok(LoopedDecoder {
             looped,
             nnet: p.nnet,
@@ -150,9 +129,7 @@ impl LoopedDecoder {
     /// Kaldi's `DecodableNnetSimpleLooped` does: the row of the chunk's last input frame
     /// (`(k+1)·w + right context − 1`), the last row past the end.
     pub fn compute(&self, feats: &Matrix, ivector: IvectorSource<'_>) -> Result<Matrix> {
-        if self.needs_ivector() && matches!(ivector, IvectorSource::None) {
-            return Err(Error::Compute("the network needs an iVector".into()));
-        }
+        ivector.check_given(self.needs_ivector())?;
         let mut s = self.stream();
         s.accept_frames(feats)?;
         s.input_finished();
@@ -250,16 +227,12 @@ impl LoopedDecoder {
         let mut emitted = vec![0usize; utts.len()];
         let mut totals = Vec::with_capacity(utts.len());
         for (u, utt) in utts.iter().enumerate() {
-            if utt.feats.num_cols() != self.input_dim {
-                return Err((
-                    u,
-                    Error::DimMismatch {
-                        context: "features vs network input".into(),
-                        expected: self.input_dim,
-                        got: utt.feats.num_cols(),
-                    },
-                ));
-            }
+            Error::check_dim(
+                "features vs network input",
+                self.input_dim,
+                utt.feats.num_cols(),
+            )
+            .map_err(|e| (u, e))?;
             totals.push(utt.feats.num_rows().div_ceil(f));
         }
         let mut carried: Vec<Matrix> = Vec::new();
@@ -394,13 +367,11 @@ impl LoopedStream<'_> {
                 "looped stream: frames given after input_finished".into(),
             ));
         }
-        if feats.num_cols() != self.dec.input_dim {
-            return Err(Error::DimMismatch {
-                context: "looped stream: frames vs network input".into(),
-                expected: self.dec.input_dim,
-                got: feats.num_cols(),
-            });
-        }
+        Error::check_dim(
+            "looped stream: frames vs network input",
+            self.dec.input_dim,
+            feats.num_cols(),
+        )?;
         for r in 0..feats.num_rows() {
             self.frames.extend_from_slice(&feats.row_to_vec(r));
         }
@@ -410,13 +381,11 @@ impl LoopedStream<'_> {
 
     /// Sets the iVector used by the chunks computed from now on.
     pub fn set_ivector(&mut self, ivector: &[f32]) -> Result<()> {
-        if ivector.len() != self.dec.ivector_dim {
-            return Err(Error::DimMismatch {
-                context: "looped stream: iVector vs network 'ivector' input".into(),
-                expected: self.dec.ivector_dim,
-                got: ivector.len(),
-            });
-        }
+        Error::check_dim(
+            "looped stream: iVector vs network 'ivector' input",
+            self.dec.ivector_dim,
+            ivector.len(),
+        )?;
         self.ivector = Some(ivector.to_vec());
         Ok(())
     }

@@ -83,6 +83,12 @@ impl Builder {
         };
         self.comp("nonlin", ty, &format!("dim={dim}"), input)
     }
+    /// A dim-range node `name`: `dim` columns of `input` from column `offset`.
+    fn dim_range(&mut self, name: &str, input: &str, offset: usize, dim: usize) {
+        self.lines.push(format!(
+            "dim-range-node name={name} input-node={input} dim-offset={offset} dim={dim}"
+        ));
+    }
     fn final_layer(&mut self, input: &str, dim: usize, output: &str) {
         let out_dim = self.dim(2, 9);
         let a = self.affine(input, dim, out_dim);
@@ -352,12 +358,8 @@ fn legacy_kind(
             let half = h / 2;
             let lo = b.name("lo");
             let hi = b.name("hi");
-            b.lines.push(format!(
-                "dim-range-node name={lo} input-node={r1} dim-offset=0 dim={half}"
-            ));
-            b.lines.push(format!(
-                "dim-range-node name={hi} input-node={r1} dim-offset={half} dim={half}"
-            ));
+            b.dim_range(&lo, &r1, 0, half);
+            b.dim_range(&hi, &r1, half, half);
             let k = b.rng.random_range(1..4);
             let f = b.rng.random_range(1..3);
             let m = b.rng.random_range(2..4);
@@ -474,13 +476,9 @@ fn legacy_kind(
                     &format!("cell-dim={cell} recurrent-dim={rec}"),
                     &format!("Append({z}, {r}, {hp}, {prev}{extra})"),
                 );
-                b.lines.push(format!(
-                    "dim-range-node name={y} input-node={g} dim-offset={cell} dim={cell}"
-                ));
+                b.dim_range(&y, &g, cell, cell);
                 if rec != cell {
-                    b.lines.push(format!(
-                        "dim-range-node name={s} input-node={g} dim-offset={cell} dim={rec}"
-                    ));
+                    b.dim_range(&s, &g, cell, rec);
                 }
             } else {
                 let zp = b.affine(&format!("Append({d}, {prev})"), dim + cell, cell);
@@ -492,9 +490,7 @@ fn legacy_kind(
                     &format!("cell-dim={cell} param-mean=0.5 param-stddev=0.3"),
                     &format!("Append({z}, {hp}, {prev})"),
                 );
-                b.lines.push(format!(
-                    "dim-range-node name={y} input-node={g} dim-offset={cell} dim={cell}"
-                ));
+                b.dim_range(&y, &g, cell, cell);
             }
             b.final_layer(&y, cell, "output");
             "gru"

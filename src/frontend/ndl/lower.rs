@@ -489,6 +489,15 @@ impl<'g, 'r> Lowerer<'g, 'r> {
         self.named_layer(id, &name, config, input)
     }
 
+    /// A component node named after node `id` over the existing component `component`.
+    fn node_over(&mut self, id: usize, component: &str, input: Desc) -> EResult<Desc> {
+        let name = self.node_name(id);
+        self.b
+            .component_node(&name, component, input)
+            .map_err(|e| self.fail(id, e.to_string()))?;
+        Ok(Desc::node(name))
+    }
+
     /// A component node `name` over a new component of the same name made from `config`
     /// (errors point at node `id`).
     fn named_layer(&mut self, id: usize, name: &str, config: &str, input: Desc) -> EResult<Desc> {
@@ -658,11 +667,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
                         format!("type=LinearComponent input-dim={cols} output-dim={rows}")
                     },
                 )?;
-                let name = self.node_name(id);
-                self.b
-                    .component_node(&name, &w, x)
-                    .map_err(|e| self.fail(id, e.to_string()))?;
-                Ok(Desc::node(name))
+                self.node_over(id, &w, x)
             }
             "DiagTimes" => self.diag_times(id, inputs[0], inputs[1]),
             "ElementTimes" => {
@@ -771,11 +776,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
                     )
                     },
                 )?;
-                let name = self.node_name(id);
-                self.b
-                    .component_node(&name, &comp, x)
-                    .map_err(|e| self.fail(id, e.to_string()))?;
-                Ok(Desc::node(name))
+                self.node_over(id, &comp, x)
             }
             "MaxPooling" => {
                 let [w, h, c] = self.image_of(id, inputs[0])?;
@@ -859,11 +860,7 @@ impl<'g, 'r> Lowerer<'g, 'r> {
             "a diagonal (DiagTimes/ElementTimes)",
             |_, rows, _| format!("type=PerElementScaleComponent dim={rows}"),
         )?;
-        let name = self.node_name(id);
-        self.b
-            .component_node(&name, &comp, input)
-            .map_err(|e| self.fail(id, e.to_string()))?;
-        Ok(Desc::node(name))
+        self.node_over(id, &comp, input)
     }
 
     fn input(&mut self, id: usize, dim: usize) -> EResult<Desc> {

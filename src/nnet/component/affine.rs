@@ -8,7 +8,7 @@
 //! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
 use super::info_summary;
-use super::kaldi_fields::{self, read_field, read_opt_field, write_component, write_updatable};
+use super::kaldi_fields::{self, read_field, read_opt_field, write_updatable, Field};
 use super::param_init::{self, RandomInit};
 use super::param_ops::{self, component_boilerplate, updatable_boilerplate};
 use super::{
@@ -404,15 +404,11 @@ impl Component for FixedAffineComponent {
     fn backprop(&self, b: Backprop<'_>) {
         affine_backprop_input(&self.linear, b.out_deriv, b.in_deriv);
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            FIXED_AFFINE,
-            &[
-                ("<LinearParams>", &self.linear),
-                ("<BiasParams>", &self.bias),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<LinearParams>", &self.linear),
+            ("<BiasParams>", &self.bias),
+        ]
     }
     fn info(&self) -> String {
         format!(

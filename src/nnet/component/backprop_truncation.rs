@@ -6,7 +6,7 @@
 //! on the time index of each row; the diagnostics are kept in the file.
 
 use super::kaldi_fields::{
-    expect_closing, read_count_field, read_dim_field, read_field, read_opt_field, write_component,
+    expect_closing, read_count_field, read_dim_field, read_field, read_opt_field, Field,
 };
 use super::param_ops::component_boilerplate;
 use super::{
@@ -16,7 +16,7 @@ use super::{
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
-use crate::io::{TokenReader, TokenWriter};
+use crate::io::TokenReader;
 use crate::matrix::MatViewMut;
 use crate::nnet::index::Index;
 use rand::RngCore;
@@ -196,23 +196,19 @@ impl Component for BackpropTruncationComponent {
     fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         self.backprop_rows(b.indexes, &mut b.deriv, b.to_update);
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            TYPE,
-            &[
-                ("<Dim>", &self.dim),
-                ("<Scale>", &self.scale),
-                ("<ClippingThreshold>", &self.clipping_threshold),
-                ("<ZeroingThreshold>", &self.zeroing_threshold),
-                ("<ZeroingInterval>", &self.zeroing_interval),
-                ("<RecurrenceInterval>", &self.recurrence_interval),
-                ("<NumElementsClipped>", &self.num_clipped),
-                ("<NumElementsZeroed>", &self.num_zeroed),
-                ("<NumElementsProcessed>", &self.count),
-                ("<NumZeroingBoundaries>", &self.count_zeroing_boundaries),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<Dim>", &self.dim),
+            ("<Scale>", &self.scale),
+            ("<ClippingThreshold>", &self.clipping_threshold),
+            ("<ZeroingThreshold>", &self.zeroing_threshold),
+            ("<ZeroingInterval>", &self.zeroing_interval),
+            ("<RecurrenceInterval>", &self.recurrence_interval),
+            ("<NumElementsClipped>", &self.num_clipped),
+            ("<NumElementsZeroed>", &self.num_zeroed),
+            ("<NumElementsProcessed>", &self.count),
+            ("<NumZeroingBoundaries>", &self.count_zeroing_boundaries),
+        ]
     }
     fn info(&self) -> String {
         let g = |v: f64| fmt_g(v, 6);

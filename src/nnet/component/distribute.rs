@@ -3,7 +3,7 @@
 //! `x mod B` (rounding towards −∞) of input (n, t, ⌊x / B⌋); the consumer usually sums the x
 //! values back with `ReplaceIndex(…, x, k)`.
 
-use super::kaldi_fields::{self, read_dim_field, write_component};
+use super::kaldi_fields::{self, read_dim_field, Field};
 use super::param_init;
 use super::param_ops::component_boilerplate;
 use super::{
@@ -12,7 +12,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
-use crate::io::{TokenReader, TokenWriter};
+use crate::io::TokenReader;
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
 use rustc_hash::FxHashMap;
@@ -137,15 +137,11 @@ impl Component for DistributeComponent {
             g.cols_range_mut(b * d, d).copy_rows(step.out_deriv, rows);
         }
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            DISTRIBUTE,
-            &[
-                ("<InputDim>", &self.input_dim),
-                ("<OutputDim>", &self.output_dim),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<InputDim>", &self.input_dim),
+            ("<OutputDim>", &self.output_dim),
+        ]
     }
     fn info(&self) -> String {
         format!(

@@ -2,13 +2,13 @@
 //! inputs (or of whole frames, with `dropout-per-frame`) is zeroed; in test mode the input
 //! is scaled by 1 − dropout-proportion, as Kaldi's test mode does.
 
-use super::kaldi_fields::{read_count_field, read_opt_field, write_component};
+use super::kaldi_fields::{read_count_field, read_opt_field, Field};
 use super::param_ops::test_mode_boilerplate;
 use super::{Backprop, BackpropInPlace, Component, Description, Memo, Propagate, Properties};
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
-use crate::io::{TokenReader, TokenWriter};
+use crate::io::TokenReader;
 use crate::matrix::MatViewMut;
 use rand::Rng;
 use rand::RngCore;
@@ -36,6 +36,25 @@ pub struct DropoutComponent {
     dropout_proportion: f32,
     dropout_per_frame: bool,
     test_mode: bool,
+}
+
+/// Sets the dropout proportion (clamped to [0, 1]) of `c` if it is a dropout component
+/// (Dropout, DropoutMask or GeneralDropout, as Kaldi's `SetDropoutProportion`); returns
+/// whether it is one.
+pub fn set_dropout_proportion(c: &mut dyn Component, p: f32) -> bool {
+    use super::dropout_general::{DropoutMaskComponent, GeneralDropoutComponent};
+    let any = c.as_any_mut();
+    let field = if let Some(d) = any.downcast_mut::<DropoutComponent>() {
+        &mut d.dropout_proportion
+    } else if let Some(d) = any.downcast_mut::<GeneralDropoutComponent>() {
+        &mut d.dropout_proportion
+    } else if let Some(d) = any.downcast_mut::<DropoutMaskComponent>() {
+        &mut d.dropout_proportion
+    } else {
+        return false;
+    };
+    *field = p.clamp(0.0, 1.0);
+    true
 }
 
 impl DropoutComponent {
@@ -72,14 +91,6 @@ impl DropoutComponent {
         };
         r.expect_token("</DropoutComponent>")?;
         Ok(Box::new(c))
-    }
-    /// The dropout proportion.
-    pub fn dropout_proportion(&self) -> f32 {
-        self.dropout_proportion
-    }
-    /// Sets the dropout proportion (Kaldi's `set-dropout-proportion` edit).
-    pub fn set_dropout_proportion(&mut self, p: f32) {
-        self.dropout_proportion = p.clamp(0.0, 1.0);
     }
     /// Applies dropout (or the test-mode scaling) to `data` in place.
     fn apply(&self, data: &mut MatViewMut<'_>, rng: &mut dyn RngCore) {
@@ -127,17 +138,13 @@ impl Component for DropoutComponent {
     fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         b.deriv.mul_mat_div_mat(b.out_value, b.in_value);
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            "DropoutComponent",
-            &[
-                ("<Dim>", &self.dim),
-                ("<DropoutProportion>", &self.dropout_proportion),
-                ("<DropoutPerFrame>", &self.dropout_per_frame),
-                ("<TestMode>", &self.test_mode),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<Dim>", &self.dim),
+            ("<DropoutProportion>", &self.dropout_proportion),
+            ("<DropoutPerFrame>", &self.dropout_per_frame),
+            ("<TestMode>", &self.test_mode),
+        ]
     }
     fn info(&self) -> String {
         format!(

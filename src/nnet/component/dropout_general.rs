@@ -17,7 +17,7 @@
 use super::dropout::{read_proportion, read_proportion_field};
 use super::kaldi_fields::{
     expect_closing, read_count_field, read_dim_field, read_opt_field, read_positive_i32,
-    write_component, Flag,
+    write_component, Field, Flag,
 };
 use super::param_ops::test_mode_boilerplate;
 use super::{
@@ -51,7 +51,7 @@ pub struct GeneralDropoutComponent {
     dim: usize,
     block_dim: usize,
     time_period: i32,
-    dropout_proportion: f32,
+    pub(super) dropout_proportion: f32,
     specaugment_max_proportion: f32,
     specaugment_max_regions: i32,
     continuous: bool,
@@ -163,15 +163,6 @@ impl GeneralDropoutComponent {
         c.continuous = r.try_token("<Continuous>")?;
         expect_closing(r, GD)?;
         Ok(Box::new(c))
-    }
-
-    /// The dropout proportion.
-    pub fn dropout_proportion(&self) -> f32 {
-        self.dropout_proportion
-    }
-    /// Sets the dropout proportion (Kaldi's `set-dropout-proportion` edit).
-    pub fn set_dropout_proportion(&mut self, p: f32) {
-        self.dropout_proportion = p.clamp(0.0, 1.0);
     }
 
     /// True when Propagate is the identity (test mode, or nothing to drop).
@@ -333,7 +324,7 @@ impl Component for GeneralDropoutComponent {
 #[derive(Clone, Debug)]
 pub struct DropoutMaskComponent {
     output_dim: usize,
-    dropout_proportion: f32,
+    pub(super) dropout_proportion: f32,
     continuous: bool,
     test_mode: bool,
 }
@@ -373,15 +364,6 @@ impl DropoutMaskComponent {
         expect_closing(r, DM)?;
         Ok(Box::new(c))
     }
-
-    /// The dropout proportion.
-    pub fn dropout_proportion(&self) -> f32 {
-        self.dropout_proportion
-    }
-    /// Sets the dropout proportion (Kaldi's `set-dropout-proportion` edit).
-    pub fn set_dropout_proportion(&mut self, p: f32) {
-        self.dropout_proportion = p.clamp(0.0, 1.0);
-    }
 }
 
 impl Component for DropoutMaskComponent {
@@ -420,17 +402,13 @@ impl Component for DropoutMaskComponent {
     fn backprop(&self, _: Backprop<'_>) {
         // No input, so nothing to back-propagate to.
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            DM,
-            &[
-                ("<OutputDim>", &self.output_dim),
-                ("<DropoutProportion>", &self.dropout_proportion),
-                ("<TestMode>", &self.test_mode),
-                ("<Continuous>", &Flag(self.continuous)),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<OutputDim>", &self.output_dim),
+            ("<DropoutProportion>", &self.dropout_proportion),
+            ("<TestMode>", &self.test_mode),
+            ("<Continuous>", Flag::of(self.continuous)),
+        ]
     }
     fn info(&self) -> String {
         let mut s = format!(
@@ -618,17 +596,13 @@ impl Component for SpecAugmentTimeMaskComponent {
     fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         Self::backprop_mask(b.memo, &mut b.deriv);
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            SA,
-            &[
-                ("<Dim>", &self.dim),
-                ("<ZeroedProportion>", &self.zeroed_proportion),
-                ("<TimeMaskMaxFrames>", &self.time_mask_max_frames),
-                ("<TestMode>", &Flag(self.test_mode)),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<Dim>", &self.dim),
+            ("<ZeroedProportion>", &self.zeroed_proportion),
+            ("<TimeMaskMaxFrames>", &self.time_mask_max_frames),
+            ("<TestMode>", Flag::of(self.test_mode)),
+        ]
     }
     fn info(&self) -> String {
         format!(

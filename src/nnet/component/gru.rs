@@ -530,10 +530,7 @@ impl Component for GruNonlinearityComponent {
 }
 
 impl UpdatableComponent for GruNonlinearityComponent {
-    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
-        crate::update::NgSlots::ng_slots(&mut self.ng_state)
-    }
-    updatable_common!();
+    updatable_common!(ng);
     fn num_parameters(&self) -> usize {
         self.cell_dim * self.recurrent_dim
     }
@@ -764,10 +761,7 @@ impl Component for OutputGruNonlinearityComponent {
 }
 
 impl UpdatableComponent for OutputGruNonlinearityComponent {
-    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
-        crate::update::NgSlots::ng_slots(&mut self.ng_state)
-    }
-    updatable_common!();
+    updatable_common!(ng);
     fn num_parameters(&self) -> usize {
         self.cell_dim()
     }

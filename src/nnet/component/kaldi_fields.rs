@@ -93,6 +93,17 @@ impl<T: WriteField> WriteField for Option<T> {
 /// A bare token with no value, written only when set (Kaldi's `<TestMode>` in some layouts).
 pub struct Flag(pub bool);
 
+impl Flag {
+    /// The flag as a `'static` value, for a field list returned from a method.
+    pub fn of(set: bool) -> &'static Flag {
+        if set {
+            &Flag(true)
+        } else {
+            &Flag(false)
+        }
+    }
+}
+
 impl WriteField for Flag {
     fn write_value(&self, _w: &mut TokenWriter) {}
     fn present(&self) -> bool {

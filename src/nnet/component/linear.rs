@@ -184,14 +184,11 @@ impl Component for LinearComponent {
 }
 
 impl UpdatableComponent for LinearComponent {
-    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
-        crate::update::NgSlots::ng_slots(&mut self.ng_state)
-    }
     fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
         (self.orthonormal_constraint != 0.0)
             .then(|| (self.orthonormal_constraint, self.params.view_mut()))
     }
-    updatable_common!();
+    updatable_common!(ng);
     fn num_parameters(&self) -> usize {
         self.params.num_rows() * self.params.num_cols()
     }

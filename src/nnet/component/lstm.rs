@@ -431,10 +431,7 @@ impl Component for LstmNonlinearityComponent {
 }
 
 impl UpdatableComponent for LstmNonlinearityComponent {
-    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
-        crate::update::NgSlots::ng_slots(&mut self.ng_state)
-    }
-    updatable_common!();
+    updatable_common!(ng);
     fn num_parameters(&self) -> usize {
         3 * self.cell_dim()
     }

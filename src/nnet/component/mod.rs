@@ -432,8 +432,16 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         });
     }
 
-    /// Writes the component exactly as Kaldi does, from `<TypeName>` to `</TypeName> `.
-    fn write(&self, w: &mut TokenWriter);
+    /// Writes the component exactly as Kaldi does, from `<TypeName>` to `</TypeName> `; by
+    /// default [`Component::kaldi_fields`] between the two.
+    fn write(&self, w: &mut TokenWriter) {
+        kaldi_fields::write_component(w, self.type_name(), &self.kaldi_fields());
+    }
+    /// The `<Token> value` fields of the Kaldi file, in order, for the default `write`
+    /// (components with another layout override `write` instead).
+    fn kaldi_fields(&self) -> Vec<kaldi_fields::Field<'_>> {
+        Vec::new()
+    }
 
     /// One-line summary for `info` (Kaldi's `Info()`).
     fn info(&self) -> String;

@@ -131,7 +131,7 @@ macro_rules! updatable_boilerplate {
 pub(crate) use updatable_boilerplate;
 
 /// `common` and `common_mut` of an `UpdatableComponent` whose learning-rate options are its
-/// `common` field.
+/// `common` field; with `ng`, also `natural_gradient_slots` from its `ng_state` field.
 macro_rules! updatable_common {
     () => {
         fn common(&self) -> &$crate::nnet::component::UpdatableCommon {
@@ -139,6 +139,12 @@ macro_rules! updatable_common {
         }
         fn common_mut(&mut self) -> &mut $crate::nnet::component::UpdatableCommon {
             &mut self.common
+        }
+    };
+    (ng) => {
+        $crate::nnet::component::param_ops::updatable_common!();
+        fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
+            $crate::update::NgSlots::ng_slots(&mut self.ng_state)
         }
     };
 }
@@ -178,30 +184,27 @@ macro_rules! linear_bias_updatable {
     };
     // `ng`: the type keeps its natural-gradient state in `ng_state` (checkpointed by fit).
     ($ty:ty, ng) => {
-        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, {
-            fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
-                $crate::update::NgSlots::ng_slots(&mut self.ng_state)
-            }
-        });
+        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, (ng), {});
     };
     // `orthonormal`: the type also has Kaldi's `orthonormal-constraint` on `linear`.
     ($ty:ty, orthonormal, ng) => {
-        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, {
+        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, (ng), {
             fn orthonormal_constraint(
                 &mut self,
             ) -> Option<(f32, $crate::matrix::MatViewMut<'_>)> {
                 (self.orthonormal_constraint != 0.0)
                     .then(|| (self.orthonormal_constraint, self.linear.view_mut()))
             }
-            fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
-                $crate::update::NgSlots::ng_slots(&mut self.ng_state)
-            }
         });
     };
     ($ty:ty, { $($extra:item)* }) => {
+        $crate::nnet::component::param_ops::linear_bias_updatable!($ty, (), { $($extra)* });
+    };
+    // `$ng`: `(ng)` or `()`, what `updatable_common!` is given.
+    ($ty:ty, $ng:tt, { $($extra:item)* }) => {
         impl $crate::nnet::component::UpdatableComponent for $ty {
             $($extra)*
-            $crate::nnet::component::param_ops::updatable_common!();
+            $crate::nnet::component::param_ops::updatable_common!$ng;
             fn num_parameters(&self) -> usize {
                 self.linear.num_rows() * (self.linear.num_cols() + 1)
             }
@@ -257,10 +260,7 @@ pub(crate) use linear_bias_updatable;
 macro_rules! vector_params_updatable {
     ($ty:ty, $($field:ident),+) => {
         impl $crate::nnet::component::UpdatableComponent for $ty {
-            $crate::nnet::component::param_ops::updatable_common!();
-            fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
-                $crate::update::NgSlots::ng_slots(&mut self.ng_state)
-            }
+            $crate::nnet::component::param_ops::updatable_common!(ng);
             fn num_parameters(&self) -> usize {
                 0 $(+ self.$field.dim())+
             }

@@ -2,7 +2,7 @@
 //! NoOp (scales it by `backprop-scale`) and ClipGradient (clips it, with self-repair).
 //! Formats, options and flags follow Kaldi's `nnet-simple-component.{h,cc}`.
 
-use super::kaldi_fields::{read_field, read_opt_field, read_pos_i32, write_component};
+use super::kaldi_fields::{read_field, read_opt_field, read_pos_i32, Field};
 use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
 use super::{
@@ -11,7 +11,7 @@ use super::{
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
-use crate::io::{TokenReader, TokenWriter};
+use crate::io::TokenReader;
 use crate::matrix::{MatView, MatViewMut, Trans};
 use rand::Rng;
 use rand::RngCore;
@@ -86,15 +86,11 @@ impl Component for NoOpComponent {
             b.deriv.scale(self.backprop_scale);
         }
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            "NoOpComponent",
-            &[
-                ("<Dim>", &self.dim),
-                ("<BackpropScale>", &self.backprop_scale),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<Dim>", &self.dim),
+            ("<BackpropScale>", &self.backprop_scale),
+        ]
     }
     fn info(&self) -> String {
         let mut s = format!("NoOpComponent, dim={}", self.dim);
@@ -299,26 +295,22 @@ impl Component for ClipGradientComponent {
     fn backprop_in_place(&self, mut b: BackpropInPlace<'_>) {
         self.clip(b.in_value, &mut b.deriv, b.to_update, b.rng);
     }
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            "ClipGradientComponent",
-            &[
-                ("<Dim>", &self.dim),
-                ("<ClippingThreshold>", &self.clipping_threshold),
-                ("<NormBasedClipping>", &self.norm_based_clipping),
-                (
-                    "<SelfRepairClippedProportionThreshold>",
-                    &self.self_repair_clipped_proportion_threshold,
-                ),
-                ("<SelfRepairTarget>", &self.self_repair_target),
-                ("<SelfRepairScale>", &self.self_repair_scale),
-                ("<NumElementsClipped>", &self.num_clipped),
-                ("<NumElementsProcessed>", &self.count),
-                ("<NumSelfRepaired>", &self.num_self_repaired),
-                ("<NumBackpropped>", &self.num_backpropped),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<Dim>", &self.dim),
+            ("<ClippingThreshold>", &self.clipping_threshold),
+            ("<NormBasedClipping>", &self.norm_based_clipping),
+            (
+                "<SelfRepairClippedProportionThreshold>",
+                &self.self_repair_clipped_proportion_threshold,
+            ),
+            ("<SelfRepairTarget>", &self.self_repair_target),
+            ("<SelfRepairScale>", &self.self_repair_scale),
+            ("<NumElementsClipped>", &self.num_clipped),
+            ("<NumElementsProcessed>", &self.count),
+            ("<NumSelfRepaired>", &self.num_self_repaired),
+            ("<NumBackpropped>", &self.num_backpropped),
+        ]
     }
     fn info(&self) -> String {
         let prop = if self.count > 0 {

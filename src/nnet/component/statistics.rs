@@ -9,7 +9,7 @@
 //! summed. Both sort their Indexes by (n, x, t), so the inputs of one output form a contiguous
 //! row range.
 
-use super::kaldi_fields::{self, read_count_field, read_dim_field, read_field, write_component};
+use super::kaldi_fields::{self, read_count_field, read_dim_field, read_field, Field};
 use super::param_init;
 use super::param_ops::component_boilerplate;
 use super::{
@@ -18,7 +18,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
-use crate::io::{TokenReader, TokenWriter};
+use crate::io::TokenReader;
 use crate::matrix::PoolingOptions;
 use crate::nnet::index::{Index, TRange};
 use rand::RngCore;
@@ -289,17 +289,13 @@ impl Component for StatisticsExtractionComponent {
 
     window_hooks!(group_span);
 
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            EXTRACTION,
-            &[
-                ("<InputDim>", &self.input_dim),
-                ("<InputPeriod>", &self.input_period),
-                ("<OutputPeriod>", &self.output_period),
-                ("<IncludeVarinance>", &self.include_variance),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<InputDim>", &self.input_dim),
+            ("<InputPeriod>", &self.input_period),
+            ("<OutputPeriod>", &self.output_period),
+            ("<IncludeVarinance>", &self.include_variance),
+        ]
     }
 
     fn info(&self) -> String {
@@ -536,20 +532,16 @@ impl Component for StatisticsPoolingComponent {
     }
     window_hooks!(window_span);
 
-    fn write(&self, w: &mut TokenWriter) {
-        write_component(
-            w,
-            POOLING,
-            &[
-                ("<InputDim>", &self.input_dim),
-                ("<InputPeriod>", &self.input_period),
-                ("<LeftContext>", &self.left_context),
-                ("<RightContext>", &self.right_context),
-                ("<NumLogCountFeatures>", &self.num_log_count_features),
-                ("<OutputStddevs>", &self.output_stddevs),
-                ("<VarianceFloor>", &self.variance_floor),
-            ],
-        );
+    fn kaldi_fields(&self) -> Vec<Field<'_>> {
+        vec![
+            ("<InputDim>", &self.input_dim),
+            ("<InputPeriod>", &self.input_period),
+            ("<LeftContext>", &self.left_context),
+            ("<RightContext>", &self.right_context),
+            ("<NumLogCountFeatures>", &self.num_log_count_features),
+            ("<OutputStddevs>", &self.output_stddevs),
+            ("<VarianceFloor>", &self.variance_floor),
+        ]
     }
 
     fn info(&self) -> String {

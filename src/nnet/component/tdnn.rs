@@ -647,14 +647,11 @@ impl TdnnComponent {
 }
 
 impl UpdatableComponent for TdnnComponent {
-    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
-        crate::update::NgSlots::ng_slots(&mut self.ng_state)
-    }
     fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
         (self.orthonormal_constraint != 0.0)
             .then(|| (self.orthonormal_constraint, self.linear_params.view_mut()))
     }
-    updatable_common!();
+    updatable_common!(ng);
     fn num_parameters(&self) -> usize {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }

@@ -17,7 +17,7 @@
 //! Utterances shorter than the chunk are skipped with a warning, as Kaldi's x-vector egs
 //! leave them out.
 
-use crate::cli::get_egs::{extract_rows, sparse_row};
+use crate::cli::get_egs::{chunk_example, input_io, sparse_row};
 use crate::compile::context::nnet_context;
 use crate::egs::kaldi_rand::GlibcRand;
 use crate::egs::merge::{merge_examples, structure_hash};
@@ -306,15 +306,8 @@ fn examples_from_directory(
     }
     let feats_file = path("feats.ark");
     let mut out = Vec::new();
-    for item in SequentialTableReader::<GeneralMatrix>::open(&format!("ark:{feats_file}"))? {
+    for item in utterances(&feats_file, input_dim)? {
         let (key, feats) = item?;
-        if feats.num_cols() != input_dim {
-            return Err(Error::Usage(format!(
-                "{feats_file}: utterance {key}: features of dimension {} but the network's \
-                 input has dimension {input_dim}",
-                feats.num_cols()
-            )));
-        }
         let n = feats.num_rows();
         let rows: Posterior = match &mut labels {
             Labels::Ali(r, f) => {
@@ -364,21 +357,7 @@ fn examples_from_directory(
             _ => None,
         };
         for chunk in splitter.chunks(n as i32, &mut rng)? {
-            let total = chunk.left_context + chunk.num_frames + chunk.right_context;
-            crate::limits::check_product(
-                &[total.max(0) as u64, input_dim as u64, 4],
-                "an example's input matrix",
-            )
-            .map_err(Error::Usage)?;
-            let start = chunk.first_frame - chunk.left_context;
-            let mut eg = NnetExample::default();
-            eg.io.push(NnetIo {
-                name: "input".into(),
-                indexes: (0..total)
-                    .map(|i| Index::new(0, i - chunk.left_context, 0))
-                    .collect(),
-                features: extract_rows(&feats, start, total as usize),
-            });
+            let mut eg = chunk_example(&feats, &chunk)?;
             if let Some(v) = &ivec {
                 let mut m = Matrix::zeros(1, v.dim());
                 m.copy_row_from_slice(0, &v.to_vec());
@@ -411,6 +390,25 @@ fn examples_from_directory(
         }
     }
     Ok(out)
+}
+
+/// The utterances of the archive `feats_file`, each checked to have `input_dim` columns.
+fn utterances(
+    feats_file: &str,
+    input_dim: usize,
+) -> Result<impl Iterator<Item = Result<(String, GeneralMatrix)>> + '_> {
+    let reader = SequentialTableReader::<GeneralMatrix>::open(&format!("ark:{feats_file}"))?;
+    Ok(reader.map(move |item| {
+        let (key, feats) = item?;
+        if feats.num_cols() != input_dim {
+            return Err(Error::Usage(format!(
+                "{feats_file}: utterance {key}: features of dimension {} but the network's \
+                 input has dimension {input_dim}",
+                feats.num_cols()
+            )));
+        }
+        Ok((key, feats))
+    }))
 }
 
 /// `utt2label`: `utt-id int` per line, checked (a whole number in `0..num_classes`, no key
@@ -497,15 +495,8 @@ fn examples_with_utterance_labels(
     let mut seen = std::collections::HashSet::new();
     let mut skipped = Vec::new();
     let mut out = Vec::new();
-    for item in SequentialTableReader::<GeneralMatrix>::open(&format!("ark:{feats_file}"))? {
+    for item in utterances(&feats_file, input_dim)? {
         let (key, feats) = item?;
-        if feats.num_cols() != input_dim {
-            return Err(Error::Usage(format!(
-                "{feats_file}: utterance {key}: features of dimension {} but the network's \
-                 input has dimension {input_dim}",
-                feats.num_cols()
-            )));
-        }
         let &(label, _) = labels.get(&key).ok_or_else(|| {
             Error::Usage(format!(
                 "{labels_file}: no label for utterance {key} (in {feats_file})"
@@ -517,17 +508,8 @@ fn examples_with_utterance_labels(
             skipped.push(format!("{key} ({} frames)", feats.num_rows()));
         }
         for (first, width) in chunks {
-            crate::limits::check_product(
-                &[width as u64, input_dim as u64, 4],
-                "an example's input matrix",
-            )
-            .map_err(Error::Usage)?;
             let mut eg = NnetExample::default();
-            eg.io.push(NnetIo {
-                name: "input".into(),
-                indexes: (0..width as i32).map(|t| Index::new(0, t, 0)).collect(),
-                features: extract_rows(&feats, first as i32, width),
-            });
+            eg.io.push(input_io(&feats, first as i32, width as i32, 0)?);
             let row = sparse_row(num_classes, &[(label, 1.0)])
                 .map_err(|bad| Error::Usage(format!("{labels_file}: label {bad}")))?;
             eg.io.push(NnetIo {
@@ -670,7 +652,15 @@ output-node name=output input=ls objective=linear
     }
 
     fn load_dir(dir: &tempfile::TempDir, width: &str) -> Result<DataSet> {
-        load(&dir.path().to_string_lossy(), &nnet(), &opts(width))
+        load_labels(dir, width, LabelKind::Auto)
+    }
+
+    fn load_labels(dir: &tempfile::TempDir, width: &str, labels: LabelKind) -> Result<DataSet> {
+        let o = ChunkOptions {
+            labels,
+            ..opts(width)
+        };
+        load(&dir.path().to_string_lossy(), &nnet(), &o)
     }
 
     #[test]
@@ -814,32 +804,17 @@ output-node name=output input=ls objective=linear
         // Frame labels take one width.
         let d = data_dir(&[("u1", 6)], "u1 1\n");
         std::fs::write(d.path().join("ali.ark"), "u1 0 0 0 0 0 0\n").unwrap();
-        let e = load(
-            &d.path().to_string_lossy(),
-            &nnet(),
-            &ChunkOptions {
-                labels: LabelKind::Frame,
-                ..opts("2,3")
-            },
-        )
-        .err()
-        .unwrap()
-        .to_string();
+        let e = load_labels(&d, "2,3", LabelKind::Frame)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("a range of widths applies to per-utterance"),
             "{e}"
         );
         // Auto picks the frame labels when there are some; utterance forces utt2label.
-        let frame = load(&d.path().to_string_lossy(), &nnet(), &opts("3"));
-        let utt = load(
-            &d.path().to_string_lossy(),
-            &nnet(),
-            &ChunkOptions {
-                labels: LabelKind::Utterance,
-                ..opts("3")
-            },
-        )
-        .unwrap();
+        let frame = load_dir(&d, "3");
+        let utt = load_labels(&d, "3", LabelKind::Utterance).unwrap();
         assert_eq!(utt.examples[0].io[1].indexes.len(), 1);
         assert!(frame.unwrap().examples[0].io[1].indexes.len() > 1);
     }

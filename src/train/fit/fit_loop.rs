@@ -148,20 +148,10 @@ fn block_sizes(nnet: &Nnet) -> Vec<usize> {
 
 /// Sets the dropout proportion of the matching dropout components.
 fn set_dropout(nnet: &mut Nnet, schedule: &DropoutSchedule, fraction: f64) {
-    use crate::nnet::component::dropout::DropoutComponent;
-    use crate::nnet::component::dropout_general::{DropoutMaskComponent, GeneralDropoutComponent};
     let p = schedule.value(fraction) as f32;
     for (c, name) in nnet.components.iter_mut().zip(&nnet.component_names) {
-        if !schedule.matches(name) {
-            continue;
-        }
-        let any = c.as_any_mut();
-        if let Some(d) = any.downcast_mut::<DropoutComponent>() {
-            d.set_dropout_proportion(p);
-        } else if let Some(d) = any.downcast_mut::<GeneralDropoutComponent>() {
-            d.set_dropout_proportion(p);
-        } else if let Some(d) = any.downcast_mut::<DropoutMaskComponent>() {
-            d.set_dropout_proportion(p);
+        if schedule.matches(name) {
+            crate::nnet::component::dropout::set_dropout_proportion(c.as_mut(), p);
         }
     }
 }

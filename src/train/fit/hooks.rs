@@ -169,32 +169,33 @@ pub fn curves_svg(records: &[EpochRecord]) -> String {
             .filter_map(|r| f(r).filter(|v| v.is_finite()).map(|v| (r.epoch as f64, v)))
             .collect()
     };
-    panel(
-        &mut s,
-        0.0,
-        "objective per frame",
-        &[
-            ("train", "", pick(&|r| Some(r.train_objective))),
-            (
-                "validation",
-                "stroke-dasharray=\"6,4\"",
-                pick(&|r| r.valid_objective),
-            ),
-        ],
-    );
-    panel(
-        &mut s,
-        450.0,
-        "accuracy",
-        &[
-            ("train", "", pick(&|r| Some(r.train_accuracy))),
-            (
-                "validation",
-                "stroke-dasharray=\"6,4\"",
-                pick(&|r| r.valid_accuracy),
-            ),
-        ],
-    );
+    // One panel per metric: the training curve and, dashed, the validation curve.
+    type Metric = fn(&EpochRecord) -> Option<f64>;
+    let panels: [(f64, &str, Metric, Metric); 2] = [
+        (
+            0.0,
+            "objective per frame",
+            |r| Some(r.train_objective),
+            |r| r.valid_objective,
+        ),
+        (
+            450.0,
+            "accuracy",
+            |r| Some(r.train_accuracy),
+            |r| r.valid_accuracy,
+        ),
+    ];
+    for (left, title, train, valid) in panels {
+        panel(
+            &mut s,
+            left,
+            title,
+            &[
+                ("train", "", pick(&train)),
+                ("validation", "stroke-dasharray=\"6,4\"", pick(&valid)),
+            ],
+        );
+    }
     s.push_str("</svg>\n");
     s
 }
