@@ -337,3 +337,59 @@ fn first_swap(c: &NnetComputation) -> Option<(usize, usize, usize)> {
         _ => None,
     })
 }
+
+/// Runs the compnet binary in `dir`; returns stdout, panicking on failure.
+fn compnet(dir: &std::path::Path, args: &[&str]) -> Vec<u8> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run compnet");
+    assert!(
+        out.status.success(),
+        "compnet {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A training golden (ReLU → BatchNorm layers, as in TDNN-F) trained with the three passes
+/// and without them gives the same model, byte for byte; its minibatch computation does
+/// compress and swap.
+#[test]
+fn training_golden_is_bit_identical_with_and_without_the_passes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/kaldi/train/ng-batchnorm");
+    let tmp = std::env::temp_dir().join(format!("compnet-memory-passes-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let printed = String::from_utf8(compnet(
+        &dir,
+        &[
+            "compile",
+            "before.raw",
+            "--input=input:0..7:-3..6",
+            "--output=output:0..7:0..4",
+            "--backprop",
+            "--shortcut",
+        ],
+    ))
+    .unwrap();
+    assert!(printed.contains("CompressMatrix(") && printed.contains("DecompressMatrix("));
+    assert!(printed.contains(".swap("));
+    let off = [
+        "--optimization.extend-matrices=false",
+        "--optimization.allocate-from-other=false",
+        "--optimization.memory-compression-level=0",
+    ];
+    let mut models = Vec::new();
+    for (name, extra) in [("on", &[][..]), ("off", &off[..])] {
+        let out = tmp.join(format!("{name}.raw"));
+        let mut args = vec!["train", "--srand=1", "before.raw", "ark:egs.ark"];
+        args.splice(1..1, extra.iter().copied());
+        args.push(out.to_str().unwrap());
+        compnet(&dir, &args);
+        models.push(std::fs::read(&out).unwrap());
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(models[0] == models[1], "the trained models differ");
+}
