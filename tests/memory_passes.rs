@@ -393,3 +393,98 @@ fn training_golden_is_bit_identical_with_and_without_the_passes() {
     let _ = std::fs::remove_dir_all(&tmp);
     assert!(models[0] == models[1], "the trained models differ");
 }
+
+/// (value or deriv, node name) of each matrix of Kaldi's printed computation, with the
+/// matrices it compresses and the (to, from) pairs it swaps.
+type KaldiMatrices = std::collections::BTreeSet<(bool, String)>;
+
+fn kaldi_passes(
+    printed: &str,
+) -> (
+    KaldiMatrices,
+    std::collections::BTreeSet<[(bool, String); 2]>,
+) {
+    let mut of = std::collections::HashMap::new();
+    let number = |s: &str| s.trim_start_matches('m').parse::<usize>().unwrap();
+    for line in printed.lines() {
+        if let Some((m, rest)) = line.split_once(" == ") {
+            let (kind, node) = rest.split_once(": ").unwrap();
+            let node = node.split('[').next().unwrap().to_string();
+            of.insert(number(m), (kind == "deriv", node));
+        }
+    }
+    let mut compressed = KaldiMatrices::new();
+    let mut swaps = std::collections::BTreeSet::new();
+    for line in printed.lines() {
+        let Some((_, cmd)) = line.split_once(": ") else {
+            continue;
+        };
+        if let Some(rest) = cmd.strip_prefix("CompressMatrix(") {
+            compressed.insert(of[&number(rest.split(',').next().unwrap())].clone());
+        } else if let Some((a, rest)) = cmd.split_once(".swap(") {
+            let b = rest.split(')').next().unwrap();
+            swaps.insert([of[&number(a)].clone(), of[&number(b)].clone()]);
+        }
+    }
+    (compressed, swaps)
+}
+
+/// Kaldi's optimized computation of a training golden's minibatch (ReLU → BatchNorm layers):
+/// compnet compresses the same nodes' values, and makes every swap Kaldi makes (Kaldi makes
+/// fewer: it does not swap a matrix that a BatchNorm with block-dim needs laid out with
+/// stride = columns, a GPU matter, and it merges away a matrix compnet keeps).
+#[test]
+fn compression_and_swaps_match_kaldi_on_a_training_golden() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/kaldi/train/ng-batchnorm");
+    let printed = std::fs::read_to_string(dir.join("optimized_computation.txt")).unwrap();
+    let (kaldi_compressed, kaldi_swaps) = kaldi_passes(&printed);
+    assert_eq!(kaldi_compressed.len(), 2);
+    assert_eq!(kaldi_swaps.len(), 2);
+    let n = Nnet::read_model(
+        &std::fs::read(dir.join("before.raw")).unwrap(),
+        "before.raw",
+    )
+    .unwrap()
+    .nnet;
+    let req = ComputationRequest {
+        inputs: vec![IoSpecification::from_ranges("input", 0..2, -3..7, false)],
+        outputs: vec![IoSpecification::from_ranges("output", 0..2, 0..5, true)],
+        need_model_derivative: true,
+        ..Default::default()
+    };
+    let mut c = compile_computation(
+        &n,
+        &req,
+        &CompilerOptions {
+            output_debug_info: true,
+        },
+    )
+    .unwrap();
+    compnet::compile::optimize(&n, &mut c, &OptimizeOptions::default());
+    let name = |m: usize| {
+        let d = &c.matrix_debug_info[m];
+        (d.is_deriv, n.node_names[d.cindexes[0].0].clone())
+    };
+    let compressed: KaldiMatrices = c
+        .commands
+        .iter()
+        .filter_map(|x| match *x {
+            Command::CompressMatrix { m, .. } => Some(name(m)),
+            _ => None,
+        })
+        .collect();
+    let swaps: std::collections::BTreeSet<[(bool, String); 2]> = c
+        .commands
+        .iter()
+        .filter_map(|x| match *x {
+            Command::SwapMatrix { a, b } => Some([name(a), name(b)]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(compressed, kaldi_compressed);
+    assert!(
+        kaldi_swaps.is_subset(&swaps),
+        "Kaldi's {kaldi_swaps:?}\nours {swaps:?}"
+    );
+}
