@@ -488,3 +488,41 @@ fn compression_and_swaps_match_kaldi_on_a_training_golden() {
         "Kaldi's {kaldi_swaps:?}\nours {swaps:?}"
     );
 }
+
+/// Shortcut compilation widens what the three passes leave (a grown matrix, swaps, compressed
+/// matrices) from 2 sequences to 4, with the results of compiling 4 sequences directly.
+#[test]
+fn shortcut_widens_the_passes_output() {
+    use compnet::compile::cache::compile_with_shortcut;
+    use compnet::compile::CachingCompilerOptions;
+    for (config, four) in [
+        (OFFSET_NET, {
+            let mut r = offset_request();
+            r.inputs[0] = IoSpecification::from_ranges("input", 0..4, -2..8, true);
+            r.outputs[0] = IoSpecification::from_ranges("output", 0..4, 0..8, true);
+            r.outputs[1] = IoSpecification::from_ranges("output2", 0..4, -2..8, true);
+            r
+        }),
+        (RELU_NET, {
+            let mut r = relu_request();
+            r.inputs[0] = IoSpecification::from_ranges("input", 0..4, 0..6, true);
+            r.outputs[0] = IoSpecification::from_ranges("output", 0..4, 0..6, true);
+            r
+        }),
+    ] {
+        let n = nnet(config);
+        let widened = compile_with_shortcut(&n, &four, &CachingCompilerOptions::default())
+            .unwrap()
+            .unwrap_or_else(|why| panic!("not widened: {why}"));
+        check_computation(&widened, &n).unwrap();
+        let changed = count(&widened, |x| {
+            matches!(
+                x,
+                Command::SwapMatrix { .. } | Command::CompressMatrix { .. }
+            )
+        });
+        assert!(changed > 0);
+        let direct = compiled(&n, &four, &OptimizeOptions::default());
+        assert_eq!(run(&n, &widened, &four), run(&n, &direct, &four));
+    }
+}
