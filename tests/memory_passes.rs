@@ -526,3 +526,89 @@ fn shortcut_widens_the_passes_output() {
         assert_eq!(run(&n, &widened, &four), run(&n, &direct, &four));
     }
 }
+
+/// extend-matrices' conditions on a hand-made computation: the copy of rows 0..8 of a
+/// 10-row input is extended only where its destination ends at its matrix's last row (there
+/// the destination grows); a destination with rows after it that hold other data is left
+/// alone. Either way the output is what it was.
+#[test]
+fn extend_matrices_only_where_the_destination_ends() {
+    use compnet::compile::SubMatrixInfo;
+    let n = compnet::testing::relu_nnet(false);
+    let (input, output) = (
+        n.node_index("input").unwrap(),
+        n.node_index("output").unwrap(),
+    );
+    let build = |dst_offset: usize| {
+        let mut c = NnetComputation::default();
+        let m1 = c.new_matrix(10, 2);
+        let m2 = c.new_matrix(12, 2);
+        let m3 = c.new_matrix(12, 2);
+        let s1 = c.whole_submatrix(m1);
+        let s2 = c.whole_submatrix(m2);
+        let s3 = c.whole_submatrix(m3);
+        let sub = |c: &mut NnetComputation, matrix, row_offset, num_rows| {
+            c.new_submatrix(SubMatrixInfo {
+                matrix,
+                row_offset,
+                num_rows,
+                col_offset: 0,
+                num_cols: 2,
+            })
+        };
+        let src = sub(&mut c, m1, 0, 8);
+        let dst = sub(&mut c, m2, dst_offset, 8);
+        // The other rows of m2 get rows 6..10 of the input, doubled.
+        let other_rows = if dst_offset == 0 { 8 } else { 0 };
+        let other = sub(&mut c, m2, other_rows, 4);
+        let other_src = sub(&mut c, m1, 6, 4);
+        c.commands = vec![
+            Command::AllocMatrix { m: m1 },
+            Command::AllocMatrix { m: m2 },
+            Command::AllocMatrix { m: m3 },
+            Command::AcceptInput { s: s1, node: input },
+            Command::MatrixCopy {
+                dst: other,
+                src: other_src,
+                alpha: 2.0,
+            },
+            Command::MatrixCopy {
+                dst,
+                src,
+                alpha: 1.0,
+            },
+            Command::MatrixCopy {
+                dst: s3,
+                src: s2,
+                alpha: 1.0,
+            },
+            Command::ProvideOutput {
+                s: s3,
+                node: output,
+            },
+            Command::DeallocMatrix { m: m1 },
+            Command::DeallocMatrix { m: m2 },
+        ];
+        c
+    };
+    let out = |c: &NnetComputation| {
+        let mut computer = NnetComputer::new(c, &n, None).poison_undefined();
+        let x = Matrix::from_vec(10, 2, (0..20).map(|v| v as f32).collect());
+        computer.accept_input("input", x).unwrap();
+        computer.run_forward().unwrap();
+        computer.output("output").unwrap().clone()
+    };
+    for (dst_offset, extends) in [(4, true), (0, false)] {
+        let before = build(dst_offset);
+        let mut after = build(dst_offset);
+        let changed = compnet::compile::extend_matrices::extend_matrices(&mut after);
+        assert_eq!(
+            changed,
+            usize::from(extends),
+            "destination at row {dst_offset}"
+        );
+        check_computation(&after, &n).unwrap();
+        assert_eq!(after.matrices[2].num_rows, if extends { 14 } else { 12 });
+        assert_eq!(out(&after), out(&before), "destination at row {dst_offset}");
+    }
+}
