@@ -528,22 +528,25 @@ fn shortcut_widens_the_passes_output() {
 }
 
 /// extend-matrices' conditions on a hand-made computation: the copy of rows 0..8 of a
-/// 10-row input is extended only where its destination ends at its matrix's last row (there
-/// the destination grows); a destination with rows after it that hold other data is left
-/// alone. Either way the output is what it was.
+/// 10-row input is extended only where its destination is a whole matrix (which grows to 10
+/// rows); a destination with rows after it that hold other data, or rows before it (which
+/// Kaldi would extend, compnet's merging could not use) is left alone. Either way the output
+/// is what it was.
 #[test]
-fn extend_matrices_only_where_the_destination_ends() {
+fn extend_matrices_only_into_a_whole_destination() {
     use compnet::compile::SubMatrixInfo;
     let n = compnet::testing::relu_nnet(false);
     let (input, output) = (
         n.node_index("input").unwrap(),
         n.node_index("output").unwrap(),
     );
-    let build = |dst_offset: usize| {
+    // m2 has `rows` rows; the copy goes to rows `dst_offset..dst_offset + 8`, and the other
+    // rows of m2 (if any) get rows of the input, doubled, before it.
+    let build = |rows: usize, dst_offset: usize| {
         let mut c = NnetComputation::default();
         let m1 = c.new_matrix(10, 2);
-        let m2 = c.new_matrix(12, 2);
-        let m3 = c.new_matrix(12, 2);
+        let m2 = c.new_matrix(rows, 2);
+        let m3 = c.new_matrix(rows, 2);
         let s1 = c.whole_submatrix(m1);
         let s2 = c.whole_submatrix(m2);
         let s3 = c.whole_submatrix(m3);
@@ -558,20 +561,23 @@ fn extend_matrices_only_where_the_destination_ends() {
         };
         let src = sub(&mut c, m1, 0, 8);
         let dst = sub(&mut c, m2, dst_offset, 8);
-        // The other rows of m2 get rows 6..10 of the input, doubled.
-        let other_rows = if dst_offset == 0 { 8 } else { 0 };
-        let other = sub(&mut c, m2, other_rows, 4);
-        let other_src = sub(&mut c, m1, 6, 4);
         c.commands = vec![
             Command::AllocMatrix { m: m1 },
             Command::AllocMatrix { m: m2 },
             Command::AllocMatrix { m: m3 },
             Command::AcceptInput { s: s1, node: input },
-            Command::MatrixCopy {
+        ];
+        if rows > 8 {
+            let other_offset = if dst_offset == 0 { 8 } else { 0 };
+            let other = sub(&mut c, m2, other_offset, rows - 8);
+            let other_src = sub(&mut c, m1, 10 - (rows - 8), rows - 8);
+            c.commands.push(Command::MatrixCopy {
                 dst: other,
                 src: other_src,
                 alpha: 2.0,
-            },
+            });
+        }
+        c.commands.extend([
             Command::MatrixCopy {
                 dst,
                 src,
@@ -588,7 +594,7 @@ fn extend_matrices_only_where_the_destination_ends() {
             },
             Command::DeallocMatrix { m: m1 },
             Command::DeallocMatrix { m: m2 },
-        ];
+        ]);
         c
     };
     let out = |c: &NnetComputation| {
@@ -598,17 +604,17 @@ fn extend_matrices_only_where_the_destination_ends() {
         computer.run_forward().unwrap();
         computer.output("output").unwrap().clone()
     };
-    for (dst_offset, extends) in [(4, true), (0, false)] {
-        let before = build(dst_offset);
-        let mut after = build(dst_offset);
+    for (rows, dst_offset, grown) in [(8, 0, Some(10)), (12, 0, None), (12, 4, None)] {
+        let before = build(rows, dst_offset);
+        let mut after = build(rows, dst_offset);
         let changed = compnet::compile::extend_matrices::extend_matrices(&mut after);
-        assert_eq!(
-            changed,
-            usize::from(extends),
-            "destination at row {dst_offset}"
+        let case = format!(
+            "destination rows {dst_offset}..{} of {rows}",
+            dst_offset + 8
         );
+        assert_eq!(changed, usize::from(grown.is_some()), "{case}");
         check_computation(&after, &n).unwrap();
-        assert_eq!(after.matrices[2].num_rows, if extends { 14 } else { 12 });
-        assert_eq!(out(&after), out(&before), "destination at row {dst_offset}");
+        assert_eq!(after.matrices[2].num_rows, grown.unwrap_or(rows), "{case}");
+        assert_eq!(out(&after), out(&before), "{case}");
     }
 }
