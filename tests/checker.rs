@@ -95,7 +95,7 @@ fn compiled_and_every_optimizer_pass_pass_the_checker() {
             passes.push(pass.to_string());
         },
     );
-    assert_eq!(passes.len(), 8, "{passes:?}");
+    assert_eq!(passes.len(), 11, "{passes:?}");
 }
 
 #[test]

@@ -892,7 +892,7 @@ fn golden_nets_pass_the_checker_after_every_optimizer_pass() {
                     });
                 },
             );
-            assert_eq!(passes, 8, "{name}");
+            assert_eq!(passes, 11, "{name}");
         }
         checked.push(name);
     }

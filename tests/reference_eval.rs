@@ -152,7 +152,7 @@ fn check_one(
             return Err(p);
         }
         if *opts == OptimizeOptions::default() {
-            assert_eq!(passes, 8, "every optimizer pass must be checked");
+            assert_eq!(passes, 11, "every optimizer pass must be checked");
         }
         let opt = run_computation(&nnet, &optimized, &rr, with_derivs, seed, true, &ctx_msg);
         let printed = || compnet::compile::print::format_computation(&optimized, &nnet);
@@ -316,13 +316,17 @@ fn run_many(with_derivs: bool, offset: u64) {
         "snip_row_ops",
         "split_row_ops",
         "optimize_row_ops",
+        "extend_matrices",
         "remove_assignments/propagate_in_place/backprop_in_place",
         "initialize_undefined",
         "move_sizing_commands",
+        "allocate_from_other",
     ];
-    // Forward sums start with a copy; additions to zeros are the backward pass's.
+    // Forward sums start with a copy; additions to zeros are the backward pass's, and only
+    // a backward pass reads what memory compression keeps.
     if with_derivs {
         expected.push("convert_addition");
+        expected.push("memory_compression");
     }
     for pass in expected {
         assert!(

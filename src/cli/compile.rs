@@ -124,6 +124,18 @@ pub struct OptimizationArgs {
     /// Run backprops of components that allow it in place.
     #[arg(long = "optimization.backprop-in-place", kaldi_bool = "true")]
     pub backprop_in_place: bool,
+    /// Grow a matrix whose last rows receive a copy of most of another, so the copy can
+    /// become an alias.
+    #[arg(long = "optimization.extend-matrices", kaldi_bool = "true")]
+    pub extend_matrices: bool,
+    /// Give a new matrix the storage of a freed one of the same size (a swap).
+    #[arg(long = "optimization.allocate-from-other", kaldi_bool = "true")]
+    pub allocate_from_other: bool,
+    /// Compress matrices kept for backprop: 0 none, 1 ReLU outputs as one byte per element
+    /// (exact); Kaldi's lossy level 2 is not built, 2 and 3 act as 1.
+    #[arg(long = "optimization.memory-compression-level", default_value_t = 1,
+          value_parser = clap::value_parser!(i32).range(0..=3))]
+    pub memory_compression_level: i32,
     #[command(flatten)]
     pub deriv_time: DerivTimeArgs,
 }
@@ -160,6 +172,13 @@ impl DerivTimeArgs {
 impl OptimizationArgs {
     /// The optimizer options these arguments select.
     pub fn options(&self) -> crate::compile::OptimizeOptions {
+        if self.memory_compression_level > 1 {
+            eprintln!(
+                "warning: --optimization.memory-compression-level={} acts as 1 (exact ReLU \
+                 output compression); Kaldi's lossy 16-bit compression of level 2 is not built",
+                self.memory_compression_level
+            );
+        }
         crate::compile::OptimizeOptions {
             optimize: self.optimize,
             remove_assignments: self.remove_assignments,
@@ -174,6 +193,10 @@ impl OptimizationArgs {
             min_deriv_time: self.deriv_time.min_deriv_time,
             max_deriv_time: self.deriv_time.max_deriv_time,
             max_deriv_time_relative: self.deriv_time.max_deriv_time_relative,
+            extend_matrices: self.extend_matrices,
+            allocate_from_other: self.allocate_from_other,
+            memory_compression_level: self.memory_compression_level,
+            looped: false,
         }
     }
 }

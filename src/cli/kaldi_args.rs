@@ -101,7 +101,6 @@ const DERIV_TIME_NO_EFFECT: &[CompatOption] = &[
 /// Kaldi's `--optimization.*` options that compnet's optimizer does not have (those it has are
 /// real options: `cli::compile::OptimizationArgs`).
 const OPTIMIZATION: &[CompatOption] = &[
-    no_effect("optimization.allocate-from-other", Bool, NO_PASS),
     no_effect("optimization.allow-left-merge", Bool, NO_PASS),
     no_effect("optimization.allow-right-merge", Bool, NO_PASS),
     only_default(
@@ -110,12 +109,6 @@ const OPTIMIZATION: &[CompatOption] = &[
         "true",
         "compnet always consolidates the model update of recurrent layers (natural gradient \
          sees all time steps together, as in Kaldi's default)",
-    ),
-    no_effect("optimization.extend-matrices", Bool, NO_PASS),
-    no_effect(
-        "optimization.memory-compression-level",
-        Int,
-        "compnet does not compress matrices kept for backprop",
     ),
 ];
 

@@ -124,10 +124,19 @@ pub enum MatrixOp {
     Dealloc {
         m: usize,
     },
-    /// Exchanges the storage of `a` and `b` (both must be allocated).
+    /// Exchanges the storage of `a` and `b`: both allocated, or `a` not allocated and `b`
+    /// allocated (then `a` takes `b`'s storage, contents unspecified, and `b` is freed).
     Swap {
         a: usize,
         b: usize,
+    },
+    /// Keeps allocated matrix `m` compressed; it may not be used until decompressed.
+    Compress {
+        m: usize,
+    },
+    /// Restores compressed matrix `m` (values as its compression keeps them).
+    Decompress {
+        m: usize,
     },
 }
 
@@ -232,7 +241,9 @@ impl CommandAccesses {
     /// included); unchecked indexes as they stand.
     pub fn matrices_used(&self, comp: &NnetComputation) -> Vec<usize> {
         let mut v: Vec<usize> = match self.matrix {
-            MatrixOp::Alloc { m, .. } => vec![m],
+            MatrixOp::Alloc { m, .. } | MatrixOp::Compress { m } | MatrixOp::Decompress { m } => {
+                vec![m]
+            }
             MatrixOp::Swap { a, b } => vec![a, b],
             MatrixOp::None | MatrixOp::Dealloc { .. } => Vec::new(),
         };
@@ -326,6 +337,14 @@ fn describe(cmd: &mut Command) -> Described<'_> {
         Command::SwapMatrix { a, b } => {
             let matrix = MatrixOp::Swap { a: *a, b: *b };
             (vec![], vec![a, b], Facts { matrix, ..none })
+        }
+        Command::CompressMatrix { m, .. } => {
+            let matrix = MatrixOp::Compress { m: *m };
+            (vec![], vec![m], Facts { matrix, ..none })
+        }
+        Command::DecompressMatrix { m } => {
+            let matrix = MatrixOp::Decompress { m: *m };
+            (vec![], vec![m], Facts { matrix, ..none })
         }
         Command::SetConst { s, .. } => (vec![f(s, "", Role::Write)], vec![], none),
         Command::Propagate {

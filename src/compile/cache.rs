@@ -902,7 +902,22 @@ impl<'a> Expander<'a> {
 
     fn run(mut self, keep_debug_info: bool) -> std::result::Result<NnetComputation, String> {
         let mut commands = Vec::with_capacity(self.small.commands.len());
+        // Per matrix: allocated at this command (to tell a storage move from a swap).
+        let mut allocated = vec![false; self.small.matrices.len()];
         for c in &self.small.commands {
+            match *c {
+                Command::AllocMatrix { m } | Command::AllocMatrixUndefined { m } => {
+                    if let Some(x) = allocated.get_mut(m) {
+                        *x = true;
+                    }
+                }
+                Command::DeallocMatrix { m } => {
+                    if let Some(x) = allocated.get_mut(m) {
+                        *x = false;
+                    }
+                }
+                _ => {}
+            }
             // Commands keep their kind and operands; only the index tables and precomputed
             // indexes they name are replaced by widened ones.
             let mut new = c.clone();
@@ -912,10 +927,16 @@ impl<'a> Expander<'a> {
                 | Command::DeallocMatrix { .. }
                 | Command::NoOperation
                 | Command::NoOperationPermanent
-                | Command::NoOperationMarker => {}
+                | Command::NoOperationMarker
+                | Command::CompressMatrix { .. }
+                | Command::DecompressMatrix { .. } => {}
                 Command::SwapMatrix { a, b } => {
                     let la = self.matrix_layout.get(*a).ok_or("no such matrix")?;
-                    if self.matrix_layout.get(*b) != Some(la) {
+                    let lb = self.matrix_layout.get(*b).ok_or("no such matrix")?;
+                    // allocate-from-other's swap (`a` not allocated) moves storage, not
+                    // values: equal widened shapes are enough.
+                    let moves = !allocated.get(*a).copied().unwrap_or(true);
+                    if la != lb && !(moves && la.rows == lb.rows) {
                         return Err("swap of matrices laid out differently".into());
                     }
                 }
@@ -993,6 +1014,11 @@ impl<'a> Expander<'a> {
                 } => *indexes_ranges = self.widen_ranges(*indexes_ranges, *dst, *src)?,
                 Command::AcceptInput { s, node } | Command::ProvideOutput { s, node } => {
                     self.check_io(*node, *s)?;
+                }
+            }
+            if let Command::SwapMatrix { a, b } = *c {
+                if a < allocated.len() && b < allocated.len() && !allocated[a] {
+                    allocated.swap(a, b);
                 }
             }
             commands.push(new);

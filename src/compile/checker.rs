@@ -8,8 +8,11 @@
 //! - [`check_computation`]: the structure plus the data flow along the commands in order:
 //!   reads of matrices before anything wrote them (an `AllocMatrix` writes zeros, an
 //!   `AllocMatrixUndefined` nothing), use before allocation or after free, double allocation
-//!   or free, matrices never freed (unless handed out by `ProvideOutput`), and backprops
-//!   whose forward memo is missing. Tests run it after every optimizer pass.
+//!   or free, matrices never freed (unless handed out by `ProvideOutput`), backprops
+//!   whose forward memo is missing, use of a matrix while compressed, and reads of a
+//!   decompressed matrix by anything but the backprop of a component that needs only its
+//!   output's sign (`Properties::BACKPROP_NEEDS_OUTPUT_SIGN`; the compression keeps only
+//!   that). Tests run it after every optimizer pass.
 //!
 //! Definedness is tracked per block of a matrix, cut at every row and column boundary of its
 //! sub-matrices (Kaldi's "variables"), so a sub-matrix is defined once its blocks are.
@@ -138,6 +141,21 @@ pub enum Problem {
         freed_at: usize,
     },
     FreeBeforeAlloc {
+        matrix: usize,
+    },
+    /// Uses (or frees) a matrix while it is compressed.
+    UseWhileCompressed {
+        matrix: usize,
+        compressed_at: usize,
+    },
+    /// Decompresses a matrix that is not compressed.
+    NotCompressed {
+        matrix: usize,
+    },
+    /// Reads a decompressed matrix (which holds only its values' signs) other than as the
+    /// output value of a backprop that needs only that.
+    LossyRead {
+        submatrix: usize,
         matrix: usize,
     },
     /// Allocated, never freed and never handed out.
@@ -306,6 +324,20 @@ impl fmt::Display for Problem {
             FreeBeforeAlloc { matrix } => {
                 write!(f, "frees matrix {matrix}, which was never allocated")
             }
+            UseWhileCompressed {
+                matrix,
+                compressed_at,
+            } => write!(
+                f,
+                "uses matrix {matrix} while compressed (by command {compressed_at}, not yet decompressed)"
+            ),
+            NotCompressed { matrix } => {
+                write!(f, "decompresses matrix {matrix}, which is not compressed")
+            }
+            LossyRead { submatrix, matrix } => write!(
+                f,
+                "reads sub-matrix {submatrix} of matrix {matrix}, which holds only signs since its decompression, but not as the out-value of a backprop that needs only signs"
+            ),
             NeverFreed {
                 matrix,
                 allocated_at,
@@ -407,7 +439,10 @@ fn check_command(
     };
     match acc.matrix {
         MatrixOp::None => {}
-        MatrixOp::Alloc { m, .. } | MatrixOp::Dealloc { m } => matrix(m)?,
+        MatrixOp::Alloc { m, .. }
+        | MatrixOp::Dealloc { m }
+        | MatrixOp::Compress { m }
+        | MatrixOp::Decompress { m } => matrix(m)?,
         MatrixOp::Swap { a, b } => {
             matrix(a)?;
             matrix(b)?;
@@ -638,6 +673,7 @@ enum Life {
     Unallocated,
     Allocated { at: usize },
     Freed { at: usize },
+    Compressed { at: usize },
 }
 
 /// The blocks of one matrix: row and column cut points, and which blocks hold defined data.
@@ -700,23 +736,32 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> Result<(), Chec
     let mut life = vec![Life::Unallocated; nm];
     let mut blocks = Blocks::of_all(comp);
     let mut handed_out = vec![false; nm];
+    // Per matrix: decompressed, so holding only the signs of its values.
+    let mut signs_only = vec![false; nm];
     // Memo slot → (component, command that stored it).
     let mut memos: std::collections::HashMap<usize, (usize, usize)> = Default::default();
     for (k, acc) in accesses.iter().enumerate() {
         match acc.matrix {
             MatrixOp::None => {}
             MatrixOp::Alloc { m, zeroed } => {
-                if let Life::Allocated { at } = life[m] {
-                    return Err(at_command(
-                        k,
-                        Problem::DoubleAlloc {
-                            matrix: m,
-                            allocated_at: at,
-                        },
-                    ));
+                match life[m] {
+                    Life::Allocated { at } => {
+                        return Err(at_command(
+                            k,
+                            Problem::DoubleAlloc {
+                                matrix: m,
+                                allocated_at: at,
+                            },
+                        ))
+                    }
+                    Life::Compressed { .. } => {
+                        live(&life, m).map_err(|p| at_command(k, p))?;
+                    }
+                    Life::Unallocated | Life::Freed { .. } => {}
                 }
                 life[m] = Life::Allocated { at: k };
                 blocks[m].set_all(zeroed);
+                signs_only[m] = false;
             }
             MatrixOp::Dealloc { m } => match life[m] {
                 Life::Allocated { .. } => life[m] = Life::Freed { at: k },
@@ -732,6 +777,29 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> Result<(), Chec
                 Life::Unallocated => {
                     return Err(at_command(k, Problem::FreeBeforeAlloc { matrix: m }))
                 }
+                Life::Compressed { .. } => live(&life, m).map_err(|p| at_command(k, p))?,
+            },
+            // allocate-from-other: `a` takes the storage of `b`, which is freed.
+            MatrixOp::Swap { a, b }
+                if matches!(life[a], Life::Unallocated)
+                    && matches!(life[b], Life::Allocated { .. }) =>
+            {
+                life[a] = Life::Allocated { at: k };
+                life[b] = Life::Freed { at: k };
+                blocks[a].set_all(false);
+                signs_only[a] = false;
+            }
+            MatrixOp::Compress { m } => {
+                live(&life, m).map_err(|p| at_command(k, p))?;
+                life[m] = Life::Compressed { at: k };
+            }
+            MatrixOp::Decompress { m } => match life[m] {
+                // Definedness is as at compression: nothing touched the matrix since.
+                Life::Compressed { .. } => {
+                    life[m] = Life::Allocated { at: k };
+                    signs_only[m] = true;
+                }
+                _ => return Err(at_command(k, Problem::NotCompressed { matrix: m })),
             },
             MatrixOp::Swap { a, b } => {
                 for m in [a, b] {
@@ -742,9 +810,33 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> Result<(), Chec
                 let (fa, fb) = (full(a), full(b));
                 blocks[a].set_all(fb);
                 blocks[b].set_all(fa);
+                signs_only.swap(a, b);
             }
         }
         let subs = acc.submatrices(comp);
+        let sign_reader = acc.component.is_some_and(|u| {
+            u.backprop
+                && nnet.components[u.component]
+                    .properties()
+                    .has(Properties::BACKPROP_NEEDS_OUTPUT_SIGN)
+        });
+        for &(s, a) in &subs {
+            let m = comp.submatrices[s].matrix;
+            let as_out_value = sign_reader
+                && acc
+                    .operands
+                    .iter()
+                    .any(|o| o.submatrix == s && o.name == "out-value");
+            if signs_only[m] && a.reads() && !as_out_value {
+                return Err(at_command(
+                    k,
+                    Problem::LossyRead {
+                        submatrix: s,
+                        matrix: m,
+                    },
+                ));
+            }
+        }
         // Reads see the state before the command's writes.
         for &(s, a) in &subs {
             let info = &comp.submatrices[s];
@@ -821,7 +913,7 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> Result<(), Chec
         }
     }
     for (m, l) in life.iter().enumerate().skip(1) {
-        if let Life::Allocated { at } = *l {
+        if let Life::Allocated { at } | Life::Compressed { at } = *l {
             if !handed_out[m] {
                 return Err(CheckError {
                     command: None,
@@ -844,5 +936,9 @@ fn live(life: &[Life], m: usize) -> Result<(), Problem> {
             freed_at: at,
         }),
         Life::Unallocated => Err(Problem::UseBeforeAlloc { matrix: m }),
+        Life::Compressed { at } => Err(Problem::UseWhileCompressed {
+            matrix: m,
+            compressed_at: at,
+        }),
     }
 }

@@ -3,6 +3,7 @@
 //! Mirrors Kaldi's `NnetComputation` (`nnet-computation.h`); the printed form is in
 //! `compile::print`.
 
+use crate::matrix::CompressionKind;
 use crate::nnet::component::PrecomputedIndexes;
 use crate::nnet::Index;
 
@@ -44,8 +45,15 @@ pub enum Command {
     AllocMatrixUndefined { m: usize },
     /// Free matrix `m`.
     DeallocMatrix { m: usize },
-    /// Swap the storage of matrices `a` and `b` (used by the optimizer).
+    /// Swap the storage of matrices `a` and `b` (Kaldi's kSwapMatrix). With `a` not
+    /// allocated and `b` allocated, `a` takes over `b`'s storage (contents unspecified) and
+    /// `b` is freed: allocate-from-other's reuse of a freed matrix.
     SwapMatrix { a: usize, b: usize },
+    /// Keep matrix `m` in compressed form and free its storage (Kaldi's kCompressMatrix;
+    /// memory compression between the forward and backward pass).
+    CompressMatrix { m: usize, kind: CompressionKind },
+    /// Allocate matrix `m` again, filled from its compressed form (kDecompressMatrix).
+    DecompressMatrix { m: usize },
     /// Set every element of sub-matrix `s` to `alpha`.
     SetConst { s: usize, alpha: f32 },
     /// Propagate component `component` (node `node`): input sub-matrix `input`, output
@@ -158,6 +166,8 @@ impl Command {
             Command::AllocMatrixUndefined { .. } => "AllocMatrixUndefined",
             Command::DeallocMatrix { .. } => "DeallocMatrix",
             Command::SwapMatrix { .. } => "SwapMatrix",
+            Command::CompressMatrix { .. } => "CompressMatrix",
+            Command::DecompressMatrix { .. } => "DecompressMatrix",
             Command::SetConst { .. } => "SetConst",
             Command::Propagate { .. } => "Propagate",
             Command::Backprop { .. } => "Backprop",

@@ -386,7 +386,11 @@ pub fn compile_looped(
         }
         let plain = trim_inputs(&net, &mut req, plain)?;
         let mut computation = compile_computation(&net, &req, &CompilerOptions::default())?;
-        optimize(&net, &mut computation, &opts.optimize);
+        let optimize_opts = OptimizeOptions {
+            looped: true,
+            ..opts.optimize.clone()
+        };
+        optimize(&net, &mut computation, &optimize_opts);
         let carried_in = (0..req.inputs.len())
             .map(|i| i.checked_sub(plain))
             .collect();

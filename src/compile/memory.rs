@@ -6,7 +6,7 @@
 //! counted to the end. Inputs are counted from their allocation, as the executor holds them.
 
 use super::computation::{Command, NnetComputation};
-use crate::matrix::Real;
+use crate::matrix::{CompressionKind, Real};
 
 /// The peak of live matrix bytes and where it is reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,9 +27,18 @@ pub fn matrix_bytes(comp: &NnetComputation, m: usize) -> u64 {
     })
 }
 
-/// The peak of live matrix bytes of `comp`.
+/// The size of matrix `m` compressed as `kind` says.
+fn compressed_bytes(comp: &NnetComputation, m: usize, kind: CompressionKind) -> u64 {
+    comp.matrices.get(m).map_or(0, |i| {
+        (i.num_rows as u64) * (i.num_cols as u64) * kind.bytes_per_element()
+    })
+}
+
+/// The peak of live matrix bytes of `comp` (a compressed matrix counts at its compressed
+/// size).
 pub fn peak_matrix_memory(comp: &NnetComputation) -> MemoryPeak {
     let mut live = vec![false; comp.matrices.len()];
+    let mut compressed: Vec<Option<CompressionKind>> = vec![None; comp.matrices.len()];
     let mut now = 0u64;
     let mut peak = MemoryPeak {
         total_bytes: (1..comp.matrices.len())
@@ -48,6 +57,23 @@ pub fn peak_matrix_memory(comp: &NnetComputation) -> MemoryPeak {
             Command::DeallocMatrix { m } if m < live.len() && live[m] => {
                 live[m] = false;
                 now -= matrix_bytes(comp, m);
+            }
+            // allocate-from-other: `a` takes `b`'s storage (same size); nothing changes.
+            Command::SwapMatrix { a, b }
+                if a < live.len() && b < live.len() && !live[a] && live[b] =>
+            {
+                live.swap(a, b);
+            }
+            Command::CompressMatrix { m, kind } if m < live.len() && live[m] => {
+                now -= matrix_bytes(comp, m);
+                now += compressed_bytes(comp, m, kind);
+                compressed[m] = Some(kind);
+            }
+            Command::DecompressMatrix { m } if m < live.len() && live[m] => {
+                if let Some(kind) = compressed[m].take() {
+                    now -= compressed_bytes(comp, m, kind);
+                    now += matrix_bytes(comp, m);
+                }
             }
             _ => {}
         }

@@ -6,10 +6,12 @@
 //! [`print`] renders the result, [`context`] computes a network's left/right context.
 //! [`deriv_time`] limits derivatives to a range of t (recurrent training on chunks).
 //! [`optimize`] runs the optimizer's passes (their own modules: [`convert_addition`],
-//! [`row_ops`]); [`memory`] measures a computation's peak matrix memory.
+//! [`row_ops`], [`extend_matrices`], [`allocate_from_other`], [`memory_compression`]);
+//! [`memory`] measures a computation's peak matrix memory.
 //! [`cache`] compiles each request shape once and widens 2-sequence computations to N.
 //! [`looped`] compiles a network for looped (streaming) computation: a first and a steady chunk.
 
+pub mod allocate_from_other;
 pub mod analysis;
 pub mod cache;
 pub mod checker;
@@ -18,9 +20,11 @@ pub mod computation;
 pub mod context;
 pub mod convert_addition;
 pub mod deriv_time;
+pub mod extend_matrices;
 pub mod graph;
 pub mod looped;
 pub mod memory;
+pub mod memory_compression;
 pub mod optimize;
 pub mod print;
 pub mod request;

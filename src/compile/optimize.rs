@@ -17,6 +17,11 @@
 //! - **move_sizing_commands**: each matrix is allocated just before its first use and freed
 //!   just after its last, so a freed buffer is reused (still in cache) by the next one.
 //!
+//! Kaldi's order, with the passes in their own modules: convert-addition, the row-op passes,
+//! extend-matrices, the merging above, initialize-undefined, move-sizing-commands,
+//! allocate-from-other, memory-compression-level (the last three skipped for looped
+//! computations, `OptimizeOptions::looped`).
+//!
 //! The analysis is per matrix and conservative: it only needs, for every command, which
 //! matrices it reads, fully overwrites or otherwise modifies ([`super::analysis`]). Each pass
 //! leaves a complete computation ([`optimize_observed`] shows each one; tests run the
@@ -55,6 +60,17 @@ pub struct OptimizeOptions {
     /// `--optimization.max-deriv-time-relative`: if set (not i32::MAX), replaces
     /// `max_deriv_time` by this plus the request's largest output t.
     pub max_deriv_time_relative: i32,
+    /// `--optimization.extend-matrices` (`super::extend_matrices`).
+    pub extend_matrices: bool,
+    /// `--optimization.allocate-from-other` (`super::allocate_from_other`).
+    pub allocate_from_other: bool,
+    /// `--optimization.memory-compression-level` (`super::memory_compression`): 0 off,
+    /// 1 (default) the exact compression; higher levels act as 1.
+    pub memory_compression_level: i32,
+    /// The computation is one of a looped computation's chunks (Kaldi's hidden
+    /// `optimize_looped_computation`): extend-matrices, allocate-from-other and memory
+    /// compression are skipped, as in Kaldi.
+    pub looped: bool,
 }
 
 impl Default for OptimizeOptions {
@@ -73,6 +89,10 @@ impl Default for OptimizeOptions {
             min_deriv_time: super::deriv_time::NO_MIN_DERIV_TIME,
             max_deriv_time: super::deriv_time::NO_MAX_DERIV_TIME,
             max_deriv_time_relative: super::deriv_time::NO_MAX_DERIV_TIME,
+            extend_matrices: true,
+            allocate_from_other: true,
+            memory_compression_level: 1,
+            looped: false,
         }
     }
 }
@@ -84,17 +104,24 @@ pub const PASS_OPTIONS: &[&str] = &[
     "snip-row-ops",
     "split-row-ops",
     "optimize-row-ops",
+    "extend-matrices",
     "remove-assignments",
     "propagate-in-place",
     "backprop-in-place",
     "initialize-undefined",
     "move-sizing-commands",
+    "allocate-from-other",
+    "memory-compression-level",
 ];
 
 impl OptimizeOptions {
     /// Switches the pass named `name` (one of [`PASS_OPTIONS`]) on or off; false if there is
-    /// no such pass.
+    /// no such pass. `memory-compression-level` goes to 1 or 0.
     pub fn set_pass(&mut self, name: &str, on: bool) -> bool {
+        if name == "memory-compression-level" {
+            self.memory_compression_level = i32::from(on);
+            return true;
+        }
         let flag = match name {
             "convert-addition" => &mut self.convert_addition,
             "snip-row-ops" => &mut self.snip_row_ops,
@@ -105,6 +132,8 @@ impl OptimizeOptions {
             "backprop-in-place" => &mut self.backprop_in_place,
             "initialize-undefined" => &mut self.initialize_undefined,
             "move-sizing-commands" => &mut self.move_sizing_commands,
+            "extend-matrices" => &mut self.extend_matrices,
+            "allocate-from-other" => &mut self.allocate_from_other,
             _ => return false,
         };
         *flag = on;
@@ -157,7 +186,8 @@ pub fn optimize_for_request_observed(
 /// Runs the optimizations `opts` selects on `comp` (compiled for `nnet`). The
 /// derivative-time limits need the request: [`optimize_for_request`] applies them.
 ///
-/// Computations with loops or swaps (which the compiler does not produce) are left alone.
+/// Computations with loops, swaps or compression (which the compiler does not produce) are
+/// left alone.
 pub fn optimize(nnet: &Nnet, comp: &mut NnetComputation, opts: &OptimizeOptions) {
     optimize_observed(nnet, comp, opts, &mut |_, _| {});
 }
@@ -176,6 +206,8 @@ pub fn optimize_observed(
             matches!(
                 c,
                 Command::SwapMatrix { .. }
+                    | Command::CompressMatrix { .. }
+                    | Command::DecompressMatrix { .. }
                     | Command::GotoLabel { .. }
                     | Command::NoOperationLabel
                     | Command::AllocMatrixUndefined { .. }
@@ -204,6 +236,10 @@ pub fn optimize_observed(
         }
         row_ops::drop_unused_tables(comp);
     }
+    if opts.extend_matrices && !opts.looped {
+        super::extend_matrices::extend_matrices(comp);
+        after_pass("extend_matrices", comp);
+    }
     let mut o = Optimizer::new(nnet, comp);
     if opts.remove_assignments || opts.propagate_in_place || opts.backprop_in_place {
         while o.merge_variables(
@@ -227,8 +263,17 @@ pub fn optimize_observed(
     o.rebuild_sizing(opts.move_sizing_commands, &undefined);
     after_pass("move_sizing_commands", o.comp);
     o.remove_unused_matrices();
+    if opts.allocate_from_other && !opts.looped {
+        super::allocate_from_other::remove_unnecessary_allocation(comp);
+        after_pass("allocate_from_other", comp);
+    }
     renumber_submatrices(comp);
     after_pass("renumber", comp);
+    if opts.memory_compression_level > 0 && !opts.looped {
+        let level = opts.memory_compression_level;
+        super::memory_compression::optimize_memory_compression(nnet, comp, level);
+        after_pass("memory_compression", comp);
+    }
 }
 
 /// After merging, several sub-matrices describe the same rectangle and some are unused:

@@ -110,6 +110,13 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
         }
         Command::DeallocMatrix { m } => format!("m{m} = []"),
         Command::SwapMatrix { a, b } => format!("m{a}.swap(m{b})"),
+        // Kaldi's form: matrix, range, type, truncate.
+        Command::CompressMatrix { m, kind } => match kind {
+            crate::matrix::CompressionKind::SignUint8 => {
+                format!("CompressMatrix(m{m}, 0, uint8, true)")
+            }
+        },
+        Command::DecompressMatrix { m } => format!("DecompressMatrix(m{m})"),
         Command::SetConst { s, alpha } => format!("{}.Set({})", sn(*s), fmt_g(*alpha as f64, 6)),
         Command::Propagate {
             component,

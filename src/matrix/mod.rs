@@ -16,6 +16,7 @@
 mod attention;
 mod blocks;
 pub mod check;
+mod cu_compressed;
 mod eigen;
 mod elementwise;
 mod gemm;
@@ -35,6 +36,7 @@ mod vector;
 mod vector_params;
 mod weights;
 
+pub use cu_compressed::{CompressionKind, CuCompressedMatrix};
 pub use eigen::{symmetric_eigen, SymmetricEigen};
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
 pub use gru::backprop_gru_cell;

@@ -15,7 +15,7 @@ use crate::compile::analysis::{CommandAccesses, NodeIo};
 use crate::compile::checker::check_structure;
 use crate::compile::computation::{Command, NnetComputation, SubMatrixInfo};
 use crate::error::{Error, Result};
-use crate::matrix::{MatView, MatViewMut, Matrix, Real, Trans};
+use crate::matrix::{CuCompressedMatrix, MatView, MatViewMut, Matrix, Real, Trans};
 use crate::nnet::component::{
     Backprop, BackpropInPlace, Component, Memo, PrecomputedIndexes, Propagate, PropagateInPlace,
     Properties,
@@ -67,6 +67,8 @@ pub struct NnetComputer<'a> {
     /// Freed matrices kept for reuse, with their capacities (in elements).
     pool: Vec<(usize, Matrix)>,
     memos: HashMap<usize, Memo>,
+    /// Matrices kept compressed between CompressMatrix and DecompressMatrix, by matrix.
+    compressed: HashMap<usize, CuCompressedMatrix>,
     /// Forward inputs supplied by the caller, by node.
     inputs: HashMap<usize, Matrix>,
     /// Output derivatives supplied by the caller, by node.
@@ -180,6 +182,7 @@ impl<'a> NnetComputer<'a> {
                 .collect(),
             pool: POOL.with(|p| std::mem::take(&mut *p.borrow_mut())),
             memos: HashMap::new(),
+            compressed: HashMap::new(),
             inputs: HashMap::new(),
             output_derivs: HashMap::new(),
             outputs: HashMap::new(),
@@ -403,7 +406,30 @@ impl<'a> NnetComputer<'a> {
                 let old = std::mem::take(&mut self.matrices[m]);
                 self.release(old);
             }
-            Command::SwapMatrix { a, b } => self.matrices.swap(a, b),
+            Command::SwapMatrix { a, b } => {
+                // allocate-from-other (`a` was not allocated): what `a` now holds is
+                // unspecified.
+                let moved = self.matrices[a].capacity() == 0;
+                self.matrices.swap(a, b);
+                if moved && self.poison_undefined {
+                    self.matrices[a].view_mut().set_const(Real::NAN);
+                }
+            }
+            Command::CompressMatrix { m, kind } => {
+                let mat = std::mem::take(&mut self.matrices[m]);
+                self.compressed
+                    .insert(m, CuCompressedMatrix::from_matrix(&mat, kind));
+                self.release(mat);
+            }
+            Command::DecompressMatrix { m } => {
+                let Some(c) = self.compressed.remove(&m) else {
+                    return Err(Error::Compute(format!(
+                        "command {idx}: matrix m{m} is not compressed"
+                    )));
+                };
+                self.alloc(m, false);
+                c.copy_to_matrix(&mut self.matrices[m]);
+            }
             Command::SetConst { s, alpha } => {
                 let i = self.sm(s);
                 sub_view_mut(&mut self.matrices[i.matrix], &i).set_const(alpha);

@@ -65,6 +65,10 @@ impl Properties {
     pub const OUTPUT_CONTIGUOUS: Properties = Properties(0x800);
     pub const USES_MEMO: Properties = Properties(0x1000);
     pub const RANDOM_COMPONENT: Properties = Properties(0x2000);
+    /// compnet's own flag: the backprop reads its output value only for whether each element
+    /// is > 0 (a ReLU), so memory compression may keep that output as one byte per element
+    /// (Kaldi's optimizer tests for the type RectifiedLinearComponent instead).
+    pub const BACKPROP_NEEDS_OUTPUT_SIGN: Properties = Properties(0x10000);
 
     /// True if every flag in `f` is set.
     pub fn has(self, f: Properties) -> bool {

@@ -437,8 +437,10 @@ impl Component for NonlinearComponent {
                 NonlinearKind::Sigmoid | NonlinearKind::Tanh => {
                     base | Properties::PROPAGATE_IN_PLACE
                 }
-                NonlinearKind::RectifiedLinear => (base | Properties::PROPAGATE_IN_PLACE)
-                    .with_if(self.block_dim != self.dim, Properties::INPUT_CONTIGUOUS),
+                NonlinearKind::RectifiedLinear => {
+                    (base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_NEEDS_OUTPUT_SIGN)
+                        .with_if(self.block_dim != self.dim, Properties::INPUT_CONTIGUOUS)
+                }
                 NonlinearKind::Softmax => {
                     base | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE
                 }
