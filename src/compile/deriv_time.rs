@@ -221,6 +221,17 @@ impl<'a> Limiter<'a> {
         }
     }
 
+    /// A row-indexed command's operands as kept ([`whole_if_kept`](Self::whole_if_kept)) and
+    /// the rows cut from each one's start, or `None` when either keeps no row (nothing
+    /// nonzero moves; the destination was zeroed at allocation).
+    fn kept_operands(&self, dst: usize, src: usize) -> Option<((usize, usize), (usize, usize))> {
+        let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
+        if d == 0 || s == 0 {
+            return None;
+        }
+        Some(((d, s), (self.left_cut(dst, d), self.left_cut(src, s))))
+    }
+
     /// Rows cut from the start of `orig` to get `new` (a narrowing of it).
     fn left_cut(&self, orig: usize, new: usize) -> usize {
         self.comp.submatrices[new].row_offset - self.comp.submatrices[orig].row_offset
@@ -375,12 +386,9 @@ impl<'a> Limiter<'a> {
                 indexes,
                 alpha,
             } => {
-                let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
-                if d == 0 || s == 0 {
-                    // Nothing nonzero moves; the destination was zeroed at allocation.
+                let Some(((d, s), (dl, sl))) = self.kept_operands(dst, src) else {
                     return Some(Command::NoOperation);
-                }
-                let (dl, sl) = (self.left_cut(dst, d), self.left_cut(src, s));
+                };
                 let n_src = self.comp.submatrices[s].num_rows;
                 let old = self.comp.indexes[indexes].clone();
                 let mut keep = false;
@@ -487,11 +495,9 @@ impl<'a> Limiter<'a> {
                 indexes_ranges,
                 alpha,
             } => {
-                let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
-                if d == 0 || s == 0 {
+                let Some(((d, s), (dl, sl))) = self.kept_operands(dst, src) else {
                     return Some(Command::NoOperation);
-                }
-                let (dl, sl) = (self.left_cut(dst, d), self.left_cut(src, s));
+                };
                 let old = self.comp.indexes_ranges[indexes_ranges].clone();
                 let mut keep = false;
                 let new: Vec<(i32, i32)> = (0..self.comp.submatrices[d].num_rows)
