@@ -264,14 +264,11 @@ fn computation_flops(nnet: &Nnet, comp: &NnetComputation) -> f64 {
     use compnet::compile::computation::Command;
     let mut flops = 0.0;
     for cmd in &comp.commands {
-        if let Command::Propagate {
-            component, output, ..
-        } = cmd
-        {
-            let Some(c) = nnet.components.get(*component) else {
+        if let Command::Propagate(p) = cmd {
+            let Some(c) = nnet.components.get(p.component) else {
                 continue;
             };
-            let Some(out) = comp.submatrices.get(*output) else {
+            let Some(out) = comp.submatrices.get(p.output) else {
                 continue;
             };
             let name = c.type_name();

@@ -7,7 +7,7 @@ use compnet::compile::computation::MatrixInfo;
 use compnet::compile::optimize::optimize_observed;
 use compnet::compile::{
     compile_computation, Command, CompilerOptions, ComputationRequest, IoSpecification,
-    NnetComputation, OptimizeOptions, SubMatrixInfo,
+    NnetComputation, OptimizeOptions, RowsCommand, SubMatrixInfo,
 };
 use compnet::nnet::Nnet;
 
@@ -304,12 +304,12 @@ fn shape_and_index_errors() {
             vec![
                 alloc(1),
                 alloc(2),
-                Command::CopyRows {
+                Command::CopyRows(RowsCommand {
                     dst: 2,
                     src: 1,
                     indexes: 0,
                     alpha: 1.0,
-                },
+                }),
                 free(1),
                 free(2),
             ],
@@ -391,17 +391,19 @@ fn component_errors() {
     let nnet = nnet();
     let affine = nnet.component_index("affine").expect("affine");
     let bn = nnet.component_index("bn").expect("bn");
-    let is_backprop_of = |c: usize| move |x: &Command| matches!(x, Command::Backprop { component, .. } if *component == c);
-    let is_propagate_of = |c: usize| move |x: &Command| matches!(x, Command::Propagate { component, .. } if *component == c);
+    let is_backprop_of =
+        |c: usize| move |x: &Command| matches!(x, Command::Backprop(b) if b.component == c);
+    let is_propagate_of =
+        |c: usize| move |x: &Command| matches!(x, Command::Propagate(p) if p.component == c);
 
     // The affine component's propagate reading the output-sized matrix.
     let mut c = compiled(&nnet);
     let (k, cmd) = find(&mut c, is_propagate_of(affine));
-    let Command::Propagate { input, output, .. } = cmd else {
+    let Command::Propagate(p) = cmd else {
         unreachable!()
     };
-    *input = *output;
-    let s = *output;
+    p.input = p.output;
+    let s = p.output;
     expect(
         &c,
         &nnet,
@@ -418,10 +420,10 @@ fn component_errors() {
     // The affine backprop without the input value it needs.
     let mut c = compiled(&nnet);
     let (k, cmd) = find(&mut c, is_backprop_of(affine));
-    let Command::Backprop { in_value, .. } = cmd else {
+    let Command::Backprop(b) = cmd else {
         unreachable!()
     };
-    *in_value = 0;
+    b.in_value = 0;
     expect(
         &c,
         &nnet,
@@ -435,7 +437,7 @@ fn component_errors() {
     // Batchnorm's propagate no longer stores the memo its backprop needs.
     let mut c = compiled(&nnet);
     let memo = match find(&mut c, is_propagate_of(bn)).1 {
-        Command::Propagate { memo, .. } => std::mem::take(memo),
+        Command::Propagate(p) => std::mem::take(&mut p.memo),
         _ => unreachable!(),
     };
     assert_ne!(memo, 0, "batchnorm in training mode uses a memo");

@@ -463,11 +463,9 @@ fn cache_counts_evicts_and_follows_the_network() {
         c.commands
             .iter()
             .filter(|c| match c {
-                Command::Backprop {
-                    update: true,
-                    component,
-                    ..
-                } => nnet.components[*component].as_updatable().is_some(),
+                Command::Backprop(b) if b.update => {
+                    nnet.components[b.component].as_updatable().is_some()
+                }
                 _ => false,
             })
             .count()

@@ -167,26 +167,32 @@ fn select(
         (out_min, out_max) = (f, f);
     }
     if a.left_context != -1 {
-        if !warned[0] && in_min > out_min.saturating_sub(a.left_context) {
-            warned[0] = true;
-            eprintln!(
-                "WARNING (copy-egs) You requested --left-context={}, but example only has left-context of {} (will warn only once; this may be harmless if using any --*left-context-initial options)",
+        let want = out_min.saturating_sub(a.left_context);
+        if in_min > want {
+            let has = out_min as i64 - in_min as i64;
+            warn_context_once(
+                &mut warned[0],
+                "left",
                 a.left_context,
-                out_min as i64 - in_min as i64
+                has,
+                "initial options)",
             );
         }
-        in_min = in_min.max(out_min.saturating_sub(a.left_context));
+        in_min = in_min.max(want);
     }
     if a.right_context != -1 {
-        if !warned[1] && in_max < out_max.saturating_add(a.right_context) {
-            warned[1] = true;
-            eprintln!(
-                "WARNING (copy-egs) You requested --right-context={}, but example only has right-context of {} (will warn only once; this may be harmless if using any --*right-context-final options.",
+        let want = out_max.saturating_add(a.right_context);
+        if in_max < want {
+            let has = in_max as i64 - out_max as i64;
+            warn_context_once(
+                &mut warned[1],
+                "right",
                 a.right_context,
-                in_max as i64 - out_max as i64
+                has,
+                "final options.",
             );
         }
-        in_max = in_max.min(out_max.saturating_add(a.right_context));
+        in_max = in_max.min(want);
     }
     let mut out = NnetExample::default();
     for io in &eg.io {
@@ -314,4 +320,15 @@ pub fn run(a: Args) -> Result<i32> {
         return Err(Error::Usage("copy-egs: no examples were written".into()));
     }
     Ok(0)
+}
+
+/// Kaldi's warning (once per run) that an example has less `side` context than requested;
+/// `tail` ends it as Kaldi's text does for that side.
+fn warn_context_once(warned: &mut bool, side: &str, requested: i32, has: i64, tail: &str) {
+    if !*warned {
+        *warned = true;
+        eprintln!(
+            "WARNING (copy-egs) You requested --{side}-context={requested}, but example only has {side}-context of {has} (will warn only once; this may be harmless if using any --*{side}-context-{tail}"
+        );
+    }
 }

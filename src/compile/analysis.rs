@@ -72,6 +72,19 @@ struct Field<'c> {
     side: Option<Side>,
 }
 
+impl<'c> Field<'c> {
+    /// A required operand with no component side.
+    fn new(value: &'c mut usize, name: &'static str, role: Role) -> Self {
+        Field {
+            value,
+            name,
+            role,
+            optional: false,
+            side: None,
+        }
+    }
+}
+
 /// One sub-matrix operand of a command, resolved (see [`CommandAccesses::operands`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Operand {
@@ -177,6 +190,21 @@ pub struct ComponentUse {
     pub memo: MemoUse,
 }
 
+impl ComponentUse {
+    /// A Propagate's use of `component` with no memo: no backprop, update or statistics.
+    fn new(component: usize, node: usize, precomputed: usize) -> Self {
+        ComponentUse {
+            component,
+            node,
+            precomputed,
+            backprop: false,
+            updates: false,
+            stores_stats: false,
+            memo: MemoUse::None,
+        }
+    }
+}
+
 /// An exchange of a node's value (or derivative) with the computation's caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeIo {
@@ -237,6 +265,26 @@ impl CommandAccesses {
         v
     }
 
+    /// Whether the command is the backprop of a component that reads only the sign of its
+    /// output (BACKPROP_NEEDS_OUTPUT_SIGN), so that value may be kept lossily compressed.
+    pub fn reads_output_sign(&self, nnet: &Nnet) -> bool {
+        self.component.is_some_and(|u| {
+            u.backprop
+                && nnet
+                    .components
+                    .get(u.component)
+                    .is_some_and(|c| c.properties().has(Properties::BACKPROP_NEEDS_OUTPUT_SIGN))
+        })
+    }
+
+    /// The names of the operand fields that hold sub-matrix `s` ("out-value", …).
+    pub fn names_of(&self, s: usize) -> impl Iterator<Item = &'static str> + '_ {
+        self.operands
+            .iter()
+            .filter(move |o| o.submatrix == s)
+            .map(|o| o.name)
+    }
+
     /// Every matrix the command touches other than by deallocating it (allocation and swaps
     /// included); unchecked indexes as they stand.
     pub fn matrices_used(&self, comp: &NnetComputation) -> Vec<usize> {
@@ -281,15 +329,7 @@ type Described<'c> = (Vec<Field<'c>>, Vec<&'c mut usize>, Facts);
 /// The one match on command kinds: every sub-matrix field with its role, every matrix field,
 /// and the rest.
 fn describe(cmd: &mut Command) -> Described<'_> {
-    fn f<'c>(value: &'c mut usize, name: &'static str, role: Role) -> Field<'c> {
-        Field {
-            value,
-            name,
-            role,
-            optional: false,
-            side: None,
-        }
-    }
+    let f = Field::new;
     fn c<'c>(
         value: &'c mut usize,
         name: &'static str,
@@ -298,11 +338,9 @@ fn describe(cmd: &mut Command) -> Described<'_> {
         side: Side,
     ) -> Field<'c> {
         Field {
-            value,
-            name,
-            role,
             optional,
             side: Some(side),
+            ..Field::new(value, name, role)
         }
     }
     let none = Facts::default();
@@ -347,27 +385,15 @@ fn describe(cmd: &mut Command) -> Described<'_> {
             (vec![], vec![m], Facts { matrix, ..none })
         }
         Command::SetConst { s, .. } => (vec![f(s, "", Role::Write)], vec![], none),
-        Command::Propagate {
-            component,
-            node,
-            precomputed,
-            input,
-            output,
-            memo,
-            store_stats,
-        } => {
+        Command::Propagate(p) => {
+            let mut u = ComponentUse::new(p.component, p.node, p.precomputed);
+            u.memo = MemoUse::of(p.memo, MemoUse::Writes);
+            u.stores_stats = p.store_stats;
             let facts = Facts {
-                component: Some(ComponentUse {
-                    component: *component,
-                    node: *node,
-                    precomputed: *precomputed,
-                    backprop: false,
-                    updates: false,
-                    stores_stats: *store_stats,
-                    memo: MemoUse::of(*memo, MemoUse::Writes),
-                }),
+                component: Some(u),
                 ..none
             };
+            let (input, output) = (&mut p.input, &mut p.output);
             // Input 0: components such as ConstantComponent read no input.
             let fields = vec![
                 c(input, "input", Role::Read, true, Side::Input),
@@ -375,29 +401,16 @@ fn describe(cmd: &mut Command) -> Described<'_> {
             ];
             (fields, vec![], facts)
         }
-        Command::Backprop {
-            component,
-            node,
-            precomputed,
-            in_value,
-            out_value,
-            out_deriv,
-            in_deriv,
-            memo,
-            update,
-        } => {
+        Command::Backprop(b) => {
+            let mut u = ComponentUse::new(b.component, b.node, b.precomputed);
+            u.memo = MemoUse::of(b.memo, MemoUse::Reads);
+            (u.backprop, u.updates) = (true, b.update);
             let facts = Facts {
-                component: Some(ComponentUse {
-                    component: *component,
-                    node: *node,
-                    precomputed: *precomputed,
-                    backprop: true,
-                    updates: *update,
-                    stores_stats: false,
-                    memo: MemoUse::of(*memo, MemoUse::Reads),
-                }),
+                component: Some(u),
                 ..none
             };
+            let (in_value, out_value) = (&mut b.in_value, &mut b.out_value);
+            let (out_deriv, in_deriv) = (&mut b.out_deriv, &mut b.in_deriv);
             // Values the component does not need are 0; so is the input derivative of a
             // Backprop that only updates parameters.
             let fields = vec![
@@ -423,32 +436,28 @@ fn describe(cmd: &mut Command) -> Described<'_> {
             (fields, vec![], Facts { rows, ..none })
         }
         // CopyRows zeroes the rows whose index is −1: all of dst is written.
-        Command::CopyRows {
-            dst, src, indexes, ..
-        }
-        | Command::AddRows {
-            dst, src, indexes, ..
-        } => {
+        Command::CopyRows(r) | Command::AddRows(r) => {
             let rows = RowMap::Indexes {
-                dst: *dst,
-                src: *src,
-                table: *indexes,
+                dst: r.dst,
+                src: r.src,
+                table: r.indexes,
             };
-            let fields = vec![f(dst, "dst", dst_role), f(src, "src", Role::Read)];
+            let fields = vec![
+                f(&mut r.dst, "dst", dst_role),
+                f(&mut r.src, "src", Role::Read),
+            ];
             (fields, vec![], Facts { rows, ..none })
         }
-        Command::AddRowRanges {
-            dst,
-            src,
-            indexes_ranges,
-            ..
-        } => {
+        Command::AddRowRanges(r) => {
             let rows = RowMap::Ranges {
-                dst: *dst,
-                src: *src,
-                table: *indexes_ranges,
+                dst: r.dst,
+                src: r.src,
+                table: r.indexes,
             };
-            let fields = vec![f(dst, "dst", Role::Add), f(src, "src", Role::Read)];
+            let fields = vec![
+                f(&mut r.dst, "dst", Role::Add),
+                f(&mut r.src, "src", Role::Read),
+            ];
             (fields, vec![], Facts { rows, ..none })
         }
         // Rows whose pair is (−1, −1) are zeroed: all of dst is written.
@@ -457,14 +466,14 @@ fn describe(cmd: &mut Command) -> Described<'_> {
         }
         | Command::AddRowsMulti {
             dst, indexes_multi, ..
-        } => multi(dst, "dst", dst_role, *indexes_multi, Access::Read),
+        } => multi(f(dst, "dst", dst_role), *indexes_multi, Access::Read),
         // A scatter writes only the rows it names: the targets are ReadWrite.
         Command::CopyToRowsMulti {
             src, indexes_multi, ..
         }
         | Command::AddToRowsMulti {
             src, indexes_multi, ..
-        } => multi(src, "src", Role::Read, *indexes_multi, Access::ReadWrite),
+        } => multi(f(src, "src", Role::Read), *indexes_multi, Access::ReadWrite),
         Command::AcceptInput { s, node } => {
             let io = Some(NodeIo::Accept { node: *node });
             (vec![f(s, "", Role::Write)], vec![], Facts { io, ..none })
@@ -489,29 +498,16 @@ fn describe(cmd: &mut Command) -> Described<'_> {
 }
 
 /// A Multi command: one local operand and the sub-matrices named in `indexes_multi[table]`.
-fn multi<'c>(
-    local: &'c mut usize,
-    name: &'static str,
-    role: Role,
-    table: usize,
-    targets: Access,
-) -> Described<'c> {
+fn multi(local: Field<'_>, table: usize, targets: Access) -> Described<'_> {
     let facts = Facts {
         rows: RowMap::Multi {
-            local: *local,
+            local: *local.value,
             table,
             access: targets,
         },
         ..Facts::default()
     };
-    let field = Field {
-        value: local,
-        name,
-        role,
-        optional: false,
-        side: None,
-    };
-    (vec![field], vec![], facts)
+    (vec![local], vec![], facts)
 }
 
 /// Everything `cmd` reads and writes; `nnet` says what its component does (a component index
@@ -577,6 +573,7 @@ pub fn rename_matrices(cmd: &mut Command, mut f: impl FnMut(usize) -> usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::computation::{BackpropCommand, RowsCommand};
 
     fn nnet() -> Nnet {
         crate::testing::relu_nnet(false)
@@ -632,7 +629,7 @@ mod tests {
             subs(scatter),
             vec![(2, Read), (1, ReadWrite), (3, ReadWrite)]
         );
-        let backprop = Command::Backprop {
+        let backprop = Command::Backprop(BackpropCommand {
             component: 0,
             node: 1,
             precomputed: 0,
@@ -642,7 +639,7 @@ mod tests {
             in_deriv: 3,
             memo: 0,
             update: false,
-        };
+        });
         assert_eq!(subs(backprop), vec![(2, Read), (3, ReadWrite)]);
         let a = command_accesses(&nnet, &Command::AllocMatrixUndefined { m: 2 });
         assert_eq!(
@@ -661,12 +658,12 @@ mod tests {
         let nnet = nnet();
         let cmds = [
             propagate(1, 2),
-            Command::AddRowRanges {
+            Command::AddRowRanges(RowsCommand {
                 dst: 1,
                 src: 2,
-                indexes_ranges: 0,
+                indexes: 0,
                 alpha: 1.0,
-            },
+            }),
             Command::AddToRowsMulti {
                 src: 3,
                 indexes_multi: 0,

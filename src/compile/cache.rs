@@ -946,45 +946,28 @@ impl<'a> Expander<'a> {
                 Command::SetConst { s, .. } => {
                     self.layout(*s)?;
                 }
-                Command::Propagate {
-                    component,
-                    precomputed,
-                    input,
-                    output,
-                    ..
-                } => {
-                    *precomputed = self.widen_component_command(
-                        *component,
-                        *precomputed,
-                        &[*input],
-                        &[*output],
+                Command::Propagate(p) => {
+                    p.precomputed = self.widen_component_command(
+                        p.component,
+                        p.precomputed,
+                        &[p.input],
+                        &[p.output],
                     )?
                 }
-                Command::Backprop {
-                    component,
-                    precomputed,
-                    in_value,
-                    out_value,
-                    out_deriv,
-                    in_deriv,
-                    ..
-                } => {
-                    *precomputed = self.widen_component_command(
-                        *component,
-                        *precomputed,
-                        &[*in_value, *in_deriv],
-                        &[*out_value, *out_deriv],
+                Command::Backprop(b) => {
+                    b.precomputed = self.widen_component_command(
+                        b.component,
+                        b.precomputed,
+                        &[b.in_value, b.in_deriv],
+                        &[b.out_value, b.out_deriv],
                     )?
                 }
                 Command::MatrixCopy { dst, src, .. } | Command::MatrixAdd { dst, src, .. } => {
                     self.same_layout(&[*dst, *src], "matrix copy")?;
                 }
-                Command::CopyRows {
-                    dst, src, indexes, ..
+                Command::CopyRows(r) | Command::AddRows(r) => {
+                    r.indexes = self.widen_indexes(r.indexes, r.dst, r.src)?
                 }
-                | Command::AddRows {
-                    dst, src, indexes, ..
-                } => *indexes = self.widen_indexes(*indexes, *dst, *src)?,
                 // The To kinds' tables are indexed by the rows of their source.
                 Command::CopyRowsMulti {
                     dst: rows_of,
@@ -1006,12 +989,9 @@ impl<'a> Expander<'a> {
                     indexes_multi,
                     ..
                 } => *indexes_multi = self.widen_multi(*indexes_multi, *rows_of)?,
-                Command::AddRowRanges {
-                    dst,
-                    src,
-                    indexes_ranges,
-                    ..
-                } => *indexes_ranges = self.widen_ranges(*indexes_ranges, *dst, *src)?,
+                Command::AddRowRanges(r) => {
+                    r.indexes = self.widen_ranges(r.indexes, r.dst, r.src)?
+                }
                 Command::AcceptInput { s, node } | Command::ProvideOutput { s, node } => {
                     self.check_io(*node, *s)?;
                 }

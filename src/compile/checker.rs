@@ -814,19 +814,10 @@ pub fn check_computation(comp: &NnetComputation, nnet: &Nnet) -> Result<(), Chec
             }
         }
         let subs = acc.submatrices(comp);
-        let sign_reader = acc.component.is_some_and(|u| {
-            u.backprop
-                && nnet.components[u.component]
-                    .properties()
-                    .has(Properties::BACKPROP_NEEDS_OUTPUT_SIGN)
-        });
+        let sign_reader = acc.reads_output_sign(nnet);
         for &(s, a) in &subs {
             let m = comp.submatrices[s].matrix;
-            let as_out_value = sign_reader
-                && acc
-                    .operands
-                    .iter()
-                    .any(|o| o.submatrix == s && o.name == "out-value");
+            let as_out_value = sign_reader && acc.names_of(s).any(|n| n == "out-value");
             if signs_only[m] && a.reads() && !as_out_value {
                 return Err(at_command(
                     k,

@@ -8,7 +8,9 @@
 //! `AcceptInput` copies the user's matrix into its sub-matrix and `ProvideOutput` hands one
 //! out. Output values and requested input derivatives are never deallocated.
 
-use super::computation::{Command, MatrixDebugInfo, NnetComputation};
+use super::computation::{
+    BackpropCommand, Command, MatrixDebugInfo, NnetComputation, PropagateCommand, RowsCommand,
+};
 use super::graph::{build_graph, ComputationGraph};
 use super::request::ComputationRequest;
 use super::split::{
@@ -471,7 +473,7 @@ impl Compiler<'_> {
                 } else {
                     0
                 };
-                comp.commands.push(Command::Propagate {
+                comp.commands.push(Command::Propagate(PropagateCommand {
                     component: *component,
                     node: info.node,
                     precomputed: info.precomputed,
@@ -480,7 +482,7 @@ impl Compiler<'_> {
                     memo,
                     store_stats: self.request.store_component_stats
                         && props.has(Properties::STORES_STATS),
-                });
+                }));
             }
             NetworkNode::Descriptor { .. } => {
                 for p in 0..info.value_parts.len() {
@@ -599,7 +601,7 @@ impl Compiler<'_> {
                 if in_deriv == 0 && !update {
                     return Ok(());
                 }
-                comp.commands.push(Command::Backprop {
+                comp.commands.push(Command::Backprop(BackpropCommand {
                     component: *component,
                     node: info.node,
                     precomputed: info.precomputed,
@@ -621,7 +623,7 @@ impl Compiler<'_> {
                         0
                     },
                     update,
-                });
+                }));
             }
             NetworkNode::Descriptor { .. } => {
                 if self.nnet.is_output_node(info.node) && info.deriv != 0 {
@@ -739,21 +741,16 @@ fn forward_from_locations(
             return;
         }
         comp.indexes.push(indexes);
-        let ix = comp.indexes.len() - 1;
+        let r = RowsCommand {
+            dst: value,
+            src,
+            indexes: comp.indexes.len() - 1,
+            alpha,
+        };
         comp.commands.push(if first {
-            Command::CopyRows {
-                dst: value,
-                src,
-                indexes: ix,
-                alpha,
-            }
+            Command::CopyRows(r)
         } else {
-            Command::AddRows {
-                dst: value,
-                src,
-                indexes: ix,
-                alpha,
-            }
+            Command::AddRows(r)
         });
     } else {
         comp.indexes_multi.push(v.to_vec());
@@ -816,12 +813,12 @@ fn backward_from_locations(comp: &mut NnetComputation, deriv: usize, alpha: f32,
     if unique {
         comp.indexes.push(reverse);
         let ix = comp.indexes.len() - 1;
-        comp.commands.push(Command::AddRows {
+        comp.commands.push(Command::AddRows(RowsCommand {
             dst,
             src: deriv,
             indexes: ix,
             alpha,
-        });
+        }));
         return;
     }
     if let Some(mut ranges) = has_contiguous_property(&indexes) {
@@ -829,12 +826,12 @@ fn backward_from_locations(comp: &mut NnetComputation, deriv: usize, alpha: f32,
             ranges.resize(dst_rows, (-1, -1));
             comp.indexes_ranges.push(ranges);
             let ix = comp.indexes_ranges.len() - 1;
-            comp.commands.push(Command::AddRowRanges {
+            comp.commands.push(Command::AddRowRanges(RowsCommand {
                 dst,
                 src: deriv,
-                indexes_ranges: ix,
+                indexes: ix,
                 alpha,
-            });
+            }));
             return;
         }
     }

@@ -34,6 +34,44 @@ pub struct SubMatrixInfo {
     pub num_cols: usize,
 }
 
+/// A Propagate command's operands (see [`Command::Propagate`]), one struct as for Backprop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PropagateCommand {
+    pub component: usize,
+    pub node: usize,
+    pub precomputed: usize,
+    pub input: usize,
+    pub output: usize,
+    pub memo: usize,
+    pub store_stats: bool,
+}
+
+/// A Backprop command's operands, one struct so that the passes that read or rebuild them
+/// name the fields they use instead of spelling out the whole variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackpropCommand {
+    pub component: usize,
+    pub node: usize,
+    pub precomputed: usize,
+    pub in_value: usize,
+    pub out_value: usize,
+    pub out_deriv: usize,
+    pub in_deriv: usize,
+    pub memo: usize,
+    pub update: bool,
+}
+
+/// The operands of a command that maps rows of `src` to rows of `dst` through a table:
+/// CopyRows and AddRows (`indexes` names a table in `indexes`), AddRowRanges (one in
+/// `indexes_ranges`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowsCommand {
+    pub dst: usize,
+    pub src: usize,
+    pub indexes: usize,
+    pub alpha: f32,
+}
+
 /// The command kinds (Kaldi's `CommandType`). Argument meanings follow Kaldi's
 /// `NnetComputation::Command` documentation; the fields of [`Command`] are named per kind.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,47 +97,19 @@ pub enum Command {
     /// Propagate component `component` (node `node`): input sub-matrix `input`, output
     /// `output`; `precomputed` indexes into `component_precomputed_indexes` (0 = none);
     /// `memo` is the memo slot (0 = none); `store_stats` asks for statistics.
-    Propagate {
-        component: usize,
-        node: usize,
-        precomputed: usize,
-        input: usize,
-        output: usize,
-        memo: usize,
-        store_stats: bool,
-    },
+    Propagate(PropagateCommand),
     /// Backprop of component `component` (node `node`); `update` says whether to accumulate
     /// a parameter gradient (Kaldi's kBackprop vs kBackpropNoModelUpdate). Sub-matrix 0
     /// means "not needed / not present".
-    Backprop {
-        component: usize,
-        node: usize,
-        precomputed: usize,
-        in_value: usize,
-        out_value: usize,
-        out_deriv: usize,
-        in_deriv: usize,
-        memo: usize,
-        update: bool,
-    },
+    Backprop(BackpropCommand),
     /// `dst = alpha · src` (Kaldi's kMatrixCopy).
     MatrixCopy { dst: usize, src: usize, alpha: f32 },
     /// `dst += alpha · src` (Kaldi's kMatrixAdd).
     MatrixAdd { dst: usize, src: usize, alpha: f32 },
     /// `dst[i] = alpha · src[indexes[i]]` (−1 → zero) (kCopyRows).
-    CopyRows {
-        dst: usize,
-        src: usize,
-        indexes: usize,
-        alpha: f32,
-    },
+    CopyRows(RowsCommand),
     /// `dst[i] += alpha · src[indexes[i]]` (−1 → nothing) (kAddRows).
-    AddRows {
-        dst: usize,
-        src: usize,
-        indexes: usize,
-        alpha: f32,
-    },
+    AddRows(RowsCommand),
     /// `dst[i] = alpha · row (sub-matrix, row) of indexes_multi[..][i]` (kCopyRowsMulti).
     CopyRowsMulti {
         dst: usize,
@@ -124,13 +134,9 @@ pub enum Command {
         indexes_multi: usize,
         alpha: f32,
     },
-    /// `dst[i] += alpha · Σ src[ranges[i].0 .. ranges[i].1]` (kAddRowRanges).
-    AddRowRanges {
-        dst: usize,
-        src: usize,
-        indexes_ranges: usize,
-        alpha: f32,
-    },
+    /// `dst[i] += alpha · Σ src[ranges[i].0 .. ranges[i].1]` (kAddRowRanges); here the
+    /// operands' `indexes` names a table in `indexes_ranges`.
+    AddRowRanges(RowsCommand),
     /// Copy the supplied input for node `node` into sub-matrix `s` (kAcceptInput).
     AcceptInput { s: usize, node: usize },
     /// Hand sub-matrix `s` out as the value (or derivative) of node `node` (kProvideOutput).

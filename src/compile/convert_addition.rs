@@ -12,7 +12,7 @@
 //! command touched any part of the matrix that overlaps the destination's rectangle.
 
 use super::analysis::{command_accesses, MatrixOp};
-use super::computation::{Command, NnetComputation, SubMatrixInfo};
+use super::computation::{Command, NnetComputation, RowsCommand, SubMatrixInfo};
 use crate::nnet::Nnet;
 
 /// True if the two sub-matrices share at least one element.
@@ -47,7 +47,7 @@ pub fn convert_addition_to_assignment(nnet: &Nnet, comp: &mut NnetComputation) -
         }
         let dst = match comp.commands[k] {
             Command::MatrixAdd { dst, .. }
-            | Command::AddRows { dst, .. }
+            | Command::AddRows(RowsCommand { dst, .. })
             | Command::AddRowsMulti { dst, .. } => dst,
             _ => 0,
         };
@@ -63,17 +63,7 @@ pub fn convert_addition_to_assignment(nnet: &Nnet, comp: &mut NnetComputation) -
                     Command::MatrixAdd { dst, src, alpha } => {
                         Command::MatrixCopy { dst, src, alpha }
                     }
-                    Command::AddRows {
-                        dst,
-                        src,
-                        indexes,
-                        alpha,
-                    } => Command::CopyRows {
-                        dst,
-                        src,
-                        indexes,
-                        alpha,
-                    },
+                    Command::AddRows(r) => Command::CopyRows(r),
                     Command::AddRowsMulti {
                         dst,
                         indexes_multi,

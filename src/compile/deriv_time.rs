@@ -25,7 +25,9 @@
 //! info are never limited.
 
 use super::analysis::{command_accesses, RowMap};
-use super::computation::{Command, NnetComputation, SubMatrixInfo};
+use super::computation::{
+    BackpropCommand, Command, NnetComputation, PropagateCommand, RowsCommand, SubMatrixInfo,
+};
 use super::request::ComputationRequest;
 use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
@@ -221,6 +223,17 @@ impl<'a> Limiter<'a> {
         }
     }
 
+    /// A row-indexed command's operands as kept ([`whole_if_kept`](Self::whole_if_kept)) and
+    /// the rows cut from each one's start, or `None` when either keeps no row (nothing
+    /// nonzero moves; the destination was zeroed at allocation).
+    fn kept_operands(&self, dst: usize, src: usize) -> Option<((usize, usize), (usize, usize))> {
+        let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
+        if d == 0 || s == 0 {
+            return None;
+        }
+        Some(((d, s), (self.left_cut(dst, d), self.left_cut(src, s))))
+    }
+
     /// Rows cut from the start of `orig` to get `new` (a narrowing of it).
     fn left_cut(&self, orig: usize, new: usize) -> usize {
         self.comp.submatrices[new].row_offset - self.comp.submatrices[orig].row_offset
@@ -261,48 +274,34 @@ impl<'a> Limiter<'a> {
     /// The limited form of `cmd` (`None`: unchanged).
     fn modify(&mut self, cmd: Command) -> Option<Command> {
         match cmd {
-            Command::Propagate {
-                output,
-                store_stats: true,
-                ..
-            } if self.map[output] == 0 => {
-                let mut c = cmd;
-                if let Command::Propagate { store_stats, .. } = &mut c {
-                    *store_stats = false;
-                }
-                Some(c)
+            Command::Propagate(p) if p.store_stats && self.map[p.output] == 0 => {
+                Some(Command::Propagate(PropagateCommand {
+                    store_stats: false,
+                    ..p
+                }))
             }
-            Command::Backprop {
-                component,
-                node,
-                precomputed,
-                in_value,
-                out_value,
-                out_deriv,
-                in_deriv,
-                memo,
-                update,
-            } => {
+            Command::Backprop(b) => {
                 let props = self
                     .nnet
                     .components
-                    .get(component)
+                    .get(b.component)
                     .map_or(Properties(0), |c| c.properties());
                 if !props.has(Properties::SIMPLE) {
                     return None;
                 }
-                let mapped = [in_value, out_value, out_deriv, in_deriv].map(|s| self.map[s]);
+                let mapped =
+                    [b.in_value, b.out_value, b.out_deriv, b.in_deriv].map(|s| self.map[s]);
                 if mapped[2] == 0 {
                     return Some(Command::NoOperation);
                 }
-                if mapped[2] == out_deriv || props.has(Properties::USES_MEMO) {
+                if mapped[2] == b.out_deriv || props.has(Properties::USES_MEMO) {
                     return None;
                 }
                 // A simple component's operands share their rows; narrow only if they all
                 // narrow alike (they do when their debug info agrees).
                 let rows = self.comp.submatrices[mapped[2]].num_rows;
-                let cut = self.left_cut(out_deriv, mapped[2]);
-                let alike = [in_value, out_value, in_deriv]
+                let cut = self.left_cut(b.out_deriv, mapped[2]);
+                let alike = [b.in_value, b.out_value, b.in_deriv]
                     .iter()
                     .zip([mapped[0], mapped[1], mapped[3]])
                     .all(|(&s, m)| {
@@ -314,17 +313,13 @@ impl<'a> Limiter<'a> {
                 if !alike {
                     return None;
                 }
-                Some(Command::Backprop {
-                    component,
-                    node,
-                    precomputed,
+                Some(Command::Backprop(BackpropCommand {
                     in_value: mapped[0],
                     out_value: mapped[1],
                     out_deriv: mapped[2],
                     in_deriv: mapped[3],
-                    memo,
-                    update,
-                })
+                    ..b
+                }))
             }
             Command::MatrixCopy { dst, src, alpha } | Command::MatrixAdd { dst, src, alpha } => {
                 let (d, s) = (self.map_if_deriv(dst), self.map_if_deriv(src));
@@ -363,26 +358,13 @@ impl<'a> Limiter<'a> {
                     },
                 })
             }
-            Command::CopyRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            }
-            | Command::AddRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            } => {
-                let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
-                if d == 0 || s == 0 {
-                    // Nothing nonzero moves; the destination was zeroed at allocation.
+            Command::CopyRows(r) | Command::AddRows(r) => {
+                let (dst, src) = (r.dst, r.src);
+                let Some(((d, s), (dl, sl))) = self.kept_operands(dst, src) else {
                     return Some(Command::NoOperation);
-                }
-                let (dl, sl) = (self.left_cut(dst, d), self.left_cut(src, s));
+                };
                 let n_src = self.comp.submatrices[s].num_rows;
-                let old = self.comp.indexes[indexes].clone();
+                let old = self.comp.indexes[r.indexes].clone();
                 let mut keep = false;
                 let new: Vec<i32> = (0..self.comp.submatrices[d].num_rows)
                     .map(|i| {
@@ -403,20 +385,15 @@ impl<'a> Limiter<'a> {
                     return None;
                 }
                 self.comp.indexes.push(new);
-                let indexes = self.comp.indexes.len() - 1;
+                let r = RowsCommand {
+                    dst: d,
+                    src: s,
+                    indexes: self.comp.indexes.len() - 1,
+                    alpha: r.alpha,
+                };
                 Some(match cmd {
-                    Command::CopyRows { .. } => Command::CopyRows {
-                        dst: d,
-                        src: s,
-                        indexes,
-                        alpha,
-                    },
-                    _ => Command::AddRows {
-                        dst: d,
-                        src: s,
-                        indexes,
-                        alpha,
-                    },
+                    Command::CopyRows(_) => Command::CopyRows(r),
+                    _ => Command::AddRows(r),
                 })
             }
             Command::CopyRowsMulti { .. }
@@ -481,18 +458,12 @@ impl<'a> Limiter<'a> {
                 }
                 Some(c)
             }
-            Command::AddRowRanges {
-                dst,
-                src,
-                indexes_ranges,
-                alpha,
-            } => {
-                let (d, s) = (self.whole_if_kept(dst), self.whole_if_kept(src));
-                if d == 0 || s == 0 {
+            Command::AddRowRanges(r) => {
+                let src = r.src;
+                let Some(((d, s), (dl, sl))) = self.kept_operands(r.dst, src) else {
                     return Some(Command::NoOperation);
-                }
-                let (dl, sl) = (self.left_cut(dst, d), self.left_cut(src, s));
-                let old = self.comp.indexes_ranges[indexes_ranges].clone();
+                };
+                let old = self.comp.indexes_ranges[r.indexes].clone();
                 let mut keep = false;
                 let new: Vec<(i32, i32)> = (0..self.comp.submatrices[d].num_rows)
                     .map(|i| {
@@ -523,12 +494,12 @@ impl<'a> Limiter<'a> {
                     return None;
                 }
                 self.comp.indexes_ranges.push(new);
-                Some(Command::AddRowRanges {
+                Some(Command::AddRowRanges(RowsCommand {
                     dst: d,
                     src: s,
-                    indexes_ranges: self.comp.indexes_ranges.len() - 1,
-                    alpha,
-                })
+                    indexes: self.comp.indexes_ranges.len() - 1,
+                    alpha: r.alpha,
+                }))
             }
             _ => None,
         }
@@ -541,14 +512,14 @@ impl<'a> Limiter<'a> {
             .commands
             .iter()
             .filter_map(|c| match c {
-                Command::Backprop { memo, .. } if *memo != 0 => Some(*memo),
+                Command::Backprop(b) if b.memo != 0 => Some(b.memo),
                 _ => None,
             })
             .collect();
         for c in &mut self.comp.commands {
-            if let Command::Propagate { memo, .. } = c {
-                if *memo != 0 && !read.contains(memo) {
-                    *memo = 0;
+            if let Command::Propagate(p) = c {
+                if p.memo != 0 && !read.contains(&p.memo) {
+                    p.memo = 0;
                 }
             }
         }

@@ -16,7 +16,6 @@
 use super::analysis::{command_accesses, Access};
 use super::computation::{Command, NnetComputation};
 use crate::matrix::CompressionKind;
-use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
 
 /// Inserts CompressMatrix after the last forward use and DecompressMatrix before the one
@@ -42,22 +41,11 @@ pub fn optimize_memory_compression(nnet: &Nnet, comp: &mut NnetComputation, leve
     let mut is_output = vec![false; nm];
     for (k, cmd) in comp.commands.iter().enumerate() {
         let acc = command_accesses(nnet, cmd);
-        let sign_reader = acc.component.is_some_and(|u| {
-            u.backprop
-                && nnet
-                    .components
-                    .get(u.component)
-                    .is_some_and(|c| c.properties().has(Properties::BACKPROP_NEEDS_OUTPUT_SIGN))
-        });
+        let sign_reader = acc.reads_output_sign(nnet);
         let subs = acc.submatrices(comp);
         for &(s, a) in &subs {
             let m = comp.submatrices[s].matrix;
-            let only_out_value = sign_reader
-                && acc
-                    .operands
-                    .iter()
-                    .filter(|o| o.submatrix == s)
-                    .all(|o| o.name == "out-value");
+            let only_out_value = sign_reader && acc.names_of(s).all(|n| n == "out-value");
             if let Some(v) = accesses.get_mut(m) {
                 v.push((k, a, only_out_value));
             }

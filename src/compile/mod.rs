@@ -35,6 +35,8 @@ pub mod t_range;
 
 pub use cache::{CachingCompiler, CachingCompilerOptions, CompilerStats};
 pub use compiler::{compile_computation, CompilerOptions};
-pub use computation::{Command, NnetComputation, SubMatrixInfo};
+pub use computation::{
+    BackpropCommand, Command, NnetComputation, PropagateCommand, RowsCommand, SubMatrixInfo,
+};
 pub use optimize::{optimize, optimize_for_request, OptimizeOptions};
 pub use request::{ComputationRequest, IoSpecification};

@@ -455,57 +455,24 @@ impl<'a> Optimizer<'a> {
                         merged = true;
                     }
                 }
-                Command::Propagate {
-                    component,
-                    input,
-                    output,
-                    ..
-                } if in_place => {
-                    if input == 0 || output == 0 || input == output {
-                        continue;
-                    }
+                Command::Propagate(p) if in_place => {
                     let flags = (Properties::PROPAGATE_IN_PLACE, Properties::PROPAGATE_ADDS);
-                    if !self.allows_in_place(component, flags, input, output) {
-                        continue;
-                    }
-                    let (a, b) = (self.matrix_of(input), self.matrix_of(output));
-                    if a == b || !self.same_shape(a, b) {
-                        continue;
-                    }
-                    if self.merge_in_place(k, input, a, b) {
-                        if let Command::Propagate { output, .. } = &mut self.comp.commands[k] {
-                            *output = input;
+                    let (src, dst) = (p.input, p.output);
+                    if self.merge_operands(k, p.component, flags, (src, dst), [0, 0]) {
+                        if let Command::Propagate(q) = &mut self.comp.commands[k] {
+                            q.output = src;
                         }
                         merged = true;
                     }
                 }
-                Command::Backprop {
-                    component,
-                    in_value,
-                    out_value,
-                    out_deriv,
-                    in_deriv,
-                    ..
-                } if backprop => {
-                    if in_deriv == 0 || out_deriv == 0 || in_deriv == out_deriv {
-                        continue;
-                    }
+                Command::Backprop(b) if backprop => {
                     let flags = (Properties::BACKPROP_IN_PLACE, Properties::BACKPROP_ADDS);
-                    if !self.allows_in_place(component, flags, out_deriv, in_deriv) {
-                        continue;
-                    }
-                    let (a, b) = (self.matrix_of(out_deriv), self.matrix_of(in_deriv));
                     // The values the backprop reads must not share the derivative's storage.
-                    let mut values = [in_value, out_value]
-                        .into_iter()
-                        .filter(|&s| s != 0)
-                        .map(|s| self.matrix_of(s));
-                    if a == b || !self.same_shape(a, b) || values.any(|m| m == a || m == b) {
-                        continue;
-                    }
-                    if self.merge_in_place(k, out_deriv, a, b) {
-                        if let Command::Backprop { in_deriv, .. } = &mut self.comp.commands[k] {
-                            *in_deriv = out_deriv;
+                    let values = [b.in_value, b.out_value];
+                    let (src, dst) = (b.out_deriv, b.in_deriv);
+                    if self.merge_operands(k, b.component, flags, (src, dst), values) {
+                        if let Command::Backprop(q) = &mut self.comp.commands[k] {
+                            q.in_deriv = src;
                         }
                         merged = true;
                     }
@@ -514,6 +481,33 @@ impl<'a> Optimizer<'a> {
             }
         }
         merged
+    }
+
+    /// propagate_in_place / backprop_in_place for command `k` of `component`: whether its
+    /// output operand `dst` may become its input `src` (both nonzero and distinct, `flags` as
+    /// for [`allows_in_place`](Self::allows_in_place), matrices of the same shape that
+    /// `values`, the other operands read, do not share), merging the two matrices if so.
+    /// The caller then renames the command's operand.
+    fn merge_operands(
+        &mut self,
+        k: usize,
+        component: usize,
+        flags: (Properties, Properties),
+        (src, dst): (usize, usize),
+        values: [usize; 2],
+    ) -> bool {
+        if src == 0 || dst == 0 || src == dst || !self.allows_in_place(component, flags, src, dst) {
+            return false;
+        }
+        let (a, b) = (self.matrix_of(src), self.matrix_of(dst));
+        let mut values = values
+            .into_iter()
+            .filter(|&s| s != 0)
+            .map(|s| self.matrix_of(s));
+        if a == b || !self.same_shape(a, b) || values.any(|m| m == a || m == b) {
+            return false;
+        }
+        self.merge_in_place(k, src, a, b)
     }
 
     /// Whether command `component` may run in place from sub-matrix `src` into `dst`: it has
@@ -771,7 +765,7 @@ mod tests {
         assert!(opt
             .commands
             .iter()
-            .any(|x| matches!(x, Command::Propagate { input, output, .. } if input == output)));
+            .any(|x| matches!(x, Command::Propagate(p) if p.input == p.output)));
         assert_eq!(
             opt.commands,
             vec![
@@ -958,9 +952,9 @@ mod tests {
             )
         };
         let in_place = |c: &NnetComputation| {
-            c.commands.iter().any(|x| {
-                matches!(x, Command::Backprop { out_deriv, in_deriv, .. } if out_deriv == in_deriv)
-            })
+            c.commands
+                .iter()
+                .any(|x| matches!(x, Command::Backprop(b) if b.out_deriv == b.in_deriv))
         };
         let adds = |c: &NnetComputation| {
             count(c, |x| {

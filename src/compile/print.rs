@@ -118,70 +118,52 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
         },
         Command::DecompressMatrix { m } => format!("DecompressMatrix(m{m})"),
         Command::SetConst { s, alpha } => format!("{}.Set({})", sn(*s), fmt_g(*alpha as f64, 6)),
-        Command::Propagate {
-            component,
-            precomputed,
-            input,
-            output,
-            memo,
-            store_stats,
-            ..
-        } => {
-            let pre = if *precomputed == 0 {
+        Command::Propagate(p) => {
+            let pre = if p.precomputed == 0 {
                 "NULL".to_string()
             } else {
-                format!("precomputed{precomputed}")
+                format!("precomputed{}", p.precomputed)
             };
             let mut s = format!(
                 "{}.Propagate({}, {}, &{})",
-                name_of(comps, *component),
+                name_of(comps, p.component),
                 pre,
-                sn(*input),
-                sn(*output)
+                sn(p.input),
+                sn(p.output)
             );
-            if *memo != 0 {
-                s.push_str(&format!(" [memo {memo}]"));
+            if p.memo != 0 {
+                s.push_str(&format!(" [memo {}]", p.memo));
             }
-            if *store_stats {
+            if p.store_stats {
                 s.push_str(&format!(
                     "; {}.StoreStats({})",
-                    name_of(comps, *component),
-                    sn(*output)
+                    name_of(comps, p.component),
+                    sn(p.output)
                 ));
             }
             s
         }
-        Command::Backprop {
-            component,
-            precomputed,
-            in_value,
-            out_value,
-            out_deriv,
-            in_deriv,
-            memo,
-            update,
-            ..
-        } => {
-            let name = name_of(comps, *component);
-            let pre = if *precomputed == 0 {
+        Command::Backprop(b) => {
+            let name = name_of(comps, b.component);
+            let pre = if b.precomputed == 0 {
                 "NULL".to_string()
             } else {
-                format!("precomputed{precomputed}")
+                format!("precomputed{}", b.precomputed)
             };
-            let in_d = if *in_deriv == 0 {
+            let in_d = if b.in_deriv == 0 {
                 "NULL".to_string()
             } else {
-                format!("&{}", sn(*in_deriv))
+                format!("&{}", sn(b.in_deriv))
             };
             let mut s = format!(
                 "{name}.Backprop({pre}, {}, {}, {}, {}, {in_d})",
-                sn(*in_value),
-                sn(*out_value),
-                sn(*out_deriv),
-                if *update { name } else { "NULL" },
+                sn(b.in_value),
+                sn(b.out_value),
+                sn(b.out_deriv),
+                if b.update { name } else { "NULL" },
             );
-            if *memo != 0 {
-                s.push_str(&format!(" [memo {memo}]"));
+            if b.memo != 0 {
+                s.push_str(&format!(" [memo {}]", b.memo));
             }
             s
         }
@@ -191,25 +173,14 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
         Command::MatrixAdd { dst, src, alpha } => {
             format!("{} += {}{}", sn(*dst), alpha_prefix(*alpha), sn(*src))
         }
-        Command::CopyRows {
-            dst,
-            src,
-            indexes,
-            alpha,
-        }
-        | Command::AddRows {
-            dst,
-            src,
-            indexes,
-            alpha,
-        } => format!(
+        Command::CopyRows(r) | Command::AddRows(r) => format!(
             "{}.{}({}, {}{})",
-            sn(*dst),
+            sn(r.dst),
             cmd.kind_name(),
-            fmt_g(*alpha as f64, 6),
-            sn(*src),
+            fmt_g(r.alpha as f64, 6),
+            sn(r.src),
             c.indexes
-                .get(*indexes)
+                .get(r.indexes)
                 .map_or("[?]".into(), |v| format_int_list(v))
         ),
         Command::CopyRowsMulti {
@@ -244,24 +215,19 @@ pub fn format_command(c: &NnetComputation, nnet: &Nnet, cmd: &Command) -> String
             fmt_g(*alpha as f64, 6),
             sn(*src)
         ),
-        Command::AddRowRanges {
-            dst,
-            src,
-            indexes_ranges,
-            alpha,
-        } => {
+        Command::AddRowRanges(rows) => {
             let r = c
                 .indexes_ranges
-                .get(*indexes_ranges)
+                .get(rows.indexes)
                 .map_or("[?]".into(), |v| {
                     let items: Vec<String> = v.iter().map(|&(a, b)| format!("{a}:{b}")).collect();
                     format!("[{}]", items.join(", "))
                 });
             format!(
                 "{}.AddRowRanges({}, {}{})",
-                sn(*dst),
-                fmt_g(*alpha as f64, 6),
-                sn(*src),
+                sn(rows.dst),
+                fmt_g(rows.alpha as f64, 6),
+                sn(rows.src),
                 r
             )
         }

@@ -13,7 +13,7 @@
 //! `x + alpha·y` in every form), so results stay bit-identical. Afterwards the index tables
 //! no command uses are dropped ([`drop_unused_tables`]).
 
-use super::computation::{Command, NnetComputation, SubMatrixInfo};
+use super::computation::{Command, NnetComputation, RowsCommand, SubMatrixInfo};
 use super::convert_addition::overlaps;
 
 /// Per matrix: true if it is exchanged with the caller (AcceptInput / ProvideOutput). Their
@@ -117,18 +117,19 @@ pub fn snip_row_ops(comp: &mut NnetComputation) -> usize {
     for k in 0..comp.commands.len() {
         let mut cmd = comp.commands[k].clone();
         let snipped = match &mut cmd {
-            Command::AddRows { dst, indexes, .. } => {
-                snip(comp, &io, dst, indexes, |c| &mut c.indexes, |&i| i < 0)
-            }
-            Command::AddRowRanges {
-                dst,
-                indexes_ranges,
-                ..
-            } => snip(
+            Command::AddRows(r) => snip(
                 comp,
                 &io,
-                dst,
-                indexes_ranges,
+                &mut r.dst,
+                &mut r.indexes,
+                |c| &mut c.indexes,
+                |&i| i < 0,
+            ),
+            Command::AddRowRanges(r) => snip(
+                comp,
+                &io,
+                &mut r.dst,
+                &mut r.indexes,
                 |c| &mut c.indexes_ranges,
                 |r| r.0 >= r.1,
             ),
@@ -169,20 +170,16 @@ pub fn snip_row_ops(comp: &mut NnetComputation) -> usize {
 
 /// `dst = alpha · src[indexes]` (CopyRows), or `+=` (AddRows) when `add`.
 fn rows_command(add: bool, dst: usize, src: usize, indexes: usize, alpha: f32) -> Command {
+    let r = RowsCommand {
+        dst,
+        src,
+        indexes,
+        alpha,
+    };
     if add {
-        Command::AddRows {
-            dst,
-            src,
-            indexes,
-            alpha,
-        }
+        Command::AddRows(r)
     } else {
-        Command::CopyRows {
-            dst,
-            src,
-            indexes,
-            alpha,
-        }
+        Command::CopyRows(r)
     }
 }
 
@@ -333,19 +330,17 @@ pub fn replace_row_with_matrix_ops(comp: &mut NnetComputation) -> usize {
     let io = io_matrices(comp);
     let mut changed = 0;
     for k in 0..comp.commands.len() {
-        let (dst, src, indexes, alpha, add) = match comp.commands[k] {
-            Command::CopyRows {
+        let (
+            RowsCommand {
                 dst,
                 src,
                 indexes,
                 alpha,
-            } => (dst, src, indexes, alpha, false),
-            Command::AddRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            } => (dst, src, indexes, alpha, true),
+            },
+            add,
+        ) = match comp.commands[k] {
+            Command::CopyRows(r) => (r, false),
+            Command::AddRows(r) => (r, true),
             _ => continue,
         };
         let table = &comp.indexes[indexes];
@@ -424,12 +419,12 @@ fn table_of(c: &Command) -> Option<(usize, usize)> {
 
 fn table_of_mut(c: &mut Command) -> Option<(usize, &mut usize)> {
     match c {
-        Command::CopyRows { indexes, .. } | Command::AddRows { indexes, .. } => Some((0, indexes)),
+        Command::CopyRows(r) | Command::AddRows(r) => Some((0, &mut r.indexes)),
         Command::CopyRowsMulti { indexes_multi, .. }
         | Command::AddRowsMulti { indexes_multi, .. }
         | Command::CopyToRowsMulti { indexes_multi, .. }
         | Command::AddToRowsMulti { indexes_multi, .. } => Some((1, indexes_multi)),
-        Command::AddRowRanges { indexes_ranges, .. } => Some((2, indexes_ranges)),
+        Command::AddRowRanges(r) => Some((2, &mut r.indexes)),
         _ => None,
     }
 }
@@ -499,12 +494,12 @@ mod tests {
             vec![
                 Command::SetConst { s: 2, alpha: 7.0 },
                 copy(3, 1),
-                Command::AddRows {
+                Command::AddRows(RowsCommand {
                     dst: 2,
                     src: 3,
                     indexes: 0,
                     alpha: 0.5,
-                },
+                }),
                 copy(4, 2),
             ]
         });
@@ -516,7 +511,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(snip_row_ops(&mut opt), 1);
-        let Command::AddRows { dst, indexes, .. } = opt.commands[7] else {
+        let Command::AddRows(RowsCommand { dst, indexes, .. }) = opt.commands[7] else {
             panic!("{:?}", opt.commands[7]);
         };
         assert_eq!(opt.indexes[indexes], [2]);
@@ -581,7 +576,7 @@ mod tests {
             ["SetConst", "CopyRows", "AddRows", "AddRows", "MatrixAdd"]
         );
         // The scatter's gather covers rows 1..=2 of m3: row 1 from input row 2, row 2 from 0.
-        let Command::AddRows { dst, indexes, .. } = opt.commands[8] else {
+        let Command::AddRows(RowsCommand { dst, indexes, .. }) = opt.commands[8] else {
             panic!();
         };
         assert_eq!(opt.indexes[indexes], [2, 0]);

@@ -2,7 +2,7 @@
 //! Each derivative sits next to its forward rule.
 
 use super::parallel::for_row_blocks;
-use super::{MatView, MatViewMut, Matrix, Real, Trans, Vector};
+use super::{MatView, MatViewMut, Real, Trans, Vector};
 
 impl MatViewMut<'_> {
     /// Sets every element to zero (NaN in the old contents does not matter).
@@ -418,24 +418,10 @@ impl MatView<'_> {
     }
 }
 
-impl Matrix {
-    /// `self = alpha · op(a) · op(b) + beta · self`.
-    pub fn add_mat_mat(
-        &mut self,
-        alpha: Real,
-        a: MatView<'_>,
-        ta: Trans,
-        b: MatView<'_>,
-        tb: Trans,
-        beta: Real,
-    ) {
-        self.view_mut().add_mat_mat(alpha, a, ta, b, tb, beta);
-    }
-}
-
 #[cfg(test)]
 mod exp_tests {
     use super::*;
+    use crate::matrix::Matrix;
 
     #[test]
     fn log_softmax_matches_the_plain_formula() {

@@ -15,6 +15,13 @@ fn normalize_scale(sumsq: Real, d_scaled: Real) -> Real {
         .powf(-0.5)
 }
 
+/// A block's input and output widths (+1 for the log column) and `block_dim · target_rms²`,
+/// the divisor [`normalize_scale`] takes.
+fn block_dims(block_dim: usize, target_rms: Real, add_log: bool) -> (usize, usize, Real) {
+    let d_scaled = block_dim as f32 * target_rms * target_rms;
+    (block_dim, block_dim + usize::from(add_log), d_scaled)
+}
+
 impl MatViewMut<'_> {
     /// Normalises each block of `block_dim` columns of `src` to RMS `target_rms`, writing
     /// blocks of `block_dim` columns (+1 with `add_log`: the log RMS) into `self`
@@ -26,9 +33,7 @@ impl MatViewMut<'_> {
         target_rms: Real,
         add_log: bool,
     ) {
-        let bd = block_dim;
-        let obd = bd + usize::from(add_log);
-        let d_scaled = bd as f32 * target_rms * target_rms;
+        let (bd, obd, d_scaled) = block_dims(block_dim, target_rms, add_log);
         for_row_blocks(self.rb(), |first, mut dst| {
             for i in 0..dst.num_rows() {
                 let s = src.row(first + i);
@@ -44,7 +49,7 @@ impl MatViewMut<'_> {
     }
     /// [`normalize_per_row`](Self::normalize_per_row) in place, without the log column.
     pub fn apply_normalize_per_row(&mut self, block_dim: usize, target_rms: Real) {
-        let d_scaled = block_dim as f32 * target_rms * target_rms;
+        let (_, _, d_scaled) = block_dims(block_dim, target_rms, false);
         for r in 0..self.num_rows() {
             for blk in self.row_mut(r).chunks_mut(block_dim) {
                 let f = normalize_scale(simd::sum_squares(blk), d_scaled);
@@ -63,9 +68,7 @@ impl MatViewMut<'_> {
         target_rms: Real,
         add_log: bool,
     ) {
-        let bd = block_dim;
-        let obd = bd + usize::from(add_log);
-        let d_scaled = bd as f32 * target_rms * target_rms;
+        let (bd, obd, d_scaled) = block_dims(block_dim, target_rms, add_log);
         // Rows are independent: blocks of them run in parallel.
         for_row_blocks(self.rb(), |first, mut dst| {
             let mut od_buf = vec![0.0f32; obd];

@@ -13,7 +13,9 @@
 
 use crate::compile::analysis::{CommandAccesses, NodeIo};
 use crate::compile::checker::check_structure;
-use crate::compile::computation::{Command, NnetComputation, SubMatrixInfo};
+use crate::compile::computation::{
+    BackpropCommand, Command, NnetComputation, PropagateCommand, SubMatrixInfo,
+};
 use crate::error::{Error, Result};
 use crate::matrix::{CuCompressedMatrix, MatView, MatViewMut, Matrix, Real, Trans};
 use crate::nnet::component::{
@@ -434,16 +436,8 @@ impl<'a> NnetComputer<'a> {
                 let i = self.sm(s);
                 sub_view_mut(&mut self.matrices[i.matrix], &i).set_const(alpha);
             }
-            Command::Propagate {
-                component,
-                precomputed,
-                input,
-                output,
-                memo,
-                store_stats,
-                ..
-            } => self.propagate(component, precomputed, input, output, memo, store_stats)?,
-            Command::Backprop { .. } => self.backprop(cmd)?,
+            Command::Propagate(p) => self.propagate(p)?,
+            Command::Backprop(b) => self.backprop(b)?,
             Command::MatrixCopy { dst, src, alpha } => {
                 self.binary_op(dst, src, |mut d, s| {
                     d.copy_from(s);
@@ -455,38 +449,23 @@ impl<'a> NnetComputer<'a> {
             Command::MatrixAdd { dst, src, alpha } => {
                 self.binary_op(dst, src, |mut d, s| d.add_mat(alpha, s, Trans::No));
             }
-            Command::CopyRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            } => {
-                let idx = &self.computation.indexes[indexes];
-                self.binary_op(dst, src, |mut d, s| {
+            Command::CopyRows(r) => {
+                let idx = &self.computation.indexes[r.indexes];
+                self.binary_op(r.dst, r.src, |mut d, s| {
                     d.copy_rows(s, idx);
-                    if alpha != 1.0 {
-                        d.scale(alpha);
+                    if r.alpha != 1.0 {
+                        d.scale(r.alpha);
                     }
                 });
             }
-            Command::AddRows {
-                dst,
-                src,
-                indexes,
-                alpha,
-            } => {
-                let idx = &self.computation.indexes[indexes];
-                self.binary_op(dst, src, |mut d, s| d.add_rows(alpha, s, idx));
+            Command::AddRows(r) => {
+                let idx = &self.computation.indexes[r.indexes];
+                self.binary_op(r.dst, r.src, |mut d, s| d.add_rows(r.alpha, s, idx));
             }
-            Command::AddRowRanges {
-                dst,
-                src,
-                indexes_ranges,
-                alpha,
-            } => {
-                let ranges = &self.computation.indexes_ranges[indexes_ranges];
-                self.binary_op(dst, src, |mut d, s| {
-                    add_row_ranges_scaled(&mut d, s, ranges, alpha)
+            Command::AddRowRanges(r) => {
+                let ranges = &self.computation.indexes_ranges[r.indexes];
+                self.binary_op(r.dst, r.src, |mut d, s| {
+                    add_row_ranges_scaled(&mut d, s, ranges, r.alpha)
                 });
             }
             Command::CopyRowsMulti {
@@ -625,19 +604,12 @@ impl<'a> NnetComputer<'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn propagate(
-        &mut self,
-        c: usize,
-        precomputed: usize,
-        input: usize,
-        output: usize,
-        memo: usize,
-        store_stats: bool,
-    ) -> Result<()> {
-        let idx = self.precomputed(precomputed);
-        let (ii, oi) = (self.sm(input), self.sm(output));
+    fn propagate(&mut self, p: PropagateCommand) -> Result<()> {
+        let (c, memo) = (p.component, p.memo);
+        let idx = self.precomputed(p.precomputed);
+        let (ii, oi) = (self.sm(p.input), self.sm(p.output));
         let want_stats =
-            store_stats && (self.stats_nnet.is_some() || matches!(self.nnet, NetRef::Mut(_)));
+            p.store_stats && (self.stats_nnet.is_some() || matches!(self.nnet, NetRef::Mut(_)));
         let comp: &dyn Component = self.nnet.get().components[c].as_ref();
         let new_memo = if ii == oi && !want_stats {
             let data = sub_view_mut(&mut self.matrices[oi.matrix], &oi);
@@ -716,8 +688,8 @@ impl<'a> NnetComputer<'a> {
     }
 
     /// Runs a Backprop command.
-    fn backprop(&mut self, cmd: &Command) -> Result<()> {
-        let Command::Backprop {
+    fn backprop(&mut self, b: BackpropCommand) -> Result<()> {
+        let BackpropCommand {
             component: c,
             precomputed,
             in_value,
@@ -727,10 +699,7 @@ impl<'a> NnetComputer<'a> {
             memo,
             update,
             ..
-        } = *cmd
-        else {
-            return Err(Error::Compute("backprop called on another command".into()));
-        };
+        } = b;
         // A consolidated update: save the rows now, update once at the end of the pass.
         let consolidated = update && self.consolidate.get(c).copied().unwrap_or(false);
         if consolidated {
@@ -973,13 +942,8 @@ impl PendingUpdate {
 fn components_to_consolidate(comp: &NnetComputation, nnet: &Nnet) -> Vec<bool> {
     let mut count = vec![0usize; nnet.components.len()];
     for cmd in &comp.commands {
-        if let Command::Backprop {
-            component,
-            update: true,
-            ..
-        } = cmd
-        {
-            if let Some(n) = count.get_mut(*component) {
+        if let Command::Backprop(b) = cmd {
+            if let Some(n) = count.get_mut(b.component).filter(|_| b.update) {
                 *n += 1;
             }
         }
@@ -1062,7 +1026,7 @@ fn compute_can_take(comp: &NnetComputation, accesses: &[CommandAccesses]) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::computation::MatrixInfo;
+    use crate::compile::computation::{MatrixInfo, RowsCommand};
     use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, SumDescriptor};
     use crate::nnet::{NetworkNode, ObjectiveType};
 
@@ -1131,12 +1095,12 @@ mod tests {
                 alpha: 1.0,
             },
             // m3[i] += Σ in[ranges[i]] (scaled 0.5)
-            Command::AddRowRanges {
+            Command::AddRowRanges(RowsCommand {
                 dst: s3,
                 src: s1,
-                indexes_ranges: 0,
+                indexes: 0,
                 alpha: 0.5,
-            },
+            }),
             // m3[i] += in[(3, -, 0)[i]] via AddRowsMulti
             Command::AddRowsMulti {
                 dst: s3,
@@ -1193,12 +1157,12 @@ mod tests {
         c.indexes = vec![vec![0, 5]];
         c.commands = vec![
             Command::AllocMatrix { m: m1 },
-            Command::CopyRows {
+            Command::CopyRows(RowsCommand {
                 dst: s1,
                 src: s1,
                 indexes: 0,
                 alpha: 1.0,
-            },
+            }),
         ];
         let mut comp = NnetComputer::new(&c, &nnet, None);
         assert!(comp.run_forward().is_err());

@@ -170,7 +170,7 @@ pub fn propagate_command(
     input: usize,
     output: usize,
 ) -> crate::compile::Command {
-    crate::compile::Command::Propagate {
+    crate::compile::Command::Propagate(crate::compile::PropagateCommand {
         component,
         node,
         precomputed: 0,
@@ -178,7 +178,7 @@ pub fn propagate_command(
         output,
         memo: 0,
         store_stats: false,
-    }
+    })
 }
 
 /// A random network config for `seed`. With `plain_affine`, only AffineComponent is used

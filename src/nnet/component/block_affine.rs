@@ -467,7 +467,8 @@ mod tests {
             param_init::gaussian_matrix(3, 6, 0.0, 1.0, r)
         };
         let mut want = Matrix::zeros(3, 4);
-        want.add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);
+        want.view_mut()
+            .add_mat_mat(1.0, x.view(), Trans::No, dense.view(), Trans::Yes, 0.0);
         want.view_mut().add_vec_to_rows(1.0, &b.bias, 1.0);
         let mut got = Matrix::zeros(3, 4);
         c.propagate(Propagate::new(

@@ -413,21 +413,18 @@ impl TimeHeightConvolutionComponent {
         // Kaldi's nnet3-init leaves the bias at zero unless bias-stddev is given.
         let init = RandomInit::from_config(cfg, cols, 0.0, false)?;
         let init_unit: bool = cfg.get_or("init-unit", false)?;
-        let max_memory_mb: f32 = cfg.get_or("max-memory-mb", 200.0)?;
-        let use_natural_gradient: bool = cfg.get_or("use-natural-gradient", true)?;
-        let num_minibatches_history: f32 = cfg.get_or("num-minibatches-history", 4.0)?;
-        let alpha_in: f32 = cfg.get_or("alpha-in", 4.0)?;
-        let alpha_out: f32 = cfg.get_or("alpha-out", 4.0)?;
-        // Kaldi counts the bias column in the input side's dimension.
-        let rank_in: i32 = cfg.get_or("rank-in", 80.min((cols as i32 + 2) / 2))?;
-        let rank_out: i32 = cfg.get_or("rank-out", 80.min((rows as i32 + 1) / 2))?;
-        check_options(
-            max_memory_mb,
-            num_minibatches_history,
-            (alpha_in, alpha_out),
-            (rank_in, rank_out),
-        )
-        .map_err(|e| cfg.error(e))?;
+        let opts = ConvOptions {
+            max_memory_mb: cfg.get_or("max-memory-mb", 200.0)?,
+            use_natural_gradient: cfg.get_or("use-natural-gradient", true)?,
+            num_minibatches_history: cfg.get_or("num-minibatches-history", 4.0)?,
+            alphas: (cfg.get_or("alpha-in", 4.0)?, cfg.get_or("alpha-out", 4.0)?),
+            // Kaldi counts the bias column in the input side's dimension.
+            ranks: (
+                cfg.get_or("rank-in", 80.min((cols as i32 + 2) / 2))?,
+                cfg.get_or("rank-out", 80.min((rows as i32 + 1) / 2))?,
+            ),
+        };
+        opts.check().map_err(|e| cfg.error(e))?;
         let (linear, bias) = if init_unit {
             let zero = model
                 .offsets
@@ -448,20 +445,7 @@ impl TimeHeightConvolutionComponent {
                 init.bias(rows, init_rng),
             )
         };
-        Ok(Box::new(TimeHeightConvolutionComponent {
-            common,
-            model,
-            linear: linear.into(),
-            bias,
-            max_memory_mb,
-            use_natural_gradient,
-            num_minibatches_history,
-            alpha_in,
-            alpha_out,
-            rank_in,
-            rank_out,
-            ng_state: ConvNgState::default(),
-        }))
+        Ok(Box::new(Self::assemble(common, model, linear, bias, opts)))
     }
 
     /// Reads the body after `<TimeHeightConvolutionComponent>`.
@@ -495,28 +479,41 @@ impl TimeHeightConvolutionComponent {
             ));
         }
         let at = r.pos();
-        let max_memory_mb: f32 = read_field(r, "<MaxMemoryMb>")?;
-        let use_natural_gradient: bool = read_field(r, "<UseNaturalGradient>")?;
-        let num_minibatches_history: f32 = read_field(r, "<NumMinibatchesHistory>")?;
-        let alphas: (f32, f32) = read_field(r, "<AlphaInOut>")?;
-        let ranks: (i32, i32) = read_field(r, "<RankInOut>")?;
-        check_options(max_memory_mb, num_minibatches_history, alphas, ranks)
+        let opts = ConvOptions {
+            max_memory_mb: read_field(r, "<MaxMemoryMb>")?,
+            use_natural_gradient: read_field(r, "<UseNaturalGradient>")?,
+            num_minibatches_history: read_field(r, "<NumMinibatchesHistory>")?,
+            alphas: read_field(r, "<AlphaInOut>")?,
+            ranks: read_field(r, "<RankInOut>")?,
+        };
+        opts.check()
             .map_err(|e| r.err_at(at, format!("valid options: {e}")))?;
         kaldi_fields::expect_closing(r, CONV)?;
-        Ok(Box::new(TimeHeightConvolutionComponent {
+        Ok(Box::new(Self::assemble(common, model, linear, bias, opts)))
+    }
+
+    /// The component from its parts (as configured or read) and checked options.
+    fn assemble(
+        common: UpdatableCommon,
+        model: ConvolutionModel,
+        linear: Matrix,
+        bias: Vector,
+        opts: ConvOptions,
+    ) -> Self {
+        TimeHeightConvolutionComponent {
             common,
             model,
             linear: linear.into(),
             bias,
-            max_memory_mb,
-            use_natural_gradient,
-            num_minibatches_history,
-            alpha_in: alphas.0,
-            alpha_out: alphas.1,
-            rank_in: ranks.0,
-            rank_out: ranks.1,
+            max_memory_mb: opts.max_memory_mb,
+            use_natural_gradient: opts.use_natural_gradient,
+            num_minibatches_history: opts.num_minibatches_history,
+            alpha_in: opts.alphas.0,
+            alpha_out: opts.alphas.1,
+            rank_in: opts.ranks.0,
+            rank_out: opts.ranks.1,
             ng_state: ConvNgState::default(),
-        }))
+        }
     }
 
     /// The row table to use: the precomputed one if it fits these matrices, else the default.
@@ -572,27 +569,41 @@ impl TimeHeightConvolutionComponent {
 }
 
 /// Kaldi's checks on the options a config line or file gives.
-fn check_options(
+/// The options a config line or model file gives besides the model and parameters, read
+/// and checked alike on both paths.
+struct ConvOptions {
     max_memory_mb: f32,
+    use_natural_gradient: bool,
     num_minibatches_history: f32,
-    (alpha_in, alpha_out): (f32, f32),
-    (rank_in, rank_out): (i32, i32),
-) -> std::result::Result<(), String> {
-    if max_memory_mb.is_nan() || max_memory_mb <= 0.0 {
-        return Err(format!("max-memory-mb must be > 0 (got {max_memory_mb})"));
+    alphas: (f32, f32),
+    ranks: (i32, i32),
+}
+
+impl ConvOptions {
+    fn check(&self) -> std::result::Result<(), String> {
+        let ConvOptions {
+            max_memory_mb,
+            num_minibatches_history,
+            alphas: (alpha_in, alpha_out),
+            ranks: (rank_in, rank_out),
+            ..
+        } = *self;
+        if max_memory_mb.is_nan() || max_memory_mb <= 0.0 {
+            return Err(format!("max-memory-mb must be > 0 (got {max_memory_mb})"));
+        }
+        if num_minibatches_history.is_nan() || num_minibatches_history <= 1.0 {
+            return Err(format!(
+                "num-minibatches-history must be > 1 (got {num_minibatches_history})"
+            ));
+        }
+        if alpha_in.is_nan() || alpha_out.is_nan() || alpha_in <= 0.0 || alpha_out <= 0.0 {
+            return Err("alpha-in and alpha-out must be > 0".into());
+        }
+        if rank_in <= 0 || rank_out <= 0 {
+            return Err("rank-in and rank-out must be > 0".into());
+        }
+        Ok(())
     }
-    if num_minibatches_history.is_nan() || num_minibatches_history <= 1.0 {
-        return Err(format!(
-            "num-minibatches-history must be > 1 (got {num_minibatches_history})"
-        ));
-    }
-    if alpha_in.is_nan() || alpha_out.is_nan() || alpha_in <= 0.0 || alpha_out <= 0.0 {
-        return Err("alpha-in and alpha-out must be > 0".into());
-    }
-    if rank_in <= 0 || rank_out <= 0 {
-        return Err("rank-in and rank-out must be > 0".into());
-    }
-    Ok(())
 }
 
 /// Runs `f` on `view` read as (rows·groups) × (cols/groups), through a copy when the view is
