@@ -68,9 +68,10 @@ fn setup() -> Setup {
     }
 }
 
-#[test]
-fn natural_gradient_stepper_equals_compnet_train() {
-    let t = setup();
+/// `0.raw` (the example net, `--srand=1`) and the training egs merged into minibatches of 32
+/// (`merged.ark`) under the test's root, as `compnet train` would get them; returns the egs'
+/// rspecifier.
+fn initial_model_and_egs(t: &Setup) -> String {
     let r = |f: &str| s(&t.root.join(f));
     ok(&[
         "init",
@@ -94,7 +95,14 @@ fn natural_gradient_stepper_equals_compnet_train() {
         &format!("ark:{}", r("egs.ark")),
         &format!("ark:{}", r("merged.ark")),
     ]);
-    let egs = format!("ark:{}", r("merged.ark"));
+    format!("ark:{}", r("merged.ark"))
+}
+
+#[test]
+fn natural_gradient_stepper_equals_compnet_train() {
+    let t = setup();
+    let r = |f: &str| s(&t.root.join(f));
+    let egs = initial_model_and_egs(&t);
     ok(&[
         "train",
         "--srand=3",
@@ -742,29 +750,7 @@ fn natural_gradient_resume_is_bit_identical() {
 fn backstitch_in_fit_equals_compnet_train() {
     let t = setup();
     let r = |f: &str| s(&t.root.join(f));
-    ok(&[
-        "init",
-        "--srand=1",
-        &format!("{EX}/net.config"),
-        &r("0.raw"),
-    ]);
-    ok(&[
-        "get-egs",
-        "--num-pdfs=8",
-        "--left-context=4",
-        "--right-context=4",
-        "--num-frames=8",
-        &format!("ark:{EX}/train_feats.ark"),
-        &format!("ark:{EX}/train_post.txt"),
-        &format!("ark:{}", r("egs.ark")),
-    ]);
-    ok(&[
-        "merge-egs",
-        "--minibatch-size=32",
-        &format!("ark:{}", r("egs.ark")),
-        &format!("ark:{}", r("merged.ark")),
-    ]);
-    let egs = format!("ark:{}", r("merged.ark"));
+    let egs = initial_model_and_egs(&t);
     let backstitch = [
         "--backstitch-training-scale=0.3",
         "--backstitch-training-interval=2",

@@ -11,6 +11,7 @@ use compnet::io::table::SequentialTableReader;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::component_type;
 use compnet::testing::golden::{golden_dir, known_missing, KNOWN_MISSING};
+use compnet::testing::numeric::assert_close_to_reference;
 use std::path::{Path, PathBuf};
 
 fn read_archive(path: &Path) -> Vec<(String, Matrix)> {
@@ -51,24 +52,8 @@ fn compare(name: &str, ours: &[(String, Matrix)], kaldi: &[(String, Matrix)], rt
     );
     let mut worst = 0.0f32;
     for ((key, a), (_, b)) in ours.iter().zip(kaldi) {
-        assert_eq!(
-            (a.num_rows(), a.num_cols()),
-            (b.num_rows(), b.num_cols()),
-            "{name} {key}: shape"
-        );
-        let maxabs = b.view().max_abs();
-        let atol = rtol * maxabs.max(1.0);
-        for r in 0..a.num_rows() {
-            for c in 0..a.num_cols() {
-                let (x, y) = (a.get(r, c), b.get(r, c));
-                let d = (x - y).abs();
-                worst = worst.max(d);
-                assert!(
-                    d <= atol + rtol * y.abs(),
-                    "{name} {key}: row {r} col {c}: ours {x} vs kaldi {y} (diff {d})"
-                );
-            }
-        }
+        let d = assert_close_to_reference(&format!("{name} {key} (ours vs kaldi)"), a, b, rtol);
+        worst = worst.max(d);
     }
     worst
 }

@@ -20,6 +20,7 @@ use compnet::random::seeded_rng;
 use compnet::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions};
 use compnet::run::looped::LoopedDecoder;
 use compnet::testing::golden::golden_dir;
+use compnet::testing::numeric::assert_close_to_reference;
 use compnet::testing::random_nnet_config;
 use std::path::{Path, PathBuf};
 
@@ -122,18 +123,8 @@ fn compare(
             continue;
         }
         compared += 1;
-        let atol = RTOL * b.view().max_abs().max(1.0);
-        for r in 0..a.num_rows() {
-            for c in 0..a.num_cols() {
-                let (x, y) = (a.get(r, c), b.get(r, c));
-                let d = (x - y).abs();
-                worst = worst.max(d);
-                assert!(
-                    d <= atol + RTOL * y.abs(),
-                    "{what} {k1}: row {r} col {c}: looped {x} vs {y}"
-                );
-            }
-        }
+        let d = assert_close_to_reference(&format!("{what} {k1} (looped)"), a, b, RTOL);
+        worst = worst.max(d);
     }
     (worst, compared)
 }

@@ -32,3 +32,28 @@ pub fn max_abs_diff(a: &Matrix, b: &Matrix) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// Asserts `|a − b| ≤ atol + rtol·|b|` element-wise, with atol = rtol·max(1, max |b|) (`b` is
+/// the reference: Kaldi's output, or another computation's), after checking the shapes agree;
+/// returns the largest difference. `what` names the pair in the panic message.
+pub fn assert_close_to_reference(what: &str, a: &Matrix, b: &Matrix, rtol: f32) -> f32 {
+    assert_eq!(
+        (a.num_rows(), a.num_cols()),
+        (b.num_rows(), b.num_cols()),
+        "{what}: shape"
+    );
+    let atol = rtol * b.view().max_abs().max(1.0);
+    let mut worst = 0.0f32;
+    for r in 0..a.num_rows() {
+        for c in 0..a.num_cols() {
+            let (x, y) = (a.get(r, c), b.get(r, c));
+            let d = (x - y).abs();
+            worst = worst.max(d);
+            assert!(
+                d <= atol + rtol * y.abs(),
+                "{what}: row {r} col {c}: {x} vs reference {y} (diff {d})"
+            );
+        }
+    }
+    worst
+}
