@@ -81,16 +81,15 @@ fn affine(name: &'static str, i: usize, o: usize, rows: usize, calls: usize) -> 
 }
 
 fn main() {
-    let threads: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1);
+    // Positional arguments only: `cargo bench` appends its own `--bench` flag.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let threads: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1);
     set_num_threads(threads);
-    let only = std::env::args().nth(2).unwrap_or_default();
-    let rounds: usize = std::env::args()
-        .nth(3)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(9);
+    let only = args.get(1).cloned().unwrap_or_default();
+    let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(9);
     let (heads, kd, vd, left, right, stride) = (8usize, 32usize, 64usize, 5i32, 2i32, 3i32);
     let cd = (left + 1 + right) as usize;
     let chunk = SEQS * FRAMES;
