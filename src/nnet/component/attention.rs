@@ -455,7 +455,6 @@ impl Component for RestrictedAttentionComponent {
         };
         let (rows_in, rows_out) = (b.in_value.num_rows(), b.out_deriv.num_rows());
         let (kd, cd) = (self.key_dim, self.context_dim());
-        let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
         if b.in_value.num_cols() != self.input_dim()
             || b.out_deriv.num_cols() != self.output_dim()
             || in_deriv.num_rows() != rows_in
@@ -469,21 +468,17 @@ impl Component for RestrictedAttentionComponent {
         else {
             return;
         };
-        for h in 0..self.num_heads {
-            // One fused walk over the output rows per head: the weights' derivative, the
-            // softmax's backprop, then keys, queries and values.
-            in_deriv
-                .sub_mut(0, rows_in, h * ip, ip)
-                .add_restricted_attention_backprop(
-                    b.in_value.cols_range(h * ip, ip),
-                    c.sub(0, rows_out, h * cd, cd),
-                    b.out_deriv.cols_range(h * op, op),
-                    rows_left,
-                    kd,
-                    self.key_scale,
-                    shift,
-                );
-        }
+        // One fused walk over the output rows, every head and the whole chain rule at once.
+        in_deriv.add_restricted_attention_backprop(
+            b.in_value,
+            c.view(),
+            b.out_deriv,
+            rows_left,
+            self.num_heads,
+            kd,
+            self.key_scale,
+            shift,
+        );
     }
 
     fn store_stats_step(&mut self, s: StatsStep<'_>) {
