@@ -79,6 +79,7 @@ impl MatViewMut<'_> {
         backprop(Attention {
             deriv: self.as_mut_slice(),
             deriv_stride,
+            deriv_div: 1,
             input: input.as_slice(),
             input_stride: input.stride(),
             weights: weights.as_slice(),
@@ -103,6 +104,9 @@ impl MatViewMut<'_> {
 struct Attention<'a> {
     deriv: &'a mut [Real],
     deriv_stride: usize,
+    /// Input row r's derivative is row r / deriv_div of `deriv` (1, or row_shift when
+    /// `deriv` holds one chain's rows).
+    deriv_div: usize,
     input: &'a [Real],
     input_stride: usize,
     weights: &'a [Real],
@@ -124,6 +128,14 @@ impl Attention<'_> {
     /// Input (and derivative) columns per head.
     fn head_cols(&self) -> usize {
         2 * self.key_dim + self.value_dim + self.context
+    }
+    /// Where input row r's derivative starts in `deriv`.
+    fn deriv_at(&self, r: usize) -> usize {
+        r / self.deriv_div * self.deriv_stride
+    }
+    /// From one window position's derivative row to the next in `deriv`.
+    fn deriv_step(&self) -> usize {
+        self.row_shift / self.deriv_div * self.deriv_stride
     }
     /// Output derivative columns per head.
     fn head_od_cols(&self) -> usize {
@@ -171,7 +183,7 @@ fn check_extents(h: &Attention<'_>) {
         h.rows == 0
             || h.rows_left + last <= last_in
                 && last_in * h.input_stride + cols <= h.input.len()
-                && last_in * h.deriv_stride + cols <= h.deriv.len()
+                && h.deriv_at(last_in) + cols <= h.deriv.len()
                 && last * h.weights_stride + h.heads * c <= h.weights.len()
                 && last * h.out_deriv_stride + od_cols <= h.out_deriv.len(),
         "restricted attention backprop: extents"
@@ -235,13 +247,46 @@ unsafe fn rows<K: Kernels>(h: &mut Attention<'_>) {
     let mut dc = vec![0.0 as Real; h.context];
     let mut db = vec![0.0 as Real; h.context];
     let (n, step) = (h.rows, h.row_shift.max(1));
+    // A chain's derivative rows are added up in a scratch of their own, with a row stride
+    // that is not a multiple of 4 KiB, and added to `deriv` when the chain is done (see
+    // the module comment). Only where the query rows are in the chains (always, for the
+    // component's layouts) and there is more than one chain.
+    let cols = h.heads * h.head_cols();
+    let rows_in = n + (h.context - 1) * h.row_shift;
+    let chained = step > 1 && h.rows_left % step == 0;
+    let scratch_stride = cols.next_multiple_of(16) + 16;
+    let mut scratch = if chained {
+        vec![0.0 as Real; rows_in.div_ceil(step) * scratch_stride]
+    } else {
+        Vec::new()
+    };
     for first in 0..step.min(n) {
+        let mut chain = Attention {
+            deriv: if chained { &mut scratch } else { &mut *h.deriv },
+            deriv_stride: if chained {
+                scratch_stride
+            } else {
+                h.deriv_stride
+            },
+            deriv_div: if chained { step } else { 1 },
+            ..*h
+        };
         for i in (first..n).step_by(step) {
             if i + AHEAD * step < n {
-                K::prefetch(h, i + AHEAD * step);
+                K::prefetch(&chain, i + AHEAD * step);
             }
-            for head in 0..h.heads {
-                row::<K>(h, i, head, &mut dc, &mut db);
+            for head in 0..chain.heads {
+                row::<K>(&mut chain, i, head, &mut dc, &mut db);
+            }
+        }
+        if chained {
+            for (k, r) in (first..rows_in).step_by(step).enumerate() {
+                let from = &mut scratch[k * scratch_stride..][..cols];
+                let to = &mut h.deriv[r * h.deriv_stride..][..cols];
+                for (y, x) in to.iter_mut().zip(from.iter_mut()) {
+                    *y += *x;
+                    *x = 0.0;
+                }
             }
         }
     }
@@ -269,7 +314,8 @@ unsafe fn row<K: Kernels>(
     for (o, d) in dc.iter_mut().enumerate() {
         let r = i + o * h.row_shift;
         let value = &h.input[r * h.input_stride + col + kd..][..vd];
-        let value_deriv = &mut h.deriv[r * h.deriv_stride + col + kd..][..vd];
+        let at = h.deriv_at(r) + col + kd;
+        let value_deriv = &mut h.deriv[at..][..vd];
         *d = K::dot_and_add_scaled(od, value, value_deriv, w[o]);
     }
     if h.output_context {
@@ -282,7 +328,7 @@ unsafe fn row<K: Kernels>(
     for (&wo, &d) in w.iter().zip(dc.iter()) {
         cdc += wo * d;
     }
-    let q_at = (h.rows_left + i) * h.deriv_stride + col;
+    let q_at = h.deriv_at(h.rows_left + i) + col;
     let context_deriv = &mut h.deriv[q_at + 2 * kd + vd..][..c];
     for ((b, (&wo, &d)), y) in db
         .iter_mut()
@@ -323,14 +369,15 @@ impl Kernels for Portable {
     unsafe fn keys_and_query(h: &mut Attention<'_>, i: usize, col: usize, s: &[Real]) {
         let query_col = col + h.key_dim + h.value_dim;
         let q_in = (h.rows_left + i) * h.input_stride + query_col;
-        let q_deriv = (h.rows_left + i) * h.deriv_stride + query_col;
+        let q_deriv = h.deriv_at(h.rows_left + i) + query_col;
         for j in 0..h.key_dim {
             let q = h.input[q_in + j];
             let mut acc = 0.0 as Real;
             for (o, &s) in s.iter().enumerate() {
                 let r = i + o * h.row_shift;
                 acc += s * h.input[r * h.input_stride + col + j];
-                h.deriv[r * h.deriv_stride + col + j] += s * q;
+                let at = h.deriv_at(r) + col + j;
+                h.deriv[at] += s * q;
             }
             h.deriv[q_deriv + j] += acc;
         }
@@ -457,11 +504,11 @@ mod x86 {
             let q_row = h.rows_left + i;
             Keys {
                 input: h.input.as_ptr().add(i * h.input_stride + col),
-                deriv: h.deriv.as_mut_ptr().add(i * h.deriv_stride + col),
+                deriv: h.deriv.as_mut_ptr().add(h.deriv_at(i) + col),
                 q: h.input.as_ptr().add(q_row * h.input_stride + query_col),
-                qd: h.deriv.as_mut_ptr().add(q_row * h.deriv_stride + query_col),
+                qd: h.deriv.as_mut_ptr().add(h.deriv_at(q_row) + query_col),
                 in_step: h.row_shift * h.input_stride,
-                d_step: h.row_shift * h.deriv_stride,
+                d_step: h.deriv_step(),
             }
         }
 
@@ -554,7 +601,7 @@ mod x86 {
         let r = i + (h.context - 1) * h.row_shift;
         let cols = h.heads * h.head_cols();
         lines(h.input.as_ptr().add(r * h.input_stride), cols);
-        lines(h.deriv.as_ptr().add(r * h.deriv_stride), cols);
+        lines(h.deriv.as_ptr().add(h.deriv_at(r)), cols);
         let od_cols = h.heads * h.head_od_cols();
         lines(h.out_deriv.as_ptr().add(i * h.out_deriv_stride), od_cols);
         lines(
@@ -670,8 +717,16 @@ mod tests {
             kd,
             c,
             shift,
-            // Queries anywhere in the window, not only at num-left-inputs · shift.
-            rows_left: (n + kd) % ((c - 1) * shift + 1),
+            // Queries anywhere in the window; with an odd number of heads in a window row
+            // (as in the component, so that the walk adds up the chains in a scratch).
+            rows_left: {
+                let q = (n + kd) % ((c - 1) * shift + 1);
+                if heads % 2 == 1 {
+                    q / shift * shift
+                } else {
+                    q
+                }
+            },
             cols,
             od_cols,
             input: m(rows_in, cols + 5, 33),
@@ -710,6 +765,7 @@ mod tests {
                     Attention {
                         deriv: view.as_mut_slice(),
                         deriv_stride,
+                        deriv_div: 1,
                         input: self.input().as_slice(),
                         input_stride: self.input().stride(),
                         weights: self.weights().as_slice(),
@@ -756,7 +812,7 @@ mod tests {
     /// Key and value dims below, at and off multiples of 8 and 16, C = 1, 3, 8, 9, 17,
     /// row shifts 1 to 3 (and 16, where the walk's chains are long), with and without
     /// output-context, one to three heads.
-    const SHAPES: [Shape; 11] = [
+    const SHAPES: [Shape; 12] = [
         (1, 9, 32, 64, 8, 3, true),
         (2, 7, 3, 5, 1, 1, false),
         (1, 6, 17, 20, 3, 2, true),
@@ -768,6 +824,7 @@ mod tests {
         (2, 21, 16, 48, 9, 2, true),
         (2, 40, 32, 64, 4, 16, true),
         (1, 1, 5, 6, 1, 7, true),
+        (3, 30, 32, 64, 8, 6, true),
     ];
 
     /// The fused kernel adds what the five passes add, within float rounding (the sums are
