@@ -253,7 +253,7 @@ unsafe fn rows<K: Kernels>(h: &mut Attention<'_>) {
     // component's layouts) and there is more than one chain.
     let cols = h.heads * h.head_cols();
     let rows_in = n + (h.context - 1) * h.row_shift;
-    let chained = step > 1 && h.rows_left % step == 0;
+    let chained = step > 1 && h.rows_left.is_multiple_of(step);
     let scratch_stride = cols.next_multiple_of(16) + 16;
     let mut scratch = if chained {
         vec![0.0 as Real; rows_in.div_ceil(step) * scratch_stride]
