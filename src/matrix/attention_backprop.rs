@@ -10,12 +10,12 @@
 //! read it; the row a step ahead in the chain is prefetched, because the window's rows are
 //! a page or more apart and the hardware prefetchers do not follow them.
 //!
-//! A chain's key and value derivatives are added up in a scratch (zeroed, a row stride 16
-//! floats longer than the input's) and added to the derivative matrix when the chain is
+//! A chain's key and value derivatives are added up in a scratch (zeroed, a row stride of an
+//! odd number of cache lines) and added to the derivative matrix when the chain is
 //! done. In the usual layouts row_shift rows are a multiple of 4 KiB (16 sequences × 3
 //! frames × 1,088 columns × 4 bytes is 51 pages in the bench), so the C window rows fall
-//! into the same L1 sets; the scratch's rows do not, which took the bench from ~6 to
-//! ~4.5 ms. The same for the input rows (a copy per chain) changed nothing measurable.
+//! into the same L1 sets; the scratch's rows do not, which took 10–25 % off the bench's
+//! backprop. The same for the input rows (a copy per chain) changed nothing measurable.
 //! With the scratch a derivative element becomes `old + (its terms summed in increasing
 //! output row order)`, without it `((old + t1) + t2) + ...`, on every path alike.
 
@@ -253,13 +253,14 @@ unsafe fn rows<K: Kernels>(h: &mut Attention<'_>) {
     let mut db = vec![0.0 as Real; h.context];
     let (n, step) = (h.rows, h.row_shift.max(1));
     // A chain's derivative rows are added up in a scratch of their own, with a row stride
-    // that is not a multiple of 4 KiB, and added to `deriv` when the chain is done (see
-    // the module comment). Only where the query rows are in the chains (always, for the
+    // of an odd number of cache lines (so that 64 consecutive rows start in 64 different L1
+    // sets), and added to `deriv` when the chain is done (see the module comment). Only where the query rows are in the chains (always, for the
     // component's layouts) and there is more than one chain.
     let cols = h.heads * h.head_cols();
     let rows_in = n + (h.context - 1) * h.row_shift;
     let chained = step > 1 && h.rows_left.is_multiple_of(step);
-    let scratch_stride = cols.next_multiple_of(16) + 16;
+    let lines = cols.div_ceil(16);
+    let scratch_stride = 16 * (lines + 1 - lines % 2);
     let mut scratch = if chained {
         vec![0.0 as Real; rows_in.div_ceil(step) * scratch_stride]
     } else {
