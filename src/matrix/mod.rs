@@ -14,6 +14,7 @@
 //!   inference product.
 
 mod attention;
+mod attention_backprop;
 mod blocks;
 pub mod check;
 mod cu_compressed;

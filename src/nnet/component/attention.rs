@@ -454,8 +454,7 @@ impl Component for RestrictedAttentionComponent {
             return;
         };
         let (rows_in, rows_out) = (b.in_value.num_rows(), b.out_deriv.num_rows());
-        let (kd, vd, cd) = (self.key_dim, self.value_dim, self.context_dim());
-        let (ip, op) = (self.input_dim_per_head(), self.output_dim_per_head());
+        let (kd, cd) = (self.key_dim, self.context_dim());
         if b.in_value.num_cols() != self.input_dim()
             || b.out_deriv.num_cols() != self.output_dim()
             || in_deriv.num_rows() != rows_in
@@ -469,39 +468,17 @@ impl Component for RestrictedAttentionComponent {
         else {
             return;
         };
-        let mut c_deriv = Matrix::zeros(rows_out, cd);
-        let mut b_deriv = Matrix::zeros(rows_out, cd);
-        for h in 0..self.num_heads {
-            let inp = b.in_value.cols_range(h * ip, ip);
-            let keys = inp.cols_range(0, kd);
-            let values = inp.cols_range(kd, vd);
-            let queries_key = inp.sub(rows_left, rows_out, kd + vd, kd);
-            let ch = c.sub(0, rows_out, h * cd, cd);
-            let od = b.out_deriv.cols_range(h * op, op);
-            let od_values = od.cols_range(0, vd);
-            // Through the weighted sum (and the copy of c), then the softmax.
-            c_deriv
-                .view_mut()
-                .set_attention_dot_products(1.0, od_values, values, shift);
-            if self.output_context {
-                c_deriv
-                    .view_mut()
-                    .add_mat(1.0, od.cols_range(vd, cd), Trans::No);
-            }
-            b_deriv.view_mut().diff_softmax_per_row(ch, c_deriv.view());
-            let mut idh = in_deriv.sub_mut(0, rows_in, h * ip, ip);
-            idh.sub_mut(rows_left, rows_out, kd + vd + kd, cd).add_mat(
-                1.0,
-                b_deriv.view(),
-                Trans::No,
-            );
-            idh.sub_mut(rows_left, rows_out, kd + vd, kd)
-                .add_attention_weighted_rows(self.key_scale, keys, b_deriv.view(), shift);
-            idh.sub_mut(0, rows_in, 0, kd)
-                .add_attention_scaled_to_input(self.key_scale, queries_key, b_deriv.view(), shift);
-            idh.sub_mut(0, rows_in, kd, vd)
-                .add_attention_scaled_to_input(1.0, od_values, ch, shift);
-        }
+        // One fused walk over the output rows, every head and the whole chain rule at once.
+        in_deriv.add_restricted_attention_backprop(
+            b.in_value,
+            c.view(),
+            b.out_deriv,
+            rows_left,
+            self.num_heads,
+            kd,
+            self.key_scale,
+            shift,
+        );
     }
 
     fn store_stats_step(&mut self, s: StatsStep<'_>) {
