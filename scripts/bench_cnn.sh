@@ -54,6 +54,18 @@ for t in 1 2; do
   done
 done
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The convolution's share of the time, measured: `perf` call graphs of one `compute` run, the
+# share of the CPU samples (all threads) spent inside TimeHeightConvolutionComponent's
+# propagate, its GEMMs included.
+if command -v perf >/dev/null; then
+  for t in 1 2; do
+    perf record -q --call-graph dwarf,16384 -F 400 -o "$OUT/perf.data" \
+      "$BIN" compute --num-threads="$t" "$OUT/cnn.raw" "ark:$OUT/feats.ark" ark:/dev/null 2>/dev/null
+    share=$(perf report -i "$OUT/perf.data" --children --stdio -g none --sort sym 2>/dev/null \
+      | awk '/TimeHeightConvolutionComponent as .*Component>::propagate/ && !found { print $1; found = 1 }')
+    echo "convolution's share of the CPU samples, $t thread(s): ${share:-not found}"
+  done
+fi
 EX=${CARGO_TARGET_DIR:-target}/release/examples/conv_bench
 "$EX" 1
 "$EX" 2
