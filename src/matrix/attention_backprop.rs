@@ -19,6 +19,7 @@
 //! With the scratch a derivative element becomes `old + (its terms summed in increasing
 //! output row order)`, without it `((old + t1) + t2) + ...`, on every path alike.
 
+use super::simd::halving_sum;
 use super::{MatView, MatViewMut, Real};
 
 /// Lanes of the partial sums (one AVX-512 vector, two AVX2 ones).
@@ -151,7 +152,7 @@ impl Attention<'_> {
 /// The two inner loops, portable or with intrinsics; both round every sum the same way, so
 /// the results are equal bit for bit.
 trait Kernels {
-    /// Returns `a · b` (16 lanes over the 16-column blocks, summed by [`lane_sum`], plus the
+    /// Returns `a · b` (16 lanes over the 16-column blocks, summed by [`halving_sum`], plus the
     /// remaining columns in order) and adds `scale · a` to `y`. All three have one length.
     ///
     /// # Safety
@@ -368,7 +369,7 @@ impl Kernels for Portable {
             tail += a * b;
             *y += scale * a;
         }
-        lane_sum(&lanes) + tail
+        halving_sum(&lanes) + tail
     }
 
     #[inline(always)]
@@ -390,25 +391,12 @@ impl Kernels for Portable {
     }
 }
 
-/// The sum of the lanes by pairwise halving (l + l+8, then l + l+4, then (0+2) + (1+3)).
-#[inline(always)]
-fn lane_sum(lanes: &[Real; LANES]) -> Real {
-    let mut s8 = [0.0 as Real; 8];
-    for l in 0..8 {
-        s8[l] = lanes[l] + lanes[l + 8];
-    }
-    let mut s4 = [0.0 as Real; 4];
-    for l in 0..4 {
-        s4[l] = s8[l] + s8[l + 4];
-    }
-    (s4[0] + s4[2]) + (s4[1] + s4[3])
-}
-
 /// The kernels with AVX2 intrinsics (the compiler turned the portable loops into 2-lane
 /// code with scalar stores here). No fused multiply-add, so they round as the portable ones.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{Attention, Kernels, Real, LANES};
+    use crate::matrix::simd::prefetch_lines;
     use std::arch::x86_64::*;
 
     /// [`super::rows`] compiled for AVX2.
@@ -552,7 +540,7 @@ mod x86 {
         }
     }
 
-    /// The halving sum of `lane_sum` over lanes 0..8 in `lo` and 8..16 in `hi`: l + l+8,
+    /// The halving sum of `halving_sum` over lanes 0..8 in `lo` and 8..16 in `hi`: l + l+8,
     /// l + l+4, then (0+2) + (1+3).
     #[inline(always)]
     unsafe fn halving_sum(lo: __m256, hi: __m256) -> Real {
@@ -606,26 +594,14 @@ mod x86 {
     unsafe fn prefetch_row(h: &Attention<'_>, i: usize) {
         let r = i + (h.context - 1) * h.row_shift;
         let cols = h.heads * h.head_cols();
-        lines(h.input.as_ptr().add(r * h.input_stride), cols);
-        lines(h.deriv.as_ptr().add(h.deriv_at(r)), cols);
+        prefetch_lines(h.input.as_ptr().add(r * h.input_stride), cols);
+        prefetch_lines(h.deriv.as_ptr().add(h.deriv_at(r)), cols);
         let od_cols = h.heads * h.head_od_cols();
-        lines(h.out_deriv.as_ptr().add(i * h.out_deriv_stride), od_cols);
-        lines(
+        prefetch_lines(h.out_deriv.as_ptr().add(i * h.out_deriv_stride), od_cols);
+        prefetch_lines(
             h.weights.as_ptr().add(i * h.weights_stride),
             h.heads * h.context,
         );
-    }
-
-    /// Prefetches the cache lines of `n` elements from `p`.
-    #[inline(always)]
-    unsafe fn lines(p: *const Real, n: usize) {
-        // 16 elements to a 64-byte line; the last element covers the last line.
-        let mut k = 0;
-        while k < n {
-            _mm_prefetch::<_MM_HINT_T0>(p.add(k) as *const i8);
-            k += 16;
-        }
-        _mm_prefetch::<_MM_HINT_T0>(p.add(n - 1) as *const i8);
     }
 }
 

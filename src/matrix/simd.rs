@@ -371,7 +371,7 @@ multiversion! {
 /// The sum of 16 lanes by pairwise halving (l + l+8, then l + l+4, then (0+2) + (1+3)),
 /// written over separate arrays so that it compiles to vector shuffles.
 #[inline(always)]
-fn halving_sum(lanes: &[Real; 16]) -> Real {
+pub(crate) fn halving_sum(lanes: &[Real; 16]) -> Real {
     let mut s8 = [0.0 as Real; 8];
     for l in 0..8 {
         s8[l] = lanes[l] + lanes[l + 8];
@@ -472,6 +472,25 @@ fn check_attention_head(h: &AttentionHead<'_>) {
     );
 }
 
+/// Asks for the cache lines of `p .. p + n` (n ≥ 1): one address per 64-byte line, and the
+/// last element (the run need not be aligned). Used where rows are a page or more apart, so
+/// that the hardware's stream detection does not follow them.
+///
+/// # Safety
+/// `p .. p + n` must be inside one allocation (a prefetch never faults, but the pointer
+/// arithmetic must stay in bounds).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn prefetch_lines(p: *const Real, n: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let mut j = 0;
+    while j < n {
+        _mm_prefetch::<_MM_HINT_T0>(p.add(j) as *const i8);
+        j += 16;
+    }
+    _mm_prefetch::<_MM_HINT_T0>(p.add(n - 1) as *const i8);
+}
+
 /// The AVX2 restricted-attention kernel: what [`attention_row`] computes, every sum in the
 /// same order (so bit for bit), but with the window's positions in the vector lanes: the
 /// key·query products of eight positions at once, their 16-lane halving sums done across
@@ -480,7 +499,7 @@ fn check_attention_head(h: &AttentionHead<'_>) {
 /// intrinsics because the compiler turns the portable form into 2-lane code here.
 #[cfg(target_arch = "x86_64")]
 mod attention_x86 {
-    use super::{exp_fast, AttentionHead, Real};
+    use super::{exp_fast, prefetch_lines, AttentionHead, Real};
     use std::arch::x86_64::*;
 
     /// Positions per vector of scores.
@@ -515,27 +534,16 @@ mod attention_x86 {
     unsafe fn prefetch(h: &AttentionHead<'_>, i0: usize, n: usize) {
         for i in i0..h.rows.min(i0 + n) {
             let last = i + (h.context - 1) * h.row_shift;
-            touch(
+            prefetch_lines(
                 h.input.as_ptr().add(last * h.input_stride),
                 h.key_dim + h.value_dim,
             );
-            touch(
+            prefetch_lines(
                 h.queries.as_ptr().add(i * h.queries_stride),
                 h.key_dim + h.context,
             );
-            touch(h.out.as_ptr().add(i * h.out_stride), h.out_cols);
+            prefetch_lines(h.out.as_ptr().add(i * h.out_stride), h.out_cols);
         }
-    }
-
-    /// Prefetches the lines of `p .. p + n` (n ≥ 1).
-    #[inline(always)]
-    unsafe fn touch(p: *const Real, n: usize) {
-        let mut j = 0;
-        while j < n {
-            _mm_prefetch::<_MM_HINT_T0>(p.add(j) as *const i8);
-            j += 16;
-        }
-        _mm_prefetch::<_MM_HINT_T0>(p.add(n - 1) as *const i8);
     }
 
     /// Rows `i0 .. i0 + R`.
