@@ -2,8 +2,9 @@
 # CNN-TDNN inference behind docs/PERFORMANCE.md ("Convolution"): whole-process wall time of
 # `compnet compute` and Kaldi's `nnet3-compute` (defaults: 50-frame chunks) on
 # tests/data/kaldi/perf/mini_librispeech_cnn_tdnn_1a.config, 4 utterances × 1,500 frames of
-# random 40-dim features, 1 and 2 threads, interleaved, best of RUNS; then the per-layer convolution speed against the sgemm peak
-# (examples/conv_bench.rs) on 1 and 2 threads.
+# random 40-dim features, 1 and 2 threads, interleaved, best of RUNS; where `perf` is installed,
+# the convolution's share of compnet's CPU samples; then the per-layer convolution speed against
+# the sgemm peak (examples/conv_bench.rs) on 1 and 2 threads.
 #
 # Usage: scripts/bench_cnn.sh KALDI_RUN [RUNS]   (KALDI_RUN: Kaldi's launcher script;
 #   it must run `KALDI_RUN nnet3-compute ...`)
@@ -59,8 +60,11 @@ echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 # propagate, its GEMMs included.
 if command -v perf >/dev/null; then
   for t in 1 2; do
-    perf record -q --call-graph dwarf,16384 -F 400 -o "$OUT/perf.data" \
-      "$BIN" compute --num-threads="$t" "$OUT/cnn.raw" "ark:$OUT/feats.ark" ark:/dev/null 2>/dev/null
+    if ! perf record -q --call-graph dwarf,16384 -F 400 -o "$OUT/perf.data" \
+      "$BIN" compute --num-threads="$t" "$OUT/cnn.raw" "ark:$OUT/feats.ark" ark:/dev/null 2>/dev/null; then
+      echo "perf record failed (not permitted here?); no measured share"
+      break
+    fi
     share=$(perf report -i "$OUT/perf.data" --children --stdio -g none --sort sym 2>/dev/null \
       | awk '/TimeHeightConvolutionComponent as .*Component>::propagate/ && !found { print $1; found = 1 }')
     echo "convolution's share of the CPU samples, $t thread(s): ${share:-not found}"
