@@ -18,8 +18,13 @@
 //! backprop. The same for the input rows (a copy per chain) changed nothing measurable.
 //! With the scratch a derivative element becomes `old + (its terms summed in increasing
 //! output row order)`, without it `((old + t1) + t2) + ...`, on every path alike.
+//!
+//! Chains share no derivative row (a chain's window and query rows are all ≡ its first row
+//! modulo row_shift), so with more than one thread allowed the chains are spread over the
+//! threads, each with its own scratch; a chain is computed the same on any thread, so the
+//! result does not depend on the thread count (2 threads: 1.5–2.1× on the bench).
 
-use super::simd::halving_sum;
+use super::simd::{halving_sum, multiversion};
 use super::{MatView, MatViewMut, Real};
 
 /// Lanes of the partial sums (one AVX-512 vector, two AVX2 ones).
@@ -196,105 +201,164 @@ fn check_extents(h: &Attention<'_>) {
     );
 }
 
-/// All output rows and heads: with AVX2 through the intrinsics, else portably.
-fn backprop(mut h: Attention<'_>) {
-    check_extents(&h);
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512F and the extents were checked.
-        unsafe { x86::rows_avx512(&mut h) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 and the extents were checked.
-        unsafe { x86::rows_avx2(&mut h) };
-        return;
-    }
-    // SAFETY: the portable kernels need nothing, and the extents were checked.
-    unsafe { rows::<Portable>(&mut h) };
+/// All output rows and heads, through the fastest kernels this CPU has.
+fn backprop(h: Attention<'_>) {
+    backprop_on(Path::best(), h);
 }
 
-/// The kernels [`backprop`] can take.
-#[cfg(test)]
+/// The kernels: portable, or AVX2 or AVX-512 intrinsics; all round every sum the same way.
 #[derive(Clone, Copy, Debug)]
 enum Path {
     Portable,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx2,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx512,
+}
+
+impl Path {
+    /// The fastest path this CPU has.
+    fn best() -> Path {
+        [Path::Avx512, Path::Avx2]
+            .into_iter()
+            .find(|p| p.available())
+            .unwrap_or(Path::Portable)
+    }
+
+    /// Whether this CPU can run the path.
+    fn available(self) -> bool {
+        match self {
+            Path::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
 }
 
 /// [`backprop`] through the given kernels; false (and nothing done) if the CPU lacks them.
 #[cfg(test)]
-fn backprop_with(path: Path, mut h: Attention<'_>) -> bool {
-    check_extents(&h);
-    match path {
-        // SAFETY: as above.
-        Path::Portable => unsafe { rows::<Portable>(&mut h) },
-        #[cfg(target_arch = "x86_64")]
-        Path::Avx2 if std::arch::is_x86_feature_detected!("avx2") => unsafe {
-            x86::rows_avx2(&mut h)
-        },
-        #[cfg(target_arch = "x86_64")]
-        Path::Avx512 if std::arch::is_x86_feature_detected!("avx512f") => unsafe {
-            x86::rows_avx512(&mut h)
-        },
-        _ => return false,
+fn backprop_with(path: Path, h: Attention<'_>) -> bool {
+    if !path.available() {
+        return false;
     }
+    backprop_on(path, h);
     true
 }
 
-/// The output rows chain by chain (see the module comment), every head of a row in turn.
+/// [`backprop`] on `path`, which the CPU must have. Where the query rows are in the chains
+/// (always, for the component's layouts) and there is more than one chain, chain by chain
+/// with each chain's derivative rows added up in a scratch, the chains spread over the
+/// allowed threads ([`chains`]); otherwise row by row in place.
+fn backprop_on(path: Path, mut h: Attention<'_>) {
+    check_extents(&h);
+    let step = h.row_shift;
+    if step > 1 && h.rows_left.is_multiple_of(step) {
+        chains(path, h);
+        return;
+    }
+    let (mut dc, mut db) = (vec![0.0 as Real; h.context], vec![0.0 as Real; h.context]);
+    for first in 0..step.max(1).min(h.rows) {
+        // SAFETY: the CPU has the path's instructions (`available`), and the extents were
+        // checked above.
+        unsafe { chain_on(path, &mut h, first, &mut dc, &mut db) };
+    }
+}
+
+/// The chained walk (see the module comment). Chain `first` (output rows first, first +
+/// step, ...) reads and writes the derivative rows ≡ first (mod step) only, its query rows
+/// included (rows_left being a multiple of step), so no two chains share a derivative row:
+/// each chain is summed in a scratch of its own with a row stride of an odd number of cache
+/// lines (so that 64 consecutive rows start in 64 different L1 sets), then added to its rows
+/// of `deriv`, and the chains are spread over the allowed threads. A chain is computed the
+/// same on whichever thread, so the result does not depend on the thread count.
+fn chains(path: Path, mut h: Attention<'_>) {
+    let (n, step, c) = (h.rows, h.row_shift, h.context);
+    let cols = h.heads * h.head_cols();
+    let rows_in = n + (c - 1) * step;
+    let chain_rows = rows_in.div_ceil(step);
+    let lines = cols.div_ceil(16);
+    let scratch_stride = 16 * (lines + 1 - lines % 2);
+    // Each chain's derivative rows, as disjoint slices of `deriv`.
+    let deriv = std::mem::take(&mut h.deriv);
+    let mut work: Vec<Vec<&mut [Real]>> = (0..step.min(n))
+        .map(|_| Vec::with_capacity(chain_rows))
+        .collect();
+    for (r, row) in deriv.chunks_mut(h.deriv_stride).take(rows_in).enumerate() {
+        if let Some(rows) = work.get_mut(r % step) {
+            rows.push(&mut row[..cols]);
+        }
+    }
+    let shared = &h;
+    super::parallel::for_chunks(&mut work, n * cols * c, |first_chain, part| {
+        let mut scratch = vec![0.0 as Real; chain_rows * scratch_stride];
+        let (mut dc, mut db) = (vec![0.0 as Real; c], vec![0.0 as Real; c]);
+        for (k, rows) in part.iter_mut().enumerate() {
+            {
+                let mut chain = Attention {
+                    deriv: &mut scratch,
+                    deriv_stride: scratch_stride,
+                    deriv_div: step,
+                    ..*shared
+                };
+                // SAFETY: the CPU has the path's instructions, the extents were checked
+                // (the scratch holds the chain's rows: row first + k·step at k).
+                unsafe { chain_on(path, &mut chain, first_chain + k, &mut dc, &mut db) };
+            }
+            for (to, from) in rows.iter_mut().zip(scratch.chunks_mut(scratch_stride)) {
+                add_and_clear(to, from);
+            }
+        }
+    });
+}
+
+multiversion! {
+    /// `to += from`, then `from = 0` (a chain's scratch row into its derivative row).
+    fn add_and_clear(to: &mut [Real], from: &mut [Real]) {
+        for (y, x) in to.iter_mut().zip(from.iter_mut()) {
+            *y += *x;
+            *x = 0.0;
+        }
+    }
+}
+
+/// One chain, output rows first, first + row_shift, ..., every head of a row in turn, on
+/// the kernels of `path`.
+///
+/// # Safety
+/// The CPU must have the path's instructions, and `h` must have passed [`check_extents`].
+unsafe fn chain_on(
+    path: Path,
+    h: &mut Attention<'_>,
+    first: usize,
+    dc: &mut [Real],
+    db: &mut [Real],
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => x86::chain_avx2(h, first, dc, db),
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => x86::chain_avx512(h, first, dc, db),
+        _ => chain::<Portable>(h, first, dc, db),
+    }
+}
+
+/// [`chain_on`] with the kernels `K`.
 ///
 /// # Safety
 /// As [`Kernels::keys_and_query`].
 #[inline(always)]
-unsafe fn rows<K: Kernels>(h: &mut Attention<'_>) {
-    let mut dc = vec![0.0 as Real; h.context];
-    let mut db = vec![0.0 as Real; h.context];
+unsafe fn chain<K: Kernels>(h: &mut Attention<'_>, first: usize, dc: &mut [Real], db: &mut [Real]) {
     let (n, step) = (h.rows, h.row_shift.max(1));
-    // A chain's derivative rows are added up in a scratch of their own, with a row stride
-    // of an odd number of cache lines (so that 64 consecutive rows start in 64 different L1
-    // sets), and added to `deriv` when the chain is done (see the module comment). Only where the query rows are in the chains (always, for the
-    // component's layouts) and there is more than one chain.
-    let cols = h.heads * h.head_cols();
-    let rows_in = n + (h.context - 1) * h.row_shift;
-    let chained = step > 1 && h.rows_left.is_multiple_of(step);
-    let lines = cols.div_ceil(16);
-    let scratch_stride = 16 * (lines + 1 - lines % 2);
-    let mut scratch = if chained {
-        vec![0.0 as Real; rows_in.div_ceil(step) * scratch_stride]
-    } else {
-        Vec::new()
-    };
-    for first in 0..step.min(n) {
-        let mut chain = Attention {
-            deriv: if chained { &mut scratch } else { &mut *h.deriv },
-            deriv_stride: if chained {
-                scratch_stride
-            } else {
-                h.deriv_stride
-            },
-            deriv_div: if chained { step } else { 1 },
-            ..*h
-        };
-        for i in (first..n).step_by(step) {
-            if i + AHEAD * step < n {
-                K::prefetch(&chain, i + AHEAD * step);
-            }
-            for head in 0..chain.heads {
-                row::<K>(&mut chain, i, head, &mut dc, &mut db);
-            }
+    for i in (first..n).step_by(step) {
+        if i + AHEAD * step < n {
+            K::prefetch(h, i + AHEAD * step);
         }
-        if chained {
-            for (k, r) in (first..rows_in).step_by(step).enumerate() {
-                let from = &mut scratch[k * scratch_stride..][..cols];
-                let to = &mut h.deriv[r * h.deriv_stride..][..cols];
-                for (y, x) in to.iter_mut().zip(from.iter_mut()) {
-                    *y += *x;
-                    *x = 0.0;
-                }
-            }
+        for head in 0..h.heads {
+            row::<K>(h, i, head, dc, db);
         }
     }
 }
@@ -399,23 +463,33 @@ mod x86 {
     use crate::matrix::simd::prefetch_lines;
     use std::arch::x86_64::*;
 
-    /// [`super::rows`] compiled for AVX2.
+    /// [`super::chain`] compiled for AVX2.
     ///
     /// # Safety
     /// The CPU must have AVX2, and `h` must have passed `check_extents`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn rows_avx2(h: &mut Attention<'_>) {
-        super::rows::<Avx2>(h)
+    pub(super) unsafe fn chain_avx2(
+        h: &mut Attention<'_>,
+        first: usize,
+        dc: &mut [Real],
+        db: &mut [Real],
+    ) {
+        super::chain::<Avx2>(h, first, dc, db)
     }
 
-    /// [`super::rows`] compiled for AVX-512 (half the instructions of AVX2 for the same
+    /// [`super::chain`] compiled for AVX-512 (half the instructions of AVX2 for the same
     /// work; a few per cent faster on the bench).
     ///
     /// # Safety
     /// The CPU must have AVX-512F, and `h` must have passed `check_extents`.
     #[target_feature(enable = "avx512f,avx2")]
-    pub(super) unsafe fn rows_avx512(h: &mut Attention<'_>) {
-        super::rows::<Avx512>(h)
+    pub(super) unsafe fn chain_avx512(
+        h: &mut Attention<'_>,
+        first: usize,
+        dc: &mut [Real],
+        db: &mut [Real],
+    ) {
+        super::chain::<Avx512>(h, first, dc, db)
     }
 
     struct Avx2;
@@ -782,6 +856,24 @@ mod tests {
             }
             Some(deriv)
         }
+        /// The derivative after the five passes, head by head.
+        fn reference(&self) -> Matrix {
+            let mut want = self.deriv.clone();
+            let (ip, op) = (self.cols / self.heads, self.od_cols / self.heads);
+            for h in 0..self.heads {
+                five_passes(
+                    &mut want.sub_mut(0, self.rows_in(), 2 + h * ip, ip),
+                    self.input().cols_range(h * ip, ip),
+                    self.weights().cols_range(h * self.c, self.c),
+                    self.out_deriv().cols_range(h * op, op),
+                    self.rows_left,
+                    self.kd,
+                    0.3,
+                    self.shift,
+                );
+            }
+            want
+        }
         /// The derivative after the fused kernel, through the dispatch.
         fn fused(&self) -> Matrix {
             self.fused_with(None).unwrap()
@@ -809,6 +901,42 @@ mod tests {
         (3, 30, 32, 64, 8, 6, true),
     ];
 
+    /// The chains spread over threads give the same bits whatever the thread count (a case
+    /// large enough for the split: 400 rows × 408 columns × C = 8), and the same as the five
+    /// passes within rounding.
+    #[test]
+    fn chains_do_not_depend_on_the_thread_count() {
+        let shape = (3, 400, 32, 64, 8, 16, true);
+        let t = case(shape);
+        assert_eq!(
+            t.rows_left % t.shift,
+            0,
+            "the case must take the chained walk"
+        );
+        let mut got = Vec::new();
+        for threads in [1, 2, 3] {
+            crate::matrix::set_num_threads(threads);
+            got.push(t.fused().to_vec());
+        }
+        crate::matrix::set_num_threads(0);
+        for (threads, g) in [2, 3].iter().zip(&got[1..]) {
+            for (k, (a, b)) in g.iter().zip(&got[0]).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "element {k} with {threads} threads: {a} vs {b} with one"
+                );
+            }
+        }
+        let want = t.reference();
+        for (k, (g, w)) in got[0].iter().zip(want.to_vec()).enumerate() {
+            assert!(
+                (g - w).abs() <= 2e-6 * (1.0 + w.abs()),
+                "element {k}: {g} vs five passes {w}"
+            );
+        }
+    }
+
     /// The fused kernel adds what the five passes add, within float rounding (the sums are
     /// grouped differently), and leaves the columns around the views alone.
     #[test]
@@ -816,20 +944,7 @@ mod tests {
         for shape in SHAPES {
             let (heads, n, kd, vd, c, shift, ctx) = shape;
             let t = case(shape);
-            let mut want = t.deriv.clone();
-            let (ip, op) = (t.cols / heads, t.od_cols / heads);
-            for h in 0..heads {
-                five_passes(
-                    &mut want.sub_mut(0, t.rows_in(), 2 + h * ip, ip),
-                    t.input().cols_range(h * ip, ip),
-                    t.weights().cols_range(h * c, c),
-                    t.out_deriv().cols_range(h * op, op),
-                    t.rows_left,
-                    kd,
-                    0.3,
-                    shift,
-                );
-            }
+            let want = t.reference();
             let got = t.fused();
             let (start, got, want) = (t.deriv.to_vec(), got.to_vec(), want.to_vec());
             let mut changed = 0;

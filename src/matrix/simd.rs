@@ -49,6 +49,7 @@ macro_rules! multiversion {
         }
     };
 }
+pub(crate) use multiversion;
 
 multiversion! {
     /// Σ x² (16 lanes).
