@@ -10,11 +10,11 @@
 //! all layers, 9 rounds). Prints median times; with LAYER (a substring of the layer names)
 //! only the matching layers run, e.g. to profile one under `perf record`.
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::{set_num_threads, Matrix};
 use compnet::nnet::component::{
     new_component_from_config, Backprop, Component, MiscComputationInfo, Propagate,
 };
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
 use std::time::Instant;
 

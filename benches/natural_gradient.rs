@@ -5,8 +5,8 @@
 //! Usage: `cargo bench --bench natural_gradient -- [THREADS]` (default 1). Prints median
 //! wall-clock times per call.
 
+use compnet::gradient::natural_gradient::OnlineNaturalGradient;
 use compnet::matrix::{set_num_threads, Matrix, Trans};
-use compnet::update::natural_gradient::OnlineNaturalGradient;
 use std::time::Instant;
 
 fn random_matrix(rows: usize, cols: usize, seed: u32) -> Matrix {

@@ -9,9 +9,9 @@
 //!
 //! Usage: cargo run --release --example conv_bench -- [THREADS]
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::{set_num_threads, Matrix, Trans};
 use compnet::nnet::component::{new_component_from_config, Propagate};
+use compnet::nnet::config_line::ConfigLine;
 use std::time::Instant;
 
 /// (filters in, filters out, height in, height out, subsampling, output rows per chunk).

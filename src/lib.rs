@@ -10,9 +10,11 @@ pub mod compile;
 pub mod egs;
 pub mod error;
 pub mod frontend;
+pub mod gradient;
 pub mod index;
 pub mod io;
 pub mod limits;
+pub mod log;
 pub mod matrix;
 pub mod nnet;
 pub mod random;
@@ -22,7 +24,6 @@ pub mod run;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod train;
-pub mod update;
 
 pub use error::{Error, Result};
 pub use nnet::builder::{Desc, NetworkBuilder};

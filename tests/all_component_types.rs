@@ -3,9 +3,9 @@
 //! outputs of the right shape, and the model round-trips byte for byte in text and binary.
 //! A type that is not registered, has no test config, or fails any step turns this red.
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::{component_type, new_component_from_config};
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
 use compnet::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions};
 

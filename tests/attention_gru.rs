@@ -8,12 +8,12 @@
 //! (reorder, precompute) on several shapes; the GRUs' go through the generic harness
 //! (`tests/components.rs`). Statistics, self-repair, and bad configs and files.
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::{
     new_component_from_config, read_component, Backprop, Component, MiscComputationInfo, Propagate,
 };
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{check_golden_info, round_trip_golden};

@@ -7,8 +7,8 @@
 //! components with a stub factory whose dimensions come from Kaldi's own `info.txt` (or, for
 //! the benchmark configs, from the obvious config keys).
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenWriter;
+use compnet::nnet::config_line::ConfigLine;
 
 use compnet::nnet::component::{Backprop, Component, Description, Memo, Propagate, Properties};
 use compnet::nnet::{NetworkNode, Nnet, ObjectiveType};

@@ -4,13 +4,13 @@
 //! update, the split into row blocks under max-memory-mb, the Index hooks, round trips, and
 //! bad configs and damaged files (errors, never panics).
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::component::time_height_convolution::TimeHeightConvolutionComponent;
 use compnet::nnet::component::{
     new_component_from_config, read_component, Component, MiscComputationInfo,
 };
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{golden_component, round_trip_golden};

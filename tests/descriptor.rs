@@ -2,9 +2,7 @@
 //! tokenizer edge cases, error positions, and property tests against an independent
 //! reference evaluator (what each output Index reads, before and after normalisation).
 
-use compnet::frontend::kaldi::descriptor_parse::{
-    tokenize, GeneralDescriptor, GeneralKind, TokenKind,
-};
+use compnet::nnet::descriptor::parse::{tokenize, GeneralDescriptor, GeneralKind, TokenKind};
 use compnet::nnet::descriptor::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
 use proptest::prelude::*;
 

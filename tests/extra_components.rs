@@ -5,13 +5,13 @@
 //! lines), an independent f64 re-derivation of the LSTM cell equations, numeric derivatives,
 //! and the test-mode behaviour the golden README documents.
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::{TokenReader, TokenWriter};
 use compnet::matrix::{MatView, MatViewMut, Matrix};
 use compnet::nnet::component::{
     new_component_from_config, read_component, Backprop, BackpropInPlace, Component,
     MiscComputationInfo, Propagate, PropagateInPlace,
 };
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::index::Index;
 use compnet::testing::component::{check_component_config, round_trip_bytes};
 use compnet::testing::golden::{

@@ -3,12 +3,12 @@
 //! propagate against independent per-Index reference computations; numeric derivative checks
 //! of backprop (inputs and parameters) through the components' own Index hooks.
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::io::TokenReader;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::{
     new_component_from_config, read_component, Backprop, Component, MiscComputationInfo, Propagate,
 };
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{

@@ -1,4 +1,4 @@
-//! The online natural-gradient preconditioner (`update::natural_gradient`) against a
+//! The online natural-gradient preconditioner (`gradient::natural_gradient`) against a
 //! straightforward dense reference, plus the invariants any preconditioner of this kind has.
 //!
 //! The reference builds the same estimate F = Rᵀ·diag(d)·R + ρ·I as full D×D matrices in f64:
@@ -7,8 +7,8 @@
 //! shares no code with the implementation (which never forms a D×D matrix and uses the
 //! closed-form inverse and traces) except the eigensolver, tested on its own in src/matrix.
 
+use compnet::gradient::natural_gradient::OnlineNaturalGradient;
 use compnet::matrix::{symmetric_eigen, Matrix};
-use compnet::update::natural_gradient::OnlineNaturalGradient;
 use rand::{Rng, SeedableRng};
 
 const EPSILON: f64 = 1e-10;

@@ -7,11 +7,11 @@
 //! `tests/derivative.rs`; Kaldi's own outputs: the golden cases old-cnn and
 //! composite-distribute.)
 
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::composite::CompositeComponent;
 use compnet::nnet::component::old_cnn::{ConvolutionComponent, Vectorization};
 use compnet::nnet::component::{new_component_from_config, Backprop, Component, Propagate};
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
 use compnet::testing::golden::golden_path;
 
@@ -232,7 +232,7 @@ fn common(nnet: &Nnet, i: usize) -> compnet::nnet::component::UpdatableCommon {
 
 #[test]
 fn whole_network_operations_reach_the_sub_components() {
-    use compnet::train::nnet_update::{
+    use compnet::train::network_ops::{
         apply_l2_regularization, constrain_orthonormal, freeze_natural_gradient,
     };
     let mut nnet = composite_net();

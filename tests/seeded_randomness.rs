@@ -8,10 +8,10 @@
 
 use compnet::compile::request::{ComputationRequest, IoSpecification};
 use compnet::compile::{compile_computation, optimize, CompilerOptions, OptimizeOptions};
-use compnet::frontend::kaldi::config_line::ConfigLine;
 use compnet::matrix::Matrix;
 use compnet::nnet::component::nonlinear::NonlinearComponent;
 use compnet::nnet::component::{new_component_from_config, Backprop, Propagate};
+use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;

@@ -298,7 +298,7 @@ fn the_orthonormal_constraint_makes_weights_semi_orthogonal() {
         let mut nnet = Nnet::from_config_text(&config, "<test>", &mut seeded_rng(4)).unwrap();
         let mut rng = seeded_rng(9);
         for _ in 0..400 {
-            compnet::train::nnet_update::constrain_orthonormal(&mut nnet, &mut rng);
+            compnet::train::network_ops::constrain_orthonormal(&mut nnet, &mut rng);
         }
         let u = nnet.components[0].as_updatable().unwrap();
         let mut v = vec![0.0; u.num_parameters()];

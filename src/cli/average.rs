@@ -3,9 +3,9 @@
 
 use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
+use crate::log::log;
 use crate::nnet::Nnet;
-use crate::train::log::log;
-use crate::train::nnet_update::{add_nnet, same_structure};
+use crate::train::network_ops::{add_nnet, same_structure};
 
 /// Options of `compnet average`.
 #[derive(clap::Args, Debug)]

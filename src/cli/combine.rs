@@ -3,14 +3,14 @@
 //! egs when the result is an average.
 
 use crate::cli::average::read_raw;
-use crate::cli::compute_prob::set_test_modes;
 use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, SequentialNnetExampleReader};
+use crate::log::{fmt_g, log};
+use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
 use crate::train::diagnostics::recompute_stats;
-use crate::train::log::{fmt_g, log};
-use crate::train::nnet_update::{add_nnet, same_structure};
+use crate::train::network_ops::{add_nnet, same_structure};
 use crate::train::{NnetComputeProb, NnetComputeProbOptions};
 
 const P: &str = "compnet combine";
@@ -44,7 +44,7 @@ pub struct Args {
 /// The objective per frame of output `output` of `nnet` on `egs`.
 fn objective(nnet: &Nnet, egs: &[(String, NnetExample)], a: &Args) -> Result<f64> {
     let mut copy = nnet.clone();
-    set_test_modes(&mut copy, a.batchnorm_test_mode, a.dropout_test_mode, 0);
+    copy.set_test_modes(a.batchnorm_test_mode, a.dropout_test_mode, 0);
     let mut prob = NnetComputeProb::new(NnetComputeProbOptions::default(), &copy);
     for (key, eg) in egs {
         prob.compute(eg)
@@ -132,7 +132,7 @@ pub fn run(a: Args) -> Result<i32> {
     if best
         .components
         .iter()
-        .any(|c| c.type_name() == "BatchNormComponent")
+        .any(|c| c.properties().has(Properties::BATCH_STATISTICS))
     {
         log(P, "Recomputing stats on nnet (affects batch-norm)");
         let egs: Vec<NnetExample> = egs.into_iter().map(|(_, e)| e).collect();

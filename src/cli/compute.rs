@@ -265,7 +265,7 @@ pub fn run(mut a: Args) -> Result<i32> {
             Error::Compute(format!("{feats_rspec}: utterance {}: {e}", pending[u].0))
         })?;
         for ((key, feats, _), mut out) in pending.iter().zip(outs) {
-            crate::train::log::vlog(1, "compnet compute", || {
+            crate::log::vlog(1, "compnet compute", || {
                 format!(
                     "utterance {key}: {} frames in, {} output rows",
                     feats.num_rows(),

@@ -45,18 +45,6 @@ pub struct Args {
     pub args: Vec<String>,
 }
 
-/// Puts BatchNorm and/or dropout components in test mode, one generator through all.
-pub fn set_test_modes(nnet: &mut Nnet, batchnorm: bool, dropout: bool, srand: u64) {
-    let mut rng = crate::random::seeded_rng(srand);
-    for c in &mut nnet.components {
-        let is_bn = c.type_name() == "BatchNormComponent";
-        let is_dropout = c.type_name().contains("Dropout") || c.type_name().contains("SpecAugment");
-        if (is_bn && batchnorm) || (is_dropout && dropout) {
-            c.set_test_mode(true, &mut rng);
-        }
-    }
-}
-
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
     let [model_in, egs_rspec] = a.args.as_slice() else {
@@ -67,12 +55,7 @@ pub fn run(a: Args) -> Result<i32> {
     super::compute::check_num_threads(a.num_threads)?;
     set_threads(a.num_threads);
     let mut nnet = Nnet::read_model_file(model_in)?.nnet;
-    set_test_modes(
-        &mut nnet,
-        a.batchnorm_test_mode,
-        a.dropout_test_mode,
-        a.srand,
-    );
+    nnet.set_test_modes(a.batchnorm_test_mode, a.dropout_test_mode, a.srand);
     let opts = NnetComputeProbOptions {
         compute_accuracy: a.compute_accuracy,
         compute_per_dim_accuracy: a.compute_per_dim_accuracy,

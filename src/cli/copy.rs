@@ -80,7 +80,7 @@ pub fn run(a: Args) -> Result<i32> {
     }
     for (text, file) in edits {
         for msg in edit::apply_edit_config(&mut nnet, &text, &file)? {
-            crate::train::log::log("compnet copy", &msg);
+            crate::log::log("compnet copy", &msg);
         }
     }
     if a.prepare_for_test {
@@ -90,8 +90,7 @@ pub fn run(a: Args) -> Result<i32> {
              does; the model computes the same outputs"
         );
     }
-    crate::cli::compute_prob::set_test_modes(
-        &mut nnet,
+    nnet.set_test_modes(
         a.batchnorm_test_mode || a.prepare_for_test,
         a.prepare_for_test,
         0,

@@ -2,8 +2,8 @@
 //! (CNTK's eval; the data as `compnet fit` reads it: egs or a feature/label directory).
 
 use crate::error::{Error, Result};
+use crate::log::fmt_g;
 use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
-use crate::train::log::fmt_g;
 
 /// Options of `compnet eval`.
 #[derive(clap::Args, Debug)]

@@ -6,6 +6,7 @@
 use crate::cli::init::{parse_kaldi_bool, read_config_text};
 use crate::error::{Error, Result};
 use crate::frontend::{read_network, Format};
+use crate::log::{fmt_g, log};
 use crate::nnet::Nnet;
 use crate::run::set_threads;
 use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
@@ -13,7 +14,6 @@ use crate::train::fit::hooks::Every;
 use crate::train::fit::schedule::{DropoutSchedule, EpochSchedule};
 use crate::train::fit::stepper::{GradientOptions, StepperKind, StepperOptions};
 use crate::train::fit::{fit, FitOptions};
-use crate::train::log::{fmt_g, log};
 use serde::Deserialize;
 
 macro_rules! fit_args {

@@ -35,7 +35,7 @@ impl Default for StandardOptions {
     }
 }
 
-pub use crate::train::log::{set_verbose_level, verbose_level};
+pub use crate::log::{set_verbose_level, verbose_level};
 
 /// The value type of an option, as Kaldi's usage message names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -74,16 +74,6 @@ enum Command {
     Convert(convert::Args),
 }
 
-/// A spinner on stderr when it is a terminal (long runs show progress; logs stay clean).
-pub fn progress_spinner(message: &str) -> Option<indicatif::ProgressBar> {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new_spinner();
-        b.set_message(message.to_string());
-        b
-    })
-}
-
 /// Warns (on stderr, naming the utterance) when an input matrix holds NaN or infinity: they
 /// are carried through as Kaldi does, but silently they would turn up only in the outputs.
 /// With compression one such value can spoil the whole compressed matrix, so that is said too.

@@ -4,9 +4,9 @@
 use crate::cli::init::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
+use crate::log::log;
 use crate::nnet::Nnet;
 use crate::run::set_threads;
-use crate::train::log::log;
 use crate::train::{NnetTrainer, NnetTrainerOptions};
 
 /// Options of `compnet train`, Kaldi's names and defaults.
@@ -107,7 +107,7 @@ pub fn run(a: Args) -> Result<i32> {
     let ok = {
         let mut trainer = NnetTrainer::new(opts, &mut nnet)?;
         let reader = SequentialNnetExampleReader::open(egs_rspec)?;
-        let bar = super::progress_spinner("training");
+        let bar = crate::log::progress_spinner("training");
         for item in reader {
             let (key, eg) = item.map_err(|e| Error::Compute(format!("{egs_rspec}: {e}")))?;
             trainer

@@ -104,7 +104,7 @@ struct PhaseTimer(Option<std::cell::Cell<std::time::Instant>>);
 impl PhaseTimer {
     fn from_env() -> PhaseTimer {
         let on = std::env::var("COMPNET_TIME_COMPILE").is_ok_and(|v| !v.is_empty() && v != "0")
-            || crate::train::log::verbose_level() >= 2;
+            || crate::log::verbose_level() >= 2;
         PhaseTimer(on.then(|| std::cell::Cell::new(std::time::Instant::now())))
     }
     fn lap(&self, phase: &str) {
@@ -408,7 +408,7 @@ impl Compiler<'_> {
         let mut used = Vec::new();
         for index in indexes {
             let mut locs = Vec::new();
-            if index.t != crate::nnet::index::NO_TIME {
+            if index.t != crate::index::NO_TIME {
                 used.clear();
                 if !p.is_computable(index, &available, Some(&mut used)) {
                     return Err(Error::Compute(format!(

@@ -3,9 +3,9 @@
 //! Mirrors Kaldi's `NnetComputation` (`nnet-computation.h`); the printed form is in
 //! `compile::print`.
 
+use crate::index::Index;
 use crate::matrix::CompressionKind;
 use crate::nnet::component::PrecomputedIndexes;
-use crate::nnet::Index;
 
 /// One matrix the computation allocates (index 0 is reserved for "none").
 #[derive(Clone, Debug, PartialEq, Eq)]

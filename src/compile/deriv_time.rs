@@ -130,7 +130,7 @@ impl<'a> Limiter<'a> {
                 if d.cindexes.len() != m.num_rows {
                     return Span::All;
                 }
-                let inside = |(_, i): &(usize, crate::nnet::Index)| i.t >= min_t && i.t <= max_t;
+                let inside = |(_, i): &(usize, crate::index::Index)| i.t >= min_t && i.t <= max_t;
                 match (
                     d.cindexes.iter().position(inside),
                     d.cindexes.iter().rposition(inside),

@@ -20,7 +20,7 @@
 //! leaves looped computations alone (the caller's `OptimizeOptions::looped`).
 
 use super::computation::{Command, NnetComputation, SubMatrixInfo};
-use crate::nnet::index::NO_TIME;
+use crate::index::NO_TIME;
 
 /// Kaldi's `min_proportion_`: the copy must cover at least this much of its source.
 const MIN_PROPORTION: f64 = 0.8;

@@ -1,8 +1,8 @@
 //! What the user asks of a network: which Indexes are supplied at which inputs, which are
 //! wanted at which outputs, and which derivatives (Kaldi's `ComputationRequest`).
 
+use crate::index::Index;
 pub use crate::nnet::component::MiscComputationInfo;
-use crate::nnet::Index;
 
 /// One named input or output and its Indexes (Kaldi's `IoSpecification`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -104,7 +104,7 @@ pub fn format_indexes(indexes: &[Index]) -> String {
 }
 
 fn fmt_t(t: i32) -> String {
-    if t == crate::nnet::index::NO_TIME {
+    if t == crate::index::NO_TIME {
         "NoTime".to_string()
     } else {
         t.to_string()

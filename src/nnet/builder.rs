@@ -77,9 +77,9 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::frontend::kaldi::config_line::{is_valid_name, ConfigLine};
-use crate::frontend::kaldi::descriptor_parse::{GeneralDescriptor, GeneralKind};
 use crate::nnet::component::{new_component_from_config, Component};
+use crate::nnet::config_line::{is_valid_name, ConfigLine};
+use crate::nnet::descriptor::parse::{GeneralDescriptor, GeneralKind};
 use crate::nnet::descriptor::{Descriptor, IndexVar};
 use crate::nnet::network::{NetworkNode, Nnet, ObjectiveType};
 use rand::RngCore;
@@ -434,7 +434,7 @@ impl NetworkBuilder {
         if self.component_index.contains_key(name) {
             return Err(err(format!("component '{name}' is defined twice")));
         }
-        let max = crate::frontend::kaldi::model_file::MAX_COMPONENTS as usize;
+        let max = crate::nnet::network::MAX_COMPONENTS as usize;
         if self.nnet.components.len() + 1 >= max {
             return Err(err(format!(
                 "too many components: a network holds fewer than {max}"

@@ -18,9 +18,9 @@
 
 use crate::error::Result;
 use crate::error::TextPos;
-use crate::frontend::kaldi::config_line::{config_lines, is_valid_name, ConfigLine};
 use crate::nnet::component::affine::{AffineComponent, FixedAffineComponent};
 use crate::nnet::component::dropout::set_dropout_proportion;
+use crate::nnet::config_line::{config_lines, is_valid_name, ConfigLine};
 use crate::nnet::descriptor::{ForwardingDescriptor, SumDescriptor};
 use crate::nnet::network::{NetworkNode, Nnet};
 

@@ -4,6 +4,7 @@
 
 pub mod builder;
 pub mod component;
+pub mod config_line;
 pub mod descriptor;
 pub mod edit;
 pub mod network;

@@ -36,6 +36,9 @@ pub enum NetworkNode {
     },
 }
 
+/// Kaldi refuses networks with this many components or more.
+pub const MAX_COMPONENTS: i32 = 100_000;
+
 /// A whole network.
 #[derive(Debug, Default)]
 pub struct Nnet {

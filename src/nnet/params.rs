@@ -1,9 +1,25 @@
 //! Parameter maths over a whole network: counting parameters, setting learning rates and
-//! scaling (Kaldi's nnet-utils functions the trainer and `nnet3-copy` use).
+//! scaling, and switching it to test mode (Kaldi's nnet-utils functions the trainer and `nnet3-copy` use).
 
+use crate::nnet::component::Properties;
 use crate::nnet::network::Nnet;
 
 impl Nnet {
+    /// Puts the components that keep batch statistics (BatchNorm) and/or the random ones
+    /// (the dropout family) in test mode (Kaldi's `SetBatchnormTestMode` and
+    /// `SetDropoutTestMode`), one generator seeded by `srand` through all of them in order.
+    pub fn set_test_modes(&mut self, batchnorm: bool, dropout: bool, srand: u64) {
+        let mut rng = crate::random::seeded_rng(srand);
+        for c in &mut self.components {
+            let p = c.properties();
+            if (batchnorm && p.has(Properties::BATCH_STATISTICS))
+                || (dropout && p.has(Properties::RANDOM_COMPONENT))
+            {
+                c.set_test_mode(true, &mut rng);
+            }
+        }
+    }
+
     /// Total number of trainable parameters (updatable components only), as `nnet3-info`.
     pub fn num_parameters(&self) -> usize {
         self.components

@@ -2,7 +2,7 @@
 //! it: names, descriptor and component dimensions, dim-ranges, inputs and outputs.
 
 use crate::error::{Error, Result};
-use crate::frontend::kaldi::config_line::is_valid_name;
+use crate::nnet::config_line::is_valid_name;
 use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, SumDescriptor};
 use crate::nnet::network::{NetworkNode, Nnet};
 use std::collections::HashSet;
@@ -29,6 +29,12 @@ impl Problem {
             key: "name",
             msg: msg.into(),
         }
+    }
+}
+
+impl crate::nnet::descriptor::NodeDims for Nnet {
+    fn dim_of_node(&self, node: usize) -> Option<usize> {
+        self.checked_node_dim(node).ok()
     }
 }
 

@@ -473,7 +473,7 @@ impl ChunkComputer {
                     c
                 }
             };
-            crate::train::log::vlog(2, "compnet compute", || {
+            crate::log::vlog(2, "compnet compute", || {
                 format!(
                     "compiled {seqs} chunk(s) of {num} output frames, input t {lo}..{hi}: {} commands, {:.1} ms",
                     comp.commands.len(),

@@ -6,14 +6,14 @@
 //! components are checked on a [`Step`]: Indexes reordered and precomputed as the compiler
 //! does, rows permuted to match; their own tests use `Step` directly.
 
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::index::Index;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::component::{
     new_component_from_config, read_component, Backprop, BackpropInPlace, Component, Memo,
     MiscComputationInfo, PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
 };
-use crate::nnet::Index;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// Reads component bytes (text or binary) and writes them back; the error names what differs.

@@ -2,11 +2,11 @@
 //! core of `nnet3-compute-prob` and of `combine`'s objective).
 
 use super::example::computation_request;
-use super::log::{fmt_g, log};
 use super::objective::{add_per_dim_accuracy, compute_accuracy, compute_objective, ObjectiveSum};
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
+use crate::log::{fmt_g, log};
 use crate::nnet::{Nnet, ObjectiveType};
 use crate::run::NnetComputer;
 use std::collections::BTreeMap;
@@ -177,7 +177,7 @@ impl<'a> NnetComputeProb<'a> {
 /// Zeroes the component statistics of `nnet` and accumulates them afresh over `egs` in a
 /// forward pass (Kaldi's `RecomputeStats`, used after averaging models with BatchNorm).
 pub fn recompute_stats(egs: &[NnetExample], nnet: &mut Nnet) -> Result<()> {
-    super::nnet_update::zero_component_stats(nnet);
+    super::network_ops::zero_component_stats(nnet);
     let compiler = CachingCompiler::new(CachingCompilerOptions::default());
     for eg in egs {
         let request = computation_request(nnet, eg, false, true)?;

@@ -5,15 +5,14 @@
 //!
 //! Data flow: `example` (eg → request + inputs) → `objective` (output → objective value and
 //! output derivative) → `trainer` (one minibatch: forward, objective, backward, update) using
-//! `nnet_update` (the whole-network parameter algebra: L2, max-change, BatchNorm stats,
+//! `network_ops` (the whole-network parameter algebra: L2, max-change, BatchNorm stats,
 //! orthonormal constraint); `diagnostics` evaluates without updating; `log` prints the
 //! lines Kaldi's scripts parse.
 
 pub mod diagnostics;
 pub mod example;
 pub mod fit;
-pub mod log;
-pub mod nnet_update;
+pub mod network_ops;
 pub mod objective;
 pub mod trainer;
 

@@ -4,8 +4,7 @@
 //! two backstitch steps.
 
 use super::example::{computation_request, num_sequences};
-use super::log::{fmt_g, log, warn};
-use super::nnet_update::{
+use super::network_ops::{
     apply_l2_regularization, constrain_orthonormal, freeze_natural_gradient, scale_batchnorm_stats,
     update_nnet_with_max_change, zero_component_stats, MaxChangeStats,
 };
@@ -14,6 +13,7 @@ use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::compile::NnetComputation;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
+use crate::log::{fmt_g, log, warn};
 use crate::nnet::{Nnet, ObjectiveType};
 use crate::run::NnetComputer;
 use rand::rngs::StdRng;
@@ -203,7 +203,7 @@ impl<'a> NnetTrainer<'a> {
     /// Trains on one (merged) minibatch.
     pub fn train(&mut self, eg: &NnetExample) -> Result<()> {
         let computation = self.compile(eg)?;
-        crate::train::log::vlog(1, &self.opts.program, || {
+        crate::log::vlog(1, &self.opts.program, || {
             format!(
                 "minibatch {}: {} sequences, a computation of {} commands",
                 self.num_minibatches_processed,

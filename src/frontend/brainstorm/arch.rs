@@ -220,7 +220,7 @@ pub fn read<'j>(src: &Source<'_>, root: &'j Spanned) -> Result<Architecture<'j>>
 /// Brainstorm layer names: Python-identifier-like; `-` is allowed too (a Kaldi name
 /// character), `.` is not (it separates a layer from its inputs and outputs).
 fn is_layer_name(name: &str) -> bool {
-    crate::frontend::kaldi::config_line::is_valid_name(name) && !name.contains('.')
+    crate::nnet::config_line::is_valid_name(name) && !name.contains('.')
 }
 
 /// The output names of the Input layer: the keys of its `out_shapes`.

@@ -11,15 +11,14 @@
 //! Every malformed input gives an [`Error::Format`] with the byte offset and what was expected;
 //! counts are checked against the bytes that remain before anything is allocated.
 
-use super::config_line::is_valid_name;
 use crate::error::{Error, Result};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::Vector;
 use crate::nnet::component::{component_type, read_component, Component};
+use crate::nnet::config_line::is_valid_name;
 use crate::nnet::Nnet;
 
-/// Kaldi refuses networks with this many components or more.
-pub const MAX_COMPONENTS: i32 = 100_000;
+pub use crate::nnet::network::MAX_COMPONENTS;
 
 /// The acoustic-model part of a `final.mdl` (everything but the network itself).
 #[derive(Clone, Debug, Default)]

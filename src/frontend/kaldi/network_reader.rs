@@ -9,10 +9,10 @@
 //! an existing component's name replaces that component in place (how `nnet3-init old.raw
 //! extra.config` adds layers).
 
-use super::config_line::{config_lines as split_config_lines, is_valid_name, ConfigLine};
-use super::descriptor_parse::DescriptorError;
 use crate::error::{Error, Result, TextPos};
 use crate::nnet::component::{new_component_from_config, Component};
+use crate::nnet::config_line::{config_lines as split_config_lines, is_valid_name, ConfigLine};
+use crate::nnet::descriptor::parse::DescriptorError;
 use crate::nnet::descriptor::Descriptor;
 use crate::nnet::network::{NetworkNode, Nnet, ObjectiveType};
 use rand::RngCore;

@@ -23,8 +23,8 @@
 //! NoOpComponent node of its own name.
 
 use super::eval::{err, EResult, GNode, Graph, Init, NdlError, Op, Tag};
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::nnet::component::{new_component_from_config, Component};
+use crate::nnet::config_line::ConfigLine;
 use crate::nnet::{Desc, NetworkBuilder, ObjectiveType};
 use rand::RngCore;
 use std::collections::{HashMap, HashSet};

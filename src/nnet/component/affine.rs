@@ -4,7 +4,7 @@
 //! Both trainable kinds share one Rust type, [`AffineComponent`]; `natural_gradient` is `Some`
 //! for the NG kind, which keeps its NG hyper-parameters (the NG state is never saved, as in
 //! Kaldi). Backprop hands (input rows, output-derivative rows) to the `to_update`
-//! component's [`crate::update::Update`], which adds the gradient scaled by its learning
+//! component's [`crate::gradient::Update`], which adds the gradient scaled by its learning
 //! rate, preconditioned for the NG kind once a preconditioner is plugged in.
 
 use super::info_summary;
@@ -15,10 +15,10 @@ use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Vector, WeightMatrix};
-use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// The weight natural-gradient options as a model file holds them (NaturalGradientAffine and

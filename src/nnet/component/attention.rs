@@ -26,11 +26,11 @@ use super::{
     Properties, StatsStep,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::index::{Index, TRange, NO_TIME};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans};
-use crate::nnet::index::{Index, TRange, NO_TIME};
+use crate::nnet::config_line::ConfigLine;
 use rand::{Rng, RngCore};
 use std::collections::{BTreeSet, HashSet};
 

@@ -14,11 +14,11 @@ use super::{
     PrecomputedIndexes, PropagateInPlace, Properties,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::index::Index;
 use crate::io::codec::fmt_g;
 use crate::io::TokenReader;
 use crate::matrix::MatViewMut;
-use crate::nnet::index::Index;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const TYPE: &str = "BackpropTruncationComponent";
@@ -273,7 +273,7 @@ impl Component for BackpropTruncationComponent {
         let zeroing: Vec<bool> = output
             .iter()
             .map(|ix| {
-                ix.t != crate::nnet::index::NO_TIME
+                ix.t != crate::index::NO_TIME
                     && div_floor(ix.t, self.zeroing_interval)
                         != div_floor(
                             ix.t.saturating_sub(self.recurrence_interval),

@@ -11,10 +11,10 @@ use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::Update;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
-use crate::update::Update;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const BLOCK: &str = "BlockAffineComponent";
@@ -247,7 +247,7 @@ pub struct RepeatedAffineComponent {
     /// True for `NaturalGradientRepeatedAffineComponent`.
     pub natural_gradient: bool,
     /// Its preconditioner, when this is the `to_update` side (never saved).
-    pub ng_state: crate::update::NaturalGradientState,
+    pub ng_state: crate::gradient::NaturalGradientState,
 }
 
 impl RepeatedAffineComponent {
@@ -308,7 +308,7 @@ impl RepeatedAffineComponent {
             col.add_mat(1.0, MatView::from_slice(&bias, ob, 1), Trans::No);
         }
         let rank = 40.min(ib as i32 / 2).max(1);
-        let options = crate::update::NaturalGradientOptions::symmetric(rank, 4.0, 4, 2000.0);
+        let options = crate::gradient::NaturalGradientOptions::symmetric(rank, 4.0, 4, 2000.0);
         let mut step = Matrix::zeros(ob, ib + 1);
         Update::new(&self.common, Some((&options, &mut self.ng_state)), false)
             .rows_block(step.view_mut(), grad);

@@ -7,10 +7,10 @@ use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
 use super::{Backprop, Component, Description, Memo, Propagate, Properties};
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::Trans;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// The `input-dim` / `output-dim` pair of the components that map blocks of input columns

@@ -16,9 +16,9 @@ use super::{
     Memo, Propagate, Properties, StatsStep, UpdatableCommon, UpdatableComponent,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Matrix};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const COMPOSITE: &str = "CompositeComponent";
@@ -389,7 +389,7 @@ impl Component for CompositeComponent {
 /// `Add`/`Scale` on a composite do).
 impl UpdatableComponent for CompositeComponent {
     updatable_common!();
-    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::gradient::NgSlot> {
         self.components
             .iter_mut()
             .filter_map(|c| c.as_updatable_mut())

@@ -11,11 +11,11 @@ use super::{
     Properties, UpdatableCommon,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::index::Index;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::Vector;
-use crate::nnet::index::Index;
-use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const CONSTANT: &str = "ConstantComponent";

@@ -11,9 +11,9 @@ use super::{
     Properties,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::index::{Index, TRange};
 use crate::io::TokenReader;
-use crate::nnet::index::{Index, TRange};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 use rustc_hash::FxHashMap;
 

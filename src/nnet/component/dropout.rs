@@ -6,10 +6,10 @@ use super::kaldi_fields::{read_count_field, read_opt_field, Field};
 use super::param_ops::test_mode_boilerplate;
 use super::{Backprop, BackpropInPlace, Component, Description, Memo, Propagate, Properties};
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::TokenReader;
 use crate::matrix::MatViewMut;
+use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
 

@@ -25,11 +25,11 @@ use super::{
     PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::index::Index;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatViewMut, Matrix};
-use crate::nnet::index::Index;
+use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
 use std::collections::HashMap;

@@ -7,9 +7,9 @@ use super::param_init::cfg_pos;
 use super::param_ops::component_boilerplate;
 use super::{BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties};
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::Vector;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// Reads a Kaldi vector object (text or binary) from a file named in a config line.

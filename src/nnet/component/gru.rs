@@ -28,11 +28,11 @@ use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{backprop_gru_cell, MatView, MatViewMut, Matrix, Trans, Vector};
-use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::nnet::config_line::ConfigLine;
 use rand::{Rng, RngCore};
 
 const GRU: &str = "GruNonlinearityComponent";

@@ -1,7 +1,7 @@
 //! `LinearComponent`: y = W·x without a bias (TDNN-F bottlenecks, prefinal layers).
 //!
 //! Natural gradient is optional (`use-natural-gradient`, default true); the preconditioning
-//! is `crate::update`'s.
+//! is `crate::gradient`'s.
 
 use super::affine::{weight_ng_options, weight_ng_options_from_config};
 use super::info_summary;
@@ -13,10 +13,10 @@ use super::{
     UpdatableComponent,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans, WeightMatrix};
-use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const LINEAR: &str = "LinearComponent";

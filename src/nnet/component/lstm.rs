@@ -27,13 +27,13 @@ use super::{
     UpdatableComponent,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{
     backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, MatView, MatViewMut, Matrix,
 };
-use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const TYPE: &str = "LstmNonlinearityComponent";

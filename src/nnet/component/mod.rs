@@ -37,10 +37,10 @@ pub mod time_height_convolution;
 pub mod updatable;
 
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::index::Index;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut};
-use crate::nnet::index::Index;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 use std::any::Any;
 
@@ -69,6 +69,11 @@ impl Properties {
     /// is > 0 (a ReLU), so memory compression may keep that output as one byte per element
     /// (Kaldi's optimizer tests for the type RectifiedLinearComponent instead).
     pub const BACKPROP_NEEDS_OUTPUT_SIGN: Properties = Properties(0x10000);
+    /// compnet's own flag: in test mode the component normalises with statistics it
+    /// gathered in training (BatchNorm), so the trainer decays them after every minibatch
+    /// (`--batchnorm-stats-scale`), `combine` recomputes them and `compute-prob` switches the
+    /// component to test mode (Kaldi finds these components by their type).
+    pub const BATCH_STATISTICS: Properties = Properties(0x20000);
 
     /// True if every flag in `f` is set.
     pub fn has(self, f: Properties) -> bool {
@@ -93,6 +98,12 @@ impl std::fmt::Debug for Properties {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Properties({:#x})", self.0)
     }
+}
+
+/// Whether two components are of the same type (Kaldi's type name), e.g. to add one's
+/// parameters to the other's.
+pub fn same_type(a: &dyn Component, b: &dyn Component) -> bool {
+    a.type_name() == b.type_name()
 }
 
 /// What Propagate hands to Backprop for components with `USES_MEMO`.
@@ -376,7 +387,7 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// Back-propagates `out_deriv`. Writes (or with `BACKPROP_ADDS`, adds) the input
     /// derivative into `in_deriv` when given, and hands the parameter gradient to
     /// `to_update` (a component of the same type, usually in a separate "delta" network)
-    /// when given, through its [`crate::update::Update`]. `in_value` / `out_value`
+    /// when given, through its [`crate::gradient::Update`]. `in_value` / `out_value`
     /// are empty (0×0) views unless the component declared `BACKPROP_NEEDS_INPUT` /
     /// `BACKPROP_NEEDS_OUTPUT`.
     ///
@@ -510,11 +521,11 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// only for t in `input` (an over-approximation is fine: the graph builder uses it only to
     /// skip Cindexes that cannot be computed). Simple components keep the range; a non-simple
     /// component that does not say better gives everything.
-    fn output_t_range(&self, input: crate::nnet::TRange) -> crate::nnet::TRange {
+    fn output_t_range(&self, input: crate::index::TRange) -> crate::index::TRange {
         if self.properties().has(Properties::SIMPLE) {
             input
         } else {
-            crate::nnet::TRange::All
+            crate::index::TRange::All
         }
     }
 

@@ -15,10 +15,10 @@ use super::{
     PropagateInPlace, Properties, StatsStep,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Trans};
+use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
 

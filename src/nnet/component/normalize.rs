@@ -11,10 +11,10 @@ use super::{
     Properties, StatsStep,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// Rescales each block of `block-dim` inputs to RMS `target-rms`.
@@ -425,7 +425,8 @@ impl Component for BatchNormComponent {
         let properties = (Properties::SIMPLE
             | Properties::BACKPROP_NEEDS_OUTPUT
             | Properties::PROPAGATE_IN_PLACE
-            | Properties::BACKPROP_IN_PLACE)
+            | Properties::BACKPROP_IN_PLACE
+            | Properties::BATCH_STATISTICS)
             .with_if(
                 self.block_dim < self.dim,
                 Properties::INPUT_CONTIGUOUS | Properties::OUTPUT_CONTIGUOUS,

@@ -20,10 +20,10 @@ use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::Update;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, Matrix, Trans, Vector};
-use crate::update::Update;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const CONVOLUTION: &str = "ConvolutionComponent";

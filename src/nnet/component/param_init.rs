@@ -3,9 +3,9 @@
 //! files named in config lines, and the positive-integer options that size them.
 
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::TokenReader;
 use crate::matrix::{Matrix, Vector};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 /// A rows × cols matrix of Gaussian values with this mean and standard deviation.

@@ -143,8 +143,8 @@ macro_rules! updatable_common {
     };
     (ng) => {
         $crate::nnet::component::param_ops::updatable_common!();
-        fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::update::NgSlot> {
-            $crate::update::NgSlots::ng_slots(&mut self.ng_state)
+        fn natural_gradient_slots(&mut self) -> Vec<&mut dyn $crate::gradient::NgSlot> {
+            $crate::gradient::NgSlots::ng_slots(&mut self.ng_state)
         }
     };
 }

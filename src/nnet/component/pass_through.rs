@@ -9,10 +9,10 @@ use super::{
     update_target, BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::TokenReader;
 use crate::matrix::{MatView, MatViewMut, Trans};
+use crate::nnet::config_line::ConfigLine;
 use rand::Rng;
 use rand::RngCore;
 

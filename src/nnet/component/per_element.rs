@@ -16,10 +16,10 @@ use super::{
     PropagateInPlace, Properties, UpdatableCommon,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, MatViewMut, Vector};
-use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
 const PES: &str = "PerElementScaleComponent";

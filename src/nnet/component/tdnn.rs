@@ -17,11 +17,11 @@ use super::{
     UpdatableComponent,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::index::{Index, NO_TIME};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
-use crate::nnet::index::{Index, NO_TIME};
-use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 use std::collections::HashMap;
 
@@ -381,20 +381,20 @@ fn gather(src: MatView<'_>, rows: &[i32]) -> Matrix {
 macro_rules! time_offset_hooks {
     ($offsets:ident, $required:ident) => {
         /// Output t is computable where the input is at every required t + offset.
-        fn output_t_range(&self, input: $crate::nnet::TRange) -> $crate::nnet::TRange {
+        fn output_t_range(&self, input: $crate::index::TRange) -> $crate::index::TRange {
             let req = self.$required();
             let lo = req.iter().min().copied().unwrap_or(0) as i64;
             let hi = req.iter().max().copied().unwrap_or(0) as i64;
             match input {
-                $crate::nnet::TRange::Span(a, b) => $crate::nnet::TRange::span(a - lo, b - hi),
+                $crate::index::TRange::Span(a, b) => $crate::index::TRange::span(a - lo, b - hi),
                 r => r,
             }
         }
         fn get_input_indexes(
             &self,
             _misc: &$crate::nnet::component::MiscComputationInfo,
-            output_index: &$crate::nnet::Index,
-            desired: &mut Vec<$crate::nnet::Index>,
+            output_index: &$crate::index::Index,
+            desired: &mut Vec<$crate::index::Index>,
         ) {
             desired.clear();
             let offsets = self.$offsets();
@@ -402,8 +402,8 @@ macro_rules! time_offset_hooks {
         }
         fn reorder_indexes(
             &self,
-            input: &mut Vec<$crate::nnet::Index>,
-            output: &mut Vec<$crate::nnet::Index>,
+            input: &mut Vec<$crate::index::Index>,
+            output: &mut Vec<$crate::index::Index>,
         ) {
             input.sort();
             output.sort();

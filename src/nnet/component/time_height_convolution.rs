@@ -28,11 +28,11 @@ use super::{
     PrecomputedIndexes, Propagate, Properties, UpdatableCommon,
 };
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
+use crate::gradient::natural_gradient::OnlineNaturalGradient;
+use crate::index::{Index, NO_TIME};
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{MatView, Matrix, Trans, Vector, WeightMatrix};
-use crate::nnet::index::{Index, NO_TIME};
-use crate::update::natural_gradient::OnlineNaturalGradient;
+use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 use std::collections::HashMap;
 
@@ -250,8 +250,8 @@ pub struct ConvNgState {
     output: Option<OnlineNaturalGradient>,
 }
 
-impl crate::update::NgSlots for ConvNgState {
-    fn ng_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+impl crate::gradient::NgSlots for ConvNgState {
+    fn ng_slots(&mut self) -> Vec<&mut dyn crate::gradient::NgSlot> {
         vec![&mut self.input, &mut self.output]
     }
 }

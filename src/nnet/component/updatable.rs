@@ -5,8 +5,8 @@
 use super::kaldi_fields::{read_field, read_opt_into, write_fields};
 use super::Component;
 use crate::error::Result;
-use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::{TokenReader, TokenWriter};
+use crate::nnet::config_line::ConfigLine;
 
 /// Learning-rate options common to all updatable components.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +32,18 @@ impl Default for UpdatableCommon {
             is_gradient: false,
             natural_gradient_frozen: false,
         }
+    }
+}
+
+impl crate::gradient::RateSettings for UpdatableCommon {
+    fn learning_rate(&self) -> f32 {
+        self.learning_rate
+    }
+    fn is_gradient(&self) -> bool {
+        self.is_gradient
+    }
+    fn natural_gradient_frozen(&self) -> bool {
+        self.natural_gradient_frozen
     }
 }
 
@@ -129,7 +141,7 @@ pub trait UpdatableComponent {
     }
     /// The natural-gradient preconditioner slots this component holds (in a delta network),
     /// in a fixed order: what `compnet fit` checkpoints so a resumed run is bit-identical.
-    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::update::NgSlot> {
+    fn natural_gradient_slots(&mut self) -> Vec<&mut dyn crate::gradient::NgSlot> {
         Vec::new()
     }
     /// Freezes or unfreezes the natural-gradient estimates (Kaldi's `FreezeNaturalGradient`).

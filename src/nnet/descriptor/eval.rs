@@ -8,7 +8,7 @@
 //! down to the next-lowest multiple of the modulus (toward −∞, also for negative t).
 
 use super::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
-use crate::nnet::index::{Cindex, Index};
+use crate::index::{Cindex, Index};
 
 /// Non-negative remainder of `a` modulo `m` (m ≥ 1); `m ≤ 0` is treated as 1.
 fn pos_mod(a: i32, m: i32) -> i32 {

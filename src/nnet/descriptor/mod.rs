@@ -22,10 +22,11 @@
 //! scale, wrapped in Offset / Switch / Round / ReplaceIndex). Append is pulled outward, Sum
 //! with more than two arguments becomes right-nested binary sums, Offsets distribute into Sums
 //! and nested Offsets add, nested Scales multiply (facts §5.3). The parser and the printer
-//! of this syntax are Kaldi's front end's (`frontend::kaldi::descriptor_parse`); `eval.rs`
+//! of this syntax are Kaldi's front end's (`nnet::descriptor::parse`); `eval.rs`
 //! gives a descriptor its meaning for the compiler.
 
 pub mod eval;
+pub mod parse;
 
 /// Which index variable ReplaceIndex replaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,12 +82,18 @@ pub struct Descriptor {
     pub parts: Vec<SumDescriptor>,
 }
 
+/// The dimensions of a network's nodes, as descriptors need them (the network implements it).
+pub trait NodeDims {
+    /// The output dimension of node `node`; None when there is no such node.
+    fn dim_of_node(&self, node: usize) -> Option<usize>;
+}
+
 impl ForwardingDescriptor {
     /// Output dimension: that of the node it reads (the first argument's, for Switch);
     /// 0 for a node that does not exist (validation reports that).
-    pub fn dim(&self, nnet: &crate::nnet::Nnet) -> usize {
+    pub fn dim(&self, nnet: &dyn NodeDims) -> usize {
         match self {
-            ForwardingDescriptor::Simple { node, .. } => nnet.checked_node_dim(*node).unwrap_or(0),
+            ForwardingDescriptor::Simple { node, .. } => nnet.dim_of_node(*node).unwrap_or(0),
             ForwardingDescriptor::Offset { src, .. }
             | ForwardingDescriptor::Round { src, .. }
             | ForwardingDescriptor::ReplaceIndex { src, .. } => src.dim(nnet),
@@ -97,7 +104,7 @@ impl ForwardingDescriptor {
 
 impl SumDescriptor {
     /// Output dimension (the first term's, for Sum/Failover; validation checks they agree).
-    pub fn dim(&self, nnet: &crate::nnet::Nnet) -> usize {
+    pub fn dim(&self, nnet: &dyn NodeDims) -> usize {
         match self {
             SumDescriptor::Simple(f) => f.dim(nnet),
             SumDescriptor::Optional(s) => s.dim(nnet),
@@ -115,7 +122,7 @@ impl SumDescriptor {
 
 impl Descriptor {
     /// Output dimension: the sum of the parts' dimensions.
-    pub fn dim(&self, nnet: &crate::nnet::Nnet) -> usize {
+    pub fn dim(&self, nnet: &dyn NodeDims) -> usize {
         self.parts.iter().map(|p| p.dim(nnet)).sum()
     }
 }

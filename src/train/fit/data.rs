@@ -17,8 +17,8 @@
 //! Utterances shorter than the chunk are skipped with a warning, as Kaldi's x-vector egs
 //! leave them out.
 
-use crate::cli::get_egs::{chunk_example, input_io, sparse_row};
 use crate::compile::context::nnet_context;
+use crate::egs::cut::{chunk_example, input_io, sparse_row};
 use crate::egs::kaldi_rand::GlibcRand;
 use crate::egs::merge::{merge_examples, structure_hash};
 use crate::egs::splitter::{ExampleGenerationConfig, UtteranceSplitter};
@@ -531,7 +531,7 @@ fn examples_with_utterance_labels(
         )));
     }
     if !skipped.is_empty() {
-        crate::train::log::warn(
+        crate::log::warn(
             "compnet fit",
             &format!(
                 "{feats_file}: {} utterance(s) shorter than --chunk-width={} left out (as \

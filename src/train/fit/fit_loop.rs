@@ -16,12 +16,12 @@ use crate::compile::NnetComputation;
 use crate::egs::merge::merge_examples;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
+use crate::log::{fmt_g, log, warn};
 use crate::nnet::Nnet;
 use crate::run::NnetComputer;
 use crate::train::diagnostics::{NnetComputeProb, NnetComputeProbOptions};
 use crate::train::example::{computation_request, num_sequences};
-use crate::train::log::{fmt_g, log, warn};
-use crate::train::nnet_update::{
+use crate::train::network_ops::{
     freeze_natural_gradient, scale_batchnorm_stats, zero_component_stats,
 };
 use crate::train::objective::{compute_accuracy, compute_objective};
@@ -165,7 +165,7 @@ pub fn evaluate(
     srand: u64,
 ) -> Result<Vec<(String, f64, f64, f64)>> {
     let mut test = nnet.clone();
-    crate::cli::compute_prob::set_test_modes(&mut test, true, true, srand);
+    test.set_test_modes(true, true, srand);
     let mut prob = NnetComputeProb::new(
         NnetComputeProbOptions {
             program: P.into(),
@@ -242,7 +242,7 @@ pub fn fit(
             )));
         }
         let read = Nnet::read_model(&model, &ckpt_path)?.nnet;
-        if !crate::train::nnet_update::same_structure(&read, &nnet) {
+        if !crate::train::network_ops::same_structure(&read, &nnet) {
             return Err(Error::Usage(format!(
                 "{ckpt_path}: the checkpoint's network differs from this one (a checkpoint of \
                  another network)"
@@ -313,7 +313,7 @@ pub fn fit(
         let n_groups = groups.len();
         let rx = spawn_loader(train, groups, state.position, opts.prefetch);
         // A bar per epoch when stderr is a terminal; Kaldi-style log lines otherwise.
-        let bar = crate::cli::progress_spinner(&format!("epoch {}", epoch + 1)).inspect(|b| {
+        let bar = crate::log::progress_spinner(&format!("epoch {}", epoch + 1)).inspect(|b| {
             b.set_length(n_groups as u64);
             b.set_position(state.position as u64);
             if let Ok(style) =

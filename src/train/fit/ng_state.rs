@@ -10,14 +10,14 @@
 
 use super::stepper::ByteReader;
 use crate::error::{Error, Result};
+use crate::gradient::natural_gradient::{EstimateSnapshot, NgSnapshot};
 use crate::nnet::Nnet;
-use crate::update::natural_gradient::{EstimateSnapshot, NgSnapshot};
 
 const MAGIC: &[u8] = b"COMPNET-NG-STATE\n";
 const VERSION: u64 = 1;
 
 /// The updatable components' names and slots, in network order.
-fn slots_of(nnet: &mut Nnet) -> Vec<(String, Vec<&mut dyn crate::update::NgSlot>)> {
+fn slots_of(nnet: &mut Nnet) -> Vec<(String, Vec<&mut dyn crate::gradient::NgSlot>)> {
     nnet.components
         .iter_mut()
         .zip(&nnet.component_names)
@@ -217,9 +217,9 @@ pub fn restore(delta: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gradient::natural_gradient::OnlineNaturalGradient;
+    use crate::gradient::NgSlot;
     use crate::matrix::Matrix;
-    use crate::update::natural_gradient::OnlineNaturalGradient;
-    use crate::update::NgSlot;
 
     const NET: &str = "input-node name=input dim=6
 component name=a type=NaturalGradientAffineComponent input-dim=6 output-dim=5

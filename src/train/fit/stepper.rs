@@ -3,7 +3,7 @@
 //!
 //! The plain steppers see the plain gradient: the backward pass writes into a *gradient
 //! network* whose components are gradient holders (`is_gradient`, learning rate 1), for which
-//! `update::Update` never preconditions. Each stepper then updates every updatable
+//! `gradient::Update` never preconditions. Each stepper then updates every updatable
 //! component's flat parameter vector (`vectorize`/`unvectorize`) from its flat gradient,
 //! keeping its own per-parameter state (momentum, squared-gradient averages), which a
 //! checkpoint saves. The gradient is of the objective to *maximise* (Kaldi's log-likelihood),
@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::nnet::Nnet;
-use crate::train::nnet_update::{
+use crate::train::network_ops::{
     apply_l2_regularization, constrain_orthonormal, scale_batchnorm_stats,
     update_nnet_with_max_change, MaxChangeStats,
 };

@@ -6,8 +6,8 @@
 //! exactly as Kaldi's normalisation does (facts §2.6, §5.3). Every error carries the
 //! character offset within the descriptor text of the token or expression at fault.
 
-use super::config_line::is_valid_name;
 use crate::io::codec::{fmt_g, parse_float};
+use crate::nnet::config_line::is_valid_name;
 use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
 
 /// A descriptor syntax or normalisation error at a character offset within the text.

@@ -3,6 +3,7 @@
 //! `ConstrainOrthonormal`, `FreezeNaturalGradient`).
 
 use crate::matrix::{Matrix, Trans};
+use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
 use rand::{Rng, RngCore};
 
@@ -108,7 +109,7 @@ pub fn scale_batchnorm_stats(scale: f32, nnet: &mut Nnet) {
         return;
     }
     for c in &mut nnet.components {
-        if c.type_name() == "BatchNormComponent" {
+        if c.properties().has(Properties::BATCH_STATISTICS) {
             c.scale_stats(scale);
         }
     }
@@ -213,7 +214,7 @@ pub fn same_structure(a: &Nnet, b: &Nnet) -> bool {
     a.component_names == b.component_names
         && a.node_names == b.node_names
         && a.components.iter().zip(&b.components).all(|(x, y)| {
-            x.type_name() == y.type_name()
+            crate::nnet::component::same_type(x.as_ref(), y.as_ref())
                 && x.input_dim() == y.input_dim()
                 && x.output_dim() == y.output_dim()
                 && x.as_updatable().map(|u| u.num_parameters())

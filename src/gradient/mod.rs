@@ -20,11 +20,21 @@
 pub mod natural_gradient;
 
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
-use crate::nnet::component::UpdatableCommon;
 use natural_gradient::{NgSnapshot, OnlineNaturalGradient};
 
+/// What an update needs of its component's learning-rate settings (the component's
+/// `UpdatableCommon` implements it).
+pub trait RateSettings {
+    /// The learning rate (0: frozen).
+    fn learning_rate(&self) -> f32;
+    /// The component holds a plain gradient (never preconditioned).
+    fn is_gradient(&self) -> bool;
+    /// The natural-gradient estimates are used but not updated.
+    fn natural_gradient_frozen(&self) -> bool;
+}
+
 /// A row-wise preconditioner with its own state: Kaldi's `OnlineNaturalGradient`
-/// (`update::natural_gradient`) is the one meant to implement it.
+/// (`gradient::natural_gradient`) is the one meant to implement it.
 pub trait Preconditioner: Send + Sync + std::fmt::Debug {
     /// Preconditions the rows of `x` in place; returns the factor the learning rate is
     /// multiplied by (the rows keep the norm of the input, the factor carries the rest).
@@ -293,17 +303,17 @@ impl<'a> Update<'a> {
     /// block has input rows to precondition (weight blocks) or only gradient rows
     /// (per-element blocks).
     pub fn new(
-        common: &UpdatableCommon,
+        common: &impl RateSettings,
         natural_gradient: Option<(&NaturalGradientOptions, &'a mut NaturalGradientState)>,
         input_side: bool,
     ) -> Self {
-        let learning_rate = common.learning_rate;
+        let learning_rate = common.learning_rate();
         if learning_rate == 0.0 {
             return Update::Frozen;
         }
         match natural_gradient {
-            Some((options, state)) if options.use_natural_gradient && !common.is_gradient => {
-                state.freeze(common.natural_gradient_frozen);
+            Some((options, state)) if options.use_natural_gradient && !common.is_gradient() => {
+                state.freeze(common.natural_gradient_frozen());
                 if state.ensure(options, input_side) {
                     Update::Preconditioned {
                         learning_rate,
@@ -607,7 +617,7 @@ mod tests {
     fn the_choice_follows_learning_rate_gradient_flag_and_the_slot() {
         let options = NaturalGradientOptions::for_weights(10, 4);
         let mut st = NaturalGradientState::default();
-        let mut common = UpdatableCommon::default();
+        let mut common = crate::nnet::component::UpdatableCommon::default();
         let kind = |u: Update<'_>| match u {
             Update::Frozen => "frozen",
             Update::Plain { .. } => "plain",
@@ -646,7 +656,7 @@ mod tests {
             use_natural_gradient: false,
             ..options
         };
-        let common = UpdatableCommon::default();
+        let common = crate::nnet::component::UpdatableCommon::default();
         assert_eq!(
             kind(Update::new(&common, Some((&off, &mut st)), true)),
             "plain"

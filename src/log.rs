@@ -39,6 +39,16 @@ pub fn warn(program: &str, text: &str) {
     eprintln!("WARNING ({program}) {text}");
 }
 
+/// A spinner on stderr when it is a terminal (long runs show progress; logs stay clean).
+pub fn progress_spinner(message: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_message(message.to_string());
+        b
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::fmt_g;
