@@ -1,7 +1,7 @@
 //! `compnet average` (Kaldi's `nnet3-average`): the weighted average of the parameters (and
 //! component statistics) of networks with the same structure.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::log::log;
 use crate::nnet::Nnet;

@@ -3,7 +3,7 @@
 //! egs when the result is an average.
 
 use crate::cli::average::read_raw;
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, SequentialNnetExampleReader};
 use crate::log::{fmt_g, log};

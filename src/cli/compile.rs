@@ -10,7 +10,7 @@
 //! `--shortcut` prints what shortcut compilation gives (`compile::cache`): the request
 //! compiled for 2 sequences and widened to all of them.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::compile::cache::compile_with_shortcut;
 use crate::compile::memory::peak_matrix_memory;
 use crate::compile::print::format_computation;

@@ -1,7 +1,7 @@
 //! `compnet compute` (Kaldi's `nnet3-compute`): reads the options, the model and the tables,
 //! runs `run::chunked::ChunkComputer` on every utterance and writes the output matrices.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::table::{RandomAccessTableReader, SequentialTableReader, TableWriter};
 use crate::io::GeneralMatrix;

@@ -2,7 +2,7 @@
 //! for `linear` outputs) and accuracy of a network on egs, BatchNorm and dropout in test
 //! mode by default.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
 use crate::nnet::Nnet;

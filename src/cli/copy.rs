@@ -2,7 +2,7 @@
 //! the learning rate or scales the parameters, applies a config and edit directives
 //! (`nnet::edit`), and writes it as a raw model.
 
-use crate::cli::init::{parse_kaldi_bool, KaldiBool};
+use crate::cli::kaldi_args::{parse_kaldi_bool, KaldiBool};
 use crate::error::{Error, Result};
 use crate::nnet::{edit, Nnet};
 

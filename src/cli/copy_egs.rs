@@ -6,7 +6,7 @@
 //! in Kaldi's order: the copy count (`--keep-proportion` with a fractional part), then for each
 //! copy its output (`--random`) and its frame (`--frame=random`).
 
-use super::copy_feats::parse_kaldi_bool;
+use super::kaldi_args::parse_kaldi_bool;
 use crate::egs::kaldi_rand::GlibcRand;
 use crate::error::{Error, Result};
 use crate::index::Index;

@@ -1,6 +1,7 @@
 //! `compnet copy-feats`: copies feature matrices between tables (or single files), optionally
 //! compressing them, like Kaldi's `copy-feats`.
 
+use super::kaldi_args::parse_kaldi_bool;
 use crate::error::{Error, Result};
 use crate::io::compressed::{CompressedMatrix, CompressionMethod};
 use crate::io::table::{
@@ -8,15 +9,6 @@ use crate::io::table::{
     MatrixWriter, SequentialMatrixReader,
 };
 use crate::matrix::Matrix;
-
-/// Parses a Kaldi boolean option value (`true`/`false`, also `t`/`f`, `1`/`0`).
-pub fn parse_kaldi_bool(s: &str) -> std::result::Result<bool, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "true" | "t" | "1" => Ok(true),
-        "false" | "f" | "0" => Ok(false),
-        _ => Err(format!("expected true or false, got \"{s}\"")),
-    }
-}
 
 fn parse_method(s: &str) -> std::result::Result<i64, String> {
     let n: i64 = s

@@ -3,7 +3,8 @@
 //! from the command line and/or a TOML file (`--config=FILE`, the same names as keys); the
 //! command line wins.
 
-use crate::cli::init::{parse_kaldi_bool, read_config_text};
+use crate::cli::init::read_config_text;
+use crate::cli::kaldi_args::parse_kaldi_bool;
 use crate::error::{Error, Result};
 use crate::frontend::{read_network, Format};
 use crate::log::{fmt_g, log};

@@ -2,7 +2,7 @@
 //! (`nnet3-get-egs-dense-targets`): utterances into training examples, chunked by
 //! [`crate::egs::splitter`], with Kaldi's random choices reproduced (`egs::kaldi_rand`).
 
-use super::copy_feats::parse_kaldi_bool;
+use super::kaldi_args::parse_kaldi_bool;
 use crate::egs::cut::{chunk_example, rows_with_padding, sparse_row};
 use crate::egs::kaldi_rand::GlibcRand;
 use crate::egs::splitter::{parse_num_frames, ExampleGenerationConfig, UtteranceSplitter};

@@ -5,6 +5,7 @@
 //! [<existing-model>] <config> <model-out>`; an NDL (`.ndl`) or Brainstorm (`.json`) file is
 //! read by its front end.
 
+use super::kaldi_args::parse_kaldi_bool;
 use crate::error::{Error, Result};
 use crate::frontend::{read_network, Format};
 use crate::nnet::Nnet;
@@ -29,34 +30,6 @@ pub struct Args {
     /// `[<existing-model>] <config> <model-out>`.
     #[arg(num_args = 2..=3, required = true, value_name = "ARGS")]
     pub args: Vec<String>,
-}
-
-/// Parses a boolean option value the way Kaldi's command lines do: `true`/`t`/`1`/empty or
-/// `false`/`f`/`0`, in any case.
-pub fn parse_kaldi_bool(s: &str) -> std::result::Result<bool, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "true" | "t" | "1" | "" => Ok(true),
-        "false" | "f" | "0" => Ok(false),
-        _ => Err(format!("expected true or false, got '{s}'")),
-    }
-}
-
-/// A Kaldi boolean option, as `#[arg(long, kaldi_bool = "true")]` (clap's derive calls
-/// the builder method an attribute names): `--name` alone is true, `--name=false`, values
-/// as [`parse_kaldi_bool`] reads them, and `default` when it is not given.
-pub trait KaldiBool {
-    fn kaldi_bool(self, default: &'static str) -> Self;
-}
-
-impl KaldiBool for clap::Arg {
-    fn kaldi_bool(self, default: &'static str) -> Self {
-        self.value_parser(parse_kaldi_bool)
-            .num_args(0..=1)
-            .default_value(default)
-            .default_missing_value("true")
-            .require_equals(true)
-            .action(clap::ArgAction::Set)
-    }
 }
 
 /// Reads a config file (`-` = stdin) as UTF-8 text.

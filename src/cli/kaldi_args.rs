@@ -87,6 +87,34 @@ const fn only_default(
 
 use ValueKind::{Bool, Float, Int, Str};
 
+/// Parses a boolean option value the way Kaldi's command lines do: `true`/`t`/`1`/empty or
+/// `false`/`f`/`0`, in any case.
+pub fn parse_kaldi_bool(s: &str) -> std::result::Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "t" | "1" | "" => Ok(true),
+        "false" | "f" | "0" => Ok(false),
+        _ => Err(format!("expected true or false, got '{s}'")),
+    }
+}
+
+/// A Kaldi boolean option, as `#[arg(long, kaldi_bool = "true")]` (clap's derive calls
+/// the builder method an attribute names): `--name` alone is true, `--name=false`, values
+/// as [`parse_kaldi_bool`] reads them, and `default` when it is not given.
+pub trait KaldiBool {
+    fn kaldi_bool(self, default: &'static str) -> Self;
+}
+
+impl KaldiBool for clap::Arg {
+    fn kaldi_bool(self, default: &'static str) -> Self {
+        self.value_parser(parse_kaldi_bool)
+            .num_args(0..=1)
+            .default_value(default)
+            .default_missing_value("true")
+            .require_equals(true)
+            .action(clap::ArgAction::Set)
+    }
+}
+
 const NO_PASS: &str = "compnet's optimizer has no such pass; results are the same";
 const NO_DERIV: &str = "nnet3-compute computes no derivatives, so there is nothing to limit";
 
@@ -193,7 +221,7 @@ pub fn compat_options(sub: &str) -> Vec<&'static CompatOption> {
 /// true/false/t/f/1/0 or empty).
 fn well_formed(kind: ValueKind, value: &str) -> bool {
     match kind {
-        Bool => crate::cli::init::parse_kaldi_bool(value).is_ok(),
+        Bool => crate::cli::kaldi_args::parse_kaldi_bool(value).is_ok(),
         Int => value.trim().parse::<i32>().is_ok(),
         Float => value.trim().parse::<f32>().is_ok(),
         Str => true,
@@ -204,7 +232,8 @@ fn well_formed(kind: ValueKind, value: &str) -> bool {
 fn same_value(kind: ValueKind, a: &str, b: &str) -> bool {
     match kind {
         Bool => {
-            crate::cli::init::parse_kaldi_bool(a).ok() == crate::cli::init::parse_kaldi_bool(b).ok()
+            crate::cli::kaldi_args::parse_kaldi_bool(a).ok()
+                == crate::cli::kaldi_args::parse_kaldi_bool(b).ok()
         }
         Int => a.trim().parse::<i64>().ok() == b.trim().parse::<i64>().ok(),
         Float => a.trim().parse::<f64>().ok() == b.trim().parse::<f64>().ok(),
@@ -368,7 +397,7 @@ pub fn prepare(args: Vec<String>, cmd: &clap::Command) -> Result<Prepared> {
                         Error::Usage(format!("{origin}: --verbose expects an integer, got '{v}'"))
                     })?;
                 } else {
-                    standard.print_args = crate::cli::init::parse_kaldi_bool(&v)
+                    standard.print_args = crate::cli::kaldi_args::parse_kaldi_bool(&v)
                         .map_err(|e| Error::Usage(format!("{origin}: --print-args: {e}")))?;
                 }
                 continue;
@@ -466,6 +495,20 @@ pub fn command_line_for_log(args: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_kaldi_boolean_for_every_option() {
+        // Kaldi's `ParseOptions::ToBool`: any case, and an empty value is true.
+        for t in ["true", "T", "t", "1", "", "TRUE"] {
+            assert_eq!(parse_kaldi_bool(t), Ok(true), "{t:?}");
+        }
+        for f in ["false", "F", "f", "0", "False"] {
+            assert_eq!(parse_kaldi_bool(f), Ok(false), "{f:?}");
+        }
+        for bad in ["yes", "no", "2", "tru"] {
+            assert!(parse_kaldi_bool(bad).is_err(), "{bad:?}");
+        }
+    }
 
     fn cmd() -> clap::Command {
         clap::Command::new("compnet").subcommand(

@@ -7,7 +7,7 @@
 //! `--discard-partial-minibatches` and `--measure-output-frames` are accepted and ignored, as
 //! in Kaldi.
 
-use super::copy_feats::parse_kaldi_bool;
+use super::kaldi_args::parse_kaldi_bool;
 use crate::egs::merge::{eg_size, merge_examples, same_structure, structure_hash, MinibatchSizes};
 use crate::egs::stl_order::StlOrder;
 use crate::error::Result;

@@ -1,7 +1,7 @@
 //! `compnet train` (Kaldi's `nnet3-train`): one pass of training over merged egs, the model
 //! written atomically at the end.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
 use crate::log::log;
