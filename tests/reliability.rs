@@ -1,5 +1,5 @@
-//! Issue 10: inputs that used to abort, panic or run for ever, each with the clear error (or
-//! warning) it now gives. Sizes from configs, descriptors, files and options are checked
+//! Inputs that would abort, panic or run for ever without their checks, each with the clear
+//! error (or warning) it gives. Sizes from configs, descriptors, files and options are checked
 //! against the memory limit (`COMPNET_MAX_MEMORY`, see src/limits.rs) before allocating.
 
 use std::path::{Path, PathBuf};
@@ -165,7 +165,7 @@ fn the_limit_is_raised_by_the_environment() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
-/// `Const(1, 2147483647)` in a descriptor used to abort in `compute`.
+/// `Const(1, 2147483647)` in a descriptor must not abort `compute`.
 #[test]
 fn huge_descriptor_constant_is_a_clear_error_in_compute() {
     let dir = tempfile::tempdir().unwrap();
@@ -218,7 +218,7 @@ fn extreme_compute_options_are_clear_errors() {
     }
 }
 
-/// NaN and ±1e39 in a model's statistics: `info` used to panic while sorting them.
+/// NaN and ±1e39 in a model's statistics: `info` must not panic while sorting them.
 #[test]
 fn nan_and_huge_statistics_do_not_break_info() {
     let text = std::fs::read_to_string(case_file("clockwork", "model.txt")).unwrap();

@@ -49,7 +49,7 @@ struct Opts {
     /// Parallel runs.
     #[arg(long, default_value_t = 2)]
     jobs: usize,
-    /// Time limit of one child process, in seconds (the "runs past 20 s"; a loaded
+    /// Time limit of one child process, in seconds (a run past it counts as a hang; a loaded
     /// machine makes a lower limit report slow but finishing runs as hangs).
     #[arg(long, default_value_t = 20.0)]
     time_limit: f64,

@@ -124,7 +124,7 @@ impl Args {
 /// the core count threads only cost memory, and thousands cannot be started.
 const MAX_THREADS: usize = 256;
 
-/// Rejects a thread count that could not be started (`--num-threads=5000` used to panic).
+/// Rejects a thread count that could not be started (`--num-threads=5000` would panic).
 pub(crate) fn check_num_threads(n: usize) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let max = MAX_THREADS.max(cores);

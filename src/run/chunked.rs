@@ -203,12 +203,12 @@ pub struct ChunkComputer {
 }
 
 /// At most this many equally shaped chunks run as one computation; more gave no reliable gain
-/// on the feed-forward perf networks (docs/PERFORMANCE.md, "Inference", change 8).
+/// on the feed-forward perf networks (docs/PERFORMANCE.md, "Inference").
 const CHUNK_BATCH: usize = 4;
 
 /// The same for recurrent networks, whose recurrent products see only the batch's sequences
 /// as rows at every time step: the swbd TDNN-LSTM ran 9.1 / 6.4 / 5.1 / 5.1 s CPU with 4 /
-/// 8 / 16 / 32 (docs/PERFORMANCE.md, "Chunks of several utterances").
+/// 8 / 16 / 32 (docs/PERFORMANCE.md, "How `compute` runs").
 const RECURRENT_CHUNK_BATCH: usize = 16;
 
 /// Name of the output node added when `--output-node` names a non-output node.

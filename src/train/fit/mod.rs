@@ -1,5 +1,5 @@
 //! `compnet fit`: one trainer with steppers, schedules and hooks, fed by data iterators that
-//! read egs archives or cut Kaldi feature archives into examples (issue 11).
+//! read egs archives or cut Kaldi feature archives into examples.
 //!
 //! Data flow: `data` (archives → examples → seeded minibatches on a loader thread) →
 //! `fit_loop` (forward, objective, backward into the stepper's target, step) using `stepper`
