@@ -159,8 +159,16 @@ fn check_training_logs_within(case: &str, tolerance: f64, log_rel: f64) {
             "{case}: '{pat}' lines differ:\nours    {ours:?}\nKaldi's {theirs:?}"
         );
     }
+    assert_matches_kaldi(case, &out, tolerance);
+}
+
+/// The trained model `out` against Kaldi's after.txt of `case`, block by block: within
+/// `tolerance` of how much Kaldi changed the block.
+fn assert_matches_kaldi(case: &str, out: &Path, tolerance: f64) {
+    let dir = case_dir(case);
+    let tmp = tempdir(case);
     // Our model in text, against Kaldi's after.txt and the starting point before.txt.
-    let txt = tmp.join("after.txt");
+    let txt = tmp.join("ours_after.txt");
     let (ok, e) = compnet(
         &dir,
         &[
@@ -486,5 +494,45 @@ fn combine_is_never_worse_than_its_first_model() {
             combined >= first - 1e-6,
             "{order:?}: combined {combined} < first {first}"
         );
+    }
+}
+
+/// `compnet fit --stepper=ng` runs the same update as `compnet train`: one epoch over a
+/// golden's merged egs, one per minibatch in order, at the config's learning rate, gives
+/// Kaldi's model (BatchNorm statistics, natural gradient and max-change included).
+#[test]
+fn fit_natural_gradient_stepper_matches_kaldi() {
+    for (case, extra) in [
+        ("ng-batchnorm", &[][..]),
+        (
+            "backstitch",
+            &[
+                "--backstitch-training-scale=0.3",
+                "--backstitch-training-interval=1",
+            ][..],
+        ),
+    ] {
+        let dir = case_dir(case);
+        let tmp = tempdir(&format!("{case}-fit"));
+        let out = tmp.join("fit");
+        let mut args = vec![
+            "fit".to_string(),
+            "before.raw".into(),
+            "--train".into(),
+            "ark:egs.ark".into(),
+            "--out".into(),
+            out.display().to_string(),
+            "--stepper=ng".into(),
+            "--num-epochs=1".into(),
+            "--minibatch-size=1".into(),
+            "--shuffle=false".into(),
+            "--learning-rate=0.01".into(),
+            "--srand=1".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, log) = compnet(&dir, &argv);
+        assert!(ok, "{case}: compnet fit failed:\n{log}");
+        assert_matches_kaldi(case, &out.join("final.raw"), 0.01);
     }
 }

@@ -2,9 +2,10 @@
 //! core of `nnet3-compute-prob` and of `combine`'s objective).
 
 use super::example::computation_request;
-use super::objective::{add_per_dim_accuracy, compute_accuracy, compute_objective, ObjectiveSum};
+use super::objective::{add_per_dim_accuracy, compute_accuracy, ObjectiveSum};
+use super::step::run_pass;
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::io::egs::NnetExample;
 use crate::log::{fmt_g, log};
 use crate::nnet::{Nnet, ObjectiveType};
@@ -64,49 +65,37 @@ impl<'a> NnetComputeProb<'a> {
         let nnet = self.nnet;
         let request = computation_request(nnet, eg, false, false)?;
         let computation = self.compiler.compile(nnet, &request)?;
-        let mut computer = NnetComputer::new(&computation, nnet, None);
-        for spec in &request.inputs {
-            if let Some(io) = eg.get(&spec.name) {
-                computer.accept_input(&spec.name, io.features.to_matrix())?;
-            }
-        }
-        computer.run_forward()?;
-        for spec in &request.outputs {
-            let name = &spec.name;
-            let objective = nnet.objective_type(name).unwrap_or_default();
-            let sup = eg
-                .get(name)
-                .map(|io| &io.features)
-                .ok_or_else(|| Error::Compute(format!("no supervision for '{name}'")))?;
-            let output = computer.output(name)?;
-            let (sum, _) = compute_objective(name, objective, sup, output, false)?;
+        let computer = NnetComputer::new(&computation, nnet, None);
+        let objective_of = |name: &str| nnet.objective_type(name);
+        run_pass(computer, objective_of, &request, eg, false, |o| {
+            let name = o.name.to_string();
             let e = self
                 .objectives
                 .entry(name.clone())
-                .or_insert((objective, ObjectiveSum::default()));
-            e.1.tot_weight += sum.tot_weight;
-            e.1.tot_objf += sum.tot_objf;
+                .or_insert((o.objective_type, ObjectiveSum::default()));
+            e.1.tot_weight += o.objective.tot_weight;
+            e.1.tot_objf += o.objective.tot_objf;
             if self.opts.compute_accuracy {
                 // Kaldi reports it for every objective type (for dense targets too).
-                let a = compute_accuracy(sup, output);
+                let a = compute_accuracy(o.supervision, o.output);
                 let e = self.accuracy.entry(name.clone()).or_default();
                 e.tot_weight += a.tot_weight;
                 e.tot_objf += a.tot_objf;
                 if self.opts.compute_per_dim_accuracy {
-                    let dim = output.num_cols();
+                    let dim = o.output.num_cols();
                     let (w, c) = self
                         .per_dim_accuracy
-                        .entry(name.clone())
+                        .entry(name)
                         .or_insert_with(|| (vec![0.0; dim], vec![0.0; dim]));
                     // Kaldi's ComputeAccuracy zeroes the per-dim sums on every call, so its
                     // report covers the last minibatch only; scripts compare against that.
                     w.iter_mut().for_each(|x| *x = 0.0);
                     c.iter_mut().for_each(|x| *x = 0.0);
-                    add_per_dim_accuracy(sup, output, w, c);
+                    add_per_dim_accuracy(o.supervision, o.output, w, c);
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The objective sums of output `name`.
@@ -182,13 +171,19 @@ pub fn recompute_stats(egs: &[NnetExample], nnet: &mut Nnet) -> Result<()> {
     for eg in egs {
         let request = computation_request(nnet, eg, false, true)?;
         let computation = compiler.compile(nnet, &request)?;
-        let mut computer = NnetComputer::storing_stats(&computation, nnet);
-        for spec in &request.inputs {
-            if let Some(io) = eg.get(&spec.name) {
-                computer.accept_input(&spec.name, io.features.to_matrix())?;
-            }
-        }
-        computer.run_forward()?;
+        let objective_types: Vec<_> = request
+            .outputs
+            .iter()
+            .map(|o| (o.name.clone(), nnet.objective_type(&o.name)))
+            .collect();
+        let objective_of = |name: &str| {
+            objective_types
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|o| o.1)
+        };
+        let computer = NnetComputer::storing_stats(&computation, nnet);
+        run_pass(computer, objective_of, &request, eg, false, |_| Ok(()))?;
     }
     Ok(())
 }

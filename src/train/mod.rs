@@ -14,6 +14,7 @@ pub mod example;
 pub mod fit;
 pub mod network_ops;
 pub mod objective;
+pub mod step;
 pub mod trainer;
 
 pub use diagnostics::{NnetComputeProb, NnetComputeProbOptions};

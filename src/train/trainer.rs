@@ -1,24 +1,20 @@
 //! The trainer (Kaldi's `NnetTrainer`, facts §7.1): one call per merged minibatch runs the
-//! forward pass, puts each output's objective derivative in, runs the backward pass into a
-//! delta network, and applies the delta with L2, max-change and momentum; optionally in
-//! two backstitch steps.
+//! step core's pass (forward, objective derivatives, backward into the delta network) and
+//! its Kaldi update (L2, max-change, momentum; optionally backstitch's two steps), and keeps
+//! the objective sums and log lines of `nnet3-train`.
 
 use super::example::{computation_request, num_sequences};
-use super::network_ops::{
-    apply_l2_regularization, constrain_orthonormal, freeze_natural_gradient, scale_batchnorm_stats,
-    update_nnet_with_max_change, zero_component_stats, MaxChangeStats,
-};
-use super::objective::compute_objective;
+use super::network_ops::{zero_component_stats, MaxChangeStats};
+use super::step::{run_pass, GradientReduction, KaldiUpdate, KaldiUpdateOptions, SingleProcess};
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::compile::request::ComputationRequest;
 use crate::compile::NnetComputation;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
 use crate::log::{fmt_g, log, warn};
-use crate::nnet::{Nnet, ObjectiveType};
+use crate::nnet::Nnet;
 use crate::run::NnetComputer;
-use rand::rngs::StdRng;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Options of the trainer, with Kaldi's defaults (`NnetTrainerOptions`).
 #[derive(Clone, Debug)]
@@ -129,80 +125,57 @@ impl ObjectiveFunctionInfo {
     }
 }
 
+impl NnetTrainerOptions {
+    /// The update's share of the options.
+    pub fn update_options(&self) -> KaldiUpdateOptions {
+        KaldiUpdateOptions {
+            momentum: self.momentum,
+            max_param_change: self.max_param_change,
+            l2_regularize_factor: self.l2_regularize_factor,
+            batchnorm_stats_scale: self.batchnorm_stats_scale,
+            backstitch_training_scale: self.backstitch_training_scale,
+            backstitch_training_interval: self.backstitch_training_interval,
+        }
+    }
+}
+
 /// Trains a network one minibatch at a time.
 pub struct NnetTrainer<'a> {
     opts: NnetTrainerOptions,
     nnet: &'a mut Nnet,
-    /// Same components as `nnet`, holding the (learning-rate-scaled) gradient, and the
-    /// momentum between minibatches.
-    delta: Nnet,
+    /// The delta network (the learning-rate-scaled gradient, the momentum between
+    /// minibatches) and the update that applies it.
+    update: KaldiUpdate,
     compiler: CachingCompiler,
     objectives: BTreeMap<String, ObjectiveFunctionInfo>,
     num_minibatches_processed: usize,
-    max_change: MaxChangeStats,
-    rng: StdRng,
 }
 
 impl<'a> NnetTrainer<'a> {
     pub fn new(opts: NnetTrainerOptions, nnet: &'a mut Nnet) -> Result<Self> {
-        if opts.momentum < 0.0 || opts.momentum >= 1.0 || !opts.momentum.is_finite() {
-            return Err(Error::Usage(format!(
-                "--momentum must be in [0, 1), got {}",
-                opts.momentum
-            )));
-        }
-        if opts.backstitch_training_scale > 0.0 && opts.momentum > 0.0 {
-            return Err(Error::Usage(
-                "backstitch training is incompatible with --momentum > 0".into(),
-            ));
-        }
-        if opts.print_interval == 0 || opts.backstitch_training_interval == 0 {
-            return Err(Error::Usage(
-                "--print-interval and --backstitch-training-interval must be positive".into(),
-            ));
-        }
-        for (what, v) in [
-            ("--max-param-change", opts.max_param_change),
-            ("--l2-regularize-factor", opts.l2_regularize_factor),
-            (
-                "--backstitch-training-scale",
-                opts.backstitch_training_scale,
-            ),
-            ("--batchnorm-stats-scale", opts.batchnorm_stats_scale),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(Error::Usage(format!(
-                    "{what} must be a finite number >= 0, got {v}"
-                )));
-            }
+        opts.update_options().validate()?;
+        if opts.print_interval == 0 {
+            return Err(Error::Usage("--print-interval must be positive".into()));
         }
         if opts.zero_component_stats {
             zero_component_stats(nnet);
         }
-        let mut delta = nnet.clone();
-        delta.scale_all(0.0);
-        let rng = crate::random::seeded_rng(opts.srand);
+        let update = KaldiUpdate::new(nnet, opts.update_options(), opts.srand);
         let compiler = CachingCompiler::new(opts.compiler.clone());
         Ok(NnetTrainer {
             opts,
             nnet,
-            delta,
+            update,
             compiler,
             objectives: BTreeMap::new(),
             num_minibatches_processed: 0,
-            max_change: MaxChangeStats::default(),
-            rng,
         })
-    }
-
-    fn compile(&mut self, eg: &NnetExample) -> Result<Arc<NnetComputation>> {
-        let request = computation_request(self.nnet, eg, true, self.opts.store_component_stats)?;
-        self.compiler.compile(self.nnet, &request)
     }
 
     /// Trains on one (merged) minibatch.
     pub fn train(&mut self, eg: &NnetExample) -> Result<()> {
-        let computation = self.compile(eg)?;
+        let request = computation_request(self.nnet, eg, true, self.opts.store_component_stats)?;
+        let computation = self.compiler.compile(self.nnet, &request)?;
         crate::log::vlog(1, &self.opts.program, || {
             format!(
                 "minibatch {}: {} sequences, a computation of {} commands",
@@ -211,71 +184,64 @@ impl<'a> NnetTrainer<'a> {
                 computation.commands.len()
             )
         });
-        let interval = self.opts.backstitch_training_interval;
         let seed = self
             .opts
             .srand
             .wrapping_add(self.num_minibatches_processed as u64);
-        if self.opts.backstitch_training_scale > 0.0
-            && self.num_minibatches_processed % interval == (self.opts.srand as usize) % interval
+        let sequences = num_sequences(eg);
+        if self
+            .update
+            .backstitch_now(self.num_minibatches_processed as u64)
         {
-            // Both steps draw the same random numbers (same dropout masks).
-            freeze_natural_gradient(true, &mut self.delta);
-            self.backstitch_step(eg, &computation, seed, true)?;
-            freeze_natural_gradient(false, &mut self.delta);
-            self.backstitch_step(eg, &computation, seed, false)?;
+            // Both passes draw the same random numbers (same dropout masks); the first uses
+            // the natural-gradient estimates without updating them.
+            self.update.freeze_natural_gradient(true);
+            self.forward_backward(eg, &request, &computation, seed, "")?;
+            let ok = self.update.backstitch_step(self.nnet, sequences, true);
+            self.warn_unless(ok);
+            self.update.freeze_natural_gradient(false);
+            self.forward_backward(eg, &request, &computation, seed, "_backstitch")?;
+            let ok = self.update.backstitch_step(self.nnet, sequences, false);
+            self.warn_unless(ok);
         } else {
-            self.forward_backward(eg, &computation, seed, "")?;
-            let l2_scale = num_sequences(eg) as f32 * self.opts.l2_regularize_factor;
-            apply_l2_regularization(self.nnet, l2_scale, &mut self.delta);
-            let ok = self.apply_delta(1.0, 1.0 - self.opts.momentum);
-            scale_batchnorm_stats(self.opts.batchnorm_stats_scale, self.nnet);
-            constrain_orthonormal(self.nnet, &mut self.rng);
-            self.delta
-                .scale_all(if ok { self.opts.momentum } else { 0.0 });
+            self.forward_backward(eg, &request, &computation, seed, "")?;
+            let ok = self.update.step(self.nnet, sequences);
+            self.warn_unless(ok);
         }
         self.num_minibatches_processed += 1;
         Ok(())
     }
 
-    /// Forward, objectives (logged under `output name + suffix`), backward into the delta.
+    /// The step core's pass: objectives logged under `output name + suffix`, the gradient
+    /// into the delta network.
     fn forward_backward(
         &mut self,
         eg: &NnetExample,
+        request: &ComputationRequest,
         computation: &NnetComputation,
         seed: u64,
         suffix: &str,
     ) -> Result<()> {
-        // The example's supervised outputs (the request checked every io against the network).
-        let outputs: Vec<(String, ObjectiveType)> = eg
-            .io
-            .iter()
-            .filter_map(|io| Some((io.name.clone(), self.nnet.objective_type(&io.name)?)))
-            .collect();
         let mut sums = Vec::new();
-        {
-            let mut computer =
-                NnetComputer::for_training(computation, self.nnet, &mut self.delta).with_seed(seed);
-            for io in &eg.io {
-                if !outputs.iter().any(|(n, _)| n == &io.name) {
-                    computer.accept_input(&io.name, io.features.to_matrix())?;
-                }
-            }
-            computer.run_forward()?;
-            for (name, objective) in &outputs {
-                let sup = eg
-                    .get(name)
-                    .map(|io| &io.features)
-                    .ok_or_else(|| Error::Compute(format!("no supervision for '{name}'")))?;
-                let (sum, deriv) =
-                    compute_objective(name, *objective, sup, computer.output(name)?, true)?;
-                if let Some(d) = deriv {
-                    computer.accept_output_deriv(name, d)?;
-                }
-                sums.push((format!("{name}{suffix}"), sum));
-            }
-            computer.run_backward()?;
-        }
+        let nnet = &mut *self.nnet;
+        let objective_types: Vec<_> = request
+            .outputs
+            .iter()
+            .map(|o| (o.name.clone(), nnet.objective_type(&o.name)))
+            .collect();
+        let objective_of = |name: &str| {
+            objective_types
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|o| o.1)
+        };
+        let computer =
+            NnetComputer::for_training(computation, nnet, &mut self.update.delta).with_seed(seed);
+        run_pass(computer, objective_of, request, eg, true, |o| {
+            sums.push((format!("{}{suffix}", o.name), o.objective));
+            Ok(())
+        })?;
+        SingleProcess.reduce(&mut self.update.delta)?;
         let (program, interval, mb) = (
             self.opts.program.clone(),
             self.opts.print_interval,
@@ -294,56 +260,14 @@ impl<'a> NnetTrainer<'a> {
         Ok(())
     }
 
-    /// nnet += scale × delta under max-change; warns when the change is not finite.
-    fn apply_delta(&mut self, max_change_scale: f32, scale: f32) -> bool {
-        let ok = update_nnet_with_max_change(
-            &self.delta,
-            self.opts.max_param_change,
-            max_change_scale,
-            scale,
-            self.nnet,
-            &mut self.max_change,
-        );
+    /// Kaldi's warning when the change of a minibatch was not finite and was skipped.
+    fn warn_unless(&self, ok: bool) {
         if !ok {
             warn(&self.opts.program, &format!(
                 "minibatch {}: the parameter change is not finite (NaN or infinity in the gradient); update skipped",
                 self.num_minibatches_processed
             ));
         }
-        ok
-    }
-
-    fn backstitch_step(
-        &mut self,
-        eg: &NnetExample,
-        computation: &NnetComputation,
-        seed: u64,
-        first: bool,
-    ) -> Result<()> {
-        let alpha = self.opts.backstitch_training_scale;
-        self.forward_backward(
-            eg,
-            computation,
-            seed,
-            if first { "" } else { "_backstitch" },
-        )?;
-        let (max_change_scale, scale) = if first {
-            (alpha, -alpha)
-        } else {
-            (1.0 + alpha, 1.0 + alpha)
-        };
-        if !first {
-            let l2_scale = num_sequences(eg) as f32 * self.opts.l2_regularize_factor / scale;
-            apply_l2_regularization(self.nnet, l2_scale, &mut self.delta);
-        }
-        self.apply_delta(max_change_scale, scale);
-        if first {
-            constrain_orthonormal(self.nnet, &mut self.rng);
-        } else {
-            scale_batchnorm_stats(self.opts.batchnorm_stats_scale, self.nnet);
-        }
-        self.delta.scale_all(0.0);
-        Ok(())
     }
 
     /// Logs the overall objectives and how often max-change acted; false when nothing was
@@ -374,7 +298,7 @@ impl<'a> NnetTrainer<'a> {
             .zip(&self.nnet.component_names)
             .filter(|(c, _)| c.as_updatable().is_some())
             .map(|(_, n)| n);
-        for (name, &count) in names.zip(&self.max_change.per_component) {
+        for (name, &count) in names.zip(&self.update.max_change.per_component) {
             if count > 0 {
                 log(
                     p,
@@ -385,21 +309,21 @@ impl<'a> NnetTrainer<'a> {
                 );
             }
         }
-        if self.max_change.global > 0 {
+        if self.update.max_change.global > 0 {
             log(
                 p,
                 &format!(
                     "The global max-change was enforced {} % of the time.",
-                    fmt_g(100.0 * self.max_change.global as f64 / n)
+                    fmt_g(100.0 * self.update.max_change.global as f64 / n)
                 ),
             );
         }
-        if self.max_change.non_finite > 0 {
+        if self.update.max_change.non_finite > 0 {
             warn(
                 p,
                 &format!(
                     "{} of {} minibatches had a non-finite parameter change and were not applied.",
-                    self.max_change.non_finite, self.num_minibatches_processed
+                    self.update.max_change.non_finite, self.num_minibatches_processed
                 ),
             );
         }
@@ -430,6 +354,6 @@ impl<'a> NnetTrainer<'a> {
 
     /// Max-change statistics so far.
     pub fn max_change_stats(&self) -> &MaxChangeStats {
-        &self.max_change
+        &self.update.max_change
     }
 }

@@ -8,10 +8,11 @@ use super::hooks::{
 };
 use super::schedule::{exponential_decay, warmup_factor, DropoutSchedule, EpochSchedule};
 use super::stepper::{
-    apply_plain_step, gradient_network, GradientOptions, KaldiNgStepper, Stepper, StepperKind,
+    apply_plain_step, gradient_network, kaldi_update, GradientOptions, Stepper, StepperKind,
     StepperOptions,
 };
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::compile::request::ComputationRequest;
 use crate::compile::NnetComputation;
 use crate::egs::merge::merge_examples;
 use crate::error::{Error, Result};
@@ -21,10 +22,9 @@ use crate::nnet::Nnet;
 use crate::run::NnetComputer;
 use crate::train::diagnostics::{NnetComputeProb, NnetComputeProbOptions};
 use crate::train::example::{computation_request, num_sequences};
-use crate::train::network_ops::{
-    freeze_natural_gradient, scale_batchnorm_stats, zero_component_stats,
-};
-use crate::train::objective::{compute_accuracy, compute_objective};
+use crate::train::network_ops::{scale_batchnorm_stats, zero_component_stats};
+use crate::train::objective::compute_accuracy;
+use crate::train::step::{run_pass, GradientReduction, KaldiUpdate, SingleProcess};
 
 const P: &str = "compnet fit";
 
@@ -120,7 +120,7 @@ pub struct FitSummary {
 /// Where the backward pass writes, and how the step is taken.
 enum Updater {
     Plain { grad: Nnet, stepper: Stepper },
-    Kaldi(Box<KaldiNgStepper>),
+    Kaldi(Box<KaldiUpdate>),
 }
 
 impl Updater {
@@ -266,7 +266,7 @@ pub fn fit(
     // The command line's patience holds, also for a resumed run.
     state.early_stopping.patience = opts.early_stopping_patience;
     let mut updater = if kind == StepperKind::NaturalGradient {
-        let mut k = KaldiNgStepper::new(&nnet, &opts.stepper, opts.srand);
+        let mut k = kaldi_update(&nnet, &opts.stepper, opts.srand);
         if let Some(b) = &stepper_bytes {
             if ng_bytes.is_empty() {
                 // A checkpoint of an older compnet: it holds no natural-gradient state.
@@ -367,28 +367,37 @@ pub fn fit(
                 ))
             };
             let backstitch = match &updater {
-                Updater::Kaldi(k) => k.backstitch_now(&opts.stepper, state.global_minibatch),
+                Updater::Kaldi(k) => k.backstitch_now(state.global_minibatch),
                 Updater::Plain { .. } => false,
             };
-            let fb = |nnet: &mut Nnet, target: &mut Nnet| {
-                forward_backward(nnet, target, &computation, &eg, seed, &train.source)
+            let mut reducer = SingleProcess;
+            let mut fb = |nnet: &mut Nnet, target: &mut Nnet| {
+                let sums = forward_backward(
+                    nnet,
+                    target,
+                    &request,
+                    &computation,
+                    &eg,
+                    seed,
+                    &train.source,
+                )?;
+                reducer.reduce(target)?;
+                Ok::<_, Error>(sums)
             };
             let ([objf, weight, correct, acc_weight], ok) = match (&mut updater, backstitch) {
                 (Updater::Kaldi(k), true) => {
                     // Kaldi's backstitch: both passes draw the same random numbers; the
                     // first uses the natural-gradient estimates without updating them. The
                     // first pass's objective is the minibatch's.
-                    let alpha = opts.stepper.backstitch_scale;
-                    freeze_natural_gradient(true, &mut k.delta);
+                    k.freeze_natural_gradient(true);
                     let first = fb(&mut nnet, &mut k.delta)?;
                     if !first[0].is_finite() {
                         return Err(not_finite(first[0]));
                     }
-                    k.backstitch_step(&mut nnet, sequences, alpha, true);
-                    freeze_natural_gradient(false, &mut k.delta);
+                    let ok = k.backstitch_step(&mut nnet, sequences, true);
+                    k.freeze_natural_gradient(false);
                     fb(&mut nnet, &mut k.delta)?;
-                    k.backstitch_step(&mut nnet, sequences, alpha, false);
-                    (first, true)
+                    (first, k.backstitch_step(&mut nnet, sequences, false) && ok)
                 }
                 (u, _) => {
                     let sums = fb(&mut nnet, u.target())?;
@@ -582,47 +591,43 @@ pub fn fit(
     })
 }
 
-/// Forward, objectives, backward into `target` (the stepper's network): the objective, its
-/// weight, the correct frames and the accuracy's weight, summed over the outputs.
+/// The step core's pass into `target` (the stepper's network): the objective, its weight,
+/// the correct frames and the accuracy's weight, summed over the outputs.
 fn forward_backward(
     nnet: &mut Nnet,
     target: &mut Nnet,
+    request: &ComputationRequest,
     computation: &NnetComputation,
     eg: &NnetExample,
     seed: u64,
     source: &str,
 ) -> Result<[f64; 4]> {
-    let (mut objf, mut weight, mut correct, mut acc_weight) = (0.0, 0.0, 0.0, 0.0);
-    let outputs: Vec<(String, crate::nnet::ObjectiveType)> = eg
-        .io
+    let mut sums = [0.0; 4];
+    let objective_types: Vec<_> = request
+        .outputs
         .iter()
-        .filter_map(|io| Some((io.name.clone(), nnet.objective_type(&io.name)?)))
+        .map(|o| (o.name.clone(), nnet.objective_type(&o.name)))
         .collect();
-    let mut computer = NnetComputer::for_training(computation, nnet, target).with_seed(seed);
-    for io in &eg.io {
-        if !outputs.iter().any(|(n, _)| n == &io.name) {
-            computer.accept_input(&io.name, io.features.to_matrix())?;
-        }
-    }
-    computer.run_forward()?;
-    for (name, objective) in &outputs {
-        let Some(sup) = eg.get(name).map(|io| &io.features) else {
-            continue;
-        };
-        let out = computer.output(name)?;
-        let (sum, deriv) = compute_objective(name, *objective, sup, out, true)
-            .map_err(|e| Error::Compute(format!("{source}: {e}")))?;
-        let acc = compute_accuracy(sup, out);
-        objf += sum.tot_objf;
-        weight += sum.tot_weight;
-        correct += acc.tot_objf;
-        acc_weight += acc.tot_weight;
-        if let Some(d) = deriv {
-            computer.accept_output_deriv(name, d)?;
-        }
-    }
-    computer.run_backward()?;
-    Ok([objf, weight, correct, acc_weight])
+    let objective_of = |name: &str| {
+        objective_types
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|o| o.1)
+    };
+    let computer = NnetComputer::for_training(computation, nnet, target).with_seed(seed);
+    run_pass(computer, objective_of, request, eg, true, |o| {
+        let acc = compute_accuracy(o.supervision, o.output);
+        sums[0] += o.objective.tot_objf;
+        sums[1] += o.objective.tot_weight;
+        sums[2] += acc.tot_objf;
+        sums[3] += acc.tot_weight;
+        Ok(())
+    })
+    .map_err(|e| match e {
+        Error::Compute(m) => Error::Compute(format!("{source}: {m}")),
+        e => e,
+    })?;
+    Ok(sums)
 }
 
 fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &mut Updater) -> Result<()> {

@@ -9,19 +9,17 @@
 //! checkpoint saves. The gradient is of the objective to *maximise* (Kaldi's log-likelihood),
 //! so a step adds to the parameters.
 //!
-//! Kaldi's stepper ([`KaldiNgStepper`]) is `NnetTrainer`'s update exactly: the backward pass
-//! writes into a delta network whose components carry the learning rates and precondition
-//! their gradient rows (natural gradient), then L2, max-change, momentum, BatchNorm-stats
-//! scaling and the orthonormal constraint, as `compnet train` does.
+//! Kaldi's stepper (`--stepper=ng`, [`kaldi_update`]) is the step core's
+//! [`KaldiUpdate`], the same code `compnet train` runs: the backward pass writes into a delta
+//! network whose components carry the learning rates and precondition their gradient rows
+//! (natural gradient), then L2, max-change, momentum, BatchNorm-stats scaling and the
+//! orthonormal constraint. This file adds its checkpoint state.
 
 use crate::error::{Error, Result};
 use crate::nnet::Nnet;
-use crate::train::network_ops::{
-    apply_l2_regularization, constrain_orthonormal, scale_batchnorm_stats,
-    update_nnet_with_max_change, MaxChangeStats,
-};
+use crate::random::CountingRng;
+use crate::train::step::{KaldiUpdate, KaldiUpdateOptions};
 use rand::rngs::StdRng;
-use rand::RngCore;
 
 /// The steppers `--stepper` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -533,118 +531,21 @@ pub fn gradient_network(nnet: &Nnet) -> Nnet {
     g
 }
 
-/// Kaldi's stepper: `NnetTrainer`'s update after a (non-backstitch) backward pass into
-/// `delta`.
-pub struct KaldiNgStepper {
-    /// The delta network the backward pass writes into (learning rates set, natural gradient
-    /// inside); between minibatches it holds the momentum.
-    pub delta: Nnet,
-    pub momentum: f32,
-    pub max_param_change: f32,
-    pub l2_regularize_factor: f32,
-    pub batchnorm_stats_scale: f32,
-    pub max_change: MaxChangeStats,
-    /// `--srand`, which seeds `rng`.
-    pub srand: u64,
-    /// The orthonormal constraint's random choices (seeded as `compnet train`'s).
-    pub rng: CountingRng,
+/// `--stepper=ng`: the step core's Kaldi update with `fit`'s options (L2 factor 1 and
+/// BatchNorm decay 0.8, `compnet train`'s defaults).
+pub fn kaldi_update(nnet: &Nnet, opts: &StepperOptions, srand: u64) -> KaldiUpdate {
+    let update = KaldiUpdateOptions {
+        momentum: opts.momentum,
+        max_param_change: opts.max_param_change,
+        backstitch_training_scale: opts.backstitch_scale,
+        backstitch_training_interval: opts.backstitch_interval.max(1),
+        ..KaldiUpdateOptions::default()
+    };
+    KaldiUpdate::new(nnet, update, srand)
 }
 
-/// A seeded generator that counts the 32-bit words it has handed out: a checkpoint records
-/// the count and a resumed run replays it (the generator's own state cannot be saved). A
-/// 64-bit draw always takes two words of the stream, so replaying words one by one lands
-/// on the same position.
-pub struct CountingRng {
-    rng: StdRng,
-    pub words: u64,
-}
-
-impl CountingRng {
-    pub fn new(seed: u64) -> Self {
-        CountingRng {
-            rng: crate::random::seeded_rng(seed),
-            words: 0,
-        }
-    }
-
-    /// The generator of `seed` after `words` words.
-    pub fn replayed(seed: u64, words: u64) -> Self {
-        let mut r = CountingRng::new(seed);
-        for _ in 0..words {
-            r.next_u32();
-        }
-        r
-    }
-}
-
-impl rand::RngCore for CountingRng {
-    fn next_u32(&mut self) -> u32 {
-        self.words += 1;
-        self.rng.next_u32()
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.words += 2;
-        self.rng.next_u64()
-    }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        self.words += dest.len().div_ceil(4) as u64;
-        self.rng.fill_bytes(dest)
-    }
-}
-
-impl KaldiNgStepper {
-    pub fn new(nnet: &Nnet, opts: &StepperOptions, srand: u64) -> Self {
-        let mut delta = nnet.clone();
-        delta.scale_all(0.0);
-        KaldiNgStepper {
-            delta,
-            momentum: opts.momentum,
-            max_param_change: opts.max_param_change,
-            l2_regularize_factor: 1.0,
-            batchnorm_stats_scale: 0.8,
-            max_change: MaxChangeStats::default(),
-            rng: CountingRng::new(srand),
-            srand,
-        }
-    }
-
-    /// Whether minibatch `n` (counted over the whole run) takes Kaldi's two backstitch steps
-    /// (`compnet train`'s choice: n ≡ srand modulo the interval).
-    pub fn backstitch_now(&self, opts: &StepperOptions, n: u64) -> bool {
-        let interval = opts.backstitch_interval.max(1) as u64;
-        opts.backstitch_scale > 0.0 && n % interval == self.srand % interval
-    }
-
-    /// One of backstitch's two steps after a backward pass into the delta (its first with the
-    /// natural-gradient estimates frozen): the first moves −α times the change (max-change
-    /// scaled by α), the second 1+α times it, with L2 and the BatchNorm scaling, as
-    /// `compnet train`. The delta is zeroed (backstitch has no momentum).
-    pub fn backstitch_step(&mut self, nnet: &mut Nnet, sequences: usize, alpha: f32, first: bool) {
-        let (max_change_scale, scale) = if first {
-            (alpha, -alpha)
-        } else {
-            (1.0 + alpha, 1.0 + alpha)
-        };
-        if !first {
-            let l2_scale = sequences as f32 * self.l2_regularize_factor / scale;
-            apply_l2_regularization(nnet, l2_scale, &mut self.delta);
-        }
-        update_nnet_with_max_change(
-            &self.delta,
-            self.max_param_change,
-            max_change_scale,
-            scale,
-            nnet,
-            &mut self.max_change,
-        );
-        if first {
-            constrain_orthonormal(nnet, &mut self.rng);
-        } else {
-            scale_batchnorm_stats(self.batchnorm_stats_scale, nnet);
-        }
-        self.delta.scale_all(0.0);
-    }
-
+/// The checkpoint part of the Kaldi update.
+impl KaldiUpdate {
     /// The state a resumed run needs besides the natural-gradient estimates
     /// (`ng_state`): the generator's position and the delta network's parameters and
     /// statistics (the momentum between minibatches).
@@ -658,7 +559,7 @@ impl KaldiNgStepper {
             .components
             .iter()
             .filter_map(|c| c.as_updatable())
-            .filter(|_| self.momentum != 0.0)
+            .filter(|_| self.opts.momentum != 0.0)
             .collect();
         out.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
         for u in blocks {
@@ -672,7 +573,7 @@ impl KaldiNgStepper {
         out.extend_from_slice(&super::fit_loop::encode_stats(&self.delta));
     }
 
-    /// Reads what [`KaldiNgStepper::write_state`] wrote; the delta network must have the
+    /// Reads what [`KaldiUpdate::write_state`] wrote; the delta network must have the
     /// same blocks (a checkpoint of this network).
     pub fn read_state(&mut self, bytes: &[u8], file: &str) -> Result<()> {
         let mut r = ByteReader {
@@ -695,7 +596,7 @@ impl KaldiNgStepper {
             .iter_mut()
             .filter_map(|c| c.as_updatable_mut())
             .collect();
-        if n != blocks.len() as u64 && (n != 0 || self.momentum != 0.0) {
+        if n != blocks.len() as u64 && (n != 0 || self.opts.momentum != 0.0) {
             return Err(r.err(&format!(
                 "{n} parameter blocks, this network has {} (a checkpoint of another network)",
                 blocks.len()
@@ -716,36 +617,12 @@ impl KaldiNgStepper {
         self.rng = CountingRng::replayed(self.srand, words);
         Ok(())
     }
-
-    /// Sets the learning rate the next backward passes use (`SetLearningRate` on the delta
-    /// network, whose components do the update).
-    pub fn set_learning_rate(&mut self, lr: f32) {
-        self.delta.set_learning_rate(lr);
-    }
-
-    /// L2, max-change, momentum, BatchNorm scaling, orthonormal constraint; false when the
-    /// change was not finite (then skipped).
-    pub fn step(&mut self, nnet: &mut Nnet, sequences: usize) -> bool {
-        let l2_scale = sequences as f32 * self.l2_regularize_factor;
-        apply_l2_regularization(nnet, l2_scale, &mut self.delta);
-        let ok = update_nnet_with_max_change(
-            &self.delta,
-            self.max_param_change,
-            1.0,
-            1.0 - self.momentum,
-            nnet,
-            &mut self.max_change,
-        );
-        scale_batchnorm_stats(self.batchnorm_stats_scale, nnet);
-        constrain_orthonormal(nnet, &mut self.rng);
-        self.delta.scale_all(if ok { self.momentum } else { 0.0 });
-        ok
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::RngCore;
 
     fn stepper(kind: StepperKind) -> Stepper {
         Stepper::new(StepperOptions {

@@ -1,0 +1,280 @@
+//! The step core: the one forward (and backward) pass over an example that every training and
+//! evaluation tool runs, and the one update sequence with Kaldi's semantics that `train` and
+//! `fit --stepper=ng` apply after it.
+//!
+//! - [`run_pass`] hands an example's inputs to a computer, runs the forward pass, computes
+//!   each supervised output's objective (its derivative too when training) and, when
+//!   training, the backward pass. `compnet train` ([`super::NnetTrainer`]), `compnet fit`,
+//!   `compute-prob`, `combine` and `eval` ([`super::NnetComputeProb`]) and the statistics
+//!   recomputation all go through it; nothing else in the crate runs a training or evaluation
+//!   computation.
+//! - [`KaldiUpdate`] is Kaldi's `NnetTrainer` update after a backward pass into its delta
+//!   network: L2, max-change, momentum, BatchNorm statistics decay, the orthonormal
+//!   constraint, and backstitch's two steps on every `backstitch-interval`-th minibatch.
+//! - [`GradientReduction`] is where a gradient meets the other processes of a data-parallel
+//!   job before it is applied: after the backward pass, before the update. One process
+//!   reduces nothing ([`SingleProcess`]).
+//!
+//! The device is chosen where [`run_pass`]'s computer is built: the computer allocates every
+//! matrix of the computation, and the network's parameters live with the network, so a
+//! second backend enters through [`crate::run::NnetComputer`] and the network's storage,
+//! not here.
+
+use super::network_ops::{
+    apply_l2_regularization, constrain_orthonormal, freeze_natural_gradient, scale_batchnorm_stats,
+    update_nnet_with_max_change, MaxChangeStats,
+};
+use super::objective::{compute_objective, ObjectiveSum};
+use crate::compile::request::ComputationRequest;
+use crate::error::{Error, Result};
+use crate::io::egs::NnetExample;
+use crate::io::GeneralMatrix;
+use crate::matrix::Matrix;
+use crate::nnet::{Nnet, ObjectiveType};
+use crate::random::CountingRng;
+use crate::run::NnetComputer;
+
+/// One supervised output after the forward pass: its name, objective type, supervision, the
+/// network's output and the objective summed over the minibatch.
+pub struct OutputResult<'a> {
+    pub name: &'a str,
+    pub objective_type: ObjectiveType,
+    pub supervision: &'a GeneralMatrix,
+    pub output: &'a Matrix,
+    pub objective: ObjectiveSum,
+}
+
+/// Runs `computer` (compiled for `request`, made from `eg`) on `eg`: the inputs in, the
+/// forward pass, every requested output's objective handed to `each_output`, and with
+/// `backward` the objectives' derivatives in and the backward pass.
+pub fn run_pass(
+    mut computer: NnetComputer<'_>,
+    nnet_objective: impl Fn(&str) -> Option<ObjectiveType>,
+    request: &ComputationRequest,
+    eg: &NnetExample,
+    backward: bool,
+    mut each_output: impl FnMut(OutputResult<'_>) -> Result<()>,
+) -> Result<()> {
+    for spec in &request.inputs {
+        if let Some(io) = eg.get(&spec.name) {
+            computer.accept_input(&spec.name, io.features.to_matrix())?;
+        }
+    }
+    computer.run_forward()?;
+    for spec in &request.outputs {
+        let name = spec.name.as_str();
+        let objective_type = nnet_objective(name).unwrap_or_default();
+        let supervision = eg
+            .get(name)
+            .map(|io| &io.features)
+            .ok_or_else(|| Error::Compute(format!("no supervision for '{name}'")))?;
+        let output = computer.output(name)?;
+        let (objective, deriv) =
+            compute_objective(name, objective_type, supervision, output, backward)?;
+        each_output(OutputResult {
+            name,
+            objective_type,
+            supervision,
+            output,
+            objective,
+        })?;
+        if let Some(d) = deriv {
+            computer.accept_output_deriv(name, d)?;
+        }
+    }
+    if backward {
+        computer.run_backward()?;
+    }
+    Ok(())
+}
+
+/// Where a data-parallel job sums the gradient of every process before the update: called
+/// once per minibatch with the network the backward pass wrote into (the delta network of
+/// [`KaldiUpdate`], a plain stepper's gradient network), after the backward pass and before
+/// any of it is applied.
+pub trait GradientReduction {
+    /// Replaces `target`'s parameters (and statistics gathered in it) by their sum over
+    /// the processes.
+    fn reduce(&mut self, target: &mut Nnet) -> Result<()>;
+}
+
+/// One process: the gradient is already whole.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SingleProcess;
+
+impl GradientReduction for SingleProcess {
+    fn reduce(&mut self, _target: &mut Nnet) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The settings of [`KaldiUpdate`], with Kaldi's `NnetTrainerOptions` defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KaldiUpdateOptions {
+    /// Momentum (0 = none); the learning rate is effectively unchanged by it.
+    pub momentum: f32,
+    /// Limit on the norm of the whole change per minibatch (0 = none).
+    pub max_param_change: f32,
+    /// Multiplies every component's `l2-regularize`.
+    pub l2_regularize_factor: f32,
+    /// BatchNorm statistics are scaled by this after every minibatch.
+    pub batchnorm_stats_scale: f32,
+    /// Backstitch scale α (0 = off).
+    pub backstitch_training_scale: f32,
+    /// Backstitch on every this-many-th minibatch (the one ≡ `srand` modulo it).
+    pub backstitch_training_interval: usize,
+}
+
+impl Default for KaldiUpdateOptions {
+    fn default() -> Self {
+        KaldiUpdateOptions {
+            momentum: 0.0,
+            max_param_change: 2.0,
+            l2_regularize_factor: 1.0,
+            batchnorm_stats_scale: 0.8,
+            backstitch_training_scale: 0.0,
+            backstitch_training_interval: 1,
+        }
+    }
+}
+
+impl KaldiUpdateOptions {
+    /// Checks the settings are in range (Kaldi asserts the same).
+    pub fn validate(&self) -> Result<()> {
+        if self.momentum < 0.0 || self.momentum >= 1.0 || !self.momentum.is_finite() {
+            return Err(Error::Usage(format!(
+                "--momentum must be in [0, 1), got {}",
+                self.momentum
+            )));
+        }
+        if self.backstitch_training_scale > 0.0 && self.momentum > 0.0 {
+            return Err(Error::Usage(
+                "backstitch training is incompatible with --momentum > 0".into(),
+            ));
+        }
+        if self.backstitch_training_interval == 0 {
+            return Err(Error::Usage(
+                "--backstitch-training-interval must be positive".into(),
+            ));
+        }
+        for (what, v) in [
+            ("--max-param-change", self.max_param_change),
+            ("--l2-regularize-factor", self.l2_regularize_factor),
+            (
+                "--backstitch-training-scale",
+                self.backstitch_training_scale,
+            ),
+            ("--batchnorm-stats-scale", self.batchnorm_stats_scale),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(Error::Usage(format!(
+                    "{what} must be a finite number >= 0, got {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Kaldi's update (`NnetTrainer::Train` after the backward pass): the backward pass adds the
+/// learning-rate-scaled, natural-gradient-preconditioned gradient into `delta`, and
+/// [`KaldiUpdate::step`] or backstitch's two [`KaldiUpdate::backstitch_step`]s apply it.
+pub struct KaldiUpdate {
+    pub opts: KaldiUpdateOptions,
+    /// The delta network the backward pass writes into (learning rates set, natural gradient
+    /// inside); between minibatches it holds the momentum.
+    pub delta: Nnet,
+    pub max_change: MaxChangeStats,
+    /// `--srand`, which seeds `rng` and picks the backstitch minibatches.
+    pub srand: u64,
+    /// The orthonormal constraint's random choices.
+    pub rng: CountingRng,
+}
+
+impl KaldiUpdate {
+    /// A zero delta network for `nnet`.
+    pub fn new(nnet: &Nnet, opts: KaldiUpdateOptions, srand: u64) -> Self {
+        let mut delta = nnet.clone();
+        delta.scale_all(0.0);
+        KaldiUpdate {
+            opts,
+            delta,
+            max_change: MaxChangeStats::default(),
+            rng: CountingRng::new(srand),
+            srand,
+        }
+    }
+
+    /// Whether minibatch `n` (counted from the start of training) takes backstitch's two
+    /// steps: n ≡ srand modulo the interval.
+    pub fn backstitch_now(&self, n: u64) -> bool {
+        let interval = self.opts.backstitch_training_interval.max(1) as u64;
+        self.opts.backstitch_training_scale > 0.0 && n % interval == self.srand % interval
+    }
+
+    /// Sets the learning rate the next backward passes use (`SetLearningRate` on the delta
+    /// network, whose components do the update).
+    pub fn set_learning_rate(&mut self, lr: f32) {
+        self.delta.set_learning_rate(lr);
+    }
+
+    /// Freezes (or unfreezes) the natural-gradient estimates of the delta network:
+    /// backstitch's first backward pass uses them without updating them.
+    pub fn freeze_natural_gradient(&mut self, freeze: bool) {
+        freeze_natural_gradient(freeze, &mut self.delta);
+    }
+
+    /// L2, max-change, momentum, BatchNorm scaling, orthonormal constraint after a backward
+    /// pass on a minibatch of `sequences` sequences; false when the change was not finite
+    /// (then nothing was applied and the momentum is dropped).
+    pub fn step(&mut self, nnet: &mut Nnet, sequences: usize) -> bool {
+        let l2_scale = sequences as f32 * self.opts.l2_regularize_factor;
+        apply_l2_regularization(nnet, l2_scale, &mut self.delta);
+        let ok = update_nnet_with_max_change(
+            &self.delta,
+            self.opts.max_param_change,
+            1.0,
+            1.0 - self.opts.momentum,
+            nnet,
+            &mut self.max_change,
+        );
+        scale_batchnorm_stats(self.opts.batchnorm_stats_scale, nnet);
+        constrain_orthonormal(nnet, &mut self.rng);
+        self.delta
+            .scale_all(if ok { self.opts.momentum } else { 0.0 });
+        ok
+    }
+
+    /// One of backstitch's two steps after a backward pass into the delta (the first with the
+    /// natural-gradient estimates frozen): the first moves −α times the change (max-change
+    /// scaled by α) and applies the orthonormal constraint, the second 1+α times it with L2
+    /// and the BatchNorm scaling. The delta is zeroed (backstitch has no momentum). False
+    /// when the change was not finite (then not applied).
+    pub fn backstitch_step(&mut self, nnet: &mut Nnet, sequences: usize, first: bool) -> bool {
+        let alpha = self.opts.backstitch_training_scale;
+        let (max_change_scale, scale) = if first {
+            (alpha, -alpha)
+        } else {
+            (1.0 + alpha, 1.0 + alpha)
+        };
+        if !first {
+            let l2_scale = sequences as f32 * self.opts.l2_regularize_factor / scale;
+            apply_l2_regularization(nnet, l2_scale, &mut self.delta);
+        }
+        let ok = update_nnet_with_max_change(
+            &self.delta,
+            self.opts.max_param_change,
+            max_change_scale,
+            scale,
+            nnet,
+            &mut self.max_change,
+        );
+        if first {
+            constrain_orthonormal(nnet, &mut self.rng);
+        } else {
+            scale_batchnorm_stats(self.opts.batchnorm_stats_scale, nnet);
+        }
+        self.delta.scale_all(0.0);
+        ok
+    }
+}
