@@ -90,7 +90,7 @@ pub fn apply_cmvn(
     }
     let dim = cols;
     let count = stats.data[dim];
-    if !(count >= 1.0) {
+    if count.is_nan() || count < 1.0 {
         return Err(Error::Compute(format!(
             "{what}: insufficient statistics for cepstral mean and variance normalization: \
              count = {}",
