@@ -7,9 +7,66 @@ pub fn fmt_g(x: f64) -> String {
     crate::io::codec::fmt_g(x, 6)
 }
 
-/// Prints `LOG (<program>) <text>` on stderr.
+/// The Kaldi binary this process runs as (`compnet` started as `nnet3-train`, see
+/// `cli::kaldi_names`), if any.
+static KALDI_PROGRAM: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Makes every log line of this process take Kaldi's prefix for binary `name`.
+pub fn set_kaldi_program(name: &'static str) {
+    let _ = KALDI_PROGRAM.set(name);
+}
+
+/// The Kaldi binary this process runs as, if it was started under a Kaldi name.
+pub fn kaldi_program() -> Option<&'static str> {
+    KALDI_PROGRAM.get().copied()
+}
+
+/// Where Kaldi's binaries print a log line from, for the lines Kaldi's Python libraries find
+/// by the function and file in the prefix (`steps/libs/nnet3/report/log_parse.py` looks for
+/// `compute-prob...:PrintTotalStats():nnet...diagnostics.cc:<line>`); other lines name
+/// `main()` of the binary's own source file.
+fn kaldi_site(program: &str, text: &str) -> String {
+    const SITES: &[(&str, &str)] = &[
+        (
+            "Overall average objective function",
+            "PrintTotalStats():nnet-training.cc:317",
+        ),
+        (
+            "[this line is to be parsed by a script:]",
+            "PrintTotalStats():nnet-training.cc:324",
+        ),
+        (
+            "Average objective function",
+            "PrintStatsForThisPhase():nnet-training.cc:278",
+        ),
+        ("Overall ", "PrintTotalStats():nnet-diagnostics.cc:162"),
+        ("Recomputing stats", "RecomputeStats():nnet-utils.cc:551"),
+        ("Done recomputing", "RecomputeStats():nnet-utils.cc:570"),
+    ];
+    SITES
+        .iter()
+        .find(|(prefix, _)| text.starts_with(prefix))
+        .map(|(_, site)| site.to_string())
+        .unwrap_or_else(|| format!("main():{program}.cc:0"))
+}
+
+/// The prefix of a log line at `level` (`LOG`, `WARNING`, `VLOG[2]`): `LEVEL (<program>)`, or
+/// Kaldi's `LEVEL (<binary>[compnet-<version>]:<function>():<file>:<line>)` when the process
+/// runs under a Kaldi name.
+pub fn prefix(level: &str, program: &str, text: &str) -> String {
+    match kaldi_program() {
+        None => format!("{level} ({program})"),
+        Some(k) => format!(
+            "{level} ({k}[compnet-{}]:{})",
+            env!("CARGO_PKG_VERSION"),
+            kaldi_site(k, text)
+        ),
+    }
+}
+
+/// Prints `LOG (<program>) <text>` on stderr (Kaldi's prefix under a Kaldi name).
 pub fn log(program: &str, text: &str) {
-    eprintln!("LOG ({program}) {text}");
+    eprintln!("{} {text}", prefix("LOG", program, text));
 }
 
 /// The verbose level of this process (Kaldi's `--verbose=N`, default 0).
@@ -30,13 +87,17 @@ pub fn set_verbose_level(v: i32) {
 /// minibatch; 2, each computation compiled, with the compiler's phase times.
 pub fn vlog(level: i32, program: &str, text: impl FnOnce() -> String) {
     if verbose_level() >= level {
-        eprintln!("VLOG[{level}] ({program}) {}", text());
+        let text = text();
+        eprintln!(
+            "{} {text}",
+            prefix(&format!("VLOG[{level}]"), program, &text)
+        );
     }
 }
 
 /// Prints `WARNING (<program>) <text>` on stderr.
 pub fn warn(program: &str, text: &str) {
-    eprintln!("WARNING ({program}) {text}");
+    eprintln!("{} {text}", prefix("WARNING", program, text));
 }
 
 /// A spinner on stderr when it is a terminal (long runs show progress; logs stay clean).

@@ -8,9 +8,6 @@ fn main() {
         {
             std::process::exit(0)
         }
-        Err(e) => {
-            eprintln!("compnet: error: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => std::process::exit(compnet::cli::report_error(&e)),
     }
 }

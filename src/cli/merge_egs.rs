@@ -206,7 +206,7 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let (lines, written) = m.finish()?;
     for line in lines {
-        eprintln!("LOG (merge-egs) {line}");
+        crate::train::log::log("merge-egs", &line);
     }
     if written == 0 {
         // Kaldi exits with status 1 here too.

@@ -1,23 +1,31 @@
 //! The `compnet` command line: one subcommand per Kaldi tool, with Kaldi's option names
 //! (`--binary=false` and `--binary false` both work). Each subcommand lives in its own file.
 
+pub mod ali_to_post;
+pub mod apply_cmvn;
 pub mod average;
 pub mod combine;
 pub mod compile;
 pub mod compute;
+pub mod compute_from_egs;
 pub mod compute_prob;
 pub mod convert;
 pub mod copy;
 pub mod copy_egs;
 pub mod copy_feats;
 pub mod eval;
+pub mod feat_info;
 pub mod fit;
 pub mod get_egs;
 pub mod info;
 pub mod init;
 pub mod kaldi_args;
+pub mod kaldi_names;
 pub mod merge_egs;
+pub mod show_progress;
 pub mod shuffle_egs;
+pub mod subset_egs;
+pub mod sum;
 pub mod train;
 
 use crate::error::Result;
@@ -72,6 +80,26 @@ enum Command {
     Eval(eval::Args),
     /// Print the nnet3 config an NDL or Brainstorm network becomes.
     Convert(convert::Args),
+    /// Link Kaldi's binary names to compnet in a directory, for Kaldi's recipes.
+    InstallKaldiNames(kaldi_names::Args),
+    /// A random subset of examples (nnet3-subset-egs).
+    SubsetEgs(subset_egs::Args),
+    /// How much two networks differ, per component (nnet3-show-progress).
+    ShowProgress(show_progress::Args),
+    /// The dimension of the features (feat-to-dim).
+    FeatToDim(feat_info::DimArgs),
+    /// The number of frames of each utterance (feat-to-len).
+    FeatToLen(feat_info::LenArgs),
+    /// Apply cepstral mean (and variance) normalisation (apply-cmvn).
+    ApplyCmvn(apply_cmvn::Args),
+    /// Sum matrices, per key or into one (matrix-sum).
+    MatrixSum(sum::MatrixArgs),
+    /// Sum vectors, per key or into one (vector-sum).
+    VectorSum(sum::VectorArgs),
+    /// Alignments to posteriors (ali-to-post).
+    AliToPost(ali_to_post::Args),
+    /// The network's output for each example's input (nnet3-compute-from-egs).
+    ComputeFromEgs(compute_from_egs::Args),
 }
 
 /// Warns (on stderr, naming the utterance) when an input matrix holds NaN or infinity: they
@@ -98,6 +126,29 @@ pub fn warn_non_finite(tool: &str, key: &str, m: &crate::matrix::Matrix, compres
     true
 }
 
+/// Prints `e` as the process's last word and gives its exit status: `compnet: error: ...` and
+/// 1; under a Kaldi name, Kaldi's `ERROR (<binary>[...]:main():<binary>.cc:0) ...` and Kaldi's
+/// statuses (1 for a usage error, 255 for any other, as its `main` returns -1).
+pub fn report_error(e: &crate::Error) -> i32 {
+    match crate::train::log::kaldi_program() {
+        None => {
+            eprintln!("compnet: error: {e}");
+            1
+        }
+        Some(_) => {
+            eprintln!(
+                "{} {e}",
+                crate::train::log::prefix("ERROR", "compnet", &e.to_string())
+            );
+            if matches!(e, crate::Error::Usage(_)) {
+                1
+            } else {
+                255
+            }
+        }
+    }
+}
+
 /// The clap description of the command line, with Kaldi's habit for every tool: an option
 /// given twice, the last one wins.
 fn command() -> clap::Command {
@@ -121,9 +172,8 @@ fn command() -> clap::Command {
 /// Applies Kaldi's conventions (`kaldi_args`), echoes the command line (`--print-args`) and
 /// parses. `Err(exit code)` inside when the arguments did not parse or asked for help (clap
 /// has printed why).
-fn parse(args: Vec<String>) -> Result<std::result::Result<Cli, i32>> {
+fn parse(args: Vec<String>, echo: String) -> Result<std::result::Result<Cli, i32>> {
     use clap::FromArgMatches;
-    let original = args.clone();
     let command = command();
     let prepared = kaldi_args::prepare(args, &command)?;
     let parsed = command
@@ -133,7 +183,7 @@ fn parse(args: Vec<String>) -> Result<std::result::Result<Cli, i32>> {
         Ok(c) => {
             kaldi_args::set_verbose_level(prepared.standard.verbose);
             if prepared.standard.print_args {
-                eprintln!("{}", kaldi_args::command_line_for_log(&original));
+                eprintln!("{echo}");
             }
             for w in &prepared.warnings {
                 eprintln!("{w}");
@@ -161,8 +211,21 @@ pub fn check_command_line(args: Vec<String>) -> std::result::Result<(), String> 
 }
 
 /// Runs the command line; returns the process exit code.
-pub fn main_with_args(args: Vec<String>) -> Result<i32> {
-    let cli = match parse(args)? {
+///
+/// Started under one of Kaldi's binary names (`kaldi_names`), `compnet` runs that binary's
+/// subcommand: the command line is echoed as Kaldi echoes it (the name as started, then the
+/// arguments, each followed by a space) and log lines take Kaldi's prefix.
+pub fn main_with_args(mut args: Vec<String>) -> Result<i32> {
+    let echo = match args.first().and_then(|a| kaldi_names::lookup(a)) {
+        Some((kaldi, sub)) => {
+            crate::train::log::set_kaldi_program(kaldi);
+            let echo = kaldi_args::command_line_for_log(&args) + " ";
+            args.insert(1, sub.to_string());
+            echo
+        }
+        None => kaldi_args::command_line_for_log(&args),
+    };
+    let cli = match parse(args, echo)? {
         Ok(cli) => cli,
         Err(code) => return Ok(code),
     };
@@ -185,5 +248,15 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::Fit(a) => fit::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::InstallKaldiNames(a) => kaldi_names::run(a),
+        Command::SubsetEgs(a) => subset_egs::run(a),
+        Command::ShowProgress(a) => show_progress::run(a),
+        Command::FeatToDim(a) => feat_info::run_dim(a),
+        Command::FeatToLen(a) => feat_info::run_len(a),
+        Command::ApplyCmvn(a) => apply_cmvn::run(a),
+        Command::MatrixSum(a) => sum::run_matrix(a),
+        Command::VectorSum(a) => sum::run_vector(a),
+        Command::AliToPost(a) => ali_to_post::run(a),
+        Command::ComputeFromEgs(a) => compute_from_egs::run(a),
     }
 }

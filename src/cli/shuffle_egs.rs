@@ -68,13 +68,16 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     writer.close()?;
-    eprintln!(
-        "LOG (shuffle-egs) Shuffled order of {done} neural-network training examples {}",
-        if a.buffer_size > 0 {
-            "using a buffer (partial randomization)"
-        } else {
-            ""
-        }
+    crate::train::log::log(
+        "shuffle-egs",
+        &format!(
+            "Shuffled order of {done} neural-network training examples {}",
+            if a.buffer_size > 0 {
+                "using a buffer (partial randomization)"
+            } else {
+                ""
+            }
+        ),
     );
     if done == 0 {
         // Kaldi exits with status 1 here too.

@@ -561,6 +561,25 @@ impl TableObject for Matrix {
     }
 }
 
+/// A matrix kept in double precision, row-major (Kaldi's `Matrix<double>` tables, e.g. CMVN
+/// statistics, whose sums of squares a float would round).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DoubleMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f64>,
+}
+
+impl TableObject for DoubleMatrix {
+    fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
+        let (rows, cols, data) = r.matrix_f64()?;
+        Ok(DoubleMatrix { rows, cols, data })
+    }
+    fn write_object(&self, w: &mut TokenWriter) {
+        w.matrix_f64(self.rows, self.cols, &self.data)
+    }
+}
+
 impl TableObject for Vector {
     fn read_object(r: &mut TokenReader<'_>) -> Result<Self> {
         super::kaldi_matrix::read_vector(r)
@@ -810,6 +829,17 @@ pub fn write_object<T: TableObject>(wxfilename: &str, binary: bool, obj: &T) -> 
     obj.write_object(&mut w);
     let mut sink = Sink::open(wxfilename)?;
     if let Err(e) = sink.write_all(w.bytes()) {
+        sink.discard();
+        return Err(e);
+    }
+    sink.close()
+}
+
+/// Writes `bytes` as they are to a wxfilename (a file, `-`, `| command`): a number in text
+/// (`feat-to-dim`'s output), for instance.
+pub fn write_bytes(wxfilename: &str, bytes: &[u8]) -> Result<()> {
+    let mut sink = Sink::open(wxfilename)?;
+    if let Err(e) = sink.write_all(bytes) {
         sink.discard();
         return Err(e);
     }

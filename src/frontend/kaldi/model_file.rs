@@ -85,9 +85,9 @@ impl Nnet {
 
     /// Reads a model file (`-` = stdin); see [`Nnet::read_model`].
     pub fn read_model_file(path: &str) -> Result<ReadModel> {
-        let bytes = crate::io::read_file(path)?;
-        let name = if path == "-" { "<stdin>" } else { path };
-        Nnet::read_model(&bytes, name)
+        // Any rxfilename, as Kaldi's tools take: a file, `-`, `file:offset` or `command |`.
+        let (bytes, start, name) = crate::io::table::read_rxfilename(path)?;
+        Nnet::read_model(&bytes[start..], &name)
     }
 
     /// Writes the network as a raw nnet3 model, exactly as Kaldi's `nnet3-copy` does
@@ -99,9 +99,10 @@ impl Nnet {
         w.into_bytes()
     }
 
-    /// Writes the network to a file atomically (`-` = stdout); see [`Nnet::write_model`].
+    /// Writes the network to a wxfilename: a file (atomically), `-` (stdout) or `| command`;
+    /// see [`Nnet::write_model`].
     pub fn write_model_file(&self, path: &str, binary: bool) -> Result<()> {
-        crate::io::write_file_atomic(path, &self.write_model(binary))
+        crate::io::table::write_bytes(path, &self.write_model(binary))
     }
 
     /// Writes `<Nnet3> ... </Nnet3>` (no stream header) into `w`.
