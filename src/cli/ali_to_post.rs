@@ -32,7 +32,7 @@ pub fn run(a: Args) -> Result<i32> {
         num_done += 1;
     }
     writer.close()?;
-    crate::train::log::log(
+    crate::log::log(
         "compnet ali-to-post",
         &format!("Converted {num_done} alignments."),
     );

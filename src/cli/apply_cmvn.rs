@@ -8,7 +8,7 @@
 //! added to the features; with variances, the per-dimension scale and offset are computed in
 //! double, stored as floats, and applied as a multiply then an add.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::sparse::GeneralMatrix;
 use crate::io::table::{
@@ -16,7 +16,7 @@ use crate::io::table::{
     SequentialMatrixReader, SequentialTableReader, TableWriter,
 };
 use crate::matrix::Matrix;
-use crate::train::log::{fmt_g, log, warn};
+use crate::log::{fmt_g, log, warn};
 
 /// Options of `compnet apply-cmvn`.
 #[derive(clap::Args, Debug)]

@@ -3,7 +3,7 @@
 //! prior estimation of Kaldi's recipes uses it). The network is used as it is: BatchNorm and
 //! dropout are not put in test mode, as in Kaldi's tool.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
@@ -11,7 +11,7 @@ use crate::io::table::MatrixWriter;
 use crate::matrix::Matrix;
 use crate::run::{set_threads, NnetComputer};
 use crate::train::example::computation_request;
-use crate::train::log::log;
+use crate::log::log;
 
 /// Options of `compnet compute-from-egs`.
 #[derive(clap::Args, Debug)]

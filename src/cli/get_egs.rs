@@ -293,13 +293,13 @@ fn generate(c: &CommonArgs, mut sup: Supervision, tool: &str) -> Result<i32> {
     }
     writer.close()?;
     if num_err > 0 {
-        crate::train::log::warn(
+        crate::log::warn(
             tool,
             &format!("{num_err} utterances had errors and could not be processed."),
         );
     }
     for line in splitter.summary() {
-        crate::train::log::log(tool, &line);
+        crate::log::log(tool, &line);
     }
     if splitter.total_chunks == 0 {
         // Kaldi exits with status 1 here too.

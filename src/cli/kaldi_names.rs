@@ -81,7 +81,7 @@ pub fn run(a: Args) -> Result<i32> {
             Error::io(&link, e)
         })?;
     }
-    crate::train::log::log(
+    crate::log::log(
         "compnet install-kaldi-names",
         &format!(
             "Linked {} Kaldi names in {} to {}",

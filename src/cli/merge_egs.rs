@@ -206,7 +206,7 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let (lines, written) = m.finish()?;
     for line in lines {
-        crate::train::log::log("merge-egs", &line);
+        crate::log::log("merge-egs", &line);
     }
     if written == 0 {
         // Kaldi exits with status 1 here too.

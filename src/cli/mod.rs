@@ -130,7 +130,7 @@ pub fn warn_non_finite(tool: &str, key: &str, m: &crate::matrix::Matrix, compres
 /// 1; under a Kaldi name, Kaldi's `ERROR (<binary>[...]:main():<binary>.cc:0) ...` and Kaldi's
 /// statuses (1 for a usage error, 255 for any other, as its `main` returns -1).
 pub fn report_error(e: &crate::Error) -> i32 {
-    match crate::train::log::kaldi_program() {
+    match crate::log::kaldi_program() {
         None => {
             eprintln!("compnet: error: {e}");
             1
@@ -138,7 +138,7 @@ pub fn report_error(e: &crate::Error) -> i32 {
         Some(_) => {
             eprintln!(
                 "{} {e}",
-                crate::train::log::prefix("ERROR", "compnet", &e.to_string())
+                crate::log::prefix("ERROR", "compnet", &e.to_string())
             );
             if matches!(e, crate::Error::Usage(_)) {
                 1
@@ -218,7 +218,7 @@ pub fn check_command_line(args: Vec<String>) -> std::result::Result<(), String> 
 pub fn main_with_args(mut args: Vec<String>) -> Result<i32> {
     let echo = match args.first().and_then(|a| kaldi_names::lookup(a)) {
         Some((kaldi, sub)) => {
-            crate::train::log::set_kaldi_program(kaldi);
+            crate::log::set_kaldi_program(kaldi);
             let echo = kaldi_args::command_line_for_log(&args) + " ";
             args.insert(1, sub.to_string());
             echo

@@ -6,8 +6,8 @@
 
 use crate::error::{Error, Result};
 use crate::nnet::Nnet;
-use crate::train::log::{fmt_g, log, vlog};
-use crate::train::nnet_update::{add_nnet, same_structure};
+use crate::log::{fmt_g, log, vlog};
+use crate::train::network_ops::{add_nnet, same_structure};
 
 /// Options of `compnet show-progress`.
 #[derive(clap::Args, Debug)]
@@ -71,7 +71,7 @@ pub fn run(a: Args) -> Result<i32> {
     let old = super::average::read_raw(old_path)?;
     let new = super::average::read_raw(new_path)?;
     if old.num_parameters() != new.num_parameters() {
-        crate::train::log::warn(P, "Parameter-dim mismatch, cannot show progress.");
+        crate::log::warn(P, "Parameter-dim mismatch, cannot show progress.");
         return Ok(0);
     }
     if !same_structure(&old, &new) {

@@ -68,7 +68,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     writer.close()?;
-    crate::train::log::log(
+    crate::log::log(
         "shuffle-egs",
         &format!(
             "Shuffled order of {done} neural-network training examples {}",

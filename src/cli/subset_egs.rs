@@ -6,11 +6,11 @@
 //! from glibc's unseeded `rand()`; with `--randomize-order` (the default) the subset is
 //! shuffled with libstdc++'s `std::shuffle` driven by `std::mt19937` seeded with `--srand`.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::egs::kaldi_rand::{GlibcRand, Mt19937};
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
-use crate::train::log::log;
+use crate::log::log;
 
 /// Options of `compnet subset-egs`.
 #[derive(clap::Args, Debug)]

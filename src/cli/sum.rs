@@ -8,14 +8,14 @@
 //!    `--average`); as in Kaldi, a vector may be longer than those before it (they are padded
 //!    with zeros), otherwise the sizes must agree.
 
-use crate::cli::init::KaldiBool;
+use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::table::{
     parse_rspecifier, parse_wspecifier, read_object, write_object, RandomAccessTableReader,
     SequentialTableReader, TableObject, TableWriter,
 };
 use crate::matrix::{Matrix, Vector};
-use crate::train::log::{log, warn};
+use crate::log::{log, warn};
 
 /// Options of `compnet matrix-sum`.
 #[derive(clap::Args, Debug)]
