@@ -121,7 +121,7 @@ impl PackedWeights {
 }
 
 /// Rounds `x / s` into `q` with `s = max|x| / levels`; returns `(s, Σ q)`. A row of zeros
-/// has `s = 0`; a row with a non-finite element has `s = NaN` and `q = 0`, so its products
+/// (or of magnitudes too small for `levels / max` to be finite) has `s = 0`; a row with a non-finite element has `s = NaN` and `q = 0`, so its products
 /// come out NaN as a float product would.
 fn quantize_row(x: &[Real], levels: i32, q: &mut [i8]) -> (Real, i32) {
     let (m, finite) = simd_max_abs(x);
@@ -135,6 +135,11 @@ fn quantize_row(x: &[Real], levels: i32, q: &mut [i8]) -> (Real, i32) {
     }
     let lv = levels as Real;
     let inv = lv / m;
+    if !inv.is_finite() {
+        // max|x| below 127 / f32::MAX: far below anything a product could show.
+        q[..x.len()].fill(0);
+        return (0.0, 0);
+    }
     (m / lv, simd_round_bytes(x, inv, lv, &mut q[..x.len()]))
 }
 
@@ -168,10 +173,25 @@ super::simd::multiversion! {
 }
 
 super::simd::multiversion! {
-    /// `q = round(x · inv)` (ties to even) clamped to ±levels; returns Σ q.
+    /// `q = round(x · inv)` (ties to even) clamped to ±levels; returns Σ q. The input is
+    /// finite, so the clamped value converts exactly (16 lanes of partial sums).
     fn simd_round_bytes(x: &[Real], inv: Real, levels: Real, q: &mut [i8]) -> i32 {
-        let mut sum = 0i32;
-        for (d, &v) in q.iter_mut().zip(x) {
+        let n = x.len().min(q.len());
+        let (x, q) = (&x[..n], &mut q[..n]);
+        let mut lanes = [0i32; 16];
+        let mut qc = q.chunks_exact_mut(16);
+        let mut xc = x.chunks_exact(16);
+        for (d, c) in (&mut qc).zip(&mut xc) {
+            for i in 0..16 {
+                let r = (c[i] * inv).round_ties_even().clamp(-levels, levels);
+                // SAFETY: r is an integer in [-127, 127] (finite input, clamped).
+                let v = unsafe { r.to_int_unchecked::<i32>() };
+                d[i] = v as i8;
+                lanes[i] += v;
+            }
+        }
+        let mut sum: i32 = lanes.iter().sum();
+        for (d, &v) in qc.into_remainder().iter_mut().zip(xc.remainder()) {
             let r = (v * inv).round_ties_even().clamp(-levels, levels) as i32;
             *d = r as i8;
             sum += r;
@@ -309,17 +329,21 @@ pub fn forward_with(
     if x.num_rows() == 0 || w.out == 0 {
         return;
     }
-    let a = QuantizedRows::new(x, alpha);
-    let rows = x.num_rows();
-    match kernel {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `available()` checked the CPU features the kernel is compiled for.
-        Int8Kernel::Vnni => unsafe { x86::product_vnni(w, &a, rows, y, beta) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Int8Kernel::Avx2 => unsafe { x86::product_avx2(w, &a, rows, y, beta) },
-        _ => product_portable(w, &a, rows, y, beta),
-    }
+    // Blocks of rows on the allowed threads; each row is quantized and multiplied by the
+    // same code in any block, so the results do not depend on the thread count.
+    super::parallel::for_row_blocks(y.rb(), |first, mut yb| {
+        let rows = yb.num_rows();
+        let a = QuantizedRows::new(x.rows_range(first, rows), alpha);
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `available()` checked the CPU features the kernel is compiled for.
+            Int8Kernel::Vnni => unsafe { x86::product_vnni(w, &a, rows, &mut yb, beta) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Int8Kernel::Avx2 => unsafe { x86::product_avx2(w, &a, rows, &mut yb, beta) },
+            _ => product_portable(w, &a, rows, &mut yb, beta),
+        }
+    });
 }
 
 /// Scales one row of a tile back to floats into `y` (`acc` holds 16 sums per panel).
