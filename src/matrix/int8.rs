@@ -66,8 +66,8 @@ impl PackedWeights {
         let mut data = vec![WEIGHT_OFFSET as u8; panels * groups * PANEL * GROUP];
         let mut scales = vec![0.0; panels * PANEL];
         let mut q = vec![0i8; inp];
-        for j in 0..out {
-            scales[j] = quantize_row(w.row(j), WEIGHT_LEVELS, &mut q).0;
+        for (j, scale) in scales.iter_mut().enumerate().take(out) {
+            *scale = quantize_row(w.row(j), WEIGHT_LEVELS, &mut q).0;
             let (p, jj) = (j / PANEL, j % PANEL);
             let panel = &mut data[p * groups * PANEL * GROUP..];
             for (k, &v) in q.iter().enumerate() {
@@ -153,7 +153,7 @@ super::simd::multiversion! {
         for c in chunks {
             for i in 0..16 {
                 let a = c[i].abs();
-                bad[i] |= !(a <= Real::MAX);
+                bad[i] |= a.is_nan() || a > Real::MAX;
                 lanes[i] = if a > lanes[i] { a } else { lanes[i] };
             }
         }
@@ -165,7 +165,7 @@ super::simd::multiversion! {
         }
         for &v in rest {
             let a = v.abs();
-            b |= !(a <= Real::MAX);
+            b |= a.is_nan() || a > Real::MAX;
             m = if a > m { a } else { m };
         }
         (m, !b)
@@ -369,6 +369,7 @@ fn store_row(
 
 /// Stores the MR × (np · 16) tile of sums for rows `r0..` and panels `p0..`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn store_tile(
     w: &PackedWeights,
     a: &QuantizedRows,
@@ -463,13 +464,13 @@ mod x86 {
             }
         }
         let width = NP * PANEL;
-        for r in 0..MR {
-            for p in 0..NP {
+        for (r, row) in acc.iter().enumerate() {
+            for (p, v) in row.iter().enumerate() {
                 // SAFETY: out holds MR rows of `width` i32s; this store is 16 of row r.
                 unsafe {
                     _mm512_storeu_si512(
                         out.as_mut_ptr().add(r * width + p * PANEL) as *mut __m512i,
-                        acc[r][p],
+                        *v,
                     )
                 };
             }
@@ -542,12 +543,12 @@ mod x86 {
                         }
                     }
                 }
-                for r in 0..MR {
+                for (r, [lo, hi]) in acc.iter().enumerate() {
                     // SAFETY: `out` holds MR rows of 16 i32s.
                     unsafe {
                         let o = out.as_mut_ptr().add(r * PANEL);
-                        _mm256_storeu_si256(o as *mut __m256i, acc[r][0]);
-                        _mm256_storeu_si256(o.add(8) as *mut __m256i, acc[r][1]);
+                        _mm256_storeu_si256(o as *mut __m256i, *lo);
+                        _mm256_storeu_si256(o.add(8) as *mut __m256i, *hi);
                     }
                 }
                 store_tile(w, a, rows, y, beta, r0, p, &out, PANEL);
@@ -573,7 +574,11 @@ mod tests {
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let u = ((s >> 40) as f64 / (1u64 << 24) as f64) as Real * 2.0 - 1.0;
-                *v = if (s >> 20) % 37 == 0 { u * 6.0 } else { u };
+                *v = if (s >> 20).is_multiple_of(37) {
+                    u * 6.0
+                } else {
+                    u
+                };
             }
         }
         m
@@ -587,14 +592,14 @@ mod tests {
         for r in 0..x.num_rows() {
             let mut q = vec![0i8; x.num_cols()];
             let (t, _) = quantize_row(x.row(r), ACT_LEVELS, &mut q);
-            for j in 0..w.out {
+            for (j, wj) in wq.iter().enumerate() {
                 let sj = w.scales[j];
                 let mut acc = 0i64;
                 for (k, &qx) in q.iter().enumerate() {
                     let lw = if sj == 0.0 {
                         0
                     } else {
-                        (wq[j][k] / sj).round() as i64
+                        (wj[k] / sj).round() as i64
                     };
                     assert!(lw.abs() <= WEIGHT_LEVELS as i64);
                     acc += lw * qx as i64;
