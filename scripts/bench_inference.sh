@@ -9,8 +9,9 @@
 # With KALDI_RUN set to Kaldi's launcher (e.g. KALDI_RUN=/path/to/kaldi/run, which runs
 # `$KALDI_RUN nnet3-compute ...`), Kaldi's nnet3-compute runs interleaved with compnet on the
 # same inputs and options (each run of compnet followed by one of Kaldi), and the ratios are
-# printed; without it Kaldi is skipped with a message. Workloads with `--looped` (a compnet
-# option) are compared with Kaldi's chunked run of the same network.
+# printed; without it Kaldi is skipped with a message. Workloads with `--looped` or
+# `--quantize=int8` (compnet options) are compared with Kaldi's chunked float run of the same
+# network.
 #
 # Usage: scripts/bench_inference.sh [RUNS]      (best of RUNS whole-process runs, default 3)
 #   env: CARGO_TARGET_DIR, PERF_CONFIG_DIR, SKIP_INPROC=1 (whole-process runs only),
@@ -56,6 +57,8 @@ WORK=(
   "wsj wsj_nnet3_tdnn_1a.config feats40"
   "wsj-looped wsj_nnet3_tdnn_1a.config feats40 --looped"
   "wsj-looped200 wsj_nnet3_tdnn_1a.config feats40 --looped --frames-per-chunk=200"
+  "wsj-int8 wsj_nnet3_tdnn_1a.config feats40 --quantize=int8"
+  "wsj-looped-int8 wsj_nnet3_tdnn_1a.config feats40 --looped --quantize=int8"
   "xvector voxceleb_xvector_1a.config feats30"
   "xvector-whole voxceleb_xvector_1a.config feats30 --frames-per-chunk=1500"
   "tdnnf librispeech_chain_tdnnf_1d.config feats40 --frame-subsampling-factor=3"
@@ -77,7 +80,7 @@ for w in "${WORK[@]}"; do
   # Kaldi's options: the same, less compnet's --looped (Kaldi's chunked run is the reference).
   kopts=()
   for o in "$@"; do
-    case "$o" in --looped|--frames-per-chunk=200) ;; *) kopts+=("$o") ;; esac
+    case "$o" in --looped|--frames-per-chunk=200|--quantize=*) ;; *) kopts+=("$o") ;; esac
   done
   threads="1"
   [ "$label" = wsj ] && threads="1 2"

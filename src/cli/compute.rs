@@ -99,6 +99,13 @@ pub struct Args {
     /// one those of a whole-utterance computation.
     #[arg(long = "looped", kaldi_bool = "false")]
     pub looped: bool,
+    /// Arithmetic of the affine family's products (a compnet option): `none` (floats) or
+    /// `int8`: weights quantized per output row when the model is loaded, activations per
+    /// row on the fly, 8-bit products summed in 32-bit integers and scaled back before the
+    /// nonlinearity (AVX-512 VNNI or AVX2 where the CPU has them). Every other component
+    /// stays in floats.
+    #[arg(long = "quantize", default_value = "none")]
+    pub quantize: String,
     #[command(flatten)]
     pub optimization: crate::cli::compile::OptimizationArgs,
     /// `<model> <features-rspecifier> <matrix-wspecifier>`.
@@ -134,6 +141,17 @@ pub(crate) fn check_num_threads(n: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Reads `--quantize`: false for `none`, true for `int8`.
+pub(crate) fn parse_quantize(value: &str) -> Result<bool> {
+    match value {
+        "none" => Ok(false),
+        "int8" => Ok(true),
+        other => Err(Error::Usage(format!(
+            "--quantize={other}: expected none or int8"
+        ))),
+    }
 }
 
 /// What computes the utterances: chunked (Kaldi's nnet3-compute) or looped.
@@ -174,7 +192,11 @@ pub fn run(mut a: Args) -> Result<i32> {
     };
     check_num_threads(a.num_threads)?;
     set_threads(a.num_threads);
-    let read = Nnet::read_model_file(model)?;
+    let int8 = parse_quantize(&a.quantize)?;
+    let mut read = Nnet::read_model_file(model)?;
+    if int8 {
+        read.nnet.set_int8_inference(true);
+    }
     let opts = a.chunk_options();
     opts.check()?;
     if a.online_ivectors.is_some() && a.online_ivector_period <= 0 {

@@ -31,6 +31,10 @@ pub struct Args {
     /// Bound on the threads of every thread pool (0 = all cores).
     #[arg(long = "num-threads", default_value_t = 0)]
     pub num_threads: usize,
+    /// Arithmetic of the affine family's products: `none` (floats) or `int8` (as
+    /// `compnet compute --quantize`).
+    #[arg(long = "quantize", default_value = "none")]
+    pub quantize: String,
     /// `<model> <data>`.
     pub args: Vec<String>,
 }
@@ -44,7 +48,11 @@ pub fn run(a: Args) -> Result<i32> {
     };
     super::compute::check_num_threads(a.num_threads)?;
     crate::run::set_threads(a.num_threads);
-    let nnet = super::fit::read_or_init(model, None, 0)?;
+    let int8 = super::compute::parse_quantize(&a.quantize)?;
+    let mut nnet = super::fit::read_or_init(model, None, 0)?;
+    if int8 {
+        nnet.set_int8_inference(true);
+    }
     let chunk = ChunkOptions {
         chunk_width: a.chunk_width,
         extra_left_context: a.extra_left_context,

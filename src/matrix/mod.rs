@@ -22,6 +22,7 @@ mod eigen;
 mod elementwise;
 mod gemm;
 mod gru;
+pub mod int8;
 mod lstm;
 mod normalize;
 mod ops;

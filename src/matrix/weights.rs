@@ -15,10 +15,11 @@
 //! 2 threads: 14.4 ms plain vs 13.2 ms transposed, 14.6 ms for the product that also builds
 //! the copy).
 
+use super::int8::{self, PackedWeights};
 use super::{MatView, MatViewMut, Matrix, Real};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Columns of the transposed copy are padded to a multiple of this (one AVX-512 register), so
 /// every column starts aligned and the kernel needs no repacking of partial vectors.
@@ -43,6 +44,35 @@ pub struct WeightMatrix {
     transposed: OnceLock<Transposed>,
     /// Products computed since the last mutation (only counted until the copy exists).
     uses: AtomicUsize,
+    /// Present when forward products are computed in 8-bit integers (inference with
+    /// `--quantize=int8`): the quantized copies of the column blocks used so far.
+    int8: Option<Int8Blocks>,
+}
+
+/// The quantized column blocks `(c0, width)` of W: the whole of W for an affine layer, one
+/// block per time offset for a Tdnn (each block with its own row scales).
+#[derive(Default)]
+struct Int8Blocks {
+    blocks: Mutex<Vec<(usize, usize, Arc<PackedWeights>)>>,
+}
+
+impl Int8Blocks {
+    fn block(&self, w: &Matrix, c0: usize, width: usize) -> Arc<PackedWeights> {
+        let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, b)) = blocks.iter().find(|b| b.0 == c0 && b.1 == width) {
+            return b.clone();
+        }
+        let b = Arc::new(PackedWeights::new(w.view().cols_range(c0, width)));
+        blocks.push((c0, width, b.clone()));
+        b
+    }
+
+    fn copy(&self) -> Self {
+        let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        Int8Blocks {
+            blocks: Mutex::new(blocks.clone()),
+        }
+    }
 }
 
 /// Wᵀ row-major: element (k, j) = W[j, k] at `k * stride + j`, `stride` = out rounded up.
@@ -58,7 +88,26 @@ impl WeightMatrix {
             w,
             transposed: OnceLock::new(),
             uses: AtomicUsize::new(0),
+            int8: None,
         }
+    }
+
+    /// Turns 8-bit integer forward products on or off (`compute --quantize=int8`). On
+    /// quantizes W per output row at once; the column blocks a Tdnn uses are quantized at
+    /// their first product. The backward product and the parameters stay in floats; a
+    /// mutation of W re-quantizes it.
+    pub fn set_int8(&mut self, on: bool) {
+        self.int8 = on.then(Int8Blocks::default);
+        if let Some(b) = &self.int8 {
+            if self.w.num_cols() <= int8::MAX_COLS && self.w.num_rows() > 0 {
+                b.block(&self.w, 0, self.w.num_cols());
+            }
+        }
+    }
+
+    /// Whether forward products are computed in 8-bit integers.
+    pub fn is_int8(&self) -> bool {
+        self.int8.is_some()
     }
 
     fn transposed(&self) -> &Transposed {
@@ -103,6 +152,14 @@ impl WeightMatrix {
             y.num_rows(),
             y.num_cols()
         );
+        if let Some(b) = &self.int8 {
+            if rows > 0 && inp > 0 && out > 0 && inp <= int8::MAX_COLS {
+                let packed = b.block(&self.w, c0, inp);
+                int8::forward(&packed, alpha, x, y, beta);
+                super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
+                return;
+            }
+        }
         let fresh = self.transposed.get().is_none()
             && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
         if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
@@ -230,13 +287,21 @@ impl DerefMut for WeightMatrix {
     fn deref_mut(&mut self) -> &mut Matrix {
         self.transposed = OnceLock::new();
         *self.uses.get_mut() = 0;
+        if let Some(b) = &mut self.int8 {
+            b.blocks
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+        }
         &mut self.w
     }
 }
 
 impl Clone for WeightMatrix {
     fn clone(&self) -> Self {
-        WeightMatrix::new(self.w.clone())
+        let mut c = WeightMatrix::new(self.w.clone());
+        c.int8 = self.int8.as_ref().map(Int8Blocks::copy);
+        c
     }
 }
 

@@ -53,4 +53,18 @@ impl Nnet {
             }
         }
     }
+
+    /// Turns 8-bit integer forward products on (or off) in every component of the affine
+    /// family (`compute --quantize=int8`, see `matrix::int8`); returns how many weight
+    /// matrices were switched. Everything else, and every backward product, stays in floats.
+    pub fn set_int8_inference(&mut self, on: bool) -> usize {
+        let mut n = 0;
+        for c in &mut self.components {
+            for w in c.int8_weights_mut() {
+                w.set_int8(on);
+                n += 1;
+            }
+        }
+        n
+    }
 }

@@ -298,6 +298,9 @@ impl Component for AffineComponent {
         affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
+    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+        vec![&mut self.linear]
+    }
     fn backprop(&self, b: Backprop<'_>) {
         if let Some(u) = update_target::<AffineComponent>(b.to_update) {
             u.accumulate_gradient(b.in_value, b.out_deriv);
@@ -400,6 +403,9 @@ impl Component for FixedAffineComponent {
     fn propagate(&self, p: Propagate<'_>) -> Option<Memo> {
         affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
+    }
+    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+        vec![&mut self.linear]
     }
     fn backprop(&self, b: Backprop<'_>) {
         affine_backprop_input(&self.linear, b.out_deriv, b.in_deriv);

@@ -276,6 +276,12 @@ impl Component for CompositeComponent {
             self.chain_properties(),
         )
     }
+    fn int8_weights_mut(&mut self) -> Vec<&mut crate::matrix::WeightMatrix> {
+        self.components
+            .iter_mut()
+            .flat_map(|c| c.int8_weights_mut())
+            .collect()
+    }
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         for (start, len) in self.chunks(p.input.num_rows()) {
             self.forward_chunk(

@@ -130,6 +130,9 @@ impl Component for LinearComponent {
         self.params.forward(1.0, p.input, &mut p.output, 1.0);
         None
     }
+    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+        vec![&mut self.params]
+    }
     fn backprop(&self, b: Backprop<'_>) {
         if let Some(u) = update_target::<LinearComponent>(b.to_update) {
             Update::new(&u.common, Some((&u.ng, &mut u.ng_state)), true).weight_block(

@@ -433,6 +433,10 @@ impl Component for TdnnComponent {
         )
     }
 
+    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+        vec![&mut self.linear_params]
+    }
+
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {
         if self.bias_params.dim() != 0 {
             p.output.copy_from_vec_rows(&self.bias_params);
