@@ -4,6 +4,9 @@
 pub mod codec;
 pub mod compressed;
 pub mod egs;
+pub mod htk;
+pub mod mlf;
+pub mod uci;
 pub mod index_codec;
 pub mod kaldi_matrix;
 pub mod output_file;
