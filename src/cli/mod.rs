@@ -2,6 +2,7 @@
 //! (`--binary=false` and `--binary false` both work). Each subcommand lives in its own file.
 
 pub mod average;
+pub mod cntk;
 pub mod combine;
 pub mod compile;
 pub mod compute;
@@ -72,6 +73,8 @@ enum Command {
     Eval(eval::Args),
     /// Print the nnet3 config an NDL or Brainstorm network becomes.
     Convert(convert::Args),
+    /// Run a CNTK configuration file: the blocks of command=..., each by its action (train, eval, write).
+    Cntk(cntk::Args),
 }
 
 /// A spinner on stderr when it is a terminal (long runs show progress; logs stay clean).
@@ -195,5 +198,6 @@ pub fn main_with_args(args: Vec<String>) -> Result<i32> {
         Command::Fit(a) => fit::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::Cntk(a) => cntk::run(a),
     }
 }
