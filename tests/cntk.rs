@@ -166,7 +166,9 @@ fn the_bundled_timit_config_trains_evaluates_and_writes() {
     };
     assert_eq!(w(&l1), w(&edited));
     let model = exp.join("dnn2.dnn");
-    let retrained = compnet::nnet::Nnet::read_model_file(&s(&model)).unwrap().nnet;
+    let retrained = compnet::nnet::Nnet::read_model_file(&s(&model))
+        .unwrap()
+        .nnet;
     assert_eq!(retrained.config_lines(), lines);
     assert!(!exp.join("dnn2.dnn.ckp").exists());
     // Far below chance (11/12 for 12 states).
@@ -191,14 +193,38 @@ fn the_bundled_timit_config_trains_evaluates_and_writes() {
     let again = ok(&args);
     assert_eq!(error_rate(&again), err);
     // A GPU id is refused with the reason; a bad block name names the command line.
-    let e = fails(&[args[0], args[1], args[2], args[3], args[4], args[5], "DeviceNumber=0"]);
+    let e = fails(&[
+        args[0],
+        args[1],
+        args[2],
+        args[3],
+        args[4],
+        args[5],
+        "DeviceNumber=0",
+    ]);
     assert!(e.contains("deviceId=0") && e.contains("CPU only"), "{e}");
-    let e = fails(&[args[0], args[1], args[2], args[3], args[4], args[5], "command=Nope"]);
+    let e = fails(&[
+        args[0],
+        args[1],
+        args[2],
+        args[3],
+        args[4],
+        args[5],
+        "command=Nope",
+    ]);
     assert!(e.contains("there is no block Nope"), "{e}");
     // An unknown state name in the MLF names the file and line.
     let mlf = std::fs::read_to_string(data.join("test.mlf")).unwrap();
     std::fs::write(data.join("test.mlf"), mlf.replacen("ph0_s2", "ph9_s9", 1)).unwrap();
-    let e = fails(&[args[0], args[1], args[2], args[3], args[4], args[5], "command=Test"]);
+    let e = fails(&[
+        args[0],
+        args[1],
+        args[2],
+        args[3],
+        args[4],
+        args[5],
+        "command=Test",
+    ]);
     assert!(
         e.contains("test.mlf:") && e.contains("unknown state name 'ph9_s9'"),
         "{e}"
@@ -226,7 +252,11 @@ fn fit_trains_from_an_htk_script_and_mlf() {
     std::fs::create_dir_all(&train).unwrap();
     // feats.scp's relative paths are taken from the directory.
     let scp = std::fs::read_to_string(data.join("train.scp")).unwrap();
-    std::fs::write(train.join("feats.scp"), scp.replace("train.htk", "../data/train.htk")).unwrap();
+    std::fs::write(
+        train.join("feats.scp"),
+        scp.replace("train.htk", "../data/train.htk"),
+    )
+    .unwrap();
     std::fs::copy(data.join("train.mlf"), train.join("labels.mlf")).unwrap();
     std::fs::copy(data.join("states.list"), train.join("labels.map")).unwrap();
     let net = dir.path().join("net.config");
@@ -260,14 +290,7 @@ fn fit_trains_from_an_htk_script_and_mlf() {
         "train_utt000=../data/train.htk[0,40]\ntrain_utt001=../data/train.htk[41,999999]\n",
     )
     .unwrap();
-    let e = fails(&[
-        "fit",
-        &s(&net),
-        "--train",
-        &s(&train),
-        "--out",
-        &s(&out),
-    ]);
+    let e = fails(&["fit", &s(&net), "--train", &s(&train), "--out", &s(&out)]);
     assert!(
         e.contains("feats.scp:2: utterance train_utt001: the range [41,999999] goes past the end"),
         "{e}"
@@ -275,14 +298,7 @@ fn fit_trains_from_an_htk_script_and_mlf() {
     // A truncated HTK file names the file and byte offset.
     let bytes = std::fs::read(data.join("train.htk")).unwrap();
     std::fs::write(data.join("train.htk"), &bytes[..bytes.len() - 7]).unwrap();
-    let e = fails(&[
-        "fit",
-        &s(&net),
-        "--train",
-        &s(&train),
-        "--out",
-        &s(&out),
-    ]);
+    let e = fails(&["fit", &s(&net), "--train", &s(&train), "--out", &s(&out)]);
     assert!(
         e.contains("train.htk: at byte") && e.contains("truncated"),
         "{e}"

@@ -39,9 +39,9 @@ use crate::index::Index;
 use crate::io::egs::{NnetExample, NnetIo};
 use crate::io::mlf::LabelMap;
 use crate::io::sparse::{GeneralMatrix, SparseMatrix};
+use crate::io::Posterior;
 use crate::matrix::Matrix;
 use crate::nnet::{Nnet, ObjectiveType};
-use crate::io::Posterior;
 use crate::train::fit::data::{self, ChunkOptions, ChunkWidth, DataSet, HtkSource, Relabel};
 use crate::train::log::{fmt_g, log, warn};
 use std::sync::Arc;
@@ -73,9 +73,8 @@ pub fn run(a: Args) -> Result<i32> {
             }
         }
     }
-    let file = file.ok_or_else(|| {
-        Error::Usage("usage: compnet cntk <config> [name=value ...]".into())
-    })?;
+    let file =
+        file.ok_or_else(|| Error::Usage("usage: compnet cntk <config> [name=value ...]".into()))?;
     let mut root = config::parse_file(&file)?;
     for o in &overrides {
         config::apply_override(&mut root, o)?;
@@ -97,13 +96,14 @@ pub fn run(a: Args) -> Result<i32> {
         let b = top.block(name).ok_or_else(|| {
             Error::Usage(format!(
                 "{}: command={command}: there is no block {name}=[...]",
-                top.entry("command").map_or(file.clone(), |e| e.origin.to_string())
+                top.entry("command")
+                    .map_or(file.clone(), |e| e.origin.to_string())
             ))
         })?;
         check_device(&b)?;
-        let action = b.get("action")?.ok_or_else(|| {
-            Error::Usage(format!("{file}: block {name} has no action=..."))
-        })?;
+        let action = b
+            .get("action")?
+            .ok_or_else(|| Error::Usage(format!("{file}: block {name} has no action=...")))?;
         blocks.push((name.to_string(), b, action.to_ascii_lowercase()));
     }
     for (name, b, action) in blocks {
@@ -149,7 +149,10 @@ fn check_device(b: &Scope) -> Result<()> {
 
 fn required(b: &Scope, key: &str) -> Result<String> {
     b.get_inherited(key)?.ok_or_else(|| {
-        Error::Usage(format!("block {}: no {key}=... (needed by its action)", b.path))
+        Error::Usage(format!(
+            "block {}: no {key}=... (needed by its action)",
+            b.path
+        ))
     })
 }
 
@@ -346,8 +349,9 @@ fn read_uci(r: &Scope, nnet: &Nnet, input_dim: usize, out_dim: usize) -> Result<
         let row = GeneralMatrix::Full(Matrix::from_vec(1, input_dim, feats.row_to_vec(i)));
         let total = ctx.left + 1 + ctx.right;
         let mut eg = NnetExample::default();
-        eg.io
-            .push(crate::cli::get_egs::input_io(&row, -ctx.left, total, -ctx.left)?);
+        eg.io.push(crate::cli::get_egs::input_io(
+            &row, -ctx.left, total, -ctx.left,
+        )?);
         let sup = crate::cli::get_egs::sparse_row(out_dim, &[(label, 1.0)]).map_err(|bad| {
             Error::Usage(format!(
                 "{file}:{}: label {bad} is outside 0..{out_dim} (the network's output \
@@ -565,12 +569,17 @@ fn adapt(b: &Scope) -> Result<()> {
     let kind = setting("adaptationRegType")?.unwrap_or_else(|| "None".into());
     let weight: f32 = match setting("adaptationRegWeight")? {
         None => 0.0,
-        Some(v) => v.trim().parse().ok().filter(|w| (0.0..=1.0).contains(w)).ok_or_else(|| {
-            Error::Usage(format!(
-                "block {}: adaptationRegWeight={v}: expected a number in [0, 1]",
-                b.path
-            ))
-        })?,
+        Some(v) => v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|w| (0.0..=1.0).contains(w))
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "block {}: adaptationRegWeight={v}: expected a number in [0, 1]",
+                    b.path
+                ))
+            })?,
     };
     let orig = Nnet::read_model_file(&orig_path)?.nnet;
     let relabel: Option<Relabel> = match kind.to_ascii_lowercase().as_str() {
@@ -590,30 +599,32 @@ fn adapt(b: &Scope) -> Result<()> {
                 "output",
                 None,
             )?);
-            Some(Arc::new(move |_key: &str, feats: &GeneralMatrix, hard: Posterior| {
-                let m = cc
-                    .lock()
-                    .map_err(|_| Error::Compute("a KL target computation failed".into()))?
-                    .compute(&feats.to_matrix(), crate::run::chunked::IvectorSource::None)?;
-                Ok(hard
-                    .into_iter()
-                    .enumerate()
-                    .map(|(t, labels)| {
-                        let mut row: Vec<(i32, f32)> = labels
-                            .into_iter()
-                            .map(|(l, v)| (l, v * (1.0 - weight)))
-                            .collect();
-                        row.extend(
-                            m.row_to_vec(t)
+            Some(Arc::new(
+                move |_key: &str, feats: &GeneralMatrix, hard: Posterior| {
+                    let m = cc
+                        .lock()
+                        .map_err(|_| Error::Compute("a KL target computation failed".into()))?
+                        .compute(&feats.to_matrix(), crate::run::chunked::IvectorSource::None)?;
+                    Ok(hard
+                        .into_iter()
+                        .enumerate()
+                        .map(|(t, labels)| {
+                            let mut row: Vec<(i32, f32)> = labels
                                 .into_iter()
-                                .enumerate()
-                                .map(|(k, lp)| (k as i32, weight * lp.exp()))
-                                .filter(|&(_, p)| p > 1e-7),
-                        );
-                        row
-                    })
-                    .collect())
-            }))
+                                .map(|(l, v)| (l, v * (1.0 - weight)))
+                                .collect();
+                            row.extend(
+                                m.row_to_vec(t)
+                                    .into_iter()
+                                    .enumerate()
+                                    .map(|(k, lp)| (k as i32, weight * lp.exp()))
+                                    .filter(|&(_, p)| p > 1e-7),
+                            );
+                            row
+                        })
+                        .collect())
+                },
+            ))
         }
         other => {
             return Err(Error::Usage(format!(
@@ -637,7 +648,10 @@ fn train_from(b: &Scope, start: Option<Nnet>, relabel: Option<Relabel>) -> Resul
     if std::path::Path::new(&model_path).exists() && !std::path::Path::new(&ckp_dir).exists() {
         log(
             P,
-            &format!("{model_path} exists: training of {} is complete (skipped)", b.path),
+            &format!(
+                "{model_path} exists: training of {} is complete (skipped)",
+                b.path
+            ),
         );
         return Ok(());
     }

@@ -30,8 +30,20 @@ pub const QUALIFIERS: [(&str, u16); 11] = [
 ];
 /// The base kinds, indexed by `parmKind & 0o77`.
 pub const BASE_KINDS: [&str; 14] = [
-    "WAVEFORM", "LPC", "LPREFC", "LPCEPSTRA", "LPDELCEP", "IREFC", "MFCC", "FBANK", "MELSPEC",
-    "USER", "DISCRETE", "PLP", "ANON", "ANON",
+    "WAVEFORM",
+    "LPC",
+    "LPREFC",
+    "LPCEPSTRA",
+    "LPDELCEP",
+    "IREFC",
+    "MFCC",
+    "FBANK",
+    "MELSPEC",
+    "USER",
+    "DISCRETE",
+    "PLP",
+    "ANON",
+    "ANON",
 ];
 /// `USER`, the kind compnet writes.
 pub const USER: u16 = 9;
@@ -132,7 +144,7 @@ pub fn feature_dim(h: &HtkHeader, file: &str) -> Result<usize> {
         ));
     }
     let per = if h.parm_kind & COMPRESSED != 0 { 2 } else { 4 };
-    if h.samp_size <= 0 || h.samp_size as usize % per != 0 {
+    if h.samp_size <= 0 || !(h.samp_size as usize).is_multiple_of(per) {
         return Err(format_err(
             file,
             8,
@@ -173,7 +185,10 @@ pub fn read_htk(bytes: &[u8], file: &str) -> Result<(HtkHeader, Matrix)> {
         }
         scale = (0..2 * dim).map(|i| be_f32(bytes, pos + 4 * i)).collect();
         pos = need;
-        if let Some(i) = scale[..dim].iter().position(|a| !a.is_finite() || *a == 0.0) {
+        if let Some(i) = scale[..dim]
+            .iter()
+            .position(|a| !a.is_finite() || *a == 0.0)
+        {
             return Err(format_err(
                 file,
                 12 + 4 * i,
@@ -327,9 +342,9 @@ pub fn parse_scp(text: &str, file: &str, base_dir: Option<&str>) -> Result<Vec<S
             })?;
             let inner = &rest[open + 1..rest.len() - 1];
             let col = line.len() - rest.len() + open + 1;
-            let (s, e) = inner.split_once(',').ok_or_else(|| {
-                err(col, format!("expected [first,last] frames, got [{inner}]"))
-            })?;
+            let (s, e) = inner
+                .split_once(',')
+                .ok_or_else(|| err(col, format!("expected [first,last] frames, got [{inner}]")))?;
             let num = |w: &str| {
                 w.trim().parse::<usize>().map_err(|_| {
                     err(
@@ -340,7 +355,10 @@ pub fn parse_scp(text: &str, file: &str, base_dir: Option<&str>) -> Result<Vec<S
             };
             let (s, e) = (num(s)?, num(e)?);
             if e < s {
-                return Err(err(col, format!("the range [{s},{e}] ends before it starts")));
+                return Err(err(
+                    col,
+                    format!("the range [{s},{e}] ends before it starts"),
+                ));
             }
             (rest[..open].trim(), Some((s, e)))
         } else {
@@ -466,17 +484,25 @@ mod tests {
     fn truncated_trailing_and_refused_files_name_the_file_and_offset() {
         let m = mat(4, 3, |r, c| (r * 3 + c) as f32);
         let b = write_htk(&m, 100000, false).unwrap();
-        let e = read_htk(&b[..b.len() - 5], "t.htk").unwrap_err().to_string();
+        let e = read_htk(&b[..b.len() - 5], "t.htk")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("t.htk: at byte 55") && e.contains("truncated"),
             "{e}"
         );
         let e = read_htk(&b[..7], "t.htk").unwrap_err().to_string();
-        assert!(e.contains("t.htk: at byte 7") && e.contains("header"), "{e}");
+        assert!(
+            e.contains("t.htk: at byte 7") && e.contains("header"),
+            "{e}"
+        );
         let mut long = b.clone();
         long.extend_from_slice(&[0, 0, 0]);
         let e = read_htk(&long, "t.htk").unwrap_err().to_string();
-        assert!(e.contains("at byte 60") && e.contains("3 more bytes"), "{e}");
+        assert!(
+            e.contains("at byte 60") && e.contains("3 more bytes"),
+            "{e}"
+        );
         // A CRC's two bytes are allowed.
         let mut crc = b.clone();
         crc[10..12].copy_from_slice(&(USER | CRC).to_be_bytes());
@@ -492,12 +518,18 @@ mod tests {
             let mut k = b.clone();
             k[10..12].copy_from_slice(&kind.to_be_bytes());
             let e = read_htk(&k, "k.htk").unwrap_err().to_string();
-            assert!(e.starts_with("k.htk: HTK parameter kind") && e.contains(why), "{e}");
+            assert!(
+                e.starts_with("k.htk: HTK parameter kind") && e.contains(why),
+                "{e}"
+            );
         }
         let mut odd = b.clone();
         odd[8..10].copy_from_slice(&6i16.to_be_bytes());
         let e = read_htk(&odd, "o.htk").unwrap_err().to_string();
-        assert!(e.contains("o.htk: at byte 8") && e.contains("multiple of 4"), "{e}");
+        assert!(
+            e.contains("o.htk: at byte 8") && e.contains("multiple of 4"),
+            "{e}"
+        );
         // A huge sample count is refused before anything is allocated.
         let mut huge = b.clone();
         huge[0..4].copy_from_slice(&i32::MAX.to_be_bytes());
@@ -592,11 +624,17 @@ mod tests {
         let e = read_scp_features(scp_s, Some(d), Some(3))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("s.scp:1:") && e.contains("dimension 2 but 3"), "{e}");
+        assert!(
+            e.contains("s.scp:1:") && e.contains("dimension 2 but 3"),
+            "{e}"
+        );
         std::fs::write(&scp, "u1=big.htk[0,3]\nu1=big.htk[4,5]\n").unwrap();
         let e = read_scp_features(scp_s, Some(d), None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("s.scp:2: utterance u1 is listed already (line 1)"), "{e}");
+        assert!(
+            e.contains("s.scp:2: utterance u1 is listed already (line 1)"),
+            "{e}"
+        );
     }
 }

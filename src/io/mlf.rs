@@ -39,7 +39,12 @@ impl LabelMap {
                 continue;
             }
             if name.split_whitespace().count() != 1 {
-                return Err(parse_err(file, i + 1, line, "expected one state name per line"));
+                return Err(parse_err(
+                    file,
+                    i + 1,
+                    line,
+                    "expected one state name per line",
+                ));
             }
             if let Some(&prev) = m.index.get(name) {
                 return Err(parse_err(
@@ -190,14 +195,18 @@ pub fn parse_mlf(text: &str, file: &str, map: Option<&LabelMap>, period: u64) ->
                 }
                 let time = |w: &str| {
                     w.parse::<u64>().map_err(|_| {
-                        err(&format!("'{w}' is not a time (a whole number of 100 ns units)"))
+                        err(&format!(
+                            "'{w}' is not a time (a whole number of 100 ns units)"
+                        ))
                     })
                 };
                 let (start, end) = (time(words[0])?, time(words[1])?);
                 let frame = |t: u64| t.saturating_add(period / 2) / period;
                 let (f0, f1) = (frame(start), frame(end));
                 if f1 < f0 {
-                    return Err(err(&format!("the segment ends ({end}) before it starts ({start})")));
+                    return Err(err(&format!(
+                        "the segment ends ({end}) before it starts ({start})"
+                    )));
                 }
                 if f0 != *end_so_far {
                     return Err(err(&format!(
@@ -273,8 +282,14 @@ mod tests {
         let cases = [
             ("MLF\n", "l.mlf:1: expected the MLF header"),
             ("#!MLF!#\nutt.lab\n", "l.mlf:2: expected a quoted"),
-            ("#!MLF!#\n\"*/u.lab\"\n0 100000\n.\n", "l.mlf:3: expected `start end label`"),
-            ("#!MLF!#\n\"*/u.lab\"\n0 1e5 s1\n.\n", "l.mlf:3: '1e5' is not a time"),
+            (
+                "#!MLF!#\n\"*/u.lab\"\n0 100000\n.\n",
+                "l.mlf:3: expected `start end label`",
+            ),
+            (
+                "#!MLF!#\n\"*/u.lab\"\n0 1e5 s1\n.\n",
+                "l.mlf:3: '1e5' is not a time",
+            ),
             (
                 "#!MLF!#\n\"*/u.lab\"\n0 100000 s1\n0 100000 s7\n.\n",
                 "l.mlf:4: the segment starts at frame 0 but the previous one ended at frame 1",
@@ -283,14 +298,26 @@ mod tests {
                 "#!MLF!#\n\"*/u.lab\"\n0 100000 s1\n100000 200000 s9\n.\n",
                 "l.mlf:4: unknown state name 's9' (not in states.list)",
             ),
-            ("#!MLF!#\n\"*/u.lab\"\n300000 100000 s1\n.\n", "l.mlf:3: the segment ends"),
-            ("#!MLF!#\n\"*/u.lab\"\n0 100000 s1\n", "l.mlf:2: the entry of utterance u has no closing"),
+            (
+                "#!MLF!#\n\"*/u.lab\"\n300000 100000 s1\n.\n",
+                "l.mlf:3: the segment ends",
+            ),
+            (
+                "#!MLF!#\n\"*/u.lab\"\n0 100000 s1\n",
+                "l.mlf:2: the entry of utterance u has no closing",
+            ),
             (
                 "#!MLF!#\n\"*/u.lab\"\n0 100000 s1\n.\n\"*/u.lab\"\n0 100000 s1\n.\n",
                 "l.mlf:5: utterance u has labels already (line 2)",
             ),
-            ("#!MLF!#\n\"*.lab\"\n", "l.mlf:2: the pattern \"*.lab\" names no single"),
-            ("#!MLF!#\n\"*/u.lab\"\n.\n", "l.mlf:3: utterance u has no frames"),
+            (
+                "#!MLF!#\n\"*.lab\"\n",
+                "l.mlf:2: the pattern \"*.lab\" names no single",
+            ),
+            (
+                "#!MLF!#\n\"*/u.lab\"\n.\n",
+                "l.mlf:3: utterance u has no frames",
+            ),
         ];
         for (text, want) in cases {
             let e = parse_mlf(text, "l.mlf", Some(&map()), FRAME_PERIOD)
@@ -298,10 +325,18 @@ mod tests {
                 .to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
-        let e = parse_mlf("#!MLF!#\n\"*/u.lab\"\n0 100000 s1\n.\n", "l.mlf", None, FRAME_PERIOD)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("l.mlf:3: the label 's1' is not a whole number"), "{e}");
+        let e = parse_mlf(
+            "#!MLF!#\n\"*/u.lab\"\n0 100000 s1\n.\n",
+            "l.mlf",
+            None,
+            FRAME_PERIOD,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("l.mlf:3: the label 's1' is not a whole number"),
+            "{e}"
+        );
         // A huge end time is refused before allocating.
         let e = parse_mlf(
             "#!MLF!#\n\"*/u.lab\"\n0 18446744073709500000 s1\n.\n",
@@ -319,8 +354,13 @@ mod tests {
         let m = map();
         assert_eq!(m.names, vec!["sil", "s1", "s2"]);
         assert_eq!(m.get("s2"), Some(2));
-        let e = LabelMap::parse("a\nb\na\n", "m.list").unwrap_err().to_string();
-        assert!(e.contains("m.list:3: state 'a' is listed already (index 0)"), "{e}");
+        let e = LabelMap::parse("a\nb\na\n", "m.list")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("m.list:3: state 'a' is listed already (index 0)"),
+            "{e}"
+        );
         let e = LabelMap::parse("a b\n", "m.list").unwrap_err().to_string();
         assert!(e.contains("m.list:1: expected one state name"), "{e}");
     }

@@ -65,9 +65,9 @@ pub fn parse_uci(
         }
         let w = words[cols.label_column];
         let label = match map {
-            Some(m) => m.get(w).ok_or_else(|| {
-                err(format!("unknown label '{w}' (not in {})", m.file))
-            })?,
+            Some(m) => m
+                .get(w)
+                .ok_or_else(|| err(format!("unknown label '{w}' (not in {})", m.file)))?,
             None => w
                 .parse::<f64>()
                 .ok()
@@ -107,14 +107,24 @@ mod tests {
             ("1 2 3\n1 2\n", "d.txt:2: 2 columns"),
             ("1 2 x\n", "d.txt:1: column 2: 'x' is not a finite number"),
             ("1 2 nan\n", "d.txt:1: column 2: 'nan'"),
-            ("1.5 2 3\n", "d.txt:1: the label '1.5' is not a whole number"),
+            (
+                "1.5 2 3\n",
+                "d.txt:1: the label '1.5' is not a whole number",
+            ),
             ("-1 2 3\n", "d.txt:1: the label '-1'"),
         ] {
-            let e = parse_uci(text, "d.txt", COLS, None).unwrap_err().to_string();
+            let e = parse_uci(text, "d.txt", COLS, None)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
         let map = LabelMap::parse("a\n", "labels.map").unwrap();
-        let e = parse_uci("c 1 2\n", "d.txt", COLS, Some(&map)).unwrap_err().to_string();
-        assert!(e.contains("d.txt:1: unknown label 'c' (not in labels.map)"), "{e}");
+        let e = parse_uci("c 1 2\n", "d.txt", COLS, Some(&map))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("d.txt:1: unknown label 'c' (not in labels.map)"),
+            "{e}"
+        );
     }
 }

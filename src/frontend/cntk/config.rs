@@ -87,7 +87,12 @@ const MAX_INCLUDE_DEPTH: usize = 16;
 
 impl Parser<'_> {
     fn err(&self, msg: String) -> Error {
-        let line_text = self.src.lines().nth(self.line - 1).unwrap_or("").to_string();
+        let line_text = self
+            .src
+            .lines()
+            .nth(self.line - 1)
+            .unwrap_or("")
+            .to_string();
         let start = self.src[..self.pos.min(self.src.len())]
             .rfind('\n')
             .map_or(0, |p| p + 1);
@@ -95,7 +100,10 @@ impl Parser<'_> {
             pos: TextPos {
                 file: self.file.clone(),
                 line: self.line,
-                column: self.src[start..self.pos.min(self.src.len())].chars().count() + 1,
+                column: self.src[start..self.pos.min(self.src.len())]
+                    .chars()
+                    .count()
+                    + 1,
                 line_text,
             },
             msg,
@@ -287,9 +295,9 @@ pub fn parse_file(path: &str) -> Result<Block> {
 /// Applies a command-line `name=value` (or `Block.Inner.name=value`): appended to the named
 /// block, so it wins over the file.
 pub fn apply_override(root: &mut Block, arg: &str) -> Result<()> {
-    let (path, value) = arg.split_once('=').ok_or_else(|| {
-        Error::Usage(format!("the argument '{arg}' is not name=value"))
-    })?;
+    let (path, value) = arg
+        .split_once('=')
+        .ok_or_else(|| Error::Usage(format!("the argument '{arg}' is not name=value")))?;
     let parts: Vec<&str> = path.trim().split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(Error::Usage(format!("the argument '{arg}': an empty name")));
@@ -306,7 +314,9 @@ pub fn apply_override(root: &mut Block, arg: &str) -> Result<()> {
     };
     let mut b = root;
     for p in &parts[..parts.len() - 1] {
-        if b.entry(p).is_none_or(|e| !matches!(e.value, Value::Block(_))) {
+        if b.entry(p)
+            .is_none_or(|e| !matches!(e.value, Value::Block(_)))
+        {
             b.entries.push(Entry {
                 key: p.to_string(),
                 value: Value::Block(Block::default()),
@@ -457,7 +467,9 @@ impl<'a> Scope<'a> {
             out.push_str(&rest[..s]);
             let after = &rest[s + 1..];
             let e = after.find('$').ok_or_else(|| {
-                Error::Usage(format!("{origin}: a '$' without its closing '$' in '{text}'"))
+                Error::Usage(format!(
+                    "{origin}: a '$' without its closing '$' in '{text}'"
+                ))
             })?;
             let var = &after[..e];
             let (value, at, level) = self.lookup(var).ok_or_else(|| {
@@ -578,8 +590,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/more.config"), "B=2\nC=[d=$A$]\n").unwrap();
-        std::fs::write(dir.path().join("main.config"), "A=1\ninclude=sub/more.config\nB=3\n")
-            .unwrap();
+        std::fs::write(
+            dir.path().join("main.config"),
+            "A=1\ninclude=sub/more.config\nB=3\n",
+        )
+        .unwrap();
         let root = parse_file(dir.path().join("main.config").to_str().unwrap()).unwrap();
         let s = Scope::root(&root);
         assert_eq!(s.get("B").unwrap().unwrap(), "3");

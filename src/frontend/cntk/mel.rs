@@ -107,7 +107,10 @@ fn parse_stmt(raw: &str, line: usize, file: &str) -> Result<Option<Stmt>> {
     let args = split_top(&rhs[open + 1..rhs.len() - 1])
         .into_iter()
         .map(|a| match top_level_eq(&a) {
-            Some(p) => (Some(a[..p].trim().to_string()), a[p + 1..].trim().to_string()),
+            Some(p) => (
+                Some(a[..p].trim().to_string()),
+                a[p + 1..].trim().to_string(),
+            ),
             None => (None, a),
         })
         .collect();
@@ -202,7 +205,10 @@ impl<'a> Mel<'a> {
         };
         match func.to_ascii_lowercase().as_str() {
             "loadmodel" => {
-                let name = s.lhs.clone().ok_or("LoadModel needs a name: m=LoadModel(path)")?;
+                let name = s
+                    .lhs
+                    .clone()
+                    .ok_or("LoadModel needs a name: m=LoadModel(path)")?;
                 let path = Self::positional(s, 0, "a file name")?;
                 let nnet = (self.read_model)(&path).map_err(|e| e.to_string())?;
                 self.log.push(format!("loaded {path} as {name}"));
@@ -323,7 +329,9 @@ impl<'a> Mel<'a> {
             }
         }
         if out.is_empty() {
-            return Err(format!("no node or parameter of model {m} matches '{pattern}'"));
+            return Err(format!(
+                "no node or parameter of model {m} matches '{pattern}'"
+            ));
         }
         Ok(out)
     }
@@ -411,9 +419,11 @@ impl<'a> Mel<'a> {
             .filter(|l| !nodes.iter().any(|n| l.contains(&format!("name={n} "))))
             .cloned()
             .collect();
-        let mut fresh = Nnet::default();
-        fresh.components = nnet.components.clone();
-        fresh.component_names = nnet.component_names.clone();
+        let mut fresh = Nnet {
+            components: nnet.components.clone(),
+            component_names: nnet.component_names.clone(),
+            ..Default::default()
+        };
         fresh
             .apply_config_text(&(keep.join("\n") + "\n"), "<DeleteNode>", &mut self.rng)
             .map_err(|e| e.to_string())?;
@@ -452,10 +462,7 @@ impl<'a> Mel<'a> {
                 Some(name) if name != "input" => {
                     let i = self.models[&m].node_index(&name).expect("checked");
                     let ph = format!("melNode{}", placeholders.len());
-                    ndl.push_str(&format!(
-                        "{ph}=Input({})\n",
-                        self.models[&m].node_dim(i)
-                    ));
+                    ndl.push_str(&format!("{ph}=Input({})\n", self.models[&m].node_dim(i)));
                     placeholders.push((ph.clone(), name));
                     ph
                 }
@@ -472,16 +479,16 @@ impl<'a> Mel<'a> {
             s.func.as_deref().expect("a call"),
             args.join(", ")
         ));
-        let (_, config) =
-            crate::frontend::ndl::read_ndl_with_config(&ndl, &format!("{} (inline NDL)", self.file), &mut self.rng)
-                .map_err(|e| e.to_string())?;
+        let (_, config) = crate::frontend::ndl::read_ndl_with_config(
+            &ndl,
+            &format!("{} (inline NDL)", self.file),
+            &mut self.rng,
+        )
+        .map_err(|e| e.to_string())?;
         let text = adapt_inline_config(&config, &lhs, &placeholders);
         let nnet = self.models.get_mut(&m).expect("checked");
         for l in text.lines() {
-            if let Some(name) = l
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("name="))
-            {
+            if let Some(name) = l.split_whitespace().find_map(|w| w.strip_prefix("name=")) {
                 let exists = if l.starts_with("component ") {
                     nnet.component_index(name).is_some()
                 } else {
@@ -574,11 +581,111 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(s.args[2], (Some("format".into()), "cntk".into()));
-        assert!(parse_stmt("  # only a comment", 1, "a.mel").unwrap().is_none());
-        let e = parse_stmt("SetInput(a, 1", 4, "a.mel").unwrap_err().to_string();
+        assert!(parse_stmt("  # only a comment", 1, "a.mel")
+            .unwrap()
+            .is_none());
+        let e = parse_stmt("SetInput(a, 1", 4, "a.mel")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a.mel:4: expected ')'"), "{e}");
         let e = parse_stmt("justaword", 2, "a.mel").unwrap_err().to_string();
         assert!(e.contains("a.mel:2: expected Command"), "{e}");
+    }
+
+    const MACROS: &str = "BFF(in, rows, cols)\n{\n B=Parameter(rows, init=fixedvalue, value=0)\n \
+        W=Parameter(rows, cols)\n T=Times(W, in)\n BFF=Plus(T, B)\n}\n\
+        SBFF(in, rows, cols)\n{\n BFF=BFF(in, rows, cols)\n S=Sigmoid(BFF)\n}\n";
+
+    fn model() -> Nnet {
+        let ndl = format!(
+            "{MACROS}features=Input(4, tag=feature)\nlabels=Input(3, tag=label)\n\
+             L1=SBFF(features, 5, 4)\nO=BFF(L1, 3, 5)\n\
+             CE=CrossEntropyWithSoftmax(labels, O, tag=criteria)\n"
+        );
+        crate::frontend::ndl::read_ndl(&ndl, "m.ndl", &mut crate::random::seeded_rng(1)).unwrap()
+    }
+
+    fn run(text: &str) -> Result<Nnet> {
+        let read = |_: &str| Ok(model());
+        let mut mel = Mel::new("e.mel", MACROS.to_string(), 2, &read);
+        mel.run(text)?;
+        Ok(mel.model("m").expect("loaded").clone())
+    }
+
+    fn lr_factor(n: &Nnet, comp: &str) -> f32 {
+        let i = n.component_index(comp).unwrap();
+        n.components[i]
+            .as_updatable()
+            .unwrap()
+            .common()
+            .learning_rate_factor
+    }
+
+    #[test]
+    fn editing_statements_act_on_the_ndl_names() {
+        // A layer inserted between L1 and the output, as discriminative pre-training does.
+        let n = run(
+            "m=LoadModel(x)\nSetDefaultModel(m)\nH=5\nL2=SBFF(L1.S, H, H)\n\
+                     SetInput(O.*T, 1, L2.S)\n",
+        )
+        .unwrap();
+        let lines = n.config_lines();
+        assert!(
+            lines.contains(&"component-node name=O.T component=O.W input=L2.S".to_string()),
+            "{lines:?}"
+        );
+        assert!(lines
+            .contains(&"component-node name=L2.BFF.T component=L2.BFF.W input=L1.S".to_string()));
+        // needGradient=false freezes a Parameter; the node form reaches its component.
+        let n = run(
+            "m=LoadModel(x)\nSetProperty(L1.BFF.W, needGradient, false)\n\
+                     SetProperty(m.O.T, needGradient, false)\n",
+        )
+        .unwrap();
+        assert_eq!(lr_factor(&n, "L1.BFF.W"), 0.0);
+        assert_eq!(lr_factor(&n, "O.W"), 0.0);
+        assert_eq!(lr_factor(&n, "L1.BFF.B"), 1.0);
+        // CopyNode copies parameters between components of one shape.
+        let n = run("m=LoadModel(x)\nL2=SBFF(L1.S, 5, 5)\nCopyNode(L2.BFF.W, L2.BFF.W)\n").unwrap();
+        assert!(n.component_index("L2.BFF.W").is_some());
+        // DeleteNode removes a node nothing reads (and its component).
+        let n = run("m=LoadModel(x)\nL2=SBFF(L1.S, 5, 5)\nDeleteNode(L2.S)\n").unwrap();
+        assert!(n.node_index("L2.S").is_none());
+        assert!(n.component_index("L2.S").is_none());
+        for (text, want) in [
+            ("SetDefaultModel(m)\n", "e.mel:1: no model named m"),
+            (
+                "m=LoadModel(x)\nSetInput(Nope, 0, L1.S)\n",
+                "e.mel:2: no node of model m matches 'Nope'",
+            ),
+            (
+                "m=LoadModel(x)\nSetInput(O.T, 0, L1.S)\n",
+                "e.mel:2: 'O.T' (LinearComponent) takes its data as input 1",
+            ),
+            (
+                "m=LoadModel(x)\nSetInput(O.T, 1, Ghost)\n",
+                "e.mel:2: model m has no node 'Ghost'",
+            ),
+            (
+                "m=LoadModel(x)\nDeleteNode(L1.S)\n",
+                "e.mel:2: 'L1.S' is read by",
+            ),
+            (
+                "m=LoadModel(x)\nSetProperty(L1.S, learningRate, 0)\n",
+                "only needGradient",
+            ),
+            (
+                "m=LoadModel(x)\nCopyNode(L1.BFF.W, O.W)\n",
+                "e.mel:2: CopyNode: L1.BFF.W (LinearComponent 4x5) and O.W",
+            ),
+            (
+                "m=LoadModel(x)\nL1=SBFF(L1.S, 5, 5)\n",
+                "makes 'L1.BFF.W', which the model has already",
+            ),
+        ] {
+            let e = run(text).expect_err(text).to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
     }
 
     #[test]
