@@ -682,7 +682,7 @@ fn train_from(b: &Scope, start: Option<Nnet>, relabel: Option<Relabel>) -> Resul
     log(
         P,
         &format!(
-            "{}: {} training frames from {}, stepper {}, {} epochs",
+            "{}: {} training examples (one-frame chunks, as get-egs cuts them) from {}, stepper {}, {} epochs",
             b.path,
             train.examples.len(),
             train.source,
