@@ -66,7 +66,7 @@ macro_rules! fit_args {
 }
 
 fit_args! {
-    /// Training data: an egs rspecifier (ark:..., scp:...) or a directory with feats.ark and labels: ali.ark or post.ark (a label per frame) or utt2label (text, `utt-id int` per line: a label per utterance, for pooling networks such as x-vectors).
+    /// Training data: an egs rspecifier (ark:..., scp:...) or a directory with feats.ark and labels: ali.ark or post.ark (a label per frame) or utt2label (text, `utt-id int` per line: a label per utterance, for pooling networks such as x-vectors); or CNTK's HTK data: a directory with feats.scp (an HTK script file, `name=file[s,e]` ranges allowed), labels.mlf (an HTK MLF) and optionally labels.map (the MLF's state names, one per line, in index order).
     train: String = "train",
     /// Validation data (same forms as --train).
     valid: String = "valid",
@@ -144,7 +144,7 @@ fit_args! {
     checkpoint_every: String = "checkpoint-every",
     /// Redraw curves.svg every N epochs [1].
     plot_every: String = "plot-every",
-    /// Frames per chunk cut from feature archives: output frames with frame labels; with utt2label, input frames per chunk (output at t = 0), N or MIN,MAX (a width drawn per utterance, seeded by --srand; shorter utterances are left out with a warning) [8].
+    /// Frames per chunk cut from feature archives [8; 1 for HTK data, CNTK's frame mode]: output frames with frame labels; with utt2label, input frames per chunk (output at t = 0), N or MIN,MAX (a width drawn per utterance, seeded by --srand; shorter utterances are left out with a warning).
     chunk_width: ChunkWidth = "chunk-width",
     /// The labels of a data directory: frame (ali.ark, post.ark), utterance (utt2label) or auto (frame labels if there are any, else utt2label) [auto].
     labels: String = "labels",
@@ -340,7 +340,15 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         )));
     }
     let chunk = ChunkOptions {
-        chunk_width: a.chunk_width.unwrap_or(ChunkWidth { min: 8, max: 8 }),
+        chunk_width: a.chunk_width.unwrap_or({
+            // CNTK's frame mode for HTK data: one frame per example.
+            let htk = a
+                .train
+                .as_deref()
+                .is_some_and(|t| std::path::Path::new(t).join("labels.mlf").exists());
+            let w = if htk { 1 } else { 8 };
+            ChunkWidth { min: w, max: w }
+        }),
         extra_left_context: a.extra_left_context.unwrap_or(0),
         extra_right_context: a.extra_right_context.unwrap_or(0),
         labels: LabelKind::parse(a.labels.as_deref().unwrap_or("auto"))?,

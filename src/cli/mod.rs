@@ -4,6 +4,7 @@
 pub mod ali_to_post;
 pub mod apply_cmvn;
 pub mod average;
+pub mod cntk;
 pub mod combine;
 pub mod compile;
 pub mod compute;
@@ -100,6 +101,8 @@ enum Command {
     AliToPost(ali_to_post::Args),
     /// The network's output for each example's input (nnet3-compute-from-egs).
     ComputeFromEgs(compute_from_egs::Args),
+    /// Run a CNTK configuration file: the blocks of command=..., each by its action (train, eval, write, edit, adapt).
+    Cntk(cntk::Args),
 }
 
 /// Warns (on stderr, naming the utterance) when an input matrix holds NaN or infinity: they
@@ -258,5 +261,6 @@ pub fn main_with_args(mut args: Vec<String>) -> Result<i32> {
         Command::VectorSum(a) => sum::run_vector(a),
         Command::AliToPost(a) => ali_to_post::run(a),
         Command::ComputeFromEgs(a) => compute_from_egs::run(a),
+        Command::Cntk(a) => cntk::run(a),
     }
 }

@@ -9,6 +9,7 @@
 //! `convert`.
 
 pub mod brainstorm;
+pub mod cntk;
 pub mod kaldi;
 pub mod ndl;
 

@@ -4,11 +4,14 @@
 pub mod codec;
 pub mod compressed;
 pub mod egs;
+pub mod htk;
 pub mod index_codec;
 pub mod kaldi_matrix;
+pub mod mlf;
 pub mod output_file;
 pub mod sparse;
 pub mod table;
+pub mod uci;
 
 pub use codec::{TokenReader, TokenWriter};
 pub use compressed::{CompressedMatrix, CompressionMethod};

@@ -9,6 +9,14 @@
 //! utterances are cut into chunks of `--chunk-width` frames with the network's context plus
 //! `--extra-left-context`/`--extra-right-context` (`egs::splitter`, as `get-egs`).
 //!
+//! CNTK's `HTKMLFReader` data: a directory holding `labels.mlf` (an HTK master label file,
+//! `io::mlf`), `feats.scp` (an HTK script file, `name=file[s,e]` archive ranges allowed; paths
+//! relative to the directory) and optionally `labels.map` (CNTK's `labelMappingFile`: the
+//! state names of the MLF in index order; without it the MLF's labels are indices). It is cut
+//! as the Kaldi archives are; with `--chunk-width=1` (the default for such a directory) every
+//! example is one frame with the network's context, and the per-epoch shuffle seeded by
+//! `--srand` is CNTK's frame randomisation (`randomize=Auto`).
+//!
 //! Per-utterance labels (x-vector-style pooling networks): a directory with `feats.ark` and
 //! `utt2label` (Kaldi's `utt2spk`-style text, one `utt-id int` per line). Each utterance is cut
 //! into chunks of `--chunk-width` frames (or a width drawn per utterance from `min,max`, as
@@ -25,6 +33,7 @@ use crate::egs::splitter::{ExampleGenerationConfig, UtteranceSplitter};
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::io::egs::{NnetExample, NnetIo, SequentialNnetExampleReader};
+use crate::io::mlf::{LabelMap, Mlf};
 use crate::io::sparse::{GeneralMatrix, SparseMatrix};
 use crate::io::table::{RandomAccessTableReader, SequentialTableReader};
 use crate::io::{Posterior, RandomAccessVectorReader};
@@ -153,7 +162,7 @@ pub fn load(spec: &str, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
         }
         v
     } else {
-        examples_from_directory(spec, nnet, chunk)?
+        examples_from_directory(spec, nnet, chunk, None)?
     };
     if examples.is_empty() {
         return Err(Error::Usage(format!(
@@ -191,17 +200,60 @@ fn check_example(nnet: &Nnet, eg: &NnetExample) -> std::result::Result<(), Strin
     Ok(())
 }
 
+/// CNTK's `HTKMLFReader` inputs: an HTK script file, an MLF and optionally a label mapping
+/// file.
+#[derive(Clone)]
+pub struct HtkSource {
+    pub scp: String,
+    /// Relative paths of the script are taken from here (else as they are).
+    pub base_dir: Option<String>,
+    pub mlf: String,
+    pub label_map: Option<String>,
+    /// Turns an utterance's MLF labels into soft targets (CNTK's KL-regularised adaptation):
+    /// called with the utterance's name, features and one-hot labels.
+    pub relabel: Option<Relabel>,
+}
+
+/// See [`HtkSource::relabel`].
+pub type Relabel = Arc<dyn Fn(&str, &GeneralMatrix, Posterior) -> Result<Posterior> + Send + Sync>;
+
+/// Reads an HTK script and MLF for `nnet`, cut into examples as a data directory is.
+pub fn load_htk(src: &HtkSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
+    let examples = examples_from_directory(&src.scp, nnet, chunk, Some(src.clone()))?;
+    if examples.is_empty() {
+        return Err(Error::Usage(format!(
+            "{}: the data set is empty (no examples could be made from it)",
+            src.scp
+        )));
+    }
+    Ok(DataSet {
+        source: src.scp.clone(),
+        examples: Arc::new(examples),
+    })
+}
+
 fn examples_from_directory(
     dir: &str,
     nnet: &Nnet,
     chunk: &ChunkOptions,
+    htk: Option<HtkSource>,
 ) -> Result<Vec<NnetExample>> {
     let path = |f: &str| format!("{}/{f}", dir.trim_end_matches('/'));
-    let exists = |f: &str| std::path::Path::new(&path(f)).exists();
-    if !exists("feats.ark") {
+    let given = htk.is_some();
+    let exists = |f: &str| !given && std::path::Path::new(&path(f)).exists();
+    let htk = htk.or_else(|| {
+        exists("labels.mlf").then(|| HtkSource {
+            scp: path("feats.scp"),
+            base_dir: Some(dir.to_string()),
+            mlf: path("labels.mlf"),
+            label_map: exists("labels.map").then(|| path("labels.map")),
+            relabel: None,
+        })
+    });
+    if !exists("feats.ark") && htk.is_none() {
         return Err(Error::Usage(format!(
             "{dir}: not an egs rspecifier (ark:..., scp:...) and no {} (a data directory holds \
-             feats.ark and ali.ark or post.ark)",
+             feats.ark and ali.ark or post.ark, or HTK's feats.scp and labels.mlf)",
             path("feats.ark")
         )));
     }
@@ -215,7 +267,7 @@ fn examples_from_directory(
         .filter(|&n| nnet.is_output_node(n))
         .map(|n| nnet.node_dim(n))
         .ok_or_else(|| Error::Usage("the network has no output node named 'output'".into()))?;
-    let frame_labels = exists("ali.ark") || exists("post.ark");
+    let frame_labels = htk.is_some() || exists("ali.ark") || exists("post.ark");
     let per_utterance = match chunk.labels {
         LabelKind::Auto => !frame_labels && exists("utt2label"),
         LabelKind::Frame => false,
@@ -257,8 +309,12 @@ fn examples_from_directory(
     enum Labels {
         Ali(RandomAccessTableReader<Vec<i32>>, String),
         Post(RandomAccessTableReader<Posterior>, String),
+        Mlf(Mlf, String),
     }
-    let mut labels = if exists("ali.ark") {
+    let mut labels = if let Some(h) = &htk {
+        let map = h.label_map.as_deref().map(LabelMap::read).transpose()?;
+        Labels::Mlf(Mlf::read(&h.mlf, map.as_ref())?, h.mlf.clone())
+    } else if exists("ali.ark") {
         Labels::Ali(
             RandomAccessTableReader::open(&format!("ark:{}", path("ali.ark")))?,
             path("ali.ark"),
@@ -304,9 +360,25 @@ fn examples_from_directory(
             }
         )));
     }
-    let feats_file = path("feats.ark");
+    let feats_file = match &htk {
+        Some(h) => h.scp.clone(),
+        None => path("feats.ark"),
+    };
+    let items: Box<dyn Iterator<Item = Result<(String, GeneralMatrix)>> + '_> = if let Some(h) =
+        &htk
+    {
+        let feats =
+            crate::io::htk::read_scp_features(&feats_file, h.base_dir.as_deref(), Some(input_dim))?;
+        Box::new(
+            feats
+                .into_iter()
+                .map(|(k, m)| Ok((k, GeneralMatrix::Full(m)))),
+        )
+    } else {
+        Box::new(utterances(&feats_file, input_dim)?)
+    };
     let mut out = Vec::new();
-    for item in utterances(&feats_file, input_dim)? {
+    for item in items {
         let (key, feats) = item?;
         let n = feats.num_rows();
         let rows: Posterior = match &mut labels {
@@ -326,9 +398,26 @@ fn examples_from_directory(
                     ))
                 })?
                 .clone(),
+            Labels::Mlf(m, f) => {
+                let hard: Posterior = m
+                    .get(&key)
+                    .ok_or_else(|| {
+                        Error::Usage(format!(
+                            "{f}: no labels for utterance {key} (in {feats_file})"
+                        ))
+                    })?
+                    .labels
+                    .iter()
+                    .map(|&l| vec![(l, 1.0f32)])
+                    .collect();
+                match htk.as_ref().and_then(|h| h.relabel.as_ref()) {
+                    Some(r) if hard.len() == n => r(&key, &feats, hard)?,
+                    _ => hard,
+                }
+            }
         };
         let label_file = match &labels {
-            Labels::Ali(_, f) | Labels::Post(_, f) => f.clone(),
+            Labels::Ali(_, f) | Labels::Post(_, f) | Labels::Mlf(_, f) => f.clone(),
         };
         if rows.len() != n {
             return Err(Error::Usage(format!(

@@ -68,6 +68,9 @@ pub struct FitOptions {
     pub compiler: CachingCompilerOptions,
     /// Minibatches the loader may prepare ahead.
     pub prefetch: usize,
+    /// CNTK's per-epoch models: after each epoch but the last, the model is also written to
+    /// `<this>.<epoch>` (1-based), as CNTK names them beside its `modelPath`.
+    pub epoch_models: Option<String>,
 }
 
 impl Default for FitOptions {
@@ -104,6 +107,7 @@ impl Default for FitOptions {
             store_component_stats: true,
             compiler: CachingCompilerOptions::default(),
             prefetch: 4,
+            epoch_models: None,
         }
     }
 }
@@ -568,6 +572,11 @@ pub fn fit(
         write_metrics(&metrics_path, &state.records)?;
         if opts.plot_every.after_epoch(state.epoch) || state.epoch == opts.num_epochs {
             crate::io::write_file_atomic(&curves_path, curves_svg(&state.records).as_bytes())?;
+        }
+        if let Some(prefix) = &opts.epoch_models {
+            if state.epoch < opts.num_epochs && stop_now.is_none() {
+                nnet.write_model_file(&format!("{prefix}.{}", state.epoch), true)?;
+            }
         }
         if opts.checkpoint_every.after_epoch(state.epoch)
             || state.epoch == opts.num_epochs
