@@ -73,6 +73,10 @@ enum Outcome {
     Timeout,
     OverLimit,
     BrokenRoundTrip,
+    /// `fit --resume` went on from a damaged checkpoint.
+    AcceptedDamage,
+    /// A refused input (a damaged checkpoint) was changed by the run that refused it.
+    ChangedInput,
 }
 
 impl Outcome {
@@ -89,6 +93,8 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::OverLimit => "over-limit",
             Outcome::BrokenRoundTrip => "broken-round-trip",
+            Outcome::AcceptedDamage => "accepted-damage",
+            Outcome::ChangedInput => "changed-input",
         }
     }
 }
@@ -104,6 +110,10 @@ enum Kind {
     TrainEgs,
     /// A training golden's `before.raw` (paired with its egs).
     TrainModel,
+    /// A `fit` checkpoint (made at start-up from a training golden; `note` is the stepper).
+    FitCheckpoint,
+    /// A `fit` TOML options file (paired with a training golden).
+    FitOptions,
 }
 
 struct Seed {
@@ -112,6 +122,8 @@ struct Seed {
     bytes: Vec<u8>,
     /// The case folder's model and features, to pair a damaged file with an intact partner.
     case_dir: Option<PathBuf>,
+    /// Kind-specific: the stepper of a `FitCheckpoint`.
+    note: String,
 }
 
 fn load_corpus(data: &Path) -> Vec<Seed> {
@@ -123,6 +135,7 @@ fn load_corpus(data: &Path) -> Vec<Seed> {
                 kind,
                 bytes,
                 case_dir,
+                note: String::new(),
             });
         }
     };
@@ -145,6 +158,100 @@ fn load_corpus(data: &Path) -> Vec<Seed> {
         }
     }
     seeds
+}
+
+/// `fit`'s TOML options files: every rate and schedule option, for each family of steppers.
+const FIT_OPTIONS: &[&str] = &[
+    "stepper = \"adam\"\nlearning-rate = \"0.002:0.001*2\"\nminibatch-size = \"4:8\"\n\
+     beta1 = 0.9\nbeta2 = 0.999\nepsilon = 1e-8\nwarmup = 2\ngradient-noise = 0.01\n\
+     l2 = 0.0001\nclip-gradient = 5.0\ndropout-schedule = \"0,0.2@0.5,0\"\nnum-epochs = 3\n",
+    "stepper = \"ng\"\ninitial-effective-lrate = 0.003\nfinal-effective-lrate = 0.0003\n\
+     momentum = 0.5\nmax-param-change = 2.0\nauto-adjust = 0.5\nauto-adjust-threshold = 0.01\n\
+     patience = 3\ncheckpoint-every = \"1mb\"\nmax-wall-time = 600.0\nminibatch-size = 4\n",
+    "stepper = \"rmsprop\"\nlearning-rate = 0.001\nrms-gamma = 0.99\nrms-inc = 1.2\n\
+     rms-dec = 0.75\nrms-max = 10.0\nrms-min = 0.1\nlr-per = \"minibatch\"\nl1 = 0.0001\n\
+     minibatch-size = 8\nnum-epochs = 2\n",
+    "stepper = \"adamw\"\nweight-decay = 0.01\nlearning-rate = 0.001\n\
+     backstitch-training-interval = 1\nmax-reductions = 2\nprint-interval = 1\n",
+    "stepper = \"ng\"\nbackstitch-training-scale = 0.3\nbackstitch-training-interval = 2\n\
+     learning-rate = 0.002\nmomentum = 0.0\nminibatch-size = 4\n",
+];
+
+/// Values an option mutation puts in place of a number of a TOML file.
+const EXTREME_OPTION_VALUES: &[&str] = &[
+    "1e308",
+    "-1e308",
+    "inf",
+    "-inf",
+    "nan",
+    "0",
+    "0.0",
+    "-1",
+    "1e-320",
+    "1e39",
+    "18446744073709551615",
+    "2147483647",
+    "1.0",
+];
+
+/// Seeds for `fit`: its TOML options files and checkpoints written by a short run of each
+/// family of steppers on the first training golden (made here, so they are of this compnet's
+/// format).
+fn fit_seeds(data: &Path, compnet: &Path, work: &Path) -> Vec<Seed> {
+    let Some(case) = sorted_entries(&data.join("train"))
+        .into_iter()
+        .find(|c| c.join("before.raw").exists() && c.join("egs.ark").exists())
+    else {
+        return Vec::new();
+    };
+    let mut seeds: Vec<Seed> = FIT_OPTIONS
+        .iter()
+        .map(|t| Seed {
+            path: case.join("fit.toml"),
+            kind: Kind::FitOptions,
+            bytes: t.as_bytes().to_vec(),
+            case_dir: Some(case.clone()),
+            note: String::new(),
+        })
+        .collect();
+    for stepper in ["adam", "ng", "momentum", "rmsprop"] {
+        let out = work.join(format!("seed-{stepper}"));
+        let _ = std::fs::remove_dir_all(&out);
+        let status = Command::new(compnet)
+            .args(fit_args(&case, stepper))
+            .arg(format!("--out={}", out.display()))
+            .arg("--max-minibatches=3")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let path = out.join("checkpoint.ckpt");
+        match (status, std::fs::read(&path)) {
+            (Ok(st), Ok(bytes)) if st.success() => seeds.push(Seed {
+                path,
+                kind: Kind::FitCheckpoint,
+                bytes,
+                case_dir: Some(case.clone()),
+                note: stepper.to_string(),
+            }),
+            _ => eprintln!("compnet-fuzz: no {stepper} checkpoint seed (fit failed)"),
+        }
+    }
+    seeds
+}
+
+/// `fit` of a training golden's `before.raw` on its egs with `stepper` (no `--out`).
+fn fit_args(case: &Path, stepper: &str) -> Vec<String> {
+    vec![
+        "fit".into(),
+        case.join("before.raw").display().to_string(),
+        format!("--train=ark:{}", case.join("egs.ark").display()),
+        format!("--stepper={stepper}"),
+        "--momentum=0.5".into(),
+        "--minibatch-size=4".into(),
+        "--num-epochs=3".into(),
+        "--srand=1".into(),
+        "--learning-rate=0.001".into(),
+    ]
 }
 
 /// The entries of `dir` in name order (none if it cannot be read), so that seeds come in the
@@ -349,6 +456,9 @@ struct Plan {
     /// reading, not bytes.
     round_trip: Vec<Step>,
     command: &'static str,
+    /// The intact input: a run on any other bytes must fail (a clean error) and leave the
+    /// input as it was (`fit --resume` on a damaged checkpoint).
+    refuse_unless: Option<Vec<u8>>,
 }
 
 enum Step {
@@ -356,6 +466,9 @@ enum Step {
     ReadBack(Vec<String>),
     /// A further command on what `main` wrote, classified like `main` (a clean error is fine).
     Then(Vec<String>),
+    /// `fit --resume` on the checkpoint `main` wrote: like `Then`, but an error about the
+    /// checkpoint (`checkpoint.ckpt: ...`) is a broken round trip.
+    Resume(Vec<String>),
 }
 
 fn strs(v: &[&str]) -> Vec<String> {
@@ -405,6 +518,7 @@ fn plan_case(seed: u64, case: u64, corpus: &[Seed]) -> Plan {
         v.extend(strs(&[m, &format!("ark:{f}"), "ark,t:OUT"]));
         v
     };
+    let mut refuse_unless = None;
     let (input_name, main, round_trip, command): (_, _, Vec<Step>, _) = match s.kind {
         Kind::BinaryModel | Kind::TextModel => {
             let name = if s.kind == Kind::BinaryModel {
@@ -466,6 +580,49 @@ fn plan_case(seed: u64, case: u64, corpus: &[Seed]) -> Plan {
                     "compute-prob",
                 )
             }
+        }
+        Kind::FitCheckpoint => {
+            // Resume from the damaged checkpoint (in the case folder, the run's --out): it
+            // must be refused unless it is intact; what the resumed run writes must resume.
+            let case = s.case_dir.clone().unwrap_or_default();
+            let mut v = fit_args(&case, &s.note);
+            v.extend(strs(&["--out", "DIR", "--resume", "--max-minibatches=4"]));
+            let mut again = v.clone();
+            again.pop();
+            again.push("--max-minibatches=5".into());
+            refuse_unless = Some(s.bytes.clone());
+            (
+                "checkpoint.ckpt",
+                v,
+                vec![Step::Resume(again)],
+                "fit --resume",
+            )
+        }
+        Kind::FitOptions => {
+            if rng.random_bool(0.5) {
+                let spans = number_spans(&input);
+                if !spans.is_empty() {
+                    let at = spans[rng.random_range(0..spans.len())];
+                    let v = EXTREME_OPTION_VALUES[rng.random_range(0..EXTREME_OPTION_VALUES.len())];
+                    replace(&mut input, at, v.as_bytes());
+                    mutations.push("option-value");
+                }
+            }
+            let case = s.case_dir.clone().unwrap_or_default();
+            let v = vec![
+                "fit".to_string(),
+                case.join("before.raw").display().to_string(),
+                format!("--train=ark:{}", case.join("egs.ark").display()),
+                "--config".into(),
+                "IN".into(),
+                "--out".into(),
+                "DIR".into(),
+                "--max-minibatches=3".into(),
+            ];
+            let mut again = v.clone();
+            again.pop();
+            again.extend(strs(&["--resume", "--max-minibatches=4"]));
+            ("fit.toml", v, vec![Step::Resume(again)], "fit --config")
         }
         Kind::TrainModel => {
             let egs = case_file("egs.ark").unwrap_or_default();
@@ -556,6 +713,7 @@ fn plan_case(seed: u64, case: u64, corpus: &[Seed]) -> Plan {
         main,
         round_trip,
         command,
+        refuse_unless,
     }
 }
 
@@ -584,6 +742,7 @@ fn resolve(args: &[String], dir: &Path, input_name: &str) -> Vec<String> {
             "IN" => dir.join(input_name),
             "OUT" => dir.join("out"),
             "OUT2" => dir.join("out2"),
+            "DIR" => dir.to_path_buf(),
             _ => return a.to_string(),
         };
         let sep = if prefix.is_empty() { "" } else { ":" };
@@ -687,6 +846,10 @@ fn run_case(o: &Opts, compnet: &Path, corpus: &[Seed], case: u64, dir: &Path) ->
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("create the case folder");
     std::fs::write(dir.join(plan.input_name), &plan.input).expect("write the damaged input");
+    if plan.refuse_unless.is_some() {
+        // The run may replace its input (a checkpoint): keep a copy for the repro.
+        let _ = std::fs::write(dir.join("damaged-input"), &plan.input);
+    }
     let main = resolve(&plan.main, dir, plan.input_name);
     let r = run_child(o, compnet, &main);
     let mut result = CaseResult {
@@ -695,6 +858,18 @@ fn run_case(o: &Opts, compnet: &Path, corpus: &[Seed], case: u64, dir: &Path) ->
         detail: format!("mutations {:?}\n{}", plan.mutations, r.stderr),
         repro: repro_line(o, compnet, &main),
     };
+    if plan
+        .refuse_unless
+        .as_ref()
+        .is_some_and(|b| *b != plan.input)
+    {
+        if r.outcome == Outcome::Success {
+            result.outcome = Outcome::AcceptedDamage;
+        } else if std::fs::read(dir.join(plan.input_name)).ok().as_ref() != Some(&plan.input) {
+            result.outcome = Outcome::ChangedInput;
+        }
+        return result;
+    }
     if r.outcome != Outcome::Success {
         return result;
     }
@@ -702,15 +877,22 @@ fn run_case(o: &Opts, compnet: &Path, corpus: &[Seed], case: u64, dir: &Path) ->
         let (args, must_succeed) = match step {
             Step::ReadBack(a) => (a, true),
             Step::Then(a) => (a, false),
+            Step::Resume(a) => (a, false),
         };
         let args = resolve(args, dir, plan.input_name);
         let r = run_child(o, compnet, &args);
         result.repro += &format!(" && {}", repro_line(o, compnet, &args));
         result.detail += &format!("\nthen {args:?}:\n{}", r.stderr);
+        let about_checkpoint = matches!(step, Step::Resume(_))
+            && r.stderr
+                .lines()
+                .any(|l| l.starts_with("compnet: error: ") && l.contains("checkpoint.ckpt:"));
         let outcome = match r.outcome {
             // An error reading back what compnet itself wrote is a broken round trip; anything
             // worse keeps its own class.
-            Outcome::CleanError | Outcome::UnclearError if must_succeed => Outcome::BrokenRoundTrip,
+            Outcome::CleanError | Outcome::UnclearError if must_succeed || about_checkpoint => {
+                Outcome::BrokenRoundTrip
+            }
             other => other,
         };
         if outcome != Outcome::Success {
@@ -738,7 +920,7 @@ fn main() {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("tests/data/kaldi"))
     });
-    let corpus = load_corpus(&data);
+    let mut corpus = load_corpus(&data);
     if corpus.is_empty() {
         eprintln!(
             "compnet-fuzz: no golden files under {} (set --data or COMPNET_KALDI_DATA)",
@@ -748,6 +930,8 @@ fn main() {
     }
     std::fs::create_dir_all(&o.out).expect("create the output folder");
     let work = o.out.join("work");
+    std::fs::create_dir_all(&work).expect("create the work folder");
+    corpus.extend(fit_seeds(&data, &compnet, &work));
 
     if let Some(case) = o.case {
         let dir = work.join(format!("replay-{case}"));

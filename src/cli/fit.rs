@@ -11,7 +11,7 @@ use crate::log::{fmt_g, log};
 use crate::nnet::Nnet;
 use crate::run::set_threads;
 use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
-use crate::train::fit::hooks::Every;
+use crate::train::fit::hooks::{Every, MAX_EPOCHS, MAX_MINIBATCHES};
 use crate::train::fit::schedule::{DropoutSchedule, EpochSchedule};
 use crate::train::fit::stepper::{GradientOptions, StepperKind, StepperOptions};
 use crate::train::fit::{fit, FitOptions};
@@ -47,6 +47,10 @@ macro_rules! fit_args {
             #[arg(long = "load-best", value_parser = parse_kaldi_bool, num_args = 0..=1, default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
             #[serde(rename = "load-best")]
             pub load_best: Option<bool>,
+            /// With --resume: keep the checkpoint's model and position but start the stepper's state (momentum, moment estimates, natural-gradient estimates) afresh; needed to resume a checkpoint written with another --stepper, which is refused otherwise.
+            #[arg(long = "reset-stepper-state", value_parser = parse_kaldi_bool, num_args = 0..=1, default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+            #[serde(rename = "reset-stepper-state")]
+            pub reset_stepper_state: Option<bool>,
         }
 
         impl Args {
@@ -59,7 +63,25 @@ macro_rules! fit_args {
                     resume: self.resume.or(file.resume),
                     shuffle: self.shuffle.or(file.shuffle),
                     load_best: self.load_best.or(file.load_best),
+                    reset_stepper_state: self.reset_stepper_state.or(file.reset_stepper_state),
                 }
+            }
+
+            /// The option names this set of options gives a value.
+            fn given(&self) -> Vec<&'static str> {
+                let mut v = Vec::new();
+                $( if self.$field.is_some() { v.push($long); } )*
+                for (name, set) in [
+                    ("resume", self.resume.is_some()),
+                    ("shuffle", self.shuffle.is_some()),
+                    ("load-best", self.load_best.is_some()),
+                    ("reset-stepper-state", self.reset_stepper_state.is_some()),
+                ] {
+                    if set {
+                        v.push(name);
+                    }
+                }
+                v
             }
         }
     };
@@ -164,10 +186,10 @@ fit_args! {
     format: String = "format",
 }
 
-/// Reads the TOML options file.
-fn read_toml(path: &str) -> Result<Args> {
+/// Reads the TOML options file (the options and the file's text).
+fn read_toml(path: &str) -> Result<(Args, String)> {
     let text = read_config_text(path)?;
-    toml::from_str(&text).map_err(|e| {
+    let args = toml::from_str(&text).map_err(|e| {
         let (line, col) = e
             .span()
             .map(|s| {
@@ -178,8 +200,73 @@ fn read_toml(path: &str) -> Result<Args> {
                 )
             })
             .unwrap_or((0, 0));
-        Error::Usage(format!("{path}:{line}:{col}: {}", e.message()))
-    })
+        // The option the line sets, which the parser's message may not name.
+        let key = text
+            .lines()
+            .nth(line.saturating_sub(1))
+            .and_then(|l| l.split_once('='))
+            .map(|(k, _)| k.trim().trim_matches(|c| c == '"' || c == '\''))
+            .filter(|k| !k.is_empty() && !e.message().contains(*k))
+            .map_or(String::new(), |k| format!("{k}: "));
+        Error::Usage(format!("{path}:{line}:{col}: {key}{}", e.message()))
+    })?;
+    Ok((args, text))
+}
+
+/// Where the options a TOML file set (and the command line did not) are: (name, line).
+fn file_lines(text: &str, given: &[&str], on_command_line: &[&str]) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some((key, _)) = line.split_once('=') else {
+            continue;
+        };
+        let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+        if given.contains(&key) && !on_command_line.contains(&key) {
+            out.push((key.to_string(), i + 1));
+        }
+    }
+    out
+}
+
+/// An error about an option that came from the TOML file `path` gets the file and line in
+/// front: the option named first in the message is the one it is about.
+fn locate(e: Error, path: &str, lines: &[(String, usize)]) -> Error {
+    let Error::Usage(msg) = e else {
+        return e;
+    };
+    let first = lines
+        .iter()
+        .filter_map(|(key, line)| {
+            let pat = format!("--{key}");
+            msg.match_indices(&pat)
+                .find(|(at, _)| {
+                    msg[at + pat.len()..]
+                        .chars()
+                        .next()
+                        .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'))
+                })
+                .map(|(at, _)| (at, *line))
+        })
+        .min();
+    match first {
+        Some((_, line)) => Error::Usage(format!("{path}:{line}: {msg}")),
+        None => Error::Usage(msg),
+    }
+}
+
+/// The largest learning rate (and effective learning rate) `fit` takes: far above any that
+/// trains, and far below where a rate times a gradient overflows single precision.
+pub const MAX_LEARNING_RATE: f64 = 1e6;
+
+/// A float option that must be finite and within `lo..=hi`.
+fn in_range(name: &str, v: f64, lo: f64, hi: f64) -> Result<()> {
+    if v.is_finite() && (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "--{name} must be a finite number in [{lo}, {hi}], got {v}"
+        )))
+    }
 }
 
 /// The model to start from: a raw model, or a network description (an nnet3 config, NDL or
@@ -242,13 +329,52 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
     };
     let exponential_decay = match (a.initial_effective_lrate, a.final_effective_lrate) {
         (None, None) => None,
-        (Some(i), Some(f)) if i > 0.0 && f > 0.0 && i.is_finite() && f.is_finite() => Some((i, f)),
-        _ => {
-            return Err(Error::Usage(
-                "--initial-effective-lrate and --final-effective-lrate go together and must be positive".into(),
-            ))
+        (Some(i), Some(f)) => {
+            for (name, v) in [("initial-effective-lrate", i), ("final-effective-lrate", f)] {
+                if !(v.is_finite() && v > 0.0 && v <= MAX_LEARNING_RATE) {
+                    return Err(Error::Usage(format!(
+                        "--{name} must be a finite number in (0, {MAX_LEARNING_RATE}], got {v}"
+                    )));
+                }
+            }
+            Some((i, f))
+        }
+        (i, _) => {
+            return Err(Error::Usage(format!(
+                "--{} needs --{} (Kaldi's exponential decay takes both)",
+                if i.is_some() {
+                    "initial-effective-lrate"
+                } else {
+                    "final-effective-lrate"
+                },
+                if i.is_some() {
+                    "final-effective-lrate"
+                } else {
+                    "initial-effective-lrate"
+                }
+            )))
         }
     };
+    let learning_rate = EpochSchedule::parse(
+        a.learning_rate.as_deref().unwrap_or("0.001"),
+        "--learning-rate",
+    )?;
+    if let Some(&(v, _)) = learning_rate
+        .items
+        .iter()
+        .find(|&&(v, _)| v > MAX_LEARNING_RATE)
+    {
+        return Err(Error::Usage(format!(
+            "--learning-rate: {v} is above the largest learning rate, {MAX_LEARNING_RATE}"
+        )));
+    }
+    let num_epochs = a.num_epochs.unwrap_or(d.num_epochs);
+    if !(1..=MAX_EPOCHS).contains(&num_epochs) {
+        return Err(Error::Usage(format!(
+            "--num-epochs must be in 1..={MAX_EPOCHS}, got {num_epochs}"
+        )));
+    }
+    stepper.validate()?;
     let mb = EpochSchedule::parse(
         a.minibatch_size.as_deref().unwrap_or("64"),
         "--minibatch-size",
@@ -284,15 +410,29 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         .out
         .clone()
         .ok_or_else(|| Error::Usage("compnet fit: --out <dir> is required".into()))?;
+    in_range(
+        "auto-adjust-threshold",
+        a.auto_adjust_threshold.unwrap_or(0.0),
+        0.0,
+        f64::MAX,
+    )?;
+    in_range(
+        "max-wall-time",
+        a.max_wall_time.unwrap_or(0.0),
+        0.0,
+        f64::MAX,
+    )?;
+    if a.max_minibatches.unwrap_or(0) > MAX_MINIBATCHES {
+        return Err(Error::Usage(format!(
+            "--max-minibatches must be at most {MAX_MINIBATCHES} (0 = no limit)"
+        )));
+    }
     let opts = FitOptions {
         out_dir,
-        num_epochs: a.num_epochs.unwrap_or(d.num_epochs),
+        num_epochs,
         stepper,
         gradient,
-        learning_rate: EpochSchedule::parse(
-            a.learning_rate.as_deref().unwrap_or("0.001"),
-            "--learning-rate",
-        )?,
+        learning_rate,
         exponential_decay,
         lr_per_minibatch,
         warmup: a.warmup.unwrap_or(0),
@@ -318,6 +458,7 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         )?,
         plot_every: Every::parse(a.plot_every.as_deref().unwrap_or("1"), "--plot-every")?,
         resume: a.resume.unwrap_or(false),
+        reset_stepper_state: a.reset_stepper_state.unwrap_or(false),
         ..d
     };
     let mut opts = opts;
@@ -359,27 +500,33 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
+    let mut lines = Vec::new();
     let a = match a.config.clone() {
         Some(path) => {
-            let file = read_toml(&path)?;
+            let (file, text) = read_toml(&path)?;
+            lines = file_lines(&text, &file.given(), &a.given());
             a.or(file)
         }
         None => a,
     };
+    let config = a.config.clone().unwrap_or_default();
+    let checked = (|| {
+        super::compute::check_num_threads(a.num_threads.unwrap_or(0))?;
+        let format = a.format.as_deref().map(Format::parse).transpose()?;
+        Ok((options(&a)?, format))
+    })()
+    .map_err(|e| locate(e, &config, &lines));
+    let ((opts, chunk), format) = checked?;
     let [model_in] = a.args.as_slice() else {
         return Err(Error::Usage(
             "usage: compnet fit [options] <config-or-model> --train <data> --valid <data> --out <dir>".into(),
         ));
     };
-    let threads = a.num_threads.unwrap_or(0);
-    super::compute::check_num_threads(threads)?;
-    set_threads(threads);
-    let (opts, chunk) = options(&a)?;
+    set_threads(a.num_threads.unwrap_or(0));
     let train_spec = a
         .train
         .clone()
         .ok_or_else(|| Error::Usage("compnet fit: --train <data> is required".into()))?;
-    let format = a.format.as_deref().map(Format::parse).transpose()?;
     let nnet = read_or_init(model_in, format, opts.srand)?;
     let train = load(&train_spec, &nnet, &chunk)?;
     let valid = a

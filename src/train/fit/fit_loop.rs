@@ -28,6 +28,9 @@ use crate::train::step::{run_pass, GradientReduction, KaldiUpdate, SingleProcess
 
 const P: &str = "compnet fit";
 
+/// Minibatches in a row whose parameter change is not finite after which the run stops.
+const MAX_SKIPPED_IN_A_ROW: usize = 20;
+
 /// Everything `compnet fit` is told (after defaults, the TOML file and the command line).
 #[derive(Clone, Debug)]
 pub struct FitOptions {
@@ -63,6 +66,10 @@ pub struct FitOptions {
     pub checkpoint_every: Every,
     pub plot_every: Every,
     pub resume: bool,
+    /// With `resume`: keep the checkpoint's model and position but start the stepper's state
+    /// (momentum, moment estimates, natural-gradient estimates) afresh; needed to resume a
+    /// checkpoint written by another stepper.
+    pub reset_stepper_state: bool,
     pub zero_component_stats: bool,
     pub store_component_stats: bool,
     pub compiler: CachingCompilerOptions,
@@ -103,6 +110,7 @@ impl Default for FitOptions {
             checkpoint_every: Every::Epochs(1),
             plot_every: Every::Epochs(1),
             resume: false,
+            reset_stepper_state: false,
             zero_component_stats: true,
             store_component_stats: true,
             compiler: CachingCompilerOptions::default(),
@@ -252,10 +260,42 @@ pub fn fit(
                  another network)"
             )));
         }
+        if let Some(what) = non_finite_part(&read) {
+            return Err(Error::Usage(format!(
+                "{ckpt_path}: {what} are not finite (a damaged checkpoint, or one of a \
+                 diverged run)"
+            )));
+        }
         nnet = read;
         restore_stats(&mut nnet, &stats, &ckpt_path)?;
         state = s;
-        stepper_bytes = Some(st);
+        // The stepper that wrote the state: its name opens the stepper part.
+        let written = super::stepper::ByteReader {
+            bytes: &st,
+            pos: 0,
+            file: &ckpt_path,
+        }
+        .cstr()?;
+        if opts.reset_stepper_state {
+            log(
+                P,
+                &format!(
+                    "{ckpt_path}: the state of --stepper={written} is not used \
+                     (--reset-stepper-state): --stepper={} starts afresh",
+                    kind.name()
+                ),
+            );
+            ng_bytes.clear();
+        } else if written != kind.name() {
+            return Err(Error::Usage(format!(
+                "{ckpt_path}: the checkpoint was written with --stepper={written}, this run \
+                 uses --stepper={}; add --reset-stepper-state to keep its model and position \
+                 and start the stepper's state afresh",
+                kind.name()
+            )));
+        } else {
+            stepper_bytes = Some(st);
+        }
         log(
             P,
             &format!(
@@ -272,19 +312,21 @@ pub fn fit(
     let mut updater = if kind == StepperKind::NaturalGradient {
         let mut k = kaldi_update(&nnet, &opts.stepper, opts.srand);
         if let Some(b) = &stepper_bytes {
-            if ng_bytes.is_empty() {
-                // A checkpoint of an older compnet: it holds no natural-gradient state.
-                warn(P, &format!("{ckpt_path} holds no natural-gradient state; the Fisher estimates restart (as for each Kaldi nnet3-train job)"));
-            } else {
-                k.read_state(b, &ckpt_path)?;
-                super::ng_state::restore(&mut k.delta, &ng_bytes, &ckpt_path)?;
-            }
+            k.read_state(b, state.global_minibatch, &ckpt_path)?;
+            super::ng_state::restore(&mut k.delta, &ng_bytes, &ckpt_path)?;
         }
         Updater::Kaldi(Box::new(k))
     } else {
         let mut stepper = Stepper::new(opts.stepper.clone());
         if let Some(b) = &stepper_bytes {
             stepper.read_state(b, &block_sizes(&nnet), &ckpt_path)?;
+            if stepper.t > state.global_minibatch {
+                return Err(Error::Usage(format!(
+                    "{ckpt_path}: the stepper counts {} steps in {} minibatches (a damaged \
+                     checkpoint)",
+                    stepper.t, state.global_minibatch
+                )));
+            }
         }
         Updater::Plain {
             grad: gradient_network(&nnet),
@@ -309,8 +351,20 @@ pub fn fit(
         .map(|e| groups_of(e).len() as u64)
         .sum::<u64>()
         .max(1);
+    if state.epoch < opts.num_epochs && state.position > groups_of(state.epoch).len() {
+        return Err(Error::Usage(format!(
+            "{ckpt_path}: minibatch {} of epoch {}, which has {} minibatches (a damaged \
+             checkpoint, or other data or minibatch sizes)",
+            state.position,
+            state.epoch + 1,
+            groups_of(state.epoch).len()
+        )));
+    }
     let mut stopped = None;
     let mut last_lr = 0.0;
+    // Non-finite changes in a row: a few are skipped (as Kaldi does), a run of them means
+    // the training diverged.
+    let mut skipped_in_a_row = 0usize;
     'epochs: while state.epoch < opts.num_epochs {
         let epoch = state.epoch;
         let groups = groups_of(epoch);
@@ -435,6 +489,18 @@ pub fn fit(
             };
             if !ok {
                 warn(P, &format!("epoch {}, minibatch {}: the parameter change is not finite; update skipped", epoch + 1, state.position));
+                skipped_in_a_row += 1;
+                if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW {
+                    return Err(Error::Compute(format!(
+                        "epoch {}, minibatch {}: the training diverged: the last \
+                         {MAX_SKIPPED_IN_A_ROW} parameter changes were not finite; stopping \
+                         (try a smaller learning rate); the last checkpoint is {ckpt_path}",
+                        epoch + 1,
+                        state.position
+                    )));
+                }
+            } else {
+                skipped_in_a_row = 0;
             }
             state.train_objf += objf;
             state.train_weight += weight;
@@ -506,17 +572,28 @@ pub fn fit(
         if let Some(v) = valid {
             let res = evaluate(&nnet, v, 64, opts.srand)?;
             valid_objective = Some(res[0].1);
-            valid_accuracy = Some(res[0].2);
+            // No frame with an accuracy (weight 0) is no figure, not NaN.
+            valid_accuracy = Some(res[0].2).filter(|a| !a.is_nan());
         }
         let record = EpochRecord {
             epoch: epoch + 1,
             minibatches: state.global_minibatch,
             learning_rate: last_lr,
             train_objective: state.train_objf / state.train_weight,
-            train_accuracy: state.train_correct / state.train_acc_weight,
+            train_accuracy: if state.train_acc_weight != 0.0 {
+                state.train_correct / state.train_acc_weight
+            } else {
+                0.0
+            },
             valid_objective,
             valid_accuracy,
         };
+        record.check().map_err(|why| {
+            Error::Compute(format!(
+                "the training diverged: {why}; stopping (try a smaller learning rate); the \
+                 last checkpoint is {ckpt_path}"
+            ))
+        })?;
         log(P, &format!(
             "epoch {}: train objective {} accuracy {}; validation objective {} accuracy {}; learning rate {}",
             epoch + 1,
@@ -639,12 +716,62 @@ fn forward_backward(
     Ok(sums)
 }
 
+/// The first part of `nnet` that is not finite: an updatable component's parameters or a
+/// component's exact statistics (for messages: "the parameters of component X").
+fn non_finite_part(nnet: &Nnet) -> Option<String> {
+    let mut v = Vec::new();
+    for (c, name) in nnet.components.iter().zip(&nnet.component_names) {
+        if let Some(u) = c.as_updatable() {
+            v.resize(u.num_parameters(), 0.0f32);
+            u.vectorize(&mut v);
+            if v.iter().any(|x| !x.is_finite()) {
+                return Some(format!("the parameters of component {name}"));
+            }
+        }
+        if c.exact_stats().iter().any(|x| !x.is_finite()) {
+            return Some(format!("the statistics of component {name}"));
+        }
+    }
+    None
+}
+
+/// Writes the checkpoint; a model or stepper state that is not finite (a diverged run) is
+/// an error instead, and the previous checkpoint stays.
 fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &mut Updater) -> Result<()> {
+    let diverged = |what: String| {
+        Error::Compute(format!(
+            "epoch {}, minibatch {}: the training diverged: {what} are not finite; stopping \
+             without writing {path} (the last checkpoint written, if any, is kept; try a \
+             smaller learning rate)",
+            state.epoch + 1,
+            state.position
+        ))
+    };
+    if let Some(what) = non_finite_part(nnet) {
+        return Err(diverged(what));
+    }
     let mut st = Vec::new();
     let mut ng = Vec::new();
     match updater {
-        Updater::Plain { stepper, .. } => stepper.write_state(&mut st),
+        Updater::Plain { stepper, .. } => {
+            if stepper
+                .slots
+                .iter()
+                .flatten()
+                .flatten()
+                .any(|v| !v.is_finite())
+            {
+                return Err(diverged(format!(
+                    "the {} stepper's statistics",
+                    stepper.opts.kind.name()
+                )));
+            }
+            stepper.write_state(&mut st)
+        }
         Updater::Kaldi(k) => {
+            if let Some(what) = non_finite_part(&k.delta) {
+                return Err(diverged(format!("the momentum ({what})")));
+            }
             k.write_state(&mut st);
             ng = super::ng_state::encode(&mut k.delta)?;
         }
@@ -686,6 +813,11 @@ pub(super) fn restore_stats(nnet: &mut Nnet, bytes: &[u8], file: &str) -> Result
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(r.err(&format!(
+                "the statistics of component {name} are not finite (a damaged checkpoint)"
+            )));
+        }
         if !c.set_exact_stats(&v) {
             return Err(Error::Usage(format!(
                 "{file}: the statistics of component {name} do not fit it (a checkpoint of \

@@ -67,6 +67,11 @@ pub struct EpochRecord {
 pub fn write_metrics(path: &str, records: &[EpochRecord]) -> Result<()> {
     let mut text = String::new();
     for r in records {
+        r.check().map_err(|why| {
+            Error::Compute(format!(
+                "the training diverged ({why}); {path} is not written"
+            ))
+        })?;
         text.push_str(&serde_json::to_string(r).map_err(|e| Error::Usage(e.to_string()))?);
         text.push('\n');
     }
@@ -226,61 +231,248 @@ pub struct LoopState {
     pub num_parameters: usize,
 }
 
-const MAGIC: &[u8] = b"COMPNET-FIT-CHECKPOINT-2\n";
-/// Version 1 had no natural-gradient part; it reads with that part empty.
-const MAGIC_V1: &[u8] = b"COMPNET-FIT-CHECKPOINT-1\n";
+/// The checkpoint format this compnet writes and reads.
+pub const FORMAT_VERSION: u32 = 3;
+const MAGIC_PREFIX: &[u8] = b"COMPNET-FIT-CHECKPOINT-";
+const MAGIC: &[u8] = b"COMPNET-FIT-CHECKPOINT-3\n";
 
 /// The number of length-prefixed parts after the loop state.
 const NUM_PARTS: usize = 4;
 
-/// A checkpoint file: magic, then length-prefixed parts: the loop state (JSON), the model
-/// (Kaldi binary), the stepper state, the exact component statistics, the natural-gradient
-/// preconditioners (`ng_state`; empty for the plain steppers). One file, written
-/// atomically, so the parts always belong together.
+/// Epochs a run may have (`--num-epochs`), and so a checkpoint's epoch counter.
+pub const MAX_EPOCHS: usize = 100_000;
+
+/// Minibatches a checkpoint may count (2⁵³: every count is exact as a JSON number).
+pub const MAX_MINIBATCHES: u64 = 1 << 53;
+
+/// The checkpoint's checksum: 64-bit FNV-1a over every byte before it. Each step is a
+/// bijection of the running value for a given byte, so any change of one byte (and so any
+/// single bit flip) always changes the sum.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl LoopState {
+    /// The counters in range and every number finite (JSON cannot hold NaN or infinity);
+    /// the reason when not.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let finite = |name: &str, v: f64| {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(format!("{name} is {v}, not a finite number"))
+            }
+        };
+        let non_negative = |name: &str, v: f64| {
+            finite(name, v)?;
+            if v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{name} is {v}, below 0"))
+            }
+        };
+        if self.epoch > MAX_EPOCHS {
+            return Err(format!(
+                "the epoch counter {} is above {MAX_EPOCHS}",
+                self.epoch
+            ));
+        }
+        if self.global_minibatch > MAX_MINIBATCHES || (self.position as u64) > self.global_minibatch
+        {
+            return Err(format!(
+                "the minibatch counters (epoch position {}, {} in all) are out of range",
+                self.position, self.global_minibatch
+            ));
+        }
+        non_negative("the learning-rate factor", self.lr_factor)?;
+        if self.lr_factor > 1.0 {
+            return Err(format!(
+                "the learning-rate factor is {}, above 1",
+                self.lr_factor
+            ));
+        }
+        if self.reductions > self.epoch {
+            return Err(format!(
+                "{} learning-rate reductions in {} epochs",
+                self.reductions, self.epoch
+            ));
+        }
+        if self.early_stopping.epochs_without_improvement > self.epoch {
+            return Err(format!(
+                "{} epochs without improvement in {} epochs",
+                self.early_stopping.epochs_without_improvement, self.epoch
+            ));
+        }
+        if let Some(b) = self.best_valid {
+            finite("the best validation objective", b)?;
+        }
+        finite("the epoch's objective sum", self.train_objf)?;
+        non_negative("the epoch's frame weight", self.train_weight)?;
+        finite("the epoch's correct frames", self.train_correct)?;
+        finite("the epoch's accuracy weight", self.train_acc_weight)?;
+        if self.records.len() != self.epoch {
+            return Err(format!(
+                "{} epoch records for {} epochs done",
+                self.records.len(),
+                self.epoch
+            ));
+        }
+        let mut minibatches = 0;
+        for (i, r) in self.records.iter().enumerate() {
+            if r.epoch != i + 1
+                || r.minibatches < minibatches
+                || r.minibatches > self.global_minibatch
+            {
+                return Err(format!(
+                    "epoch record {} (epoch {}, {} minibatches) is out of order",
+                    i + 1,
+                    r.epoch,
+                    r.minibatches
+                ));
+            }
+            minibatches = r.minibatches;
+            r.check()?;
+        }
+        Ok(())
+    }
+}
+
+impl EpochRecord {
+    /// Every number finite and the learning rate >= 0; the reason when not.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let e = self.epoch;
+        let mut values = vec![
+            ("training objective", Some(self.train_objective)),
+            ("training accuracy", Some(self.train_accuracy)),
+            ("validation objective", self.valid_objective),
+            ("validation accuracy", self.valid_accuracy),
+            ("learning rate", Some(self.learning_rate)),
+        ];
+        values.retain(|v| v.1.is_some_and(|x| !x.is_finite()));
+        if let Some((name, Some(v))) = values.first() {
+            return Err(format!("epoch {e}'s {name} is {v}, not a finite number"));
+        }
+        if self.learning_rate < 0.0 {
+            return Err(format!(
+                "epoch {e}'s learning rate is {}, below 0",
+                self.learning_rate
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A checkpoint file: magic (with the format version), then length-prefixed parts: the loop
+/// state (JSON), the model (Kaldi binary), the stepper state, the exact component
+/// statistics, the natural-gradient preconditioners (`ng_state`; empty for the plain
+/// steppers); then the [`checksum`] of all that (u64 LE). One file, written atomically, so
+/// the parts always belong together. A state that would not read back (a number that is not
+/// finite, a counter out of range) is not written: the error says so and the previous
+/// checkpoint stays.
 pub fn write_checkpoint(path: &str, state: &LoopState, parts: [&[u8]; NUM_PARTS]) -> Result<()> {
+    state.check().map_err(|why| {
+        Error::Compute(format!(
+            "the training diverged ({why}); {path} is not written (the last checkpoint \
+             written, if any, is kept)"
+        ))
+    })?;
     let json = serde_json::to_vec(state).map_err(|e| Error::Usage(e.to_string()))?;
+    crate::io::write_file_atomic(path, &encode_checkpoint(&json, parts))
+}
+
+/// The bytes of a checkpoint of the loop state `json` and `parts`.
+fn encode_checkpoint(json: &[u8], parts: [&[u8]; NUM_PARTS]) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
-    for part in std::iter::once(&json[..]).chain(parts) {
+    for part in std::iter::once(json).chain(parts) {
         out.extend_from_slice(&(part.len() as u64).to_le_bytes());
         out.extend_from_slice(part);
     }
-    crate::io::write_file_atomic(path, &out)
+    let sum = checksum(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
 }
 
-/// Reads a checkpoint: the loop state and the other parts.
+/// Reads a checkpoint: the loop state and the other parts. A file of another format
+/// version, one whose checksum does not match (a changed or truncated file) or one whose loop
+/// state is out of range is refused; reading never changes the file.
 pub fn read_checkpoint(path: &str) -> Result<(LoopState, Vec<Vec<u8>>)> {
     let bytes = crate::io::read_file(path)?;
-    let (magic, num_parts) = if bytes.starts_with(MAGIC_V1) {
-        (MAGIC_V1, NUM_PARTS - 1)
-    } else {
-        (MAGIC, NUM_PARTS)
+    let damaged = |why: String| {
+        Error::Usage(format!(
+            "{path}: {why}: the checkpoint is damaged (left as it is; resume from another \
+             copy or start again)"
+        ))
     };
-    if !bytes.starts_with(magic) {
+    if !bytes.starts_with(MAGIC_PREFIX) {
         return Err(Error::Usage(format!(
             "{path}: not a compnet fit checkpoint (it does not start with {:?})",
             String::from_utf8_lossy(&MAGIC[..MAGIC.len() - 1])
         )));
     }
+    if !bytes.starts_with(MAGIC) {
+        let rest = &bytes[MAGIC_PREFIX.len()..];
+        let version = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .filter(|&n| n <= 4)
+            .and_then(|n| std::str::from_utf8(&rest[..n]).ok())
+            .and_then(|v| v.parse::<u32>().ok());
+        return Err(match version {
+            Some(v) if v < FORMAT_VERSION => Error::Usage(format!(
+                "{path}: a checkpoint of format version {v}, written by an older compnet \
+                 without a checksum; this compnet reads version {FORMAT_VERSION} (start the \
+                 training again, or finish it with the compnet that wrote it)"
+            )),
+            Some(v) => Error::Usage(format!(
+                "{path}: a checkpoint of format version {v}; this compnet reads version \
+                 {FORMAT_VERSION}"
+            )),
+            None => damaged("the format version is unreadable".into()),
+        });
+    }
+    if bytes.len() < MAGIC.len() + 8 {
+        return Err(damaged(format!(
+            "{} bytes, too short for a checkpoint",
+            bytes.len()
+        )));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 8);
+    let stored = u64::from_le_bytes(sum.try_into().expect("8 bytes"));
+    let computed = checksum(body);
+    if stored != computed {
+        return Err(damaged(format!(
+            "the checksum does not match (stored {stored:016x}, computed {computed:016x} over \
+             {} bytes)",
+            body.len()
+        )));
+    }
     let mut r = ByteReader {
-        bytes: &bytes,
-        pos: magic.len(),
+        bytes: body,
+        pos: MAGIC.len(),
         file: path,
     };
     let mut parts = Vec::new();
-    for _ in 0..=num_parts {
+    for _ in 0..=NUM_PARTS {
         let n = r.u64()?;
-        if n > (bytes.len() - r.pos) as u64 {
+        if n > (body.len() - r.pos) as u64 {
             return Err(r.err(&format!("a part of {n} bytes, more than the file holds")));
         }
         parts.push(r.bytes(n as usize)?.to_vec());
     }
-    let state: LoopState = serde_json::from_slice(&parts[0])
-        .map_err(|e| Error::Usage(format!("{path}: the loop state: {e}")))?;
-    if r.pos != bytes.len() {
+    if r.pos != body.len() {
         return Err(r.err("the end of the checkpoint"));
     }
+    let state: LoopState = serde_json::from_slice(&parts[0])
+        .map_err(|e| Error::Usage(format!("{path}: the loop state: {e}")))?;
+    state
+        .check()
+        .map_err(|why| damaged(format!("the loop state: {why}")))?;
     parts.remove(0);
-    parts.resize(NUM_PARTS, Vec::new());
     Ok((state, parts))
 }
 
@@ -317,8 +509,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.ckpt").to_string_lossy().into_owned();
         let state = LoopState {
-            epoch: 3,
+            epoch: 0,
             position: 7,
+            global_minibatch: 7,
+            lr_factor: 0.25,
             best_valid: Some(-0.123456789012345),
             ..Default::default()
         };
@@ -334,15 +528,13 @@ mod tests {
                 b"ng".to_vec()
             ]
         );
-        // A version-1 checkpoint (three parts) reads with an empty natural-gradient part.
-        let v2 = std::fs::read(&p).unwrap();
-        let mut v1 = MAGIC_V1.to_vec();
-        let body = &v2[MAGIC.len()..v2.len() - 8 - 2];
-        v1.extend_from_slice(body);
-        std::fs::write(&p, v1).unwrap();
-        let (s1, parts1) = read_checkpoint(&p).unwrap();
-        assert_eq!((s1, &parts1[..3]), (state.clone(), &parts[..3]));
-        assert!(parts1[3].is_empty());
+        // An older format (no checksum) is refused, naming its version.
+        let v3 = std::fs::read(&p).unwrap();
+        let mut v2 = b"COMPNET-FIT-CHECKPOINT-2\n".to_vec();
+        v2.extend_from_slice(&v3[MAGIC.len()..v3.len() - 8]);
+        std::fs::write(&p, v2).unwrap();
+        let e = read_checkpoint(&p).unwrap_err().to_string();
+        assert!(e.contains("format version 2") && e.contains("older"), "{e}");
         write_checkpoint(&p, &state, [b"model", b"stepper", b"", b"ng"]).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
@@ -353,6 +545,148 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a compnet fit"));
+    }
+
+    /// Every single bit flip and every truncation of a checkpoint is refused (the checksum),
+    /// naming the file; reading leaves the file as it was.
+    #[test]
+    fn every_bit_flip_and_truncation_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.ckpt").to_string_lossy().into_owned();
+        let state = LoopState {
+            epoch: 1,
+            position: 2,
+            global_minibatch: 12,
+            lr_factor: 1.0,
+            best_valid: Some(-1.5),
+            records: vec![EpochRecord {
+                epoch: 1,
+                minibatches: 10,
+                learning_rate: 0.01,
+                train_objective: -2.0,
+                train_accuracy: 0.3,
+                valid_objective: Some(-1.5),
+                valid_accuracy: Some(0.4),
+            }],
+            train_objf: -3.0,
+            train_weight: 2.0,
+            ..Default::default()
+        };
+        write_checkpoint(&p, &state, [b"model bytes", b"adam\0", b"", b"ng"]).unwrap();
+        let good = std::fs::read(&p).unwrap();
+        assert_eq!(read_checkpoint(&p).unwrap().0, state);
+        for at in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[at] ^= 1 << bit;
+                std::fs::write(&p, &bad).unwrap();
+                let e = read_checkpoint(&p)
+                    .expect_err(&format!("byte {at} bit {bit} accepted"))
+                    .to_string();
+                assert!(e.contains("c.ckpt"), "{e}");
+                assert_eq!(std::fs::read(&p).unwrap(), bad);
+            }
+        }
+        for cut in 0..good.len() {
+            std::fs::write(&p, &good[..cut]).unwrap();
+            let e = read_checkpoint(&p).unwrap_err().to_string();
+            assert!(e.contains("c.ckpt"), "{cut}: {e}");
+        }
+    }
+
+    /// A loop state out of range is refused on reading even with a right checksum, and never
+    /// written: a diverged run says so instead of writing JSON `null`.
+    #[test]
+    fn a_loop_state_out_of_range_is_neither_written_nor_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.ckpt").to_string_lossy().into_owned();
+        let good = LoopState {
+            lr_factor: 1.0,
+            ..Default::default()
+        };
+        let record = EpochRecord {
+            epoch: 1,
+            minibatches: 0,
+            learning_rate: 0.1,
+            train_objective: -1.0,
+            train_accuracy: 0.5,
+            valid_objective: None,
+            valid_accuracy: None,
+        };
+        let bad: Vec<(LoopState, &str)> = vec![
+            (
+                LoopState {
+                    global_minibatch: u64::MAX,
+                    ..good.clone()
+                },
+                "minibatch counters",
+            ),
+            (
+                LoopState {
+                    lr_factor: -1e308,
+                    ..good.clone()
+                },
+                "learning-rate factor",
+            ),
+            (
+                LoopState {
+                    lr_factor: 3.0,
+                    ..good.clone()
+                },
+                "above 1",
+            ),
+            (
+                LoopState {
+                    epoch: 1,
+                    ..good.clone()
+                },
+                "epoch records",
+            ),
+            (
+                LoopState {
+                    epoch: 1,
+                    records: vec![EpochRecord {
+                        learning_rate: f64::INFINITY,
+                        ..record.clone()
+                    }],
+                    ..good.clone()
+                },
+                "learning rate",
+            ),
+            (
+                LoopState {
+                    train_objf: f64::NAN,
+                    ..good.clone()
+                },
+                "objective sum",
+            ),
+            (
+                LoopState {
+                    best_valid: Some(f64::NEG_INFINITY),
+                    ..good.clone()
+                },
+                "best validation",
+            ),
+        ];
+        write_checkpoint(&p, &good, [b"m", b"", b"", b""]).unwrap();
+        let before = std::fs::read(&p).unwrap();
+        for (state, what) in bad {
+            let e = write_checkpoint(&p, &state, [b"m", b"", b"", b""])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("diverged") && e.contains(what), "{e}");
+            assert_eq!(std::fs::read(&p).unwrap(), before);
+            // The same state with a right checksum (NaN and infinity as JSON null, as an
+            // older compnet wrote them) is refused on reading; a null best objective reads
+            // as none.
+            let json = serde_json::to_vec(&state).unwrap();
+            std::fs::write(&p, encode_checkpoint(&json, [b"m", b"", b"", b""])).unwrap();
+            match read_checkpoint(&p) {
+                Err(e) => assert!(e.to_string().contains("c.ckpt"), "{e}"),
+                Ok((read, _)) => assert!(state.best_valid.is_some() && read.best_valid.is_none()),
+            }
+            std::fs::write(&p, &before).unwrap();
+        }
     }
 
     #[test]

@@ -47,6 +47,12 @@ pub fn encode(delta: &mut Nnet) -> Result<Vec<u8>> {
                 out.push(0);
                 continue;
             };
+            if !snapshot_is_finite(&s) {
+                return Err(Error::Compute(format!(
+                    "the training diverged: the natural-gradient estimate of component {name} \
+                     is not finite"
+                )));
+            }
             out.push(1);
             u64s(&mut out, s.rank as u64);
             u64s(&mut out, s.update_period as u64);
@@ -73,6 +79,18 @@ pub fn encode(delta: &mut Nnet) -> Result<Vec<u8>> {
         }
     }
     Ok(out)
+}
+
+/// Every number of a snapshot finite (what a checkpoint may hold).
+fn snapshot_is_finite(s: &NgSnapshot) -> bool {
+    s.num_samples_history.is_finite()
+        && s.alpha.is_finite()
+        && s.num_minibatches_history.is_none_or(f32::is_finite)
+        && s.estimate.as_ref().is_none_or(|e| {
+            e.rho.is_finite()
+                && e.r.iter().all(|x| x.is_finite())
+                && e.d.iter().all(|x| x.is_finite())
+        })
 }
 
 fn byte(r: &mut ByteReader<'_>) -> Result<u8> {
@@ -198,7 +216,16 @@ pub fn restore(delta: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
         for slot in slots.iter_mut() {
             let s = match byte(&mut r)? {
                 0 => None,
-                1 => Some(snapshot(&mut r)?),
+                1 => {
+                    let s = snapshot(&mut r)?;
+                    if !snapshot_is_finite(&s) {
+                        return Err(r.err(&format!(
+                            "the natural-gradient state of component {name} is not finite (a \
+                             damaged checkpoint)"
+                        )));
+                    }
+                    Some(s)
+                }
                 b => return Err(r.err(&format!("expected a slot flag 0 or 1, got {b}"))),
             };
             if !slot.restore(s) {

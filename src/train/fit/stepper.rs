@@ -167,6 +167,23 @@ impl StepperOptions {
                 )));
             }
         }
+        for (name, v, lo, hi) in [
+            ("epsilon", self.epsilon, f32::MIN_POSITIVE, 1.0),
+            ("weight-decay", self.weight_decay, 0.0, 1.0),
+            ("rms-inc", self.rms_inc, 1.0, 100.0),
+            ("rms-dec", self.rms_dec, f32::MIN_POSITIVE, 1.0),
+            ("rms-min", self.rms_min, f32::MIN_POSITIVE, 1e6),
+            ("rms-max", self.rms_max, f32::MIN_POSITIVE, 1e6),
+        ] {
+            if !(lo..=hi).contains(&v) {
+                let range = if lo > 0.0 && lo < 1.0 {
+                    format!("above 0 and at most {hi}")
+                } else {
+                    format!("in [{lo}, {hi}]")
+                };
+                return Err(Error::Usage(format!("--{name} must be {range}, got {v}")));
+            }
+        }
         if self.rms_min > self.rms_max {
             return Err(Error::Usage(format!(
                 "--rms-min={} is above --rms-max={}",
@@ -374,7 +391,14 @@ impl Stepper {
                          checkpoint (a checkpoint of another network?)"
                     )));
                 }
-                block.push(r.f32s(len)?);
+                let v = r.f32s(len)?;
+                if v.iter().any(|x| !x.is_finite()) {
+                    return Err(r.err(&format!(
+                        "block {b}: a stepper statistic that is not finite (a damaged \
+                         checkpoint)"
+                    )));
+                }
+                block.push(v);
             }
             slots.push(block);
         }
@@ -574,8 +598,9 @@ impl KaldiUpdate {
     }
 
     /// Reads what [`KaldiUpdate::write_state`] wrote; the delta network must have the
-    /// same blocks (a checkpoint of this network).
-    pub fn read_state(&mut self, bytes: &[u8], file: &str) -> Result<()> {
+    /// same blocks (a checkpoint of this network), its values finite, and the generator's
+    /// position must be one that `minibatches` minibatches can reach.
+    pub fn read_state(&mut self, bytes: &[u8], minibatches: u64, file: &str) -> Result<()> {
         let mut r = ByteReader {
             bytes,
             pos: 0,
@@ -589,6 +614,25 @@ impl KaldiUpdate {
             )));
         }
         let words = r.u64()?;
+        // The orthonormal constraint draws one number per constrained matrix per minibatch;
+        // four times that leaves room for the generator's rejections.
+        let constraints: u64 = self
+            .delta
+            .components
+            .iter_mut()
+            .filter_map(|c| c.as_updatable_mut())
+            .map(|u| u.orthonormal_constraints().len() as u64)
+            .sum();
+        let most = minibatches
+            .saturating_add(1)
+            .saturating_mul(constraints.saturating_mul(8))
+            .saturating_add(64);
+        if words > most {
+            return Err(r.err(&format!(
+                "the generator has drawn {words} numbers, more than {minibatches} minibatches \
+                 can (a damaged checkpoint)"
+            )));
+        }
         let n = r.u64()?;
         let mut blocks: Vec<&mut dyn crate::nnet::component::UpdatableComponent> = self
             .delta
@@ -611,7 +655,13 @@ impl KaldiUpdate {
                     u.num_parameters()
                 )));
             }
-            u.unvectorize(&r.f32s(len as usize)?);
+            let v = r.f32s(len as usize)?;
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(r.err(&format!(
+                    "block {b}: a momentum value that is not finite (a damaged checkpoint)"
+                )));
+            }
+            u.unvectorize(&v);
         }
         super::fit_loop::restore_stats(&mut self.delta, &bytes[r.pos..], file)?;
         self.rng = CountingRng::replayed(self.srand, words);
