@@ -11,12 +11,13 @@ use super::nnet_update::{
 };
 use super::objective::compute_objective;
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::compile::NnetComputation;
+use crate::egs::kaldi_rand::GlibcRand;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
 use crate::nnet::{Nnet, ObjectiveType};
 use crate::run::NnetComputer;
-use rand::rngs::StdRng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -140,7 +141,15 @@ pub struct NnetTrainer<'a> {
     objectives: BTreeMap<String, ObjectiveFunctionInfo>,
     num_minibatches_processed: usize,
     max_change: MaxChangeStats,
-    rng: StdRng,
+    /// Kaldi's process-wide `rand()` stream, `srand(--srand)` as `nnet3-train` seeds it:
+    /// statistics sampling, self-repair, the orthonormal constraint and the compiler's checks
+    /// draw from it in Kaldi's order, so that the stored statistics are Kaldi's.
+    kaldi_rand: GlibcRand,
+    /// Kaldi's `srand_seed_` (the stream's first draw, `RandInt(0, 100000)`): which
+    /// minibatches take a backstitch step, and the reseed before each backstitch pass.
+    srand_seed: i32,
+    /// The compilations Kaldi would make, replayed for their draws.
+    kaldi_draws: KaldiCompileDraws,
 }
 
 impl<'a> NnetTrainer<'a> {
@@ -181,7 +190,8 @@ impl<'a> NnetTrainer<'a> {
         }
         let mut delta = nnet.clone();
         delta.scale_all(0.0);
-        let rng = crate::random::seeded_rng(opts.srand);
+        let mut kaldi_rand = GlibcRand::new(opts.srand as u32);
+        let srand_seed = kaldi_rand.rand_int(0, 100_000);
         let compiler = CachingCompiler::new(opts.compiler.clone());
         Ok(NnetTrainer {
             opts,
@@ -191,13 +201,31 @@ impl<'a> NnetTrainer<'a> {
             objectives: BTreeMap::new(),
             num_minibatches_processed: 0,
             max_change: MaxChangeStats::default(),
-            rng,
+            kaldi_rand,
+            srand_seed,
+            kaldi_draws: KaldiCompileDraws::default(),
         })
     }
 
     fn compile(&mut self, eg: &NnetExample) -> Result<Arc<NnetComputation>> {
         let request = computation_request(self.nnet, eg, true, self.opts.store_component_stats)?;
-        self.compiler.compile(self.nnet, &request)
+        let computation = self.compiler.compile(self.nnet, &request)?;
+        let compiler = &self.compiler;
+        self.kaldi_draws.draw(
+            self.nnet,
+            &request,
+            compiler.options().use_shortcut,
+            &mut |r| compiler.peek(r),
+            &mut self.kaldi_rand,
+        );
+        Ok(computation)
+    }
+
+    /// Kaldi's `GetNumNvalues(eg.io, false)`: the sequence count, after its one draw (a
+    /// spot check on one call in 101).
+    fn num_n_values(&mut self, eg: &NnetExample) -> usize {
+        self.kaldi_rand.rand_int(0, 100);
+        num_sequences(eg)
     }
 
     /// Trains on one (merged) minibatch.
@@ -217,7 +245,7 @@ impl<'a> NnetTrainer<'a> {
             .srand
             .wrapping_add(self.num_minibatches_processed as u64);
         if self.opts.backstitch_training_scale > 0.0
-            && self.num_minibatches_processed % interval == (self.opts.srand as usize) % interval
+            && self.num_minibatches_processed % interval == self.srand_seed as usize % interval
         {
             // Both steps draw the same random numbers (same dropout masks).
             freeze_natural_gradient(true, &mut self.delta);
@@ -226,11 +254,11 @@ impl<'a> NnetTrainer<'a> {
             self.backstitch_step(eg, &computation, seed, false)?;
         } else {
             self.forward_backward(eg, &computation, seed, "")?;
-            let l2_scale = num_sequences(eg) as f32 * self.opts.l2_regularize_factor;
+            let l2_scale = self.num_n_values(eg) as f32 * self.opts.l2_regularize_factor;
             apply_l2_regularization(self.nnet, l2_scale, &mut self.delta);
             let ok = self.apply_delta(1.0, 1.0 - self.opts.momentum);
             scale_batchnorm_stats(self.opts.batchnorm_stats_scale, self.nnet);
-            constrain_orthonormal(self.nnet, &mut self.rng);
+            constrain_orthonormal(self.nnet, &mut self.kaldi_rand);
             self.delta
                 .scale_all(if ok { self.opts.momentum } else { 0.0 });
         }
@@ -254,8 +282,9 @@ impl<'a> NnetTrainer<'a> {
             .collect();
         let mut sums = Vec::new();
         {
-            let mut computer =
-                NnetComputer::for_training(computation, self.nnet, &mut self.delta).with_seed(seed);
+            let mut computer = NnetComputer::for_training(computation, self.nnet, &mut self.delta)
+                .with_seed(seed)
+                .with_kaldi_rand(std::mem::take(&mut self.kaldi_rand));
             for io in &eg.io {
                 if !outputs.iter().any(|(n, _)| n == &io.name) {
                     computer.accept_input(&io.name, io.features.to_matrix())?;
@@ -275,6 +304,9 @@ impl<'a> NnetTrainer<'a> {
                 sums.push((format!("{name}{suffix}"), sum));
             }
             computer.run_backward()?;
+            if let Some(r) = computer.take_kaldi_rand() {
+                self.kaldi_rand = r;
+            }
         }
         let (program, interval, mb) = (
             self.opts.program.clone(),
@@ -321,6 +353,12 @@ impl<'a> NnetTrainer<'a> {
         first: bool,
     ) -> Result<()> {
         let alpha = self.opts.backstitch_training_scale;
+        // Kaldi reseeds before each pass: both draw the same values (same masks, same
+        // statistics choices).
+        self.kaldi_rand = GlibcRand::new(
+            self.srand_seed
+                .wrapping_add(self.num_minibatches_processed as i32) as u32,
+        );
         self.forward_backward(
             eg,
             computation,
@@ -333,12 +371,12 @@ impl<'a> NnetTrainer<'a> {
             (1.0 + alpha, 1.0 + alpha)
         };
         if !first {
-            let l2_scale = num_sequences(eg) as f32 * self.opts.l2_regularize_factor / scale;
+            let l2_scale = self.num_n_values(eg) as f32 * self.opts.l2_regularize_factor / scale;
             apply_l2_regularization(self.nnet, l2_scale, &mut self.delta);
         }
         self.apply_delta(max_change_scale, scale);
         if first {
-            constrain_orthonormal(self.nnet, &mut self.rng);
+            constrain_orthonormal(self.nnet, &mut self.kaldi_rand);
         } else {
             scale_batchnorm_stats(self.opts.batchnorm_stats_scale, self.nnet);
         }

@@ -25,13 +25,14 @@ use super::{
     Backprop, Component, Description, Memo, MiscComputationInfo, PrecomputedIndexes, Propagate,
     Properties, StatsStep,
 };
+use crate::egs::kaldi_rand::kaldi_rand_int;
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::index::{Index, TRange, NO_TIME};
-use rand::{Rng, RngCore};
+use rand::RngCore;
 use std::collections::{BTreeSet, HashSet};
 
 const TYPE: &str = "RestrictedAttentionComponent";
@@ -495,7 +496,7 @@ impl Component for RestrictedAttentionComponent {
             self.stats_count = 0.0;
         }
         // Kaldi stores them for a random two minibatches in three, to save time.
-        if s.rng.random_range(0..3) == 0 {
+        if kaldi_rand_int(s.rng, 0, 2) == 0 {
             return;
         }
         let mut sums = vec![0.0f32; heads * cd];

@@ -27,13 +27,14 @@ use super::UpdatableComponent;
 use super::{
     update_target, Backprop, Component, Description, Memo, Propagate, Properties, UpdatableCommon,
 };
+use crate::egs::kaldi_rand::kaldi_rand_uniform;
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{backprop_gru_cell, MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::update::{NaturalGradientOptions, NaturalGradientState, Update};
-use rand::{Rng, RngCore};
+use rand::RngCore;
 
 const GRU: &str = "GruNonlinearityComponent";
 const OUTPUT_GRU: &str = "OutputGruNonlinearityComponent";
@@ -167,7 +168,7 @@ impl TanhStats {
         mut h_deriv: MatViewMut<'_>,
         rng: &mut dyn RngCore,
     ) {
-        if rng.random::<f32>() > REPAIR_AND_STATS_PROBABILITY {
+        if kaldi_rand_uniform(rng) > REPAIR_AND_STATS_PROBABILITY {
             return;
         }
         let c = h.num_cols();

@@ -8,12 +8,12 @@ use super::param_ops::component_boilerplate;
 use super::{
     update_target, BackpropInPlace, Component, Description, Memo, PropagateInPlace, Properties,
 };
+use crate::egs::kaldi_rand::kaldi_rand_uniform;
 use crate::error::Result;
 use crate::frontend::kaldi::config_line::ConfigLine;
 use crate::io::codec::fmt_g;
 use crate::io::TokenReader;
 use crate::matrix::{MatView, MatViewMut, Trans};
-use rand::Rng;
 use rand::RngCore;
 
 /// Identity; scales the back-propagated derivative by `backprop-scale`.
@@ -238,7 +238,7 @@ impl ClipGradientComponent {
         if self.self_repair_clipped_proportion_threshold >= 1.0
             || self.self_repair_scale == 0.0
             || self.count == 0
-            || rng.random::<f32>() > REPAIR_PROBABILITY
+            || kaldi_rand_uniform(rng) > REPAIR_PROBABILITY
         {
             return;
         }

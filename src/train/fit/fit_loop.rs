@@ -13,6 +13,7 @@ use super::stepper::{
 };
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::compile::NnetComputation;
+use crate::egs::kaldi_rand::GlibcRand;
 use crate::egs::merge::merge_examples;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
@@ -356,6 +357,15 @@ pub fn fit(
             let request = computation_request(&nnet, &eg, true, opts.store_component_stats)
                 .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
             let computation = compiler.compile(&nnet, &request)?;
+            if let Updater::Kaldi(k) = &mut updater {
+                k.kaldi_draws.draw(
+                    &nnet,
+                    &request,
+                    compiler.options().use_shortcut,
+                    &mut |r| compiler.peek(r),
+                    &mut k.kaldi_rand,
+                );
+            }
             let seed = opts.srand.wrapping_add(state.global_minibatch);
             let sequences = num_sequences(&eg);
             let not_finite = |objf: f64| {
@@ -370,8 +380,8 @@ pub fn fit(
                 Updater::Kaldi(k) => k.backstitch_now(&opts.stepper, state.global_minibatch),
                 Updater::Plain { .. } => false,
             };
-            let fb = |nnet: &mut Nnet, target: &mut Nnet| {
-                forward_backward(nnet, target, &computation, &eg, seed, &train.source)
+            let fb = |nnet: &mut Nnet, target: &mut Nnet, kaldi: Option<&mut GlibcRand>| {
+                forward_backward(nnet, target, &computation, &eg, seed, kaldi, &train.source)
             };
             let ([objf, weight, correct, acc_weight], ok) = match (&mut updater, backstitch) {
                 (Updater::Kaldi(k), true) => {
@@ -380,18 +390,24 @@ pub fn fit(
                     // first pass's objective is the minibatch's.
                     let alpha = opts.stepper.backstitch_scale;
                     freeze_natural_gradient(true, &mut k.delta);
-                    let first = fb(&mut nnet, &mut k.delta)?;
+                    k.reseed_for_backstitch(state.global_minibatch);
+                    let first = fb(&mut nnet, &mut k.delta, Some(&mut k.kaldi_rand))?;
                     if !first[0].is_finite() {
                         return Err(not_finite(first[0]));
                     }
                     k.backstitch_step(&mut nnet, sequences, alpha, true);
                     freeze_natural_gradient(false, &mut k.delta);
-                    fb(&mut nnet, &mut k.delta)?;
+                    k.reseed_for_backstitch(state.global_minibatch);
+                    fb(&mut nnet, &mut k.delta, Some(&mut k.kaldi_rand))?;
                     k.backstitch_step(&mut nnet, sequences, alpha, false);
                     (first, true)
                 }
                 (u, _) => {
-                    let sums = fb(&mut nnet, u.target())?;
+                    let sums = if let Updater::Kaldi(k) = &mut *u {
+                        fb(&mut nnet, &mut k.delta, Some(&mut k.kaldi_rand))?
+                    } else {
+                        fb(&mut nnet, u.target(), None)?
+                    };
                     if !sums[0].is_finite() {
                         return Err(not_finite(sums[0]));
                     }
@@ -590,6 +606,7 @@ fn forward_backward(
     computation: &NnetComputation,
     eg: &NnetExample,
     seed: u64,
+    kaldi: Option<&mut GlibcRand>,
     source: &str,
 ) -> Result<[f64; 4]> {
     let (mut objf, mut weight, mut correct, mut acc_weight) = (0.0, 0.0, 0.0, 0.0);
@@ -599,6 +616,13 @@ fn forward_backward(
         .filter_map(|io| Some((io.name.clone(), nnet.objective_type(&io.name)?)))
         .collect();
     let mut computer = NnetComputer::for_training(computation, nnet, target).with_seed(seed);
+    let kaldi = match kaldi {
+        Some(k) => {
+            computer = computer.with_kaldi_rand(std::mem::take(k));
+            Some(k)
+        }
+        None => None,
+    };
     for io in &eg.io {
         if !outputs.iter().any(|(n, _)| n == &io.name) {
             computer.accept_input(&io.name, io.features.to_matrix())?;
@@ -622,6 +646,9 @@ fn forward_backward(
         }
     }
     computer.run_backward()?;
+    if let (Some(k), Some(r)) = (kaldi, computer.take_kaldi_rand()) {
+        *k = r;
+    }
     Ok([objf, weight, correct, acc_weight])
 }
 

@@ -14,6 +14,8 @@
 //! their gradient rows (natural gradient), then L2, max-change, momentum, BatchNorm-stats
 //! scaling and the orthonormal constraint, as `compnet train` does.
 
+use crate::compile::kaldi_draws::KaldiCompileDraws;
+use crate::egs::kaldi_rand::GlibcRand;
 use crate::error::{Error, Result};
 use crate::nnet::Nnet;
 use crate::train::nnet_update::{
@@ -544,10 +546,15 @@ pub struct KaldiNgStepper {
     pub l2_regularize_factor: f32,
     pub batchnorm_stats_scale: f32,
     pub max_change: MaxChangeStats,
-    /// `--srand`, which seeds `rng`.
+    /// `--srand`, which seeds `kaldi_rand`.
     pub srand: u64,
-    /// The orthonormal constraint's random choices (seeded as `compnet train`'s).
-    pub rng: CountingRng,
+    /// Kaldi's `rand()` stream as `compnet train` keeps it (statistics sampling, self-repair,
+    /// the orthonormal constraint, the compiler's checks).
+    pub kaldi_rand: GlibcRand,
+    /// Kaldi's `srand_seed_` (the stream's first draw): backstitch's minibatches and reseeds.
+    pub srand_seed: i32,
+    /// The compilations Kaldi would have made, replayed for their draws.
+    pub kaldi_draws: KaldiCompileDraws,
 }
 
 /// A seeded generator that counts the 32-bit words it has handed out: a checkpoint records
@@ -596,6 +603,8 @@ impl KaldiNgStepper {
     pub fn new(nnet: &Nnet, opts: &StepperOptions, srand: u64) -> Self {
         let mut delta = nnet.clone();
         delta.scale_all(0.0);
+        let mut kaldi_rand = GlibcRand::new(srand as u32);
+        let srand_seed = kaldi_rand.rand_int(0, 100_000);
         KaldiNgStepper {
             delta,
             momentum: opts.momentum,
@@ -603,16 +612,24 @@ impl KaldiNgStepper {
             l2_regularize_factor: 1.0,
             batchnorm_stats_scale: 0.8,
             max_change: MaxChangeStats::default(),
-            rng: CountingRng::new(srand),
+            kaldi_rand,
+            srand_seed,
+            kaldi_draws: KaldiCompileDraws::default(),
             srand,
         }
+    }
+
+    /// Before each backstitch pass: Kaldi reseeds its stream with `srand_seed_` plus the
+    /// minibatch index, so both passes draw the same values.
+    pub fn reseed_for_backstitch(&mut self, n: u64) {
+        self.kaldi_rand = GlibcRand::new(self.srand_seed.wrapping_add(n as i32) as u32);
     }
 
     /// Whether minibatch `n` (counted over the whole run) takes Kaldi's two backstitch steps
     /// (`compnet train`'s choice: n ≡ srand modulo the interval).
     pub fn backstitch_now(&self, opts: &StepperOptions, n: u64) -> bool {
         let interval = opts.backstitch_interval.max(1) as u64;
-        opts.backstitch_scale > 0.0 && n % interval == self.srand % interval
+        opts.backstitch_scale > 0.0 && n % interval == self.srand_seed as u64 % interval
     }
 
     /// One of backstitch's two steps after a backward pass into the delta (its first with the
@@ -626,6 +643,7 @@ impl KaldiNgStepper {
             (1.0 + alpha, 1.0 + alpha)
         };
         if !first {
+            self.kaldi_rand.rand_int(0, 100); // Kaldi's GetNumNvalues spot check
             let l2_scale = sequences as f32 * self.l2_regularize_factor / scale;
             apply_l2_regularization(nnet, l2_scale, &mut self.delta);
         }
@@ -638,7 +656,7 @@ impl KaldiNgStepper {
             &mut self.max_change,
         );
         if first {
-            constrain_orthonormal(nnet, &mut self.rng);
+            constrain_orthonormal(nnet, &mut self.kaldi_rand);
         } else {
             scale_batchnorm_stats(self.batchnorm_stats_scale, nnet);
         }
@@ -650,7 +668,17 @@ impl KaldiNgStepper {
     /// statistics (the momentum between minibatches).
     pub fn write_state(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"ng\0");
-        out.extend_from_slice(&self.rng.words.to_le_bytes());
+        let words = self.kaldi_rand.state_words();
+        out.extend_from_slice(&(words.len() as u64).to_le_bytes());
+        for w in words {
+            out.extend_from_slice(&(w as u64).to_le_bytes());
+        }
+        out.extend_from_slice(&(self.srand_seed as i64 as u64).to_le_bytes());
+        let keys = self.kaldi_draws.keys();
+        out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        for k in keys {
+            out.extend_from_slice(&k.to_le_bytes());
+        }
         // Without momentum the delta is zero between minibatches: no blocks are written (a
         // model-sized part less to write and sync).
         let blocks: Vec<&dyn crate::nnet::component::UpdatableComponent> = self
@@ -687,7 +715,25 @@ impl KaldiNgStepper {
                  --stepper=ng"
             )));
         }
-        let words = r.u64()?;
+        let num_words = r.u64()?;
+        if num_words != 35 {
+            return Err(r.err("a random-generator state of 35 words"));
+        }
+        let mut words = Vec::with_capacity(35);
+        for _ in 0..35 {
+            words.push(r.u64()? as u32);
+        }
+        let kaldi_rand = GlibcRand::from_state_words(&words)
+            .ok_or_else(|| r.err("a valid random-generator state"))?;
+        let srand_seed = r.u64()? as i64 as i32;
+        let num_keys = r.u64()?;
+        if num_keys > (bytes.len() / 8) as u64 {
+            return Err(r.err("a count of compiled requests that fits the file"));
+        }
+        let mut keys = Vec::with_capacity(num_keys as usize);
+        for _ in 0..num_keys {
+            keys.push(r.u64()?);
+        }
         let n = r.u64()?;
         let mut blocks: Vec<&mut dyn crate::nnet::component::UpdatableComponent> = self
             .delta
@@ -713,7 +759,9 @@ impl KaldiNgStepper {
             u.unvectorize(&r.f32s(len as usize)?);
         }
         super::fit_loop::restore_stats(&mut self.delta, &bytes[r.pos..], file)?;
-        self.rng = CountingRng::replayed(self.srand, words);
+        self.kaldi_rand = kaldi_rand;
+        self.srand_seed = srand_seed;
+        self.kaldi_draws = KaldiCompileDraws::from_keys(&keys);
         Ok(())
     }
 
@@ -726,6 +774,7 @@ impl KaldiNgStepper {
     /// L2, max-change, momentum, BatchNorm scaling, orthonormal constraint; false when the
     /// change was not finite (then skipped).
     pub fn step(&mut self, nnet: &mut Nnet, sequences: usize) -> bool {
+        self.kaldi_rand.rand_int(0, 100); // Kaldi's GetNumNvalues spot check
         let l2_scale = sequences as f32 * self.l2_regularize_factor;
         apply_l2_regularization(nnet, l2_scale, &mut self.delta);
         let ok = update_nnet_with_max_change(
@@ -737,7 +786,7 @@ impl KaldiNgStepper {
             &mut self.max_change,
         );
         scale_batchnorm_stats(self.batchnorm_stats_scale, nnet);
-        constrain_orthonormal(nnet, &mut self.rng);
+        constrain_orthonormal(nnet, &mut self.kaldi_rand);
         self.delta.scale_all(if ok { self.momentum } else { 0.0 });
         ok
     }
