@@ -206,26 +206,6 @@ impl Mt19937 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_values_are_glibcs() {
-        let mut g = GlibcRand::default();
-        let v: Vec<i32> = (0..3).map(|_| g.rand()).collect();
-        assert_eq!(v, [1_804_289_383, 846_930_886, 1_681_692_777]);
-    }
-
-    #[test]
-    fn mt19937_is_the_standard_one() {
-        // The C++ standard's check: the 10000th output of a default-seeded mt19937.
-        let mut g = Mt19937::new(5489);
-        let v = (0..10_000).map(|_| g.next_u32()).last();
-        assert_eq!(v, Some(4_123_659_995));
-    }
-}
-
 /// `rand()` as a generator the components draw from (`next_u32` is one `rand()` value), so
 /// that a trainer can hand Kaldi's process-wide stream to the computer: the components that
 /// draw with [`kaldi_rand_int`] and [`kaldi_rand_uniform`] then take the values Kaldi's
@@ -260,4 +240,42 @@ pub fn kaldi_rand_int(rng: &mut dyn rand::RngCore, min: i32, max: i32) -> i32 {
 pub fn kaldi_rand_uniform(rng: &mut dyn rand::RngCore) -> f32 {
     let r = (rng.next_u32() & 0x7fff_ffff) as f64;
     ((r + 1.0) / (i32::MAX as f64 + 2.0)) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_values_are_glibcs() {
+        let mut g = GlibcRand::default();
+        let v: Vec<i32> = (0..3).map(|_| g.rand()).collect();
+        assert_eq!(v, [1_804_289_383, 846_930_886, 1_681_692_777]);
+    }
+
+    #[test]
+    fn mt19937_is_the_standard_one() {
+        // The C++ standard's check: the 10000th output of a default-seeded mt19937.
+        let mut g = Mt19937::new(5489);
+        let v = (0..10_000).map(|_| g.next_u32()).last();
+        assert_eq!(v, Some(4_123_659_995));
+    }
+
+    #[test]
+    fn kaldi_helpers_and_saved_state_follow_the_stream() {
+        let mut a = GlibcRand::new(5);
+        let mut b = a.clone();
+        for _ in 0..50 {
+            assert_eq!(kaldi_rand_int(&mut a, 0, 3), b.rand_int(0, 3));
+        }
+        let r = b.clone().rand();
+        let u = kaldi_rand_uniform(&mut b);
+        assert_eq!(u, ((r as f64 + 1.0) / (i32::MAX as f64 + 2.0)) as f32);
+        let mut c = GlibcRand::from_state_words(&a.state_words()).unwrap();
+        assert_eq!(c.rand(), a.rand());
+        assert!(GlibcRand::from_state_words(&[0; 3]).is_none());
+        let mut w = a.state_words();
+        w[34] = 34;
+        assert!(GlibcRand::from_state_words(&w).is_none());
+    }
 }
