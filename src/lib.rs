@@ -13,6 +13,7 @@ pub mod frontend;
 pub mod gradient;
 pub mod index;
 pub mod io;
+pub mod kaldi_rand;
 pub mod limits;
 pub mod log;
 pub mod matrix;

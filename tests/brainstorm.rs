@@ -321,6 +321,58 @@ fn highway_layer_computes_brainstorms_gate() {
     }
 }
 
+/// Two layers feeding one input: Brainstorm concatenates their outputs on the last axis in
+/// the order of its sorted sources (`Alpha.outputs.default` before `Zeta.outputs.default`,
+/// whatever the file order), so the input is `Append(Alpha, Zeta)`; the network initialises,
+/// compiles and computes Out(concat(Alpha(x), tanh(Zeta(x)))).
+#[test]
+fn several_connections_into_one_input_are_appended_in_brainstorms_order() {
+    let arch = r#"{
+      "Input": {"@type": "Input", "out_shapes": {"default": ["T","B",3], "targets": ["T","B",4]},
+                "@outgoing_connections": {"default": ["Zeta", "Alpha"], "targets": ["se.targets"]}},
+      "Zeta": {"@type": "FullyConnected", "size": 2, "activation": "tanh",
+               "@outgoing_connections": {"default": ["Out"]}},
+      "Alpha": {"@type": "FullyConnected", "size": 3, "activation": "linear",
+                "@outgoing_connections": {"default": ["Out.default"]}},
+      "Out": {"@type": "FullyConnected", "size": 4, "activation": "linear",
+              "@outgoing_connections": {"default": ["se"]}},
+      "se": {"@type": "SquaredError", "@outgoing_connections": {"loss": ["loss"]}},
+      "loss": {"@type": "Loss"}
+    }"#;
+    let config = compnet::frontend::brainstorm::lower(arch, "two_into_one.json")
+        .unwrap()
+        .config_text();
+    assert!(
+        config.contains("Append(Alpha, Zeta)"),
+        "the input is not Append(Alpha, Zeta):\n{config}"
+    );
+    let nnet = read_brainstorm(arch, "two_into_one.json", &mut seeded_rng(5)).unwrap();
+    let out = affine(&nnet, "Out.affine");
+    assert_eq!(out.2, 5, "Out's input is 3 + 2 wide");
+    let req = ComputationRequest {
+        inputs: vec![IoSpecification::from_ranges("input", 0..1, 0..4, false)],
+        outputs: vec![IoSpecification::from_ranges("output", 0..1, 0..4, false)],
+        ..Default::default()
+    };
+    let comp = compile(&nnet, &req);
+    let x = random_matrix(4, 3, &mut seeded_rng(6));
+    let y = forward(&comp, &nnet, &x).to_vec();
+    let (za, aa) = (affine(&nnet, "Zeta.affine"), affine(&nnet, "Alpha.affine"));
+    for (t, row) in x.to_vec().chunks(3).enumerate() {
+        let xr: Vec<f64> = row.iter().map(|&a| a as f64).collect();
+        let mut joined = apply_affine(&aa, &xr);
+        joined.extend(apply_affine(&za, &xr).iter().map(|a| a.tanh()));
+        let want = apply_affine(&out, &joined);
+        for (k, w) in want.iter().enumerate() {
+            let got = y[t * 4 + k] as f64;
+            assert!((got - w).abs() < 1e-5, "t {t} dim {k}: {got} vs {w}");
+        }
+    }
+    // A loss and a multi-dimensional shape cannot share an input.
+    let bad = arch.replace("\"default\": [\"se\"]", "\"default\": [\"se\", \"loss\"]");
+    assert!(read_brainstorm(&bad, "bad.json", &mut seeded_rng(0)).is_err());
+}
+
 /// The config `compnet convert` prints, read by the Kaldi reader with the same seed, is the
 /// same network: byte-identical model files.
 #[test]
@@ -429,11 +481,11 @@ fn errors_point_into_the_json_file() {
     error_at(
         &seed_with(
             "\"default\": [\"output_layer\"]",
-            "\"default\": [\"hidden_layer\"]",
+            "\"default\": [\"output_layer\", \"output_layer\"]",
         ),
         24,
-        25,
-        "input 'hidden_layer.default' is already connected from 'Input.default'",
+        41,
+        "'output_projection.default' is connected to 'output_layer.default' twice",
     );
     // A cycle through a Merge.
     let cycle = [

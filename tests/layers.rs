@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// A layer is named by the first folder below `src/` (or the file's stem for files directly
 /// in `src/`).
 const LAYERS: &[&[&str]] = &[
-    &["error", "index", "limits", "random"],
+    &["error", "index", "limits", "random", "kaldi_rand"],
     &["matrix"],
     &["io"],
     &["log", "gradient"],

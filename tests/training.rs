@@ -78,8 +78,9 @@ fn fields(text: &str) -> BTreeMap<(String, String), Vec<f64>> {
     out
 }
 
-/// Fields that Kaldi samples on a random subset of minibatches (nonlinearity statistics):
-/// their values depend on Kaldi's generator, so only their presence is compared.
+/// Statistics Kaldi stores on a random subset of minibatches (nonlinearities, attention),
+/// drawn from its `rand()` stream, which `compnet train` replays: compared with Kaldi's to
+/// within [`stats_tolerance`] of the block's largest magnitude (counts then are exact).
 const SAMPLED: &[&str] = &[
     "<SelfRepairProb>",
     "<ValueAvg>",
@@ -94,6 +95,25 @@ const SAMPLED: &[&str] = &[
     "<EntropyStats>",
     "<PosteriorStats>",
 ];
+
+/// How close the sampled statistics must be, relative to the block's largest magnitude;
+/// `None`: shape only. Kaldi against itself (the same run with OpenBLAS's Haswell instead of
+/// its SkylakeX kernels) differs by up to 6e-6 in these fields; ours by up to 5e-5.
+fn stats_tolerance(case: &str) -> Option<f64> {
+    match case {
+        // Per-time-step statistics of the GRUs and the sigmoids inside a recurrence: the
+        // steps are consolidated here, so the draws do not line up with Kaldi's.
+        "attention-gru" => None,
+        // The Tdnn natural-gradient residual (see the test) moves the activations by ~1 %.
+        "ng-all" => Some(1e-2),
+        _ => Some(1e-4),
+    }
+}
+
+/// Statistics fields that still differ from Kaldi's, compared for shape only: the
+/// LSTM's self-repair frequencies (LstmNonlinearity's `<SelfRepairProb>`, from its
+/// backward pass, no random draw) come out lower than Kaldi's.
+const STATS_GAPS: &[(&str, &str)] = &[("lstm1.lstm_nonlin", "<SelfRepairProb>")];
 
 fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
     a.iter()
@@ -188,11 +208,22 @@ fn assert_matches_kaldi(case: &str, out: &Path, tolerance: f64) {
         "{case}: the trained models have different fields"
     );
     let mut compared = 0;
+    let mut stats_compared = 0;
     for (key, theirs) in &kaldi {
         let mine = &ours[key];
         let (comp, field) = key;
         if SAMPLED.contains(&field.as_str()) && !comp.starts_with("bn") {
             assert_eq!(mine.len(), theirs.len(), "{case}: {comp} {field}: length");
+            let gap = STATS_GAPS.contains(&(comp.as_str(), field.as_str()));
+            if let (Some(rel), false) = (stats_tolerance(case), gap) {
+                let scale = theirs.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+                let err = max_abs_diff(mine, theirs);
+                assert!(
+                    err <= rel * scale.max(1e-6),
+                    "{case}: {comp} {field}: ours {mine:?}, Kaldi's {theirs:?} (max difference {err:e})"
+                );
+                stats_compared += 1;
+            }
             continue;
         }
         assert_eq!(mine.len(), theirs.len(), "{case}: {comp} {field}: length");
@@ -215,6 +246,12 @@ fn assert_matches_kaldi(case: &str, out: &Path, tolerance: f64) {
         compared += 1;
     }
     assert!(compared >= 8, "{case}: only {compared} blocks compared");
+    if stats_tolerance(case).is_some() {
+        assert!(
+            stats_compared >= 4,
+            "{case}: only {stats_compared} statistics fields compared"
+        );
+    }
 }
 
 fn tempdir(case: &str) -> PathBuf {
@@ -272,7 +309,7 @@ fn natural_gradient_in_every_component_matches_kaldi() {
 
 /// Restricted attention (a non-simple component with a memo and statistics) below a fast GRU
 /// and an output-gate GRU: W_h's two-sided and w_h's per-frame natural gradient, the GRUs'
-/// per-time-step updates consolidated. Their statistics are sampled (shape only).
+/// per-time-step updates consolidated. Their statistics: shape only (see `stats_tolerance`).
 #[test]
 fn attention_and_gru_match_kaldi() {
     check_training_logs_within("attention-gru", 0.01, 1e-5);

@@ -15,8 +15,8 @@ use crate::io::table::{
     parse_rspecifier, read_object, DoubleMatrix, MatrixWriter, RandomAccessTableReader,
     SequentialMatrixReader, SequentialTableReader, TableWriter,
 };
-use crate::matrix::Matrix;
 use crate::log::{fmt_g, log, warn};
+use crate::matrix::Matrix;
 
 /// Options of `compnet apply-cmvn`.
 #[derive(clap::Args, Debug)]

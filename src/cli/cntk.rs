@@ -40,10 +40,10 @@ use crate::io::egs::{NnetExample, NnetIo};
 use crate::io::mlf::LabelMap;
 use crate::io::sparse::{GeneralMatrix, SparseMatrix};
 use crate::io::Posterior;
+use crate::log::{fmt_g, log, warn};
 use crate::matrix::Matrix;
 use crate::nnet::{Nnet, ObjectiveType};
 use crate::train::fit::data::{self, ChunkOptions, ChunkWidth, DataSet, HtkSource, Relabel};
-use crate::log::{fmt_g, log, warn};
 use std::sync::Arc;
 
 const P: &str = "compnet cntk";

@@ -8,10 +8,10 @@ use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
 use crate::io::table::MatrixWriter;
+use crate::log::log;
 use crate::matrix::Matrix;
 use crate::run::{set_threads, NnetComputer};
 use crate::train::example::computation_request;
-use crate::log::log;
 
 /// Options of `compnet compute-from-egs`.
 #[derive(clap::Args, Debug)]

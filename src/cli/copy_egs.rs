@@ -7,12 +7,12 @@
 //! copy its output (`--random`) and its frame (`--frame=random`).
 
 use super::kaldi_args::parse_kaldi_bool;
-use crate::egs::kaldi_rand::GlibcRand;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::io::egs::{NnetExample, NnetExampleWriter, NnetIo, SequentialNnetExampleReader};
 use crate::io::sparse::{GeneralMatrix, SparseMatrix};
 use crate::io::table::RandomAccessTableReader;
+use crate::kaldi_rand::GlibcRand;
 use crate::matrix::Matrix;
 
 /// Options of `compnet copy-egs`.

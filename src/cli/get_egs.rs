@@ -4,13 +4,13 @@
 
 use super::kaldi_args::parse_kaldi_bool;
 use crate::egs::cut::{chunk_example, rows_with_padding, sparse_row};
-use crate::egs::kaldi_rand::GlibcRand;
 use crate::egs::splitter::{parse_num_frames, ExampleGenerationConfig, UtteranceSplitter};
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::io::egs::{NnetExampleWriter, NnetIo};
 use crate::io::sparse::{GeneralMatrix, PdfSupervision, SparseMatrix};
 use crate::io::table::{RandomAccessMatrixReader, RandomAccessTableReader, SequentialTableReader};
+use crate::kaldi_rand::GlibcRand;
 
 /// Options shared by both commands (Kaldi's `ExampleGenerationConfig` and the rest).
 #[derive(clap::Args, Debug)]

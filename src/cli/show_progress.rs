@@ -5,8 +5,8 @@
 //! are [ name:value ... ]`).
 
 use crate::error::{Error, Result};
-use crate::nnet::Nnet;
 use crate::log::{fmt_g, log, vlog};
+use crate::nnet::Nnet;
 use crate::train::network_ops::{add_nnet, same_structure};
 
 /// Options of `compnet show-progress`.

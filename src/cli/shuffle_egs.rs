@@ -5,9 +5,9 @@
 //! slot picked with `RandInt` from glibc's unseeded `rand()` (Kaldi's `--srand` does not reach
 //! that stream), and an occupied slot's example is written out first.
 
-use crate::egs::kaldi_rand::{GlibcRand, Mt19937};
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
+use crate::kaldi_rand::{GlibcRand, Mt19937};
 
 /// Options of `compnet shuffle-egs`.
 #[derive(clap::Args, Debug)]

@@ -7,9 +7,9 @@
 //! shuffled with libstdc++'s `std::shuffle` driven by `std::mt19937` seeded with `--srand`.
 
 use crate::cli::kaldi_args::KaldiBool;
-use crate::egs::kaldi_rand::{GlibcRand, Mt19937};
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
+use crate::kaldi_rand::{GlibcRand, Mt19937};
 use crate::log::log;
 
 /// Options of `compnet subset-egs`.

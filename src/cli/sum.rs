@@ -14,8 +14,8 @@ use crate::io::table::{
     parse_rspecifier, parse_wspecifier, read_object, write_object, RandomAccessTableReader,
     SequentialTableReader, TableObject, TableWriter,
 };
-use crate::matrix::{Matrix, Vector};
 use crate::log::{log, warn};
+use crate::matrix::{Matrix, Vector};
 
 /// Options of `compnet matrix-sum`.
 #[derive(clap::Args, Debug)]

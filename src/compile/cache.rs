@@ -167,6 +167,12 @@ impl CachingCompiler {
         result
     }
 
+    /// The computation of `request` if the cache holds it, counting no hit or miss.
+    pub fn peek(&self, request: &ComputationRequest) -> Option<Arc<NnetComputation>> {
+        let key = RequestKey::new(request);
+        self.lock().entries.get(&key).map(|(c, _)| c.clone())
+    }
+
     /// Hit and miss counts and the time spent compiling.
     pub fn stats(&self) -> CompilerStats {
         self.lock().stats

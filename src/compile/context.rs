@@ -2,11 +2,15 @@
 //! ComputeSimpleNnetContext and Nnet::Modulus).
 //!
 //! For every shift s in 0..=modulus, the input `input` is supplied at t ∈ [s, s + W) (and
-//! `ivector`, if the network has it, at t = 0), every output frame in the same window is
-//! requested, and the graph builder says which are computable: left context = the first
-//! computable frame's offset, right context = W − the first non-computable frame after it.
-//! The maxima over the shifts are reported. Optional inputs (IfDefined, Failover, statistics
-//! pooling) therefore contribute no required context.
+//! `ivector`, if the network has it, at t ∈ [s − modulus, s + W)), every output frame in the
+//! same window is requested, and the graph builder says which are computable: left context =
+//! the first computable frame's offset, right context = W − the first non-computable frame
+//! after it. The window starts at W = 40 and doubles (up to 640) while some shift has no
+//! computable frame; the maxima over the shifts are reported. As in Kaldi the answer depends
+//! on W for a network with a recurrence into the future (`IfDefined(Offset(r, 2))`): only
+//! the frames before the first one the recurrence cannot reach are computable, so the right
+//! context is measured from the window's end. Optional inputs (IfDefined, Failover,
+//! statistics pooling) contribute no required context.
 
 use super::graph::ComputationGraphBuilder;
 use super::request::{ComputationRequest, IoSpecification};
@@ -14,8 +18,9 @@ use crate::error::{Error, Result};
 use crate::nnet::descriptor::eval::lcm;
 use crate::nnet::{Index, NetworkNode, Nnet};
 
-/// The window width used for each shift (as Kaldi).
-const WINDOW: i32 = 200;
+/// Kaldi's first window width, doubled while it is too narrow, while below the maximum.
+const FIRST_WINDOW: i32 = 40;
+const MAX_WINDOW: i32 = 800;
 
 /// Left/right context and modulus of a network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +41,13 @@ pub fn nnet_modulus(nnet: &Nnet) -> i32 {
 
 /// Which output frames of `[start, start + window)` are computable from input in the same
 /// window.
-fn computable_for_shift(nnet: &Nnet, output: &str, start: i32, window: i32) -> Result<Vec<bool>> {
+fn computable_for_shift(
+    nnet: &Nnet,
+    output: &str,
+    start: i32,
+    window: i32,
+    modulus: i32,
+) -> Result<Vec<bool>> {
     let n = 0;
     let ts: Vec<Index> = (start..start + window)
         .map(|t| Index::new(n, t, 0))
@@ -46,7 +57,9 @@ fn computable_for_shift(nnet: &Nnet, output: &str, start: i32, window: i32) -> R
     // networks) are supplied like `input`, which gives Kaldi's answer whenever Kaldi has one.
     for name in nnet.input_names() {
         let indexes = if name == "ivector" {
-            vec![Index::new(n, 0, 0)]
+            (start - modulus..start + window)
+                .map(|t| Index::new(n, t, 0))
+                .collect()
         } else {
             ts.clone()
         };
@@ -120,24 +133,54 @@ pub fn nnet_context_all_outputs(nnet: &Nnet) -> Result<NnetContext> {
     })
 }
 
-/// Left and right context of one output node (all shifts 0..=modulus).
+/// The (left, right) context one shift gives with window `window`; `None` when no output
+/// frame is computable (the window is too narrow).
+fn context_for_shift(
+    nnet: &Nnet,
+    output: &str,
+    start: i32,
+    window: i32,
+    modulus: i32,
+) -> Result<Option<(i32, i32)>> {
+    let ok = computable_for_shift(nnet, output, start, window, modulus)?;
+    let Some(first_ok) = ok.iter().position(|&b| b) else {
+        return Ok(None);
+    };
+    let first_not_ok = ok[first_ok..]
+        .iter()
+        .position(|&b| !b)
+        .map_or(ok.len(), |p| p + first_ok);
+    Ok(Some((first_ok as i32, window - first_not_ok as i32)))
+}
+
+/// Left and right context of one output node (all shifts 0..=modulus, the window widened
+/// until every shift has a computable frame).
 fn context_for_output(nnet: &Nnet, output: &str, modulus: i32) -> Result<(i32, i32)> {
-    let mut left = Vec::new();
-    let mut right = Vec::new();
-    for start in 0..=modulus {
-        let ok = computable_for_shift(nnet, output, start, WINDOW)?;
-        let Some(first_ok) = ok.iter().position(|&b| b) else {
+    let mut window = FIRST_WINDOW;
+    let (left, right) = loop {
+        if window >= MAX_WINDOW {
             return Err(Error::Compute(format!(
-                "no frames of output '{output}' were computable (perhaps not a simple network?)"
+                "no frames of output '{output}' were computable in a window of {} frames \
+                 (perhaps not a simple network?)",
+                window / 2
             )));
-        };
-        let first_not_ok = ok[first_ok..]
-            .iter()
-            .position(|&b| !b)
-            .map_or(ok.len(), |p| p + first_ok);
-        left.push(first_ok as i32);
-        right.push(WINDOW - first_not_ok as i32);
-    }
+        }
+        let mut left = Vec::new();
+        let mut right = Vec::new();
+        for start in 0..=modulus {
+            match context_for_shift(nnet, output, start, window, modulus)? {
+                Some((l, r)) => {
+                    left.push(l);
+                    right.push(r);
+                }
+                None => break,
+            }
+        }
+        if left.len() == modulus as usize + 1 {
+            break (left, right);
+        }
+        window *= 2;
+    };
     if left.first() != left.last() || right.first() != right.last() {
         return Err(Error::Compute(
             "the network's context is not periodic with its modulus (it does not have the \

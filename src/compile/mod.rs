@@ -22,6 +22,7 @@ pub mod convert_addition;
 pub mod deriv_time;
 pub mod extend_matrices;
 pub mod graph;
+pub mod kaldi_draws;
 pub mod looped;
 pub mod memory;
 pub mod memory_compression;

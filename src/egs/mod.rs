@@ -4,7 +4,6 @@
 //! `ExampleMerger`).
 
 pub mod cut;
-pub mod kaldi_rand;
 pub mod merge;
 pub mod splitter;
 pub mod stl_order;

@@ -7,9 +7,9 @@
 //! neighbour), uncovered frames anywhere (spread evenly, placed at random), and each output
 //! frame's weight is 1 / (number of chunks that contain it).
 
-use super::kaldi_rand::GlibcRand;
 use crate::error::{Error, Result};
 use crate::io::codec::fmt_g;
+use crate::kaldi_rand::GlibcRand;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Kaldi's `ExampleGenerationConfig`.

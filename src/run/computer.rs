@@ -17,6 +17,7 @@ use crate::compile::computation::{
     BackpropCommand, Command, NnetComputation, PropagateCommand, SubMatrixInfo,
 };
 use crate::error::{Error, Result};
+use crate::kaldi_rand::GlibcRand;
 use crate::matrix::{CuCompressedMatrix, MatView, MatViewMut, Matrix, Real, Trans};
 use crate::nnet::component::{
     Backprop, BackpropInPlace, Component, Memo, PrecomputedIndexes, Propagate, PropagateInPlace,
@@ -24,6 +25,7 @@ use crate::nnet::component::{
 };
 use crate::nnet::Nnet;
 use rand::rngs::StdRng;
+use rand::RngCore;
 use std::collections::HashMap;
 
 /// Every matrix of the computation must fit the memory limit (`crate::limits`) before any is
@@ -96,7 +98,35 @@ pub struct NnetComputer<'a> {
     poison_undefined: bool,
     /// The one source of randomness for the components (dropout masks, self-repair,
     /// sampled statistics). Commands run in order on one thread, so a seed fixes every draw.
-    rng: StdRng,
+    rng: ComputerRng,
+}
+
+/// The components' generator: seeded here, or Kaldi's `rand()` stream lent by a trainer
+/// ([`NnetComputer::with_kaldi_rand`]) and handed back with [`NnetComputer::take_kaldi_rand`].
+enum ComputerRng {
+    Seeded(StdRng),
+    Kaldi(GlibcRand),
+}
+
+impl RngCore for ComputerRng {
+    fn next_u32(&mut self) -> u32 {
+        match self {
+            ComputerRng::Seeded(r) => r.next_u32(),
+            ComputerRng::Kaldi(r) => r.next_u32(),
+        }
+    }
+    fn next_u64(&mut self) -> u64 {
+        match self {
+            ComputerRng::Seeded(r) => r.next_u64(),
+            ComputerRng::Kaldi(r) => r.next_u64(),
+        }
+    }
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        match self {
+            ComputerRng::Seeded(r) => r.fill_bytes(dst),
+            ComputerRng::Kaldi(r) => r.fill_bytes(dst),
+        }
+    }
 }
 
 /// The network a computer runs: shared, or (training) held mutably so that component
@@ -197,7 +227,7 @@ impl<'a> NnetComputer<'a> {
             forward_done: false,
             scratch: Matrix::default(),
             poison_undefined: false,
-            rng: crate::random::seeded_rng(DEFAULT_SEED),
+            rng: ComputerRng::Seeded(crate::random::seeded_rng(DEFAULT_SEED)),
         }
     }
 
@@ -205,8 +235,29 @@ impl<'a> NnetComputer<'a> {
     /// passes `--srand` plus the minibatch index, so a run is reproducible and minibatches
     /// draw different masks.
     pub fn with_seed(mut self, seed: u64) -> Self {
-        self.rng = crate::random::seeded_rng(seed);
+        self.rng = ComputerRng::Seeded(crate::random::seeded_rng(seed));
         self
+    }
+
+    /// Lends the components Kaldi's `rand()` stream (the trainer's, `srand(--srand)`), so
+    /// that statistics sampling and self-repair take Kaldi's values in Kaldi's order.
+    pub fn with_kaldi_rand(mut self, rand: GlibcRand) -> Self {
+        self.rng = ComputerRng::Kaldi(rand);
+        self
+    }
+
+    /// Gives back the stream lent by [`Self::with_kaldi_rand`], where it now stands.
+    pub fn take_kaldi_rand(&mut self) -> Option<GlibcRand> {
+        match std::mem::replace(
+            &mut self.rng,
+            ComputerRng::Seeded(crate::random::seeded_rng(DEFAULT_SEED)),
+        ) {
+            ComputerRng::Kaldi(r) => Some(r),
+            other => {
+                self.rng = other;
+                None
+            }
+        }
     }
 
     /// Sends component statistics (Propagate commands with `store_stats`) to the components
@@ -724,20 +775,40 @@ impl<'a> NnetComputer<'a> {
         } else {
             None
         };
-        let nnet: &Nnet = self.nnet.get();
-        let comp: &dyn Component = nnet.components[c].as_ref();
-        let to_update: Option<&mut dyn Component> = if update {
-            match self.delta.as_deref_mut() {
-                Some(d) => Some(d.components[c].as_mut()),
-                None => {
-                    return Err(Error::Compute(format!(
-                        "the computation updates component '{}' but no delta network was given",
-                        nnet.component_names.get(c).map_or("?", |s| s.as_str())
-                    )))
-                }
-            }
+        // Kaldi hands a component that is not updatable the network that receives the
+        // statistics (the one being trained) as its `to_update`, not the delta: the
+        // nonlinearities' derivative statistics and a CompositeComponent's go straight into
+        // the model. That is the component running the step, so the step runs on a copy.
+        let into_stats = update
+            && !self.nnet.get().components[c]
+                .properties()
+                .has(Properties::UPDATABLE)
+            && (self.stats_nnet.is_some() || matches!(self.nnet, NetRef::Mut(_)));
+        let running: Box<dyn Component>;
+        let (comp, to_update): (&dyn Component, Option<&mut dyn Component>) = if into_stats {
+            running = self.nnet.get().components[c].clone();
+            let target: Option<&mut dyn Component> =
+                match stats_target(&mut self.stats_nnet, &mut self.nnet) {
+                    Some(n) => Some(n.components[c].as_mut()),
+                    None => None,
+                };
+            (running.as_ref(), target)
         } else {
-            None
+            let nnet: &Nnet = self.nnet.get();
+            let to_update: Option<&mut dyn Component> = if update {
+                match self.delta.as_deref_mut() {
+                    Some(d) => Some(d.components[c].as_mut()),
+                    None => {
+                        return Err(Error::Compute(format!(
+                            "the computation updates component '{}' but no delta network was given",
+                            nnet.component_names.get(c).map_or("?", |s| s.as_str())
+                        )))
+                    }
+                }
+            } else {
+                None
+            };
+            (nnet.components[c].as_ref(), to_update)
         };
         if in_deriv == 0 {
             comp.backprop(Backprop {

@@ -67,7 +67,7 @@ impl<'a> NnetComputeProb<'a> {
         let computation = self.compiler.compile(nnet, &request)?;
         let computer = NnetComputer::new(&computation, nnet, None);
         let objective_of = |name: &str| nnet.objective_type(name);
-        run_pass(computer, objective_of, &request, eg, false, |o| {
+        run_pass(computer, objective_of, &request, eg, false, None, |o| {
             let name = o.name.to_string();
             let e = self
                 .objectives
@@ -183,7 +183,15 @@ pub fn recompute_stats(egs: &[NnetExample], nnet: &mut Nnet) -> Result<()> {
                 .and_then(|o| o.1)
         };
         let computer = NnetComputer::storing_stats(&computation, nnet);
-        run_pass(computer, objective_of, &request, eg, false, |_| Ok(()))?;
+        run_pass(
+            computer,
+            objective_of,
+            &request,
+            eg,
+            false,
+            None,
+            |_| Ok(()),
+        )?;
     }
     Ok(())
 }

@@ -2,10 +2,11 @@
 //! nnet-utils: `ApplyL2Regularization`, `UpdateNnetWithMaxChange`, `ScaleBatchnormStats`,
 //! `ConstrainOrthonormal`, `FreezeNaturalGradient`).
 
+use crate::kaldi_rand::kaldi_rand_int;
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::component::Properties;
 use crate::nnet::Nnet;
-use rand::{Rng, RngCore};
+use rand::RngCore;
 
 /// Adds the L2 term to the delta: for every updatable component with `l2-regularize` > 0,
 /// delta += −2 · `l2_scale` · learning-rate · l2 · parameters. `l2_scale` is the number of
@@ -144,7 +145,7 @@ pub fn constrain_orthonormal(nnet: &mut Nnet, rng: &mut dyn RngCore) {
         };
         // One matrix per component, or each constrained one inside a composite.
         for (constraint, mut m) in u.orthonormal_constraints() {
-            if rng.random_range(0..4) != 0 {
+            if kaldi_rand_int(rng, 0, 3) != 0 {
                 continue;
             }
             if m.num_rows() <= m.num_cols() {

@@ -25,13 +25,15 @@ use super::network_ops::{
     update_nnet_with_max_change, MaxChangeStats,
 };
 use super::objective::{compute_objective, ObjectiveSum};
+use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::compile::request::ComputationRequest;
+use crate::compile::CachingCompiler;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
 use crate::io::GeneralMatrix;
+use crate::kaldi_rand::GlibcRand;
 use crate::matrix::Matrix;
 use crate::nnet::{Nnet, ObjectiveType};
-use crate::random::CountingRng;
 use crate::run::NnetComputer;
 
 /// One supervised output after the forward pass: its name, objective type, supervision, the
@@ -46,15 +48,26 @@ pub struct OutputResult<'a> {
 
 /// Runs `computer` (compiled for `request`, made from `eg`) on `eg`: the inputs in, the
 /// forward pass, every requested output's objective handed to `each_output`, and with
-/// `backward` the objectives' derivatives in and the backward pass.
+/// `backward` the objectives' derivatives in and the backward pass. `kaldi_rand`, when given,
+/// is lent to the computer for the pass (the components' draws from Kaldi's `rand()` stream)
+/// and comes back where the pass left it.
+#[allow(clippy::too_many_arguments)]
 pub fn run_pass(
     mut computer: NnetComputer<'_>,
     nnet_objective: impl Fn(&str) -> Option<ObjectiveType>,
     request: &ComputationRequest,
     eg: &NnetExample,
     backward: bool,
+    kaldi_rand: Option<&mut GlibcRand>,
     mut each_output: impl FnMut(OutputResult<'_>) -> Result<()>,
 ) -> Result<()> {
+    let kaldi_rand = match kaldi_rand {
+        Some(k) => {
+            computer = computer.with_kaldi_rand(std::mem::take(k));
+            Some(k)
+        }
+        None => None,
+    };
     for spec in &request.inputs {
         if let Some(io) = eg.get(&spec.name) {
             computer.accept_input(&spec.name, io.features.to_matrix())?;
@@ -84,6 +97,9 @@ pub fn run_pass(
     }
     if backward {
         computer.run_backward()?;
+    }
+    if let (Some(k), Some(r)) = (kaldi_rand, computer.take_kaldi_rand()) {
+        *k = r;
     }
     Ok(())
 }
@@ -185,10 +201,17 @@ pub struct KaldiUpdate {
     /// inside); between minibatches it holds the momentum.
     pub delta: Nnet,
     pub max_change: MaxChangeStats,
-    /// `--srand`, which seeds `rng` and picks the backstitch minibatches.
+    /// `--srand`, which seeds `kaldi_rand`.
     pub srand: u64,
-    /// The orthonormal constraint's random choices.
-    pub rng: CountingRng,
+    /// Kaldi's process-wide `rand()` stream, `srand(--srand)` as `nnet3-train` seeds it:
+    /// statistics sampling, self-repair, the orthonormal constraint and the compiler's checks
+    /// draw from it in Kaldi's order, so that the stored statistics are Kaldi's.
+    pub kaldi_rand: GlibcRand,
+    /// Kaldi's `srand_seed_` (the stream's first draw, `RandInt(0, 100000)`): which
+    /// minibatches take a backstitch step, and the reseed before each backstitch pass.
+    pub srand_seed: i32,
+    /// The compilations Kaldi would make, replayed for their draws.
+    pub kaldi_draws: KaldiCompileDraws,
 }
 
 impl KaldiUpdate {
@@ -196,20 +219,55 @@ impl KaldiUpdate {
     pub fn new(nnet: &Nnet, opts: KaldiUpdateOptions, srand: u64) -> Self {
         let mut delta = nnet.clone();
         delta.scale_all(0.0);
+        let mut kaldi_rand = GlibcRand::new(srand as u32);
+        let srand_seed = kaldi_rand.rand_int(0, 100_000);
         KaldiUpdate {
             opts,
             delta,
             max_change: MaxChangeStats::default(),
-            rng: CountingRng::new(srand),
             srand,
+            kaldi_rand,
+            srand_seed,
+            kaldi_draws: KaldiCompileDraws::default(),
         }
     }
 
+    /// The draws Kaldi's compiler makes for `request` (its checks), replayed on the stream
+    /// after `compiler` compiled it.
+    pub fn replay_compile_draws(
+        &mut self,
+        nnet: &Nnet,
+        request: &ComputationRequest,
+        compiler: &CachingCompiler,
+    ) {
+        self.kaldi_draws.draw(
+            nnet,
+            request,
+            compiler.options().use_shortcut,
+            &mut |r| compiler.peek(r),
+            &mut self.kaldi_rand,
+        );
+    }
+
     /// Whether minibatch `n` (counted from the start of training) takes backstitch's two
-    /// steps: n ≡ srand modulo the interval.
+    /// steps: n ≡ `srand_seed` modulo the interval.
     pub fn backstitch_now(&self, n: u64) -> bool {
         let interval = self.opts.backstitch_training_interval.max(1) as u64;
-        self.opts.backstitch_training_scale > 0.0 && n % interval == self.srand % interval
+        self.opts.backstitch_training_scale > 0.0
+            && n % interval == self.srand_seed as u64 % interval
+    }
+
+    /// Before each backstitch pass on minibatch `n`: Kaldi reseeds its stream with
+    /// `srand_seed` + n, so both passes draw the same values (masks, statistics choices).
+    pub fn reseed_for_backstitch(&mut self, n: u64) {
+        self.kaldi_rand = GlibcRand::new(self.srand_seed.wrapping_add(n as i32) as u32);
+    }
+
+    /// Kaldi's `GetNumNvalues` before the L2 term: its one draw (a spot check on one call in
+    /// 101), then the sequence count.
+    fn num_n_values(&mut self, sequences: usize) -> usize {
+        self.kaldi_rand.rand_int(0, 100);
+        sequences
     }
 
     /// Sets the learning rate the next backward passes use (`SetLearningRate` on the delta
@@ -228,7 +286,7 @@ impl KaldiUpdate {
     /// pass on a minibatch of `sequences` sequences; false when the change was not finite
     /// (then nothing was applied and the momentum is dropped).
     pub fn step(&mut self, nnet: &mut Nnet, sequences: usize) -> bool {
-        let l2_scale = sequences as f32 * self.opts.l2_regularize_factor;
+        let l2_scale = self.num_n_values(sequences) as f32 * self.opts.l2_regularize_factor;
         apply_l2_regularization(nnet, l2_scale, &mut self.delta);
         let ok = update_nnet_with_max_change(
             &self.delta,
@@ -239,7 +297,7 @@ impl KaldiUpdate {
             &mut self.max_change,
         );
         scale_batchnorm_stats(self.opts.batchnorm_stats_scale, nnet);
-        constrain_orthonormal(nnet, &mut self.rng);
+        constrain_orthonormal(nnet, &mut self.kaldi_rand);
         self.delta
             .scale_all(if ok { self.opts.momentum } else { 0.0 });
         ok
@@ -258,7 +316,8 @@ impl KaldiUpdate {
             (1.0 + alpha, 1.0 + alpha)
         };
         if !first {
-            let l2_scale = sequences as f32 * self.opts.l2_regularize_factor / scale;
+            let l2_scale =
+                self.num_n_values(sequences) as f32 * self.opts.l2_regularize_factor / scale;
             apply_l2_regularization(nnet, l2_scale, &mut self.delta);
         }
         let ok = update_nnet_with_max_change(
@@ -270,7 +329,7 @@ impl KaldiUpdate {
             &mut self.max_change,
         );
         if first {
-            constrain_orthonormal(nnet, &mut self.rng);
+            constrain_orthonormal(nnet, &mut self.kaldi_rand);
         } else {
             scale_batchnorm_stats(self.opts.batchnorm_stats_scale, nnet);
         }

@@ -176,6 +176,8 @@ impl<'a> NnetTrainer<'a> {
     pub fn train(&mut self, eg: &NnetExample) -> Result<()> {
         let request = computation_request(self.nnet, eg, true, self.opts.store_component_stats)?;
         let computation = self.compiler.compile(self.nnet, &request)?;
+        self.update
+            .replay_compile_draws(self.nnet, &request, &self.compiler);
         crate::log::vlog(1, &self.opts.program, || {
             format!(
                 "minibatch {}: {} sequences, a computation of {} commands",
@@ -189,17 +191,17 @@ impl<'a> NnetTrainer<'a> {
             .srand
             .wrapping_add(self.num_minibatches_processed as u64);
         let sequences = num_sequences(eg);
-        if self
-            .update
-            .backstitch_now(self.num_minibatches_processed as u64)
-        {
-            // Both passes draw the same random numbers (same dropout masks); the first uses
-            // the natural-gradient estimates without updating them.
+        let n = self.num_minibatches_processed as u64;
+        if self.update.backstitch_now(n) {
+            // Both passes draw the same random numbers (the stream is reseeded before each);
+            // the first uses the natural-gradient estimates without updating them.
             self.update.freeze_natural_gradient(true);
+            self.update.reseed_for_backstitch(n);
             self.forward_backward(eg, &request, &computation, seed, "")?;
             let ok = self.update.backstitch_step(self.nnet, sequences, true);
             self.warn_unless(ok);
             self.update.freeze_natural_gradient(false);
+            self.update.reseed_for_backstitch(n);
             self.forward_backward(eg, &request, &computation, seed, "_backstitch")?;
             let ok = self.update.backstitch_step(self.nnet, sequences, false);
             self.warn_unless(ok);
@@ -235,12 +237,22 @@ impl<'a> NnetTrainer<'a> {
                 .find(|(n, _)| n == name)
                 .and_then(|o| o.1)
         };
-        let computer =
-            NnetComputer::for_training(computation, nnet, &mut self.update.delta).with_seed(seed);
-        run_pass(computer, objective_of, request, eg, true, |o| {
-            sums.push((format!("{}{suffix}", o.name), o.objective));
-            Ok(())
-        })?;
+        let KaldiUpdate {
+            delta, kaldi_rand, ..
+        } = &mut self.update;
+        let computer = NnetComputer::for_training(computation, nnet, delta).with_seed(seed);
+        run_pass(
+            computer,
+            objective_of,
+            request,
+            eg,
+            true,
+            Some(kaldi_rand),
+            |o| {
+                sums.push((format!("{}{suffix}", o.name), o.objective));
+                Ok(())
+            },
+        )?;
         SingleProcess.reduce(&mut self.update.delta)?;
         let (program, interval, mb) = (
             self.opts.program.clone(),

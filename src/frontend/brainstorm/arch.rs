@@ -55,6 +55,20 @@ impl Architecture<'_> {
             .iter()
             .find(|c| c.to == to && c.input == input)
     }
+    /// Every connection into input `input` of layer `to`, in the order Brainstorm lays their
+    /// outputs side by side in the input's buffer: sorted by the source's path
+    /// `LAYER.outputs.OUTPUT` (the sorted sources of its layout hub).
+    pub fn connections_into(&self, to: usize, input: &str) -> Vec<&Connection> {
+        let mut v: Vec<&Connection> = self
+            .connections
+            .iter()
+            .filter(|c| c.to == to && c.input == input)
+            .collect();
+        let path = |c: &Connection| format!("{}.outputs.{}", self.layers[c.from].name, c.output);
+        v.sort_by_key(|c| path(c));
+        v
+    }
+
     /// The connections out of output `output` of layer `from`.
     pub fn out_of<'s>(
         &'s self,
@@ -326,13 +340,15 @@ fn connections(
                         ),
                     ));
                 }
-                if let Some(prev) = conns.iter().find(|c| c.to == to && c.input == input) {
+                if conns
+                    .iter()
+                    .any(|c| c.to == to && c.input == input && c.from == from && c.output == m.key)
+                {
                     return Err(src.error(
                         t.at,
                         format!(
-                            "input '{}.{input}' is already connected from '{}.{}' (an input takes \
-                             one connection; use a Merge layer to combine)",
-                            tl.name, layers[prev.from].name, prev.output
+                            "'{}.{}' is connected to '{}.{input}' twice",
+                            fl.name, m.key, tl.name
                         ),
                     ));
                 }

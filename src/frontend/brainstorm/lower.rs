@@ -215,9 +215,22 @@ impl<'a> Lowering<'_, 'a, '_> {
         self.outs.insert((self.cur, output.to_string()), e);
     }
 
-    /// The connection into `input` (present: `arch` checked every input is connected).
+    /// The connection into `input` (present: `arch` checked every input is connected); an
+    /// input that takes data may have several ([`Self::input`]), any other just one.
     fn conn(&self, input: &str) -> Result<&'a Connection> {
         let arch: &'a Architecture<'_> = self.arch;
+        let all = arch.connections_into(self.cur, input);
+        if all.len() > 1 {
+            return Err(self.src.error(
+                all[1].at,
+                format!(
+                    "input '{}.{input}' has {} connections; only an input that takes data \
+                     concatenates several",
+                    self.name(),
+                    all.len()
+                ),
+            ));
+        }
         arch.connection_into(self.cur, input).ok_or_else(|| {
             self.err(
                 self.layer_ref().at,
@@ -226,8 +239,49 @@ impl<'a> Lowering<'_, 'a, '_> {
         })
     }
 
-    /// What feeds `input`, as data.
+    /// What feeds `input`, as data. Several connections into one input are concatenated on
+    /// the last feature axis in Brainstorm's order (`combine_buffer_structures`, laid out
+    /// by sorted source): an `Append`.
     fn input(&self, input: &str) -> Result<Expr> {
+        let all = self.arch.connections_into(self.cur, input);
+        if all.len() > 1 {
+            let mut parts = Vec::with_capacity(all.len());
+            let mut dim = 0;
+            for c in all {
+                let e = self.source(c)?;
+                if e.role == Role::Loss {
+                    return Err(self.src.error(
+                        c.at,
+                        format!(
+                            "'{}.{}' is a loss; only a Loss layer takes it",
+                            self.arch.layers[c.from].name, c.output
+                        ),
+                    ));
+                }
+                if e.shape.len() > 1 {
+                    return Err(self.src.error(
+                        c.at,
+                        format!(
+                            "'{}.{}' has shape {:?} and shares input '{}.{input}' with other \
+                             connections; Brainstorm concatenates them on the last axis, which \
+                             interleaves columns of a multi-dimensional shape, and nnet3's \
+                             Append cannot",
+                            self.arch.layers[c.from].name,
+                            c.output,
+                            e.shape,
+                            self.name()
+                        ),
+                    ));
+                }
+                dim += e.dim();
+                parts.push(e.desc);
+            }
+            return Ok(Expr {
+                desc: Desc::append(parts),
+                shape: vec![dim],
+                role: Role::Data,
+            });
+        }
         let c = self.conn(input)?;
         let e = self.source(c)?;
         if e.role == Role::Loss {

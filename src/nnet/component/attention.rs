@@ -29,9 +29,10 @@ use crate::error::Result;
 use crate::index::{Index, TRange, NO_TIME};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
+use crate::kaldi_rand::kaldi_rand_int;
 use crate::matrix::{Matrix, Trans};
 use crate::nnet::config_line::ConfigLine;
-use rand::{Rng, RngCore};
+use rand::RngCore;
 use std::collections::{BTreeSet, HashSet};
 
 const TYPE: &str = "RestrictedAttentionComponent";
@@ -495,7 +496,7 @@ impl Component for RestrictedAttentionComponent {
             self.stats_count = 0.0;
         }
         // Kaldi stores them for a random two minibatches in three, to save time.
-        if s.rng.random_range(0..3) == 0 {
+        if kaldi_rand_int(s.rng, 0, 2) == 0 {
             return;
         }
         let mut sums = vec![0.0f32; heads * cd];

@@ -31,9 +31,10 @@ use crate::error::Result;
 use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
+use crate::kaldi_rand::kaldi_rand_uniform;
 use crate::matrix::{backprop_gru_cell, MatView, MatViewMut, Matrix, Trans, Vector};
 use crate::nnet::config_line::ConfigLine;
-use rand::{Rng, RngCore};
+use rand::RngCore;
 
 const GRU: &str = "GruNonlinearityComponent";
 const OUTPUT_GRU: &str = "OutputGruNonlinearityComponent";
@@ -167,7 +168,7 @@ impl TanhStats {
         mut h_deriv: MatViewMut<'_>,
         rng: &mut dyn RngCore,
     ) {
-        if rng.random::<f32>() > REPAIR_AND_STATS_PROBABILITY {
+        if kaldi_rand_uniform(rng) > REPAIR_AND_STATS_PROBABILITY {
             return;
         }
         let c = h.num_cols();

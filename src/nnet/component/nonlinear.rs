@@ -17,9 +17,9 @@ use super::{
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
+use crate::kaldi_rand::{kaldi_rand_int, kaldi_rand_uniform};
 use crate::matrix::{MatView, MatViewMut, Trans};
 use crate::nnet::config_line::ConfigLine;
-use rand::Rng;
 use rand::RngCore;
 
 /// Kaldi's sentinel for "threshold not set: use the per-type default".
@@ -228,7 +228,8 @@ impl NonlinearComponent {
     /// Accumulates output-derivative squares on about 3 of 4 calls, always on the first
     /// (Kaldi's `StoreBackpropStats`).
     fn store_backprop_stats(&mut self, out_deriv: MatView<'_>, rng: &mut dyn RngCore) {
-        if self.oderiv_count != 0.0 && rng.random_range(0..4) == 0 {
+        // Kaldi draws first, then looks at the count.
+        if kaldi_rand_int(rng, 0, 3) == 0 && self.oderiv_count != 0.0 {
             return;
         }
         let dim = self.dim;
@@ -286,7 +287,7 @@ impl NonlinearComponent {
         if self.self_repair_scale == 0.0
             || self.count == 0.0
             || self.deriv_sum.len() != self.dim
-            || rng.random::<f32>() > REPAIR_PROBABILITY
+            || kaldi_rand_uniform(rng) > REPAIR_PROBABILITY
         {
             return;
         }
@@ -317,7 +318,7 @@ impl NonlinearComponent {
         if self.self_repair_scale == 0.0 || self.count == 0.0 || self.deriv_sum.len() != dim {
             return;
         }
-        if rng.random::<f32>() > REPAIR_PROBABILITY {
+        if kaldi_rand_uniform(rng) > REPAIR_PROBABILITY {
             return;
         }
         upd.num_dims_processed += bd as f64;
@@ -610,8 +611,9 @@ impl Component for NonlinearComponent {
         let (out_value, rng) = (s.out_value, s.rng);
         match self.kind {
             NonlinearKind::Sigmoid | NonlinearKind::Tanh | NonlinearKind::RectifiedLinear => {
-                // Kaldi stores these on about every other minibatch, always on the first.
-                if self.count != 0.0 && rng.random_range(0..2) == 0 {
+                // Kaldi stores these on about every other minibatch, always on the first
+                // (its draw comes first, whatever the count).
+                if kaldi_rand_int(rng, 0, 1) == 0 && self.count != 0.0 {
                     return;
                 }
                 let d = self.deriv_from_output(out_value);

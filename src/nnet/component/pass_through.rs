@@ -11,9 +11,9 @@ use super::{
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::TokenReader;
+use crate::kaldi_rand::kaldi_rand_uniform;
 use crate::matrix::{MatView, MatViewMut, Trans};
 use crate::nnet::config_line::ConfigLine;
-use rand::Rng;
 use rand::RngCore;
 
 /// Identity; scales the back-propagated derivative by `backprop-scale`.
@@ -238,7 +238,7 @@ impl ClipGradientComponent {
         if self.self_repair_clipped_proportion_threshold >= 1.0
             || self.self_repair_scale == 0.0
             || self.count == 0
-            || rng.random::<f32>() > REPAIR_PROBABILITY
+            || kaldi_rand_uniform(rng) > REPAIR_PROBABILITY
         {
             return;
         }

@@ -27,7 +27,6 @@
 
 use crate::compile::context::nnet_context;
 use crate::egs::cut::{chunk_example, input_io, sparse_row};
-use crate::egs::kaldi_rand::GlibcRand;
 use crate::egs::merge::{merge_examples, structure_hash};
 use crate::egs::splitter::{ExampleGenerationConfig, UtteranceSplitter};
 use crate::error::{Error, Result};
@@ -37,6 +36,7 @@ use crate::io::mlf::{LabelMap, Mlf};
 use crate::io::sparse::{GeneralMatrix, SparseMatrix};
 use crate::io::table::{RandomAccessTableReader, SequentialTableReader};
 use crate::io::{Posterior, RandomAccessVectorReader};
+use crate::kaldi_rand::GlibcRand;
 use crate::matrix::Matrix;
 use crate::nnet::Nnet;
 use rand::seq::SliceRandom;

@@ -17,6 +17,7 @@ use crate::compile::NnetComputation;
 use crate::egs::merge::merge_examples;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
+use crate::kaldi_rand::GlibcRand;
 use crate::log::{fmt_g, log, warn};
 use crate::nnet::Nnet;
 use crate::run::NnetComputer;
@@ -133,15 +134,6 @@ pub struct FitSummary {
 enum Updater {
     Plain { grad: Nnet, stepper: Stepper },
     Kaldi(Box<KaldiUpdate>),
-}
-
-impl Updater {
-    fn target(&mut self) -> &mut Nnet {
-        match self {
-            Updater::Plain { grad, .. } => grad,
-            Updater::Kaldi(k) => &mut k.delta,
-        }
-    }
 }
 
 /// Paths inside the output directory.
@@ -312,7 +304,7 @@ pub fn fit(
     let mut updater = if kind == StepperKind::NaturalGradient {
         let mut k = kaldi_update(&nnet, &opts.stepper, opts.srand);
         if let Some(b) = &stepper_bytes {
-            k.read_state(b, state.global_minibatch, &ckpt_path)?;
+            k.read_state(b, &ckpt_path)?;
             super::ng_state::restore(&mut k.delta, &ng_bytes, &ckpt_path)?;
         }
         Updater::Kaldi(Box::new(k))
@@ -414,6 +406,9 @@ pub fn fit(
             let request = computation_request(&nnet, &eg, true, opts.store_component_stats)
                 .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
             let computation = compiler.compile(&nnet, &request)?;
+            if let Updater::Kaldi(k) = &mut updater {
+                k.replay_compile_draws(&nnet, &request, &compiler);
+            }
             let seed = opts.srand.wrapping_add(state.global_minibatch);
             let sequences = num_sequences(&eg);
             let not_finite = |objf: f64| {
@@ -429,7 +424,7 @@ pub fn fit(
                 Updater::Plain { .. } => false,
             };
             let mut reducer = SingleProcess;
-            let mut fb = |nnet: &mut Nnet, target: &mut Nnet| {
+            let mut fb = |nnet: &mut Nnet, target: &mut Nnet, kaldi: Option<&mut GlibcRand>| {
                 let sums = forward_backward(
                     nnet,
                     target,
@@ -437,6 +432,7 @@ pub fn fit(
                     &computation,
                     &eg,
                     seed,
+                    kaldi,
                     &train.source,
                 )?;
                 reducer.reduce(target)?;
@@ -447,18 +443,35 @@ pub fn fit(
                     // Kaldi's backstitch: both passes draw the same random numbers; the
                     // first uses the natural-gradient estimates without updating them. The
                     // first pass's objective is the minibatch's.
+                    let n = state.global_minibatch;
                     k.freeze_natural_gradient(true);
-                    let first = fb(&mut nnet, &mut k.delta)?;
+                    k.reseed_for_backstitch(n);
+                    let KaldiUpdate {
+                        delta, kaldi_rand, ..
+                    } = &mut **k;
+                    let first = fb(&mut nnet, delta, Some(kaldi_rand))?;
                     if !first[0].is_finite() {
                         return Err(not_finite(first[0]));
                     }
                     let ok = k.backstitch_step(&mut nnet, sequences, true);
                     k.freeze_natural_gradient(false);
-                    fb(&mut nnet, &mut k.delta)?;
+                    k.reseed_for_backstitch(n);
+                    let KaldiUpdate {
+                        delta, kaldi_rand, ..
+                    } = &mut **k;
+                    fb(&mut nnet, delta, Some(kaldi_rand))?;
                     (first, k.backstitch_step(&mut nnet, sequences, false) && ok)
                 }
                 (u, _) => {
-                    let sums = fb(&mut nnet, u.target())?;
+                    let sums = match u {
+                        Updater::Kaldi(k) => {
+                            let KaldiUpdate {
+                                delta, kaldi_rand, ..
+                            } = &mut **k;
+                            fb(&mut nnet, delta, Some(kaldi_rand))?
+                        }
+                        Updater::Plain { grad, .. } => fb(&mut nnet, grad, None)?,
+                    };
                     if !sums[0].is_finite() {
                         return Err(not_finite(sums[0]));
                     }
@@ -679,6 +692,7 @@ pub fn fit(
 
 /// The step core's pass into `target` (the stepper's network): the objective, its weight,
 /// the correct frames and the accuracy's weight, summed over the outputs.
+#[allow(clippy::too_many_arguments)]
 fn forward_backward(
     nnet: &mut Nnet,
     target: &mut Nnet,
@@ -686,6 +700,7 @@ fn forward_backward(
     computation: &NnetComputation,
     eg: &NnetExample,
     seed: u64,
+    kaldi_rand: Option<&mut GlibcRand>,
     source: &str,
 ) -> Result<[f64; 4]> {
     let mut sums = [0.0; 4];
@@ -701,7 +716,7 @@ fn forward_backward(
             .and_then(|o| o.1)
     };
     let computer = NnetComputer::for_training(computation, nnet, target).with_seed(seed);
-    run_pass(computer, objective_of, request, eg, true, |o| {
+    run_pass(computer, objective_of, request, eg, true, kaldi_rand, |o| {
         let acc = compute_accuracy(o.supervision, o.output);
         sums[0] += o.objective.tot_objf;
         sums[1] += o.objective.tot_weight;

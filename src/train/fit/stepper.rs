@@ -15,9 +15,10 @@
 //! (natural gradient), then L2, max-change, momentum, BatchNorm-stats scaling and the
 //! orthonormal constraint. This file adds its checkpoint state.
 
+use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::error::{Error, Result};
+use crate::kaldi_rand::GlibcRand;
 use crate::nnet::Nnet;
-use crate::random::CountingRng;
 use crate::train::step::{KaldiUpdate, KaldiUpdateOptions};
 use rand::rngs::StdRng;
 
@@ -575,7 +576,17 @@ impl KaldiUpdate {
     /// statistics (the momentum between minibatches).
     pub fn write_state(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"ng\0");
-        out.extend_from_slice(&self.rng.words.to_le_bytes());
+        let words = self.kaldi_rand.state_words();
+        out.extend_from_slice(&(words.len() as u64).to_le_bytes());
+        for w in words {
+            out.extend_from_slice(&(w as u64).to_le_bytes());
+        }
+        out.extend_from_slice(&(self.srand_seed as i64 as u64).to_le_bytes());
+        let keys = self.kaldi_draws.keys();
+        out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        for k in keys {
+            out.extend_from_slice(&k.to_le_bytes());
+        }
         // Without momentum the delta is zero between minibatches: no blocks are written (a
         // model-sized part less to write and sync).
         let blocks: Vec<&dyn crate::nnet::component::UpdatableComponent> = self
@@ -598,9 +609,8 @@ impl KaldiUpdate {
     }
 
     /// Reads what [`KaldiUpdate::write_state`] wrote; the delta network must have the
-    /// same blocks (a checkpoint of this network), its values finite, and the generator's
-    /// position must be one that `minibatches` minibatches can reach.
-    pub fn read_state(&mut self, bytes: &[u8], minibatches: u64, file: &str) -> Result<()> {
+    /// same blocks (a checkpoint of this network) and its values must be finite.
+    pub fn read_state(&mut self, bytes: &[u8], file: &str) -> Result<()> {
         let mut r = ByteReader {
             bytes,
             pos: 0,
@@ -613,25 +623,24 @@ impl KaldiUpdate {
                  --stepper=ng"
             )));
         }
-        let words = r.u64()?;
-        // The orthonormal constraint draws one number per constrained matrix per minibatch;
-        // four times that leaves room for the generator's rejections.
-        let constraints: u64 = self
-            .delta
-            .components
-            .iter_mut()
-            .filter_map(|c| c.as_updatable_mut())
-            .map(|u| u.orthonormal_constraints().len() as u64)
-            .sum();
-        let most = minibatches
-            .saturating_add(1)
-            .saturating_mul(constraints.saturating_mul(8))
-            .saturating_add(64);
-        if words > most {
-            return Err(r.err(&format!(
-                "the generator has drawn {words} numbers, more than {minibatches} minibatches \
-                 can (a damaged checkpoint)"
-            )));
+        let num_words = r.u64()?;
+        if num_words != 35 {
+            return Err(r.err("a random-generator state of 35 words"));
+        }
+        let mut words = Vec::with_capacity(35);
+        for _ in 0..35 {
+            words.push(r.u64()? as u32);
+        }
+        let kaldi_rand = GlibcRand::from_state_words(&words)
+            .ok_or_else(|| r.err("a valid random-generator state"))?;
+        let srand_seed = r.u64()? as i64 as i32;
+        let num_keys = r.u64()?;
+        if num_keys > (bytes.len() / 8) as u64 {
+            return Err(r.err("a count of compiled requests that fits the file"));
+        }
+        let mut keys = Vec::with_capacity(num_keys as usize);
+        for _ in 0..num_keys {
+            keys.push(r.u64()?);
         }
         let n = r.u64()?;
         let mut blocks: Vec<&mut dyn crate::nnet::component::UpdatableComponent> = self
@@ -664,7 +673,9 @@ impl KaldiUpdate {
             u.unvectorize(&v);
         }
         super::fit_loop::restore_stats(&mut self.delta, &bytes[r.pos..], file)?;
-        self.rng = CountingRng::replayed(self.srand, words);
+        self.kaldi_rand = kaldi_rand;
+        self.srand_seed = srand_seed;
+        self.kaldi_draws = KaldiCompileDraws::from_keys(&keys);
         Ok(())
     }
 }
@@ -672,7 +683,6 @@ impl KaldiUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::RngCore;
 
     fn stepper(kind: StepperKind) -> Stepper {
         Stepper::new(StepperOptions {
@@ -754,31 +764,6 @@ mod tests {
 
     /// After any mix of 32- and 64-bit draws and byte fills, the generator replayed from
     /// its word count continues with the same numbers.
-    #[test]
-    fn a_replayed_generator_continues_where_the_original_was() {
-        let mut a = CountingRng::new(11);
-        let mut buf = [0u8; 7];
-        for i in 0..300 {
-            match i % 5 {
-                0 | 3 => {
-                    a.next_u64();
-                }
-                1 => a.fill_bytes(&mut buf),
-                _ => {
-                    a.next_u32();
-                }
-            }
-        }
-        let mut b = CountingRng::replayed(11, a.words);
-        let next_a: Vec<u64> = (0..40).map(|_| a.next_u64()).collect();
-        let next_b: Vec<u64> = (0..40).map(|_| b.next_u64()).collect();
-        assert_eq!(next_a, next_b);
-        assert_ne!(
-            CountingRng::replayed(11, a.words + 1).next_u64(),
-            a.next_u64()
-        );
-    }
-
     #[test]
     fn rmsprop_grows_the_step_while_the_sign_holds() {
         let mut s = stepper(StepperKind::RmsProp);

@@ -42,6 +42,27 @@ impl GlibcRand {
         g
     }
 
+    /// The generator's whole state (34 words and the position), for a checkpoint.
+    pub fn state_words(&self) -> Vec<u32> {
+        let mut v = self.state.to_vec();
+        v.push(self.pos as u32);
+        v
+    }
+
+    /// The generator [`Self::state_words`] described; `None` for words that are not one.
+    pub fn from_state_words(words: &[u32]) -> Option<Self> {
+        let (&pos, state) = words.split_last()?;
+        if state.len() != 34 || pos >= 34 {
+            return None;
+        }
+        let mut s = [0u32; 34];
+        s.copy_from_slice(state);
+        Some(GlibcRand {
+            state: s,
+            pos: pos as usize,
+        })
+    }
+
     fn step(&mut self) -> u32 {
         // A ring over the last 34 values: x[k] = x[k-31] + x[k-3].
         let k = self.pos;
@@ -185,6 +206,42 @@ impl Mt19937 {
     }
 }
 
+/// `rand()` as a generator the components draw from (`next_u32` is one `rand()` value), so
+/// that a trainer can hand Kaldi's process-wide stream to the computer: the components that
+/// draw with [`kaldi_rand_int`] and [`kaldi_rand_uniform`] then take the values Kaldi's
+/// `nnet3-train` takes, in its order.
+impl rand::RngCore for GlibcRand {
+    fn next_u32(&mut self) -> u32 {
+        self.rand() as u32
+    }
+    fn next_u64(&mut self) -> u64 {
+        let hi = self.rand() as u64;
+        (hi << 32) | self.rand() as u64
+    }
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        for chunk in dst.chunks_mut(4) {
+            let v = self.rand().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// Kaldi's `RandInt(min, max)` on any generator: one 31-bit draw (`rand()` on a
+/// [`GlibcRand`]) reduced modulo the range, no draw when the range has one value.
+pub fn kaldi_rand_int(rng: &mut dyn rand::RngCore, min: i32, max: i32) -> i32 {
+    if max <= min {
+        return min;
+    }
+    let r = (rng.next_u32() & 0x7fff_ffff) as i64;
+    (min as i64 + r % (max as i64 - min as i64 + 1)) as i32
+}
+
+/// Kaldi's `RandUniform()`: `(rand() + 1) / (RAND_MAX + 2)`, in (0, 1).
+pub fn kaldi_rand_uniform(rng: &mut dyn rand::RngCore) -> f32 {
+    let r = (rng.next_u32() & 0x7fff_ffff) as f64;
+    ((r + 1.0) / (i32::MAX as f64 + 2.0)) as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +259,23 @@ mod tests {
         let mut g = Mt19937::new(5489);
         let v = (0..10_000).map(|_| g.next_u32()).last();
         assert_eq!(v, Some(4_123_659_995));
+    }
+
+    #[test]
+    fn kaldi_helpers_and_saved_state_follow_the_stream() {
+        let mut a = GlibcRand::new(5);
+        let mut b = a.clone();
+        for _ in 0..50 {
+            assert_eq!(kaldi_rand_int(&mut a, 0, 3), b.rand_int(0, 3));
+        }
+        let r = b.clone().rand();
+        let u = kaldi_rand_uniform(&mut b);
+        assert_eq!(u, ((r as f64 + 1.0) / (i32::MAX as f64 + 2.0)) as f32);
+        let mut c = GlibcRand::from_state_words(&a.state_words()).unwrap();
+        assert_eq!(c.rand(), a.rand());
+        assert!(GlibcRand::from_state_words(&[0; 3]).is_none());
+        let mut w = a.state_words();
+        w[34] = 34;
+        assert!(GlibcRand::from_state_words(&w).is_none());
     }
 }
