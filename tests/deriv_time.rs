@@ -166,7 +166,21 @@ fn run_computation(
 /// request is not computable.
 fn setup(seed: u64) -> Option<(Nnet, RandomRequest, &'static str, String)> {
     let net = random_nnet_config(seed, true);
-    let mut nnet = Nnet::from_config_text(&net.config, "<random>", &mut seeded_rng(seed))
+    // The GRUs self-repair on a random half of their backprop calls; a limited computation
+    // makes fewer calls than the full one, so the two would draw differently. Their
+    // self-repair is switched off here (it is tested with the components).
+    let config: String = net
+        .config
+        .lines()
+        .map(|l| {
+            if l.contains("GruNonlinearityComponent") {
+                format!("{l} self-repair-scale=0\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let mut nnet = Nnet::from_config_text(&config, "<random>", &mut seeded_rng(seed))
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     for c in nnet.components.iter_mut() {
         c.set_test_mode(true, &mut seeded_rng(0));

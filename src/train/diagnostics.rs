@@ -3,7 +3,7 @@
 
 use super::example::computation_request;
 use super::objective::{add_per_dim_accuracy, compute_accuracy, ObjectiveSum};
-use super::step::run_pass;
+use super::step::{output_objectives, run_pass};
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::Result;
 use crate::io::egs::NnetExample;
@@ -66,8 +66,8 @@ impl<'a> NnetComputeProb<'a> {
         let request = computation_request(nnet, eg, false, false)?;
         let computation = self.compiler.compile(nnet, &request)?;
         let computer = NnetComputer::new(&computation, nnet, None);
-        let objective_of = |name: &str| nnet.objective_type(name);
-        run_pass(computer, objective_of, &request, eg, false, None, |o| {
+        let objectives = output_objectives(nnet, &request);
+        run_pass(computer, &objectives, &request, eg, false, None, |o| {
             let name = o.name.to_string();
             let e = self
                 .objectives
@@ -171,27 +171,9 @@ pub fn recompute_stats(egs: &[NnetExample], nnet: &mut Nnet) -> Result<()> {
     for eg in egs {
         let request = computation_request(nnet, eg, false, true)?;
         let computation = compiler.compile(nnet, &request)?;
-        let objective_types: Vec<_> = request
-            .outputs
-            .iter()
-            .map(|o| (o.name.clone(), nnet.objective_type(&o.name)))
-            .collect();
-        let objective_of = |name: &str| {
-            objective_types
-                .iter()
-                .find(|(n, _)| n == name)
-                .and_then(|o| o.1)
-        };
+        let objectives = output_objectives(nnet, &request);
         let computer = NnetComputer::storing_stats(&computation, nnet);
-        run_pass(
-            computer,
-            objective_of,
-            &request,
-            eg,
-            false,
-            None,
-            |_| Ok(()),
-        )?;
+        run_pass(computer, &objectives, &request, eg, false, None, |_| Ok(()))?;
     }
     Ok(())
 }

@@ -46,15 +46,26 @@ pub struct OutputResult<'a> {
     pub objective: ObjectiveSum,
 }
 
+/// The objective of each output of `request`, in order (taken before the computer borrows
+/// the network).
+pub fn output_objectives(nnet: &Nnet, request: &ComputationRequest) -> Vec<ObjectiveType> {
+    request
+        .outputs
+        .iter()
+        .map(|o| nnet.objective_type(&o.name).unwrap_or_default())
+        .collect()
+}
+
 /// Runs `computer` (compiled for `request`, made from `eg`) on `eg`: the inputs in, the
-/// forward pass, every requested output's objective handed to `each_output`, and with
+/// forward pass, every requested output's objective (`objectives`, from
+/// [`output_objectives`]) handed to `each_output`, and with
 /// `backward` the objectives' derivatives in and the backward pass. `kaldi_rand`, when given,
 /// is lent to the computer for the pass (the components' draws from Kaldi's `rand()` stream)
 /// and comes back where the pass left it.
 #[allow(clippy::too_many_arguments)]
 pub fn run_pass(
     mut computer: NnetComputer<'_>,
-    nnet_objective: impl Fn(&str) -> Option<ObjectiveType>,
+    objectives: &[ObjectiveType],
     request: &ComputationRequest,
     eg: &NnetExample,
     backward: bool,
@@ -74,9 +85,8 @@ pub fn run_pass(
         }
     }
     computer.run_forward()?;
-    for spec in &request.outputs {
+    for (spec, &objective_type) in request.outputs.iter().zip(objectives) {
         let name = spec.name.as_str();
-        let objective_type = nnet_objective(name).unwrap_or_default();
         let supervision = eg
             .get(name)
             .map(|io| &io.features)

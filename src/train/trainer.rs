@@ -5,7 +5,9 @@
 
 use super::example::{computation_request, num_sequences};
 use super::network_ops::{zero_component_stats, MaxChangeStats};
-use super::step::{run_pass, GradientReduction, KaldiUpdate, KaldiUpdateOptions, SingleProcess};
+use super::step::{
+    output_objectives, run_pass, GradientReduction, KaldiUpdate, KaldiUpdateOptions, SingleProcess,
+};
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::compile::request::ComputationRequest;
 use crate::compile::NnetComputation;
@@ -226,24 +228,14 @@ impl<'a> NnetTrainer<'a> {
     ) -> Result<()> {
         let mut sums = Vec::new();
         let nnet = &mut *self.nnet;
-        let objective_types: Vec<_> = request
-            .outputs
-            .iter()
-            .map(|o| (o.name.clone(), nnet.objective_type(&o.name)))
-            .collect();
-        let objective_of = |name: &str| {
-            objective_types
-                .iter()
-                .find(|(n, _)| n == name)
-                .and_then(|o| o.1)
-        };
+        let objectives = output_objectives(nnet, request);
         let KaldiUpdate {
             delta, kaldi_rand, ..
         } = &mut self.update;
         let computer = NnetComputer::for_training(computation, nnet, delta).with_seed(seed);
         run_pass(
             computer,
-            objective_of,
+            &objectives,
             request,
             eg,
             true,

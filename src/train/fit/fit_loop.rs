@@ -25,7 +25,9 @@ use crate::train::diagnostics::{NnetComputeProb, NnetComputeProbOptions};
 use crate::train::example::{computation_request, num_sequences};
 use crate::train::network_ops::{scale_batchnorm_stats, zero_component_stats};
 use crate::train::objective::compute_accuracy;
-use crate::train::step::{run_pass, GradientReduction, KaldiUpdate, SingleProcess};
+use crate::train::step::{
+    output_objectives, run_pass, GradientReduction, KaldiUpdate, SingleProcess,
+};
 
 const P: &str = "compnet fit";
 
@@ -704,19 +706,9 @@ fn forward_backward(
     source: &str,
 ) -> Result<[f64; 4]> {
     let mut sums = [0.0; 4];
-    let objective_types: Vec<_> = request
-        .outputs
-        .iter()
-        .map(|o| (o.name.clone(), nnet.objective_type(&o.name)))
-        .collect();
-    let objective_of = |name: &str| {
-        objective_types
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|o| o.1)
-    };
+    let objectives = output_objectives(nnet, request);
     let computer = NnetComputer::for_training(computation, nnet, target).with_seed(seed);
-    run_pass(computer, objective_of, request, eg, true, kaldi_rand, |o| {
+    run_pass(computer, &objectives, request, eg, true, kaldi_rand, |o| {
         let acc = compute_accuracy(o.supervision, o.output);
         sums[0] += o.objective.tot_objf;
         sums[1] += o.objective.tot_weight;
