@@ -1,7 +1,10 @@
-//! The random numbers Kaldi's example tools draw: glibc's `rand()` in its default state
-//! (seed 1, the additive-feedback generator) and Kaldi's `RandInt` on top of it. Kaldi's
-//! binaries never seed it, so the same stream reproduces their random choices (chunk order,
-//! gap placement, which iVector row an example gets) and lets our egs match theirs byte for byte.
+//! The random numbers Kaldi's binaries draw: glibc's `rand()` (the additive-feedback
+//! generator) and Kaldi's `RandInt`/`RandUniform` on top of it. The example tools never seed
+//! it (seed 1), so the same stream reproduces their random choices (chunk order, gap
+//! placement, which iVector row an example gets) and lets our egs match theirs byte for byte;
+//! `nnet3-train` seeds it with `--srand`, and the step core keeps that stream so that
+//! training samples statistics as Kaldi does. It sits below every room because components
+//! draw from it too.
 
 /// glibc's `rand()` from `srand(1)`.
 #[derive(Debug, Clone)]
