@@ -6,36 +6,21 @@
 
 use compnet::io::htk::{read_htk, write_htk};
 use compnet::matrix::Matrix;
+use compnet::testing::cli;
 use rand::Rng;
 use std::path::Path;
-use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_compnet");
 const EX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cntk");
 const DIM: usize = 24;
 const STATES: usize = 12;
 
-fn compnet(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run compnet")
-}
-
 fn ok(args: &[&str]) -> String {
-    let o = compnet(args);
-    assert!(
-        o.status.success(),
-        "compnet {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    String::from_utf8_lossy(&cli::succeeds(BIN, args).stdout).into_owned()
 }
 
 fn fails(args: &[&str]) -> String {
-    let o = compnet(args);
-    assert!(!o.status.success(), "compnet {args:?} should fail");
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!err.contains("panicked"), "{err}");
-    err
+    cli::fails(BIN, args)
 }
 
 fn s(p: &Path) -> String {

@@ -2,6 +2,7 @@
 //! stepper equals `compnet train`, runs are reproducible, resume is bit-identical, a killed
 //! run leaves a loadable checkpoint, bad input is a clear error.
 
+use compnet::testing::cli;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,22 +14,11 @@ fn compnet(args: &[&str]) -> Output {
 }
 
 fn ok(args: &[&str]) -> String {
-    let o = compnet(args);
-    assert!(
-        o.status.success(),
-        "compnet {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    String::from_utf8_lossy(&cli::succeeds(BIN, args).stdout).into_owned()
 }
 
 fn fails(args: &[&str]) -> String {
-    let o = compnet(args);
-    assert!(!o.status.success(), "compnet {args:?} should fail");
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!err.contains("panicked"), "{err}");
-    err
+    cli::fails(BIN, args)
 }
 
 /// A data directory (feats.ark + post.ark) from the example's `which` set.

@@ -4,35 +4,23 @@
 //! stepper is refused unless `--reset-stepper-state`; a diverging run stops with an error and
 //! leaves no checkpoint that does not read back.
 
+use compnet::testing::cli;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const BIN: &str = env!("CARGO_BIN_EXE_compnet");
 const EX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train");
-
-fn compnet(args: &[String]) -> Output {
-    Command::new(BIN).args(args).output().expect("run compnet")
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn ok(args: &[String]) -> String {
-    let o = compnet(args);
-    assert!(
-        o.status.success(),
-        "compnet {args:?} failed:\n{}",
-        stderr(&o)
-    );
-    stderr(&o)
+    stderr(&cli::succeeds(BIN, args))
 }
 
 fn fails(args: &[String]) -> String {
-    let o = compnet(args);
-    let err = stderr(&o);
-    assert!(!o.status.success(), "compnet {args:?} should fail:\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    let err = cli::fails(BIN, args);
     assert!(err.contains("error"), "{err}");
     err
 }

@@ -16,6 +16,33 @@ pub fn run(bin: &str, args: &[&str]) -> Output {
     out
 }
 
+/// Runs `bin` with `args`, which must succeed without panicking; returns what it printed.
+pub fn succeeds<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(bin: &str, args: &[S]) -> Output {
+    let out = Command::new(bin).args(args).output().expect("run compnet");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !err.contains("panicked"),
+        "compnet {args:?} failed:\n{}\n{err}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+/// Runs `bin` with `args`, which must fail (non-zero exit) without panicking; returns stderr.
+pub fn fails<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(bin: &str, args: &[S]) -> String {
+    let out = Command::new(bin).args(args).output().expect("run compnet");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "compnet {args:?} should fail:\n{err}"
+    );
+    assert!(
+        !err.contains("panicked"),
+        "compnet {args:?} panicked:\n{err}"
+    );
+    err
+}
+
 /// Runs a command that must fail: non-zero exit, an error line starting `compnet: error: `
 /// (right after the echoed command line when `error_first`; after log lines otherwise), no
 /// `out_file` and
