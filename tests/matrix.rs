@@ -4,7 +4,7 @@
 
 use compnet::matrix::{
     dot, gemm_backend_name, num_threads, set_num_threads, MatView, MatViewMut, Matrix, Trans,
-    Vector,
+    Vector, Vector64,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -762,7 +762,7 @@ fn vector_broadcasts_and_diagonal_scalings() {
         run(
             &mut d,
             "add_vec_to_cols",
-            &|m| m.add_vec_to_cols(2.0, &vr, 0.5),
+            &|m| m.add_vec_to_cols(2.0, &Vector::from_vec(vr.clone()), 0.5),
             &|i, j| 2.0 * vr64[i] + 0.5 * old[i][j],
         );
         run(
@@ -771,9 +771,12 @@ fn vector_broadcasts_and_diagonal_scalings() {
             &|m| m.mul_cols_vec(&Vector::from_vec(vc.clone())),
             &|i, j| old[i][j] * vc64[j],
         );
-        run(&mut d, "mul_rows_vec", &|m| m.mul_rows_vec(&vr), &|i, j| {
-            old[i][j] * vr64[i]
-        });
+        run(
+            &mut d,
+            "mul_rows_vec",
+            &|m| m.mul_rows_vec(&Vector::from_vec(vr.clone())),
+            &|i, j| old[i][j] * vr64[i],
+        );
         run(
             &mut d,
             "copy_from_vec_rows",
@@ -795,25 +798,41 @@ fn vector_broadcasts_and_diagonal_scalings() {
         run(
             &mut d,
             "add_diag_vec_mat",
-            &|m| m.add_diag_vec_mat(2.0, &vr, a.view(), Trans::No, 0.5),
+            &|m| m.add_diag_vec_mat(2.0, &Vector::from_vec(vr.clone()), a.view(), Trans::No, 0.5),
             &|i, j| 2.0 * vr64[i] * a64[i][j] + 0.5 * old[i][j],
         );
         run(
             &mut d,
             "add_diag_vec_mat T",
-            &|m| m.add_diag_vec_mat(2.0, &vr, at.view(), Trans::Yes, 0.0),
+            &|m| {
+                m.add_diag_vec_mat(
+                    2.0,
+                    &Vector::from_vec(vr.clone()),
+                    at.view(),
+                    Trans::Yes,
+                    0.0,
+                )
+            },
             &|i, j| 2.0 * vr64[i] * f64::from(at.view().get(j, i)),
         );
         run(
             &mut d,
             "add_mat_diag_vec",
-            &|m| m.add_mat_diag_vec(2.0, a.view(), Trans::No, &vc, 0.5),
+            &|m| m.add_mat_diag_vec(2.0, a.view(), Trans::No, &Vector::from_vec(vc.clone()), 0.5),
             &|i, j| 2.0 * a64[i][j] * vc64[j] + 0.5 * old[i][j],
         );
         run(
             &mut d,
             "add_mat_diag_vec T",
-            &|m| m.add_mat_diag_vec(-1.0, at.view(), Trans::Yes, &vc, 1.0),
+            &|m| {
+                m.add_mat_diag_vec(
+                    -1.0,
+                    at.view(),
+                    Trans::Yes,
+                    &Vector::from_vec(vc.clone()),
+                    1.0,
+                )
+            },
             &|i, j| -f64::from(at.view().get(j, i)) * vc64[j] + old[i][j],
         );
         let flat = rand_vec(r * c, &mut g);
@@ -884,29 +903,29 @@ fn reductions() {
             .collect();
         let row_sum: Vec<f64> = (0..c).map(|j| (0..r).map(|i| a64[i][j]).sum()).collect();
         let col_sum: Vec<f64> = a64.iter().map(|row| row.iter().sum()).collect();
-        let mut v = vec![1.0f32; r];
-        av.add_diag_mat2_to(&mut v, 2.0, Trans::No, 0.5);
+        let mut v = Vector::from_vec(vec![1.0f32; r]);
+        v.add_diag_mat2(2.0, av, Trans::No, 0.5);
         assert_vec_close(
-            &v,
+            &v.to_vec(),
             &rows_sq.iter().map(|x| 2.0 * x + 0.5).collect::<Vec<_>>(),
             tol,
             "add_diag_mat2 No",
         );
-        let mut v = vec![f32::NAN; c];
-        av.add_diag_mat2_to(&mut v, 1.0, Trans::Yes, 0.0);
-        assert_vec_close(&v, &cols_sq, tol, "add_diag_mat2 Yes");
-        let mut v = vec![1.0f32; c];
-        av.add_row_sum_to(&mut v, 1.0, 1.0);
+        let mut v = Vector::from_vec(vec![f32::NAN; c]);
+        v.add_diag_mat2(1.0, av, Trans::Yes, 0.0);
+        assert_vec_close(&v.to_vec(), &cols_sq, tol, "add_diag_mat2 Yes");
+        let mut v = Vector::from_vec(vec![1.0f32; c]);
+        v.add_row_sum_mat(1.0, av, 1.0);
         assert_vec_close(
-            &v,
+            &v.to_vec(),
             &row_sum.iter().map(|x| x + 1.0).collect::<Vec<_>>(),
             tol,
             "add_row_sum",
         );
-        let mut v = vec![0.0f32; r];
-        av.add_col_sum_to(&mut v, -1.0, 0.0);
+        let mut v = Vector::zeros(r);
+        v.add_col_sum_mat(-1.0, av, 0.0);
         assert_vec_close(
-            &v,
+            &v.to_vec(),
             &col_sum.iter().map(|x| -x).collect::<Vec<_>>(),
             tol,
             "add_col_sum",
@@ -915,15 +934,15 @@ fn reductions() {
             .map(|i| (0..c).map(|j| a64[i][j] * b64[i][j]).sum())
             .collect();
         assert_vec_close(
-            &av.row_dot_products(b.view()),
+            &av.row_dot_products(b.view()).to_vec(),
             &dots,
             tol,
             "row_dot_products",
         );
-        let mut v = vec![3.0f32; r];
-        av.add_diag_mat_mat_to(&mut v, 1.0, Trans::No, b.view(), Trans::Yes, 1.0);
+        let mut v = Vector::from_vec(vec![3.0f32; r]);
+        v.add_diag_mat_mat(1.0, av, Trans::No, b.view(), Trans::Yes, 1.0);
         assert_vec_close(
-            &v,
+            &v.to_vec(),
             &dots.iter().map(|x| x + 3.0).collect::<Vec<_>>(),
             tol,
             "add_diag_mat_mat NT",
@@ -931,17 +950,17 @@ fn reductions() {
         let cdots: Vec<f64> = (0..c)
             .map(|j| (0..r).map(|i| a64[i][j] * b64[i][j]).sum())
             .collect();
-        let mut v = vec![0.0f32; c];
-        av.add_diag_mat_mat_to(&mut v, 1.0, Trans::Yes, b.view(), Trans::No, 0.0);
-        assert_vec_close(&v, &cdots, tol, "add_diag_mat_mat TN");
+        let mut v = Vector::zeros(c);
+        v.add_diag_mat_mat(1.0, av, Trans::Yes, b.view(), Trans::No, 0.0);
+        assert_vec_close(&v.to_vec(), &cdots, tol, "add_diag_mat_mat TN");
         // (No, No) and (Yes, Yes) need b with the transposed shape.
         let bt = b.view().to_matrix().transposed();
-        let mut v = vec![0.0f32; r];
-        av.add_diag_mat_mat_to(&mut v, 1.0, Trans::No, bt.view(), Trans::No, 0.0);
-        assert_vec_close(&v, &dots, tol, "add_diag_mat_mat NN");
-        let mut v = vec![0.0f32; c];
-        av.add_diag_mat_mat_to(&mut v, 1.0, Trans::Yes, bt.view(), Trans::Yes, 0.0);
-        assert_vec_close(&v, &cdots, tol, "add_diag_mat_mat TT");
+        let mut v = Vector::zeros(r);
+        v.add_diag_mat_mat(1.0, av, Trans::No, bt.view(), Trans::No, 0.0);
+        assert_vec_close(&v.to_vec(), &dots, tol, "add_diag_mat_mat NN");
+        let mut v = Vector::zeros(c);
+        v.add_diag_mat_mat(1.0, av, Trans::Yes, bt.view(), Trans::Yes, 0.0);
+        assert_vec_close(&v.to_vec(), &cdots, tol, "add_diag_mat_mat TT");
         let maxes: Vec<f64> = a64
             .iter()
             .map(|row| row.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
@@ -1646,7 +1665,7 @@ mod component_kernels {
         let mut d = Embedded::new(r, c, &mut g);
         let old = to64(d.inner_orig().view());
         d.view_mut()
-            .add_affine_mat_diag_vec(&v, -2.0, a.view(), 0.5);
+            .add_affine_mat_diag_vec(&Vector::from_vec(v.clone()), -2.0, a.view(), 0.5);
         let want = map64(a.view(), |i, j, x| {
             old[i][j] + f64::from(v[j]) * (-2.0 * x + 0.5)
         });
@@ -1658,18 +1677,24 @@ mod component_kernels {
             .iter()
             .map(|row| row.iter().map(|x| x * x).sum())
             .collect();
-        assert_vec_close(&a.view().row_sum_squares(), &sq, 1e-5, "row_sum_squares");
+        assert_vec_close(
+            &a.view().row_sum_squares().to_vec(),
+            &sq,
+            1e-5,
+            "row_sum_squares",
+        );
         let norms: Vec<f64> = sq.iter().map(|s| s.sqrt()).collect();
-        assert_vec_close(&a.view().row_norms(), &norms, 1e-5, "row_norms");
+        assert_vec_close(&a.view().row_norms().to_vec(), &norms, 1e-5, "row_norms");
         let cols: Vec<f64> = (0..c)
             .map(|j| (0..r).map(|i| a64[i][j] * a64[i][j]).sum::<f64>().sqrt())
             .collect();
-        assert_vec_close(&a.view().col_norms(), &cols, 1e-5, "col_norms");
+        assert_vec_close(&a.view().col_norms().to_vec(), &cols, 1e-5, "col_norms");
 
         let step: Vec<f64> = (0..r * c).map(|k| k as f64 * 0.125 - 3.0).collect();
         let mut p = Embedded::new(r, c, &mut g);
         let old = to64(p.inner_orig().view());
-        p.view_mut().add_row_major_f64(0.5, &step);
+        p.view_mut()
+            .add_row_major_f64(0.5, &Vector64::from_vec(step.clone()));
         let want: Vec<Vec<f64>> = (0..r)
             .map(|i| (0..c).map(|j| old[i][j] + 0.5 * step[i * c + j]).collect())
             .collect();
@@ -1683,6 +1708,7 @@ mod component_kernels {
         let c = bd * nb;
         let mut g = rng(74);
         let (u, w) = (rand_vec(bd, &mut g), rand_vec(bd, &mut g));
+        let (uv, wv) = (Vector::from_vec(u.clone()), Vector::from_vec(w.clone()));
         let a = rand_mat(r, c, &mut g);
         let a64 = to64(a.view());
         let (u64_, w64): (Vec<f64>, Vec<f64>) = (
@@ -1694,27 +1720,27 @@ mod component_kernels {
         let cases: Vec<(&str, Op, Reference)> = vec![
             (
                 "add_vec_per_block",
-                Box::new(|m| m.add_vec_per_block(&u)),
+                Box::new(|m| m.add_vec_per_block(&uv)),
                 Box::new(|x, _, _, j| x + u64_[j]),
             ),
             (
                 "mul_vec_per_block",
-                Box::new(|m| m.mul_vec_per_block(&u)),
+                Box::new(|m| m.mul_vec_per_block(&uv)),
                 Box::new(|x, _, _, j| x * u64_[j]),
             ),
             (
                 "mul_add_vec_per_block",
-                Box::new(|m| m.mul_add_vec_per_block(&u, &w)),
+                Box::new(|m| m.mul_add_vec_per_block(&uv, &wv)),
                 Box::new(|x, _, _, j| x * u64_[j] + w64[j]),
             ),
             (
                 "sub_vec_mul_vec_per_block",
-                Box::new(|m| m.sub_vec_mul_vec_per_block(&u, &w)),
+                Box::new(|m| m.sub_vec_mul_vec_per_block(&uv, &wv)),
                 Box::new(|x, _, _, j| (x - u64_[j]) * w64[j]),
             ),
             (
                 "add_vec_mul_vec_add_mat_vec_per_block",
-                Box::new(|m| m.add_vec_mul_vec_add_mat_vec_per_block(&u, &w, a.view(), &u)),
+                Box::new(|m| m.add_vec_mul_vec_add_mat_vec_per_block(&uv, &wv, a.view(), &uv)),
                 Box::new(|x, i, k, j| (x + u64_[j]) * w64[j] + a64[i][k] * u64_[j]),
             ),
         ];
@@ -1750,7 +1776,9 @@ mod component_kernels {
 
         let b = rand_mat(r, c, &mut g);
         let (s, sq) = a.view().block_col_sum_and_sum_squares(bd);
+        let (s, sq) = (s.to_vec(), sq.to_vec());
         let (dot, bsum) = a.view().block_col_dot_and_sum(b.view(), bd);
+        let (dot, bsum) = (dot.to_vec(), bsum.to_vec());
         let sum_over = |f: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
             (0..bd)
                 .map(|j| {
@@ -1919,9 +1947,9 @@ mod component_kernels {
             let od = rand_mat(r, 2 * c, &mut g);
             let od64 = to64(od.view());
             let mut dx = Matrix::zeros(r, cols);
-            let mut pd = vec![0.0f64; 3 * c];
-            let (mut vs, mut ds) = (vec![0.0f64; 5 * c], vec![0.0f64; 5 * c]);
-            let no_repair = vec![0.0f32; 5 * c];
+            let mut pd = Vector64::zeros(3 * c);
+            let (mut vs, mut ds) = (Vector64::zeros(5 * c), Vector64::zeros(5 * c));
+            let no_repair = Vector::zeros(5 * c);
             backprop_lstm_nonlinearity(
                 LstmBackpropInput {
                     in_value: x.view(),
@@ -1937,6 +1965,7 @@ mod component_kernels {
                     deriv_sum: &mut ds,
                 }),
             );
+            let (pd, vs, ds) = (pd.to_vec(), vs.to_vec(), ds.to_vec());
             let objective = |row: &[f64], w: &[Vec<f64>], i: usize| -> f64 {
                 lstm_frame(row, w, c, dropout)
                     .iter()
@@ -2015,7 +2044,7 @@ mod component_kernels {
                         params: w.view(),
                         out_deriv: od.view(),
                         use_dropout: dropout,
-                        self_repair: &repair,
+                        self_repair: &Vector::from_vec(repair.clone()),
                     },
                     Some(&mut dx2.view_mut()),
                     None,
@@ -2059,18 +2088,16 @@ mod component_kernels {
         let x = rand_mat(n_in, d, &mut g);
         let x64 = to64(x.view());
         let ranges = [(0usize, 3usize), (2, 7), (7, 9)];
-        let counts = [3.0f32, 5.0, 2.0];
         for var in [false, true] {
             let oc = 1 + d + if var { d } else { 0 };
             let mut y = Embedded::new(3, oc, &mut g);
             let old = to64(y.inner_orig().view());
-            y.view_mut()
-                .add_row_range_stats(x.view(), &ranges, &counts, var);
+            y.view_mut().add_row_range_stats(x.view(), &ranges, var);
             let want: Vec<Vec<f64>> = ranges
                 .iter()
                 .enumerate()
                 .map(|(o, &(s, e))| {
-                    let mut w = vec![f64::from(counts[o])];
+                    let mut w = vec![(e - s) as f64];
                     w.extend((0..d).map(|j| (s..e).map(|i| x64[i][j]).sum::<f64>()));
                     if var {
                         w.extend(

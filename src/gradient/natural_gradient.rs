@@ -350,7 +350,7 @@ impl FisherEstimate {
             .iter()
             .map(|&d| ((1.0 - eta) * (d + self.rho)) as Real)
             .collect();
-        y.view_mut().mul_rows_vec(&keep);
+        y.view_mut().mul_rows_vec(&Vector::from_vec(keep));
         y.view_mut()
             .add_mat((eta / n as f64) as Real, a.view(), Trans::No);
         let z = y.view().gram_f64();

@@ -3,7 +3,7 @@
 
 use super::codec::{parse_f32, parse_float, TokenReader};
 use crate::error::Result;
-use crate::matrix::{Matrix, Vector};
+use crate::matrix::{Matrix, Vector, Vector64};
 
 /// Matrix and vector reading as reader methods, for the component readers. They live here,
 /// not in the codec, so that the codec (basic types) does not depend on the matrix formats.
@@ -24,6 +24,15 @@ impl TokenReader<'_> {
     /// A vector read into double precision (statistics Kaldi keeps in doubles).
     pub fn vector_f64(&mut self) -> Result<Vec<f64>> {
         read_vector_f64(self)
+    }
+    /// [`TokenReader::vector_f64`] as a [`Vector64`] (component statistics).
+    pub fn vector64(&mut self) -> Result<Vector64> {
+        read_vector_f64(self).map(Vector64::from_vec)
+    }
+    /// [`TokenReader::matrix_f64`] with the elements as a row-major [`Vector64`].
+    pub fn matrix64(&mut self) -> Result<(usize, usize, Vector64)> {
+        let (rows, cols, data) = read_matrix_f64(self)?;
+        Ok((rows, cols, Vector64::from_vec(data)))
     }
 }
 

@@ -3,11 +3,12 @@
 //! self-repair and block dropout masks do). The block width is the length of the vector
 //! operands; a row whose width is not a multiple of it ends in a shorter block.
 
-use super::{MatView, MatViewMut, Real};
+use super::{MatView, MatViewMut, Real, Vector};
 
 impl MatViewMut<'_> {
     /// `self[i, b·n + j] += v[j]` with n = v.len().
-    pub fn add_vec_per_block(&mut self, v: &[Real]) {
+    pub fn add_vec_per_block(&mut self, v: &Vector) {
+        let v = &v.data[..];
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(v.len()) {
                 for (d, &a) in block.iter_mut().zip(v) {
@@ -17,7 +18,8 @@ impl MatViewMut<'_> {
         }
     }
     /// `self[i, b·n + j] *= v[j]` with n = v.len().
-    pub fn mul_vec_per_block(&mut self, v: &[Real]) {
+    pub fn mul_vec_per_block(&mut self, v: &Vector) {
+        let v = &v.data[..];
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(v.len()) {
                 block.iter_mut().zip(v).for_each(|(d, &s)| *d *= s);
@@ -26,7 +28,8 @@ impl MatViewMut<'_> {
     }
     /// `self[i, b·n + j] = self[i, b·n + j] · mul[j] + add[j]` with n = mul.len() (vectorised;
     /// BatchNorm in test mode).
-    pub fn mul_add_vec_per_block(&mut self, mul: &[Real], add: &[Real]) {
+    pub fn mul_add_vec_per_block(&mut self, mul: &Vector, add: &Vector) {
+        let (mul, add) = (&mul.data[..], &add.data[..]);
         assert_eq!(mul.len(), add.len(), "mul_add_vec_per_block: dim");
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(mul.len()) {
@@ -35,7 +38,8 @@ impl MatViewMut<'_> {
         }
     }
     /// `self[i, b·n + j] = (self[i, b·n + j] − sub[j]) · mul[j]` with n = sub.len().
-    pub fn sub_vec_mul_vec_per_block(&mut self, sub: &[Real], mul: &[Real]) {
+    pub fn sub_vec_mul_vec_per_block(&mut self, sub: &Vector, mul: &Vector) {
+        let (sub, mul) = (&sub.data[..], &mul.data[..]);
         assert_eq!(sub.len(), mul.len(), "sub_vec_mul_vec_per_block: dim");
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(sub.len()) {
@@ -49,11 +53,12 @@ impl MatViewMut<'_> {
     /// n = add.len() (the BatchNorm training backward).
     pub fn add_vec_mul_vec_add_mat_vec_per_block(
         &mut self,
-        add: &[Real],
-        mul: &[Real],
+        add: &Vector,
+        mul: &Vector,
         a: MatView<'_>,
-        a_mul: &[Real],
+        a_mul: &Vector,
     ) {
+        let (add, mul, a_mul) = (&add.data[..], &mul.data[..], &a_mul.data[..]);
         let bd = add.len();
         assert!(mul.len() == bd && a_mul.len() == bd, "per_block: dims");
         assert_eq!(a.num_rows(), self.num_rows(), "per_block: rows");
@@ -88,7 +93,7 @@ impl MatViewMut<'_> {
 
 impl MatView<'_> {
     /// Per block column j: `(Σ x, Σ x²)` over every row and block, in f32, in row order.
-    pub fn block_col_sum_and_sum_squares(&self, block_dim: usize) -> (Vec<Real>, Vec<Real>) {
+    pub fn block_col_sum_and_sum_squares(&self, block_dim: usize) -> (Vector, Vector) {
         let mut sum = vec![0.0 as Real; block_dim];
         let mut sumsq = vec![0.0 as Real; block_dim];
         for r in 0..self.num_rows() {
@@ -99,14 +104,10 @@ impl MatView<'_> {
                 }
             }
         }
-        (sum, sumsq)
+        (Vector::from_vec(sum), Vector::from_vec(sumsq))
     }
     /// Per block column j: `(Σ self ⊙ b, Σ b)` over every row and block, in f32, in row order.
-    pub fn block_col_dot_and_sum(
-        &self,
-        b: MatView<'_>,
-        block_dim: usize,
-    ) -> (Vec<Real>, Vec<Real>) {
+    pub fn block_col_dot_and_sum(&self, b: MatView<'_>, block_dim: usize) -> (Vector, Vector) {
         assert_eq!(
             (self.num_rows(), self.num_cols()),
             (b.num_rows(), b.num_cols()),
@@ -126,6 +127,6 @@ impl MatView<'_> {
                 }
             }
         }
-        (dot, sum)
+        (Vector::from_vec(dot), Vector::from_vec(sum))
     }
 }

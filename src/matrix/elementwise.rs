@@ -2,7 +2,7 @@
 //! Each derivative sits next to its forward rule.
 
 use super::parallel::for_row_blocks;
-use super::{MatView, MatViewMut, Real, Trans, Vector};
+use super::{MatView, MatViewMut, Real, Trans, Vector, Vector64};
 
 impl MatViewMut<'_> {
     /// Sets every element to zero (NaN in the old contents does not matter).
@@ -74,9 +74,9 @@ impl MatViewMut<'_> {
         }
     }
     /// `self[:, c] = alpha · v + beta · self[:, c]` for every column (Kaldi's AddVecToCols).
-    pub fn add_vec_to_cols(&mut self, alpha: Real, v: &[Real], beta: Real) {
-        assert_eq!(v.len(), self.num_rows(), "add_vec_to_cols: dim");
-        for (r, &vr) in v.iter().enumerate() {
+    pub fn add_vec_to_cols(&mut self, alpha: Real, v: &Vector, beta: Real) {
+        assert_eq!(v.dim(), self.num_rows(), "add_vec_to_cols: dim");
+        for (r, &vr) in v.data.iter().enumerate() {
             let a = alpha * vr;
             let row = self.row_mut(r);
             if beta == 0.0 {
@@ -96,9 +96,9 @@ impl MatViewMut<'_> {
         }
     }
     /// Multiplies row r by `v[r]` (Kaldi's MulRowsVec).
-    pub fn mul_rows_vec(&mut self, v: &[Real]) {
-        assert_eq!(v.len(), self.num_rows());
-        for (r, &s) in v.iter().enumerate() {
+    pub fn mul_rows_vec(&mut self, v: &Vector) {
+        assert_eq!(v.dim(), self.num_rows());
+        for (r, &s) in v.data.iter().enumerate() {
             self.row_mut(r).iter_mut().for_each(|x| *x *= s);
         }
     }
@@ -295,8 +295,9 @@ impl MatViewMut<'_> {
         });
     }
     /// `self[i, j] += v[j] · (alpha · a[i, j] + beta)` (self-repair of saturating units).
-    pub fn add_affine_mat_diag_vec(&mut self, v: &[Real], alpha: Real, a: MatView<'_>, beta: Real) {
-        assert_eq!(v.len(), self.num_cols(), "add_affine_mat_diag_vec: dim");
+    pub fn add_affine_mat_diag_vec(&mut self, v: &Vector, alpha: Real, a: MatView<'_>, beta: Real) {
+        assert_eq!(v.dim(), self.num_cols(), "add_affine_mat_diag_vec: dim");
+        let v = &v.data[..];
         assert_eq!(
             (a.num_rows(), a.num_cols()),
             (self.num_rows(), self.num_cols()),
@@ -312,15 +313,16 @@ impl MatViewMut<'_> {
     /// Adds `alpha · v` to `self` read as row-major (Kaldi's CopyRowsFromVec layout), each
     /// product rounded from f64 to f32 before the addition (parameter steps from f64
     /// gradients).
-    pub fn add_row_major_f64(&mut self, alpha: f64, v: &[f64]) {
+    pub fn add_row_major_f64(&mut self, alpha: f64, v: &Vector64) {
         assert_eq!(
-            v.len(),
+            v.dim(),
             self.num_rows() * self.num_cols(),
             "add_row_major_f64: dim"
         );
         let cols = self.num_cols();
         for r in 0..self.num_rows() {
-            for (p, d) in self.row_mut(r).iter_mut().zip(&v[r * cols..(r + 1) * cols]) {
+            let vr = &v.data[r * cols..(r + 1) * cols];
+            for (p, d) in self.row_mut(r).iter_mut().zip(vr) {
                 *p += (alpha * d) as f32;
             }
         }
@@ -359,7 +361,7 @@ impl MatView<'_> {
         s as Real
     }
     /// `v = alpha · (sum over rows) + beta · v`; v has dim = num_cols (Kaldi's AddRowSumMat).
-    pub fn add_row_sum_to(&self, v: &mut [Real], alpha: Real, beta: Real) {
+    pub(in crate::matrix) fn add_row_sum_to(&self, v: &mut [Real], alpha: Real, beta: Real) {
         assert_eq!(v.len(), self.num_cols());
         let mut acc = vec![0.0f32; self.num_cols()];
         for r in 0..self.num_rows() {
@@ -372,7 +374,7 @@ impl MatView<'_> {
         }
     }
     /// `v = alpha · (sum over columns) + beta · v`; v has dim = num_rows (Kaldi's AddColSumMat).
-    pub fn add_col_sum_to(&self, v: &mut [Real], alpha: Real, beta: Real) {
+    pub(in crate::matrix) fn add_col_sum_to(&self, v: &mut [Real], alpha: Real, beta: Real) {
         assert_eq!(v.len(), self.num_rows());
         for (r, y) in v.iter_mut().enumerate() {
             let s: Real = self.row(r).iter().sum();
@@ -380,32 +382,36 @@ impl MatView<'_> {
         }
     }
     /// Per-row dot products `Σ_j self[i,j] · b[i,j]`.
-    pub fn row_dot_products(&self, b: MatView<'_>) -> Vec<Real> {
-        (0..self.num_rows())
-            .map(|r| self.row(r).iter().zip(b.row(r)).map(|(x, y)| x * y).sum())
-            .collect()
+    pub fn row_dot_products(&self, b: MatView<'_>) -> Vector {
+        Vector::from_vec(
+            (0..self.num_rows())
+                .map(|r| self.row(r).iter().zip(b.row(r)).map(|(x, y)| x * y).sum())
+                .collect(),
+        )
     }
     /// `Σ_j self[i, j]²` for every row (a sequential f32 sum).
-    pub fn row_sum_squares(&self) -> Vec<Real> {
-        (0..self.num_rows())
-            .map(|r| self.row(r).iter().map(|x| x * x).sum::<Real>())
-            .collect()
+    pub fn row_sum_squares(&self) -> Vector {
+        Vector::from_vec(
+            (0..self.num_rows())
+                .map(|r| self.row(r).iter().map(|x| x * x).sum::<Real>())
+                .collect(),
+        )
     }
     /// Euclidean norm of every row: the square root of [`row_sum_squares`](Self::row_sum_squares).
-    pub fn row_norms(&self) -> Vec<Real> {
+    pub fn row_norms(&self) -> Vector {
         let mut n = self.row_sum_squares();
-        n.iter_mut().for_each(|x| *x = x.sqrt());
+        n.data.iter_mut().for_each(|x| *x = x.sqrt());
         n
     }
     /// Euclidean norm of every column (squares summed row by row in f32).
-    pub fn col_norms(&self) -> Vec<Real> {
+    pub fn col_norms(&self) -> Vector {
         let mut acc = vec![0.0 as Real; self.num_cols()];
         for r in 0..self.num_rows() {
             for (a, &x) in acc.iter_mut().zip(self.row(r)) {
                 *a += x * x;
             }
         }
-        acc.into_iter().map(Real::sqrt).collect()
+        Vector::from_vec(acc.into_iter().map(Real::sqrt).collect())
     }
     /// True if `|self − b|_F ≤ tol · max(|self|_F, |b|_F)` (Kaldi's ApproxEqual).
     pub fn approx_equal(&self, b: MatView<'_>, tol: Real) -> bool {

@@ -6,7 +6,7 @@
 //! peephole weights w_ic, w_fc, w_oc.
 
 use super::simd::{self, LstmRow, LstmRowGrads};
-use super::{MatView, MatViewMut, Real};
+use super::{MatView, MatViewMut, Real, Vector, Vector64};
 
 /// Row `r` of the cell input split into its parts; `params` holds the peephole weights.
 fn lstm_row<'a>(x: &'a [Real], params: &MatView<'a>, c: usize, use_dropout: bool) -> LstmRow<'a> {
@@ -31,9 +31,9 @@ fn lstm_row<'a>(x: &'a [Real], params: &MatView<'a>, c: usize, use_dropout: bool
 /// five nonlinearities' values and derivatives, order i, f, tanh(c_part), o, tanh(c_t).
 pub struct LstmStatsSums<'s> {
     /// Σ of the values.
-    pub value_sum: &'s mut [f64],
+    pub value_sum: &'s mut Vector64,
     /// Σ of the derivatives.
-    pub deriv_sum: &'s mut [f64],
+    pub deriv_sum: &'s mut Vector64,
 }
 
 /// The operands of [`backprop_lstm_nonlinearity`] besides what it writes.
@@ -49,7 +49,7 @@ pub struct LstmBackpropInput<'a> {
     pub use_dropout: bool,
     /// 5 × C self-repair terms (0 where a unit is not repaired): sigmoids are pushed
     /// towards 0.5 and tanh units towards 0 by this much.
-    pub self_repair: &'a [Real],
+    pub self_repair: &'a Vector,
 }
 
 impl MatViewMut<'_> {
@@ -86,7 +86,7 @@ impl MatViewMut<'_> {
 pub fn backprop_lstm_nonlinearity(
     a: LstmBackpropInput<'_>,
     mut in_deriv: Option<&mut MatViewMut<'_>>,
-    params_deriv: Option<&mut [f64]>,
+    params_deriv: Option<&mut Vector64>,
     stats: Option<LstmStatsSums<'_>>,
 ) {
     let LstmBackpropInput {
@@ -96,6 +96,7 @@ pub fn backprop_lstm_nonlinearity(
         use_dropout,
         self_repair: repair,
     } = a;
+    let repair = &repair.data[..];
     let c = params.num_cols();
     assert_eq!(params.num_rows(), 3, "backprop_lstm_nonlinearity: params");
     assert_eq!(
@@ -113,11 +114,11 @@ pub fn backprop_lstm_nonlinearity(
     let half = stats_scratch.len() / 2;
     let (value_scratch, deriv_scratch) = stats_scratch.split_at_mut(half);
     let (value_sum, deriv_sum) = match stats {
-        Some(st) => (st.value_sum, st.deriv_sum),
+        Some(st) => (&mut st.value_sum.data[..], &mut st.deriv_sum.data[..]),
         None => (value_scratch, deriv_scratch),
     };
     let params_deriv: &mut [f64] = match params_deriv {
-        Some(p) => p,
+        Some(p) => &mut p.data,
         None => &mut params_scratch,
     };
     for r in 0..n {
@@ -152,4 +153,38 @@ pub fn backprop_lstm_nonlinearity(
             }
         }
     }
+}
+
+/// Per nonlinearity k (5 blocks of C) and unit j: the self-repair term of the LSTM's backward
+/// pass, `config[k + 5]` where `deriv_sum[k·C + j] < config[k]·count` (f64 comparison), else
+/// 0; and per nonlinearity the number of units with a nonzero term. `config` is Kaldi's
+/// `<SelfRepairConfig>`: five thresholds, then five scales. Returns zeros while `count ≤ 0`
+/// or the sums are missing (fused: compare, select, count).
+pub fn lstm_self_repair_scales(
+    deriv_sum: &Vector64,
+    count: f64,
+    config: &[Real; 10],
+    cell_dim: usize,
+) -> (Vector, Vector64) {
+    let c = cell_dim;
+    let mut out = vec![0.0 as Real; 5 * c];
+    let mut units = vec![0.0f64; 5];
+    if count > 0.0 && deriv_sum.dim() == 5 * c {
+        for k in 0..5 {
+            let thr = config[k] as f64 * count;
+            let scale = config[k + 5];
+            for j in 0..c {
+                if deriv_sum.data[k * c + j] < thr {
+                    out[k * c + j] = scale;
+                }
+            }
+        }
+    }
+    for (k, n) in units.iter_mut().enumerate() {
+        *n = out[k * c..(k + 1) * c]
+            .iter()
+            .filter(|&&s| s != 0.0)
+            .count() as f64;
+    }
+    (Vector::from_vec(out), Vector64::from_vec(units))
 }

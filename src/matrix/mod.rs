@@ -33,8 +33,10 @@ mod precise;
 mod random;
 mod rows;
 mod simd;
+mod stats;
 mod unfold;
 mod vector;
+mod vector64;
 mod vector_params;
 mod weights;
 
@@ -42,9 +44,16 @@ pub use cu_compressed::{CompressionKind, CuCompressedMatrix};
 pub use eigen::{symmetric_eigen, SymmetricEigen};
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
 pub use gru::backprop_gru_cell;
-pub use lstm::{backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums};
+pub use lstm::{
+    backprop_lstm_nonlinearity, lstm_self_repair_scales, LstmBackpropInput, LstmStatsSums,
+};
 pub use normalize::NORMALIZE_SQUARED_NORM_FLOOR;
 pub use pooling::PoolingOptions;
+pub use stats::{
+    batch_norm_backprop_coefficients, batch_norm_invented_stats, batch_norm_mean_var,
+    batch_norm_scale, batch_norm_test_transform,
+};
+pub use vector64::Vector64;
 pub use weights::WeightMatrix;
 
 /// `Σ_i a[i] · b[i]` over the common length (eight partial sums, so it vectorises).

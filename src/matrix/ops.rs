@@ -13,19 +13,19 @@ impl MatViewMut<'_> {
     pub fn add_diag_vec_mat(
         &mut self,
         alpha: Real,
-        v: &[Real],
+        v: &Vector,
         a: MatView<'_>,
         ta: Trans,
         beta: Real,
     ) {
-        assert_eq!(v.len(), self.num_rows(), "add_diag_vec_mat: dim");
+        assert_eq!(v.dim(), self.num_rows(), "add_diag_vec_mat: dim");
         match ta {
             Trans::No => {
                 assert_eq!(
                     (a.num_rows(), a.num_cols()),
                     (self.num_rows(), self.num_cols())
                 );
-                for (r, &vr) in v.iter().enumerate() {
+                for (r, &vr) in v.data.iter().enumerate() {
                     let s = alpha * vr;
                     let src = a.row(r);
                     axpby(self.row_mut(r), s, src, beta);
@@ -43,12 +43,13 @@ impl MatViewMut<'_> {
         alpha: Real,
         a: MatView<'_>,
         ta: Trans,
-        v: &[Real],
+        v: &Vector,
         beta: Real,
     ) {
-        assert_eq!(v.len(), self.num_cols(), "add_mat_diag_vec: dim");
+        assert_eq!(v.dim(), self.num_cols(), "add_mat_diag_vec: dim");
         match ta {
             Trans::No => {
+                let v = &v.data[..];
                 assert_eq!(
                     (a.num_rows(), a.num_cols()),
                     (self.num_rows(), self.num_cols())
@@ -396,7 +397,13 @@ impl MatViewMut<'_> {
 impl MatView<'_> {
     /// `v = alpha · diag(op(self) · op(self)ᵀ) + beta · v`: per-row sums of squares for
     /// `Trans::No` (v has num_rows entries), per-column for `Trans::Yes` (Kaldi's AddDiagMat2).
-    pub fn add_diag_mat2_to(&self, v: &mut [Real], alpha: Real, t: Trans, beta: Real) {
+    pub(in crate::matrix) fn add_diag_mat2_to(
+        &self,
+        v: &mut [Real],
+        alpha: Real,
+        t: Trans,
+        beta: Real,
+    ) {
         match t {
             Trans::No => {
                 assert_eq!(v.len(), self.num_rows(), "add_diag_mat2: dim");
@@ -424,7 +431,7 @@ impl MatView<'_> {
     }
     /// `v = alpha · diag(op(self) · op(b)) + beta · v` (Kaldi's AddDiagMatMat): for
     /// (No, Yes) the per-row dot products of self and b, for (Yes, No) the per-column ones.
-    pub fn add_diag_mat_mat_to(
+    pub(in crate::matrix) fn add_diag_mat_mat_to(
         &self,
         v: &mut [Real],
         alpha: Real,

@@ -17,13 +17,12 @@ pub struct PoolingOptions {
 }
 
 impl MatViewMut<'_> {
-    /// Adds to output row o: `[counts[o], Σ x, Σ x² (if include_variance)]` over input rows
-    /// `ranges[o]` (StatisticsExtraction forward; self has 1 + d (+ d) columns).
+    /// Adds to output row o: `[count, Σ x, Σ x² (if include_variance)]` over input rows
+    /// `ranges[o]`, count being the number of those rows (StatisticsExtraction forward; self has 1 + d (+ d) columns).
     pub fn add_row_range_stats(
         &mut self,
         input: MatView<'_>,
         ranges: &[(usize, usize)],
-        counts: &[Real],
         include_variance: bool,
     ) {
         let d = input.num_cols();
@@ -32,10 +31,10 @@ impl MatViewMut<'_> {
             1 + d + if include_variance { d } else { 0 },
             "add_row_range_stats: dim"
         );
-        for (o, (&(s, e), &count)) in ranges.iter().zip(counts).enumerate() {
+        for (o, &(s, e)) in ranges.iter().enumerate() {
             let row = self.row_mut(o);
             let (head, rest) = row.split_at_mut(1);
-            head[0] += count;
+            head[0] += (e - s) as Real;
             let (sum, sumsq) = rest.split_at_mut(d);
             for i in s..e {
                 let x = input.row(i);

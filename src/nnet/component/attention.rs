@@ -30,7 +30,7 @@ use crate::index::{Index, TRange, NO_TIME};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::kaldi_rand::kaldi_rand_int;
-use crate::matrix::{Matrix, Trans};
+use crate::matrix::{Matrix, Trans, Vector, Vector64};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 use std::collections::{BTreeSet, HashSet};
@@ -57,9 +57,9 @@ pub struct RestrictedAttentionComponent {
     /// Frames the statistics cover.
     stats_count: f64,
     /// Per head: Σ over frames of the entropy of c (empty until statistics are stored).
-    entropy_stats: Vec<f64>,
+    entropy_stats: Vector64,
     /// num_heads × C, row-major: Σ over frames of c (empty until statistics are stored).
-    posterior_stats: Vec<f64>,
+    posterior_stats: Vector64,
 }
 
 /// The regular row grid of one step (the fields of Kaldi's `ConvolutionComputationIo` that
@@ -190,8 +190,8 @@ impl RestrictedAttentionComponent {
             output_context,
             key_scale,
             stats_count: 0.0,
-            entropy_stats: Vec::new(),
-            posterior_stats: Vec::new(),
+            entropy_stats: Vector64::default(),
+            posterior_stats: Vector64::default(),
         };
         crate::limits::check_product(
             &[c.num_heads as u64, c.input_dim_per_head() as u64],
@@ -235,10 +235,10 @@ impl RestrictedAttentionComponent {
         let stats_count: f64 = read_field(r, "<StatsCount>")?;
         r.expect_token("<EntropyStats>")?;
         let ent_at = r.pos();
-        let entropy_stats = r.vector_f64()?;
+        let entropy_stats = r.vector64()?;
         r.expect_token("<PosteriorStats>")?;
         let post_at = r.pos();
-        let (rows, cols, posterior_stats) = r.matrix_f64()?;
+        let (rows, cols, posterior_stats) = r.matrix64()?;
         expect_closing(r, TYPE)?;
         if left + right == 0 || left_req > left || right_req > right {
             return Err(r.err_at(
@@ -267,7 +267,7 @@ impl RestrictedAttentionComponent {
             entropy_stats,
             posterior_stats,
         };
-        if !c.entropy_stats.is_empty() && c.entropy_stats.len() != c.num_heads {
+        if !c.entropy_stats.is_empty() && c.entropy_stats.dim() != c.num_heads {
             return Err(r.err_at(
                 ent_at,
                 format!("<EntropyStats> of dimension {}", c.num_heads),
@@ -490,41 +490,38 @@ impl Component for RestrictedAttentionComponent {
         if c.num_cols() != heads * cd {
             return;
         }
-        if self.entropy_stats.len() != heads {
-            self.entropy_stats = vec![0.0; heads];
-            self.posterior_stats = vec![0.0; heads * cd];
+        if self.entropy_stats.dim() != heads {
+            self.entropy_stats = Vector64::zeros(heads);
+            self.posterior_stats = Vector64::zeros(heads * cd);
             self.stats_count = 0.0;
         }
         // Kaldi stores them for a random two minibatches in three, to save time.
         if kaldi_rand_int(s.rng, 0, 2) == 0 {
             return;
         }
-        let mut sums = vec![0.0f32; heads * cd];
-        c.view().add_row_sum_to(&mut sums, 1.0, 0.0);
+        let mut sums = Vector::zeros(heads * cd);
+        sums.add_row_sum_mat(1.0, c.view(), 0.0);
         let mut log_c = c.clone();
         log_c.view_mut().apply_floor(1.0e-20);
         log_c.view_mut().apply_log();
-        let mut plogp = vec![0.0f32; heads * cd];
-        c.view()
-            .add_diag_mat_mat_to(&mut plogp, -1.0, Trans::Yes, log_c.view(), Trans::No, 0.0);
-        for h in 0..heads {
-            let e: f32 = plogp[h * cd..(h + 1) * cd].iter().sum();
-            self.entropy_stats[h] += e as f64;
-        }
-        for (s, &x) in self.posterior_stats.iter_mut().zip(&sums) {
-            *s += x as f64;
-        }
+        let mut plogp = Vector::zeros(heads * cd);
+        plogp.add_diag_mat_mat(-1.0, c.view(), Trans::Yes, log_c.view(), Trans::No, 0.0);
+        // Per head, the sum of its `cd` entries: the column sums of plogp read as heads × cd.
+        let mut entropy = Vector::zeros(heads);
+        entropy.add_col_sum_mat(1.0, plogp.as_mat(heads, cd), 0.0);
+        self.entropy_stats.add_vec_f32(1.0, &entropy);
+        self.posterior_stats.add_vec_f32(1.0, &sums);
         self.stats_count += c.num_rows() as f64;
     }
     fn zero_stats(&mut self) {
-        self.entropy_stats.iter_mut().for_each(|x| *x = 0.0);
-        self.posterior_stats.iter_mut().for_each(|x| *x = 0.0);
+        self.entropy_stats.set_zero();
+        self.posterior_stats.set_zero();
         self.stats_count = 0.0;
     }
     fn scale_stats(&mut self, scale: f32) {
         let s = scale as f64;
-        self.entropy_stats.iter_mut().for_each(|x| *x *= s);
-        self.posterior_stats.iter_mut().for_each(|x| *x *= s);
+        self.entropy_stats.scale(s);
+        self.posterior_stats.scale(s);
         self.stats_count *= s;
     }
     fn add_stats(&mut self, alpha: f32, other: &dyn Component) {
@@ -536,20 +533,16 @@ impl Component for RestrictedAttentionComponent {
         };
         let a = alpha as f64;
         if self.entropy_stats.is_empty() && !o.entropy_stats.is_empty() {
-            self.entropy_stats = vec![0.0; o.entropy_stats.len()];
+            self.entropy_stats = Vector64::zeros(o.entropy_stats.dim());
         }
         if self.posterior_stats.is_empty() && !o.posterior_stats.is_empty() {
-            self.posterior_stats = vec![0.0; o.posterior_stats.len()];
+            self.posterior_stats = Vector64::zeros(o.posterior_stats.dim());
         }
-        if o.entropy_stats.len() == self.entropy_stats.len() {
-            for (d, s) in self.entropy_stats.iter_mut().zip(&o.entropy_stats) {
-                *d += a * s;
-            }
+        if o.entropy_stats.dim() == self.entropy_stats.dim() {
+            self.entropy_stats.add_vec(a, &o.entropy_stats);
         }
-        if o.posterior_stats.len() == self.posterior_stats.len() {
-            for (d, s) in self.posterior_stats.iter_mut().zip(&o.posterior_stats) {
-                *d += a * s;
-            }
+        if o.posterior_stats.dim() == self.posterior_stats.dim() {
+            self.posterior_stats.add_vec(a, &o.posterior_stats);
         }
         self.stats_count += a * o.stats_count;
     }
@@ -570,7 +563,7 @@ impl Component for RestrictedAttentionComponent {
                 ("<OutputContext>", &self.output_context),
                 ("<KeyScale>", &self.key_scale),
                 ("<StatsCount>", &self.stats_count),
-                ("<EntropyStats>", &F64Vector(&self.entropy_stats)),
+                ("<EntropyStats>", &self.entropy_stats),
                 (
                     "<PosteriorStats>",
                     &F64Matrix {
@@ -609,13 +602,15 @@ impl Component for RestrictedAttentionComponent {
         );
         if self.stats_count != 0.0 {
             s += ", entropy=";
-            for e in &self.entropy_stats {
+            // Text: the statistics are read through host copies.
+            for e in self.entropy_stats.to_vec() {
                 s += &format!("{},", g(e / self.stats_count));
             }
             let cd = self.context_dim();
+            let posterior_stats = self.posterior_stats.to_vec();
             for h in 0..self.num_heads.min(5) {
                 s += &format!(" posterior-stats[{h}]=");
-                for p in self.posterior_stats.iter().skip(h * cd).take(cd) {
+                for p in posterior_stats.iter().skip(h * cd).take(cd) {
                     s += &format!("{},", g(p / self.stats_count));
                 }
             }
@@ -679,24 +674,15 @@ impl Component for RestrictedAttentionComponent {
     }
 }
 
-/// A Kaldi `Vector<double>` field.
-struct F64Vector<'a>(&'a [f64]);
-
-impl super::kaldi_fields::WriteField for F64Vector<'_> {
-    fn write_value(&self, w: &mut TokenWriter) {
-        w.vector_f64(self.0);
-    }
-}
-
 /// A Kaldi `Matrix<double>` field (row-major data of `rows` rows).
 struct F64Matrix<'a> {
     rows: usize,
-    data: &'a [f64],
+    data: &'a Vector64,
 }
 
 impl super::kaldi_fields::WriteField for F64Matrix<'_> {
     fn write_value(&self, w: &mut TokenWriter) {
-        let cols = self.data.len().checked_div(self.rows).unwrap_or(0);
-        w.matrix_f64(self.rows, cols, self.data);
+        let cols = self.data.dim().checked_div(self.rows).unwrap_or(0);
+        w.matrix_f64(self.rows, cols, &self.data.to_vec());
     }
 }

@@ -141,17 +141,8 @@ impl BackpropTruncationComponent {
         let rows = deriv.num_rows();
         let mut clipped = 0usize;
         if self.clipping_threshold > 0.0 {
-            let t = self.clipping_threshold;
-            let scales: Vec<f32> = (deriv.as_view().row_norms().into_iter())
-                .map(|norm| {
-                    if norm > t {
-                        clipped += 1;
-                        t / norm
-                    } else {
-                        1.0
-                    }
-                })
-                .collect();
+            let mut scales = deriv.as_view().row_norms();
+            clipped = scales.clip_scales_from_norms(self.clipping_threshold);
             // Rows within the threshold are multiplied by 1.0, which is exact.
             deriv.mul_rows_vec(&scales);
         }
@@ -161,12 +152,7 @@ impl BackpropTruncationComponent {
         if let Some(zi) = zi {
             boundaries = zi.zeroing_sum;
             if self.zeroing_threshold > 0.0 {
-                let norms = deriv.as_view().row_norms();
-                let zero: Vec<bool> = (zi.zeroing.iter().zip(&norms))
-                    .map(|(&z, &norm)| z && norm > self.zeroing_threshold)
-                    .collect();
-                zeroed = zero.iter().filter(|&&z| z).count();
-                deriv.zero_rows(&zero);
+                zeroed = deriv.zero_rows_with_norm_above(&zi.zeroing, self.zeroing_threshold);
             }
         }
         if let Some(u) = update_target::<BackpropTruncationComponent>(to_update) {

@@ -302,10 +302,10 @@ impl RepeatedAffineComponent {
             );
             grad.sub_mut(0, ob, 0, ib)
                 .add_mat_mat(1.0, y, Trans::Yes, x, Trans::No, 1.0);
-            let mut bias = vec![0.0f32; ob];
-            y.add_row_sum_to(&mut bias, 1.0, 0.0);
+            let mut bias = Vector::zeros(ob);
+            bias.add_row_sum_mat(1.0, y, 0.0);
             let mut col = grad.sub_mut(0, ob, ib, 1);
-            col.add_mat(1.0, MatView::from_slice(&bias, ob, 1), Trans::No);
+            col.add_mat(1.0, bias.as_mat(ob, 1), Trans::No);
         }
         let rank = 40.min(ib as i32 / 2).max(1);
         let options = crate::gradient::NaturalGradientOptions::symmetric(rank, 4.0, 4, 2000.0);

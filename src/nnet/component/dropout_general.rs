@@ -455,14 +455,9 @@ pub struct SequenceRows {
 
 impl PrecomputedIndexes for SequenceRows {}
 
-/// The per-row 0/1 mask of a time-masking Propagate.
+/// The rows a time-masking Propagate zeroed (a row selection, like the compiled row tables).
 #[derive(Debug)]
-struct TimeMaskMemo(Vec<f32>);
-
-/// Which rows a time mask zeroes (its 0 entries).
-fn zeroed_rows(mask: &[f32]) -> Vec<bool> {
-    mask.iter().map(|&m| m == 0.0).collect()
-}
+struct TimeMaskMemo(Vec<bool>);
 
 impl SpecAugmentTimeMaskComponent {
     /// Registry hook: `dim` (required), `zeroed-proportion` (0.25), `time-mask-max-frames`
@@ -537,7 +532,7 @@ impl SpecAugmentTimeMaskComponent {
                 &all
             }
         };
-        let mut mask = vec![1.0f32; rows];
+        let mut zeroed_rows = vec![false; rows];
         for seq in seqs {
             let t = seq.len();
             if t == 0 {
@@ -555,25 +550,23 @@ impl SpecAugmentTimeMaskComponent {
                 let len = rng.random_range(1..=max_len.min(target - zeroed).max(1));
                 let start = rng.random_range(0..=t - len);
                 for &row in seq.iter().skip(start).take(len) {
-                    if let Some(m) = mask.get_mut(row) {
-                        if *m != 0.0 {
-                            *m = 0.0;
+                    if let Some(z) = zeroed_rows.get_mut(row) {
+                        if !*z {
+                            *z = true;
                             zeroed += 1;
                         }
                     }
                 }
             }
         }
-        data.zero_rows(&zeroed_rows(&mask));
-        Some(Box::new(TimeMaskMemo(mask)))
+        data.zero_rows(&zeroed_rows);
+        Some(Box::new(TimeMaskMemo(zeroed_rows)))
     }
 
     fn backprop_mask(memo: Option<&Memo>, deriv: &mut MatViewMut<'_>) {
-        if let Some(TimeMaskMemo(mask)) = memo.and_then(|m| m.downcast_ref::<TimeMaskMemo>()) {
-            // zero_rows ignores entries past the derivative's rows.
-            let mut zero = zeroed_rows(mask);
-            zero.truncate(deriv.num_rows());
-            deriv.zero_rows(&zero);
+        if let Some(TimeMaskMemo(zeroed)) = memo.and_then(|m| m.downcast_ref::<TimeMaskMemo>()) {
+            // Entries past the derivative's rows are left out.
+            deriv.zero_rows(&zeroed[..zeroed.len().min(deriv.num_rows())]);
         }
     }
 }

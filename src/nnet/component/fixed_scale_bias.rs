@@ -88,7 +88,7 @@ impl Component for FixedScaleComponent {
             "FixedScaleComponent, input-dim={}, output-dim={}{}",
             self.scales.dim(),
             self.scales.dim(),
-            parameter_stats("scales", &self.scales.to_vec(), true)
+            parameter_stats("scales", &self.scales, true)
         )
     }
     component_boilerplate!();
@@ -144,7 +144,7 @@ impl Component for FixedBiasComponent {
             "FixedBiasComponent, input-dim={}, output-dim={}{}",
             self.bias.dim(),
             self.bias.dim(),
-            parameter_stats("bias", &self.bias.to_vec(), true)
+            parameter_stats("bias", &self.bias, true)
         )
     }
     component_boilerplate!();

@@ -32,7 +32,7 @@ use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::kaldi_rand::kaldi_rand_uniform;
-use crate::matrix::{backprop_gru_cell, MatView, MatViewMut, Matrix, Trans, Vector};
+use crate::matrix::{backprop_gru_cell, MatView, MatViewMut, Matrix, Trans, Vector, Vector64};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
@@ -51,8 +51,8 @@ fn non_negative(x: f32) -> bool {
 #[derive(Clone, Debug)]
 struct TanhStats {
     /// Per cell: Σ tanh values and Σ tanh derivatives (doubles, as Kaldi keeps them).
-    value_sum: Vec<f64>,
-    deriv_sum: Vec<f64>,
+    value_sum: Vector64,
+    deriv_sum: Vector64,
     /// Σ over stored minibatches of the number of cells self-repaired.
     self_repair_total: f64,
     count: f64,
@@ -63,8 +63,8 @@ struct TanhStats {
 impl TanhStats {
     fn new(cell_dim: usize, threshold: f32, scale: f32) -> Self {
         TanhStats {
-            value_sum: vec![0.0; cell_dim],
-            deriv_sum: vec![0.0; cell_dim],
+            value_sum: Vector64::zeros(cell_dim),
+            deriv_sum: Vector64::zeros(cell_dim),
             self_repair_total: 0.0,
             count: 0.0,
             threshold,
@@ -83,13 +83,15 @@ impl TanhStats {
     }
 
     /// Averages as written: the sum rounded to float, times the float reciprocal of the count.
-    fn avg(&self, sum: &[f64]) -> Vec<f32> {
+    fn avg(&self, sum: &Vector64) -> Vector {
         let inv = if self.count != 0.0 {
             (1.0 / self.count) as f32
         } else {
             1.0
         };
-        sum.iter().map(|&s| s as f32 * inv).collect()
+        let mut avg = Vector::from_f64(sum);
+        avg.scale(inv);
+        avg
     }
 
     /// `<ValueAvg> … <SelfRepairScale>` as Kaldi writes them.
@@ -106,11 +108,11 @@ impl TanhStats {
 
     /// Reads `<ValueAvg> … <SelfRepairScale>` (averages back to sums).
     fn read(r: &mut TokenReader<'_>, cell_dim: usize) -> Result<Self> {
-        let vec = |r: &mut TokenReader<'_>, tok: &str| -> Result<Vec<f64>> {
+        let vec = |r: &mut TokenReader<'_>, tok: &str| -> Result<Vector64> {
             r.expect_token(tok)?;
             let at = r.pos();
-            let v = r.vector_f64()?;
-            if v.len() != cell_dim {
+            let v = r.vector64()?;
+            if v.dim() != cell_dim {
                 return Err(r.err_at(at, format!("a {tok} vector of dimension {cell_dim}")));
             }
             Ok(v)
@@ -129,9 +131,13 @@ impl TanhStats {
         if !non_negative(threshold) || !non_negative(scale) {
             return Err(r.err_at(at, "non-negative self-repair threshold and scale"));
         }
+        // Back to sums: avg · count.
+        let (mut value_sum, mut deriv_sum) = (value_avg, deriv_avg);
+        value_sum.scale(count);
+        deriv_sum.scale(count);
         Ok(TanhStats {
-            value_sum: value_avg.iter().map(|v| v * count).collect(),
-            deriv_sum: deriv_avg.iter().map(|v| v * count).collect(),
+            value_sum,
+            deriv_sum,
             self_repair_total,
             count,
             threshold,
@@ -172,34 +178,29 @@ impl TanhStats {
             return;
         }
         let c = h.num_cols();
-        if self.value_sum.len() != c {
+        if self.value_sum.dim() != c {
             return;
         }
         let mut tanh_deriv = h.to_matrix();
         tanh_deriv.view_mut().apply_tanh_deriv_from_output();
         self.count += h.num_rows() as f64;
-        let mut sums = vec![0.0f32; c];
-        h.add_row_sum_to(&mut sums, 1.0, 0.0);
-        for (s, &x) in self.value_sum.iter_mut().zip(&sums) {
-            *s += x as f64;
-        }
-        tanh_deriv.view().add_row_sum_to(&mut sums, 1.0, 0.0);
-        for (s, &x) in self.deriv_sum.iter_mut().zip(&sums) {
-            *s += x as f64;
-        }
+        let mut sums = Vector::zeros(c);
+        sums.add_row_sum_mat(1.0, h, 0.0);
+        self.value_sum.add_vec_f32(1.0, &sums);
+        sums.add_row_sum_mat(1.0, tanh_deriv.view(), 0.0);
+        self.deriv_sum.add_vec_f32(1.0, &sums);
         if self.count <= 0.0 {
             return;
         }
         // 1 for cells below the threshold, else 0 (float arithmetic, as Kaldi's).
+        // bound − d (as −d + bound, the same float), then 1 where positive.
         let bound = (self.threshold as f64 * self.count) as f32;
-        let mut below = Matrix::from_vec(
-            1,
-            c,
-            self.deriv_sum.iter().map(|&d| bound - d as f32).collect(),
-        );
-        below.view_mut().apply_heaviside();
-        let below = below.to_vec();
-        self.self_repair_total += below.iter().sum::<f32>() as f64;
+        let mut below = Vector::from_f64(&self.deriv_sum);
+        below.scale(-1.0);
+        below.add_const(bound);
+        below.as_row_mut().apply_heaviside();
+        // A sum of zeros and ones: exact in any precision.
+        self.self_repair_total += below.sum_f64();
         h_deriv.add_mat_diag_vec(
             -self.scale / REPAIR_AND_STATS_PROBABILITY,
             h,
@@ -210,27 +211,23 @@ impl TanhStats {
     }
 
     fn zero(&mut self) {
-        self.value_sum.iter_mut().for_each(|x| *x = 0.0);
-        self.deriv_sum.iter_mut().for_each(|x| *x = 0.0);
+        self.value_sum.set_zero();
+        self.deriv_sum.set_zero();
         self.self_repair_total = 0.0;
         self.count = 0.0;
     }
     fn scale_by(&mut self, s: f64) {
-        self.value_sum.iter_mut().for_each(|x| *x *= s);
-        self.deriv_sum.iter_mut().for_each(|x| *x *= s);
+        self.value_sum.scale(s);
+        self.deriv_sum.scale(s);
         self.self_repair_total *= s;
         self.count *= s;
     }
     fn add(&mut self, a: f64, o: &TanhStats) {
-        if o.value_sum.len() != self.value_sum.len() {
+        if o.value_sum.dim() != self.value_sum.dim() {
             return;
         }
-        for (d, s) in self.value_sum.iter_mut().zip(&o.value_sum) {
-            *d += a * s;
-        }
-        for (d, s) in self.deriv_sum.iter_mut().zip(&o.deriv_sum) {
-            *d += a * s;
-        }
+        self.value_sum.add_vec(a, &o.value_sum);
+        self.deriv_sum.add_vec(a, &o.deriv_sum);
         self.self_repair_total += a * o.self_repair_total;
         self.count += a * o.count;
     }

@@ -48,7 +48,9 @@ pub fn fmt_succinct(f: f32) -> String {
 /// Mean and standard deviation as Kaldi's summaries compute them: `sqrt(E[x²] − mean²)` in
 /// float, the sum accumulated in float and the sum of squares as its BLAS dot product does
 /// (in double). Golden info lines depend on this rounding.
-pub fn mean_stddev(v: &[f32]) -> (f32, f32) {
+pub fn mean_stddev(v: &Vector) -> (f32, f32) {
+    // The summary is text: it reads the elements through a host copy.
+    let v = v.to_vec();
     let n = v.len() as f32;
     let sum: f32 = v.iter().sum();
     let sumsq = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>() as f32;
@@ -79,16 +81,16 @@ pub fn updatable_info(c: &crate::nnet::component::UpdatableCommon) -> String {
 }
 
 /// Kaldi's vector summary: all values for short vectors, else percentiles, mean and stddev.
-pub fn summarize_vector(v: &[f32]) -> String {
+pub fn summarize_vector(v: &Vector) -> String {
     summarize_vector_with(v, mean_stddev)
 }
 
 /// [`summarize_vector`] with the mean and standard deviation from `mean_stddev` (the
 /// nonlinearities' statistics are summarised with Kaldi's float arithmetic).
-pub fn summarize_vector_with(v: &[f32], mean_stddev: fn(&[f32]) -> (f32, f32)) -> String {
-    if v.len() < 10 {
+pub fn summarize_vector_with(v: &Vector, mean_stddev: fn(&Vector) -> (f32, f32)) -> String {
+    if v.dim() < 10 {
         let mut s = String::from("[ ");
-        for &x in v {
+        for x in v.to_vec() {
             s += &fmt_succinct(x);
             s.push(' ');
         }
@@ -96,6 +98,7 @@ pub fn summarize_vector_with(v: &[f32], mean_stddev: fn(&[f32]) -> (f32, f32)) -
         return s;
     }
     let (mean, stddev) = mean_stddev(v);
+    // Percentiles of a sorted host copy (the summary is text).
     let mut sorted = v.to_vec();
     sorted.sort_by(|a, b| a.total_cmp(b));
     // Groups separated by spaces, values within a group by commas (as the label).
@@ -138,7 +141,7 @@ pub fn matrix_stats(name: &str, m: &Matrix, norms: bool) -> String {
 
 /// `name-{mean,stddev}=m,s` (Kaldi's PrintParameterStats for a vector).
 pub fn vector_stats(name: &str, v: &Vector) -> String {
-    let (m, s) = mean_stddev(&v.to_vec());
+    let (m, s) = mean_stddev(v);
     format!(
         "{name}-{{mean,stddev}}={},{}",
         crate::io::codec::fmt_g(m as f64, 4),
@@ -166,10 +169,10 @@ mod tests {
     fn stddev_rounding_matches_golden_scale_and_offset() {
         // misc-components sao1 scales: Kaldi prints stddev 0.008883 (a plain float sum of
         // squares would give 0.008888).
-        let v = [
+        let v = Vector::from_vec(vec![
             0.9932863, 0.9952043, 1.003862, 1.009663, 1.010197, 0.9869992, 1.000211, 0.9962454,
             0.9901223, 0.9911237, 1.017438, 1.001811,
-        ];
+        ]);
         let (m, s) = mean_stddev(&v);
         assert_eq!(crate::io::codec::fmt_g(m as f64, 4), "0.9997");
         assert!((s - 0.008883).abs() < 3e-6, "{s}");

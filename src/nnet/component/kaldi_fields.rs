@@ -6,7 +6,7 @@
 use super::UpdatableCommon;
 use crate::error::{Error, Result};
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{Matrix, Vector, WeightMatrix};
+use crate::matrix::{Matrix, Vector, Vector64, WeightMatrix};
 
 /// A value that follows its `<Token>` in a component file.
 pub trait WriteField {
@@ -46,11 +46,6 @@ impl WriteField for Vec<i32> {
         w.int_vec(self);
     }
 }
-impl WriteField for Vec<f32> {
-    fn write_value(&self, w: &mut TokenWriter) {
-        w.vector(self);
-    }
-}
 impl<const N: usize> WriteField for [f32; N] {
     fn write_value(&self, w: &mut TokenWriter) {
         w.vector(self);
@@ -59,6 +54,12 @@ impl<const N: usize> WriteField for [f32; N] {
 impl WriteField for Vector {
     fn write_value(&self, w: &mut TokenWriter) {
         w.vector(&self.to_vec());
+    }
+}
+/// Statistics Kaldi keeps in doubles, written as a double vector.
+impl WriteField for Vector64 {
+    fn write_value(&self, w: &mut TokenWriter) {
+        w.vector_f64(&self.to_vec());
     }
 }
 impl WriteField for Matrix {
@@ -204,6 +205,17 @@ pub fn read_array_field<const N: usize>(r: &mut TokenReader<'_>, token: &str) ->
     v.to_vec()
         .try_into()
         .map_err(|_| r.err_at(at, format!("a {token} vector of dimension {N}")))
+}
+
+/// `<Token>` then a vector of exactly `dim` values.
+pub fn read_vector_field(r: &mut TokenReader<'_>, token: &str, dim: usize) -> Result<Vector> {
+    r.expect_token(token)?;
+    let at = r.pos();
+    let v = r.vector()?;
+    if v.dim() != dim {
+        return Err(r.err_at(at, format!("a {token} vector of dimension {dim}")));
+    }
+    Ok(v)
 }
 
 /// `<Token>` then a dimension (a positive int32 within the memory limit).

@@ -18,7 +18,8 @@
 
 use super::info_summary;
 use super::kaldi_fields::{
-    expect_closing, read_array_field, read_field, read_opt_field, write_updatable,
+    expect_closing, read_array_field, read_field, read_opt_field, read_vector_field,
+    write_updatable,
 };
 use super::param_init;
 use super::param_ops::{self, updatable_boilerplate, updatable_common};
@@ -31,7 +32,8 @@ use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::matrix::{
-    backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, MatView, MatViewMut, Matrix,
+    backprop_lstm_nonlinearity, lstm_self_repair_scales, LstmBackpropInput, LstmStatsSums, MatView,
+    MatViewMut, Matrix, Vector, Vector64,
 };
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
@@ -54,13 +56,13 @@ pub struct LstmNonlinearityComponent {
     params: Matrix,
     use_dropout: bool,
     /// 5 × C sums of the nonlinearity values (f64, as Kaldi keeps them).
-    value_sum: Vec<f64>,
+    value_sum: Vector64,
     /// 5 × C sums of the nonlinearity derivatives.
-    deriv_sum: Vec<f64>,
+    deriv_sum: Vector64,
     /// Thresholds (5) then scales (5) of self-repair.
     self_repair_config: [f32; 10],
-    /// Per nonlinearity: number of (frame, unit) pairs that were self-repaired.
-    self_repair_total: [f64; 5],
+    /// Per nonlinearity (5): number of (frame, unit) pairs that were self-repaired.
+    self_repair_total: Vector64,
     count: f64,
     /// Natural-gradient state of the peephole update (in the delta network; never saved).
     ng_state: NaturalGradientState,
@@ -81,10 +83,10 @@ impl LstmNonlinearityComponent {
             common: UpdatableCommon::default(),
             params,
             use_dropout,
-            value_sum: vec![0.0; 5 * c],
-            deriv_sum: vec![0.0; 5 * c],
+            value_sum: Vector64::zeros(5 * c),
+            deriv_sum: Vector64::zeros(5 * c),
             self_repair_config: [0.05, 0.05, 0.2, 0.05, 0.2, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5],
-            self_repair_total: [0.0; 5],
+            self_repair_total: Vector64::zeros(5),
             count: 0.0,
             ng_state: NaturalGradientState::default(),
         }
@@ -162,7 +164,7 @@ impl LstmNonlinearityComponent {
         let value_avg = read_stats(r, "<ValueAvg>")?;
         let deriv_avg = read_stats(r, "<DerivAvg>")?;
         let cfg: [f32; 10] = read_array_field(r, "<SelfRepairConfig>")?;
-        let prob: [f32; 5] = read_array_field(r, "<SelfRepairProb>")?;
+        let prob = read_vector_field(r, "<SelfRepairProb>", 5)?;
         let use_dropout = read_opt_field(r, "<UseDropout>")?.unwrap_or(false);
         let count = read_field(r, "<Count>")?;
         expect_closing(r, TYPE)?;
@@ -170,54 +172,28 @@ impl LstmNonlinearityComponent {
         comp.common = common;
         comp.self_repair_config = cfg;
         comp.count = count;
-        // Stored normalised; the sums are avg × count (Kaldi's reader does the same).
-        comp.value_sum = value_avg
-            .to_vec()
-            .iter()
-            .map(|&v| v as f64 * count)
-            .collect();
-        comp.deriv_sum = deriv_avg
-            .to_vec()
-            .iter()
-            .map(|&v| v as f64 * count)
-            .collect();
-        for (t, &p) in comp.self_repair_total.iter_mut().zip(&prob) {
-            *t = p as f64 * count * c as f64;
-        }
+        // Stored normalised; the sums are avg × count (Kaldi's reader does the same), the
+        // repaired totals prob × count × C.
+        comp.value_sum = Vector64::from_f32_matrix(&value_avg);
+        comp.value_sum.scale(count);
+        comp.deriv_sum = Vector64::from_f32_matrix(&deriv_avg);
+        comp.deriv_sum.scale(count);
+        comp.self_repair_total = Vector64::from_f32(&prob);
+        comp.self_repair_total.scale(count);
+        comp.self_repair_total.scale(c as f64);
         Ok(Box::new(comp))
     }
 
     /// Sums divided by the count, rounded to float (the sums themselves when count is 0).
-    fn stats_avg(&self, sum: &[f64]) -> Matrix {
+    fn stats_avg(&self, sum: &Vector64) -> Matrix {
         let inv = if self.count != 0.0 {
             1.0 / self.count
         } else {
             1.0
         };
-        Matrix::from_vec(
-            5,
-            self.cell_dim(),
-            sum.iter().map(|&s| (s as f32) * (inv as f32)).collect(),
-        )
-    }
-
-    /// Per nonlinearity and unit: the self-repair scale to apply (0 when not repairing).
-    fn repair_scales(&self) -> Vec<f32> {
-        let c = self.cell_dim();
-        let mut out = vec![0.0f32; 5 * c];
-        if self.count <= 0.0 || self.deriv_sum.len() != 5 * c {
-            return out;
-        }
-        for k in 0..5 {
-            let thr = self.self_repair_config[k] as f64 * self.count;
-            let scale = self.self_repair_config[k + 5];
-            for j in 0..c {
-                if self.deriv_sum[k * c + j] < thr {
-                    out[k * c + j] = scale;
-                }
-            }
-        }
-        out
+        let mut avg = sum.to_matrix(5, self.cell_dim());
+        avg.view_mut().scale(inv as f32);
+        avg
     }
 
     /// The core of Backprop: input derivative (if wanted), parameter derivative (3 × C) and
@@ -227,18 +203,15 @@ impl LstmNonlinearityComponent {
         in_value: MatView<'_>,
         out_deriv: MatView<'_>,
         in_deriv: Option<&mut MatViewMut<'_>>,
-        params_deriv: Option<&mut [f64]>,
+        params_deriv: Option<&mut Vector64>,
         mut stats: Option<&mut LstmNonlinearityComponent>,
     ) {
-        let c = self.cell_dim();
-        let repair = self.repair_scales();
-        let mut repaired_units = [0.0f64; 5];
-        for (k, n) in repaired_units.iter_mut().enumerate() {
-            *n = repair[k * c..(k + 1) * c]
-                .iter()
-                .filter(|&&s| s != 0.0)
-                .count() as f64;
-        }
+        let (repair, repaired_units) = lstm_self_repair_scales(
+            &self.deriv_sum,
+            self.count,
+            &self.self_repair_config,
+            self.cell_dim(),
+        );
         backprop_lstm_nonlinearity(
             LstmBackpropInput {
                 in_value,
@@ -256,9 +229,7 @@ impl LstmNonlinearityComponent {
         );
         if let Some(st) = stats {
             let rows = in_value.num_rows() as f64;
-            for (t, &n) in st.self_repair_total.iter_mut().zip(&repaired_units) {
-                *t += n * rows;
-            }
+            st.self_repair_total.add_vec(rows, &repaired_units);
             st.count += rows;
         }
     }
@@ -300,7 +271,7 @@ impl Component for LstmNonlinearityComponent {
         let upd = update_target::<LstmNonlinearityComponent>(b.to_update);
         match upd {
             Some(u) if u.cell_dim() == c => {
-                let mut pd = vec![0.0f64; 3 * c];
+                let mut pd = Vector64::zeros(3 * c);
                 self.backprop_core(
                     b.in_value,
                     b.out_deriv,
@@ -310,7 +281,7 @@ impl Component for LstmNonlinearityComponent {
                 );
                 // The summed gradient's 3 rows go through the natural-gradient
                 // preconditioner (Kaldi's `preconditioner_`), unless this is a gradient holder.
-                let grad = Matrix::from_vec(3, c, pd.iter().map(|&x| x as f32).collect());
+                let grad = pd.to_matrix(3, c);
                 let options = peephole_natural_gradient();
                 Update::new(&u.common, Some((&options, &mut u.ng_state)), false)
                     .rows_block(u.params.view_mut(), grad);
@@ -320,18 +291,12 @@ impl Component for LstmNonlinearityComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        let denom = self.count * self.cell_dim() as f64;
-        let prob: Vec<f32> = self
-            .self_repair_total
-            .iter()
-            .map(|&t| {
-                if self.count != 0.0 {
-                    (t / denom) as f32
-                } else {
-                    t as f32
-                }
-            })
-            .collect();
+        let prob = if self.count != 0.0 {
+            self.self_repair_total
+                .div_to_f32(self.count * self.cell_dim() as f64)
+        } else {
+            Vector::from_f64(&self.self_repair_total)
+        };
         write_updatable(
             w,
             TYPE,
@@ -369,13 +334,13 @@ impl Component for LstmNonlinearityComponent {
                 g(self.self_repair_config[k + 5] as f64)
             );
             if self.count != 0.0 {
-                let prop = self.self_repair_total[k] / (self.count * c as f64);
-                let inv = (1.0 / self.count) as f32;
-                let avg = |sum: &[f64]| -> Vec<f32> {
-                    sum[k * c..(k + 1) * c]
-                        .iter()
-                        .map(|&x| x as f32 * inv)
-                        .collect()
+                let prop = self.self_repair_total.get(k) / (self.count * c as f64);
+                // Row k of the averages (the sums in float, times the float 1/count).
+                let avg = |sum: &Vector64| -> Vector {
+                    let mut row = Vector::zeros(c);
+                    row.as_row_mut()
+                        .copy_row_from(0, self.stats_avg(sum).view(), k);
+                    row
                 };
                 s += &format!(
                     ", self-repaired-proportion={}, value-avg={}, deriv-avg={}",
@@ -390,42 +355,50 @@ impl Component for LstmNonlinearityComponent {
     }
 
     updatable_boilerplate!();
-    fn exact_stats(&self) -> Vec<f64> {
-        let mut v = vec![
-            self.count,
-            self.value_sum.len() as f64,
-            self.deriv_sum.len() as f64,
-        ];
-        v.extend_from_slice(&self.self_repair_total);
-        v.extend_from_slice(&self.value_sum);
-        v.extend_from_slice(&self.deriv_sum);
+    fn exact_stats(&self) -> Vector64 {
+        let mut v = Vector64::default();
+        v.push(self.count);
+        v.push(self.value_sum.dim() as f64);
+        v.push(self.deriv_sum.dim() as f64);
+        self.self_repair_total.append_to(&mut v);
+        self.value_sum.append_to(&mut v);
+        self.deriv_sum.append_to(&mut v);
         v
     }
-    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
-        if stats.len() < 8 {
+    fn set_exact_stats(&mut self, stats: &Vector64) -> bool {
+        if stats.dim() < 8 {
             return false;
         }
-        let (nv, nd) = (stats[1] as usize, stats[2] as usize);
-        if nv != self.value_sum.len() || nd != self.deriv_sum.len() || stats.len() != 8 + nv + nd {
+        let (nv, nd) = (stats.get(1) as usize, stats.get(2) as usize);
+        if nv != self.value_sum.dim() || nd != self.deriv_sum.dim() || stats.dim() != 8 + nv + nd {
             return false;
         }
-        self.count = stats[0];
-        self.self_repair_total.copy_from_slice(&stats[3..8]);
-        self.value_sum.copy_from_slice(&stats[8..8 + nv]);
-        self.deriv_sum.copy_from_slice(&stats[8 + nv..]);
+        let Some((head, rest)) = stats.split_at(3) else {
+            return false;
+        };
+        let Some((total, rest)) = rest.split_at(5) else {
+            return false;
+        };
+        let Some((value_sum, deriv_sum)) = rest.split_at(nv) else {
+            return false;
+        };
+        self.count = head.get(0);
+        self.self_repair_total = total;
+        self.value_sum = value_sum;
+        self.deriv_sum = deriv_sum;
         true
     }
     fn zero_stats(&mut self) {
-        self.value_sum.iter_mut().for_each(|x| *x = 0.0);
-        self.deriv_sum.iter_mut().for_each(|x| *x = 0.0);
-        self.self_repair_total = [0.0; 5];
+        self.value_sum.set_zero();
+        self.deriv_sum.set_zero();
+        self.self_repair_total.set_zero();
         self.count = 0.0;
     }
     fn scale_stats(&mut self, scale: f32) {
         let s = scale as f64;
-        self.value_sum.iter_mut().for_each(|x| *x *= s);
-        self.deriv_sum.iter_mut().for_each(|x| *x *= s);
-        self.self_repair_total.iter_mut().for_each(|x| *x *= s);
+        self.value_sum.scale(s);
+        self.deriv_sum.scale(s);
+        self.self_repair_total.scale(s);
         self.count *= s;
     }
 }
@@ -464,15 +437,9 @@ impl UpdatableComponent for LstmNonlinearityComponent {
             .view_mut()
             .add_mat(alpha, o.params.view(), crate::matrix::Trans::No);
         let a = alpha as f64;
-        for (d, s) in self.value_sum.iter_mut().zip(&o.value_sum) {
-            *d += a * s;
-        }
-        for (d, s) in self.deriv_sum.iter_mut().zip(&o.deriv_sum) {
-            *d += a * s;
-        }
-        for (d, s) in self.self_repair_total.iter_mut().zip(&o.self_repair_total) {
-            *d += a * s;
-        }
+        self.value_sum.add_vec(a, &o.value_sum);
+        self.deriv_sum.add_vec(a, &o.deriv_sum);
+        self.self_repair_total.add_vec(a, &o.self_repair_total);
         self.count += a * o.count;
     }
     fn dot_product(&self, other: &dyn Component) -> f32 {

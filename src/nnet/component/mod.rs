@@ -503,11 +503,11 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// The statistics exactly, as a flat list (the model file stores rounded averages):
     /// `compnet fit`'s checkpoints save them, so that a resumed run is bit-identical. Empty
     /// for components whose statistics do not influence training or evaluation.
-    fn exact_stats(&self) -> Vec<f64> {
-        Vec::new()
+    fn exact_stats(&self) -> crate::matrix::Vector64 {
+        crate::matrix::Vector64::default()
     }
     /// Restores what [`Component::exact_stats`] returned; false when the list does not fit.
-    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
+    fn set_exact_stats(&mut self, stats: &crate::matrix::Vector64) -> bool {
         stats.is_empty()
     }
     /// Switches train/test behaviour (Dropout, BatchNorm, ...); no-op for most components.

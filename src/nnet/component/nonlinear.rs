@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
 use crate::kaldi_rand::{kaldi_rand_int, kaldi_rand_uniform};
-use crate::matrix::{MatView, MatViewMut, Trans};
+use crate::matrix::{MatView, MatViewMut, Trans, Vector, Vector64};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
@@ -61,12 +61,12 @@ pub struct NonlinearComponent {
     dim: usize,
     block_dim: usize,
     /// Sum over stored frames of the output (empty until stats are stored).
-    value_sum: Vec<f64>,
+    value_sum: Vector64,
     /// Sum over stored frames of the function derivative (empty for Softmax/LogSoftmax).
-    deriv_sum: Vec<f64>,
+    deriv_sum: Vector64,
     count: f64,
     /// Sum over stored frames of the squared output derivative.
-    oderiv_sumsq: Vec<f64>,
+    oderiv_sumsq: Vector64,
     oderiv_count: f64,
     num_dims_self_repaired: f64,
     num_dims_processed: f64,
@@ -82,10 +82,10 @@ impl NonlinearComponent {
             kind,
             dim,
             block_dim: dim,
-            value_sum: Vec::new(),
-            deriv_sum: Vec::new(),
+            value_sum: Vector64::default(),
+            deriv_sum: Vector64::default(),
             count: 0.0,
-            oderiv_sumsq: Vec::new(),
+            oderiv_sumsq: Vector64::default(),
             oderiv_count: 0.0,
             num_dims_self_repaired: 0.0,
             num_dims_processed: 0.0,
@@ -108,11 +108,11 @@ impl NonlinearComponent {
         self.oderiv_count
     }
     /// Per-dimension average output (empty without stats).
-    pub fn value_avg(&self) -> Vec<f32> {
+    pub fn value_avg(&self) -> Vector {
         avg_as_kaldi_writes(&self.value_sum, self.count)
     }
     /// Per-dimension average derivative (empty without stats).
-    pub fn deriv_avg(&self) -> Vec<f32> {
+    pub fn deriv_avg(&self) -> Vector {
         avg_as_kaldi_writes(&self.deriv_sum, self.count)
     }
     /// Self-repair counters (dims repaired, dims processed).
@@ -172,12 +172,17 @@ impl NonlinearComponent {
         r.expect_token("<DerivAvg>")?;
         let deriv_avg = read_stats_vector(r, dim, "<DerivAvg>")?;
         c.count = read_field(r, "<Count>")?;
-        c.value_sum = value_avg.iter().map(|&v| v * c.count).collect();
-        c.deriv_sum = deriv_avg.iter().map(|&v| v * c.count).collect();
+        // Back to sums: avg · count, and rms² · count.
+        c.value_sum = value_avg;
+        c.value_sum.scale(c.count);
+        c.deriv_sum = deriv_avg;
+        c.deriv_sum.scale(c.count);
         if r.try_token("<OderivRms>")? {
             let rms = read_stats_vector(r, dim, "<OderivRms>")?;
             c.oderiv_count = read_field(r, "<OderivCount>")?;
-            c.oderiv_sumsq = rms.iter().map(|&v| v * v * c.oderiv_count).collect();
+            c.oderiv_sumsq = rms.clone();
+            c.oderiv_sumsq.mul_elements(&rms);
+            c.oderiv_sumsq.scale(c.oderiv_count);
         }
         read_opt_into(r, "<NumDimsSelfRepaired>", &mut c.num_dims_self_repaired)?;
         read_opt_into(r, "<NumDimsProcessed>", &mut c.num_dims_processed)?;
@@ -202,26 +207,23 @@ impl NonlinearComponent {
         if out_value.num_cols() != dim {
             return;
         }
-        if self.value_sum.len() != dim {
-            self.value_sum = vec![0.0; dim];
+        if self.value_sum.dim() != dim {
+            self.value_sum = Vector64::zeros(dim);
             self.count = 0.0;
         }
-        if deriv.is_some() && self.deriv_sum.len() != dim {
-            self.deriv_sum = vec![0.0; dim];
+        if deriv.is_some() && self.deriv_sum.dim() != dim {
+            self.deriv_sum = Vector64::zeros(dim);
             self.count = 0.0;
-            self.value_sum.iter_mut().for_each(|x| *x = 0.0);
+            self.value_sum.set_zero();
         }
         self.count += out_value.num_rows() as f64;
-        let mut temp = vec![0.0f32; dim];
-        out_value.add_row_sum_to(&mut temp, 1.0, 0.0);
-        for (s, t) in self.value_sum.iter_mut().zip(&temp) {
-            *s += *t as f64;
-        }
+        // Column sums in float, added to the double sums (Kaldi's temp vector).
+        let mut temp = Vector::zeros(dim);
+        temp.add_row_sum_mat(1.0, out_value, 0.0);
+        self.value_sum.add_vec_f32(1.0, &temp);
         if let Some(d) = deriv {
-            d.add_row_sum_to(&mut temp, 1.0, 0.0);
-            for (s, t) in self.deriv_sum.iter_mut().zip(&temp) {
-                *s += *t as f64;
-            }
+            temp.add_row_sum_mat(1.0, d, 0.0);
+            self.deriv_sum.add_vec_f32(1.0, &temp);
         }
     }
 
@@ -236,15 +238,13 @@ impl NonlinearComponent {
         if out_deriv.num_cols() != dim {
             return;
         }
-        if self.oderiv_sumsq.len() != dim {
-            self.oderiv_sumsq = vec![0.0; dim];
+        if self.oderiv_sumsq.dim() != dim {
+            self.oderiv_sumsq = Vector64::zeros(dim);
             self.oderiv_count = 0.0;
         }
-        let mut temp = vec![0.0f32; dim];
-        out_deriv.add_diag_mat2_to(&mut temp, 1.0, Trans::Yes, 0.0);
-        for (s, t) in self.oderiv_sumsq.iter_mut().zip(&temp) {
-            *s += *t as f64;
-        }
+        let mut temp = Vector::zeros(dim);
+        temp.add_diag_mat2(1.0, out_deriv, Trans::Yes, 0.0);
+        self.oderiv_sumsq.add_vec_f32(1.0, &temp);
         self.oderiv_count += out_deriv.num_rows() as f64;
     }
 
@@ -254,16 +254,14 @@ impl NonlinearComponent {
             return;
         };
         let a = alpha as f64;
-        fn add_vec(dst: &mut Vec<f64>, src: &[f64], a: f64) {
+        fn add_vec(dst: &mut Vector64, src: &Vector64, a: f64) {
             if src.is_empty() {
                 return;
             }
-            if dst.len() != src.len() {
-                *dst = vec![0.0; src.len()];
+            if dst.dim() != src.dim() {
+                *dst = Vector64::zeros(src.dim());
             }
-            for (d, s) in dst.iter_mut().zip(src) {
-                *d += a * s;
-            }
+            dst.add_vec(a, src);
         }
         add_vec(&mut self.value_sum, &o.value_sum, a);
         add_vec(&mut self.deriv_sum, &o.deriv_sum, a);
@@ -286,7 +284,7 @@ impl NonlinearComponent {
         upd.num_dims_processed += self.dim as f64;
         if self.self_repair_scale == 0.0
             || self.count == 0.0
-            || self.deriv_sum.len() != self.dim
+            || self.deriv_sum.dim() != self.dim
             || kaldi_rand_uniform(rng) > REPAIR_PROBABILITY
         {
             return;
@@ -299,12 +297,12 @@ impl NonlinearComponent {
             self.self_repair_lower_threshold
         } * self.count as f32;
         // 1 for each 'problematic' unit whose summed derivative is below the threshold.
-        let flags: Vec<f32> = self
-            .deriv_sum
-            .iter()
-            .map(|&d| if lower - d as f32 > 0.0 { 1.0 } else { 0.0 })
-            .collect();
-        upd.num_dims_self_repaired += flags.iter().map(|&x| x as f64).sum::<f64>();
+        // lower − d (as −d + lower, the same float), then 1 where positive.
+        let mut flags = Vector::from_f64(&self.deriv_sum);
+        flags.scale(-1.0);
+        flags.add_const(lower);
+        flags.as_row_mut().apply_heaviside();
+        upd.num_dims_self_repaired += flags.sum_f64();
         let s = self.self_repair_scale / REPAIR_PROBABILITY;
         // Sigmoid: add s * (1 - 2y) (a tanh-like push towards zero); Tanh: add -s * y.
         let (out_coef, constant) = if sigmoid { (-2.0 * s, s) } else { (-s, 0.0) };
@@ -315,7 +313,7 @@ impl NonlinearComponent {
     /// almost always active (per block of `block-dim` when set).
     fn repair_relu(&self, in_deriv: &mut MatViewMut<'_>, upd: &mut Self, rng: &mut dyn RngCore) {
         let (dim, bd) = (self.dim, self.block_dim);
-        if self.self_repair_scale == 0.0 || self.count == 0.0 || self.deriv_sum.len() != dim {
+        if self.self_repair_scale == 0.0 || self.count == 0.0 || self.deriv_sum.dim() != dim {
             return;
         }
         if kaldi_rand_uniform(rng) > REPAIR_PROBABILITY {
@@ -327,29 +325,27 @@ impl NonlinearComponent {
         let lower = pick(self.self_repair_lower_threshold, 0.05) * count;
         let upper = pick(self.self_repair_upper_threshold, 0.95) * count;
         // Derivative sums per position in a block, averaged over the blocks.
-        let stats: Vec<f32> = if bd == dim {
-            self.deriv_sum.iter().map(|&x| x as f32).collect()
+        let stats = if bd == dim {
+            Vector::from_f64(&self.deriv_sum)
         } else {
-            let nb = dim / bd;
-            (0..bd)
-                .map(|j| {
-                    let s: f64 = (0..nb).map(|b| self.deriv_sum[b * bd + j]).sum();
-                    (s * (bd as f64 / dim as f64)) as f32
-                })
-                .collect()
+            let mut s = self.deriv_sum.sum_blocks(bd);
+            s.scale(bd as f64 / dim as f64);
+            Vector::from_f64(&s)
         };
-        let heav = |x: f32| if x > 0.0 { 1.0f32 } else { 0.0 };
-        // -1 below the lower threshold, +1 above the upper one, 0 in between.
-        let dir: Vec<f32> = stats
-            .iter()
-            .map(|&s| heav(s - lower) + heav(s - upper) - 1.0)
-            .collect();
-        upd.num_dims_self_repaired += dir.iter().map(|&x| (x * x) as f64).sum::<f64>();
-        let add: Vec<f32> = dir
-            .iter()
-            .map(|&x| x * (-self.self_repair_scale / REPAIR_PROBABILITY))
-            .collect();
-        in_deriv.add_vec_per_block(&add);
+        // -1 below the lower threshold, +1 above the upper one, 0 in between:
+        // heaviside(s − lower) + heaviside(s − upper) − 1.
+        let mut dir = stats.clone();
+        dir.add_const(-lower);
+        dir.as_row_mut().apply_heaviside();
+        let mut above = stats;
+        above.add_const(-upper);
+        above.as_row_mut().apply_heaviside();
+        dir.as_row_mut().add_mat(1.0, above.as_row(), Trans::No);
+        dir.add_const(-1.0);
+        // Σ dir² = Σ |dir| for values in {−1, 0, 1}.
+        upd.num_dims_self_repaired += dir.norm(1.0) as f64;
+        dir.scale(-self.self_repair_scale / REPAIR_PROBABILITY);
+        in_deriv.add_vec_per_block(&dir);
     }
 
     /// The function derivative computed from the output, for the statistics.
@@ -406,24 +402,26 @@ impl NonlinearComponent {
 
 /// Averages as Kaldi writes them: the sum converted to float, times the float of 1/count
 /// (this order reproduces Kaldi's stored floats bit for bit).
-fn avg_as_kaldi_writes(sum: &[f64], count: f64) -> Vec<f32> {
+fn avg_as_kaldi_writes(sum: &Vector64, count: f64) -> Vector {
     let inv = if count != 0.0 {
         (1.0 / count) as f32
     } else {
         1.0
     };
-    sum.iter().map(|&s| s as f32 * inv).collect()
+    let mut avg = Vector::from_f64(sum);
+    avg.scale(inv);
+    avg
 }
 
 /// Reads a statistics vector that must be empty or of dimension `dim`.
 /// Kaldi keeps these statistics in doubles, so text numbers are parsed as doubles.
-fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<Vec<f64>> {
+fn read_stats_vector(r: &mut TokenReader<'_>, dim: usize, what: &str) -> Result<Vector64> {
     let at = r.pos();
-    let v = r.vector_f64()?;
-    if !v.is_empty() && v.len() != dim {
+    let v = r.vector64()?;
+    if !v.is_empty() && v.dim() != dim {
         return Err(r.err_at(
             at,
-            format!("a {what} vector of dimension 0 or {dim} (got {})", v.len()),
+            format!("a {what} vector of dimension 0 or {dim} (got {})", v.dim()),
         ));
     }
     Ok(v)
@@ -504,10 +502,8 @@ impl Component for NonlinearComponent {
     }
 
     fn write(&self, w: &mut TokenWriter) {
-        let rms: Vec<f32> = avg_as_kaldi_writes(&self.oderiv_sumsq, self.oderiv_count)
-            .into_iter()
-            .map(|x| x.max(0.0).sqrt())
-            .collect();
+        let mut rms = avg_as_kaldi_writes(&self.oderiv_sumsq, self.oderiv_count);
+        rms.apply_sqrt_floored();
         let set = |t: f32| (t != UNSET_THRESHOLD).then_some(t);
         write_component(
             w,
@@ -570,7 +566,7 @@ impl Component for NonlinearComponent {
                 fmt_g(self.self_repair_scale as f64, 6)
             );
         }
-        if self.count > 0.0 && self.value_sum.len() == self.dim {
+        if self.count > 0.0 && self.value_sum.dim() == self.dim {
             let prop = if self.num_dims_processed > 0.0 {
                 self.num_dims_self_repaired / self.num_dims_processed
             } else {
@@ -581,21 +577,16 @@ impl Component for NonlinearComponent {
                 fmt_g(self.count, 3),
                 fmt_g(prop, 6)
             );
-            let inv = (1.0 / self.count) as f32;
-            let v: Vec<f32> = self.value_sum.iter().map(|&x| x as f32 * inv).collect();
+            let v = avg_as_kaldi_writes(&self.value_sum, self.count);
             s += &format!(", value-avg={}", summarize_vector(&v));
-            if self.deriv_sum.len() == self.dim {
-                let d: Vec<f32> = self.deriv_sum.iter().map(|&x| x as f32 * inv).collect();
+            if self.deriv_sum.dim() == self.dim {
+                let d = avg_as_kaldi_writes(&self.deriv_sum, self.count);
                 s += &format!(", deriv-avg={}", summarize_vector(&d));
             }
         }
-        if self.oderiv_count > 0.0 && self.oderiv_sumsq.len() == self.dim {
-            let inv = (1.0 / self.oderiv_count) as f32;
-            let v: Vec<f32> = self
-                .oderiv_sumsq
-                .iter()
-                .map(|&x| (x as f32 * inv).max(0.0).sqrt())
-                .collect();
+        if self.oderiv_count > 0.0 && self.oderiv_sumsq.dim() == self.dim {
+            let mut v = avg_as_kaldi_writes(&self.oderiv_sumsq, self.oderiv_count);
+            v.apply_sqrt_floored();
             s += &format!(
                 ", oderiv-rms={}, oderiv-count={}",
                 summarize_vector(&v),
@@ -623,51 +614,54 @@ impl Component for NonlinearComponent {
             NonlinearKind::LogSoftmax => {}
         }
     }
-    fn exact_stats(&self) -> Vec<f64> {
-        let mut v = vec![
+    fn exact_stats(&self) -> Vector64 {
+        let mut v = Vector64::default();
+        for x in [
             self.count,
             self.oderiv_count,
             self.num_dims_self_repaired,
             self.num_dims_processed,
-        ];
+        ] {
+            v.push(x);
+        }
         for s in [&self.value_sum, &self.deriv_sum, &self.oderiv_sumsq] {
-            v.push(s.len() as f64);
-            v.extend_from_slice(s);
+            v.push(s.dim() as f64);
+            s.append_to(&mut v);
         }
         v
     }
-    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
-        let Some((head, mut rest)) = stats.split_at_checked(4) else {
+    fn set_exact_stats(&mut self, stats: &Vector64) -> bool {
+        let Some((head, mut rest)) = stats.split_at(4) else {
             return false;
         };
         let mut vecs = Vec::new();
         for _ in 0..3 {
-            let Some((&n, tail)) = rest.split_first() else {
+            let Some((n, tail)) = rest.split_at(1) else {
                 return false;
             };
-            let n = n as usize;
-            if tail.len() < n || (n != 0 && n != self.dim) {
+            let n = n.get(0) as usize;
+            let Some((v, tail)) = tail.split_at(n).filter(|_| n == 0 || n == self.dim) else {
                 return false;
-            }
-            vecs.push(tail[..n].to_vec());
-            rest = &tail[n..];
+            };
+            vecs.push(v);
+            rest = tail;
         }
         if !rest.is_empty() {
             return false;
         }
-        self.count = head[0];
-        self.oderiv_count = head[1];
-        self.num_dims_self_repaired = head[2];
-        self.num_dims_processed = head[3];
+        self.count = head.get(0);
+        self.oderiv_count = head.get(1);
+        self.num_dims_self_repaired = head.get(2);
+        self.num_dims_processed = head.get(3);
         self.oderiv_sumsq = vecs.pop().unwrap_or_default();
         self.deriv_sum = vecs.pop().unwrap_or_default();
         self.value_sum = vecs.pop().unwrap_or_default();
         true
     }
     fn zero_stats(&mut self) {
-        self.value_sum.iter_mut().for_each(|x| *x = 0.0);
-        self.deriv_sum.iter_mut().for_each(|x| *x = 0.0);
-        self.oderiv_sumsq.iter_mut().for_each(|x| *x = 0.0);
+        self.value_sum.set_zero();
+        self.deriv_sum.set_zero();
+        self.oderiv_sumsq.set_zero();
         self.count = 0.0;
         self.oderiv_count = 0.0;
         self.num_dims_self_repaired = 0.0;
@@ -680,7 +674,7 @@ impl Component for NonlinearComponent {
             &mut self.deriv_sum,
             &mut self.oderiv_sumsq,
         ] {
-            v.iter_mut().for_each(|x| *x *= s);
+            v.scale(s);
         }
         self.count *= s;
         self.oderiv_count *= s;
@@ -719,7 +713,9 @@ nonlinear_entry_fns!(
 
 /// Mean and standard deviation the way Kaldi computes them (float, sqrt of E[x²] − mean²,
 /// which is `-nan` when rounding makes it negative).
-fn mean_stddev(v: &[f32]) -> (f32, f32) {
+fn mean_stddev(v: &Vector) -> (f32, f32) {
+    // Info lines are text: the elements are read through a host copy.
+    let v = v.to_vec();
     let n = v.len().max(1) as f32;
     let sum: f32 = v.iter().sum();
     let sumsq: f32 = v.iter().map(|x| x * x).sum();
@@ -731,13 +727,13 @@ fn mean_stddev(v: &[f32]) -> (f32, f32) {
 }
 
 /// Kaldi's `SummarizeVector` with its float mean and standard deviation.
-pub fn summarize_vector(v: &[f32]) -> String {
+pub fn summarize_vector(v: &Vector) -> String {
     info_summary::summarize_vector_with(v, mean_stddev)
 }
 
 /// Kaldi's `PrintParameterStats` for a vector: `, NAME-{mean,stddev}=m,s` (or `, NAME-rms=r`
 /// without `include_mean`), 4 significant digits.
-pub fn parameter_stats(name: &str, v: &[f32], include_mean: bool) -> String {
+pub fn parameter_stats(name: &str, v: &Vector, include_mean: bool) -> String {
     if include_mean {
         let (mean, stddev) = mean_stddev(v);
         format!(
@@ -746,6 +742,7 @@ pub fn parameter_stats(name: &str, v: &[f32], include_mean: bool) -> String {
             fmt_g(stddev as f64, 4)
         )
     } else {
+        let v = v.to_vec();
         let n = v.len().max(1) as f32;
         let rms = (v.iter().map(|x| x * x).sum::<f32>() / n).sqrt();
         format!(", {name}-rms={}", fmt_g(rms as f64, 4))
@@ -983,8 +980,8 @@ mod tests {
         let y = Matrix::from_rows(&[vec![0.5, -0.5], vec![0.0, 1.0]]);
         c.store_stats(y.view(), y.view(), None, &mut crate::random::seeded_rng(0));
         assert_eq!(c.count(), 2.0);
-        assert_eq!(c.value_avg(), vec![0.25, 0.25]);
+        assert_eq!(c.value_avg(), Vector::from_vec(vec![0.25, 0.25]));
         // derivative 1 - y^2: (0.75 + 1)/2, (0.75 + 0)/2
-        assert_eq!(c.deriv_avg(), vec![0.875, 0.375]);
+        assert_eq!(c.deriv_avg(), Vector::from_vec(vec![0.875, 0.375]));
     }
 }

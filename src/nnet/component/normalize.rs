@@ -13,7 +13,10 @@ use super::{
 use crate::error::Result;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{MatView, MatViewMut, Vector};
+use crate::matrix::{
+    batch_norm_backprop_coefficients, batch_norm_invented_stats, batch_norm_mean_var,
+    batch_norm_scale, batch_norm_test_transform, MatView, MatViewMut, Vector, Vector64,
+};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
@@ -194,20 +197,20 @@ pub struct BatchNormComponent {
     target_rms: f32,
     test_mode: bool,
     count: f64,
-    stats_sum: Vec<f64>,
-    stats_sumsq: Vec<f64>,
+    stats_sum: Vector64,
+    stats_sumsq: Vector64,
     /// Test-mode transform y = x·scale + offset (per block position); empty in training.
-    offset: Vec<f32>,
-    scale: Vec<f32>,
+    offset: Vector,
+    scale: Vector,
 }
 
 /// What training-mode Propagate hands to Backprop and StoreStats.
 #[derive(Debug)]
 struct BatchNormMemo {
     num_frames: usize,
-    mean: Vec<f32>,
-    uvar: Vec<f32>,
-    scale: Vec<f32>,
+    mean: Vector,
+    uvar: Vector,
+    scale: Vector,
 }
 
 impl BatchNormComponent {
@@ -228,31 +231,14 @@ impl BatchNormComponent {
     }
     /// Mean and (centred) variance as Kaldi writes them: computed from the sums in double
     /// precision, then rounded to float (so a binary read-then-write reproduces them).
-    pub fn mean_var(&self) -> (Vec<f32>, Vec<f32>) {
-        if self.count == 0.0 {
-            let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect();
-            return (f(&self.stats_sum), f(&self.stats_sumsq));
-        }
+    pub fn mean_var(&self) -> (Vector, Vector) {
         // Kaldi converts the double sums to float first and scales in float.
-        let inv = (1.0 / self.count) as f32;
-        self.stats_sum
-            .iter()
-            .zip(&self.stats_sumsq)
-            .map(|(&s, &q)| {
-                let m = s as f32 * inv;
-                (m, q as f32 * inv - m * m)
-            })
-            .unzip()
+        batch_norm_mean_var(&self.stats_sum, &self.stats_sumsq, self.count)
     }
     /// As Kaldi: test mode without statistics invents random ones (count 1).
     fn invent_stats(&mut self, rng: &mut dyn RngCore) {
         self.count = 1.0;
-        for (s, q) in self.stats_sum.iter_mut().zip(self.stats_sumsq.iter_mut()) {
-            let a = crate::random::rand_gauss(rng) as f64;
-            let b = crate::random::rand_gauss(rng) as f64;
-            *s = a;
-            *q = b + a * a;
-        }
+        (self.stats_sum, self.stats_sumsq) = batch_norm_invented_stats(self.stats_sum.dim(), rng);
     }
 
     /// Recomputes the test-mode transform from the statistics (Kaldi's ComputeDerived).
@@ -263,8 +249,8 @@ impl BatchNormComponent {
     /// [`Self::compute_derived`], inventing missing statistics from `rng`.
     fn compute_derived_with(&mut self, rng: &mut dyn RngCore) {
         if !self.test_mode {
-            self.offset.clear();
-            self.scale.clear();
+            self.offset = Vector::default();
+            self.scale = Vector::default();
             return;
         }
         if self.count == 0.0 {
@@ -272,16 +258,13 @@ impl BatchNormComponent {
             // same untrained model equal.
             self.invent_stats(rng);
         }
-        let inv = (1.0 / self.count) as f32;
-        let mut offset: Vec<f32> = self.stats_sum.iter().map(|&x| x as f32 * -inv).collect();
-        let mut scale: Vec<f32> = self.stats_sumsq.iter().map(|&x| x as f32 * inv).collect();
-        for (s, o) in scale.iter_mut().zip(offset.iter_mut()) {
-            let var = (*s - *o * *o).max(0.0);
-            *s = (var + self.epsilon).powf(-0.5) * self.target_rms;
-            *o *= *s;
-        }
-        self.offset = offset;
-        self.scale = scale;
+        (self.scale, self.offset) = batch_norm_test_transform(
+            &self.stats_sum,
+            &self.stats_sumsq,
+            self.count,
+            self.epsilon,
+            self.target_rms,
+        );
     }
 
     /// Registry hook: `dim`, `block-dim`, `epsilon` (1e-3), `target-rms` (1), `test-mode`.
@@ -295,18 +278,18 @@ impl BatchNormComponent {
             target_rms: cfg.get_or("target-rms", 1.0f32)?,
             test_mode: cfg.get_or("test-mode", false)?,
             count: 0.0,
-            stats_sum: Vec::new(),
-            stats_sumsq: Vec::new(),
-            offset: Vec::new(),
-            scale: Vec::new(),
+            stats_sum: Vector64::default(),
+            stats_sumsq: Vector64::default(),
+            offset: Vector::default(),
+            scale: Vector::default(),
         };
         if dim <= 0 || block_dim <= 0 || !c.valid() {
             return Err(cfg.error(
                 "invalid BatchNormComponent: need dim > 0, block-dim dividing it, epsilon and target-rms > 0",
             ));
         }
-        c.stats_sum = vec![0.0; c.block_dim];
-        c.stats_sumsq = vec![0.0; c.block_dim];
+        c.stats_sum = Vector64::zeros(c.block_dim);
+        c.stats_sumsq = Vector64::zeros(c.block_dim);
         if c.test_mode {
             // Invented statistics at config time follow the init seed.
             c.invent_stats(init_rng);
@@ -333,10 +316,10 @@ impl BatchNormComponent {
             target_rms,
             test_mode,
             count,
-            stats_sum: Vec::new(),
-            stats_sumsq: Vec::new(),
-            offset: Vec::new(),
-            scale: Vec::new(),
+            stats_sum: Vector64::default(),
+            stats_sumsq: Vector64::default(),
+            offset: Vector::default(),
+            scale: Vector::default(),
         };
         if dim <= 0 || block_dim <= 0 || !c.valid() {
             return Err(r.err_at(
@@ -347,22 +330,22 @@ impl BatchNormComponent {
         r.expect_token("<StatsMean>")?;
         let at = r.pos();
         // Kaldi keeps these statistics in doubles: text numbers are parsed as doubles.
-        let mean = r.vector_f64()?;
+        let mean = r.vector64()?;
         r.expect_token("<StatsVar>")?;
-        let var = r.vector_f64()?;
-        if mean.len() != c.block_dim || var.len() != c.block_dim {
+        let var = r.vector64()?;
+        if mean.dim() != c.block_dim || var.dim() != c.block_dim {
             return Err(r.err_at(
                 at,
                 format!("<StatsMean>/<StatsVar> of dimension {}", c.block_dim),
             ));
         }
         // Back to sums: sumsq = (var + mean²)·count, sum = mean·count.
-        c.stats_sum = mean.iter().map(|&m| m * count).collect();
-        c.stats_sumsq = mean
-            .iter()
-            .zip(&var)
-            .map(|(&m, &v)| (v + m * m) * count)
-            .collect();
+        c.stats_sumsq = mean.clone();
+        c.stats_sumsq.mul_elements(&mean);
+        c.stats_sumsq.add_vec(1.0, &var);
+        c.stats_sumsq.scale(count);
+        c.stats_sum = mean;
+        c.stats_sum.scale(count);
         r.expect_token("</BatchNormComponent>")?;
         c.compute_derived();
         Ok(Box::new(c))
@@ -374,17 +357,9 @@ impl BatchNormComponent {
         let n = data.num_rows() * (self.dim / bd);
         let (mut mean, mut uvar) = data.as_view().block_col_sum_and_sum_squares(bd);
         let inv_n = 1.0 / n.max(1) as f32;
-        mean.iter_mut().for_each(|m| *m *= inv_n);
-        uvar.iter_mut().for_each(|u| *u *= inv_n);
-        let var_scale = 1.0 / (self.target_rms * self.target_rms);
-        let scale: Vec<f32> = mean
-            .iter()
-            .zip(&uvar)
-            .map(|(&m, &u)| {
-                let v = (u * var_scale - m * m * var_scale).max(0.0);
-                (v + var_scale * self.epsilon).powf(-0.5)
-            })
-            .collect();
+        mean.scale(inv_n);
+        uvar.scale(inv_n);
+        let scale = batch_norm_scale(&mean, &uvar, self.target_rms, self.epsilon);
         data.sub_vec_mul_vec_per_block(&mean, &scale);
         Box::new(BatchNormMemo {
             num_frames: n,
@@ -410,12 +385,8 @@ impl BatchNormComponent {
         // var_deriv_mod = -1/(t² n) Σ z·z' · scale; temp = -1/n Σ z'.
         let (zz, zsum) = out_value.block_col_dot_and_sum(deriv.as_view(), bd);
         let coeff = -1.0 / (self.target_rms * self.target_rms * n);
-        let var_deriv_mod: Vec<f32> = zz
-            .iter()
-            .zip(&memo.scale)
-            .map(|(&a, &s)| a * coeff * s)
-            .collect();
-        let temp: Vec<f32> = zsum.iter().map(|&s| -s / n).collect();
+        let (temp, var_deriv_mod) =
+            batch_norm_backprop_coefficients(&zz, &zsum, &memo.scale, coeff, n);
         deriv.add_vec_mul_vec_add_mat_vec_per_block(&temp, &memo.scale, out_value, &var_deriv_mod);
     }
 }
@@ -477,7 +448,8 @@ impl Component for BatchNormComponent {
         );
         if self.count > 0.0 {
             let (mean, var) = self.mean_var();
-            let stddev: Vec<f32> = var.iter().map(|v| v.max(0.0).sqrt()).collect();
+            let mut stddev = var;
+            stddev.apply_sqrt_floored();
             s += &format!(
                 ", data-mean={}, data-stddev={}",
                 summarize_vector(&mean),
@@ -494,35 +466,38 @@ impl Component for BatchNormComponent {
         let Some(m) = s.memo.and_then(|m| m.downcast_ref::<BatchNormMemo>()) else {
             return;
         };
-        if self.stats_sum.len() != self.block_dim {
-            self.stats_sum = vec![0.0; self.block_dim];
-            self.stats_sumsq = vec![0.0; self.block_dim];
+        if self.stats_sum.dim() != self.block_dim {
+            self.stats_sum = Vector64::zeros(self.block_dim);
+            self.stats_sumsq = Vector64::zeros(self.block_dim);
         }
         let n = m.num_frames as f64;
         self.count += n;
-        for (s, &x) in self.stats_sum.iter_mut().zip(&m.mean) {
-            *s += n * x as f64;
-        }
-        for (s, &x) in self.stats_sumsq.iter_mut().zip(&m.uvar) {
-            *s += n * x as f64;
-        }
-        self.offset.clear();
-        self.scale.clear();
+        self.stats_sum.add_vec_f32(n, &m.mean);
+        self.stats_sumsq.add_vec_f32(n, &m.uvar);
+        self.offset = Vector::default();
+        self.scale = Vector::default();
     }
-    fn exact_stats(&self) -> Vec<f64> {
-        let mut v = vec![self.count];
-        v.extend_from_slice(&self.stats_sum);
-        v.extend_from_slice(&self.stats_sumsq);
+    fn exact_stats(&self) -> Vector64 {
+        let mut v = Vector64::default();
+        v.push(self.count);
+        self.stats_sum.append_to(&mut v);
+        self.stats_sumsq.append_to(&mut v);
         v
     }
-    fn set_exact_stats(&mut self, stats: &[f64]) -> bool {
-        let n = stats.len().saturating_sub(1) / 2;
-        if stats.is_empty() || stats.len() != 1 + 2 * n || (n != 0 && n != self.block_dim) {
+    fn set_exact_stats(&mut self, stats: &Vector64) -> bool {
+        let n = stats.dim().saturating_sub(1) / 2;
+        if stats.is_empty() || stats.dim() != 1 + 2 * n || (n != 0 && n != self.block_dim) {
             return false;
         }
-        self.count = stats[0];
-        self.stats_sum = stats[1..1 + n].to_vec();
-        self.stats_sumsq = stats[1 + n..].to_vec();
+        let Some((head, rest)) = stats.split_at(1) else {
+            return false;
+        };
+        let Some((sum, sumsq)) = rest.split_at(n) else {
+            return false;
+        };
+        self.count = head.get(0);
+        self.stats_sum = sum;
+        self.stats_sumsq = sumsq;
         // The transform is derived from the statistics in test mode.
         if self.test_mode {
             let mut rng = crate::random::seeded_rng(0);
@@ -534,20 +509,20 @@ impl Component for BatchNormComponent {
         // In test mode the statistics define the transform, so they are kept.
         if !self.test_mode {
             self.count = 0.0;
-            self.stats_sum.iter_mut().for_each(|x| *x = 0.0);
-            self.stats_sumsq.iter_mut().for_each(|x| *x = 0.0);
+            self.stats_sum.set_zero();
+            self.stats_sumsq.set_zero();
         }
     }
     fn scale_stats(&mut self, scale: f32) {
         if scale == 0.0 {
             self.count = 0.0;
-            self.stats_sum.iter_mut().for_each(|x| *x = 0.0);
-            self.stats_sumsq.iter_mut().for_each(|x| *x = 0.0);
+            self.stats_sum.set_zero();
+            self.stats_sumsq.set_zero();
         } else {
             let s = scale as f64;
             self.count *= s;
-            self.stats_sum.iter_mut().for_each(|x| *x *= s);
-            self.stats_sumsq.iter_mut().for_each(|x| *x *= s);
+            self.stats_sum.scale(s);
+            self.stats_sumsq.scale(s);
         }
     }
     fn set_test_mode(&mut self, test_mode: bool, rng: &mut dyn RngCore) {
@@ -558,21 +533,17 @@ impl Component for BatchNormComponent {
         let Some(o) = other.as_any().downcast_ref::<BatchNormComponent>() else {
             return;
         };
-        if o.stats_sum.len() != o.block_dim || o.count == 0.0 {
+        if o.stats_sum.dim() != o.block_dim || o.count == 0.0 {
             return;
         }
-        if self.stats_sum.len() != self.block_dim {
-            self.stats_sum = vec![0.0; self.block_dim];
-            self.stats_sumsq = vec![0.0; self.block_dim];
+        if self.stats_sum.dim() != self.block_dim {
+            self.stats_sum = Vector64::zeros(self.block_dim);
+            self.stats_sumsq = Vector64::zeros(self.block_dim);
         }
         let a = alpha as f64;
         self.count += a * o.count;
-        for (s, x) in self.stats_sum.iter_mut().zip(&o.stats_sum) {
-            *s += a * x;
-        }
-        for (s, x) in self.stats_sumsq.iter_mut().zip(&o.stats_sumsq) {
-            *s += a * x;
-        }
+        self.stats_sum.add_vec(a, &o.stats_sum);
+        self.stats_sumsq.add_vec(a, &o.stats_sumsq);
         // The test-mode transform follows the statistics.
         if self.test_mode {
             self.compute_derived();
@@ -617,8 +588,7 @@ mod tests {
             y.view_mut(),
             &mut crate::random::seeded_rng(0),
         ));
-        let col0: Vec<f32> = (0..3).map(|r| y.get(r, 0)).collect();
-        let mean = col0.iter().sum::<f32>() / 3.0;
+        let mean = y.view().cols_range(0, 1).sum() / 3.0;
         assert!(mean.abs() < 1e-6);
         c.store_stats(
             x.view(),
@@ -632,7 +602,8 @@ mod tests {
             .expect("type");
         assert_eq!(bn.count(), 3.0);
         let (m, v) = bn.mean_var();
-        assert!((m[0] - 3.0).abs() < 1e-6 && (v[0] - 8.0 / 3.0).abs() < 1e-5);
+        let (m0, v0) = (m.as_row().get(0, 0), v.as_row().get(0, 0));
+        assert!((m0 - 3.0).abs() < 1e-6 && (v0 - 8.0 / 3.0).abs() < 1e-5);
     }
 
     /// Test mode without statistics invents them (as Kaldi does), but reproducibly: with

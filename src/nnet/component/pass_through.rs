@@ -193,19 +193,8 @@ impl ClipGradientComponent {
         let mut upd = update_target::<ClipGradientComponent>(to_update);
         if self.clipping_threshold > 0.0 {
             if self.norm_based_clipping {
-                let t = self.clipping_threshold;
-                let mut clipped = 0;
-                let scales: Vec<f32> = (d.as_view().row_sum_squares().into_iter())
-                    .map(|sq| sq / (t * t))
-                    .map(|q| {
-                        if q > 1.0 {
-                            clipped += 1;
-                            q.powf(-0.5)
-                        } else {
-                            1.0
-                        }
-                    })
-                    .collect();
+                let mut scales = d.as_view().row_sum_squares();
+                let clipped = scales.clip_scales_from_sum_squares(self.clipping_threshold) as i32;
                 // Rows within the threshold are multiplied by 1.0, which is exact.
                 d.mul_rows_vec(&scales);
                 if let Some(u) = upd.as_deref_mut() {
@@ -253,8 +242,7 @@ impl ClipGradientComponent {
         let target = self.self_repair_target;
         let mut repair = in_value.to_matrix();
         repair.view_mut().apply_soft_threshold(target);
-        let row_norm_sum =
-            |m: MatView<'_>| -> f64 { m.row_norms().iter().map(|&x| x as f64).sum() };
+        let row_norm_sum = |m: MatView<'_>| -> f64 { m.row_norms().sum_f64() };
         let n = d.num_rows().max(1) as f64;
         let deriv_norm_sum = row_norm_sum(d.as_view());
         let magnitude =

@@ -72,8 +72,6 @@ fn sort_nxt(v: &mut [Index]) {
 pub struct StatsPrecomputed {
     pub num_input_rows: usize,
     pub forward: Vec<(usize, usize)>,
-    /// Extraction: the number of inputs of each output.
-    pub counts: Vec<f32>,
 }
 
 impl PrecomputedIndexes for StatsPrecomputed {}
@@ -90,7 +88,6 @@ impl StatsPrecomputed {
         let t_lo = input.iter().map(|i| i.t as i64).min().unwrap_or(0);
         let t_hi = input.iter().map(|i| i.t as i64).max().unwrap_or(-1);
         let mut forward = Vec::with_capacity(output.len());
-        let mut counts = Vec::with_capacity(output.len());
         for o in output {
             let (first, step, count) = window(o);
             let step = step.max(1);
@@ -117,12 +114,10 @@ impl StatsPrecomputed {
             }
             let r = range.unwrap_or((0, 0));
             forward.push(r);
-            counts.push((r.1 - r.0) as f32);
         }
         StatsPrecomputed {
             num_input_rows: input.len(),
             forward,
-            counts,
         }
     }
 
@@ -132,7 +127,6 @@ impl StatsPrecomputed {
         let forward: Vec<(usize, usize)> = (0..num_out).map(|i| (i * per, (i + 1) * per)).collect();
         StatsPrecomputed {
             num_input_rows: num_in,
-            counts: forward.iter().map(|r| (r.1 - r.0) as f32).collect(),
             forward,
         }
     }
@@ -259,7 +253,7 @@ impl Component for StatisticsExtractionComponent {
         }
         let p = StatsPrecomputed::get(step.indexes, step.input.num_rows(), step.output.num_rows());
         step.output
-            .add_row_range_stats(step.input, &p.forward, &p.counts, self.include_variance);
+            .add_row_range_stats(step.input, &p.forward, self.include_variance);
         None
     }
 

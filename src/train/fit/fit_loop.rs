@@ -735,7 +735,7 @@ fn non_finite_part(nnet: &Nnet) -> Option<String> {
                 return Some(format!("the parameters of component {name}"));
             }
         }
-        if c.exact_stats().iter().any(|x| !x.is_finite()) {
+        if c.exact_stats().to_vec().iter().any(|x| !x.is_finite()) {
             return Some(format!("the statistics of component {name}"));
         }
     }
@@ -794,7 +794,7 @@ fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &mut Updater) -> Re
 pub(super) fn encode_stats(nnet: &Nnet) -> Vec<u8> {
     let mut out = Vec::new();
     for c in &nnet.components {
-        let s = c.exact_stats();
+        let s = c.exact_stats().to_vec();
         out.extend_from_slice(&(s.len() as u64).to_le_bytes());
         for v in s {
             out.extend_from_slice(&v.to_le_bytes());
@@ -825,7 +825,7 @@ pub(super) fn restore_stats(nnet: &mut Nnet, bytes: &[u8], file: &str) -> Result
                 "the statistics of component {name} are not finite (a damaged checkpoint)"
             )));
         }
-        if !c.set_exact_stats(&v) {
+        if !c.set_exact_stats(&crate::matrix::Vector64::from_vec(v)) {
             return Err(Error::Usage(format!(
                 "{file}: the statistics of component {name} do not fit it (a checkpoint of \
                  another network?)"
