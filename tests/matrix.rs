@@ -786,7 +786,7 @@ fn vector_broadcasts_and_diagonal_scalings() {
         run(
             &mut d,
             "copy_from_vec_cols",
-            &|m| m.copy_from_vec_cols(&vr),
+            &|m| m.copy_from_vec_cols(&Vector::from_vec(vr.clone())),
             &|i, _| vr64[i],
         );
         run(
@@ -965,7 +965,7 @@ fn reductions() {
             .iter()
             .map(|row| row.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
             .collect();
-        assert_vec_close(&av.row_max(), &maxes, 0.0, "row_max");
+        assert_vec_close(&av.row_max().to_vec(), &maxes, 0.0, "row_max");
         let idx = av.row_max_index();
         for i in 0..r {
             assert_eq!(a64[i][idx[i] as usize], maxes[i], "row_max_index");

@@ -349,9 +349,9 @@ impl MatViewMut<'_> {
         }
     }
     /// Every column becomes `v` (Kaldi's CopyColsFromVec with a vector of dimension num_rows).
-    pub fn copy_from_vec_cols(&mut self, v: &[Real]) {
-        assert_eq!(v.len(), self.num_rows(), "copy_from_vec_cols: dim");
-        for (r, &x) in v.iter().enumerate() {
+    pub fn copy_from_vec_cols(&mut self, v: &Vector) {
+        assert_eq!(v.dim(), self.num_rows(), "copy_from_vec_cols: dim");
+        for (r, &x) in v.data.iter().enumerate() {
             self.row_mut(r).fill(x);
         }
     }
@@ -490,15 +490,17 @@ impl MatView<'_> {
         blend(v, alpha, &acc, beta);
     }
     /// Largest element of each row (−∞ for an empty row).
-    pub fn row_max(&self) -> Vec<Real> {
-        (0..self.num_rows())
-            .map(|r| {
-                self.row(r)
-                    .iter()
-                    .copied()
-                    .fold(Real::NEG_INFINITY, Real::max)
-            })
-            .collect()
+    pub fn row_max(&self) -> Vector {
+        Vector::from_vec(
+            (0..self.num_rows())
+                .map(|r| {
+                    self.row(r)
+                        .iter()
+                        .copied()
+                        .fold(Real::NEG_INFINITY, Real::max)
+                })
+                .collect(),
+        )
     }
     /// Column of the largest element of each row, first on ties; −1 for an empty row
     /// (Kaldi's FindRowMaxId).
@@ -518,6 +520,7 @@ impl MatView<'_> {
     /// Largest element (−∞ for an empty matrix).
     pub fn max(&self) -> Real {
         self.row_max()
+            .data
             .into_iter()
             .fold(Real::NEG_INFINITY, Real::max)
     }
