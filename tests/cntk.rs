@@ -9,6 +9,7 @@ use compnet::matrix::Matrix;
 use compnet::testing::cli;
 use rand::Rng;
 use std::path::Path;
+use compnet::testing::component::ParamCopies;
 
 const BIN: &str = env!("CARGO_BIN_EXE_compnet");
 const EX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cntk");
@@ -146,7 +147,7 @@ fn the_bundled_timit_config_trains_evaluates_and_writes() {
         let i = n.component_index("L1.BFF.W").unwrap();
         let u = n.components[i].as_updatable().unwrap();
         let mut v = vec![0.0; u.num_parameters()];
-        u.vectorize(&mut v);
+        u.copy_params_to(&mut v);
         v
     };
     assert_eq!(w(&l1), w(&edited));
