@@ -15,11 +15,11 @@ use compnet::nnet::component::{
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{check_golden_info, round_trip_golden};
 use compnet::testing::numeric::{dot, gauss, max_abs_diff};
 use std::collections::HashMap;
-use compnet::testing::component::ParamCopies;
 
 fn component(config: &str) -> Box<dyn Component> {
     new_component_from_config(

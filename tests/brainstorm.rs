@@ -14,11 +14,11 @@ use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::Nnet;
 use compnet::random::{rand_gauss, seeded_rng};
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::numeric::dot;
 use compnet::testing::random_matrix;
 use std::path::Path;
 use std::process::{Command, Output};
-use compnet::testing::component::ParamCopies;
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/brainstorm");
 const BIN: &str = env!("CARGO_BIN_EXE_compnet");

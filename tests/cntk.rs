@@ -7,9 +7,9 @@
 use compnet::io::htk::{read_htk, write_htk};
 use compnet::matrix::Matrix;
 use compnet::testing::cli;
+use compnet::testing::component::ParamCopies;
 use rand::Rng;
 use std::path::Path;
-use compnet::testing::component::ParamCopies;
 
 const BIN: &str = env!("CARGO_BIN_EXE_compnet");
 const EX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cntk");

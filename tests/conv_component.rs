@@ -12,11 +12,11 @@ use compnet::nnet::component::{
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{golden_component, round_trip_golden};
 use compnet::testing::numeric::{dot, gauss, max_abs_diff};
 use rand::Rng;
-use compnet::testing::component::ParamCopies;
 
 fn component(config: &str) -> Box<dyn Component> {
     new_component_from_config(

@@ -23,9 +23,9 @@ use compnet::matrix::Matrix;
 use compnet::nnet::Nnet;
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::{random_matrix, random_nnet_config, random_request, RandomRequest};
 use rand::Rng;
-use compnet::testing::component::ParamCopies;
 
 fn num_nets() -> u64 {
     std::env::var("COMPNET_RANDOM_NETS")

@@ -5,9 +5,9 @@
 //! leaves no checkpoint that does not read back.
 
 use compnet::testing::cli;
+use compnet::testing::component::ParamCopies;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use compnet::testing::component::ParamCopies;
 
 const BIN: &str = env!("CARGO_BIN_EXE_compnet");
 const EX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train");

@@ -13,6 +13,7 @@ use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::{Nnet, ObjectiveType};
 use compnet::random::{rand_gauss, seeded_rng};
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::train::example::computation_request;
 use compnet::train::fit::data::DataSet;
 use compnet::train::fit::stepper::StepperKind;
@@ -20,7 +21,6 @@ use compnet::train::fit::{fit, FitOptions};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use std::sync::Arc;
-use compnet::testing::component::ParamCopies;
 
 fn data(file: &str) -> String {
     let path = format!("{}/tests/data/ndl/{file}", env!("CARGO_MANIFEST_DIR"));

@@ -13,8 +13,8 @@ use compnet::nnet::component::old_cnn::{ConvolutionComponent, Vectorization};
 use compnet::nnet::component::{new_component_from_config, Backprop, Component, Propagate};
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
-use compnet::testing::golden::golden_path;
 use compnet::testing::component::ParamCopies;
+use compnet::testing::golden::golden_path;
 
 fn make(config: &str) -> Box<dyn Component> {
     let cfg = ConfigLine::parse_str(config).expect("config parses");

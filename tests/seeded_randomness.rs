@@ -15,8 +15,8 @@ use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
-use compnet::testing::random_matrix;
 use compnet::testing::component::ParamCopies;
+use compnet::testing::random_matrix;
 
 const CONFIG: &str = "\
 input-node name=input dim=8

@@ -17,9 +17,9 @@ use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::{random_matrix, random_nnet_config};
 use std::path::Path;
-use compnet::testing::component::ParamCopies;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 

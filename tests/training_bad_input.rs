@@ -5,9 +5,9 @@
 
 use compnet::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
 use compnet::io::GeneralMatrix;
+use compnet::testing::component::ParamCopies;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use compnet::testing::component::ParamCopies;
 
 const TRAIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/train");
 

@@ -13,10 +13,10 @@ use compnet::io::egs::{NnetExample, NnetIo};
 use compnet::io::GeneralMatrix;
 use compnet::nnet::Nnet;
 use compnet::random::{rand_gauss, seeded_rng};
+use compnet::testing::component::ParamCopies;
 use compnet::testing::{random_matrix, random_nnet_config, random_request};
 use compnet::train::{NnetComputeProb, NnetComputeProbOptions, NnetTrainer, NnetTrainerOptions};
 use rand::Rng;
-use compnet::testing::component::ParamCopies;
 
 /// Σ over outputs of the objective of `nnet` on `eg`.
 fn objective(nnet: &Nnet, eg: &NnetExample) -> f64 {

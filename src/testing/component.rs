@@ -50,7 +50,10 @@ impl<T: UpdatableComponent + ?Sized> ParamCopies for T {
         }
     }
     fn params_to_vec(&self) -> Vec<f32> {
-        self.param_blocks().iter().flat_map(|b| b.to_vec()).collect()
+        self.param_blocks()
+            .iter()
+            .flat_map(|b| b.to_vec())
+            .collect()
     }
 }
 
@@ -575,7 +578,8 @@ fn check_updatable(
         ));
     }
     let vec_of = |c: &dyn Component| -> Vec<f32> {
-        c.as_updatable().map_or_else(|| vec![0.0; n], |u| u.params_to_vec())
+        c.as_updatable()
+            .map_or_else(|| vec![0.0; n], |u| u.params_to_vec())
     };
     // Host copy round trip through the parameter blocks.
     let mut z = c.clone_box();

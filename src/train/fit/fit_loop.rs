@@ -9,8 +9,7 @@ use super::hooks::{
 use super::schedule::{exponential_decay, warmup_factor, DropoutSchedule, EpochSchedule};
 use super::stepper::{
     apply_plain_step, gradient_network, kaldi_update, param_shapes, GradientOptions, Stepper,
-    StepperKind,
-    StepperOptions,
+    StepperKind, StepperOptions,
 };
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::compile::request::ComputationRequest;
