@@ -283,9 +283,10 @@ impl Stepper {
         let slots = &mut self.slots[component];
         let fits = |slot: &Vec<Matrix>| {
             slot.len() == params.len()
-                && slot.iter().zip(params.iter()).all(|(m, p)| {
-                    (m.num_rows(), m.num_cols()) == (p.num_rows(), p.num_cols())
-                })
+                && slot
+                    .iter()
+                    .zip(params.iter())
+                    .all(|(m, p)| (m.num_rows(), m.num_cols()) == (p.num_rows(), p.num_cols()))
         };
         if slots.len() != init.len() || !slots.iter().all(fits) {
             *slots = init
@@ -906,7 +907,9 @@ mod tests {
         let c = row([1.0, -1.0, 2.0, 0.5]);
         let loss = |p: &Matrix| -> f32 {
             (0..4)
-                .map(|i| 0.5 * a.view().get(0, i) * (p.view().get(0, i) - c.view().get(0, i)).powi(2))
+                .map(|i| {
+                    0.5 * a.view().get(0, i) * (p.view().get(0, i) - c.view().get(0, i)).powi(2)
+                })
                 .sum()
         };
         for kind in [
