@@ -15,6 +15,7 @@ use compnet::nnet::component::{
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{check_golden_info, round_trip_golden};
 use compnet::testing::numeric::{dot, gauss, max_abs_diff};
@@ -633,15 +634,15 @@ fn gru_parameter_update_follows_the_gradient() {
         let d = gauss(9, c.output_dim(), 5);
         let n = c.as_updatable().unwrap().num_parameters();
         let mut grad = vec![0.0f32; n];
-        delta.as_updatable().unwrap().vectorize(&mut grad);
+        delta.as_updatable().unwrap().copy_params_to(&mut grad);
         let mut p = vec![0.0f32; n];
-        c.as_updatable().unwrap().vectorize(&mut p);
+        c.as_updatable().unwrap().copy_params_to(&mut p);
         for k in 0..n {
             let eval = |delta_k: f32| {
                 let mut q = p.clone();
                 q[k] += delta_k;
                 let mut cc = c.clone_box();
-                cc.as_updatable_mut().unwrap().unvectorize(&q);
+                cc.as_updatable_mut().unwrap().copy_params_from(&q);
                 dot(&forward(cc.as_ref(), &x), &d)
             };
             let measured = (eval(1e-2) - eval(-1e-2)) / 2e-2;

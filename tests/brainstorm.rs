@@ -14,6 +14,7 @@ use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::Nnet;
 use compnet::random::{rand_gauss, seeded_rng};
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::numeric::dot;
 use compnet::testing::random_matrix;
 use std::path::Path;
@@ -149,8 +150,8 @@ fn derivative_errors(nnet: &Nnet, seed: u64) -> (f64, f64) {
             };
             let n = u.num_parameters();
             let (mut theta, mut grad) = (vec![0.0f32; n], vec![0.0f32; n]);
-            u.vectorize(&mut theta);
-            g.vectorize(&mut grad);
+            u.copy_params_to(&mut theta);
+            g.copy_params_to(&mut grad);
             // Smaller steps over many parameters, so that few ReLU kinks are crossed.
             let step = eps / (n as f32 / 1000.0).max(1.0).sqrt();
             let dir: Vec<f32> = (0..n).map(|_| step * rand_gauss(&mut rng)).collect();
@@ -164,11 +165,11 @@ fn derivative_errors(nnet: &Nnet, seed: u64) -> (f64, f64) {
             plus.components[k]
                 .as_updatable_mut()
                 .unwrap()
-                .unvectorize(&tp);
+                .copy_params_from(&tp);
             minus.components[k]
                 .as_updatable_mut()
                 .unwrap()
-                .unvectorize(&tm);
+                .copy_params_from(&tm);
         }
         pred.push(p);
         meas.push((objective(&comp, &plus, &x, &d) - objective(&comp, &minus, &x, &d)) / 2.0);
@@ -223,7 +224,7 @@ fn affine(nnet: &Nnet, name: &str) -> (Vec<f32>, Vec<f32>, usize) {
         .unwrap_or_else(|| panic!("{name}"))];
     let u = c.as_updatable().unwrap();
     let mut p = vec![0.0; u.num_parameters()];
-    u.vectorize(&mut p);
+    u.copy_params_to(&mut p);
     let out = c.output_dim();
     let w = p[..out * c.input_dim()].to_vec();
     (w, p[out * c.input_dim()..].to_vec(), c.input_dim())

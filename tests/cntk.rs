@@ -7,6 +7,7 @@
 use compnet::io::htk::{read_htk, write_htk};
 use compnet::matrix::Matrix;
 use compnet::testing::cli;
+use compnet::testing::component::ParamCopies;
 use rand::Rng;
 use std::path::Path;
 
@@ -146,7 +147,7 @@ fn the_bundled_timit_config_trains_evaluates_and_writes() {
         let i = n.component_index("L1.BFF.W").unwrap();
         let u = n.components[i].as_updatable().unwrap();
         let mut v = vec![0.0; u.num_parameters()];
-        u.vectorize(&mut v);
+        u.copy_params_to(&mut v);
         v
     };
     assert_eq!(w(&l1), w(&edited));

@@ -12,6 +12,7 @@ use compnet::nnet::component::{
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{golden_component, round_trip_golden};
 use compnet::testing::numeric::{dot, gauss, max_abs_diff};
@@ -258,9 +259,9 @@ fn parameter_gradient_is_the_derivative() {
             let u = c.as_updatable().unwrap();
             let n = u.num_parameters();
             let mut p0 = vec![0.0; n];
-            u.vectorize(&mut p0);
+            u.copy_params_to(&mut p0);
             let mut gv = vec![0.0; n];
-            grad.as_updatable().unwrap().vectorize(&mut gv);
+            grad.as_updatable().unwrap().copy_params_to(&mut gv);
             assert!(gv.iter().any(|&v| v != 0.0), "{cfg}: zero gradient");
             let dir = gauss(1, n, seed + 2).to_vec();
             let f = |sign: f32| {
@@ -270,7 +271,7 @@ fn parameter_gradient_is_the_derivative() {
                     .zip(&dir)
                     .map(|(a, b)| a + sign * 1e-2 * b)
                     .collect();
-                c2.as_updatable_mut().unwrap().unvectorize(&p);
+                c2.as_updatable_mut().unwrap().copy_params_from(&p);
                 dot(&Step::new(c2.as_ref(), &input, &output).forward(&x), &d)
             };
             let measured = (f(1.0) - f(-1.0)) / 2.0;
@@ -311,7 +312,7 @@ fn max_memory_split_changes_nothing() {
         grad.as_updatable_mut().unwrap().set_zero(true);
         let g = step.backward_onto(&x, &d, Some(0.0), Some(grad.as_mut()));
         let mut gv = vec![0.0; c.as_updatable().unwrap().num_parameters()];
-        grad.as_updatable().unwrap().vectorize(&mut gv);
+        grad.as_updatable().unwrap().copy_params_to(&mut gv);
         (step.forward(&x), g, Matrix::from_vec(1, gv.len(), gv))
     };
     let (a, b) = (run(big.as_ref()), run(small.as_ref()));
@@ -339,7 +340,7 @@ fn natural_gradient_update_goes_downhill() {
     let n = c.as_updatable().unwrap().num_parameters();
     let params = |c: &dyn Component| {
         let mut v = vec![0.0; n];
-        c.as_updatable().unwrap().vectorize(&mut v);
+        c.as_updatable().unwrap().copy_params_to(&mut v);
         v
     };
     let p0 = params(c.as_ref());
@@ -621,7 +622,7 @@ fn trainer_learns_through_the_golden_cnn() {
             .map(|c| {
                 let u = c.as_updatable().unwrap();
                 let mut v = vec![0.0; u.num_parameters()];
-                u.vectorize(&mut v);
+                u.copy_params_to(&mut v);
                 v
             })
             .collect()

@@ -15,6 +15,7 @@ use compnet::matrix::Matrix;
 use compnet::nnet::Nnet;
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::numeric::dot;
 use compnet::testing::{random_matrix, random_nnet_config, random_request};
 
@@ -200,8 +201,8 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
             let n = u.num_parameters();
             let mut theta = vec![0.0f32; n];
             let mut grad = vec![0.0f32; n];
-            u.vectorize(&mut theta);
-            g.vectorize(&mut grad);
+            u.copy_params_to(&mut theta);
+            g.copy_params_to(&mut grad);
             let dir: Vec<f32> = (0..n)
                 .map(|_| eps * compnet::random::rand_gauss(&mut rng))
                 .collect();
@@ -213,10 +214,10 @@ fn check_one(seed: u64) -> Option<(f64, f64, &'static str)> {
             let tp: Vec<f32> = theta.iter().zip(&dir).map(|(t, d)| t + d).collect();
             let tm: Vec<f32> = theta.iter().zip(&dir).map(|(t, d)| t - d).collect();
             if let Some(u) = plus.components[k].as_updatable_mut() {
-                u.unvectorize(&tp);
+                u.copy_params_from(&tp);
             }
             if let Some(u) = minus.components[k].as_updatable_mut() {
-                u.unvectorize(&tm);
+                u.copy_params_from(&tm);
             }
         }
         pred.push(p);

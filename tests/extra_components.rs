@@ -13,6 +13,7 @@ use compnet::nnet::component::{
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::index::Index;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::component::{check_component_config, round_trip_bytes};
 use compnet::testing::golden::{
     check_golden_info, golden_component, golden_path, round_trip_golden, split_model_components,
@@ -259,7 +260,9 @@ fn lstm_backprop_matches_numeric_derivatives_of_the_reference() {
         }
         // Parameter derivative (the gradient holder has learning rate 1).
         let mut gp = vec![0.0f32; 3 * c];
-        grad.as_updatable().expect("updatable").vectorize(&mut gp);
+        grad.as_updatable()
+            .expect("updatable")
+            .copy_params_to(&mut gp);
         for k in 0..3 {
             for j in 0..c {
                 let mut wp = w.clone();

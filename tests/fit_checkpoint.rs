@@ -5,6 +5,7 @@
 //! leaves no checkpoint that does not read back.
 
 use compnet::testing::cli;
+use compnet::testing::component::ParamCopies;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -334,7 +335,7 @@ fn a_diverging_run_stops_with_an_error_and_leaves_no_unreadable_checkpoint() {
             for c in &nnet.components {
                 if let Some(u) = c.as_updatable() {
                     let mut v = vec![0.0f32; u.num_parameters()];
-                    u.vectorize(&mut v);
+                    u.copy_params_to(&mut v);
                     assert!(v.iter().all(|x| x.is_finite()), "{stepper}");
                 }
             }

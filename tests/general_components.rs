@@ -10,6 +10,7 @@ use compnet::nnet::component::{
 };
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Index;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::component::Step;
 use compnet::testing::golden::{
     check_golden_info, golden_component, golden_path, round_trip_golden,
@@ -223,9 +224,9 @@ fn tdnn_parameter_gradient_is_the_derivative() {
             let u = c.as_updatable().unwrap();
             let n = u.num_parameters();
             let mut p0 = vec![0.0; n];
-            u.vectorize(&mut p0);
+            u.copy_params_to(&mut p0);
             let mut gv = vec![0.0; n];
-            grad.as_updatable().unwrap().vectorize(&mut gv);
+            grad.as_updatable().unwrap().copy_params_to(&mut gv);
             let dir = gauss(1, n, 9).to_vec();
             let f = |sign: f32| {
                 let mut c2 = c.clone_box();
@@ -234,7 +235,7 @@ fn tdnn_parameter_gradient_is_the_derivative() {
                     .zip(&dir)
                     .map(|(a, b)| a + sign * 1e-2 * b)
                     .collect();
-                c2.as_updatable_mut().unwrap().unvectorize(&p);
+                c2.as_updatable_mut().unwrap().copy_params_from(&p);
                 let s2 = Step::new(c2.as_ref(), &input, &output);
                 dot(&s2.forward(&x), &d)
             };
@@ -516,7 +517,7 @@ fn constant_component_needs_no_input_and_learns() {
         &mut compnet::random::seeded_rng(0),
     ));
     let mut p = vec![0.0; 4];
-    c.as_updatable().unwrap().vectorize(&mut p);
+    c.as_updatable().unwrap().copy_params_to(&mut p);
     for r in 0..3 {
         assert_eq!(y.row_to_vec(r), p);
     }
@@ -530,7 +531,7 @@ fn constant_component_needs_no_input_and_learns() {
         ..Backprop::new(d.view(), None, &mut compnet::random::seeded_rng(0))
     });
     let mut gv = vec![0.0; 4];
-    g.as_updatable().unwrap().vectorize(&mut gv);
+    g.as_updatable().unwrap().copy_params_to(&mut gv);
     for (j, g) in gv.iter().enumerate() {
         let s: f32 = (0..3).map(|r| d.get(r, j)).sum();
         assert!((g - s).abs() < 1e-5);

@@ -13,6 +13,7 @@ use compnet::matrix::{Matrix, Trans};
 use compnet::nnet::{Nnet, ObjectiveType};
 use compnet::random::{rand_gauss, seeded_rng};
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::train::example::computation_request;
 use compnet::train::fit::data::DataSet;
 use compnet::train::fit::stepper::StepperKind;
@@ -191,8 +192,8 @@ fn derivative_errors(nnet: &Nnet, eg: &NnetExample, seed: u64) -> (f64, f64) {
             };
             let n = u.num_parameters();
             let (mut theta, mut grad) = (vec![0.0f32; n], vec![0.0f32; n]);
-            u.vectorize(&mut theta);
-            g.vectorize(&mut grad);
+            u.copy_params_to(&mut theta);
+            g.copy_params_to(&mut grad);
             let dir: Vec<f32> = (0..n).map(|_| eps * rand_gauss(&mut rng)).collect();
             p += dir
                 .iter()
@@ -204,11 +205,11 @@ fn derivative_errors(nnet: &Nnet, eg: &NnetExample, seed: u64) -> (f64, f64) {
             plus.components[k]
                 .as_updatable_mut()
                 .expect("u")
-                .unvectorize(&tp);
+                .copy_params_from(&tp);
             minus.components[k]
                 .as_updatable_mut()
                 .expect("u")
-                .unvectorize(&tm);
+                .copy_params_from(&tm);
         }
         pred.push(p);
         meas.push((f(&plus, &inputs).0 - f(&minus, &inputs).0) / 2.0);
@@ -355,7 +356,7 @@ fn params(nnet: &Nnet, name: &str) -> Vec<f32> {
     .as_updatable()
     .expect("updatable");
     let mut v = vec![0.0; c.num_parameters()];
-    c.vectorize(&mut v);
+    c.copy_params_to(&mut v);
     v
 }
 
@@ -365,7 +366,7 @@ fn set_params(nnet: &mut Nnet, name: &str, v: &[f32]) {
         .unwrap_or_else(|| panic!("no {name}"));
     let u = nnet.components[k].as_updatable_mut().expect("updatable");
     assert_eq!(u.num_parameters(), v.len(), "{name}");
-    u.unvectorize(v);
+    u.copy_params_from(v);
 }
 
 #[test]

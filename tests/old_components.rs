@@ -13,6 +13,7 @@ use compnet::nnet::component::old_cnn::{ConvolutionComponent, Vectorization};
 use compnet::nnet::component::{new_component_from_config, Backprop, Component, Propagate};
 use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::golden::golden_path;
 
 fn make(config: &str) -> Box<dyn Component> {
@@ -178,7 +179,7 @@ fn composite_chunks_give_the_same_results_as_one_pass() {
     let params = |c: &dyn Component| {
         let u = c.as_updatable().unwrap();
         let mut v = vec![0.0; u.num_parameters()];
-        u.vectorize(&mut v);
+        u.copy_params_to(&mut v);
         v
     };
     for rows in [1, 2, 4, 10] {
@@ -256,7 +257,7 @@ fn whole_network_operations_reach_the_sub_components() {
     let w = |n: &Nnet, i: usize| {
         let u = sub(n, i).as_updatable().unwrap();
         let mut v = vec![0.0; u.num_parameters()];
-        u.vectorize(&mut v);
+        u.copy_params_to(&mut v);
         v
     };
     let want: Vec<f32> = w(&nnet, 0)

@@ -12,6 +12,7 @@ use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::reference::ReferenceEvaluator;
 use compnet::testing::{random_matrix, random_nnet_config, random_request, RandomRequest};
 
@@ -278,7 +279,7 @@ fn run_computation(
         if let Some(u) = c.as_updatable() {
             let at = gradient.len();
             gradient.resize(at + u.num_parameters(), 0.0);
-            u.vectorize(&mut gradient[at..]);
+            u.copy_params_to(&mut gradient[at..]);
         }
     }
     RunResult {

@@ -15,6 +15,7 @@ use compnet::nnet::config_line::ConfigLine;
 use compnet::nnet::Nnet;
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::random_matrix;
 
 const CONFIG: &str = "\
@@ -97,7 +98,7 @@ fn train_step(seed: u64) -> Step {
         for c in &delta.components {
             if let Some(u) = c.as_updatable() {
                 let mut v = vec![0.0; u.num_parameters()];
-                u.vectorize(&mut v);
+                u.copy_params_to(&mut v);
                 gradient.extend(v);
             }
         }

@@ -17,6 +17,7 @@ use compnet::matrix::Matrix;
 use compnet::nnet::{Index, Nnet};
 use compnet::random::seeded_rng;
 use compnet::run::NnetComputer;
+use compnet::testing::component::ParamCopies;
 use compnet::testing::{random_matrix, random_nnet_config};
 use std::path::Path;
 
@@ -93,7 +94,7 @@ fn run(
     for c in &delta.components {
         if let Some(u) = c.as_updatable() {
             let mut v = vec![0.0; u.num_parameters()];
-            u.vectorize(&mut v);
+            u.copy_params_to(&mut v);
             res.gradients.push(v);
         }
     }

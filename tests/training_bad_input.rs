@@ -5,6 +5,7 @@
 
 use compnet::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
 use compnet::io::GeneralMatrix;
+use compnet::testing::component::ParamCopies;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -174,7 +175,7 @@ fn nan_in_features_skips_that_update() {
     for c in &nnet.components {
         if let Some(u) = c.as_updatable() {
             let mut v = vec![0.0; u.num_parameters()];
-            u.vectorize(&mut v);
+            u.copy_params_to(&mut v);
             assert!(v.iter().all(|x| x.is_finite()));
         }
     }

@@ -13,6 +13,7 @@ use compnet::io::egs::{NnetExample, NnetIo};
 use compnet::io::GeneralMatrix;
 use compnet::nnet::Nnet;
 use compnet::random::{rand_gauss, seeded_rng};
+use compnet::testing::component::ParamCopies;
 use compnet::testing::{random_matrix, random_nnet_config, random_request};
 use compnet::train::{NnetComputeProb, NnetComputeProbOptions, NnetTrainer, NnetTrainerOptions};
 use rand::Rng;
@@ -34,7 +35,7 @@ fn params(nnet: &Nnet) -> Vec<Vec<f32>> {
         .map(|c| {
             c.as_updatable().map_or(Vec::new(), |u| {
                 let mut v = vec![0.0; u.num_parameters()];
-                u.vectorize(&mut v);
+                u.copy_params_to(&mut v);
                 v
             })
         })
@@ -165,11 +166,11 @@ fn check_step(seed: u64, freeze: bool) -> Option<StepCheck> {
             plus.components[c]
                 .as_updatable_mut()
                 .unwrap()
-                .unvectorize(&p);
+                .copy_params_from(&p);
             minus.components[c]
                 .as_updatable_mut()
                 .unwrap()
-                .unvectorize(&m);
+                .copy_params_from(&m);
         }
         let meas = (objective(&plus, &eg) - objective(&minus, &eg)) / 2.0;
         out.push((pred, meas));
@@ -302,7 +303,7 @@ fn the_orthonormal_constraint_makes_weights_semi_orthogonal() {
         }
         let u = nnet.components[0].as_updatable().unwrap();
         let mut v = vec![0.0; u.num_parameters()];
-        u.vectorize(&mut v);
+        u.copy_params_to(&mut v);
         // W (output × input, row-major) first in the parameter order; the smaller side.
         let w = |r: usize, c: usize| v[r * input + c] as f64;
         let (n, m, transposed) = if output <= input {

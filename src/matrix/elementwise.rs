@@ -112,6 +112,49 @@ impl MatViewMut<'_> {
     pub fn apply_ceiling(&mut self, ceiling: Real) {
         self.map_inplace(|x| if x > ceiling { ceiling } else { x });
     }
+    /// `self = √self`.
+    pub fn apply_sqrt(&mut self) {
+        self.map_inplace(|x| x.sqrt());
+    }
+    /// `self /= c` element-wise (a division, not a multiplication by `1/c`).
+    pub fn div_const(&mut self, c: Real) {
+        self.map_inplace(|x| x / c);
+    }
+    /// `self = sign(self)`: 1 above 0, −1 below, 0 for ±0 (NaN stays NaN).
+    pub fn apply_signum(&mut self) {
+        self.map_inplace(|x| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else if x == 0.0 {
+                0.0
+            } else {
+                x
+            }
+        });
+    }
+    /// Per element, by the sign of `agreement` (the product of the signs of two successive
+    /// steps, CNTK's RMSProp step-size rule): above 0, `self = min(self · up, ceiling)`;
+    /// below 0, `self = max(self · down, floor)`; at 0, unchanged.
+    pub fn scale_by_sign_agreement(
+        &mut self,
+        agreement: MatView<'_>,
+        up: Real,
+        ceiling: Real,
+        down: Real,
+        floor: Real,
+    ) {
+        self.zip_apply(agreement, |x, a| {
+            if a > 0.0 {
+                (x * up).min(ceiling)
+            } else if a < 0.0 {
+                (x * down).max(floor)
+            } else {
+                x
+            }
+        });
+    }
     /// `self = 1 if self > 0 else 0`.
     pub fn apply_heaviside(&mut self) {
         self.map_inplace(|x| if x > 0.0 { 1.0 } else { 0.0 });

@@ -12,9 +12,50 @@ use crate::matrix::{Matrix, Trans};
 use crate::nnet::component::{
     new_component_from_config, read_component, Backprop, BackpropInPlace, Component, Memo,
     MiscComputationInfo, PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
+    UpdatableComponent,
 };
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
+
+/// Host copies of a component's parameters, for tests: the parameter blocks one after
+/// another, each row by row (the order of `UpdatableComponent::param_blocks`).
+pub trait ParamCopies {
+    /// Copies the parameters into the front of `out` (as many as fit).
+    fn copy_params_to(&self, out: &mut [f32]);
+    /// Sets the parameters from `params`; blocks past its end keep their values.
+    fn copy_params_from(&mut self, params: &[f32]);
+    /// The parameters as one host vector.
+    fn params_to_vec(&self) -> Vec<f32>;
+}
+
+impl<T: UpdatableComponent + ?Sized> ParamCopies for T {
+    fn copy_params_to(&self, out: &mut [f32]) {
+        let mut off = 0;
+        for b in self.param_blocks() {
+            let n = b.num_rows() * b.num_cols();
+            if let Some(dst) = out.get_mut(off..off + n) {
+                dst.copy_from_slice(&b.to_vec());
+            }
+            off += n;
+        }
+    }
+    fn copy_params_from(&mut self, params: &[f32]) {
+        let mut off = 0;
+        for mut b in self.param_blocks_mut() {
+            let n = b.num_rows() * b.num_cols();
+            if let Some(src) = params.get(off..off + n) {
+                b.copy_from_row_major(src);
+            }
+            off += n;
+        }
+    }
+    fn params_to_vec(&self) -> Vec<f32> {
+        self.param_blocks()
+            .iter()
+            .flat_map(|b| b.to_vec())
+            .collect()
+    }
+}
 
 /// Reads component bytes (text or binary) and writes them back; the error names what differs.
 pub fn round_trip_bytes(
@@ -377,11 +418,7 @@ pub fn check_component(
     };
     let params = |c: &dyn Component| -> Vec<f32> {
         c.as_updatable()
-            .map(|u| {
-                let mut v = vec![0.0; u.num_parameters()];
-                u.vectorize(&mut v);
-                v
-            })
+            .map(|u| u.params_to_vec())
             .unwrap_or_default()
     };
     let mut grad = new_gradient();
@@ -491,7 +528,7 @@ pub fn check_component(
                             .map(|(t, r)| t + sign * delta * r)
                             .collect();
                         if let Some(u) = cp.as_updatable_mut() {
-                            u.unvectorize(&p);
+                            u.copy_params_from(&p);
                         }
                         objective(
                             &Harness {
@@ -533,8 +570,7 @@ fn check_updatable(
 ) -> Result<(), String> {
     let u = c.as_updatable().ok_or("no updatable interface")?;
     let n = u.num_parameters();
-    let mut theta = vec![0.0; n];
-    u.vectorize(&mut theta);
+    let theta = u.params_to_vec();
     if grad_vec.len() != n {
         return Err(format!(
             "gradient has {} parameters, component {n}",
@@ -542,13 +578,10 @@ fn check_updatable(
         ));
     }
     let vec_of = |c: &dyn Component| -> Vec<f32> {
-        let mut v = vec![0.0; n];
-        if let Some(u) = c.as_updatable() {
-            u.vectorize(&mut v);
-        }
-        v
+        c.as_updatable()
+            .map_or_else(|| vec![0.0; n], |u| u.params_to_vec())
     };
-    // Vectorize / unvectorize round trip.
+    // Host copy round trip through the parameter blocks.
     let mut z = c.clone_box();
     let zu = z
         .as_updatable_mut()
@@ -558,10 +591,10 @@ fn check_updatable(
         return Err("set_zero left non-zero parameters".into());
     }
     if let Some(zu) = z.as_updatable_mut() {
-        zu.unvectorize(&theta);
+        zu.copy_params_from(&theta);
     }
     if vec_of(z.as_ref()) != theta {
-        return Err("vectorize(unvectorize(v)) != v".into());
+        return Err("the parameters copied in do not copy back out".into());
     }
     // Dot product.
     let self_dot: f64 = theta.iter().map(|&v| v as f64 * v as f64).sum();
@@ -910,21 +943,19 @@ impl<'a> Step<'a> {
     /// directions in parameter space.
     pub fn check_parameter_derivative(&self, x: &Matrix, seed: u64) -> Result<(), String> {
         let u = self.c.as_updatable().ok_or("not updatable")?;
-        let mut theta = vec![0.0; u.num_parameters()];
-        u.vectorize(&mut theta);
+        let theta = u.params_to_vec();
         let mut rng = crate::random::seeded_rng(seed);
         let d = gauss_matrix(self.output.len(), self.c.output_dim(), &mut rng);
         let mut grad = self.c.clone_box();
         let holder = grad.as_updatable_mut().ok_or("the copy is not updatable")?;
         holder.set_zero(true);
         self.backward(x, &d, Some(grad.as_mut()));
-        let mut g = vec![0.0; theta.len()];
-        grad.as_updatable().ok_or("no gradient")?.vectorize(&mut g);
+        let g = grad.as_updatable().ok_or("no gradient")?.params_to_vec();
         let moved = |dir: &[f32], delta: f32| -> f64 {
             let mut cp = self.c.clone_box();
             let p: Vec<f32> = theta.iter().zip(dir).map(|(t, r)| t + delta * r).collect();
             if let Some(u) = cp.as_updatable_mut() {
-                u.unvectorize(&p);
+                u.copy_params_from(&p);
             }
             objective(&self.for_copy(cp.as_ref()).forward(x), &d)
         };

@@ -8,6 +8,7 @@ use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::Result;
 use crate::io::egs::NnetExample;
 use crate::log::{fmt_g, log};
+use crate::matrix::Vector;
 use crate::nnet::{Nnet, ObjectiveType};
 use crate::run::NnetComputer;
 use std::collections::BTreeMap;
@@ -45,7 +46,7 @@ pub struct NnetComputeProb<'a> {
     objectives: BTreeMap<String, (ObjectiveType, ObjectiveSum)>,
     accuracy: BTreeMap<String, ObjectiveSum>,
     /// Per output: (weight, correct) per reference dimension, of the last minibatch.
-    per_dim_accuracy: BTreeMap<String, (Vec<f32>, Vec<f32>)>,
+    per_dim_accuracy: BTreeMap<String, (Vector, Vector)>,
 }
 
 impl<'a> NnetComputeProb<'a> {
@@ -86,11 +87,11 @@ impl<'a> NnetComputeProb<'a> {
                     let (w, c) = self
                         .per_dim_accuracy
                         .entry(name)
-                        .or_insert_with(|| (vec![0.0; dim], vec![0.0; dim]));
+                        .or_insert_with(|| (Vector::zeros(dim), Vector::zeros(dim)));
                     // Kaldi's ComputeAccuracy zeroes the per-dim sums on every call, so its
                     // report covers the last minibatch only; scripts compare against that.
-                    w.iter_mut().for_each(|x| *x = 0.0);
-                    c.iter_mut().for_each(|x| *x = 0.0);
+                    w.set_zero();
+                    c.set_zero();
                     add_per_dim_accuracy(o.supervision, o.output, w, c);
                 }
             }
@@ -143,9 +144,10 @@ impl<'a> NnetComputeProb<'a> {
                 if let Some((w, c)) = self.per_dim_accuracy.get(name) {
                     // Dimensions never seen as a reference print 0.
                     let per_dim: Vec<String> = w
-                        .iter()
-                        .zip(c)
-                        .map(|(&w, &c)| fmt_g(if w != 0.0 { f64::from(c / w) } else { 0.0 }))
+                        .to_vec()
+                        .into_iter()
+                        .zip(c.to_vec())
+                        .map(|(w, c)| fmt_g(if w != 0.0 { f64::from(c / w) } else { 0.0 }))
                         .collect();
                     log(
                         p,

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::io::GeneralMatrix;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, Vector};
 use crate::nnet::ObjectiveType;
 
 /// An objective summed over a minibatch: its total and its weight (frames, or the sum of
@@ -100,18 +100,17 @@ pub fn compute_accuracy(supervision: &GeneralMatrix, output: &Matrix) -> Objecti
 pub fn add_per_dim_accuracy(
     supervision: &GeneralMatrix,
     output: &Matrix,
-    weight: &mut [f32],
-    correct: &mut [f32],
+    weight: &mut Vector,
+    correct: &mut Vector,
 ) {
+    let (mut weight, mut correct) = (weight.as_row_mut(), correct.as_row_mut());
     for_each_accuracy_row(supervision, output, |reference, _, row_sum, right| {
         if let Ok(i) = usize::try_from(reference) {
-            if let Some(w) = weight.get_mut(i) {
-                *w += row_sum;
+            if i < weight.num_cols() {
+                weight.set(0, i, weight.get(0, i) + row_sum);
             }
-            if right {
-                if let Some(c) = correct.get_mut(i) {
-                    *c += row_sum;
-                }
+            if right && i < correct.num_cols() {
+                correct.set(0, i, correct.get(0, i) + row_sum);
             }
         }
     });

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
 use crate::io::GeneralMatrix;
 use crate::kaldi_rand::GlibcRand;
-use crate::matrix::Matrix;
+use crate::matrix::{MatView, MatViewMut, Matrix};
 use crate::nnet::{Nnet, ObjectiveType};
 use crate::run::NnetComputer;
 
@@ -346,4 +346,27 @@ impl KaldiUpdate {
         self.delta.scale_all(0.0);
         ok
     }
+}
+
+/// A plain stepper (`compnet fit --stepper=sgd|momentum|…`) as a policy of the step core: after
+/// the backward pass into a gradient network and the [`GradientReduction`], the fit loop hands
+/// each updatable component's parameter blocks (`UpdatableComponent::param_blocks_mut`), their
+/// gradient blocks and the policy's per-block state to [`StepPolicy::update`], which moves
+/// them in place through `matrix` operations; no parameter is copied to the host. Kaldi's
+/// update ([`KaldiUpdate`]) is the other kind of step.
+pub trait StepPolicy {
+    /// The state matrices kept per parameter block, each of the block's shape, given as the
+    /// value each starts from.
+    fn state_init(&self) -> &'static [f32];
+    /// Moves `param` along `grad` (the gradient of the objective to maximise) with learning
+    /// rate `lr` on step `t` (1 for the first), updating `state` (one view per
+    /// [`StepPolicy::state_init`] entry).
+    fn update(
+        &self,
+        t: u64,
+        lr: f32,
+        param: &mut MatViewMut<'_>,
+        grad: MatView<'_>,
+        state: &mut [MatViewMut<'_>],
+    );
 }

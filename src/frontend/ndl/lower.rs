@@ -431,7 +431,12 @@ impl<'g, 'r> Lowerer<'g, 'r> {
                     Init::Fixed(v) => v as f32,
                 })
                 .collect();
-            u.unvectorize(&values);
+            let mut off = 0;
+            for mut block in u.param_blocks_mut() {
+                let n = block.num_rows() * block.num_cols();
+                block.copy_from_row_major(&values[off..off + n]);
+                off += n;
+            }
         }
         Ok(c)
     }

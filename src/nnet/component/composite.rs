@@ -409,29 +409,19 @@ impl UpdatableComponent for CompositeComponent {
             .map(|u| u.num_parameters())
             .sum()
     }
-    fn vectorize(&self, out: &mut [f32]) {
-        let mut off = 0;
-        for u in self.components.iter().filter_map(|c| c.as_updatable()) {
-            let n = u.num_parameters();
-            if let Some(dst) = out.get_mut(off..off + n) {
-                u.vectorize(dst);
-            }
-            off += n;
-        }
+    fn param_blocks(&self) -> Vec<crate::matrix::MatView<'_>> {
+        self.components
+            .iter()
+            .filter_map(|c| c.as_updatable())
+            .flat_map(|u| u.param_blocks())
+            .collect()
     }
-    fn unvectorize(&mut self, params: &[f32]) {
-        let mut off = 0;
-        for u in self
-            .components
+    fn param_blocks_mut(&mut self) -> Vec<crate::matrix::MatViewMut<'_>> {
+        self.components
             .iter_mut()
             .filter_map(|c| c.as_updatable_mut())
-        {
-            let n = u.num_parameters();
-            if let Some(src) = params.get(off..off + n) {
-                u.unvectorize(src);
-            }
-            off += n;
-        }
+            .flat_map(|u| u.param_blocks_mut())
+            .collect()
     }
     fn scale(&mut self, alpha: f32) {
         for c in &mut self.components {

@@ -532,13 +532,11 @@ impl UpdatableComponent for GruNonlinearityComponent {
     fn num_parameters(&self) -> usize {
         self.cell_dim * self.recurrent_dim
     }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_ops::vectorize_into(&[&self.w_h.to_vec()], out);
+    fn param_blocks(&self) -> Vec<crate::matrix::MatView<'_>> {
+        vec![self.w_h.view()]
     }
-    fn unvectorize(&mut self, params: &[f32]) {
-        if let Some(src) = params.get(..self.num_parameters()) {
-            self.w_h.view_mut().copy_from_row_major(src);
-        }
+    fn param_blocks_mut(&mut self) -> Vec<crate::matrix::MatViewMut<'_>> {
+        vec![self.w_h.view_mut()]
     }
     /// Scales the parameters and the statistics (zeroing both when `alpha` is 0), as Kaldi.
     fn scale(&mut self, alpha: f32) {
@@ -763,12 +761,11 @@ impl UpdatableComponent for OutputGruNonlinearityComponent {
     fn num_parameters(&self) -> usize {
         self.cell_dim()
     }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_ops::vectorize_into(&[&self.w_h.to_vec()], out);
+    fn param_blocks(&self) -> Vec<crate::matrix::MatView<'_>> {
+        vec![self.w_h.as_row()]
     }
-    fn unvectorize(&mut self, params: &[f32]) {
-        let mut off = 0;
-        param_ops::take_params_vector(&mut self.w_h, params, &mut off);
+    fn param_blocks_mut(&mut self) -> Vec<crate::matrix::MatViewMut<'_>> {
+        vec![self.w_h.as_row_mut()]
     }
     /// Scales the parameters and the statistics (zeroing both when `alpha` is 0), as Kaldi.
     fn scale(&mut self, alpha: f32) {

@@ -15,7 +15,7 @@ use super::{
 use crate::error::Result;
 use crate::gradient::{NaturalGradientOptions, NaturalGradientState, Update};
 use crate::io::{TokenReader, TokenWriter};
-use crate::matrix::{Matrix, Trans, WeightMatrix};
+use crate::matrix::{Trans, WeightMatrix};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
@@ -195,13 +195,11 @@ impl UpdatableComponent for LinearComponent {
     fn num_parameters(&self) -> usize {
         self.params.num_rows() * self.params.num_cols()
     }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_ops::vectorize_into(&[&self.params.to_vec()], out);
+    fn param_blocks(&self) -> Vec<crate::matrix::MatView<'_>> {
+        vec![self.params.view()]
     }
-    fn unvectorize(&mut self, params: &[f32]) {
-        let mut v = self.params.to_vec();
-        param_ops::take_params(&mut v, params, &mut 0);
-        self.params = Matrix::from_vec(self.params.num_rows(), self.params.num_cols(), v).into();
+    fn param_blocks_mut(&mut self) -> Vec<crate::matrix::MatViewMut<'_>> {
+        vec![self.params.view_mut()]
     }
     fn scale(&mut self, alpha: f32) {
         self.params.view_mut().scale(alpha);

@@ -408,14 +408,11 @@ impl UpdatableComponent for LstmNonlinearityComponent {
     fn num_parameters(&self) -> usize {
         3 * self.cell_dim()
     }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_ops::vectorize_into(&[&self.params.to_vec()], out);
+    fn param_blocks(&self) -> Vec<crate::matrix::MatView<'_>> {
+        vec![self.params.view()]
     }
-    fn unvectorize(&mut self, params: &[f32]) {
-        let n = self.params.num_rows() * self.params.num_cols();
-        if let Some(src) = params.get(..n) {
-            self.params.view_mut().copy_from_row_major(src);
-        }
+    fn param_blocks_mut(&mut self) -> Vec<crate::matrix::MatViewMut<'_>> {
+        vec![self.params.view_mut()]
     }
     /// Scales the parameters and the statistics (zeroing both when `alpha` is 0), as Kaldi.
     fn scale(&mut self, alpha: f32) {

@@ -456,11 +456,11 @@ impl super::UpdatableComponent for ConvolutionComponent {
     fn num_parameters(&self) -> usize {
         self.num_filters() * (self.filter_dim() + 1)
     }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_ops::vectorize_into(&[&self.filters.to_vec(), &self.bias.to_vec()], out);
+    fn param_blocks(&self) -> Vec<crate::matrix::MatView<'_>> {
+        vec![self.filters.view(), self.bias.as_row()]
     }
-    fn unvectorize(&mut self, params: &[f32]) {
-        param_ops::pair_unvectorize(&mut self.filters, &mut self.bias, params);
+    fn param_blocks_mut(&mut self) -> Vec<crate::matrix::MatViewMut<'_>> {
+        vec![self.filters.view_mut(), self.bias.as_row_mut()]
     }
     fn scale(&mut self, alpha: f32) {
         self.filters.view_mut().scale(alpha);

@@ -1,5 +1,5 @@
-//! Operations on component parameters: the algebra of `UpdatableComponent` (vectorize, add,
-//! scale, dot product, perturb) over vectors and (W, b) pairs, and the macros that implement
+//! Operations on component parameters: the algebra of `UpdatableComponent` (parameter blocks,
+//! add, scale, dot product, perturb) over vectors and (W, b) pairs, and the macros that implement
 //! the `Component` and `UpdatableComponent` boilerplate from them.
 
 use super::param_init::{gaussian_matrix, gaussian_vector};
@@ -39,34 +39,6 @@ pub fn perturb_matrix(m: &mut Matrix, stddev: f32, rng: &mut dyn RngCore) {
 pub fn perturb_vector(v: &mut Vector, stddev: f32, rng: &mut dyn RngCore) {
     let noise = gaussian_vector(v.dim(), 0.0, stddev, rng);
     vec_add(v, 1.0, &noise);
-}
-
-/// Copies a matrix then a vector into `out` (the Vectorize order of the affine family).
-pub fn vectorize_into(parts: &[&[f32]], out: &mut [f32]) {
-    let mut off = 0;
-    for p in parts {
-        if let Some(dst) = out.get_mut(off..off + p.len()) {
-            dst.copy_from_slice(p);
-        }
-        off += p.len();
-    }
-}
-
-/// Fills a vector from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
-pub fn take_params_vector(dst: &mut Vector, params: &[f32], off: &mut usize) {
-    let n = dst.dim();
-    if let Some(src) = params.get(*off..*off + n) {
-        dst.copy_from_slice(src);
-    }
-    *off += n;
-}
-
-/// Fills `dst` from `params[*off..]` and advances `off` (UnVectorize); ignores short input.
-pub fn take_params(dst: &mut [f32], params: &[f32], off: &mut usize) {
-    if let Some(src) = params.get(*off..*off + dst.len()) {
-        dst.copy_from_slice(src);
-    }
-    *off += dst.len();
 }
 
 /// Implements `clone_box`, `as_any` and `as_any_mut` for a component type.
@@ -167,15 +139,6 @@ pub fn pair_dot(lin: &Matrix, bias: &Vector, olin: &Matrix, obias: &Vector) -> f
     lin.view().trace_mat_mat(olin.view()) + vector_dot(bias, obias)
 }
 
-/// Sets a (W, b) pair from `params` in the order `vectorize` uses (W row-major, then b).
-pub fn pair_unvectorize(lin: &mut Matrix, bias: &mut Vector, params: &[f32]) {
-    let mut off = 0;
-    let mut v = lin.to_vec();
-    take_params(&mut v, params, &mut off);
-    *lin = Matrix::from_vec(lin.num_rows(), lin.num_cols(), v);
-    take_params_vector(bias, params, &mut off);
-}
-
 /// Implements `UpdatableComponent` for a type whose parameters are `linear` (W) and `bias`
 /// (b), with its learning-rate options in `common`.
 macro_rules! linear_bias_updatable {
@@ -208,18 +171,11 @@ macro_rules! linear_bias_updatable {
             fn num_parameters(&self) -> usize {
                 self.linear.num_rows() * (self.linear.num_cols() + 1)
             }
-            fn vectorize(&self, out: &mut [f32]) {
-                $crate::nnet::component::param_ops::vectorize_into(
-                    &[&self.linear.to_vec(), &self.bias.to_vec()],
-                    out,
-                );
+            fn param_blocks(&self) -> Vec<$crate::matrix::MatView<'_>> {
+                vec![self.linear.view(), self.bias.as_row()]
             }
-            fn unvectorize(&mut self, params: &[f32]) {
-                $crate::nnet::component::param_ops::pair_unvectorize(
-                    &mut self.linear,
-                    &mut self.bias,
-                    params,
-                );
+            fn param_blocks_mut(&mut self) -> Vec<$crate::matrix::MatViewMut<'_>> {
+                vec![self.linear.view_mut(), self.bias.as_row_mut()]
             }
             fn scale(&mut self, alpha: f32) {
                 self.linear.view_mut().scale(alpha);
@@ -264,19 +220,11 @@ macro_rules! vector_params_updatable {
             fn num_parameters(&self) -> usize {
                 0 $(+ self.$field.dim())+
             }
-            fn vectorize(&self, out: &mut [f32]) {
-                $crate::nnet::component::param_ops::vectorize_into(
-                    &[$(&self.$field.to_vec()),+],
-                    out,
-                );
+            fn param_blocks(&self) -> Vec<$crate::matrix::MatView<'_>> {
+                vec![$(self.$field.as_row()),+]
             }
-            fn unvectorize(&mut self, params: &[f32]) {
-                let mut off = 0;
-                $($crate::nnet::component::param_ops::take_params_vector(
-                    &mut self.$field,
-                    params,
-                    &mut off,
-                );)+
+            fn param_blocks_mut(&mut self) -> Vec<$crate::matrix::MatViewMut<'_>> {
+                vec![$(self.$field.as_row_mut()),+]
             }
             fn scale(&mut self, alpha: f32) {
                 $(self.$field.scale(alpha);)+

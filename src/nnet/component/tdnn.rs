@@ -659,22 +659,11 @@ impl UpdatableComponent for TdnnComponent {
     fn num_parameters(&self) -> usize {
         self.linear_params.num_rows() * self.linear_params.num_cols() + self.bias_params.dim()
     }
-    fn vectorize(&self, out: &mut [f32]) {
-        param_ops::vectorize_into(
-            &[&self.linear_params.to_vec(), &self.bias_params.to_vec()],
-            out,
-        );
+    fn param_blocks(&self) -> Vec<crate::matrix::MatView<'_>> {
+        vec![self.linear_params.view(), self.bias_params.as_row()]
     }
-    fn unvectorize(&mut self, params: &[f32]) {
-        let mut off = 0;
-        let mut w = self.linear_params.to_vec();
-        param_ops::take_params(&mut w, params, &mut off);
-        self.linear_params = WeightMatrix::new(Matrix::from_vec(
-            self.linear_params.num_rows(),
-            self.linear_params.num_cols(),
-            w,
-        ));
-        param_ops::take_params_vector(&mut self.bias_params, params, &mut off);
+    fn param_blocks_mut(&mut self) -> Vec<crate::matrix::MatViewMut<'_>> {
+        vec![self.linear_params.view_mut(), self.bias_params.as_row_mut()]
     }
     fn scale(&mut self, alpha: f32) {
         self.linear_params.view_mut().scale(alpha);

@@ -6,6 +6,7 @@ use super::kaldi_fields::{read_field, read_opt_into, write_fields};
 use super::Component;
 use crate::error::Result;
 use crate::io::{TokenReader, TokenWriter};
+use crate::matrix::{MatView, MatViewMut};
 use crate::nnet::config_line::ConfigLine;
 
 /// Learning-rate options common to all updatable components.
@@ -111,10 +112,13 @@ pub trait UpdatableComponent {
     fn common_mut(&mut self) -> &mut UpdatableCommon;
     /// Number of trainable parameters.
     fn num_parameters(&self) -> usize;
-    /// Copies all parameters into `out` (length `num_parameters()`), in a fixed order.
-    fn vectorize(&self, out: &mut [f32]);
-    /// Sets all parameters from `params` (the order of `vectorize`).
-    fn unvectorize(&mut self, params: &[f32]);
+    /// The parameters as matrix blocks, in a fixed order (Kaldi's Vectorize order: a weight
+    /// matrix, then its bias as a one-row block; a composite its parts' blocks in turn).
+    /// Optimizers update them in place through `matrix` operations; the blocks' sizes sum to
+    /// `num_parameters()`.
+    fn param_blocks(&self) -> Vec<MatView<'_>>;
+    /// The blocks of [`param_blocks`](Self::param_blocks), mutable.
+    fn param_blocks_mut(&mut self) -> Vec<MatViewMut<'_>>;
     /// Multiplies the parameters by `alpha`.
     fn scale(&mut self, alpha: f32);
     /// Adds `alpha` times the parameters of `other` (same type and shape).
@@ -125,12 +129,12 @@ pub trait UpdatableComponent {
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore);
     /// Kaldi's `orthonormal-constraint` of the weight matrix (0 = none) and that matrix, for
     /// the trainer's ConstrainOrthonormal.
-    fn orthonormal_constraint(&mut self) -> Option<(f32, crate::matrix::MatViewMut<'_>)> {
+    fn orthonormal_constraint(&mut self) -> Option<(f32, MatViewMut<'_>)> {
         None
     }
     /// All (constraint, matrix) pairs the trainer's ConstrainOrthonormal visits: this
     /// component's own, or a composite's sub-components'.
-    fn orthonormal_constraints(&mut self) -> Vec<(f32, crate::matrix::MatViewMut<'_>)> {
+    fn orthonormal_constraints(&mut self) -> Vec<(f32, MatViewMut<'_>)> {
         self.orthonormal_constraint().into_iter().collect()
     }
     /// Sets the learning rate to `learning_rate` × learning-rate-factor (Kaldi's

@@ -8,8 +8,8 @@ use super::hooks::{
 };
 use super::schedule::{exponential_decay, warmup_factor, DropoutSchedule, EpochSchedule};
 use super::stepper::{
-    apply_plain_step, gradient_network, kaldi_update, GradientOptions, Stepper, StepperKind,
-    StepperOptions,
+    apply_plain_step, gradient_network, kaldi_update, param_shapes, GradientOptions, Stepper,
+    StepperKind, StepperOptions,
 };
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::compile::request::ComputationRequest;
@@ -141,15 +141,6 @@ enum Updater {
 /// Paths inside the output directory.
 pub fn out_path(dir: &str, file: &str) -> String {
     format!("{}/{file}", dir.trim_end_matches('/'))
-}
-
-/// Block sizes (parameters per updatable component), for checking a stepper state.
-fn block_sizes(nnet: &Nnet) -> Vec<usize> {
-    nnet.components
-        .iter()
-        .filter_map(|c| c.as_updatable())
-        .map(|u| u.num_parameters())
-        .collect()
 }
 
 /// Sets the dropout proportion of the matching dropout components.
@@ -313,7 +304,7 @@ pub fn fit(
     } else {
         let mut stepper = Stepper::new(opts.stepper.clone());
         if let Some(b) = &stepper_bytes {
-            stepper.read_state(b, &block_sizes(&nnet), &ckpt_path)?;
+            stepper.read_state(b, &param_shapes(&nnet), &ckpt_path)?;
             if stepper.t > state.global_minibatch {
                 return Err(Error::Usage(format!(
                     "{ckpt_path}: the stepper counts {} steps in {} minibatches (a damaged \
@@ -726,12 +717,9 @@ fn forward_backward(
 /// The first part of `nnet` that is not finite: an updatable component's parameters or a
 /// component's exact statistics (for messages: "the parameters of component X").
 fn non_finite_part(nnet: &Nnet) -> Option<String> {
-    let mut v = Vec::new();
     for (c, name) in nnet.components.iter().zip(&nnet.component_names) {
         if let Some(u) = c.as_updatable() {
-            v.resize(u.num_parameters(), 0.0f32);
-            u.vectorize(&mut v);
-            if v.iter().any(|x| !x.is_finite()) {
+            if !u.param_blocks().iter().all(|b| b.is_finite()) {
                 return Some(format!("the parameters of component {name}"));
             }
         }
@@ -761,13 +749,7 @@ fn save(path: &str, state: &LoopState, nnet: &Nnet, updater: &mut Updater) -> Re
     let mut ng = Vec::new();
     match updater {
         Updater::Plain { stepper, .. } => {
-            if stepper
-                .slots
-                .iter()
-                .flatten()
-                .flatten()
-                .any(|v| !v.is_finite())
-            {
+            if !stepper.is_finite() {
                 return Err(diverged(format!(
                     "the {} stepper's statistics",
                     stepper.opts.kind.name()

@@ -247,6 +247,7 @@ mod tests {
     use crate::gradient::natural_gradient::OnlineNaturalGradient;
     use crate::gradient::NgSlot;
     use crate::matrix::Matrix;
+    use crate::nnet::component::param_init::gaussian_matrix;
 
     const NET: &str = "input-node name=input dim=6
 component name=a type=NaturalGradientAffineComponent input-dim=6 output-dim=5
@@ -265,10 +266,7 @@ output-node name=output input=b objective=quadratic
         let mut p = OnlineNaturalGradient::new(3, 2, 100.0, 4.0);
         let mut rng = crate::random::seeded_rng(3);
         for _ in 0..5 {
-            let v: Vec<f32> = (0..40)
-                .map(|_| crate::random::rand_gauss(&mut rng))
-                .collect();
-            let mut x = Matrix::from_vec(8, 5, v);
+            let mut x = gaussian_matrix(8, 5, 0.0, 1.0, &mut rng);
             p.precondition_directions(x.view_mut());
         }
         p
@@ -284,10 +282,8 @@ output-node name=output input=b objective=quadratic
         let mut b = slot.unwrap();
         let mut rng = crate::random::seeded_rng(9);
         for _ in 0..6 {
-            let v: Vec<f32> = (0..40)
-                .map(|_| crate::random::rand_gauss(&mut rng))
-                .collect();
-            let (mut x, mut y) = (Matrix::from_vec(8, 5, v.clone()), Matrix::from_vec(8, 5, v));
+            let mut x = gaussian_matrix(8, 5, 0.0, 1.0, &mut rng);
+            let mut y = x.clone();
             let ga = a.precondition_directions(x.view_mut());
             let gb = b.precondition_directions(y.view_mut());
             assert_eq!(ga.to_bits(), gb.to_bits());

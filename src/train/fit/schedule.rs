@@ -58,11 +58,6 @@ impl EpochSchedule {
         }
         self.items.last().map_or(0.0, |x| x.0)
     }
-
-    /// The values for epochs 0..n.
-    pub fn expand(&self, n: usize) -> Vec<f64> {
-        (0..n).map(|e| self.value(e)).collect()
-    }
 }
 
 /// Kaldi's exponential decay: the effective learning rate goes from `initial` to `final_`
@@ -212,17 +207,15 @@ mod tests {
     #[test]
     fn cntk_notation_expands_to_the_documented_epochs() {
         let s = EpochSchedule::parse("0.8:3.2*14:0.08", "--learning-rate").unwrap();
-        let v = s.expand(17);
+        let v: [f64; 17] = std::array::from_fn(|e| s.value(e));
         assert_eq!(v[0], 0.8);
         assert!(v[1..15].iter().all(|&x| x == 3.2));
         assert_eq!(v[15], 0.08);
         assert_eq!(v[16], 0.08);
         let m = EpochSchedule::parse("64*2:128", "--minibatch-size").unwrap();
-        assert_eq!(m.expand(4), vec![64.0, 64.0, 128.0, 128.0]);
-        assert_eq!(
-            EpochSchedule::parse("0.5", "x").unwrap().expand(2),
-            vec![0.5, 0.5]
-        );
+        assert_eq!([0, 1, 2, 3].map(|e| m.value(e)), [64.0, 64.0, 128.0, 128.0]);
+        let c = EpochSchedule::parse("0.5", "x").unwrap();
+        assert_eq!([0, 1].map(|e| c.value(e)), [0.5, 0.5]);
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //!
 //! The plain steppers see the plain gradient: the backward pass writes into a *gradient
 //! network* whose components are gradient holders (`is_gradient`, learning rate 1), for which
-//! `gradient::Update` never preconditions. Each stepper then updates every updatable
-//! component's flat parameter vector (`vectorize`/`unvectorize`) from its flat gradient,
-//! keeping its own per-parameter state (momentum, squared-gradient averages), which a
+//! `gradient::Update` never preconditions. Each stepper, a [`StepPolicy`] of the step core,
+//! then updates every updatable component's parameter blocks (`param_blocks_mut`) in place
+//! from its gradient blocks through `matrix` operations, keeping its own state per block
+//! (momentum, squared-gradient averages) as matrices of the block's shape, which a
 //! checkpoint saves. The gradient is of the objective to *maximise* (Kaldi's log-likelihood),
 //! so a step adds to the parameters.
 //!
@@ -18,8 +19,10 @@
 use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::error::{Error, Result};
 use crate::kaldi_rand::GlibcRand;
+use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
+use crate::nnet::component::param_init::gaussian_matrix;
 use crate::nnet::Nnet;
-use crate::train::step::{KaldiUpdate, KaldiUpdateOptions};
+use crate::train::step::{KaldiUpdate, KaldiUpdateOptions, StepPolicy};
 use rand::rngs::StdRng;
 
 /// The steppers `--stepper` names.
@@ -68,17 +71,6 @@ impl StepperKind {
             StepperKind::Adam => "adam",
             StepperKind::AdamW => "adamw",
             StepperKind::NaturalGradient => "ng",
-        }
-    }
-
-    /// Per-parameter state vectors the stepper keeps.
-    fn num_slots(self) -> usize {
-        match self {
-            StepperKind::Sgd | StepperKind::NaturalGradient => 0,
-            StepperKind::Momentum | StepperKind::Nesterov | StepperKind::AdaGrad => 1,
-            // RMSProp: mean square, step size, sign of the last step.
-            StepperKind::RmsProp => 3,
-            StepperKind::Adam | StepperKind::AdamW => 2,
         }
     }
 }
@@ -220,15 +212,31 @@ impl StepperOptions {
     }
 }
 
-/// A plain stepper's state: the step count and, per parameter block (updatable component),
-/// its state vectors.
+/// The shapes of every updatable component's parameter blocks, in order: what a plain
+/// stepper's state is checked against when a checkpoint is read.
+pub fn param_shapes(nnet: &Nnet) -> Vec<Vec<(usize, usize)>> {
+    nnet.components
+        .iter()
+        .filter_map(|c| c.as_updatable())
+        .map(|u| {
+            u.param_blocks()
+                .iter()
+                .map(|b| (b.num_rows(), b.num_cols()))
+                .collect()
+        })
+        .collect()
+}
+
+/// A plain stepper's state: the step count and, per updatable component, its state
+/// matrices.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stepper {
     pub opts: StepperOptions,
     /// Steps taken (Adam's bias correction).
     pub t: u64,
-    /// `slots[block][slot]`, created on a block's first step.
-    pub slots: Vec<Vec<Vec<f32>>>,
+    /// `slots[component][slot][block]`: per updatable component and state slot, one matrix
+    /// of each parameter block's shape; created on the component's first step.
+    pub slots: Vec<Vec<Vec<Matrix>>>,
 }
 
 impl Stepper {
@@ -245,117 +253,95 @@ impl Stepper {
         self.t += 1;
     }
 
-    /// Updates block `block`'s parameters `p` from its gradient `g` (to maximise) with
-    /// learning rate `lr` (0 = frozen: neither the parameters nor the state move).
-    pub fn update_block(&mut self, block: usize, p: &mut [f32], g: &[f32], lr: f32) {
-        debug_assert_eq!(p.len(), g.len());
+    /// True when every state value is finite.
+    pub fn is_finite(&self) -> bool {
+        self.slots
+            .iter()
+            .flatten()
+            .flatten()
+            .all(|m| m.view().is_finite())
+    }
+
+    /// Updates the parameter blocks `params` of updatable component `component` from their
+    /// gradients `grads` (to maximise) with learning rate `lr` (0 = frozen: neither the
+    /// parameters nor the state move), through the stepper's [`StepPolicy`].
+    pub fn update_component(
+        &mut self,
+        component: usize,
+        params: &mut [MatViewMut<'_>],
+        grads: &[MatView<'_>],
+        lr: f32,
+    ) {
+        debug_assert_eq!(params.len(), grads.len());
         if lr == 0.0 {
             return;
         }
-        let o = &self.opts;
-        let n = p.len();
-        if self.slots.len() <= block {
-            self.slots.resize(block + 1, Vec::new());
+        let init = self.opts.state_init();
+        if self.slots.len() <= component {
+            self.slots.resize(component + 1, Vec::new());
         }
-        let slots = &mut self.slots[block];
-        if slots.len() != o.kind.num_slots() || slots.iter().any(|s| s.len() != n) {
-            *slots = (0..o.kind.num_slots()).map(|_| vec![0.0; n]).collect();
-            if o.kind == StepperKind::RmsProp {
-                slots[1].fill(1.0);
-            }
+        let slots = &mut self.slots[component];
+        let fits = |slot: &Vec<Matrix>| {
+            slot.len() == params.len()
+                && slot
+                    .iter()
+                    .zip(params.iter())
+                    .all(|(m, p)| (m.num_rows(), m.num_cols()) == (p.num_rows(), p.num_cols()))
+        };
+        if slots.len() != init.len() || !slots.iter().all(fits) {
+            *slots = init
+                .iter()
+                .map(|&v| {
+                    params
+                        .iter()
+                        .map(|p| {
+                            let mut m = Matrix::zeros(p.num_rows(), p.num_cols());
+                            if v != 0.0 {
+                                m.view_mut().set_const(v);
+                            }
+                            m
+                        })
+                        .collect()
+                })
+                .collect();
         }
-        match o.kind {
-            StepperKind::Sgd | StepperKind::NaturalGradient => {
-                for (p, g) in p.iter_mut().zip(g) {
-                    *p += lr * g;
-                }
-            }
-            StepperKind::Momentum => {
-                let v = &mut slots[0];
-                for i in 0..n {
-                    v[i] = o.momentum * v[i] + g[i];
-                    p[i] += lr * v[i];
-                }
-            }
-            StepperKind::Nesterov => {
-                let v = &mut slots[0];
-                for i in 0..n {
-                    v[i] = o.momentum * v[i] + g[i];
-                    p[i] += lr * (g[i] + o.momentum * v[i]);
-                }
-            }
-            StepperKind::AdaGrad => {
-                let s = &mut slots[0];
-                for i in 0..n {
-                    s[i] += g[i] * g[i];
-                    p[i] += lr * g[i] / (s[i].sqrt() + o.epsilon);
-                }
-            }
-            StepperKind::RmsProp => {
-                let [ms, step, sign] = &mut slots[..] else {
-                    unreachable!("RMSProp has three slots")
-                };
-                for i in 0..n {
-                    ms[i] = o.rms_gamma * ms[i] + (1.0 - o.rms_gamma) * g[i] * g[i];
-                    let s = if g[i] > 0.0 {
-                        1.0
-                    } else if g[i] < 0.0 {
-                        -1.0
-                    } else {
-                        0.0
-                    };
-                    if s * sign[i] > 0.0 {
-                        step[i] = (step[i] * o.rms_inc).min(o.rms_max);
-                    } else if s * sign[i] < 0.0 {
-                        step[i] = (step[i] * o.rms_dec).max(o.rms_min);
-                    }
-                    sign[i] = s;
-                    p[i] += lr * step[i] * g[i] / (ms[i] + o.epsilon).sqrt();
-                }
-            }
-            StepperKind::Adam | StepperKind::AdamW => {
-                let t = self.t.max(1) as i32;
-                let c1 = 1.0 - o.beta1.powi(t);
-                let c2 = 1.0 - o.beta2.powi(t);
-                let decay = if o.kind == StepperKind::AdamW {
-                    1.0 - lr * o.weight_decay
-                } else {
-                    1.0
-                };
-                let [m, v] = &mut slots[..] else {
-                    unreachable!("Adam has two slots")
-                };
-                for i in 0..n {
-                    m[i] = o.beta1 * m[i] + (1.0 - o.beta1) * g[i];
-                    v[i] = o.beta2 * v[i] + (1.0 - o.beta2) * g[i] * g[i];
-                    let m_hat = m[i] / c1;
-                    let v_hat = v[i] / c2;
-                    p[i] = p[i] * decay + lr * m_hat / (v_hat.sqrt() + o.epsilon);
-                }
-            }
+        for (b, (p, g)) in params.iter_mut().zip(grads).enumerate() {
+            let mut state: Vec<MatViewMut<'_>> =
+                slots.iter_mut().map(|slot| slot[b].view_mut()).collect();
+            self.opts.update(self.t, lr, p, *g, &mut state);
         }
     }
 
-    /// Serialises the state (little-endian; see [`Stepper::read_state`]).
+    /// Serialises the state (little-endian; see [`Stepper::read_state`]): per component and
+    /// slot, the blocks' values one after another, each row by row.
     pub fn write_state(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.opts.kind.name().as_bytes());
         out.push(0);
         out.extend_from_slice(&self.t.to_le_bytes());
         out.extend_from_slice(&(self.slots.len() as u64).to_le_bytes());
-        for block in &self.slots {
-            out.extend_from_slice(&(block.len() as u64).to_le_bytes());
-            for s in block {
-                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-                for v in s {
-                    out.extend_from_slice(&v.to_le_bytes());
+        for component in &self.slots {
+            out.extend_from_slice(&(component.len() as u64).to_le_bytes());
+            for slot in component {
+                let len: usize = slot.iter().map(|m| m.num_rows() * m.num_cols()).sum();
+                out.extend_from_slice(&(len as u64).to_le_bytes());
+                for m in slot {
+                    for v in m.to_vec() {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
                 }
             }
         }
     }
 
     /// Reads what [`Stepper::write_state`] wrote, checking the stepper's name and that every
-    /// block has `block_sizes[block]` parameters (the checkpoint is of this network).
-    pub fn read_state(&mut self, bytes: &[u8], block_sizes: &[usize], file: &str) -> Result<()> {
+    /// component's blocks have the shapes `shapes[component]` (from [`param_shapes`]: the
+    /// checkpoint is of this network).
+    pub fn read_state(
+        &mut self,
+        bytes: &[u8],
+        shapes: &[Vec<(usize, usize)>],
+        file: &str,
+    ) -> Result<()> {
         let mut r = ByteReader {
             bytes,
             pos: 0,
@@ -371,19 +357,20 @@ impl Stepper {
         }
         self.t = r.u64()?;
         let nblocks = r.u64()? as usize;
-        if nblocks > block_sizes.len() {
+        if nblocks > shapes.len() {
             return Err(r.err(&format!(
                 "at most {} parameter blocks, found {nblocks} (a checkpoint of another network?)",
-                block_sizes.len()
+                shapes.len()
             )));
         }
         let mut slots = Vec::with_capacity(nblocks);
-        for (b, &size) in block_sizes.iter().enumerate().take(nblocks) {
+        for (b, blocks) in shapes.iter().enumerate().take(nblocks) {
+            let size: usize = blocks.iter().map(|&(rows, cols)| rows * cols).sum();
             let nslots = r.u64()? as usize;
             if nslots > 8 {
                 return Err(r.err("at most 8 state vectors per block"));
             }
-            let mut block = Vec::with_capacity(nslots);
+            let mut component = Vec::with_capacity(nslots);
             for _ in 0..nslots {
                 let len = r.u64()? as usize;
                 if len != size {
@@ -392,19 +379,126 @@ impl Stepper {
                          checkpoint (a checkpoint of another network?)"
                     )));
                 }
-                let v = r.f32s(len)?;
-                if v.iter().any(|x| !x.is_finite()) {
+                let slot = blocks
+                    .iter()
+                    .map(|&(rows, cols)| r.matrix(rows, cols))
+                    .collect::<Result<Vec<Matrix>>>()?;
+                if !slot.iter().all(|m| m.view().is_finite()) {
                     return Err(r.err(&format!(
                         "block {b}: a stepper statistic that is not finite (a damaged \
                          checkpoint)"
                     )));
                 }
-                block.push(v);
+                component.push(slot);
             }
-            slots.push(block);
+            slots.push(component);
         }
         self.slots = slots;
         Ok(())
+    }
+}
+
+/// The plain steppers as policies of the step core: each rule a sequence of `matrix`
+/// operations on the block, its gradient and its state.
+impl StepPolicy for StepperOptions {
+    fn state_init(&self) -> &'static [f32] {
+        match self.kind {
+            StepperKind::Sgd | StepperKind::NaturalGradient => &[],
+            StepperKind::Momentum | StepperKind::Nesterov | StepperKind::AdaGrad => &[0.0],
+            // Mean square, step size, sign of the last step.
+            StepperKind::RmsProp => &[0.0, 1.0, 0.0],
+            StepperKind::Adam | StepperKind::AdamW => &[0.0, 0.0],
+        }
+    }
+
+    fn update(
+        &self,
+        t: u64,
+        lr: f32,
+        p: &mut MatViewMut<'_>,
+        g: MatView<'_>,
+        state: &mut [MatViewMut<'_>],
+    ) {
+        let o = self;
+        match (o.kind, state) {
+            (StepperKind::Sgd | StepperKind::NaturalGradient, _) => {
+                p.add_mat(lr, g, Trans::No);
+            }
+            // v ← μ·v + g; p ← p + lr·v.
+            (StepperKind::Momentum, [v]) => {
+                v.add_mat_scaled(1.0, g, o.momentum);
+                p.add_mat(lr, v.as_view(), Trans::No);
+            }
+            // v ← μ·v + g; p ← p + lr·(g + μ·v).
+            (StepperKind::Nesterov, [v]) => {
+                v.add_mat_scaled(1.0, g, o.momentum);
+                let mut ahead = v.as_view().to_matrix();
+                ahead.view_mut().add_mat_scaled(1.0, g, o.momentum);
+                p.add_mat(lr, ahead.view(), Trans::No);
+            }
+            // s ← s + g²; p ← p + lr·g / (√s + ε).
+            (StepperKind::AdaGrad, [s]) => {
+                s.add_mul_elements(1.0, g, g);
+                let mut step = g.to_matrix();
+                step.view_mut().scale(lr);
+                let mut den = s.as_view().to_matrix();
+                den.view_mut().apply_sqrt();
+                den.view_mut().add_const(o.epsilon);
+                step.view_mut().div_elements(den.view());
+                p.add_mat(1.0, step.view(), Trans::No);
+            }
+            // ms ← γ·ms + (1−γ)·g²; the step size grows (× inc, up to max) while the sign
+            // of g holds and shrinks (× dec, down to min) when it flips;
+            // p ← p + lr·size·g / √(ms + ε).
+            (StepperKind::RmsProp, [ms, size, sign]) => {
+                ms.scale(o.rms_gamma);
+                ms.add_mul_elements(1.0 - o.rms_gamma, g, g);
+                let mut new_sign = g.to_matrix();
+                new_sign.view_mut().apply_signum();
+                let mut agreement = new_sign.clone();
+                agreement.view_mut().mul_elements(sign.as_view());
+                size.scale_by_sign_agreement(
+                    agreement.view(),
+                    o.rms_inc,
+                    o.rms_max,
+                    o.rms_dec,
+                    o.rms_min,
+                );
+                sign.copy_from(new_sign.view());
+                let mut step = size.as_view().to_matrix();
+                step.view_mut().scale(lr);
+                step.view_mut().mul_elements(g);
+                let mut den = ms.as_view().to_matrix();
+                den.view_mut().add_const(o.epsilon);
+                den.view_mut().apply_sqrt();
+                step.view_mut().div_elements(den.view());
+                p.add_mat(1.0, step.view(), Trans::No);
+            }
+            // m ← β₁·m + (1−β₁)·g; v ← β₂·v + (1−β₂)·g²; with the bias corrections
+            // c = 1 − βᵗ, p ← p·decay + lr·(m/c₁) / (√(v/c₂) + ε), decay = 1 − lr·λ for
+            // AdamW (1 for Adam).
+            (StepperKind::Adam | StepperKind::AdamW, [m, v]) => {
+                let t = t.max(1) as i32;
+                let c1 = 1.0 - o.beta1.powi(t);
+                let c2 = 1.0 - o.beta2.powi(t);
+                m.add_mat_scaled(1.0 - o.beta1, g, o.beta1);
+                v.scale(o.beta2);
+                v.add_mul_elements(1.0 - o.beta2, g, g);
+                let mut step = m.as_view().to_matrix();
+                step.view_mut().div_const(c1);
+                step.view_mut().scale(lr);
+                let mut den = v.as_view().to_matrix();
+                den.view_mut().div_const(c2);
+                den.view_mut().apply_sqrt();
+                den.view_mut().add_const(o.epsilon);
+                step.view_mut().div_elements(den.view());
+                if o.kind == StepperKind::AdamW {
+                    p.scale(1.0 - lr * o.weight_decay);
+                }
+                p.add_mat(1.0, step.view(), Trans::No);
+            }
+            (kind, state) => unreachable!("{kind:?} with {} state slots", state.len()),
+        }
     }
 }
 
@@ -451,6 +545,14 @@ impl ByteReader<'_> {
             .collect())
     }
 
+    /// A `rows × cols` matrix stored row by row (an explicit host copy).
+    pub fn matrix(&mut self, rows: usize, cols: usize) -> Result<Matrix> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| self.err("size overflows"))?;
+        Ok(Matrix::from_vec(rows, cols, self.f32s(n)?))
+    }
+
     /// `n` bytes as a slice.
     pub fn bytes(&mut self, n: usize) -> Result<&[u8]> {
         self.take(n)
@@ -489,10 +591,7 @@ pub fn apply_plain_step(
     rng: &mut StdRng,
 ) -> bool {
     stepper.begin_step();
-    let mut block = 0;
-    let mut p = Vec::new();
-    let mut g = Vec::new();
-    let mut finite = true;
+    let mut component = 0;
     for (dest, src) in nnet.components.iter_mut().zip(grad.components.iter_mut()) {
         let Some(u) = dest.as_updatable_mut() else {
             dest.add_stats(1.0, src.as_ref());
@@ -504,35 +603,42 @@ pub fn apply_plain_step(
         };
         let factor = u.common().learning_rate_factor;
         let l2_own = 2.0 * u.common().l2_regularize * sequences as f32;
-        let n = u.num_parameters();
-        p.resize(n, 0.0);
-        g.resize(n, 0.0);
-        u.vectorize(&mut p);
-        gu.vectorize(&mut g);
-        gu.scale(0.0);
         let clip = gopts.clip * (frames as f32 * grad_scale).max(1.0);
-        for i in 0..n {
-            let mut x = grad_scale * g[i] - (l2_own + gopts.l2) * p[i];
-            if gopts.l1 != 0.0 && p[i] != 0.0 {
-                x -= gopts.l1 * p[i].signum();
+        let mut grads = gu.param_blocks_mut();
+        // The regularised gradient, in place of the plain one:
+        // g ← scale·g − (l2 + own l2)·p − l1·sign(p), clipped, plus noise.
+        let mut finite = true;
+        for (p, g) in u.param_blocks().iter().zip(grads.iter_mut()) {
+            g.scale(grad_scale);
+            g.add_mat(-(l2_own + gopts.l2), *p, Trans::No);
+            if gopts.l1 != 0.0 {
+                let mut sign = p.to_matrix();
+                sign.view_mut().apply_signum();
+                g.add_mat(-gopts.l1, sign.view(), Trans::No);
             }
             if clip > 0.0 {
-                x = x.clamp(-clip, clip);
+                g.apply_floor(-clip);
+                g.apply_ceiling(clip);
             }
             if gopts.noise_stddev > 0.0 {
-                x += gopts.noise_stddev * crate::random::rand_gauss(rng);
+                let noise = gaussian_matrix(g.num_rows(), g.num_cols(), 0.0, 1.0, rng);
+                g.add_mat(gopts.noise_stddev, noise.view(), Trans::No);
             }
-            finite &= x.is_finite();
-            g[i] = x;
+            finite &= g.as_view().is_finite();
         }
+        // A frozen component (rate 0) is not borrowed mutably: its weights keep their
+        // inference copies.
+        if finite && lr * factor != 0.0 {
+            let grads: Vec<MatView<'_>> = grads.iter().map(|g| g.as_view()).collect();
+            let mut params = u.param_blocks_mut();
+            stepper.update_component(component, &mut params, &grads, lr * factor);
+        }
+        drop(grads);
+        gu.scale(0.0);
         if !finite {
             return false;
         }
-        stepper.update_block(block, &mut p, &g, lr * factor);
-        if lr * factor != 0.0 {
-            u.unvectorize(&p);
-        }
-        block += 1;
+        component += 1;
     }
     true
 }
@@ -598,11 +704,11 @@ impl KaldiUpdate {
             .collect();
         out.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
         for u in blocks {
-            let mut v = vec![0.0f32; u.num_parameters()];
-            u.vectorize(&mut v);
-            out.extend_from_slice(&(v.len() as u64).to_le_bytes());
-            for x in v {
-                out.extend_from_slice(&x.to_le_bytes());
+            out.extend_from_slice(&(u.num_parameters() as u64).to_le_bytes());
+            for b in u.param_blocks() {
+                for x in b.to_vec() {
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
             }
         }
         out.extend_from_slice(&super::fit_loop::encode_stats(&self.delta));
@@ -664,13 +770,23 @@ impl KaldiUpdate {
                     u.num_parameters()
                 )));
             }
-            let v = r.f32s(len as usize)?;
-            if v.iter().any(|x| !x.is_finite()) {
+            let shapes: Vec<(usize, usize)> = u
+                .param_blocks()
+                .iter()
+                .map(|b| (b.num_rows(), b.num_cols()))
+                .collect();
+            let values = shapes
+                .iter()
+                .map(|&(rows, cols)| r.matrix(rows, cols))
+                .collect::<Result<Vec<Matrix>>>()?;
+            if !values.iter().all(|m| m.view().is_finite()) {
                 return Err(r.err(&format!(
                     "block {b}: a momentum value that is not finite (a damaged checkpoint)"
                 )));
             }
-            u.unvectorize(&v);
+            for (mut block, m) in u.param_blocks_mut().into_iter().zip(&values) {
+                block.copy_from(m.view());
+            }
         }
         super::fit_loop::restore_stats(&mut self.delta, &bytes[r.pos..], file)?;
         self.kaldi_rand = kaldi_rand;
@@ -691,40 +807,50 @@ mod tests {
         })
     }
 
+    /// One step of `s` on a single block.
+    fn step(s: &mut Stepper, p: &mut Matrix, g: &Matrix, lr: f32) {
+        s.begin_step();
+        s.update_component(0, &mut [p.view_mut()], &[g.view()], lr);
+    }
+
+    fn row<const N: usize>(v: [f32; N]) -> Matrix {
+        Matrix::from_rows(&[v.to_vec()])
+    }
+
     /// Two steps on p = [1, -2] with gradients [0.5, -1] then [-0.25, 2], lr 0.1, each
     /// against the update rule written out by hand.
-    fn two_steps(kind: StepperKind) -> Vec<f32> {
+    fn two_steps(kind: StepperKind) -> Matrix {
         let mut s = stepper(kind);
-        let mut p = vec![1.0f32, -2.0];
+        let mut p = row([1.0, -2.0]);
         for g in [[0.5f32, -1.0], [-0.25, 2.0]] {
-            s.begin_step();
-            s.update_block(0, &mut p, &g, 0.1);
+            step(&mut s, &mut p, &row(g), 0.1);
         }
         p
     }
 
-    fn close(a: &[f32], b: &[f64]) {
-        for (x, y) in a.iter().zip(b) {
-            assert!((*x as f64 - y).abs() < 1e-5, "{a:?} vs {b:?}");
+    fn close<const N: usize>(a: &Matrix, b: [f64; N]) {
+        for (k, y) in b.iter().enumerate() {
+            let x = a.view().get(0, k) as f64;
+            assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
         }
     }
 
     #[test]
     fn first_steps_equal_hand_computed_values() {
         // SGD: p + 0.1 g1 + 0.1 g2.
-        close(&two_steps(StepperKind::Sgd), &[1.025, -1.9]);
+        close(&two_steps(StepperKind::Sgd), [1.025, -1.9]);
         // Momentum 0.9: v1 = g1, v2 = 0.9 g1 + g2 = [0.2, 1.1]; p += 0.1 (v1 + v2).
-        close(&two_steps(StepperKind::Momentum), &[1.07, -1.99]);
+        close(&two_steps(StepperKind::Momentum), [1.07, -1.99]);
         // Nesterov: step1 = g1 + 0.9 v1 = 1.9 g1; step2 = g2 + 0.9 v2 = [-0.07, 2.99].
         close(
             &two_steps(StepperKind::Nesterov),
-            &[1.0 + 0.1 * (0.95 - 0.07), -2.0 + 0.1 * (-1.9 + 2.99)],
+            [1.0 + 0.1 * (0.95 - 0.07), -2.0 + 0.1 * (-1.9 + 2.99)],
         );
         // AdaGrad: s1 = g1², step1 = lr·sign(g1); s2 = g1² + g2².
         let e = 1e-8;
         close(
             &two_steps(StepperKind::AdaGrad),
-            &[
+            [
                 1.0 + 0.1 * (0.5 / (0.5 + e)) + 0.1 * (-0.25 / (0.3125f64.sqrt() + e)),
                 -2.0 - 0.1 + 0.1 * (2.0 / 5f64.sqrt()),
             ],
@@ -738,13 +864,13 @@ mod tests {
         };
         close(
             &two_steps(StepperKind::Adam),
-            &[1.0 + 0.1 + adam2(0.5, -0.25), -2.0 - 0.1 + adam2(-1.0, 2.0)],
+            [1.0 + 0.1 + adam2(0.5, -0.25), -2.0 - 0.1 + adam2(-1.0, 2.0)],
         );
         // AdamW: p ← p(1 − lr λ) first.
         let d = 1.0 - 0.1 * 0.01;
         close(
             &two_steps(StepperKind::AdamW),
-            &[
+            [
                 (1.0 * d + 0.1) * d + adam2(0.5, -0.25),
                 (-2.0 * d - 0.1) * d + adam2(-1.0, 2.0),
             ],
@@ -755,7 +881,7 @@ mod tests {
         let ms2 = [0.99 * ms1[0] + 0.01 * 0.0625, 0.99 * ms1[1] + 0.01 * 4.0];
         close(
             &two_steps(StepperKind::RmsProp),
-            &[
+            [
                 1.0 + 0.1 * 0.5 / (ms1[0] + e).sqrt() + 0.1 * 0.75 * -0.25 / (ms2[0] + e).sqrt(),
                 -2.0 - 0.1 / (ms1[1] + e).sqrt() + 0.1 * 0.75 * 2.0 / (ms2[1] + e).sqrt(),
             ],
@@ -767,20 +893,25 @@ mod tests {
     #[test]
     fn rmsprop_grows_the_step_while_the_sign_holds() {
         let mut s = stepper(StepperKind::RmsProp);
-        let mut p = vec![0.0f32];
+        let mut p = row([0.0]);
         for _ in 0..3 {
-            s.begin_step();
-            s.update_block(0, &mut p, &[1.0], 0.1);
+            step(&mut s, &mut p, &row([1.0]), 0.1);
         }
-        close(&s.slots[0][1], &[1.44]);
+        close(&s.slots[0][1][0], [1.44]);
     }
 
     #[test]
     fn every_stepper_decreases_a_convex_objective() {
         // Maximise −½ Σ a_i (p_i − c_i)²: the gradient is a ⊙ (c − p).
-        let a = [1.0f32, 4.0, 0.5, 2.0];
-        let c = [1.0f32, -1.0, 2.0, 0.5];
-        let loss = |p: &[f32]| -> f32 { (0..4).map(|i| 0.5 * a[i] * (p[i] - c[i]).powi(2)).sum() };
+        let a = row([1.0, 4.0, 0.5, 2.0]);
+        let c = row([1.0, -1.0, 2.0, 0.5]);
+        let loss = |p: &Matrix| -> f32 {
+            (0..4)
+                .map(|i| {
+                    0.5 * a.view().get(0, i) * (p.view().get(0, i) - c.view().get(0, i)).powi(2)
+                })
+                .sum()
+        };
         for kind in [
             StepperKind::Sgd,
             StepperKind::Momentum,
@@ -798,12 +929,14 @@ mod tests {
                 StepperKind::AdaGrad => 0.5,
                 _ => 0.05,
             };
-            let mut p = vec![0.0f32; 4];
+            let mut p = Matrix::zeros(1, 4);
             let start = loss(&p);
             for _ in 0..300 {
-                let g: Vec<f32> = (0..4).map(|i| a[i] * (c[i] - p[i])).collect();
-                s.begin_step();
-                s.update_block(0, &mut p, &g, lr);
+                // g = a ⊙ (c − p).
+                let mut g = c.clone();
+                g.view_mut().add_mat(-1.0, p.view(), Trans::No);
+                g.view_mut().mul_elements(a.view());
+                step(&mut s, &mut p, &g, lr);
             }
             assert!(
                 loss(&p) < 0.05 * start,
@@ -816,29 +949,205 @@ mod tests {
     #[test]
     fn a_frozen_block_does_not_move() {
         let mut s = stepper(StepperKind::Adam);
-        let mut p = vec![1.0f32, 2.0];
-        s.begin_step();
-        s.update_block(0, &mut p, &[1.0, 1.0], 0.0);
-        assert_eq!(p, vec![1.0, 2.0]);
+        let mut p = row([1.0, 2.0]);
+        step(&mut s, &mut p, &row([1.0, 1.0]), 0.0);
+        assert_eq!(p, row([1.0, 2.0]));
+        assert!(s.slots.is_empty());
     }
 
     #[test]
     fn state_round_trips_and_rejects_another_network() {
         let mut s = stepper(StepperKind::Adam);
-        let mut p = vec![1.0f32, 2.0, 3.0];
+        let mut w = Matrix::from_rows(&[vec![1.0, 2.0], vec![3.0, 4.0]]);
+        let mut b = row([5.0]);
+        let gw = Matrix::from_rows(&[vec![0.3, -0.1], vec![0.7, 0.2]]);
         s.begin_step();
-        s.update_block(0, &mut p, &[0.3, -0.1, 0.7], 0.01);
+        s.update_component(
+            0,
+            &mut [w.view_mut(), b.view_mut()],
+            &[gw.view(), row([-0.5]).view()],
+            0.01,
+        );
         let mut bytes = Vec::new();
         s.write_state(&mut bytes);
+        let shapes = [vec![(2, 2), (1, 1)]];
         let mut t = stepper(StepperKind::Adam);
-        t.read_state(&bytes, &[3], "ckpt").unwrap();
+        t.read_state(&bytes, &shapes, "ckpt").unwrap();
         assert_eq!(s, t);
-        let e = t.read_state(&bytes, &[4], "ckpt").unwrap_err().to_string();
+        let e = t
+            .read_state(&bytes, &[vec![(2, 2), (1, 2)]], "ckpt")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("ckpt") && e.contains("another network"), "{e}");
         let mut sgd = stepper(StepperKind::Sgd);
-        assert!(sgd.read_state(&bytes, &[3], "ckpt").is_err());
+        assert!(sgd.read_state(&bytes, &shapes, "ckpt").is_err());
         assert!(t
-            .read_state(&bytes[..bytes.len() - 2], &[3], "ckpt")
+            .read_state(&bytes[..bytes.len() - 2], &shapes, "ckpt")
             .is_err());
+    }
+
+    /// The checkpoint holds a component's state as one run of values, the blocks one after
+    /// another row by row: a state written for blocks (2×2, 1×1) reads back for one 1×5
+    /// block with the same values.
+    #[test]
+    fn state_bytes_are_the_blocks_in_order() {
+        let mut s = stepper(StepperKind::Momentum);
+        let mut w = Matrix::zeros(2, 2);
+        let mut b = Matrix::zeros(1, 1);
+        let gw = Matrix::from_rows(&[vec![1.0, 2.0], vec![3.0, 4.0]]);
+        s.begin_step();
+        s.update_component(
+            0,
+            &mut [w.view_mut(), b.view_mut()],
+            &[gw.view(), row([5.0]).view()],
+            1.0,
+        );
+        let mut bytes = Vec::new();
+        s.write_state(&mut bytes);
+        let mut flat = stepper(StepperKind::Momentum);
+        flat.read_state(&bytes, &[vec![(1, 5)]], "ckpt").unwrap();
+        assert_eq!(flat.slots[0][0][0], row([1.0, 2.0, 3.0, 4.0, 5.0]));
+    }
+
+    /// Every plain stepper's matrix-operation update equals, bit for bit, the rule applied
+    /// one element at a time (an independent scalar reference), over several steps on two
+    /// blocks with gradients of both signs and zeros.
+    #[test]
+    fn matrix_updates_equal_the_scalar_rules_bit_for_bit() {
+        for kind in [
+            StepperKind::Sgd,
+            StepperKind::Momentum,
+            StepperKind::Nesterov,
+            StepperKind::AdaGrad,
+            StepperKind::RmsProp,
+            StepperKind::Adam,
+            StepperKind::AdamW,
+        ] {
+            let o = StepperOptions {
+                kind,
+                ..Default::default()
+            };
+            let mut s = Stepper::new(o.clone());
+            let mut w = crate::matrix::pseudo_random(3, 5, 7);
+            let mut b = crate::matrix::pseudo_random(1, 4, 8);
+            let mut reference = ScalarReference::new(&o, &[&w, &b]);
+            for t in 0..5u32 {
+                let mut gw = crate::matrix::pseudo_random(3, 5, 100 + t);
+                let gb = crate::matrix::pseudo_random(1, 4, 200 + t);
+                gw.view_mut().set(1, 2, 0.0);
+                let lr = 0.01 * (t + 1) as f32;
+                s.begin_step();
+                s.update_component(
+                    0,
+                    &mut [w.view_mut(), b.view_mut()],
+                    &[gw.view(), gb.view()],
+                    lr,
+                );
+                reference.step(lr, &[&gw, &gb]);
+                for (m, r) in [&w, &b].iter().zip(&reference.params) {
+                    for i in 0..m.num_rows() {
+                        for j in 0..m.num_cols() {
+                            assert_eq!(
+                                m.view().get(i, j).to_bits(),
+                                r.view().get(i, j).to_bits(),
+                                "{kind:?} step {t} ({i}, {j})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The plain steppers' rules element by element, for the test above.
+    struct ScalarReference {
+        o: StepperOptions,
+        t: i32,
+        params: Vec<Matrix>,
+        /// Per block: the state values of each element.
+        state: Vec<Matrix>,
+    }
+
+    impl ScalarReference {
+        fn new(o: &StepperOptions, params: &[&Matrix]) -> Self {
+            let state = params
+                .iter()
+                .map(|p| {
+                    let mut m = Matrix::zeros(p.num_rows() * p.num_cols(), 3);
+                    if o.kind == StepperKind::RmsProp {
+                        // The step sizes start at 1.
+                        m.view_mut().cols_range_mut(1, 1).set_const(1.0);
+                    }
+                    m
+                })
+                .collect();
+            ScalarReference {
+                o: o.clone(),
+                t: 0,
+                params: params.iter().map(|&p| p.clone()).collect(),
+                state,
+            }
+        }
+
+        fn step(&mut self, lr: f32, grads: &[&Matrix]) {
+            self.t += 1;
+            let o = &self.o;
+            for ((p, g), st) in self.params.iter_mut().zip(grads).zip(&mut self.state) {
+                let cols = p.num_cols();
+                for k in 0..p.num_rows() * cols {
+                    let (i, j) = (k / cols, k % cols);
+                    let (x, g) = (p.view().get(i, j), g.view().get(i, j));
+                    let [mut a, mut b, mut c] = [0, 1, 2].map(|s| st.view().get(k, s));
+                    let x = match o.kind {
+                        StepperKind::Sgd | StepperKind::NaturalGradient => x + lr * g,
+                        StepperKind::Momentum => {
+                            a = o.momentum * a + g;
+                            x + lr * a
+                        }
+                        StepperKind::Nesterov => {
+                            a = o.momentum * a + g;
+                            x + lr * (g + o.momentum * a)
+                        }
+                        StepperKind::AdaGrad => {
+                            a += g * g;
+                            x + lr * g / (a.sqrt() + o.epsilon)
+                        }
+                        StepperKind::RmsProp => {
+                            a = o.rms_gamma * a + (1.0 - o.rms_gamma) * g * g;
+                            let sign = if g > 0.0 {
+                                1.0
+                            } else if g < 0.0 {
+                                -1.0
+                            } else {
+                                0.0
+                            };
+                            if sign * c > 0.0 {
+                                b = (b * o.rms_inc).min(o.rms_max);
+                            } else if sign * c < 0.0 {
+                                b = (b * o.rms_dec).max(o.rms_min);
+                            }
+                            c = sign;
+                            x + lr * b * g / (a + o.epsilon).sqrt()
+                        }
+                        StepperKind::Adam | StepperKind::AdamW => {
+                            let c1 = 1.0 - o.beta1.powi(self.t);
+                            let c2 = 1.0 - o.beta2.powi(self.t);
+                            let decay = if o.kind == StepperKind::AdamW {
+                                1.0 - lr * o.weight_decay
+                            } else {
+                                1.0
+                            };
+                            a = o.beta1 * a + (1.0 - o.beta1) * g;
+                            b = o.beta2 * b + (1.0 - o.beta2) * g * g;
+                            x * decay + lr * (a / c1) / ((b / c2).sqrt() + o.epsilon)
+                        }
+                    };
+                    p.view_mut().set(i, j, x);
+                    for (s, v) in [a, b, c].into_iter().enumerate() {
+                        st.view_mut().set(k, s, v);
+                    }
+                }
+            }
+        }
     }
 }
