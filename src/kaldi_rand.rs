@@ -239,6 +239,24 @@ pub fn kaldi_rand_int(rng: &mut dyn rand::RngCore, min: i32, max: i32) -> i32 {
     (min as i64 + r % (max as i64 - min as i64 + 1)) as i32
 }
 
+/// Kaldi's `WithProb(p)` on any generator (one 31-bit draw, two below about 128 / RAND_MAX).
+pub fn kaldi_with_prob(rng: &mut dyn rand::RngCore, p: f32) -> bool {
+    const RAND_MAX: i32 = i32::MAX;
+    if p == 0.0 {
+        return false;
+    }
+    if p == 1.0 {
+        return true;
+    }
+    if p * (RAND_MAX as f32) < 128.0 {
+        if ((rng.next_u32() & 0x7fff_ffff) as i32) < RAND_MAX / 128 {
+            return kaldi_with_prob(rng, p * 128.0);
+        }
+        return false;
+    }
+    (((rng.next_u32() & 0x7fff_ffff) as i32) as f32) < (RAND_MAX as f32 + 1.0) * p
+}
+
 /// Kaldi's `RandUniform()`: `(rand() + 1) / (RAND_MAX + 2)`, in (0, 1).
 pub fn kaldi_rand_uniform(rng: &mut dyn rand::RngCore) -> f32 {
     let r = (rng.next_u32() & 0x7fff_ffff) as f64;
@@ -332,6 +350,14 @@ pub fn kaldi_randn(rows: usize, cols: usize, stream: &mut dyn rand::RngCore) -> 
         }
     }
     data
+}
+
+/// `n` uniform draws as Kaldi's CPU `SetRandUniform` makes them (one [`RandomState`] from
+/// `stream`).
+pub fn kaldi_uniform(n: usize, stream: &mut dyn rand::RngCore) -> Vec<f32> {
+    let mut v = vec![0.0; n];
+    kaldi_rand_uniform_fill(&mut v, stream);
+    v
 }
 
 /// Kaldi's `SetRandUniform` on the CPU: one [`RandomState`] from `stream`, then one

@@ -205,14 +205,17 @@ impl LstmNonlinearityComponent {
     fn repair_scales(&self) -> Vec<f32> {
         let c = self.cell_dim();
         let mut out = vec![0.0f32; 5 * c];
-        if self.count <= 0.0 || self.deriv_sum.len() != 5 * c {
+        if self.deriv_sum.len() != 5 * c {
             return out;
         }
+        // Kaldi divides the derivative sum by 1 + count (in float), so a model without
+        // statistics repairs every unit.
+        let count = (1.0 + self.count) as f32 as f64;
         for k in 0..5 {
-            let thr = self.self_repair_config[k] as f64 * self.count;
+            let thr = self.self_repair_config[k] as f64;
             let scale = self.self_repair_config[k + 5];
             for j in 0..c {
-                if self.deriv_sum[k * c + j] < thr {
+                if self.deriv_sum[k * c + j] / count < thr {
                     out[k * c + j] = scale;
                 }
             }

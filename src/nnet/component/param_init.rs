@@ -4,9 +4,9 @@
 
 use crate::error::Result;
 use crate::io::TokenReader;
+use crate::kaldi_rand::kaldi_randn;
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::config_line::ConfigLine;
-use crate::kaldi_rand::kaldi_randn;
 use rand::RngCore;
 
 /// A rows × cols matrix of Gaussian values with this mean and standard deviation, as Kaldi
