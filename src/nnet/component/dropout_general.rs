@@ -569,7 +569,7 @@ impl SpecAugmentTimeMaskComponent {
         // kept-max = time-mask-max-frames · (1 − z) / z in float, truncated. The draws are from
         // the process stream.
         let z = self.zeroed_proportion;
-        let max_zeroed = self.time_mask_max_frames as i32;
+        let max_zeroed = self.time_mask_max_frames;
         let max_kept = ((max_zeroed as f32 * (1.0 - z)) / z) as i32;
         let mut mask = vec![1.0f32; rows];
         for seq in seqs {
