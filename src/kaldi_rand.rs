@@ -381,6 +381,25 @@ mod tests {
     }
 
     #[test]
+    fn random_state_is_glibcs_rand_r_and_kaldis_box_muller() {
+        // glibc's rand_r from seed 27438 (= rand() 1 + 27437), and a C program's Box–Muller
+        // in float from seed 12345 (values printed with %a).
+        let mut s = RandomState::with_seed(27_438);
+        let v: Vec<i32> = (0..3).map(|_| s.rand()).collect();
+        assert_eq!(v, [1_184_790_395, 717_708_411, 1_063_058_067]);
+        let mut t = RandomState::with_seed(12_345);
+        let (a, b) = t.gauss2();
+        assert_eq!((a.to_bits(), b.to_bits()), (0xbea0_2ac6, 0xbf95_3071));
+        // One fill takes one value of the stream.
+        let mut stream = GlibcRand::new(1);
+        let m = kaldi_randn(2, 3, &mut stream);
+        assert_eq!(m.len(), 6);
+        let mut fresh = GlibcRand::new(1);
+        fresh.rand();
+        assert_eq!(stream.rand(), fresh.rand());
+    }
+
+    #[test]
     fn mt19937_is_the_standard_one() {
         // The C++ standard's check: the 10000th output of a default-seeded mt19937.
         let mut g = Mt19937::new(5489);
