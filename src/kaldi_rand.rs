@@ -239,10 +239,134 @@ pub fn kaldi_rand_int(rng: &mut dyn rand::RngCore, min: i32, max: i32) -> i32 {
     (min as i64 + r % (max as i64 - min as i64 + 1)) as i32
 }
 
+/// Kaldi's `WithProb(p)` on any generator (one 31-bit draw, two below about 128 / RAND_MAX).
+pub fn kaldi_with_prob(rng: &mut dyn rand::RngCore, p: f32) -> bool {
+    const RAND_MAX: i32 = i32::MAX;
+    if p == 0.0 {
+        return false;
+    }
+    if p == 1.0 {
+        return true;
+    }
+    if p * (RAND_MAX as f32) < 128.0 {
+        if ((rng.next_u32() & 0x7fff_ffff) as i32) < RAND_MAX / 128 {
+            return kaldi_with_prob(rng, p * 128.0);
+        }
+        return false;
+    }
+    (((rng.next_u32() & 0x7fff_ffff) as i32) as f32) < (RAND_MAX as f32 + 1.0) * p
+}
+
 /// Kaldi's `RandUniform()`: `(rand() + 1) / (RAND_MAX + 2)`, in (0, 1).
 pub fn kaldi_rand_uniform(rng: &mut dyn rand::RngCore) -> f32 {
     let r = (rng.next_u32() & 0x7fff_ffff) as f64;
     ((r + 1.0) / (i32::MAX as f64 + 2.0)) as f32
+}
+
+/// Kaldi's `RandomState`: a private seed for glibc's reentrant `rand_r`, taken from the
+/// process stream as `rand() + 27437`. Kaldi's CPU matrix fills (`SetRandn`,
+/// `SetRandUniform`, through `CuRand` too) make one per call, so each fill takes one value of
+/// the stream and draws the rest from its own state.
+#[derive(Debug, Clone)]
+pub struct RandomState {
+    seed: u32,
+}
+
+impl RandomState {
+    /// A state seeded from the next value of `stream` (one `rand()` on a [`GlibcRand`]).
+    pub fn from_stream(stream: &mut dyn rand::RngCore) -> Self {
+        let r = stream.next_u32() & 0x7fff_ffff;
+        RandomState {
+            seed: r.wrapping_add(27_437),
+        }
+    }
+
+    /// A state with this seed.
+    pub fn with_seed(seed: u32) -> Self {
+        RandomState { seed }
+    }
+
+    /// glibc's `rand_r`: three steps of the ANSI C congruential generator
+    /// (×1103515245 + 12345), whose bits 16.. give 11, 10 and 10 bits of a 31-bit result.
+    pub fn rand(&mut self) -> i32 {
+        let mut next = self.seed;
+        let mut step = |bits: u32| {
+            next = next.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (next >> 16) % (1 << bits)
+        };
+        let mut result = step(11);
+        result = (result << 10) ^ step(10);
+        result = (result << 10) ^ step(10);
+        self.seed = next;
+        result as i32
+    }
+
+    /// Kaldi's `RandUniform(&state)`, in (0, 1).
+    pub fn uniform(&mut self) -> f32 {
+        ((self.rand() as f64 + 1.0) / (i32::MAX as f64 + 2.0)) as f32
+    }
+
+    /// Kaldi's `RandGauss2` in float: Box–Muller on two uniforms, radius and angle in
+    /// float, the angle's product `2π·u` in double.
+    pub fn gauss2(&mut self) -> (f32, f32) {
+        let u1 = self.uniform();
+        let u2 = self.uniform();
+        let radius = (-2.0f32 * u1.ln()).sqrt();
+        let angle = (2.0 * std::f64::consts::PI * u2 as f64) as f32;
+        (radius * angle.cos(), radius * angle.sin())
+    }
+
+    /// Kaldi's `RandGauss(&state)`: one Box–Muller value (the radius's uniform first).
+    pub fn gauss(&mut self) -> f32 {
+        let u1 = self.uniform();
+        let radius = (-2.0f32 * u1.ln()).sqrt();
+        let u2 = self.uniform();
+        radius * ((2.0 * std::f64::consts::PI * u2 as f64) as f32).cos()
+    }
+
+    /// Fills `row` as Kaldi's `SetRandn` fills one row: pairs from [`Self::gauss2`], and a
+    /// last odd element from [`Self::gauss`].
+    pub fn fill_gauss(&mut self, row: &mut [f32]) {
+        let mut pairs = row.chunks_exact_mut(2);
+        for pair in &mut pairs {
+            let (a, b) = self.gauss2();
+            pair[0] = a;
+            pair[1] = b;
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = self.gauss();
+        }
+    }
+}
+
+/// Kaldi's `SetRandn` of a `rows` × `cols` matrix (or a vector: one row) on the CPU, row-major:
+/// one [`RandomState`] from `stream`, each row filled by [`RandomState::fill_gauss`].
+pub fn kaldi_randn(rows: usize, cols: usize, stream: &mut dyn rand::RngCore) -> Vec<f32> {
+    let mut state = RandomState::from_stream(stream);
+    let mut data = vec![0.0f32; rows * cols];
+    if cols > 0 {
+        for row in data.chunks_exact_mut(cols) {
+            state.fill_gauss(row);
+        }
+    }
+    data
+}
+
+/// `n` uniform draws as Kaldi's CPU `SetRandUniform` makes them (one [`RandomState`] from
+/// `stream`).
+pub fn kaldi_uniform(n: usize, stream: &mut dyn rand::RngCore) -> Vec<f32> {
+    let mut v = vec![0.0; n];
+    kaldi_rand_uniform_fill(&mut v, stream);
+    v
+}
+
+/// Kaldi's `SetRandUniform` on the CPU: one [`RandomState`] from `stream`, then one
+/// `RandUniform` per element in row-major order.
+pub fn kaldi_rand_uniform_fill(data: &mut [f32], stream: &mut dyn rand::RngCore) {
+    let mut state = RandomState::from_stream(stream);
+    for v in data {
+        *v = state.uniform();
+    }
 }
 
 #[cfg(test)]
@@ -254,6 +378,25 @@ mod tests {
         let mut g = GlibcRand::default();
         let v: Vec<i32> = (0..3).map(|_| g.rand()).collect();
         assert_eq!(v, [1_804_289_383, 846_930_886, 1_681_692_777]);
+    }
+
+    #[test]
+    fn random_state_is_glibcs_rand_r_and_kaldis_box_muller() {
+        // glibc's rand_r from seed 27438 (= rand() 1 + 27437), and a C program's Box–Muller
+        // in float from seed 12345 (values printed with %a).
+        let mut s = RandomState::with_seed(27_438);
+        let v: Vec<i32> = (0..3).map(|_| s.rand()).collect();
+        assert_eq!(v, [1_184_790_395, 717_708_411, 1_063_058_067]);
+        let mut t = RandomState::with_seed(12_345);
+        let (a, b) = t.gauss2();
+        assert_eq!((a.to_bits(), b.to_bits()), (0xbea0_2ac6, 0xbf95_3071));
+        // One fill takes one value of the stream.
+        let mut stream = GlibcRand::new(1);
+        let m = kaldi_randn(2, 3, &mut stream);
+        assert_eq!(m.len(), 6);
+        let mut fresh = GlibcRand::new(1);
+        fresh.rand();
+        assert_eq!(stream.rand(), fresh.rand());
     }
 
     #[test]

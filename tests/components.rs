@@ -192,13 +192,21 @@ fn golden_components_round_trip_byte_exact() {
 
 /// Info lines whose last printed digit of one statistic differs from Kaldi's, with the reason.
 /// They must still agree to 0.2 % in every number (and must differ: a fixed one leaves the list).
-const KNOWN_INFO_ROUNDING: &[(&str, &str, &str)] = &[(
-    "ng-all/after.raw",
-    "scale1",
-    "scales stddev 0.009521 vs 0.009509: E[x²] − mean² of 20 values near 0.99 keeps 3 digits, \
-     and Kaldi's float summation order (OpenBLAS sdot with a stride-0 vector) is reproduced for \
-     the other goldens' vectors but not this one",
-)];
+const KNOWN_INFO_ROUNDING: &[(&str, &str, &str)] = &[
+    (
+        "ng-all/after.raw",
+        "scale1",
+        "scales stddev 0.009521 vs 0.009509: E[x²] − mean² of 20 values near 0.99 keeps 3 digits, \
+         and Kaldi's float summation order (OpenBLAS sdot with a stride-0 vector) is reproduced \
+         for the other goldens' vectors but not this one",
+    ),
+    (
+        "dropout/before.raw",
+        "affine2",
+        "bias mean -0.005077 vs -0.005076 (the same bias, byte for byte): a mean of 24 values \
+         of magnitude 1 near zero, where float summation order moves the 4th digit",
+    ),
+];
 
 /// Two info lines that differ only in numbers, each within `rel`.
 fn info_close(a: &str, b: &str, rel: f64) -> bool {

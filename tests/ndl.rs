@@ -464,12 +464,13 @@ fn ndl_lstm_equals_the_lstm_written_as_nnet3_primitives() {
         diff < 1e-5,
         "NDL and primitive LSTM differ by {diff}:\n{a:?}\n{b:?}"
     );
-    // And the recurrence matters: a later frame differs from the same input alone.
+    // And the recurrence matters: a later frame differs from the same input alone (by about
+    // 1e-4 with these small initial weights, far above float rounding).
     let alone = forward(&ndl, &input.sub(6, 1, 0, 10).to_matrix(), "output").to_vec();
     assert!(alone
         .iter()
         .zip(&a[6 * 4..])
-        .any(|(x, y)| (x - y).abs() > 1e-4));
+        .any(|(x, y)| (x - y).abs() > 2e-5));
 }
 
 #[test]

@@ -53,7 +53,9 @@ pub fn run(a: Args) -> Result<i32> {
             ))
         }
     };
-    let mut init_rng = crate::random::seeded_rng(a.srand as u64);
+    // Kaldi's nnet3-init calls srand(--srand) and every component draws from that rand()
+    // stream in config order (each parameter fill through its own RandomState).
+    let mut init_rng = crate::kaldi_rand::GlibcRand::new(a.srand as u32);
     let format = match &a.format {
         Some(f) => Format::parse(f)?,
         None => Format::from_path(config),

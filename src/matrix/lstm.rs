@@ -156,10 +156,11 @@ pub fn backprop_lstm_nonlinearity(
 }
 
 /// Per nonlinearity k (5 blocks of C) and unit j: the self-repair term of the LSTM's backward
-/// pass, `config[k + 5]` where `deriv_sum[k·C + j] < config[k]·count` (f64 comparison), else
-/// 0; and per nonlinearity the number of units with a nonzero term. `config` is Kaldi's
-/// `<SelfRepairConfig>`: five thresholds, then five scales. Returns zeros while `count ≤ 0`
-/// or the sums are missing (fused: compare, select, count).
+/// pass, `config[k + 5]` where `deriv_sum[k·C + j] / (1 + count) < config[k]` (the divisor
+/// rounded to float, the comparison in f64, as Kaldi), else 0; and per nonlinearity the number
+/// of units with a nonzero term. `config` is Kaldi's `<SelfRepairConfig>`: five thresholds,
+/// then five scales. Returns zeros where the sums are missing (fused: divide, compare, select,
+/// count).
 pub fn lstm_self_repair_scales(
     deriv_sum: &Vector64,
     count: f64,
@@ -169,12 +170,15 @@ pub fn lstm_self_repair_scales(
     let c = cell_dim;
     let mut out = vec![0.0 as Real; 5 * c];
     let mut units = vec![0.0f64; 5];
-    if count > 0.0 && deriv_sum.dim() == 5 * c {
+    // Kaldi divides the derivative sum by 1 + count (in float), so a model without
+    // statistics repairs every unit.
+    let denom = (1.0 + count) as f32 as f64;
+    if deriv_sum.dim() == 5 * c {
         for k in 0..5 {
-            let thr = config[k] as f64 * count;
+            let thr = config[k] as f64;
             let scale = config[k + 5];
             for j in 0..c {
-                if deriv_sum.data[k * c + j] < thr {
+                if deriv_sum.data[k * c + j] / denom < thr {
                     out[k * c + j] = scale;
                 }
             }

@@ -357,7 +357,10 @@ impl<'a> NnetComputer<'a> {
     /// Runs each consolidated update: one Backprop per component over the rows of all its
     /// steps, with no input derivative (those were computed step by step).
     fn flush_consolidated_updates(&mut self) {
-        let pending = std::mem::take(&mut self.pending);
+        // Kaldi appends the consolidated updates after the last command, in component order
+        // (which orders their draws from the rand() stream, e.g. the GRUs' statistics).
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by_key(|p| p.0);
         let Some(delta) = self.delta.as_deref_mut() else {
             return;
         };

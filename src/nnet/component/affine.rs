@@ -370,9 +370,20 @@ impl FixedAffineComponent {
         }
     }
 
-    /// Kaldi's FixedAffineComponent::InitFromConfig: `matrix=<file>` or random dims.
+    /// Kaldi's FixedAffineComponent::InitFromConfig: `matrix=<file>`, or input-dim and
+    /// output-dim: then one standard-normal matrix of output-dim × (input-dim + 1) whose last
+    /// column is the bias.
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        let (linear, bias) = init_affine_params(cfg, 1.0, false, init_rng)?;
+        let (linear, bias) = if cfg.get::<String>("matrix")?.is_some() {
+            init_affine_params(cfg, 1.0, false, init_rng)?
+        } else {
+            let in_dim = param_init::require_positive(cfg, "input-dim")?;
+            let out_dim = param_init::require_positive(cfg, "output-dim")?;
+            let m = param_init::gaussian_matrix(out_dim, in_dim + 1, 0.0, 1.0, init_rng);
+            let linear = m.sub(0, out_dim, 0, in_dim).to_matrix();
+            let bias = Vector::from_vec(m.sub(0, out_dim, in_dim, 1).to_vec());
+            (linear, bias)
+        };
         Ok(Box::new(FixedAffineComponent {
             linear: linear.into(),
             bias,

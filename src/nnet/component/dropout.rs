@@ -10,7 +10,6 @@ use crate::io::codec::fmt_g;
 use crate::io::TokenReader;
 use crate::matrix::MatViewMut;
 use crate::nnet::config_line::ConfigLine;
-use rand::Rng;
 use rand::RngCore;
 
 /// Reads a proportion stored after `token`, which must lie in [0, 1] (error at its offset).
@@ -99,10 +98,12 @@ impl DropoutComponent {
             data.scale(1.0 - p);
             return;
         }
-        // Keep an element when a uniform draw exceeds p (Kaldi: Heaviside(u - p)).
+        // Keep an element when a uniform draw exceeds p (Kaldi: Heaviside(u - p)), the draws
+        // as Kaldi's CPU `RandUniform` makes them.
         if self.dropout_per_frame {
-            let drop: Vec<bool> = (0..data.num_rows())
-                .map(|_| rng.random::<f32>() - p <= 0.0)
+            let drop: Vec<bool> = crate::kaldi_rand::kaldi_uniform(data.num_rows(), rng)
+                .into_iter()
+                .map(|u| u + -p <= 0.0)
                 .collect();
             data.zero_rows(&drop);
         } else {

@@ -28,9 +28,9 @@ use crate::error::Result;
 use crate::index::Index;
 use crate::io::codec::fmt_g;
 use crate::io::{TokenReader, TokenWriter};
+use crate::kaldi_rand::{kaldi_rand_int, kaldi_with_prob};
 use crate::matrix::{MatViewMut, Matrix};
 use crate::nnet::config_line::ConfigLine;
-use rand::Rng;
 use rand::RngCore;
 use std::collections::HashMap;
 
@@ -178,14 +178,20 @@ impl GeneralDropoutComponent {
         // The mode is fixed per component, so drawing the whole matrix row-major gives the
         // same stream as drawing row by row.
         if self.specaugment_max_proportion > 0.0 {
-            let max_zeroed = (self.specaugment_max_proportion * bd as f32) as usize;
+            // Kaldi: bins × proportion in float, + 0.5 in double, truncated.
+            let max_zeroed = ((bd as f32 * self.specaugment_max_proportion) as f64 + 0.5) as usize;
             let max_regions = self.specaugment_max_regions as usize;
             m.view_mut()
                 .set_rand_zeroed_regions_mask(rng, max_zeroed, max_regions);
         } else if self.continuous {
             m.view_mut().set_rand_continuous_dropout_mask(rng, p);
         } else {
-            let keep = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+            // Kaldi's Scale(1.0 / (1.0 - p)): the factor in double, stored as float.
+            let keep = if p < 1.0 {
+                (1.0 / (1.0 - p as f64)) as f32
+            } else {
+                0.0
+            };
             m.view_mut().set_rand_dropout_mask(rng, p, keep);
         }
         m
@@ -211,8 +217,14 @@ impl GeneralDropoutComponent {
             .and_then(|p| p.as_any().downcast_ref::<DropoutMaskRows>())
             .filter(|p| p.row_map.len() == rows);
         // Without Index information every row gets its own mask.
+        // With block-dim < dim Kaldi draws (dim / block-dim) times the mask rows and uses
+        // the first ones for every block of a row; the extra rows matter to the stream
+        // (SpecAugment draws per row).
         let (row_map, n) = match pre {
-            Some(p) => (p.row_map.clone(), p.num_mask_rows),
+            Some(p) => (
+                p.row_map.clone(),
+                p.num_mask_rows * (self.dim / self.block_dim.max(1)).max(1),
+            ),
             None => ((0..rows).collect(), rows),
         };
         let mask = self.random_mask(n, rng);
@@ -394,8 +406,22 @@ impl Component for DropoutMaskComponent {
         }
         if self.continuous {
             step.output.set_rand_continuous_dropout_mask(step.rng, p);
-        } else {
-            step.output.set_rand_dropout_mask(step.rng, p, 1.0);
+            return None;
+        }
+        step.output.set_rand_dropout_mask(step.rng, p, 1.0);
+        let (rows, cols) = (step.output.num_rows(), step.output.num_cols());
+        if cols == 2 || cols == 3 {
+            // Kaldi's case for the LSTM's gates: a second uniform fill u, one per row, and
+            // column 0 = Heaviside(u − p), column 1 = Heaviside(1 − p − u), so that the two
+            // are never both zero (column 2 keeps the first mask).
+            let u = crate::kaldi_rand::kaldi_uniform(rows, step.rng);
+            let (q, r) = ((-1.0 + 2.0 * p as f64) as f32, -p);
+            for (i, &x) in u.iter().enumerate() {
+                let first = x + r;
+                let second = -(first + q);
+                step.output.set(i, 0, if first > 0.0 { 1.0 } else { 0.0 });
+                step.output.set(i, 1, if second > 0.0 { 1.0 } else { 0.0 });
+            }
         }
         None
     }
@@ -532,31 +558,29 @@ impl SpecAugmentTimeMaskComponent {
                 &all
             }
         };
+        // Kaldi's SpecAugmentTimeMaskComponent: along each sequence, alternating kept
+        // segments of RandInt(1, kept-max) frames and zeroed ones of RandInt(1,
+        // time-mask-max-frames), starting with a kept one with probability zeroed-proportion;
+        // kept-max = time-mask-max-frames · (1 − z) / z in float, truncated. The draws are from
+        // the process stream.
+        let z = self.zeroed_proportion;
+        let max_zeroed = self.time_mask_max_frames;
+        let max_kept = ((max_zeroed as f32 * (1.0 - z)) / z) as i32;
         let mut zeroed_rows = vec![false; rows];
         for seq in seqs {
-            let t = seq.len();
-            if t == 0 {
-                continue;
-            }
-            let target = (self.zeroed_proportion * t as f32).round() as usize;
-            let max_len = (self.time_mask_max_frames as usize).min(t);
-            let mut zeroed = 0usize;
-            // Each try zeroes at least one frame unless it overlaps earlier masks; the bound
-            // only guards against pathological luck.
-            for _ in 0..4 * t {
-                if zeroed >= target {
-                    break;
+            let mut t = 0;
+            while t < seq.len() {
+                if t > 0 || kaldi_with_prob(rng, z) {
+                    let kept = kaldi_rand_int(rng, 1, max_kept.max(1)) as usize;
+                    t = (t + kept).min(seq.len());
                 }
-                let len = rng.random_range(1..=max_len.min(target - zeroed).max(1));
-                let start = rng.random_range(0..=t - len);
-                for &row in seq.iter().skip(start).take(len) {
-                    if let Some(z) = zeroed_rows.get_mut(row) {
-                        if !*z {
-                            *z = true;
-                            zeroed += 1;
-                        }
+                let zeroed = kaldi_rand_int(rng, 1, max_zeroed) as usize;
+                for &row in seq.iter().skip(t).take(zeroed) {
+                    if let Some(zeroed_row) = zeroed_rows.get_mut(row) {
+                        *zeroed_row = true;
                     }
                 }
+                t = (t + zeroed).min(seq.len());
             }
         }
         data.zero_rows(&zeroed_rows);
@@ -613,18 +637,12 @@ impl Component for SpecAugmentTimeMaskComponent {
         output: &[Index],
         _need_backprop: bool,
     ) -> Option<Box<dyn PrecomputedIndexes>> {
-        let mut by_n: HashMap<i32, usize> = HashMap::new();
-        let mut sequences: Vec<Vec<usize>> = Vec::new();
+        // Kaldi's order: sequences by increasing n, each one's rows by t (then row).
+        let mut by_n: std::collections::BTreeMap<i32, Vec<usize>> = Default::default();
         for (r, ix) in output.iter().enumerate() {
-            let next = sequences.len();
-            let k = *by_n.entry(ix.n).or_insert(next);
-            if k == next {
-                sequences.push(Vec::new());
-            }
-            if let Some(s) = sequences.get_mut(k) {
-                s.push(r);
-            }
+            by_n.entry(ix.n).or_default().push(r);
         }
+        let mut sequences: Vec<Vec<usize>> = by_n.into_values().collect();
         for s in &mut sequences {
             s.sort_by_key(|&r| output.get(r).map_or(0, |ix| ix.t));
         }

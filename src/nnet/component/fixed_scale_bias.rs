@@ -25,7 +25,7 @@ fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vector> {
 
 /// `dim` standard-normal values (Kaldi's SetRandn for test-style initialisation).
 fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vector {
-    Vector::from_vec((0..dim).map(|_| crate::random::rand_gauss(rng)).collect())
+    Vector::from_vec(crate::kaldi_rand::kaldi_randn(1, dim, rng))
 }
 
 // ---------------------------------------------------------------------------------------

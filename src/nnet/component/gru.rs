@@ -297,7 +297,7 @@ impl GruNonlinearityComponent {
             recurrent_dim as usize
         };
         let stats = TanhStats::from_config(cfg, cell_dim)?;
-        let stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cell_dim as f32).sqrt())?;
+        let stddev: f32 = cfg.get_or("param-stddev", param_init::default_stddev(cell_dim))?;
         let ng = NaturalGradientOptions {
             rank_in: cfg.get_or("rank-in", 20)?,
             rank_out: cfg.get_or("rank-out", 80)?,

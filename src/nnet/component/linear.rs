@@ -59,7 +59,7 @@ impl LinearComponent {
         } else {
             let in_dim = param_init::require_positive(cfg, "input-dim")?;
             let out_dim = param_init::require_positive(cfg, "output-dim")?;
-            let stddev: f32 = cfg.get_or("param-stddev", 1.0 / (in_dim as f32).sqrt())?;
+            let stddev: f32 = cfg.get_or("param-stddev", param_init::default_stddev(in_dim))?;
             if stddev < 0.0 {
                 return Err(cfg.error_at_value("param-stddev", "param-stddev must be >= 0"));
             }

@@ -4,11 +4,14 @@
 
 use crate::error::Result;
 use crate::io::TokenReader;
+use crate::kaldi_rand::kaldi_randn;
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
-/// A rows × cols matrix of Gaussian values with this mean and standard deviation.
+/// A rows × cols matrix of Gaussian values with this mean and standard deviation, as Kaldi
+/// makes one: `SetRandn` (one [`RandomState`](crate::kaldi_rand::RandomState) from `rng`,
+/// Box–Muller pairs along each row), then `Scale(stddev)` and `Add(mean)`.
 pub fn gaussian_matrix(
     rows: usize,
     cols: usize,
@@ -16,19 +19,25 @@ pub fn gaussian_matrix(
     stddev: f32,
     rng: &mut dyn RngCore,
 ) -> Matrix {
-    let data = (0..rows * cols)
-        .map(|_| mean + stddev * crate::random::rand_gauss(rng))
-        .collect();
+    let mut data = kaldi_randn(rows, cols, rng);
+    scale_add(&mut data, stddev, mean);
     Matrix::from_vec(rows, cols, data)
 }
 
-/// A vector of Gaussian values with this mean and standard deviation.
+/// A vector of Gaussian values with this mean and standard deviation (Kaldi's `SetRandn`,
+/// `Scale`, `Add` on a vector: the matrix's fill on one row).
 pub fn gaussian_vector(dim: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Vector {
-    Vector::from_vec(
-        (0..dim)
-            .map(|_| mean + stddev * crate::random::rand_gauss(rng))
-            .collect(),
-    )
+    let mut data = kaldi_randn(1, dim, rng);
+    scale_add(&mut data, stddev, mean);
+    Vector::from_vec(data)
+}
+
+/// `x·stddev + mean` in float, each step rounded as Kaldi's `Scale` then `Add` round it
+/// (BLAS's scal with a zero factor writes +0, and so does adding 0 here).
+fn scale_add(data: &mut [f32], stddev: f32, mean: f32) {
+    for v in data {
+        *v = if stddev == 0.0 { 0.0 } else { *v * stddev } + mean;
+    }
 }
 
 /// The random initialisation of a weight block with `cols` inputs, from a config line:
@@ -48,7 +57,7 @@ impl RandomInit {
         default_bias_stddev: f32,
         with_bias_mean: bool,
     ) -> Result<Self> {
-        let param_stddev: f32 = cfg.get_or("param-stddev", 1.0 / (cols as f32).sqrt())?;
+        let param_stddev: f32 = cfg.get_or("param-stddev", default_stddev(cols))?;
         let bias_stddev: f32 = cfg.get_or("bias-stddev", default_bias_stddev)?;
         let bias_mean: f32 = if with_bias_mean {
             cfg.get_or("bias-mean", 0.0)?
@@ -74,6 +83,12 @@ impl RandomInit {
     pub fn bias(&self, dim: usize, rng: &mut dyn RngCore) -> Vector {
         gaussian_vector(dim, self.bias_mean, self.bias_stddev, rng)
     }
+}
+
+/// Kaldi's default `param-stddev` for `cols` inputs: 1/√cols computed in double, then
+/// stored as float.
+pub fn default_stddev(cols: usize) -> f32 {
+    (1.0 / (cols as f64).sqrt()) as f32
 }
 
 /// Reads a Kaldi matrix file (text or binary) named by the config option `key`.

@@ -438,7 +438,8 @@ impl TimeHeightConvolutionComponent {
             for j in 0..rows {
                 w.set(j, zero * model.num_filters_in + j, 1.0);
             }
-            (w, Vector::zeros(rows))
+            // Kaldi fills the bias (N(0, bias-stddev²)) with or without init-unit.
+            (w, init.bias(rows, init_rng))
         } else {
             (
                 init.weights(rows, cols, init_rng),
