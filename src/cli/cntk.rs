@@ -266,25 +266,14 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
     };
     match kind.to_ascii_lowercase().as_str() {
         "htkmlfreader" => {
-            let f = sub_with(r, "scpFile").ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: HTKMLFReader needs a features block with scpFile=...",
-                    r.path
-                ))
-            })?;
+            let (scp, base) = htk_features(r, input_dim)?;
             let l = sub_with(r, "mlfFile").ok_or_else(|| {
                 Error::Usage(format!(
                     "{}: HTKMLFReader needs a labels block with mlfFile=...",
                     r.path
                 ))
             })?;
-            dim_check(&f, "dim", input_dim, "input")?;
             dim_check(&l, "labelDim", out_dim, "output")?;
-            let scp = f.get("scpFile")?.unwrap_or_default();
-            let base = std::path::Path::new(&scp)
-                .parent()
-                .map(|p| p.to_string_lossy().into_owned())
-                .filter(|p| !p.is_empty());
             let src = HtkSource {
                 scp: scp.clone(),
                 base_dir: base,
@@ -765,6 +754,14 @@ fn reader_utterances(r: &Scope, input_dim: usize) -> Result<Vec<(String, Matrix)
             r.path
         )));
     }
+    let (scp, base) = htk_features(r, input_dim)?;
+    crate::io::htk::read_scp_features(&scp, base.as_deref(), Some(input_dim))
+}
+
+/// An HTKMLFReader block's features: the script file its features block names (its `dim`, if
+/// given, checked against the network's input) and the folder the script file is in (None:
+/// the current one).
+fn htk_features(r: &Scope, input_dim: usize) -> Result<(String, Option<String>)> {
     let f = sub_with(r, "scpFile").ok_or_else(|| {
         Error::Usage(format!(
             "{}: HTKMLFReader needs a features block with scpFile=...",
@@ -777,7 +774,7 @@ fn reader_utterances(r: &Scope, input_dim: usize) -> Result<Vec<(String, Matrix)
         .parent()
         .map(|p| p.to_string_lossy().into_owned())
         .filter(|p| !p.is_empty());
-    crate::io::htk::read_scp_features(&scp, base.as_deref(), Some(input_dim))
+    Ok((scp, base))
 }
 
 fn write(b: &Scope) -> Result<()> {

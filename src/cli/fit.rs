@@ -511,7 +511,7 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let config = a.config.clone().unwrap_or_default();
     let checked = (|| {
-        super::compute::check_num_threads(a.num_threads.unwrap_or(0))?;
+        super::args::check_num_threads(a.num_threads.unwrap_or(0))?;
         let format = a.format.as_deref().map(Format::parse).transpose()?;
         Ok((options(&a)?, format))
     })()

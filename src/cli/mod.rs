@@ -3,6 +3,7 @@
 
 pub mod ali_to_post;
 pub mod apply_cmvn;
+pub mod args;
 pub mod average;
 pub mod cntk;
 pub mod combine;
