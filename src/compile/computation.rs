@@ -260,4 +260,14 @@ impl NnetComputation {
         };
         self.new_submatrix(info)
     }
+
+    /// True if sub-matrix `s` is all of its matrix.
+    pub fn is_whole(&self, s: usize) -> bool {
+        let i = self.submatrices[s];
+        let m = &self.matrices[i.matrix];
+        i.row_offset == 0
+            && i.col_offset == 0
+            && i.num_rows == m.num_rows
+            && i.num_cols == m.num_cols
+    }
 }

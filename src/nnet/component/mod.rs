@@ -231,7 +231,7 @@ impl<'a> Backprop<'a> {
                 .is_none_or(|d| fits(d.as_view(), input_dim))
     }
     /// The same step with `deriv` holding the output derivative (`BACKPROP_IN_PLACE`).
-    fn in_place(self, deriv: MatViewMut<'a>) -> BackpropInPlace<'a> {
+    pub fn in_place(self, deriv: MatViewMut<'a>) -> BackpropInPlace<'a> {
         let Backprop {
             indexes,
             in_value,
