@@ -529,26 +529,18 @@ impl<'a> NnetComputer<'a> {
                     add_row_ranges_scaled(&mut d, s, ranges, r.alpha)
                 });
             }
-            Command::CopyRowsMulti {
-                dst,
-                indexes_multi,
-                alpha,
-            } => self.rows_multi(dst, indexes_multi, alpha, false),
-            Command::AddRowsMulti {
-                dst,
-                indexes_multi,
-                alpha,
-            } => self.rows_multi(dst, indexes_multi, alpha, true),
-            Command::CopyToRowsMulti {
-                src,
-                indexes_multi,
-                alpha,
-            } => self.scatter_rows_multi(src, indexes_multi, alpha, false),
-            Command::AddToRowsMulti {
-                src,
-                indexes_multi,
-                alpha,
-            } => self.scatter_rows_multi(src, indexes_multi, alpha, true),
+            Command::CopyRowsMulti { .. }
+            | Command::AddRowsMulti { .. }
+            | Command::CopyToRowsMulti { .. }
+            | Command::AddToRowsMulti { .. } => {
+                if let Some(m) = cmd.multi_rows() {
+                    if m.scatter {
+                        self.scatter_rows_multi(m.matrix, m.table, m.alpha, m.add)
+                    } else {
+                        self.rows_multi(m.matrix, m.table, m.alpha, m.add)
+                    }
+                }
+            }
             Command::AcceptInput { s, node } => self.accept(s, node, backward)?,
             Command::ProvideOutput { s, node } => self.provide(idx, s, node, backward),
             Command::NoOperation
