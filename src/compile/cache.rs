@@ -493,6 +493,9 @@ struct Expander<'a> {
     precomputed_map: HashMap<usize, usize>,
 }
 
+/// The memo of widened tables of one kind (key → index in the list) and that list.
+type WidenedSlot<'a, K, T> = (&'a mut HashMap<K, usize>, &'a mut Vec<Vec<T>>);
+
 impl<'a> Expander<'a> {
     fn new(
         nnet: &'a Nnet,
@@ -648,7 +651,7 @@ impl<'a> Expander<'a> {
     fn widen_once<K: std::hash::Hash + Eq, T>(
         &mut self,
         key: K,
-        slot: fn(&mut Self) -> (&mut HashMap<K, usize>, &mut Vec<Vec<T>>),
+        slot: fn(&mut Self) -> WidenedSlot<'_, K, T>,
         widen: impl FnOnce(&Self) -> std::result::Result<Vec<T>, String>,
     ) -> std::result::Result<usize, String> {
         if let Some(&k) = slot(self).0.get(&key) {

@@ -324,7 +324,7 @@ fn precompute_draws(nnet: &Nnet, comp: &NnetComputation, p: usize, rng: &mut dyn
         if let Command::Propagate(pr) = c {
             if pr.precomputed == p {
                 if let Some(k) = nnet.components.get(pr.component) {
-                    if k.type_name() == "TdnnComponent" {
+                    if k.precompute_draws_kaldi_rand() {
                         kaldi_rand_int(rng, 0, 10);
                     }
                 }

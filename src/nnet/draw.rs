@@ -66,11 +66,11 @@ impl Picture {
         let mut nodes = Vec::new();
         // Network node → drawn node; a component's hidden descriptor node maps to it too.
         let mut drawn = vec![usize::MAX; nnet.nodes.len()];
-        for n in 0..nnet.nodes.len() {
+        for (n, d) in drawn.iter_mut().enumerate() {
             if nnet.is_component_input_node(n) {
                 continue;
             }
-            drawn[n] = nodes.len();
+            *d = nodes.len();
             nodes.push(DrawnNode {
                 name: nnet.node_names[n].clone(),
                 kind: match nnet.nodes[n] {
