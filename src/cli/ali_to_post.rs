@@ -1,27 +1,23 @@
 //! `compnet ali-to-post` (Kaldi's `ali-to-post`): alignments (integer vectors) to posteriors,
 //! each frame's index with weight 1.
 
-use crate::error::{Error, Result};
+use crate::cli::args::command_args;
+use crate::error::Result;
 use crate::io::table::{PosteriorWriter, SequentialTableReader};
 
-/// Options of `compnet ali-to-post`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet ali-to-post [options] <alignments-rspecifier> <posteriors-wspecifier>",
-    after_help = "e.g.: compnet ali-to-post ark:1.ali ark:1.post"
-)]
-pub struct Args {
-    /// `<alignments-rspecifier> <posteriors-wspecifier>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet ali-to-post`.
+    #[usage("compnet ali-to-post [options] <alignments-rspecifier> <posteriors-wspecifier>")]
+    #[example("compnet ali-to-post ark:1.ali ark:1.post")]
+    pub struct Args {
+        /// `<alignments-rspecifier> <posteriors-wspecifier>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs the command (exit status 1 when there was no alignment, as Kaldi's).
 pub fn run(a: Args) -> Result<i32> {
-    let [rspec, wspec] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: ali-to-post [options] <alignments-rspecifier> <posteriors-wspecifier>".into(),
-        ));
-    };
+    let [rspec, wspec] = Args::positionals(&a.args)?;
     let reader = SequentialTableReader::<Vec<i32>>::open(rspec)?;
     let mut writer = PosteriorWriter::open(wspec)?;
     let mut num_done = 0usize;

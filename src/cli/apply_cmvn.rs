@@ -8,6 +8,7 @@
 //! added to the features; with variances, the per-dimension scale and offset are computed in
 //! double, stored as floats, and applied as a multiply then an add.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::sparse::GeneralMatrix;
@@ -18,31 +19,30 @@ use crate::io::table::{
 use crate::log::{fmt_g, log, warn};
 use crate::matrix::Matrix;
 
-/// Options of `compnet apply-cmvn`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet apply-cmvn [options] (<cmvn-stats-rspecifier>|<cmvn-stats-rxfilename>) <feats-rspecifier> <feats-wspecifier>",
-    after_help = "e.g.: compnet apply-cmvn --utt2spk=ark:data/train/utt2spk \
-                  scp:data/train/cmvn.scp scp:data/train/feats.scp ark:-"
-)]
-pub struct Args {
-    /// Rspecifier of the utterance-to-speaker map (statistics are then per speaker).
-    #[arg(long, default_value = "")]
-    pub utt2spk: String,
-    /// Normalise the variances too.
-    #[arg(long = "norm-vars", kaldi_bool = "false")]
-    pub norm_vars: bool,
-    /// Normalise the means (false: the features are copied unchanged).
-    #[arg(long = "norm-means", kaldi_bool = "true")]
-    pub norm_means: bool,
-    /// Dimensions left unnormalised, colon-separated (e.g. 13:14:15).
-    #[arg(long = "skip-dims", default_value = "")]
-    pub skip_dims: String,
-    /// Apply CMVN in reverse (not implemented; only false is accepted).
-    #[arg(long, kaldi_bool = "false")]
-    pub reverse: bool,
-    /// `(<cmvn-stats-rspecifier>|<cmvn-stats-rxfilename>) <feats-rspecifier> <feats-wspecifier>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet apply-cmvn`.
+    #[usage("compnet apply-cmvn [options] (<cmvn-stats-rspecifier>|<cmvn-stats-rxfilename>) <feats-rspecifier> <feats-wspecifier>")]
+    #[example("compnet apply-cmvn --utt2spk=ark:data/train/utt2spk \
+                  scp:data/train/cmvn.scp scp:data/train/feats.scp ark:-")]
+    pub struct Args {
+        /// Rspecifier of the utterance-to-speaker map (statistics are then per speaker).
+        #[arg(long, default_value = "")]
+        pub utt2spk: String,
+        /// Normalise the variances too.
+        #[arg(long = "norm-vars", kaldi_bool = "false")]
+        pub norm_vars: bool,
+        /// Normalise the means (false: the features are copied unchanged).
+        #[arg(long = "norm-means", kaldi_bool = "true")]
+        pub norm_means: bool,
+        /// Dimensions left unnormalised, colon-separated (e.g. 13:14:15).
+        #[arg(long = "skip-dims", default_value = "")]
+        pub skip_dims: String,
+        /// Apply CMVN in reverse (not implemented; only false is accepted).
+        #[arg(long, kaldi_bool = "false")]
+        pub reverse: bool,
+        /// `(<cmvn-stats-rspecifier>|<cmvn-stats-rxfilename>) <feats-rspecifier> <feats-wspecifier>`.
+        pub args: Vec<String>,
+    }
 }
 
 const P: &str = "compnet apply-cmvn";
@@ -162,13 +162,7 @@ fn parse_skip_dims(s: &str) -> Result<Vec<usize>> {
 
 /// Runs the command (exit status 1 when no utterance was normalised, as Kaldi's).
 pub fn run(a: Args) -> Result<i32> {
-    let [cmvn_in, feats_in, feats_out] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: apply-cmvn [options] (<cmvn-stats-rspecifier>|<cmvn-stats-rxfilename>) \
-             <feats-rspecifier> <feats-wspecifier>"
-                .into(),
-        ));
-    };
+    let [cmvn_in, feats_in, feats_out] = Args::positionals(&a.args)?;
     if a.norm_vars && !a.norm_means {
         return Err(Error::Usage(
             "you cannot normalize the variance but not the mean".into(),

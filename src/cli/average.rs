@@ -1,27 +1,27 @@
 //! `compnet average` (Kaldi's `nnet3-average`): the weighted average of the parameters (and
 //! component statistics) of networks with the same structure.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::log::log;
 use crate::nnet::Nnet;
 use crate::train::network_ops::{add_nnet, same_structure};
 
-/// Options of `compnet average`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet average [options] <model1> <model2> ... <modelN> <model-out>",
-    after_help = "e.g.: compnet average 1.1.raw 1.2.raw 1.3.raw 2.raw"
-)]
-pub struct Args {
-    /// Write the model in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Colon-separated weights, one per model (normalised to sum to one); default equal.
-    #[arg(long, default_value = "")]
-    pub weights: String,
-    /// `<model1> ... <modelN> <model-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet average`.
+    #[usage("compnet average [options] <model1> <model2> ... <modelN> <model-out>")]
+    #[example("compnet average 1.1.raw 1.2.raw 1.3.raw 2.raw")]
+    pub struct Args {
+        /// Write the model in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Colon-separated weights, one per model (normalised to sum to one); default equal.
+        #[arg(long, default_value = "")]
+        pub weights: String,
+        /// `<model1> ... <modelN> <model-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// The weights `--weights` gives for `n` models, normalised to sum to one.

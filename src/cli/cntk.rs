@@ -215,12 +215,19 @@ fn reader_block<'a>(b: &Scope<'a>, key: &str) -> Result<Scope<'a>> {
         .ok_or_else(|| Error::Usage(format!("block {}: no {key}=[...]", b.path)))
 }
 
-/// The sub-block of a reader that has `key` (CNTK names them freely: `features`, `labels`).
-fn sub_with<'a>(r: &Scope<'a>, key: &str) -> Option<Scope<'a>> {
+/// The sub-block of a reader that has `key` (CNTK names them freely: `features`, `labels`);
+/// without one, an error saying that reader `reader` needs a `what` block with it.
+fn sub_with<'a>(r: &Scope<'a>, key: &str, (reader, what): (&str, &str)) -> Result<Scope<'a>> {
     r.keys()
         .into_iter()
         .filter_map(|k| r.block(k))
         .find(|s| s.entry(key).is_some())
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: {reader} needs a {what} block with {key}=...",
+                r.path
+            ))
+        })
 }
 
 fn dim_check(s: &Scope, key: &str, want: usize, what: &str) -> Result<()> {
@@ -266,25 +273,9 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
     };
     match kind.to_ascii_lowercase().as_str() {
         "htkmlfreader" => {
-            let f = sub_with(r, "scpFile").ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: HTKMLFReader needs a features block with scpFile=...",
-                    r.path
-                ))
-            })?;
-            let l = sub_with(r, "mlfFile").ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: HTKMLFReader needs a labels block with mlfFile=...",
-                    r.path
-                ))
-            })?;
-            dim_check(&f, "dim", input_dim, "input")?;
+            let (scp, base) = htk_features(r, input_dim)?;
+            let l = sub_with(r, "mlfFile", ("HTKMLFReader", "labels"))?;
             dim_check(&l, "labelDim", out_dim, "output")?;
-            let scp = f.get("scpFile")?.unwrap_or_default();
-            let base = std::path::Path::new(&scp)
-                .parent()
-                .map(|p| p.to_string_lossy().into_owned())
-                .filter(|p| !p.is_empty());
             let src = HtkSource {
                 scp: scp.clone(),
                 base_dir: base,
@@ -313,12 +304,7 @@ fn read_uci(r: &Scope, nnet: &Nnet, input_dim: usize, out_dim: usize) -> Result<
     let file = r
         .get("file")?
         .ok_or_else(|| Error::Usage(format!("{}: UCIFastReader needs file=...", r.path)))?;
-    let l = sub_with(r, "labelDim").ok_or_else(|| {
-        Error::Usage(format!(
-            "{}: UCIFastReader needs a labels block with labelDim=...",
-            r.path
-        ))
-    })?;
+    let l = sub_with(r, "labelDim", ("UCIFastReader", "labels"))?;
     let f = r
         .keys()
         .into_iter()
@@ -765,19 +751,22 @@ fn reader_utterances(r: &Scope, input_dim: usize) -> Result<Vec<(String, Matrix)
             r.path
         )));
     }
-    let f = sub_with(r, "scpFile").ok_or_else(|| {
-        Error::Usage(format!(
-            "{}: HTKMLFReader needs a features block with scpFile=...",
-            r.path
-        ))
-    })?;
+    let (scp, base) = htk_features(r, input_dim)?;
+    crate::io::htk::read_scp_features(&scp, base.as_deref(), Some(input_dim))
+}
+
+/// An HTKMLFReader block's features: the script file its features block names (its `dim`, if
+/// given, checked against the network's input) and the folder the script file is in (None:
+/// the current one).
+fn htk_features(r: &Scope, input_dim: usize) -> Result<(String, Option<String>)> {
+    let f = sub_with(r, "scpFile", ("HTKMLFReader", "features"))?;
     dim_check(&f, "dim", input_dim, "input")?;
     let scp = f.get("scpFile")?.unwrap_or_default();
     let base = std::path::Path::new(&scp)
         .parent()
         .map(|p| p.to_string_lossy().into_owned())
         .filter(|p| !p.is_empty());
-    crate::io::htk::read_scp_features(&scp, base.as_deref(), Some(input_dim))
+    Ok((scp, base))
 }
 
 fn write(b: &Scope) -> Result<()> {

@@ -2,6 +2,7 @@
 //! (n = 1, 2, ...) that does best on held-out egs; BatchNorm statistics recomputed on those
 //! egs when the result is an average.
 
+use crate::cli::args::command_args;
 use crate::cli::average::read_raw;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
@@ -15,30 +16,29 @@ use crate::train::{NnetComputeProb, NnetComputeProbOptions};
 
 const P: &str = "compnet combine";
 
-/// Options of `compnet combine`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet combine [options] <nnet-in1> <nnet-in2> ... <nnet-inN> <valid-examples-in> <nnet-out>",
-    after_help = "e.g.: compnet combine 1.1.raw 1.2.raw 1.3.raw ark:valid.egs 2.raw"
-)]
-pub struct Args {
-    /// Write the model in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// At most this many objective evaluations (models are added in groups to stay under it).
-    #[arg(long = "max-objective-evaluations", default_value_t = 30)]
-    pub max_objective_evaluations: usize,
-    /// Evaluate with BatchNorm in test mode.
-    #[arg(long = "batchnorm-test-mode", kaldi_bool = "false")]
-    pub batchnorm_test_mode: bool,
-    /// Evaluate with dropout in test mode.
-    #[arg(long = "dropout-test-mode", kaldi_bool = "true")]
-    pub dropout_test_mode: bool,
-    /// Accepted for Kaldi scripts; computation is on the CPU.
-    #[arg(long = "use-gpu", default_value = "no")]
-    pub use_gpu: String,
-    /// `<model1> ... <modelN> <valid-egs-rspecifier> <model-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet combine`.
+    #[usage("compnet combine [options] <nnet-in1> <nnet-in2> ... <nnet-inN> <valid-examples-in> <nnet-out>")]
+    #[example("compnet combine 1.1.raw 1.2.raw 1.3.raw ark:valid.egs 2.raw")]
+    pub struct Args {
+        /// Write the model in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// At most this many objective evaluations (models are added in groups to stay under it).
+        #[arg(long = "max-objective-evaluations", default_value_t = 30)]
+        pub max_objective_evaluations: usize,
+        /// Evaluate with BatchNorm in test mode.
+        #[arg(long = "batchnorm-test-mode", kaldi_bool = "false")]
+        pub batchnorm_test_mode: bool,
+        /// Evaluate with dropout in test mode.
+        #[arg(long = "dropout-test-mode", kaldi_bool = "true")]
+        pub dropout_test_mode: bool,
+        /// Accepted for Kaldi scripts; computation is on the CPU.
+        #[arg(long = "use-gpu", default_value = "no")]
+        pub use_gpu: String,
+        /// `<model1> ... <modelN> <valid-egs-rspecifier> <model-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// The objective per frame of output `output` of `nnet` on `egs`.

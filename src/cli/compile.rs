@@ -10,6 +10,7 @@
 //! `--shortcut` prints what shortcut compilation gives (`compile::cache`): the request
 //! compiled for 2 sequences and widened to all of them.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::compile::cache::compile_with_shortcut;
 use crate::compile::memory::peak_matrix_memory;
@@ -21,48 +22,47 @@ use crate::compile::{
 use crate::error::{Error, Result};
 use crate::nnet::{Index, Nnet};
 
-/// Options of `compnet compile`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet compile [options] <model-in> --input=<node>:<n-range>:<t-range> ... --output=<node>:<n-range>:<t-range> ...",
-    after_help = "e.g.: compnet compile final.raw --input=input:0:-2..12 --output=output:0:0..9 --backprop"
-)]
-pub struct Args {
-    /// The model (raw nnet3 model, or a config file ending in .config).
-    pub model: String,
-    /// An input: `name:N:T`, e.g. `input:0:-2..12` (repeatable).
-    #[arg(long = "input")]
-    pub inputs: Vec<String>,
-    /// An output: `name:N:T`, e.g. `output:0..1:0..9` (repeatable).
-    #[arg(long = "output")]
-    pub outputs: Vec<String>,
-    /// Also compile the backward pass: derivatives at all inputs and outputs, and model
-    /// derivatives.
-    #[arg(long)]
-    pub backprop: bool,
-    /// Supply the `ivector` input at t=0 for every n of the first input.
-    #[arg(long)]
-    pub ivector: bool,
-    /// Print what each matrix holds.
-    #[arg(long = "debug-info")]
-    pub debug_info: bool,
-    /// Print the computation as compiled, without the optimizer's rewrites (Kaldi's
-    /// `--optimize=false`)
-    #[arg(long)]
-    pub no_optimize: bool,
-    /// Print the computation shortcut compilation gives: compiled for sequences 0 and 1,
-    /// then widened to every sequence of the request (which must hold at least 3, laid
-    /// out alike).
-    #[arg(long)]
-    pub shortcut: bool,
-    /// Print, instead of the computation, the peak of live matrix memory of the computation
-    /// (with the `--optimization.*` options given) and of the unoptimized one.
-    #[arg(long)]
-    pub memory: bool,
-    #[command(flatten)]
-    pub compiler: CachingCompilerArgs,
-    #[command(flatten)]
-    pub optimization: OptimizationArgs,
+command_args! {
+    /// Options of `compnet compile`.
+    #[usage("compnet compile [options] <model-in> --input=<node>:<n-range>:<t-range> ... --output=<node>:<n-range>:<t-range> ...")]
+    #[example("compnet compile final.raw --input=input:0:-2..12 --output=output:0:0..9 --backprop")]
+    pub struct Args {
+        /// The model (raw nnet3 model, or a config file ending in .config).
+        pub model: String,
+        /// An input: `name:N:T`, e.g. `input:0:-2..12` (repeatable).
+        #[arg(long = "input")]
+        pub inputs: Vec<String>,
+        /// An output: `name:N:T`, e.g. `output:0..1:0..9` (repeatable).
+        #[arg(long = "output")]
+        pub outputs: Vec<String>,
+        /// Also compile the backward pass: derivatives at all inputs and outputs, and model
+        /// derivatives.
+        #[arg(long)]
+        pub backprop: bool,
+        /// Supply the `ivector` input at t=0 for every n of the first input.
+        #[arg(long)]
+        pub ivector: bool,
+        /// Print what each matrix holds.
+        #[arg(long = "debug-info")]
+        pub debug_info: bool,
+        /// Print the computation as compiled, without the optimizer's rewrites (Kaldi's
+        /// `--optimize=false`)
+        #[arg(long)]
+        pub no_optimize: bool,
+        /// Print the computation shortcut compilation gives: compiled for sequences 0 and 1,
+        /// then widened to every sequence of the request (which must hold at least 3, laid
+        /// out alike).
+        #[arg(long)]
+        pub shortcut: bool,
+        /// Print, instead of the computation, the peak of live matrix memory of the computation
+        /// (with the `--optimization.*` options given) and of the unoptimized one.
+        #[arg(long)]
+        pub memory: bool,
+        #[command(flatten)]
+        pub compiler: CachingCompilerArgs,
+        #[command(flatten)]
+        pub optimization: OptimizationArgs,
+    }
 }
 
 /// The caching compiler's options, with Kaldi's names (`--compiler.*`); for every command

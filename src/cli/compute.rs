@@ -1,6 +1,7 @@
 //! `compnet compute` (Kaldi's `nnet3-compute`): reads the options, the model and the tables,
 //! runs `run::chunked::ChunkComputer` on every utterance and writes the output matrices.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::table::{RandomAccessTableReader, SequentialTableReader, TableWriter};
@@ -9,7 +10,6 @@ use crate::matrix::{Matrix, Vector};
 use crate::nnet::Nnet;
 use crate::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions, Utterance};
 use crate::run::looped::LoopedDecoder;
-use crate::run::set_threads;
 
 /// Utterances are read ahead until they hold this many frames (or [`PENDING_UTTERANCES`]),
 /// then computed together: enough for several full chunk batches at any chunk size Kaldi's
@@ -34,82 +34,81 @@ impl OwnedIvector {
     }
 }
 
-/// Options of `compnet compute`.
-#[derive(clap::Args, Debug, Clone)]
-#[command(
-    override_usage = "compnet compute [options] <nnet-in> <features-rspecifier> <matrix-wspecifier>",
-    after_help = "e.g.: compnet compute final.raw scp:feats.scp ark:nnet_prediction.ark"
-)]
-pub struct Args {
-    /// Number of output frames (at the subsampled rate × factor) per chunk; rounded up to a
-    /// multiple of lcm(frame-subsampling-factor, network modulus).
-    #[arg(long = "frames-per-chunk", default_value_t = 50)]
-    pub frames_per_chunk: i32,
-    /// Extra input frames of left context per chunk (beyond the network's own context).
-    #[arg(long = "extra-left-context", default_value_t = 0)]
-    pub extra_left_context: i32,
-    /// Extra input frames of right context per chunk.
-    #[arg(long = "extra-right-context", default_value_t = 0)]
-    pub extra_right_context: i32,
-    /// Extra left context for the first chunk of an utterance (-1 = --extra-left-context).
-    #[arg(long = "extra-left-context-initial", default_value_t = -1, allow_negative_numbers = true)]
-    pub extra_left_context_initial: i32,
-    /// Extra right context for the last chunk of an utterance (-1 = --extra-right-context).
-    #[arg(long = "extra-right-context-final", default_value_t = -1, allow_negative_numbers = true)]
-    pub extra_right_context_final: i32,
-    /// Output only every n-th frame (chain models use 3).
-    #[arg(long = "frame-subsampling-factor", default_value_t = 1)]
-    pub frame_subsampling_factor: i32,
-    /// Rspecifier of one iVector (a vector) per utterance.
-    #[arg(long)]
-    pub ivectors: Option<String>,
-    /// Rspecifier of the utterance-to-speaker map; with it, --ivectors holds one iVector per
-    /// speaker.
-    #[arg(long = "utt2spk", default_value = "")]
-    pub utt2spk: String,
-    /// Rspecifier of online iVectors (a matrix per utterance, one row per period frames).
-    #[arg(long = "online-ivectors")]
-    pub online_ivectors: Option<String>,
-    /// Number of frames per row of the online iVectors.
-    #[arg(long = "online-ivector-period", default_value_t = 0)]
-    pub online_ivector_period: i32,
-    /// Exponentiate the output (log-probabilities → probabilities).
-    #[arg(long = "apply-exp", kaldi_bool = "false")]
-    pub apply_exp: bool,
-    /// Subtract the log priors stored in a final.mdl from the output.
-    #[arg(long = "use-priors", kaldi_bool = "false")]
-    pub use_priors: bool,
-    /// Accepted for compatibility with Kaldi scripts; computation is always on the CPU.
-    #[arg(long = "use-gpu", default_value = "no")]
-    pub use_gpu: String,
-    /// Which node's output to write (any node; default the network output `output`).
-    #[arg(long = "output-node", default_value = "output")]
-    pub output_node: String,
-    /// Bound on the number of threads of every thread pool (0 = all cores).
-    #[arg(long = "num-threads", default_value_t = 0)]
-    pub num_threads: usize,
-    /// Looped computation (a compnet option; Kaldi has looped decoding only in its
-    /// decoders): chunks of --frames-per-chunk frames that reuse what earlier chunks
-    /// computed, recurrent state included, instead of recomputing their context; only
-    /// --extra-left-context-initial of the extra-context options applies. A chunk's new rows
-    /// use the iVector of its last input frame (Kaldi's looped decoders), so with
-    /// --online-ivectors the outputs differ from the chunked ones; otherwise a
-    /// feed-forward network gives the chunked outputs (unless it reads frames that may be
-    /// missing: Failover, IfDefined of a later frame, statistics pooling), and a recurrent
-    /// one those of a whole-utterance computation.
-    #[arg(long = "looped", kaldi_bool = "false")]
-    pub looped: bool,
-    /// Arithmetic of the affine family's products (a compnet option): `none` (floats) or
-    /// `int8`: weights quantized per output row when the model is loaded, activations per
-    /// row on the fly, 8-bit products summed in 32-bit integers and scaled back before the
-    /// nonlinearity (AVX-512 VNNI or AVX2 where the CPU has them). Every other component
-    /// stays in floats.
-    #[arg(long = "quantize", default_value = "none")]
-    pub quantize: String,
-    #[command(flatten)]
-    pub optimization: crate::cli::compile::OptimizationArgs,
-    /// `<model> <features-rspecifier> <matrix-wspecifier>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet compute`.
+    #[derive(Clone)]
+    #[usage("compnet compute [options] <nnet-in> <features-rspecifier> <matrix-wspecifier>")]
+    #[example("compnet compute final.raw scp:feats.scp ark:nnet_prediction.ark")]
+    pub struct Args {
+        /// Number of output frames (at the subsampled rate × factor) per chunk; rounded up to a
+        /// multiple of lcm(frame-subsampling-factor, network modulus).
+        #[arg(long = "frames-per-chunk", default_value_t = 50)]
+        pub frames_per_chunk: i32,
+        /// Extra input frames of left context per chunk (beyond the network's own context).
+        #[arg(long = "extra-left-context", default_value_t = 0)]
+        pub extra_left_context: i32,
+        /// Extra input frames of right context per chunk.
+        #[arg(long = "extra-right-context", default_value_t = 0)]
+        pub extra_right_context: i32,
+        /// Extra left context for the first chunk of an utterance (-1 = --extra-left-context).
+        #[arg(long = "extra-left-context-initial", default_value_t = -1, allow_negative_numbers = true)]
+        pub extra_left_context_initial: i32,
+        /// Extra right context for the last chunk of an utterance (-1 = --extra-right-context).
+        #[arg(long = "extra-right-context-final", default_value_t = -1, allow_negative_numbers = true)]
+        pub extra_right_context_final: i32,
+        /// Output only every n-th frame (chain models use 3).
+        #[arg(long = "frame-subsampling-factor", default_value_t = 1)]
+        pub frame_subsampling_factor: i32,
+        /// Rspecifier of one iVector (a vector) per utterance.
+        #[arg(long)]
+        pub ivectors: Option<String>,
+        /// Rspecifier of the utterance-to-speaker map; with it, --ivectors holds one iVector per
+        /// speaker.
+        #[arg(long = "utt2spk", default_value = "")]
+        pub utt2spk: String,
+        /// Rspecifier of online iVectors (a matrix per utterance, one row per period frames).
+        #[arg(long = "online-ivectors")]
+        pub online_ivectors: Option<String>,
+        /// Number of frames per row of the online iVectors.
+        #[arg(long = "online-ivector-period", default_value_t = 0)]
+        pub online_ivector_period: i32,
+        /// Exponentiate the output (log-probabilities → probabilities).
+        #[arg(long = "apply-exp", kaldi_bool = "false")]
+        pub apply_exp: bool,
+        /// Subtract the log priors stored in a final.mdl from the output.
+        #[arg(long = "use-priors", kaldi_bool = "false")]
+        pub use_priors: bool,
+        /// Accepted for compatibility with Kaldi scripts; computation is always on the CPU.
+        #[arg(long = "use-gpu", default_value = "no")]
+        pub use_gpu: String,
+        /// Which node's output to write (any node; default the network output `output`).
+        #[arg(long = "output-node", default_value = "output")]
+        pub output_node: String,
+        #[command(flatten)]
+        pub threads: crate::cli::args::Threads,
+        /// Looped computation (a compnet option; Kaldi has looped decoding only in its
+        /// decoders): chunks of --frames-per-chunk frames that reuse what earlier chunks
+        /// computed, recurrent state included, instead of recomputing their context; only
+        /// --extra-left-context-initial of the extra-context options applies. A chunk's new rows
+        /// use the iVector of its last input frame (Kaldi's looped decoders), so with
+        /// --online-ivectors the outputs differ from the chunked ones; otherwise a
+        /// feed-forward network gives the chunked outputs (unless it reads frames that may be
+        /// missing: Failover, IfDefined of a later frame, statistics pooling), and a recurrent
+        /// one those of a whole-utterance computation.
+        #[arg(long = "looped", kaldi_bool = "false")]
+        pub looped: bool,
+        /// Arithmetic of the affine family's products (a compnet option): `none` (floats) or
+        /// `int8`: weights quantized per output row when the model is loaded, activations per
+        /// row on the fly, 8-bit products summed in 32-bit integers and scaled back before the
+        /// nonlinearity (AVX-512 VNNI or AVX2 where the CPU has them). Every other component
+        /// stays in floats.
+        #[arg(long = "quantize", default_value = "none")]
+        pub quantize: String,
+        #[command(flatten)]
+        pub optimization: crate::cli::compile::OptimizationArgs,
+        /// `<model> <features-rspecifier> <matrix-wspecifier>`.
+        pub args: Vec<String>,
+    }
 }
 
 impl Args {
@@ -125,22 +124,6 @@ impl Args {
             optimize: self.optimization.options(),
         }
     }
-}
-
-/// Most threads `--num-threads` may ask for on a machine with fewer cores than this: beyond
-/// the core count threads only cost memory, and thousands cannot be started.
-const MAX_THREADS: usize = 256;
-
-/// Rejects a thread count that could not be started (`--num-threads=5000` would panic).
-pub(crate) fn check_num_threads(n: usize) -> Result<()> {
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let max = MAX_THREADS.max(cores);
-    if n > max {
-        return Err(Error::Usage(format!(
-            "--num-threads={n} is more than {max} (this machine has {cores} cores)"
-        )));
-    }
-    Ok(())
 }
 
 /// Reads `--quantize`: false for `none`, true for `int8`.
@@ -184,14 +167,8 @@ pub fn run(mut a: Args) -> Result<i32> {
     // Kaldi's scripts spell "not given" as an empty string (`--ivectors=`).
     a.ivectors = a.ivectors.filter(|s| !s.is_empty());
     a.online_ivectors = a.online_ivectors.filter(|s| !s.is_empty());
-    let [model, feats_rspec, out_wspec] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: compnet compute [options] <model> <features-rspecifier> <matrix-wspecifier>"
-                .into(),
-        ));
-    };
-    check_num_threads(a.num_threads)?;
-    set_threads(a.num_threads);
+    let [model, feats_rspec, out_wspec] = Args::positionals(&a.args)?;
+    a.threads.apply()?;
     let int8 = parse_quantize(&a.quantize)?;
     let mut read = Nnet::read_model_file(model)?;
     if int8 {

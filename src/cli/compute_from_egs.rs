@@ -3,6 +3,7 @@
 //! prior estimation of Kaldi's recipes uses it). The network is used as it is: BatchNorm and
 //! dropout are not put in test mode, as in Kaldi's tool.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::error::{Error, Result};
@@ -10,47 +11,38 @@ use crate::io::egs::SequentialNnetExampleReader;
 use crate::io::table::MatrixWriter;
 use crate::log::log;
 use crate::matrix::Matrix;
-use crate::run::{set_threads, NnetComputer};
+use crate::run::NnetComputer;
 use crate::train::example::computation_request;
 
-/// Options of `compnet compute-from-egs`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet compute-from-egs [options] <raw-nnet-in> <training-examples-in> <matrices-out>",
-    after_help = "e.g.: compnet compute-from-egs --apply-exp=true 0.raw ark:1.egs ark:-"
-)]
-pub struct Args {
-    /// Write the output in binary (table outputs follow their wspecifier).
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Apply exp to the output before writing it.
-    #[arg(long = "apply-exp", kaldi_bool = "false")]
-    pub apply_exp: bool,
-    /// The output node to compute.
-    #[arg(long = "output-name", default_value = "output")]
-    pub output_name: String,
-    /// Accepted for Kaldi scripts; computation is on the CPU.
-    #[arg(long = "use-gpu", default_value = "yes")]
-    pub use_gpu: String,
-    /// Bound on the threads of every thread pool (0 = all cores).
-    #[arg(long = "num-threads", default_value_t = 0)]
-    pub num_threads: usize,
-    /// `<raw-nnet-in> <training-examples-in> <matrices-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet compute-from-egs`.
+    #[usage("compnet compute-from-egs [options] <raw-nnet-in> <training-examples-in> <matrices-out>")]
+    #[example("compnet compute-from-egs --apply-exp=true 0.raw ark:1.egs ark:-")]
+    pub struct Args {
+        /// Write the output in binary (table outputs follow their wspecifier).
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Apply exp to the output before writing it.
+        #[arg(long = "apply-exp", kaldi_bool = "false")]
+        pub apply_exp: bool,
+        /// The output node to compute.
+        #[arg(long = "output-name", default_value = "output")]
+        pub output_name: String,
+        /// Accepted for Kaldi scripts; computation is on the CPU.
+        #[arg(long = "use-gpu", default_value = "yes")]
+        pub use_gpu: String,
+        #[command(flatten)]
+        pub threads: crate::cli::args::Threads,
+        /// `<raw-nnet-in> <training-examples-in> <matrices-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
     const P: &str = "compnet compute-from-egs";
-    let [model_in, egs_rspec, wspec] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: compute-from-egs [options] <raw-nnet-in> <training-examples-in> \
-             <matrices-out>"
-                .into(),
-        ));
-    };
-    super::compute::check_num_threads(a.num_threads)?;
-    set_threads(a.num_threads);
+    let [model_in, egs_rspec, wspec] = Args::positionals(&a.args)?;
+    a.threads.apply()?;
     let nnet = super::average::read_raw(model_in)?;
     if nnet
         .node_index(&a.output_name)

@@ -2,58 +2,51 @@
 //! for `linear` outputs) and accuracy of a network on egs, BatchNorm and dropout in test
 //! mode by default.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
 use crate::nnet::Nnet;
-use crate::run::set_threads;
 use crate::train::{NnetComputeProb, NnetComputeProbOptions};
 
-/// Options of `compnet compute-prob`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet compute-prob [options] <raw-model-in> <training-examples-in>",
-    after_help = "e.g.: compnet compute-prob 0.raw ark:valid.egs"
-)]
-pub struct Args {
-    /// BatchNorm uses its stored statistics (false: the minibatch's).
-    #[arg(long = "batchnorm-test-mode", kaldi_bool = "true")]
-    pub batchnorm_test_mode: bool,
-    /// Dropout is off (the test-time scaling applies).
-    #[arg(long = "dropout-test-mode", kaldi_bool = "true")]
-    pub dropout_test_mode: bool,
-    /// Also report the frame accuracy.
-    #[arg(long = "compute-accuracy", kaldi_bool = "true")]
-    pub compute_accuracy: bool,
-    /// Also report the accuracy per reference dimension.
-    #[arg(long = "compute-per-dim-accuracy", kaldi_bool = "false")]
-    pub compute_per_dim_accuracy: bool,
-    /// Seed of the statistics BatchNorm invents when it has none in test mode.
-    #[arg(long, default_value_t = 0)]
-    pub srand: u64,
-    /// Accepted for Kaldi scripts; computation is on the CPU.
-    #[arg(long = "use-gpu", default_value = "no")]
-    pub use_gpu: String,
-    /// Bound on the threads of every thread pool (0 = all cores).
-    #[arg(long = "num-threads", default_value_t = 0)]
-    pub num_threads: usize,
-    #[command(flatten)]
-    pub optimization: crate::cli::compile::OptimizationArgs,
-    #[command(flatten)]
-    pub compiler: crate::cli::compile::CachingCompilerArgs,
-    /// `<model-in> <egs-rspecifier>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet compute-prob`.
+    #[usage("compnet compute-prob [options] <raw-model-in> <training-examples-in>")]
+    #[example("compnet compute-prob 0.raw ark:valid.egs")]
+    pub struct Args {
+        /// BatchNorm uses its stored statistics (false: the minibatch's).
+        #[arg(long = "batchnorm-test-mode", kaldi_bool = "true")]
+        pub batchnorm_test_mode: bool,
+        /// Dropout is off (the test-time scaling applies).
+        #[arg(long = "dropout-test-mode", kaldi_bool = "true")]
+        pub dropout_test_mode: bool,
+        /// Also report the frame accuracy.
+        #[arg(long = "compute-accuracy", kaldi_bool = "true")]
+        pub compute_accuracy: bool,
+        /// Also report the accuracy per reference dimension.
+        #[arg(long = "compute-per-dim-accuracy", kaldi_bool = "false")]
+        pub compute_per_dim_accuracy: bool,
+        /// Seed of the statistics BatchNorm invents when it has none in test mode.
+        #[arg(long, default_value_t = 0)]
+        pub srand: u64,
+        /// Accepted for Kaldi scripts; computation is on the CPU.
+        #[arg(long = "use-gpu", default_value = "no")]
+        pub use_gpu: String,
+        #[command(flatten)]
+        pub threads: crate::cli::args::Threads,
+        #[command(flatten)]
+        pub optimization: crate::cli::compile::OptimizationArgs,
+        #[command(flatten)]
+        pub compiler: crate::cli::compile::CachingCompilerArgs,
+        /// `<model-in> <egs-rspecifier>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
-    let [model_in, egs_rspec] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: compnet compute-prob [options] <model-in> <egs-rspecifier>".into(),
-        ));
-    };
-    super::compute::check_num_threads(a.num_threads)?;
-    set_threads(a.num_threads);
+    let [model_in, egs_rspec] = Args::positionals(&a.args)?;
+    a.threads.apply()?;
     let mut nnet = Nnet::read_model_file(model_in)?.nnet;
     nnet.set_test_modes(a.batchnorm_test_mode, a.dropout_test_mode, a.srand);
     let opts = NnetComputeProbOptions {

@@ -9,35 +9,31 @@
 //! NDL's initial values (uniform, Gaussian, fixed) are not config options, so `compnet init`
 //! on the config draws Kaldi's instead, as a comment line in the output says.
 
+use crate::cli::args::command_args;
 use crate::error::{Error, Result};
 use crate::frontend::{brainstorm, network_from_text, Format};
 
-/// Options of `compnet convert`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet convert [options] <network-in> <config-out>",
-    after_help = "e.g.: compnet convert --from=brainstorm net.json net.config\n\
-                  <config-out> may be - for stdout."
-)]
-pub struct Args {
-    /// The language of <network-in>: ndl or brainstorm [by extension: .ndl, .json].
-    #[arg(long)]
-    pub from: Option<String>,
-    /// Seed of the initialisation done to check the network (it does not change the config).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub srand: i64,
-    /// `<network-in> <config-out>`.
-    #[arg(num_args = 2, required = true, value_name = "ARGS")]
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet convert`.
+    #[usage("compnet convert [options] <network-in> <config-out>")]
+    #[example("compnet convert --from=brainstorm net.json net.config\n\
+                  <config-out> may be - for stdout.")]
+    pub struct Args {
+        /// The language of <network-in>: ndl or brainstorm [by extension: .ndl, .json].
+        #[arg(long)]
+        pub from: Option<String>,
+        /// Seed of the initialisation done to check the network (it does not change the config).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        pub srand: i64,
+        /// `<network-in> <config-out>`.
+        #[arg(num_args = 2, required = true, value_name = "ARGS")]
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
-    let [input, output] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: compnet convert [--from=ndl|brainstorm] <network-in> <config-out>".into(),
-        ));
-    };
+    let [input, output] = Args::positionals(&a.args)?;
     let format = match &a.from {
         Some(f) => Format::parse(f)?,
         None => Format::from_path(input),

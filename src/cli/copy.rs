@@ -2,53 +2,53 @@
 //! the learning rate or scales the parameters, applies a config and edit directives
 //! (`nnet::edit`), and writes it as a raw model.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::{parse_kaldi_bool, KaldiBool};
 use crate::error::{Error, Result};
 use crate::nnet::{edit, Nnet};
 
-/// Options of `compnet copy`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet copy [options] <nnet-in> <nnet-out>",
-    after_help = "e.g.: compnet copy --binary=false 0.raw text.raw"
-)]
-pub struct Args {
-    /// Write the model in binary (`--binary=false` for text).
-    #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
-          default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub binary: bool,
-    /// If >= 0, sets the learning rate of every updatable component (times its
-    /// learning-rate-factor).
-    #[arg(long = "learning-rate", alias = "learning_rate", default_value_t = -1.0,
-          allow_negative_numbers = true)]
-    pub learning_rate: f32,
-    /// Multiplies all parameters by this factor.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub scale: f32,
-    /// Apply this nnet3 config to the network first: add or replace components and nodes,
-    /// as `compnet init <existing> <config>` does (new parameters drawn with seed 0).
-    #[arg(long = "nnet-config", default_value = "")]
-    pub nnet_config: String,
-    /// Edit directives applied after --nnet-config, --learning-rate and --scale (`;`
-    /// separates lines), e.g. `--edits='set-dropout-proportion name=* proportion=0.1'`; see
-    /// `nnet::edit` for the directives.
-    #[arg(long, default_value = "")]
-    pub edits: String,
-    /// A file of edit directives, one per line, applied before --edits.
-    #[arg(long = "edits-config", default_value = "")]
-    pub edits_config: String,
-    /// Put BatchNorm components in test mode (they use their stored statistics).
-    #[arg(long = "batchnorm-test-mode", kaldi_bool = "false")]
-    pub batchnorm_test_mode: bool,
-    /// Prepare for test time: BatchNorm and dropout in test mode. Kaldi also collapses
-    /// components into their neighbours (`CollapseModel`); compnet does not, so the model keeps
-    /// its components and computes the same outputs.
-    #[arg(long = "prepare-for-test", kaldi_bool = "false")]
-    pub prepare_for_test: bool,
-    /// Input model (`-` = stdin).
-    pub input: String,
-    /// Output model (`-` = stdout).
-    pub output: String,
+command_args! {
+    /// Options of `compnet copy`.
+    #[usage("compnet copy [options] <nnet-in> <nnet-out>")]
+    #[example("compnet copy --binary=false 0.raw text.raw")]
+    pub struct Args {
+        /// Write the model in binary (`--binary=false` for text).
+        #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
+              default_missing_value = "true", action = clap::ArgAction::Set)]
+        pub binary: bool,
+        /// If >= 0, sets the learning rate of every updatable component (times its
+        /// learning-rate-factor).
+        #[arg(long = "learning-rate", alias = "learning_rate", default_value_t = -1.0,
+              allow_negative_numbers = true)]
+        pub learning_rate: f32,
+        /// Multiplies all parameters by this factor.
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+        pub scale: f32,
+        /// Apply this nnet3 config to the network first: add or replace components and nodes,
+        /// as `compnet init <existing> <config>` does (new parameters drawn with seed 0).
+        #[arg(long = "nnet-config", default_value = "")]
+        pub nnet_config: String,
+        /// Edit directives applied after --nnet-config, --learning-rate and --scale (`;`
+        /// separates lines), e.g. `--edits='set-dropout-proportion name=* proportion=0.1'`; see
+        /// `nnet::edit` for the directives.
+        #[arg(long, default_value = "")]
+        pub edits: String,
+        /// A file of edit directives, one per line, applied before --edits.
+        #[arg(long = "edits-config", default_value = "")]
+        pub edits_config: String,
+        /// Put BatchNorm components in test mode (they use their stored statistics).
+        #[arg(long = "batchnorm-test-mode", kaldi_bool = "false")]
+        pub batchnorm_test_mode: bool,
+        /// Prepare for test time: BatchNorm and dropout in test mode. Kaldi also collapses
+        /// components into their neighbours (`CollapseModel`); compnet does not, so the model keeps
+        /// its components and computes the same outputs.
+        #[arg(long = "prepare-for-test", kaldi_bool = "false")]
+        pub prepare_for_test: bool,
+        /// Input model (`-` = stdin).
+        pub input: String,
+        /// Output model (`-` = stdout).
+        pub output: String,
+    }
 }
 
 /// Runs the command.

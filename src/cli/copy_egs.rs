@@ -7,6 +7,7 @@
 //! copy its output (`--random`) and its frame (`--frame=random`).
 
 use super::kaldi_args::parse_kaldi_bool;
+use crate::cli::args::command_args;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::io::egs::{NnetExample, NnetExampleWriter, NnetIo, SequentialNnetExampleReader};
@@ -15,47 +16,46 @@ use crate::io::table::RandomAccessTableReader;
 use crate::kaldi_rand::GlibcRand;
 use crate::matrix::Matrix;
 
-/// Options of `compnet copy-egs`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet copy-egs [options] <egs-rspecifier> <egs-wspecifier1> [<egs-wspecifier2> ...]",
-    after_help = "e.g.: compnet copy-egs ark:train.egs ark,t:text.egs"
-)]
-pub struct Args {
-    /// Write each example to a random output instead of round-robin.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
-    pub random: bool,
-    /// Seed of the random numbers.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub srand: i32,
-    /// Expected copies of each example (< 1 keeps a random proportion).
-    #[arg(long = "keep-proportion", default_value_t = 1.0)]
-    pub keep_proportion: f32,
-    /// Keep only this output frame (a t value) or `random`.
-    #[arg(long, default_value = "")]
-    pub frame: String,
-    /// Trim the input to this much left context (-1: keep).
-    #[arg(long = "left-context", default_value_t = -1, allow_hyphen_values = true)]
-    pub left_context: i32,
-    /// Trim the input to this much right context (-1: keep).
-    #[arg(long = "right-context", default_value_t = -1, allow_hyphen_values = true)]
-    pub right_context: i32,
-    /// Add this to the t values of every io except `ivector` (after frame selection).
-    #[arg(long = "frame-shift", default_value_t = 0, allow_hyphen_values = true)]
-    pub frame_shift: i32,
-    /// Rspecifier of a weight per example key; the supervision of output `output` is scaled
-    /// by it (multilingual training). Examples without a weight are skipped with a warning.
-    #[arg(long, default_value = "")]
-    pub weights: String,
-    /// Rspecifier of an output name per example key; output `output` is renamed to it
-    /// (multilingual training). Examples without a name are skipped with a warning.
-    #[arg(long, default_value = "")]
-    pub outputs: String,
-    /// Input examples rspecifier.
-    pub egs_in: String,
-    /// Output wspecifiers (one or more).
-    #[arg(required = true, num_args = 1..)]
-    pub egs_out: Vec<String>,
+command_args! {
+    /// Options of `compnet copy-egs`.
+    #[usage("compnet copy-egs [options] <egs-rspecifier> <egs-wspecifier1> [<egs-wspecifier2> ...]")]
+    #[example("compnet copy-egs ark:train.egs ark,t:text.egs")]
+    pub struct Args {
+        /// Write each example to a random output instead of round-robin.
+        #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
+        pub random: bool,
+        /// Seed of the random numbers.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        pub srand: i32,
+        /// Expected copies of each example (< 1 keeps a random proportion).
+        #[arg(long = "keep-proportion", default_value_t = 1.0)]
+        pub keep_proportion: f32,
+        /// Keep only this output frame (a t value) or `random`.
+        #[arg(long, default_value = "")]
+        pub frame: String,
+        /// Trim the input to this much left context (-1: keep).
+        #[arg(long = "left-context", default_value_t = -1, allow_hyphen_values = true)]
+        pub left_context: i32,
+        /// Trim the input to this much right context (-1: keep).
+        #[arg(long = "right-context", default_value_t = -1, allow_hyphen_values = true)]
+        pub right_context: i32,
+        /// Add this to the t values of every io except `ivector` (after frame selection).
+        #[arg(long = "frame-shift", default_value_t = 0, allow_hyphen_values = true)]
+        pub frame_shift: i32,
+        /// Rspecifier of a weight per example key; the supervision of output `output` is scaled
+        /// by it (multilingual training). Examples without a weight are skipped with a warning.
+        #[arg(long, default_value = "")]
+        pub weights: String,
+        /// Rspecifier of an output name per example key; output `output` is renamed to it
+        /// (multilingual training). Examples without a name are skipped with a warning.
+        #[arg(long, default_value = "")]
+        pub outputs: String,
+        /// Input examples rspecifier.
+        pub egs_in: String,
+        /// Output wspecifiers (one or more).
+        #[arg(required = true, num_args = 1..)]
+        pub egs_out: Vec<String>,
+    }
 }
 
 /// Kaldi's `ScaleSupervisionWeight`: scales the io named `output`.

@@ -2,6 +2,7 @@
 //! compressing them, like Kaldi's `copy-feats`.
 
 use super::kaldi_args::parse_kaldi_bool;
+use crate::cli::args::command_args;
 use crate::error::{Error, Result};
 use crate::io::compressed::{CompressedMatrix, CompressionMethod};
 use crate::io::table::{
@@ -20,30 +21,29 @@ fn parse_method(s: &str) -> std::result::Result<i64, String> {
     Ok(n)
 }
 
-/// Options of `compnet copy-feats`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet copy-feats [options] <feature-rspecifier> <feature-wspecifier>\n       compnet copy-feats [options] <feats-rxfilename> <feats-wxfilename>",
-    after_help = "e.g.: compnet copy-feats ark:- ark,scp:foo.ark,foo.scp"
-)]
-pub struct Args {
-    /// Write single-file output in binary (table outputs follow their wspecifier).
-    #[arg(long, default_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
-    pub binary: bool,
-    /// Compress the matrices (CompressedMatrix).
-    #[arg(long, default_value = "false", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
-    pub compress: bool,
-    /// Compression method: 1 automatic, 2 speech-feature (CM), 3 two-byte, 4 two-byte signed
-    /// integer, 5 one-byte, 6 one-byte unsigned integer, 7 one-byte 0..1.
-    #[arg(long = "compression-method", default_value = "1", value_parser = parse_method)]
-    pub compression_method: i64,
-    /// Wspecifier to write each utterance's number of frames to (e.g. `ark,t:utt2num_frames`).
-    #[arg(long = "write-num-frames", default_value = "")]
-    pub write_num_frames: String,
-    /// Input: rspecifier (or rxfilename of a single matrix).
-    pub input: String,
-    /// Output: wspecifier (or wxfilename of a single matrix).
-    pub output: String,
+command_args! {
+    /// Options of `compnet copy-feats`.
+    #[usage("compnet copy-feats [options] <feature-rspecifier> <feature-wspecifier>\n       compnet copy-feats [options] <feats-rxfilename> <feats-wxfilename>")]
+    #[example("compnet copy-feats ark:- ark,scp:foo.ark,foo.scp")]
+    pub struct Args {
+        /// Write single-file output in binary (table outputs follow their wspecifier).
+        #[arg(long, default_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
+        pub binary: bool,
+        /// Compress the matrices (CompressedMatrix).
+        #[arg(long, default_value = "false", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
+        pub compress: bool,
+        /// Compression method: 1 automatic, 2 speech-feature (CM), 3 two-byte, 4 two-byte signed
+        /// integer, 5 one-byte, 6 one-byte unsigned integer, 7 one-byte 0..1.
+        #[arg(long = "compression-method", default_value = "1", value_parser = parse_method)]
+        pub compression_method: i64,
+        /// Wspecifier to write each utterance's number of frames to (e.g. `ark,t:utt2num_frames`).
+        #[arg(long = "write-num-frames", default_value = "")]
+        pub write_num_frames: String,
+        /// Input: rspecifier (or rxfilename of a single matrix).
+        pub input: String,
+        /// Output: wspecifier (or wxfilename of a single matrix).
+        pub output: String,
+    }
 }
 
 /// Copies every matrix; returns the number copied.

@@ -272,22 +272,35 @@ fn in_range(name: &str, v: f64, lo: f64, hi: f64) -> Result<()> {
 /// The model to start from: a raw model, or a network description (an nnet3 config, NDL or
 /// Brainstorm JSON: `format`, or by extension) initialised with `srand`.
 pub fn read_or_init(path: &str, format: Option<Format>, srand: u64) -> Result<Nnet> {
+    let (nnet, am) = read_model_or_config(path, format, srand)?;
+    if am {
+        return Err(Error::Usage(format!(
+            "{path} is a final.mdl; compnet fit trains raw networks"
+        )));
+    }
+    Ok(nnet)
+}
+
+/// The network of a model file (raw or final.mdl, text or binary, told by its first bytes)
+/// or of a config in `format`'s language (by extension when None), initialised with seed
+/// `srand`; and whether it came from a final.mdl.
+pub fn read_model_or_config(
+    path: &str,
+    format: Option<Format>,
+    srand: u64,
+) -> Result<(Nnet, bool)> {
     let bytes = crate::io::read_file(path)?;
     let looks_binary = bytes.starts_with(b"\0B");
-    let looks_model = looks_binary
-        || String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
-            .trim_start()
-            .starts_with("<Nnet3>");
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(64)]);
+    let head = head.trim_start();
+    let looks_model =
+        looks_binary || head.starts_with("<Nnet3>") || head.starts_with("<TransitionModel>");
     if looks_model {
         let read = Nnet::read_model(&bytes, path)?;
-        if read.am.is_some() {
-            return Err(Error::Usage(format!(
-                "{path} is a final.mdl; compnet fit trains raw networks"
-            )));
-        }
-        Ok(read.nnet)
+        Ok((read.nnet, read.am.is_some()))
     } else {
-        read_network(path, format, &mut crate::random::seeded_rng(srand))
+        let nnet = read_network(path, format, &mut crate::random::seeded_rng(srand))?;
+        Ok((nnet, false))
     }
 }
 
@@ -511,7 +524,7 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let config = a.config.clone().unwrap_or_default();
     let checked = (|| {
-        super::compute::check_num_threads(a.num_threads.unwrap_or(0))?;
+        super::args::check_num_threads(a.num_threads.unwrap_or(0))?;
         let format = a.format.as_deref().map(Format::parse).transpose()?;
         Ok((options(&a)?, format))
     })()

@@ -3,6 +3,7 @@
 //! [`crate::egs::splitter`], with Kaldi's random choices reproduced (`egs::kaldi_rand`).
 
 use super::kaldi_args::parse_kaldi_bool;
+use crate::cli::args::command_args;
 use crate::egs::cut::{chunk_example, rows_with_padding, sparse_row};
 use crate::egs::splitter::{parse_num_frames, ExampleGenerationConfig, UtteranceSplitter};
 use crate::error::{Error, Result};
@@ -62,32 +63,30 @@ pub struct CommonArgs {
     pub egs_out: String,
 }
 
-/// Options of `compnet get-egs`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet get-egs [options] <features-rspecifier> <pdf-post-rspecifier> <egs-out>",
-    after_help = "e.g.: compnet get-egs --num-pdfs=2658 --left-context=12 --right-context=9 --num-frames=8 scp:feats.scp ark:post.ark ark:cegs.1.ark"
-)]
-pub struct Args {
-    /// Number of pdfs (the output dimension); required.
-    #[arg(long = "num-pdfs", default_value_t = -1, allow_hyphen_values = true)]
-    pub num_pdfs: i32,
-    #[command(flatten)]
-    pub common: CommonArgs,
+command_args! {
+    /// Options of `compnet get-egs`.
+    #[usage("compnet get-egs [options] <features-rspecifier> <pdf-post-rspecifier> <egs-out>")]
+    #[example("compnet get-egs --num-pdfs=2658 --left-context=12 --right-context=9 --num-frames=8 scp:feats.scp ark:post.ark ark:cegs.1.ark")]
+    pub struct Args {
+        /// Number of pdfs (the output dimension); required.
+        #[arg(long = "num-pdfs", default_value_t = -1, allow_hyphen_values = true)]
+        pub num_pdfs: i32,
+        #[command(flatten)]
+        pub common: CommonArgs,
+    }
 }
 
-/// Options of `compnet get-egs-dense-targets`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet get-egs-dense-targets --num-targets=<n> [options] <features-rspecifier> <targets-rspecifier> <egs-out>",
-    after_help = "e.g.: compnet get-egs-dense-targets --num-targets=26 --left-context=12 --right-context=9 --num-frames=8 scp:feats.scp scp:targets.scp ark:egs.1.ark"
-)]
-pub struct DenseArgs {
-    /// Dimension of the targets, checked when given (-1: any).
-    #[arg(long = "num-targets", default_value_t = -1, allow_hyphen_values = true)]
-    pub num_targets: i32,
-    #[command(flatten)]
-    pub common: CommonArgs,
+command_args! {
+    /// Options of `compnet get-egs-dense-targets`.
+    #[usage("compnet get-egs-dense-targets --num-targets=<n> [options] <features-rspecifier> <targets-rspecifier> <egs-out>")]
+    #[example("compnet get-egs-dense-targets --num-targets=26 --left-context=12 --right-context=9 --num-frames=8 scp:feats.scp scp:targets.scp ark:egs.1.ark")]
+    pub struct DenseArgs {
+        /// Dimension of the targets, checked when given (-1: any).
+        #[arg(long = "num-targets", default_value_t = -1, allow_hyphen_values = true)]
+        pub num_targets: i32,
+        #[command(flatten)]
+        pub common: CommonArgs,
+    }
 }
 
 enum Supervision {

@@ -1,19 +1,19 @@
 //! `compnet info` (Kaldi's `nnet3-info`): context, parameter count, modulus, the config lines
 //! with dimensions and one line per component.
 
+use crate::cli::args::command_args;
 use crate::compile::context::{nnet_context, nnet_modulus};
 use crate::error::Result;
 use crate::nnet::Nnet;
 
-/// Options of `compnet info`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet info [options] <raw-nnet>",
-    after_help = "e.g.: compnet info 0.raw"
-)]
-pub struct Args {
-    /// The model (raw network or final.mdl; `-` = stdin).
-    pub model: String,
+command_args! {
+    /// Options of `compnet info`.
+    #[usage("compnet info [options] <raw-nnet>")]
+    #[example("compnet info 0.raw")]
+    pub struct Args {
+        /// The model (raw network or final.mdl; `-` = stdin).
+        pub model: String,
+    }
 }
 
 /// Runs the command.

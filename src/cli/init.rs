@@ -6,30 +6,30 @@
 //! read by its front end.
 
 use super::kaldi_args::parse_kaldi_bool;
+use crate::cli::args::command_args;
 use crate::error::{Error, Result};
 use crate::frontend::{read_network, Format};
 use crate::nnet::Nnet;
 
-/// Options of `compnet init`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet init [options] [<existing-model-in>] <config-in> <raw-nnet-out>",
-    after_help = "e.g.: compnet init --srand=1 nnet.config 0.raw"
-)]
-pub struct Args {
-    /// Seed for the random initialisation of parameters.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub srand: i64,
-    /// Write the model in binary (`--binary=false` for text).
-    #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
-          default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub binary: bool,
-    /// The language of <config>: kaldi, ndl or brainstorm [by extension: .ndl, .json, else kaldi].
-    #[arg(long)]
-    pub format: Option<String>,
-    /// `[<existing-model>] <config> <model-out>`.
-    #[arg(num_args = 2..=3, required = true, value_name = "ARGS")]
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet init`.
+    #[usage("compnet init [options] [<existing-model-in>] <config-in> <raw-nnet-out>")]
+    #[example("compnet init --srand=1 nnet.config 0.raw")]
+    pub struct Args {
+        /// Seed for the random initialisation of parameters.
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        pub srand: i64,
+        /// Write the model in binary (`--binary=false` for text).
+        #[arg(long, value_parser = parse_kaldi_bool, num_args = 0..=1, default_value = "true",
+              default_missing_value = "true", action = clap::ArgAction::Set)]
+        pub binary: bool,
+        /// The language of <config>: kaldi, ndl or brainstorm [by extension: .ndl, .json, else kaldi].
+        #[arg(long)]
+        pub format: Option<String>,
+        /// `[<existing-model>] <config> <model-out>`.
+        #[arg(num_args = 2..=3, required = true, value_name = "ARGS")]
+        pub args: Vec<String>,
+    }
 }
 
 /// Reads a config file (`-` = stdin) as UTF-8 text.

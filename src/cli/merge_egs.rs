@@ -8,6 +8,7 @@
 //! in Kaldi.
 
 use super::kaldi_args::parse_kaldi_bool;
+use crate::cli::args::command_args;
 use crate::egs::merge::{eg_size, merge_examples, same_structure, structure_hash, MinibatchSizes};
 use crate::egs::stl_order::StlOrder;
 use crate::error::Result;
@@ -15,29 +16,28 @@ use crate::io::codec::fmt_g;
 use crate::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
 use std::collections::BTreeMap;
 
-/// Options of `compnet merge-egs`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet merge-egs [options] <egs-rspecifier> <egs-wspecifier>",
-    after_help = "e.g.: compnet merge-egs --minibatch-size=512 ark:1.egs ark:-"
-)]
-pub struct Args {
-    /// Minibatch sizes: `256`, `128,256`, `64:128,256` or `128=64:128/256=32,64`.
-    #[arg(long = "minibatch-size", default_value = "256")]
-    pub minibatch_size: String,
-    /// Compress the merged matrices.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
-    pub compress: bool,
-    /// Ignored (Kaldi keeps it for back-compatibility).
-    #[arg(long = "discard-partial-minibatches", default_value = "deprecated", num_args = 0..=1, default_missing_value = "true")]
-    pub discard_partial_minibatches: String,
-    /// Ignored (Kaldi keeps it for back-compatibility).
-    #[arg(long = "measure-output-frames", default_value = "deprecated", num_args = 0..=1, default_missing_value = "true")]
-    pub measure_output_frames: String,
-    /// Input examples rspecifier.
-    pub egs_in: String,
-    /// Output minibatches wspecifier.
-    pub egs_out: String,
+command_args! {
+    /// Options of `compnet merge-egs`.
+    #[usage("compnet merge-egs [options] <egs-rspecifier> <egs-wspecifier>")]
+    #[example("compnet merge-egs --minibatch-size=512 ark:1.egs ark:-")]
+    pub struct Args {
+        /// Minibatch sizes: `256`, `128,256`, `64:128,256` or `128=64:128/256=32,64`.
+        #[arg(long = "minibatch-size", default_value = "256")]
+        pub minibatch_size: String,
+        /// Compress the merged matrices.
+        #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_kaldi_bool, action = clap::ArgAction::Set)]
+        pub compress: bool,
+        /// Ignored (Kaldi keeps it for back-compatibility).
+        #[arg(long = "discard-partial-minibatches", default_value = "deprecated", num_args = 0..=1, default_missing_value = "true")]
+        pub discard_partial_minibatches: String,
+        /// Ignored (Kaldi keeps it for back-compatibility).
+        #[arg(long = "measure-output-frames", default_value = "deprecated", num_args = 0..=1, default_missing_value = "true")]
+        pub measure_output_frames: String,
+        /// Input examples rspecifier.
+        pub egs_in: String,
+        /// Output minibatches wspecifier.
+        pub egs_out: String,
+    }
 }
 
 /// Statistics of one example structure, for the log.

@@ -3,6 +3,7 @@
 
 pub mod ali_to_post;
 pub mod apply_cmvn;
+pub mod args;
 pub mod average;
 pub mod cntk;
 pub mod combine;
@@ -14,6 +15,7 @@ pub mod convert;
 pub mod copy;
 pub mod copy_egs;
 pub mod copy_feats;
+pub mod draw;
 pub mod eval;
 pub mod feat_info;
 pub mod fit;
@@ -101,6 +103,8 @@ enum Command {
     AliToPost(ali_to_post::Args),
     /// The network's output for each example's input (nnet3-compute-from-egs).
     ComputeFromEgs(compute_from_egs::Args),
+    /// Draw a network: an SVG picture or Graphviz DOT text (nnet3_to_dot.sh).
+    Draw(draw::Args),
     /// Run a CNTK configuration file: the blocks of command=..., each by its action (train, eval, write, edit, adapt).
     Cntk(cntk::Args),
 }
@@ -262,5 +266,6 @@ pub fn main_with_args(mut args: Vec<String>) -> Result<i32> {
         Command::AliToPost(a) => ali_to_post::run(a),
         Command::ComputeFromEgs(a) => compute_from_egs::run(a),
         Command::Cntk(a) => cntk::run(a),
+        Command::Draw(a) => draw::run(a),
     }
 }

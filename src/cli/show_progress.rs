@@ -4,23 +4,23 @@
 //! `steps/libs/nnet3/report/log_parse.py` parses (`Relative parameter differences per layer
 //! are [ name:value ... ]`).
 
+use crate::cli::args::command_args;
 use crate::error::{Error, Result};
 use crate::log::{fmt_g, log, vlog};
 use crate::nnet::Nnet;
 use crate::train::network_ops::{add_nnet, same_structure};
 
-/// Options of `compnet show-progress`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet show-progress [options] <old-net-in> <new-net-in>",
-    after_help = "e.g.: compnet show-progress 1.raw 2.raw"
-)]
-pub struct Args {
-    /// Accepted for Kaldi scripts; computation is on the CPU.
-    #[arg(long = "use-gpu", default_value = "no")]
-    pub use_gpu: String,
-    /// `<old-net-in> <new-net-in>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet show-progress`.
+    #[usage("compnet show-progress [options] <old-net-in> <new-net-in>")]
+    #[example("compnet show-progress 1.raw 2.raw")]
+    pub struct Args {
+        /// Accepted for Kaldi scripts; computation is on the CPU.
+        #[arg(long = "use-gpu", default_value = "no")]
+        pub use_gpu: String,
+        /// `<old-net-in> <new-net-in>`.
+        pub args: Vec<String>,
+    }
 }
 
 const P: &str = "compnet show-progress";
@@ -42,12 +42,11 @@ fn per_component(nnet: &Nnet, values: &[f32]) -> String {
     s
 }
 
-/// The dot product of each updatable component of `a` with its twin in `b`.
-fn component_dot_products(a: &Nnet, b: &Nnet) -> Vec<f32> {
+/// The norm of each updatable component's parameters.
+fn component_norms(a: &Nnet) -> Vec<f32> {
     a.components
         .iter()
-        .zip(&b.components)
-        .filter_map(|(x, y)| x.as_updatable().map(|u| u.dot_product(y.as_ref())))
+        .filter_map(|x| x.as_updatable().map(|u| u.dot_product(x.as_ref()).sqrt()))
         .collect()
 }
 
@@ -62,11 +61,7 @@ pub fn run(a: Args) -> Result<i32> {
                     .into(),
             ))
         }
-        _ => {
-            return Err(Error::Usage(
-                "usage: show-progress [options] <old-net-in> <new-net-in>".into(),
-            ))
-        }
+        _ => return Err(Error::Usage(format!("usage: {}", Args::USAGE))),
     };
     let old = super::average::read_raw(old_path)?;
     let new = super::average::read_raw(new_path)?;
@@ -87,10 +82,7 @@ pub fn run(a: Args) -> Result<i32> {
             super::info::info_text(&diff).unwrap_or_default()
         )
     });
-    let diff_norms: Vec<f32> = component_dot_products(&diff, &diff)
-        .iter()
-        .map(|x| x.sqrt())
-        .collect();
+    let diff_norms: Vec<f32> = component_norms(&diff);
     log(
         P,
         &format!(
@@ -98,14 +90,8 @@ pub fn run(a: Args) -> Result<i32> {
             per_component(&old, &diff_norms)
         ),
     );
-    let old_norms: Vec<f32> = component_dot_products(&old, &old)
-        .iter()
-        .map(|x| x.sqrt())
-        .collect();
-    let new_norms: Vec<f32> = component_dot_products(&new, &new)
-        .iter()
-        .map(|x| x.sqrt())
-        .collect();
+    let old_norms: Vec<f32> = component_norms(&old);
+    let new_norms: Vec<f32> = component_norms(&new);
     log(
         P,
         &format!(

@@ -5,27 +5,27 @@
 //! slot picked with `RandInt` from glibc's unseeded `rand()` (Kaldi's `--srand` does not reach
 //! that stream), and an occupied slot's example is written out first.
 
+use crate::cli::args::command_args;
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
 use crate::kaldi_rand::{GlibcRand, Mt19937};
 
-/// Options of `compnet shuffle-egs`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet shuffle-egs [options] <egs-rspecifier> <egs-wspecifier>",
-    after_help = "e.g.: compnet shuffle-egs --srand=1 ark:train.egs ark:shuffled.egs"
-)]
-pub struct Args {
-    /// Seed of the random numbers.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub srand: i32,
-    /// If > 0, shuffle through a buffer of this many examples (partial randomisation).
-    #[arg(long = "buffer-size", default_value_t = 0, allow_hyphen_values = true)]
-    pub buffer_size: i32,
-    /// Input examples rspecifier.
-    pub egs_in: String,
-    /// Output examples wspecifier.
-    pub egs_out: String,
+command_args! {
+    /// Options of `compnet shuffle-egs`.
+    #[usage("compnet shuffle-egs [options] <egs-rspecifier> <egs-wspecifier>")]
+    #[example("compnet shuffle-egs --srand=1 ark:train.egs ark:shuffled.egs")]
+    pub struct Args {
+        /// Seed of the random numbers.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        pub srand: i32,
+        /// If > 0, shuffle through a buffer of this many examples (partial randomisation).
+        #[arg(long = "buffer-size", default_value_t = 0, allow_hyphen_values = true)]
+        pub buffer_size: i32,
+        /// Input examples rspecifier.
+        pub egs_in: String,
+        /// Output examples wspecifier.
+        pub egs_out: String,
+    }
 }
 
 /// Runs the command.

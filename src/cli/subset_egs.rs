@@ -6,39 +6,35 @@
 //! from glibc's unseeded `rand()`; with `--randomize-order` (the default) the subset is
 //! shuffled with libstdc++'s `std::shuffle` driven by `std::mt19937` seeded with `--srand`.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::{NnetExample, NnetExampleWriter, SequentialNnetExampleReader};
 use crate::kaldi_rand::{GlibcRand, Mt19937};
 use crate::log::log;
 
-/// Options of `compnet subset-egs`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet subset-egs [options] <egs-rspecifier> <egs-wspecifier>",
-    after_help = "e.g.: compnet subset-egs --n=1000 ark:egs.1.ark ark:subset.egs"
-)]
-pub struct Args {
-    /// Seed of the shuffle of the subset.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub srand: i32,
-    /// Number of examples to output.
-    #[arg(long, default_value_t = 1000, allow_hyphen_values = true)]
-    pub n: i32,
-    /// Shuffle the subset before writing it.
-    #[arg(long = "randomize-order", kaldi_bool = "true")]
-    pub randomize_order: bool,
-    /// `<egs-rspecifier> <egs-wspecifier>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet subset-egs`.
+    #[usage("compnet subset-egs [options] <egs-rspecifier> <egs-wspecifier>")]
+    #[example("compnet subset-egs --n=1000 ark:egs.1.ark ark:subset.egs")]
+    pub struct Args {
+        /// Seed of the shuffle of the subset.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        pub srand: i32,
+        /// Number of examples to output.
+        #[arg(long, default_value_t = 1000, allow_hyphen_values = true)]
+        pub n: i32,
+        /// Shuffle the subset before writing it.
+        #[arg(long = "randomize-order", kaldi_bool = "true")]
+        pub randomize_order: bool,
+        /// `<egs-rspecifier> <egs-wspecifier>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs the command (exit status 1 when the input held no example, as Kaldi's).
 pub fn run(a: Args) -> Result<i32> {
-    let [rspec, wspec] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: subset-egs [options] <egs-rspecifier> <egs-wspecifier>".into(),
-        ));
-    };
+    let [rspec, wspec] = Args::positionals(&a.args)?;
     if a.n <= 0 {
         return Err(Error::Usage(format!("--n must be positive, got {}", a.n)));
     }

@@ -8,6 +8,7 @@
 //!    `--average`); as in Kaldi, a vector may be longer than those before it (they are padded
 //!    with zeros), otherwise the sizes must agree.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::table::{
@@ -17,44 +18,42 @@ use crate::io::table::{
 use crate::log::{log, warn};
 use crate::matrix::{Matrix, Vector};
 
-/// Options of `compnet matrix-sum`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet matrix-sum [options] <matrix-in-rspecifier1> [<matrix-in-rspecifier2> ...] <matrix-out-wspecifier>\n       compnet matrix-sum [options] <matrix-in-rspecifier> <matrix-out-wxfilename>\n       compnet matrix-sum [options] <matrix-in-rxfilename1> <matrix-in-rxfilename2> ... <matrix-out-wxfilename>",
-    after_help = "e.g.: compnet matrix-sum --binary=false 1.mat 2.mat 3.mat sum.mat"
-)]
-pub struct MatrixArgs {
-    /// Scale of the first table's matrices (tables only).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub scale1: f32,
-    /// Scale of the second table's matrices (tables only).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub scale2: f32,
-    /// Write a single output in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// The average instead of the sum (tables to a table, or objects to an object).
-    #[arg(long, kaldi_bool = "false")]
-    pub average: bool,
-    /// The inputs, then the output.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet matrix-sum`.
+    #[usage("compnet matrix-sum [options] <matrix-in-rspecifier1> [<matrix-in-rspecifier2> ...] <matrix-out-wspecifier>\n       compnet matrix-sum [options] <matrix-in-rspecifier> <matrix-out-wxfilename>\n       compnet matrix-sum [options] <matrix-in-rxfilename1> <matrix-in-rxfilename2> ... <matrix-out-wxfilename>")]
+    #[example("compnet matrix-sum --binary=false 1.mat 2.mat 3.mat sum.mat")]
+    pub struct MatrixArgs {
+        /// Scale of the first table's matrices (tables only).
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+        pub scale1: f32,
+        /// Scale of the second table's matrices (tables only).
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+        pub scale2: f32,
+        /// Write a single output in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// The average instead of the sum (tables to a table, or objects to an object).
+        #[arg(long, kaldi_bool = "false")]
+        pub average: bool,
+        /// The inputs, then the output.
+        pub args: Vec<String>,
+    }
 }
 
-/// Options of `compnet vector-sum`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet vector-sum [options] <vector-in-rspecifier1> [<vector-in-rspecifier2> ...] <vector-out-wspecifier>\n       compnet vector-sum [options] <vector-in-rspecifier> <vector-out-wxfilename>\n       compnet vector-sum [options] <vector-in-rxfilename1> <vector-in-rxfilename2> ... <vector-out-wxfilename>",
-    after_help = "e.g.: compnet vector-sum --binary=false 1.vec 2.vec 3.vec sum.vec"
-)]
-pub struct VectorArgs {
-    /// Write a single output in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// The average instead of the sum (one table to one object).
-    #[arg(long, kaldi_bool = "false")]
-    pub average: bool,
-    /// The inputs, then the output.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet vector-sum`.
+    #[usage("compnet vector-sum [options] <vector-in-rspecifier1> [<vector-in-rspecifier2> ...] <vector-out-wspecifier>\n       compnet vector-sum [options] <vector-in-rspecifier> <vector-out-wxfilename>\n       compnet vector-sum [options] <vector-in-rxfilename1> <vector-in-rxfilename2> ... <vector-out-wxfilename>")]
+    #[example("compnet vector-sum --binary=false 1.vec 2.vec 3.vec sum.vec")]
+    pub struct VectorArgs {
+        /// Write a single output in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// The average instead of the sum (one table to one object).
+        #[arg(long, kaldi_bool = "false")]
+        pub average: bool,
+        /// The inputs, then the output.
+        pub args: Vec<String>,
+    }
 }
 
 /// A matrix or a vector as the sums see it: rows, columns and the values row by row.

@@ -1,84 +1,77 @@
 //! `compnet train` (Kaldi's `nnet3-train`): one pass of training over merged egs, the model
 //! written atomically at the end.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::error::{Error, Result};
 use crate::io::egs::SequentialNnetExampleReader;
 use crate::log::log;
 use crate::nnet::Nnet;
-use crate::run::set_threads;
 use crate::train::{NnetTrainer, NnetTrainerOptions};
 
-/// Options of `compnet train`, Kaldi's names and defaults.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet train [options] <raw-model-in> <training-examples-in> <raw-model-out>",
-    after_help = "e.g.: compnet train 1.raw 'ark:compnet merge-egs ark:1.egs ark:-|' 2.raw"
-)]
-pub struct Args {
-    /// Write the model in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Seed of every random choice (dropout masks, statistics sampling).
-    #[arg(long, default_value_t = 0)]
-    pub srand: u64,
-    /// Minibatches per objective log line.
-    #[arg(long = "print-interval", default_value_t = 100)]
-    pub print_interval: usize,
-    /// Momentum in [0, 1) (the effective learning rate is unchanged by it).
-    #[arg(long, default_value_t = 0.0)]
-    pub momentum: f32,
-    /// Limit on the norm of the whole parameter change per minibatch (0 = none).
-    #[arg(long = "max-param-change", default_value_t = 2.0)]
-    pub max_param_change: f32,
-    /// Multiplies every component's l2-regularize.
-    #[arg(long = "l2-regularize-factor", default_value_t = 1.0)]
-    pub l2_regularize_factor: f32,
-    /// Backstitch scale (0 = off).
-    #[arg(long = "backstitch-training-scale", default_value_t = 0.0)]
-    pub backstitch_training_scale: f32,
-    /// Backstitch on every this-many-th minibatch.
-    #[arg(long = "backstitch-training-interval", default_value_t = 1)]
-    pub backstitch_training_interval: usize,
-    /// BatchNorm statistics are scaled by this after each minibatch.
-    #[arg(long = "batchnorm-stats-scale", default_value_t = 0.8)]
-    pub batchnorm_stats_scale: f32,
-    /// Accumulate component statistics while training.
-    #[arg(long = "store-component-stats", kaldi_bool = "true")]
-    pub store_component_stats: bool,
-    /// Zero the component statistics first.
-    #[arg(long = "zero-component-stats", kaldi_bool = "true")]
-    pub zero_component_stats: bool,
-    #[command(flatten)]
-    pub optimization: crate::cli::compile::OptimizationArgs,
-    /// Accepted for Kaldi scripts; training runs on the CPU.
-    #[arg(long = "use-gpu", default_value = "no")]
-    pub use_gpu: String,
-    /// Bound on the threads of every thread pool (0 = all cores).
-    #[arg(long = "num-threads", default_value_t = 0)]
-    pub num_threads: usize,
-    /// Accepted for Kaldi scripts; computations are compiled once per run and cached in memory.
-    #[arg(long = "read-cache")]
-    pub read_cache: Option<String>,
-    /// Accepted for Kaldi scripts (see --read-cache).
-    #[arg(long = "write-cache")]
-    pub write_cache: Option<String>,
-    #[command(flatten)]
-    pub compiler: crate::cli::compile::CachingCompilerArgs,
-    /// `<model-in> <egs-rspecifier> <model-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet train`, Kaldi's names and defaults.
+    #[usage("compnet train [options] <raw-model-in> <training-examples-in> <raw-model-out>")]
+    #[example("compnet train 1.raw 'ark:compnet merge-egs ark:1.egs ark:-|' 2.raw")]
+    pub struct Args {
+        /// Write the model in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Seed of every random choice (dropout masks, statistics sampling).
+        #[arg(long, default_value_t = 0)]
+        pub srand: u64,
+        /// Minibatches per objective log line.
+        #[arg(long = "print-interval", default_value_t = 100)]
+        pub print_interval: usize,
+        /// Momentum in [0, 1) (the effective learning rate is unchanged by it).
+        #[arg(long, default_value_t = 0.0)]
+        pub momentum: f32,
+        /// Limit on the norm of the whole parameter change per minibatch (0 = none).
+        #[arg(long = "max-param-change", default_value_t = 2.0)]
+        pub max_param_change: f32,
+        /// Multiplies every component's l2-regularize.
+        #[arg(long = "l2-regularize-factor", default_value_t = 1.0)]
+        pub l2_regularize_factor: f32,
+        /// Backstitch scale (0 = off).
+        #[arg(long = "backstitch-training-scale", default_value_t = 0.0)]
+        pub backstitch_training_scale: f32,
+        /// Backstitch on every this-many-th minibatch.
+        #[arg(long = "backstitch-training-interval", default_value_t = 1)]
+        pub backstitch_training_interval: usize,
+        /// BatchNorm statistics are scaled by this after each minibatch.
+        #[arg(long = "batchnorm-stats-scale", default_value_t = 0.8)]
+        pub batchnorm_stats_scale: f32,
+        /// Accumulate component statistics while training.
+        #[arg(long = "store-component-stats", kaldi_bool = "true")]
+        pub store_component_stats: bool,
+        /// Zero the component statistics first.
+        #[arg(long = "zero-component-stats", kaldi_bool = "true")]
+        pub zero_component_stats: bool,
+        #[command(flatten)]
+        pub optimization: crate::cli::compile::OptimizationArgs,
+        /// Accepted for Kaldi scripts; training runs on the CPU.
+        #[arg(long = "use-gpu", default_value = "no")]
+        pub use_gpu: String,
+        #[command(flatten)]
+        pub threads: crate::cli::args::Threads,
+        /// Accepted for Kaldi scripts; computations are compiled once per run and cached in memory.
+        #[arg(long = "read-cache")]
+        pub read_cache: Option<String>,
+        /// Accepted for Kaldi scripts (see --read-cache).
+        #[arg(long = "write-cache")]
+        pub write_cache: Option<String>,
+        #[command(flatten)]
+        pub compiler: crate::cli::compile::CachingCompilerArgs,
+        /// `<model-in> <egs-rspecifier> <model-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
     const P: &str = "compnet train";
-    let [model_in, egs_rspec, model_out] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: compnet train [options] <model-in> <egs-rspecifier> <model-out>".into(),
-        ));
-    };
-    super::compute::check_num_threads(a.num_threads)?;
-    set_threads(a.num_threads);
+    let [model_in, egs_rspec, model_out] = Args::positionals(&a.args)?;
+    a.threads.apply()?;
     let read = Nnet::read_model_file(model_in)?;
     if read.am.is_some() {
         return Err(Error::Usage(format!(

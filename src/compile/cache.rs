@@ -493,6 +493,9 @@ struct Expander<'a> {
     precomputed_map: HashMap<usize, usize>,
 }
 
+/// The memo of widened tables of one kind (key → index in the list) and that list.
+type WidenedSlot<'a, K, T> = (&'a mut HashMap<K, usize>, &'a mut Vec<Vec<T>>);
+
 impl<'a> Expander<'a> {
     fn new(
         nnet: &'a Nnet,
@@ -643,20 +646,42 @@ impl<'a> Expander<'a> {
         Ok(base)
     }
 
-    /// Widens the 2-sequence table `old`, an entry per row of a sub-matrix laid out as `dl`:
-    /// `source(entry, k)` checks an entry of sequence `k` and gives the widened row it names
-    /// for sequence 0 and the stride to the next sequence (None: a blank entry, left
-    /// `blank`); `at(entry, row)` is the entry moved to widened row `row`.
+    /// The index in `out` of a table widened for `key`: the one made before for the same key,
+    /// or `widen`'s, added to `out` (`slot` picks the map of keys and the list of tables).
+    fn widen_once<K: std::hash::Hash + Eq, T>(
+        &mut self,
+        key: K,
+        slot: fn(&mut Self) -> WidenedSlot<'_, K, T>,
+        widen: impl FnOnce(&Self) -> std::result::Result<Vec<T>, String>,
+    ) -> std::result::Result<usize, String> {
+        if let Some(&k) = slot(self).0.get(&key) {
+            return Ok(k);
+        }
+        let new = widen(self)?;
+        let (map, tables) = slot(self);
+        tables.push(new);
+        map.insert(key, tables.len() - 1);
+        Ok(tables.len() - 1)
+    }
+
+    /// Widens the 2-sequence `what` table `old` (None: there is no such table), an entry per
+    /// row of a sub-matrix laid out as `dl` (the `rows_of` operand): `source(entry, k)`
+    /// checks an entry of sequence `k` and gives the widened row it names for sequence 0 and
+    /// the stride to the next sequence (None: a blank entry, left `blank`); `at(entry, row)`
+    /// is the entry moved to widened row `row`.
     fn widen_table<T: Copy>(
         &self,
-        old: &[T],
+        (old, what, rows_of): (Option<&Vec<T>>, &str, &str),
         dl: Layout,
-        (blank, len_error): (T, &str),
+        blank: T,
         source: impl Fn(T, usize) -> std::result::Result<Option<(usize, usize)>, String>,
         at: impl Fn(T, usize) -> T,
     ) -> std::result::Result<Vec<T>, String> {
+        let old = old.ok_or_else(|| format!("no such {what} table"))?;
         if old.len() != dl.rows {
-            return Err(len_error.into());
+            return Err(format!(
+                "{what} table length differs from its {rows_of}'s rows"
+            ));
         }
         let num_n = self.num_n;
         let mut new = vec![blank; dl.widened_rows(num_n)];
@@ -679,58 +704,49 @@ impl<'a> Expander<'a> {
         src: usize,
     ) -> std::result::Result<usize, String> {
         let (dl, sl) = (self.layout(dst)?, self.layout(src)?);
-        if let Some(&k) = self.indexes_map.get(&(id, dl, sl)) {
-            return Ok(k);
-        }
-        let old = self.small.indexes.get(id).ok_or("no such index table")?;
-        let new = self.widen_table(
-            old,
-            dl,
-            (-1, "index table length differs from its destination's rows"),
-            |v, k| match v {
-                ..0 => Ok(None),
-                _ => Ok(Some((self.source_base(sl, v as usize, k)?, sl.stride))),
+        self.widen_once(
+            (id, dl, sl),
+            |s| (&mut s.indexes_map, &mut s.out.indexes),
+            |s| {
+                let old = (s.small.indexes.get(id), "index", "destination");
+                s.widen_table(
+                    old,
+                    dl,
+                    -1,
+                    |v, k| match v {
+                        ..0 => Ok(None),
+                        _ => Ok(Some((s.source_base(sl, v as usize, k)?, sl.stride))),
+                    },
+                    |_, row| row as i32,
+                )
             },
-            |_, row| row as i32,
-        )?;
-        self.out.indexes.push(new);
-        let k = self.out.indexes.len() - 1;
-        self.indexes_map.insert((id, dl, sl), k);
-        Ok(k)
+        )
     }
 
     /// `rows_of` is the sub-matrix whose rows index the table (dst, or src for the To
     /// kinds).
     fn widen_multi(&mut self, id: usize, rows_of: usize) -> std::result::Result<usize, String> {
         let dl = self.layout(rows_of)?;
-        if let Some(&k) = self.multi_map.get(&(id, dl)) {
-            return Ok(k);
-        }
-        let old = self
-            .small
-            .indexes_multi
-            .get(id)
-            .ok_or("no such multi table")?;
-        let new = self.widen_table(
-            old,
-            dl,
-            (
-                (-1, -1),
-                "multi table length differs from its sub-matrix's rows",
-            ),
-            |(sub, row), k| {
-                if sub < 0 || row < 0 {
-                    return Ok(None);
-                }
-                let sl = self.layout(sub as usize)?;
-                Ok(Some((self.source_base(sl, row as usize, k)?, sl.stride)))
+        self.widen_once(
+            (id, dl),
+            |s| (&mut s.multi_map, &mut s.out.indexes_multi),
+            |s| {
+                let old = (s.small.indexes_multi.get(id), "multi", "sub-matrix");
+                s.widen_table(
+                    old,
+                    dl,
+                    (-1, -1),
+                    |(sub, row), k| {
+                        if sub < 0 || row < 0 {
+                            return Ok(None);
+                        }
+                        let sl = s.layout(sub as usize)?;
+                        Ok(Some((s.source_base(sl, row as usize, k)?, sl.stride)))
+                    },
+                    |(sub, _), row| (sub, row as i32),
+                )
             },
-            |(sub, _), row| (sub, row as i32),
-        )?;
-        self.out.indexes_multi.push(new);
-        let k = self.out.indexes_multi.len() - 1;
-        self.multi_map.insert((id, dl), k);
-        Ok(k)
+        )
     }
 
     fn widen_ranges(
@@ -740,44 +756,36 @@ impl<'a> Expander<'a> {
         src: usize,
     ) -> std::result::Result<usize, String> {
         let (dl, sl) = (self.layout(dst)?, self.layout(src)?);
-        if let Some(&k) = self.ranges_map.get(&(id, dl, sl)) {
-            return Ok(k);
-        }
-        let old = self
-            .small
-            .indexes_ranges
-            .get(id)
-            .ok_or("no such range table")?;
-        // Empty ranges add nothing.
-        let new = self.widen_table(
-            old,
-            dl,
-            (
-                (-1, -1),
-                "range table length differs from its destination's rows",
-            ),
-            |(a, b), k| {
-                if b <= a {
-                    return Ok(None);
-                }
-                if a < 0 {
-                    return Err("negative row range".into());
-                }
-                let (a, last) = (a as usize, b as usize - 1);
-                // One sequence's contiguous rows stay contiguous when widened.
-                if sl.stride == 0 || a / sl.stride != last / sl.stride {
-                    return Err("a row range spans sequences".into());
-                }
-                let src_base = self.source_base(sl, a, k)?;
-                self.source_base(sl, last, k)?;
-                Ok(Some((src_base, sl.stride)))
+        self.widen_once(
+            (id, dl, sl),
+            |s| (&mut s.ranges_map, &mut s.out.indexes_ranges),
+            |s| {
+                let old = (s.small.indexes_ranges.get(id), "range", "destination");
+                // Empty ranges add nothing.
+                s.widen_table(
+                    old,
+                    dl,
+                    (-1, -1),
+                    |(a, b), k| {
+                        if b <= a {
+                            return Ok(None);
+                        }
+                        if a < 0 {
+                            return Err("negative row range".into());
+                        }
+                        let (a, last) = (a as usize, b as usize - 1);
+                        // One sequence's contiguous rows stay contiguous when widened.
+                        if sl.stride == 0 || a / sl.stride != last / sl.stride {
+                            return Err("a row range spans sequences".into());
+                        }
+                        let src_base = s.source_base(sl, a, k)?;
+                        s.source_base(sl, last, k)?;
+                        Ok(Some((src_base, sl.stride)))
+                    },
+                    |(a, b), first| (first as i32, first as i32 + (b - a)),
+                )
             },
-            |(a, b), first| (first as i32, first as i32 + (b - a)),
-        )?;
-        self.out.indexes_ranges.push(new);
-        let k = self.out.indexes_ranges.len() - 1;
-        self.ranges_map.insert((id, dl, sl), k);
-        Ok(k)
+        )
     }
 
     fn widen_index_list(

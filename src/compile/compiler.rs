@@ -163,6 +163,17 @@ fn check_request(nnet: &Nnet, request: &ComputationRequest) -> Result<()> {
     Ok(())
 }
 
+/// What a step compiles to: nothing (an empty step, or an input or dim-range node's), the
+/// matrix exchanged with the caller of an input step, a component's Propagate and Backprop,
+/// or a descriptor's copies.
+enum StepWork {
+    Nothing,
+    Input,
+    /// The component's index and properties.
+    Component(usize, Properties),
+    Descriptor,
+}
+
 fn node_dim(nnet: &Nnet, node: usize) -> usize {
     nnet.node_dim(node)
 }
@@ -451,22 +462,33 @@ impl Compiler<'_> {
         Ok(())
     }
 
-    fn compile_forward(&self, s: usize, comp: &mut NnetComputation) -> Result<()> {
+    /// What step `s` compiles to, forward and backward.
+    fn step_work(&self, s: usize) -> StepWork {
         let info = &self.steps[s];
         if info.value == 0 {
-            return Ok(()); // empty step
+            return StepWork::Nothing; // empty step
         }
         if info.is_input {
-            comp.commands.push(Command::AcceptInput {
-                s: info.value,
-                node: info.node,
-            });
-            return Ok(());
+            return StepWork::Input;
         }
         match &self.nnet.nodes[info.node] {
-            NetworkNode::Input { .. } | NetworkNode::DimRange { .. } => {}
+            NetworkNode::Input { .. } | NetworkNode::DimRange { .. } => StepWork::Nothing,
             NetworkNode::Component { component } => {
-                let props = self.component_props(info.node);
+                StepWork::Component(*component, self.component_props(info.node))
+            }
+            NetworkNode::Descriptor { .. } => StepWork::Descriptor,
+        }
+    }
+
+    fn compile_forward(&self, s: usize, comp: &mut NnetComputation) -> Result<()> {
+        let info = &self.steps[s];
+        match self.step_work(s) {
+            StepWork::Nothing => {}
+            StepWork::Input => comp.commands.push(Command::AcceptInput {
+                s: info.value,
+                node: info.node,
+            }),
+            StepWork::Component(component, props) => {
                 let input = if s > 0 { self.steps[s - 1].value } else { 0 };
                 let memo = if info.deriv != 0 && props.has(Properties::USES_MEMO) {
                     s
@@ -474,7 +496,7 @@ impl Compiler<'_> {
                     0
                 };
                 comp.commands.push(Command::Propagate(PropagateCommand {
-                    component: *component,
+                    component,
                     node: info.node,
                     precomputed: info.precomputed,
                     input,
@@ -484,7 +506,7 @@ impl Compiler<'_> {
                         && props.has(Properties::STORES_STATS),
                 }));
             }
-            NetworkNode::Descriptor { .. } => {
+            StepWork::Descriptor => {
                 for p in 0..info.value_parts.len() {
                     self.forward_part(s, p, comp)?;
                 }
@@ -574,22 +596,17 @@ impl Compiler<'_> {
 
     fn compile_backward(&self, s: usize, comp: &mut NnetComputation) -> Result<()> {
         let info = &self.steps[s];
-        if info.value == 0 {
-            return Ok(());
-        }
-        if info.is_input {
-            if info.deriv != 0 {
-                comp.commands.push(Command::ProvideOutput {
-                    s: info.deriv,
-                    node: info.node,
-                });
+        match self.step_work(s) {
+            StepWork::Nothing => {}
+            StepWork::Input => {
+                if info.deriv != 0 {
+                    comp.commands.push(Command::ProvideOutput {
+                        s: info.deriv,
+                        node: info.node,
+                    });
+                }
             }
-            return Ok(());
-        }
-        match &self.nnet.nodes[info.node] {
-            NetworkNode::Input { .. } | NetworkNode::DimRange { .. } => {}
-            NetworkNode::Component { component } => {
-                let props = self.component_props(info.node);
+            StepWork::Component(component, props) => {
                 let input = if s > 0 { &self.steps[s - 1] } else { info };
                 let in_deriv = if s > 0 { input.deriv } else { 0 };
                 // In training every component whose backprop runs gets its delta twin:
@@ -602,7 +619,7 @@ impl Compiler<'_> {
                     return Ok(());
                 }
                 comp.commands.push(Command::Backprop(BackpropCommand {
-                    component: *component,
+                    component,
                     node: info.node,
                     precomputed: info.precomputed,
                     in_value: if props.has(Properties::BACKPROP_NEEDS_INPUT) && s > 0 {
@@ -625,7 +642,7 @@ impl Compiler<'_> {
                     update,
                 }));
             }
-            NetworkNode::Descriptor { .. } => {
+            StepWork::Descriptor => {
                 if self.nnet.is_output_node(info.node) && info.deriv != 0 {
                     comp.commands.push(Command::AcceptInput {
                         s: info.deriv,
@@ -740,11 +757,10 @@ fn forward_from_locations(
             });
             return;
         }
-        comp.indexes.push(indexes);
         let r = RowsCommand {
             dst: value,
             src,
-            indexes: comp.indexes.len() - 1,
+            indexes: add_table(&mut comp.indexes, indexes),
             alpha,
         };
         comp.commands.push(if first {
@@ -753,8 +769,7 @@ fn forward_from_locations(
             Command::AddRows(r)
         });
     } else {
-        comp.indexes_multi.push(v.to_vec());
-        let ix = comp.indexes_multi.len() - 1;
+        let ix = add_table(&mut comp.indexes_multi, v.to_vec());
         comp.commands.push(if first {
             Command::CopyRowsMulti {
                 dst: value,
@@ -771,29 +786,43 @@ fn forward_from_locations(
     }
 }
 
+/// Adds `table` to `tables` and gives its index.
+fn add_table<T>(tables: &mut Vec<T>, table: T) -> usize {
+    tables.push(table);
+    tables.len() - 1
+}
+
 /// Backward: adds `alpha` × the rows of `deriv` into the locations of one split vector.
 fn backward_from_locations(comp: &mut NnetComputation, deriv: usize, alpha: f32, v: &[Loc]) {
-    let Some((dst, indexes)) = convert_to_indexes(v) else {
-        // Several destination sub-matrices; the split guarantees unique locations.
-        comp.indexes_multi.push(v.to_vec());
-        let ix = comp.indexes_multi.len() - 1;
-        comp.commands.push(Command::AddToRowsMulti {
-            src: deriv,
-            indexes_multi: ix,
-            alpha,
-        });
-        return;
-    };
-    let dst = dst as usize;
+    // With several destination sub-matrices, the split guarantees unique locations.
+    let one = convert_to_indexes(v)
+        .and_then(|(dst, indexes)| backward_to_one(comp, deriv, alpha, dst as usize, indexes));
+    let command = one.unwrap_or_else(|| Command::AddToRowsMulti {
+        src: deriv,
+        indexes_multi: add_table(&mut comp.indexes_multi, v.to_vec()),
+        alpha,
+    });
+    comp.commands.push(command);
+}
+
+/// [`backward_from_locations`] into the rows `indexes` of one sub-matrix `dst`: a whole-matrix
+/// addition, AddRows when the destinations are unique, or AddRowRanges; None where only
+/// AddToRowsMulti will do.
+fn backward_to_one(
+    comp: &mut NnetComputation,
+    deriv: usize,
+    alpha: f32,
+    dst: usize,
+    indexes: Vec<i32>,
+) -> Option<Command> {
     let dst_rows = comp.submatrices[dst].num_rows;
     let num_rows = indexes.len();
     if dst_rows == num_rows && indexes.iter().enumerate().all(|(i, &x)| x == i as i32) {
-        comp.commands.push(Command::MatrixAdd {
+        return Some(Command::MatrixAdd {
             dst,
             src: deriv,
             alpha,
         });
-        return;
     }
     // Unique destinations: reverse the mapping and use AddRows.
     let mut reverse = vec![-1i32; dst_rows];
@@ -811,35 +840,19 @@ fn backward_from_locations(comp: &mut NnetComputation, deriv: usize, alpha: f32,
         }
     }
     if unique {
-        comp.indexes.push(reverse);
-        let ix = comp.indexes.len() - 1;
-        comp.commands.push(Command::AddRows(RowsCommand {
+        return Some(Command::AddRows(RowsCommand {
             dst,
             src: deriv,
-            indexes: ix,
+            indexes: add_table(&mut comp.indexes, reverse),
             alpha,
         }));
-        return;
     }
-    if let Some(mut ranges) = has_contiguous_property(&indexes) {
-        if ranges.len() <= dst_rows {
-            ranges.resize(dst_rows, (-1, -1));
-            comp.indexes_ranges.push(ranges);
-            let ix = comp.indexes_ranges.len() - 1;
-            comp.commands.push(Command::AddRowRanges(RowsCommand {
-                dst,
-                src: deriv,
-                indexes: ix,
-                alpha,
-            }));
-            return;
-        }
-    }
-    comp.indexes_multi.push(v.to_vec());
-    let ix = comp.indexes_multi.len() - 1;
-    comp.commands.push(Command::AddToRowsMulti {
+    let mut ranges = has_contiguous_property(&indexes).filter(|r| r.len() <= dst_rows)?;
+    ranges.resize(dst_rows, (-1, -1));
+    Some(Command::AddRowRanges(RowsCommand {
+        dst,
         src: deriv,
-        indexes_multi: ix,
+        indexes: add_table(&mut comp.indexes_ranges, ranges),
         alpha,
-    });
+    }))
 }

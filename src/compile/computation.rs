@@ -197,6 +197,58 @@ impl Command {
     }
 }
 
+/// The operands of a command over a multi table (`CopyRowsMulti`, `AddRowsMulti`,
+/// `CopyToRowsMulti`, `AddToRowsMulti`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MultiRows {
+    /// The one-matrix operand: the destination of a gather, the source of a scatter.
+    pub matrix: usize,
+    /// The table in `indexes_multi`.
+    pub table: usize,
+    pub alpha: f32,
+    /// Adds rather than copies.
+    pub add: bool,
+    /// Scatters `matrix`'s rows to the table's places (`...ToRowsMulti`) rather than
+    /// gathering them into it.
+    pub scatter: bool,
+}
+
+impl Command {
+    /// The operands of a multi-table command; None for any other command.
+    pub fn multi_rows(&self) -> Option<MultiRows> {
+        let (matrix, table, alpha, add, scatter) = match *self {
+            Command::CopyRowsMulti {
+                dst,
+                indexes_multi,
+                alpha,
+            } => (dst, indexes_multi, alpha, false, false),
+            Command::AddRowsMulti {
+                dst,
+                indexes_multi,
+                alpha,
+            } => (dst, indexes_multi, alpha, true, false),
+            Command::CopyToRowsMulti {
+                src,
+                indexes_multi,
+                alpha,
+            } => (src, indexes_multi, alpha, false, true),
+            Command::AddToRowsMulti {
+                src,
+                indexes_multi,
+                alpha,
+            } => (src, indexes_multi, alpha, true, true),
+            _ => return None,
+        };
+        Some(MultiRows {
+            matrix,
+            table,
+            alpha,
+            add,
+            scatter,
+        })
+    }
+}
+
 /// The compiled program.
 #[derive(Debug, Default)]
 pub struct NnetComputation {
@@ -259,5 +311,15 @@ impl NnetComputation {
             num_cols: self.matrices[m].num_cols,
         };
         self.new_submatrix(info)
+    }
+
+    /// True if sub-matrix `s` is all of its matrix.
+    pub fn is_whole(&self, s: usize) -> bool {
+        let i = self.submatrices[s];
+        let m = &self.matrices[i.matrix];
+        i.row_offset == 0
+            && i.col_offset == 0
+            && i.num_rows == m.num_rows
+            && i.num_cols == m.num_cols
     }
 }

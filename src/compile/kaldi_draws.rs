@@ -22,12 +22,13 @@
 
 use super::cache::mini_request;
 use super::computation::{Command, NnetComputation};
+use super::graph::ComputationGraph;
 use super::request::ComputationRequest;
 use crate::kaldi_rand::kaldi_rand_int;
 use crate::nnet::component::MiscComputationInfo;
 use crate::nnet::{Cindex, NetworkNode, Nnet};
 use rand::RngCore;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Computable {
@@ -48,10 +49,8 @@ struct Info {
 struct Builder<'a> {
     nnet: &'a Nnet,
     misc: MiscComputationInfo,
-    ids: FxHashMap<Cindex, usize>,
-    cindexes: Vec<Cindex>,
-    is_input: Vec<bool>,
-    deps: Vec<Vec<usize>>,
+    /// The cindexes, which were inputs, and their dependencies.
+    graph: ComputationGraph,
     depend_on_this: Vec<Vec<usize>>,
     info: Vec<Info>,
     current: Vec<usize>,
@@ -63,10 +62,7 @@ impl<'a> Builder<'a> {
         Builder {
             nnet,
             misc: request.misc_info.clone(),
-            ids: FxHashMap::default(),
-            cindexes: Vec::new(),
-            is_input: Vec::new(),
-            deps: Vec::new(),
+            graph: ComputationGraph::default(),
             depend_on_this: Vec::new(),
             info: Vec::new(),
             current: Vec::new(),
@@ -76,22 +72,17 @@ impl<'a> Builder<'a> {
 
     /// The id of `c`, adding it when new.
     fn get_or_add(&mut self, c: Cindex, is_input: bool) -> (usize, bool) {
-        if let Some(&id) = self.ids.get(&c) {
-            return (id, false);
+        let (id, new) = self.graph.get_or_add(c, is_input);
+        if new {
+            self.depend_on_this.push(Vec::new());
+            self.info.push(Info {
+                computable: Computable::Unknown,
+                usable_count: 0,
+                queued: false,
+                deps_computed: false,
+            });
         }
-        let id = self.cindexes.len();
-        self.ids.insert(c, id);
-        self.cindexes.push(c);
-        self.is_input.push(is_input);
-        self.deps.push(Vec::new());
-        self.depend_on_this.push(Vec::new());
-        self.info.push(Info {
-            computable: Computable::Unknown,
-            usable_count: 0,
-            queued: false,
-            deps_computed: false,
-        });
-        (id, true)
+        (id, new)
     }
 
     fn add_inputs_and_outputs(&mut self, request: &ComputationRequest) -> bool {
@@ -140,7 +131,7 @@ impl<'a> Builder<'a> {
     }
 
     fn add_dependencies(&mut self, id: usize) {
-        let inputs = self.input_cindexes(self.cindexes[id]);
+        let inputs = self.input_cindexes(self.graph.cindexes[id]);
         let mut deps = Vec::with_capacity(inputs.len());
         for ic in inputs {
             if ic.0 >= self.nnet.nodes.len() {
@@ -158,7 +149,7 @@ impl<'a> Builder<'a> {
         for &d in &deps {
             self.depend_on_this[d].push(id);
         }
-        self.deps[id] = deps.clone();
+        self.graph.dependencies[id] = deps.clone();
         for d in deps {
             self.increment_usable_count(d);
         }
@@ -168,8 +159,8 @@ impl<'a> Builder<'a> {
         let was = self.info[id].usable_count;
         self.info[id].usable_count += 1;
         if was == 0 && self.info[id].computable != Computable::No {
-            for k in 0..self.deps[id].len() {
-                let d = self.deps[id][k];
+            for k in 0..self.graph.dependencies[id].len() {
+                let d = self.graph.dependencies[id][k];
                 self.increment_usable_count(d);
             }
             if self.info[id].computable == Computable::Unknown && !self.info[id].queued {
@@ -182,17 +173,17 @@ impl<'a> Builder<'a> {
     fn decrement_usable_count(&mut self, id: usize) {
         self.info[id].usable_count -= 1;
         if self.info[id].usable_count == 0 && self.info[id].computable != Computable::No {
-            for k in 0..self.deps[id].len() {
-                let d = self.deps[id][k];
+            for k in 0..self.graph.dependencies[id].len() {
+                let d = self.graph.dependencies[id][k];
                 self.decrement_usable_count(d);
             }
         }
     }
 
     fn available(&self, c: &Cindex, unknown_ok: bool) -> bool {
-        match self.ids.get(c) {
+        match self.graph.get_cindex_id(c) {
             None => false,
-            Some(&id) => match self.info[id].computable {
+            Some(id) => match self.info[id].computable {
                 Computable::Yes => true,
                 Computable::Unknown => unknown_ok,
                 Computable::No => false,
@@ -201,7 +192,7 @@ impl<'a> Builder<'a> {
     }
 
     fn compute_computable(&self, id: usize) -> Computable {
-        let (node, index) = self.cindexes[id];
+        let (node, index) = self.graph.cindexes[id];
         let decide = |sure: bool, possible: bool| {
             if sure {
                 Computable::Yes
@@ -236,12 +227,14 @@ impl<'a> Builder<'a> {
                     ),
                 )
             }
-            NetworkNode::DimRange { input_node, .. } => match self.ids.get(&(*input_node, index)) {
-                Some(&d) => self.info[d].computable,
-                None => Computable::Unknown,
-            },
+            NetworkNode::DimRange { input_node, .. } => {
+                match self.graph.get_cindex_id(&(*input_node, index)) {
+                    Some(d) => self.info[d].computable,
+                    None => Computable::Unknown,
+                }
+            }
             NetworkNode::Input { .. } => {
-                if self.is_input[id] {
+                if self.graph.is_input[id] {
                     Computable::Yes
                 } else {
                     Computable::No
@@ -267,8 +260,8 @@ impl<'a> Builder<'a> {
             }
         }
         if c == Computable::No && self.info[id].usable_count != 0 {
-            for k in 0..self.deps[id].len() {
-                let d = self.deps[id][k];
+            for k in 0..self.graph.dependencies[id].len() {
+                let d = self.graph.dependencies[id][k];
                 self.decrement_usable_count(d);
             }
         }
@@ -313,14 +306,14 @@ pub fn graph_builder_draws(nnet: &Nnet, request: &ComputationRequest, rng: &mut 
         b.build_one_iter();
         distance += 1;
         if kaldi_rand_int(rng, 1, distance + 1) == 1 {
-            check_draws(b.cindexes.len(), rng);
+            check_draws(b.graph.cindexes.len(), rng);
         }
         if b.current.is_empty() {
             break;
         }
     }
     if kaldi_rand_int(rng, 1, 2) == 1 {
-        check_draws(b.cindexes.len(), rng);
+        check_draws(b.graph.cindexes.len(), rng);
     }
 }
 
@@ -331,7 +324,7 @@ fn precompute_draws(nnet: &Nnet, comp: &NnetComputation, p: usize, rng: &mut dyn
         if let Command::Propagate(pr) = c {
             if pr.precomputed == p {
                 if let Some(k) = nnet.components.get(pr.component) {
-                    if k.type_name() == "TdnnComponent" {
+                    if k.precompute_draws_kaldi_rand() {
                         kaldi_rand_int(rng, 0, 10);
                     }
                 }

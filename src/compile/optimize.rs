@@ -363,12 +363,7 @@ impl<'a> Optimizer<'a> {
 
     /// True if sub-matrix `s` is all of its matrix.
     fn is_whole(&self, s: usize) -> bool {
-        let i = self.comp.submatrices[s];
-        let m = &self.comp.matrices[i.matrix];
-        i.row_offset == 0
-            && i.col_offset == 0
-            && i.num_rows == m.num_rows
-            && i.num_cols == m.num_cols
+        self.comp.is_whole(s)
     }
 
     fn same_shape(&self, a: usize, b: usize) -> bool {

@@ -13,7 +13,7 @@
 //! `x + alpha·y` in every form), so results stay bit-identical. Afterwards the index tables
 //! no command uses are dropped ([`drop_unused_tables`]).
 
-use super::computation::{Command, NnetComputation, RowsCommand, SubMatrixInfo};
+use super::computation::{Command, MultiRows, NnetComputation, RowsCommand, SubMatrixInfo};
 use super::convert_addition::overlaps;
 
 /// Per matrix: true if it is exchanged with the caller (AcceptInput / ProvideOutput). Their
@@ -198,18 +198,15 @@ fn sources(table: &[(i32, i32)]) -> Vec<usize> {
 /// None. With two sources a copy becomes a copy from the first (zeroing the rows of the
 /// second) and an add from the second.
 fn split_gather(comp: &mut NnetComputation, cmd: &Command) -> Option<Vec<Command>> {
-    let (dst, table, alpha, add) = match *cmd {
-        Command::CopyRowsMulti {
-            dst,
-            indexes_multi,
-            alpha,
-        } => (dst, indexes_multi, alpha, false),
-        Command::AddRowsMulti {
-            dst,
-            indexes_multi,
-            alpha,
-        } => (dst, indexes_multi, alpha, true),
-        _ => return None,
+    let MultiRows {
+        matrix: dst,
+        table,
+        alpha,
+        add,
+        scatter: false,
+    } = cmd.multi_rows()?
+    else {
+        return None;
     };
     let srcs = sources(&comp.indexes_multi[table]);
     let d = comp.submatrices[dst];
@@ -243,18 +240,15 @@ fn split_gather(comp: &mut NnetComputation, cmd: &Command) -> Option<Vec<Command
 /// into, or None: per target, a gather into the rows `min..=max` it names, which must each
 /// be named once (and, for a copy, every one of them).
 fn split_scatter(comp: &mut NnetComputation, io: &[bool], cmd: &Command) -> Option<Vec<Command>> {
-    let (src, table, alpha, add) = match *cmd {
-        Command::CopyToRowsMulti {
-            src,
-            indexes_multi,
-            alpha,
-        } => (src, indexes_multi, alpha, false),
-        Command::AddToRowsMulti {
-            src,
-            indexes_multi,
-            alpha,
-        } => (src, indexes_multi, alpha, true),
-        _ => return None,
+    let MultiRows {
+        matrix: src,
+        table,
+        alpha,
+        add,
+        scatter: true,
+    } = cmd.multi_rows()?
+    else {
+        return None;
     };
     let targets = sources(&comp.indexes_multi[table]);
     let s_info = comp.submatrices[src];

@@ -6,6 +6,7 @@ pub mod builder;
 pub mod component;
 pub mod config_line;
 pub mod descriptor;
+pub mod draw;
 pub mod edit;
 pub mod network;
 pub mod params;

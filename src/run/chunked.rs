@@ -154,7 +154,7 @@ impl IvectorSource<'_> {
 }
 
 /// The logs of `priors` (subtracted from every output row), checked against the output dim.
-pub(crate) fn log_priors(priors: Option<&Vector>, out_dim: usize) -> Result<Option<Vector>> {
+fn log_priors(priors: Option<&Vector>, out_dim: usize) -> Result<Option<Vector>> {
     let Some(p) = priors else {
         return Ok(None);
     };
@@ -224,14 +224,15 @@ impl ChunkComputer {
         output_node: &str,
         priors: Option<&Vector>,
     ) -> Result<Self> {
-        opts.check()?;
         let Prepared {
             nnet,
             output_node,
             context,
             input_dim,
             ivector_dim,
-        } = prepare_network(nnet, output_node)?;
+            log_priors,
+            ..
+        } = prepare_network(nnet, opts, output_node, priors)?;
         let has_ivector = ivector_dim > 0;
         let chunk_batch = if nnet.is_recurrent() {
             RECURRENT_CHUNK_BATCH
@@ -250,11 +251,6 @@ impl ChunkComputer {
             );
             frames_per_chunk = fixed;
         }
-        let out_dim = nnet
-            .node_index(&output_node)
-            .map(|i| nnet.node_dim(i))
-            .unwrap_or(0);
-        let log_priors = log_priors(priors, out_dim)?;
         Ok(ChunkComputer {
             nnet,
             output_node,
@@ -562,7 +558,7 @@ impl ChunkComputer {
 }
 
 /// A network made ready for decoding: test mode, the output node (a non-output node gets an
-/// output node reading it), its context and the input dims.
+/// output node reading it), its context, the input and output dims and the log-priors.
 pub(crate) struct Prepared {
     pub nnet: Nnet,
     pub output_node: String,
@@ -570,10 +566,20 @@ pub(crate) struct Prepared {
     pub input_dim: usize,
     /// 0 without an `ivector` input.
     pub ivector_dim: usize,
+    pub out_dim: usize,
+    /// The logs of `priors`, subtracted from every output row.
+    pub log_priors: Option<Vector>,
 }
 
-/// Prepares `nnet` for computing node `output_node` (chunked or looped).
-pub(crate) fn prepare_network(mut nnet: Nnet, output_node: &str) -> Result<Prepared> {
+/// Checks `opts` and prepares `nnet` for computing node `output_node` (chunked or looped),
+/// with the logs of `priors` when given.
+pub(crate) fn prepare_network(
+    mut nnet: Nnet,
+    opts: &NnetSimpleComputationOptions,
+    output_node: &str,
+    priors: Option<&Vector>,
+) -> Result<Prepared> {
+    opts.check()?;
     // One generator through all components, in order: BatchNorm without statistics
     // invents some, each its own, the same on every run.
     let mut test_mode_rng = crate::random::seeded_rng(0);
@@ -622,12 +628,18 @@ pub(crate) fn prepare_network(mut nnet: Nnet, output_node: &str) -> Result<Prepa
         tmp.node_names[k] = "output".into();
         (out_name, nnet_context(&tmp)?)
     };
+    let out_dim = nnet
+        .node_index(&output_node)
+        .map(|i| nnet.node_dim(i))
+        .unwrap_or(0);
     Ok(Prepared {
+        log_priors: log_priors(priors, out_dim)?,
         nnet,
         output_node,
         context,
         input_dim,
         ivector_dim,
+        out_dim,
     })
 }
 

@@ -20,8 +20,7 @@ use crate::error::{Error, Result};
 use crate::kaldi_rand::GlibcRand;
 use crate::matrix::{CuCompressedMatrix, MatView, MatViewMut, Matrix, Real, Trans};
 use crate::nnet::component::{
-    Backprop, BackpropInPlace, Component, Memo, PrecomputedIndexes, Propagate, PropagateInPlace,
-    Properties,
+    Backprop, Component, Memo, PrecomputedIndexes, Propagate, PropagateInPlace, Properties,
 };
 use crate::nnet::Nnet;
 use rand::rngs::StdRng;
@@ -73,14 +72,12 @@ pub struct NnetComputer<'a> {
     memos: HashMap<usize, Memo>,
     /// Matrices kept compressed between CompressMatrix and DecompressMatrix, by matrix.
     compressed: HashMap<usize, CuCompressedMatrix>,
-    /// Forward inputs supplied by the caller, by node.
-    inputs: HashMap<usize, Matrix>,
-    /// Output derivatives supplied by the caller, by node.
-    output_derivs: HashMap<usize, Matrix>,
-    /// Forward outputs handed out by the computation, by node.
-    outputs: HashMap<usize, Matrix>,
-    /// Input derivatives handed out by the computation, by node.
-    input_derivs: HashMap<usize, Matrix>,
+    /// Matrices supplied by the caller, by node: `[forward inputs, output derivatives]`
+    /// (indexed by `backward as usize`).
+    given: [HashMap<usize, Matrix>; 2],
+    /// Matrices handed out by the computation, by node: `[forward outputs, input
+    /// derivatives]`.
+    provided: [HashMap<usize, Matrix>; 2],
     /// Index of the NoOperationMarker command (or the number of commands).
     marker: usize,
     /// For each ProvideOutput command: true if its matrix is never touched again except by a
@@ -136,8 +133,14 @@ enum NetRef<'a> {
     Mut(&'a mut Nnet),
 }
 
-/// The error of asking for an output or input derivative the computation did not provide.
-fn not_provided(what: &str, node_name: &str) -> Error {
+/// The error of asking for an output (`backward` false) or input derivative the computation
+/// did not provide.
+fn not_provided(node_name: &str, backward: bool) -> Error {
+    let what = if backward {
+        "derivative for input node"
+    } else {
+        "output for node"
+    };
     Error::Compute(format!("the computation provided no {what} '{node_name}'"))
 }
 
@@ -215,10 +218,8 @@ impl<'a> NnetComputer<'a> {
             pool: POOL.with(|p| std::mem::take(&mut *p.borrow_mut())),
             memos: HashMap::new(),
             compressed: HashMap::new(),
-            inputs: HashMap::new(),
-            output_derivs: HashMap::new(),
-            outputs: HashMap::new(),
-            input_derivs: HashMap::new(),
+            given: Default::default(),
+            provided: Default::default(),
             marker,
             can_take: Vec::new(),
             consolidate: Vec::new(),
@@ -281,11 +282,34 @@ impl<'a> NnetComputer<'a> {
             .ok_or_else(|| Error::Compute(format!("no node named '{node_name}' in the network")))
     }
 
+    /// Supplies the matrix of node `node_name` for the forward pass (an input's value) or the
+    /// backward pass (an output's derivative).
+    fn give(&mut self, node_name: &str, m: Matrix, backward: bool) -> Result<()> {
+        let node = self.node(node_name)?;
+        self.given[backward as usize].insert(node, m);
+        Ok(())
+    }
+
+    /// The matrix the forward pass (an output's value) or the backward pass (an input's
+    /// derivative) provided for node `node_name`.
+    fn provided(&self, node_name: &str, backward: bool) -> Result<&Matrix> {
+        let node = self.node(node_name)?;
+        self.provided[backward as usize]
+            .get(&node)
+            .ok_or_else(|| not_provided(node_name, backward))
+    }
+
+    /// [`Self::provided`], taken out of the computer.
+    fn take_provided(&mut self, node_name: &str, backward: bool) -> Result<Matrix> {
+        let node = self.node(node_name)?;
+        self.provided[backward as usize]
+            .remove(&node)
+            .ok_or_else(|| not_provided(node_name, backward))
+    }
+
     /// Supplies the value of input node `node_name` (rows in the request's index order).
     pub fn accept_input(&mut self, node_name: &str, m: Matrix) -> Result<()> {
-        let node = self.node(node_name)?;
-        self.inputs.insert(node, m);
-        Ok(())
+        self.give(node_name, m, false)
     }
 
     /// Runs the forward commands (everything before the NoOperationMarker).
@@ -301,25 +325,17 @@ impl<'a> NnetComputer<'a> {
 
     /// The forward output of node `node_name`.
     pub fn output(&self, node_name: &str) -> Result<&Matrix> {
-        let node = self.node(node_name)?;
-        self.outputs
-            .get(&node)
-            .ok_or_else(|| not_provided("output for node", node_name))
+        self.provided(node_name, false)
     }
 
     /// Takes the forward output of node `node_name` out of the computer.
     pub fn take_output(&mut self, node_name: &str) -> Result<Matrix> {
-        let node = self.node(node_name)?;
-        self.outputs
-            .remove(&node)
-            .ok_or_else(|| not_provided("output for node", node_name))
+        self.take_provided(node_name, false)
     }
 
     /// Supplies the derivative of the objective w.r.t. output node `node_name`.
     pub fn accept_output_deriv(&mut self, node_name: &str, m: Matrix) -> Result<()> {
-        let node = self.node(node_name)?;
-        self.output_derivs.insert(node, m);
-        Ok(())
+        self.give(node_name, m, true)
     }
 
     /// Runs the backward commands (everything after the NoOperationMarker).
@@ -340,18 +356,12 @@ impl<'a> NnetComputer<'a> {
 
     /// The derivative w.r.t. input node `node_name` (after `run_backward`).
     pub fn input_deriv(&self, node_name: &str) -> Result<&Matrix> {
-        let node = self.node(node_name)?;
-        self.input_derivs
-            .get(&node)
-            .ok_or_else(|| not_provided("derivative for input node", node_name))
+        self.provided(node_name, true)
     }
 
     /// Takes the derivative w.r.t. input node `node_name` out of the computer.
     pub fn take_input_deriv(&mut self, node_name: &str) -> Result<Matrix> {
-        let node = self.node(node_name)?;
-        self.input_derivs
-            .remove(&node)
-            .ok_or_else(|| not_provided("derivative for input node", node_name))
+        self.take_provided(node_name, true)
     }
 
     /// Runs each consolidated update: one Backprop per component over the rows of all its
@@ -522,26 +532,18 @@ impl<'a> NnetComputer<'a> {
                     add_row_ranges_scaled(&mut d, s, ranges, r.alpha)
                 });
             }
-            Command::CopyRowsMulti {
-                dst,
-                indexes_multi,
-                alpha,
-            } => self.rows_multi(dst, indexes_multi, alpha, false),
-            Command::AddRowsMulti {
-                dst,
-                indexes_multi,
-                alpha,
-            } => self.rows_multi(dst, indexes_multi, alpha, true),
-            Command::CopyToRowsMulti {
-                src,
-                indexes_multi,
-                alpha,
-            } => self.scatter_rows_multi(src, indexes_multi, alpha, false),
-            Command::AddToRowsMulti {
-                src,
-                indexes_multi,
-                alpha,
-            } => self.scatter_rows_multi(src, indexes_multi, alpha, true),
+            Command::CopyRowsMulti { .. }
+            | Command::AddRowsMulti { .. }
+            | Command::CopyToRowsMulti { .. }
+            | Command::AddToRowsMulti { .. } => {
+                if let Some(m) = cmd.multi_rows() {
+                    if m.scatter {
+                        self.scatter_rows_multi(m.matrix, m.table, m.alpha, m.add)
+                    } else {
+                        self.rows_multi(m.matrix, m.table, m.alpha, m.add)
+                    }
+                }
+            }
             Command::AcceptInput { s, node } => self.accept(s, node, backward)?,
             Command::ProvideOutput { s, node } => self.provide(idx, s, node, backward),
             Command::NoOperation
@@ -578,13 +580,18 @@ impl<'a> NnetComputer<'a> {
         }
     }
 
+    /// Whether a (sub-matrix, row) pair of multi table `which` lies in matrix `m`.
+    fn multi_touches(&self, which: usize, m: usize) -> bool {
+        self.computation.indexes_multi[which]
+            .iter()
+            .any(|&(s, _)| s > 0 && self.computation.submatrices[s as usize].matrix == m)
+    }
+
     /// CopyRowsMulti / AddRowsMulti: each row of `dst` from a (sub-matrix, row) pair.
     fn rows_multi(&mut self, dst: usize, which: usize, alpha: Real, add: bool) {
         let pairs = &self.computation.indexes_multi[which];
         let di = self.sm(dst);
-        let aliased = pairs
-            .iter()
-            .any(|&(s, _)| s > 0 && self.computation.submatrices[s as usize].matrix == di.matrix);
+        let aliased = self.multi_touches(which, di.matrix);
         let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
         // When sources live in the destination matrix, read them from a copy of it.
         let snapshot = if aliased { Some(dmat.clone()) } else { None };
@@ -620,9 +627,7 @@ impl<'a> NnetComputer<'a> {
         let pairs = &self.computation.indexes_multi[which];
         let si = self.sm(src);
         // Take the source out (copying it if a destination shares its matrix).
-        let aliased = pairs
-            .iter()
-            .any(|&(s, _)| s > 0 && self.computation.submatrices[s as usize].matrix == si.matrix);
+        let aliased = self.multi_touches(which, si.matrix);
         let srcm = if aliased {
             self.matrices[si.matrix].clone()
         } else {
@@ -813,17 +818,17 @@ impl<'a> NnetComputer<'a> {
             };
             (nnet.components[c].as_ref(), to_update)
         };
+        // The operands every case shares; each case sets the matrices.
+        let empty = MatView::from_slice(&[], 0, 0);
+        let mut step = Backprop::new(empty, None, &mut self.rng);
+        step.indexes = idx;
+        step.memo = memo_val.as_ref();
+        step.to_update = to_update;
         if in_deriv == 0 {
-            comp.backprop(Backprop {
-                out_deriv: view_of(&self.matrices, self.computation, out_deriv),
-                in_deriv: None,
-                indexes: idx,
-                in_value: view_of(&self.matrices, self.computation, in_value),
-                out_value: view_of(&self.matrices, self.computation, out_value),
-                memo: memo_val.as_ref(),
-                to_update,
-                rng: &mut self.rng,
-            });
+            step.out_deriv = view_of(&self.matrices, self.computation, out_deriv);
+            step.in_value = view_of(&self.matrices, self.computation, in_value);
+            step.out_value = view_of(&self.matrices, self.computation, out_value);
+            comp.backprop(step);
             return Ok(());
         }
         let di = self.computation.submatrices[in_deriv];
@@ -831,17 +836,9 @@ impl<'a> NnetComputer<'a> {
         if di == od && comp.properties().has(Properties::BACKPROP_IN_PLACE) {
             // In place: the input values must not live in the derivative matrix.
             let mut dmat = std::mem::take(&mut self.matrices[di.matrix]);
-            let iv = view_of(&self.matrices, self.computation, in_value);
-            let ov = view_of(&self.matrices, self.computation, out_value);
-            comp.backprop_in_place(BackpropInPlace {
-                deriv: sub_view_mut(&mut dmat, &di),
-                indexes: idx,
-                in_value: iv,
-                out_value: ov,
-                memo: memo_val.as_ref(),
-                to_update,
-                rng: &mut self.rng,
-            });
+            step.in_value = view_of(&self.matrices, self.computation, in_value);
+            step.out_value = view_of(&self.matrices, self.computation, out_value);
+            comp.backprop_in_place(step.in_place(sub_view_mut(&mut dmat, &di)));
             self.matrices[di.matrix] = dmat;
             return Ok(());
         }
@@ -859,28 +856,17 @@ impl<'a> NnetComputer<'a> {
         let od_c = copy_if_shared(out_deriv, &dmat);
         let mats: &[Matrix] = &self.matrices;
         let cmp = self.computation;
-        let iv = match &iv_c {
-            Some(m) => m.view(),
-            None => view_of(mats, cmp, in_value),
-        };
-        let ov = match &ov_c {
-            Some(m) => m.view(),
-            None => view_of(mats, cmp, out_value),
-        };
-        let odv = match &od_c {
-            Some(m) => m.view(),
-            None => view_of(mats, cmp, out_deriv),
-        };
-        comp.backprop(Backprop {
-            out_deriv: odv,
-            in_deriv: Some(sub_view_mut(&mut dmat, &di)),
-            indexes: idx,
-            in_value: iv,
-            out_value: ov,
-            memo: memo_val.as_ref(),
-            to_update,
-            rng: &mut self.rng,
-        });
+        step.in_value = iv_c
+            .as_ref()
+            .map_or_else(|| view_of(mats, cmp, in_value), Matrix::view);
+        step.out_value = ov_c
+            .as_ref()
+            .map_or_else(|| view_of(mats, cmp, out_value), Matrix::view);
+        step.out_deriv = od_c
+            .as_ref()
+            .map_or_else(|| view_of(mats, cmp, out_deriv), Matrix::view);
+        step.in_deriv = Some(sub_view_mut(&mut dmat, &di));
+        comp.backprop(step);
         self.matrices[di.matrix] = dmat;
         Ok(())
     }
@@ -898,12 +884,9 @@ impl<'a> NnetComputer<'a> {
         } else {
             "input"
         };
-        let m = if backward {
-            self.output_derivs.remove(&node)
-        } else {
-            self.inputs.remove(&node)
-        }
-        .ok_or_else(|| Error::Compute(format!("no {what} was supplied for node '{name}'")))?;
+        let m = self.given[backward as usize]
+            .remove(&node)
+            .ok_or_else(|| Error::Compute(format!("no {what} was supplied for node '{name}'")))?;
         if m.num_rows() != i.num_rows || m.num_cols() != i.num_cols {
             return Err(Error::Compute(format!(
                 "the {what} for node '{name}' is {}x{}, but the computation expects {}x{}",
@@ -913,10 +896,7 @@ impl<'a> NnetComputer<'a> {
                 i.num_cols
             )));
         }
-        let whole = i.row_offset == 0
-            && i.col_offset == 0
-            && self.computation.matrices[i.matrix].num_rows == i.num_rows
-            && self.computation.matrices[i.matrix].num_cols == i.num_cols;
+        let whole = self.computation.is_whole(s);
         if whole {
             let old = std::mem::replace(&mut self.matrices[i.matrix], m);
             self.release(old);
@@ -929,20 +909,13 @@ impl<'a> NnetComputer<'a> {
 
     fn provide(&mut self, idx: usize, s: usize, node: usize, backward: bool) {
         let i = self.sm(s);
-        let whole = i.row_offset == 0
-            && i.col_offset == 0
-            && self.computation.matrices[i.matrix].num_rows == i.num_rows
-            && self.computation.matrices[i.matrix].num_cols == i.num_cols;
+        let whole = self.computation.is_whole(s);
         let m = if whole && self.can_take.get(idx).copied().unwrap_or(false) {
             std::mem::take(&mut self.matrices[i.matrix])
         } else {
             sub_view(&self.matrices[i.matrix], &i).to_matrix()
         };
-        if backward {
-            self.input_derivs.insert(node, m);
-        } else {
-            self.outputs.insert(node, m);
-        }
+        self.provided[backward as usize].insert(node, m);
     }
 }
 

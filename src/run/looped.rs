@@ -16,8 +16,7 @@ use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::Nnet;
 use crate::run::chunked::{
-    check_chunk_size, log_priors, prepare_network, IvectorSource, NnetSimpleComputationOptions,
-    Utterance,
+    check_chunk_size, prepare_network, IvectorSource, NnetSimpleComputationOptions, Utterance,
 };
 use crate::run::NnetComputer;
 use std::collections::HashMap;
@@ -63,8 +62,7 @@ impl LoopedDecoder {
         output_node: &str,
         priors: Option<&Vector>,
     ) -> Result<Self> {
-        opts.check()?;
-        let p = prepare_network(nnet, output_node)?;
+        let p = prepare_network(nnet, opts, output_node, priors)?;
         let looped_opts = LoopedOptions {
             frames_per_chunk: opts.frames_per_chunk,
             frame_subsampling_factor: opts.frame_subsampling_factor,
@@ -74,12 +72,6 @@ impl LoopedDecoder {
         };
         check_chunk_size(&p.nnet, opts, &p.context, RECURRENT_STREAMS)?;
         let looped = compile_looped(&p.nnet, &p.output_node, p.context, &looped_opts)?;
-        let out_dim = looped
-            .nnet
-            .node_index(&p.output_node)
-            .map(|i| looped.nnet.node_dim(i))
-            .unwrap_or(0);
-        let log_priors = log_priors(priors, out_dim)?;
         Ok(LoopedDecoder {
             looped,
             nnet: p.nnet,
@@ -89,8 +81,8 @@ impl LoopedDecoder {
             context: p.context,
             input_dim: p.input_dim,
             ivector_dim: p.ivector_dim,
-            out_dim,
-            log_priors,
+            out_dim: p.out_dim,
+            log_priors: p.log_priors,
         })
     }
 

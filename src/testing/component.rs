@@ -790,10 +790,14 @@ impl<'a> Step<'a> {
 
     /// A destination as the optimizer may hand it over: zeroed if the component adds to it,
     /// else holding anything (NaN here, so rows left unwritten show in the results).
-    fn destination(&self, rows: usize, cols: usize, adds: Properties) -> Matrix {
+    /// A rows × cols destination holding `init`; None: NaN as the optimizer hands it over, or
+    /// zero where the component adds (`adds`).
+    fn destination(&self, rows: usize, cols: usize, init: Option<f32>, adds: Properties) -> Matrix {
         let mut m = Matrix::zeros(rows, cols);
-        if !self.c.properties().has(adds) {
-            m.view_mut().set_const(f32::NAN);
+        match init {
+            Some(v) => m.view_mut().set_const(v),
+            None if !self.c.properties().has(adds) => m.view_mut().set_const(f32::NAN),
+            None => {}
         }
         m
     }
@@ -802,14 +806,7 @@ impl<'a> Step<'a> {
     /// the optimizer hands it over, zero where the component adds).
     pub fn propagate_onto(&self, xin: &Matrix, init: Option<f32>) -> (Matrix, Option<Memo>) {
         let (rows, cols) = (self.output.len(), self.c.output_dim());
-        let mut y = match init {
-            Some(v) => {
-                let mut m = Matrix::zeros(rows, cols);
-                m.view_mut().set_const(v);
-                m
-            }
-            None => self.destination(rows, cols, Properties::PROPAGATE_ADDS),
-        };
+        let mut y = self.destination(rows, cols, init, Properties::PROPAGATE_ADDS);
         let memo = self.c.propagate(Propagate {
             indexes: self.pre.as_deref(),
             ..Propagate::new(xin.view(), y.view_mut(), &mut step_rng())
@@ -848,14 +845,7 @@ impl<'a> Step<'a> {
         let props = self.c.properties();
         let empty = Matrix::zeros(0, 0);
         let (rows, cols) = (self.input.len(), self.c.input_dim());
-        let mut g = match init {
-            Some(v) => {
-                let mut m = Matrix::zeros(rows, cols);
-                m.view_mut().set_const(v);
-                m
-            }
-            None => self.destination(rows, cols, Properties::BACKPROP_ADDS),
-        };
+        let mut g = self.destination(rows, cols, init, Properties::BACKPROP_ADDS);
         let mut rng = step_rng();
         self.c.backprop(Backprop {
             indexes: self.pre.as_deref(),

@@ -248,16 +248,7 @@ impl<'a> Lowering<'_, 'a, '_> {
             let mut parts = Vec::with_capacity(all.len());
             let mut dim = 0;
             for c in all {
-                let e = self.source(c)?;
-                if e.role == Role::Loss {
-                    return Err(self.src.error(
-                        c.at,
-                        format!(
-                            "'{}.{}' is a loss; only a Loss layer takes it",
-                            self.arch.layers[c.from].name, c.output
-                        ),
-                    ));
-                }
+                let e = self.data_source(c)?;
                 if e.shape.len() > 1 {
                     return Err(self.src.error(
                         c.at,
@@ -282,7 +273,11 @@ impl<'a> Lowering<'_, 'a, '_> {
                 role: Role::Data,
             });
         }
-        let c = self.conn(input)?;
+        self.data_source(self.conn(input)?)
+    }
+
+    /// [`Self::source`], refusing a loss (only a Loss layer takes one).
+    fn data_source(&self, c: &Connection) -> Result<Expr> {
         let e = self.source(c)?;
         if e.role == Role::Loss {
             return Err(self.src.error(
@@ -672,16 +667,31 @@ impl<'a> Lowering<'_, 'a, '_> {
         let out_dim: usize = shape.iter().product();
         let affine =
             format!("type=NaturalGradientAffineComponent input-dim={in_dim} output-dim={out_dim}");
+        self.component_then(name, ("affine", &affine), input, shape, act)
+    }
+
+    /// Layer `name`'s component `{name}.{part}` (config `config`) on `input`, and an optional
+    /// nonlinearity `act` (name suffix, component type) after it; the last node is named
+    /// `name`, its output of shape `shape`.
+    fn component_then(
+        &mut self,
+        name: &str,
+        (part, config): (&str, &str),
+        input: Desc,
+        shape: Vec<usize>,
+        act: Option<(&str, &str)>,
+    ) -> Result<()> {
+        let inner = format!("{name}.{part}");
         match act {
-            None => self.apply(name, &format!("{name}.affine"), &affine, input)?,
+            None => self.apply(name, &inner, config, input)?,
             Some((suffix, ty)) => {
-                let a = format!("{name}.affine");
-                self.apply(&a, &a, &affine, input)?;
+                let out_dim: usize = shape.iter().product();
+                self.apply(&inner, &inner, config, input)?;
                 self.apply(
                     name,
                     &format!("{name}.{suffix}"),
                     &format!("type={ty} dim={out_dim}"),
-                    a.as_str(),
+                    inner.as_str(),
                 )?;
             }
         }
@@ -867,28 +877,12 @@ impl<'a> Lowering<'_, 'a, '_> {
         let act = self.activation("rel")?;
         let oh = self.window("kernel_size", "height", h, kh, sh)?;
         let ow = self.window("kernel_size", "width", w, kw, sw)?;
-        let shape = vec![oh, ow, filters];
-        let out_dim = oh * ow * filters;
         let config = format!(
             "type=ConvolutionComponent input-x-dim={h} input-y-dim={w} input-z-dim={c} \
              filt-x-dim={kh} filt-y-dim={kw} filt-x-step={sh} filt-y-step={sw} \
              num-filters={filters} input-vectorization-order=zyx"
         );
-        let conv = format!("{name}.conv");
-        match act {
-            None => self.apply(name, &conv, &config, x.desc)?,
-            Some((suffix, ty)) => {
-                self.apply(&conv, &conv, &config, x.desc)?;
-                self.apply(
-                    name,
-                    &format!("{name}.{suffix}"),
-                    &format!("type={ty} dim={out_dim}"),
-                    conv.as_str(),
-                )?;
-            }
-        }
-        self.set_out("default", node(name, shape));
-        Ok(())
+        self.component_then(name, ("conv", &config), x.desc, vec![oh, ow, filters], act)
     }
 
     fn pooling(&mut self, name: &str) -> Result<()> {

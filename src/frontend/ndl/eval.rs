@@ -129,6 +129,16 @@ pub struct Graph {
     pub simple: Option<(Pos, Vec<Setting>)>,
 }
 
+/// The arguments of a call of a macro or a built-in function: positional and named values
+/// (evaluated in the caller's scope, each with where it was written), where the call was
+/// written and the name prefix of the nodes it makes.
+struct Call<'a>(
+    Vec<(Value, Origin)>,
+    Vec<(String, Value, Origin)>,
+    &'a Origin,
+    &'a str,
+);
+
 impl Graph {
     /// Follows aliases to the real node.
     pub fn resolve(&self, mut id: usize) -> usize {
@@ -536,10 +546,11 @@ impl Evaluator {
                 true
             }
         });
+        let call = Call(pos_args, named, origin, prefix);
         let result = if let Some(m) = self.macros.get(name).cloned() {
-            self.call_macro(&m, pos_args, named, origin, prefix)?
+            self.call_macro(&m, call)?
         } else {
-            self.builtin(name, pos_args, named, origin, prefix)?
+            self.builtin(name, call)?
         };
         for (t, o) in tags {
             let tag = match &t {
@@ -558,14 +569,8 @@ impl Evaluator {
         Ok(result)
     }
 
-    fn call_macro(
-        &mut self,
-        m: &MacroDef,
-        pos_args: Vec<(Value, Origin)>,
-        named: Vec<(String, Value, Origin)>,
-        origin: &Origin,
-        prefix: &str,
-    ) -> EResult<Value> {
+    fn call_macro(&mut self, m: &MacroDef, call: Call<'_>) -> EResult<Value> {
+        let Call(pos_args, named, origin, prefix) = call;
         if self.depth >= MAX_DEPTH {
             return Err(err(
                 origin,
@@ -673,14 +678,8 @@ impl Evaluator {
         }
     }
 
-    fn builtin(
-        &mut self,
-        name: &str,
-        pos_args: Vec<(Value, Origin)>,
-        named: Vec<(String, Value, Origin)>,
-        origin: &Origin,
-        prefix: &str,
-    ) -> EResult<Value> {
+    fn builtin(&mut self, name: &str, call: Call<'_>) -> EResult<Value> {
+        let Call(pos_args, named, origin, prefix) = call;
         let lower = name.to_ascii_lowercase();
         if let Some((_, why)) = UNSUPPORTED
             .iter()

@@ -23,6 +23,47 @@ fn read_vector_file(cfg: &ConfigLine, key: &str, path: &str) -> Result<Vector> {
     Ok(v)
 }
 
+/// The vector of config option `key` (a vector file), or else `otherwise`'s.
+fn vector_option(
+    cfg: &ConfigLine,
+    key: &str,
+    otherwise: impl FnOnce() -> Result<Vector>,
+) -> Result<Vector> {
+    match cfg.get::<String>(key)? {
+        Some(path) => read_vector_file(cfg, key, &path),
+        None => otherwise(),
+    }
+}
+
+/// The body of a component whose file is `<Type> <Field> vector </Type>`.
+fn read_one_vector(r: &mut TokenReader<'_>, type_name: &str, field: &str) -> Result<Vector> {
+    r.try_token(&format!("<{type_name}>"))?;
+    r.expect_token(field)?;
+    let v = read_nonempty_vector(r, field)?;
+    r.expect_token(&format!("</{type_name}>"))?;
+    Ok(v)
+}
+
+/// A fixed per-dimension component's description: `v`'s dimension in and out, in place.
+fn per_dim_description(type_name: &'static str, v: &Vector) -> Description {
+    Description::new(
+        type_name,
+        v.dim(),
+        v.dim(),
+        Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
+    )
+}
+
+/// A fixed per-dimension component's `info` line, with the statistics of `v` (named `what`).
+fn per_dim_info(type_name: &str, what: &str, v: &Vector) -> String {
+    format!(
+        "{type_name}, input-dim={}, output-dim={}{}",
+        v.dim(),
+        v.dim(),
+        parameter_stats(what, v, true)
+    )
+}
+
 /// `dim` standard-normal values (Kaldi's SetRandn for test-style initialisation).
 fn randn_vec(dim: usize, rng: &mut dyn RngCore) -> Vector {
     Vector::from_vec(crate::kaldi_rand::kaldi_randn(1, dim, rng))
@@ -43,35 +84,25 @@ impl FixedScaleComponent {
     }
     /// Registry hook: `scales=<vector file>`, or `dim` with `scale` (random normal without).
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        let scales = if let Some(path) = cfg.get::<String>("scales")? {
-            read_vector_file(cfg, "scales", &path)?
-        } else {
+        let scales = vector_option(cfg, "scales", || {
             let dim = cfg_pos(cfg, "dim")?;
-            match cfg.get::<f32>("scale")? {
+            Ok(match cfg.get::<f32>("scale")? {
                 Some(s) => Vector::from_vec(vec![s; dim]),
                 None => randn_vec(dim, init_rng),
-            }
-        };
+            })
+        })?;
         Ok(Box::new(FixedScaleComponent { scales }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        r.try_token("<FixedScaleComponent>")?;
-        r.expect_token("<Scales>")?;
-        let scales = read_nonempty_vector(r, "<Scales>")?;
-        r.expect_token("</FixedScaleComponent>")?;
+        let scales = read_one_vector(r, "FixedScaleComponent", "<Scales>")?;
         Ok(Box::new(FixedScaleComponent { scales }))
     }
 }
 
 impl Component for FixedScaleComponent {
     fn describe(&self) -> Description {
-        Description::new(
-            "FixedScaleComponent",
-            self.scales.dim(),
-            self.scales.dim(),
-            Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
-        )
+        per_dim_description("FixedScaleComponent", &self.scales)
     }
     fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         p.data.mul_cols_vec(&self.scales);
@@ -84,12 +115,7 @@ impl Component for FixedScaleComponent {
         write_component(w, "FixedScaleComponent", &[("<Scales>", &self.scales)]);
     }
     fn info(&self) -> String {
-        format!(
-            "FixedScaleComponent, input-dim={}, output-dim={}{}",
-            self.scales.dim(),
-            self.scales.dim(),
-            parameter_stats("scales", &self.scales, true)
-        )
+        per_dim_info("FixedScaleComponent", "scales", &self.scales)
     }
     component_boilerplate!();
 }
@@ -105,31 +131,21 @@ pub struct FixedBiasComponent {
 impl FixedBiasComponent {
     /// Registry hook: `bias=<vector file>`, or `dim` (random normal bias).
     pub fn from_config(cfg: &ConfigLine, init_rng: &mut dyn RngCore) -> Result<Box<dyn Component>> {
-        let bias = if let Some(path) = cfg.get::<String>("bias")? {
-            read_vector_file(cfg, "bias", &path)?
-        } else {
-            randn_vec(cfg_pos(cfg, "dim")?, init_rng)
-        };
+        let bias = vector_option(cfg, "bias", || {
+            Ok(randn_vec(cfg_pos(cfg, "dim")?, init_rng))
+        })?;
         Ok(Box::new(FixedBiasComponent { bias }))
     }
     /// Registry hook.
     pub fn read(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
-        r.try_token("<FixedBiasComponent>")?;
-        r.expect_token("<Bias>")?;
-        let bias = read_nonempty_vector(r, "<Bias>")?;
-        r.expect_token("</FixedBiasComponent>")?;
+        let bias = read_one_vector(r, "FixedBiasComponent", "<Bias>")?;
         Ok(Box::new(FixedBiasComponent { bias }))
     }
 }
 
 impl Component for FixedBiasComponent {
     fn describe(&self) -> Description {
-        Description::new(
-            "FixedBiasComponent",
-            self.bias.dim(),
-            self.bias.dim(),
-            Properties::SIMPLE | Properties::PROPAGATE_IN_PLACE | Properties::BACKPROP_IN_PLACE,
-        )
+        per_dim_description("FixedBiasComponent", &self.bias)
     }
     fn propagate_in_place(&self, mut p: PropagateInPlace<'_>) -> Option<Memo> {
         p.data.add_vec_to_rows(1.0, &self.bias, 1.0);
@@ -140,12 +156,7 @@ impl Component for FixedBiasComponent {
         write_component(w, "FixedBiasComponent", &[("<Bias>", &self.bias)]);
     }
     fn info(&self) -> String {
-        format!(
-            "FixedBiasComponent, input-dim={}, output-dim={}{}",
-            self.bias.dim(),
-            self.bias.dim(),
-            parameter_stats("bias", &self.bias, true)
-        )
+        per_dim_info("FixedBiasComponent", "bias", &self.bias)
     }
     component_boilerplate!();
 }

@@ -231,7 +231,7 @@ impl<'a> Backprop<'a> {
                 .is_none_or(|d| fits(d.as_view(), input_dim))
     }
     /// The same step with `deriv` holding the output derivative (`BACKPROP_IN_PLACE`).
-    fn in_place(self, deriv: MatViewMut<'a>) -> BackpropInPlace<'a> {
+    pub fn in_place(self, deriv: MatViewMut<'a>) -> BackpropInPlace<'a> {
         let Backprop {
             indexes,
             in_value,
@@ -575,6 +575,12 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     }
     /// Reorders (and may pad with kNoTime indexes) the input and output Indexes of a step.
     fn reorder_indexes(&self, _input: &mut Vec<Index>, _output: &mut Vec<Index>) {}
+    /// Whether Kaldi's `PrecomputeIndexes` of this component draws from Kaldi's `rand()`
+    /// stream (TdnnComponent's spot check of its indexes), which the compiler's replay of
+    /// Kaldi's draws (`compile::kaldi_draws`) follows.
+    fn precompute_draws_kaldi_rand(&self) -> bool {
+        self.type_name() == "TdnnComponent"
+    }
     /// Precomputes whatever Propagate/Backprop need to know about the Indexes of a step.
     fn precompute_indexes(
         &self,
