@@ -381,6 +381,8 @@ const SGD_KEYS: &[&str] = &[
     "learningRatesPerMB",
     "learningRatesPerSample",
     "momentumPerMB",
+    "momentumPerSample",
+    "momentumAsTimeConstant",
     "maxEpochs",
     "gradUpdateType",
     "rms_gamma",
@@ -403,6 +405,56 @@ const SGD_KEYS: &[&str] = &[
     "adaptationRegType",
     "adaptationRegWeight",
 ];
+
+/// The momentum per minibatch for each of the `epochs` epochs: `momentumPerMB`, or
+/// `momentumPerSample` (m per sample is m^size per minibatch of `size` samples) or
+/// `momentumAsTimeConstant` (a time constant τ in samples: m = exp(-size/τ)), each a
+/// per-epoch schedule in CNTK's notation; 0 when none is given.
+fn cntk_momentum(sgd: &Scope, epochs: usize, minibatch: Option<&str>) -> Result<Vec<f64>> {
+    use crate::train::fit::schedule::EpochSchedule;
+    let given: Vec<&str> = [
+        "momentumPerMB",
+        "momentumPerSample",
+        "momentumAsTimeConstant",
+    ]
+    .into_iter()
+    .filter(|k| sgd.entry(k).is_some())
+    .collect();
+    let epochs = epochs.max(1);
+    let Some(&key) = given.first() else {
+        return Ok(vec![0.0; epochs]);
+    };
+    if given.len() > 1 {
+        return Err(Error::Usage(format!(
+            "{}: give one of {} (momentum is set once)",
+            origin(sgd, given[1]),
+            given.join(", ")
+        )));
+    }
+    let text = sgd.get(key)?.unwrap_or_default();
+    let at = origin(sgd, key);
+    let sched = EpochSchedule::parse(&text, key).map_err(|e| Error::Usage(format!("{at}: {e}")))?;
+    let sizes = EpochSchedule::parse(minibatch.unwrap_or("64"), "minibatchSize")?;
+    let mut out = Vec::with_capacity(epochs);
+    for e in 0..epochs {
+        let v = sched.value(e);
+        let size = sizes.value(e);
+        let m = match key {
+            "momentumPerMB" => v,
+            "momentumPerSample" => v.powf(size),
+            _ if v == 0.0 => 0.0,
+            _ => (-size / v).exp(),
+        };
+        if !(0.0..1.0).contains(&m) || (key != "momentumAsTimeConstant" && v >= 1.0) {
+            return Err(Error::Usage(format!(
+                "{at}: {key}={text}: epoch {} has momentum {m}, outside [0, 1)",
+                e + 1
+            )));
+        }
+        out.push(m);
+    }
+    Ok(out)
+}
 
 /// `compnet fit`'s options from an SGD block.
 fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit::Args> {
@@ -437,18 +489,11 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
     }
     a.num_epochs = sgd.parse("maxEpochs")?;
     a.minibatch_size = sgd.get("minibatchSize")?;
-    let momentum = match sgd.get("momentumPerMB")? {
-        None => 0.0,
-        Some(v) => {
-            let m: f32 = v.trim().parse().map_err(|_| {
-                Error::Usage(format!(
-                    "{}: momentumPerMB={v}: compnet takes one momentum for all epochs",
-                    origin(sgd, "momentumPerMB")
-                ))
-            })?;
-            m
-        }
-    };
+    let epochs = a
+        .num_epochs
+        .unwrap_or(crate::train::fit::FitOptions::default().num_epochs);
+    let momenta = cntk_momentum(sgd, epochs, a.minibatch_size.as_deref())?;
+    let momentum = momenta.iter().cloned().fold(0.0f64, f64::max) as f32;
     let update = sgd
         .get("gradUpdateType")?
         .unwrap_or_else(|| "None".into())
@@ -466,7 +511,23 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
         }
     };
     a.stepper = Some(stepper.into());
-    a.momentum = Some(momentum);
+    if stepper == "momentum" {
+        // CNTK's momentum has unit gain: the step is (1 - m) times the rate times the
+        // gradient plus m times the last step.
+        a.momentum_gain = Some("unit".into());
+        a.momentum = Some(momenta[0] as f32);
+        if momenta.iter().any(|&m| m != momenta[0]) {
+            a.momentum_schedule = Some(
+                momenta
+                    .iter()
+                    .map(|m| m.to_string())
+                    .collect::<Vec<_>>()
+                    .join(":"),
+            );
+        }
+    } else {
+        a.momentum = Some(0.0);
+    }
     let (rates, per_mb) = match (
         sgd.get("learningRatesPerMB")?,
         sgd.get("learningRatesPerSample")?,
@@ -486,22 +547,8 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
             )))
         }
     };
-    // CNTK's momentum has unit gain (the step is (1 - m) times the rate times the gradient
-    // plus m times the last step); compnet's classical momentum takes the rate times 1 - m.
-    let sched = crate::train::fit::schedule::EpochSchedule::parse(&rates, "learningRates")?;
-    let scale = if stepper == "momentum" {
-        1.0 - momentum as f64
-    } else {
-        1.0
-    };
-    a.learning_rate = Some(
-        sched
-            .items
-            .iter()
-            .map(|&(v, n)| format!("{}*{n}", v * scale))
-            .collect::<Vec<_>>()
-            .join(":"),
-    );
+    crate::train::fit::schedule::EpochSchedule::parse(&rates, "learningRates")?;
+    a.learning_rate = Some(rates);
     a.lr_per = Some(if per_mb { "minibatch" } else { "sample" }.into());
     a.rms_gamma = sgd.parse("rms_gamma")?;
     a.rms_inc = sgd.parse("rms_wgt_inc")?;
@@ -511,28 +558,18 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
     a.l2 = sgd.parse("L2RegWeight")?;
     a.l1 = sgd.parse("L1RegWeight")?;
     a.gradient_noise = sgd.parse("gaussianNoiseInjectStd")?;
+    // CNTK's L1RegWeight/L2RegWeight are per sample (times the minibatch's frames).
+    a.regularize_per = Some("sample".into());
     let threshold: Option<f32> = sgd.parse("clippingThresholdPerSample")?;
-    match (sgd.flag("gradientClippingWithTruncation")?, threshold) {
-        (_, None) => {}
-        (Some(false), Some(t)) if t.is_finite() => {
-            return Err(Error::Usage(format!(
-                "{}: clipping by the gradient's norm (gradientClippingWithTruncation=false) is \
-                 not supported; compnet clips by truncation",
-                origin(sgd, "gradientClippingWithTruncation")
-            )))
+    if let Some(t) = threshold.filter(|t| t.is_finite()) {
+        a.clip_gradient = Some(t);
+        // gradientClippingWithTruncation=false: each parameter's gradient scaled down to a
+        // norm of at most the threshold times the minibatch's frames.
+        if sgd.flag("gradientClippingWithTruncation")? == Some(false) {
+            a.clip_by = Some("norm".into());
         }
-        (_, Some(t)) if t.is_finite() => a.clip_gradient = Some(t),
-        _ => {}
     }
-    if let Some(d) = sgd.get("dropoutRate")? {
-        if d.contains(':') || d.contains('*') {
-            return Err(Error::Usage(format!(
-                "{}: dropoutRate={d}: compnet takes one dropout rate for all epochs",
-                origin(sgd, "dropoutRate")
-            )));
-        }
-        a.dropout_schedule = Some(d);
-    }
+    a.dropout_per_epoch = sgd.get("dropoutRate")?;
     if let Some(adj) = sgd.block("AutoAdjust") {
         let when = adj.get("autoAdjustLR")?.unwrap_or_default();
         if when.eq_ignore_ascii_case("adjustAfterEpoch") {

@@ -111,6 +111,9 @@ pub struct StepperOptions {
     /// (1+α)·lr along the gradient at the new point.
     pub backstitch_scale: f32,
     pub backstitch_interval: usize,
+    /// Momentum with unit gain (CNTK's): v ← μ·v + (1 − μ)·g, so that μ does not change
+    /// the size of a steady step.
+    pub unit_gain: bool,
 }
 
 impl Default for StepperOptions {
@@ -130,6 +133,7 @@ impl Default for StepperOptions {
             max_param_change: 2.0,
             backstitch_scale: 0.0,
             backstitch_interval: 1,
+            unit_gain: false,
         }
     }
 }
@@ -272,8 +276,9 @@ impl Stepper {
             }
             StepperKind::Momentum => {
                 let v = &mut slots[0];
+                let gain = if o.unit_gain { 1.0 - o.momentum } else { 1.0 };
                 for i in 0..n {
-                    v[i] = o.momentum * v[i] + g[i];
+                    v[i] = o.momentum * v[i] + gain * g[i];
                     p[i] += lr * v[i];
                 }
             }
@@ -468,6 +473,14 @@ pub struct GradientOptions {
     /// Per-sample clipping: each element of the summed gradient is kept within
     /// ±clip·frames (0 = none).
     pub clip: f32,
+    /// With `clip`: a component's whole gradient is scaled down to a norm of at most
+    /// clip·frames instead of each element being truncated (CNTK's
+    /// `gradientClippingWithTruncation=false`).
+    pub clip_norm: bool,
+    /// CNTK's `L1RegWeight`/`L2RegWeight`: the weights are per sample (times the
+    /// minibatch's frames), the gradient is clipped before L2 is added, and L1 is a proximal
+    /// step after the update (p shrunk toward 0 by lr·l1·frames, stopping at 0).
+    pub per_sample: bool,
     /// Standard deviation of Gaussian noise added to each gradient element (0 = none).
     pub noise_stddev: f32,
 }
@@ -511,13 +524,40 @@ pub fn apply_plain_step(
         gu.vectorize(&mut g);
         gu.scale(0.0);
         let clip = gopts.clip * (frames as f32 * grad_scale).max(1.0);
+        // CNTK's per-sample weights: times the frames the (scaled) gradient sums over.
+        let per = if gopts.per_sample {
+            frames as f32 * grad_scale
+        } else {
+            1.0
+        };
         for i in 0..n {
-            let mut x = grad_scale * g[i] - (l2_own + gopts.l2) * p[i];
-            if gopts.l1 != 0.0 && p[i] != 0.0 {
-                x -= gopts.l1 * p[i].signum();
+            let mut x = grad_scale * g[i];
+            if !gopts.per_sample {
+                x -= (l2_own + gopts.l2) * p[i];
+                if gopts.l1 != 0.0 && p[i] != 0.0 {
+                    x -= gopts.l1 * p[i].signum();
+                }
             }
-            if clip > 0.0 {
+            if clip > 0.0 && !gopts.clip_norm {
                 x = x.clamp(-clip, clip);
+            }
+            g[i] = x;
+        }
+        if clip > 0.0 && gopts.clip_norm {
+            let norm = g
+                .iter()
+                .map(|&x| f64::from(x) * f64::from(x))
+                .sum::<f64>()
+                .sqrt();
+            if norm > f64::from(clip) {
+                let s = (f64::from(clip) / norm) as f32;
+                g.iter_mut().for_each(|x| *x *= s);
+            }
+        }
+        for i in 0..n {
+            let mut x = g[i];
+            if gopts.per_sample {
+                x -= (l2_own + gopts.l2 * per) * p[i];
             }
             if gopts.noise_stddev > 0.0 {
                 x += gopts.noise_stddev * crate::random::rand_gauss(rng);
@@ -529,6 +569,11 @@ pub fn apply_plain_step(
             return false;
         }
         stepper.update_block(block, &mut p, &g, lr * factor);
+        if gopts.per_sample && gopts.l1 != 0.0 {
+            let t = lr * factor * gopts.l1 * per;
+            p.iter_mut()
+                .for_each(|x| *x = x.signum() * (x.abs() - t).max(0.0));
+        }
         if lr * factor != 0.0 {
             u.unvectorize(&p);
         }
