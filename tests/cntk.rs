@@ -664,3 +664,160 @@ fn mel_delete_rename_set_property_and_dump() {
         "{text}"
     );
 }
+
+/// Kaldi text archives of the corpus's `split`: features (`feats.ark`), posteriors
+/// (`post.ark`), alignments (`ali.ark`) and feat-to-len's counts (`counts`), under `out`.
+fn kaldi_archives(data: &Path, split: &str, out: &Path) -> Vec<(String, usize)> {
+    let scp = s(&data.join(format!("{split}.scp")));
+    let feats = compnet::io::htk::read_scp_features(&scp, Some(&s(data)), Some(DIM)).unwrap();
+    let map = compnet::io::mlf::LabelMap::read(&s(&data.join("states.list"))).unwrap();
+    let mlf =
+        compnet::io::mlf::Mlf::read(&s(&data.join(format!("{split}.mlf"))), Some(&map)).unwrap();
+    let (mut f, mut p, mut a, mut c) = (String::new(), String::new(), String::new(), String::new());
+    let mut utts = Vec::new();
+    for (key, m) in &feats {
+        f.push_str(&format!("{key}  [\n"));
+        for r in 0..m.num_rows() {
+            let row: Vec<String> = m.row_to_vec(r).iter().map(|x| x.to_string()).collect();
+            f.push_str(&format!("  {}\n", row.join(" ")));
+        }
+        f.push_str("]\n");
+        let labels = &mlf.get(key).unwrap().labels;
+        p.push_str(key);
+        a.push_str(key);
+        for l in labels {
+            p.push_str(&format!(" [ {l} 1 ]"));
+            a.push_str(&format!(" {l}"));
+        }
+        p.push('\n');
+        a.push('\n');
+        c.push_str(&format!("{key} {}\n", m.num_rows()));
+        utts.push((key.clone(), m.num_rows()));
+    }
+    std::fs::create_dir_all(out).unwrap();
+    std::fs::write(out.join("feats.ark"), f).unwrap();
+    std::fs::write(out.join("post.ark"), p).unwrap();
+    std::fs::write(out.join("ali.ark"), a).unwrap();
+    std::fs::write(out.join("counts"), c).unwrap();
+    utts
+}
+
+/// CNTK's KaldiReader as Kaldi's recipes for CNTK set it up (rx and mlfFile name files that
+/// hold rspecifiers, scpFile lists the utterances with their frames), with the SGD settings
+/// CNTK scales its own way (momentum and dropout per epoch, norm clipping, per-sample L1/L2);
+/// then eval reads alignments, write reads features; bad lists and mappings name file and
+/// line.
+#[test]
+fn kaldi_reader_and_cntk_sgd_settings_train_evaluate_and_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    make_data(&data);
+    let tr = dir.path().join("kaldi_train");
+    let te = dir.path().join("kaldi_test");
+    kaldi_archives(&data, "train", &tr);
+    let test_utts = kaldi_archives(&data, "test", &te);
+    std::fs::write(
+        tr.join("cntk_train.feats"),
+        format!("ark:{}\n", s(&tr.join("feats.ark"))),
+    )
+    .unwrap();
+    std::fs::write(
+        tr.join("cntk_train.labels"),
+        format!("ark:{}\n", s(&tr.join("post.ark"))),
+    )
+    .unwrap();
+    let mapping: String = (0..STATES).map(|i| format!("{i}\n")).collect();
+    std::fs::write(tr.join("cntk_label.mapping"), &mapping).unwrap();
+    let exp = dir.path().join("exp");
+    let config = dir.path().join("kaldi.config");
+    let text = format!(
+        "command=Train:Test:Write\ndeviceId=-1\nTR={tr}\nTE={te}\n\
+         Train=[\n action=train\n modelPath={exp}/k.dnn\n\
+         NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={EX}/ndl/one_layer.ndl]\n\
+         SGD=[minibatchSize=64; learningRatesPerMB=0.8; momentumPerMB=0.5:0.9; maxEpochs=3\n\
+              L2RegWeight=0.00001; L1RegWeight=0.000001; dropoutRate=0.1:0\n\
+              gradientClippingWithTruncation=false; clippingThresholdPerSample=5]\n\
+         reader=[readerType=KaldiReader; randomSeed=2\n\
+           features=[dim=24; rx=$TR$/cntk_train.feats; scpFile=$TR$/counts]\n\
+           labels=[mlfFile=$TR$/cntk_train.labels; labelDim=12; labelMappingFile=$TR$/cntk_label.mapping]]\n]\n\
+         Test=[\n action=eval\n modelPath={exp}/k.dnn\n\
+         reader=[readerType=KaldiReader\n features=[dim=24; scpFile=ark:$TE$/feats.ark]\n\
+           labels=[aliFile=ark:$TE$/ali.ark; labelDim=12]]\n]\n\
+         Write=[\n action=write\n modelPath={exp}/k.dnn\n outputNodeNames=L1.S\n outputPath={exp}/out\n\
+         reader=[readerType=KaldiReader; features=[dim=24; scpFile=ark:$TE$/feats.ark]]\n]\n",
+        tr = s(&tr),
+        te = s(&te),
+        exp = s(&exp),
+    );
+    std::fs::write(&config, text).unwrap();
+    let run = cli::succeeds(BIN, &["cntk", &s(&config)]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout).into_owned(),
+        String::from_utf8_lossy(&run.stderr).into_owned(),
+    );
+    assert!(
+        stderr.contains(
+            "SGD: momentum 0.5:0.9:0.9 (unit gain), dropout per epoch 0.1:0, clipping by norm \
+             at 5 per sample, L1 0.000001 and L2 0.00001 per sample"
+        ),
+        "{stderr}"
+    );
+    let err = error_rate(&stdout);
+    assert!(err < 0.2, "error rate {err}:\n{stdout}");
+    // write: one Kaldi text matrix per test utterance, of L1.S's dimension.
+    let written = std::fs::read_to_string(exp.join("out.L1.S")).unwrap();
+    assert_eq!(written.matches('[').count(), test_utts.len());
+    let first = &test_utts[0];
+    let rows = written
+        .split(&format!("{}  [", first.0))
+        .nth(1)
+        .unwrap()
+        .split(']')
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>();
+    assert_eq!(rows.len(), first.1);
+    assert_eq!(rows[0].split_whitespace().count(), 64);
+    // A count that disagrees with the features names the list's line.
+    let counts = std::fs::read_to_string(tr.join("counts")).unwrap();
+    let mut lines: Vec<String> = counts.lines().map(str::to_string).collect();
+    let key = lines[2].split_whitespace().next().unwrap().to_string();
+    lines[2] = format!("{key} 999");
+    std::fs::write(tr.join("counts"), lines.join("\n") + "\n").unwrap();
+    std::fs::remove_file(exp.join("k.dnn")).unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(
+        e.contains(&format!(
+            "counts:3: utterance {key} has 999 frames here but"
+        )),
+        "{e}"
+    );
+    lines[2] = "justone".into();
+    std::fs::write(tr.join("counts"), lines.join("\n") + "\n").unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(e.contains("counts:3: expected 'utterance frames'"), "{e}");
+    std::fs::write(
+        tr.join("counts"),
+        counts.replace(&format!("{key} "), "ghost_utt "),
+    )
+    .unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(e.contains("counts:3: utterance ghost_utt is not in"), "{e}");
+    std::fs::write(tr.join("counts"), &counts).unwrap();
+    // The mapping must be the identity on pdf ids; rx must hold an rspecifier.
+    std::fs::write(tr.join("cntk_label.mapping"), mapping.replace("3\n", "x\n")).unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(
+        e.contains("cntk_label.mapping:4: 'x': a KaldiReader's labels are pdf ids"),
+        "{e}"
+    );
+    std::fs::write(tr.join("cntk_label.mapping"), &mapping).unwrap();
+    std::fs::write(tr.join("cntk_train.feats"), "feats.ark\n").unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(
+        e.contains("cntk_train.feats:1 holds 'feats.ark', not a Kaldi rspecifier"),
+        "{e}"
+    );
+}

@@ -25,7 +25,14 @@
 //! Readers: `readerType=HTKMLFReader` (a sub-block with `scpFile` and `dim`, one with
 //! `mlfFile`, `labelDim` and optionally `labelMappingFile`; relative paths inside the script
 //! are taken from the script's directory) and `UCIFastReader` (`file`, a sub-block with `dim`
-//! and `start`, one with `start`, `labelDim` and optionally `labelMappingFile`).
+//! and `start`, one with `start`, `labelDim` and optionally `labelMappingFile`) and
+//! `KaldiReader`/`Kaldi2Reader` (see [`kaldi_source`]).
+//!
+//! The SGD block's momentum (`momentumPerMB`, `momentumPerSample`, `momentumAsTimeConstant`,
+//! per-epoch schedules, unit gain), `dropoutRate` (per epoch), clipping
+//! (`clippingThresholdPerSample`, by truncation or, `gradientClippingWithTruncation=false`,
+//! by norm) and `L1RegWeight`/`L2RegWeight` (per sample) map to `compnet fit`'s options of
+//! the same meaning.
 //! `randomize=None` turns the per-epoch shuffle off; otherwise frames are shuffled every
 //! epoch, seeded by `randomSeed` (CNTK's frame mode: one frame per example).
 //!
@@ -294,6 +301,14 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
             };
             data::load_htk(&src, nnet, &chunk)
         }
+        "kaldireader" | "kaldi2reader" if relabel.is_some() => Err(Error::Usage(format!(
+            "{}: KL-regularised adaptation reads an HTKMLFReader",
+            r.path
+        ))),
+        "kaldireader" | "kaldi2reader" => {
+            let src = kaldi_source(r, input_dim, Some(out_dim))?;
+            data::load_kaldi(&src, nnet, &chunk)
+        }
         "ucifastreader" if relabel.is_some() => Err(Error::Usage(format!(
             "{}: KL-regularised adaptation reads an HTKMLFReader",
             r.path
@@ -301,10 +316,152 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
         "ucifastreader" => read_uci(r, nnet, input_dim, out_dim),
         "" => Err(Error::Usage(format!("{}: no readerType=...", r.path))),
         other => Err(Error::Usage(format!(
-            "{}: readerType={other} is not supported: expected HTKMLFReader or UCIFastReader",
+            "{}: readerType={other} is not supported: expected HTKMLFReader, KaldiReader or \
+             UCIFastReader",
             origin(r, "readerType")
         ))),
     }
+}
+
+/// Whether a value is a Kaldi rspecifier (`ark:...`, `scp:...`, with options).
+fn is_rspecifier(v: &str) -> bool {
+    let v = v.trim_start();
+    ["ark:", "scp:", "ark,", "scp,"]
+        .iter()
+        .any(|p| v.starts_with(p))
+}
+
+/// A KaldiReader key's rspecifier: the value when it is one, else the first line of the file
+/// it names (Kaldi's recipes for CNTK write `cntk_train.feats` holding `scp:feats.scp`).
+fn rspecifier_of(s: &Scope, key: &str) -> Result<Option<String>> {
+    let Some(v) = s.get(key)? else {
+        return Ok(None);
+    };
+    if is_rspecifier(&v) {
+        return Ok(Some(v.trim().to_string()));
+    }
+    let text = crate::frontend::read_text(&v)?;
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if !is_rspecifier(first) {
+        return Err(Error::Usage(format!(
+            "{}: {key}={v}: {v}:1 holds '{first}', not a Kaldi rspecifier (ark:..., scp:...)",
+            origin(s, key)
+        )));
+    }
+    Ok(Some(first.to_string()))
+}
+
+/// CNTK's utterance list of a KaldiReader (`scpFile` with `rx`): `utt frames` per line, as
+/// feat-to-len writes it.
+fn read_counts(file: &str) -> Result<std::collections::HashMap<String, (usize, usize)>> {
+    let text = crate::frontend::read_text(file)?;
+    let mut out = std::collections::HashMap::new();
+    for (i, l) in text.lines().enumerate() {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        if fields.is_empty() {
+            continue;
+        }
+        let line = i + 1;
+        let frames = match fields.as_slice() {
+            [_, n] => n.parse::<usize>().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{file}:{line}: expected 'utterance frames' (feat-to-len's output), got '{}'",
+                l.trim()
+            ))
+        })?;
+        if out.insert(fields[0].to_string(), (frames, line)).is_some() {
+            return Err(Error::Usage(format!(
+                "{file}:{line}: utterance {} is listed twice",
+                fields[0]
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// `KaldiReader` (also `Kaldi2Reader`): a features block with `rx` (a feature rspecifier, or
+/// a file holding one) and `scpFile` (the utterance list, `utt frames` lines), or with only
+/// `scpFile` (Kaldi's feats.scp, or an rspecifier); a labels block with `mlfFile`
+/// (posteriors: an rspecifier or a file holding one, as Kaldi's recipes write
+/// `ali-to-pdf ... | ali-to-post ...`) or `aliFile` (alignments of pdf ids), `labelDim`, and
+/// optionally `labelMappingFile` (which must list 0, 1, ... in order: the labels are pdf ids).
+/// `out_dim`: None for features only.
+fn kaldi_source(r: &Scope, input_dim: usize, out_dim: Option<usize>) -> Result<data::KaldiSource> {
+    let f = sub_with(r, "rx")
+        .or_else(|| sub_with(r, "scpFile"))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: KaldiReader needs a features block with rx=... or scpFile=...",
+                r.path
+            ))
+        })?;
+    dim_check(&f, "dim", input_dim, "input")?;
+    let (feats, counts) = match rspecifier_of(&f, "rx")? {
+        Some(rx) => {
+            let counts = f
+                .get("scpFile")?
+                .map(|c| read_counts(&c).map(|m| (c, m)))
+                .transpose()?;
+            (rx, counts)
+        }
+        None => {
+            let scp = f.get("scpFile")?.unwrap_or_default();
+            let feats = if is_rspecifier(&scp) {
+                scp
+            } else {
+                format!("scp:{scp}")
+            };
+            (feats, None)
+        }
+    };
+    let (labels, alignments) = match out_dim {
+        None => (String::new(), false),
+        Some(out_dim) => {
+            let (l, key) = match (sub_with(r, "mlfFile"), sub_with(r, "aliFile")) {
+                (Some(l), _) => (l, "mlfFile"),
+                (None, Some(l)) => (l, "aliFile"),
+                (None, None) => {
+                    return Err(Error::Usage(format!(
+                        "{}: KaldiReader needs a labels block with mlfFile=... (posteriors) or \
+                         aliFile=... (alignments)",
+                        r.path
+                    )))
+                }
+            };
+            dim_check(&l, "labelDim", out_dim, "output")?;
+            if let Some(map) = l.get("labelMappingFile")? {
+                let text = crate::frontend::read_text(&map)?;
+                let names: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .collect();
+                if let Some((i, bad)) = names.iter().enumerate().find(|&(i, n)| *n != i.to_string())
+                {
+                    return Err(Error::Usage(format!(
+                        "{map}:{}: '{bad}': a KaldiReader's labels are pdf ids, so the mapping \
+                         must list 0, 1, 2, ... in order",
+                        i + 1
+                    )));
+                }
+            }
+            let labels = rspecifier_of(&l, key)?.unwrap_or_default();
+            (labels, key == "aliFile")
+        }
+    };
+    Ok(data::KaldiSource {
+        feats,
+        labels,
+        alignments,
+        counts,
+    })
 }
 
 /// `UCIFastReader`: one example per row, input and output at t = 0 (the network's context
@@ -716,6 +873,29 @@ fn train_from(b: &Scope, start: Option<Nnet>, relabel: Option<Relabel>) -> Resul
     let fa = fit_args(&sgd, &ckp_dir, seed, shuffle)?;
     let (mut opts, _) = fit::options(&fa)?;
     opts.epoch_models = Some(model_path.clone());
+    let g = &opts.gradient;
+    let mut settings = Vec::new();
+    if opts.stepper.kind.name() == "momentum" {
+        settings.push(format!(
+            "momentum {} (unit gain)",
+            fa.momentum_schedule
+                .clone()
+                .unwrap_or_else(|| opts.stepper.momentum.to_string())
+        ));
+    }
+    if let Some(d) = &fa.dropout_per_epoch {
+        settings.push(format!("dropout per epoch {d}"));
+    }
+    if g.clip > 0.0 {
+        let how = if g.clip_norm { "norm" } else { "truncation" };
+        settings.push(format!("clipping by {how} at {} per sample", g.clip));
+    }
+    if g.l1 > 0.0 || g.l2 > 0.0 {
+        settings.push(format!("L1 {} and L2 {} per sample", g.l1, g.l2));
+    }
+    if !settings.is_empty() {
+        log(P, &format!("{}: SGD: {}", b.path, settings.join(", ")));
+    }
     log(
         P,
         &format!(
@@ -796,9 +976,40 @@ fn eval(b: &Scope) -> Result<()> {
 /// The utterances a reader gives, features only.
 fn reader_utterances(r: &Scope, input_dim: usize) -> Result<Vec<(String, Matrix)>> {
     let kind = r.get("readerType")?.unwrap_or_default();
+    if kind.eq_ignore_ascii_case("KaldiReader") || kind.eq_ignore_ascii_case("Kaldi2Reader") {
+        let src = kaldi_source(r, input_dim, None)?;
+        let mut out = Vec::new();
+        for item in crate::io::table::SequentialTableReader::<GeneralMatrix>::open(&src.feats)? {
+            let (key, m) = item?;
+            if let Some((file, list)) = &src.counts {
+                match list.get(&key) {
+                    None => continue,
+                    Some(&(n, line)) if n != m.num_rows() => {
+                        return Err(Error::Usage(format!(
+                            "{file}:{line}: utterance {key} has {n} frames here but {} in {}",
+                            m.num_rows(),
+                            src.feats
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+            if m.num_cols() != input_dim {
+                return Err(Error::Usage(format!(
+                    "{}: utterance {key}: features of dimension {} but the network's input has \
+                     dimension {input_dim}",
+                    src.feats,
+                    m.num_cols()
+                )));
+            }
+            out.push((key, m.to_matrix()));
+        }
+        return Ok(out);
+    }
     if !kind.eq_ignore_ascii_case("HTKMLFReader") {
         return Err(Error::Usage(format!(
-            "{}: action=write reads utterances from an HTKMLFReader (readerType={kind})",
+            "{}: action=write reads utterances from an HTKMLFReader or KaldiReader \
+             (readerType={kind})",
             r.path
         )));
     }
