@@ -821,3 +821,89 @@ fn kaldi_reader_and_cntk_sgd_settings_train_evaluate_and_write() {
         "{e}"
     );
 }
+
+/// `compnet fit` takes CNTK's settings as its own options: dropout and momentum per epoch,
+/// unit-gain momentum, norm clipping and per-sample L1/L2; the last epoch's dropout is in the
+/// model it writes.
+#[test]
+fn fit_takes_cntk_sgd_settings_as_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    make_data(&data);
+    let train = dir.path().join("train");
+    std::fs::create_dir_all(&train).unwrap();
+    let scp = std::fs::read_to_string(data.join("train.scp")).unwrap();
+    std::fs::write(
+        train.join("feats.scp"),
+        scp.replace("train.htk", "../data/train.htk"),
+    )
+    .unwrap();
+    std::fs::copy(data.join("train.mlf"), train.join("labels.mlf")).unwrap();
+    std::fs::copy(data.join("states.list"), train.join("labels.map")).unwrap();
+    let net = dir.path().join("net.config");
+    std::fs::write(
+        &net,
+        NET.replace(
+            "component-node name=o component=o input=r",
+            "component name=d type=DropoutComponent dim=32 dropout-proportion=0.0\n\
+             component-node name=d component=d input=r\n\
+             component-node name=o component=o input=d",
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let args = [
+        "fit".to_string(),
+        s(&net),
+        "--train".into(),
+        s(&train),
+        "--out".into(),
+        s(&out),
+        "--stepper=momentum".into(),
+        "--momentum-schedule=0.5:0.9".into(),
+        "--momentum-gain=unit".into(),
+        "--dropout-per-epoch=0.25:0.5".into(),
+        "--clip-gradient=1".into(),
+        "--clip-by=norm".into(),
+        "--regularize-per=sample".into(),
+        "--l2=0.0001".into(),
+        "--l1=0.00001".into(),
+        "--num-epochs=2".into(),
+        "--learning-rate=0.01".into(),
+    ];
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let model = compnet::nnet::Nnet::read_model_file(&s(&out.join("final.raw")))
+        .unwrap()
+        .nnet;
+    let text_path = dir.path().join("final.txt");
+    model.write_model_file(&s(&text_path), false).unwrap();
+    let text = std::fs::read_to_string(&text_path).unwrap();
+    assert!(text.contains("<DropoutProportion> 0.5 "), "{text}");
+    for (bad, want) in [
+        (
+            "--clip-by=sideways",
+            "--clip-by=sideways: expected value or norm",
+        ),
+        (
+            "--regularize-per=epoch",
+            "--regularize-per=epoch: expected minibatch or sample",
+        ),
+        (
+            "--momentum-gain=double",
+            "--momentum-gain=double: expected classic or unit",
+        ),
+        (
+            "--dropout-per-epoch=0.5:1.5",
+            "--dropout-per-epoch: 1.5 is not a proportion",
+        ),
+        (
+            "--momentum-schedule=0.5:1",
+            "--momentum-schedule: 1 is not in [0, 1)",
+        ),
+    ] {
+        let mut a: Vec<&str> = args[..6].iter().map(String::as_str).collect();
+        a.push(bad);
+        let e = fails(&a);
+        assert!(e.contains(want), "{bad}: {e}");
+    }
+}

@@ -357,7 +357,7 @@ fn rspecifier_of(s: &Scope, key: &str) -> Result<Option<String>> {
 
 /// CNTK's utterance list of a KaldiReader (`scpFile` with `rx`): `utt frames` per line, as
 /// feat-to-len writes it.
-fn read_counts(file: &str) -> Result<std::collections::HashMap<String, (usize, usize)>> {
+fn read_counts(file: &str) -> Result<data::UtteranceList> {
     let text = crate::frontend::read_text(file)?;
     let mut out = std::collections::HashMap::new();
     for (i, l) in text.lines().enumerate() {

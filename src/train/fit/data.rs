@@ -227,8 +227,11 @@ pub struct KaldiSource {
     /// CNTK's utterance list (`scpFile`, feat-to-len's `utt frames` lines): its file and, per
     /// utterance, the frames and the line; only these utterances are read, and their frames
     /// are checked.
-    pub counts: Option<(String, std::collections::HashMap<String, (usize, usize)>)>,
+    pub counts: Option<(String, UtteranceList)>,
 }
+
+/// Utterance → (frames, 1-based line of the list).
+pub type UtteranceList = std::collections::HashMap<String, (usize, usize)>;
 
 /// Reads Kaldi features and labels for `nnet`, cut into examples as a data directory is.
 pub fn load_kaldi(src: &KaldiSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
