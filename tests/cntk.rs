@@ -901,7 +901,7 @@ fn fit_takes_cntk_sgd_settings_as_options() {
             "--momentum-schedule: 1 is not in [0, 1)",
         ),
     ] {
-        let mut a: Vec<&str> = args[..6].iter().map(String::as_str).collect();
+        let mut a: Vec<&str> = args[..7].iter().map(String::as_str).collect();
         a.push(bad);
         let e = fails(&a);
         assert!(e.contains(want), "{bad}: {e}");
