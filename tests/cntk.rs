@@ -290,3 +290,615 @@ fn fit_trains_from_an_htk_script_and_mlf() {
         "{e}"
     );
 }
+
+/// A network of one LinearComponent (2x2) with parameters `p` and a gradient network holding
+/// `g` (the direction that raises the objective: minus CNTK's criterion gradient).
+fn one_linear(p: &[f32], g: &[f32]) -> (compnet::nnet::Nnet, compnet::nnet::Nnet) {
+    use compnet::train::fit::stepper::gradient_network;
+    let mut nnet = compnet::nnet::Nnet::from_config_text(
+        "input-node name=input dim=2\n\
+         component name=W type=LinearComponent input-dim=2 output-dim=2\n\
+         component-node name=W component=W input=input\n\
+         output-node name=output input=W objective=quadratic\n",
+        "one_linear",
+        &mut compnet::random::seeded_rng(0),
+    )
+    .unwrap();
+    nnet.components[0]
+        .as_updatable_mut()
+        .unwrap()
+        .copy_params_from(p);
+    let mut grad = gradient_network(&nnet);
+    grad.components[0]
+        .as_updatable_mut()
+        .unwrap()
+        .copy_params_from(g);
+    (nnet, grad)
+}
+
+fn params(nnet: &compnet::nnet::Nnet) -> Vec<f32> {
+    nnet.components[0].as_updatable().unwrap().params_to_vec()
+}
+
+/// One SGD step with CNTK's L1RegWeight, L2RegWeight and norm clipping, computed by hand
+/// from CNTK's definition: the criterion's summed gradient d over N samples is scaled down
+/// to a norm of at most clippingThresholdPerSample·N, then L2RegWeight·N·w is added, the
+/// step is w − lr·d, and L1 shrinks each weight toward 0 by lr·L1RegWeight·N (stopping at
+/// 0). The same step comes from a per-minibatch rate lr·N.
+#[test]
+fn one_step_with_cntk_regularisation_and_norm_clipping_matches_the_definition() {
+    use compnet::train::fit::stepper::{
+        apply_plain_step, GradientOptions, Stepper, StepperKind, StepperOptions,
+    };
+    let p = [0.5f32, -0.2, 0.01, 1.0];
+    let g = [1.0f32, -3.0, -0.05, 0.2];
+    let (n, lr, l1, l2, clip) = (4.0f64, 0.1f64, 0.05f64, 0.01f64, 0.5f64);
+    // By hand, in CNTK's terms (d = the criterion's gradient = -g).
+    let d: Vec<f64> = g.iter().map(|&x| -f64::from(x)).collect();
+    let norm = d.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let scale = (clip * n / norm).min(1.0);
+    assert!(scale < 1.0, "the test must clip");
+    let want: Vec<f64> = p
+        .iter()
+        .zip(&d)
+        .map(|(&w, &dx)| {
+            let w = f64::from(w);
+            let stepped = w - lr * (dx * scale + l2 * n * w);
+            let t = lr * l1 * n;
+            stepped.signum() * (stepped.abs() - t).max(0.0)
+        })
+        .collect();
+    assert_eq!(want[2], 0.0, "L1 must reach 0 for the third weight");
+    let gopts = GradientOptions {
+        l1: l1 as f32,
+        l2: l2 as f32,
+        clip: clip as f32,
+        clip_norm: true,
+        per_sample: true,
+        noise_stddev: 0.0,
+    };
+    // Per-sample rate (the summed gradient), then a per-minibatch rate lr·N on the mean.
+    for (step_lr, grad_scale) in [(lr, 1.0), (lr * n, 1.0 / n)] {
+        let (mut nnet, mut grad) = one_linear(&p, &g);
+        let mut stepper = Stepper::new(StepperOptions {
+            kind: StepperKind::Sgd,
+            ..Default::default()
+        });
+        let ok = apply_plain_step(
+            &mut stepper,
+            &mut nnet,
+            &mut grad,
+            step_lr as f32,
+            grad_scale as f32,
+            &gopts,
+            1,
+            n,
+            &mut compnet::random::seeded_rng(0),
+        );
+        assert!(ok);
+        let got = params(&nnet);
+        for (a, b) in got.iter().zip(&want) {
+            assert!((f64::from(*a) - b).abs() < 1e-6, "{got:?} vs {want:?}");
+        }
+    }
+    // Truncation (gradientClippingWithTruncation=true): each element within ±clip·N; and
+    // CNTK's unit-gain momentum: v = m·v + (1 - m)·g, w += lr·v.
+    let (mut nnet, mut grad) = one_linear(&p, &g);
+    let m = 0.9f32;
+    let mut stepper = Stepper::new(StepperOptions {
+        kind: StepperKind::Momentum,
+        momentum: m,
+        unit_gain: true,
+        ..Default::default()
+    });
+    let trunc = GradientOptions {
+        clip: 0.5,
+        ..Default::default()
+    };
+    let rng = &mut compnet::random::seeded_rng(0);
+    assert!(apply_plain_step(
+        &mut stepper,
+        &mut nnet,
+        &mut grad,
+        0.1,
+        1.0,
+        &trunc,
+        1,
+        4.0,
+        rng
+    ));
+    let got = params(&nnet);
+    for i in 0..4 {
+        let want = p[i] + 0.1 * (1.0 - m) * g[i].clamp(-2.0, 2.0);
+        assert!((got[i] - want).abs() < 1e-6, "{got:?}");
+    }
+}
+
+const MEL_MACROS: &str = "BFF(in, rows, cols)\n{\n B=Parameter(rows, init=fixedvalue, value=0)\n \
+    W=Parameter(rows, cols)\n T=Times(W, in)\n BFF=Plus(T, B)\n}\n\
+    SBFF(in, rows, cols)\n{\n BFF=BFF(in, rows, cols)\n S=Sigmoid(BFF)\n}\n";
+
+fn mel_model() -> compnet::nnet::Nnet {
+    let ndl = format!(
+        "{MEL_MACROS}features=Input(4, tag=feature)\nlabels=Input(3, tag=label)\n\
+         L1=SBFF(features, 5, 4)\nO=BFF(L1, 3, 5)\n\
+         CE=CrossEntropyWithSoftmax(labels, O, tag=criteria)\n"
+    );
+    compnet::frontend::ndl::read_ndl(&ndl, "m.ndl", &mut compnet::random::seeded_rng(1)).unwrap()
+}
+
+/// Runs MEL text on `mel_model()` loaded as `m`; the model after it.
+fn mel(text: &str) -> compnet::error::Result<compnet::nnet::Nnet> {
+    let read = |_: &str| Ok(mel_model());
+    let mut m = compnet::frontend::cntk::mel::Mel::new("e.mel", MEL_MACROS.to_string(), 2, &read);
+    m.run(text)?;
+    Ok(m.model("m").expect("loaded").clone())
+}
+
+fn has_line(n: &compnet::nnet::Nnet, want: &str) -> bool {
+    n.config_lines().iter().any(|l| l == want)
+}
+
+fn comp_params(n: &compnet::nnet::Nnet, comp: &str) -> Vec<f32> {
+    let i = n
+        .component_index(comp)
+        .unwrap_or_else(|| panic!("no {comp}"));
+    n.components[i].as_updatable().unwrap().params_to_vec()
+}
+
+fn lr_factor(n: &compnet::nnet::Nnet, comp: &str) -> f32 {
+    let i = n.component_index(comp).unwrap();
+    n.components[i]
+        .as_updatable()
+        .unwrap()
+        .common()
+        .learning_rate_factor
+}
+
+#[test]
+fn mel_set_input_copy_and_copy_sub_tree() {
+    // A layer inserted between L1 and the output with a wildcard target, as discriminative
+    // pre-training does.
+    let n = mel(
+        "m=LoadModel(x)\nSetDefaultModel(m)\nH=5\nL2=SBFF(L1.S, H, H)\n\
+                 SetInput(O.*T, 1, L2.S)\n",
+    )
+    .unwrap();
+    assert!(has_line(
+        &n,
+        "component-node name=O.T component=O.W input=L2.S"
+    ));
+    assert!(has_line(
+        &n,
+        "component-node name=L2.BFF.T component=L2.BFF.W input=L1.S"
+    ));
+    // CopyNode of a Parameter makes a new one with the same values; SetInput(T, 0, W2)
+    // makes the Times use it.
+    let n = mel("m=LoadModel(x)\nCopyNode(O.W, O.W2)\nSetInput(O.T, 0, O.W2)\n").unwrap();
+    assert!(has_line(
+        &n,
+        "component-node name=O.T component=O.W2 input=L1.S"
+    ));
+    assert_eq!(comp_params(&n, "O.W2"), comp_params(&mel_model(), "O.W"));
+    // copy=value copies into an existing parameter of the same shape.
+    let n = mel("m=LoadModel(x)\nL2=SBFF(L1.S, 5, 5)\nL3=SBFF(L1.S, 5, 5)\n\
+                 CopyNode(L2.BFF.W, L3.BFF.W, copy=value)\n")
+    .unwrap();
+    assert_eq!(comp_params(&n, "L3.BFF.W"), comp_params(&n, "L2.BFF.W"));
+    // A wildcard copy of a whole layer: the links among the copies go to the copies, the
+    // Times uses the copied Parameter, the values are the layer's.
+    let n = mel("m=LoadModel(x)\nCopyNode(L1.*, L3.*)\n").unwrap();
+    assert!(has_line(
+        &n,
+        "component-node name=L3.S component=L3.S input=Sum(L3.BFF.T, L3.BFF.B)"
+    ));
+    assert!(has_line(
+        &n,
+        "component-node name=L3.BFF.T component=L3.BFF.W input=input"
+    ));
+    assert_eq!(comp_params(&n, "L3.BFF.W"), comp_params(&n, "L1.BFF.W"));
+    // CopySubTree: the node and all it reads, prefixed, reading the model's input.
+    let n = mel("m=LoadModel(x)\nCopySubTree(L1.S, m, X.)\n").unwrap();
+    assert!(has_line(
+        &n,
+        "component-node name=X.L1.S component=X.L1.S input=Sum(X.L1.BFF.T, X.L1.BFF.B)"
+    ));
+    assert!(has_line(
+        &n,
+        "component-node name=X.L1.BFF.T component=X.L1.BFF.T input=input"
+    ));
+    assert_eq!(comp_params(&n, "X.L1.BFF.T"), comp_params(&n, "L1.BFF.W"));
+    for (text, want) in [
+        ("SetDefaultModel(m)\n", "e.mel:1: no model named m"),
+        (
+            "m=LoadModel(x)\nSetInput(Nope, 0, L1.S)\n",
+            "e.mel:2: no node of model m matches 'Nope'",
+        ),
+        (
+            "m=LoadModel(x)\nSetInput(O.T, 2, L1.S)\n",
+            "e.mel:2: 'O.T' (LinearComponent) takes its data as input 1",
+        ),
+        (
+            "m=LoadModel(x)\nSetInput(O.T, 1, Ghost)\n",
+            "e.mel:2: model m has no node 'Ghost'",
+        ),
+        (
+            "m=LoadModel(x)\nSetInput(O.T, 0, L1.BFF.W)\n",
+            "e.mel:2: 'L1.BFF.W' (LinearComponent 4x5) cannot be the weight of 'O.T'",
+        ),
+        (
+            "m=LoadModel(x)\nCopyNode(L1.BFF.W, O.W, copy=value)\n",
+            "e.mel:2: CopyNode: L1.BFF.W (LinearComponent 4x5) and O.W",
+        ),
+        (
+            "m=LoadModel(x)\n\nCopyNode(L1.S, O.T)\n",
+            "e.mel:3: CopyNode: model m has 'O.T' already",
+        ),
+        (
+            "m=LoadModel(x)\nCopyNode(Ghost*, G*)\n",
+            "e.mel:2: no node or parameter matches 'Ghost*'",
+        ),
+        (
+            "m=LoadModel(x)\nCopyNode(L1.S, L4.S, copy=some)\n",
+            "e.mel:2: copy=some: expected all or value",
+        ),
+        (
+            "m=LoadModel(x)\nCopySubTree(L1.S, m, L)\nCopySubTree(L1.S, m, L)\n",
+            "e.mel:3: CopySubTree: model m has 'LL1.BFF.B' already",
+        ),
+        (
+            "m=LoadModel(x)\nL1=SBFF(L1.S, 5, 5)\n",
+            "makes 'L1.BFF.W', which the model has already",
+        ),
+    ] {
+        let e = mel(text).expect_err(text).to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn mel_delete_rename_set_property_and_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = s(&dir.path().join("out.mdl"));
+    // A node nothing reads goes at once, with its component.
+    let n = mel("m=LoadModel(x)\nL2=SBFF(L1.S, 5, 5)\nDeleteNode(L2.S)\n").unwrap();
+    assert!(n.node_index("L2.S").is_none() && n.component_index("L2.S").is_none());
+    // As in CNTK, deleting a node that is read leaves its readers without that input until
+    // SetInput gives them another; the model saves once they have one.
+    let text = format!(
+        "m=LoadModel(x)\nCopyNode(L1.S, L1.S2)\nDeleteNode(L1.S)\nSetInput(O.T, 1, L1.S2)\n\
+         SaveModel(m, {out})\n"
+    );
+    let n = mel(&text).unwrap();
+    assert!(n.node_index("L1.S").is_none() && n.component_index("L1.S").is_none());
+    assert!(has_line(
+        &n,
+        "component-node name=O.T component=O.W input=L1.S2"
+    ));
+    let saved = compnet::nnet::Nnet::read_model_file(&out).unwrap().nnet;
+    assert_eq!(saved.config_lines(), n.config_lines());
+    let e = mel(&format!(
+        "m=LoadModel(x)\nDeleteNode(L1.S)\n\nSaveModel(m, {out})\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("e.mel:4: model m: 'L1.S', deleted on line 2, is still read by O.T"),
+        "{e}"
+    );
+    let e = mel("m=LoadModel(x)\nDeleteNode(L1.S)\nSetInput(O.T, 1, L1.S)\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("e.mel:3: 'L1.S' was deleted on line 2"), "{e}");
+    // Rename: a layer's nodes and Parameters with wildcards; readers follow.
+    let n = mel("m=LoadModel(x)\nRename(L1.*, H1.*)\n").unwrap();
+    assert!(has_line(
+        &n,
+        "component-node name=O.T component=O.W input=H1.S"
+    ));
+    assert!(has_line(
+        &n,
+        "component-node name=H1.BFF.T component=H1.BFF.W input=input"
+    ));
+    assert!(n.node_index("L1.S").is_none());
+    let e = mel("m=LoadModel(x)\nRename(O.T, L1.S)\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("e.mel:2: Rename: model m has a node 'L1.S' already"),
+        "{e}"
+    );
+    // SetProperty: needGradient (also by the node), learningRateMultiplier, criterion.
+    let n = mel(
+        "m=LoadModel(x)\nSetProperty(L1.BFF.W, needGradient, false)\n\
+                 SetProperty(m.O.T, computeGradient, false)\n\
+                 SetProperty(L1.BFF.B, learningRateMultiplier, 0.5)\n",
+    )
+    .unwrap();
+    assert_eq!(lr_factor(&n, "L1.BFF.W"), 0.0);
+    assert_eq!(lr_factor(&n, "O.W"), 0.0);
+    let b = n.component_index("L1.BFF.B").map(|_| "L1.BFF.B");
+    if let Some(b) = b {
+        assert_eq!(lr_factor(&n, b), 0.5);
+    }
+    let n =
+        mel("m=LoadModel(x)\nL2=SBFF(L1.S, 3, 5)\nSetProperty(L2.S, criterion, true)\n").unwrap();
+    let out_line = n
+        .config_lines()
+        .into_iter()
+        .find(|l| l.starts_with("output-node name=output "))
+        .unwrap();
+    assert!(out_line.contains("input=L2.S"), "{out_line}");
+    for (text, want) in [
+        (
+            "m=LoadModel(x)\nSetProperty(L1.S, learningRate, 0)\n",
+            "e.mel:2: SetProperty(learningRate): not a property",
+        ),
+        (
+            "m=LoadModel(x)\nSetProperty(L1.S, feature, true)\n",
+            "e.mel:2: feature=true on 'L1.S'",
+        ),
+        (
+            "m=LoadModel(x)\nSetProperty(L1.S, needGradient, maybe)\n",
+            "e.mel:2: needGradient=maybe: expected true or false",
+        ),
+        (
+            "m=LoadModel(x)\nSetProperty(L9.*, needGradient, false)\n",
+            "e.mel:2: no node or parameter of model m matches 'L9.*'",
+        ),
+    ] {
+        let e = mel(text).expect_err(text).to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+    }
+    // DumpModel writes the network's config lines.
+    let dump = s(&dir.path().join("m.txt"));
+    mel(&format!("m=LoadModel(x)\nDumpModel(m, {dump})\n")).unwrap();
+    let text = std::fs::read_to_string(&dump).unwrap();
+    assert!(
+        text.contains("component-node name=O.T component=O.W input=L1.S"),
+        "{text}"
+    );
+}
+
+/// Kaldi text archives of the corpus's `split`: features (`feats.ark`), posteriors
+/// (`post.ark`), alignments (`ali.ark`) and feat-to-len's counts (`counts`), under `out`.
+fn kaldi_archives(data: &Path, split: &str, out: &Path) -> Vec<(String, usize)> {
+    let scp = s(&data.join(format!("{split}.scp")));
+    let feats = compnet::io::htk::read_scp_features(&scp, Some(&s(data)), Some(DIM)).unwrap();
+    let map = compnet::io::mlf::LabelMap::read(&s(&data.join("states.list"))).unwrap();
+    let mlf =
+        compnet::io::mlf::Mlf::read(&s(&data.join(format!("{split}.mlf"))), Some(&map)).unwrap();
+    let (mut f, mut p, mut a, mut c) = (String::new(), String::new(), String::new(), String::new());
+    let mut utts = Vec::new();
+    for (key, m) in &feats {
+        f.push_str(&format!("{key}  [\n"));
+        for r in 0..m.num_rows() {
+            let row: Vec<String> = m.row_to_vec(r).iter().map(|x| x.to_string()).collect();
+            f.push_str(&format!("  {}\n", row.join(" ")));
+        }
+        f.push_str("]\n");
+        let labels = &mlf.get(key).unwrap().labels;
+        p.push_str(key);
+        a.push_str(key);
+        for l in labels {
+            p.push_str(&format!(" [ {l} 1 ]"));
+            a.push_str(&format!(" {l}"));
+        }
+        p.push('\n');
+        a.push('\n');
+        c.push_str(&format!("{key} {}\n", m.num_rows()));
+        utts.push((key.clone(), m.num_rows()));
+    }
+    std::fs::create_dir_all(out).unwrap();
+    std::fs::write(out.join("feats.ark"), f).unwrap();
+    std::fs::write(out.join("post.ark"), p).unwrap();
+    std::fs::write(out.join("ali.ark"), a).unwrap();
+    std::fs::write(out.join("counts"), c).unwrap();
+    utts
+}
+
+/// CNTK's KaldiReader as Kaldi's recipes for CNTK set it up (rx and mlfFile name files that
+/// hold rspecifiers, scpFile lists the utterances with their frames), with the SGD settings
+/// CNTK scales its own way (momentum and dropout per epoch, norm clipping, per-sample L1/L2);
+/// then eval reads alignments, write reads features; bad lists and mappings name file and
+/// line.
+#[test]
+fn kaldi_reader_and_cntk_sgd_settings_train_evaluate_and_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    make_data(&data);
+    let tr = dir.path().join("kaldi_train");
+    let te = dir.path().join("kaldi_test");
+    kaldi_archives(&data, "train", &tr);
+    let test_utts = kaldi_archives(&data, "test", &te);
+    std::fs::write(
+        tr.join("cntk_train.feats"),
+        format!("ark:{}\n", s(&tr.join("feats.ark"))),
+    )
+    .unwrap();
+    std::fs::write(
+        tr.join("cntk_train.labels"),
+        format!("ark:{}\n", s(&tr.join("post.ark"))),
+    )
+    .unwrap();
+    let mapping: String = (0..STATES).map(|i| format!("{i}\n")).collect();
+    std::fs::write(tr.join("cntk_label.mapping"), &mapping).unwrap();
+    let exp = dir.path().join("exp");
+    let config = dir.path().join("kaldi.config");
+    let text = format!(
+        "command=Train:Test:Write\ndeviceId=-1\nTR={tr}\nTE={te}\n\
+         Train=[\n action=train\n modelPath={exp}/k.dnn\n\
+         NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={EX}/ndl/one_layer.ndl]\n\
+         SGD=[minibatchSize=64; learningRatesPerMB=0.8; momentumPerMB=0.5:0.9; maxEpochs=3\n\
+              L2RegWeight=0.00001; L1RegWeight=0.000001; dropoutRate=0.1:0\n\
+              gradientClippingWithTruncation=false; clippingThresholdPerSample=5]\n\
+         reader=[readerType=KaldiReader; randomSeed=2\n\
+           features=[dim=24; rx=$TR$/cntk_train.feats; scpFile=$TR$/counts]\n\
+           labels=[mlfFile=$TR$/cntk_train.labels; labelDim=12; labelMappingFile=$TR$/cntk_label.mapping]]\n]\n\
+         Test=[\n action=eval\n modelPath={exp}/k.dnn\n\
+         reader=[readerType=KaldiReader\n features=[dim=24; scpFile=ark:$TE$/feats.ark]\n\
+           labels=[aliFile=ark:$TE$/ali.ark; labelDim=12]]\n]\n\
+         Write=[\n action=write\n modelPath={exp}/k.dnn\n outputNodeNames=L1.S\n outputPath={exp}/out\n\
+         reader=[readerType=KaldiReader; features=[dim=24; scpFile=ark:$TE$/feats.ark]]\n]\n",
+        tr = s(&tr),
+        te = s(&te),
+        exp = s(&exp),
+    );
+    std::fs::write(&config, text).unwrap();
+    let run = cli::succeeds(BIN, &["cntk", &s(&config)]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout).into_owned(),
+        String::from_utf8_lossy(&run.stderr).into_owned(),
+    );
+    assert!(
+        stderr.contains(
+            "SGD: momentum 0.5:0.9:0.9 (unit gain), dropout per epoch 0.1:0, clipping by norm \
+             at 5 per sample, L1 0.000001 and L2 0.00001 per sample"
+        ),
+        "{stderr}"
+    );
+    let err = error_rate(&stdout);
+    assert!(err < 0.2, "error rate {err}:\n{stdout}");
+    // write: one Kaldi text matrix per test utterance, of L1.S's dimension.
+    let written = std::fs::read_to_string(exp.join("out.L1.S")).unwrap();
+    assert_eq!(written.matches('[').count(), test_utts.len());
+    let first = &test_utts[0];
+    let rows = written
+        .split(&format!("{}  [", first.0))
+        .nth(1)
+        .unwrap()
+        .split(']')
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>();
+    assert_eq!(rows.len(), first.1);
+    assert_eq!(rows[0].split_whitespace().count(), 64);
+    // A count that disagrees with the features names the list's line.
+    let counts = std::fs::read_to_string(tr.join("counts")).unwrap();
+    let mut lines: Vec<String> = counts.lines().map(str::to_string).collect();
+    let key = lines[2].split_whitespace().next().unwrap().to_string();
+    lines[2] = format!("{key} 999");
+    std::fs::write(tr.join("counts"), lines.join("\n") + "\n").unwrap();
+    std::fs::remove_file(exp.join("k.dnn")).unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(
+        e.contains(&format!(
+            "counts:3: utterance {key} has 999 frames here but"
+        )),
+        "{e}"
+    );
+    lines[2] = "justone".into();
+    std::fs::write(tr.join("counts"), lines.join("\n") + "\n").unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(e.contains("counts:3: expected 'utterance frames'"), "{e}");
+    std::fs::write(
+        tr.join("counts"),
+        counts.replace(&format!("{key} "), "ghost_utt "),
+    )
+    .unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(e.contains("counts:3: utterance ghost_utt is not in"), "{e}");
+    std::fs::write(tr.join("counts"), &counts).unwrap();
+    // The mapping must be the identity on pdf ids; rx must hold an rspecifier.
+    std::fs::write(tr.join("cntk_label.mapping"), mapping.replace("3\n", "x\n")).unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(
+        e.contains("cntk_label.mapping:4: 'x': a KaldiReader's labels are pdf ids"),
+        "{e}"
+    );
+    std::fs::write(tr.join("cntk_label.mapping"), &mapping).unwrap();
+    std::fs::write(tr.join("cntk_train.feats"), "feats.ark\n").unwrap();
+    let e = fails(&["cntk", &s(&config), "command=Train"]);
+    assert!(
+        e.contains("cntk_train.feats:1 holds 'feats.ark', not a Kaldi rspecifier"),
+        "{e}"
+    );
+}
+
+/// `compnet fit` takes CNTK's settings as its own options: dropout and momentum per epoch,
+/// unit-gain momentum, norm clipping and per-sample L1/L2; the last epoch's dropout is in the
+/// model it writes.
+#[test]
+fn fit_takes_cntk_sgd_settings_as_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    make_data(&data);
+    let train = dir.path().join("train");
+    std::fs::create_dir_all(&train).unwrap();
+    let scp = std::fs::read_to_string(data.join("train.scp")).unwrap();
+    std::fs::write(
+        train.join("feats.scp"),
+        scp.replace("train.htk", "../data/train.htk"),
+    )
+    .unwrap();
+    std::fs::copy(data.join("train.mlf"), train.join("labels.mlf")).unwrap();
+    std::fs::copy(data.join("states.list"), train.join("labels.map")).unwrap();
+    let net = dir.path().join("net.config");
+    std::fs::write(
+        &net,
+        NET.replace(
+            "component-node name=o component=o input=r",
+            "component name=d type=DropoutComponent dim=32 dropout-proportion=0.0\n\
+             component-node name=d component=d input=r\n\
+             component-node name=o component=o input=d",
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let args = [
+        "fit".to_string(),
+        s(&net),
+        "--train".into(),
+        s(&train),
+        "--out".into(),
+        s(&out),
+        "--stepper=momentum".into(),
+        "--momentum-schedule=0.5:0.9".into(),
+        "--momentum-gain=unit".into(),
+        "--dropout-per-epoch=0.25:0.5".into(),
+        "--clip-gradient=1".into(),
+        "--clip-by=norm".into(),
+        "--regularize-per=sample".into(),
+        "--l2=0.0001".into(),
+        "--l1=0.00001".into(),
+        "--num-epochs=2".into(),
+        "--learning-rate=0.01".into(),
+    ];
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let model = compnet::nnet::Nnet::read_model_file(&s(&out.join("final.raw")))
+        .unwrap()
+        .nnet;
+    let text_path = dir.path().join("final.txt");
+    model.write_model_file(&s(&text_path), false).unwrap();
+    let text = std::fs::read_to_string(&text_path).unwrap();
+    assert!(text.contains("<DropoutProportion> 0.5 "), "{text}");
+    for (bad, want) in [
+        (
+            "--clip-by=sideways",
+            "--clip-by=sideways: expected value or norm",
+        ),
+        (
+            "--regularize-per=epoch",
+            "--regularize-per=epoch: expected minibatch or sample",
+        ),
+        (
+            "--momentum-gain=double",
+            "--momentum-gain=double: expected classic or unit",
+        ),
+        (
+            "--dropout-per-epoch=0.5:1.5",
+            "--dropout-per-epoch: 1.5 is not a proportion",
+        ),
+        (
+            "--momentum-schedule=0.5:1",
+            "--momentum-schedule: 1 is not in [0, 1)",
+        ),
+    ] {
+        let mut a: Vec<&str> = args[..7].iter().map(String::as_str).collect();
+        a.push(bad);
+        let e = fails(&a);
+        assert!(e.contains(want), "{bad}: {e}");
+    }
+}

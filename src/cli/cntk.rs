@@ -25,7 +25,14 @@
 //! Readers: `readerType=HTKMLFReader` (a sub-block with `scpFile` and `dim`, one with
 //! `mlfFile`, `labelDim` and optionally `labelMappingFile`; relative paths inside the script
 //! are taken from the script's directory) and `UCIFastReader` (`file`, a sub-block with `dim`
-//! and `start`, one with `start`, `labelDim` and optionally `labelMappingFile`).
+//! and `start`, one with `start`, `labelDim` and optionally `labelMappingFile`) and
+//! `KaldiReader`/`Kaldi2Reader` (see [`kaldi_source`]).
+//!
+//! The SGD block's momentum (`momentumPerMB`, `momentumPerSample`, `momentumAsTimeConstant`,
+//! per-epoch schedules, unit gain), `dropoutRate` (per epoch), clipping
+//! (`clippingThresholdPerSample`, by truncation or, `gradientClippingWithTruncation=false`,
+//! by norm) and `L1RegWeight`/`L2RegWeight` (per sample) map to `compnet fit`'s options of
+//! the same meaning.
 //! `randomize=None` turns the per-epoch shuffle off; otherwise frames are shuffled every
 //! epoch, seeded by `randomSeed` (CNTK's frame mode: one frame per example).
 //!
@@ -218,16 +225,20 @@ fn reader_block<'a>(b: &Scope<'a>, key: &str) -> Result<Scope<'a>> {
 /// The sub-block of a reader that has `key` (CNTK names them freely: `features`, `labels`);
 /// without one, an error saying that reader `reader` needs a `what` block with it.
 fn sub_with<'a>(r: &Scope<'a>, key: &str, (reader, what): (&str, &str)) -> Result<Scope<'a>> {
+    find_sub(r, key).ok_or_else(|| {
+        Error::Usage(format!(
+            "{}: {reader} needs a {what} block with {key}=...",
+            r.path
+        ))
+    })
+}
+
+/// The sub-block of a reader that has `key`, if any.
+fn find_sub<'a>(r: &Scope<'a>, key: &str) -> Option<Scope<'a>> {
     r.keys()
         .into_iter()
         .filter_map(|k| r.block(k))
         .find(|s| s.entry(key).is_some())
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: {reader} needs a {what} block with {key}=...",
-                r.path
-            ))
-        })
 }
 
 fn dim_check(s: &Scope, key: &str, want: usize, what: &str) -> Result<()> {
@@ -285,6 +296,14 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
             };
             data::load_htk(&src, nnet, &chunk)
         }
+        "kaldireader" | "kaldi2reader" if relabel.is_some() => Err(Error::Usage(format!(
+            "{}: KL-regularised adaptation reads an HTKMLFReader",
+            r.path
+        ))),
+        "kaldireader" | "kaldi2reader" => {
+            let src = kaldi_source(r, input_dim, Some(out_dim))?;
+            data::load_kaldi(&src, nnet, &chunk)
+        }
         "ucifastreader" if relabel.is_some() => Err(Error::Usage(format!(
             "{}: KL-regularised adaptation reads an HTKMLFReader",
             r.path
@@ -292,10 +311,152 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
         "ucifastreader" => read_uci(r, nnet, input_dim, out_dim),
         "" => Err(Error::Usage(format!("{}: no readerType=...", r.path))),
         other => Err(Error::Usage(format!(
-            "{}: readerType={other} is not supported: expected HTKMLFReader or UCIFastReader",
+            "{}: readerType={other} is not supported: expected HTKMLFReader, KaldiReader or \
+             UCIFastReader",
             origin(r, "readerType")
         ))),
     }
+}
+
+/// Whether a value is a Kaldi rspecifier (`ark:...`, `scp:...`, with options).
+fn is_rspecifier(v: &str) -> bool {
+    let v = v.trim_start();
+    ["ark:", "scp:", "ark,", "scp,"]
+        .iter()
+        .any(|p| v.starts_with(p))
+}
+
+/// A KaldiReader key's rspecifier: the value when it is one, else the first line of the file
+/// it names (Kaldi's recipes for CNTK write `cntk_train.feats` holding `scp:feats.scp`).
+fn rspecifier_of(s: &Scope, key: &str) -> Result<Option<String>> {
+    let Some(v) = s.get(key)? else {
+        return Ok(None);
+    };
+    if is_rspecifier(&v) {
+        return Ok(Some(v.trim().to_string()));
+    }
+    let text = crate::frontend::read_text(&v)?;
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if !is_rspecifier(first) {
+        return Err(Error::Usage(format!(
+            "{}: {key}={v}: {v}:1 holds '{first}', not a Kaldi rspecifier (ark:..., scp:...)",
+            origin(s, key)
+        )));
+    }
+    Ok(Some(first.to_string()))
+}
+
+/// CNTK's utterance list of a KaldiReader (`scpFile` with `rx`): `utt frames` per line, as
+/// feat-to-len writes it.
+fn read_counts(file: &str) -> Result<data::UtteranceList> {
+    let text = crate::frontend::read_text(file)?;
+    let mut out = std::collections::HashMap::new();
+    for (i, l) in text.lines().enumerate() {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        if fields.is_empty() {
+            continue;
+        }
+        let line = i + 1;
+        let frames = match fields.as_slice() {
+            [_, n] => n.parse::<usize>().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{file}:{line}: expected 'utterance frames' (feat-to-len's output), got '{}'",
+                l.trim()
+            ))
+        })?;
+        if out.insert(fields[0].to_string(), (frames, line)).is_some() {
+            return Err(Error::Usage(format!(
+                "{file}:{line}: utterance {} is listed twice",
+                fields[0]
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// `KaldiReader` (also `Kaldi2Reader`): a features block with `rx` (a feature rspecifier, or
+/// a file holding one) and `scpFile` (the utterance list, `utt frames` lines), or with only
+/// `scpFile` (Kaldi's feats.scp, or an rspecifier); a labels block with `mlfFile`
+/// (posteriors: an rspecifier or a file holding one, as Kaldi's recipes write
+/// `ali-to-pdf ... | ali-to-post ...`) or `aliFile` (alignments of pdf ids), `labelDim`, and
+/// optionally `labelMappingFile` (which must list 0, 1, ... in order: the labels are pdf ids).
+/// `out_dim`: None for features only.
+fn kaldi_source(r: &Scope, input_dim: usize, out_dim: Option<usize>) -> Result<data::KaldiSource> {
+    let f = find_sub(r, "rx")
+        .or_else(|| find_sub(r, "scpFile"))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: KaldiReader needs a features block with rx=... or scpFile=...",
+                r.path
+            ))
+        })?;
+    dim_check(&f, "dim", input_dim, "input")?;
+    let (feats, counts) = match rspecifier_of(&f, "rx")? {
+        Some(rx) => {
+            let counts = f
+                .get("scpFile")?
+                .map(|c| read_counts(&c).map(|m| (c, m)))
+                .transpose()?;
+            (rx, counts)
+        }
+        None => {
+            let scp = f.get("scpFile")?.unwrap_or_default();
+            let feats = if is_rspecifier(&scp) {
+                scp
+            } else {
+                format!("scp:{scp}")
+            };
+            (feats, None)
+        }
+    };
+    let (labels, alignments) = match out_dim {
+        None => (String::new(), false),
+        Some(out_dim) => {
+            let (l, key) = match (find_sub(r, "mlfFile"), find_sub(r, "aliFile")) {
+                (Some(l), _) => (l, "mlfFile"),
+                (None, Some(l)) => (l, "aliFile"),
+                (None, None) => {
+                    return Err(Error::Usage(format!(
+                        "{}: KaldiReader needs a labels block with mlfFile=... (posteriors) or \
+                         aliFile=... (alignments)",
+                        r.path
+                    )))
+                }
+            };
+            dim_check(&l, "labelDim", out_dim, "output")?;
+            if let Some(map) = l.get("labelMappingFile")? {
+                let text = crate::frontend::read_text(&map)?;
+                let names: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .collect();
+                if let Some((i, bad)) = names.iter().enumerate().find(|&(i, n)| *n != i.to_string())
+                {
+                    return Err(Error::Usage(format!(
+                        "{map}:{}: '{bad}': a KaldiReader's labels are pdf ids, so the mapping \
+                         must list 0, 1, 2, ... in order",
+                        i + 1
+                    )));
+                }
+            }
+            let labels = rspecifier_of(&l, key)?.unwrap_or_default();
+            (labels, key == "aliFile")
+        }
+    };
+    Ok(data::KaldiSource {
+        feats,
+        labels,
+        alignments,
+        counts,
+    })
 }
 
 /// `UCIFastReader`: one example per row, input and output at t = 0 (the network's context
@@ -367,6 +528,8 @@ const SGD_KEYS: &[&str] = &[
     "learningRatesPerMB",
     "learningRatesPerSample",
     "momentumPerMB",
+    "momentumPerSample",
+    "momentumAsTimeConstant",
     "maxEpochs",
     "gradUpdateType",
     "rms_gamma",
@@ -389,6 +552,56 @@ const SGD_KEYS: &[&str] = &[
     "adaptationRegType",
     "adaptationRegWeight",
 ];
+
+/// The momentum per minibatch for each of the `epochs` epochs: `momentumPerMB`, or
+/// `momentumPerSample` (m per sample is m^size per minibatch of `size` samples) or
+/// `momentumAsTimeConstant` (a time constant τ in samples: m = exp(-size/τ)), each a
+/// per-epoch schedule in CNTK's notation; 0 when none is given.
+fn cntk_momentum(sgd: &Scope, epochs: usize, minibatch: Option<&str>) -> Result<Vec<f64>> {
+    use crate::train::fit::schedule::EpochSchedule;
+    let given: Vec<&str> = [
+        "momentumPerMB",
+        "momentumPerSample",
+        "momentumAsTimeConstant",
+    ]
+    .into_iter()
+    .filter(|k| sgd.entry(k).is_some())
+    .collect();
+    let epochs = epochs.max(1);
+    let Some(&key) = given.first() else {
+        return Ok(vec![0.0; epochs]);
+    };
+    if given.len() > 1 {
+        return Err(Error::Usage(format!(
+            "{}: give one of {} (momentum is set once)",
+            origin(sgd, given[1]),
+            given.join(", ")
+        )));
+    }
+    let text = sgd.get(key)?.unwrap_or_default();
+    let at = origin(sgd, key);
+    let sched = EpochSchedule::parse(&text, key).map_err(|e| Error::Usage(format!("{at}: {e}")))?;
+    let sizes = EpochSchedule::parse(minibatch.unwrap_or("64"), "minibatchSize")?;
+    let mut out = Vec::with_capacity(epochs);
+    for e in 0..epochs {
+        let v = sched.value(e);
+        let size = sizes.value(e);
+        let m = match key {
+            "momentumPerMB" => v,
+            "momentumPerSample" => v.powf(size),
+            _ if v == 0.0 => 0.0,
+            _ => (-size / v).exp(),
+        };
+        if !(0.0..1.0).contains(&m) || (key != "momentumAsTimeConstant" && v >= 1.0) {
+            return Err(Error::Usage(format!(
+                "{at}: {key}={text}: epoch {} has momentum {m}, outside [0, 1)",
+                e + 1
+            )));
+        }
+        out.push(m);
+    }
+    Ok(out)
+}
 
 /// `compnet fit`'s options from an SGD block.
 fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit::Args> {
@@ -423,18 +636,11 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
     }
     a.num_epochs = sgd.parse("maxEpochs")?;
     a.minibatch_size = sgd.get("minibatchSize")?;
-    let momentum = match sgd.get("momentumPerMB")? {
-        None => 0.0,
-        Some(v) => {
-            let m: f32 = v.trim().parse().map_err(|_| {
-                Error::Usage(format!(
-                    "{}: momentumPerMB={v}: compnet takes one momentum for all epochs",
-                    origin(sgd, "momentumPerMB")
-                ))
-            })?;
-            m
-        }
-    };
+    let epochs = a
+        .num_epochs
+        .unwrap_or(crate::train::fit::FitOptions::default().num_epochs);
+    let momenta = cntk_momentum(sgd, epochs, a.minibatch_size.as_deref())?;
+    let momentum = momenta.iter().cloned().fold(0.0f64, f64::max) as f32;
     let update = sgd
         .get("gradUpdateType")?
         .unwrap_or_else(|| "None".into())
@@ -452,7 +658,23 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
         }
     };
     a.stepper = Some(stepper.into());
-    a.momentum = Some(momentum);
+    if stepper == "momentum" {
+        // CNTK's momentum has unit gain: the step is (1 - m) times the rate times the
+        // gradient plus m times the last step.
+        a.momentum_gain = Some("unit".into());
+        a.momentum = Some(momenta[0] as f32);
+        if momenta.iter().any(|&m| m != momenta[0]) {
+            a.momentum_schedule = Some(
+                momenta
+                    .iter()
+                    .map(|m| m.to_string())
+                    .collect::<Vec<_>>()
+                    .join(":"),
+            );
+        }
+    } else {
+        a.momentum = Some(0.0);
+    }
     let (rates, per_mb) = match (
         sgd.get("learningRatesPerMB")?,
         sgd.get("learningRatesPerSample")?,
@@ -472,22 +694,8 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
             )))
         }
     };
-    // CNTK's momentum has unit gain (the step is (1 - m) times the rate times the gradient
-    // plus m times the last step); compnet's classical momentum takes the rate times 1 - m.
-    let sched = crate::train::fit::schedule::EpochSchedule::parse(&rates, "learningRates")?;
-    let scale = if stepper == "momentum" {
-        1.0 - momentum as f64
-    } else {
-        1.0
-    };
-    a.learning_rate = Some(
-        sched
-            .items
-            .iter()
-            .map(|&(v, n)| format!("{}*{n}", v * scale))
-            .collect::<Vec<_>>()
-            .join(":"),
-    );
+    crate::train::fit::schedule::EpochSchedule::parse(&rates, "learningRates")?;
+    a.learning_rate = Some(rates);
     a.lr_per = Some(if per_mb { "minibatch" } else { "sample" }.into());
     a.rms_gamma = sgd.parse("rms_gamma")?;
     a.rms_inc = sgd.parse("rms_wgt_inc")?;
@@ -497,28 +705,18 @@ fn fit_args(sgd: &Scope, ckp_dir: &str, seed: u64, shuffle: bool) -> Result<fit:
     a.l2 = sgd.parse("L2RegWeight")?;
     a.l1 = sgd.parse("L1RegWeight")?;
     a.gradient_noise = sgd.parse("gaussianNoiseInjectStd")?;
+    // CNTK's L1RegWeight/L2RegWeight are per sample (times the minibatch's frames).
+    a.regularize_per = Some("sample".into());
     let threshold: Option<f32> = sgd.parse("clippingThresholdPerSample")?;
-    match (sgd.flag("gradientClippingWithTruncation")?, threshold) {
-        (_, None) => {}
-        (Some(false), Some(t)) if t.is_finite() => {
-            return Err(Error::Usage(format!(
-                "{}: clipping by the gradient's norm (gradientClippingWithTruncation=false) is \
-                 not supported; compnet clips by truncation",
-                origin(sgd, "gradientClippingWithTruncation")
-            )))
+    if let Some(t) = threshold.filter(|t| t.is_finite()) {
+        a.clip_gradient = Some(t);
+        // gradientClippingWithTruncation=false: each parameter's gradient scaled down to a
+        // norm of at most the threshold times the minibatch's frames.
+        if sgd.flag("gradientClippingWithTruncation")? == Some(false) {
+            a.clip_by = Some("norm".into());
         }
-        (_, Some(t)) if t.is_finite() => a.clip_gradient = Some(t),
-        _ => {}
     }
-    if let Some(d) = sgd.get("dropoutRate")? {
-        if d.contains(':') || d.contains('*') {
-            return Err(Error::Usage(format!(
-                "{}: dropoutRate={d}: compnet takes one dropout rate for all epochs",
-                origin(sgd, "dropoutRate")
-            )));
-        }
-        a.dropout_schedule = Some(d);
-    }
+    a.dropout_per_epoch = sgd.get("dropoutRate")?;
     if let Some(adj) = sgd.block("AutoAdjust") {
         let when = adj.get("autoAdjustLR")?.unwrap_or_default();
         if when.eq_ignore_ascii_case("adjustAfterEpoch") {
@@ -665,6 +863,29 @@ fn train_from(b: &Scope, start: Option<Nnet>, relabel: Option<Relabel>) -> Resul
     let fa = fit_args(&sgd, &ckp_dir, seed, shuffle)?;
     let (mut opts, _) = fit::options(&fa)?;
     opts.epoch_models = Some(model_path.clone());
+    let g = &opts.gradient;
+    let mut settings = Vec::new();
+    if opts.stepper.kind.name() == "momentum" {
+        settings.push(format!(
+            "momentum {} (unit gain)",
+            fa.momentum_schedule
+                .clone()
+                .unwrap_or_else(|| opts.stepper.momentum.to_string())
+        ));
+    }
+    if let Some(d) = &fa.dropout_per_epoch {
+        settings.push(format!("dropout per epoch {d}"));
+    }
+    if g.clip > 0.0 {
+        let how = if g.clip_norm { "norm" } else { "truncation" };
+        settings.push(format!("clipping by {how} at {} per sample", g.clip));
+    }
+    if g.l1 > 0.0 || g.l2 > 0.0 {
+        settings.push(format!("L1 {} and L2 {} per sample", g.l1, g.l2));
+    }
+    if !settings.is_empty() {
+        log(P, &format!("{}: SGD: {}", b.path, settings.join(", ")));
+    }
     log(
         P,
         &format!(
@@ -745,9 +966,40 @@ fn eval(b: &Scope) -> Result<()> {
 /// The utterances a reader gives, features only.
 fn reader_utterances(r: &Scope, input_dim: usize) -> Result<Vec<(String, Matrix)>> {
     let kind = r.get("readerType")?.unwrap_or_default();
+    if kind.eq_ignore_ascii_case("KaldiReader") || kind.eq_ignore_ascii_case("Kaldi2Reader") {
+        let src = kaldi_source(r, input_dim, None)?;
+        let mut out = Vec::new();
+        for item in crate::io::table::SequentialTableReader::<GeneralMatrix>::open(&src.feats)? {
+            let (key, m) = item?;
+            if let Some((file, list)) = &src.counts {
+                match list.get(&key) {
+                    None => continue,
+                    Some(&(n, line)) if n != m.num_rows() => {
+                        return Err(Error::Usage(format!(
+                            "{file}:{line}: utterance {key} has {n} frames here but {} in {}",
+                            m.num_rows(),
+                            src.feats
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+            if m.num_cols() != input_dim {
+                return Err(Error::Usage(format!(
+                    "{}: utterance {key}: features of dimension {} but the network's input has \
+                     dimension {input_dim}",
+                    src.feats,
+                    m.num_cols()
+                )));
+            }
+            out.push((key, m.to_matrix()));
+        }
+        return Ok(out);
+    }
     if !kind.eq_ignore_ascii_case("HTKMLFReader") {
         return Err(Error::Usage(format!(
-            "{}: action=write reads utterances from an HTKMLFReader (readerType={kind})",
+            "{}: action=write reads utterances from an HTKMLFReader or KaldiReader \
+             (readerType={kind})",
             r.path
         )));
     }

@@ -112,6 +112,10 @@ fit_args! {
     minibatch_size: String = "minibatch-size",
     /// Momentum (momentum, nesterov [0.9]; ng [0]).
     momentum: f32 = "momentum",
+    /// Momentum per epoch, CNTK notation (0.9*2:0.99), in place of --momentum (plain steppers).
+    momentum_schedule: String = "momentum-schedule",
+    /// classic (v = μ·v + g) or unit (CNTK's: v = μ·v + (1 − μ)·g) [classic].
+    momentum_gain: String = "momentum-gain",
     /// Adam's beta1 [0.9].
     beta1: f32 = "beta1",
     /// Adam's beta2 [0.999].
@@ -142,10 +146,16 @@ fit_args! {
     l2: f32 = "l2",
     /// Per-sample gradient clipping threshold (plain steppers) [0 = none].
     clip_gradient: f32 = "clip-gradient",
+    /// How --clip-gradient clips: value (each element, CNTK's gradientClippingWithTruncation) or norm (each component's whole gradient scaled to a norm of at most the threshold times the frames) [value].
+    clip_by: String = "clip-by",
+    /// --l1 and --l2 weights: minibatch (as given, L1 as a sub-gradient) or sample (CNTK's L1RegWeight/L2RegWeight: times the minibatch's frames, L2 added after clipping, L1 a proximal step after the update) [minibatch].
+    regularize_per: String = "regularize-per",
     /// Standard deviation of Gaussian gradient noise (plain steppers) [0].
     gradient_noise: f32 = "gradient-noise",
     /// Kaldi's dropout schedule, optionally `pattern=` first (0,0@0.20,0.5@0.5,0).
     dropout_schedule: String = "dropout-schedule",
+    /// Dropout proportion of every dropout component per epoch, CNTK notation (0*2:0.5:0.2), CNTK's dropoutRate (not with --dropout-schedule).
+    dropout_per_epoch: String = "dropout-per-epoch",
     /// AutoAdjust: multiply the learning rate by this when validation stops improving [0 = off].
     auto_adjust: f64 = "auto-adjust",
     /// The least improvement of the validation objective that counts, for AutoAdjust and --patience [0].
@@ -330,6 +340,15 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         max_param_change: a.max_param_change.unwrap_or(sd.max_param_change),
         backstitch_scale: a.backstitch_training_scale.unwrap_or(0.0),
         backstitch_interval: a.backstitch_training_interval.unwrap_or(1),
+        unit_gain: match a.momentum_gain.as_deref().unwrap_or("classic") {
+            "classic" => false,
+            "unit" => true,
+            other => {
+                return Err(Error::Usage(format!(
+                    "--momentum-gain={other}: expected classic or unit"
+                )))
+            }
+        },
     };
     let lr_per_minibatch = match a.lr_per.as_deref().unwrap_or("sample") {
         "sample" => false,
@@ -405,6 +424,24 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         l1: a.l1.unwrap_or(0.0),
         l2: a.l2.unwrap_or(0.0),
         clip: a.clip_gradient.unwrap_or(0.0),
+        clip_norm: match a.clip_by.as_deref().unwrap_or("value") {
+            "value" => false,
+            "norm" => true,
+            other => {
+                return Err(Error::Usage(format!(
+                    "--clip-by={other}: expected value or norm"
+                )))
+            }
+        },
+        per_sample: match a.regularize_per.as_deref().unwrap_or("minibatch") {
+            "minibatch" => false,
+            "sample" => true,
+            other => {
+                return Err(Error::Usage(format!(
+                    "--regularize-per={other}: expected minibatch or sample"
+                )))
+            }
+        },
         noise_stddev: a.gradient_noise.unwrap_or(0.0),
     };
     for (name, v) in [
@@ -416,6 +453,40 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         if !v.is_finite() || v < 0.0 {
             return Err(Error::Usage(format!(
                 "--{name} must be a finite number >= 0, got {v}"
+            )));
+        }
+    }
+    let momentum_schedule = a
+        .momentum_schedule
+        .as_deref()
+        .map(|m| EpochSchedule::parse(m, "--momentum-schedule"))
+        .transpose()?;
+    if let Some(m) = &momentum_schedule {
+        if kind == StepperKind::NaturalGradient {
+            return Err(Error::Usage(
+                "--momentum-schedule is for the plain steppers (momentum, nesterov), not ng".into(),
+            ));
+        }
+        if let Some(&(v, _)) = m.items.iter().find(|&&(v, _)| v >= 1.0) {
+            return Err(Error::Usage(format!(
+                "--momentum-schedule: {v} is not in [0, 1)"
+            )));
+        }
+    }
+    let dropout_per_epoch = a
+        .dropout_per_epoch
+        .as_deref()
+        .map(|d| EpochSchedule::parse(d, "--dropout-per-epoch"))
+        .transpose()?;
+    if let Some(d) = &dropout_per_epoch {
+        if a.dropout_schedule.is_some() {
+            return Err(Error::Usage(
+                "give --dropout-schedule or --dropout-per-epoch, not both".into(),
+            ));
+        }
+        if let Some(&(v, _)) = d.items.iter().find(|&&(v, _)| v > 1.0) {
+            return Err(Error::Usage(format!(
+                "--dropout-per-epoch: {v} is not a proportion in [0, 1]"
             )));
         }
     }
@@ -455,6 +526,8 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
             .as_deref()
             .map(DropoutSchedule::parse)
             .transpose()?,
+        dropout_per_epoch,
+        momentum_schedule,
         auto_adjust_factor: a.auto_adjust.unwrap_or(0.0),
         auto_adjust_threshold: a.auto_adjust_threshold.unwrap_or(0.0),
         max_reductions: a.max_reductions.unwrap_or(d.max_reductions),

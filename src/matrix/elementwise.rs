@@ -134,6 +134,11 @@ impl MatViewMut<'_> {
             }
         });
     }
+    /// `self = sign(self) · max(|self| − t, 0)`: each element moved toward 0 by `t`, stopping
+    /// at 0 (the proximal step of an L1 penalty).
+    pub fn shrink_toward_zero(&mut self, t: Real) {
+        self.map_inplace(|x| x.signum() * (x.abs() - t).max(0.0));
+    }
     /// Per element, by the sign of `agreement` (the product of the signs of two successive
     /// steps, CNTK's RMSProp step-size rule): above 0, `self = min(self · up, ceiling)`;
     /// below 0, `self = max(self · down, floor)`; at 0, unchanged.

@@ -16,19 +16,42 @@
 //! model's name (`m1.L1.S`). One statement per line; `#` starts a comment; `$var$` is filled
 //! from the configuration before the file is read.
 //!
-//! Statements: `m=LoadModel(path)`, `SetDefaultModel(m)`, `SaveModel(m, path)`, `name=number`
-//! (a variable for inline NDL), `name=Macro(args)` or `name=Function(args)` (inline NDL,
-//! lowered with the `ndlMacros` of the edit block; arguments that name nodes of the model are
-//! read from those nodes; new parameters drawn as NDL draws them), `SetInput(node, i, from)`
-//! (input `i` of a node: 1 of a `Times`, 0 of a one-input node), `SetProperty(node,
-//! needGradient, true|false)` (a learning-rate factor of 1 or 0 for the node's component or
-//! the named Parameter), `CopyNode(from, to)` (the parameters of component `from` into `to`,
-//! of the same type and size) and `DeleteNode(node)` (a node nothing reads; components left
-//! unused go too).
+//! Statements (names case-insensitive, CNTK's aliases in brackets):
+//! - `m=LoadModel(path)`, `LoadModelWithName(m, path)`, `SetDefaultModel(m)`,
+//!   `SaveModel(m, path)`, `SaveDefaultModel(path)`;
+//! - `name=number` (a variable for inline NDL), `name=Macro(args)` or `name=Function(args)`
+//!   (inline NDL, lowered with the `ndlMacros` of the edit block; arguments that name nodes
+//!   of the model are read from those nodes; new parameters drawn as NDL draws them);
+//! - `SetInput(node, i, from)` [`SetNodeInput`]: input `i` of every matching node (1 of a
+//!   `Times`, 0 of a one-input node) now reads `from`; input 0 of a `Times` is its weight
+//!   Parameter, so `from` may name a Parameter of the same type and size;
+//! - `CopyNode(from, to, [copy=all|value])` [`Copy`]: a Parameter or component node copied
+//!   with its values under a new name (a copied node reads what the original reads), or
+//!   with `copy=value` the values into an existing one; `*` pairs names as CNTK does
+//!   (`CopyNode(L1.*, L3.*)` copies a layer, the links among the copies going to the copies;
+//!   `*` only in `to` copies one node into every match);
+//! - `CopySubTree(from, toModel, prefix, [copy=all|value])`: the node and every component
+//!   node it reads, into `toModel` as `prefix` + name (reading that model's input nodes);
+//! - `DeleteNode(node, ...)` [`Delete`, `RemoveNode`, `Remove`]: as in CNTK the nodes that
+//!   read it lose that input; `SetInput` must give them another before `SaveModel`, which
+//!   otherwise fails naming the readers and the `DeleteNode` line (until then the node stays,
+//!   unread by the new links); a node nothing reads goes at once, with its component;
+//! - `Rename(old, new)`: nodes (every reference follows) or Parameters, `*` as in CopyNode;
+//! - `SetProperty(node, property, value)`: `needGradient`/`needsGradient`/`computeGradient`
+//!   (learning-rate factor 1 or 0 for the node's component or the named Parameter),
+//!   `learningRateMultiplier` (the factor), `criterion` (the output node `output` now reads
+//!   the node), `feature` (true only on input nodes: compnet's features are its inputs),
+//!   `evaluation`/`output` (accepted: compnet evaluates the criterion's accuracy and writes
+//!   any node); `label` is refused (compnet's labels are the output's supervision);
+//! - `DumpModel(m, file, [includeData=false])` [`Dump`]: the network's config lines, or the
+//!   Kaldi text model with `includeData=true`; `DumpNode(node, file, [includeData])`.
+//!
+//! Errors name the MEL file and line.
 
 use crate::error::{Error, Result};
-use crate::nnet::edit::{name_matches_pattern, remove_orphan_components};
+use crate::nnet::edit::name_matches_pattern;
 use crate::nnet::network::{NetworkNode, Nnet};
+use crate::nnet::ObjectiveType;
 use std::collections::BTreeMap;
 
 /// One parsed statement.
@@ -129,6 +152,7 @@ pub struct Mel<'a> {
     models: BTreeMap<String, Nnet>,
     default: Option<String>,
     vars: Vec<(String, String)>,
+    pending: Vec<PendingDelete>,
     rng: rand::rngs::StdRng,
     /// What each statement did, for the log.
     pub log: Vec<String>,
@@ -149,6 +173,7 @@ impl<'a> Mel<'a> {
             models: BTreeMap::new(),
             default: None,
             vars: Vec::new(),
+            pending: Vec::new(),
             rng: crate::random::seeded_rng(seed),
             log: Vec::new(),
             read_model,
@@ -204,15 +229,23 @@ impl<'a> Mel<'a> {
             return Ok(());
         };
         match func.to_ascii_lowercase().as_str() {
-            "loadmodel" => {
-                let name = s
-                    .lhs
-                    .clone()
-                    .ok_or("LoadModel needs a name: m=LoadModel(path)")?;
-                let path = Self::positional(s, 0, "a file name")?;
+            "loadmodel" | "loadmodelwithname" => {
+                let with_name = func.eq_ignore_ascii_case("LoadModelWithName");
+                let name = if with_name {
+                    Self::positional(s, 0, "a model name")?
+                } else {
+                    s.lhs
+                        .clone()
+                        .ok_or("LoadModel needs a name: m=LoadModel(path)")?
+                };
+                let path = Self::positional(s, usize::from(with_name), "a file name")?;
                 let nnet = (self.read_model)(&path).map_err(|e| e.to_string())?;
                 self.log.push(format!("loaded {path} as {name}"));
-                self.models.insert(name, nnet);
+                self.pending.retain(|p| p.model != name);
+                self.models.insert(name.clone(), nnet);
+                if self.default.is_none() {
+                    self.default = Some(name);
+                }
             }
             "setdefaultmodel" => {
                 let m = Self::positional(s, 0, "a model name")?;
@@ -221,19 +254,42 @@ impl<'a> Mel<'a> {
                 }
                 self.default = Some(m);
             }
-            "savemodel" => {
-                let m = Self::positional(s, 0, "a model name")?;
-                let path = Self::positional(s, 1, "a file name")?;
+            "savemodel" | "savedefaultmodel" => {
+                let default = func.eq_ignore_ascii_case("SaveDefaultModel");
+                let m = if default {
+                    self.split_model("")?.0
+                } else {
+                    Self::positional(s, 0, "a model name")?
+                };
+                let path = Self::positional(s, usize::from(!default), "a file name")?;
                 let nnet = self.models.get(&m).ok_or(format!("no model named {m}"))?;
+                if let Some(p) = self.pending.iter().find(|p| p.model == m) {
+                    let lines = nnet.config_lines();
+                    return Err(format!(
+                        "model {m}: '{}', deleted on line {}, is still read by {} (SetInput \
+                         them to another node first)",
+                        p.name,
+                        p.line,
+                        readers_of(&lines, &p.name, p.param).join(", ")
+                    ));
+                }
                 nnet.validate().map_err(|e| format!("model {m}: {e}"))?;
                 nnet.write_model_file(&path, true)
                     .map_err(|e| e.to_string())?;
                 self.log.push(format!("saved {m} to {path}"));
             }
+            "dumpmodel" | "dump" | "dumpnode" => self.dump(s)?,
             "setinput" | "setnodeinput" => self.set_input(s)?,
             "setproperty" | "setnodeproperty" => self.set_property(s)?,
-            "copynode" => self.copy_node(s)?,
-            "deletenode" => self.delete_node(s)?,
+            "copynode" | "copy" => self.copy_node(s)?,
+            "copysubtree" => self.copy_sub_tree(s)?,
+            "deletenode" | "delete" | "removenode" | "remove" => {
+                for i in 0..s.args.len() {
+                    let target = Self::positional(s, i, "a node")?;
+                    self.delete_node(&target, s.line)?;
+                }
+            }
+            "rename" => self.rename(s)?,
             _ => self.inline_ndl(s)?,
         }
         Ok(())
@@ -245,8 +301,9 @@ impl<'a> Mel<'a> {
         let v: Vec<String> = nnet
             .node_names
             .iter()
-            .filter(|n| name_matches_pattern(n, pattern))
-            .cloned()
+            .enumerate()
+            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
+            .map(|(_, n)| n.clone())
             .collect();
         if v.is_empty() {
             return Err(format!("no node of model {m} matches '{pattern}'"));
@@ -254,6 +311,9 @@ impl<'a> Mel<'a> {
         Ok(v)
     }
 
+    /// `SetInput(node, i, from)`: input `i` of the matching nodes now reads `from`. Input 0
+    /// of a `Times` is its weight Parameter: `from` then names a parameter of the same type
+    /// and size, which the node uses from now on.
     fn set_input(&mut self, s: &Stmt) -> std::result::Result<(), String> {
         let target = Self::positional(s, 0, "a node")?;
         let index: usize = Self::positional(s, 1, "an input number")?
@@ -265,11 +325,11 @@ impl<'a> Mel<'a> {
         if m2 != m {
             return Err(format!("SetInput across models ({m} and {m2})"));
         }
+        if let Some(p) = self.pending.iter().find(|p| p.model == m && p.name == from) {
+            return Err(format!("'{from}' was deleted on line {}", p.line));
+        }
         let nodes = self.matching_nodes(&m, pattern)?;
         let nnet = self.models.get_mut(&m).expect("checked");
-        if nnet.node_index(from).is_none() {
-            return Err(format!("model {m} has no node '{from}'"));
-        }
         let mut lines = String::new();
         for n in &nodes {
             let i = nnet.node_index(n).expect("matched");
@@ -284,6 +344,38 @@ impl<'a> Mel<'a> {
                 comp.type_name(),
                 "LinearComponent" | "AffineComponent" | "NaturalGradientAffineComponent"
             );
+            let old_input = nnet.node_config_line(i, false);
+            let old_input = old_input
+                .split_once(" input=")
+                .map_or(String::new(), |(_, d)| d.to_string());
+            if times && index == 0 {
+                // The weight Parameter.
+                let c = nnet.component_index(from).ok_or_else(|| {
+                    format!("model {m} has no parameter '{from}' (input 0 of '{n}' is its weight)")
+                })?;
+                let new = &nnet.components[c];
+                if new.type_name() != comp.type_name()
+                    || new.input_dim() != comp.input_dim()
+                    || new.output_dim() != comp.output_dim()
+                {
+                    return Err(format!(
+                        "'{from}' ({} {}x{}) cannot be the weight of '{n}' ({} {}x{})",
+                        new.type_name(),
+                        new.input_dim(),
+                        new.output_dim(),
+                        comp.type_name(),
+                        comp.input_dim(),
+                        comp.output_dim()
+                    ));
+                }
+                lines.push_str(&format!(
+                    "component-node name={n} component={from} input={old_input}\n"
+                ));
+                continue;
+            }
+            if nnet.node_index(from).is_none() {
+                return Err(format!("model {m} has no node '{from}'"));
+            }
             let want = usize::from(times);
             if index != want {
                 return Err(format!(
@@ -308,7 +400,7 @@ impl<'a> Mel<'a> {
         *nnet = edited;
         self.log
             .push(format!("SetInput: {} now read {from}", nodes.join(", ")));
-        Ok(())
+        self.finish_deletes(&m)
     }
 
     /// Components named by `name`: the components of matching component nodes, or matching
@@ -336,54 +428,248 @@ impl<'a> Mel<'a> {
         Ok(out)
     }
 
+    /// `SetProperty(node, property, value)` with CNTK's properties.
     fn set_property(&mut self, s: &Stmt) -> std::result::Result<(), String> {
         let target = Self::positional(s, 0, "a node")?;
         let prop = Self::positional(s, 1, "a property")?;
         let value = Self::positional(s, 2, "a value")?;
-        if !prop.eq_ignore_ascii_case("needGradient") {
-            return Err(format!(
-                "SetProperty({prop}): only needGradient is supported"
-            ));
-        }
-        let on = match value.to_ascii_lowercase().as_str() {
-            "true" | "t" | "1" => true,
-            "false" | "f" | "0" => false,
-            _ => return Err(format!("needGradient={value}: expected true or false")),
+        let flag = || match value.to_ascii_lowercase().as_str() {
+            "true" | "t" | "1" => Ok(true),
+            "false" | "f" | "0" => Ok(false),
+            _ => Err(format!("{prop}={value}: expected true or false")),
         };
         let (m, pattern) = self.split_model(&target)?;
-        let comps = self.components_of(&m, pattern)?;
-        let nnet = self.models.get_mut(&m).expect("checked");
-        let mut n = 0;
-        for c in comps {
-            if let Some(u) = nnet.components[c].as_updatable_mut() {
-                u.common_mut().learning_rate_factor = if on { 1.0 } else { 0.0 };
-                n += 1;
+        let lower = prop.to_ascii_lowercase();
+        match lower.as_str() {
+            "needgradient" | "needsgradient" | "computegradient" | "learningratemultiplier" => {
+                let factor: f32 = if lower == "learningratemultiplier" {
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|f: &f32| f.is_finite() && *f >= 0.0)
+                        .ok_or_else(|| {
+                            format!("learningRateMultiplier={value}: expected a number >= 0")
+                        })?
+                } else if flag()? {
+                    1.0
+                } else {
+                    0.0
+                };
+                let comps = self.components_of(&m, pattern)?;
+                let nnet = self.models.get_mut(&m).expect("checked");
+                let mut n = 0;
+                for c in comps {
+                    if let Some(u) = nnet.components[c].as_updatable_mut() {
+                        u.common_mut().learning_rate_factor = factor;
+                        n += 1;
+                    }
+                }
+                self.log.push(format!(
+                    "SetProperty: learning-rate factor {factor} for {n} parameter component(s) \
+                     of '{pattern}'"
+                ));
+            }
+            "criterion" | "finalcriterion" | "criteria" => {
+                if !flag()? {
+                    return Err(format!(
+                        "{prop}=false: compnet's network keeps one criterion, the output node \
+                         'output'; SetProperty(node, criterion, true) moves it"
+                    ));
+                }
+                let nodes = self.matching_nodes(&m, pattern)?;
+                let [node] = nodes.as_slice() else {
+                    return Err(format!(
+                        "criterion: '{pattern}' matches {} nodes; the criterion is one node",
+                        nodes.len()
+                    ));
+                };
+                let nnet = self.models.get_mut(&m).expect("checked");
+                let out = nnet
+                    .node_index("output")
+                    .filter(|&i| nnet.is_output_node(i))
+                    .ok_or("the model has no output node 'output'")?;
+                let objective = match nnet.objective_type("output") {
+                    Some(ObjectiveType::Quadratic) => "quadratic",
+                    _ => "linear",
+                };
+                let _ = out;
+                let line = format!("output-node name=output input={node} objective={objective}\n");
+                let mut edited = nnet.clone();
+                edited
+                    .apply_config_text(&line, "<SetProperty>", &mut self.rng)
+                    .map_err(|e| e.to_string())?;
+                *nnet = edited;
+                self.log.push(format!(
+                    "SetProperty: the criterion (output) now reads {node}"
+                ));
+            }
+            "feature" => {
+                let on = flag()?;
+                for n in self.matching_nodes(&m, pattern)? {
+                    let nnet = &self.models[&m];
+                    let is_input = nnet.node_index(&n).is_some_and(|i| nnet.is_input_node(i));
+                    if on != is_input {
+                        return Err(format!(
+                            "feature={on} on '{n}': in compnet's network the features are \
+                             exactly its input nodes"
+                        ));
+                    }
+                }
+            }
+            "evaluation" | "eval" | "output" => {
+                flag()?;
+                self.matching_nodes(&m, pattern)?;
+                self.log.push(format!(
+                    "SetProperty({prop}): nothing to change (compnet evaluates the criterion's \
+                     accuracy, and writes any node named by outputNodeNames)"
+                ));
+            }
+            "label" => {
+                return Err(
+                    "SetProperty(label): compnet's labels are the supervision of the output \
+                     node, read by the reader, not a node of the network"
+                        .into(),
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "SetProperty({prop}): not a property compnet knows (needGradient, \
+                     computeGradient, learningRateMultiplier, criterion, feature, evaluation, \
+                     output)"
+                ))
             }
         }
+        Ok(())
+    }
+
+    /// `CopyNode(from, to, [copy=all|value])`: pairs of names as CNTK makes them (`*` in
+    /// both: the part `*` matched carried over; `*` only in `to`: every existing match).
+    fn copy_node(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let from = Self::positional(s, 0, "the node to copy")?;
+        let to = Self::positional(s, 1, "the name of the copy")?;
+        let value_only = copy_flag(s)?;
+        let (mf, pf) = self.split_model(&from)?;
+        let (mt, pt) = self.split_model(&to)?;
+        let src = &self.models[&mf];
+        let dst = &self.models[&mt];
+        let names: Vec<String> = src
+            .node_names
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !src.is_component_input_node(i))
+            .map(|(_, n)| n.clone())
+            .chain(
+                src.component_names
+                    .iter()
+                    .filter(|c| src.node_index(c).is_none())
+                    .cloned(),
+            )
+            .collect();
+        let existing: Vec<String> = dst
+            .node_names
+            .iter()
+            .chain(dst.component_names.iter())
+            .cloned()
+            .collect();
+        let pairs = generate_names(pf, pt, &names, &existing)?;
+        let mut lines = Vec::new();
+        let mut new_components: Vec<(String, Box<dyn crate::nnet::component::Component>)> =
+            Vec::new();
+        let renamed: BTreeMap<String, String> = pairs.iter().cloned().collect();
+        for (a, b) in &pairs {
+            let src = &self.models[&mf];
+            let dst = &self.models[&mt];
+            // A Parameter (a component not named as a node): its values.
+            let src_node = src.node_index(a);
+            if src_node.is_none() {
+                let ca = src
+                    .component_index(a)
+                    .ok_or(format!("'{a}' is not a node or parameter"))?;
+                match dst.component_index(b) {
+                    Some(cb) => self.copy_values(&mf, ca, &mt, cb, a, b)?,
+                    None if value_only => {
+                        return Err(format!("copy=value: model {mt} has no parameter '{b}'"))
+                    }
+                    None => new_components.push((b.clone(), src.components[ca].clone())),
+                }
+                continue;
+            }
+            let i = src_node.expect("a node");
+            let NetworkNode::Component { component } = src.nodes[i] else {
+                return Err(format!(
+                    "'{a}' is an input, output or dim-range node; CopyNode copies component \
+                     nodes and parameters"
+                ));
+            };
+            if value_only {
+                let j = dst
+                    .node_index(b)
+                    .ok_or(format!("copy=value: model {mt} has no node '{b}'"))?;
+                let NetworkNode::Component { component: cb } = dst.nodes[j] else {
+                    return Err(format!("copy=value: '{b}' is not a component node"));
+                };
+                self.copy_values(&mf, component, &mt, cb, a, b)?;
+                continue;
+            }
+            if dst.node_index(b).is_some() || dst.component_index(b).is_some() {
+                return Err(format!("CopyNode: model {mt} has '{b}' already"));
+            }
+            let line = src.node_config_line(i, false);
+            let input = line.split_once(" input=").map_or("", |(_, d)| d);
+            let input = map_tokens(input, &|t| renamed.get(t).cloned());
+            // A Parameter copied by the same call (CopyNode(L1.*, L3.*)) is the copy's.
+            let comp = match renamed.get(&src.component_names[component]) {
+                Some(c) if src.node_index(&src.component_names[component]).is_none() => c.clone(),
+                _ => {
+                    new_components.push((b.clone(), src.components[component].clone()));
+                    b.clone()
+                }
+            };
+            lines.push(format!(
+                "component-node name={b} component={comp} input={input}"
+            ));
+        }
+        let nnet = self.models.get_mut(&mt).expect("checked");
+        let mut edited = nnet.clone();
+        for (name, c) in new_components {
+            edited.component_names.push(name);
+            edited.components.push(c);
+        }
+        if !lines.is_empty() {
+            edited
+                .apply_config_text(&(lines.join("\n") + "\n"), "<CopyNode>", &mut self.rng)
+                .map_err(|e| e.to_string())?;
+        }
+        *nnet = edited;
         self.log.push(format!(
-            "SetProperty: needGradient={on} for {n} parameter component(s) of '{pattern}'"
+            "CopyNode: {}",
+            pairs
+                .iter()
+                .map(|(a, b)| format!("{a} -> {b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         Ok(())
     }
 
-    fn copy_node(&mut self, s: &Stmt) -> std::result::Result<(), String> {
-        let from = Self::positional(s, 0, "the node to copy")?;
-        let to = Self::positional(s, 1, "the node to copy into")?;
-        let (mf, pf) = self.split_model(&from)?;
-        let (mt, pt) = self.split_model(&to)?;
-        let src = self.components_of(&mf, pf)?;
-        let dst = self.components_of(&mt, pt)?;
-        let ([a], [b]) = (src.as_slice(), dst.as_slice()) else {
-            return Err("CopyNode copies one parameter component into one other".into());
-        };
-        let c = self.models[&mf].components[*a].clone();
-        let target = &mut self.models.get_mut(&mt).expect("checked").components[*b];
+    /// Copies the parameters of component `a` of model `ma` into component `b` of `mb`.
+    fn copy_values(
+        &mut self,
+        ma: &str,
+        a: usize,
+        mb: &str,
+        b: usize,
+        an: &str,
+        bn: &str,
+    ) -> std::result::Result<(), String> {
+        let c = self.models[ma].components[a].clone();
+        let target = &mut self.models.get_mut(mb).expect("checked").components[b];
         if c.type_name() != target.type_name()
             || c.input_dim() != target.input_dim()
             || c.output_dim() != target.output_dim()
         {
             return Err(format!(
-                "CopyNode: {from} ({} {}x{}) and {to} ({} {}x{}) differ",
+                "CopyNode: {an} ({} {}x{}) and {bn} ({} {}x{}) differ",
                 c.type_name(),
                 c.input_dim(),
                 c.output_dim(),
@@ -393,43 +679,340 @@ impl<'a> Mel<'a> {
             ));
         }
         *target = c;
-        self.log.push(format!("CopyNode: {from} into {to}"));
         Ok(())
     }
 
-    fn delete_node(&mut self, s: &Stmt) -> std::result::Result<(), String> {
-        let target = Self::positional(s, 0, "a node")?;
-        let (m, pattern) = self.split_model(&target)?;
-        let nodes = self.matching_nodes(&m, pattern)?;
-        let nnet = self.models.get_mut(&m).expect("checked");
-        let config = nnet.config_lines();
-        for n in &nodes {
-            // Nothing else may read it.
-            let reader = config.iter().find(|l| {
-                !l.contains(&format!("name={n} "))
-                    && l.split(|c: char| !(c.is_alphanumeric() || "_.-".contains(c)))
-                        .any(|t| t == n)
-            });
-            if let Some(l) = reader {
-                return Err(format!("'{n}' is read by: {l}"));
+    /// `CopySubTree(from, toModel, prefix, [copy=all|value])`: node `from` and every
+    /// component node it reads, directly or not, copied into `toModel` as `prefix` + name,
+    /// with their parameters and links; the input nodes they read are the target model's
+    /// nodes of the same name. With copy=value the copies exist already and take the values.
+    fn copy_sub_tree(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let from = Self::positional(s, 0, "the root node")?;
+        let to_model = Self::positional(s, 1, "the model to copy into")?;
+        let prefix = Self::positional(s, 2, "the prefix of the copies' names")?;
+        let value_only = copy_flag(s)?;
+        let (mf, root) = self.split_model(&from)?;
+        if !self.models.contains_key(&to_model) {
+            return Err(format!("no model named {to_model}"));
+        }
+        let src = &self.models[&mf];
+        let root_i = src
+            .node_index(root)
+            .ok_or_else(|| format!("model {mf} has no node '{root}'"))?;
+        // The component nodes under the root, inputs first.
+        let mut order = Vec::new();
+        let mut seen = vec![false; src.nodes.len()];
+        let mut stack = vec![(root_i, false)];
+        while let Some((i, done)) = stack.pop() {
+            if done {
+                if matches!(src.nodes[i], NetworkNode::Component { .. }) {
+                    order.push(i);
+                }
+                continue;
+            }
+            if seen[i] {
+                continue;
+            }
+            seen[i] = true;
+            stack.push((i, true));
+            for j in src.node_inputs(i) {
+                if !seen[j] {
+                    stack.push((j, false));
+                }
             }
         }
-        let keep: Vec<String> = config
+        if order.is_empty() {
+            return Err(format!("'{root}' is not a component node"));
+        }
+        let copied: BTreeMap<String, String> = order
             .iter()
-            .filter(|l| !nodes.iter().any(|n| l.contains(&format!("name={n} "))))
+            .map(|&i| {
+                (
+                    src.node_names[i].clone(),
+                    format!("{prefix}{}", src.node_names[i]),
+                )
+            })
+            .collect();
+        let mut lines = Vec::new();
+        let mut comps = Vec::new();
+        for &i in &order {
+            let NetworkNode::Component { component } = src.nodes[i] else {
+                continue;
+            };
+            let name = &copied[&src.node_names[i]];
+            let line = src.node_config_line(i, false);
+            let input = line.split_once(" input=").map_or("", |(_, d)| d);
+            lines.push(format!(
+                "component-node name={name} component={name} input={}",
+                map_tokens(input, &|t| copied.get(t).cloned())
+            ));
+            comps.push((name.clone(), src.components[component].clone()));
+        }
+        let target = self.models.get_mut(&to_model).expect("checked");
+        if value_only {
+            for (name, c) in comps {
+                let i = target
+                    .component_index(&name)
+                    .ok_or_else(|| format!("copy=value: model {to_model} has no '{name}'"))?;
+                let t = &mut target.components[i];
+                if t.type_name() != c.type_name() || t.output_dim() != c.output_dim() {
+                    return Err(format!("copy=value: '{name}' differs from its source"));
+                }
+                *t = c;
+            }
+        } else {
+            let mut edited = target.clone();
+            for (name, c) in comps {
+                if edited.component_index(&name).is_some() || edited.node_index(&name).is_some() {
+                    return Err(format!(
+                        "CopySubTree: model {to_model} has '{name}' already"
+                    ));
+                }
+                edited.component_names.push(name);
+                edited.components.push(c);
+            }
+            edited
+                .apply_config_text(&(lines.join("\n") + "\n"), "<CopySubTree>", &mut self.rng)
+                .map_err(|e| e.to_string())?;
+            *target = edited;
+        }
+        self.log.push(format!(
+            "CopySubTree: {} node(s) under {root} into {to_model} as {prefix}*",
+            order.len()
+        ));
+        Ok(())
+    }
+
+    /// `DeleteNode(node)`: as in CNTK, nodes that read it lose that input: they must be given
+    /// another by `SetInput` before the model is saved (the node stays, unread, until then).
+    /// A Parameter (component) name deletes the parameter the same way.
+    fn delete_node(&mut self, target: &str, line: usize) -> std::result::Result<(), String> {
+        let (m, pattern) = self.split_model(target)?;
+        let nnet = &self.models[&m];
+        let mut names: Vec<(String, bool)> = nnet
+            .node_names
+            .iter()
+            .enumerate()
+            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
+            .map(|(_, n)| (n.clone(), false))
+            .collect();
+        if names.is_empty() {
+            names = nnet
+                .component_names
+                .iter()
+                .filter(|n| name_matches_pattern(n, pattern))
+                .map(|n| (n.clone(), true))
+                .collect();
+        }
+        if names.is_empty() {
+            return Err(format!(
+                "no node or parameter of model {m} matches '{pattern}'"
+            ));
+        }
+        for (name, param) in &names {
+            self.pending.push(PendingDelete {
+                model: m.clone(),
+                name: name.clone(),
+                line,
+                param: *param,
+            });
+        }
+        self.log.push(format!(
+            "DeleteNode: {}",
+            names
+                .iter()
+                .map(|n| n.0.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        self.finish_deletes(&m)
+    }
+
+    /// Removes the pending deletions of model `m` nothing reads any more.
+    fn finish_deletes(&mut self, m: &str) -> std::result::Result<(), String> {
+        loop {
+            let Some(nnet) = self.models.get(m) else {
+                return Ok(());
+            };
+            let lines = nnet.config_lines();
+            let Some(k) = self
+                .pending
+                .iter()
+                .position(|p| p.model == m && readers_of(&lines, &p.name, p.param).is_empty())
+            else {
+                return Ok(());
+            };
+            let p = self.pending.remove(k);
+            let keep: Vec<String> = if p.param {
+                lines
+            } else {
+                lines
+                    .into_iter()
+                    .filter(|l| line_name(l) != Some(p.name.as_str()))
+                    .collect()
+            };
+            let mut fresh = Nnet {
+                components: nnet.components.clone(),
+                component_names: nnet.component_names.clone(),
+                ..Default::default()
+            };
+            // The deleted node's component goes when nothing else uses it.
+            let comp = if p.param {
+                Some(p.name.clone())
+            } else {
+                nnet.node_index(&p.name).and_then(|i| match nnet.nodes[i] {
+                    NetworkNode::Component { component } => {
+                        Some(nnet.component_names[component].clone())
+                    }
+                    _ => None,
+                })
+            };
+            if let Some(c) = comp {
+                if !keep
+                    .iter()
+                    .any(|l| l.split_whitespace().any(|w| w == format!("component={c}")))
+                {
+                    if let Some(ci) = fresh.component_index(&c) {
+                        fresh.components.remove(ci);
+                        fresh.component_names.remove(ci);
+                    }
+                }
+            }
+            fresh
+                .apply_config_text(&(keep.join("\n") + "\n"), "<DeleteNode>", &mut self.rng)
+                .map_err(|e| e.to_string())?;
+            self.models.insert(m.to_string(), fresh);
+            self.log.push(format!("DeleteNode: {} removed", p.name));
+        }
+    }
+
+    /// `Rename(old, new)` (names as `CopyNode` pairs them): a node, with every reference to
+    /// it, or a Parameter.
+    fn rename(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let old = Self::positional(s, 0, "the node to rename")?;
+        let new = Self::positional(s, 1, "the new name")?;
+        let (m, po) = self.split_model(&old)?;
+        let (m2, pn) = self.split_model(&new)?;
+        if m != m2 {
+            return Err(format!("Rename across models ({m} and {m2})"));
+        }
+        let nnet = &self.models[&m];
+        let nodes: Vec<String> = nnet
+            .node_names
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !nnet.is_component_input_node(i))
+            .map(|(_, n)| n.clone())
+            .collect();
+        let all: Vec<String> = nodes
+            .iter()
+            .chain(nnet.component_names.iter())
             .cloned()
+            .collect();
+        let pairs = generate_names(po, pn, &all, &[])?;
+        let mut node_map = BTreeMap::new();
+        let mut comp_map = BTreeMap::new();
+        for (a, b) in &pairs {
+            if nodes.contains(a) {
+                if nnet.node_index(b).is_some() {
+                    return Err(format!("Rename: model {m} has a node '{b}' already"));
+                }
+                node_map.insert(a.clone(), b.clone());
+            } else {
+                if nnet.component_index(b).is_some() {
+                    return Err(format!("Rename: model {m} has a parameter '{b}' already"));
+                }
+                comp_map.insert(a.clone(), b.clone());
+            }
+        }
+        let lines: Vec<String> = nnet
+            .config_lines()
+            .iter()
+            .map(|l| map_line(l, &node_map, &comp_map))
             .collect();
         let mut fresh = Nnet {
             components: nnet.components.clone(),
-            component_names: nnet.component_names.clone(),
+            component_names: nnet
+                .component_names
+                .iter()
+                .map(|c| comp_map.get(c).cloned().unwrap_or_else(|| c.clone()))
+                .collect(),
             ..Default::default()
         };
         fresh
-            .apply_config_text(&(keep.join("\n") + "\n"), "<DeleteNode>", &mut self.rng)
+            .apply_config_text(&(lines.join("\n") + "\n"), "<Rename>", &mut self.rng)
             .map_err(|e| e.to_string())?;
-        remove_orphan_components(&mut fresh);
-        *nnet = fresh;
-        self.log.push(format!("DeleteNode: {}", nodes.join(", ")));
+        self.models.insert(m.clone(), fresh);
+        for p in self.pending.iter_mut().filter(|p| p.model == m) {
+            let map = if p.param { &comp_map } else { &node_map };
+            if let Some(n) = map.get(&p.name) {
+                p.name = n.clone();
+            }
+        }
+        self.log.push(format!(
+            "Rename: {}",
+            pairs
+                .iter()
+                .map(|(a, b)| format!("{a} -> {b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        Ok(())
+    }
+
+    /// `DumpModel(model, file, [includeData=false])` (also `Dump`): the network's config
+    /// lines, or with `includeData=true` the whole model as Kaldi's text model;
+    /// `DumpNode(node, file, [includeData])`: the matching nodes' config lines (and their
+    /// components' text form).
+    fn dump(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let what = Self::positional(s, 0, "a model or node")?;
+        let path = Self::positional(s, 1, "a file name")?;
+        let data = match s.args.iter().find(|(k, _)| {
+            k.as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case("includeData"))
+        }) {
+            None => false,
+            Some((_, v)) => match v.to_ascii_lowercase().as_str() {
+                "true" | "t" | "1" => true,
+                "false" | "f" | "0" => false,
+                _ => return Err(format!("includeData={v}: expected true or false")),
+            },
+        };
+        let node = s
+            .func
+            .as_deref()
+            .is_some_and(|f| f.eq_ignore_ascii_case("DumpNode"));
+        let text = if node {
+            let (m, pattern) = self.split_model(&what)?;
+            let nnet = &self.models[&m];
+            let mut out = String::new();
+            for n in self.matching_nodes(&m, pattern)? {
+                let i = nnet.node_index(&n).expect("matched");
+                out.push_str(&nnet.node_config_line(i, true));
+                out.push('\n');
+                if let (true, NetworkNode::Component { component }) = (data, &nnet.nodes[i]) {
+                    let mut w = crate::io::codec::TokenWriter::new(false);
+                    nnet.components[*component].write(&mut w);
+                    out.push_str(&String::from_utf8_lossy(&w.into_bytes()));
+                    out.push('\n');
+                }
+            }
+            out
+        } else {
+            let nnet = self
+                .models
+                .get(&what)
+                .ok_or_else(|| format!("no model named {what}"))?;
+            if data {
+                nnet.write_model_file(&path, false)
+                    .map_err(|e| e.to_string())?;
+                self.log.push(format!("dumped {what} to {path}"));
+                return Ok(());
+            }
+            nnet.config_lines().join("\n") + "\n"
+        };
+        crate::io::write_file_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+        self.log.push(format!("dumped {what} to {path}"));
         Ok(())
     }
 
@@ -508,6 +1091,150 @@ impl<'a> Mel<'a> {
         *nnet = edited;
         self.log.push(format!("{lhs}: added by inline NDL"));
         Ok(())
+    }
+}
+
+/// A `DeleteNode` waiting for the nodes that read its node to be given another input.
+struct PendingDelete {
+    model: String,
+    name: String,
+    line: usize,
+    /// A Parameter (component) rather than a node.
+    param: bool,
+}
+
+/// The `name=` of a config line.
+fn line_name(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("name="))
+}
+
+/// The nodes whose config lines read node `name` (or, `param`, use component `name`).
+fn readers_of(lines: &[String], name: &str, param: bool) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| {
+            if param {
+                l.split_whitespace()
+                    .any(|w| w == format!("component={name}"))
+            } else {
+                line_name(l) != Some(name) && {
+                    let mut hit = false;
+                    map_tokens_keyed(l, &mut |key, t| {
+                        hit |= key != "component" && key != "name" && t == name;
+                        None
+                    });
+                    hit
+                }
+            }
+        })
+        .filter_map(|l| line_name(l).map(str::to_string))
+        .collect()
+}
+
+/// `text` with its name tokens (letters, digits, `_.-`) passed through `f`, which is given
+/// the key of the `key=value` pair the token is in (empty before any key).
+fn map_tokens_keyed(text: &str, f: &mut dyn FnMut(&str, &str) -> Option<String>) -> String {
+    let mut out = String::new();
+    let mut token = String::new();
+    let mut key = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_alphanumeric() || "_.-".contains(c) {
+            token.push(c);
+            let next = chars.get(i + 1).copied();
+            if next.is_some_and(|n| n.is_alphanumeric() || "_.-".contains(n)) {
+                continue;
+            }
+            if next == Some('=') {
+                key = token.clone();
+                out.push_str(&token);
+            } else {
+                out.push_str(&f(&key, &token).unwrap_or_else(|| token.clone()));
+            }
+            token.clear();
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A descriptor with the node names `f` maps replaced.
+fn map_tokens(text: &str, f: &dyn Fn(&str) -> Option<String>) -> String {
+    map_tokens_keyed(text, &mut |_, t| f(t))
+}
+
+/// A config line with nodes and components renamed.
+fn map_line(
+    line: &str,
+    nodes: &BTreeMap<String, String>,
+    comps: &BTreeMap<String, String>,
+) -> String {
+    map_tokens_keyed(line, &mut |key, t| match key {
+        "component" => comps.get(t).cloned(),
+        "name" | "input" | "input-node" => nodes.get(t).cloned(),
+        _ => None,
+    })
+}
+
+/// `copy=all|value` (also `copyFlag=`): true for value.
+fn copy_flag(s: &Stmt) -> std::result::Result<bool, String> {
+    match s.args.iter().find(|(k, _)| {
+        k.as_deref()
+            .is_some_and(|k| k.eq_ignore_ascii_case("copy") || k.eq_ignore_ascii_case("copyFlag"))
+    }) {
+        None => Ok(false),
+        Some((_, v)) if v.eq_ignore_ascii_case("all") => Ok(false),
+        Some((_, v)) if v.eq_ignore_ascii_case("value") => Ok(true),
+        Some((_, v)) => Err(format!("copy={v}: expected all or value")),
+    }
+}
+
+/// CNTK's pairing of names for CopyNode and Rename: `from` and `to` with one `*` each map
+/// every name matching `from` to `to` with the part `*` matched; `*` only in `to` maps the
+/// one name to every existing name matching `to`; no `*`: the one pair.
+fn generate_names(
+    from: &str,
+    to: &str,
+    names: &[String],
+    existing: &[String],
+) -> std::result::Result<Vec<(String, String)>, String> {
+    let sources: Vec<&String> = names
+        .iter()
+        .filter(|n| name_matches_pattern(n, from))
+        .collect();
+    if sources.is_empty() {
+        return Err(format!("no node or parameter matches '{from}'"));
+    }
+    let (fw, tw) = (from.matches('*').count(), to.matches('*').count());
+    match (fw, tw) {
+        (0, 0) => Ok(vec![(sources[0].clone(), to.to_string())]),
+        (0, 1) => {
+            let targets: Vec<(String, String)> = existing
+                .iter()
+                .filter(|n| name_matches_pattern(n, to))
+                .map(|n| (sources[0].clone(), n.clone()))
+                .collect();
+            if targets.is_empty() {
+                return Err(format!("no existing node matches '{to}'"));
+            }
+            Ok(targets)
+        }
+        (1, 1) => {
+            let (fa, fb) = from.split_once('*').expect("one *");
+            let (ta, tb) = to.split_once('*').expect("one *");
+            Ok(sources
+                .into_iter()
+                .map(|n| {
+                    let mid = &n[fa.len()..n.len() - fb.len()];
+                    (n.clone(), format!("{ta}{mid}{tb}"))
+                })
+                .collect())
+        }
+        _ => Err(format!(
+            "'{from}' and '{to}': use one '*' in both names, or one in the target only"
+        )),
     }
 }
 
@@ -590,102 +1317,6 @@ mod tests {
         assert!(e.contains("a.mel:4: expected ')'"), "{e}");
         let e = parse_stmt("justaword", 2, "a.mel").unwrap_err().to_string();
         assert!(e.contains("a.mel:2: expected Command"), "{e}");
-    }
-
-    const MACROS: &str = "BFF(in, rows, cols)\n{\n B=Parameter(rows, init=fixedvalue, value=0)\n \
-        W=Parameter(rows, cols)\n T=Times(W, in)\n BFF=Plus(T, B)\n}\n\
-        SBFF(in, rows, cols)\n{\n BFF=BFF(in, rows, cols)\n S=Sigmoid(BFF)\n}\n";
-
-    fn model() -> Nnet {
-        let ndl = format!(
-            "{MACROS}features=Input(4, tag=feature)\nlabels=Input(3, tag=label)\n\
-             L1=SBFF(features, 5, 4)\nO=BFF(L1, 3, 5)\n\
-             CE=CrossEntropyWithSoftmax(labels, O, tag=criteria)\n"
-        );
-        crate::frontend::ndl::read_ndl(&ndl, "m.ndl", &mut crate::random::seeded_rng(1)).unwrap()
-    }
-
-    fn run(text: &str) -> Result<Nnet> {
-        let read = |_: &str| Ok(model());
-        let mut mel = Mel::new("e.mel", MACROS.to_string(), 2, &read);
-        mel.run(text)?;
-        Ok(mel.model("m").expect("loaded").clone())
-    }
-
-    fn lr_factor(n: &Nnet, comp: &str) -> f32 {
-        let i = n.component_index(comp).unwrap();
-        n.components[i]
-            .as_updatable()
-            .unwrap()
-            .common()
-            .learning_rate_factor
-    }
-
-    #[test]
-    fn editing_statements_act_on_the_ndl_names() {
-        // A layer inserted between L1 and the output, as discriminative pre-training does.
-        let n = run(
-            "m=LoadModel(x)\nSetDefaultModel(m)\nH=5\nL2=SBFF(L1.S, H, H)\n\
-                     SetInput(O.*T, 1, L2.S)\n",
-        )
-        .unwrap();
-        let lines = n.config_lines();
-        assert!(
-            lines.contains(&"component-node name=O.T component=O.W input=L2.S".to_string()),
-            "{lines:?}"
-        );
-        assert!(lines
-            .contains(&"component-node name=L2.BFF.T component=L2.BFF.W input=L1.S".to_string()));
-        // needGradient=false freezes a Parameter; the node form reaches its component.
-        let n = run(
-            "m=LoadModel(x)\nSetProperty(L1.BFF.W, needGradient, false)\n\
-                     SetProperty(m.O.T, needGradient, false)\n",
-        )
-        .unwrap();
-        assert_eq!(lr_factor(&n, "L1.BFF.W"), 0.0);
-        assert_eq!(lr_factor(&n, "O.W"), 0.0);
-        assert_eq!(lr_factor(&n, "L1.BFF.B"), 1.0);
-        // CopyNode copies parameters between components of one shape.
-        let n = run("m=LoadModel(x)\nL2=SBFF(L1.S, 5, 5)\nCopyNode(L2.BFF.W, L2.BFF.W)\n").unwrap();
-        assert!(n.component_index("L2.BFF.W").is_some());
-        // DeleteNode removes a node nothing reads (and its component).
-        let n = run("m=LoadModel(x)\nL2=SBFF(L1.S, 5, 5)\nDeleteNode(L2.S)\n").unwrap();
-        assert!(n.node_index("L2.S").is_none());
-        assert!(n.component_index("L2.S").is_none());
-        for (text, want) in [
-            ("SetDefaultModel(m)\n", "e.mel:1: no model named m"),
-            (
-                "m=LoadModel(x)\nSetInput(Nope, 0, L1.S)\n",
-                "e.mel:2: no node of model m matches 'Nope'",
-            ),
-            (
-                "m=LoadModel(x)\nSetInput(O.T, 0, L1.S)\n",
-                "e.mel:2: 'O.T' (LinearComponent) takes its data as input 1",
-            ),
-            (
-                "m=LoadModel(x)\nSetInput(O.T, 1, Ghost)\n",
-                "e.mel:2: model m has no node 'Ghost'",
-            ),
-            (
-                "m=LoadModel(x)\nDeleteNode(L1.S)\n",
-                "e.mel:2: 'L1.S' is read by",
-            ),
-            (
-                "m=LoadModel(x)\nSetProperty(L1.S, learningRate, 0)\n",
-                "only needGradient",
-            ),
-            (
-                "m=LoadModel(x)\nCopyNode(L1.BFF.W, O.W)\n",
-                "e.mel:2: CopyNode: L1.BFF.W (LinearComponent 4x5) and O.W",
-            ),
-            (
-                "m=LoadModel(x)\nL1=SBFF(L1.S, 5, 5)\n",
-                "makes 'L1.BFF.W', which the model has already",
-            ),
-        ] {
-            let e = run(text).expect_err(text).to_string();
-            assert!(e.contains(want), "{text:?}: {e}");
-        }
     }
 
     #[test]

@@ -217,6 +217,37 @@ pub struct HtkSource {
 /// See [`HtkSource::relabel`].
 pub type Relabel = Arc<dyn Fn(&str, &GeneralMatrix, Posterior) -> Result<Posterior> + Send + Sync>;
 
+/// CNTK's `KaldiReader` inputs: a feature rspecifier and a label rspecifier (posteriors, as
+/// Kaldi's recipes for CNTK write them with ali-to-post, or alignments of pdf ids).
+#[derive(Clone)]
+pub struct KaldiSource {
+    pub feats: String,
+    pub labels: String,
+    pub alignments: bool,
+    /// CNTK's utterance list (`scpFile`, feat-to-len's `utt frames` lines): its file and, per
+    /// utterance, the frames and the line; only these utterances are read, and their frames
+    /// are checked.
+    pub counts: Option<(String, UtteranceList)>,
+}
+
+/// Utterance → (frames, 1-based line of the list).
+pub type UtteranceList = std::collections::HashMap<String, (usize, usize)>;
+
+/// Reads Kaldi features and labels for `nnet`, cut into examples as a data directory is.
+pub fn load_kaldi(src: &KaldiSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
+    let examples = examples_from(&src.feats, nnet, chunk, None, Some(src))?;
+    if examples.is_empty() {
+        return Err(Error::Usage(format!(
+            "{}: the data set is empty (no examples could be made from it)",
+            src.feats
+        )));
+    }
+    Ok(DataSet {
+        source: src.feats.clone(),
+        examples: Arc::new(examples),
+    })
+}
+
 /// Reads an HTK script and MLF for `nnet`, cut into examples as a data directory is.
 pub fn load_htk(src: &HtkSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
     let examples = examples_from_directory(&src.scp, nnet, chunk, Some(src.clone()))?;
@@ -238,8 +269,18 @@ fn examples_from_directory(
     chunk: &ChunkOptions,
     htk: Option<HtkSource>,
 ) -> Result<Vec<NnetExample>> {
+    examples_from(dir, nnet, chunk, htk, None)
+}
+
+fn examples_from(
+    dir: &str,
+    nnet: &Nnet,
+    chunk: &ChunkOptions,
+    htk: Option<HtkSource>,
+    kaldi: Option<&KaldiSource>,
+) -> Result<Vec<NnetExample>> {
     let path = |f: &str| format!("{}/{f}", dir.trim_end_matches('/'));
-    let given = htk.is_some();
+    let given = htk.is_some() || kaldi.is_some();
     let exists = |f: &str| !given && std::path::Path::new(&path(f)).exists();
     let htk = htk.or_else(|| {
         exists("labels.mlf").then(|| HtkSource {
@@ -250,7 +291,7 @@ fn examples_from_directory(
             relabel: None,
         })
     });
-    if !exists("feats.ark") && htk.is_none() {
+    if !exists("feats.ark") && htk.is_none() && kaldi.is_none() {
         return Err(Error::Usage(format!(
             "{dir}: not an egs rspecifier (ark:..., scp:...) and no {} (a data directory holds \
              feats.ark and ali.ark or post.ark, or HTK's feats.scp and labels.mlf)",
@@ -267,7 +308,7 @@ fn examples_from_directory(
         .filter(|&n| nnet.is_output_node(n))
         .map(|n| nnet.node_dim(n))
         .ok_or_else(|| Error::Usage("the network has no output node named 'output'".into()))?;
-    let frame_labels = htk.is_some() || exists("ali.ark") || exists("post.ark");
+    let frame_labels = htk.is_some() || kaldi.is_some() || exists("ali.ark") || exists("post.ark");
     let per_utterance = match chunk.labels {
         LabelKind::Auto => !frame_labels && exists("utt2label"),
         LabelKind::Frame => false,
@@ -311,7 +352,13 @@ fn examples_from_directory(
         Post(RandomAccessTableReader<Posterior>, String),
         Mlf(Mlf, String),
     }
-    let mut labels = if let Some(h) = &htk {
+    let mut labels = if let Some(k) = kaldi {
+        if k.alignments {
+            Labels::Ali(RandomAccessTableReader::open(&k.labels)?, k.labels.clone())
+        } else {
+            Labels::Post(RandomAccessTableReader::open(&k.labels)?, k.labels.clone())
+        }
+    } else if let Some(h) = &htk {
         let map = h.label_map.as_deref().map(LabelMap::read).transpose()?;
         Labels::Mlf(Mlf::read(&h.mlf, map.as_ref())?, h.mlf.clone())
     } else if exists("ali.ark") {
@@ -360,9 +407,10 @@ fn examples_from_directory(
             }
         )));
     }
-    let feats_file = match &htk {
-        Some(h) => h.scp.clone(),
-        None => path("feats.ark"),
+    let feats_file = match (&htk, kaldi) {
+        (_, Some(k)) => k.feats.clone(),
+        (Some(h), _) => h.scp.clone(),
+        _ => path("feats.ark"),
     };
     let items: Box<dyn Iterator<Item = Result<(String, GeneralMatrix)>> + '_> = if let Some(h) =
         &htk
@@ -374,13 +422,32 @@ fn examples_from_directory(
                 .into_iter()
                 .map(|(k, m)| Ok((k, GeneralMatrix::Full(m)))),
         )
+    } else if kaldi.is_some() {
+        Box::new(utterances(&feats_file, &feats_file, input_dim)?)
     } else {
-        Box::new(utterances(&feats_file, input_dim)?)
+        Box::new(utterances(
+            &format!("ark:{feats_file}"),
+            &feats_file,
+            input_dim,
+        )?)
     };
+    let counts = kaldi.and_then(|k| k.counts.as_ref());
+    let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for item in items {
         let (key, feats) = item?;
         let n = feats.num_rows();
+        if let Some((file, list)) = counts {
+            let Some(&(frames, line)) = list.get(&key) else {
+                continue;
+            };
+            if frames != n {
+                return Err(Error::Usage(format!(
+                    "{file}:{line}: utterance {key} has {frames} frames here but {n} in                      {feats_file}"
+                )));
+            }
+            seen.insert(key.clone());
+        }
         let rows: Posterior = match &mut labels {
             Labels::Ali(r, f) => {
                 let ali = r.get(&key)?.ok_or_else(|| {
@@ -478,15 +545,28 @@ fn examples_from_directory(
             out.push(eg);
         }
     }
+    if let Some((file, list)) = counts {
+        if let Some((key, (_, line))) = list
+            .iter()
+            .filter(|(k, _)| !seen.contains(*k))
+            .min_by_key(|(_, (_, line))| *line)
+        {
+            return Err(Error::Usage(format!(
+                "{file}:{line}: utterance {key} is not in {feats_file}"
+            )));
+        }
+    }
     Ok(out)
 }
 
-/// The utterances of the archive `feats_file`, each checked to have `input_dim` columns.
-fn utterances(
-    feats_file: &str,
+/// The utterances of the table `rspecifier` (named `feats_file` in errors), each checked to
+/// have `input_dim` columns.
+fn utterances<'a>(
+    rspecifier: &str,
+    feats_file: &'a str,
     input_dim: usize,
-) -> Result<impl Iterator<Item = Result<(String, GeneralMatrix)>> + '_> {
-    let reader = SequentialTableReader::<GeneralMatrix>::open(&format!("ark:{feats_file}"))?;
+) -> Result<impl Iterator<Item = Result<(String, GeneralMatrix)>> + 'a> {
+    let reader = SequentialTableReader::<GeneralMatrix>::open(rspecifier)?;
     Ok(reader.map(move |item| {
         let (key, feats) = item?;
         if feats.num_cols() != input_dim {
@@ -584,7 +664,7 @@ fn examples_with_utterance_labels(
     let mut seen = std::collections::HashSet::new();
     let mut skipped = Vec::new();
     let mut out = Vec::new();
-    for item in utterances(&feats_file, input_dim)? {
+    for item in utterances(&format!("ark:{feats_file}"), &feats_file, input_dim)? {
         let (key, feats) = item?;
         let &(label, _) = labels.get(&key).ok_or_else(|| {
             Error::Usage(format!(

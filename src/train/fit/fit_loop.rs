@@ -51,6 +51,10 @@ pub struct FitOptions {
     pub warmup: usize,
     pub minibatch_size: EpochSchedule,
     pub dropout: Option<DropoutSchedule>,
+    /// The dropout proportion of every dropout component per epoch (CNTK's `dropoutRate`).
+    pub dropout_per_epoch: Option<EpochSchedule>,
+    /// The plain steppers' momentum per epoch (in place of `stepper.momentum`).
+    pub momentum_schedule: Option<EpochSchedule>,
     /// AutoAdjust: reduce the learning rate by this factor when the validation objective
     /// improves by less than `auto_adjust_threshold` (0 = off); at most `max_reductions`
     /// times; with `load_best`, go back to the best model first.
@@ -100,6 +104,8 @@ impl Default for FitOptions {
                 items: vec![(64.0, 1)],
             },
             dropout: None,
+            dropout_per_epoch: None,
+            momentum_schedule: None,
             auto_adjust_factor: 0.0,
             auto_adjust_threshold: 0.0,
             max_reductions: 4,
@@ -377,6 +383,14 @@ pub fn fit(
             if let Some(d) = &opts.dropout {
                 set_dropout(&mut nnet, d, progress);
             }
+            if let Some(d) = &opts.dropout_per_epoch {
+                let v = d.value(epoch);
+                let all = DropoutSchedule {
+                    pattern: "*".into(),
+                    points: vec![(0.0, v), (1.0, v)],
+                };
+                set_dropout(&mut nnet, &all, progress);
+            }
             let frames: f64 = eg
                 .io
                 .iter()
@@ -471,6 +485,9 @@ pub fn fit(
                     let ok = match u {
                         Updater::Kaldi(k) => k.step(&mut nnet, sequences),
                         Updater::Plain { grad, stepper } => {
+                            if let Some(m) = &opts.momentum_schedule {
+                                stepper.opts.momentum = m.value(epoch) as f32;
+                            }
                             let mut rng = crate::random::seeded_rng(
                                 opts.srand
                                     ^ state.global_minibatch.wrapping_mul(0x9E37_79B9_7F4A_7C15),

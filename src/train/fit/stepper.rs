@@ -103,6 +103,9 @@ pub struct StepperOptions {
     /// (1+α)·lr along the gradient at the new point.
     pub backstitch_scale: f32,
     pub backstitch_interval: usize,
+    /// Momentum with unit gain (CNTK's): v ← μ·v + (1 − μ)·g, so that μ does not change
+    /// the size of a steady step.
+    pub unit_gain: bool,
 }
 
 impl Default for StepperOptions {
@@ -122,6 +125,7 @@ impl Default for StepperOptions {
             max_param_change: 2.0,
             backstitch_scale: 0.0,
             backstitch_interval: 1,
+            unit_gain: false,
         }
     }
 }
@@ -425,8 +429,10 @@ impl StepPolicy for StepperOptions {
                 p.add_mat(lr, g, Trans::No);
             }
             // v ← μ·v + g; p ← p + lr·v.
+            // With unit gain (CNTK's), v ← μ·v + (1 − μ)·g.
             (StepperKind::Momentum, [v]) => {
-                v.add_mat_scaled(1.0, g, o.momentum);
+                let gain = if o.unit_gain { 1.0 - o.momentum } else { 1.0 };
+                v.add_mat_scaled(gain, g, o.momentum);
                 p.add_mat(lr, v.as_view(), Trans::No);
             }
             // v ← μ·v + g; p ← p + lr·(g + μ·v).
@@ -570,6 +576,14 @@ pub struct GradientOptions {
     /// Per-sample clipping: each element of the summed gradient is kept within
     /// ±clip·frames (0 = none).
     pub clip: f32,
+    /// With `clip`: a component's whole gradient is scaled down to a norm of at most
+    /// clip·frames instead of each element being truncated (CNTK's
+    /// `gradientClippingWithTruncation=false`).
+    pub clip_norm: bool,
+    /// CNTK's `L1RegWeight`/`L2RegWeight`: the weights are per sample (times the
+    /// minibatch's frames), the gradient is clipped before L2 is added, and L1 is a proximal
+    /// step after the update (p shrunk toward 0 by lr·l1·frames, stopping at 0).
+    pub per_sample: bool,
     /// Standard deviation of Gaussian noise added to each gradient element (0 = none).
     pub noise_stddev: f32,
 }
@@ -604,21 +618,46 @@ pub fn apply_plain_step(
         let factor = u.common().learning_rate_factor;
         let l2_own = 2.0 * u.common().l2_regularize * sequences as f32;
         let clip = gopts.clip * (frames as f32 * grad_scale).max(1.0);
+        // CNTK's per-sample weights: times the frames the (scaled) gradient sums over.
+        let per = if gopts.per_sample {
+            frames as f32 * grad_scale
+        } else {
+            1.0
+        };
         let mut grads = gu.param_blocks_mut();
         // The regularised gradient, in place of the plain one:
-        // g ← scale·g − (l2 + own l2)·p − l1·sign(p), clipped, plus noise.
-        let mut finite = true;
+        // g ← scale·g − (l2 + own l2)·p − l1·sign(p), clipped, plus noise; with CNTK's
+        // per-sample weights, L2 is added after clipping and L1 is a shrink after the step.
         for (p, g) in u.param_blocks().iter().zip(grads.iter_mut()) {
             g.scale(grad_scale);
-            g.add_mat(-(l2_own + gopts.l2), *p, Trans::No);
-            if gopts.l1 != 0.0 {
-                let mut sign = p.to_matrix();
-                sign.view_mut().apply_signum();
-                g.add_mat(-gopts.l1, sign.view(), Trans::No);
+            if !gopts.per_sample {
+                g.add_mat(-(l2_own + gopts.l2), *p, Trans::No);
+                if gopts.l1 != 0.0 {
+                    let mut sign = p.to_matrix();
+                    sign.view_mut().apply_signum();
+                    g.add_mat(-gopts.l1, sign.view(), Trans::No);
+                }
             }
-            if clip > 0.0 {
+            if clip > 0.0 && !gopts.clip_norm {
                 g.apply_floor(-clip);
                 g.apply_ceiling(clip);
+            }
+        }
+        if clip > 0.0 && gopts.clip_norm {
+            let norm = grads
+                .iter()
+                .map(|g| g.as_view().sum_squares_f64())
+                .sum::<f64>()
+                .sqrt();
+            if norm > f64::from(clip) {
+                let s = (f64::from(clip) / norm) as f32;
+                grads.iter_mut().for_each(|g| g.scale(s));
+            }
+        }
+        let mut finite = true;
+        for (p, g) in u.param_blocks().iter().zip(grads.iter_mut()) {
+            if gopts.per_sample {
+                g.add_mat(-(l2_own + gopts.l2 * per), *p, Trans::No);
             }
             if gopts.noise_stddev > 0.0 {
                 let noise = gaussian_matrix(g.num_rows(), g.num_cols(), 0.0, 1.0, rng);
@@ -632,6 +671,10 @@ pub fn apply_plain_step(
             let grads: Vec<MatView<'_>> = grads.iter().map(|g| g.as_view()).collect();
             let mut params = u.param_blocks_mut();
             stepper.update_component(component, &mut params, &grads, lr * factor);
+            if gopts.per_sample && gopts.l1 != 0.0 {
+                let t = lr * factor * gopts.l1 * per;
+                params.iter_mut().for_each(|p| p.shrink_toward_zero(t));
+            }
         }
         drop(grads);
         gu.scale(0.0);
