@@ -64,7 +64,7 @@ for np in 1 2; do
       line=$l
     fi
   done
-  echo "$line"
+  echo "$line" | sed "s/^1 ranks/1 rank/"
   eval "rate$np=$best"
 done
 awk -v a="$rate1" -v b="$rate2" 'BEGIN { printf "2 ranks / 1 rank: %.2f x\n", b / a }'
