@@ -64,9 +64,19 @@ pub fn prefix(level: &str, program: &str, text: &str) -> String {
     }
 }
 
+/// Whether `log` lines are left out (the processes of a parallel job other than rank 0).
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Leaves out (or prints again) the `log` lines of this process; warnings still print.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Prints `LOG (<program>) <text>` on stderr (Kaldi's prefix under a Kaldi name).
 pub fn log(program: &str, text: &str) {
-    eprintln!("{} {text}", prefix("LOG", program, text));
+    if !QUIET.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("{} {text}", prefix("LOG", program, text));
+    }
 }
 
 /// The verbose level of this process (Kaldi's `--verbose=N`, default 0).

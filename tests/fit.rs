@@ -792,3 +792,32 @@ fn backstitch_in_fit_equals_compnet_train() {
         "{err}"
     );
 }
+
+/// `--parallel` is checked before anything is read; without the `mpi` feature a parallel
+/// mode, or a run as one of several mpirun processes, is an error that says how to build.
+#[test]
+fn parallel_options_are_checked() {
+    let e = fails(&["fit", "net.config", "--out", "o", "--parallel=average:0"]);
+    assert!(
+        e.contains("--parallel=average:0") && e.contains("average:K"),
+        "{e}"
+    );
+    let e = fails(&["fit", "net.config", "--out", "o", "--parallel-bucket-mb=0"]);
+    assert!(e.contains("--parallel-bucket-mb"), "{e}");
+    if cfg!(feature = "mpi") {
+        return;
+    }
+    let e = fails(&["fit", "net.config", "--out", "o", "--parallel=data"]);
+    assert!(e.contains("--features mpi"), "{e}");
+    let o = Command::new(BIN)
+        .args(["fit", "net.config", "--out", "o"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("one of 2 processes") && e.contains("--parallel=data"),
+        "{e}"
+    );
+}

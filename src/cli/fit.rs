@@ -14,7 +14,8 @@ use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
 use crate::train::fit::hooks::{Every, MAX_EPOCHS, MAX_MINIBATCHES};
 use crate::train::fit::schedule::{DropoutSchedule, EpochSchedule};
 use crate::train::fit::stepper::{GradientOptions, StepperKind, StepperOptions};
-use crate::train::fit::{fit, FitOptions};
+use crate::train::fit::{fit_parallel, FitOptions};
+use crate::train::parallel::{join, Parallel, ParallelMode};
 use serde::Deserialize;
 
 macro_rules! fit_args {
@@ -194,6 +195,10 @@ fit_args! {
     num_threads: usize = "num-threads",
     /// The language of <config-or-model> when not a model: kaldi, ndl or brainstorm [by extension: .ndl, .json, else kaldi].
     format: String = "format",
+    /// Training on the processes of `mpirun -np N` (a build with --features mpi): none; data (each minibatch split over the ranks, gradients summed; --minibatch-size is the global size); average:K (each rank steps on its share with the learning rate x N, models averaged every K minibatches) [none].
+    parallel: String = "parallel",
+    /// --parallel=data: megabytes of gradient per all-reduce [4].
+    parallel_bucket_mb: f64 = "parallel-bucket-mb",
 }
 
 /// Reads the TOML options file (the options and the file's text).
@@ -603,6 +608,63 @@ pub fn run(a: Args) -> Result<i32> {
     })()
     .map_err(|e| locate(e, &config, &lines));
     let ((opts, chunk), format) = checked?;
+    let (mode, bucket_mb) = (|| {
+        let mode = ParallelMode::parse(a.parallel.as_deref().unwrap_or("none"))?;
+        let mb = a.parallel_bucket_mb.unwrap_or(4.0);
+        in_range("parallel-bucket-mb", mb, 1.0 / 1024.0, 1024.0)?;
+        Ok((mode, mb))
+    })()
+    .map_err(|e| locate(e, &config, &lines))?;
+    let mut par = join(mode, (bucket_mb * 1048576.0) as usize)?;
+    // Every rank has a share of every full minibatch (and so stores statistics from the
+    // first one on).
+    if let Some(&(v, _)) = opts
+        .minibatch_size
+        .items
+        .iter()
+        .find(|&&(v, _)| (v as usize) < par.size())
+    {
+        let e = Error::Usage(format!(
+            "--minibatch-size: {v} is below the number of ranks, {}: the size is the global \
+             minibatch's, split over the ranks",
+            par.size()
+        ));
+        if par.size() > 1 {
+            if par.is_root() {
+                eprintln!("ERROR (compnet fit) {e}");
+            }
+            par.abort(1)
+        }
+        return Err(e);
+    }
+    if par.size() == 1 {
+        return train(&a, opts, chunk, format, &mut par);
+    }
+    if !par.is_root() {
+        crate::log::set_quiet(true);
+    }
+    match train(&a, opts, chunk, format, &mut par) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            // The other ranks wait in a collective call: end them all.
+            eprintln!(
+                "ERROR (compnet fit) rank {} of {}: {e}; ending the job",
+                par.rank(),
+                par.size()
+            );
+            par.abort(1)
+        }
+    }
+}
+
+/// Reads the model and data and trains (as rank `par.rank()` of a parallel job).
+fn train(
+    a: &Args,
+    opts: FitOptions,
+    chunk: ChunkOptions,
+    format: Option<Format>,
+    par: &mut Parallel,
+) -> Result<i32> {
     let [model_in] = a.args.as_slice() else {
         return Err(Error::Usage(
             "usage: compnet fit [options] <config-or-model> --train <data> --valid <data> --out <dir>".into(),
@@ -634,7 +696,10 @@ pub fn run(a: Args) -> Result<i32> {
             opts.num_epochs
         ),
     );
-    let summary = fit(&opts, nnet, &train, valid.as_ref())?;
+    let summary = fit_parallel(&opts, nnet, &train, valid.as_ref(), par)?;
+    if !par.is_root() {
+        return Ok(0);
+    }
     if let Some(why) = &summary.stopped_early {
         println!("stopped early: {why}");
     }

@@ -14,6 +14,7 @@ pub mod example;
 pub mod fit;
 pub mod network_ops;
 pub mod objective;
+pub mod parallel;
 pub mod step;
 pub mod trainer;
 

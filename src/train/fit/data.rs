@@ -745,22 +745,24 @@ pub fn minibatch_groups(n: &DataSet, size: usize, shuffle: bool, seed: u64) -> V
 }
 
 /// Merges the groups from `skip` on, on a thread of its own; at most `ahead` minibatches wait
-/// in the channel.
+/// in the channel. An empty group (a process's empty share of a small minibatch) is `None`.
 pub fn spawn_loader(
     data: &DataSet,
     groups: Vec<Vec<usize>>,
     skip: usize,
     ahead: usize,
-) -> Receiver<Result<NnetExample>> {
+) -> Receiver<Result<Option<NnetExample>>> {
     let (tx, rx) = sync_channel(ahead.max(1));
     let examples = Arc::clone(&data.examples);
     std::thread::spawn(move || {
         for g in groups.into_iter().skip(skip) {
-            let eg = if g.len() == 1 {
-                Ok(examples[g[0]].clone())
-            } else {
-                let egs: Vec<NnetExample> = g.iter().map(|&i| examples[i].clone()).collect();
-                merge_examples(&egs, false)
+            let eg = match g.len() {
+                0 => Ok(None),
+                1 => Ok(Some(examples[g[0]].clone())),
+                _ => {
+                    let egs: Vec<NnetExample> = g.iter().map(|&i| examples[i].clone()).collect();
+                    merge_examples(&egs, false).map(Some)
+                }
             };
             if tx.send(eg).is_err() {
                 return;

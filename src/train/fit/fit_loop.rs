@@ -25,9 +25,8 @@ use crate::train::diagnostics::{NnetComputeProb, NnetComputeProbOptions};
 use crate::train::example::{computation_request, num_sequences};
 use crate::train::network_ops::{scale_batchnorm_stats, zero_component_stats};
 use crate::train::objective::compute_accuracy;
-use crate::train::step::{
-    output_objectives, run_pass, GradientReduction, KaldiUpdate, SingleProcess,
-};
+use crate::train::parallel::Parallel;
+use crate::train::step::{output_objectives, run_pass, GradientReduction, KaldiUpdate};
 
 const P: &str = "compnet fit";
 
@@ -211,9 +210,21 @@ pub fn evaluate(
 /// checkpoints, metrics and curves into `opts.out_dir`.
 pub fn fit(
     opts: &FitOptions,
+    nnet: Nnet,
+    train: &DataSet,
+    valid: Option<&DataSet>,
+) -> Result<FitSummary> {
+    fit_parallel(opts, nnet, train, valid, &mut Parallel::single())
+}
+
+/// [`fit`] as one of `par`'s processes (`--parallel`): this rank trains on its share of each
+/// minibatch, gradients or models meet at `par`, and rank 0 alone validates and writes.
+pub fn fit_parallel(
+    opts: &FitOptions,
     mut nnet: Nnet,
     train: &DataSet,
     valid: Option<&DataSet>,
+    par: &mut Parallel,
 ) -> Result<FitSummary> {
     opts.stepper.validate()?;
     std::fs::create_dir_all(&opts.out_dir).map_err(|e| Error::io(&opts.out_dir, e))?;
@@ -300,6 +311,7 @@ pub fn fit(
     }
     // The command line's patience holds, also for a resumed run.
     state.early_stopping.patience = opts.early_stopping_patience;
+    par.start(&mut nnet)?;
     let mut updater = if kind == StepperKind::NaturalGradient {
         let mut k = kaldi_update(&nnet, &opts.stepper, opts.srand);
         if let Some(b) = &stepper_bytes {
@@ -360,7 +372,17 @@ pub fn fit(
         let epoch = state.epoch;
         let groups = groups_of(epoch);
         let n_groups = groups.len();
-        let rx = spawn_loader(train, groups, state.position, opts.prefetch);
+        // This rank's shares, and each minibatch's frames and sequences (global and local).
+        let local = par.local_groups(&groups);
+        let totals: Vec<[f64; 3]> = groups
+            .iter()
+            .zip(&local)
+            .map(|(g, l)| {
+                let (f, s) = group_totals(&nnet, train, g);
+                [f, s, group_totals(&nnet, train, l).1]
+            })
+            .collect();
+        let rx = spawn_loader(train, local, state.position, opts.prefetch);
         // A bar per epoch when stderr is a terminal; Kaldi-style log lines otherwise.
         let bar = crate::log::progress_spinner(&format!("epoch {}", epoch + 1)).inspect(|b| {
             b.set_length(n_groups as u64);
@@ -372,6 +394,8 @@ pub fn fit(
             }
         });
         let (mut frames_timer, mut frames_since) = (std::time::Instant::now(), 0.0f64);
+        // Each minibatch's time runs from the end of the one before (loader waits included).
+        let mut step_timer = std::time::Instant::now();
         for item in rx {
             let eg = item?;
             let progress = state.global_minibatch as f64 / total_minibatches as f64;
@@ -391,33 +415,39 @@ pub fn fit(
                 };
                 set_dropout(&mut nnet, &all, progress);
             }
-            let frames: f64 = eg
-                .io
-                .iter()
-                .filter(|io| nnet.objective_type(&io.name).is_some())
-                .map(|io| io.features.num_rows() as f64)
-                .sum();
+            let [frames, global_sequences, local_sequences] = totals[state.position];
             // Per-minibatch rates step along the mean gradient rather than the sum.
             let grad_scale = if opts.lr_per_minibatch {
                 1.0 / frames.max(1.0)
             } else {
                 1.0
             };
-            let step_lr = lr as f32;
+            let step_lr = (lr * par.lr_scale()) as f32;
             last_lr = lr;
             if let Updater::Kaldi(k) = &mut updater {
                 // Natural gradient updates inside the backward pass, at the delta's rates.
-                k.set_learning_rate((lr * grad_scale) as f32);
+                k.set_learning_rate((lr * par.lr_scale() * grad_scale) as f32);
             }
-            // Forward, objectives, backward into the stepper's target.
-            let request = computation_request(&nnet, &eg, true, opts.store_component_stats)
-                .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
-            let computation = compiler.compile(&nnet, &request)?;
-            if let Updater::Kaldi(k) = &mut updater {
-                k.replay_compile_draws(&nnet, &request, &compiler);
-            }
-            let seed = opts.srand.wrapping_add(state.global_minibatch);
-            let sequences = num_sequences(&eg);
+            // Forward, objectives, backward into the stepper's target (nothing on a rank
+            // whose share of the minibatch is empty).
+            let compiled = eg
+                .as_ref()
+                .map(|eg| {
+                    let request = computation_request(&nnet, eg, true, opts.store_component_stats)
+                        .map_err(|e| Error::Compute(format!("{}: {e}", train.source)))?;
+                    let computation = compiler.compile(&nnet, &request)?;
+                    if let Updater::Kaldi(k) = &mut updater {
+                        k.replay_compile_draws(&nnet, &request, &compiler);
+                    }
+                    Ok::<_, Error>((eg, request, computation))
+                })
+                .transpose()?;
+            let seed = par.rank_seed(opts.srand.wrapping_add(state.global_minibatch));
+            let sequences = if par.global_step() {
+                global_sequences
+            } else {
+                local_sequences
+            } as usize;
             let not_finite = |objf: f64| {
                 Error::Compute(format!(
                     "epoch {}, minibatch {}: the objective is not finite ({objf}); stopping \
@@ -430,19 +460,25 @@ pub fn fit(
                 Updater::Kaldi(k) => k.backstitch_now(state.global_minibatch),
                 Updater::Plain { .. } => false,
             };
-            let mut reducer = SingleProcess;
-            let mut fb = |nnet: &mut Nnet, target: &mut Nnet, kaldi: Option<&mut GlibcRand>| {
-                let sums = forward_backward(
-                    nnet,
-                    target,
-                    &request,
-                    &computation,
-                    &eg,
-                    seed,
-                    kaldi,
-                    &train.source,
-                )?;
-                reducer.reduce(target)?;
+            let mut fb = |nnet: &mut Nnet, target: &mut Nnet, mut kaldi: Option<&mut GlibcRand>| {
+                par.before_backward(target);
+                let sums = match &compiled {
+                    Some((eg, request, computation)) => forward_backward(
+                        nnet,
+                        target,
+                        request,
+                        computation,
+                        eg,
+                        seed,
+                        kaldi.as_deref_mut(),
+                        &train.source,
+                    )?,
+                    None => [0.0; 4],
+                };
+                par.reduce(target)?;
+                if let Some(k) = kaldi {
+                    par.sync_stream(k)?;
+                }
                 Ok::<_, Error>(sums)
             };
             let ([objf, weight, correct, acc_weight], ok) = match (&mut updater, backstitch) {
@@ -525,6 +561,15 @@ pub fn fit(
             } else {
                 skipped_in_a_row = 0;
             }
+            par.after_step(&mut nnet, state.global_minibatch + 1)?;
+            // The minibatch's figures over all ranks, and whether any rank is out of time.
+            let out_of_time = opts.max_wall_seconds > 0.0
+                && start.elapsed().as_secs_f64() >= opts.max_wall_seconds;
+            let mut sums = [objf, weight, correct, acc_weight, out_of_time as u8 as f64];
+            par.sum_scalars(&mut sums)?;
+            let [objf, weight, correct, acc_weight, out_of_time] = sums;
+            par.note_step(step_timer.elapsed(), frames);
+            step_timer = std::time::Instant::now();
             state.train_objf += objf;
             state.train_weight += weight;
             state.train_correct += correct;
@@ -562,14 +607,13 @@ pub fn fit(
                 .after_minibatch(state.global_minibatch)
                 && state.position < n_groups
             {
-                save(&ckpt_path, &state, &nnet, &mut updater)?;
+                save_on_root(par, &ckpt_path, &state, &mut nnet, &mut updater)?;
             }
-            let out_of_time = opts.max_wall_seconds > 0.0
-                && start.elapsed().as_secs_f64() >= opts.max_wall_seconds;
+            let out_of_time = out_of_time > 0.0;
             let out_of_minibatches =
                 opts.max_minibatches > 0 && state.global_minibatch >= opts.max_minibatches;
             if out_of_time || out_of_minibatches {
-                save(&ckpt_path, &state, &nnet, &mut updater)?;
+                save_on_root(par, &ckpt_path, &state, &mut nnet, &mut updater)?;
                 stopped = Some(if out_of_time {
                     format!(
                         "the wall-time limit of {} s was reached",
@@ -592,11 +636,18 @@ pub fn fit(
         }
         // End of the epoch: validation, AutoAdjust, stoppers, metrics, curves, checkpoint.
         let (mut valid_objective, mut valid_accuracy) = (None, None);
+        // The model rank 0 validates and writes (the ranks' statistics summed, or the
+        // models averaged).
+        let out_model = par.output_model(&mut nnet)?.into_owned();
         if let Some(v) = valid {
-            let res = evaluate(&nnet, v, 64, opts.srand)?;
-            valid_objective = Some(res[0].1);
-            // No frame with an accuracy (weight 0) is no figure, not NaN.
-            valid_accuracy = Some(res[0].2).filter(|a| !a.is_nan());
+            if par.is_root() {
+                let res = evaluate(&out_model, v, 64, opts.srand)?;
+                valid_objective = Some(res[0].1);
+                // No frame with an accuracy (weight 0) is no figure, not NaN.
+                valid_accuracy = Some(res[0].2).filter(|a| !a.is_nan());
+            }
+            valid_objective = par.from_root(valid_objective)?;
+            valid_accuracy = par.from_root(valid_accuracy)?;
         }
         let record = EpochRecord {
             epoch: epoch + 1,
@@ -635,7 +686,9 @@ pub fn fit(
             let new_best = state.best_valid.is_none_or(|b| vo > b);
             if new_best {
                 state.best_valid = Some(vo);
-                nnet.write_model_file(&best_path, true)?;
+                if par.is_root() {
+                    out_model.write_model_file(&best_path, true)?;
+                }
             }
             if !improved && opts.auto_adjust_factor > 0.0 && state.reductions < opts.max_reductions
             {
@@ -648,11 +701,15 @@ pub fn fit(
                         fmt_g(state.lr_factor)
                     ),
                 );
-                if opts.load_best_on_reduction
+                let load = opts.load_best_on_reduction
                     && !new_best
-                    && std::path::Path::new(&best_path).exists()
-                {
-                    nnet = Nnet::read_model_file(&best_path)?.nnet;
+                    && par.is_root()
+                    && std::path::Path::new(&best_path).exists();
+                if par.from_root(Some(load as u8 as f64))? == Some(1.0) {
+                    if par.is_root() {
+                        nnet = Nnet::read_model_file(&best_path)?.nnet;
+                    }
+                    par.reloaded(&mut nnet)?;
                     log(P, &format!("loaded the best model so far, {best_path}"));
                 }
             }
@@ -669,20 +726,25 @@ pub fn fit(
         state.train_weight = 0.0;
         state.train_correct = 0.0;
         state.train_acc_weight = 0.0;
-        write_metrics(&metrics_path, &state.records)?;
-        if opts.plot_every.after_epoch(state.epoch) || state.epoch == opts.num_epochs {
-            crate::io::write_file_atomic(&curves_path, curves_svg(&state.records).as_bytes())?;
+        if par.is_root() {
+            write_metrics(&metrics_path, &state.records)?;
+            if opts.plot_every.after_epoch(state.epoch) || state.epoch == opts.num_epochs {
+                crate::io::write_file_atomic(&curves_path, curves_svg(&state.records).as_bytes())?;
+            }
         }
         if let Some(prefix) = &opts.epoch_models {
             if state.epoch < opts.num_epochs && stop_now.is_none() {
-                nnet.write_model_file(&format!("{prefix}.{}", state.epoch), true)?;
+                let out = par.output_model(&mut nnet)?;
+                if par.is_root() {
+                    out.write_model_file(&format!("{prefix}.{}", state.epoch), true)?;
+                }
             }
         }
         if opts.checkpoint_every.after_epoch(state.epoch)
             || state.epoch == opts.num_epochs
             || stop_now.is_some()
         {
-            save(&ckpt_path, &state, &nnet, &mut updater)?;
+            save_on_root(par, &ckpt_path, &state, &mut nnet, &mut updater)?;
         }
         if let Some(why) = stop_now {
             log(P, &format!("stopping early: {why}"));
@@ -690,8 +752,14 @@ pub fn fit(
             break;
         }
     }
-    crate::io::write_file_atomic(&curves_path, curves_svg(&state.records).as_bytes())?;
-    nnet.write_model_file(&final_path, true)?;
+    let out = par.output_model(&mut nnet)?;
+    if par.is_root() {
+        crate::io::write_file_atomic(&curves_path, curves_svg(&state.records).as_bytes())?;
+        out.write_model_file(&final_path, true)?;
+    }
+    if let Some(r) = par.report() {
+        log(P, &r);
+    }
     Ok(FitSummary {
         records: state.records,
         final_model: final_path,
@@ -729,6 +797,39 @@ fn forward_backward(
         e => e,
     })?;
     Ok(sums)
+}
+
+/// The supervised frames and the sequences of a minibatch made of `group`'s examples.
+fn group_totals(nnet: &Nnet, data: &DataSet, group: &[usize]) -> (f64, f64) {
+    let mut frames = 0.0;
+    let mut sequences = 0.0;
+    for &i in group {
+        let eg = &data.examples[i];
+        frames += eg
+            .io
+            .iter()
+            .filter(|io| nnet.objective_type(&io.name).is_some())
+            .map(|io| io.features.num_rows() as f64)
+            .sum::<f64>();
+        sequences += num_sequences(eg) as f64;
+    }
+    (frames, sequences)
+}
+
+/// Writes the checkpoint on rank 0 (a collective call: every rank takes part in making the
+/// model that is written).
+fn save_on_root(
+    par: &mut Parallel,
+    path: &str,
+    state: &LoopState,
+    nnet: &mut Nnet,
+    updater: &mut Updater,
+) -> Result<()> {
+    let out = par.output_model(nnet)?;
+    if par.is_root() {
+        save(path, state, &out, updater)?;
+    }
+    Ok(())
 }
 
 /// The first part of `nnet` that is not finite: an updatable component's parameters or a

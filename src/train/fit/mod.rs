@@ -14,4 +14,4 @@ pub mod ng_state;
 pub mod schedule;
 pub mod stepper;
 
-pub use fit_loop::{evaluate, fit, FitOptions, FitSummary};
+pub use fit_loop::{evaluate, fit, fit_parallel, FitOptions, FitSummary};
