@@ -1,14 +1,13 @@
 //! The LDA-like input transform most TDNN recipes start with: `compnet acc-lda-stats`
 //! (Kaldi's `nnet3-acc-lda-stats`: class-conditional statistics of the network's output, the
 //! class being each example's supervision) and `compnet get-feature-transform` (Kaldi's
-//! `nnet-get-feature-transform`: the transform that whitens the data (as Kaldi's binary does:
-//! its uncentred second moment) and diagonalises the between-class covariance, rows scaled by
-//! `--within-class-factor`, singular
+//! `nnet-get-feature-transform`: the transform that whitens the within-class covariance and
+//! diagonalises the between-class one, rows scaled by `--within-class-factor`, singular
 //! values ceilinged at `--max-singular-value`, and a last column that removes the mean).
 //!
 //! Statistics file (Kaldi's `LdaEstimate`): `<LDAACCS> <VECSIZE> d <NUMCLASSES> c
 //! <ZERO_ACCS>` counts per class, `<FIRST_ACCS>` sums per class (c×d), `<SECOND_ACCS>` the
-//! summed outer products (a packed lower triangle), `</LDAACCS>`; kept in double, written in
+//! within-class scatter (a packed lower triangle), `</LDAACCS>`; kept in double, written in
 //! float as Kaldi writes them.
 
 use crate::cli::kaldi_args::KaldiBool;
@@ -38,7 +37,10 @@ pub struct LdaStats {
     pub zero: Vec<f64>,
     /// Sum per class, class-major (`num_classes × dim`).
     pub first: Vec<f64>,
-    /// Lower triangle of Σ w·x·xᵀ, row by row (element (i, j), j ≤ i, at i(i+1)/2 + j).
+    /// Lower triangle, row by row (element (i, j), j ≤ i, at i(i+1)/2 + j), of the
+    /// within-class scatter Σ w·x·xᵀ − Σ_c first_c·first_cᵀ / zero_c, as Kaldi f4007661 writes
+    /// `<SECOND_ACCS>` (measured against its files); while accumulating, Σ w·x·xᵀ (see
+    /// [`LdaStats::finish`]).
     pub second: Vec<f64>,
 }
 
@@ -74,6 +76,42 @@ impl LdaStats {
                 k += 1;
             }
         }
+    }
+
+    /// Turns the accumulated Σ w·x·xᵀ into the within-class scatter the file holds.
+    pub fn finish(&mut self) {
+        for c in 0..self.num_classes {
+            let z = self.zero[c];
+            if z == 0.0 {
+                continue;
+            }
+            let alpha = -1.0 / z;
+            let f = &self.first[c * self.dim..(c + 1) * self.dim];
+            let mut k = 0;
+            for i in 0..self.dim {
+                let t = alpha * f[i];
+                for &fj in &f[..=i] {
+                    self.second[k] = t.mul_add(fj, self.second[k]);
+                    k += 1;
+                }
+            }
+        }
+    }
+
+    /// The within-class covariance (the scatter / count) in full (n×n, row-major).
+    fn within_covariance(&self, count: f64) -> Vec<f64> {
+        let n = self.dim;
+        let mut m = vec![0.0f64; n * n];
+        let mut k = 0;
+        for i in 0..n {
+            for j in 0..=i {
+                let v = self.second[k] / count;
+                m[i * n + j] = v;
+                m[j * n + i] = v;
+                k += 1;
+            }
+        }
+        m
     }
 
     /// Writes the statistics as Kaldi's `LdaEstimate::Write` (values in float).
@@ -404,10 +442,11 @@ pub fn run_acc(a: AccArgs) -> Result<i32> {
         num_egs += 1;
     }
     log(P, &format!("Processed {num_egs} examples."));
-    let stats = match stats {
+    let mut stats = match stats {
         Some(s) if s.tot_count() != 0.0 => s,
         _ => return Err(Error::Compute("Accumulated no stats.".into())),
     };
+    stats.finish();
     let mut w = TokenWriter::new(a.binary);
     w.binary_header();
     stats.write(&mut w);
@@ -470,7 +509,7 @@ fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
                 s -= l[i * n + k] * l[j * n + k];
             }
             if i == j {
-                if !(s > 0.0) {
+                if s.is_nan() || s <= 0.0 {
                     return None;
                 }
                 l[i * n + i] = s.sqrt();
@@ -503,7 +542,7 @@ pub fn estimate_transform(stats: &LdaStats, a: &TransformArgs, program: &str) ->
     let n = stats.dim;
     let count = stats.tot_count();
     log(program, &format!("Data count is {}", fmt_g(count)));
-    if !(count > 0.0) {
+    if count.is_nan() || count <= 0.0 {
         return Err(Error::Compute("the statistics have no count".into()));
     }
     let target = if a.dim <= 0 { n } else { a.dim as usize };
@@ -520,20 +559,7 @@ pub fn estimate_transform(stats: &LdaStats, a: &TransformArgs, program: &str) ->
         }
     }
     mean.iter_mut().for_each(|m| *m /= count);
-    // What Kaldi f4007661's binary whitens (measured against its output: the transform's rows
-    // r satisfy r·(Σ w·x·xᵀ / count)·rᵀ = 1 with --within-class-factor=1): the uncentred
-    // second moment of the data, not the within-class covariance (total minus between) that
-    // its source names.
-    let mut within = vec![0.0f64; n * n];
-    let mut k = 0;
-    for i in 0..n {
-        for j in 0..=i {
-            let v = stats.second[k] / count;
-            within[i * n + j] = v;
-            within[j * n + i] = v;
-            k += 1;
-        }
-    }
+    let mut within = stats.within_covariance(count);
     let mut between = vec![0.0f64; n * n];
     for c in 0..stats.num_classes {
         let z = stats.zero[c];
@@ -685,9 +711,9 @@ fn ceil_singular_values(m: &mut [f32], rows: usize, cols: usize, ceiling: f32, p
     );
     // P = U diag(f) Uᵀ with f = min(s, c)/s (1 where s is not above the ceiling).
     let mut p = vec![0.0f64; rows * rows];
-    for k in 0..rows {
-        let f = if s[k] > ceiling as f64 {
-            ceiling as f64 / s[k]
+    for (k, &sk) in s.iter().enumerate() {
+        let f = if sk > ceiling as f64 {
+            ceiling as f64 / sk
         } else {
             1.0
         };
