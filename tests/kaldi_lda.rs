@@ -107,8 +107,13 @@ fn compare_transform(name: &str, got: &Matrix, want: &Matrix, d: &[f64]) {
     let (rows, cols) = (want.num_rows(), want.num_cols());
     let row = |m: &Matrix, r: usize| (0..cols).map(|c| m.get(r, c) as f64).collect::<Vec<_>>();
     let mut null_rows = Vec::new();
-    for r in 0..rows {
-        if d[r] < 1e-6 {
+    assert!(
+        d.len() >= rows,
+        "{name}: {} singular values for {rows} rows",
+        d.len()
+    );
+    for (r, &dr) in d.iter().enumerate().take(rows) {
+        if dr < 1e-6 {
             null_rows.push(r);
             continue;
         }
