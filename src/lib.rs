@@ -11,6 +11,7 @@ pub mod egs;
 pub mod error;
 pub mod frontend;
 pub mod gradient;
+pub mod hmm;
 pub mod index;
 pub mod io;
 pub mod kaldi_rand;

@@ -48,6 +48,39 @@ const TOOLS: &[(&str, &str, &[&str])] = &[
         "combine",
         &["a.raw", "b.raw", "ark:a.egs", "c.raw"],
     ),
+    ("nnet3-am-init", "am-init", &["a.mdl", "a.raw", "b.mdl"]),
+    ("nnet3-am-copy", "am-copy", &["a.mdl", "b.mdl"]),
+    ("nnet3-am-info", "am-info", &["a.mdl"]),
+    (
+        "nnet3-am-adjust-priors",
+        "am-adjust-priors",
+        &["a.mdl", "a.vec", "b.mdl"],
+    ),
+    (
+        "nnet3-am-train-transitions",
+        "am-train-transitions",
+        &["a.mdl", "ark:a.ali", "b.mdl"],
+    ),
+    (
+        "ali-to-pdf",
+        "ali-to-pdf",
+        &["a.mdl", "ark:a.ali", "ark:b.ark"],
+    ),
+    (
+        "nnet3-acc-lda-stats",
+        "acc-lda-stats",
+        &["a.raw", "ark:a.egs", "a.acc"],
+    ),
+    (
+        "nnet-get-feature-transform",
+        "get-feature-transform",
+        &["a.mat", "a.acc"],
+    ),
+    (
+        "nnet3-xvector-compute",
+        "xvector-compute",
+        &["a.raw", "ark:a.ark", "ark:b.ark"],
+    ),
 ];
 
 /// One option of a Kaldi usage message: name, type and default as printed.

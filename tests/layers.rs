@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "index", "limits", "random", "kaldi_rand"],
     &["matrix"],
     &["io"],
-    &["log", "gradient"],
+    &["log", "gradient", "hmm"],
     &["nnet"],
     &["frontend", "compile", "egs"],
     &["run"],

@@ -203,6 +203,49 @@ const AVERAGE: &[CompatOption] = &[no_effect(
     "averaging is a single pass over the parameters",
 )];
 
+const XVECTOR: &[CompatOption] = &[
+    no_effect(
+        "frames-per-chunk",
+        Int,
+        "nnet3-xvector-compute chunks by --chunk-size",
+    ),
+    no_effect(
+        "extra-left-context",
+        Int,
+        "nnet3-xvector-compute does not use it",
+    ),
+    no_effect(
+        "extra-right-context",
+        Int,
+        "nnet3-xvector-compute does not use it",
+    ),
+    no_effect(
+        "extra-left-context-initial",
+        Int,
+        "nnet3-xvector-compute does not use it",
+    ),
+    no_effect(
+        "extra-right-context-final",
+        Int,
+        "nnet3-xvector-compute does not use it",
+    ),
+    no_effect(
+        "frame-subsampling-factor",
+        Int,
+        "nnet3-xvector-compute does not use it",
+    ),
+    no_effect(
+        "cached-compiler-in",
+        Str,
+        "compiled computations are cached in memory only",
+    ),
+    no_effect(
+        "cached-compiler-out",
+        Str,
+        "compiled computations are cached in memory only",
+    ),
+];
+
 /// The Kaldi options subcommand `sub` accepts without implementing.
 pub fn compat_options(sub: &str) -> Vec<&'static CompatOption> {
     let groups: &[&[CompatOption]] = match sub {
@@ -212,6 +255,7 @@ pub fn compat_options(sub: &str) -> Vec<&'static CompatOption> {
         "copy-feats" => &[COPY_FEATS],
         "merge-egs" => &[MERGE_EGS],
         "average" => &[AVERAGE],
+        "xvector-compute" => &[COMPUTE, OPTIMIZATION, DERIV_TIME_NO_EFFECT, DEBUG, XVECTOR],
         _ => &[],
     };
     groups.iter().flat_map(|g| g.iter()).collect()

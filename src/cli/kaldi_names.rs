@@ -34,6 +34,15 @@ pub const KALDI_NAMES: &[(&str, &str)] = &[
     ("matrix-sum", "matrix-sum"),
     ("vector-sum", "vector-sum"),
     ("ali-to-post", "ali-to-post"),
+    ("nnet3-am-init", "am-init"),
+    ("nnet3-am-copy", "am-copy"),
+    ("nnet3-am-info", "am-info"),
+    ("nnet3-am-adjust-priors", "am-adjust-priors"),
+    ("nnet3-am-train-transitions", "am-train-transitions"),
+    ("ali-to-pdf", "ali-to-pdf"),
+    ("nnet3-acc-lda-stats", "acc-lda-stats"),
+    ("nnet-get-feature-transform", "get-feature-transform"),
+    ("nnet3-xvector-compute", "xvector-compute"),
 ];
 
 /// The Kaldi name `argv0` (a path) was started under and the subcommand it runs, if its file

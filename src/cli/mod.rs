@@ -2,6 +2,7 @@
 //! (`--binary=false` and `--binary false` both work). Each subcommand lives in its own file.
 
 pub mod ali_to_post;
+pub mod am;
 pub mod apply_cmvn;
 pub mod args;
 pub mod average;
@@ -24,12 +25,14 @@ pub mod info;
 pub mod init;
 pub mod kaldi_args;
 pub mod kaldi_names;
+pub mod lda;
 pub mod merge_egs;
 pub mod show_progress;
 pub mod shuffle_egs;
 pub mod subset_egs;
 pub mod sum;
 pub mod train;
+pub mod xvector;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -107,6 +110,24 @@ enum Command {
     Draw(draw::Args),
     /// Run a CNTK configuration file: the blocks of command=..., each by its action (train, eval, write, edit, adapt).
     Cntk(cntk::Args),
+    /// An acoustic model from a transition model (or tree and topology) and a raw network (nnet3-am-init).
+    AmInit(am::InitArgs),
+    /// Copy an acoustic model, or write its raw network (nnet3-am-copy).
+    AmCopy(am::CopyArgs),
+    /// Print a summary of an acoustic model (nnet3-am-info).
+    AmInfo(am::InfoArgs),
+    /// Set an acoustic model's priors from summed posteriors (nnet3-am-adjust-priors).
+    AmAdjustPriors(am::AdjustPriorsArgs),
+    /// Re-estimate transition probabilities and priors from alignments (nnet3-am-train-transitions).
+    AmTrainTransitions(am::TrainTransitionsArgs),
+    /// Alignments (transition-ids) to pdf-ids (ali-to-pdf).
+    AliToPdf(am::AliToPdfArgs),
+    /// LDA statistics of a network's output, classes from the egs' supervision (nnet3-acc-lda-stats).
+    AccLdaStats(lda::AccArgs),
+    /// The LDA-like input transform from LDA statistics (nnet-get-feature-transform).
+    GetFeatureTransform(lda::TransformArgs),
+    /// One vector per utterance from an x-vector network, averaged over chunks (nnet3-xvector-compute).
+    XvectorCompute(xvector::Args),
 }
 
 /// Warns (on stderr, naming the utterance) when an input matrix holds NaN or infinity: they
@@ -267,5 +288,14 @@ pub fn main_with_args(mut args: Vec<String>) -> Result<i32> {
         Command::ComputeFromEgs(a) => compute_from_egs::run(a),
         Command::Cntk(a) => cntk::run(a),
         Command::Draw(a) => draw::run(a),
+        Command::AmInit(a) => am::run_init(a),
+        Command::AmCopy(a) => am::run_copy(a),
+        Command::AmInfo(a) => am::run_info(a),
+        Command::AmAdjustPriors(a) => am::run_adjust_priors(a),
+        Command::AmTrainTransitions(a) => am::run_train_transitions(a),
+        Command::AliToPdf(a) => am::run_ali_to_pdf(a),
+        Command::AccLdaStats(a) => lda::run_acc(a),
+        Command::GetFeatureTransform(a) => lda::run_transform(a),
+        Command::XvectorCompute(a) => xvector::run(a),
     }
 }
