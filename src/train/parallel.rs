@@ -33,6 +33,7 @@
 
 use crate::error::{Error, Result};
 use crate::kaldi_rand::GlibcRand;
+use crate::matrix::Vector64;
 use crate::nnet::Nnet;
 use crate::train::step::GradientReduction;
 use std::borrow::Cow;
@@ -136,9 +137,9 @@ pub fn buckets(total: usize, bucket: usize) -> impl Iterator<Item = std::ops::Ra
 fn flat_parameters(nnet: &Nnet, out: &mut Vec<f32>) {
     out.clear();
     for u in nnet.components.iter().filter_map(|c| c.as_updatable()) {
-        let at = out.len();
-        out.resize(at + u.num_parameters(), 0.0);
-        u.vectorize(&mut out[at..]);
+        for b in u.param_blocks() {
+            out.extend_from_slice(&b.to_vec());
+        }
     }
 }
 
@@ -151,9 +152,11 @@ fn set_flat_parameters(nnet: &mut Nnet, flat: &[f32]) {
         .iter_mut()
         .filter_map(|c| c.as_updatable_mut())
     {
-        let n = u.num_parameters();
-        u.unvectorize(&flat[at..at + n]);
-        at += n;
+        for mut b in u.param_blocks_mut() {
+            let n = b.num_rows() * b.num_cols();
+            b.copy_from_row_major(&flat[at..at + n]);
+            at += n;
+        }
     }
 }
 
@@ -176,14 +179,14 @@ impl Stats {
             additive: Vec::new(),
         };
         for c in &nnet.components {
-            let s = c.exact_stats();
+            let s = c.exact_stats().to_vec();
             st.counts.push(s.len());
             if s.is_empty() {
                 continue;
             }
             let mut probe = c.clone_box();
             probe.scale_stats(2.0);
-            let doubled = probe.exact_stats();
+            let doubled = probe.exact_stats().to_vec();
             for (i, &x) in s.iter().enumerate() {
                 let layout = x != 0.0 && doubled.len() == s.len() && doubled[i] == x;
                 st.additive.push(!layout);
@@ -211,7 +214,8 @@ impl Stats {
             .zip(&nnet.component_names)
             .zip(&self.counts)
         {
-            if n > 0 && !c.set_exact_stats(&self.values[at..at + n]) {
+            let values = Vector64::from_vec(self.values[at..at + n].to_vec());
+            if n > 0 && !c.set_exact_stats(&values) {
                 return Err(Error::Compute(format!(
                     "the statistics of component {name} summed over the ranks do not fit it"
                 )));
@@ -486,8 +490,9 @@ impl Parallel {
                 .iter_mut()
                 .filter_map(|c| c.as_updatable_mut())
             {
-                let zeros = vec![0.0; u.num_parameters()];
-                u.unvectorize(&zeros);
+                for mut b in u.param_blocks_mut() {
+                    b.set_zero();
+                }
             }
         }
     }
@@ -819,7 +824,7 @@ output-node name=output input=l objective=linear";
                 s.push(dim as f64);
                 s.extend((0..dim).map(|i| 0.1 + (i + 10 * k) as f64 / 3.0));
             }
-            assert!(c.set_exact_stats(&s));
+            assert!(c.set_exact_stats(&Vector64::from_vec(s.clone())));
             all.extend(s);
         }
         assert!(!all.is_empty(), "the ReLU keeps statistics");
