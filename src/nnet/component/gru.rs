@@ -735,8 +735,9 @@ impl Component for OutputGruNonlinearityComponent {
 
     fn info(&self) -> String {
         let mut s = info_summary::updatable_header(self, &self.common);
-        let v = self.w_h.to_vec();
-        let rms = (param_ops::vec_dot(&v, &v) / v.len().max(1) as f32).sqrt();
+        let w = self.w_h.as_row();
+        let n = w.num_rows() * w.num_cols();
+        let rms = (w.trace_mat_mat(w) / n.max(1) as f32).sqrt();
         s += &format!(
             ", cell-dim={}, w_h-rms={}",
             self.cell_dim(),

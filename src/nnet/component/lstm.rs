@@ -319,8 +319,8 @@ impl Component for LstmNonlinearityComponent {
         let mut s = info_summary::updatable_header(self, &self.common);
         s += &format!(", cell-dim={c}, use-dropout={}", self.use_dropout);
         for (k, name) in ["w_ic", "w_fc", "w_oc"].iter().enumerate() {
-            let row = self.params.row_to_vec(k);
-            let rms = (param_ops::vec_dot(&row, &row) / c as f32).sqrt();
+            let row = self.params.sub(k, 1, 0, c);
+            let rms = (row.trace_mat_mat(row) / c as f32).sqrt();
             s += &format!(", {name}-rms={}", fmt_g(rms as f64, 4));
         }
         if self.count != 0.0 {
@@ -443,7 +443,8 @@ impl UpdatableComponent for LstmNonlinearityComponent {
         other
             .as_any()
             .downcast_ref::<LstmNonlinearityComponent>()
-            .map(|o| param_ops::vec_dot(&self.params.to_vec(), &o.params.to_vec()))
+            .filter(|o| o.params.num_cols() == self.params.num_cols())
+            .map(|o| self.params.view().trace_mat_mat(o.params.view()))
             .unwrap_or(0.0)
     }
     fn perturb_params(&mut self, stddev: f32, rng: &mut dyn rand::RngCore) {

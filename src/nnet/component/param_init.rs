@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::io::TokenReader;
 use crate::kaldi_rand::kaldi_randn;
-use crate::matrix::{Matrix, Vector};
+use crate::matrix::{MatViewMut, Matrix, Vector};
 use crate::nnet::config_line::ConfigLine;
 use rand::RngCore;
 
@@ -19,25 +19,28 @@ pub fn gaussian_matrix(
     stddev: f32,
     rng: &mut dyn RngCore,
 ) -> Matrix {
-    let mut data = kaldi_randn(rows, cols, rng);
-    scale_add(&mut data, stddev, mean);
-    Matrix::from_vec(rows, cols, data)
+    let mut m = Matrix::from_vec(rows, cols, kaldi_randn(rows, cols, rng));
+    scale_add(&mut m.view_mut(), stddev, mean);
+    m
 }
 
 /// A vector of Gaussian values with this mean and standard deviation (Kaldi's `SetRandn`,
 /// `Scale`, `Add` on a vector: the matrix's fill on one row).
 pub fn gaussian_vector(dim: usize, mean: f32, stddev: f32, rng: &mut dyn RngCore) -> Vector {
-    let mut data = kaldi_randn(1, dim, rng);
-    scale_add(&mut data, stddev, mean);
-    Vector::from_vec(data)
+    let mut m = Matrix::from_vec(1, dim, kaldi_randn(1, dim, rng));
+    scale_add(&mut m.view_mut(), stddev, mean);
+    Vector::from_vec(m.to_vec())
 }
 
 /// `x·stddev + mean` in float, each step rounded as Kaldi's `Scale` then `Add` round it
 /// (BLAS's scal with a zero factor writes +0, and so does adding 0 here).
-fn scale_add(data: &mut [f32], stddev: f32, mean: f32) {
-    for v in data {
-        *v = if stddev == 0.0 { 0.0 } else { *v * stddev } + mean;
+fn scale_add(m: &mut MatViewMut<'_>, stddev: f32, mean: f32) {
+    if stddev == 0.0 {
+        m.set_zero();
+    } else {
+        m.scale(stddev);
     }
+    m.add_const(mean);
 }
 
 /// The random initialisation of a weight block with `cols` inputs, from a config line:

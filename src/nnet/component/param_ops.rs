@@ -3,7 +3,7 @@
 //! the `Component` and `UpdatableComponent` boilerplate from them.
 
 use super::param_init::{gaussian_matrix, gaussian_vector};
-use crate::matrix::{MatView, Matrix, Trans, Vector};
+use crate::matrix::{Matrix, Trans, Vector};
 use rand::RngCore;
 
 /// `self += alpha · other` for vectors of equal length.
@@ -19,14 +19,6 @@ pub fn vector_dot(a: &Vector, b: &Vector) -> f32 {
         return 0.0;
     }
     a.as_row().trace_mat_mat(b.as_row())
-}
-
-/// Dot product of two vectors (accumulated in f64).
-pub fn vec_dot(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return 0.0;
-    }
-    MatView::from_slice(a, 1, a.len()).trace_mat_mat(MatView::from_slice(b, 1, b.len()))
 }
 
 /// Adds Gaussian noise of standard deviation `stddev` to a matrix.
