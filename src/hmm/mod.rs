@@ -861,8 +861,16 @@ mod tests {
             let bytes = w.into_bytes();
             let mut r = TokenReader::new(&bytes, binary, "tm");
             let back = TransitionModel::read(&mut r).unwrap();
-            assert_eq!(back, tm);
-            assert!(r.rest().is_empty());
+            assert!(r.rest().iter().all(|b| b.is_ascii_whitespace()));
+            if binary {
+                assert_eq!(back, tm);
+            } else {
+                // Text keeps Kaldi's printed precision: what it reads back writes the same.
+                let mut again = TokenWriter::new(false);
+                back.write(&mut again);
+                assert_eq!(again.into_bytes(), bytes);
+                assert_eq!(back.tuples, tm.tuples);
+            }
         }
     }
 

@@ -267,12 +267,12 @@ mod tests {
     #[test]
     fn monophone_tree_gives_one_pdf_per_state() {
         let tree = b"ContextDependency 1 0 ToPdf TE 0 3 ( NULL TE -1 2 ( CE 0 CE 1 ) \
-                     TE -1 2 ( CE 2 CE 3 ) ) EndContextDependency";
+                     TE -1 2 ( CE 2 CE 3 ) ) EndContextDependency ";
         let mut r = TokenReader::new(tree, false, "tree");
         let cd = ContextDependency::read(&mut r).unwrap();
         let topo = b"<Topology> <TopologyEntry> <ForPhones> 1 2 </ForPhones> \
                      <State> 0 <ForwardPdfClass> 0 <SelfLoopPdfClass> 1 <Transition> 0 0.5 \
-                     <Transition> 1 0.5 </State> <State> 1 </State> </TopologyEntry> </Topology>";
+                     <Transition> 1 0.5 </State> <State> 1 </State> </TopologyEntry> </Topology> ";
         let mut r = TokenReader::new(topo, false, "topo");
         let topo = Topology::read(&mut r).unwrap();
         let tm = cd.transition_model(topo).unwrap();
