@@ -4,6 +4,7 @@
 //! models changes nothing, and a killed rank ends the job with a checkpoint that resumes.
 #![cfg(feature = "mpi")]
 
+use compnet::testing::component::ParamCopies;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -212,11 +213,7 @@ fn averaging_identical_models_is_the_identity() {
         nnet.components
             .iter()
             .filter_map(|c| c.as_updatable())
-            .map(|u| {
-                let mut v = vec![0.0; u.num_parameters()];
-                u.vectorize(&mut v);
-                v
-            })
+            .map(|u| u.params_to_vec())
             .collect()
     };
     let (a, b) = (params(&out.join("final.raw")), params(&init));
