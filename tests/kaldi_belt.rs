@@ -8,67 +8,15 @@
 //! input: each tool must fail with Kaldi's exit status, a message naming the input and no
 //! panic.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use compnet::testing::cli::{kaldi_names, log_bodies, scratch, sh};
+use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/belt");
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("compnet-belt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A folder of Kaldi names made by `compnet install-kaldi-names`.
-fn kaldi_names(root: &Path) -> PathBuf {
-    let bin = root.join("bin");
-    let out = Command::new(env!("CARGO_BIN_EXE_compnet"))
-        .args(["install-kaldi-names", bin.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
-/// Runs a shell command line in `dir` with the Kaldi names first on PATH.
-fn sh(bin: &Path, dir: &Path, line: &str) -> Output {
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    Command::new("sh")
-        .args(["-c", line])
-        .env("PATH", path)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-/// The LOG and WARNING messages of a log, without their prefixes; the compilation-time line
-/// (compnet's compiler reports other figures) is left out.
-fn log_bodies(text: &str) -> Vec<String> {
-    text.lines()
-        .filter(|l| l.starts_with("LOG (") || l.starts_with("WARNING ("))
-        .filter(|l| !l.contains("seconds taken in nnet3 compilation"))
-        .map(|l| match l.find(".cc:") {
-            Some(i) => l[i + l[i..].find(") ").unwrap() + 2..]
-                .trim_end()
-                .to_string(),
-            None => l[l.find(") ").unwrap() + 2..].trim_end().to_string(),
-        })
-        .collect()
-}
-
 #[test]
 fn tools_under_kaldi_names_write_what_kaldi_writes() {
-    let root = scratch("golden");
-    let bin = kaldi_names(&root);
+    let root = scratch("belt", "golden");
+    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
     let work = root.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let cmd = std::fs::read_to_string(Path::new(GOLDEN).join("cmd.txt")).unwrap();
@@ -155,8 +103,8 @@ fn tools_under_kaldi_names_write_what_kaldi_writes() {
 
 #[test]
 fn bad_input_fails_as_kaldi_does() {
-    let root = scratch("bad");
-    let bin = kaldi_names(&root);
+    let root = scratch("belt", "bad");
+    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
     let work = root.join("work");
     std::fs::create_dir_all(&work).unwrap();
     for f in [

@@ -2,7 +2,7 @@
 //! `env!("CARGO_BIN_EXE_compnet")`): no run may panic, and a run that must fail must say so
 //! in one error line and leave no output (nor a temporary beside it).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Runs `bin` with `args`; panics if it panicked.
@@ -72,4 +72,57 @@ pub fn must_fail(bin: &str, args: &[&str], out_file: &Path, error_first: bool) -
         .collect();
     assert!(leftovers.is_empty(), "{args:?} left {leftovers:?}");
     err
+}
+
+/// A fresh scratch folder `compnet-<tag>-<pid>-<name>` under the system's temporary folder.
+pub fn scratch(tag: &str, name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("compnet-{tag}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A folder of Kaldi names made by `compnet install-kaldi-names` (`bin`: the compnet binary).
+pub fn kaldi_names(bin: &str, root: &Path) -> PathBuf {
+    let dir = root.join("bin");
+    let out = Command::new(bin)
+        .args(["install-kaldi-names", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// Runs a shell command line in `dir` with the Kaldi names first on PATH.
+pub fn sh(bin: &Path, dir: &Path, line: &str) -> Output {
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new("sh")
+        .args(["-c", line])
+        .env("PATH", path)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// The LOG and WARNING messages of a log, without their prefixes; the compilation-time line
+/// (compnet's compiler reports other figures) is left out.
+pub fn log_bodies(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("LOG (") || l.starts_with("WARNING ("))
+        .filter(|l| !l.contains("seconds taken in nnet3 compilation"))
+        .map(|l| match l.find(".cc:") {
+            Some(i) => l[i + l[i..].find(") ").unwrap() + 2..]
+                .trim_end()
+                .to_string(),
+            None => l[l.find(") ").unwrap() + 2..].trim_end().to_string(),
+        })
+        .collect()
 }
