@@ -8,43 +8,25 @@
 //! input: each tool must fail with Kaldi's exit status, a message naming the input and no
 //! panic.
 
-use compnet::testing::cli::{kaldi_names, log_bodies, scratch, sh};
+use compnet::testing::cli::{kaldi_names, log_bodies, run_golden, scratch, sh, GoldenRun};
 use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/belt");
 
 #[test]
 fn tools_under_kaldi_names_write_what_kaldi_writes() {
-    let root = scratch("belt", "golden");
-    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let cmd = std::fs::read_to_string(Path::new(GOLDEN).join("cmd.txt")).unwrap();
-    let inputs: Vec<&str> = cmd
-        .lines()
-        .find_map(|l| l.strip_prefix("# inputs: "))
-        .expect("an inputs line")
-        .split_whitespace()
-        .collect();
-    for f in &inputs {
-        std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
-    }
-    let mut lines = 0;
-    for line in cmd
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let out = sh(&bin, &work, line);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!err.contains("panicked"), "`{line}` panicked: {err}");
-        assert!(out.status.success(), "`{line}` failed: {err}");
-        lines += 1;
-    }
-    assert_eq!(lines, 27);
+    let GoldenRun {
+        root,
+        names: bin,
+        work,
+        inputs,
+        commands,
+    } = run_golden(env!("CARGO_BIN_EXE_compnet"), "belt", GOLDEN);
+    assert_eq!(commands, 27);
     let mut compared = 0;
     for entry in std::fs::read_dir(GOLDEN).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        if name == "cmd.txt" || name == "README.md" || inputs.contains(&name.as_str()) {
+        if name == "cmd.txt" || name == "README.md" || inputs.contains(&name) {
             continue;
         }
         let want = std::fs::read(Path::new(GOLDEN).join(&name)).unwrap();

@@ -13,7 +13,7 @@
 //! values: those above 1e-6).
 
 use compnet::matrix::Matrix;
-use compnet::testing::cli::{kaldi_names, log_bodies, scratch, sh};
+use compnet::testing::cli::{kaldi_names, log_bodies, run_golden, scratch, sh, GoldenRun};
 use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/lda");
@@ -107,29 +107,7 @@ fn compare_transform(name: &str, got: &Matrix, want: &Matrix, d: &[f64]) {
 
 #[test]
 fn lda_tools_under_kaldi_names_match_kaldi() {
-    let root = scratch("lda", "golden");
-    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let cmd = std::fs::read_to_string(Path::new(GOLDEN).join("cmd.txt")).unwrap();
-    let inputs: Vec<&str> = cmd
-        .lines()
-        .find_map(|l| l.strip_prefix("# inputs: "))
-        .expect("an inputs line")
-        .split_whitespace()
-        .collect();
-    for f in &inputs {
-        std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
-    }
-    for line in cmd
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let out = sh(&bin, &work, line);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!err.contains("panicked"), "`{line}` panicked: {err}");
-        assert!(out.status.success(), "`{line}` failed: {err}");
-    }
+    let GoldenRun { root, work, .. } = run_golden(env!("CARGO_BIN_EXE_compnet"), "lda", GOLDEN);
     // Statistics: byte for byte.
     for name in ["lda.acc", "lda_text.acc"] {
         let (g, w) = (

@@ -11,7 +11,7 @@
 //! for the timing line's figures.
 
 use compnet::matrix::Vector;
-use compnet::testing::cli::{kaldi_names, log_bodies, scratch, sh};
+use compnet::testing::cli::{kaldi_names, log_bodies, run_golden, scratch, sh, GoldenRun};
 use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/xvector");
@@ -29,29 +29,7 @@ fn read_vectors(path: &Path) -> Vec<(String, Vec<f32>)> {
 
 #[test]
 fn xvectors_match_kaldi() {
-    let root = scratch("xvector", "golden");
-    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let cmd = std::fs::read_to_string(Path::new(GOLDEN).join("cmd.txt")).unwrap();
-    let inputs: Vec<&str> = cmd
-        .lines()
-        .find_map(|l| l.strip_prefix("# inputs: "))
-        .expect("an inputs line")
-        .split_whitespace()
-        .collect();
-    for f in &inputs {
-        std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
-    }
-    for line in cmd
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let out = sh(&bin, &work, line);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!err.contains("panicked"), "`{line}` panicked: {err}");
-        assert!(out.status.success(), "`{line}` failed: {err}");
-    }
+    let GoldenRun { root, work, .. } = run_golden(env!("CARGO_BIN_EXE_compnet"), "xvector", GOLDEN);
     let mut compared = 0;
     for (vecs, log, n, tol) in [
         ("xv.txt", "xv.log", 3, 1e-3),

@@ -126,3 +126,54 @@ pub fn log_bodies(text: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// A golden folder's run under Kaldi's names: the scratch `work` folder its commands ran in,
+/// the inputs copied there (`# inputs: ` in `cmd.txt`), and how many commands ran.
+pub struct GoldenRun {
+    /// The scratch folder (holding `work` and the Kaldi names' `bin`).
+    pub root: PathBuf,
+    /// The folder of Kaldi names.
+    pub names: PathBuf,
+    pub work: PathBuf,
+    pub inputs: Vec<String>,
+    pub commands: usize,
+}
+
+/// Runs every command line of `golden/cmd.txt` with `sh`, Kaldi's names (links to `bin`, the
+/// compnet binary) first on PATH, in a scratch folder holding only the inputs; each must
+/// succeed without panicking.
+pub fn run_golden(bin: &str, tag: &str, golden: &str) -> GoldenRun {
+    let root = scratch(tag, "golden");
+    let names = kaldi_names(bin, &root);
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let cmd = std::fs::read_to_string(Path::new(golden).join("cmd.txt")).unwrap();
+    let inputs: Vec<String> = cmd
+        .lines()
+        .find_map(|l| l.strip_prefix("# inputs: "))
+        .expect("an inputs line")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    for f in &inputs {
+        std::fs::copy(Path::new(golden).join(f), work.join(f)).unwrap();
+    }
+    let mut commands = 0;
+    for line in cmd
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let out = sh(&names, &work, line);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "`{line}` panicked: {err}");
+        assert!(out.status.success(), "`{line}` failed: {err}");
+        commands += 1;
+    }
+    GoldenRun {
+        root,
+        names,
+        work,
+        inputs,
+        commands,
+    }
+}
