@@ -14,7 +14,8 @@ use super::computation::{
 use super::graph::{build_graph, ComputationGraph};
 use super::request::ComputationRequest;
 use super::split::{
-    convert_to_indexes, has_contiguous_property, split_locations, split_locations_backward, Loc,
+    convert_to_indexes, has_contiguous_property, kaldi_single_vector, kaldi_splits_in_two,
+    split_locations, split_locations_backward, Loc,
 };
 use super::steps::{compute_phases, compute_steps, Steps};
 use crate::error::{Error, Result};
@@ -586,6 +587,7 @@ impl Compiler<'_> {
             }
         }
         for (alpha, lists) in groups {
+            note_kaldi_multi(comp, &lists, !first);
             for v in split_locations(&lists) {
                 forward_from_locations(comp, value, alpha, first, &v);
                 first = false;
@@ -653,6 +655,7 @@ impl Compiler<'_> {
                     let deriv = info.deriv_parts[p];
                     let (_, groups) = self.split_by_scale(s, p, true)?;
                     for (alpha, lists) in groups {
+                        note_kaldi_multi(comp, &lists, true);
                         for v in split_locations_backward(&lists) {
                             backward_from_locations(comp, deriv, alpha, &v);
                         }
@@ -704,6 +707,17 @@ impl Compiler<'_> {
             }
         }
         comp.matrix_debug_info = dbg;
+    }
+}
+
+/// Notes on `comp` when Kaldi's compiler, which keeps lists of one location per row as one
+/// vector, would have made a `*Multi` command of `lists` that its split-row-ops cuts in two
+/// (an add's or scatter's table trimmed of its "none" ends first: `snipped`).
+fn note_kaldi_multi(comp: &mut NnetComputation, lists: &[Vec<Loc>], snipped: bool) {
+    if let Some(v) = kaldi_single_vector(lists) {
+        if convert_to_indexes(&v).is_none() && kaldi_splits_in_two(&v, snipped) {
+            comp.kaldi_split_inserts = true;
+        }
     }
 }
 

@@ -273,6 +273,10 @@ pub struct NnetComputation {
     pub commands: Vec<Command>,
     /// Whether backprop commands accumulate parameter gradients.
     pub need_model_derivative: bool,
+    /// Whether Kaldi's `SplitRowOps` would have split a `*Multi` command of this computation
+    /// into two commands (and so called `InsertCommands`, which draws from `rand()`; see
+    /// `compile::kaldi_draws`).
+    pub kaldi_split_inserts: bool,
 }
 
 impl NnetComputation {

@@ -13,7 +13,9 @@
 //!   (every dependency added, computability settled through the queues), not taken from
 //!   [`super::graph`], which prunes hopeless dependencies early.
 //! - `TdnnComponent::PrecomputeIndexes`: `RandInt(0, 10)` per call.
-//! - `InsertCommands` (memory compression): `RandInt(0, 3)` when it inserts anything.
+//! - `InsertCommands`: `RandInt(0, 3)` each time it inserts anything: after split-row-ops
+//!   when a `*Multi` command became two (Kaldi's splitter cuts at the first change of
+//!   sub-matrix), and after memory compression.
 //! - Shortcut compilation, widening each precomputed-index entry: `min(5, size)` draws for its
 //!   input Indexes and again for its output Indexes, then the component's precompute again.
 //!
@@ -335,10 +337,13 @@ fn precompute_draws(nnet: &Nnet, comp: &NnetComputation, p: usize, rng: &mut dyn
 }
 
 /// The draws after the graph of a compiled (optimized) computation: each precomputed-index
-/// entry's precompute, then memory compression's insertion.
+/// entry's precompute, then the insertions of split-row-ops and of memory compression.
 fn compile_draws(nnet: &Nnet, comp: &NnetComputation, rng: &mut dyn RngCore) {
     for p in 1..comp.component_precomputed_io.len() {
         precompute_draws(nnet, comp, p, rng);
+    }
+    if comp.kaldi_split_inserts {
+        kaldi_rand_int(rng, 0, 3);
     }
     if comp
         .commands

@@ -15,6 +15,7 @@
 
 use super::computation::{Command, MultiRows, NnetComputation, RowsCommand, SubMatrixInfo};
 use super::convert_addition::overlaps;
+use super::split::kaldi_splits_in_two;
 
 /// Per matrix: true if it is exchanged with the caller (AcceptInput / ProvideOutput). Their
 /// rows are in the request's order (sequence after sequence), so a narrower sub-matrix would
@@ -299,8 +300,20 @@ fn split_scatter(comp: &mut NnetComputation, io: &[bool], cmd: &Command) -> Opti
     Some(out)
 }
 
-/// split-row-ops; returns the number of commands split.
+/// split-row-ops; returns the number of commands split. Also notes on `comp` whether
+/// Kaldi's splitter, which cuts a table at the first change of sub-matrix, would have made
+/// two commands of one ([`NnetComputation::kaldi_split_inserts`]).
 pub fn split_row_ops(comp: &mut NnetComputation) -> usize {
+    let kaldi_splits = comp.commands.iter().any(|c| {
+        c.multi_rows().is_some_and(|m| {
+            // Kaldi's snip-row-ops trims the "none" ends of all but CopyRowsMulti's tables.
+            let snipped = m.add || m.scatter;
+            comp.indexes_multi
+                .get(m.table)
+                .is_some_and(|t| kaldi_splits_in_two(t, snipped))
+        })
+    });
+    comp.kaldi_split_inserts |= kaldi_splits;
     let io = io_matrices(comp);
     let old = std::mem::take(&mut comp.commands);
     let mut cmds = Vec::with_capacity(old.len());

@@ -82,6 +82,53 @@ pub fn split_locations(lists: &[Vec<Loc>]) -> Vec<Vec<Loc>> {
     out
 }
 
+/// The one vector Kaldi's `SplitLocations` makes of lists that hold at most one location
+/// per row (it keeps them as they are, where [`split_locations`] gives large sources vectors
+/// of their own); None for lists with a longer one.
+pub fn kaldi_single_vector(lists: &[Vec<Loc>]) -> Option<Vec<Loc>> {
+    if lists.iter().any(|l| l.len() > 1) {
+        return None;
+    }
+    Some(
+        lists
+            .iter()
+            .map(|l| l.first().copied().unwrap_or(NONE))
+            .collect(),
+    )
+}
+
+/// Whether Kaldi's `SplitRowOps` would make two commands of a `*Multi` command with this
+/// table (after snip-row-ops trimmed its "none" ends when `snipped`): a first run of pairs
+/// naming one sub-matrix, then a run naming another, each without "none" and naming rows
+/// spread over no more than twice its length.
+pub fn kaldi_splits_in_two(table: &[Loc], snipped: bool) -> bool {
+    let mut t = table;
+    if snipped {
+        while t.first().is_some_and(|p| p.0 < 0) {
+            t = &t[1..];
+        }
+        while t.last().is_some_and(|p| p.0 < 0) {
+            t = &t[..t.len() - 1];
+        }
+    }
+    let Some(first) = t.first() else {
+        return false;
+    };
+    let Some(split) = t.iter().position(|p| p.0 != first.0) else {
+        return false;
+    };
+    let run_ok = |run: &[Loc]| {
+        let s = run[0].0;
+        if s < 0 || run.iter().any(|p| p.0 != s || p.1 < 0) {
+            return false;
+        }
+        let lo = run.iter().map(|p| p.1 as i64).min().unwrap_or(0);
+        let hi = run.iter().map(|p| p.1 as i64).max().unwrap_or(0);
+        hi + 1 - lo <= 2 * run.len() as i64
+    };
+    run_ok(&t[..split]) && run_ok(&t[split..])
+}
+
 /// If every non-(−1, −1) location has the same sub-matrix, returns it and the row indexes
 /// (−1 where none). Returns None for a vector with several sub-matrices or none at all.
 pub fn convert_to_indexes(locs: &[Loc]) -> Option<(i32, Vec<i32>)> {
@@ -225,6 +272,32 @@ mod tests {
             .any(|v| convert_to_indexes(v).map(|x| x.0) == Some(1)));
         let b = split_locations_backward(&lists);
         assert_eq!(regroup(&b, 4), sum_of(&lists));
+    }
+
+    #[test]
+    fn kaldis_splitter_cuts_at_the_first_change_of_source() {
+        // Two runs, each from one sub-matrix, rows spread over at most twice their length.
+        assert!(kaldi_splits_in_two(
+            &[(3, 0), (3, 1), (5, 0), (5, 1)],
+            false
+        ));
+        assert!(kaldi_splits_in_two(&[(3, 0), (3, 2), (5, 1)], false));
+        // One source (one command), three sources, or rows spread too wide: no second one.
+        assert!(!kaldi_splits_in_two(&[(3, 0), (3, 1)], false));
+        assert!(!kaldi_splits_in_two(&[(3, 0), (5, 0), (7, 0)], false));
+        assert!(!kaldi_splits_in_two(&[(3, 0), (3, 5), (5, 0)], false));
+        // "None" inside a run stops it; at the ends only snip-row-ops removes it.
+        let ends = [(-1, -1), (3, 0), (5, 0), (-1, -1)];
+        assert!(!kaldi_splits_in_two(&ends, false));
+        assert!(kaldi_splits_in_two(&ends, true));
+        assert!(!kaldi_splits_in_two(&[(3, 0), (-1, -1), (5, 0)], true));
+        // Kaldi keeps lists of one location per row as they are.
+        let lists = vec![vec![(3, 0)], vec![], vec![(5, 1)]];
+        assert_eq!(
+            kaldi_single_vector(&lists),
+            Some(vec![(3, 0), (-1, -1), (5, 1)])
+        );
+        assert_eq!(kaldi_single_vector(&[vec![(3, 0), (5, 0)]]), None);
     }
 
     #[test]
