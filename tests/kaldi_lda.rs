@@ -1,9 +1,8 @@
 //! The LDA preconditioning tools (`nnet3-acc-lda-stats`, `nnet-get-feature-transform`) run
 //! under Kaldi's names against Kaldi's outputs in tests/data/kaldi/lda. The statistics must be
-//! byte-identical, but with `--rand-prune`: compnet draws from the C library's `rand()` stream
-//! as Kaldi's `RandPrune` does, yet Kaldi's binary keeps other frames (its stream is not where
-//! compnet's is when the first example is pruned), so there only the run is checked and the
-//! transform built from pruned statistics starts from Kaldi's file. The transforms come out
+//! byte-identical, with `--rand-prune` too: the pruning draws from the C library's `rand()`
+//! stream as Kaldi's `RandPrune` does, after the draws of Kaldi's compiler for each new
+//! request (`compile::kaldi_draws`), so the same frames are kept. The transforms come out
 //! of an eigen decomposition, where Kaldi's SVD and compnet's Jacobi method agree to rounding,
 //! and where each eigenvector's sign is arbitrary: rows are compared up to sign, to 1e-4 of
 //! the row's largest element, for the directions with between-class variance; the directions
@@ -109,7 +108,12 @@ fn compare_transform(name: &str, got: &Matrix, want: &Matrix, d: &[f64]) {
 fn lda_tools_under_kaldi_names_match_kaldi() {
     let GoldenRun { root, work, .. } = run_golden(env!("CARGO_BIN_EXE_compnet"), "lda", GOLDEN);
     // Statistics: byte for byte.
-    for name in ["lda.acc", "lda_text.acc"] {
+    for name in [
+        "lda.acc",
+        "lda_text.acc",
+        "lda_pruned.acc",
+        "lda_pruned_text.acc",
+    ] {
         let (g, w) = (
             std::fs::read(work.join(name)).unwrap(),
             std::fs::read(Path::new(GOLDEN).join(name)).unwrap(),
@@ -121,7 +125,12 @@ fn lda_tools_under_kaldi_names_match_kaldi() {
             w.len()
         );
     }
-    for name in ["acc.log", "acc_text.log"] {
+    for name in [
+        "acc.log",
+        "acc_text.log",
+        "acc_pruned.log",
+        "acc_pruned_text.log",
+    ] {
         let read = |dir: &Path| log_bodies(&std::fs::read_to_string(dir.join(name)).unwrap());
         assert_eq!(read(&work), read(Path::new(GOLDEN)), "{name}");
     }
@@ -216,6 +225,14 @@ fn bad_lda_input_fails_as_kaldi_does() {
         (
             "nnet3-acc-lda-stats init.raw ark:cut.egs out.mat",
             "cut.egs",
+        ),
+        (
+            "nnet3-acc-lda-stats --rand-prune=-1 init.raw ark:egs.ark out.mat",
+            "--rand-prune=-1",
+        ),
+        (
+            "nnet3-acc-lda-stats --rand-prune=x init.raw ark:egs.ark out.mat",
+            "rand-prune",
         ),
     ] {
         let out = sh(&bin, &work, line);

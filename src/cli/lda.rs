@@ -12,6 +12,7 @@
 
 use crate::cli::kaldi_args::KaldiBool;
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::compile::request::{ComputationRequest, IoSpecification};
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
@@ -344,7 +345,7 @@ pub struct AccArgs {
     #[arg(long, kaldi_bool = "true")]
     pub binary: bool,
     /// Randomized pruning threshold for the supervision's weights (drawn from the C library's
-    /// `rand()` stream with its default seed, as in Kaldi's tool).
+    /// `rand()` stream with its default seed, after the compiler's draws, as in Kaldi's tool).
     #[arg(long = "rand-prune", default_value_t = 0.0)]
     pub rand_prune: f32,
     /// `<raw-nnet-in> <training-examples-in> <lda-stats-out>`.
@@ -361,6 +362,12 @@ pub fn run_acc(a: AccArgs) -> Result<i32> {
                 .into(),
         ));
     };
+    if a.rand_prune.is_nan() || a.rand_prune < 0.0 {
+        return Err(Error::Usage(format!(
+            "--rand-prune={} : the pruning threshold must be >= 0",
+            a.rand_prune
+        )));
+    }
     let nnet = super::average::read_raw(model_in)?;
     if nnet
         .node_index("output")
@@ -371,7 +378,10 @@ pub fn run_acc(a: AccArgs) -> Result<i32> {
         )));
     }
     let compiler = CachingCompiler::new(CachingCompilerOptions::default());
+    // Kaldi's tool never seeds `rand()`; its compiler's consistency checks draw from the
+    // same stream as the pruning, so they are replayed before each example's pruning.
     let mut rng = GlibcRand::new(1);
+    let mut compile_draws = KaldiCompileDraws::default();
     let mut stats: Option<LdaStats> = None;
     let mut num_egs = 0u64;
     for item in SequentialNnetExampleReader::open(egs_rspec)? {
@@ -384,6 +394,13 @@ pub fn run_acc(a: AccArgs) -> Result<i32> {
         })?;
         let request = lda_request(&nnet, &eg).map_err(in_eg)?;
         let computation = compiler.compile(&nnet, &request).map_err(in_eg)?;
+        compile_draws.draw(
+            &nnet,
+            &request,
+            compiler.options().use_shortcut,
+            &mut |r| compiler.peek(r),
+            &mut rng,
+        );
         let mut computer = NnetComputer::new(&computation, &nnet, None);
         for spec in &request.inputs {
             if let Some(io) = eg.get(&spec.name) {
