@@ -22,7 +22,7 @@ fn tools_under_kaldi_names_write_what_kaldi_writes() {
         inputs,
         commands,
     } = run_golden(env!("CARGO_BIN_EXE_compnet"), "belt", GOLDEN);
-    assert_eq!(commands, 27);
+    assert_eq!(commands, 29);
     let mut compared = 0;
     for entry in std::fs::read_dir(GOLDEN).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
@@ -83,6 +83,32 @@ fn tools_under_kaldi_names_write_what_kaldi_writes() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// `nnet3-show-progress` with examples on a network with BatchNorm (in training mode, as
+/// Kaldi's tool leaves it) and ReLUs whose self-repair draws from the `rand()` stream:
+/// Kaldi's log lines, objective change per component included, in one and two segments.
+#[test]
+fn show_progress_with_examples_matches_kaldi() {
+    const PROGRESS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/progress");
+    let GoldenRun {
+        root,
+        work,
+        commands,
+        ..
+    } = run_golden(env!("CARGO_BIN_EXE_compnet"), "progress", PROGRESS);
+    assert_eq!(commands, 2);
+    for name in ["progress.log", "progress2.log"] {
+        let read = |dir: &Path| log_bodies(&std::fs::read_to_string(dir.join(name)).unwrap());
+        let (g, w) = (read(&work), read(Path::new(PROGRESS)));
+        assert!(
+            w.iter()
+                .any(|l| l.starts_with("Total objf change per component")),
+            "{name}: Kaldi's log has no breakdown"
+        );
+        assert_eq!(g, w, "{name}: log lines differ from Kaldi's");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn bad_input_fails_as_kaldi_does() {
     let root = scratch("belt", "bad");
@@ -93,6 +119,7 @@ fn bad_input_fails_as_kaldi_does() {
         "feats.txt",
         "egs_unmerged.ark",
         "before.raw",
+        "after.raw",
         "cmvn.txt",
         "x1.vec",
     ] {
@@ -108,6 +135,12 @@ fn bad_input_fails_as_kaldi_does() {
     std::fs::write(work.join("bad_cmvn.txt"), "a [ 1 2 3\n 4 5 6 ]\n").unwrap();
     std::fs::write(work.join("bad.ali"), "a 1 2 x 4\n").unwrap();
     std::fs::write(work.join("bad.vec"), " [ 1 2 nan? ]\n").unwrap();
+    // Examples of another network (20-dim input where this one takes 13).
+    std::fs::copy(
+        Path::new(GOLDEN).join("../train/lstm-ng/egs.ark"),
+        work.join("wrong_dim.egs"),
+    )
+    .unwrap();
     for (line, names) in [
         ("feat-to-dim ark:cut_feats.txt -", "cut_feats.txt"),
         ("feat-to-len ark:cut_feats.txt", "cut_feats.txt"),
@@ -128,6 +161,18 @@ fn bad_input_fails_as_kaldi_does() {
             "cut.egs",
         ),
         ("nnet3-show-progress cut.raw before.raw", "cut.raw"),
+        (
+            "nnet3-show-progress before.raw after.raw ark:cut.egs",
+            "cut.egs",
+        ),
+        (
+            "nnet3-show-progress before.raw after.raw ark:/dev/null",
+            "No examples read",
+        ),
+        (
+            "nnet3-show-progress before.raw after.raw ark:wrong_dim.egs",
+            "wrong_dim.egs",
+        ),
         (
             "nnet3-compute-from-egs before.raw ark:cut.egs ark:/dev/null",
             "cut.egs",

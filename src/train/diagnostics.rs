@@ -5,8 +5,10 @@ use super::example::computation_request;
 use super::objective::{add_per_dim_accuracy, compute_accuracy, ObjectiveSum};
 use super::step::{output_objectives, run_pass};
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
+use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::error::Result;
 use crate::io::egs::NnetExample;
+use crate::kaldi_rand::GlibcRand;
 use crate::log::{fmt_g, log};
 use crate::matrix::Vector;
 use crate::nnet::{Nnet, ObjectiveType};
@@ -23,6 +25,9 @@ pub struct NnetComputeProbOptions {
     pub compute_per_dim_accuracy: bool,
     /// The compiler's options (`--compiler.*`).
     pub compiler: CachingCompilerOptions,
+    /// Also accumulate the gradient of the objective with respect to every parameter
+    /// (`NnetComputeProb::deriv`; Kaldi's `compute_deriv`, which `nnet3-show-progress` sets).
+    pub compute_deriv: bool,
     /// Name in log lines.
     pub program: String,
 }
@@ -33,6 +38,7 @@ impl Default for NnetComputeProbOptions {
             compute_accuracy: true,
             compute_per_dim_accuracy: false,
             compiler: CachingCompilerOptions::default(),
+            compute_deriv: false,
             program: "compnet compute-prob".into(),
         }
     }
@@ -47,10 +53,28 @@ pub struct NnetComputeProb<'a> {
     accuracy: BTreeMap<String, ObjectiveSum>,
     /// Per output: (weight, correct) per reference dimension, of the last minibatch.
     per_dim_accuracy: BTreeMap<String, (Vector, Vector)>,
+    /// With `compute_deriv`: the summed gradient, in a copy of the network whose parameters
+    /// and statistics were zeroed and whose updatable components are gradient holders
+    /// (Kaldi's `ScaleNnet(0)` and `SetNnetAsGradient`).
+    deriv: Option<Nnet>,
+    /// The requests Kaldi's compiler of this evaluator would hold (for
+    /// [`Self::compute_with_kaldi_rand`]).
+    compile_draws: KaldiCompileDraws,
 }
 
 impl<'a> NnetComputeProb<'a> {
     pub fn new(opts: NnetComputeProbOptions, nnet: &'a Nnet) -> Self {
+        let deriv = opts.compute_deriv.then(|| {
+            let mut d = nnet.clone();
+            d.scale_all(0.0);
+            for c in &mut d.components {
+                if let Some(u) = c.as_updatable_mut() {
+                    u.set_zero(true);
+                    u.common_mut().learning_rate_factor = 1.0;
+                }
+            }
+            d
+        });
         NnetComputeProb {
             compiler: CachingCompiler::new(opts.compiler.clone()),
             opts,
@@ -58,17 +82,56 @@ impl<'a> NnetComputeProb<'a> {
             objectives: BTreeMap::new(),
             accuracy: BTreeMap::new(),
             per_dim_accuracy: BTreeMap::new(),
+            deriv,
+            compile_draws: KaldiCompileDraws::default(),
         }
+    }
+
+    /// The gradient summed over the examples so far (None without `compute_deriv`).
+    pub fn deriv(&self) -> Option<&Nnet> {
+        self.deriv.as_ref()
     }
 
     /// Evaluates one (merged) example.
     pub fn compute(&mut self, eg: &NnetExample) -> Result<()> {
+        self.compute_inner(eg, None)
+    }
+
+    /// [`Self::compute`] drawing from Kaldi's process-wide `rand()` stream as Kaldi's
+    /// `NnetComputeProb` does: the compiler's consistency checks for each request this
+    /// evaluator has not compiled yet (`compile::kaldi_draws`), then the components' draws
+    /// in the passes (with `compute_deriv`: the nonlinearities' derivative statistics and
+    /// self-repair, whose nudge is part of the gradient).
+    pub fn compute_with_kaldi_rand(
+        &mut self,
+        eg: &NnetExample,
+        stream: &mut GlibcRand,
+    ) -> Result<()> {
+        self.compute_inner(eg, Some(stream))
+    }
+
+    fn compute_inner(&mut self, eg: &NnetExample, stream: Option<&mut GlibcRand>) -> Result<()> {
         let nnet = self.nnet;
-        let request = computation_request(nnet, eg, false, false)?;
+        let backward = self.deriv.is_some();
+        let request = computation_request(nnet, eg, backward, false)?;
         let computation = self.compiler.compile(nnet, &request)?;
-        let computer = NnetComputer::new(&computation, nnet, None);
+        let stream = match stream {
+            Some(s) => {
+                let compiler = &self.compiler;
+                self.compile_draws.draw(
+                    nnet,
+                    &request,
+                    compiler.options().use_shortcut,
+                    &mut |r| compiler.peek(r),
+                    s,
+                );
+                Some(s)
+            }
+            None => None,
+        };
+        let computer = NnetComputer::new(&computation, nnet, self.deriv.as_mut());
         let objectives = output_objectives(nnet, &request);
-        run_pass(computer, &objectives, &request, eg, false, None, |o| {
+        run_pass(computer, &objectives, &request, eg, backward, stream, |o| {
             let name = o.name.to_string();
             let e = self
                 .objectives
