@@ -22,7 +22,7 @@ fn am_tools_under_kaldi_names_write_what_kaldi_writes() {
         commands,
         ..
     } = run_golden(env!("CARGO_BIN_EXE_compnet"), "am", GOLDEN);
-    assert_eq!(commands, 19);
+    assert_eq!(commands, 21);
     let mut compared = 0;
     for entry in std::fs::read_dir(GOLDEN).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
@@ -57,7 +57,7 @@ fn am_tools_under_kaldi_names_write_what_kaldi_writes() {
         }
         compared += 1;
     }
-    assert_eq!(compared, 37, "golden files compared");
+    assert_eq!(compared, 41, "golden files compared");
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -75,9 +75,13 @@ fn bad_am_input_fails_as_kaldi_does() {
         "after.raw",
         "ali.txt",
         "post_sum.txt",
+        "rep.mdl",
     ] {
         std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
     }
+    // A model with repeated affines cut inside its network.
+    let rep = std::fs::read(work.join("rep.mdl")).unwrap();
+    std::fs::write(work.join("cut_rep.mdl"), &rep[..rep.len() * 2 / 3]).unwrap();
     let mdl = std::fs::read(work.join("0.mdl")).unwrap();
     // Cut inside the transition model's tuples (byte 300 of Kaldi's file).
     std::fs::write(work.join("cut.mdl"), &mdl[..300]).unwrap();
@@ -104,6 +108,10 @@ fn bad_am_input_fails_as_kaldi_does() {
     for (line, names) in [
         ("nnet3-am-info cut.mdl", "cut.mdl: at byte"),
         ("nnet3-am-copy huge.mdl out.mdl", "huge.mdl: at byte"),
+        (
+            "nnet3-am-copy --convert-repeated-to-block cut_rep.mdl out.mdl",
+            "cut_rep.mdl: at byte",
+        ),
         (
             "nnet3-am-copy short_lp.mdl out.mdl",
             "short_lp.mdl: at byte",

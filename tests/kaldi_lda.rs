@@ -104,6 +104,67 @@ fn compare_transform(name: &str, got: &Matrix, want: &Matrix, d: &[f64]) {
     }
 }
 
+/// A packed matrix as Kaldi writes it (`FP`, binary or text): its dimension and values.
+fn read_packed(path: &Path) -> (usize, Vec<f64>) {
+    let bytes = std::fs::read(path).unwrap();
+    if bytes.starts_with(b"\0B") {
+        assert_eq!(&bytes[2..6], b"FP \x04", "{}", path.display());
+        let n = i32::from_le_bytes(bytes[6..10].try_into().unwrap()) as usize;
+        let values: Vec<f64> = bytes[10..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect();
+        assert_eq!(values.len(), n * (n + 1) / 2, "{}", path.display());
+        (n, values)
+    } else {
+        let text = String::from_utf8(bytes).unwrap();
+        let values: Vec<f64> = text
+            .split_whitespace()
+            .filter(|w| *w != "[" && *w != "]")
+            .map(|w| w.parse().unwrap())
+            .collect();
+        let rows = text.lines().filter(|l| l.trim() != "[").count();
+        let n = if values.is_empty() { 0 } else { rows };
+        assert_eq!(values.len(), n * (n + 1) / 2, "{}", path.display());
+        (n, values)
+    }
+}
+
+/// `--write-cholesky` and `--write-within-covar`: the factor and C·Cᵀ, to 1e-5 of the largest
+/// element (Kaldi's Cholesky sums with its BLAS, C·Cᵀ in floats); the layout (binary or text,
+/// the empty matrix after smoothing) exactly.
+fn compare_packed_outputs(work: &Path) {
+    let mut compared = 0;
+    for name in [
+        "chol.tp",
+        "covar.sp",
+        "chol.txt",
+        "covar.txt",
+        "chol_smoothed.txt",
+        "covar_smoothed.txt",
+    ] {
+        let (gn, g) = read_packed(&work.join(name));
+        let (wn, w) = read_packed(&Path::new(GOLDEN).join(name));
+        assert_eq!(gn, wn, "{name}: dimension");
+        let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        for (k, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * scale,
+                "{name}: element {k} is {a} where Kaldi has {b}"
+            );
+        }
+        if wn == 0 {
+            let (gb, wb) = (
+                std::fs::read(work.join(name)).unwrap(),
+                std::fs::read(Path::new(GOLDEN).join(name)).unwrap(),
+            );
+            assert_eq!(gb, wb, "{name}: the empty matrix");
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 6);
+}
+
 #[test]
 fn lda_tools_under_kaldi_names_match_kaldi() {
     let GoldenRun { root, work, .. } = run_golden(env!("CARGO_BIN_EXE_compnet"), "lda", GOLDEN);
@@ -141,6 +202,9 @@ fn lda_tools_under_kaldi_names_match_kaldi() {
         ("lda8.txt", "transform8.log"),
         ("lda6.txt", "transform6.log"),
         ("lda_ceil.txt", "transform_ceil.log"),
+        ("lda_chol.mat", "chol.log"),
+        ("lda_chol8.txt", "chol8.log"),
+        ("lda_smoothed.txt", "chol_smoothed.log"),
     ] {
         let read = |dir: &Path| log_numbers(&std::fs::read_to_string(dir.join(log)).unwrap());
         let (g, w) = (read(&work), read(Path::new(GOLDEN)));
@@ -177,7 +241,8 @@ fn lda_tools_under_kaldi_names_match_kaldi() {
         compare_transform(mat, &got, &want, &d);
         checked += 1;
     }
-    assert_eq!(checked, 4);
+    assert_eq!(checked, 7);
+    compare_packed_outputs(&work);
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -229,6 +294,10 @@ fn bad_lda_input_fails_as_kaldi_does() {
         (
             "nnet3-acc-lda-stats --rand-prune=-1 init.raw ark:egs.ark out.mat",
             "--rand-prune=-1",
+        ),
+        (
+            "nnet-get-feature-transform --write-cholesky=no/such/dir/c.tp out.mat lda.acc",
+            "no/such/dir/c.tp",
         ),
         (
             "nnet3-acc-lda-stats --rand-prune=x init.raw ark:egs.ark out.mat",

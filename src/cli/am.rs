@@ -189,8 +189,9 @@ pub struct CopyArgs {
     /// the learning rate is changed.
     #[arg(long = "set-raw-nnet", default_value = "")]
     pub set_raw_nnet: String,
-    /// Kaldi's conversion of repeated-affine components to block-affine ones; compnet has no
-    /// such conversion and refuses `true`.
+    /// Convert every (natural-gradient) repeated-affine component, inside composite
+    /// components too, to the equivalent block-affine component (after --nnet-config,
+    /// before --learning-rate).
     #[arg(long = "convert-repeated-to-block", kaldi_bool = "false")]
     pub convert_repeated_to_block: bool,
     /// Apply this nnet3 config to the network (add or replace components and nodes).
@@ -229,11 +230,6 @@ pub fn run_copy(a: CopyArgs) -> Result<i32> {
             "nnet3-am-copy: --learning-rate and --scale must be finite numbers".into(),
         ));
     }
-    if a.convert_repeated_to_block {
-        return Err(Error::Usage(
-            "nnet3-am-copy: --convert-repeated-to-block is not implemented in compnet".into(),
-        ));
-    }
     let mut am = AmNnet::read_file(input)?;
     if !a.set_raw_nnet.is_empty() {
         let nnet = Nnet::read_model_file(&a.set_raw_nnet)?.nnet;
@@ -245,6 +241,9 @@ pub fn run_copy(a: CopyArgs) -> Result<i32> {
         let mut rng = crate::random::seeded_rng(0);
         am.nnet.apply_config_text(&text, &a.nnet_config, &mut rng)?;
         check_simple(&am.nnet, &a.nnet_config)?;
+    }
+    if a.convert_repeated_to_block {
+        crate::nnet::component::block_affine::convert_repeated_to_block(&mut am.nnet.components);
     }
     if a.learning_rate >= 0.0 {
         am.nnet.set_learning_rate(a.learning_rate);

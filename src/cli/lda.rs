@@ -131,33 +131,8 @@ impl LdaStats {
             self.first.iter().map(|&x| x as f32).collect(),
         ));
         w.token("<SECOND_ACCS>");
-        if w.is_binary() {
-            w.token("FP");
-            w.i32(self.dim as i32);
-            let mut bytes = Vec::with_capacity(self.second.len() * 4);
-            for &x in &self.second {
-                bytes.extend_from_slice(&(x as f32).to_le_bytes());
-            }
-            w.raw(&bytes);
-        } else {
-            let mut s = String::from("[\n");
-            let mut k = 0;
-            for i in 0..self.dim {
-                for _ in 0..=i {
-                    s += &crate::io::codec::fmt_float(self.second[k] as f32 as f64);
-                    s.push(' ');
-                    k += 1;
-                }
-                if i + 1 == self.dim {
-                    s.push(']');
-                }
-                s.push('\n');
-            }
-            if self.dim == 0 {
-                s.push_str("]\n");
-            }
-            w.raw(s.as_bytes());
-        }
+        let packed: Vec<f32> = self.second.iter().map(|&x| x as f32).collect();
+        write_packed(w, self.dim, &packed);
         w.token("</LDAACCS>");
     }
 
@@ -505,14 +480,48 @@ pub struct TransformArgs {
     /// scales the directions with little between-class variance down.
     #[arg(long = "within-class-factor", default_value_t = 0.001)]
     pub within_class_factor: f32,
-    /// Write the Cholesky factor of the within-class covariance here (not supported).
+    /// Write the Cholesky factor of the within-class covariance here (a packed lower
+    /// triangle; empty when the covariance needed smoothing).
     #[arg(long = "write-cholesky", default_value = "")]
     pub write_cholesky: String,
-    /// Write the within-class covariance here (not supported).
+    /// Write the within-class covariance here (a symmetric packed matrix, the product of
+    /// the Cholesky factor with its transpose).
     #[arg(long = "write-within-covar", default_value = "")]
     pub write_within_covar: String,
     /// `<matrix-out> <lda-acc-1> [<lda-acc-2> ...]`.
     pub args: Vec<String>,
+}
+
+/// Writes a packed lower triangle of dimension `dim` (`values`: row after row, element
+/// (i, j ≤ i)) as Kaldi's `PackedMatrix<float>::Write`: `FP`, the dimension and the floats
+/// in binary; in text `[`, one line per row and `]` after the last (`[ ]` when empty).
+fn write_packed(w: &mut TokenWriter, dim: usize, values: &[f32]) {
+    if w.is_binary() {
+        w.token("FP");
+        w.i32(dim as i32);
+        let mut bytes = Vec::with_capacity(values.len() * 4);
+        for &x in values {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        w.raw(&bytes);
+    } else if dim == 0 {
+        w.raw(b"[ ]\n");
+    } else {
+        let mut s = String::from("[\n");
+        let mut k = 0;
+        for i in 0..dim {
+            for _ in 0..=i {
+                s += &crate::io::codec::fmt_float(f64::from(values[k]));
+                s.push(' ');
+                k += 1;
+            }
+            if i + 1 == dim {
+                s.push(']');
+            }
+            s.push('\n');
+        }
+        w.raw(s.as_bytes());
+    }
 }
 
 /// Lower Cholesky factor of the n×n row-major SPD matrix `a`, or None if not positive
@@ -554,8 +563,15 @@ fn invert_lower(l: &[f64], n: usize) -> Vec<f64> {
     inv
 }
 
-/// The estimated transform (rows × (dim + 1) with the offset column) and the log lines.
-pub fn estimate_transform(stats: &LdaStats, a: &TransformArgs, program: &str) -> Result<Matrix> {
+/// The estimated transform (rows × (dim + 1) with the offset column) and the log lines, and
+/// the lower Cholesky factor of the within-class covariance, packed row by row, when it was
+/// positive definite as it stands (empty when it needed smoothing first: Kaldi keeps the
+/// factor only from its first attempt).
+pub fn estimate_transform(
+    stats: &LdaStats,
+    a: &TransformArgs,
+    program: &str,
+) -> Result<(Matrix, Vec<f64>)> {
     let n = stats.dim;
     let count = stats.tot_count();
     log(program, &format!("Data count is {}", fmt_g(count)));
@@ -599,8 +615,14 @@ pub fn estimate_transform(stats: &LdaStats, a: &TransformArgs, program: &str) ->
             between[i * n + j] -= mean[i] * mean[j];
         }
     }
+    let mut factor = Vec::new();
     let l = match cholesky(&within, n) {
-        Some(l) => l,
+        Some(l) => {
+            for i in 0..n {
+                factor.extend_from_slice(&l[i * n..=i * n + i]);
+            }
+            l
+        }
         None => {
             let trace: f64 = (0..n).map(|i| within[i * n + i]).sum();
             let smooth = (1.0e-3 * trace / n as f64) as f32;
@@ -695,7 +717,7 @@ pub fn estimate_transform(stats: &LdaStats, a: &TransformArgs, program: &str) ->
             out[r * cols + n] = -p;
         }
     }
-    Ok(Matrix::from_vec(target, cols, out))
+    Ok((Matrix::from_vec(target, cols, out), factor))
 }
 
 /// Sets the singular values of the rows×cols matrix `m` above `ceiling` to it (through the
@@ -767,13 +789,6 @@ pub fn run_transform(a: TransformArgs) -> Result<i32> {
                 .into(),
         ));
     }
-    if !a.write_cholesky.is_empty() || !a.write_within_covar.is_empty() {
-        return Err(Error::Usage(
-            "nnet-get-feature-transform: --write-cholesky and --write-within-covar are not \
-             implemented in compnet"
-                .into(),
-        ));
-    }
     let mut stats: Option<LdaStats> = None;
     for acc in accs {
         let (bytes, start, name) = crate::io::table::read_rxfilename(acc)?;
@@ -787,7 +802,35 @@ pub fn run_transform(a: TransformArgs) -> Result<i32> {
         }
     }
     let stats = stats.expect("at least one accumulator");
-    let m = estimate_transform(&stats, &a, P)?;
+    let (m, factor) = estimate_transform(&stats, &a, P)?;
+    // The optional outputs first, so that a bad path for them leaves no transform behind.
+    let dim = if factor.is_empty() { 0 } else { stats.dim };
+    let c: Vec<f32> = factor.iter().map(|&x| x as f32).collect();
+    if !a.write_cholesky.is_empty() {
+        write_packed_object(&a.write_cholesky, a.binary, dim, &c)?;
+    }
+    if !a.write_within_covar.is_empty() {
+        // C·Cᵀ of the factor as written (in floats), lower triangle.
+        let mut covar = Vec::with_capacity(c.len());
+        let row = |i: usize| &c[i * (i + 1) / 2..i * (i + 1) / 2 + i + 1];
+        for i in 0..dim {
+            for j in 0..=i {
+                let (ri, rj) = (row(i), row(j));
+                let dot: f64 = (0..=j).map(|k| f64::from(ri[k]) * f64::from(rj[k])).sum();
+                covar.push(dot as f32);
+            }
+        }
+        write_packed_object(&a.write_within_covar, a.binary, dim, &covar)?;
+    }
     crate::io::table::write_object(out, a.binary, &m)?;
     Ok(0)
+}
+
+/// Writes a packed matrix ([`write_packed`]) to `wxfilename` as Kaldi's `WriteKaldiObject`
+/// does (binary header first in binary).
+fn write_packed_object(wxfilename: &str, binary: bool, dim: usize, values: &[f32]) -> Result<()> {
+    let mut w = TokenWriter::new(binary);
+    w.binary_header();
+    write_packed(&mut w, dim, values);
+    crate::io::table::write_bytes(wxfilename, &w.into_bytes())
 }

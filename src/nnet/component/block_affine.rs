@@ -231,6 +231,51 @@ impl Component for BlockAffineComponent {
 
 param_ops::linear_bias_updatable!(BlockAffineComponent);
 
+impl BlockAffineComponent {
+    /// The block-affine form of a repeated affine (Kaldi's `BlockAffineComponent` constructor
+    /// from a `RepeatedAffineComponent`): num-repeats blocks, each a copy of W and b, with
+    /// the same learning-rate options.
+    pub fn from_repeated(r: &RepeatedAffineComponent) -> Self {
+        let (rows, cols) = (r.linear.num_rows(), r.linear.num_cols());
+        let mut linear = Matrix::zeros(rows * r.num_repeats, cols);
+        let mut bias = Vec::with_capacity(rows * r.num_repeats);
+        let b = r.bias.to_vec();
+        for k in 0..r.num_repeats {
+            linear
+                .view_mut()
+                .rows_range_mut(k * rows, rows)
+                .copy_from(r.linear.view());
+            bias.extend_from_slice(&b);
+        }
+        BlockAffineComponent {
+            common: r.common.clone(),
+            linear,
+            bias: Vector::from_vec(bias),
+            num_blocks: r.num_repeats,
+        }
+    }
+}
+
+/// Kaldi's `ConvertRepeatedToBlockAffine`: every `RepeatedAffineComponent` and
+/// `NaturalGradientRepeatedAffineComponent` of `components` (and of the chain of each
+/// `CompositeComponent` among them) becomes the equivalent `BlockAffineComponent`; returns
+/// how many were converted.
+pub fn convert_repeated_to_block(components: &mut [Box<dyn Component>]) -> usize {
+    let mut n = 0;
+    for c in components.iter_mut() {
+        if let Some(r) = c.as_any().downcast_ref::<RepeatedAffineComponent>() {
+            *c = Box::new(BlockAffineComponent::from_repeated(r));
+            n += 1;
+        } else if let Some(cc) = c
+            .as_any_mut()
+            .downcast_mut::<super::composite::CompositeComponent>()
+        {
+            n += convert_repeated_to_block(&mut cc.components);
+        }
+    }
+    n
+}
+
 /// `RepeatedAffineComponent` or (with `natural_gradient`)
 /// `NaturalGradientRepeatedAffineComponent`: the same affine (W, b) applied to each of
 /// num-repeats consecutive blocks of the input.
