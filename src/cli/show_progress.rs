@@ -156,7 +156,7 @@ fn objective_breakdown(a: &Args, old: &Nnet, new: &Nnet, egs_rspec: &str) -> Res
                 "{egs_rspec}: the examples have no supervision for 'output'"
             ))
         })?;
-        if !(objf.tot_weight > 0.0) {
+        if objf.tot_weight.is_nan() || objf.tot_weight <= 0.0 {
             return Err(Error::Compute(format!(
                 "{egs_rspec}: the supervision of 'output' has a total weight of {}",
                 fmt_g(objf.tot_weight)
