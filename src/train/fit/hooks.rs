@@ -2,7 +2,7 @@
 //! monitors, the checkpoint saver, the stoppers, and the visualiser that redraws the learning
 //! curves as SVG.
 
-use super::stepper::ByteReader;
+use crate::io::le_bytes::ByteReader;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 

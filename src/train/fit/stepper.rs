@@ -18,6 +18,7 @@
 
 use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::error::{Error, Result};
+use crate::io::le_bytes::ByteReader;
 use crate::kaldi_rand::GlibcRand;
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
 use crate::nnet::component::param_init::gaussian_matrix;
@@ -346,11 +347,7 @@ impl Stepper {
         shapes: &[Vec<(usize, usize)>],
         file: &str,
     ) -> Result<()> {
-        let mut r = ByteReader {
-            bytes,
-            pos: 0,
-            file,
-        };
+        let mut r = ByteReader::new(bytes, file);
         let name = r.cstr()?;
         if name != self.opts.kind.name() {
             return Err(Error::Usage(format!(
@@ -505,63 +502,6 @@ impl StepPolicy for StepperOptions {
             }
             (kind, state) => unreachable!("{kind:?} with {} state slots", state.len()),
         }
-    }
-}
-
-/// Reads the little-endian pieces of a checkpoint, errors naming the file and byte offset.
-pub struct ByteReader<'a> {
-    pub bytes: &'a [u8],
-    pub pos: usize,
-    pub file: &'a str,
-}
-
-impl ByteReader<'_> {
-    pub fn err(&self, what: &str) -> Error {
-        Error::Usage(format!("{}: byte {}: {what}", self.file, self.pos))
-    }
-
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
-        if self.bytes.len() - self.pos < n {
-            return Err(self.err(&format!("expected {n} more bytes, the file ends")));
-        }
-        let s = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    pub fn u64(&mut self) -> Result<u64> {
-        let b = self.take(8)?;
-        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
-    }
-
-    pub fn cstr(&mut self) -> Result<String> {
-        let end = self.bytes[self.pos..]
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or_else(|| self.err("expected a name ended by a zero byte"))?;
-        let s = String::from_utf8_lossy(&self.bytes[self.pos..self.pos + end]).into_owned();
-        self.pos += end + 1;
-        Ok(s)
-    }
-
-    pub fn f32s(&mut self, n: usize) -> Result<Vec<f32>> {
-        let b = self.take(n.checked_mul(4).ok_or_else(|| self.err("size overflows"))?)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect())
-    }
-
-    /// A `rows × cols` matrix stored row by row (an explicit host copy).
-    pub fn matrix(&mut self, rows: usize, cols: usize) -> Result<Matrix> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| self.err("size overflows"))?;
-        Ok(Matrix::from_vec(rows, cols, self.f32s(n)?))
-    }
-
-    /// `n` bytes as a slice.
-    pub fn bytes(&mut self, n: usize) -> Result<&[u8]> {
-        self.take(n)
     }
 }
 
@@ -760,11 +700,7 @@ impl KaldiUpdate {
     /// Reads what [`KaldiUpdate::write_state`] wrote; the delta network must have the
     /// same blocks (a checkpoint of this network) and its values must be finite.
     pub fn read_state(&mut self, bytes: &[u8], file: &str) -> Result<()> {
-        let mut r = ByteReader {
-            bytes,
-            pos: 0,
-            file,
-        };
+        let mut r = ByteReader::new(bytes, file);
         let name = r.cstr()?;
         if name != "ng" {
             return Err(Error::Usage(format!(
