@@ -8,9 +8,9 @@
 //! and an f32 for num-minibatches-history, a byte for the estimate and, if there is one, u64
 //! rows, u64 cols, R (rows·cols f32), d (rows f64), ρ (f64).
 
-use crate::io::le_bytes::ByteReader;
 use crate::error::{Error, Result};
 use crate::gradient::natural_gradient::{EstimateSnapshot, NgSnapshot};
+use crate::io::le_bytes::ByteReader;
 use crate::nnet::Nnet;
 
 const MAGIC: &[u8] = b"COMPNET-NG-STATE\n";
