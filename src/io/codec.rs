@@ -295,6 +295,17 @@ impl<'a> TokenReader<'a> {
     pub fn buf(&self) -> &'a [u8] {
         self.buf
     }
+    /// Where the next token starts (a text reader skips whitespace first), for error
+    /// positions.
+    pub fn next_token_pos(&self) -> usize {
+        let mut p = self.pos;
+        if !self.binary {
+            while self.buf.get(p).is_some_and(|b| b.is_ascii_whitespace()) {
+                p += 1;
+            }
+        }
+        p
+    }
     pub fn at_eof(&self) -> bool {
         self.pos >= self.buf.len()
     }

@@ -86,6 +86,23 @@ impl<'a> ByteReader<'a> {
         Ok(Matrix::from_vec(rows, cols, self.f32s(n)?))
     }
 
+    /// Matrices of the shapes `(rows, cols)` in `shapes`, each stored row by row, refused
+    /// (naming `what`) unless every value is finite.
+    pub fn finite_matrices(
+        &mut self,
+        shapes: &[(usize, usize)],
+        what: &str,
+    ) -> Result<Vec<Matrix>> {
+        let m = shapes
+            .iter()
+            .map(|&(rows, cols)| self.matrix(rows, cols))
+            .collect::<Result<Vec<Matrix>>>()?;
+        if !m.iter().all(|m| m.view().is_finite()) {
+            return Err(self.err(&format!("{what} that is not finite (a damaged checkpoint)")));
+        }
+        Ok(m)
+    }
+
     /// `n` bytes as a slice.
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
         self.take(n)

@@ -49,6 +49,7 @@
 //! Errors name the MEL file and line.
 
 use crate::error::{Error, Result};
+use crate::nnet::component::Component;
 use crate::nnet::edit::name_matches_pattern;
 use crate::nnet::network::{NetworkNode, Nnet};
 use crate::nnet::ObjectiveType;
@@ -353,19 +354,12 @@ impl<'a> Mel<'a> {
                 let c = nnet.component_index(from).ok_or_else(|| {
                     format!("model {m} has no parameter '{from}' (input 0 of '{n}' is its weight)")
                 })?;
-                let new = &nnet.components[c];
-                if new.type_name() != comp.type_name()
-                    || new.input_dim() != comp.input_dim()
-                    || new.output_dim() != comp.output_dim()
-                {
+                let new = nnet.components[c].as_ref();
+                if kind(new) != kind(comp.as_ref()) {
                     return Err(format!(
-                        "'{from}' ({} {}x{}) cannot be the weight of '{n}' ({} {}x{})",
-                        new.type_name(),
-                        new.input_dim(),
-                        new.output_dim(),
-                        comp.type_name(),
-                        comp.input_dim(),
-                        comp.output_dim()
+                        "'{from}' ({}) cannot be the weight of '{n}' ({})",
+                        kind(new),
+                        kind(comp.as_ref())
                     ));
                 }
                 lines.push_str(&format!(
@@ -664,18 +658,11 @@ impl<'a> Mel<'a> {
     ) -> std::result::Result<(), String> {
         let c = self.models[ma].components[a].clone();
         let target = &mut self.models.get_mut(mb).expect("checked").components[b];
-        if c.type_name() != target.type_name()
-            || c.input_dim() != target.input_dim()
-            || c.output_dim() != target.output_dim()
-        {
+        if kind(c.as_ref()) != kind(target.as_ref()) {
             return Err(format!(
-                "CopyNode: {an} ({} {}x{}) and {bn} ({} {}x{}) differ",
-                c.type_name(),
-                c.input_dim(),
-                c.output_dim(),
-                target.type_name(),
-                target.input_dim(),
-                target.output_dim()
+                "CopyNode: {an} ({}) and {bn} ({}) differ",
+                kind(c.as_ref()),
+                kind(target.as_ref())
             ));
         }
         *target = c;
@@ -1101,6 +1088,12 @@ struct PendingDelete {
     line: usize,
     /// A Parameter (component) rather than a node.
     param: bool,
+}
+
+/// A component's type and dimensions as `Type INxOUT`: what must agree for one component to
+/// take another's place or parameters.
+fn kind(c: &dyn Component) -> String {
+    format!("{} {}x{}", c.type_name(), c.input_dim(), c.output_dim())
 }
 
 /// The `name=` of a config line.

@@ -201,7 +201,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
     let mut components: Vec<Box<dyn Component>> = Vec::with_capacity(n);
     for _ in 0..n {
         r.expect_token("<ComponentName>")?;
-        let name_at = next_token_pos(r);
+        let name_at = r.next_token_pos();
         let name = r.token()?;
         if !is_valid_name(&name) {
             return Err(r.err_at(name_at, format!("a valid component name (got '{name}')")));
@@ -212,7 +212,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
                 format!("a component name not used before (got duplicate '{name}')"),
             ));
         }
-        let type_at = next_token_pos(r);
+        let type_at = r.next_token_pos();
         let tok = r.peek_token()?;
         let type_name = tok
             .strip_prefix('<')
@@ -243,18 +243,6 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
         .map_err(|e| config_error_to_format(e, &file, buf, config_start, &line_starts))?;
     r.set_pos(after);
     Ok(nnet)
-}
-
-/// Where the next token starts (text readers skip whitespace first).
-fn next_token_pos(r: &TokenReader<'_>) -> usize {
-    let buf = r.buf();
-    let mut p = r.pos();
-    if !r.is_binary() {
-        while buf.get(p).is_some_and(|b| b.is_ascii_whitespace()) {
-            p += 1;
-        }
-    }
-    p
 }
 
 /// Length of the line starting at `start` (without its newline).

@@ -150,7 +150,7 @@ impl StepperOptions {
         unit("beta1", self.beta1)?;
         unit("beta2", self.beta2)?;
         unit("rms-gamma", self.rms_gamma)?;
-        for (name, v) in [
+        check_non_negative(&[
             ("epsilon", self.epsilon),
             ("weight-decay", self.weight_decay),
             ("rms-inc", self.rms_inc),
@@ -158,13 +158,7 @@ impl StepperOptions {
             ("rms-max", self.rms_max),
             ("rms-min", self.rms_min),
             ("max-param-change", self.max_param_change),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(Error::Usage(format!(
-                    "--{name} must be a finite number >= 0, got {v}"
-                )));
-            }
-        }
+        ])?;
         for (name, v, lo, hi) in [
             ("epsilon", self.epsilon, f32::MIN_POSITIVE, 1.0),
             ("weight-decay", self.weight_decay, 0.0, 1.0),
@@ -380,17 +374,8 @@ impl Stepper {
                          checkpoint (a checkpoint of another network?)"
                     )));
                 }
-                let slot = blocks
-                    .iter()
-                    .map(|&(rows, cols)| r.matrix(rows, cols))
-                    .collect::<Result<Vec<Matrix>>>()?;
-                if !slot.iter().all(|m| m.view().is_finite()) {
-                    return Err(r.err(&format!(
-                        "block {b}: a stepper statistic that is not finite (a damaged \
-                         checkpoint)"
-                    )));
-                }
-                component.push(slot);
+                let what = format!("block {b}: a stepper statistic");
+                component.push(r.finite_matrices(blocks, &what)?);
             }
             slots.push(component);
         }
@@ -503,6 +488,18 @@ impl StepPolicy for StepperOptions {
             (kind, state) => unreachable!("{kind:?} with {} state slots", state.len()),
         }
     }
+}
+
+/// Refuses an option (`--name`, value) that is not a finite number >= 0.
+pub fn check_non_negative(options: &[(&str, f32)]) -> Result<()> {
+    for &(name, v) in options {
+        if !v.is_finite() || v < 0.0 {
+            return Err(Error::Usage(format!(
+                "--{name} must be a finite number >= 0, got {v}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Per-minibatch regularisers the plain steppers apply to the gradient first.
@@ -754,15 +751,7 @@ impl KaldiUpdate {
                 .iter()
                 .map(|b| (b.num_rows(), b.num_cols()))
                 .collect();
-            let values = shapes
-                .iter()
-                .map(|&(rows, cols)| r.matrix(rows, cols))
-                .collect::<Result<Vec<Matrix>>>()?;
-            if !values.iter().all(|m| m.view().is_finite()) {
-                return Err(r.err(&format!(
-                    "block {b}: a momentum value that is not finite (a damaged checkpoint)"
-                )));
-            }
+            let values = r.finite_matrices(&shapes, &format!("block {b}: a momentum value"))?;
             for (mut block, m) in u.param_blocks_mut().into_iter().zip(&values) {
                 block.copy_from(m.view());
             }
@@ -778,6 +767,17 @@ impl KaldiUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every plain stepper.
+    const PLAIN_KINDS: [StepperKind; 7] = [
+        StepperKind::Sgd,
+        StepperKind::Momentum,
+        StepperKind::Nesterov,
+        StepperKind::AdaGrad,
+        StepperKind::RmsProp,
+        StepperKind::Adam,
+        StepperKind::AdamW,
+    ];
 
     fn stepper(kind: StepperKind) -> Stepper {
         Stepper::new(StepperOptions {
@@ -891,15 +891,7 @@ mod tests {
                 })
                 .sum()
         };
-        for kind in [
-            StepperKind::Sgd,
-            StepperKind::Momentum,
-            StepperKind::Nesterov,
-            StepperKind::AdaGrad,
-            StepperKind::RmsProp,
-            StepperKind::Adam,
-            StepperKind::AdamW,
-        ] {
+        for kind in PLAIN_KINDS {
             let mut s = stepper(kind);
             let lr = match kind {
                 StepperKind::Momentum | StepperKind::Nesterov => 0.02,
@@ -993,15 +985,7 @@ mod tests {
     /// blocks with gradients of both signs and zeros.
     #[test]
     fn matrix_updates_equal_the_scalar_rules_bit_for_bit() {
-        for kind in [
-            StepperKind::Sgd,
-            StepperKind::Momentum,
-            StepperKind::Nesterov,
-            StepperKind::AdaGrad,
-            StepperKind::RmsProp,
-            StepperKind::Adam,
-            StepperKind::AdamW,
-        ] {
+        for kind in PLAIN_KINDS {
             let o = StepperOptions {
                 kind,
                 ..Default::default()
