@@ -433,11 +433,8 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         ("clip-gradient", gradient.clip),
         ("gradient-noise", gradient.noise_stddev),
     ])?;
-    let momentum_schedule = a
-        .momentum_schedule
-        .as_deref()
-        .map(|m| EpochSchedule::parse(m, "--momentum-schedule"))
-        .transpose()?;
+    let momentum_schedule =
+        EpochSchedule::parse_option(a.momentum_schedule.as_deref(), "--momentum-schedule")?;
     if let Some(m) = &momentum_schedule {
         if kind == StepperKind::NaturalGradient {
             return Err(Error::Usage(
@@ -450,11 +447,8 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
             )));
         }
     }
-    let dropout_per_epoch = a
-        .dropout_per_epoch
-        .as_deref()
-        .map(|d| EpochSchedule::parse(d, "--dropout-per-epoch"))
-        .transpose()?;
+    let dropout_per_epoch =
+        EpochSchedule::parse_option(a.dropout_per_epoch.as_deref(), "--dropout-per-epoch")?;
     if let Some(d) = &dropout_per_epoch {
         if a.dropout_schedule.is_some() {
             return Err(Error::Usage(

@@ -635,14 +635,7 @@ impl<'a> Mel<'a> {
                 .map_err(|e| e.to_string())?;
         }
         *nnet = edited;
-        self.log.push(format!(
-            "CopyNode: {}",
-            pairs
-                .iter()
-                .map(|(a, b)| format!("{a} -> {b}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        self.log.push(format!("CopyNode: {}", arrows(&pairs)));
         Ok(())
     }
 
@@ -936,14 +929,7 @@ impl<'a> Mel<'a> {
                 p.name = n.clone();
             }
         }
-        self.log.push(format!(
-            "Rename: {}",
-            pairs
-                .iter()
-                .map(|(a, b)| format!("{a} -> {b}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        self.log.push(format!("Rename: {}", arrows(&pairs)));
         Ok(())
     }
 
@@ -1088,6 +1074,15 @@ struct PendingDelete {
     line: usize,
     /// A Parameter (component) rather than a node.
     param: bool,
+}
+
+/// `a -> b, c -> d` for the (old, new) name pairs of a copy or rename, for the log.
+fn arrows(pairs: &[(String, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(a, b)| format!("{a} -> {b}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A component's type and dimensions as `Type INxOUT`: what must agree for one component to
