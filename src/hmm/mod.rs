@@ -315,8 +315,7 @@ fn read_topology_binary(r: &mut TokenReader<'_>) -> Result<Topology> {
 fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
     let mut topo = Topology::default();
     loop {
-        let at = r.next_token_pos();
-        let tok = r.token()?;
+        let (at, tok) = r.token_at()?;
         if tok == "</Topology>" {
             break;
         }
@@ -326,8 +325,7 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
         r.expect_token("<ForPhones>")?;
         let mut phones = Vec::new();
         loop {
-            let at = r.next_token_pos();
-            let tok = r.token()?;
+            let (at, tok) = r.token_at()?;
             if tok == "</ForPhones>" {
                 break;
             }
@@ -337,8 +335,7 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
             }
         }
         let mut states: Vec<HmmState> = Vec::new();
-        let mut at = r.next_token_pos();
-        let mut tok = r.token()?;
+        let (mut at, mut tok) = r.token_at()?;
         while tok != "</TopologyEntry>" {
             if tok != "<State>" {
                 return Err(r.err_at(at, "<State> or </TopologyEntry>"));
@@ -351,28 +348,24 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
                     format!("state {} (states in order from 0)", states.len()),
                 ));
             }
-            at = r.next_token_pos();
-            tok = r.token()?;
+            (at, tok) = r.token_at()?;
             let (mut forward, mut self_loop) = (-1, -1);
             if tok == "<PdfClass>" {
                 forward = r.i32()?;
                 self_loop = forward;
-                at = r.next_token_pos();
-                tok = r.token()?;
+                (at, tok) = r.token_at()?;
             } else if tok == "<ForwardPdfClass>" {
                 forward = r.i32()?;
                 r.expect_token("<SelfLoopPdfClass>")?;
                 self_loop = r.i32()?;
-                at = r.next_token_pos();
-                tok = r.token()?;
+                (at, tok) = r.token_at()?;
             }
             let mut transitions = Vec::new();
             while tok == "<Transition>" {
                 let dst = r.i32()?;
                 let p = r.f32()?;
                 transitions.push((dst, p));
-                at = r.next_token_pos();
-                tok = r.token()?;
+                (at, tok) = r.token_at()?;
             }
             if tok != "</State>" {
                 return Err(r.err_at(at, "<Transition> or </State>"));
@@ -382,8 +375,7 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
                 self_loop_pdf_class: self_loop,
                 transitions,
             });
-            at = r.next_token_pos();
-            tok = r.token()?;
+            (at, tok) = r.token_at()?;
         }
         let idx = topo.entries.len() as i32;
         topo.entries.push(states);

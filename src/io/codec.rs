@@ -306,6 +306,11 @@ impl<'a> TokenReader<'a> {
         }
         p
     }
+    /// The next token and where it starts.
+    pub fn token_at(&mut self) -> Result<(usize, String)> {
+        let at = self.next_token_pos();
+        Ok((at, self.token()?))
+    }
     pub fn at_eof(&self) -> bool {
         self.pos >= self.buf.len()
     }

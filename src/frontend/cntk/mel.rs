@@ -299,12 +299,9 @@ impl<'a> Mel<'a> {
     /// The nodes of model `m` matching `pattern`.
     fn matching_nodes(&self, m: &str, pattern: &str) -> std::result::Result<Vec<String>, String> {
         let nnet = &self.models[m];
-        let v: Vec<String> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
-            .map(|(_, n)| n.clone())
+        let v: Vec<String> = script_nodes(nnet)
+            .filter(|n| name_matches_pattern(n, pattern))
+            .cloned()
             .collect();
         if v.is_empty() {
             return Err(format!("no node of model {m} matches '{pattern}'"));
@@ -546,12 +543,8 @@ impl<'a> Mel<'a> {
         let (mt, pt) = self.split_model(&to)?;
         let src = &self.models[&mf];
         let dst = &self.models[&mt];
-        let names: Vec<String> = src
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !src.is_component_input_node(i))
-            .map(|(_, n)| n.clone())
+        let names: Vec<String> = script_nodes(src)
+            .cloned()
             .chain(
                 src.component_names
                     .iter()
@@ -769,12 +762,9 @@ impl<'a> Mel<'a> {
     fn delete_node(&mut self, target: &str, line: usize) -> std::result::Result<(), String> {
         let (m, pattern) = self.split_model(target)?;
         let nnet = &self.models[&m];
-        let mut names: Vec<(String, bool)> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
-            .map(|(_, n)| (n.clone(), false))
+        let mut names: Vec<(String, bool)> = script_nodes(nnet)
+            .filter(|n| name_matches_pattern(n, pattern))
+            .map(|n| (n.clone(), false))
             .collect();
         if names.is_empty() {
             names = nnet
@@ -877,13 +867,7 @@ impl<'a> Mel<'a> {
             return Err(format!("Rename across models ({m} and {m2})"));
         }
         let nnet = &self.models[&m];
-        let nodes: Vec<String> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !nnet.is_component_input_node(i))
-            .map(|(_, n)| n.clone())
-            .collect();
+        let nodes: Vec<String> = script_nodes(nnet).cloned().collect();
         let all: Vec<String> = nodes
             .iter()
             .chain(nnet.component_names.iter())
@@ -1074,6 +1058,16 @@ struct PendingDelete {
     line: usize,
     /// A Parameter (component) rather than a node.
     param: bool,
+}
+
+/// The names of the nodes a script can name: all but the input nodes compnet adds in front
+/// of components.
+fn script_nodes(nnet: &Nnet) -> impl Iterator<Item = &String> {
+    nnet.node_names
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !nnet.is_component_input_node(i))
+        .map(|(_, n)| n)
 }
 
 /// `a -> b, c -> d` for the (old, new) name pairs of a copy or rename, for the log.

@@ -201,8 +201,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
     let mut components: Vec<Box<dyn Component>> = Vec::with_capacity(n);
     for _ in 0..n {
         r.expect_token("<ComponentName>")?;
-        let name_at = r.next_token_pos();
-        let name = r.token()?;
+        let (name_at, name) = r.token_at()?;
         if !is_valid_name(&name) {
             return Err(r.err_at(name_at, format!("a valid component name (got '{name}')")));
         }
