@@ -252,16 +252,13 @@ fn checked_count(
     min_bytes: usize,
     what: &str,
 ) -> Result<usize> {
-    if n < 0 || (n as usize).saturating_mul(min_bytes) > r.rest().len() {
-        return Err(r.err_at(
+    r.count_fits(n, min_bytes).ok_or_else(|| {
+        let left = r.rest().len();
+        r.err_at(
             at,
-            format!(
-                "{what} that fits the {} remaining bytes (got {n})",
-                r.rest().len()
-            ),
-        ));
-    }
-    Ok(n as usize)
+            format!("{what} that fits the {left} remaining bytes (got {n})"),
+        )
+    })
 }
 
 /// A count read next, checked as [`checked_count`] checks it.

@@ -306,6 +306,13 @@ impl<'a> TokenReader<'a> {
         }
         p
     }
+    /// `n` as a count of items of at least `min_bytes` each, if it is not negative and that
+    /// many items can still be in the buffer (checked before anything of that size is
+    /// allocated).
+    pub fn count_fits(&self, n: i32, min_bytes: usize) -> Option<usize> {
+        (n >= 0 && (n as usize).saturating_mul(min_bytes) <= self.rest().len())
+            .then_some(n as usize)
+    }
     /// The next token and where it starts.
     pub fn token_at(&mut self) -> Result<(usize, String)> {
         let at = self.next_token_pos();

@@ -213,9 +213,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
         }
         let type_at = r.next_token_pos();
         let tok = r.peek_token()?;
-        let type_name = tok
-            .strip_prefix('<')
-            .and_then(|t| t.strip_suffix('>'))
+        let type_name = crate::nnet::component::type_of_token(&tok)
             .ok_or_else(|| r.err_at(type_at, "a component type token like <AffineComponent>"))?;
         if component_type(type_name).is_none() {
             return Err(Error::format(
@@ -384,13 +382,13 @@ fn skip_transition_model_binary(r: &mut TokenReader<'_>) -> Result<()> {
 
 /// Checks a count read from a file: non-negative and each item taking `min_bytes` must fit.
 fn check_count(r: &TokenReader<'_>, n: i32, min_bytes: usize) -> Result<()> {
-    if n < 0 || (n as usize).saturating_mul(min_bytes) > r.rest().len() {
-        return Err(r.err(format!(
+    match r.count_fits(n, min_bytes) {
+        Some(_) => Ok(()),
+        None => Err(r.err(format!(
             "a count that fits the {} remaining bytes (got {n})",
             r.rest().len()
-        )));
+        ))),
     }
-    Ok(())
 }
 
 #[cfg(test)]
