@@ -414,6 +414,129 @@ fn one_step_with_cntk_regularisation_and_norm_clipping_matches_the_definition() 
     }
 }
 
+/// CNTK clips each Parameter's gradient by its own norm (`gradientClippingWithTruncation=false`):
+/// an affine component's weights and bias are two Parameters, each scaled to the threshold
+/// on its own, and a Parameter under the threshold keeps its gradient. Clipping over a
+/// component or over the whole model would leave every step below the threshold and scale
+/// the small one too.
+#[test]
+fn norm_clipping_scales_each_parameter_on_its_own() {
+    use compnet::train::fit::stepper::{
+        apply_plain_step, gradient_network, GradientOptions, Stepper, StepperKind, StepperOptions,
+    };
+    let mut nnet = compnet::nnet::Nnet::from_config_text(
+        "input-node name=input dim=2\n\
+         component name=A type=AffineComponent input-dim=2 output-dim=2\n\
+         component name=L type=LinearComponent input-dim=2 output-dim=2\n\
+         component-node name=A component=A input=input\n\
+         component-node name=L component=L input=A\n\
+         output-node name=output input=L objective=quadratic\n",
+        "affine_linear",
+        &mut compnet::random::seeded_rng(0),
+    )
+    .unwrap();
+    // Weights 0; gradients: A's weights of norm 5, A's bias of norm 2, L's of norm 0.14.
+    let (ga, gl) = ([3.0f32, 4.0, 0.0, 0.0, 0.0, 2.0], [0.1f32, 0.0, 0.0, 0.1]);
+    for c in &mut nnet.components {
+        let u = c.as_updatable_mut().unwrap();
+        let zeros = vec![0.0; u.params_to_vec().len()];
+        u.copy_params_from(&zeros);
+    }
+    let mut grad = gradient_network(&nnet);
+    grad.components[0]
+        .as_updatable_mut()
+        .unwrap()
+        .copy_params_from(&ga);
+    grad.components[1]
+        .as_updatable_mut()
+        .unwrap()
+        .copy_params_from(&gl);
+    let mut stepper = Stepper::new(StepperOptions {
+        kind: StepperKind::Sgd,
+        ..Default::default()
+    });
+    let gopts = GradientOptions {
+        clip: 1.0,
+        clip_norm: true,
+        ..Default::default()
+    };
+    assert!(apply_plain_step(
+        &mut stepper,
+        &mut nnet,
+        &mut grad,
+        1.0,
+        1.0,
+        &gopts,
+        1,
+        1.0,
+        &mut compnet::random::seeded_rng(0),
+    ));
+    let a = nnet.components[0].as_updatable().unwrap().params_to_vec();
+    let l = nnet.components[1].as_updatable().unwrap().params_to_vec();
+    // Weights scaled by 1/5, bias by 1/2: each Parameter's step has norm 1; L's unclipped.
+    let want_a = [0.6f32, 0.8, 0.0, 0.0, 0.0, 1.0];
+    for (got, want) in a.iter().zip(&want_a) {
+        assert!((got - want).abs() < 1e-6, "A: {a:?}, want {want_a:?}");
+    }
+    for (got, want) in l.iter().zip(&gl) {
+        assert!((got - want).abs() < 1e-7, "L: {l:?}, want {gl:?}");
+    }
+}
+
+/// The same through `compnet cntk`: with one minibatch per epoch and per-minibatch rate lr,
+/// every Parameter of the NDL network (two layers' W and B) moves by exactly lr times
+/// `clippingThresholdPerSample` between the epoch-1 model and the final one.
+#[test]
+fn cntk_norm_clipping_moves_every_parameter_by_the_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    make_data(&data);
+    let exp = dir.path().join("exp");
+    let config = dir.path().join("clip.config");
+    std::fs::write(
+        &config,
+        format!(
+            "command=Train\ndeviceId=-1\n\
+             Train=[\n action=train\n modelPath={exp}/c.dnn\n\
+             NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={EX}/ndl/one_layer.ndl]\n\
+             SGD=[minibatchSize=100000; learningRatesPerMB=2; maxEpochs=2\n\
+                  gradientClippingWithTruncation=false; clippingThresholdPerSample=0.001]\n\
+             reader=[readerType=HTKMLFReader; randomize=None\n\
+               features=[dim=24; scpFile={data}/train.scp]\n\
+               labels=[mlfFile={data}/train.mlf; labelDim=12; labelMappingFile={data}/states.list]]\n]\n",
+            exp = s(&exp),
+            data = s(&data),
+        ),
+    )
+    .unwrap();
+    ok(&["cntk", &s(&config)]);
+    let read = |p: &Path| compnet::nnet::Nnet::read_model_file(&s(p)).unwrap().nnet;
+    let (before, after) = (read(&exp.join("c.dnn.1")), read(&exp.join("c.dnn")));
+    let mut norms = Vec::new();
+    for (i, name) in before.component_names.iter().enumerate() {
+        let Some(u) = before.components[i].as_updatable() else {
+            continue;
+        };
+        let j = after.component_index(name).unwrap();
+        let v = after.components[j].as_updatable().unwrap().params_to_vec();
+        let step: f64 = u
+            .params_to_vec()
+            .iter()
+            .zip(&v)
+            .map(|(a, b)| f64::from(b - a).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        norms.push((name.clone(), step));
+    }
+    assert_eq!(norms.len(), 4, "{norms:?}");
+    for (name, step) in &norms {
+        assert!(
+            (step / 0.002 - 1.0).abs() < 0.01,
+            "{name}: step {step}: {norms:?}"
+        );
+    }
+}
+
 const MEL_MACROS: &str = "BFF(in, rows, cols)\n{\n B=Parameter(rows, init=fixedvalue, value=0)\n \
     W=Parameter(rows, cols)\n T=Times(W, in)\n BFF=Plus(T, B)\n}\n\
     SBFF(in, rows, cols)\n{\n BFF=BFF(in, rows, cols)\n S=Sigmoid(BFF)\n}\n";

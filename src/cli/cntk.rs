@@ -31,7 +31,7 @@
 //! The SGD block's momentum (`momentumPerMB`, `momentumPerSample`, `momentumAsTimeConstant`,
 //! per-epoch schedules, unit gain), `dropoutRate` (per epoch), clipping
 //! (`clippingThresholdPerSample`, by truncation or, `gradientClippingWithTruncation=false`,
-//! by norm) and `L1RegWeight`/`L2RegWeight` (per sample) map to `compnet fit`'s options of
+//! by norm, each Parameter's gradient on its own) and `L1RegWeight`/`L2RegWeight` (per sample) map to `compnet fit`'s options of
 //! the same meaning.
 //! `randomize=None` turns the per-epoch shuffle off; otherwise frames are shuffled every
 //! epoch, seeded by `randomSeed` (CNTK's frame mode: one frame per example).
