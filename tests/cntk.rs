@@ -783,6 +783,150 @@ fn mel_delete_rename_set_property_and_dump() {
     );
 }
 
+/// Runs `mel` (a MEL file's text) on `mel_model()` through `compnet cntk`'s edit action;
+/// the saved model, or the error.
+fn cntk_edit(dir: &Path, mel: &str) -> Result<compnet::nnet::Nnet, String> {
+    let model = dir.join("m.dnn");
+    mel_model().write_model_file(&s(&model), true).unwrap();
+    std::fs::write(dir.join("macros.ndl"), MEL_MACROS).unwrap();
+    std::fs::write(dir.join("e.mel"), mel).unwrap();
+    let new = dir.join("new.dnn");
+    let _ = std::fs::remove_file(&new);
+    std::fs::write(
+        dir.join("edit.config"),
+        format!(
+            "command=Edit\ndeviceId=-1\nDir={}\n\
+             Edit=[action=edit; editPath=$Dir$/e.mel; ndlMacros=$Dir$/macros.ndl\n\
+               CurrModel=$Dir$/m.dnn; NewModel=$Dir$/new.dnn]\n",
+            s(dir)
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["cntk", &s(&dir.join("edit.config"))])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(compnet::nnet::Nnet::read_model_file(&s(&new)).unwrap().nnet)
+}
+
+/// CNTK's SetInputs (every input of one node: a Times its weight then its data),
+/// CopyNodeInputs (a node reads what another reads; a Times shares the other's weight; a
+/// new name makes a node) and ReviseParameter (a Parameter's values from a text matrix, a
+/// vector from a column), through `compnet cntk`'s edit action; bad uses name the MEL line,
+/// a bad matrix its own file and line.
+#[test]
+fn mel_set_inputs_copy_node_inputs_and_revise_parameter_through_an_edit_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // O.W is 3x5 (rows = outputs), L1.BFF.B a vector of 5, written as CNTK writes them.
+    let ow: Vec<Vec<f32>> = (0..3)
+        .map(|r| (0..5).map(|c| r as f32 * 0.5 - c as f32 * 0.25).collect())
+        .collect();
+    let text: String = ow
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect();
+    std::fs::write(d.join("ow.txt"), format!("{text}\n")).unwrap();
+    std::fs::write(d.join("b.txt"), "0.1\n-0.2\n0.3\n\n-0.4\n0.5\n").unwrap();
+    let n = cntk_edit(
+        d,
+        "m=LoadModel($CurrModel$)\nSetDefaultModel(m)\nL2=SBFF(L1.S, 5, 5)\n\
+         SetInputs(O.T, O.W, L2.S)\n\
+         CopyNode(L2.BFF.W, L2.W2)\n\
+         SetNodeInputs(L2.BFF.T, L2.W2, L1.S)\n\
+         CopyNodeInputs(L2.BFF.T, O.T2)\n\
+         CopyInputs(L1.S, L2.S)\n\
+         ReviseParameter(O.W, $Dir$/ow.txt)\n\
+         ReviseParameter(m.L1.BFF.B, $Dir$/b.txt)\n\
+         SaveModel(m, $NewModel$)\n",
+    )
+    .unwrap();
+    for want in [
+        "component-node name=O.T component=O.W input=L2.S",
+        "component-node name=L2.BFF.T component=L2.W2 input=L1.S",
+        // A new Times with the inputs of L2.BFF.T: the same weight, the same data.
+        "component-node name=O.T2 component=L2.W2 input=L1.S",
+        // L2.S keeps its own sigmoid and now reads L1.S's input.
+        "component-node name=L2.S component=L2.S input=Sum(L1.BFF.T, L1.BFF.B)",
+    ] {
+        assert!(has_line(&n, want), "{want}:\n{:#?}", n.config_lines());
+    }
+    assert_eq!(
+        comp_params(&n, "O.W"),
+        ow.concat(),
+        "ReviseParameter(O.W) row by row"
+    );
+    assert_eq!(comp_params(&n, "L1.BFF.B"), vec![0.1, -0.2, 0.3, -0.4, 0.5]);
+    // The weights not revised are the model's.
+    assert_eq!(
+        comp_params(&n, "L1.BFF.W"),
+        comp_params(&mel_model(), "L1.BFF.W")
+    );
+    let load = "m=LoadModel($CurrModel$)\n";
+    for (body, want) in [
+        (
+            "SetInputs(O.T, L1.S)\n",
+            "e.mel:2: 'O.T' (LinearComponent) has 2 inputs (its weight Parameter, then its data), SetInputs gave 1",
+        ),
+        (
+            "SetInputs(L1.S, O.T, input)\n",
+            "e.mel:2: 'L1.S' (SigmoidComponent) has 1 input, SetInputs gave 2",
+        ),
+        (
+            "SetInputs(*.T, O.W, L1.S)\n",
+            "e.mel:2: SetInputs sets the inputs of one node; '*.T' matches 2",
+        ),
+        (
+            "SetInputs(O.T, L1.BFF.W, L1.S)\n",
+            "e.mel:2: 'L1.BFF.W' (LinearComponent 4x5) cannot be the weight of 'O.T'",
+        ),
+        (
+            "SetInputs(L1.S, *.T)\n",
+            "e.mel:2: '*.T' names 2 nodes (L1.BFF.T, O.T); each input is one node",
+        ),
+        (
+            "CopyNodeInputs(L1.S, O.T)\n",
+            "e.mel:2: CopyNodeInputs: 'L1.S' (SigmoidComponent) and 'O.T' (LinearComponent) take different inputs",
+        ),
+        (
+            "CopyNodeInputs(L1.BFF.T, O.T)\n",
+            "e.mel:2: 'L1.BFF.W' (LinearComponent 4x5) cannot be the weight of 'O.T'",
+        ),
+        (
+            "\nReviseParameter(O.W, $Dir$/b.txt)\n",
+            "b.txt: a 5x1 matrix, but Parameter 'O.W' is 3x5",
+        ),
+        (
+            "ReviseParameter(O.T, $Dir$/ow.txt)\n",
+            "e.mel:2: no Parameter of model m matches 'O.T'",
+        ),
+        ("ReviseParameter(O.W)\n", "e.mel:2: ReviseParameter(parameter, file): two arguments"),
+    ] {
+        let e = cntk_edit(d, &format!("{load}{body}SaveModel(m, $NewModel$)\n"))
+            .expect_err(body);
+        assert!(e.contains(want), "{body:?}: {e}");
+    }
+    // A bad matrix file: its own line.
+    std::fs::write(d.join("ow.txt"), "1 2 3 4 5\n1 2 x 4 5\n").unwrap();
+    let e = cntk_edit(d, &format!("{load}ReviseParameter(O.W, $Dir$/ow.txt)\n")).unwrap_err();
+    assert!(e.contains("ow.txt:2: 'x' is not a finite number"), "{e}");
+    std::fs::write(d.join("ow.txt"), "1 2 3 4 5\n\n1 2 3 4\n").unwrap();
+    let e = cntk_edit(d, &format!("{load}ReviseParameter(O.W, $Dir$/ow.txt)\n")).unwrap_err();
+    assert!(
+        e.contains("ow.txt:3: 4 numbers, but the rows above have 5"),
+        "{e}"
+    );
+}
+
 /// Kaldi text archives of the corpus's `split`: features (`feats.ark`), posteriors
 /// (`post.ark`), alignments (`ali.ark`) and feat-to-len's counts (`counts`), under `out`.
 fn kaldi_archives(data: &Path, split: &str, out: &Path) -> Vec<(String, usize)> {
