@@ -1169,3 +1169,202 @@ fn fit_takes_cntk_sgd_settings_as_options() {
         assert!(e.contains(want), "{bad}: {e}");
     }
 }
+
+/// A feed-forward NDL network over `v` one-hot inputs (times `ctx` stacked words) and `out`
+/// labels, with the bundled macros.
+fn text_ndl(dir: &Path, v: usize, ctx: usize, out: usize) -> String {
+    let p = dir.join("text.ndl");
+    std::fs::write(
+        &p,
+        format!(
+            "features=Input({}, tag=feature)\nlabels=Input({out}, tag=label)\n\
+             L1=SBFF(features, 24, {})\nCE=SMBFF(L1, {out}, 24, labels, tag=Criteria)\n\
+             Err=ErrorPrediction(labels, CE.BFF, tag=Eval)\n",
+            v * ctx,
+            v * ctx
+        ),
+    )
+    .unwrap();
+    s(&p)
+}
+
+/// CNTK's LMSequenceReader: sentences of a word-class vocabulary, each a sequence whose
+/// labels are the next words (`</s>` added at both ends), trained and evaluated through
+/// `compnet cntk`. The sentences run w_k, w_k+1, ..., w7 from a random k, so every next word
+/// but the first is determined: the error rate falls far below chance (8/9).
+#[test]
+fn lm_sequence_reader_trains_a_next_word_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut vocab = String::from("0 100 </s> 0\n");
+    for w in 0..8 {
+        vocab.push_str(&format!("{} 10 w{w} {}\n", w + 1, w % 2));
+    }
+    std::fs::write(d.join("vocab.txt"), &vocab).unwrap();
+    let mut rng = compnet::random::seeded_rng(3);
+    let mut text = String::new();
+    for _ in 0..200 {
+        let k = rng.random_range(0..7);
+        let words: Vec<String> = (k..8).map(|w| format!("w{w}")).collect();
+        text.push_str(&(words.join(" ") + "\n"));
+    }
+    std::fs::write(d.join("train.txt"), &text).unwrap();
+    let ndl = text_ndl(d, 9, 1, 9);
+    let reader = |f: &str| {
+        format!(
+            "reader=[readerType=LMSequenceReader; randomize=None; wordclass={dir}/vocab.txt\n\
+               file={dir}/{f}; features=[dim=0]\n\
+               labelIn=[labelType=Category; labelDim=9; beginSequence=\"</s>\"; endSequence=\"</s>\"]\n\
+               labels=[labelType=NextWord; labelDim=9]]\n",
+            dir = s(d)
+        )
+    };
+    std::fs::write(
+        d.join("lm.config"),
+        format!(
+            "command=Train:Test\ndeviceId=-1\n\
+             Train=[action=train; modelPath={dir}/lm.dnn\n\
+             NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={ndl}]\n\
+             SGD=[minibatchSize=8; learningRatesPerMB=2; momentumPerMB=0.9; maxEpochs=20]\n{}]\n\
+             Test=[action=eval; modelPath={dir}/lm.dnn\n{}]\n",
+            reader("train.txt"),
+            reader("train.txt"),
+            dir = s(d)
+        ),
+    )
+    .unwrap();
+    let cfg = s(&d.join("lm.config"));
+    let out = cli::succeeds(BIN, &["cntk", &cfg]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let tokens: usize = text.lines().map(|l| l.split_whitespace().count() + 1).sum();
+    assert!(
+        stderr.contains(&format!("200 sentences, {tokens} tokens, 9 words")),
+        "{stderr}"
+    );
+    let err = error_rate(&stdout);
+    assert!(err < 0.3, "error rate {err}:\n{stdout}");
+    // The word after </s> is drawn at random: a model that sees one word at a time errs at
+    // least on every sentence that does not start with the commonest first word (a reader
+    // whose labels were the inputs themselves would reach 0).
+    let mut firsts = std::collections::HashMap::new();
+    for l in text.lines() {
+        *firsts
+            .entry(l.split_whitespace().next().unwrap())
+            .or_insert(0usize) += 1;
+    }
+    let floor = (200 - firsts.values().max().unwrap()) as f64 / tokens as f64;
+    assert!(
+        err > 0.99 * floor,
+        "error rate {err} below the floor {floor}"
+    );
+    // Malformed input names the file and line.
+    std::fs::write(d.join("bad.txt"), "w1 w2\nw3 nope w4\n").unwrap();
+    let e = fails(&[
+        "cntk",
+        &cfg,
+        "command=Test",
+        &format!("Test.reader.file={}/bad.txt", s(d)),
+    ]);
+    assert!(
+        e.contains("bad.txt:2: 'nope' is not in the vocabulary, and neither is unk='<unk>'"),
+        "{e}"
+    );
+    std::fs::write(d.join("vocab.txt"), vocab.replace("3 10 w2 0", "3 10 w2")).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test"]);
+    assert!(
+        e.contains("vocab.txt:4: expected 'index count word class' (4 fields), got 3"),
+        "{e}"
+    );
+    std::fs::write(d.join("vocab.txt"), &vocab).unwrap();
+    let e = fails(&[
+        "cntk",
+        &cfg,
+        "command=Test",
+        "Test.reader.labelIn.labelDim=10",
+    ]);
+    assert!(
+        e.contains("labelDim=10, but the token list has 9 entries"),
+        "{e}"
+    );
+}
+
+/// CNTK's LUSequenceReader on ATIS-style slot filling: `word label` lines, sentences between
+/// blank lines, token files for the words and labels, a word map, `wordContext=-1:0` (the
+/// previous word stacked beside each word, which is what tells a city after "from" from one
+/// after "to"): trained and evaluated to a low error; a bad line names the file and line.
+#[test]
+fn lu_sequence_reader_tags_tokens_with_word_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cities = ["boston", "denver", "dallas", "seattle"];
+    let mut words = vec!["BOS", "EOS", "flights", "from", "to", "<unk>"];
+    words.extend(cities);
+    std::fs::write(d.join("input.txt"), words.join("\n") + "\n").unwrap();
+    std::fs::write(d.join("output.txt"), "O\nB-fromloc\nB-toloc\n").unwrap();
+    std::fs::write(d.join("wordmap.txt"), "flight flights\n").unwrap();
+    let mut rng = compnet::random::seeded_rng(5);
+    let mut text = String::new();
+    for i in 0..150 {
+        let (a, b) = (rng.random_range(0..4), rng.random_range(0..4));
+        let f = if i % 2 == 0 { "flights" } else { "flight" };
+        let (first, second) = if i % 3 == 0 {
+            (("to", "B-toloc"), ("from", "B-fromloc"))
+        } else {
+            (("from", "B-fromloc"), ("to", "B-toloc"))
+        };
+        text.push_str(&format!(
+            "BOS O\n{f} O\n{} O\n{} {}\n{} O\n{} {}\nEOS O\n\n",
+            first.0, cities[a], first.1, second.0, cities[b], second.1
+        ));
+    }
+    std::fs::write(d.join("atis.txt"), &text).unwrap();
+    let ndl = text_ndl(d, words.len(), 2, 3);
+    std::fs::write(
+        d.join("lu.config"),
+        format!(
+            "command=Train:Test\ndeviceId=-1\nD={dir}\n\
+             reader=[readerType=LUSequenceReader; randomize=None; wordContext=-1:0; unk=\"<unk>\"\n\
+               wordmap=$D$/wordmap.txt; file=$D$/atis.txt; features=[dim=0]\n\
+               labelIn=[labelType=Category; usewordmap=true; labelDim=10; beginSequence=\"BOS\"; endSequence=\"EOS\"; token=$D$/input.txt]\n\
+               labels=[labelType=Category; token=$D$/output.txt]]\n\
+             Train=[action=train; modelPath=$D$/lu.dnn\n\
+             NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={ndl}]\n\
+             SGD=[minibatchSize=8; learningRatesPerMB=0.5; momentumPerMB=0.9; maxEpochs=8]]\n\
+             Test=[action=eval; modelPath=$D$/lu.dnn]\n",
+            dir = s(d)
+        ),
+    )
+    .unwrap();
+    let cfg = s(&d.join("lu.config"));
+    let out = cli::succeeds(BIN, &["cntk", &cfg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = error_rate(&stdout);
+    assert!(err < 0.05, "error rate {err}:\n{stdout}");
+    // Without the word map, "flight" is <unk> (still read); a label outside the label
+    // tokens, or a line without one, names the line.
+    let bad = text.replacen("B-toloc", "B-city", 1);
+    let line = text.lines().position(|l| l.ends_with("B-toloc")).unwrap() + 1;
+    std::fs::write(d.join("atis.txt"), &bad).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test"]);
+    assert!(
+        e.contains(&format!(
+            "atis.txt:{line}: label 'B-city' is not in the label tokens"
+        )),
+        "{e}"
+    );
+    std::fs::write(d.join("atis.txt"), text.replacen("EOS O\n", "EOS\n", 1)).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test"]);
+    assert!(
+        e.contains("atis.txt:7: expected 'word label', got 'EOS'"),
+        "{e}"
+    );
+    std::fs::write(d.join("atis.txt"), &text).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test", "reader.wordContext=0"]);
+    assert!(
+        e.contains("10 words × 1 context position(s) = 10 inputs, but the network's input has dimension 20"),
+        "{e}"
+    );
+}

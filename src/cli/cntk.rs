@@ -26,7 +26,9 @@
 //! `mlfFile`, `labelDim` and optionally `labelMappingFile`; relative paths inside the script
 //! are taken from the script's directory) and `UCIFastReader` (`file`, a sub-block with `dim`
 //! and `start`, one with `start`, `labelDim` and optionally `labelMappingFile`) and
-//! `KaldiReader`/`Kaldi2Reader` (see [`kaldi_source`]).
+//! `KaldiReader`/`Kaldi2Reader` (see [`kaldi_source`]), and the text sequence readers
+//! `LMSequenceReader` and `LUSequenceReader` (see [`read_text_sequences`]: a sentence per
+//! example).
 //!
 //! The SGD block's momentum (`momentumPerMB`, `momentumPerSample`, `momentumAsTimeConstant`,
 //! per-epoch schedules, unit gain), `dropoutRate` (per epoch), clipping
@@ -309,10 +311,16 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
             r.path
         ))),
         "ucifastreader" => read_uci(r, nnet, input_dim, out_dim),
+        "lmsequencereader" | "lusequencereader" if relabel.is_some() => Err(Error::Usage(format!(
+            "{}: KL-regularised adaptation reads an HTKMLFReader",
+            r.path
+        ))),
+        "lmsequencereader" => read_text_sequences(r, nnet, input_dim, out_dim, false),
+        "lusequencereader" => read_text_sequences(r, nnet, input_dim, out_dim, true),
         "" => Err(Error::Usage(format!("{}: no readerType=...", r.path))),
         other => Err(Error::Usage(format!(
-            "{}: readerType={other} is not supported: expected HTKMLFReader, KaldiReader or \
-             UCIFastReader",
+            "{}: readerType={other} is not supported: expected HTKMLFReader, KaldiReader, \
+             UCIFastReader, LMSequenceReader or LUSequenceReader",
             origin(r, "readerType")
         ))),
     }
@@ -516,6 +524,189 @@ fn read_uci(r: &Scope, nnet: &Nnet, input_dim: usize, out_dim: usize) -> Result<
     if examples.is_empty() {
         return Err(Error::Usage(format!("{file}: no rows")));
     }
+    Ok(DataSet {
+        source: file,
+        examples: Arc::new(examples),
+    })
+}
+
+/// The label sub-blocks of a sequence reader: (input words, output labels). CNTK names
+/// them freely (`labelIn`, `labels`): the output one is the block with `labelType=NextWord`,
+/// else the second block with `labelType` or `labelDim`.
+fn sequence_label_blocks<'a>(r: &Scope<'a>, reader: &str) -> Result<(Scope<'a>, Scope<'a>)> {
+    let blocks: Vec<Scope<'a>> = r
+        .keys()
+        .into_iter()
+        .filter_map(|k| r.block(k))
+        .filter(|s| s.entry("labelType").is_some() || s.entry("labelDim").is_some())
+        .collect();
+    let kind = |s: &Scope| -> Result<String> {
+        Ok(s.get("labelType")?
+            .unwrap_or_else(|| "Category".into())
+            .to_ascii_lowercase())
+    };
+    for b in &blocks {
+        let k = kind(b)?;
+        if !matches!(k.as_str(), "category" | "nextword" | "none") {
+            return Err(Error::Usage(format!(
+                "{}: labelType={k}: expected Category, NextWord or None",
+                origin(b, "labelType")
+            )));
+        }
+    }
+    let out = blocks
+        .iter()
+        .position(|b| kind(b).is_ok_and(|k| k == "nextword"))
+        .or_else(|| (blocks.len() == 2).then_some(1));
+    match (blocks.len(), out) {
+        (2, Some(o)) => Ok((blocks[1 - o].clone(), blocks[o].clone())),
+        _ => Err(Error::Usage(format!(
+            "{}: {reader} needs two label blocks (the input words, e.g. labelIn=[labelType=\
+             Category; ...], and the labels, e.g. labels=[labelType={}; ...]); found {}",
+            r.path,
+            if reader == "LMSequenceReader" {
+                "NextWord"
+            } else {
+                "Category"
+            },
+            blocks.len()
+        ))),
+    }
+}
+
+/// `LMSequenceReader` and `LUSequenceReader` (`io::text_seq`): each sentence of `file` is one
+/// example, its words one-hot at t = 0, 1, ... (LU: the words of `wordContext`'s offsets
+/// stacked), its labels the next words (LM) or the file's per-token labels (LU); the
+/// network's context is filled with copies of the first and last word.
+fn read_text_sequences(
+    r: &Scope,
+    nnet: &Nnet,
+    input_dim: usize,
+    out_dim: usize,
+    lu: bool,
+) -> Result<DataSet> {
+    use crate::io::text_seq;
+    let reader = if lu {
+        "LUSequenceReader"
+    } else {
+        "LMSequenceReader"
+    };
+    let file = r
+        .get("file")?
+        .ok_or_else(|| Error::Usage(format!("{}: {reader} needs file=...", r.path)))?;
+    let unk = r.get("unk")?.unwrap_or_else(|| "<unk>".into());
+    let (lin, lout) = sequence_label_blocks(r, reader)?;
+    let text = crate::frontend::read_text(&file)?;
+    let (seqs, vocab_in, context, labels_dim) = if lu {
+        let tokens = |b: &Scope, what: &str| -> Result<text_seq::Vocab> {
+            let t = b.get("token")?.ok_or_else(|| {
+                Error::Usage(format!(
+                    "{}: LUSequenceReader's {what} block needs token=file (a token per line)",
+                    b.path
+                ))
+            })?;
+            text_seq::read_token_list(&t)
+        };
+        let (vin, vout) = (tokens(&lin, "input")?, tokens(&lout, "label")?);
+        let map = match (r.get("wordmap")?, lin.flag("useWordMap")?.unwrap_or(false)) {
+            (Some(m), true) => Some(text_seq::read_word_map(&m)?),
+            _ => None,
+        };
+        let context = match r.get("wordContext")? {
+            Some(c) => text_seq::parse_word_context(&c)
+                .map_err(|e| Error::Usage(format!("{}: {e}", origin(r, "wordContext"))))?,
+            None => vec![0],
+        };
+        let seqs = text_seq::parse_lu(&text, &file, &vin, &vout, &unk, map.as_ref())?;
+        (seqs, vin, context, vout.len())
+    } else {
+        let v = match (r.get("wordclass")?, lin.get("labelMappingFile")?) {
+            (Some(wc), _) => text_seq::read_word_class(&wc)?,
+            (None, Some(m)) => text_seq::read_token_list(&m)?,
+            (None, None) => {
+                return Err(Error::Usage(format!(
+                    "{}: LMSequenceReader needs the vocabulary: wordclass=file (index count \
+                     word class lines) or a labelMappingFile in the input label block",
+                    r.path
+                )))
+            }
+        };
+        let begin = lin.get("beginSequence")?;
+        let end = lin.get("endSequence")?;
+        let seqs = text_seq::parse_lm(&text, &file, &v, &unk, begin.as_deref(), end.as_deref())?;
+        let n = v.len();
+        (seqs, v, vec![0], n)
+    };
+    let v = vocab_in.len();
+    for (b, dim) in [(&lin, v), (&lout, labels_dim)] {
+        if let Some(d) = b.parse::<usize>("labelDim")? {
+            if d != dim {
+                return Err(Error::Usage(format!(
+                    "{}: labelDim={d}, but the token list has {dim} entries",
+                    origin(b, "labelDim")
+                )));
+            }
+        }
+    }
+    if v * context.len() != input_dim {
+        return Err(Error::Usage(format!(
+            "{}: {v} words × {} context position(s) = {} inputs, but the network's input has \
+             dimension {input_dim}",
+            r.path,
+            context.len(),
+            v * context.len()
+        )));
+    }
+    if labels_dim != out_dim {
+        return Err(Error::Usage(format!(
+            "{}: {labels_dim} labels, but the network's output has dimension {out_dim}",
+            r.path
+        )));
+    }
+    let ctx = crate::compile::context::nnet_context(nnet)?;
+    let mut examples = Vec::with_capacity(seqs.len());
+    for q in &seqs {
+        let rows = crate::io::text_seq::context_rows(&q.inputs, v, &context)
+            .into_iter()
+            .map(|pairs| crate::egs::cut::sparse_row(input_dim, &pairs))
+            .collect::<std::result::Result<Vec<_>, i32>>()
+            .map_err(|bad| Error::Usage(format!("{file}: input column {bad} out of range")))?;
+        let feats = GeneralMatrix::Sparse(SparseMatrix { rows });
+        let n = q.inputs.len() as i32;
+        let mut eg = NnetExample::default();
+        eg.io.push(crate::egs::cut::input_io(
+            &feats,
+            -ctx.left,
+            ctx.left + n + ctx.right,
+            -ctx.left,
+        )?);
+        let sup = q
+            .labels
+            .iter()
+            .map(|&l| crate::egs::cut::sparse_row(out_dim, &[(l as i32, 1.0)]))
+            .collect::<std::result::Result<Vec<_>, i32>>()
+            .map_err(|bad| {
+                Error::Usage(format!(
+                    "{file}:{}: label {bad} is outside 0..{out_dim}",
+                    q.lines[0]
+                ))
+            })?;
+        eg.io.push(NnetIo {
+            name: "output".into(),
+            indexes: (0..n).map(|t| Index::new(0, t, 0)).collect(),
+            features: GeneralMatrix::Sparse(SparseMatrix { rows: sup }),
+        });
+        examples.push(eg);
+    }
+    log(
+        P,
+        &format!(
+            "{}: {} sentences, {} tokens, {v} words in the vocabulary",
+            r.path,
+            seqs.len(),
+            seqs.iter().map(|q| q.inputs.len()).sum::<usize>()
+        ),
+    );
     Ok(DataSet {
         source: file,
         examples: Arc::new(examples),
