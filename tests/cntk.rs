@@ -1368,3 +1368,103 @@ fn lu_sequence_reader_tags_tokens_with_word_context() {
         "{e}"
     );
 }
+
+/// `compnet fit` trains from the text sequence readers' formats too: a directory holding
+/// `sentences.txt` and `words.txt` (a language model: next-word labels, `</s>` at both ends)
+/// or `slots.txt`, `words.txt` and `labels.txt` (per-token labels).
+#[test]
+fn fit_trains_from_sentence_and_slot_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let net = d.join("net.config");
+    let config = |v: usize, out: usize| {
+        format!(
+            "input-node name=input dim={v}\n\
+             component name=a type=AffineComponent input-dim={v} output-dim=16\n\
+             component name=r type=SigmoidComponent dim=16\n\
+             component name=o type=AffineComponent input-dim=16 output-dim={out}\n\
+             component name=ls type=LogSoftmaxComponent dim={out}\n\
+             component-node name=a component=a input=input\n\
+             component-node name=r component=r input=a\n\
+             component-node name=o component=o input=r\n\
+             component-node name=ls component=ls input=o\n\
+             output-node name=output input=ls objective=linear\n"
+        )
+    };
+    let fit = |data: &Path, out: &str| {
+        ok(&[
+            "fit",
+            &s(&net),
+            "--train",
+            &s(data),
+            "--valid",
+            &s(data),
+            "--out",
+            &s(&d.join(out)),
+            "--stepper=adam",
+            "--num-epochs=15",
+            "--minibatch-size=4",
+            "--learning-rate=0.02",
+            "--srand=1",
+        ])
+    };
+    let accuracy = |stdout: &str| -> f64 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("validation accuracy "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"))
+    };
+    // Sentences w_k ... w7: every next word but the first is determined.
+    let lm = d.join("lm");
+    std::fs::create_dir_all(&lm).unwrap();
+    let words: Vec<String> = std::iter::once("</s>".to_string())
+        .chain((0..8).map(|w| format!("w{w}")))
+        .collect();
+    std::fs::write(lm.join("words.txt"), words.join("\n") + "\n").unwrap();
+    let text: String = (0..60)
+        .map(|i| {
+            (i % 7..8)
+                .map(|w| format!("w{w}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect();
+    std::fs::write(lm.join("sentences.txt"), &text).unwrap();
+    std::fs::write(&net, config(9, 9)).unwrap();
+    let acc = accuracy(&fit(&lm, "lm_out"));
+    assert!(acc > 0.7, "LM accuracy {acc}");
+    // Slots: the label is a function of the word.
+    let lu = d.join("lu");
+    std::fs::create_dir_all(&lu).unwrap();
+    std::fs::write(lu.join("words.txt"), "BOS\nEOS\nto\nboston\ndenver\n").unwrap();
+    std::fs::write(lu.join("labels.txt"), "O\nB-city\n").unwrap();
+    let slots: String = (0..40)
+        .map(|i| {
+            format!(
+                "BOS O\nto O\n{} B-city\nEOS O\n\n",
+                ["boston", "denver"][i % 2]
+            )
+        })
+        .collect();
+    std::fs::write(lu.join("slots.txt"), &slots).unwrap();
+    std::fs::write(&net, config(5, 2)).unwrap();
+    let acc = accuracy(&fit(&lu, "lu_out"));
+    assert!(acc > 0.95, "LU accuracy {acc}");
+    // A bad line names the file and line.
+    std::fs::write(lu.join("slots.txt"), slots.replacen("to O", "to", 1)).unwrap();
+    let e = fails(&[
+        "fit",
+        &s(&net),
+        "--train",
+        &s(&lu),
+        "--out",
+        &s(&d.join("lu_bad")),
+    ]);
+    assert!(
+        e.contains("slots.txt:2: expected 'word label', got 'to'"),
+        "{e}"
+    );
+}

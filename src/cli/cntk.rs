@@ -315,8 +315,8 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
             "{}: KL-regularised adaptation reads an HTKMLFReader",
             r.path
         ))),
-        "lmsequencereader" => read_text_sequences(r, nnet, input_dim, out_dim, false),
-        "lusequencereader" => read_text_sequences(r, nnet, input_dim, out_dim, true),
+        "lmsequencereader" => read_text_sequences(r, nnet, false),
+        "lusequencereader" => read_text_sequences(r, nnet, true),
         "" => Err(Error::Usage(format!("{}: no readerType=...", r.path))),
         other => Err(Error::Usage(format!(
             "{}: readerType={other} is not supported: expected HTKMLFReader, KaldiReader, \
@@ -578,13 +578,7 @@ fn sequence_label_blocks<'a>(r: &Scope<'a>, reader: &str) -> Result<(Scope<'a>, 
 /// example, its words one-hot at t = 0, 1, ... (LU: the words of `wordContext`'s offsets
 /// stacked), its labels the next words (LM) or the file's per-token labels (LU); the
 /// network's context is filled with copies of the first and last word.
-fn read_text_sequences(
-    r: &Scope,
-    nnet: &Nnet,
-    input_dim: usize,
-    out_dim: usize,
-    lu: bool,
-) -> Result<DataSet> {
+fn read_text_sequences(r: &Scope, nnet: &Nnet, lu: bool) -> Result<DataSet> {
     use crate::io::text_seq;
     let reader = if lu {
         "LUSequenceReader"
@@ -648,56 +642,7 @@ fn read_text_sequences(
             }
         }
     }
-    if v * context.len() != input_dim {
-        return Err(Error::Usage(format!(
-            "{}: {v} words × {} context position(s) = {} inputs, but the network's input has \
-             dimension {input_dim}",
-            r.path,
-            context.len(),
-            v * context.len()
-        )));
-    }
-    if labels_dim != out_dim {
-        return Err(Error::Usage(format!(
-            "{}: {labels_dim} labels, but the network's output has dimension {out_dim}",
-            r.path
-        )));
-    }
-    let ctx = crate::compile::context::nnet_context(nnet)?;
-    let mut examples = Vec::with_capacity(seqs.len());
-    for q in &seqs {
-        let rows = crate::io::text_seq::context_rows(&q.inputs, v, &context)
-            .into_iter()
-            .map(|pairs| crate::egs::cut::sparse_row(input_dim, &pairs))
-            .collect::<std::result::Result<Vec<_>, i32>>()
-            .map_err(|bad| Error::Usage(format!("{file}: input column {bad} out of range")))?;
-        let feats = GeneralMatrix::Sparse(SparseMatrix { rows });
-        let n = q.inputs.len() as i32;
-        let mut eg = NnetExample::default();
-        eg.io.push(crate::egs::cut::input_io(
-            &feats,
-            -ctx.left,
-            ctx.left + n + ctx.right,
-            -ctx.left,
-        )?);
-        let sup = q
-            .labels
-            .iter()
-            .map(|&l| crate::egs::cut::sparse_row(out_dim, &[(l as i32, 1.0)]))
-            .collect::<std::result::Result<Vec<_>, i32>>()
-            .map_err(|bad| {
-                Error::Usage(format!(
-                    "{file}:{}: label {bad} is outside 0..{out_dim}",
-                    q.lines[0]
-                ))
-            })?;
-        eg.io.push(NnetIo {
-            name: "output".into(),
-            indexes: (0..n).map(|t| Index::new(0, t, 0)).collect(),
-            features: GeneralMatrix::Sparse(SparseMatrix { rows: sup }),
-        });
-        examples.push(eg);
-    }
+    let set = data::text_sequence_examples(&file, &seqs, v, &context, labels_dim, nnet)?;
     log(
         P,
         &format!(
@@ -707,10 +652,7 @@ fn read_text_sequences(
             seqs.iter().map(|q| q.inputs.len()).sum::<usize>()
         ),
     );
-    Ok(DataSet {
-        source: file,
-        examples: Arc::new(examples),
-    })
+    Ok(set)
 }
 
 /// The keys of the SGD block compnet maps (others are reported and ignored).
