@@ -149,7 +149,7 @@ fit_args! {
     l2: f32 = "l2",
     /// Per-sample gradient clipping threshold (plain steppers) [0 = none].
     clip_gradient: f32 = "clip-gradient",
-    /// How --clip-gradient clips: value (each element, CNTK's gradientClippingWithTruncation) or norm (each component's whole gradient scaled to a norm of at most the threshold times the frames) [value].
+    /// How --clip-gradient clips: value (each element, CNTK's gradientClippingWithTruncation) or norm (each parameter block's gradient, e.g. an affine component's weights and its bias apart, scaled to a norm of at most the threshold times the frames, as CNTK clips each Parameter) [value].
     clip_by: String = "clip-by",
     /// --l1 and --l2 weights: minibatch (as given, L1 as a sub-gradient) or sample (CNTK's L1RegWeight/L2RegWeight: times the minibatch's frames, L2 added after clipping, L1 a proximal step after the update) [minibatch].
     regularize_per: String = "regularize-per",

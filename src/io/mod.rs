@@ -12,6 +12,7 @@ pub mod mlf;
 pub mod output_file;
 pub mod sparse;
 pub mod table;
+pub mod text_seq;
 pub mod uci;
 
 pub use codec::{TokenReader, TokenWriter};

@@ -25,6 +25,13 @@
 //! - `SetInput(node, i, from)` [`SetNodeInput`]: input `i` of every matching node (1 of a
 //!   `Times`, 0 of a one-input node) now reads `from`; input 0 of a `Times` is its weight
 //!   Parameter, so `from` may name a Parameter of the same type and size;
+//! - `SetInputs(node, in1[, in2, in3])` [`SetNodeInputs`]: every input of one node (a
+//!   `Times` takes its weight Parameter, then its data; a one-input node one);
+//! - `CopyNodeInputs(from, to)` [`CopyInputs`]: `to` reads what `from` reads (a `Times`
+//!   shares `from`'s weight Parameter); a `to` that does not exist is made; `*` pairs names as
+//!   in `CopyNode`;
+//! - `ReviseParameter(parameter, file)`: a Parameter's values from a text matrix (CNTK's
+//!   format: a line per row; a vector Parameter from a column or one row);
 //! - `CopyNode(from, to, [copy=all|value])` [`Copy`]: a Parameter or component node copied
 //!   with its values under a new name (a copied node reads what the original reads), or
 //!   with `copy=value` the values into an existing one; `*` pairs names as CNTK does
@@ -281,6 +288,9 @@ impl<'a> Mel<'a> {
             }
             "dumpmodel" | "dump" | "dumpnode" => self.dump(s)?,
             "setinput" | "setnodeinput" => self.set_input(s)?,
+            "setinputs" | "setnodeinputs" => self.set_inputs(s)?,
+            "copyinputs" | "copynodeinputs" => self.copy_node_inputs(s)?,
+            "reviseparameter" => self.revise_parameter(s)?,
             "setproperty" | "setnodeproperty" => self.set_property(s)?,
             "copynode" | "copy" => self.copy_node(s)?,
             "copysubtree" => self.copy_sub_tree(s)?,
@@ -338,27 +348,14 @@ impl<'a> Mel<'a> {
                 ));
             };
             let comp = &nnet.components[component];
-            let times = matches!(
-                comp.type_name(),
-                "LinearComponent" | "AffineComponent" | "NaturalGradientAffineComponent"
-            );
+            let times = is_times(comp.type_name());
             let old_input = nnet.node_config_line(i, false);
             let old_input = old_input
                 .split_once(" input=")
                 .map_or(String::new(), |(_, d)| d.to_string());
             if times && index == 0 {
                 // The weight Parameter.
-                let c = nnet.component_index(from).ok_or_else(|| {
-                    format!("model {m} has no parameter '{from}' (input 0 of '{n}' is its weight)")
-                })?;
-                let new = nnet.components[c].as_ref();
-                if kind(new) != kind(comp.as_ref()) {
-                    return Err(format!(
-                        "'{from}' ({}) cannot be the weight of '{n}' ({})",
-                        kind(new),
-                        kind(comp.as_ref())
-                    ));
-                }
+                check_weight(nnet, &m, from, n, component)?;
                 lines.push_str(&format!(
                     "component-node name={n} component={from} input={old_input}\n"
                 ));
@@ -392,6 +389,300 @@ impl<'a> Mel<'a> {
         self.log
             .push(format!("SetInput: {} now read {from}", nodes.join(", ")));
         self.finish_deletes(&m)
+    }
+
+    /// The one node (or, `param`, the one node or Parameter) of model `m` that `pattern`
+    /// names; a wildcard must match exactly one.
+    fn single(&self, m: &str, pattern: &str, param: bool) -> std::result::Result<String, String> {
+        let nnet = &self.models[m];
+        let mut found: Vec<String> = nnet
+            .node_names
+            .iter()
+            .enumerate()
+            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
+            .map(|(_, n)| n.clone())
+            .collect();
+        if param {
+            let extra: Vec<String> = nnet
+                .component_names
+                .iter()
+                .filter(|c| name_matches_pattern(c, pattern) && !found.contains(c))
+                .cloned()
+                .collect();
+            found.extend(extra);
+        }
+        match found.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(format!(
+                "model {m} has no {} '{pattern}'",
+                if param { "node or parameter" } else { "node" }
+            )),
+            many => Err(format!(
+                "'{pattern}' names {} nodes ({}); each input is one node",
+                many.len(),
+                many.join(", ")
+            )),
+        }
+    }
+
+    /// `SetInputs(node, input1[, input2, input3])` [`SetNodeInputs`]: every input of one
+    /// node at once. A `Times` takes two (its weight Parameter, then its data), a one-input
+    /// node one; the count must be the node's.
+    fn set_inputs(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let target = Self::positional(s, 0, "a node")?;
+        let count = s.args.iter().filter(|(k, _)| k.is_none()).count();
+        if !(2..=4).contains(&count) {
+            return Err(
+                "SetInputs(node, input1[, input2, input3]): a node and one to three inputs".into(),
+            );
+        }
+        let (m, pattern) = self.split_model(&target)?;
+        let nodes = self.matching_nodes(&m, pattern)?;
+        let [node] = nodes.as_slice() else {
+            return Err(format!(
+                "SetInputs sets the inputs of one node; '{pattern}' matches {} ({})",
+                nodes.len(),
+                nodes.join(", ")
+            ));
+        };
+        let nnet = &self.models[&m];
+        let i = nnet.node_index(node).expect("matched");
+        let NetworkNode::Component { component } = nnet.nodes[i] else {
+            return Err(format!(
+                "'{node}' is not a component node (in compnet's network it is an input, output \
+                 or dim-range node)"
+            ));
+        };
+        let times = is_times(nnet.components[component].type_name());
+        let want = if times { 2 } else { 1 };
+        if count - 1 != want {
+            return Err(format!(
+                "'{node}' ({}) has {want} input{}{}, SetInputs gave {}",
+                nnet.components[component].type_name(),
+                if want == 1 { "" } else { "s" },
+                if times {
+                    " (its weight Parameter, then its data)"
+                } else {
+                    ""
+                },
+                count - 1
+            ));
+        }
+        let mut inputs = Vec::new();
+        for k in 1..count {
+            let raw = Self::positional(s, k, "an input")?;
+            let (m2, name) = self.split_model(&raw)?;
+            if m2 != m {
+                return Err(format!("SetInputs across models ({m} and {m2})"));
+            }
+            let weight = times && k == 1;
+            let name = self.single(&m, name, weight)?;
+            if let Some(p) = self.pending.iter().find(|p| p.model == m && p.name == name) {
+                return Err(format!("'{name}' was deleted on line {}", p.line));
+            }
+            inputs.push(name);
+        }
+        let nnet = &self.models[&m];
+        let (comp, data) = if times {
+            check_weight(nnet, &m, &inputs[0], node, component)?;
+            (inputs[0].clone(), inputs[1].clone())
+        } else {
+            (nnet.component_names[component].clone(), inputs[0].clone())
+        };
+        if nnet.node_index(&data).is_none() {
+            return Err(format!("model {m} has no node '{data}'"));
+        }
+        let line = format!("component-node name={node} component={comp} input={data}\n");
+        let nnet = self.models.get_mut(&m).expect("checked");
+        let mut edited = nnet.clone();
+        edited
+            .apply_config_text(&line, "<SetInputs>", &mut self.rng)
+            .map_err(|e| e.to_string())?;
+        *nnet = edited;
+        self.log
+            .push(format!("SetInputs: {node} now reads {}", inputs.join(", ")));
+        self.finish_deletes(&m)
+    }
+
+    /// `CopyNodeInputs(from, to)` [`CopyInputs`]: node `to` (names paired as `CopyNode`
+    /// pairs them) reads what `from` reads; for a `Times` that includes its weight
+    /// Parameter, which the two then share. A `to` that does not exist is made, reading
+    /// `from`'s inputs (a `Times` sharing `from`'s weight, another node with a copy of
+    /// `from`'s component).
+    fn copy_node_inputs(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let from = Self::positional(s, 0, "the node whose inputs are copied")?;
+        let to = Self::positional(s, 1, "the node that takes them")?;
+        let (mf, pf) = self.split_model(&from)?;
+        let (mt, pt) = self.split_model(&to)?;
+        if mf != mt {
+            return Err(format!(
+                "CopyNodeInputs needs two nodes of one model ({mf} and {mt})"
+            ));
+        }
+        let m = mf;
+        let nnet = &self.models[&m];
+        let names: Vec<String> = nnet
+            .node_names
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !nnet.is_component_input_node(i))
+            .map(|(_, n)| n.clone())
+            .collect();
+        let pairs = generate_names(pf, pt, &names, &names)?;
+        let mut lines = Vec::new();
+        let mut new_components: Vec<(String, Box<dyn crate::nnet::component::Component>)> =
+            Vec::new();
+        for (a, b) in &pairs {
+            if a == b {
+                return Err(format!("CopyNodeInputs: '{a}' onto itself"));
+            }
+            let i = nnet.node_index(a).expect("a node");
+            let NetworkNode::Component { component: ca } = nnet.nodes[i] else {
+                return Err(format!(
+                    "'{a}' is an input, output or dim-range node; CopyNodeInputs copies the \
+                     inputs of component nodes"
+                ));
+            };
+            let line = nnet.node_config_line(i, false);
+            let input = line.split_once(" input=").map_or("", |(_, d)| d);
+            let a_times = is_times(nnet.components[ca].type_name());
+            let comp = match nnet.node_index(b) {
+                None => {
+                    if nnet.component_index(b).is_some() {
+                        return Err(format!(
+                            "CopyNodeInputs: '{b}' is a Parameter, which has no inputs"
+                        ));
+                    }
+                    if a_times {
+                        nnet.component_names[ca].clone()
+                    } else {
+                        new_components.push((b.clone(), nnet.components[ca].clone()));
+                        b.clone()
+                    }
+                }
+                Some(j) => {
+                    let NetworkNode::Component { component: cb } = nnet.nodes[j] else {
+                        return Err(format!(
+                            "'{b}' is an input, output or dim-range node; CopyNodeInputs sets \
+                             the inputs of component nodes"
+                        ));
+                    };
+                    let b_times = is_times(nnet.components[cb].type_name());
+                    if a_times != b_times {
+                        return Err(format!(
+                            "CopyNodeInputs: '{a}' ({}) and '{b}' ({}) take different inputs",
+                            nnet.components[ca].type_name(),
+                            nnet.components[cb].type_name()
+                        ));
+                    }
+                    if a_times {
+                        check_weight(nnet, &m, &nnet.component_names[ca], b, cb)?;
+                        nnet.component_names[ca].clone()
+                    } else {
+                        nnet.component_names[cb].clone()
+                    }
+                }
+            };
+            lines.push(format!(
+                "component-node name={b} component={comp} input={input}"
+            ));
+        }
+        let nnet = self.models.get_mut(&m).expect("checked");
+        let mut edited = nnet.clone();
+        for (name, c) in new_components {
+            edited.component_names.push(name);
+            edited.components.push(c);
+        }
+        edited
+            .apply_config_text(
+                &(lines.join("\n") + "\n"),
+                "<CopyNodeInputs>",
+                &mut self.rng,
+            )
+            .map_err(|e| e.to_string())?;
+        *nnet = edited;
+        self.log.push(format!(
+            "CopyNodeInputs: {}",
+            pairs
+                .iter()
+                .map(|(a, b)| format!("{a} -> {b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        self.finish_deletes(&m)
+    }
+
+    /// `ReviseParameter(parameter, file)`: the values of every Parameter matching the name
+    /// from a text file in CNTK's matrix format (a line per row, numbers separated by white
+    /// space, blank lines skipped); a vector Parameter reads a column (a number per line) or
+    /// one row. Names of other nodes are skipped with a warning, as CNTK skips them.
+    fn revise_parameter(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        if s.args.len() != 2 {
+            return Err("ReviseParameter(parameter, file): two arguments".into());
+        }
+        let target = Self::positional(s, 0, "a Parameter")?;
+        let path = Self::positional(s, 1, "a file name")?;
+        let (m, pattern) = self.split_model(&target)?;
+        let nnet = &self.models[&m];
+        let params: Vec<usize> = nnet
+            .component_names
+            .iter()
+            .enumerate()
+            .filter(|&(_, c)| name_matches_pattern(c, pattern))
+            .map(|(i, _)| i)
+            .collect();
+        for (i, n) in nnet.node_names.iter().enumerate() {
+            if name_matches_pattern(n, pattern)
+                && !nnet.is_component_input_node(i)
+                && nnet.component_index(n).is_none()
+            {
+                self.log.push(format!(
+                    "ReviseParameter: '{n}' is not a Parameter (skipped)"
+                ));
+            }
+        }
+        let (rows, cols, values) = read_text_matrix(&path).map_err(|e| e.to_string())?;
+        let nnet = self.models.get_mut(&m).expect("checked");
+        let mut revised = Vec::new();
+        for c in params {
+            let name = nnet.component_names[c].clone();
+            let Some(u) = nnet.components[c].as_updatable_mut() else {
+                continue;
+            };
+            let mut blocks = u.param_blocks_mut();
+            let [block] = blocks.as_mut_slice() else {
+                return Err(format!(
+                    "ReviseParameter: '{name}' holds {} parameter blocks (CNTK's Parameters \
+                     are one matrix each)",
+                    blocks.len()
+                ));
+            };
+            let (r, k) = (block.num_rows(), block.num_cols());
+            let fits = (rows, cols) == (r, k) || (r == 1 && (rows, cols) == (k, 1));
+            if !fits {
+                return Err(format!(
+                    "{path}: a {rows}x{cols} matrix, but Parameter '{name}' is {}",
+                    if r == 1 {
+                        format!("a vector of {k}")
+                    } else {
+                        format!("{r}x{k}")
+                    }
+                ));
+            }
+            block.copy_from_row_major(&values);
+            revised.push(name);
+        }
+        if revised.is_empty() {
+            return Err(format!(
+                "no Parameter of model {m} matches '{pattern}' (ReviseParameter sets a \
+                 Parameter's values: name it as the NDL did, e.g. L1.BFF.W)"
+            ));
+        }
+        self.log.push(format!(
+            "ReviseParameter: {} from {path}",
+            revised.join(", ")
+        ));
+        Ok(())
     }
 
     /// Components named by `name`: the components of matching component nodes, or matching
@@ -1176,6 +1467,77 @@ fn copy_flag(s: &Stmt) -> std::result::Result<bool, String> {
 /// CNTK's pairing of names for CopyNode and Rename: `from` and `to` with one `*` each map
 /// every name matching `from` to `to` with the part `*` matched; `*` only in `to` maps the
 /// one name to every existing name matching `to`; no `*`: the one pair.
+/// Whether a component is CNTK's `Times` (input 0 its weight Parameter, input 1 its data).
+fn is_times(type_name: &str) -> bool {
+    matches!(
+        type_name,
+        "LinearComponent" | "AffineComponent" | "NaturalGradientAffineComponent"
+    )
+}
+
+/// Whether component `from` can be the weight of node `node`, whose component is `comp`.
+fn check_weight(
+    nnet: &Nnet,
+    m: &str,
+    from: &str,
+    node: &str,
+    comp: usize,
+) -> std::result::Result<(), String> {
+    let c = nnet.component_index(from).ok_or_else(|| {
+        format!("model {m} has no parameter '{from}' (input 0 of '{node}' is its weight)")
+    })?;
+    let (new, old) = (nnet.components[c].as_ref(), nnet.components[comp].as_ref());
+    if kind(new) != kind(old) {
+        return Err(format!(
+            "'{from}' ({}) cannot be the weight of '{node}' ({})",
+            kind(new),
+            kind(old)
+        ));
+    }
+    Ok(())
+}
+
+/// A matrix in CNTK's text format (`LoadMatrixFromTextFile`): a line per row, numbers
+/// separated by white space, blank lines skipped; (rows, columns, values row by row). Errors
+/// name the file and line.
+pub fn read_text_matrix(path: &str) -> Result<(usize, usize, Vec<f32>)> {
+    let text = crate::frontend::read_text(path)?;
+    let mut values = Vec::new();
+    let (mut rows, mut cols) = (0usize, 0usize);
+    for (i, line) in text.lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        for w in &words {
+            let v: f32 = w
+                .parse()
+                .ok()
+                .filter(|v: &f32| v.is_finite())
+                .ok_or_else(|| {
+                    Error::Usage(format!("{path}:{}: '{w}' is not a finite number", i + 1))
+                })?;
+            values.push(v);
+        }
+        if rows == 0 {
+            cols = words.len();
+        } else if words.len() != cols {
+            return Err(Error::Usage(format!(
+                "{path}:{}: {} numbers, but the rows above have {cols}",
+                i + 1,
+                words.len()
+            )));
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(Error::Usage(format!(
+            "{path}: no numbers (an empty matrix)"
+        )));
+    }
+    Ok((rows, cols, values))
+}
+
 fn generate_names(
     from: &str,
     to: &str,

@@ -513,9 +513,11 @@ pub struct GradientOptions {
     /// Per-sample clipping: each element of the summed gradient is kept within
     /// ±clip·frames (0 = none).
     pub clip: f32,
-    /// With `clip`: a component's whole gradient is scaled down to a norm of at most
+    /// With `clip`: each parameter block's gradient (a CNTK Parameter: an affine
+    /// component's weights, its bias) is scaled down to a Frobenius norm of at most
     /// clip·frames instead of each element being truncated (CNTK's
-    /// `gradientClippingWithTruncation=false`).
+    /// `gradientClippingWithTruncation=false`); blocks are clipped one by one, never over a
+    /// component or the whole model.
     pub clip_norm: bool,
     /// CNTK's `L1RegWeight`/`L2RegWeight`: the weights are per sample (times the
     /// minibatch's frames), the gradient is clipped before L2 is added, and L1 is a proximal
@@ -581,14 +583,14 @@ pub fn apply_plain_step(
             }
         }
         if clip > 0.0 && gopts.clip_norm {
-            let norm = grads
-                .iter()
-                .map(|g| g.as_view().sum_squares_f64())
-                .sum::<f64>()
-                .sqrt();
-            if norm > f64::from(clip) {
-                let s = (f64::from(clip) / norm) as f32;
-                grads.iter_mut().for_each(|g| g.scale(s));
+            // CNTK clips each Parameter's gradient by its own Frobenius norm (SGD's
+            // ClipGradient runs once per learnable node): a component's parameter blocks
+            // (an affine component's weights and bias) are CNTK's separate Parameters.
+            for g in grads.iter_mut() {
+                let norm = g.as_view().sum_squares_f64().sqrt();
+                if norm > f64::from(clip) {
+                    g.scale((f64::from(clip) / norm) as f32);
+                }
             }
         }
         let mut finite = true;
