@@ -52,6 +52,7 @@ use crate::io::Posterior;
 use crate::log::{fmt_g, log, warn};
 use crate::matrix::Matrix;
 use crate::nnet::{Nnet, ObjectiveType};
+use crate::train::fit::data::node_dim;
 use crate::train::fit::data::{self, ChunkOptions, ChunkWidth, DataSet, HtkSource, Relabel};
 use std::sync::Arc;
 
@@ -254,24 +255,6 @@ fn dim_check(s: &Scope, key: &str, want: usize, what: &str) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn node_dim(nnet: &Nnet, name: &str, input: bool) -> Result<usize> {
-    nnet.node_index(name)
-        .filter(|&i| {
-            if input {
-                nnet.is_input_node(i)
-            } else {
-                nnet.is_output_node(i)
-            }
-        })
-        .map(|i| nnet.node_dim(i))
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "the network has no {} node named '{name}'",
-                if input { "input" } else { "output" }
-            ))
-        })
 }
 
 /// The data a reader block describes, cut into examples for `nnet`.

@@ -213,6 +213,26 @@ impl<'a> Mel<'a> {
             .ok_or_else(|| format!("{} needs {what}", s.func.as_deref().unwrap_or("")))
     }
 
+    /// The first two positional names of `s` (`what` says what each is), which must be in
+    /// one model (`verb` names the statement in the error): the model and both names in it.
+    fn names_in_one_model(
+        &self,
+        s: &Stmt,
+        what: [&str; 2],
+        verb: &str,
+    ) -> std::result::Result<(String, String, String), String> {
+        let a = Self::positional(s, 0, what[0])?;
+        let b = Self::positional(s, 1, what[1])?;
+        let (ma, pa) = self.split_model(&a)?;
+        let (mb, pb) = self.split_model(&b)?;
+        if ma != mb {
+            return Err(format!(
+                "{verb} needs two names of one model ({ma} and {mb})"
+            ));
+        }
+        Ok((ma, pa.to_string(), pb.to_string()))
+    }
+
     /// The model a name refers to (`m1.L1.S` or the default model's `L1.S`) and the name in it.
     fn split_model<'n>(&self, name: &'n str) -> std::result::Result<(String, &'n str), String> {
         if let Some((m, rest)) = name.split_once('.') {
@@ -381,11 +401,7 @@ impl<'a> Mel<'a> {
                 nnet.component_names[component]
             ));
         }
-        let mut edited = nnet.clone();
-        edited
-            .apply_config_text(&lines, "<SetInput>", &mut self.rng)
-            .map_err(|e| e.to_string())?;
-        *nnet = edited;
+        apply_lines(nnet, &lines, "<SetInput>", &mut self.rng)?;
         self.log
             .push(format!("SetInput: {} now read {from}", nodes.join(", ")));
         self.finish_deletes(&m)
@@ -494,11 +510,7 @@ impl<'a> Mel<'a> {
         }
         let line = format!("component-node name={node} component={comp} input={data}\n");
         let nnet = self.models.get_mut(&m).expect("checked");
-        let mut edited = nnet.clone();
-        edited
-            .apply_config_text(&line, "<SetInputs>", &mut self.rng)
-            .map_err(|e| e.to_string())?;
-        *nnet = edited;
+        apply_lines(nnet, &line, "<SetInputs>", &mut self.rng)?;
         self.log
             .push(format!("SetInputs: {node} now reads {}", inputs.join(", ")));
         self.finish_deletes(&m)
@@ -510,16 +522,15 @@ impl<'a> Mel<'a> {
     /// `from`'s inputs (a `Times` sharing `from`'s weight, another node with a copy of
     /// `from`'s component).
     fn copy_node_inputs(&mut self, s: &Stmt) -> std::result::Result<(), String> {
-        let from = Self::positional(s, 0, "the node whose inputs are copied")?;
-        let to = Self::positional(s, 1, "the node that takes them")?;
-        let (mf, pf) = self.split_model(&from)?;
-        let (mt, pt) = self.split_model(&to)?;
-        if mf != mt {
-            return Err(format!(
-                "CopyNodeInputs needs two nodes of one model ({mf} and {mt})"
-            ));
-        }
-        let m = mf;
+        let (m, pf, pt) = self.names_in_one_model(
+            s,
+            [
+                "the node whose inputs are copied",
+                "the node that takes them",
+            ],
+            "CopyNodeInputs",
+        )?;
+        let (pf, pt) = (pf.as_str(), pt.as_str());
         let nnet = &self.models[&m];
         let names: Vec<String> = nnet
             .node_names
@@ -588,11 +599,7 @@ impl<'a> Mel<'a> {
             ));
         }
         let nnet = self.models.get_mut(&m).expect("checked");
-        let mut edited = nnet.clone();
-        for (name, c) in new_components {
-            edited.component_names.push(name);
-            edited.components.push(c);
-        }
+        let mut edited = with_components(nnet, new_components);
         edited
             .apply_config_text(
                 &(lines.join("\n") + "\n"),
@@ -776,11 +783,7 @@ impl<'a> Mel<'a> {
                 };
                 let _ = out;
                 let line = format!("output-node name=output input={node} objective={objective}\n");
-                let mut edited = nnet.clone();
-                edited
-                    .apply_config_text(&line, "<SetProperty>", &mut self.rng)
-                    .map_err(|e| e.to_string())?;
-                *nnet = edited;
+                apply_lines(nnet, &line, "<SetProperty>", &mut self.rng)?;
                 self.log.push(format!(
                     "SetProperty: the criterion (output) now reads {node}"
                 ));
@@ -908,11 +911,7 @@ impl<'a> Mel<'a> {
             ));
         }
         let nnet = self.models.get_mut(&mt).expect("checked");
-        let mut edited = nnet.clone();
-        for (name, c) in new_components {
-            edited.component_names.push(name);
-            edited.components.push(c);
-        }
+        let mut edited = with_components(nnet, new_components);
         if !lines.is_empty() {
             edited
                 .apply_config_text(&(lines.join("\n") + "\n"), "<CopyNode>", &mut self.rng)
@@ -1150,13 +1149,9 @@ impl<'a> Mel<'a> {
     /// `Rename(old, new)` (names as `CopyNode` pairs them): a node, with every reference to
     /// it, or a Parameter.
     fn rename(&mut self, s: &Stmt) -> std::result::Result<(), String> {
-        let old = Self::positional(s, 0, "the node to rename")?;
-        let new = Self::positional(s, 1, "the new name")?;
-        let (m, po) = self.split_model(&old)?;
-        let (m2, pn) = self.split_model(&new)?;
-        if m != m2 {
-            return Err(format!("Rename across models ({m} and {m2})"));
-        }
+        let (m, po, pn) =
+            self.names_in_one_model(s, ["the node to rename", "the new name"], "Rename")?;
+        let (po, pn) = (po.as_str(), pn.as_str());
         let nnet = &self.models[&m];
         let nodes: Vec<String> = script_nodes(nnet).cloned().collect();
         let all: Vec<String> = nodes
@@ -1332,11 +1327,7 @@ impl<'a> Mel<'a> {
                 }
             }
         }
-        let mut edited = nnet.clone();
-        edited
-            .apply_config_text(&text, "<inline NDL>", &mut self.rng)
-            .map_err(|e| e.to_string())?;
-        *nnet = edited;
+        apply_lines(nnet, &text, "<inline NDL>", &mut self.rng)?;
         self.log.push(format!("{lhs}: added by inline NDL"));
         Ok(())
     }
@@ -1368,6 +1359,32 @@ fn arrows(pairs: &[(String, String)]) -> String {
         .map(|(a, b)| format!("{a} -> {b}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Applies config `lines` to `nnet` (`what` names the edit in errors); on an error `nnet` is
+/// unchanged.
+fn apply_lines(
+    nnet: &mut Nnet,
+    lines: &str,
+    what: &str,
+    rng: &mut rand::rngs::StdRng,
+) -> std::result::Result<(), String> {
+    let mut edited = nnet.clone();
+    edited
+        .apply_config_text(lines, what, rng)
+        .map_err(|e| e.to_string())?;
+    *nnet = edited;
+    Ok(())
+}
+
+/// A copy of `nnet` with `new` components (name, component) added after its own.
+fn with_components(nnet: &Nnet, new: Vec<(String, Box<dyn Component>)>) -> Nnet {
+    let mut edited = nnet.clone();
+    for (name, c) in new {
+        edited.component_names.push(name);
+        edited.components.push(c);
+    }
+    edited
 }
 
 /// A component's type and dimensions as `Type INxOUT`: what must agree for one component to

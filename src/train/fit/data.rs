@@ -617,7 +617,8 @@ pub fn read_utt2label(
     Ok(out)
 }
 
-fn node_dim(nnet: &Nnet, name: &str, input: bool) -> Result<usize> {
+/// The dimension of the input (or output) node `name`, or a usage error naming it.
+pub(crate) fn node_dim(nnet: &Nnet, name: &str, input: bool) -> Result<usize> {
     nnet.node_index(name)
         .filter(|&i| {
             if input {
