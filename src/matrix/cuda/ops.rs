@@ -1,0 +1,309 @@
+//! The GPU side of the matrix operations: each function launches one kernel (or cuBLAS) over
+//! views whose elements are all on the device. The host files call these from their
+//! `on_device!` arms; shapes were checked there already.
+
+use super::{gpu, Arg};
+use crate::matrix::{MatView, MatViewMut, Real, Trans, Vector};
+
+/// Threads per block for the element-wise kernels: 32 columns × 8 rows.
+const BLOCK_2D: (u32, u32, u32) = (32, 8, 1);
+/// Threads per block for the one-block-per-row kernels (a power of two).
+const ROW_THREADS: u32 = 256;
+/// The grid's y (rows) is capped by CUDA at 65535; the kernels stride over the rest.
+const MAX_GRID_Y: usize = 65535;
+
+fn grid_2d(rows: usize, cols: usize) -> (u32, u32, u32) {
+    let gx = cols.div_ceil(BLOCK_2D.0 as usize).min(1 << 20);
+    let gy = rows.div_ceil(BLOCK_2D.1 as usize).min(MAX_GRID_Y);
+    (gx as u32, gy as u32, 1)
+}
+
+fn grid_rows(rows: usize) -> (u32, u32, u32) {
+    (rows.min(1 << 20) as u32, 1, 1)
+}
+
+fn p(v: &MatView<'_>) -> Arg {
+    Arg::Ptr(v.data.as_ptr() as u64)
+}
+
+fn pm(v: &mut MatViewMut<'_>) -> Arg {
+    Arg::Ptr(v.data.as_mut_ptr() as u64)
+}
+
+fn pv(v: &Vector) -> Arg {
+    Arg::Ptr(v.data.as_ptr() as u64)
+}
+
+fn int(n: usize) -> Arg {
+    Arg::Int(i32::try_from(n).expect("GPU matrices are limited to 2^31 rows, columns and strides"))
+}
+
+fn empty(x: &MatViewMut<'_>) -> bool {
+    x.rows == 0 || x.cols == 0
+}
+
+/// `x = f(x)` by kernel `name` with scalars `a`, `b`.
+pub(in crate::matrix) fn ew1(name: &'static str, x: &mut MatViewMut<'_>, a: Real, b: Real) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let args = [
+        pm(x),
+        int(x.stride),
+        int(r),
+        int(c),
+        Arg::Float(a),
+        Arg::Float(b),
+    ];
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// `x = f(x, y)` by kernel `name` (`y` read transposed by the `_t` kernels).
+pub(in crate::matrix) fn ew2(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    a: Real,
+    b: Real,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&y),
+        int(y.stride),
+        int(r),
+        int(c),
+        Arg::Float(a),
+        Arg::Float(b),
+    ];
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// `x = f(x, y, z)` by kernel `name`.
+pub(in crate::matrix) fn ew3(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    z: MatView<'_>,
+    a: Real,
+    b: Real,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&y),
+        int(y.stride),
+        p(&z),
+        int(z.stride),
+        int(r),
+        int(c),
+        Arg::Float(a),
+        Arg::Float(b),
+    ];
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// `x = f(x, v)` by kernel `name`, `v` indexed by column or row.
+pub(in crate::matrix) fn ewv(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    v: &Vector,
+    a: Real,
+    b: Real,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let args = [
+        pm(x),
+        int(x.stride),
+        pv(v),
+        int(r),
+        int(c),
+        Arg::Float(a),
+        Arg::Float(b),
+    ];
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// A row gather (`rows` = destination rows) or scatter (`rows` = source rows) by `idx`.
+pub(in crate::matrix) fn rows_by_index(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    idx: &[i32],
+    alpha: Option<Real>,
+) {
+    let (r, c) = (idx.len(), x.cols);
+    if r == 0 || c == 0 {
+        return;
+    }
+    let (ip, class) = gpu().upload_i32(idx);
+    let mut args = vec![
+        pm(x),
+        int(x.stride),
+        p(&y),
+        int(y.stride),
+        Arg::Ptr(ip),
+        int(r),
+        int(c),
+    ];
+    if let Some(a) = alpha {
+        args.push(Arg::Float(a));
+    }
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+    gpu().free(ip, class);
+}
+
+/// `out = alpha · (sum of m's rows) + beta · out`.
+pub(in crate::matrix) fn add_row_sum(out: &mut Vector, alpha: Real, m: MatView<'_>, beta: Real) {
+    let (r, c) = (m.rows, m.cols);
+    if c == 0 {
+        return;
+    }
+    let args = [
+        pv(out),
+        p(&m),
+        int(m.stride),
+        int(r),
+        int(c),
+        Arg::Float(alpha),
+        Arg::Float(beta),
+    ];
+    gpu().launch(
+        "k_add_row_sum",
+        (c.div_ceil(256) as u32, 1, 1),
+        (256, 1, 1),
+        0,
+        &args,
+    );
+}
+
+/// `out = alpha · (sum of m's columns) + beta · out`.
+pub(in crate::matrix) fn add_col_sum(out: &mut Vector, alpha: Real, m: MatView<'_>, beta: Real) {
+    let (r, c) = (m.rows, m.cols);
+    if r == 0 {
+        return;
+    }
+    let args = [
+        pv(out),
+        p(&m),
+        int(m.stride),
+        int(r),
+        int(c),
+        Arg::Float(alpha),
+        Arg::Float(beta),
+    ];
+    gpu().launch(
+        "k_add_col_sum",
+        grid_rows(r),
+        (ROW_THREADS, 1, 1),
+        ROW_THREADS * 4,
+        &args,
+    );
+}
+
+/// `x = softmax(y)` or `log_softmax(y)` per row; `y` = `None`: of `x` itself.
+pub(in crate::matrix) fn softmax_rows(
+    x: &mut MatViewMut<'_>,
+    y: Option<MatView<'_>>,
+    log_form: bool,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let (yp, ys) = match y {
+        Some(y) => (p(&y), y.stride),
+        None => (pm(x), x.stride),
+    };
+    let args = [
+        pm(x),
+        int(x.stride),
+        yp,
+        int(ys),
+        int(r),
+        int(c),
+        Arg::Int(log_form as i32),
+    ];
+    gpu().launch(
+        "k_softmax_rows",
+        grid_rows(r),
+        (ROW_THREADS, 1, 1),
+        ROW_THREADS * 4,
+        &args,
+    );
+}
+
+/// The backward pass of `softmax_rows` from the value `y` and output derivative `d`; `d` =
+/// `None`: `x` holds it.
+pub(in crate::matrix) fn diff_softmax_rows(
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    d: Option<MatView<'_>>,
+    log_form: bool,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let (dp, ds) = match d {
+        Some(d) => (p(&d), d.stride),
+        None => (pm(x), x.stride),
+    };
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&y),
+        int(y.stride),
+        dp,
+        int(ds),
+        int(r),
+        int(c),
+        Arg::Int(log_form as i32),
+    ];
+    gpu().launch(
+        "k_diff_softmax_rows",
+        grid_rows(r),
+        (ROW_THREADS, 1, 1),
+        ROW_THREADS * 4,
+        &args,
+    );
+}
+
+/// `c = alpha · op(a) · op(b) + beta · c` by cuBLAS (shapes checked by the caller, all ≥ 1).
+pub(in crate::matrix) fn gemm(
+    c: &mut MatViewMut<'_>,
+    alpha: Real,
+    a: MatView<'_>,
+    ta: Trans,
+    b: MatView<'_>,
+    tb: Trans,
+    beta: Real,
+) {
+    let k = if ta == Trans::No { a.cols } else { a.rows };
+    let (m, n) = (c.rows, c.cols);
+    let ptr = |v: &MatView<'_>| v.data.as_ptr() as u64;
+    // A view of one row has no meaningful stride for cuBLAS's leading dimension: use its
+    // width, which cuBLAS requires to be at least the row length.
+    let ld = |v: &MatView<'_>| if v.rows <= 1 { v.cols.max(1) } else { v.stride };
+    let c_ld = if c.rows <= 1 { c.cols.max(1) } else { c.stride };
+    gpu().sgemm(
+        (m, n, k),
+        alpha,
+        (ptr(&a), ld(&a), ta == Trans::Yes),
+        (ptr(&b), ld(&b), tb == Trans::Yes),
+        beta,
+        (c.data.as_mut_ptr() as u64, c_ld),
+    );
+}
