@@ -83,6 +83,15 @@ impl<T: Copy + Default + 'static> Buf<T> {
         T: PartialEq,
     {
         let (ptr, len, class) = match self {
+            // A matrix made empty (`Matrix::default()`) and sized later goes where new
+            // storage goes.
+            Buf::Host(v) if v.is_empty() && n > 0 && super::selected() => {
+                *self = Buf::zeroed(n);
+                if value != T::default() {
+                    self.fill(value);
+                }
+                return;
+            }
             Buf::Host(v) => return v.resize(n, value),
             Buf::Managed { ptr, len, class } => (*ptr, *len, *class),
         };

@@ -225,3 +225,58 @@ extern "C" __global__ void k_diff_softmax_rows(float* x, int sx, const float* y,
     }
   }
 }
+
+// Kaldi's NormalizePerRow over blocks of bd columns: one thread block per (row, block).
+// x's blocks are bd (+1 with add_log: the log RMS) wide; x may be y (then add_log is 0).
+#define SQUARED_NORM_FLOOR 1.3552527e-20f
+extern "C" __global__ void k_normalize(float* x, int sx, const float* y, int sy, int rows,
+                                       int nblocks, int bd, int add_log, float d_scaled,
+                                       float log_target) {
+  extern __shared__ float scratch[];
+  for (int rb = blockIdx.x; rb < rows * nblocks; rb += gridDim.x) {
+    int r = rb / nblocks, b = rb % nblocks;
+    const float* yb = y + (i64)r * sy + (i64)b * bd;
+    float* xb = x + (i64)r * sx + (i64)b * (bd + add_log);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) s += yb[c] * yb[c];
+    s = block_reduce(s, scratch, false);
+    float ms = s * (1.0f / d_scaled);
+    float f = powf(ms > SQUARED_NORM_FLOOR ? ms : SQUARED_NORM_FLOOR, -0.5f);
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) xb[c] = yb[c] * f;
+    if (add_log && threadIdx.x == 0) xb[bd] = -logf(f) + log_target;
+  }
+}
+
+// Kaldi's DiffNormalizePerRow: x (bd-wide blocks) += the input derivative from the input
+// value v and output derivative d (bd + add_log wide blocks); with overwrite, d is x itself
+// (no log column) and x is replaced.
+extern "C" __global__ void k_diff_normalize(float* x, int sx, const float* v, int sv,
+                                            const float* d, int sd, int rows, int nblocks,
+                                            int bd, int add_log, float d_scaled, int overwrite) {
+  extern __shared__ float scratch[];
+  for (int rb = blockIdx.x; rb < rows * nblocks; rb += gridDim.x) {
+    int r = rb / nblocks, b = rb % nblocks;
+    const float* vb = v + (i64)r * sv + (i64)b * bd;
+    const float* db = d + (i64)r * sd + (i64)b * (bd + add_log);
+    float* xb = x + (i64)r * sx + (i64)b * bd;
+    float dot = 0.0f, ss = 0.0f;
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) {
+      dot += db[c] * vb[c];
+      ss += vb[c] * vb[c];
+    }
+    dot = block_reduce(dot, scratch, false);
+    ss = block_reduce(ss, scratch, false);
+    float floor_ss = bd * SQUARED_NORM_FLOOR;
+    float coef = add_log ? db[bd] / (ss > floor_ss ? ss : floor_ss) : 0.0f;
+    float ms = ss * (1.0f / d_scaled);
+    bool floored = !(ms > SQUARED_NORM_FLOOR);
+    float f = powf(floored ? SQUARED_NORM_FLOOR : ms, -0.5f);
+    float cc = floored ? 0.0f : -dot * f * f * f / d_scaled;
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) {
+      float o = db[c], xv = vb[c];
+      float t = overwrite ? 0.0f : xb[c];
+      if (add_log) t += coef * xv;
+      xb[c] = t + (f * o + cc * xv);
+    }
+  }
+}

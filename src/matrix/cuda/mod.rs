@@ -72,6 +72,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_add_col_sum",
     "k_softmax_rows",
     "k_diff_softmax_rows",
+    "k_normalize",
+    "k_diff_normalize",
 ];
 
 /// The selected GPU.

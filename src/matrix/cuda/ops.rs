@@ -307,3 +307,84 @@ pub(in crate::matrix) fn gemm(
         (c.data.as_mut_ptr() as u64, c_ld),
     );
 }
+
+/// Kaldi's NormalizePerRow of `y` (or of `x` itself, without the log column) into `x`.
+pub(in crate::matrix) fn normalize(
+    x: &mut MatViewMut<'_>,
+    y: Option<MatView<'_>>,
+    block_dim: usize,
+    target_rms: Real,
+    add_log: bool,
+) {
+    let rows = x.rows;
+    let (yp, ys, cols) = match y {
+        Some(y) => (p(&y), y.stride, y.cols),
+        None => (pm(x), x.stride, x.cols),
+    };
+    if rows == 0 || cols == 0 || block_dim == 0 {
+        return;
+    }
+    let nblocks = cols / block_dim;
+    let args = [
+        pm(x),
+        int(x.stride),
+        yp,
+        int(ys),
+        int(rows),
+        int(nblocks),
+        int(block_dim),
+        Arg::Int(add_log as i32),
+        Arg::Float(block_dim as f32 * target_rms * target_rms),
+        Arg::Float(target_rms.ln()),
+    ];
+    gpu().launch(
+        "k_normalize",
+        grid_rows(rows * nblocks),
+        (ROW_THREADS, 1, 1),
+        ROW_THREADS * 4,
+        &args,
+    );
+}
+
+/// Kaldi's DiffNormalizePerRow into `x` from the input value `v` and the output derivative
+/// `d` (`None`: `x` holds it and is replaced).
+pub(in crate::matrix) fn diff_normalize(
+    x: &mut MatViewMut<'_>,
+    v: MatView<'_>,
+    d: Option<MatView<'_>>,
+    block_dim: usize,
+    target_rms: Real,
+    add_log: bool,
+) {
+    let (rows, cols) = (x.rows, x.cols);
+    if rows == 0 || cols == 0 || block_dim == 0 {
+        return;
+    }
+    let overwrite = d.is_none();
+    let (dp, ds) = match d {
+        Some(d) => (p(&d), d.stride),
+        None => (pm(x), x.stride),
+    };
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&v),
+        int(v.stride),
+        dp,
+        int(ds),
+        int(rows),
+        int(cols / block_dim),
+        int(block_dim),
+        Arg::Int((add_log && !overwrite) as i32),
+        Arg::Float(block_dim as f32 * target_rms * target_rms),
+        Arg::Int(overwrite as i32),
+    ];
+    let blocks = rows * (cols / block_dim);
+    gpu().launch(
+        "k_diff_normalize",
+        grid_rows(blocks),
+        (ROW_THREADS, 1, 1),
+        ROW_THREADS * 4,
+        &args,
+    );
+}
