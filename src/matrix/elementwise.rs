@@ -423,6 +423,7 @@ impl MatViewMut<'_> {
 impl MatView<'_> {
     /// Sum of all elements.
     pub fn sum(&self) -> Real {
+        on_device!(self.place.on_device() => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Plain).iter().sum::<f64>() as Real);
         (0..self.num_rows())
             .map(|r| self.row(r).iter().sum::<Real>())
             .sum()
@@ -439,6 +440,7 @@ impl MatView<'_> {
     }
     /// `Σ_ij self[i,j] · b[i,j]` (Kaldi's TraceMatMat(A, B, kTrans)); accumulated in f64.
     pub fn trace_mat_mat(&self, b: MatView<'_>) -> Real {
+        on_device!(self.place.on_device() && b.place.on_device() && (self.num_rows(), self.num_cols()) == (b.num_rows(), b.num_cols()) => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Dot(b)).iter().sum::<f64>() as Real);
         assert_eq!(
             (self.num_rows(), self.num_cols()),
             (b.num_rows(), b.num_cols())
@@ -482,6 +484,7 @@ impl MatView<'_> {
     }
     /// `Σ_j self[i, j]²` for every row (a sequential f32 sum).
     pub fn row_sum_squares(&self) -> Vector {
+        on_device!(self.place.on_device() => Vector::from_vec(super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Squares).iter().map(|&x| x as Real).collect()));
         Vector::from_vec(
             (0..self.num_rows())
                 .map(|r| self.row(r).iter().map(|x| x * x).sum::<Real>())

@@ -15,6 +15,7 @@ typedef long long i64;
   extern "C" __global__ void name(float* x, int sx, int rows, int cols, float a, float b) { \
     FOR_RC {                                                                                \
       float v = x[(i64)r * sx + c];                                                         \
+      (void)v;                                                                              \
       x[(i64)r * sx + c] = (expr);                                                          \
     }                                                                                       \
   }
@@ -53,14 +54,14 @@ typedef long long i64;
     }                                                                                         \
   }
 
-// x = f(x, p): p is a vector, pc its element for this column, pr for this row.
-#define EWV(name, expr)                                                                    \
+// x = f(x, p[i]): p is a vector, read at i = c (one element per column) or i = r (per row);
+// pi is that element.
+#define EWV(name, i, expr)                                                                 \
   extern "C" __global__ void name(float* x, int sx, const float* p, int rows, int cols,   \
                                   float a, float b) {                                      \
     FOR_RC {                                                                               \
       float v = x[(i64)r * sx + c];                                                        \
-      float pc = p[c];                                                                     \
-      float pr = p[r];                                                                     \
+      float pi = p[i];                                                                     \
       x[(i64)r * sx + c] = (expr);                                                         \
     }                                                                                      \
   }
@@ -104,10 +105,10 @@ EW3(k_diff_sigmoid, w * u * (1.0f - u))
 EW3(k_diff_tanh, w * (1.0f - u * u))
 EW3(k_diff_relu, u > 0.0f ? w : 0.0f)
 
-EWV(k_add_vec_to_rows, a * pc + b * v)
-EWV(k_add_vec_to_cols, b == 0.0f ? a * pr : a * pr + b * v)
-EWV(k_mul_cols_vec, v * pc)
-EWV(k_mul_rows_vec, v * pr)
+EWV(k_add_vec_to_rows, c, a * pi + b * v)
+EWV(k_add_vec_to_cols, r, b == 0.0f ? a * pi : a * pi + b * v)
+EWV(k_mul_cols_vec, c, v * pi)
+EWV(k_mul_rows_vec, r, v * pi)
 
 // Row gathers by an index table (−1: zero, or leave).
 extern "C" __global__ void k_copy_rows(float* x, int sx, const float* y, int sy, const int* idx,
@@ -278,5 +279,29 @@ extern "C" __global__ void k_diff_normalize(float* x, int sx, const float* v, in
       if (add_log) t += coef * xv;
       xb[c] = t + (f * o + cc * xv);
     }
+  }
+}
+
+// Per-row sums in double into out[r]: mode 0 Σ x·y, 1 Σ x, 2 Σ x². The host adds the rows
+// in order (the whole-matrix reductions: sums, traces, norms).
+extern "C" __global__ void k_row_reduce(double* out, const float* x, int sx, const float* y,
+                                        int sy, int rows, int cols, int mode) {
+  extern __shared__ float scratch[];
+  double* ds = reinterpret_cast<double*>(scratch);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    double s = 0.0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      double a = x[(i64)r * sx + c];
+      s += mode == 0 ? a * (double)y[(i64)r * sy + c] : mode == 1 ? a : a * a;
+    }
+    int t = threadIdx.x;
+    ds[t] = s;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+      if (t < h) ds[t] += ds[t + h];
+      __syncthreads();
+    }
+    if (t == 0) out[r] = ds[0];
+    __syncthreads();
   }
 }

@@ -74,6 +74,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_diff_softmax_rows",
     "k_normalize",
     "k_diff_normalize",
+    "k_row_reduce",
 ];
 
 /// The selected GPU.

@@ -388,3 +388,49 @@ pub(in crate::matrix) fn diff_normalize(
         &args,
     );
 }
+
+/// What [`row_reduce`] sums per row.
+#[derive(Clone, Copy)]
+pub(in crate::matrix) enum RowSum<'a> {
+    /// Σ x·y.
+    Dot(MatView<'a>),
+    /// Σ x.
+    Plain,
+    /// Σ x².
+    Squares,
+}
+
+/// The per-row sums of `x` (in double), read back to the host.
+pub(in crate::matrix) fn row_reduce(x: MatView<'_>, what: RowSum<'_>) -> Vec<f64> {
+    let (rows, cols) = (x.rows, x.cols);
+    if rows == 0 {
+        return Vec::new();
+    }
+    let (out, class) = gpu().alloc(rows * 8);
+    let (yp, ys, mode) = match what {
+        RowSum::Dot(y) => (p(&y), y.stride, 0),
+        RowSum::Plain => (p(&x), x.stride, 1),
+        RowSum::Squares => (p(&x), x.stride, 2),
+    };
+    let args = [
+        Arg::Ptr(out),
+        p(&x),
+        int(x.stride),
+        yp,
+        int(ys),
+        int(rows),
+        int(cols),
+        Arg::Int(mode),
+    ];
+    gpu().launch(
+        "k_row_reduce",
+        grid_rows(rows),
+        (ROW_THREADS, 1, 1),
+        ROW_THREADS * 8,
+        &args,
+    );
+    // SAFETY: `out` is a managed buffer of `rows` doubles that the finished kernel wrote.
+    let sums = unsafe { std::slice::from_raw_parts(out as *const f64, rows) }.to_vec();
+    gpu().free(out, class);
+    sums
+}
