@@ -17,4 +17,6 @@ cargo test --release --features cuda --no-run "${args[@]}" 2>&1 |
   sed -n 's/.*Executable tests\/\([a-z_]*\)\.rs (\(.*\))$/\1 \2/p' |
   while read -r name exe; do cp "$exe" "$DEST/$name"; done
 strip "$DEST"/*
+# The test executables read tests/data and run compnet by the paths of this checkout.
+echo "$PWD" >"$DEST/manifest_dir"
 ls -la "$DEST"
