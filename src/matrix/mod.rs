@@ -2,9 +2,9 @@
 //!
 //! Components, the compiler and the runtime only ever call the methods defined in this module
 //! (in the spirit of Kaldi's `CuMatrix` interface); none of them touches raw element loops of
-//! their own. Today there is one backend, the CPU (f32, row-major with a row stride). A GPU
-//! backend would give `Matrix`/`Vector` a second storage kind behind the same methods, without
-//! touching components or the compiler.
+//! their own. Matrices are f32, row-major with a row stride, in host memory; a build with the
+//! `cuda` feature can keep them in CUDA managed memory instead (`device`, `buf`, `cuda`),
+//! behind the same methods, without touching components or the compiler.
 //!
 //! Types:
 //! * [`Matrix`] owns its data (rows × cols, row stride ≥ cols).
