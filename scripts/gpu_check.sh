@@ -84,24 +84,8 @@ PY
 )"
 
 # 4. Speed: the wsj TDNN, as scripts/bench_train.sh sets it up.
-python3 - "$W" <<'PY'
-import random, struct, sys
-out = sys.argv[1]
-rng = random.Random(1)
-with open(f"{out}/feats.ark", "wb") as f, open(f"{out}/ivec.ark", "wb") as g, open(f"{out}/post.txt", "w") as p:
-    for u in range(96):
-        rows = 300
-        key = b"utt%03d" % u
-        f.write(key + b" \0BFM \4" + struct.pack("<i", rows) + b"\4" + struct.pack("<i", 40))
-        f.write(struct.pack("<%df" % (rows * 40), *(rng.gauss(0, 1) for _ in range(rows * 40))))
-        g.write(key + b" \0BFM \4" + struct.pack("<i", 30) + b"\4" + struct.pack("<i", 100))
-        g.write(struct.pack("<%df" % (30 * 100), *(rng.gauss(0, 1) for _ in range(30 * 100))))
-        p.write(key.decode() + " " + " ".join("[ %d 1 ]" % rng.randrange(3000) for _ in range(rows)) + "\n")
-PY
-"$B" init --srand=1 tests/data/kaldi/perf/wsj_nnet3_tdnn_1a.config "$W/wsj.raw" 2>/dev/null
-"$B" get-egs --num-pdfs=3000 --left-context=13 --right-context=7 --num-frames=8 \
-  --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 \
-  "ark:$W/feats.ark" "ark:$W/post.txt" "ark:$W/egs1.ark" 2>/dev/null
+scripts/wsj_data.sh "$B" "$W" 96
+mv "$W/egs.ark" "$W/egs1.ark"
 "$B" shuffle-egs --srand=1 "ark:$W/egs1.ark" "ark:$W/egs2.ark" 2>/dev/null
 "$B" merge-egs --minibatch-size=256 "ark:$W/egs2.ark" "ark:$W/egs.ark" 2>/dev/null
 frames=$(( 96 * 300 ))
