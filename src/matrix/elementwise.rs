@@ -12,7 +12,7 @@ impl MatViewMut<'_> {
     }
     /// Sets every element to `v`.
     pub fn set_const(&mut self, v: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_set_const", self, v, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_set_const", self, &[], v, 0.0));
         for r in 0..self.num_rows() {
             self.row_mut(r).fill(v);
         }
@@ -20,7 +20,7 @@ impl MatViewMut<'_> {
     /// `self *= alpha`; scaling by 0 clears NaN and infinity too (as Kaldi's components'
     /// `Scale(0)`: a delta network is reset this way after a non-finite minibatch).
     pub fn scale(&mut self, alpha: Real) {
-        on_device!(self.place.on_device() => if alpha == 0.0 { super::cuda::ops::ew1("k_set_const", self, 0.0, 0.0) } else { super::cuda::ops::ew1("k_scale", self, alpha, 0.0) });
+        on_device!(self.place.on_device() => if alpha == 0.0 { super::cuda::ops::ew("k_set_const", self, &[], 0.0, 0.0) } else { super::cuda::ops::ew("k_scale", self, &[], alpha, 0.0) });
         if alpha == 0.0 {
             self.map_inplace(|_| 0.0);
         } else {
@@ -29,12 +29,12 @@ impl MatViewMut<'_> {
     }
     /// `self += c` element-wise.
     pub fn add_const(&mut self, c: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_add_const", self, c, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_add_const", self, &[], c, 0.0));
         self.map_inplace(|x| x + c);
     }
     /// `self = a` (same shape).
     pub fn copy_from(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_rows(), a.num_cols()) => super::cuda::ops::ew2("k_copy", self, a, 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_rows(), a.num_cols()) => super::cuda::ops::ew("k_copy", self, &[a], 0.0, 0.0));
         assert_eq!(
             (self.num_rows(), self.num_cols()),
             (a.num_rows(), a.num_cols()),
@@ -46,12 +46,12 @@ impl MatViewMut<'_> {
     }
     /// `self = aᵀ`.
     pub fn copy_from_trans(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_cols(), a.num_rows()) => super::cuda::ops::ew2("k_copy_t", self, a, 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_cols(), a.num_rows()) => super::cuda::ops::ew("k_copy_t", self, &[a], 0.0, 0.0));
         super::ops::transpose_apply(self, a, |_, y| y);
     }
     /// `self += alpha · op(a)` (Kaldi's AddMat).
     pub fn add_mat(&mut self, alpha: Real, a: MatView<'_>, ta: Trans) {
-        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == if ta == Trans::No { (a.num_rows(), a.num_cols()) } else { (a.num_cols(), a.num_rows()) } => super::cuda::ops::ew2(if ta == Trans::No { "k_add_mat" } else { "k_add_mat_t" }, self, a, alpha, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == if ta == Trans::No { (a.num_rows(), a.num_cols()) } else { (a.num_cols(), a.num_rows()) } => super::cuda::ops::ew(if ta == Trans::No { "k_add_mat" } else { "k_add_mat_t" }, self, &[a], alpha, 0.0));
         match ta {
             Trans::No => self.zip_apply(a, |x, y| x + alpha * y),
             Trans::Yes => super::ops::transpose_apply(self, a, |x, y| x + alpha * y),
@@ -59,22 +59,22 @@ impl MatViewMut<'_> {
     }
     /// `self = alpha · a + beta · self`.
     pub fn add_mat_scaled(&mut self, alpha: Real, a: MatView<'_>, beta: Real) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew2("k_add_mat_scaled", self, a, alpha, beta));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_add_mat_scaled", self, &[a], alpha, beta));
         self.zip_apply(a, |x, y| alpha * y + beta * x);
     }
     /// `self *= a` element-wise.
     pub fn mul_elements(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew2("k_mul", self, a, 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_mul", self, &[a], 0.0, 0.0));
         self.zip_apply(a, |x, y| x * y);
     }
     /// `self /= a` element-wise.
     pub fn div_elements(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew2("k_div", self, a, 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_div", self, &[a], 0.0, 0.0));
         self.zip_apply(a, |x, y| x / y);
     }
     /// `self += alpha · a ⊙ b` element-wise.
     pub fn add_mul_elements(&mut self, alpha: Real, a: MatView<'_>, b: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda::ops::ew3("k_add_mul", self, a, b, alpha, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda::ops::ew("k_add_mul", self, &[a, b], alpha, 0.0));
         self.zip2_apply(a, b, |x, y, z| x + alpha * y * z);
     }
     /// `self[r, :] = alpha · v + beta · self[r, :]` for every row (Kaldi's AddVecToRows).
@@ -123,14 +123,14 @@ impl MatViewMut<'_> {
     }
     /// `self = max(self, floor)`.
     pub fn apply_floor(&mut self, floor: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_floor", self, floor, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_floor", self, &[], floor, 0.0));
         for r in 0..self.num_rows() {
             super::simd::floor(self.row_mut(r), floor);
         }
     }
     /// `self = min(self, ceiling)`.
     pub fn apply_ceiling(&mut self, ceiling: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_ceiling", self, ceiling, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_ceiling", self, &[], ceiling, 0.0));
         self.map_inplace(|x| if x > ceiling { ceiling } else { x });
     }
     /// `self = √self`.
@@ -183,42 +183,42 @@ impl MatViewMut<'_> {
     }
     /// `self = 1 if self > 0 else 0`.
     pub fn apply_heaviside(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_heaviside", self, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_heaviside", self, &[], 0.0, 0.0));
         self.map_inplace(|x| if x > 0.0 { 1.0 } else { 0.0 });
     }
     /// `self = exp(self)`.
     pub fn apply_exp(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_exp", self, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_exp", self, &[], 0.0, 0.0));
         self.map_inplace(|x| x.exp());
     }
     /// `self = ln(self)`.
     pub fn apply_log(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_log", self, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_log", self, &[], 0.0, 0.0));
         self.map_inplace(|x| x.ln());
     }
     /// `self = self^p` (for p = 0.5, the square root).
     pub fn apply_pow(&mut self, p: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_pow", self, p, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_pow", self, &[], p, 0.0));
         self.map_inplace(|x| x.powf(p));
     }
     /// `self = sigmoid(src)`.
     pub fn sigmoid_from(&mut self, src: MatView<'_>) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::ew2("k_sigmoid_from", self, src, 0.0, 0.0));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::ew("k_sigmoid_from", self, &[src], 0.0, 0.0));
         self.zip_apply(src, |_, x| 1.0 / (1.0 + (-x).exp()));
     }
     /// `self = out_deriv ⊙ y (1 − y)` with y = sigmoid output.
     pub fn diff_sigmoid(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::ew3("k_diff_sigmoid", self, value, out_deriv, 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::ew("k_diff_sigmoid", self, &[value, out_deriv], 0.0, 0.0));
         self.zip2_apply(value, out_deriv, |_, y, d| d * y * (1.0 - y));
     }
     /// `self = tanh(src)`.
     pub fn tanh_from(&mut self, src: MatView<'_>) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::ew2("k_tanh_from", self, src, 0.0, 0.0));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::ew("k_tanh_from", self, &[src], 0.0, 0.0));
         self.zip_apply(src, |_, x| x.tanh());
     }
     /// `self = out_deriv ⊙ (1 − y²)` with y = tanh output.
     pub fn diff_tanh(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::ew3("k_diff_tanh", self, value, out_deriv, 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::ew("k_diff_tanh", self, &[value, out_deriv], 0.0, 0.0));
         self.zip2_apply(value, out_deriv, |_, y, d| d * (1.0 - y * y));
     }
     /// `self = softmax(src)` row by row.
@@ -279,37 +279,37 @@ impl MatViewMut<'_> {
 impl MatViewMut<'_> {
     /// `self = sigmoid(self)`.
     pub fn apply_sigmoid(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_sigmoid", self, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_sigmoid", self, &[], 0.0, 0.0));
         self.map_inplace(|x| 1.0 / (1.0 + (-x).exp()));
     }
     /// `self = tanh(self)`.
     pub fn apply_tanh(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_tanh", self, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_tanh", self, &[], 0.0, 0.0));
         self.map_inplace(|x| x.tanh());
     }
     /// `self = y (1 − y)` with y = self, a sigmoid output: the derivative from the value.
     pub fn apply_sigmoid_deriv_from_output(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_sigmoid_deriv_from_output", self, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_sigmoid_deriv_from_output", self, &[], 0.0, 0.0));
         self.map_inplace(|y| y * (1.0 - y));
     }
     /// `self = 1 − y²` with y = self, a tanh output: the derivative from the value.
     pub fn apply_tanh_deriv_from_output(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew1("k_tanh_deriv_from_output", self, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda::ops::ew("k_tanh_deriv_from_output", self, &[], 0.0, 0.0));
         self.map_inplace(|y| 1.0 - y * y);
     }
     /// `self = self ⊙ y (1 − y)`, self holding the output derivative, y = sigmoid output.
     pub fn diff_sigmoid_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew2("k_diff_sigmoid_in_place", self, value, 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew("k_diff_sigmoid_in_place", self, &[value], 0.0, 0.0));
         self.zip_apply(value, |d, y| d * y * (1.0 - y));
     }
     /// `self = self ⊙ (1 − y²)`, self holding the output derivative, y = tanh output.
     pub fn diff_tanh_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew2("k_diff_tanh_in_place", self, value, 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew("k_diff_tanh_in_place", self, &[value], 0.0, 0.0));
         self.zip_apply(value, |d, y| d * (1.0 - y * y));
     }
     /// `self = self ⊙ [y > 0]`, self holding the output derivative, y = ReLU output.
     pub fn diff_relu_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew2("k_diff_relu_in_place", self, value, 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew("k_diff_relu_in_place", self, &[value], 0.0, 0.0));
         self.zip_apply(value, |d, y| if y > 0.0 { d } else { 0.0 });
     }
     /// `self = y ⊙ (self − (self·y))` per row, self holding the output derivative,

@@ -42,28 +42,13 @@ fn empty(x: &MatViewMut<'_>) -> bool {
     x.rows == 0 || x.cols == 0
 }
 
-/// `x = f(x)` by kernel `name` with scalars `a`, `b`.
-pub(in crate::matrix) fn ew1(name: &'static str, x: &mut MatViewMut<'_>, a: Real, b: Real) {
-    if empty(x) {
-        return;
-    }
-    let (r, c) = (x.rows, x.cols);
-    let args = [
-        pm(x),
-        int(x.stride),
-        int(r),
-        int(c),
-        Arg::Float(a),
-        Arg::Float(b),
-    ];
-    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
-}
-
-/// `x = f(x, y)` by kernel `name` (`y` read transposed by the `_t` kernels).
-pub(in crate::matrix) fn ew2(
+/// `x = f(x, operands...)` by kernel `name` with scalars `a`, `b`: the element-wise kernels
+/// (`EW1`, `EW2`, `EW2T`, `EW3` in kernels.cu) take each matrix as (pointer, row stride),
+/// then rows, columns, a and b.
+pub(in crate::matrix) fn ew(
     name: &'static str,
     x: &mut MatViewMut<'_>,
-    y: MatView<'_>,
+    operands: &[MatView<'_>],
     a: Real,
     b: Real,
 ) {
@@ -71,44 +56,11 @@ pub(in crate::matrix) fn ew2(
         return;
     }
     let (r, c) = (x.rows, x.cols);
-    let args = [
-        pm(x),
-        int(x.stride),
-        p(&y),
-        int(y.stride),
-        int(r),
-        int(c),
-        Arg::Float(a),
-        Arg::Float(b),
-    ];
-    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
-}
-
-/// `x = f(x, y, z)` by kernel `name`.
-pub(in crate::matrix) fn ew3(
-    name: &'static str,
-    x: &mut MatViewMut<'_>,
-    y: MatView<'_>,
-    z: MatView<'_>,
-    a: Real,
-    b: Real,
-) {
-    if empty(x) {
-        return;
+    let mut args = vec![pm(x), int(x.stride)];
+    for y in operands {
+        args.extend([p(y), int(y.stride)]);
     }
-    let (r, c) = (x.rows, x.cols);
-    let args = [
-        pm(x),
-        int(x.stride),
-        p(&y),
-        int(y.stride),
-        p(&z),
-        int(z.stride),
-        int(r),
-        int(c),
-        Arg::Float(a),
-        Arg::Float(b),
-    ];
+    args.extend([int(r), int(c), Arg::Float(a), Arg::Float(b)]);
     gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
 }
 
