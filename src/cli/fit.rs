@@ -13,7 +13,9 @@ use crate::run::set_threads;
 use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
 use crate::train::fit::hooks::{Every, MAX_EPOCHS, MAX_MINIBATCHES};
 use crate::train::fit::schedule::{DropoutSchedule, EpochSchedule};
-use crate::train::fit::stepper::{GradientOptions, StepperKind, StepperOptions};
+use crate::train::fit::stepper::{
+    check_non_negative, GradientOptions, StepperKind, StepperOptions,
+};
 use crate::train::fit::{fit_parallel, FitOptions};
 use crate::train::parallel::{join, Parallel, ParallelMode};
 use serde::Deserialize;
@@ -347,25 +349,13 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         max_param_change: a.max_param_change.unwrap_or(sd.max_param_change),
         backstitch_scale: a.backstitch_training_scale.unwrap_or(0.0),
         backstitch_interval: a.backstitch_training_interval.unwrap_or(1),
-        unit_gain: match a.momentum_gain.as_deref().unwrap_or("classic") {
-            "classic" => false,
-            "unit" => true,
-            other => {
-                return Err(Error::Usage(format!(
-                    "--momentum-gain={other}: expected classic or unit"
-                )))
-            }
-        },
+        unit_gain: one_of_two(
+            a.momentum_gain.as_deref(),
+            "momentum-gain",
+            ["classic", "unit"],
+        )?,
     };
-    let lr_per_minibatch = match a.lr_per.as_deref().unwrap_or("sample") {
-        "sample" => false,
-        "minibatch" => true,
-        other => {
-            return Err(Error::Usage(format!(
-                "--lr-per={other}: expected sample or minibatch"
-            )))
-        }
-    };
+    let lr_per_minibatch = one_of_two(a.lr_per.as_deref(), "lr-per", ["sample", "minibatch"])?;
     let exponential_decay = match (a.initial_effective_lrate, a.final_effective_lrate) {
         (None, None) => None,
         (Some(i), Some(f)) => {
@@ -431,43 +421,22 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         l1: a.l1.unwrap_or(0.0),
         l2: a.l2.unwrap_or(0.0),
         clip: a.clip_gradient.unwrap_or(0.0),
-        clip_norm: match a.clip_by.as_deref().unwrap_or("value") {
-            "value" => false,
-            "norm" => true,
-            other => {
-                return Err(Error::Usage(format!(
-                    "--clip-by={other}: expected value or norm"
-                )))
-            }
-        },
-        per_sample: match a.regularize_per.as_deref().unwrap_or("minibatch") {
-            "minibatch" => false,
-            "sample" => true,
-            other => {
-                return Err(Error::Usage(format!(
-                    "--regularize-per={other}: expected minibatch or sample"
-                )))
-            }
-        },
+        clip_norm: one_of_two(a.clip_by.as_deref(), "clip-by", ["value", "norm"])?,
+        per_sample: one_of_two(
+            a.regularize_per.as_deref(),
+            "regularize-per",
+            ["minibatch", "sample"],
+        )?,
         noise_stddev: a.gradient_noise.unwrap_or(0.0),
     };
-    for (name, v) in [
+    check_non_negative(&[
         ("l1", gradient.l1),
         ("l2", gradient.l2),
         ("clip-gradient", gradient.clip),
         ("gradient-noise", gradient.noise_stddev),
-    ] {
-        if !v.is_finite() || v < 0.0 {
-            return Err(Error::Usage(format!(
-                "--{name} must be a finite number >= 0, got {v}"
-            )));
-        }
-    }
-    let momentum_schedule = a
-        .momentum_schedule
-        .as_deref()
-        .map(|m| EpochSchedule::parse(m, "--momentum-schedule"))
-        .transpose()?;
+    ])?;
+    let momentum_schedule =
+        EpochSchedule::parse_option(a.momentum_schedule.as_deref(), "--momentum-schedule")?;
     if let Some(m) = &momentum_schedule {
         if kind == StepperKind::NaturalGradient {
             return Err(Error::Usage(
@@ -480,11 +449,8 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
             )));
         }
     }
-    let dropout_per_epoch = a
-        .dropout_per_epoch
-        .as_deref()
-        .map(|d| EpochSchedule::parse(d, "--dropout-per-epoch"))
-        .transpose()?;
+    let dropout_per_epoch =
+        EpochSchedule::parse_option(a.dropout_per_epoch.as_deref(), "--dropout-per-epoch")?;
     if let Some(d) = &dropout_per_epoch {
         if a.dropout_schedule.is_some() {
             return Err(Error::Usage(
@@ -589,6 +555,18 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         seed: opts.srand,
     };
     Ok((opts, chunk))
+}
+
+/// An option that names one of two choices (`--name=no|yes`, absent: `no`): whether it is
+/// the second.
+fn one_of_two(value: Option<&str>, name: &str, [no, yes]: [&str; 2]) -> Result<bool> {
+    match value.unwrap_or(no) {
+        v if v == no => Ok(false),
+        v if v == yes => Ok(true),
+        other => Err(Error::Usage(format!(
+            "--{name}={other}: expected {no} or {yes}"
+        ))),
+    }
 }
 
 /// Runs the command.

@@ -7,6 +7,7 @@ pub mod egs;
 pub mod htk;
 pub mod index_codec;
 pub mod kaldi_matrix;
+pub mod le_bytes;
 pub mod mlf;
 pub mod output_file;
 pub mod sparse;

@@ -28,25 +28,13 @@ fn gemm_f64(dst: &mut [f64], lhs: &[f64], rhs: &[f64], m: usize, k: usize, n: us
     // above), `dst` is a unique borrow so it overlaps neither operand, and with
     // read_dst = false the destination is only written.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            lhs.as_ptr(),
-            1,
-            k as isize,
-            rhs.as_ptr(),
-            1,
-            n as isize,
-            0.0,
+        super::gemm::strided_gemm(
+            [m, n, k],
+            super::gemm::Operand::new(dst.as_mut_ptr(), 1, n as isize),
+            super::gemm::Operand::new(lhs.as_ptr(), 1, k as isize),
+            super::gemm::Operand::new(rhs.as_ptr(), 1, n as isize),
             1.0,
-            false,
-            false,
-            false,
+            0.0,
             gemm::Parallelism::None,
         );
     }

@@ -252,25 +252,13 @@ fn product_into_rows(
     // r·rhs_rs + c inside rhs's n × k view. `dst` is a unique borrow, so it overlaps neither
     // input; with read_dst = false gemm never reads it.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dp,
-            dst_rs,
-            1,
-            beta != 0.0,
-            lhs.as_ptr(),
-            lhs_cs as isize,
-            1,
-            rp,
-            rhs_rs,
-            1,
-            beta,
+        super::gemm::strided_gemm(
+            [m, n, k],
+            super::gemm::Operand::new(dp, dst_rs, 1),
+            super::gemm::Operand::new(lhs.as_ptr(), lhs_cs as isize, 1),
+            super::gemm::Operand::new(rp, rhs_rs, 1),
             alpha,
-            false,
-            false,
-            false,
+            beta,
             parallelism,
         );
     }

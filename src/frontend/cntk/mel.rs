@@ -49,6 +49,7 @@
 //! Errors name the MEL file and line.
 
 use crate::error::{Error, Result};
+use crate::nnet::component::Component;
 use crate::nnet::edit::name_matches_pattern;
 use crate::nnet::network::{NetworkNode, Nnet};
 use crate::nnet::ObjectiveType;
@@ -298,12 +299,9 @@ impl<'a> Mel<'a> {
     /// The nodes of model `m` matching `pattern`.
     fn matching_nodes(&self, m: &str, pattern: &str) -> std::result::Result<Vec<String>, String> {
         let nnet = &self.models[m];
-        let v: Vec<String> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
-            .map(|(_, n)| n.clone())
+        let v: Vec<String> = script_nodes(nnet)
+            .filter(|n| name_matches_pattern(n, pattern))
+            .cloned()
             .collect();
         if v.is_empty() {
             return Err(format!("no node of model {m} matches '{pattern}'"));
@@ -353,19 +351,12 @@ impl<'a> Mel<'a> {
                 let c = nnet.component_index(from).ok_or_else(|| {
                     format!("model {m} has no parameter '{from}' (input 0 of '{n}' is its weight)")
                 })?;
-                let new = &nnet.components[c];
-                if new.type_name() != comp.type_name()
-                    || new.input_dim() != comp.input_dim()
-                    || new.output_dim() != comp.output_dim()
-                {
+                let new = nnet.components[c].as_ref();
+                if kind(new) != kind(comp.as_ref()) {
                     return Err(format!(
-                        "'{from}' ({} {}x{}) cannot be the weight of '{n}' ({} {}x{})",
-                        new.type_name(),
-                        new.input_dim(),
-                        new.output_dim(),
-                        comp.type_name(),
-                        comp.input_dim(),
-                        comp.output_dim()
+                        "'{from}' ({}) cannot be the weight of '{n}' ({})",
+                        kind(new),
+                        kind(comp.as_ref())
                     ));
                 }
                 lines.push_str(&format!(
@@ -552,12 +543,8 @@ impl<'a> Mel<'a> {
         let (mt, pt) = self.split_model(&to)?;
         let src = &self.models[&mf];
         let dst = &self.models[&mt];
-        let names: Vec<String> = src
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !src.is_component_input_node(i))
-            .map(|(_, n)| n.clone())
+        let names: Vec<String> = script_nodes(src)
+            .cloned()
             .chain(
                 src.component_names
                     .iter()
@@ -641,14 +628,7 @@ impl<'a> Mel<'a> {
                 .map_err(|e| e.to_string())?;
         }
         *nnet = edited;
-        self.log.push(format!(
-            "CopyNode: {}",
-            pairs
-                .iter()
-                .map(|(a, b)| format!("{a} -> {b}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        self.log.push(format!("CopyNode: {}", arrows(&pairs)));
         Ok(())
     }
 
@@ -664,18 +644,11 @@ impl<'a> Mel<'a> {
     ) -> std::result::Result<(), String> {
         let c = self.models[ma].components[a].clone();
         let target = &mut self.models.get_mut(mb).expect("checked").components[b];
-        if c.type_name() != target.type_name()
-            || c.input_dim() != target.input_dim()
-            || c.output_dim() != target.output_dim()
-        {
+        if kind(c.as_ref()) != kind(target.as_ref()) {
             return Err(format!(
-                "CopyNode: {an} ({} {}x{}) and {bn} ({} {}x{}) differ",
-                c.type_name(),
-                c.input_dim(),
-                c.output_dim(),
-                target.type_name(),
-                target.input_dim(),
-                target.output_dim()
+                "CopyNode: {an} ({}) and {bn} ({}) differ",
+                kind(c.as_ref()),
+                kind(target.as_ref())
             ));
         }
         *target = c;
@@ -789,12 +762,9 @@ impl<'a> Mel<'a> {
     fn delete_node(&mut self, target: &str, line: usize) -> std::result::Result<(), String> {
         let (m, pattern) = self.split_model(target)?;
         let nnet = &self.models[&m];
-        let mut names: Vec<(String, bool)> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
-            .map(|(_, n)| (n.clone(), false))
+        let mut names: Vec<(String, bool)> = script_nodes(nnet)
+            .filter(|n| name_matches_pattern(n, pattern))
+            .map(|n| (n.clone(), false))
             .collect();
         if names.is_empty() {
             names = nnet
@@ -897,13 +867,7 @@ impl<'a> Mel<'a> {
             return Err(format!("Rename across models ({m} and {m2})"));
         }
         let nnet = &self.models[&m];
-        let nodes: Vec<String> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !nnet.is_component_input_node(i))
-            .map(|(_, n)| n.clone())
-            .collect();
+        let nodes: Vec<String> = script_nodes(nnet).cloned().collect();
         let all: Vec<String> = nodes
             .iter()
             .chain(nnet.component_names.iter())
@@ -949,14 +913,7 @@ impl<'a> Mel<'a> {
                 p.name = n.clone();
             }
         }
-        self.log.push(format!(
-            "Rename: {}",
-            pairs
-                .iter()
-                .map(|(a, b)| format!("{a} -> {b}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        self.log.push(format!("Rename: {}", arrows(&pairs)));
         Ok(())
     }
 
@@ -1101,6 +1058,31 @@ struct PendingDelete {
     line: usize,
     /// A Parameter (component) rather than a node.
     param: bool,
+}
+
+/// The names of the nodes a script can name: all but the input nodes compnet adds in front
+/// of components.
+fn script_nodes(nnet: &Nnet) -> impl Iterator<Item = &String> {
+    nnet.node_names
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !nnet.is_component_input_node(i))
+        .map(|(_, n)| n)
+}
+
+/// `a -> b, c -> d` for the (old, new) name pairs of a copy or rename, for the log.
+fn arrows(pairs: &[(String, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(a, b)| format!("{a} -> {b}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A component's type and dimensions as `Type INxOUT`: what must agree for one component to
+/// take another's place or parameters.
+fn kind(c: &dyn Component) -> String {
+    format!("{} {}x{}", c.type_name(), c.input_dim(), c.output_dim())
 }
 
 /// The `name=` of a config line.

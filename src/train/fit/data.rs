@@ -149,6 +149,21 @@ pub struct DataSet {
     pub examples: Arc<Vec<NnetExample>>,
 }
 
+impl DataSet {
+    /// The examples made from `source`; none is an error naming it.
+    fn new(source: &str, examples: Vec<NnetExample>) -> Result<DataSet> {
+        if examples.is_empty() {
+            return Err(Error::Usage(format!(
+                "{source}: the data set is empty (no examples could be made from it)"
+            )));
+        }
+        Ok(DataSet {
+            source: source.to_string(),
+            examples: Arc::new(examples),
+        })
+    }
+}
+
 /// Reads `spec` (an egs rspecifier or a data directory) for `nnet`, checking every example's
 /// inputs and supervision against the network.
 pub fn load(spec: &str, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
@@ -164,15 +179,7 @@ pub fn load(spec: &str, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
     } else {
         examples_from_directory(spec, nnet, chunk, None)?
     };
-    if examples.is_empty() {
-        return Err(Error::Usage(format!(
-            "{spec}: the data set is empty (no examples could be made from it)"
-        )));
-    }
-    Ok(DataSet {
-        source: spec.to_string(),
-        examples: Arc::new(examples),
-    })
+    DataSet::new(spec, examples)
 }
 
 /// Every io must name an input or output node of the same dimension, and sparse supervision
@@ -236,31 +243,13 @@ pub type UtteranceList = std::collections::HashMap<String, (usize, usize)>;
 /// Reads Kaldi features and labels for `nnet`, cut into examples as a data directory is.
 pub fn load_kaldi(src: &KaldiSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
     let examples = examples_from(&src.feats, nnet, chunk, None, Some(src))?;
-    if examples.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: the data set is empty (no examples could be made from it)",
-            src.feats
-        )));
-    }
-    Ok(DataSet {
-        source: src.feats.clone(),
-        examples: Arc::new(examples),
-    })
+    DataSet::new(&src.feats, examples)
 }
 
 /// Reads an HTK script and MLF for `nnet`, cut into examples as a data directory is.
 pub fn load_htk(src: &HtkSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
     let examples = examples_from_directory(&src.scp, nnet, chunk, Some(src.clone()))?;
-    if examples.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: the data set is empty (no examples could be made from it)",
-            src.scp
-        )));
-    }
-    Ok(DataSet {
-        source: src.scp.clone(),
-        examples: Arc::new(examples),
-    })
+    DataSet::new(&src.scp, examples)
 }
 
 fn examples_from_directory(
