@@ -10,49 +10,32 @@ typedef long long i64;
   for (int r = blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += gridDim.y * blockDim.y) \
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
 
-// x = f(x): v is x's element, a and b are scalars.
-#define EW1(name, expr)                                                                     \
-  extern "C" __global__ void name(float* x, int sx, int rows, int cols, float a, float b) { \
-    FOR_RC {                                                                                \
-      float v = x[(i64)r * sx + c];                                                         \
-      (void)v;                                                                              \
-      x[(i64)r * sx + c] = (expr);                                                          \
-    }                                                                                       \
+// One element-wise kernel: x = expr, where v is x's element and OPERANDS/LOADS add the
+// other matrices' parameters and elements (u of y, w of z, read transposed by EW2T); a and b
+// are scalars. The parameter and load lists are macros so that their commas pass through.
+#define ELEMENTWISE(name, OPERANDS, LOADS, expr)                                            \
+  extern "C" __global__ void name(float* x, int sx, OPERANDS int rows, int cols, float a,  \
+                                  float b) {                                               \
+    FOR_RC {                                                                               \
+      float v = x[(i64)r * sx + c];                                                        \
+      (void)v;                                                                             \
+      LOADS                                                                                \
+      x[(i64)r * sx + c] = (expr);                                                         \
+    }                                                                                      \
   }
+#define NO_OPERANDS
+#define NO_LOADS
+#define Y_OPERAND const float *y, int sy,
+#define Y_LOAD float u = y[(i64)r * sy + c];
+#define YT_LOAD float u = y[(i64)c * sy + r];
+#define YZ_OPERANDS const float *y, int sy, const float *z, int sz,
+#define YZ_LOADS float u = y[(i64)r * sy + c]; float w = z[(i64)r * sz + c];
 
-// x = f(x, y): u is y's element.
-#define EW2(name, expr)                                                                  \
-  extern "C" __global__ void name(float* x, int sx, const float* y, int sy, int rows,    \
-                                  int cols, float a, float b) {                          \
-    FOR_RC {                                                                             \
-      float v = x[(i64)r * sx + c];                                                      \
-      float u = y[(i64)r * sy + c];                                                      \
-      x[(i64)r * sx + c] = (expr);                                                       \
-    }                                                                                    \
-  }
-
-// x = f(x, yᵀ): u is y's element (c, r).
-#define EW2T(name, expr)                                                                 \
-  extern "C" __global__ void name(float* x, int sx, const float* y, int sy, int rows,    \
-                                  int cols, float a, float b) {                          \
-    FOR_RC {                                                                             \
-      float v = x[(i64)r * sx + c];                                                      \
-      float u = y[(i64)c * sy + r];                                                      \
-      x[(i64)r * sx + c] = (expr);                                                       \
-    }                                                                                    \
-  }
-
-// x = f(x, y, z): u is y's element, w is z's.
-#define EW3(name, expr)                                                                       \
-  extern "C" __global__ void name(float* x, int sx, const float* y, int sy, const float* z, \
-                                  int sz, int rows, int cols, float a, float b) {           \
-    FOR_RC {                                                                                  \
-      float v = x[(i64)r * sx + c];                                                           \
-      float u = y[(i64)r * sy + c];                                                           \
-      float w = z[(i64)r * sz + c];                                                           \
-      x[(i64)r * sx + c] = (expr);                                                            \
-    }                                                                                         \
-  }
+// x = f(x); x = f(x, y); x = f(x, yᵀ); x = f(x, y, z).
+#define EW1(name, expr) ELEMENTWISE(name, NO_OPERANDS, NO_LOADS, expr)
+#define EW2(name, expr) ELEMENTWISE(name, Y_OPERAND, Y_LOAD, expr)
+#define EW2T(name, expr) ELEMENTWISE(name, Y_OPERAND, YT_LOAD, expr)
+#define EW3(name, expr) ELEMENTWISE(name, YZ_OPERANDS, YZ_LOADS, expr)
 
 // x = f(x, p[i]): p is a vector, read at i = c (one element per column) or i = r (per row);
 // pi is that element.

@@ -42,6 +42,22 @@ fn empty(x: &MatViewMut<'_>) -> bool {
     x.rows == 0 || x.cols == 0
 }
 
+/// A matrix argument, (pointer, row stride), of `y`, or of `x` itself where `y` is `None`
+/// (the in-place forms).
+fn or_self(x: &mut MatViewMut<'_>, y: Option<MatView<'_>>) -> [Arg; 2] {
+    match y {
+        Some(y) => [p(&y), int(y.stride)],
+        None => [pm(x), int(x.stride)],
+    }
+}
+
+/// Launches a one-block-per-unit kernel (a row, or a block of a row) over `units` units,
+/// with `scalar_bytes` of shared memory per thread for its reductions.
+fn per_row(name: &'static str, units: usize, scalar_bytes: u32, args: &[Arg]) {
+    let shared = ROW_THREADS * scalar_bytes;
+    gpu().launch(name, grid_rows(units), (ROW_THREADS, 1, 1), shared, args);
+}
+
 /// `x = f(x, operands...)` by kernel `name` with scalars `a`, `b`: the element-wise kernels
 /// (`EW1`, `EW2`, `EW2T`, `EW3` in kernels.cu) take each matrix as (pointer, row stride),
 /// then rows, columns, a and b.
@@ -117,52 +133,43 @@ pub(in crate::matrix) fn rows_by_index(
     gpu().free(ip, class);
 }
 
-/// `out = alpha · (sum of m's rows) + beta · out`.
-pub(in crate::matrix) fn add_row_sum(out: &mut Vector, alpha: Real, m: MatView<'_>, beta: Real) {
+/// `out = alpha · (sums of m's rows, `by_rows`; or of its columns) + beta · out` (Kaldi's
+/// AddRowSumMat: a column's sum over the rows; AddColSumMat: a row's sum over the columns).
+pub(in crate::matrix) fn add_sums(
+    out: &mut Vector,
+    alpha: Real,
+    m: MatView<'_>,
+    beta: Real,
+    over_rows: bool,
+) {
     let (r, c) = (m.rows, m.cols);
-    if c == 0 {
+    let (args, n) = (
+        [
+            pv(out),
+            p(&m),
+            int(m.stride),
+            int(r),
+            int(c),
+            Arg::Float(alpha),
+            Arg::Float(beta),
+        ],
+        if over_rows { c } else { r },
+    );
+    if n == 0 {
         return;
     }
-    let args = [
-        pv(out),
-        p(&m),
-        int(m.stride),
-        int(r),
-        int(c),
-        Arg::Float(alpha),
-        Arg::Float(beta),
-    ];
-    gpu().launch(
-        "k_add_row_sum",
-        (c.div_ceil(256) as u32, 1, 1),
-        (256, 1, 1),
-        0,
-        &args,
-    );
-}
-
-/// `out = alpha · (sum of m's columns) + beta · out`.
-pub(in crate::matrix) fn add_col_sum(out: &mut Vector, alpha: Real, m: MatView<'_>, beta: Real) {
-    let (r, c) = (m.rows, m.cols);
-    if r == 0 {
-        return;
+    if over_rows {
+        // One thread per column, the rows in order.
+        gpu().launch(
+            "k_add_row_sum",
+            (n.div_ceil(256) as u32, 1, 1),
+            (256, 1, 1),
+            0,
+            &args,
+        );
+    } else {
+        per_row("k_add_col_sum", n, 4, &args);
     }
-    let args = [
-        pv(out),
-        p(&m),
-        int(m.stride),
-        int(r),
-        int(c),
-        Arg::Float(alpha),
-        Arg::Float(beta),
-    ];
-    gpu().launch(
-        "k_add_col_sum",
-        grid_rows(r),
-        (ROW_THREADS, 1, 1),
-        ROW_THREADS * 4,
-        &args,
-    );
 }
 
 /// `x = softmax(y)` or `log_softmax(y)` per row; `y` = `None`: of `x` itself.
@@ -175,26 +182,10 @@ pub(in crate::matrix) fn softmax_rows(
         return;
     }
     let (r, c) = (x.rows, x.cols);
-    let (yp, ys) = match y {
-        Some(y) => (p(&y), y.stride),
-        None => (pm(x), x.stride),
-    };
-    let args = [
-        pm(x),
-        int(x.stride),
-        yp,
-        int(ys),
-        int(r),
-        int(c),
-        Arg::Int(log_form as i32),
-    ];
-    gpu().launch(
-        "k_softmax_rows",
-        grid_rows(r),
-        (ROW_THREADS, 1, 1),
-        ROW_THREADS * 4,
-        &args,
-    );
+    let mut args = vec![pm(x), int(x.stride)];
+    args.extend(or_self(x, y));
+    args.extend([int(r), int(c), Arg::Int(log_form as i32)]);
+    per_row("k_softmax_rows", r, 4, &args);
 }
 
 /// The backward pass of `softmax_rows` from the value `y` and output derivative `d`; `d` =
@@ -209,38 +200,18 @@ pub(in crate::matrix) fn diff_softmax_rows(
         return;
     }
     let (r, c) = (x.rows, x.cols);
-    let (dp, ds) = match d {
-        Some(d) => (p(&d), d.stride),
-        None => (pm(x), x.stride),
-    };
-    let args = [
-        pm(x),
-        int(x.stride),
-        p(&y),
-        int(y.stride),
-        dp,
-        int(ds),
-        int(r),
-        int(c),
-        Arg::Int(log_form as i32),
-    ];
-    gpu().launch(
-        "k_diff_softmax_rows",
-        grid_rows(r),
-        (ROW_THREADS, 1, 1),
-        ROW_THREADS * 4,
-        &args,
-    );
+    let mut args = vec![pm(x), int(x.stride), p(&y), int(y.stride)];
+    args.extend(or_self(x, d));
+    args.extend([int(r), int(c), Arg::Int(log_form as i32)]);
+    per_row("k_diff_softmax_rows", r, 4, &args);
 }
 
 /// `c = alpha · op(a) · op(b) + beta · c` by cuBLAS (shapes checked by the caller, all ≥ 1).
 pub(in crate::matrix) fn gemm(
     c: &mut MatViewMut<'_>,
     alpha: Real,
-    a: MatView<'_>,
-    ta: Trans,
-    b: MatView<'_>,
-    tb: Trans,
+    (a, ta): (MatView<'_>, Trans),
+    (b, tb): (MatView<'_>, Trans),
     beta: Real,
 ) {
     let k = if ta == Trans::No { a.cols } else { a.rows };
@@ -268,34 +239,24 @@ pub(in crate::matrix) fn normalize(
     target_rms: Real,
     add_log: bool,
 ) {
-    let rows = x.rows;
-    let (yp, ys, cols) = match y {
-        Some(y) => (p(&y), y.stride, y.cols),
-        None => (pm(x), x.stride, x.cols),
-    };
+    let (rows, cols) = (x.rows, y.map_or(x.cols, |y| y.cols));
     if rows == 0 || cols == 0 || block_dim == 0 {
         return;
     }
-    let nblocks = cols / block_dim;
-    let args = [
-        pm(x),
-        int(x.stride),
-        yp,
-        int(ys),
+    let blocks = cols / block_dim;
+    let mut args = vec![pm(x), int(x.stride)];
+    args.extend(or_self(x, y));
+    args.extend([
         int(rows),
-        int(nblocks),
+        int(blocks),
         int(block_dim),
         Arg::Int(add_log as i32),
+    ]);
+    args.extend([
         Arg::Float(block_dim as f32 * target_rms * target_rms),
         Arg::Float(target_rms.ln()),
-    ];
-    gpu().launch(
-        "k_normalize",
-        grid_rows(rows * nblocks),
-        (ROW_THREADS, 1, 1),
-        ROW_THREADS * 4,
-        &args,
-    );
+    ]);
+    per_row("k_normalize", rows * blocks, 4, &args);
 }
 
 /// Kaldi's DiffNormalizePerRow into `x` from the input value `v` and the output derivative
@@ -312,33 +273,20 @@ pub(in crate::matrix) fn diff_normalize(
     if rows == 0 || cols == 0 || block_dim == 0 {
         return;
     }
-    let overwrite = d.is_none();
-    let (dp, ds) = match d {
-        Some(d) => (p(&d), d.stride),
-        None => (pm(x), x.stride),
-    };
-    let args = [
-        pm(x),
-        int(x.stride),
-        p(&v),
-        int(v.stride),
-        dp,
-        int(ds),
+    let (blocks, overwrite) = (cols / block_dim, d.is_none());
+    let mut args = vec![pm(x), int(x.stride), p(&v), int(v.stride)];
+    args.extend(or_self(x, d));
+    args.extend([
         int(rows),
-        int(cols / block_dim),
+        int(blocks),
         int(block_dim),
         Arg::Int((add_log && !overwrite) as i32),
+    ]);
+    args.extend([
         Arg::Float(block_dim as f32 * target_rms * target_rms),
         Arg::Int(overwrite as i32),
-    ];
-    let blocks = rows * (cols / block_dim);
-    gpu().launch(
-        "k_diff_normalize",
-        grid_rows(blocks),
-        (ROW_THREADS, 1, 1),
-        ROW_THREADS * 4,
-        &args,
-    );
+    ]);
+    per_row("k_diff_normalize", rows * blocks, 4, &args);
 }
 
 /// What [`row_reduce`] sums per row.
@@ -374,13 +322,7 @@ pub(in crate::matrix) fn row_reduce(x: MatView<'_>, what: RowSum<'_>) -> Vec<f64
         int(cols),
         Arg::Int(mode),
     ];
-    gpu().launch(
-        "k_row_reduce",
-        grid_rows(rows),
-        (ROW_THREADS, 1, 1),
-        ROW_THREADS * 8,
-        &args,
-    );
+    per_row("k_row_reduce", rows, 8, &args);
     // SAFETY: `out` is a managed buffer of `rows` doubles that the finished kernel wrote.
     let sums = unsafe { std::slice::from_raw_parts(out as *const f64, rows) }.to_vec();
     gpu().free(out, class);
