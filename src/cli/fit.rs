@@ -195,6 +195,8 @@ fit_args! {
     max_deriv_time_relative: i32 = "max-deriv-time-relative",
     /// Threads of every thread pool [0 = all cores].
     num_threads: usize = "num-threads",
+    /// Where to train: cpu, or cuda (the first GPU; a build with --features cuda; an error without one) [cpu].
+    device: String = "device",
     /// The language of <config-or-model> when not a model: kaldi, ndl or brainstorm [by extension: .ndl, .json, else kaldi].
     format: String = "format",
     /// Training on the processes of `mpirun -np N` (a build with --features mpi): none; data (each minibatch split over the ranks, gradients summed; --minibatch-size is the global size); average:K (each rank steps on its share with the learning rate x N, models averaged every K minibatches) [none].
@@ -649,6 +651,13 @@ fn train(
         ));
     };
     set_threads(a.num_threads.unwrap_or(0));
+    let device = a.device.as_deref().unwrap_or("cpu");
+    let use_gpu =
+        crate::matrix::device::UseGpu::from_device_option(device).map_err(Error::Usage)?;
+    if use_gpu == crate::matrix::device::UseGpu::Yes {
+        super::args::select_device("compnet fit", "yes")
+            .map_err(|e| Error::Usage(format!("--device={device}: {e}")))?;
+    }
     let train_spec = a
         .train
         .clone()

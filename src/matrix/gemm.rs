@@ -2,6 +2,7 @@
 //! `matrixmultiply` and OpenBLAS; see docs/PERFORMANCE.md, section "GEMM"), and the
 //! process-wide thread bound shared by every parallel kernel.
 
+use super::on_device;
 use super::{MatView, MatViewMut, Real, Trans};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -157,6 +158,7 @@ impl MatViewMut<'_> {
             }
             return;
         }
+        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda::ops::gemm(self, alpha, (a, ta), (b, tb), beta));
         let parallelism = parallelism_for(m, n, k);
         let c_rs = self.stride() as isize;
         let c_ptr = self.as_mut_slice().as_mut_ptr();

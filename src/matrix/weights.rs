@@ -162,7 +162,8 @@ impl WeightMatrix {
         }
         let fresh = self.transposed.get().is_none()
             && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
-        if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
+        // On a GPU the plain product (cuBLAS) is the fast one.
+        if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 || y.place.on_device() {
             let w = self.w.view().cols_range(c0, inp);
             y.add_mat_mat(alpha, x, super::Trans::No, w, super::Trans::Yes, beta);
             return;
@@ -190,7 +191,13 @@ impl WeightMatrix {
             dx.num_rows(),
             dx.num_cols()
         );
-        if rows == 0 || rows > BACKWARD_MAX_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
+        if rows == 0
+            || rows > BACKWARD_MAX_ROWS
+            || inp == 0
+            || out == 0
+            || alpha == 0.0
+            || dx.place.on_device()
+        {
             dx.add_mat_mat(
                 alpha,
                 dy,
