@@ -28,24 +28,7 @@ fi
 ROOT=()
 [ "$(id -u)" = 0 ] && ROOT=(--allow-run-as-root)
 read -r -a EXTRA <<<"${MPIRUN_ARGS:---oversubscribe}"
-python3 - "$OUT" <<'PY'
-import random, struct, sys
-out = sys.argv[1]
-rng = random.Random(1)
-with open(f"{out}/feats.ark", "wb") as f, open(f"{out}/ivec.ark", "wb") as g, open(f"{out}/post.txt", "w") as p:
-    for u in range(48):
-        rows = 300
-        key = b"utt%03d" % u
-        f.write(key + b" \0BFM \4" + struct.pack("<i", rows) + b"\4" + struct.pack("<i", 40))
-        f.write(struct.pack("<%df" % (rows * 40), *(rng.gauss(0, 1) for _ in range(rows * 40))))
-        g.write(key + b" \0BFM \4" + struct.pack("<i", 30) + b"\4" + struct.pack("<i", 100))
-        g.write(struct.pack("<%df" % (30 * 100), *(rng.gauss(0, 1) for _ in range(30 * 100))))
-        p.write(key.decode() + " " + " ".join("[ %d 1 ]" % rng.randrange(3000) for _ in range(rows)) + "\n")
-PY
-"$B" init --srand=1 tests/data/kaldi/perf/wsj_nnet3_tdnn_1a.config "$OUT/wsj.raw" 2>/dev/null
-"$B" get-egs --num-pdfs=3000 --left-context=13 --right-context=7 --num-frames=8 \
-  --online-ivectors="ark:$OUT/ivec.ark" --online-ivector-period=10 \
-  "ark:$OUT/feats.ark" "ark:$OUT/post.txt" "ark:$OUT/egs.ark" 2>/dev/null
+scripts/wsj_data.sh "$B" "$OUT" 48
 params=$("$B" info "$OUT/wsj.raw" 2>/dev/null | sed -n 's/^num-parameters: *//p')
 echo "wsj TDNN: $params parameters ($((params * 4 / 1048576)) MiB of gradient); 1800 egs of 8 frames, minibatches of 256 egs"
 for np in 1 2; do

@@ -21,24 +21,8 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(
 cargo build --release --bin compnet >&2
 B=${CARGO_TARGET_DIR:-target}/release/compnet
 BASE=${BASE:-}
-python3 - "$OUT" <<'PY'
-import random, struct, sys
-out = sys.argv[1]
-rng = random.Random(1)
-with open(f"{out}/feats.ark", "wb") as f, open(f"{out}/ivec.ark", "wb") as g, open(f"{out}/post.txt", "w") as p:
-    for u in range(48):
-        rows = 300
-        key = b"utt%03d" % u
-        f.write(key + b" \0BFM \4" + struct.pack("<i", rows) + b"\4" + struct.pack("<i", 40))
-        f.write(struct.pack("<%df" % (rows * 40), *(rng.gauss(0, 1) for _ in range(rows * 40))))
-        g.write(key + b" \0BFM \4" + struct.pack("<i", 30) + b"\4" + struct.pack("<i", 100))
-        g.write(struct.pack("<%df" % (30 * 100), *(rng.gauss(0, 1) for _ in range(30 * 100))))
-        p.write(key.decode() + " " + " ".join("[ %d 1 ]" % rng.randrange(3000) for _ in range(rows)) + "\n")
-PY
-"$B" init --srand=1 tests/data/kaldi/perf/wsj_nnet3_tdnn_1a.config "$OUT/wsj.raw" 2>/dev/null
-"$B" get-egs --num-pdfs=3000 --left-context=13 --right-context=7 --num-frames=8 \
-  --online-ivectors="ark:$OUT/ivec.ark" --online-ivector-period=10 \
-  "ark:$OUT/feats.ark" "ark:$OUT/post.txt" "ark:$OUT/egs1.ark" 2>/dev/null
+scripts/wsj_data.sh "$B" "$OUT" 48
+mv "$OUT/egs.ark" "$OUT/egs1.ark"
 "$B" shuffle-egs --srand=1 "ark:$OUT/egs1.ark" "ark:$OUT/egs2.ark" 2>/dev/null
 "$B" merge-egs --minibatch-size=256 "ark:$OUT/egs2.ark" "ark:$OUT/egs.ark" 2>/dev/null
 frames=$(( $("$B" compute-prob "$OUT/wsj.raw" "ark:$OUT/egs.ark" 2>&1 | sed -n "s/.*log-likelihood.* over \([0-9]*\) frames.*/\1/p") ))

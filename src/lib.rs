@@ -6,6 +6,7 @@
 //! reads and writes Kaldi's archive formats.
 
 pub mod cli;
+pub mod collective;
 pub mod compile;
 pub mod egs;
 pub mod error;

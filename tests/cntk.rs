@@ -414,6 +414,129 @@ fn one_step_with_cntk_regularisation_and_norm_clipping_matches_the_definition() 
     }
 }
 
+/// CNTK clips each Parameter's gradient by its own norm (`gradientClippingWithTruncation=false`):
+/// an affine component's weights and bias are two Parameters, each scaled to the threshold
+/// on its own, and a Parameter under the threshold keeps its gradient. Clipping over a
+/// component or over the whole model would leave every step below the threshold and scale
+/// the small one too.
+#[test]
+fn norm_clipping_scales_each_parameter_on_its_own() {
+    use compnet::train::fit::stepper::{
+        apply_plain_step, gradient_network, GradientOptions, Stepper, StepperKind, StepperOptions,
+    };
+    let mut nnet = compnet::nnet::Nnet::from_config_text(
+        "input-node name=input dim=2\n\
+         component name=A type=AffineComponent input-dim=2 output-dim=2\n\
+         component name=L type=LinearComponent input-dim=2 output-dim=2\n\
+         component-node name=A component=A input=input\n\
+         component-node name=L component=L input=A\n\
+         output-node name=output input=L objective=quadratic\n",
+        "affine_linear",
+        &mut compnet::random::seeded_rng(0),
+    )
+    .unwrap();
+    // Weights 0; gradients: A's weights of norm 5, A's bias of norm 2, L's of norm 0.14.
+    let (ga, gl) = ([3.0f32, 4.0, 0.0, 0.0, 0.0, 2.0], [0.1f32, 0.0, 0.0, 0.1]);
+    for c in &mut nnet.components {
+        let u = c.as_updatable_mut().unwrap();
+        let zeros = vec![0.0; u.params_to_vec().len()];
+        u.copy_params_from(&zeros);
+    }
+    let mut grad = gradient_network(&nnet);
+    grad.components[0]
+        .as_updatable_mut()
+        .unwrap()
+        .copy_params_from(&ga);
+    grad.components[1]
+        .as_updatable_mut()
+        .unwrap()
+        .copy_params_from(&gl);
+    let mut stepper = Stepper::new(StepperOptions {
+        kind: StepperKind::Sgd,
+        ..Default::default()
+    });
+    let gopts = GradientOptions {
+        clip: 1.0,
+        clip_norm: true,
+        ..Default::default()
+    };
+    assert!(apply_plain_step(
+        &mut stepper,
+        &mut nnet,
+        &mut grad,
+        1.0,
+        1.0,
+        &gopts,
+        1,
+        1.0,
+        &mut compnet::random::seeded_rng(0),
+    ));
+    let a = nnet.components[0].as_updatable().unwrap().params_to_vec();
+    let l = nnet.components[1].as_updatable().unwrap().params_to_vec();
+    // Weights scaled by 1/5, bias by 1/2: each Parameter's step has norm 1; L's unclipped.
+    let want_a = [0.6f32, 0.8, 0.0, 0.0, 0.0, 1.0];
+    for (got, want) in a.iter().zip(&want_a) {
+        assert!((got - want).abs() < 1e-6, "A: {a:?}, want {want_a:?}");
+    }
+    for (got, want) in l.iter().zip(&gl) {
+        assert!((got - want).abs() < 1e-7, "L: {l:?}, want {gl:?}");
+    }
+}
+
+/// The same through `compnet cntk`: with one minibatch per epoch and per-minibatch rate lr,
+/// every Parameter of the NDL network (two layers' W and B) moves by exactly lr times
+/// `clippingThresholdPerSample` between the epoch-1 model and the final one.
+#[test]
+fn cntk_norm_clipping_moves_every_parameter_by_the_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    make_data(&data);
+    let exp = dir.path().join("exp");
+    let config = dir.path().join("clip.config");
+    std::fs::write(
+        &config,
+        format!(
+            "command=Train\ndeviceId=-1\n\
+             Train=[\n action=train\n modelPath={exp}/c.dnn\n\
+             NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={EX}/ndl/one_layer.ndl]\n\
+             SGD=[minibatchSize=100000; learningRatesPerMB=2; maxEpochs=2\n\
+                  gradientClippingWithTruncation=false; clippingThresholdPerSample=0.001]\n\
+             reader=[readerType=HTKMLFReader; randomize=None\n\
+               features=[dim=24; scpFile={data}/train.scp]\n\
+               labels=[mlfFile={data}/train.mlf; labelDim=12; labelMappingFile={data}/states.list]]\n]\n",
+            exp = s(&exp),
+            data = s(&data),
+        ),
+    )
+    .unwrap();
+    ok(&["cntk", &s(&config)]);
+    let read = |p: &Path| compnet::nnet::Nnet::read_model_file(&s(p)).unwrap().nnet;
+    let (before, after) = (read(&exp.join("c.dnn.1")), read(&exp.join("c.dnn")));
+    let mut norms = Vec::new();
+    for (i, name) in before.component_names.iter().enumerate() {
+        let Some(u) = before.components[i].as_updatable() else {
+            continue;
+        };
+        let j = after.component_index(name).unwrap();
+        let v = after.components[j].as_updatable().unwrap().params_to_vec();
+        let step: f64 = u
+            .params_to_vec()
+            .iter()
+            .zip(&v)
+            .map(|(a, b)| f64::from(b - a).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        norms.push((name.clone(), step));
+    }
+    assert_eq!(norms.len(), 4, "{norms:?}");
+    for (name, step) in &norms {
+        assert!(
+            (step / 0.002 - 1.0).abs() < 0.01,
+            "{name}: step {step}: {norms:?}"
+        );
+    }
+}
+
 const MEL_MACROS: &str = "BFF(in, rows, cols)\n{\n B=Parameter(rows, init=fixedvalue, value=0)\n \
     W=Parameter(rows, cols)\n T=Times(W, in)\n BFF=Plus(T, B)\n}\n\
     SBFF(in, rows, cols)\n{\n BFF=BFF(in, rows, cols)\n S=Sigmoid(BFF)\n}\n";
@@ -660,6 +783,150 @@ fn mel_delete_rename_set_property_and_dump() {
     );
 }
 
+/// Runs `mel` (a MEL file's text) on `mel_model()` through `compnet cntk`'s edit action;
+/// the saved model, or the error.
+fn cntk_edit(dir: &Path, mel: &str) -> Result<compnet::nnet::Nnet, String> {
+    let model = dir.join("m.dnn");
+    mel_model().write_model_file(&s(&model), true).unwrap();
+    std::fs::write(dir.join("macros.ndl"), MEL_MACROS).unwrap();
+    std::fs::write(dir.join("e.mel"), mel).unwrap();
+    let new = dir.join("new.dnn");
+    let _ = std::fs::remove_file(&new);
+    std::fs::write(
+        dir.join("edit.config"),
+        format!(
+            "command=Edit\ndeviceId=-1\nDir={}\n\
+             Edit=[action=edit; editPath=$Dir$/e.mel; ndlMacros=$Dir$/macros.ndl\n\
+               CurrModel=$Dir$/m.dnn; NewModel=$Dir$/new.dnn]\n",
+            s(dir)
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["cntk", &s(&dir.join("edit.config"))])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(compnet::nnet::Nnet::read_model_file(&s(&new)).unwrap().nnet)
+}
+
+/// CNTK's SetInputs (every input of one node: a Times its weight then its data),
+/// CopyNodeInputs (a node reads what another reads; a Times shares the other's weight; a
+/// new name makes a node) and ReviseParameter (a Parameter's values from a text matrix, a
+/// vector from a column), through `compnet cntk`'s edit action; bad uses name the MEL line,
+/// a bad matrix its own file and line.
+#[test]
+fn mel_set_inputs_copy_node_inputs_and_revise_parameter_through_an_edit_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // O.W is 3x5 (rows = outputs), L1.BFF.B a vector of 5, written as CNTK writes them.
+    let ow: Vec<Vec<f32>> = (0..3)
+        .map(|r| (0..5).map(|c| r as f32 * 0.5 - c as f32 * 0.25).collect())
+        .collect();
+    let text: String = ow
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect();
+    std::fs::write(d.join("ow.txt"), format!("{text}\n")).unwrap();
+    std::fs::write(d.join("b.txt"), "0.1\n-0.2\n0.3\n\n-0.4\n0.5\n").unwrap();
+    let n = cntk_edit(
+        d,
+        "m=LoadModel($CurrModel$)\nSetDefaultModel(m)\nL2=SBFF(L1.S, 5, 5)\n\
+         SetInputs(O.T, O.W, L2.S)\n\
+         CopyNode(L2.BFF.W, L2.W2)\n\
+         SetNodeInputs(L2.BFF.T, L2.W2, L1.S)\n\
+         CopyNodeInputs(L2.BFF.T, O.T2)\n\
+         CopyInputs(L1.S, L2.S)\n\
+         ReviseParameter(O.W, $Dir$/ow.txt)\n\
+         ReviseParameter(m.L1.BFF.B, $Dir$/b.txt)\n\
+         SaveModel(m, $NewModel$)\n",
+    )
+    .unwrap();
+    for want in [
+        "component-node name=O.T component=O.W input=L2.S",
+        "component-node name=L2.BFF.T component=L2.W2 input=L1.S",
+        // A new Times with the inputs of L2.BFF.T: the same weight, the same data.
+        "component-node name=O.T2 component=L2.W2 input=L1.S",
+        // L2.S keeps its own sigmoid and now reads L1.S's input.
+        "component-node name=L2.S component=L2.S input=Sum(L1.BFF.T, L1.BFF.B)",
+    ] {
+        assert!(has_line(&n, want), "{want}:\n{:#?}", n.config_lines());
+    }
+    assert_eq!(
+        comp_params(&n, "O.W"),
+        ow.concat(),
+        "ReviseParameter(O.W) row by row"
+    );
+    assert_eq!(comp_params(&n, "L1.BFF.B"), vec![0.1, -0.2, 0.3, -0.4, 0.5]);
+    // The weights not revised are the model's.
+    assert_eq!(
+        comp_params(&n, "L1.BFF.W"),
+        comp_params(&mel_model(), "L1.BFF.W")
+    );
+    let load = "m=LoadModel($CurrModel$)\n";
+    for (body, want) in [
+        (
+            "SetInputs(O.T, L1.S)\n",
+            "e.mel:2: 'O.T' (LinearComponent) has 2 inputs (its weight Parameter, then its data), SetInputs gave 1",
+        ),
+        (
+            "SetInputs(L1.S, O.T, input)\n",
+            "e.mel:2: 'L1.S' (SigmoidComponent) has 1 input, SetInputs gave 2",
+        ),
+        (
+            "SetInputs(*.T, O.W, L1.S)\n",
+            "e.mel:2: SetInputs sets the inputs of one node; '*.T' matches 2",
+        ),
+        (
+            "SetInputs(O.T, L1.BFF.W, L1.S)\n",
+            "e.mel:2: 'L1.BFF.W' (LinearComponent 4x5) cannot be the weight of 'O.T'",
+        ),
+        (
+            "SetInputs(L1.S, *.T)\n",
+            "e.mel:2: '*.T' names 2 nodes (L1.BFF.T, O.T); each input is one node",
+        ),
+        (
+            "CopyNodeInputs(L1.S, O.T)\n",
+            "e.mel:2: CopyNodeInputs: 'L1.S' (SigmoidComponent) and 'O.T' (LinearComponent) take different inputs",
+        ),
+        (
+            "CopyNodeInputs(L1.BFF.T, O.T)\n",
+            "e.mel:2: 'L1.BFF.W' (LinearComponent 4x5) cannot be the weight of 'O.T'",
+        ),
+        (
+            "\nReviseParameter(O.W, $Dir$/b.txt)\n",
+            "b.txt: a 5x1 matrix, but Parameter 'O.W' is 3x5",
+        ),
+        (
+            "ReviseParameter(O.T, $Dir$/ow.txt)\n",
+            "e.mel:2: no Parameter of model m matches 'O.T'",
+        ),
+        ("ReviseParameter(O.W)\n", "e.mel:2: ReviseParameter(parameter, file): two arguments"),
+    ] {
+        let e = cntk_edit(d, &format!("{load}{body}SaveModel(m, $NewModel$)\n"))
+            .expect_err(body);
+        assert!(e.contains(want), "{body:?}: {e}");
+    }
+    // A bad matrix file: its own line.
+    std::fs::write(d.join("ow.txt"), "1 2 3 4 5\n1 2 x 4 5\n").unwrap();
+    let e = cntk_edit(d, &format!("{load}ReviseParameter(O.W, $Dir$/ow.txt)\n")).unwrap_err();
+    assert!(e.contains("ow.txt:2: 'x' is not a finite number"), "{e}");
+    std::fs::write(d.join("ow.txt"), "1 2 3 4 5\n\n1 2 3 4\n").unwrap();
+    let e = cntk_edit(d, &format!("{load}ReviseParameter(O.W, $Dir$/ow.txt)\n")).unwrap_err();
+    assert!(
+        e.contains("ow.txt:3: 4 numbers, but the rows above have 5"),
+        "{e}"
+    );
+}
+
 /// Kaldi text archives of the corpus's `split`: features (`feats.ark`), posteriors
 /// (`post.ark`), alignments (`ali.ark`) and feat-to-len's counts (`counts`), under `out`.
 fn kaldi_archives(data: &Path, split: &str, out: &Path) -> Vec<(String, usize)> {
@@ -901,4 +1168,303 @@ fn fit_takes_cntk_sgd_settings_as_options() {
         let e = fails(&a);
         assert!(e.contains(want), "{bad}: {e}");
     }
+}
+
+/// A feed-forward NDL network over `v` one-hot inputs (times `ctx` stacked words) and `out`
+/// labels, with the bundled macros.
+fn text_ndl(dir: &Path, v: usize, ctx: usize, out: usize) -> String {
+    let p = dir.join("text.ndl");
+    std::fs::write(
+        &p,
+        format!(
+            "features=Input({}, tag=feature)\nlabels=Input({out}, tag=label)\n\
+             L1=SBFF(features, 24, {})\nCE=SMBFF(L1, {out}, 24, labels, tag=Criteria)\n\
+             Err=ErrorPrediction(labels, CE.BFF, tag=Eval)\n",
+            v * ctx,
+            v * ctx
+        ),
+    )
+    .unwrap();
+    s(&p)
+}
+
+/// CNTK's LMSequenceReader: sentences of a word-class vocabulary, each a sequence whose
+/// labels are the next words (`</s>` added at both ends), trained and evaluated through
+/// `compnet cntk`. The sentences run w_k, w_k+1, ..., w7 from a random k, so every next word
+/// but the first is determined: the error rate falls far below chance (8/9).
+#[test]
+fn lm_sequence_reader_trains_a_next_word_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut vocab = String::from("0 100 </s> 0\n");
+    for w in 0..8 {
+        vocab.push_str(&format!("{} 10 w{w} {}\n", w + 1, w % 2));
+    }
+    std::fs::write(d.join("vocab.txt"), &vocab).unwrap();
+    let mut rng = compnet::random::seeded_rng(3);
+    let mut text = String::new();
+    for _ in 0..200 {
+        let k = rng.random_range(0..7);
+        let words: Vec<String> = (k..8).map(|w| format!("w{w}")).collect();
+        text.push_str(&(words.join(" ") + "\n"));
+    }
+    std::fs::write(d.join("train.txt"), &text).unwrap();
+    let ndl = text_ndl(d, 9, 1, 9);
+    let reader = |f: &str| {
+        format!(
+            "reader=[readerType=LMSequenceReader; randomize=None; wordclass={dir}/vocab.txt\n\
+               file={dir}/{f}; features=[dim=0]\n\
+               labelIn=[labelType=Category; labelDim=9; beginSequence=\"</s>\"; endSequence=\"</s>\"]\n\
+               labels=[labelType=NextWord; labelDim=9]]\n",
+            dir = s(d)
+        )
+    };
+    std::fs::write(
+        d.join("lm.config"),
+        format!(
+            "command=Train:Test\ndeviceId=-1\n\
+             Train=[action=train; modelPath={dir}/lm.dnn\n\
+             NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={ndl}]\n\
+             SGD=[minibatchSize=8; learningRatesPerMB=2; momentumPerMB=0.9; maxEpochs=20]\n{}]\n\
+             Test=[action=eval; modelPath={dir}/lm.dnn\n{}]\n",
+            reader("train.txt"),
+            reader("train.txt"),
+            dir = s(d)
+        ),
+    )
+    .unwrap();
+    let cfg = s(&d.join("lm.config"));
+    let out = cli::succeeds(BIN, &["cntk", &cfg]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let tokens: usize = text.lines().map(|l| l.split_whitespace().count() + 1).sum();
+    assert!(
+        stderr.contains(&format!("200 sentences, {tokens} tokens, 9 words")),
+        "{stderr}"
+    );
+    let err = error_rate(&stdout);
+    assert!(err < 0.3, "error rate {err}:\n{stdout}");
+    // The word after </s> is drawn at random: a model that sees one word at a time errs at
+    // least on every sentence that does not start with the commonest first word (a reader
+    // whose labels were the inputs themselves would reach 0).
+    let mut firsts = std::collections::HashMap::new();
+    for l in text.lines() {
+        *firsts
+            .entry(l.split_whitespace().next().unwrap())
+            .or_insert(0usize) += 1;
+    }
+    let floor = (200 - firsts.values().max().unwrap()) as f64 / tokens as f64;
+    assert!(
+        err > 0.99 * floor,
+        "error rate {err} below the floor {floor}"
+    );
+    // Malformed input names the file and line.
+    std::fs::write(d.join("bad.txt"), "w1 w2\nw3 nope w4\n").unwrap();
+    let e = fails(&[
+        "cntk",
+        &cfg,
+        "command=Test",
+        &format!("Test.reader.file={}/bad.txt", s(d)),
+    ]);
+    assert!(
+        e.contains("bad.txt:2: 'nope' is not in the vocabulary, and neither is unk='<unk>'"),
+        "{e}"
+    );
+    std::fs::write(d.join("vocab.txt"), vocab.replace("3 10 w2 0", "3 10 w2")).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test"]);
+    assert!(
+        e.contains("vocab.txt:4: expected 'index count word class' (4 fields), got 3"),
+        "{e}"
+    );
+    std::fs::write(d.join("vocab.txt"), &vocab).unwrap();
+    let e = fails(&[
+        "cntk",
+        &cfg,
+        "command=Test",
+        "Test.reader.labelIn.labelDim=10",
+    ]);
+    assert!(
+        e.contains("labelDim=10, but the token list has 9 entries"),
+        "{e}"
+    );
+}
+
+/// CNTK's LUSequenceReader on ATIS-style slot filling: `word label` lines, sentences between
+/// blank lines, token files for the words and labels, a word map, `wordContext=-1:0` (the
+/// previous word stacked beside each word, which is what tells a city after "from" from one
+/// after "to"): trained and evaluated to a low error; a bad line names the file and line.
+#[test]
+fn lu_sequence_reader_tags_tokens_with_word_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cities = ["boston", "denver", "dallas", "seattle"];
+    let mut words = vec!["BOS", "EOS", "flights", "from", "to", "<unk>"];
+    words.extend(cities);
+    std::fs::write(d.join("input.txt"), words.join("\n") + "\n").unwrap();
+    std::fs::write(d.join("output.txt"), "O\nB-fromloc\nB-toloc\n").unwrap();
+    std::fs::write(d.join("wordmap.txt"), "flight flights\n").unwrap();
+    let mut rng = compnet::random::seeded_rng(5);
+    let mut text = String::new();
+    for i in 0..150 {
+        let (a, b) = (rng.random_range(0..4), rng.random_range(0..4));
+        let f = if i % 2 == 0 { "flights" } else { "flight" };
+        let (first, second) = if i % 3 == 0 {
+            (("to", "B-toloc"), ("from", "B-fromloc"))
+        } else {
+            (("from", "B-fromloc"), ("to", "B-toloc"))
+        };
+        text.push_str(&format!(
+            "BOS O\n{f} O\n{} O\n{} {}\n{} O\n{} {}\nEOS O\n\n",
+            first.0, cities[a], first.1, second.0, cities[b], second.1
+        ));
+    }
+    std::fs::write(d.join("atis.txt"), &text).unwrap();
+    let ndl = text_ndl(d, words.len(), 2, 3);
+    std::fs::write(
+        d.join("lu.config"),
+        format!(
+            "command=Train:Test\ndeviceId=-1\nD={dir}\n\
+             reader=[readerType=LUSequenceReader; randomize=None; wordContext=-1:0; unk=\"<unk>\"\n\
+               wordmap=$D$/wordmap.txt; file=$D$/atis.txt; features=[dim=0]\n\
+               labelIn=[labelType=Category; usewordmap=true; labelDim=10; beginSequence=\"BOS\"; endSequence=\"EOS\"; token=$D$/input.txt]\n\
+               labels=[labelType=Category; token=$D$/output.txt]]\n\
+             Train=[action=train; modelPath=$D$/lu.dnn\n\
+             NDLNetworkBuilder=[ndlMacros={EX}/ndl/macros.ndl; networkDescription={ndl}]\n\
+             SGD=[minibatchSize=8; learningRatesPerMB=0.5; momentumPerMB=0.9; maxEpochs=8]]\n\
+             Test=[action=eval; modelPath=$D$/lu.dnn]\n",
+            dir = s(d)
+        ),
+    )
+    .unwrap();
+    let cfg = s(&d.join("lu.config"));
+    let out = cli::succeeds(BIN, &["cntk", &cfg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = error_rate(&stdout);
+    assert!(err < 0.05, "error rate {err}:\n{stdout}");
+    // Without the word map, "flight" is <unk> (still read); a label outside the label
+    // tokens, or a line without one, names the line.
+    let bad = text.replacen("B-toloc", "B-city", 1);
+    let line = text.lines().position(|l| l.ends_with("B-toloc")).unwrap() + 1;
+    std::fs::write(d.join("atis.txt"), &bad).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test"]);
+    assert!(
+        e.contains(&format!(
+            "atis.txt:{line}: label 'B-city' is not in the label tokens"
+        )),
+        "{e}"
+    );
+    std::fs::write(d.join("atis.txt"), text.replacen("EOS O\n", "EOS\n", 1)).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test"]);
+    assert!(
+        e.contains("atis.txt:7: expected 'word label', got 'EOS'"),
+        "{e}"
+    );
+    std::fs::write(d.join("atis.txt"), &text).unwrap();
+    let e = fails(&["cntk", &cfg, "command=Test", "reader.wordContext=0"]);
+    assert!(
+        e.contains("10 words × 1 context position(s) = 10 inputs, but the network's input has dimension 20"),
+        "{e}"
+    );
+}
+
+/// `compnet fit` trains from the text sequence readers' formats too: a directory holding
+/// `sentences.txt` and `words.txt` (a language model: next-word labels, `</s>` at both ends)
+/// or `slots.txt`, `words.txt` and `labels.txt` (per-token labels).
+#[test]
+fn fit_trains_from_sentence_and_slot_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let net = d.join("net.config");
+    let config = |v: usize, out: usize| {
+        format!(
+            "input-node name=input dim={v}\n\
+             component name=a type=AffineComponent input-dim={v} output-dim=16\n\
+             component name=r type=SigmoidComponent dim=16\n\
+             component name=o type=AffineComponent input-dim=16 output-dim={out}\n\
+             component name=ls type=LogSoftmaxComponent dim={out}\n\
+             component-node name=a component=a input=input\n\
+             component-node name=r component=r input=a\n\
+             component-node name=o component=o input=r\n\
+             component-node name=ls component=ls input=o\n\
+             output-node name=output input=ls objective=linear\n"
+        )
+    };
+    let fit = |data: &Path, out: &str| {
+        ok(&[
+            "fit",
+            &s(&net),
+            "--train",
+            &s(data),
+            "--valid",
+            &s(data),
+            "--out",
+            &s(&d.join(out)),
+            "--stepper=adam",
+            "--num-epochs=15",
+            "--minibatch-size=4",
+            "--learning-rate=0.02",
+            "--srand=1",
+        ])
+    };
+    let accuracy = |stdout: &str| -> f64 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("validation accuracy "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"))
+    };
+    // Sentences w_k ... w7: every next word but the first is determined.
+    let lm = d.join("lm");
+    std::fs::create_dir_all(&lm).unwrap();
+    let words: Vec<String> = std::iter::once("</s>".to_string())
+        .chain((0..8).map(|w| format!("w{w}")))
+        .collect();
+    std::fs::write(lm.join("words.txt"), words.join("\n") + "\n").unwrap();
+    let text: String = (0..60)
+        .map(|i| {
+            (i % 7..8)
+                .map(|w| format!("w{w}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect();
+    std::fs::write(lm.join("sentences.txt"), &text).unwrap();
+    std::fs::write(&net, config(9, 9)).unwrap();
+    let acc = accuracy(&fit(&lm, "lm_out"));
+    assert!(acc > 0.7, "LM accuracy {acc}");
+    // Slots: the label is a function of the word.
+    let lu = d.join("lu");
+    std::fs::create_dir_all(&lu).unwrap();
+    std::fs::write(lu.join("words.txt"), "BOS\nEOS\nto\nboston\ndenver\n").unwrap();
+    std::fs::write(lu.join("labels.txt"), "O\nB-city\n").unwrap();
+    let slots: String = (0..40)
+        .map(|i| {
+            format!(
+                "BOS O\nto O\n{} B-city\nEOS O\n\n",
+                ["boston", "denver"][i % 2]
+            )
+        })
+        .collect();
+    std::fs::write(lu.join("slots.txt"), &slots).unwrap();
+    std::fs::write(&net, config(5, 2)).unwrap();
+    let acc = accuracy(&fit(&lu, "lu_out"));
+    assert!(acc > 0.95, "LU accuracy {acc}");
+    // A bad line names the file and line.
+    std::fs::write(lu.join("slots.txt"), slots.replacen("to O", "to", 1)).unwrap();
+    let e = fails(&[
+        "fit",
+        &s(&net),
+        "--train",
+        &s(&lu),
+        "--out",
+        &s(&d.join("lu_bad")),
+    ]);
+    assert!(
+        e.contains("slots.txt:2: expected 'word label', got 'to'"),
+        "{e}"
+    );
 }

@@ -4,6 +4,7 @@
 //! `nnet3-am-copy`, `nnet3-am-info`, `nnet3-am-adjust-priors`, `nnet3-am-train-transitions`,
 //! `ali-to-pdf`), written byte for byte as Kaldi writes them.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::compile::context::nnet_context;
 use crate::error::{Error, Result};
@@ -13,7 +14,7 @@ use crate::io::table::{read_object, SequentialTableReader, TableWriter};
 use crate::io::{TokenReader, TokenWriter};
 use crate::log::{fmt_g, log, warn};
 use crate::matrix::Vector;
-use crate::nnet::{edit, Nnet};
+use crate::nnet::Nnet;
 
 /// A `final.mdl`: transition model, network and priors.
 pub struct AmNnet {
@@ -119,18 +120,17 @@ fn node_dim(nnet: &Nnet, name: &str, input: bool) -> i32 {
     }
 }
 
-/// Options of `compnet am-init`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet am-init [options] <tree-in> <topology-in> <input-raw-nnet> <output-am-nnet>\n       compnet am-init [options] <trans-model-in> <input-raw-nnet> <output-am-nnet>",
-    after_help = "e.g.: compnet am-init tree topo 0.raw 0.mdl"
-)]
-pub struct InitArgs {
-    /// Write the model in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// The inputs, then the output.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet am-init`.
+    #[usage("compnet am-init [options] <tree-in> <topology-in> <input-raw-nnet> <output-am-nnet>\n       compnet am-init [options] <trans-model-in> <input-raw-nnet> <output-am-nnet>")]
+    #[example("compnet am-init tree topo 0.raw 0.mdl")]
+    pub struct InitArgs {
+        /// Write the model in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// The inputs, then the output.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs `am-init`.
@@ -148,14 +148,7 @@ pub fn run_init(a: InitArgs) -> Result<i32> {
             (tm, raw, out)
         }
         [tm, raw, out] => (TransitionModel::read_file(tm)?, raw, out),
-        _ => {
-            return Err(Error::Usage(
-                "usage: nnet3-am-init [options] <tree-in> <topology-in> <input-raw-nnet> \
-                 <output-am-nnet>\n  or: nnet3-am-init [options] <trans-model-in> \
-                 <input-raw-nnet> <output-am-nnet>"
-                    .into(),
-            ))
-        }
+        _ => return Err(Error::Usage(format!("usage: {}", InitArgs::USAGE))),
     };
     let nnet = Nnet::read_model_file(raw)?.nnet;
     check_simple(&nnet, raw)?;
@@ -172,59 +165,54 @@ pub fn run_init(a: InitArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Options of `compnet am-copy`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet am-copy [options] <nnet-in> <nnet-out>",
-    after_help = "e.g.: compnet am-copy --binary=false 1.mdl text.mdl\n      compnet am-copy --raw=true 1.mdl 1.raw"
-)]
-pub struct CopyArgs {
-    /// Write the output in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Write only the raw network (no transition model, no priors).
-    #[arg(long, kaldi_bool = "false")]
-    pub raw: bool,
-    /// Replace the network inside the model by this raw network (rxfilename); done before
-    /// the learning rate is changed.
-    #[arg(long = "set-raw-nnet", default_value = "")]
-    pub set_raw_nnet: String,
-    /// Convert every (natural-gradient) repeated-affine component, inside composite
-    /// components too, to the equivalent block-affine component (after --nnet-config,
-    /// before --learning-rate).
-    #[arg(long = "convert-repeated-to-block", kaldi_bool = "false")]
-    pub convert_repeated_to_block: bool,
-    /// Apply this nnet3 config to the network (add or replace components and nodes).
-    #[arg(long = "nnet-config", default_value = "")]
-    pub nnet_config: String,
-    /// A file of edit directives, applied after --nnet-config and --learning-rate.
-    #[arg(long = "edits-config", default_value = "")]
-    pub edits_config: String,
-    /// Edit directives inline (`;` separates lines), applied after --edits-config.
-    #[arg(long, default_value = "")]
-    pub edits: String,
-    /// If >= 0, sets the learning rate of every updatable component.
-    #[arg(long = "learning-rate", default_value_t = -1.0, allow_negative_numbers = true)]
-    pub learning_rate: f32,
-    /// Multiplies the parameters by this factor.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub scale: f32,
-    /// BatchNorm and dropout in test mode (compnet does not collapse components as Kaldi's
-    /// CollapseModel does; the model computes the same outputs).
-    #[arg(long = "prepare-for-test", kaldi_bool = "false")]
-    pub prepare_for_test: bool,
-    /// `<nnet-in> <nnet-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet am-copy`.
+    #[usage("compnet am-copy [options] <nnet-in> <nnet-out>")]
+    #[example("compnet am-copy --binary=false 1.mdl text.mdl\n      compnet am-copy --raw=true 1.mdl 1.raw")]
+    pub struct CopyArgs {
+        /// Write the output in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Write only the raw network (no transition model, no priors).
+        #[arg(long, kaldi_bool = "false")]
+        pub raw: bool,
+        /// Replace the network inside the model by this raw network (rxfilename); done before
+        /// the learning rate is changed.
+        #[arg(long = "set-raw-nnet", default_value = "")]
+        pub set_raw_nnet: String,
+        /// Convert every (natural-gradient) repeated-affine component, inside composite
+        /// components too, to the equivalent block-affine component (after --nnet-config,
+        /// before --learning-rate).
+        #[arg(long = "convert-repeated-to-block", kaldi_bool = "false")]
+        pub convert_repeated_to_block: bool,
+        /// Apply this nnet3 config to the network (add or replace components and nodes).
+        #[arg(long = "nnet-config", default_value = "")]
+        pub nnet_config: String,
+        /// A file of edit directives, applied after --nnet-config and --learning-rate.
+        #[arg(long = "edits-config", default_value = "")]
+        pub edits_config: String,
+        /// Edit directives inline (`;` separates lines), applied after --edits-config.
+        #[arg(long, default_value = "")]
+        pub edits: String,
+        /// If >= 0, sets the learning rate of every updatable component.
+        #[arg(long = "learning-rate", default_value_t = -1.0, allow_negative_numbers = true)]
+        pub learning_rate: f32,
+        /// Multiplies the parameters by this factor.
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+        pub scale: f32,
+        /// BatchNorm and dropout in test mode (compnet does not collapse components as Kaldi's
+        /// CollapseModel does; the model computes the same outputs).
+        #[arg(long = "prepare-for-test", kaldi_bool = "false")]
+        pub prepare_for_test: bool,
+        /// `<nnet-in> <nnet-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs `am-copy`.
 pub fn run_copy(a: CopyArgs) -> Result<i32> {
     const P: &str = "compnet am-copy";
-    let [input, output] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: nnet3-am-copy [options] <nnet-in> <nnet-out>".into(),
-        ));
-    };
+    let [input, output] = CopyArgs::positionals(&a.args)?;
     if !a.learning_rate.is_finite() || !a.scale.is_finite() {
         return Err(Error::Usage(
             "nnet3-am-copy: --learning-rate and --scale must be finite numbers".into(),
@@ -248,21 +236,7 @@ pub fn run_copy(a: CopyArgs) -> Result<i32> {
     if a.learning_rate >= 0.0 {
         am.nnet.set_learning_rate(a.learning_rate);
     }
-    let mut edits: Vec<(String, String)> = Vec::new();
-    if !a.edits_config.is_empty() {
-        edits.push((
-            crate::cli::init::read_config_text(&a.edits_config)?,
-            a.edits_config.clone(),
-        ));
-    }
-    if !a.edits.is_empty() {
-        edits.push((edit::edits_option_text(&a.edits), "--edits".into()));
-    }
-    for (text, file) in edits {
-        for msg in edit::apply_edit_config(&mut am.nnet, &text, &file)? {
-            log(P, &msg);
-        }
-    }
+    crate::cli::copy::apply_edit_options(&mut am.nnet, &a.edits_config, &a.edits, P)?;
     am.nnet.scale_all(a.scale);
     if a.prepare_for_test {
         am.nnet.set_test_modes(true, true, 0);
@@ -280,15 +254,14 @@ pub fn run_copy(a: CopyArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Options of `compnet am-info`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet am-info [options] <nnet>",
-    after_help = "e.g.: compnet am-info 0.mdl"
-)]
-pub struct InfoArgs {
-    /// `<nnet>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet am-info`.
+    #[usage("compnet am-info [options] <nnet>")]
+    #[example("compnet am-info 0.mdl")]
+    pub struct InfoArgs {
+        /// `<nnet>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// The text of `nnet3-am-info`.
@@ -317,9 +290,7 @@ pub fn am_info_text(am: &AmNnet) -> Result<String> {
 
 /// Runs `am-info`.
 pub fn run_info(a: InfoArgs) -> Result<i32> {
-    let [model] = a.args.as_slice() else {
-        return Err(Error::Usage("usage: nnet3-am-info [options] <nnet>".into()));
-    };
+    let [model] = InfoArgs::positionals(&a.args)?;
     let text = am_info_text(&AmNnet::read_file(model)?)?;
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -329,22 +300,21 @@ pub fn run_info(a: InfoArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Options of `compnet am-adjust-priors`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet am-adjust-priors [options] <nnet-in> <summed-posterior-vector-in> <nnet-out>",
-    after_help = "e.g.: compnet am-adjust-priors final.mdl counts.vec final.mdl"
-)]
-pub struct AdjustPriorsArgs {
-    /// Write the model in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Accepted as Kaldi's binary accepts it (which does not use it either): the posteriors
-    /// are only renormalised.
-    #[arg(long = "prior-floor", default_value_t = 1e-15)]
-    pub prior_floor: f32,
-    /// `<nnet-in> <summed-posterior-vector-in> <nnet-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet am-adjust-priors`.
+    #[usage("compnet am-adjust-priors [options] <nnet-in> <summed-posterior-vector-in> <nnet-out>")]
+    #[example("compnet am-adjust-priors final.mdl counts.vec final.mdl")]
+    pub struct AdjustPriorsArgs {
+        /// Write the model in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Accepted as Kaldi's binary accepts it (which does not use it either): the posteriors
+        /// are only renormalised.
+        #[arg(long = "prior-floor", default_value_t = 1e-15)]
+        pub prior_floor: f32,
+        /// `<nnet-in> <summed-posterior-vector-in> <nnet-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Kaldi's one-sided K-L divergence of the priors, in its precisions.
@@ -361,13 +331,7 @@ fn kl_divergence(p: &[f32], q: &[f32]) -> f32 {
 /// Runs `am-adjust-priors`.
 pub fn run_adjust_priors(a: AdjustPriorsArgs) -> Result<i32> {
     const P: &str = "compnet am-adjust-priors";
-    let [input, vec_in, output] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: nnet3-am-adjust-priors [options] <nnet-in> <summed-posterior-vector-in> \
-             <nnet-out>"
-                .into(),
-        ));
-    };
+    let [input, vec_in, output] = AdjustPriorsArgs::positionals(&a.args)?;
     let mut am = AmNnet::read_file(input)?;
     let mut post = read_object::<Vector>(vec_in)?.into_vec();
     let sum = kaldi_sum(&post);
@@ -419,45 +383,38 @@ pub fn run_adjust_priors(a: AdjustPriorsArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Options of `compnet am-train-transitions`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet am-train-transitions [options] <nnet-in> <alignments-rspecifier> <nnet-out>",
-    after_help = "e.g.: compnet am-train-transitions 1.mdl \"ark:gunzip -c ali.*.gz|\" 2.mdl"
-)]
-pub struct TrainTransitionsArgs {
-    /// Write the model in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Also set the priors of the model from the alignments' pdf counts.
-    #[arg(long = "set-priors", kaldi_bool = "true")]
-    pub set_priors: bool,
-    /// Floor of the priors (then renormalised).
-    #[arg(long = "prior-floor", default_value_t = 5e-6)]
-    pub prior_floor: f64,
-    /// Floor of the transition probabilities.
-    #[arg(long = "transition-floor", default_value_t = 0.01)]
-    pub transition_floor: f32,
-    /// Least count for the transitions of a state to be re-estimated.
-    #[arg(long = "transition-min-count", default_value_t = 5.0)]
-    pub transition_min_count: f32,
-    /// Share the transition probabilities of all states with the same pdf.
-    #[arg(long = "share-for-pdfs", kaldi_bool = "false")]
-    pub share_for_pdfs: bool,
-    /// `<nnet-in> <alignments-rspecifier> <nnet-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet am-train-transitions`.
+    #[usage("compnet am-train-transitions [options] <nnet-in> <alignments-rspecifier> <nnet-out>")]
+    #[example("compnet am-train-transitions 1.mdl \"ark:gunzip -c ali.*.gz|\" 2.mdl")]
+    pub struct TrainTransitionsArgs {
+        /// Write the model in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Also set the priors of the model from the alignments' pdf counts.
+        #[arg(long = "set-priors", kaldi_bool = "true")]
+        pub set_priors: bool,
+        /// Floor of the priors (then renormalised).
+        #[arg(long = "prior-floor", default_value_t = 5e-6)]
+        pub prior_floor: f64,
+        /// Floor of the transition probabilities.
+        #[arg(long = "transition-floor", default_value_t = 0.01)]
+        pub transition_floor: f32,
+        /// Least count for the transitions of a state to be re-estimated.
+        #[arg(long = "transition-min-count", default_value_t = 5.0)]
+        pub transition_min_count: f32,
+        /// Share the transition probabilities of all states with the same pdf.
+        #[arg(long = "share-for-pdfs", kaldi_bool = "false")]
+        pub share_for_pdfs: bool,
+        /// `<nnet-in> <alignments-rspecifier> <nnet-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs `am-train-transitions`.
 pub fn run_train_transitions(a: TrainTransitionsArgs) -> Result<i32> {
     const P: &str = "compnet am-train-transitions";
-    let [input, ali, output] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: nnet3-am-train-transitions [options] <nnet-in> <alignments-rspecifier> \
-             <nnet-out>"
-                .into(),
-        ));
-    };
+    let [input, ali, output] = TrainTransitionsArgs::positionals(&a.args)?;
     if !(a.prior_floor > 0.0 && a.prior_floor < 1.0) {
         return Err(Error::Compute(format!(
             "--prior-floor must be in (0, 1) (got {})",
@@ -567,24 +524,19 @@ pub fn run_train_transitions(a: TrainTransitionsArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Options of `compnet ali-to-pdf`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet ali-to-pdf [options] <model> <alignments-rspecifier> <pdfs-wspecifier>",
-    after_help = "e.g.: compnet ali-to-pdf 1.mdl ark:1.ali ark,t:-"
-)]
-pub struct AliToPdfArgs {
-    /// `<model> <alignments-rspecifier> <pdfs-wspecifier>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet ali-to-pdf`.
+    #[usage("compnet ali-to-pdf [options] <model> <alignments-rspecifier> <pdfs-wspecifier>")]
+    #[example("compnet ali-to-pdf 1.mdl ark:1.ali ark,t:-")]
+    pub struct AliToPdfArgs {
+        /// `<model> <alignments-rspecifier> <pdfs-wspecifier>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs `ali-to-pdf`: each transition-id to its pdf-id (zero-based).
 pub fn run_ali_to_pdf(a: AliToPdfArgs) -> Result<i32> {
-    let [model, ali, wspec] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: ali-to-pdf [options] <model> <alignments-rspecifier> <pdfs-wspecifier>".into(),
-        ));
-    };
+    let [model, ali, wspec] = AliToPdfArgs::positionals(&a.args)?;
     let tm = TransitionModel::read_file(model)?;
     let reader = SequentialTableReader::<Vec<i32>>::open(ali)?;
     let mut writer = TableWriter::<Vec<i32>>::open(wspec)?;

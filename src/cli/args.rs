@@ -82,3 +82,21 @@ impl Threads {
         Ok(())
     }
 }
+
+/// Kaldi's `--use-gpu=yes|no|optional|wait`: chooses the device for the rest of the command
+/// (`program` names it in the log line). `yes`/`wait` without a usable GPU is an error with
+/// the reason; `optional` then says once that it uses the CPU.
+pub fn select_device(program: &str, use_gpu: &str) -> Result<()> {
+    use crate::matrix::device::{select, Selected, UseGpu};
+    let mode = UseGpu::parse(use_gpu).map_err(Error::Usage)?;
+    match select(mode) {
+        Ok(Selected::Cpu(None)) => {}
+        Ok(Selected::Cpu(Some(why))) => crate::log::log(
+            program,
+            &format!("--use-gpu={use_gpu}: {why}; using the CPU"),
+        ),
+        Ok(Selected::Gpu(desc)) => crate::log::log(program, &format!("using the GPU: {desc}")),
+        Err(e) => return Err(Error::Usage(format!("--use-gpu={use_gpu}: {e}"))),
+    }
+    Ok(())
+}

@@ -26,12 +26,14 @@
 //! `mlfFile`, `labelDim` and optionally `labelMappingFile`; relative paths inside the script
 //! are taken from the script's directory) and `UCIFastReader` (`file`, a sub-block with `dim`
 //! and `start`, one with `start`, `labelDim` and optionally `labelMappingFile`) and
-//! `KaldiReader`/`Kaldi2Reader` (see [`kaldi_source`]).
+//! `KaldiReader`/`Kaldi2Reader` (see [`kaldi_source`]), and the text sequence readers
+//! `LMSequenceReader` and `LUSequenceReader` (see [`read_text_sequences`]: a sentence per
+//! example).
 //!
 //! The SGD block's momentum (`momentumPerMB`, `momentumPerSample`, `momentumAsTimeConstant`,
 //! per-epoch schedules, unit gain), `dropoutRate` (per epoch), clipping
 //! (`clippingThresholdPerSample`, by truncation or, `gradientClippingWithTruncation=false`,
-//! by norm) and `L1RegWeight`/`L2RegWeight` (per sample) map to `compnet fit`'s options of
+//! by norm, each Parameter's gradient on its own) and `L1RegWeight`/`L2RegWeight` (per sample) map to `compnet fit`'s options of
 //! the same meaning.
 //! `randomize=None` turns the per-epoch shuffle off; otherwise frames are shuffled every
 //! epoch, seeded by `randomSeed` (CNTK's frame mode: one frame per example).
@@ -50,6 +52,7 @@ use crate::io::Posterior;
 use crate::log::{fmt_g, log, warn};
 use crate::matrix::Matrix;
 use crate::nnet::{Nnet, ObjectiveType};
+use crate::train::fit::data::node_dim;
 use crate::train::fit::data::{self, ChunkOptions, ChunkWidth, DataSet, HtkSource, Relabel};
 use std::sync::Arc;
 
@@ -254,24 +257,6 @@ fn dim_check(s: &Scope, key: &str, want: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn node_dim(nnet: &Nnet, name: &str, input: bool) -> Result<usize> {
-    nnet.node_index(name)
-        .filter(|&i| {
-            if input {
-                nnet.is_input_node(i)
-            } else {
-                nnet.is_output_node(i)
-            }
-        })
-        .map(|i| nnet.node_dim(i))
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "the network has no {} node named '{name}'",
-                if input { "input" } else { "output" }
-            ))
-        })
-}
-
 /// The data a reader block describes, cut into examples for `nnet`.
 fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Result<DataSet> {
     let kind = r.get("readerType")?.unwrap_or_default();
@@ -309,10 +294,16 @@ fn read_data(r: &Scope, nnet: &Nnet, seed: u64, relabel: Option<Relabel>) -> Res
             r.path
         ))),
         "ucifastreader" => read_uci(r, nnet, input_dim, out_dim),
+        "lmsequencereader" | "lusequencereader" if relabel.is_some() => Err(Error::Usage(format!(
+            "{}: KL-regularised adaptation reads an HTKMLFReader",
+            r.path
+        ))),
+        "lmsequencereader" => read_text_sequences(r, nnet, false),
+        "lusequencereader" => read_text_sequences(r, nnet, true),
         "" => Err(Error::Usage(format!("{}: no readerType=...", r.path))),
         other => Err(Error::Usage(format!(
-            "{}: readerType={other} is not supported: expected HTKMLFReader, KaldiReader or \
-             UCIFastReader",
+            "{}: readerType={other} is not supported: expected HTKMLFReader, KaldiReader, \
+             UCIFastReader, LMSequenceReader or LUSequenceReader",
             origin(r, "readerType")
         ))),
     }
@@ -520,6 +511,131 @@ fn read_uci(r: &Scope, nnet: &Nnet, input_dim: usize, out_dim: usize) -> Result<
         source: file,
         examples: Arc::new(examples),
     })
+}
+
+/// The label sub-blocks of a sequence reader: (input words, output labels). CNTK names
+/// them freely (`labelIn`, `labels`): the output one is the block with `labelType=NextWord`,
+/// else the second block with `labelType` or `labelDim`.
+fn sequence_label_blocks<'a>(r: &Scope<'a>, reader: &str) -> Result<(Scope<'a>, Scope<'a>)> {
+    let blocks: Vec<Scope<'a>> = r
+        .keys()
+        .into_iter()
+        .filter_map(|k| r.block(k))
+        .filter(|s| s.entry("labelType").is_some() || s.entry("labelDim").is_some())
+        .collect();
+    let kind = |s: &Scope| -> Result<String> {
+        Ok(s.get("labelType")?
+            .unwrap_or_else(|| "Category".into())
+            .to_ascii_lowercase())
+    };
+    for b in &blocks {
+        let k = kind(b)?;
+        if !matches!(k.as_str(), "category" | "nextword" | "none") {
+            return Err(Error::Usage(format!(
+                "{}: labelType={k}: expected Category, NextWord or None",
+                origin(b, "labelType")
+            )));
+        }
+    }
+    let out = blocks
+        .iter()
+        .position(|b| kind(b).is_ok_and(|k| k == "nextword"))
+        .or_else(|| (blocks.len() == 2).then_some(1));
+    match (blocks.len(), out) {
+        (2, Some(o)) => Ok((blocks[1 - o].clone(), blocks[o].clone())),
+        _ => Err(Error::Usage(format!(
+            "{}: {reader} needs two label blocks (the input words, e.g. labelIn=[labelType=\
+             Category; ...], and the labels, e.g. labels=[labelType={}; ...]); found {}",
+            r.path,
+            if reader == "LMSequenceReader" {
+                "NextWord"
+            } else {
+                "Category"
+            },
+            blocks.len()
+        ))),
+    }
+}
+
+/// `LMSequenceReader` and `LUSequenceReader` (`io::text_seq`): each sentence of `file` is one
+/// example, its words one-hot at t = 0, 1, ... (LU: the words of `wordContext`'s offsets
+/// stacked), its labels the next words (LM) or the file's per-token labels (LU); the
+/// network's context is filled with copies of the first and last word.
+fn read_text_sequences(r: &Scope, nnet: &Nnet, lu: bool) -> Result<DataSet> {
+    use crate::io::text_seq;
+    let reader = if lu {
+        "LUSequenceReader"
+    } else {
+        "LMSequenceReader"
+    };
+    let file = r
+        .get("file")?
+        .ok_or_else(|| Error::Usage(format!("{}: {reader} needs file=...", r.path)))?;
+    let unk = r.get("unk")?.unwrap_or_else(|| "<unk>".into());
+    let (lin, lout) = sequence_label_blocks(r, reader)?;
+    let text = crate::frontend::read_text(&file)?;
+    let (seqs, vocab_in, context, labels_dim) = if lu {
+        let tokens = |b: &Scope, what: &str| -> Result<text_seq::Vocab> {
+            let t = b.get("token")?.ok_or_else(|| {
+                Error::Usage(format!(
+                    "{}: LUSequenceReader's {what} block needs token=file (a token per line)",
+                    b.path
+                ))
+            })?;
+            text_seq::read_token_list(&t)
+        };
+        let (vin, vout) = (tokens(&lin, "input")?, tokens(&lout, "label")?);
+        let map = match (r.get("wordmap")?, lin.flag("useWordMap")?.unwrap_or(false)) {
+            (Some(m), true) => Some(text_seq::read_word_map(&m)?),
+            _ => None,
+        };
+        let context = match r.get("wordContext")? {
+            Some(c) => text_seq::parse_word_context(&c)
+                .map_err(|e| Error::Usage(format!("{}: {e}", origin(r, "wordContext"))))?,
+            None => vec![0],
+        };
+        let seqs = text_seq::parse_lu(&text, &file, &vin, &vout, &unk, map.as_ref())?;
+        (seqs, vin, context, vout.len())
+    } else {
+        let v = match (r.get("wordclass")?, lin.get("labelMappingFile")?) {
+            (Some(wc), _) => text_seq::read_word_class(&wc)?,
+            (None, Some(m)) => text_seq::read_token_list(&m)?,
+            (None, None) => {
+                return Err(Error::Usage(format!(
+                    "{}: LMSequenceReader needs the vocabulary: wordclass=file (index count \
+                     word class lines) or a labelMappingFile in the input label block",
+                    r.path
+                )))
+            }
+        };
+        let begin = lin.get("beginSequence")?;
+        let end = lin.get("endSequence")?;
+        let seqs = text_seq::parse_lm(&text, &file, &v, &unk, begin.as_deref(), end.as_deref())?;
+        let n = v.len();
+        (seqs, v, vec![0], n)
+    };
+    let v = vocab_in.len();
+    for (b, dim) in [(&lin, v), (&lout, labels_dim)] {
+        if let Some(d) = b.parse::<usize>("labelDim")? {
+            if d != dim {
+                return Err(Error::Usage(format!(
+                    "{}: labelDim={d}, but the token list has {dim} entries",
+                    origin(b, "labelDim")
+                )));
+            }
+        }
+    }
+    let set = data::text_sequence_examples(&file, &seqs, v, &context, labels_dim, nnet)?;
+    log(
+        P,
+        &format!(
+            "{}: {} sentences, {} tokens, {v} words in the vocabulary",
+            r.path,
+            seqs.len(),
+            seqs.iter().map(|q| q.inputs.len()).sum::<usize>()
+        ),
+    );
+    Ok(set)
 }
 
 /// The keys of the SGD block compnet maps (others are reported and ignored).

@@ -33,7 +33,8 @@ command_args! {
         /// Evaluate with dropout in test mode.
         #[arg(long = "dropout-test-mode", kaldi_bool = "true")]
         pub dropout_test_mode: bool,
-        /// Accepted for Kaldi scripts; computation is on the CPU.
+        /// Kaldi's device choice: `yes`, `no`, `optional` (a GPU when usable, else the CPU) or
+        /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
         /// `<model1> ... <modelN> <valid-egs-rspecifier> <model-out>`.
@@ -69,6 +70,7 @@ pub fn run(a: Args) -> Result<i32> {
             "--max-objective-evaluations must be positive".into(),
         ));
     }
+    crate::cli::args::select_device("nnet3-combine", &a.use_gpu)?;
     let n_args = a.args.len();
     let models = &a.args[..n_args - 2];
     let (egs_rspec, out) = (&a.args[n_args - 2], &a.args[n_args - 1]);

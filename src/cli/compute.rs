@@ -78,7 +78,8 @@ command_args! {
         /// Subtract the log priors stored in a final.mdl from the output.
         #[arg(long = "use-priors", kaldi_bool = "false")]
         pub use_priors: bool,
-        /// Accepted for compatibility with Kaldi scripts; computation is always on the CPU.
+        /// Kaldi's device choice: `yes`, `no`, `optional` (a GPU when usable, else the CPU) or
+        /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
         /// Which node's output to write (any node; default the network output `output`).
@@ -168,6 +169,7 @@ pub fn run(mut a: Args) -> Result<i32> {
     a.ivectors = a.ivectors.filter(|s| !s.is_empty());
     a.online_ivectors = a.online_ivectors.filter(|s| !s.is_empty());
     let [model, feats_rspec, out_wspec] = Args::positionals(&a.args)?;
+    crate::cli::args::select_device("nnet3-compute", &a.use_gpu)?;
     a.threads.apply()?;
     let int8 = parse_quantize(&a.quantize)?;
     let mut read = Nnet::read_model_file(model)?;

@@ -13,6 +13,7 @@ use crate::log::log;
 use crate::matrix::Matrix;
 use crate::run::NnetComputer;
 use crate::train::example::computation_request;
+use crate::train::step::run_forward;
 
 command_args! {
     /// Options of `compnet compute-from-egs`.
@@ -68,14 +69,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
         let computation = compiler.compile(&nnet, &request).map_err(in_eg)?;
         let mut computer = NnetComputer::new(&computation, &nnet, None);
-        for spec in &request.inputs {
-            if let Some(io) = eg.get(&spec.name) {
-                computer
-                    .accept_input(&spec.name, io.features.to_matrix())
-                    .map_err(in_eg)?;
-            }
-        }
-        computer.run_forward().map_err(in_eg)?;
+        run_forward(&mut computer, &request, &eg).map_err(in_eg)?;
         let out = computer.output(&a.output_name).map_err(in_eg)?;
         let (rows, cols) = (out.num_rows(), out.num_cols());
         let mut values = out.to_vec();

@@ -29,7 +29,8 @@ command_args! {
         /// Seed of the statistics BatchNorm invents when it has none in test mode.
         #[arg(long, default_value_t = 0)]
         pub srand: u64,
-        /// Accepted for Kaldi scripts; computation is on the CPU.
+        /// Kaldi's device choice: `yes`, `no`, `optional` (a GPU when usable, else the CPU) or
+        /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
         #[command(flatten)]
@@ -46,6 +47,7 @@ command_args! {
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
     let [model_in, egs_rspec] = Args::positionals(&a.args)?;
+    crate::cli::args::select_device("nnet3-compute-prob", &a.use_gpu)?;
     a.threads.apply()?;
     let mut nnet = Nnet::read_model_file(model_in)?.nnet;
     nnet.set_test_modes(a.batchnorm_test_mode, a.dropout_test_mode, a.srand);

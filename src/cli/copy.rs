@@ -52,6 +52,32 @@ command_args! {
 }
 
 /// Runs the command.
+/// Applies the edit directives of `--edits-config` (a file) and then `--edits` (inline;
+/// either may be empty) to `nnet`, logging what each did under `program`.
+pub fn apply_edit_options(
+    nnet: &mut Nnet,
+    edits_config: &str,
+    edits: &str,
+    program: &str,
+) -> Result<()> {
+    let mut texts: Vec<(String, String)> = Vec::new();
+    if !edits_config.is_empty() {
+        texts.push((
+            crate::cli::init::read_config_text(edits_config)?,
+            edits_config.to_string(),
+        ));
+    }
+    if !edits.is_empty() {
+        texts.push((edit::edits_option_text(edits), "--edits".into()));
+    }
+    for (text, file) in texts {
+        for msg in edit::apply_edit_config(nnet, &text, &file)? {
+            crate::log::log(program, &msg);
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: Args) -> Result<i32> {
     if !a.learning_rate.is_finite() || !a.scale.is_finite() {
         return Err(Error::Usage(
@@ -68,21 +94,7 @@ pub fn run(a: Args) -> Result<i32> {
         nnet.set_learning_rate(a.learning_rate);
     }
     nnet.scale_all(a.scale);
-    let mut edits: Vec<(String, String)> = Vec::new();
-    if !a.edits_config.is_empty() {
-        edits.push((
-            crate::cli::init::read_config_text(&a.edits_config)?,
-            a.edits_config.clone(),
-        ));
-    }
-    if !a.edits.is_empty() {
-        edits.push((edit::edits_option_text(&a.edits), "--edits".into()));
-    }
-    for (text, file) in edits {
-        for msg in edit::apply_edit_config(&mut nnet, &text, &file)? {
-            crate::log::log("compnet copy", &msg);
-        }
-    }
+    apply_edit_options(&mut nnet, &a.edits_config, &a.edits, "compnet copy")?;
     if a.prepare_for_test {
         eprintln!(
             "compnet copy: warning: --prepare-for-test sets BatchNorm and dropout to test mode \

@@ -13,7 +13,9 @@ use crate::run::set_threads;
 use crate::train::fit::data::{load, ChunkOptions, ChunkWidth, LabelKind};
 use crate::train::fit::hooks::{Every, MAX_EPOCHS, MAX_MINIBATCHES};
 use crate::train::fit::schedule::{DropoutSchedule, EpochSchedule};
-use crate::train::fit::stepper::{GradientOptions, StepperKind, StepperOptions};
+use crate::train::fit::stepper::{
+    check_non_negative, GradientOptions, StepperKind, StepperOptions,
+};
 use crate::train::fit::{fit_parallel, FitOptions};
 use crate::train::parallel::{join, Parallel, ParallelMode};
 use serde::Deserialize;
@@ -147,7 +149,7 @@ fit_args! {
     l2: f32 = "l2",
     /// Per-sample gradient clipping threshold (plain steppers) [0 = none].
     clip_gradient: f32 = "clip-gradient",
-    /// How --clip-gradient clips: value (each element, CNTK's gradientClippingWithTruncation) or norm (each component's whole gradient scaled to a norm of at most the threshold times the frames) [value].
+    /// How --clip-gradient clips: value (each element, CNTK's gradientClippingWithTruncation) or norm (each parameter block's gradient, e.g. an affine component's weights and its bias apart, scaled to a norm of at most the threshold times the frames, as CNTK clips each Parameter) [value].
     clip_by: String = "clip-by",
     /// --l1 and --l2 weights: minibatch (as given, L1 as a sub-gradient) or sample (CNTK's L1RegWeight/L2RegWeight: times the minibatch's frames, L2 added after clipping, L1 a proximal step after the update) [minibatch].
     regularize_per: String = "regularize-per",
@@ -193,6 +195,8 @@ fit_args! {
     max_deriv_time_relative: i32 = "max-deriv-time-relative",
     /// Threads of every thread pool [0 = all cores].
     num_threads: usize = "num-threads",
+    /// Where to train: cpu, or cuda (the first GPU; a build with --features cuda; an error without one) [cpu].
+    device: String = "device",
     /// The language of <config-or-model> when not a model: kaldi, ndl or brainstorm [by extension: .ndl, .json, else kaldi].
     format: String = "format",
     /// Training on the processes of `mpirun -np N` (a build with --features mpi): none; data (each minibatch split over the ranks, gradients summed; --minibatch-size is the global size); average:K (each rank steps on its share with the learning rate x N, models averaged every K minibatches) [none].
@@ -345,25 +349,13 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         max_param_change: a.max_param_change.unwrap_or(sd.max_param_change),
         backstitch_scale: a.backstitch_training_scale.unwrap_or(0.0),
         backstitch_interval: a.backstitch_training_interval.unwrap_or(1),
-        unit_gain: match a.momentum_gain.as_deref().unwrap_or("classic") {
-            "classic" => false,
-            "unit" => true,
-            other => {
-                return Err(Error::Usage(format!(
-                    "--momentum-gain={other}: expected classic or unit"
-                )))
-            }
-        },
+        unit_gain: one_of_two(
+            a.momentum_gain.as_deref(),
+            "momentum-gain",
+            ["classic", "unit"],
+        )?,
     };
-    let lr_per_minibatch = match a.lr_per.as_deref().unwrap_or("sample") {
-        "sample" => false,
-        "minibatch" => true,
-        other => {
-            return Err(Error::Usage(format!(
-                "--lr-per={other}: expected sample or minibatch"
-            )))
-        }
-    };
+    let lr_per_minibatch = one_of_two(a.lr_per.as_deref(), "lr-per", ["sample", "minibatch"])?;
     let exponential_decay = match (a.initial_effective_lrate, a.final_effective_lrate) {
         (None, None) => None,
         (Some(i), Some(f)) => {
@@ -429,43 +421,22 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
         l1: a.l1.unwrap_or(0.0),
         l2: a.l2.unwrap_or(0.0),
         clip: a.clip_gradient.unwrap_or(0.0),
-        clip_norm: match a.clip_by.as_deref().unwrap_or("value") {
-            "value" => false,
-            "norm" => true,
-            other => {
-                return Err(Error::Usage(format!(
-                    "--clip-by={other}: expected value or norm"
-                )))
-            }
-        },
-        per_sample: match a.regularize_per.as_deref().unwrap_or("minibatch") {
-            "minibatch" => false,
-            "sample" => true,
-            other => {
-                return Err(Error::Usage(format!(
-                    "--regularize-per={other}: expected minibatch or sample"
-                )))
-            }
-        },
+        clip_norm: one_of_two(a.clip_by.as_deref(), "clip-by", ["value", "norm"])?,
+        per_sample: one_of_two(
+            a.regularize_per.as_deref(),
+            "regularize-per",
+            ["minibatch", "sample"],
+        )?,
         noise_stddev: a.gradient_noise.unwrap_or(0.0),
     };
-    for (name, v) in [
+    check_non_negative(&[
         ("l1", gradient.l1),
         ("l2", gradient.l2),
         ("clip-gradient", gradient.clip),
         ("gradient-noise", gradient.noise_stddev),
-    ] {
-        if !v.is_finite() || v < 0.0 {
-            return Err(Error::Usage(format!(
-                "--{name} must be a finite number >= 0, got {v}"
-            )));
-        }
-    }
-    let momentum_schedule = a
-        .momentum_schedule
-        .as_deref()
-        .map(|m| EpochSchedule::parse(m, "--momentum-schedule"))
-        .transpose()?;
+    ])?;
+    let momentum_schedule =
+        EpochSchedule::parse_option(a.momentum_schedule.as_deref(), "--momentum-schedule")?;
     if let Some(m) = &momentum_schedule {
         if kind == StepperKind::NaturalGradient {
             return Err(Error::Usage(
@@ -478,11 +449,8 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
             )));
         }
     }
-    let dropout_per_epoch = a
-        .dropout_per_epoch
-        .as_deref()
-        .map(|d| EpochSchedule::parse(d, "--dropout-per-epoch"))
-        .transpose()?;
+    let dropout_per_epoch =
+        EpochSchedule::parse_option(a.dropout_per_epoch.as_deref(), "--dropout-per-epoch")?;
     if let Some(d) = &dropout_per_epoch {
         if a.dropout_schedule.is_some() {
             return Err(Error::Usage(
@@ -589,6 +557,18 @@ pub fn options(a: &Args) -> Result<(FitOptions, ChunkOptions)> {
     Ok((opts, chunk))
 }
 
+/// An option that names one of two choices (`--name=no|yes`, absent: `no`): whether it is
+/// the second.
+fn one_of_two(value: Option<&str>, name: &str, [no, yes]: [&str; 2]) -> Result<bool> {
+    match value.unwrap_or(no) {
+        v if v == no => Ok(false),
+        v if v == yes => Ok(true),
+        other => Err(Error::Usage(format!(
+            "--{name}={other}: expected {no} or {yes}"
+        ))),
+    }
+}
+
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
     let mut lines = Vec::new();
@@ -671,6 +651,13 @@ fn train(
         ));
     };
     set_threads(a.num_threads.unwrap_or(0));
+    let device = a.device.as_deref().unwrap_or("cpu");
+    let use_gpu =
+        crate::matrix::device::UseGpu::from_device_option(device).map_err(Error::Usage)?;
+    if use_gpu == crate::matrix::device::UseGpu::Yes {
+        super::args::select_device("compnet fit", "yes")
+            .map_err(|e| Error::Usage(format!("--device={device}: {e}")))?;
+    }
     let train_spec = a
         .train
         .clone()

@@ -10,6 +10,7 @@
 //! within-class scatter (a packed lower triangle), `</LDAACCS>`; kept in double, written in
 //! float as Kaldi writes them.
 
+use crate::cli::args::command_args;
 use crate::cli::kaldi_args::KaldiBool;
 use crate::compile::cache::{CachingCompiler, CachingCompilerOptions};
 use crate::compile::kaldi_draws::KaldiCompileDraws;
@@ -23,6 +24,7 @@ use crate::kaldi_rand::GlibcRand;
 use crate::log::{fmt_g, log};
 use crate::matrix::{symmetric_eigen, Matrix};
 use crate::run::NnetComputer;
+use crate::train::step::run_forward;
 
 /// Largest feature dimension accepted in a statistics file (its packed matrix is d²/2).
 const MAX_DIM: i32 = 1 << 14;
@@ -309,34 +311,28 @@ fn lda_request(nnet: &crate::nnet::Nnet, eg: &NnetExample) -> Result<Computation
     Ok(request)
 }
 
-/// Options of `compnet acc-lda-stats`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet acc-lda-stats [options] <raw-nnet-in> <training-examples-in> <lda-stats-out>",
-    after_help = "e.g.: compnet acc-lda-stats 0.raw ark:1.egs 1.acc"
-)]
-pub struct AccArgs {
-    /// Write the statistics in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Randomized pruning threshold for the supervision's weights (drawn from the C library's
-    /// `rand()` stream with its default seed, after the compiler's draws, as in Kaldi's tool).
-    #[arg(long = "rand-prune", default_value_t = 0.0)]
-    pub rand_prune: f32,
-    /// `<raw-nnet-in> <training-examples-in> <lda-stats-out>`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet acc-lda-stats`.
+    #[usage("compnet acc-lda-stats [options] <raw-nnet-in> <training-examples-in> <lda-stats-out>")]
+    #[example("compnet acc-lda-stats 0.raw ark:1.egs 1.acc")]
+    pub struct AccArgs {
+        /// Write the statistics in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Randomized pruning threshold for the supervision's weights (drawn from the C library's
+        /// `rand()` stream with its default seed, after the compiler's draws, as in Kaldi's
+        /// tool).
+        #[arg(long = "rand-prune", default_value_t = 0.0)]
+        pub rand_prune: f32,
+        /// `<raw-nnet-in> <training-examples-in> <lda-stats-out>`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Runs `acc-lda-stats`.
 pub fn run_acc(a: AccArgs) -> Result<i32> {
     const P: &str = "compnet acc-lda-stats";
-    let [model_in, egs_rspec, out] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: nnet3-acc-lda-stats [options] <raw-nnet-in> <training-examples-in> \
-             <lda-stats-out>"
-                .into(),
-        ));
-    };
+    let [model_in, egs_rspec, out] = AccArgs::positionals(&a.args)?;
     if a.rand_prune.is_nan() || a.rand_prune < 0.0 {
         return Err(Error::Usage(format!(
             "--rand-prune={} : the pruning threshold must be >= 0",
@@ -377,14 +373,7 @@ pub fn run_acc(a: AccArgs) -> Result<i32> {
             &mut rng,
         );
         let mut computer = NnetComputer::new(&computation, &nnet, None);
-        for spec in &request.inputs {
-            if let Some(io) = eg.get(&spec.name) {
-                computer
-                    .accept_input(&spec.name, io.features.to_matrix())
-                    .map_err(in_eg)?;
-            }
-        }
-        computer.run_forward().map_err(in_eg)?;
+        run_forward(&mut computer, &request, &eg).map_err(in_eg)?;
         let output = computer.output("output").map_err(in_eg)?;
         let (rows, dim) = (output.num_rows(), output.num_cols());
         let values = output.to_vec();
@@ -453,43 +442,42 @@ pub fn run_acc(a: AccArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Options of `compnet get-feature-transform`.
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "compnet get-feature-transform [options] <matrix-out> <lda-acc-1> <lda-acc-2> ...",
-    after_help = "e.g.: compnet get-feature-transform --dim=40 lda.mat 1.acc 2.acc"
-)]
-pub struct TransformArgs {
-    /// Write the matrix in binary.
-    #[arg(long, kaldi_bool = "true")]
-    pub binary: bool,
-    /// Dimension to project to (-1: the full dimension).
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
-    pub dim: i32,
-    /// If > 0, the largest singular value the transform may have (larger ones are set to it).
-    #[arg(
-        long = "max-singular-value",
-        default_value_t = 5.0,
-        allow_negative_numbers = true
-    )]
-    pub max_singular_value: f32,
-    /// Append a column that makes the projected data's mean zero.
-    #[arg(long = "remove-offset", kaldi_bool = "true")]
-    pub remove_offset: bool,
-    /// 1.0: conventional LDA (unit within-class variance after the transform); smaller
-    /// scales the directions with little between-class variance down.
-    #[arg(long = "within-class-factor", default_value_t = 0.001)]
-    pub within_class_factor: f32,
-    /// Write the Cholesky factor of the within-class covariance here (a packed lower
-    /// triangle; empty when the covariance needed smoothing).
-    #[arg(long = "write-cholesky", default_value = "")]
-    pub write_cholesky: String,
-    /// Write the within-class covariance here (a symmetric packed matrix, the product of
-    /// the Cholesky factor with its transpose).
-    #[arg(long = "write-within-covar", default_value = "")]
-    pub write_within_covar: String,
-    /// `<matrix-out> <lda-acc-1> [<lda-acc-2> ...]`.
-    pub args: Vec<String>,
+command_args! {
+    /// Options of `compnet get-feature-transform`.
+    #[usage("compnet get-feature-transform [options] <matrix-out> <lda-acc-1> <lda-acc-2> ...")]
+    #[example("compnet get-feature-transform --dim=40 lda.mat 1.acc 2.acc")]
+    pub struct TransformArgs {
+        /// Write the matrix in binary.
+        #[arg(long, kaldi_bool = "true")]
+        pub binary: bool,
+        /// Dimension to project to (-1: the full dimension).
+        #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+        pub dim: i32,
+        /// If > 0, the largest singular value the transform may have (larger ones are set to it).
+        #[arg(
+            long = "max-singular-value",
+            default_value_t = 5.0,
+            allow_negative_numbers = true
+        )]
+        pub max_singular_value: f32,
+        /// Append a column that makes the projected data's mean zero.
+        #[arg(long = "remove-offset", kaldi_bool = "true")]
+        pub remove_offset: bool,
+        /// 1.0: conventional LDA (unit within-class variance after the transform); smaller
+        /// scales the directions with little between-class variance down.
+        #[arg(long = "within-class-factor", default_value_t = 0.001)]
+        pub within_class_factor: f32,
+        /// Write the Cholesky factor of the within-class covariance here (a packed lower
+        /// triangle; empty when the covariance needed smoothing).
+        #[arg(long = "write-cholesky", default_value = "")]
+        pub write_cholesky: String,
+        /// Write the within-class covariance here (a symmetric packed matrix, the product of
+        /// the Cholesky factor with its transpose).
+        #[arg(long = "write-within-covar", default_value = "")]
+        pub write_within_covar: String,
+        /// `<matrix-out> <lda-acc-1> [<lda-acc-2> ...]`.
+        pub args: Vec<String>,
+    }
 }
 
 /// Writes a packed lower triangle of dimension `dim` (`values`: row after row, element
@@ -776,18 +764,10 @@ fn ceil_singular_values(m: &mut [f32], rows: usize, cols: usize, ceiling: f32, p
 pub fn run_transform(a: TransformArgs) -> Result<i32> {
     const P: &str = "compnet get-feature-transform";
     let [out, accs @ ..] = a.args.as_slice() else {
-        return Err(Error::Usage(
-            "usage: nnet-get-feature-transform [options] <matrix-out> <lda-acc-1> \
-             <lda-acc-2> ..."
-                .into(),
-        ));
+        return Err(Error::Usage(format!("usage: {}", TransformArgs::USAGE)));
     };
     if accs.is_empty() {
-        return Err(Error::Usage(
-            "usage: nnet-get-feature-transform [options] <matrix-out> <lda-acc-1> \
-             <lda-acc-2> ..."
-                .into(),
-        ));
+        return Err(Error::Usage(format!("usage: {}", TransformArgs::USAGE)));
     }
     let mut stats: Option<LdaStats> = None;
     for acc in accs {

@@ -49,7 +49,8 @@ command_args! {
         pub zero_component_stats: bool,
         #[command(flatten)]
         pub optimization: crate::cli::compile::OptimizationArgs,
-        /// Accepted for Kaldi scripts; training runs on the CPU.
+        /// Kaldi's device choice: `yes`, `no`, `optional` (a GPU when usable, else the CPU) or
+        /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
         #[command(flatten)]
@@ -71,6 +72,7 @@ command_args! {
 pub fn run(a: Args) -> Result<i32> {
     const P: &str = "compnet train";
     let [model_in, egs_rspec, model_out] = Args::positionals(&a.args)?;
+    crate::cli::args::select_device(P, &a.use_gpu)?;
     a.threads.apply()?;
     let read = Nnet::read_model_file(model_in)?;
     if read.am.is_some() {

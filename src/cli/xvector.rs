@@ -33,7 +33,8 @@ pub struct Args {
     /// Pad chunks shorter than --min-chunk-size by repeating their first and last frames.
     #[arg(long = "pad-input", kaldi_bool = "true")]
     pub pad_input: bool,
-    /// Accepted for Kaldi scripts; computation is on the CPU.
+    /// Kaldi's device choice: `yes`, `no`, `optional` (a GPU when usable, else the CPU) or
+    /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
     #[arg(long = "use-gpu", default_value = "no")]
     pub use_gpu: String,
     /// How many compiled computations to keep (one per chunk length).
@@ -101,6 +102,7 @@ pub fn run(a: Args) -> Result<i32> {
                 .into(),
         ));
     };
+    crate::cli::args::select_device("nnet3-xvector-compute", &a.use_gpu)?;
     if a.chunk_size == 0 || a.chunk_size < -1 || a.min_chunk_size < 1 {
         return Err(Error::Usage(format!(
             "--chunk-size must be -1 or positive and --min-chunk-size positive (got {} and {})",

@@ -72,7 +72,7 @@ impl Topology {
     /// Reads `<Topology> ... </Topology>` in the reader's mode (text is Kaldi's readable
     /// form with `<TopologyEntry>` blocks, binary its member dump).
     pub fn read(r: &mut TokenReader<'_>) -> Result<Topology> {
-        let start = token_pos(r);
+        let start = r.next_token_pos();
         r.expect_token("<Topology>")?;
         let topo = if r.is_binary() {
             read_topology_binary(r)?
@@ -243,18 +243,6 @@ impl Topology {
     }
 }
 
-/// Where the next token starts (text skips whitespace first), for error positions.
-fn token_pos(r: &TokenReader<'_>) -> usize {
-    let buf = r.buf();
-    let mut p = r.pos();
-    if !r.is_binary() {
-        while buf.get(p).is_some_and(|b| b.is_ascii_whitespace()) {
-            p += 1;
-        }
-    }
-    p
-}
-
 /// A count read at `at`, checked to be in 0..=`max` and to fit the bytes left at
 /// `min_bytes` an item.
 fn checked_count(
@@ -264,16 +252,20 @@ fn checked_count(
     min_bytes: usize,
     what: &str,
 ) -> Result<usize> {
-    if n < 0 || (n as usize).saturating_mul(min_bytes) > r.rest().len() {
-        return Err(r.err_at(
+    r.count_fits(n, min_bytes).ok_or_else(|| {
+        let left = r.rest().len();
+        r.err_at(
             at,
-            format!(
-                "{what} that fits the {} remaining bytes (got {n})",
-                r.rest().len()
-            ),
-        ));
-    }
-    Ok(n as usize)
+            format!("{what} that fits the {left} remaining bytes (got {n})"),
+        )
+    })
+}
+
+/// A count read next, checked as [`checked_count`] checks it.
+fn read_checked_count(r: &mut TokenReader<'_>, min_bytes: usize, what: &str) -> Result<usize> {
+    let at = r.next_token_pos();
+    let n = r.i32()?;
+    checked_count(r, at, n, min_bytes, what)
 }
 
 fn read_topology_binary(r: &mut TokenReader<'_>) -> Result<Topology> {
@@ -289,16 +281,12 @@ fn read_topology_binary(r: &mut TokenReader<'_>) -> Result<Topology> {
     let n = checked_count(r, at, n, 5, "a number of topology entries")?;
     let mut entries = Vec::with_capacity(n);
     for _ in 0..n {
-        let at = r.pos();
-        let ns = r.i32()?;
-        let ns = checked_count(r, at, ns, 10, "a number of HMM states")?;
+        let ns = read_checked_count(r, 10, "a number of HMM states")?;
         let mut states = Vec::with_capacity(ns);
         for _ in 0..ns {
             let forward = r.i32()?;
             let self_loop = if hmm { forward } else { r.i32()? };
-            let at = r.pos();
-            let nt = r.i32()?;
-            let nt = checked_count(r, at, nt, 10, "a number of transitions")?;
+            let nt = read_checked_count(r, 10, "a number of transitions")?;
             let mut transitions = Vec::with_capacity(nt);
             for _ in 0..nt {
                 let dst = r.i32()?;
@@ -324,8 +312,7 @@ fn read_topology_binary(r: &mut TokenReader<'_>) -> Result<Topology> {
 fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
     let mut topo = Topology::default();
     loop {
-        let at = token_pos(r);
-        let tok = r.token()?;
+        let (at, tok) = r.token_at()?;
         if tok == "</Topology>" {
             break;
         }
@@ -335,8 +322,7 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
         r.expect_token("<ForPhones>")?;
         let mut phones = Vec::new();
         loop {
-            let at = token_pos(r);
-            let tok = r.token()?;
+            let (at, tok) = r.token_at()?;
             if tok == "</ForPhones>" {
                 break;
             }
@@ -346,13 +332,12 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
             }
         }
         let mut states: Vec<HmmState> = Vec::new();
-        let mut at = token_pos(r);
-        let mut tok = r.token()?;
+        let (mut at, mut tok) = r.token_at()?;
         while tok != "</TopologyEntry>" {
             if tok != "<State>" {
                 return Err(r.err_at(at, "<State> or </TopologyEntry>"));
             }
-            let at_id = token_pos(r);
+            let at_id = r.next_token_pos();
             let id = r.i32()?;
             if id != states.len() as i32 {
                 return Err(r.err_at(
@@ -360,28 +345,24 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
                     format!("state {} (states in order from 0)", states.len()),
                 ));
             }
-            at = token_pos(r);
-            tok = r.token()?;
+            (at, tok) = r.token_at()?;
             let (mut forward, mut self_loop) = (-1, -1);
             if tok == "<PdfClass>" {
                 forward = r.i32()?;
                 self_loop = forward;
-                at = token_pos(r);
-                tok = r.token()?;
+                (at, tok) = r.token_at()?;
             } else if tok == "<ForwardPdfClass>" {
                 forward = r.i32()?;
                 r.expect_token("<SelfLoopPdfClass>")?;
                 self_loop = r.i32()?;
-                at = token_pos(r);
-                tok = r.token()?;
+                (at, tok) = r.token_at()?;
             }
             let mut transitions = Vec::new();
             while tok == "<Transition>" {
                 let dst = r.i32()?;
                 let p = r.f32()?;
                 transitions.push((dst, p));
-                at = token_pos(r);
-                tok = r.token()?;
+                (at, tok) = r.token_at()?;
             }
             if tok != "</State>" {
                 return Err(r.err_at(at, "<Transition> or </State>"));
@@ -391,8 +372,7 @@ fn read_topology_text(r: &mut TokenReader<'_>) -> Result<Topology> {
                 self_loop_pdf_class: self_loop,
                 transitions,
             });
-            at = token_pos(r);
-            tok = r.token()?;
+            (at, tok) = r.token_at()?;
         }
         let idx = topo.entries.len() as i32;
         topo.entries.push(states);
@@ -600,19 +580,17 @@ impl TransitionModel {
 
     /// Reads `<TransitionModel> ... </TransitionModel>` in the reader's mode.
     pub fn read(r: &mut TokenReader<'_>) -> Result<TransitionModel> {
-        let start = token_pos(r);
+        let start = r.next_token_pos();
         r.expect_token("<TransitionModel>")?;
         let topo = Topology::read(r)?;
-        let at = token_pos(r);
+        let at = r.next_token_pos();
         let (close, tuples4) = match r.token()?.as_str() {
             "<Triples>" => ("</Triples>", false),
             "<Tuples>" => ("</Tuples>", true),
             _ => return Err(r.err_at(at, "<Triples> or <Tuples>")),
         };
-        let at = token_pos(r);
-        let n = r.i32()?;
-        let n = checked_count(r, at, n, if tuples4 { 8 } else { 6 }, "a number of tuples")?;
-        let tuples_at = token_pos(r);
+        let n = read_checked_count(r, if tuples4 { 8 } else { 6 }, "a number of tuples")?;
+        let tuples_at = r.next_token_pos();
         let mut tuples = Vec::with_capacity(n);
         for _ in 0..n {
             let phone = r.i32()?;
@@ -640,7 +618,7 @@ impl TransitionModel {
             return Err(r.err_at(tuples_at, "at least one transition-state with transitions"));
         }
         r.expect_token("<LogProbs>")?;
-        let at = token_pos(r);
+        let at = r.next_token_pos();
         let lp = r.vector()?.into_vec();
         if lp.len() != tm.num_transition_ids() as usize + 1 {
             return Err(r.err_at(

@@ -6,7 +6,7 @@
 //! `NULL` for holes), `SE key [ yes-set ] { yes no }` (a split) and `NULL`. Keys are context
 //! positions 0..N-1 (phones, 0 outside the utterance) and -1 for the pdf-class.
 
-use super::{token_pos, HmmState, Topology, TransitionModel, Tuple};
+use super::{HmmState, Topology, TransitionModel, Tuple};
 use crate::error::Result;
 use crate::io::TokenReader;
 
@@ -38,7 +38,7 @@ impl ContextDependency {
     /// Reads `ContextDependency N P ToPdf <map> EndContextDependency`.
     pub fn read(r: &mut TokenReader<'_>) -> Result<ContextDependency> {
         r.expect_token("ContextDependency")?;
-        let at = token_pos(r);
+        let at = r.next_token_pos();
         let n = r.i32()?;
         let p = r.i32()?;
         if !(1..=100).contains(&n) || p < 0 || p >= n {
@@ -216,7 +216,7 @@ fn position(d: &mut Domains, key: i32) -> Option<&mut Vec<i32>> {
 }
 
 fn read_map(r: &mut TokenReader<'_>, depth: usize) -> Result<Option<EventMap>> {
-    let at = token_pos(r);
+    let at = r.next_token_pos();
     if depth > MAX_DEPTH {
         return Err(r.err_at(at, format!("an event map nested at most {MAX_DEPTH} deep")));
     }
@@ -226,7 +226,7 @@ fn read_map(r: &mut TokenReader<'_>, depth: usize) -> Result<Option<EventMap>> {
         "CE" => Some(EventMap::Constant(r.i32()?)),
         "TE" => {
             let key = r.i32()?;
-            let at_n = token_pos(r);
+            let at_n = r.next_token_pos();
             let n = r.i32()?;
             if !(0..=MAX_TABLE).contains(&n) || n as usize > r.rest().len() {
                 return Err(r.err_at(at_n, format!("a table size that fits the file (got {n})")));
@@ -241,16 +241,16 @@ fn read_map(r: &mut TokenReader<'_>, depth: usize) -> Result<Option<EventMap>> {
         }
         "SE" => {
             let key = r.i32()?;
-            let at_set = token_pos(r);
+            let at_set = r.next_token_pos();
             let yes = r.int_vec()?;
             if yes.windows(2).any(|w| w[0] >= w[1]) {
                 return Err(r.err_at(at_set, "a sorted set of values"));
             }
             r.expect_token("{")?;
-            let at_y = token_pos(r);
+            let at_y = r.next_token_pos();
             let y =
                 read_map(r, depth + 1)?.ok_or_else(|| r.err_at(at_y, "an event map (not NULL)"))?;
-            let at_n = token_pos(r);
+            let at_n = r.next_token_pos();
             let n =
                 read_map(r, depth + 1)?.ok_or_else(|| r.err_at(at_n, "an event map (not NULL)"))?;
             r.expect_token("}")?;

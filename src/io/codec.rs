@@ -295,6 +295,29 @@ impl<'a> TokenReader<'a> {
     pub fn buf(&self) -> &'a [u8] {
         self.buf
     }
+    /// Where the next token starts (a text reader skips whitespace first), for error
+    /// positions.
+    pub fn next_token_pos(&self) -> usize {
+        let mut p = self.pos;
+        if !self.binary {
+            while self.buf.get(p).is_some_and(|b| b.is_ascii_whitespace()) {
+                p += 1;
+            }
+        }
+        p
+    }
+    /// `n` as a count of items of at least `min_bytes` each, if it is not negative and that
+    /// many items can still be in the buffer (checked before anything of that size is
+    /// allocated).
+    pub fn count_fits(&self, n: i32, min_bytes: usize) -> Option<usize> {
+        (n >= 0 && (n as usize).saturating_mul(min_bytes) <= self.rest().len())
+            .then_some(n as usize)
+    }
+    /// The next token and where it starts.
+    pub fn token_at(&mut self) -> Result<(usize, String)> {
+        let at = self.next_token_pos();
+        Ok((at, self.token()?))
+    }
     pub fn at_eof(&self) -> bool {
         self.pos >= self.buf.len()
     }

@@ -7,10 +7,12 @@ pub mod egs;
 pub mod htk;
 pub mod index_codec;
 pub mod kaldi_matrix;
+pub mod le_bytes;
 pub mod mlf;
 pub mod output_file;
 pub mod sparse;
 pub mod table;
+pub mod text_seq;
 pub mod uci;
 
 pub use codec::{TokenReader, TokenWriter};

@@ -38,16 +38,13 @@ fn read_eq_token(r: &mut TokenReader<'_>, what: &str) -> Result<usize> {
 fn read_count(r: &mut TokenReader<'_>, min_bytes: usize, what: &str) -> Result<usize> {
     let at = r.pos();
     let count = r.i32()?;
-    if count < 0 || (count as usize).saturating_mul(min_bytes) > r.rest().len() {
-        return Err(r.err_at(
+    r.count_fits(count, min_bytes).ok_or_else(|| {
+        let left = r.rest().len();
+        r.err_at(
             at,
-            format!(
-                "a plausible {what} (got {count}, {} bytes left)",
-                r.rest().len()
-            ),
-        ));
-    }
-    Ok(count as usize)
+            format!("a plausible {what} (got {count}, {left} bytes left)"),
+        )
+    })
 }
 
 impl SparseVector {

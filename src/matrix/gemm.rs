@@ -2,6 +2,7 @@
 //! `matrixmultiply` and OpenBLAS; see docs/PERFORMANCE.md, section "GEMM"), and the
 //! process-wide thread bound shared by every parallel kernel.
 
+use super::on_device;
 use super::{MatView, MatViewMut, Real, Trans};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,6 +16,67 @@ pub enum GemmBackend {
 /// Name of the GEMM backend in use (for `info` and benchmarks).
 pub fn gemm_backend_name() -> &'static str {
     "gemm-crate"
+}
+
+/// One operand of [`strided_gemm`]: its first element and the distances, in elements,
+/// between consecutive columns and consecutive rows.
+pub(super) struct Operand<P> {
+    ptr: P,
+    col_stride: isize,
+    row_stride: isize,
+}
+
+impl<P> Operand<P> {
+    pub(super) fn new(ptr: P, col_stride: isize, row_stride: isize) -> Self {
+        Operand {
+            ptr,
+            col_stride,
+            row_stride,
+        }
+    }
+}
+
+/// `dst (m×n) = alpha · lhs (m×k) · rhs (k×n) + beta · dst`, `[m, n, k] = shape`, on the
+/// `gemm` crate (whose own `alpha` is the destination's scale and `beta` the product's);
+/// `dst` is read only when `beta` is not zero.
+///
+/// # Safety
+/// Each operand's pointer and strides address only elements of its own live allocation (m×k,
+/// k×n and m×n elements), and `dst` overlaps neither input.
+pub(super) unsafe fn strided_gemm<T: Copy + PartialEq + Default + 'static>(
+    shape: [usize; 3],
+    dst: Operand<*mut T>,
+    lhs: Operand<*const T>,
+    rhs: Operand<*const T>,
+    alpha: T,
+    beta: T,
+    parallelism: gemm::Parallelism,
+) {
+    let [m, n, k] = shape;
+    // SAFETY: the caller's contract is gemm::gemm's.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.ptr,
+            dst.col_stride,
+            dst.row_stride,
+            beta != T::default(),
+            lhs.ptr,
+            lhs.col_stride,
+            lhs.row_stride,
+            rhs.ptr,
+            rhs.col_stride,
+            rhs.row_stride,
+            beta,
+            alpha,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
 }
 
 /// The thread bound; 0 means "not set yet" (then all cores are used).
@@ -96,6 +158,7 @@ impl MatViewMut<'_> {
             }
             return;
         }
+        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda::ops::gemm(self, alpha, (a, ta), (b, tb), beta));
         let parallelism = parallelism_for(m, n, k);
         let c_rs = self.stride() as isize;
         let c_ptr = self.as_mut_slice().as_mut_ptr();
@@ -109,25 +172,13 @@ impl MatViewMut<'_> {
             // SAFETY: as below, with the n×m row-major destination `t` (length n·m) and the
             // operands' own elements addressed transposed.
             unsafe {
-                gemm::gemm(
-                    n,
-                    m,
-                    k,
-                    t.as_mut_ptr(),
-                    1,
-                    m as isize,
-                    false,
-                    bp,
-                    b_rs,
-                    b_cs,
-                    ap,
-                    a_rs,
-                    a_cs,
-                    0.0,
+                strided_gemm(
+                    [n, m, k],
+                    Operand::new(t.as_mut_ptr(), 1, m as isize),
+                    Operand::new(bp, b_rs, b_cs),
+                    Operand::new(ap, a_rs, a_cs),
                     alpha,
-                    false,
-                    false,
-                    false,
+                    0.0,
                     parallelism,
                 );
             }
@@ -150,25 +201,13 @@ impl MatViewMut<'_> {
         // `gemm` crate computes dst := alpha_g·dst + beta_g·lhs·rhs, and with read_dst = false
         // it never reads dst.
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c_ptr,
-                1,
-                c_rs,
-                beta != 0.0,
-                ap,
-                a_cs,
-                a_rs,
-                bp,
-                b_cs,
-                b_rs,
-                beta,
+            strided_gemm(
+                [m, n, k],
+                Operand::new(c_ptr, 1, c_rs),
+                Operand::new(ap, a_cs, a_rs),
+                Operand::new(bp, b_cs, b_rs),
                 alpha,
-                false,
-                false,
-                false,
+                beta,
                 parallelism,
             );
         }

@@ -158,9 +158,7 @@ mod tests {
     fn fused_cells_agree_with_their_definitions() {
         let (n, c) = (3, 37);
         let input = m(n, 3 * c, 7);
-        let w = Vector {
-            data: m(1, c, 9).to_vec(),
-        };
+        let w = Vector::from_vec(m(1, c, 9).to_vec());
         let g = |r: usize, j: usize| input.get(r, j) as f64;
         let mut out = Matrix::zeros(n, 2 * c);
         out.view_mut().compute_output_gru_cell(input.view(), &w);

@@ -2,9 +2,9 @@
 //!
 //! Components, the compiler and the runtime only ever call the methods defined in this module
 //! (in the spirit of Kaldi's `CuMatrix` interface); none of them touches raw element loops of
-//! their own. Today there is one backend, the CPU (f32, row-major with a row stride). A GPU
-//! backend would give `Matrix`/`Vector` a second storage kind behind the same methods, without
-//! touching components or the compiler.
+//! their own. Matrices are f32, row-major with a row stride, in host memory; a build with the
+//! `cuda` feature can keep them in CUDA managed memory instead (`device`, `buf`, `cuda`),
+//! behind the same methods, without touching components or the compiler.
 //!
 //! Types:
 //! * [`Matrix`] owns its data (rows × cols, row stride ≥ cols).
@@ -16,8 +16,12 @@
 mod attention;
 mod attention_backprop;
 mod blocks;
+mod buf;
 pub mod check;
 mod cu_compressed;
+#[cfg(feature = "cuda")]
+mod cuda;
+pub mod device;
 mod eigen;
 mod elementwise;
 mod gemm;
@@ -40,6 +44,7 @@ mod vector64;
 mod vector_params;
 mod weights;
 
+use buf::{on_device, Buf, Place};
 pub use cu_compressed::{CompressionKind, CuCompressedMatrix};
 pub use eigen::{symmetric_eigen, SymmetricEigen};
 pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
@@ -91,7 +96,7 @@ pub enum Trans {
 /// An owned dense matrix, f32, row-major with a row stride.
 #[derive(Clone, Default, PartialEq)]
 pub struct Matrix {
-    data: Vec<Real>,
+    data: Buf<Real>,
     rows: usize,
     cols: usize,
     stride: usize,
@@ -101,6 +106,7 @@ pub struct Matrix {
 #[derive(Clone, Copy)]
 pub struct MatView<'a> {
     data: &'a [Real],
+    place: Place,
     rows: usize,
     cols: usize,
     stride: usize,
@@ -109,6 +115,7 @@ pub struct MatView<'a> {
 /// A mutable view of (part of) a matrix.
 pub struct MatViewMut<'a> {
     data: &'a mut [Real],
+    place: Place,
     rows: usize,
     cols: usize,
     stride: usize,
@@ -117,7 +124,7 @@ pub struct MatViewMut<'a> {
 /// An owned f32 vector.
 #[derive(Clone, Default, PartialEq)]
 pub struct Vector {
-    data: Vec<Real>,
+    data: Buf<Real>,
 }
 
 /// Length of the backing slice a (rows, cols, stride) view needs.
@@ -148,7 +155,7 @@ impl std::fmt::Debug for MatView<'_> {
 
 impl std::fmt::Debug for Vector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Vector{:?}", &self.data)
+        write!(f, "Vector{:?}", &self.data[..])
     }
 }
 
@@ -186,7 +193,7 @@ impl Matrix {
     /// A zero matrix.
     pub fn zeros(rows: usize, cols: usize) -> Self {
         Matrix {
-            data: vec![0.0; rows * cols],
+            data: buf::zeroed(rows * cols),
             rows,
             cols,
             stride: cols,
@@ -200,7 +207,7 @@ impl Matrix {
             "Matrix::from_vec: wrong data length"
         );
         Matrix {
-            data,
+            data: buf::from_vec(data),
             rows,
             cols,
             stride: cols,
@@ -246,6 +253,7 @@ impl Matrix {
     pub fn view(&self) -> MatView<'_> {
         MatView {
             data: &self.data[..span(self.rows, self.cols, self.stride)],
+            place: Place::of(&self.data),
             rows: self.rows,
             cols: self.cols,
             stride: self.stride,
@@ -254,8 +262,10 @@ impl Matrix {
     /// The whole matrix as a mutable view.
     pub fn view_mut(&mut self) -> MatViewMut<'_> {
         let n = span(self.rows, self.cols, self.stride);
+        let place = Place::of(&self.data);
         MatViewMut {
             data: &mut self.data[..n],
+            place,
             rows: self.rows,
             cols: self.cols,
             stride: self.stride,
@@ -315,6 +325,7 @@ impl<'a> MatView<'a> {
         assert!(stride >= cols && data.len() >= span(rows, cols, stride));
         MatView {
             data: &data[..span(rows, cols, stride)],
+            place: Place::HOST,
             rows,
             cols,
             stride,
@@ -354,6 +365,7 @@ impl<'a> MatView<'a> {
         if nr == 0 || nc == 0 {
             return MatView {
                 data: &[],
+                place: self.place,
                 rows: nr,
                 cols: nc,
                 stride: self.stride,
@@ -362,6 +374,7 @@ impl<'a> MatView<'a> {
         let s = r0 * self.stride + c0;
         MatView {
             data: &self.data[s..s + span(nr, nc, self.stride)],
+            place: self.place,
             rows: nr,
             cols: nc,
             stride: self.stride,
@@ -414,6 +427,7 @@ impl<'a> MatViewMut<'a> {
         let n = span(rows, cols, stride);
         MatViewMut {
             data: &mut data[..n],
+            place: Place::HOST,
             rows,
             cols,
             stride,
@@ -424,6 +438,7 @@ impl<'a> MatViewMut<'a> {
     pub fn as_view(&self) -> MatView<'_> {
         MatView {
             data: self.data,
+            place: self.place,
             rows: self.rows,
             cols: self.cols,
             stride: self.stride,
@@ -433,6 +448,7 @@ impl<'a> MatViewMut<'a> {
     pub fn rb(&mut self) -> MatViewMut<'_> {
         MatViewMut {
             data: self.data,
+            place: self.place,
             rows: self.rows,
             cols: self.cols,
             stride: self.stride,
@@ -492,6 +508,7 @@ impl<'a> MatViewMut<'a> {
         if nr == 0 || nc == 0 {
             return MatViewMut {
                 data: &mut [],
+                place: self.place,
                 rows: nr,
                 cols: nc,
                 stride,
@@ -500,6 +517,7 @@ impl<'a> MatViewMut<'a> {
         let s = r0 * stride + c0;
         MatViewMut {
             data: &mut self.data[s..s + span(nr, nc, stride)],
+            place: self.place,
             rows: nr,
             cols: nc,
             stride,
@@ -518,7 +536,7 @@ impl<'a> MatViewMut<'a> {
     /// Splits the rows at `r`, giving two disjoint mutable views.
     pub fn split_rows_at(self, r: usize) -> (MatViewMut<'a>, MatViewMut<'a>) {
         assert!(r <= self.rows);
-        let (rows, cols, stride) = (self.rows, self.cols, self.stride);
+        let (rows, cols, stride, place) = (self.rows, self.cols, self.stride, self.place);
         // An empty side gets no data; otherwise the top ends after its last element.
         let (a, b) = if r == 0 || r == rows || cols == 0 {
             self.data
@@ -530,12 +548,14 @@ impl<'a> MatViewMut<'a> {
         (
             MatViewMut {
                 data: a,
+                place,
                 rows: r,
                 cols,
                 stride,
             },
             MatViewMut {
                 data: b,
+                place,
                 rows: rows - r,
                 cols,
                 stride,
@@ -612,12 +632,14 @@ impl Vector {
     /// A zero vector.
     pub fn zeros(dim: usize) -> Self {
         Vector {
-            data: vec![0.0; dim],
+            data: buf::zeroed(dim),
         }
     }
     /// A vector owning `data`.
     pub fn from_vec(data: Vec<Real>) -> Self {
-        Vector { data }
+        Vector {
+            data: buf::from_vec(data),
+        }
     }
     /// Number of elements.
     pub fn dim(&self) -> usize {
@@ -632,11 +654,11 @@ impl Vector {
     }
     /// A copy of the elements (host copy: the I/O and test boundary).
     pub fn to_vec(&self) -> Vec<Real> {
-        self.data.clone()
+        self.data.to_vec()
     }
     /// The elements, by value.
     pub fn into_vec(self) -> Vec<Real> {
-        self.data
+        buf::into_vec(self.data)
     }
     /// Changes the dimension; contents become zero.
     pub fn resize(&mut self, dim: usize) {
@@ -645,18 +667,31 @@ impl Vector {
     }
     /// The vector as a 1 × dim matrix view.
     pub fn as_row(&self) -> MatView<'_> {
-        MatView::from_slice(&self.data, 1, self.data.len())
+        MatView {
+            data: &self.data,
+            place: Place::of(&self.data),
+            rows: 1,
+            cols: self.data.len(),
+            stride: self.data.len(),
+        }
     }
     /// The vector as a mutable 1 × dim matrix view.
     pub fn as_row_mut(&mut self) -> MatViewMut<'_> {
         let n = self.data.len();
-        MatViewMut::from_slice(&mut self.data, 1, n)
+        let place = Place::of(&self.data);
+        MatViewMut {
+            data: &mut self.data,
+            place,
+            rows: 1,
+            cols: n,
+            stride: n,
+        }
     }
 }
 
 impl From<Vec<Real>> for Vector {
     fn from(v: Vec<Real>) -> Self {
-        Vector { data: v }
+        Vector::from_vec(v)
     }
 }
 

@@ -16,7 +16,17 @@ impl Matrix {
             self.rows,
             self.cols
         );
-        Matrix::from_vec(rows, cols, self.data)
+        assert_eq!(
+            self.data.len(),
+            rows * cols,
+            "Matrix::into_reshaped: strided matrix"
+        );
+        Matrix {
+            data: self.data,
+            rows,
+            cols,
+            stride: cols,
+        }
     }
 }
 

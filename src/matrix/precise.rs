@@ -2,6 +2,7 @@
 //! the sums would matter (the natural-gradient preconditioner orthonormalises rows whose
 //! squared norms span many orders of magnitude). The big products stay in f32.
 
+use super::on_device;
 use super::{MatView, MatViewMut, Real};
 
 /// Row-major f64 copy of a view.
@@ -27,25 +28,13 @@ fn gemm_f64(dst: &mut [f64], lhs: &[f64], rhs: &[f64], m: usize, k: usize, n: us
     // above), `dst` is a unique borrow so it overlaps neither operand, and with
     // read_dst = false the destination is only written.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            lhs.as_ptr(),
-            1,
-            k as isize,
-            rhs.as_ptr(),
-            1,
-            n as isize,
-            0.0,
+        super::gemm::strided_gemm(
+            [m, n, k],
+            super::gemm::Operand::new(dst.as_mut_ptr(), 1, n as isize),
+            super::gemm::Operand::new(lhs.as_ptr(), 1, k as isize),
+            super::gemm::Operand::new(rhs.as_ptr(), 1, n as isize),
             1.0,
-            false,
-            false,
-            false,
+            0.0,
             gemm::Parallelism::None,
         );
     }
@@ -55,6 +44,7 @@ impl MatView<'_> {
     /// `Σ_ij self[i,j] · b[i,j]` in f64 (objective sums: their differences must not drown
     /// in float32 rounding of the total).
     pub fn trace_mat_mat_f64(&self, b: MatView<'_>) -> f64 {
+        on_device!(self.place.on_device() && b.place.on_device() && (self.num_rows(), self.num_cols()) == (b.num_rows(), b.num_cols()) => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Dot(b)).iter().sum());
         assert_eq!(
             (self.num_rows(), self.num_cols()),
             (b.num_rows(), b.num_cols())
@@ -72,6 +62,7 @@ impl MatView<'_> {
 
     /// `Σ_ij self[i,j]` in f64.
     pub fn sum_f64(&self) -> f64 {
+        on_device!(self.place.on_device() => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Plain).iter().sum());
         (0..self.num_rows())
             .map(|r| self.row(r).iter().map(|&x| x as f64).sum::<f64>())
             .sum()
@@ -80,6 +71,7 @@ impl MatView<'_> {
     /// `Σ_ij self[i,j]²`, squares and sum in f64 (no overflow for any finite f32 input).
     /// Infinite or NaN exactly when some element is (finite squares cannot overflow f64).
     pub fn sum_squares_f64(&self) -> f64 {
+        on_device!(self.place.on_device() => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Squares).iter().sum());
         // Row sums (in parallel for big matrices), then added in row order: the same result
         // on any number of threads.
         let mut rows = vec![0.0f64; self.num_rows()];

@@ -1,12 +1,15 @@
 //! Row and column gather/scatter operations with index vectors (−1 means "leave" or "zero"),
 //! as the compiled computation's CopyRows/AddRows/AddRowRanges/CopyCols commands need.
 
+use super::on_device;
 use super::parallel::for_row_blocks;
 use super::{MatView, MatViewMut, Real};
 
 impl MatViewMut<'_> {
     /// `self[i] = src[idx[i]]`, or zero where `idx[i] = −1` (Kaldi's CopyRows).
     pub fn copy_rows(&mut self, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), self.num_rows());
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_copy_rows", self, src, idx, None));
         assert_eq!(idx.len(), self.num_rows());
         assert_eq!(src.num_cols(), self.num_cols());
         for_row_blocks(self.rb(), |first, mut dst| {
@@ -22,6 +25,8 @@ impl MatViewMut<'_> {
     /// `self[i] += alpha · src[idx[i]]` where `idx[i] ≠ −1` (Kaldi's AddRows).
     pub fn add_rows(&mut self, alpha: Real, src: MatView<'_>, idx: &[i32]) {
         assert_eq!(idx.len(), self.num_rows());
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_add_rows", self, src, idx, Some(alpha)));
+        assert_eq!(idx.len(), self.num_rows());
         assert_eq!(src.num_cols(), self.num_cols());
         for_row_blocks(self.rb(), |first, mut dst| {
             for (i, &j) in idx[first..first + dst.num_rows()].iter().enumerate() {
@@ -36,6 +41,12 @@ impl MatViewMut<'_> {
     /// `self[idx[i]] = src[i]` where `idx[i] ≠ −1` (Kaldi's CopyToRows, single destination).
     pub fn copy_to_rows_from(&mut self, src: MatView<'_>, idx: &[i32]) {
         assert_eq!(idx.len(), src.num_rows());
+        assert!(
+            idx.iter().all(|&j| j < self.num_rows() as i32),
+            "copy_to_rows_from: row index"
+        );
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_copy_to_rows", self, src, idx, None));
+        assert_eq!(idx.len(), src.num_rows());
         for (i, &j) in idx.iter().enumerate() {
             if j >= 0 {
                 self.row_mut(j as usize).copy_from_slice(src.row(i));
@@ -44,6 +55,12 @@ impl MatViewMut<'_> {
     }
     /// `self[idx[i]] += alpha · src[i]` where `idx[i] ≠ −1` (Kaldi's AddToRows).
     pub fn add_to_rows_from(&mut self, alpha: Real, src: MatView<'_>, idx: &[i32]) {
+        assert_eq!(idx.len(), src.num_rows());
+        assert!(
+            idx.iter().all(|&j| j < self.num_rows() as i32),
+            "add_to_rows_from: row index"
+        );
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_add_to_rows", self, src, idx, Some(alpha)));
         assert_eq!(idx.len(), src.num_rows());
         for (i, &j) in idx.iter().enumerate() {
             if j >= 0 {

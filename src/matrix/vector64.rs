@@ -26,6 +26,10 @@ impl Vector64 {
     pub fn to_vec(&self) -> Vec<f64> {
         self.data.clone()
     }
+    /// The elements, by value (host copy out, without a copy on the host).
+    pub fn into_vec(self) -> Vec<f64> {
+        self.data
+    }
     /// Number of elements.
     pub fn dim(&self) -> usize {
         self.data.len()
@@ -107,6 +111,18 @@ impl Vector64 {
     /// Element `i` (a host read of one statistic: counts and headers of exact statistics).
     pub fn get(&self, i: usize) -> f64 {
         self.data[i]
+    }
+    /// Sets element `i` (a host write of one statistic).
+    pub fn set(&mut self, i: usize, x: f64) {
+        self.data[i] = x;
+    }
+    /// A copy of elements `start..start + len`.
+    pub fn range(&self, start: usize, len: usize) -> Vector64 {
+        Vector64::from_vec(self.data[start..start + len].to_vec())
+    }
+    /// `self[i] / d` for every element (a division, not a product with 1/d).
+    pub fn divide(&mut self, d: f64) {
+        self.data.iter_mut().for_each(|x| *x /= d);
     }
     /// `(self[..n], self[n..])`, or `None` when `n > dim`.
     pub fn split_at(&self, n: usize) -> Option<(Vector64, Vector64)> {

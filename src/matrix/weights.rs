@@ -162,7 +162,8 @@ impl WeightMatrix {
         }
         let fresh = self.transposed.get().is_none()
             && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
-        if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
+        // On a GPU the plain product (cuBLAS) is the fast one.
+        if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 || y.place.on_device() {
             let w = self.w.view().cols_range(c0, inp);
             y.add_mat_mat(alpha, x, super::Trans::No, w, super::Trans::Yes, beta);
             return;
@@ -190,7 +191,13 @@ impl WeightMatrix {
             dx.num_rows(),
             dx.num_cols()
         );
-        if rows == 0 || rows > BACKWARD_MAX_ROWS || inp == 0 || out == 0 || alpha == 0.0 {
+        if rows == 0
+            || rows > BACKWARD_MAX_ROWS
+            || inp == 0
+            || out == 0
+            || alpha == 0.0
+            || dx.place.on_device()
+        {
             dx.add_mat_mat(
                 alpha,
                 dy,
@@ -245,25 +252,13 @@ fn product_into_rows(
     // r·rhs_rs + c inside rhs's n × k view. `dst` is a unique borrow, so it overlaps neither
     // input; with read_dst = false gemm never reads it.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dp,
-            dst_rs,
-            1,
-            beta != 0.0,
-            lhs.as_ptr(),
-            lhs_cs as isize,
-            1,
-            rp,
-            rhs_rs,
-            1,
-            beta,
+        super::gemm::strided_gemm(
+            [m, n, k],
+            super::gemm::Operand::new(dp, dst_rs, 1),
+            super::gemm::Operand::new(lhs.as_ptr(), lhs_cs as isize, 1),
+            super::gemm::Operand::new(rp, rhs_rs, 1),
             alpha,
-            false,
-            false,
-            false,
+            beta,
             parallelism,
         );
     }

@@ -1093,30 +1093,20 @@ mod tests {
             self.0.propagate(p)
         }
         fn backprop(&self, b: Backprop<'_>) {
-            let Backprop {
-                out_deriv: d,
-                in_deriv: g,
-                indexes,
-                in_value,
-                out_value,
-                memo,
-                to_update,
-                rng,
-            } = b;
-            let u = to_update
+            let (d, g, rng) = (b.out_deriv, b.in_deriv, b.rng);
+            let u = b
+                .to_update
                 .and_then(|u| u.as_any_mut().downcast_mut::<Broken>())
                 .map(|b| &mut b.0 as &mut dyn Component);
+            // The same step with other derivatives, update target and generator.
             macro_rules! step {
                 ($out_deriv:expr, $in_deriv:expr, $to_update:expr, $rng:expr) => {
                     Backprop {
                         out_deriv: $out_deriv,
                         in_deriv: $in_deriv,
-                        indexes,
-                        in_value,
-                        out_value,
-                        memo,
                         to_update: $to_update,
                         rng: $rng,
+                        ..b
                     }
                 };
             }

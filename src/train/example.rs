@@ -5,7 +5,6 @@ use crate::compile::request::{ComputationRequest, IoSpecification};
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
 use crate::nnet::Nnet;
-use crate::run::NnetComputer;
 
 /// The request for `eg`: its inputs are supplied, its outputs wanted (with derivatives when
 /// training), every io checked against the network: it must name an input or output node of
@@ -60,19 +59,6 @@ pub fn computation_request(
         ));
     }
     Ok(request)
-}
-
-/// Hands the example's inputs to the computer.
-pub fn accept_inputs(computer: &mut NnetComputer<'_>, nnet: &Nnet, eg: &NnetExample) -> Result<()> {
-    for io in &eg.io {
-        if nnet
-            .node_index(&io.name)
-            .is_some_and(|n| nnet.is_input_node(n))
-        {
-            computer.accept_input(&io.name, io.features.to_matrix())?;
-        }
-    }
-    Ok(())
 }
 
 /// The number of distinct sequences (`n` values) in the example, as Kaldi's

@@ -28,12 +28,15 @@
 //! then run on the summed change, identical on every rank (the random stream those steps
 //! draw from is rank 0's). A checkpoint keeps rank 0's preconditioner.
 //!
-//! The transport is [`Collective`]: MPI's world communicator with the `mpi` cargo feature
-//! ([`join`]), one process otherwise.
+//! The transport is [`Collective`] (`crate::collective`): MPI's world communicator with the
+//! `mpi` cargo feature ([`join`]), one process otherwise. What travels are matrix-library
+//! vectors: the parameters laid end to end as one `Vector`, statistics and small figures as
+//! `Vector64`s.
 
+pub use crate::collective::{Collective, OneProcess};
 use crate::error::{Error, Result};
 use crate::kaldi_rand::GlibcRand;
-use crate::matrix::Vector64;
+use crate::matrix::{Vector, Vector64};
 use crate::nnet::Nnet;
 use crate::train::step::GradientReduction;
 use std::borrow::Cow;
@@ -75,42 +78,6 @@ impl ParallelMode {
     }
 }
 
-/// What the processes of a job do together. Every call is collective: all ranks make it, in
-/// the same order, with buffers of the same length.
-pub trait Collective {
-    /// This process's rank, 0..size.
-    fn rank(&self) -> usize;
-    /// The number of processes.
-    fn size(&self) -> usize;
-    /// Replaces `buf` by its element-wise sum over the ranks.
-    fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()>;
-    /// Replaces `buf` by its element-wise sum over the ranks.
-    fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()>;
-    /// Ends every process of the job with exit status `code`.
-    fn abort(&self, code: i32) -> !;
-}
-
-/// One process: every sum is the buffer itself.
-pub struct OneProcess;
-
-impl Collective for OneProcess {
-    fn rank(&self) -> usize {
-        0
-    }
-    fn size(&self) -> usize {
-        1
-    }
-    fn sum_f32(&mut self, _buf: &mut [f32]) -> Result<()> {
-        Ok(())
-    }
-    fn sum_f64(&mut self, _buf: &mut [f64]) -> Result<()> {
-        Ok(())
-    }
-    fn abort(&self, code: i32) -> ! {
-        std::process::exit(code)
-    }
-}
-
 /// Default size of one gradient all-reduce: 4 MiB of single-precision values.
 pub const DEFAULT_BUCKET_BYTES: usize = 4 << 20;
 
@@ -133,19 +100,31 @@ pub fn buckets(total: usize, bucket: usize) -> impl Iterator<Item = std::ops::Ra
         .map(move |s| s..(s + bucket).min(total))
 }
 
-/// The parameters of every updatable component of `nnet`, in order, as one vector.
-fn flat_parameters(nnet: &Nnet, out: &mut Vec<f32>) {
-    out.clear();
-    for u in nnet.components.iter().filter_map(|c| c.as_updatable()) {
-        for b in u.param_blocks() {
-            out.extend_from_slice(&b.to_vec());
-        }
+/// The parameters of every updatable component of `nnet`, in order, each block row by row,
+/// as one vector.
+fn flat_parameters(nnet: &Nnet, out: &mut Vector) {
+    let blocks: Vec<_> = nnet
+        .components
+        .iter()
+        .filter_map(|c| c.as_updatable())
+        .flat_map(|u| u.param_blocks())
+        .collect();
+    out.resize(blocks.iter().map(|b| b.num_rows() * b.num_cols()).sum());
+    let mut flat = out.as_row_mut();
+    let mut at = 0;
+    for b in blocks {
+        let (rows, cols) = (b.num_rows(), b.num_cols());
+        flat.cols_range_mut(at, rows * cols)
+            .reshaped_mut(rows, cols)
+            .expect("a range of a vector is contiguous")
+            .copy_from(b);
+        at += rows * cols;
     }
 }
 
 /// Sets the parameters of every updatable component of `nnet` from `flat`
 /// ([`flat_parameters`]'s layout).
-fn set_flat_parameters(nnet: &mut Nnet, flat: &[f32]) {
+fn set_flat_parameters(nnet: &mut Nnet, flat: &Vector) {
     let mut at = 0;
     for u in nnet
         .components
@@ -153,55 +132,67 @@ fn set_flat_parameters(nnet: &mut Nnet, flat: &[f32]) {
         .filter_map(|c| c.as_updatable_mut())
     {
         for mut b in u.param_blocks_mut() {
-            let n = b.num_rows() * b.num_cols();
-            b.copy_from_row_major(&flat[at..at + n]);
-            at += n;
+            let (rows, cols) = (b.num_rows(), b.num_cols());
+            let range = flat.as_row().cols_range(at, rows * cols);
+            b.copy_from(
+                range
+                    .reshaped(rows, cols)
+                    .expect("a range of a vector is contiguous"),
+            );
+            at += rows * cols;
         }
     }
 }
 
 /// Every component's exact statistics as one vector.
 struct Stats {
-    values: Vec<f64>,
+    values: Vector64,
     /// Entries per component.
     counts: Vec<usize>,
-    /// Whether an entry adds up over ranks (a sum or a count, which `scale_stats` scales)
-    /// rather than describing the layout (the vector lengths some components list, which are
-    /// the same on every rank and stay as they are).
-    additive: Vec<bool>,
+    /// The entries that describe the layout (the vector lengths some components list, which
+    /// are the same on every rank and stay as they are) rather than add up over the ranks (a
+    /// sum or a count, which `scale_stats` scales).
+    layout: Vec<usize>,
 }
 
 impl Stats {
     fn of(nnet: &Nnet) -> Stats {
         let mut st = Stats {
-            values: Vec::new(),
+            values: Vector64::default(),
             counts: Vec::new(),
-            additive: Vec::new(),
+            layout: Vec::new(),
         };
         for c in &nnet.components {
-            let s = c.exact_stats().to_vec();
-            st.counts.push(s.len());
+            let s = c.exact_stats();
+            st.counts.push(s.dim());
             if s.is_empty() {
                 continue;
             }
             let mut probe = c.clone_box();
             probe.scale_stats(2.0);
-            let doubled = probe.exact_stats().to_vec();
-            for (i, &x) in s.iter().enumerate() {
-                let layout = x != 0.0 && doubled.len() == s.len() && doubled[i] == x;
-                st.additive.push(!layout);
+            let doubled = probe.exact_stats();
+            for i in 0..s.dim() {
+                let x = s.get(i);
+                if x != 0.0 && doubled.dim() == s.dim() && doubled.get(i) == x {
+                    st.layout.push(st.values.dim() + i);
+                }
             }
-            st.values.extend(s);
+            s.append_to(&mut st.values);
         }
         st
     }
 
-    /// Applies `f` to the additive entries.
-    fn map(&mut self, f: impl Fn(f64) -> f64) {
-        for (v, &a) in self.values.iter_mut().zip(&self.additive) {
-            if a {
-                *v = f(*v);
-            }
+    /// Divides the additive entries by `n`.
+    fn divide(&mut self, n: f64) {
+        let local = self.values.clone();
+        self.values.divide(n);
+        self.restore_layout(&local);
+    }
+
+    /// Puts back the layout entries (after a sum over the ranks) from this rank's `local`.
+    fn restore_layout(&mut self, local: &Vector64) {
+        for &i in &self.layout {
+            self.values.set(i, local.get(i));
         }
     }
 
@@ -214,8 +205,7 @@ impl Stats {
             .zip(&nnet.component_names)
             .zip(&self.counts)
         {
-            let values = Vector64::from_vec(self.values[at..at + n].to_vec());
-            if n > 0 && !c.set_exact_stats(&values) {
+            if n > 0 && !c.set_exact_stats(&self.values.range(at, n)) {
                 return Err(Error::Compute(format!(
                     "the statistics of component {name} summed over the ranks do not fit it"
                 )));
@@ -226,23 +216,14 @@ impl Stats {
     }
 }
 
-/// Puts back the layout entries of `stats` (summed over the ranks) from this rank's `local`.
-fn restore_layout(stats: &mut Stats, local: &[f64]) {
-    for ((v, &a), &l) in stats.values.iter_mut().zip(&stats.additive).zip(local) {
-        if !a {
-            *v = l;
-        }
-    }
-}
-
 /// The processes of one training job and what `fit` does with them.
 pub struct Parallel {
     group: Box<dyn Collective>,
     pub mode: ParallelMode,
     /// Values per gradient all-reduce.
     bucket: usize,
-    flat: Vec<f32>,
-    recv: Vec<f32>,
+    flat: Vector,
+    bucket_buf: Vector,
     /// Time spent in the all-reduce of gradients (`data`) or models (`average`), and the
     /// minibatches' whole time.
     reduce_time: Duration,
@@ -268,8 +249,8 @@ impl Parallel {
             group,
             mode,
             bucket: (bucket_bytes / 4).max(1),
-            flat: Vec::new(),
-            recv: Vec::new(),
+            flat: Vector::default(),
+            bucket_buf: Vector::default(),
             reduce_time: Duration::ZERO,
             step_time: Duration::ZERO,
             steps: 0,
@@ -333,9 +314,13 @@ impl Parallel {
     }
 
     /// Sum over the ranks of small per-minibatch figures (objective sums, flags).
-    pub fn sum_scalars(&mut self, v: &mut [f64]) -> Result<()> {
+    pub fn sum_scalars<const N: usize>(&mut self, v: &mut [f64; N]) -> Result<()> {
         if self.size() > 1 {
-            self.group.sum_f64(v)?;
+            let mut sum = Vector64::from_vec(v.to_vec());
+            self.group.sum64(&mut sum)?;
+            for (i, x) in v.iter_mut().enumerate() {
+                *x = sum.get(i);
+            }
         }
         Ok(())
     }
@@ -350,7 +335,7 @@ impl Parallel {
         } else {
             [0.0; 2]
         };
-        self.group.sum_f64(&mut b)?;
+        self.sum_scalars(&mut b)?;
         Ok((b[0] != 0.0).then_some(b[1]))
     }
 
@@ -362,16 +347,16 @@ impl Parallel {
         let mut flat = std::mem::take(&mut self.flat);
         flat_parameters(nnet, &mut flat);
         if !self.is_root() {
-            flat.fill(0.0);
+            flat.set_zero();
         }
-        self.group.sum_f32(&mut flat)?;
+        self.group.sum(&mut flat)?;
         set_flat_parameters(nnet, &flat);
         self.flat = flat;
         let mut stats = self.stats(nnet)?;
         if !self.is_root() {
-            stats.values.fill(0.0);
+            stats.values.set_zero();
         }
-        self.group.sum_f64(&mut stats.values)?;
+        self.group.sum64(&mut stats.values)?;
         stats.set(nnet)
     }
 
@@ -381,12 +366,13 @@ impl Parallel {
     fn stats(&mut self, nnet: &Nnet) -> Result<Stats> {
         let stats = Stats::of(nnet);
         let k = stats.counts.len();
-        let mut check: Vec<f64> = stats.counts.iter().map(|&n| n as f64).collect();
-        check.extend(stats.counts.iter().map(|&n| (n * n) as f64));
-        self.group.sum_f64(&mut check)?;
+        let lengths = stats.counts.iter().map(|&n| n as f64);
+        let squares = stats.counts.iter().map(|&n| (n * n) as f64);
+        let mut check = Vector64::from_vec(lengths.chain(squares).collect());
+        self.group.sum64(&mut check)?;
         let n = self.size() as f64;
         for (c, name) in nnet.component_names.iter().enumerate() {
-            if n * check[k + c] != check[c] * check[c] {
+            if n * check.get(k + c) != check.get(c) * check.get(c) {
                 return Err(Error::Compute(format!(
                     "the statistics of component {name} have another layout on some ranks \
                      (a rank that has not stored any yet: is --minibatch-size at least the \
@@ -406,8 +392,7 @@ impl Parallel {
         self.broadcast_model(nnet)?;
         if self.mode == ParallelMode::Data {
             let mut stats = Stats::of(nnet);
-            let n = self.size() as f64;
-            stats.map(|x| x / n);
+            stats.divide(self.size() as f64);
             stats.set(nnet)?;
         }
         Ok(())
@@ -424,18 +409,16 @@ impl Parallel {
         let n = self.size() as f64;
         let mut flat = std::mem::take(&mut self.flat);
         flat_parameters(nnet, &mut flat);
-        let mut wide: Vec<f64> = flat.iter().map(|&x| x as f64).collect();
-        self.group.sum_f64(&mut wide)?;
-        for (x, w) in flat.iter_mut().zip(&wide) {
-            *x = (w / n) as f32;
-        }
+        let mut wide = Vector64::from_f32(&flat);
+        self.group.sum64(&mut wide)?;
+        let flat = wide.div_to_f32(n);
         set_flat_parameters(nnet, &flat);
         self.flat = flat;
         let mut stats = self.stats(nnet)?;
         let local = stats.values.clone();
-        self.group.sum_f64(&mut stats.values)?;
-        stats.map(|x| x / n);
-        restore_layout(&mut stats, &local);
+        self.group.sum64(&mut stats.values)?;
+        stats.values.divide(n);
+        stats.restore_layout(&local);
         stats.set(nnet)?;
         self.reduce_time += started.elapsed();
         Ok(())
@@ -462,8 +445,8 @@ impl Parallel {
             ParallelMode::Data => {
                 let mut stats = self.stats(nnet)?;
                 let local = stats.values.clone();
-                self.group.sum_f64(&mut stats.values)?;
-                restore_layout(&mut stats, &local);
+                self.group.sum64(&mut stats.values)?;
+                stats.restore_layout(&local);
                 let mut out = nnet.clone();
                 stats.set(&mut out)?;
                 Ok(Cow::Owned(out))
@@ -505,13 +488,13 @@ impl Parallel {
             return Ok(());
         }
         let words = stream.state_words();
-        let mut v: Vec<f64> = if self.is_root() {
-            words.iter().map(|&w| w as f64).collect()
+        let mut v = if self.is_root() {
+            Vector64::from_vec(words.iter().map(|&w| w as f64).collect())
         } else {
-            vec![0.0; words.len()]
+            Vector64::zeros(words.len())
         };
-        self.group.sum_f64(&mut v)?;
-        let words: Vec<u32> = v.iter().map(|&w| w as u32).collect();
+        self.group.sum64(&mut v)?;
+        let words: Vec<u32> = (0..v.dim()).map(|i| v.get(i) as u32).collect();
         *stream = GlibcRand::from_state_words(&words)
             .ok_or_else(|| Error::Compute("the random stream of rank 0 is not valid".into()))?;
         Ok(())
@@ -567,16 +550,19 @@ impl GradientReduction for Parallel {
         let started = Instant::now();
         let mut flat = std::mem::take(&mut self.flat);
         flat_parameters(target, &mut flat);
-        let mut recv = std::mem::take(&mut self.recv);
-        for r in buckets(flat.len(), self.bucket) {
-            recv.clear();
-            recv.extend_from_slice(&flat[r.clone()]);
-            self.group.sum_f32(&mut recv)?;
-            flat[r].copy_from_slice(&recv);
+        let mut bucket = std::mem::take(&mut self.bucket_buf);
+        for r in buckets(flat.dim(), self.bucket) {
+            bucket.resize(r.len());
+            let part = flat.as_row().cols_range(r.start, r.len());
+            bucket.as_row_mut().copy_from(part);
+            self.group.sum(&mut bucket)?;
+            flat.as_row_mut()
+                .cols_range_mut(r.start, r.len())
+                .copy_from(bucket.as_row());
         }
         set_flat_parameters(target, &flat);
         self.flat = flat;
-        self.recv = recv;
+        self.bucket_buf = bucket;
         self.reduce_time += started.elapsed();
         Ok(())
     }
@@ -623,68 +609,8 @@ fn mpi_world(_mode: ParallelMode, _bucket_bytes: usize) -> Result<Parallel> {
 
 #[cfg(feature = "mpi")]
 fn mpi_world(mode: ParallelMode, bucket_bytes: usize) -> Result<Parallel> {
-    let group = mpi_group::MpiGroup::init()?;
+    let group = crate::collective::MpiGroup::init()?;
     Ok(Parallel::new(Box::new(group), mode, bucket_bytes))
-}
-
-#[cfg(feature = "mpi")]
-mod mpi_group {
-    use super::Collective;
-    use crate::error::{Error, Result};
-    use mpi::collective::SystemOperation;
-    use mpi::topology::{Communicator, SimpleCommunicator};
-    use mpi::traits::CommunicatorCollectives;
-
-    /// MPI's world communicator; MPI is finalised when this is dropped.
-    pub struct MpiGroup {
-        world: SimpleCommunicator,
-        recv32: Vec<f32>,
-        recv64: Vec<f64>,
-        _universe: mpi::environment::Universe,
-    }
-
-    impl MpiGroup {
-        pub fn init() -> Result<Self> {
-            let universe = mpi::initialize().ok_or_else(|| {
-                Error::Usage("MPI could not be initialised (or was already)".into())
-            })?;
-            let world = universe.world();
-            Ok(MpiGroup {
-                world,
-                recv32: Vec::new(),
-                recv64: Vec::new(),
-                _universe: universe,
-            })
-        }
-    }
-
-    impl Collective for MpiGroup {
-        fn rank(&self) -> usize {
-            self.world.rank() as usize
-        }
-        fn size(&self) -> usize {
-            self.world.size() as usize
-        }
-        fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
-            self.recv32.clear();
-            self.recv32.resize(buf.len(), 0.0);
-            self.world
-                .all_reduce_into(&buf[..], &mut self.recv32[..], SystemOperation::sum());
-            buf.copy_from_slice(&self.recv32);
-            Ok(())
-        }
-        fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
-            self.recv64.clear();
-            self.recv64.resize(buf.len(), 0.0);
-            self.world
-                .all_reduce_into(&buf[..], &mut self.recv64[..], SystemOperation::sum());
-            buf.copy_from_slice(&self.recv64);
-            Ok(())
-        }
-        fn abort(&self, code: i32) -> ! {
-            self.world.abort(code)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -707,13 +633,13 @@ mod tests {
         fn size(&self) -> usize {
             self.n
         }
-        fn sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
-            self.calls.borrow_mut().push(buf.len());
-            buf.iter_mut().for_each(|x| *x *= self.copies.get() as f32);
+        fn sum(&mut self, v: &mut Vector) -> Result<()> {
+            self.calls.borrow_mut().push(v.dim());
+            v.scale(self.copies.get() as f32);
             Ok(())
         }
-        fn sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
-            buf.iter_mut().for_each(|x| *x *= self.copies.get() as f64);
+        fn sum64(&mut self, v: &mut Vector64) -> Result<()> {
+            v.scale(self.copies.get() as f64);
             Ok(())
         }
         fn abort(&self, code: i32) -> ! {
@@ -790,20 +716,20 @@ output-node name=output input=l objective=linear";
     #[test]
     fn the_gradient_is_summed_in_buckets() {
         let mut g = nnet();
-        let mut before = Vec::new();
+        let mut before = Vector::default();
         flat_parameters(&g, &mut before);
         // 16-byte buckets: 4 values per all-reduce.
         let (mut p, probe) = parallel(3, ParallelMode::Data, 16);
         p.reduce(&mut g).unwrap();
-        let mut after = Vec::new();
+        let mut after = Vector::default();
         flat_parameters(&g, &mut after);
-        for (a, b) in after.iter().zip(&before) {
+        for (a, b) in after.to_vec().iter().zip(before.to_vec()) {
             assert_eq!(*a, 3.0 * b);
         }
         let calls = probe.calls.borrow();
-        assert_eq!(calls.len(), before.len().div_ceil(4));
+        assert_eq!(calls.len(), before.dim().div_ceil(4));
         assert!(calls.iter().all(|&c| c <= 4));
-        assert_eq!(calls.iter().sum::<usize>(), before.len());
+        assert_eq!(calls.iter().sum::<usize>(), before.dim());
         // Model averaging sums no gradient.
         let (mut p, probe) = parallel(3, ParallelMode::Average(2), 16);
         p.reduce(&mut g).unwrap();
@@ -812,20 +738,20 @@ output-node name=output input=l objective=linear";
 
     /// Gives every nonlinearity of `m` statistics in their layout (four counts, then three
     /// vectors, each after its length); returns them.
-    fn with_stats(m: &mut Nnet) -> Vec<f64> {
-        let mut all = Vec::new();
+    fn with_stats(m: &mut Nnet) -> Vector64 {
+        let mut all = Vector64::default();
         for c in &mut m.components {
             if c.exact_stats().is_empty() {
                 continue;
             }
             let dim = c.output_dim();
-            let mut s = vec![64.0, 32.0, 1.0, 3.0];
+            let mut s = Vector64::from_vec(vec![64.0, 32.0, 1.0, 3.0]);
             for k in 0..3 {
                 s.push(dim as f64);
-                s.extend((0..dim).map(|i| 0.1 + (i + 10 * k) as f64 / 3.0));
+                (0..dim).for_each(|i| s.push(0.1 + (i + 10 * k) as f64 / 3.0));
             }
-            assert!(c.set_exact_stats(&Vector64::from_vec(s.clone())));
-            all.extend(s);
+            assert!(c.set_exact_stats(&s));
+            s.append_to(&mut all);
         }
         assert!(!all.is_empty(), "the ReLU keeps statistics");
         all
@@ -836,16 +762,17 @@ output-node name=output input=l objective=linear";
         for n in [2, 3, 4, 7] {
             let mut m = nnet();
             let stats = with_stats(&mut m);
-            let mut before = Vec::new();
+            let mut before = Vector::default();
             flat_parameters(&m, &mut before);
             let (mut p, _) = parallel(n, ParallelMode::Average(1), 1 << 20);
             p.average_model(&mut m).unwrap();
-            let mut after = Vec::new();
+            let mut after = Vector::default();
             flat_parameters(&m, &mut after);
-            assert_eq!(after, before, "{n} ranks: the parameters");
+            assert_eq!(after.to_vec(), before.to_vec(), "{n} ranks: the parameters");
             // The statistics are summed and divided in double precision: exact for 2 and 4
             // ranks, within its rounding otherwise.
-            for (a, b) in Stats::of(&m).values.iter().zip(&stats) {
+            let averaged = Stats::of(&m).values;
+            for (a, b) in (0..stats.dim()).map(|i| (averaged.get(i), stats.get(i))) {
                 if n.is_power_of_two() {
                     assert_eq!(a, b, "{n} ranks: the statistics");
                 } else {
@@ -862,19 +789,20 @@ output-node name=output input=l objective=linear";
         // What the start does: each of 4 ranks keeps a quarter of the sums and counts; the
         // vector lengths stay.
         let mut st = Stats::of(&m);
-        st.map(|x| x / 4.0);
+        st.divide(4.0);
         st.set(&mut m).unwrap();
         let quarter = Stats::of(&m);
-        let layout = quarter.additive.iter().filter(|a| !**a).count();
         assert_eq!(
-            layout, 6,
+            quarter.layout.len(),
+            6,
             "the three lengths of the ReLU and the log-softmax"
         );
-        for ((q, x), a) in quarter.values.iter().zip(&s).zip(&quarter.additive) {
-            if *a {
-                assert_eq!(*q, x / 4.0);
+        for i in 0..s.dim() {
+            let (q, x) = (quarter.values.get(i), s.get(i));
+            if quarter.layout.contains(&i) {
+                assert!(q == x && (x == 7.0 || x == 3.0), "{x} is not a length");
             } else {
-                assert!(*q == *x && (*x == 7.0 || *x == 3.0), "{x} is not a length");
+                assert_eq!(q, x / 4.0);
             }
         }
         // 4 ranks holding a quarter each: the output model holds the whole.

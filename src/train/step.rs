@@ -79,12 +79,7 @@ pub fn run_pass(
         }
         None => None,
     };
-    for spec in &request.inputs {
-        if let Some(io) = eg.get(&spec.name) {
-            computer.accept_input(&spec.name, io.features.to_matrix())?;
-        }
-    }
-    computer.run_forward()?;
+    run_forward(&mut computer, request, eg)?;
     for (spec, &objective_type) in request.outputs.iter().zip(objectives) {
         let name = spec.name.as_str();
         let supervision = eg
@@ -112,6 +107,22 @@ pub fn run_pass(
         *k = r;
     }
     Ok(())
+}
+
+/// The first half of [`run_pass`], alone for the commands that read outputs without an
+/// objective: the example's inputs that `request` names handed to `computer`, then the
+/// forward pass.
+pub fn run_forward(
+    computer: &mut NnetComputer<'_>,
+    request: &ComputationRequest,
+    eg: &NnetExample,
+) -> Result<()> {
+    for spec in &request.inputs {
+        if let Some(io) = eg.get(&spec.name) {
+            computer.accept_input(&spec.name, io.features.to_matrix())?;
+        }
+    }
+    computer.run_forward()
 }
 
 /// Where a data-parallel job sums the gradient of every process before the update: called

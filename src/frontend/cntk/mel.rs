@@ -25,6 +25,13 @@
 //! - `SetInput(node, i, from)` [`SetNodeInput`]: input `i` of every matching node (1 of a
 //!   `Times`, 0 of a one-input node) now reads `from`; input 0 of a `Times` is its weight
 //!   Parameter, so `from` may name a Parameter of the same type and size;
+//! - `SetInputs(node, in1[, in2, in3])` [`SetNodeInputs`]: every input of one node (a
+//!   `Times` takes its weight Parameter, then its data; a one-input node one);
+//! - `CopyNodeInputs(from, to)` [`CopyInputs`]: `to` reads what `from` reads (a `Times`
+//!   shares `from`'s weight Parameter); a `to` that does not exist is made; `*` pairs names as
+//!   in `CopyNode`;
+//! - `ReviseParameter(parameter, file)`: a Parameter's values from a text matrix (CNTK's
+//!   format: a line per row; a vector Parameter from a column or one row);
 //! - `CopyNode(from, to, [copy=all|value])` [`Copy`]: a Parameter or component node copied
 //!   with its values under a new name (a copied node reads what the original reads), or
 //!   with `copy=value` the values into an existing one; `*` pairs names as CNTK does
@@ -49,6 +56,7 @@
 //! Errors name the MEL file and line.
 
 use crate::error::{Error, Result};
+use crate::nnet::component::Component;
 use crate::nnet::edit::name_matches_pattern;
 use crate::nnet::network::{NetworkNode, Nnet};
 use crate::nnet::ObjectiveType;
@@ -205,6 +213,26 @@ impl<'a> Mel<'a> {
             .ok_or_else(|| format!("{} needs {what}", s.func.as_deref().unwrap_or("")))
     }
 
+    /// The first two positional names of `s` (`what` says what each is), which must be in
+    /// one model (`verb` names the statement in the error): the model and both names in it.
+    fn names_in_one_model(
+        &self,
+        s: &Stmt,
+        what: [&str; 2],
+        verb: &str,
+    ) -> std::result::Result<(String, String, String), String> {
+        let a = Self::positional(s, 0, what[0])?;
+        let b = Self::positional(s, 1, what[1])?;
+        let (ma, pa) = self.split_model(&a)?;
+        let (mb, pb) = self.split_model(&b)?;
+        if ma != mb {
+            return Err(format!(
+                "{verb} needs two names of one model ({ma} and {mb})"
+            ));
+        }
+        Ok((ma, pa.to_string(), pb.to_string()))
+    }
+
     /// The model a name refers to (`m1.L1.S` or the default model's `L1.S`) and the name in it.
     fn split_model<'n>(&self, name: &'n str) -> std::result::Result<(String, &'n str), String> {
         if let Some((m, rest)) = name.split_once('.') {
@@ -280,6 +308,9 @@ impl<'a> Mel<'a> {
             }
             "dumpmodel" | "dump" | "dumpnode" => self.dump(s)?,
             "setinput" | "setnodeinput" => self.set_input(s)?,
+            "setinputs" | "setnodeinputs" => self.set_inputs(s)?,
+            "copyinputs" | "copynodeinputs" => self.copy_node_inputs(s)?,
+            "reviseparameter" => self.revise_parameter(s)?,
             "setproperty" | "setnodeproperty" => self.set_property(s)?,
             "copynode" | "copy" => self.copy_node(s)?,
             "copysubtree" => self.copy_sub_tree(s)?,
@@ -298,12 +329,9 @@ impl<'a> Mel<'a> {
     /// The nodes of model `m` matching `pattern`.
     fn matching_nodes(&self, m: &str, pattern: &str) -> std::result::Result<Vec<String>, String> {
         let nnet = &self.models[m];
-        let v: Vec<String> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
-            .map(|(_, n)| n.clone())
+        let v: Vec<String> = script_nodes(nnet)
+            .filter(|n| name_matches_pattern(n, pattern))
+            .cloned()
             .collect();
         if v.is_empty() {
             return Err(format!("no node of model {m} matches '{pattern}'"));
@@ -340,34 +368,14 @@ impl<'a> Mel<'a> {
                 ));
             };
             let comp = &nnet.components[component];
-            let times = matches!(
-                comp.type_name(),
-                "LinearComponent" | "AffineComponent" | "NaturalGradientAffineComponent"
-            );
+            let times = is_times(comp.type_name());
             let old_input = nnet.node_config_line(i, false);
             let old_input = old_input
                 .split_once(" input=")
                 .map_or(String::new(), |(_, d)| d.to_string());
             if times && index == 0 {
                 // The weight Parameter.
-                let c = nnet.component_index(from).ok_or_else(|| {
-                    format!("model {m} has no parameter '{from}' (input 0 of '{n}' is its weight)")
-                })?;
-                let new = &nnet.components[c];
-                if new.type_name() != comp.type_name()
-                    || new.input_dim() != comp.input_dim()
-                    || new.output_dim() != comp.output_dim()
-                {
-                    return Err(format!(
-                        "'{from}' ({} {}x{}) cannot be the weight of '{n}' ({} {}x{})",
-                        new.type_name(),
-                        new.input_dim(),
-                        new.output_dim(),
-                        comp.type_name(),
-                        comp.input_dim(),
-                        comp.output_dim()
-                    ));
-                }
+                check_weight(nnet, &m, from, n, component)?;
                 lines.push_str(&format!(
                     "component-node name={n} component={from} input={old_input}\n"
                 ));
@@ -393,14 +401,295 @@ impl<'a> Mel<'a> {
                 nnet.component_names[component]
             ));
         }
-        let mut edited = nnet.clone();
-        edited
-            .apply_config_text(&lines, "<SetInput>", &mut self.rng)
-            .map_err(|e| e.to_string())?;
-        *nnet = edited;
+        apply_lines(nnet, &lines, "<SetInput>", &mut self.rng)?;
         self.log
             .push(format!("SetInput: {} now read {from}", nodes.join(", ")));
         self.finish_deletes(&m)
+    }
+
+    /// The one node (or, `param`, the one node or Parameter) of model `m` that `pattern`
+    /// names; a wildcard must match exactly one.
+    fn single(&self, m: &str, pattern: &str, param: bool) -> std::result::Result<String, String> {
+        let nnet = &self.models[m];
+        let mut found: Vec<String> = nnet
+            .node_names
+            .iter()
+            .enumerate()
+            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
+            .map(|(_, n)| n.clone())
+            .collect();
+        if param {
+            let extra: Vec<String> = nnet
+                .component_names
+                .iter()
+                .filter(|c| name_matches_pattern(c, pattern) && !found.contains(c))
+                .cloned()
+                .collect();
+            found.extend(extra);
+        }
+        match found.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(format!(
+                "model {m} has no {} '{pattern}'",
+                if param { "node or parameter" } else { "node" }
+            )),
+            many => Err(format!(
+                "'{pattern}' names {} nodes ({}); each input is one node",
+                many.len(),
+                many.join(", ")
+            )),
+        }
+    }
+
+    /// `SetInputs(node, input1[, input2, input3])` [`SetNodeInputs`]: every input of one
+    /// node at once. A `Times` takes two (its weight Parameter, then its data), a one-input
+    /// node one; the count must be the node's.
+    fn set_inputs(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let target = Self::positional(s, 0, "a node")?;
+        let count = s.args.iter().filter(|(k, _)| k.is_none()).count();
+        if !(2..=4).contains(&count) {
+            return Err(
+                "SetInputs(node, input1[, input2, input3]): a node and one to three inputs".into(),
+            );
+        }
+        let (m, pattern) = self.split_model(&target)?;
+        let nodes = self.matching_nodes(&m, pattern)?;
+        let [node] = nodes.as_slice() else {
+            return Err(format!(
+                "SetInputs sets the inputs of one node; '{pattern}' matches {} ({})",
+                nodes.len(),
+                nodes.join(", ")
+            ));
+        };
+        let nnet = &self.models[&m];
+        let i = nnet.node_index(node).expect("matched");
+        let NetworkNode::Component { component } = nnet.nodes[i] else {
+            return Err(format!(
+                "'{node}' is not a component node (in compnet's network it is an input, output \
+                 or dim-range node)"
+            ));
+        };
+        let times = is_times(nnet.components[component].type_name());
+        let want = if times { 2 } else { 1 };
+        if count - 1 != want {
+            return Err(format!(
+                "'{node}' ({}) has {want} input{}{}, SetInputs gave {}",
+                nnet.components[component].type_name(),
+                if want == 1 { "" } else { "s" },
+                if times {
+                    " (its weight Parameter, then its data)"
+                } else {
+                    ""
+                },
+                count - 1
+            ));
+        }
+        let mut inputs = Vec::new();
+        for k in 1..count {
+            let raw = Self::positional(s, k, "an input")?;
+            let (m2, name) = self.split_model(&raw)?;
+            if m2 != m {
+                return Err(format!("SetInputs across models ({m} and {m2})"));
+            }
+            let weight = times && k == 1;
+            let name = self.single(&m, name, weight)?;
+            if let Some(p) = self.pending.iter().find(|p| p.model == m && p.name == name) {
+                return Err(format!("'{name}' was deleted on line {}", p.line));
+            }
+            inputs.push(name);
+        }
+        let nnet = &self.models[&m];
+        let (comp, data) = if times {
+            check_weight(nnet, &m, &inputs[0], node, component)?;
+            (inputs[0].clone(), inputs[1].clone())
+        } else {
+            (nnet.component_names[component].clone(), inputs[0].clone())
+        };
+        if nnet.node_index(&data).is_none() {
+            return Err(format!("model {m} has no node '{data}'"));
+        }
+        let line = format!("component-node name={node} component={comp} input={data}\n");
+        let nnet = self.models.get_mut(&m).expect("checked");
+        apply_lines(nnet, &line, "<SetInputs>", &mut self.rng)?;
+        self.log
+            .push(format!("SetInputs: {node} now reads {}", inputs.join(", ")));
+        self.finish_deletes(&m)
+    }
+
+    /// `CopyNodeInputs(from, to)` [`CopyInputs`]: node `to` (names paired as `CopyNode`
+    /// pairs them) reads what `from` reads; for a `Times` that includes its weight
+    /// Parameter, which the two then share. A `to` that does not exist is made, reading
+    /// `from`'s inputs (a `Times` sharing `from`'s weight, another node with a copy of
+    /// `from`'s component).
+    fn copy_node_inputs(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        let (m, pf, pt) = self.names_in_one_model(
+            s,
+            [
+                "the node whose inputs are copied",
+                "the node that takes them",
+            ],
+            "CopyNodeInputs",
+        )?;
+        let (pf, pt) = (pf.as_str(), pt.as_str());
+        let nnet = &self.models[&m];
+        let names: Vec<String> = nnet
+            .node_names
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !nnet.is_component_input_node(i))
+            .map(|(_, n)| n.clone())
+            .collect();
+        let pairs = generate_names(pf, pt, &names, &names)?;
+        let mut lines = Vec::new();
+        let mut new_components: Vec<(String, Box<dyn crate::nnet::component::Component>)> =
+            Vec::new();
+        for (a, b) in &pairs {
+            if a == b {
+                return Err(format!("CopyNodeInputs: '{a}' onto itself"));
+            }
+            let i = nnet.node_index(a).expect("a node");
+            let NetworkNode::Component { component: ca } = nnet.nodes[i] else {
+                return Err(format!(
+                    "'{a}' is an input, output or dim-range node; CopyNodeInputs copies the \
+                     inputs of component nodes"
+                ));
+            };
+            let line = nnet.node_config_line(i, false);
+            let input = line.split_once(" input=").map_or("", |(_, d)| d);
+            let a_times = is_times(nnet.components[ca].type_name());
+            let comp = match nnet.node_index(b) {
+                None => {
+                    if nnet.component_index(b).is_some() {
+                        return Err(format!(
+                            "CopyNodeInputs: '{b}' is a Parameter, which has no inputs"
+                        ));
+                    }
+                    if a_times {
+                        nnet.component_names[ca].clone()
+                    } else {
+                        new_components.push((b.clone(), nnet.components[ca].clone()));
+                        b.clone()
+                    }
+                }
+                Some(j) => {
+                    let NetworkNode::Component { component: cb } = nnet.nodes[j] else {
+                        return Err(format!(
+                            "'{b}' is an input, output or dim-range node; CopyNodeInputs sets \
+                             the inputs of component nodes"
+                        ));
+                    };
+                    let b_times = is_times(nnet.components[cb].type_name());
+                    if a_times != b_times {
+                        return Err(format!(
+                            "CopyNodeInputs: '{a}' ({}) and '{b}' ({}) take different inputs",
+                            nnet.components[ca].type_name(),
+                            nnet.components[cb].type_name()
+                        ));
+                    }
+                    if a_times {
+                        check_weight(nnet, &m, &nnet.component_names[ca], b, cb)?;
+                        nnet.component_names[ca].clone()
+                    } else {
+                        nnet.component_names[cb].clone()
+                    }
+                }
+            };
+            lines.push(format!(
+                "component-node name={b} component={comp} input={input}"
+            ));
+        }
+        let nnet = self.models.get_mut(&m).expect("checked");
+        let mut edited = with_components(nnet, new_components);
+        edited
+            .apply_config_text(
+                &(lines.join("\n") + "\n"),
+                "<CopyNodeInputs>",
+                &mut self.rng,
+            )
+            .map_err(|e| e.to_string())?;
+        *nnet = edited;
+        self.log.push(format!(
+            "CopyNodeInputs: {}",
+            pairs
+                .iter()
+                .map(|(a, b)| format!("{a} -> {b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        self.finish_deletes(&m)
+    }
+
+    /// `ReviseParameter(parameter, file)`: the values of every Parameter matching the name
+    /// from a text file in CNTK's matrix format (a line per row, numbers separated by white
+    /// space, blank lines skipped); a vector Parameter reads a column (a number per line) or
+    /// one row. Names of other nodes are skipped with a warning, as CNTK skips them.
+    fn revise_parameter(&mut self, s: &Stmt) -> std::result::Result<(), String> {
+        if s.args.len() != 2 {
+            return Err("ReviseParameter(parameter, file): two arguments".into());
+        }
+        let target = Self::positional(s, 0, "a Parameter")?;
+        let path = Self::positional(s, 1, "a file name")?;
+        let (m, pattern) = self.split_model(&target)?;
+        let nnet = &self.models[&m];
+        let params: Vec<usize> = nnet
+            .component_names
+            .iter()
+            .enumerate()
+            .filter(|&(_, c)| name_matches_pattern(c, pattern))
+            .map(|(i, _)| i)
+            .collect();
+        for (i, n) in nnet.node_names.iter().enumerate() {
+            if name_matches_pattern(n, pattern)
+                && !nnet.is_component_input_node(i)
+                && nnet.component_index(n).is_none()
+            {
+                self.log.push(format!(
+                    "ReviseParameter: '{n}' is not a Parameter (skipped)"
+                ));
+            }
+        }
+        let (rows, cols, values) = read_text_matrix(&path).map_err(|e| e.to_string())?;
+        let nnet = self.models.get_mut(&m).expect("checked");
+        let mut revised = Vec::new();
+        for c in params {
+            let name = nnet.component_names[c].clone();
+            let Some(u) = nnet.components[c].as_updatable_mut() else {
+                continue;
+            };
+            let mut blocks = u.param_blocks_mut();
+            let [block] = blocks.as_mut_slice() else {
+                return Err(format!(
+                    "ReviseParameter: '{name}' holds {} parameter blocks (CNTK's Parameters \
+                     are one matrix each)",
+                    blocks.len()
+                ));
+            };
+            let (r, k) = (block.num_rows(), block.num_cols());
+            let fits = (rows, cols) == (r, k) || (r == 1 && (rows, cols) == (k, 1));
+            if !fits {
+                return Err(format!(
+                    "{path}: a {rows}x{cols} matrix, but Parameter '{name}' is {}",
+                    if r == 1 {
+                        format!("a vector of {k}")
+                    } else {
+                        format!("{r}x{k}")
+                    }
+                ));
+            }
+            block.copy_from_row_major(&values);
+            revised.push(name);
+        }
+        if revised.is_empty() {
+            return Err(format!(
+                "no Parameter of model {m} matches '{pattern}' (ReviseParameter sets a \
+                 Parameter's values: name it as the NDL did, e.g. L1.BFF.W)"
+            ));
+        }
+        self.log.push(format!(
+            "ReviseParameter: {} from {path}",
+            revised.join(", ")
+        ));
+        Ok(())
     }
 
     /// Components named by `name`: the components of matching component nodes, or matching
@@ -494,11 +783,7 @@ impl<'a> Mel<'a> {
                 };
                 let _ = out;
                 let line = format!("output-node name=output input={node} objective={objective}\n");
-                let mut edited = nnet.clone();
-                edited
-                    .apply_config_text(&line, "<SetProperty>", &mut self.rng)
-                    .map_err(|e| e.to_string())?;
-                *nnet = edited;
+                apply_lines(nnet, &line, "<SetProperty>", &mut self.rng)?;
                 self.log.push(format!(
                     "SetProperty: the criterion (output) now reads {node}"
                 ));
@@ -552,12 +837,8 @@ impl<'a> Mel<'a> {
         let (mt, pt) = self.split_model(&to)?;
         let src = &self.models[&mf];
         let dst = &self.models[&mt];
-        let names: Vec<String> = src
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !src.is_component_input_node(i))
-            .map(|(_, n)| n.clone())
+        let names: Vec<String> = script_nodes(src)
+            .cloned()
             .chain(
                 src.component_names
                     .iter()
@@ -630,25 +911,14 @@ impl<'a> Mel<'a> {
             ));
         }
         let nnet = self.models.get_mut(&mt).expect("checked");
-        let mut edited = nnet.clone();
-        for (name, c) in new_components {
-            edited.component_names.push(name);
-            edited.components.push(c);
-        }
+        let mut edited = with_components(nnet, new_components);
         if !lines.is_empty() {
             edited
                 .apply_config_text(&(lines.join("\n") + "\n"), "<CopyNode>", &mut self.rng)
                 .map_err(|e| e.to_string())?;
         }
         *nnet = edited;
-        self.log.push(format!(
-            "CopyNode: {}",
-            pairs
-                .iter()
-                .map(|(a, b)| format!("{a} -> {b}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        self.log.push(format!("CopyNode: {}", arrows(&pairs)));
         Ok(())
     }
 
@@ -664,18 +934,11 @@ impl<'a> Mel<'a> {
     ) -> std::result::Result<(), String> {
         let c = self.models[ma].components[a].clone();
         let target = &mut self.models.get_mut(mb).expect("checked").components[b];
-        if c.type_name() != target.type_name()
-            || c.input_dim() != target.input_dim()
-            || c.output_dim() != target.output_dim()
-        {
+        if kind(c.as_ref()) != kind(target.as_ref()) {
             return Err(format!(
-                "CopyNode: {an} ({} {}x{}) and {bn} ({} {}x{}) differ",
-                c.type_name(),
-                c.input_dim(),
-                c.output_dim(),
-                target.type_name(),
-                target.input_dim(),
-                target.output_dim()
+                "CopyNode: {an} ({}) and {bn} ({}) differ",
+                kind(c.as_ref()),
+                kind(target.as_ref())
             ));
         }
         *target = c;
@@ -789,12 +1052,9 @@ impl<'a> Mel<'a> {
     fn delete_node(&mut self, target: &str, line: usize) -> std::result::Result<(), String> {
         let (m, pattern) = self.split_model(target)?;
         let nnet = &self.models[&m];
-        let mut names: Vec<(String, bool)> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, n)| !nnet.is_component_input_node(i) && name_matches_pattern(n, pattern))
-            .map(|(_, n)| (n.clone(), false))
+        let mut names: Vec<(String, bool)> = script_nodes(nnet)
+            .filter(|n| name_matches_pattern(n, pattern))
+            .map(|n| (n.clone(), false))
             .collect();
         if names.is_empty() {
             names = nnet
@@ -889,21 +1149,11 @@ impl<'a> Mel<'a> {
     /// `Rename(old, new)` (names as `CopyNode` pairs them): a node, with every reference to
     /// it, or a Parameter.
     fn rename(&mut self, s: &Stmt) -> std::result::Result<(), String> {
-        let old = Self::positional(s, 0, "the node to rename")?;
-        let new = Self::positional(s, 1, "the new name")?;
-        let (m, po) = self.split_model(&old)?;
-        let (m2, pn) = self.split_model(&new)?;
-        if m != m2 {
-            return Err(format!("Rename across models ({m} and {m2})"));
-        }
+        let (m, po, pn) =
+            self.names_in_one_model(s, ["the node to rename", "the new name"], "Rename")?;
+        let (po, pn) = (po.as_str(), pn.as_str());
         let nnet = &self.models[&m];
-        let nodes: Vec<String> = nnet
-            .node_names
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !nnet.is_component_input_node(i))
-            .map(|(_, n)| n.clone())
-            .collect();
+        let nodes: Vec<String> = script_nodes(nnet).cloned().collect();
         let all: Vec<String> = nodes
             .iter()
             .chain(nnet.component_names.iter())
@@ -949,14 +1199,7 @@ impl<'a> Mel<'a> {
                 p.name = n.clone();
             }
         }
-        self.log.push(format!(
-            "Rename: {}",
-            pairs
-                .iter()
-                .map(|(a, b)| format!("{a} -> {b}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        self.log.push(format!("Rename: {}", arrows(&pairs)));
         Ok(())
     }
 
@@ -1084,11 +1327,7 @@ impl<'a> Mel<'a> {
                 }
             }
         }
-        let mut edited = nnet.clone();
-        edited
-            .apply_config_text(&text, "<inline NDL>", &mut self.rng)
-            .map_err(|e| e.to_string())?;
-        *nnet = edited;
+        apply_lines(nnet, &text, "<inline NDL>", &mut self.rng)?;
         self.log.push(format!("{lhs}: added by inline NDL"));
         Ok(())
     }
@@ -1101,6 +1340,57 @@ struct PendingDelete {
     line: usize,
     /// A Parameter (component) rather than a node.
     param: bool,
+}
+
+/// The names of the nodes a script can name: all but the input nodes compnet adds in front
+/// of components.
+fn script_nodes(nnet: &Nnet) -> impl Iterator<Item = &String> {
+    nnet.node_names
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !nnet.is_component_input_node(i))
+        .map(|(_, n)| n)
+}
+
+/// `a -> b, c -> d` for the (old, new) name pairs of a copy or rename, for the log.
+fn arrows(pairs: &[(String, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(a, b)| format!("{a} -> {b}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Applies config `lines` to `nnet` (`what` names the edit in errors); on an error `nnet` is
+/// unchanged.
+fn apply_lines(
+    nnet: &mut Nnet,
+    lines: &str,
+    what: &str,
+    rng: &mut rand::rngs::StdRng,
+) -> std::result::Result<(), String> {
+    let mut edited = nnet.clone();
+    edited
+        .apply_config_text(lines, what, rng)
+        .map_err(|e| e.to_string())?;
+    *nnet = edited;
+    Ok(())
+}
+
+/// A copy of `nnet` with `new` components (name, component) added after its own.
+fn with_components(nnet: &Nnet, new: Vec<(String, Box<dyn Component>)>) -> Nnet {
+    let mut edited = nnet.clone();
+    for (name, c) in new {
+        edited.component_names.push(name);
+        edited.components.push(c);
+    }
+    edited
+}
+
+/// A component's type and dimensions as `Type INxOUT`: what must agree for one component to
+/// take another's place or parameters.
+fn kind(c: &dyn Component) -> String {
+    format!("{} {}x{}", c.type_name(), c.input_dim(), c.output_dim())
 }
 
 /// The `name=` of a config line.
@@ -1194,6 +1484,77 @@ fn copy_flag(s: &Stmt) -> std::result::Result<bool, String> {
 /// CNTK's pairing of names for CopyNode and Rename: `from` and `to` with one `*` each map
 /// every name matching `from` to `to` with the part `*` matched; `*` only in `to` maps the
 /// one name to every existing name matching `to`; no `*`: the one pair.
+/// Whether a component is CNTK's `Times` (input 0 its weight Parameter, input 1 its data).
+fn is_times(type_name: &str) -> bool {
+    matches!(
+        type_name,
+        "LinearComponent" | "AffineComponent" | "NaturalGradientAffineComponent"
+    )
+}
+
+/// Whether component `from` can be the weight of node `node`, whose component is `comp`.
+fn check_weight(
+    nnet: &Nnet,
+    m: &str,
+    from: &str,
+    node: &str,
+    comp: usize,
+) -> std::result::Result<(), String> {
+    let c = nnet.component_index(from).ok_or_else(|| {
+        format!("model {m} has no parameter '{from}' (input 0 of '{node}' is its weight)")
+    })?;
+    let (new, old) = (nnet.components[c].as_ref(), nnet.components[comp].as_ref());
+    if kind(new) != kind(old) {
+        return Err(format!(
+            "'{from}' ({}) cannot be the weight of '{node}' ({})",
+            kind(new),
+            kind(old)
+        ));
+    }
+    Ok(())
+}
+
+/// A matrix in CNTK's text format (`LoadMatrixFromTextFile`): a line per row, numbers
+/// separated by white space, blank lines skipped; (rows, columns, values row by row). Errors
+/// name the file and line.
+pub fn read_text_matrix(path: &str) -> Result<(usize, usize, Vec<f32>)> {
+    let text = crate::frontend::read_text(path)?;
+    let mut values = Vec::new();
+    let (mut rows, mut cols) = (0usize, 0usize);
+    for (i, line) in text.lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        for w in &words {
+            let v: f32 = w
+                .parse()
+                .ok()
+                .filter(|v: &f32| v.is_finite())
+                .ok_or_else(|| {
+                    Error::Usage(format!("{path}:{}: '{w}' is not a finite number", i + 1))
+                })?;
+            values.push(v);
+        }
+        if rows == 0 {
+            cols = words.len();
+        } else if words.len() != cols {
+            return Err(Error::Usage(format!(
+                "{path}:{}: {} numbers, but the rows above have {cols}",
+                i + 1,
+                words.len()
+            )));
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(Error::Usage(format!(
+            "{path}: no numbers (an empty matrix)"
+        )));
+    }
+    Ok((rows, cols, values))
+}
+
 fn generate_names(
     from: &str,
     to: &str,

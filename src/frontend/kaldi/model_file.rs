@@ -201,8 +201,7 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
     let mut components: Vec<Box<dyn Component>> = Vec::with_capacity(n);
     for _ in 0..n {
         r.expect_token("<ComponentName>")?;
-        let name_at = next_token_pos(r);
-        let name = r.token()?;
+        let (name_at, name) = r.token_at()?;
         if !is_valid_name(&name) {
             return Err(r.err_at(name_at, format!("a valid component name (got '{name}')")));
         }
@@ -212,11 +211,9 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
                 format!("a component name not used before (got duplicate '{name}')"),
             ));
         }
-        let type_at = next_token_pos(r);
+        let type_at = r.next_token_pos();
         let tok = r.peek_token()?;
-        let type_name = tok
-            .strip_prefix('<')
-            .and_then(|t| t.strip_suffix('>'))
+        let type_name = crate::nnet::component::type_of_token(&tok)
             .ok_or_else(|| r.err_at(type_at, "a component type token like <AffineComponent>"))?;
         if component_type(type_name).is_none() {
             return Err(Error::format(
@@ -243,18 +240,6 @@ fn read_nnet_body(r: &mut TokenReader<'_>) -> Result<Nnet> {
         .map_err(|e| config_error_to_format(e, &file, buf, config_start, &line_starts))?;
     r.set_pos(after);
     Ok(nnet)
-}
-
-/// Where the next token starts (text readers skip whitespace first).
-fn next_token_pos(r: &TokenReader<'_>) -> usize {
-    let buf = r.buf();
-    let mut p = r.pos();
-    if !r.is_binary() {
-        while buf.get(p).is_some_and(|b| b.is_ascii_whitespace()) {
-            p += 1;
-        }
-    }
-    p
 }
 
 /// Length of the line starting at `start` (without its newline).
@@ -397,13 +382,13 @@ fn skip_transition_model_binary(r: &mut TokenReader<'_>) -> Result<()> {
 
 /// Checks a count read from a file: non-negative and each item taking `min_bytes` must fit.
 fn check_count(r: &TokenReader<'_>, n: i32, min_bytes: usize) -> Result<()> {
-    if n < 0 || (n as usize).saturating_mul(min_bytes) > r.rest().len() {
-        return Err(r.err(format!(
+    match r.count_fits(n, min_bytes) {
+        Some(_) => Ok(()),
+        None => Err(r.err(format!(
             "a count that fits the {} remaining bytes (got {n})",
             r.rest().len()
-        )));
+        ))),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -980,13 +980,16 @@ pub fn new_component_from_config(
     Ok(c)
 }
 
+/// The type name in a component's opening token `<TypeName>`.
+pub fn type_of_token(tok: &str) -> Option<&str> {
+    tok.strip_prefix('<').and_then(|t| t.strip_suffix('>'))
+}
+
 /// Reads a component: its `<TypeName>` token, then the body (Kaldi's Component::ReadNew).
 pub fn read_component(r: &mut TokenReader<'_>) -> Result<Box<dyn Component>> {
     let at = r.pos();
     let tok = r.token()?;
-    let name = tok
-        .strip_prefix('<')
-        .and_then(|t| t.strip_suffix('>'))
+    let name = type_of_token(&tok)
         .ok_or_else(|| r.err_at(at, "a component type token like <AffineComponent>"))?;
     let ty = component_type(name)
         .ok_or_else(|| r.err_at(at, format!("a known component type (got {name})")))?;

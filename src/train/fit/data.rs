@@ -17,6 +17,11 @@
 //! example is one frame with the network's context, and the per-epoch shuffle seeded by
 //! `--srand` is CNTK's frame randomisation (`randomize=Auto`).
 //!
+//! CNTK's text sequences (`io::text_seq`), a sentence per example: a directory holding
+//! `sentences.txt` (LMSequenceReader's text, next-word labels) with `wordclass.txt` or
+//! `words.txt`, or `slots.txt` (LUSequenceReader's `word label` lines) with `words.txt` and
+//! `labels.txt`.
+//!
 //! Per-utterance labels (x-vector-style pooling networks): a directory with `feats.ark` and
 //! `utt2label` (Kaldi's `utt2spk`-style text, one `utt-id int` per line). Each utterance is cut
 //! into chunks of `--chunk-width` frames (or a width drawn per utterance from `min,max`, as
@@ -149,6 +154,21 @@ pub struct DataSet {
     pub examples: Arc<Vec<NnetExample>>,
 }
 
+impl DataSet {
+    /// The examples made from `source`; none is an error naming it.
+    fn new(source: &str, examples: Vec<NnetExample>) -> Result<DataSet> {
+        if examples.is_empty() {
+            return Err(Error::Usage(format!(
+                "{source}: the data set is empty (no examples could be made from it)"
+            )));
+        }
+        Ok(DataSet {
+            source: source.to_string(),
+            examples: Arc::new(examples),
+        })
+    }
+}
+
 /// Reads `spec` (an egs rspecifier or a data directory) for `nnet`, checking every example's
 /// inputs and supervision against the network.
 pub fn load(spec: &str, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
@@ -161,18 +181,12 @@ pub fn load(spec: &str, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
             v.push(eg);
         }
         v
+    } else if let Some(set) = load_text_directory(spec, nnet)? {
+        return Ok(set);
     } else {
         examples_from_directory(spec, nnet, chunk, None)?
     };
-    if examples.is_empty() {
-        return Err(Error::Usage(format!(
-            "{spec}: the data set is empty (no examples could be made from it)"
-        )));
-    }
-    Ok(DataSet {
-        source: spec.to_string(),
-        examples: Arc::new(examples),
-    })
+    DataSet::new(spec, examples)
 }
 
 /// Every io must name an input or output node of the same dimension, and sparse supervision
@@ -236,31 +250,13 @@ pub type UtteranceList = std::collections::HashMap<String, (usize, usize)>;
 /// Reads Kaldi features and labels for `nnet`, cut into examples as a data directory is.
 pub fn load_kaldi(src: &KaldiSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
     let examples = examples_from(&src.feats, nnet, chunk, None, Some(src))?;
-    if examples.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: the data set is empty (no examples could be made from it)",
-            src.feats
-        )));
-    }
-    Ok(DataSet {
-        source: src.feats.clone(),
-        examples: Arc::new(examples),
-    })
+    DataSet::new(&src.feats, examples)
 }
 
 /// Reads an HTK script and MLF for `nnet`, cut into examples as a data directory is.
 pub fn load_htk(src: &HtkSource, nnet: &Nnet, chunk: &ChunkOptions) -> Result<DataSet> {
     let examples = examples_from_directory(&src.scp, nnet, chunk, Some(src.clone()))?;
-    if examples.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: the data set is empty (no examples could be made from it)",
-            src.scp
-        )));
-    }
-    Ok(DataSet {
-        source: src.scp.clone(),
-        examples: Arc::new(examples),
-    })
+    DataSet::new(&src.scp, examples)
 }
 
 fn examples_from_directory(
@@ -619,6 +615,133 @@ pub fn read_utt2label(
         }
     }
     Ok(out)
+}
+
+/// The dimension of the input (or output) node `name`, or a usage error naming it.
+pub(crate) fn node_dim(nnet: &Nnet, name: &str, input: bool) -> Result<usize> {
+    nnet.node_index(name)
+        .filter(|&i| {
+            if input {
+                nnet.is_input_node(i)
+            } else {
+                nnet.is_output_node(i)
+            }
+        })
+        .map(|i| nnet.node_dim(i))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "the network has no {} node named '{name}'",
+                if input { "input" } else { "output" }
+            ))
+        })
+}
+
+/// `fit`'s text directories: `sentences.txt` (a sentence per line, LMSequenceReader's
+/// format) with `wordclass.txt` (CNTK's word-class file) or `words.txt` (a word per line),
+/// labels the next words, `</s>` added at both ends when the vocabulary has it; or
+/// `slots.txt` (`word label` lines, sentences between blank lines, LUSequenceReader's format)
+/// with `words.txt` and `labels.txt` (a token per line), one word per input row. Words
+/// outside the vocabulary are `<unk>`. None when the directory holds neither.
+fn load_text_directory(dir: &str, nnet: &Nnet) -> Result<Option<DataSet>> {
+    use crate::io::text_seq;
+    let path = |f: &str| format!("{}/{f}", dir.trim_end_matches('/'));
+    let exists = |f: &str| std::path::Path::new(&path(f)).exists();
+    let words = || -> Result<text_seq::Vocab> {
+        if exists("wordclass.txt") {
+            text_seq::read_word_class(&path("wordclass.txt"))
+        } else {
+            text_seq::read_token_list(&path("words.txt"))
+        }
+    };
+    let (file, seqs, v, labels) = if exists("sentences.txt") {
+        let v = words()?;
+        let file = path("sentences.txt");
+        let text = crate::frontend::read_text(&file)?;
+        let end = v.id("</s>").map(|_| "</s>");
+        let seqs = text_seq::parse_lm(&text, &file, &v, "<unk>", end, end)?;
+        let n = v.len();
+        (file, seqs, v, n)
+    } else if exists("slots.txt") {
+        let v = text_seq::read_token_list(&path("words.txt"))?;
+        let l = text_seq::read_token_list(&path("labels.txt"))?;
+        let file = path("slots.txt");
+        let text = crate::frontend::read_text(&file)?;
+        let seqs = text_seq::parse_lu(&text, &file, &v, &l, "<unk>", None)?;
+        (file, seqs, v, l.len())
+    } else {
+        return Ok(None);
+    };
+    text_sequence_examples(&file, &seqs, v.len(), &[0], labels, nnet).map(Some)
+}
+
+/// Examples of CNTK's text sequence readers (`io::text_seq`; `compnet cntk`'s
+/// LMSequenceReader and LUSequenceReader, `fit`'s `sentences.txt`/`slots.txt` directories):
+/// one per sentence, its words one-hot (the words at each offset of `context` stacked, `vocab`
+/// entries each) at t = 0, 1, ... with the network's context filled with copies of the first
+/// and last word, its labels (of `labels` classes) as sparse supervision at t = 0..n-1.
+pub fn text_sequence_examples(
+    file: &str,
+    seqs: &[crate::io::text_seq::Sequence],
+    v: usize,
+    context: &[i32],
+    labels_dim: usize,
+    nnet: &Nnet,
+) -> Result<DataSet> {
+    let input_dim = node_dim(nnet, "input", true)?;
+    let out_dim = node_dim(nnet, "output", false)?;
+    if v * context.len() != input_dim {
+        return Err(Error::Usage(format!(
+            "{}: {v} words × {} context position(s) = {} inputs, but the network's input has \
+             dimension {input_dim}",
+            file,
+            context.len(),
+            v * context.len()
+        )));
+    }
+    if labels_dim != out_dim {
+        return Err(Error::Usage(format!(
+            "{file}: {labels_dim} labels, but the network's output has dimension {out_dim}"
+        )));
+    }
+    let ctx = crate::compile::context::nnet_context(nnet)?;
+    let mut examples = Vec::with_capacity(seqs.len());
+    for q in seqs {
+        let rows = crate::io::text_seq::context_rows(&q.inputs, v, context)
+            .into_iter()
+            .map(|pairs| sparse_row(input_dim, &pairs))
+            .collect::<std::result::Result<Vec<_>, i32>>()
+            .map_err(|bad| Error::Usage(format!("{file}: input column {bad} out of range")))?;
+        let feats = GeneralMatrix::Sparse(SparseMatrix { rows });
+        let n = q.inputs.len() as i32;
+        let mut eg = NnetExample::default();
+        eg.io.push(input_io(
+            &feats,
+            -ctx.left,
+            ctx.left + n + ctx.right,
+            -ctx.left,
+        )?);
+        let sup = q
+            .labels
+            .iter()
+            .map(|&l| sparse_row(out_dim, &[(l as i32, 1.0)]))
+            .collect::<std::result::Result<Vec<_>, i32>>()
+            .map_err(|bad| {
+                Error::Usage(format!(
+                    "{file}:{}: label {bad} is outside 0..{out_dim}",
+                    q.lines[0]
+                ))
+            })?;
+        eg.io.push(NnetIo {
+            name: "output".into(),
+            indexes: (0..n).map(|t| Index::new(0, t, 0)).collect(),
+            features: GeneralMatrix::Sparse(SparseMatrix { rows: sup }),
+        });
+        examples.push(eg);
+    }
+    Ok(DataSet {
+        source: file.to_string(),
+        examples: Arc::new(examples),
+    })
 }
 
 /// The chunks (first frame, width) of an utterance of `n` frames for per-utterance labels:

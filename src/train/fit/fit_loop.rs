@@ -17,6 +17,7 @@ use crate::compile::NnetComputation;
 use crate::egs::merge::merge_examples;
 use crate::error::{Error, Result};
 use crate::io::egs::NnetExample;
+use crate::io::le_bytes::ByteReader;
 use crate::kaldi_rand::GlibcRand;
 use crate::log::{fmt_g, log, warn};
 use crate::nnet::Nnet;
@@ -272,12 +273,7 @@ pub fn fit_parallel(
         restore_stats(&mut nnet, &stats, &ckpt_path)?;
         state = s;
         // The stepper that wrote the state: its name opens the stepper part.
-        let written = super::stepper::ByteReader {
-            bytes: &st,
-            pos: 0,
-            file: &ckpt_path,
-        }
-        .cstr()?;
+        let written = ByteReader::new(&st, &ckpt_path).cstr()?;
         if opts.reset_stepper_state {
             log(
                 P,
@@ -905,27 +901,14 @@ pub(super) fn encode_stats(nnet: &Nnet) -> Vec<u8> {
 
 /// Restores what [`encode_stats`] wrote.
 pub(super) fn restore_stats(nnet: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
-    let mut r = super::stepper::ByteReader {
-        bytes,
-        pos: 0,
-        file,
-    };
+    let mut r = ByteReader::new(bytes, file);
     for (c, name) in nnet.components.iter_mut().zip(&nnet.component_names) {
         let n = r.u64()?;
         if n > (bytes.len() / 8) as u64 {
             return Err(r.err("a statistics list longer than the checkpoint"));
         }
-        let raw = r.bytes(n as usize * 8)?;
-        let v: Vec<f64> = raw
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect();
-        if v.iter().any(|x| !x.is_finite()) {
-            return Err(r.err(&format!(
-                "the statistics of component {name} are not finite (a damaged checkpoint)"
-            )));
-        }
-        if !c.set_exact_stats(&crate::matrix::Vector64::from_vec(v)) {
+        let v = r.finite_vector64(n as usize, &format!("the statistics of component {name}"))?;
+        if !c.set_exact_stats(&v) {
             return Err(Error::Usage(format!(
                 "{file}: the statistics of component {name} do not fit it (a checkpoint of \
                  another network?)"

@@ -2,8 +2,8 @@
 //! monitors, the checkpoint saver, the stoppers, and the visualiser that redraws the learning
 //! curves as SVG.
 
-use super::stepper::ByteReader;
 use crate::error::{Error, Result};
+use crate::io::le_bytes::ByteReader;
 use serde::{Deserialize, Serialize};
 
 /// When a hook runs.

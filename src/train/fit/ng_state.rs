@@ -8,9 +8,9 @@
 //! and an f32 for num-minibatches-history, a byte for the estimate and, if there is one, u64
 //! rows, u64 cols, R (rows·cols f32), d (rows f64), ρ (f64).
 
-use super::stepper::ByteReader;
 use crate::error::{Error, Result};
 use crate::gradient::natural_gradient::{EstimateSnapshot, NgSnapshot};
+use crate::io::le_bytes::ByteReader;
 use crate::nnet::Nnet;
 
 const MAGIC: &[u8] = b"COMPNET-NG-STATE\n";
@@ -109,7 +109,7 @@ fn f64_(r: &mut ByteReader<'_>) -> Result<f64> {
 /// before anything of that size is allocated.
 fn count(r: &mut ByteReader<'_>, item: u64, what: &str) -> Result<usize> {
     let n = r.u64()?;
-    let left = (r.bytes.len() - r.pos) as u64;
+    let left = r.remaining() as u64;
     if n.checked_mul(item).is_none_or(|b| b > left) {
         return Err(r.err(&format!("{what} of {n}, more than the file holds")));
     }
@@ -131,7 +131,7 @@ fn snapshot(r: &mut ByteReader<'_>) -> Result<NgSnapshot> {
             let cols = r.u64()?;
             let elements = (rows as u64)
                 .checked_mul(cols)
-                .filter(|&e| e.saturating_mul(4) <= (r.bytes.len() - r.pos) as u64)
+                .filter(|&e| e.saturating_mul(4) <= r.remaining() as u64)
                 .ok_or_else(|| {
                     r.err(&format!(
                         "an estimate of {rows}x{cols}, more than the file holds"
@@ -172,11 +172,7 @@ fn snapshot(r: &mut ByteReader<'_>) -> Result<NgSnapshot> {
 /// Restores what [`encode`] wrote into `delta`; a checkpoint of another network (other
 /// component names or slot counts) is refused, naming `file`.
 pub fn restore(delta: &mut Nnet, bytes: &[u8], file: &str) -> Result<()> {
-    let mut r = ByteReader {
-        bytes,
-        pos: 0,
-        file,
-    };
+    let mut r = ByteReader::new(bytes, file);
     if !bytes.starts_with(MAGIC) {
         return Err(r.err("expected the natural-gradient state (COMPNET-NG-STATE)"));
     }

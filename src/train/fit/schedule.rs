@@ -12,6 +12,11 @@ pub struct EpochSchedule {
 }
 
 impl EpochSchedule {
+    /// [`EpochSchedule::parse`] of an option that may be absent.
+    pub fn parse_option(s: Option<&str>, what: &str) -> Result<Option<Self>> {
+        s.map(|s| Self::parse(s, what)).transpose()
+    }
+
     /// Parses the notation; `what` names the option in errors.
     pub fn parse(s: &str, what: &str) -> Result<Self> {
         let bad = |item: usize, text: &str, why: &str| {

@@ -18,6 +18,7 @@
 
 use crate::compile::kaldi_draws::KaldiCompileDraws;
 use crate::error::{Error, Result};
+use crate::io::le_bytes::ByteReader;
 use crate::kaldi_rand::GlibcRand;
 use crate::matrix::{MatView, MatViewMut, Matrix, Trans};
 use crate::nnet::component::param_init::gaussian_matrix;
@@ -149,7 +150,7 @@ impl StepperOptions {
         unit("beta1", self.beta1)?;
         unit("beta2", self.beta2)?;
         unit("rms-gamma", self.rms_gamma)?;
-        for (name, v) in [
+        check_non_negative(&[
             ("epsilon", self.epsilon),
             ("weight-decay", self.weight_decay),
             ("rms-inc", self.rms_inc),
@@ -157,13 +158,7 @@ impl StepperOptions {
             ("rms-max", self.rms_max),
             ("rms-min", self.rms_min),
             ("max-param-change", self.max_param_change),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(Error::Usage(format!(
-                    "--{name} must be a finite number >= 0, got {v}"
-                )));
-            }
-        }
+        ])?;
         for (name, v, lo, hi) in [
             ("epsilon", self.epsilon, f32::MIN_POSITIVE, 1.0),
             ("weight-decay", self.weight_decay, 0.0, 1.0),
@@ -346,11 +341,7 @@ impl Stepper {
         shapes: &[Vec<(usize, usize)>],
         file: &str,
     ) -> Result<()> {
-        let mut r = ByteReader {
-            bytes,
-            pos: 0,
-            file,
-        };
+        let mut r = ByteReader::new(bytes, file);
         let name = r.cstr()?;
         if name != self.opts.kind.name() {
             return Err(Error::Usage(format!(
@@ -383,17 +374,8 @@ impl Stepper {
                          checkpoint (a checkpoint of another network?)"
                     )));
                 }
-                let slot = blocks
-                    .iter()
-                    .map(|&(rows, cols)| r.matrix(rows, cols))
-                    .collect::<Result<Vec<Matrix>>>()?;
-                if !slot.iter().all(|m| m.view().is_finite()) {
-                    return Err(r.err(&format!(
-                        "block {b}: a stepper statistic that is not finite (a damaged \
-                         checkpoint)"
-                    )));
-                }
-                component.push(slot);
+                let what = format!("block {b}: a stepper statistic");
+                component.push(r.finite_matrices(blocks, &what)?);
             }
             slots.push(component);
         }
@@ -508,61 +490,16 @@ impl StepPolicy for StepperOptions {
     }
 }
 
-/// Reads the little-endian pieces of a checkpoint, errors naming the file and byte offset.
-pub struct ByteReader<'a> {
-    pub bytes: &'a [u8],
-    pub pos: usize,
-    pub file: &'a str,
-}
-
-impl ByteReader<'_> {
-    pub fn err(&self, what: &str) -> Error {
-        Error::Usage(format!("{}: byte {}: {what}", self.file, self.pos))
-    }
-
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
-        if self.bytes.len() - self.pos < n {
-            return Err(self.err(&format!("expected {n} more bytes, the file ends")));
+/// Refuses an option (`--name`, value) that is not a finite number >= 0.
+pub fn check_non_negative(options: &[(&str, f32)]) -> Result<()> {
+    for &(name, v) in options {
+        if !v.is_finite() || v < 0.0 {
+            return Err(Error::Usage(format!(
+                "--{name} must be a finite number >= 0, got {v}"
+            )));
         }
-        let s = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
     }
-
-    pub fn u64(&mut self) -> Result<u64> {
-        let b = self.take(8)?;
-        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
-    }
-
-    pub fn cstr(&mut self) -> Result<String> {
-        let end = self.bytes[self.pos..]
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or_else(|| self.err("expected a name ended by a zero byte"))?;
-        let s = String::from_utf8_lossy(&self.bytes[self.pos..self.pos + end]).into_owned();
-        self.pos += end + 1;
-        Ok(s)
-    }
-
-    pub fn f32s(&mut self, n: usize) -> Result<Vec<f32>> {
-        let b = self.take(n.checked_mul(4).ok_or_else(|| self.err("size overflows"))?)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect())
-    }
-
-    /// A `rows × cols` matrix stored row by row (an explicit host copy).
-    pub fn matrix(&mut self, rows: usize, cols: usize) -> Result<Matrix> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| self.err("size overflows"))?;
-        Ok(Matrix::from_vec(rows, cols, self.f32s(n)?))
-    }
-
-    /// `n` bytes as a slice.
-    pub fn bytes(&mut self, n: usize) -> Result<&[u8]> {
-        self.take(n)
-    }
+    Ok(())
 }
 
 /// Per-minibatch regularisers the plain steppers apply to the gradient first.
@@ -576,9 +513,11 @@ pub struct GradientOptions {
     /// Per-sample clipping: each element of the summed gradient is kept within
     /// ±clip·frames (0 = none).
     pub clip: f32,
-    /// With `clip`: a component's whole gradient is scaled down to a norm of at most
+    /// With `clip`: each parameter block's gradient (a CNTK Parameter: an affine
+    /// component's weights, its bias) is scaled down to a Frobenius norm of at most
     /// clip·frames instead of each element being truncated (CNTK's
-    /// `gradientClippingWithTruncation=false`).
+    /// `gradientClippingWithTruncation=false`); blocks are clipped one by one, never over a
+    /// component or the whole model.
     pub clip_norm: bool,
     /// CNTK's `L1RegWeight`/`L2RegWeight`: the weights are per sample (times the
     /// minibatch's frames), the gradient is clipped before L2 is added, and L1 is a proximal
@@ -644,14 +583,14 @@ pub fn apply_plain_step(
             }
         }
         if clip > 0.0 && gopts.clip_norm {
-            let norm = grads
-                .iter()
-                .map(|g| g.as_view().sum_squares_f64())
-                .sum::<f64>()
-                .sqrt();
-            if norm > f64::from(clip) {
-                let s = (f64::from(clip) / norm) as f32;
-                grads.iter_mut().for_each(|g| g.scale(s));
+            // CNTK clips each Parameter's gradient by its own Frobenius norm (SGD's
+            // ClipGradient runs once per learnable node): a component's parameter blocks
+            // (an affine component's weights and bias) are CNTK's separate Parameters.
+            for g in grads.iter_mut() {
+                let norm = g.as_view().sum_squares_f64().sqrt();
+                if norm > f64::from(clip) {
+                    g.scale((f64::from(clip) / norm) as f32);
+                }
             }
         }
         let mut finite = true;
@@ -760,11 +699,7 @@ impl KaldiUpdate {
     /// Reads what [`KaldiUpdate::write_state`] wrote; the delta network must have the
     /// same blocks (a checkpoint of this network) and its values must be finite.
     pub fn read_state(&mut self, bytes: &[u8], file: &str) -> Result<()> {
-        let mut r = ByteReader {
-            bytes,
-            pos: 0,
-            file,
-        };
+        let mut r = ByteReader::new(bytes, file);
         let name = r.cstr()?;
         if name != "ng" {
             return Err(Error::Usage(format!(
@@ -818,15 +753,7 @@ impl KaldiUpdate {
                 .iter()
                 .map(|b| (b.num_rows(), b.num_cols()))
                 .collect();
-            let values = shapes
-                .iter()
-                .map(|&(rows, cols)| r.matrix(rows, cols))
-                .collect::<Result<Vec<Matrix>>>()?;
-            if !values.iter().all(|m| m.view().is_finite()) {
-                return Err(r.err(&format!(
-                    "block {b}: a momentum value that is not finite (a damaged checkpoint)"
-                )));
-            }
+            let values = r.finite_matrices(&shapes, &format!("block {b}: a momentum value"))?;
             for (mut block, m) in u.param_blocks_mut().into_iter().zip(&values) {
                 block.copy_from(m.view());
             }
@@ -842,6 +769,17 @@ impl KaldiUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every plain stepper.
+    const PLAIN_KINDS: [StepperKind; 7] = [
+        StepperKind::Sgd,
+        StepperKind::Momentum,
+        StepperKind::Nesterov,
+        StepperKind::AdaGrad,
+        StepperKind::RmsProp,
+        StepperKind::Adam,
+        StepperKind::AdamW,
+    ];
 
     fn stepper(kind: StepperKind) -> Stepper {
         Stepper::new(StepperOptions {
@@ -955,15 +893,7 @@ mod tests {
                 })
                 .sum()
         };
-        for kind in [
-            StepperKind::Sgd,
-            StepperKind::Momentum,
-            StepperKind::Nesterov,
-            StepperKind::AdaGrad,
-            StepperKind::RmsProp,
-            StepperKind::Adam,
-            StepperKind::AdamW,
-        ] {
+        for kind in PLAIN_KINDS {
             let mut s = stepper(kind);
             let lr = match kind {
                 StepperKind::Momentum | StepperKind::Nesterov => 0.02,
@@ -1057,15 +987,7 @@ mod tests {
     /// blocks with gradients of both signs and zeros.
     #[test]
     fn matrix_updates_equal_the_scalar_rules_bit_for_bit() {
-        for kind in [
-            StepperKind::Sgd,
-            StepperKind::Momentum,
-            StepperKind::Nesterov,
-            StepperKind::AdaGrad,
-            StepperKind::RmsProp,
-            StepperKind::Adam,
-            StepperKind::AdamW,
-        ] {
+        for kind in PLAIN_KINDS {
             let o = StepperOptions {
                 kind,
                 ..Default::default()

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with an NVIDIA GPU (H100 class). It builds nothing: run
+# scripts/gpu_build.sh elsewhere first and bring its .gpu/bin. In under 8 minutes it
+#  1. finds the CUDA libraries (driver, cuBLAS, NVRTC) and names the GPU;
+#  2. runs the test executables with COMPNET_DEVICE=cuda, so that every matrix lives on the
+#     GPU: the --use-gpu tests and the kernel-source check (device), every dev golden's
+#     compute output against Kaldi's (golden_compute), the component harness's derivative
+#     checks (components, all_component_types, derivative) and the training goldens
+#     (training);
+#  3. trains one pass of a training golden on the GPU and on the CPU and compares the models;
+#  4. measures the wsj TDNN (tests/data/kaldi/perf): compnet train and compute, CPU (all
+#     cores) against GPU, and PyTorch's same network on the same GPU where it is installed;
+# and writes one summary file.
+#
+# Usage: scripts/gpu_check.sh [BIN_DIR] [SUMMARY]   (defaults .gpu/bin, gpu_summary.txt)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=$(cd "${1:-.gpu/bin}" && pwd)
+SUM=$(realpath -m "${2:-gpu_summary.txt}")
+B=$BIN/compnet
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+say() { echo "$*" | tee -a "$SUM"; }
+: >"$SUM"
+start=$(date +%s)
+
+# 1. Libraries: the driver's folder, the toolkit's, and the pip wheels of PyTorch's CUDA.
+dirs=""
+for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64 \
+  /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+  [ -d "$d" ] && dirs="$dirs:$d"
+done
+py=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
+for s in $py; do
+  for d in "$s"/nvidia/*/lib "$s"/nvidia/cu*/lib; do [ -d "$d" ] && dirs="$dirs:$d"; done
+done
+export LD_LIBRARY_PATH="${dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+say "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1); CPU $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+
+# 2. The test executables on the GPU. They were built in another checkout and read its
+# tests/data and target/release/compnet: point that path here.
+M=$(cat "$BIN/manifest_dir" 2>/dev/null || echo "$PWD")
+if [ "$M" != "$PWD" ] && [ ! -e "$M" ]; then mkdir -p "$(dirname "$M")" && ln -s "$PWD" "$M"; fi
+mkdir -p target/release && [ -x target/release/compnet ] || cp "$B" target/release/compnet
+# All at once (they share the GPU; each is bounded), then reported in order.
+TESTS="device golden_compute components all_component_types derivative training"
+for t in $TESTS; do
+  [ -x "$BIN/$t" ] && COMPNET_DEVICE=cuda timeout 180 "$BIN/$t" --test-threads=2 >"$W/$t.log" 2>&1 &
+done
+wait
+for t in $TESTS; do
+  if [ ! -x "$BIN/$t" ]; then say "tests $t: executable missing"; continue; fi
+  res=$(grep -E '^test result:' "$W/$t.log" | tail -1)
+  say "tests $t (GPU): ${res:-no result line: $(tail -1 "$W/$t.log")}"
+  grep -E -A2 '^---- ' "$W/$t.log" | grep -v -E '^--$|^$' | head -30 | sed 's/^/    /' | tee -a "$SUM"
+  cp "$W/$t.log" "$(dirname "$SUM")/gpu_$t.log" 2>/dev/null || true
+done
+
+# 3. One training pass of a golden, GPU against CPU.
+case=tests/data/kaldi/train/affine-plain
+for d in no yes; do
+  timeout 60 "$B" train --use-gpu=$d --srand=1 "$case/before.raw" "ark:$case/egs.ark" "$W/$d.raw" 2>"$W/train_$d.log"
+  "$B" copy --binary=false "$W/$d.raw" "$W/$d.txt" 2>/dev/null
+done
+say "train golden affine-plain, GPU vs CPU model: $(python3 - "$W/no.txt" "$W/yes.txt" <<'PY'
+import sys
+def nums(p):
+    out = []
+    try:
+        text = open(p).read()
+    except OSError:
+        return out
+    for t in text.split():
+        try: out.append(float(t))
+        except ValueError: pass
+    return out
+a, b = nums(sys.argv[1]), nums(sys.argv[2])
+if len(a) != len(b) or not a:
+    print(f"FAILED: {len(a)} vs {len(b)} numbers")
+else:
+    worst = max(abs(x - y) / (1 + abs(x)) for x, y in zip(a, b))
+    print(("ok" if worst <= 1e-4 else "FAILED") + f": largest relative difference {worst:.2e} over {len(a)} numbers")
+PY
+)"
+
+# 4. Speed: the wsj TDNN, as scripts/bench_train.sh sets it up.
+scripts/wsj_data.sh "$B" "$W" 96
+mv "$W/egs.ark" "$W/egs1.ark"
+"$B" shuffle-egs --srand=1 "ark:$W/egs1.ark" "ark:$W/egs2.ark" 2>/dev/null
+"$B" merge-egs --minibatch-size=256 "ark:$W/egs2.ark" "ark:$W/egs.ark" 2>/dev/null
+frames=$(( 96 * 300 ))
+rate() { awk -v f="$1" -v s="$2" 'BEGIN { printf "%.0f", f / s }'; }
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>"$W/last.log"; local rc=$?; t1=$(date +%s.%N); [ $rc -eq 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }' || echo "failed"; }
+for d in no yes; do
+  "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/warm.raw" 2>/dev/null
+  tt=$(secs timeout 120 "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/t_$d.raw")
+  ti=$(secs timeout 120 "$B" compute --use-gpu=$d --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 "$W/wsj.raw" "ark:$W/feats.ark" "ark:/dev/null")
+  if [ "$tt" = failed ] || [ "$ti" = failed ]; then
+    say "wsj TDNN --use-gpu=$d: failed: $(tail -2 "$W/last.log" | tr '\n' ' ')"
+  else
+    say "wsj TDNN --use-gpu=$d: training $(rate $frames "$tt") frames/s ($tt s, whole process), inference $(rate $frames "$ti") frames/s ($ti s)"
+  fi
+done
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  say "$(timeout 120 python3 scripts/torch_wsj_tdnn.py 50 2>&1 | tail -1)"
+else
+  say "pytorch: not installed here"
+fi
+say "gpu_check: $(( $(date +%s) - start )) s"

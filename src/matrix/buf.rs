@@ -1,0 +1,86 @@
+//! The storage under `Matrix` and `Vector`, and where a view's elements live.
+//!
+//! Without the `cuda` feature the storage is a plain `Vec` and `Place` is zero-sized, so the
+//! default build is exactly the host code. With it, the storage is host memory or CUDA managed
+//! memory (`cuda::buf`), chosen when it is allocated: device memory once a GPU has been
+//! selected (`device::select`), as Kaldi's CuMatrix allocates on the GPU once `CuDevice` has
+//! one. Managed memory is also readable by the host, so an operation without a kernel still
+//! runs, on the host, over the same elements.
+
+use super::Real;
+
+#[cfg(not(feature = "cuda"))]
+pub(in crate::matrix) type Buf<T> = Vec<T>;
+#[cfg(feature = "cuda")]
+pub(in crate::matrix) use super::cuda::buf::Buf;
+
+/// `n` zeros, on the device when one is selected.
+pub(in crate::matrix) fn zeroed(n: usize) -> Buf<Real> {
+    #[cfg(feature = "cuda")]
+    return Buf::zeroed(n);
+    #[cfg(not(feature = "cuda"))]
+    vec![0.0; n]
+}
+
+/// Storage holding `v` (copied to the device when one is selected).
+pub(in crate::matrix) fn from_vec(v: Vec<Real>) -> Buf<Real> {
+    #[cfg(feature = "cuda")]
+    return Buf::from_vec(v);
+    #[cfg(not(feature = "cuda"))]
+    v
+}
+
+/// The elements as a host `Vec` (a copy when they live on the device).
+pub(in crate::matrix) fn into_vec(b: Buf<Real>) -> Vec<Real> {
+    #[cfg(feature = "cuda")]
+    return b.into_vec();
+    #[cfg(not(feature = "cuda"))]
+    b
+}
+
+/// Where a view's elements live: always the host without the `cuda` feature (then this is
+/// zero-sized and every device branch is compiled out).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub(in crate::matrix) struct Place {
+    #[cfg(feature = "cuda")]
+    device: bool,
+}
+
+impl Place {
+    /// Host memory (views made from host slices).
+    pub(in crate::matrix) const HOST: Place = Place {
+        #[cfg(feature = "cuda")]
+        device: false,
+    };
+    /// Where `b`'s elements live.
+    #[allow(unused_variables)]
+    pub(in crate::matrix) fn of(b: &Buf<Real>) -> Place {
+        Place {
+            #[cfg(feature = "cuda")]
+            device: b.is_device(),
+        }
+    }
+    /// True for device memory.
+    #[inline]
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(in crate::matrix) fn on_device(self) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.device;
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+}
+
+/// Runs `$body` and returns its value from the enclosing function when the CUDA build has
+/// every operand (`$cond`) on the device; compiled out without the `cuda` feature, so the host
+/// code that follows is the whole function there.
+macro_rules! on_device {
+    ($cond:expr => $body:expr) => {
+        #[cfg(feature = "cuda")]
+        if $cond {
+            #[allow(clippy::unit_arg)]
+            return $body;
+        }
+    };
+}
+pub(in crate::matrix) use on_device;

@@ -1,0 +1,208 @@
+//! `Buf`, the storage of a `Matrix` or `Vector` in a CUDA build: a host `Vec`, or a managed
+//! buffer from the GPU's pool. Both dereference to a slice (managed memory is host-readable
+//! between operations, which wait for the GPU), so host code reads either.
+
+use super::gpu;
+use std::ops::{Deref, DerefMut};
+
+/// Host or managed storage of `T`s.
+pub(in crate::matrix) enum Buf<T: Copy + Default + 'static> {
+    /// Host memory.
+    Host(Vec<T>),
+    /// Managed memory: `len` elements in use of `class` bytes at `ptr`.
+    Managed { ptr: u64, len: usize, class: usize },
+}
+
+// SAFETY: a managed buffer is plain memory owned by this value alone; every GPU operation on
+// it has finished when the operation returns, so moving or sharing it between threads is as
+// safe as for a Vec.
+unsafe impl<T: Copy + Default + Send> Send for Buf<T> {}
+// SAFETY: as above; shared access only reads.
+unsafe impl<T: Copy + Default + Sync> Sync for Buf<T> {}
+
+impl<T: Copy + Default + 'static> Buf<T> {
+    const SIZE: usize = std::mem::size_of::<T>();
+
+    /// `n` zeros, on the GPU when one is selected.
+    pub fn zeroed(n: usize) -> Self {
+        if !super::selected() {
+            return Buf::Host(vec![T::default(); n]);
+        }
+        let (ptr, class) = gpu().alloc(n * Self::SIZE);
+        gpu().zero(ptr, n * Self::SIZE);
+        Buf::Managed { ptr, len: n, class }
+    }
+
+    /// Storage holding `v` (copied to managed memory when a GPU is selected).
+    pub fn from_vec(v: Vec<T>) -> Self {
+        if !super::selected() || v.is_empty() {
+            return Buf::Host(v);
+        }
+        let mut b = Self::zeroed(v.len());
+        b.copy_from_slice(&v);
+        b
+    }
+
+    /// The elements as a host `Vec`.
+    pub fn into_vec(mut self) -> Vec<T> {
+        match self {
+            Buf::Host(ref mut v) => std::mem::take(v),
+            ref m => m.to_vec(),
+        }
+    }
+
+    /// True for managed (device) memory.
+    pub fn is_device(&self) -> bool {
+        matches!(self, Buf::Managed { .. })
+    }
+
+    /// Elements the buffer holds without reallocating.
+    pub fn capacity(&self) -> usize {
+        match self {
+            Buf::Host(v) => v.capacity(),
+            Buf::Managed { class, .. } => class / Self::SIZE,
+        }
+    }
+
+    /// Keeps the first `n` elements.
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            Buf::Host(v) => v.truncate(n),
+            Buf::Managed { len, .. } => *len = (*len).min(n),
+        }
+    }
+
+    /// Drops every element (keeps the memory).
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Grows or shrinks to `n` elements, new ones set to `value`.
+    pub fn resize(&mut self, n: usize, value: T)
+    where
+        T: PartialEq,
+    {
+        let (ptr, len, class) = match self {
+            // A matrix made empty (`Matrix::default()`) and sized later goes where new
+            // storage goes.
+            Buf::Host(v) if v.is_empty() && n > 0 && super::selected() => {
+                *self = Buf::zeroed(n);
+                if value != T::default() {
+                    self.fill(value);
+                }
+                return;
+            }
+            Buf::Host(v) => return v.resize(n, value),
+            Buf::Managed { ptr, len, class } => (*ptr, *len, *class),
+        };
+        if n <= len {
+            self.truncate(n);
+            return;
+        }
+        if n * Self::SIZE > class {
+            let (p2, c2) = gpu().alloc(n * Self::SIZE);
+            if len > 0 {
+                gpu().copy(p2, ptr, len * Self::SIZE);
+            }
+            // Assigning drops the old buffer, which gives it back to the pool.
+            *self = Buf::Managed {
+                ptr: p2,
+                len,
+                class: c2,
+            };
+        }
+        let Buf::Managed { ptr, len: l, .. } = self else {
+            unreachable!("managed above")
+        };
+        let (ptr, old) = (*ptr, *l);
+        *l = n;
+        if value == T::default() {
+            gpu().zero(ptr + (old * Self::SIZE) as u64, (n - old) * Self::SIZE);
+        } else {
+            self[old..].fill(value);
+        }
+    }
+}
+
+impl<T: Copy + Default + 'static> Deref for Buf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Buf::Host(v) => v,
+            Buf::Managed { len: 0, .. } => &[],
+            // SAFETY: `ptr` is a managed buffer holding `len` initialised elements, readable
+            // by the host between operations.
+            Buf::Managed { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr as *const T, *len)
+            },
+        }
+    }
+}
+
+impl<T: Copy + Default + 'static> DerefMut for Buf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Buf::Host(v) => v,
+            Buf::Managed { len: 0, .. } => &mut [],
+            // SAFETY: as for `deref`, and `&mut self` makes the access unique.
+            Buf::Managed { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts_mut(*ptr as *mut T, *len)
+            },
+        }
+    }
+}
+
+impl<T: Copy + Default + 'static> Drop for Buf<T> {
+    fn drop(&mut self) {
+        if let Buf::Managed { ptr, class, .. } = *self {
+            gpu().free(ptr, class);
+        }
+    }
+}
+
+impl<T: Copy + Default + 'static> Clone for Buf<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Buf::Host(v) => Buf::Host(v.clone()),
+            Buf::Managed { ptr, len, .. } => {
+                let (p2, class) = gpu().alloc(len * Self::SIZE);
+                if *len > 0 {
+                    gpu().copy(p2, *ptr, len * Self::SIZE);
+                }
+                Buf::Managed {
+                    ptr: p2,
+                    len: *len,
+                    class,
+                }
+            }
+        }
+    }
+}
+
+impl<T: Copy + Default + PartialEq + 'static> PartialEq for Buf<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl<T: Copy + Default + 'static> Default for Buf<T> {
+    fn default() -> Self {
+        Buf::Host(Vec::new())
+    }
+}
+
+impl<'a, T: Copy + Default + 'static> IntoIterator for &'a Buf<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<'a, T: Copy + Default + 'static> IntoIterator for &'a mut Buf<T> {
+    type Item = &'a mut T;
+    type IntoIter = std::slice::IterMut<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter_mut()
+    }
+}

@@ -1,0 +1,290 @@
+// compnet's CUDA kernels, compiled at run time by NVRTC (src/matrix/cuda/mod.rs), so that the
+// crate builds on a machine without the CUDA toolkit. Each kernel is one matrix operation of
+// src/matrix over whole operands; its element rule is the host code's, written again here.
+// Matrices are row-major with a row stride; a launch covers columns with x and rows with y,
+// and every loop strides by the grid so that any shape fits any grid.
+
+typedef long long i64;
+
+#define FOR_RC                                                                              \
+  for (int r = blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += gridDim.y * blockDim.y) \
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+
+// One element-wise kernel: x = expr, where v is x's element and OPERANDS/LOADS add the
+// other matrices' parameters and elements (u of y, w of z, read transposed by EW2T); a and b
+// are scalars. The parameter and load lists are macros so that their commas pass through.
+#define ELEMENTWISE(name, OPERANDS, LOADS, expr)                                            \
+  extern "C" __global__ void name(float* x, int sx, OPERANDS int rows, int cols, float a,  \
+                                  float b) {                                               \
+    FOR_RC {                                                                               \
+      float v = x[(i64)r * sx + c];                                                        \
+      (void)v;                                                                             \
+      LOADS                                                                                \
+      x[(i64)r * sx + c] = (expr);                                                         \
+    }                                                                                      \
+  }
+#define NO_OPERANDS
+#define NO_LOADS
+#define Y_OPERAND const float *y, int sy,
+#define Y_LOAD float u = y[(i64)r * sy + c];
+#define YT_LOAD float u = y[(i64)c * sy + r];
+#define YZ_OPERANDS const float *y, int sy, const float *z, int sz,
+#define YZ_LOADS float u = y[(i64)r * sy + c]; float w = z[(i64)r * sz + c];
+
+// x = f(x); x = f(x, y); x = f(x, yᵀ); x = f(x, y, z).
+#define EW1(name, expr) ELEMENTWISE(name, NO_OPERANDS, NO_LOADS, expr)
+#define EW2(name, expr) ELEMENTWISE(name, Y_OPERAND, Y_LOAD, expr)
+#define EW2T(name, expr) ELEMENTWISE(name, Y_OPERAND, YT_LOAD, expr)
+#define EW3(name, expr) ELEMENTWISE(name, YZ_OPERANDS, YZ_LOADS, expr)
+
+// x = f(x, p[i]): p is a vector, read at i = c (one element per column) or i = r (per row);
+// pi is that element.
+#define EWV(name, i, expr)                                                                 \
+  extern "C" __global__ void name(float* x, int sx, const float* p, int rows, int cols,   \
+                                  float a, float b) {                                      \
+    FOR_RC {                                                                               \
+      float v = x[(i64)r * sx + c];                                                        \
+      float pi = p[i];                                                                     \
+      x[(i64)r * sx + c] = (expr);                                                         \
+    }                                                                                      \
+  }
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+EW1(k_set_const, a)
+EW1(k_scale, v * a)
+EW1(k_add_const, v + a)
+EW1(k_floor, v < a ? a : v)
+EW1(k_ceiling, v > a ? a : v)
+EW1(k_exp, expf(v))
+EW1(k_log, logf(v))
+EW1(k_pow, powf(v, a))
+EW1(k_heaviside, v > 0.0f ? 1.0f : 0.0f)
+EW1(k_abs, fabsf(v))
+EW1(k_sigmoid, sigmoidf(v))
+EW1(k_tanh, tanhf(v))
+EW1(k_sigmoid_deriv_from_output, v * (1.0f - v))
+EW1(k_tanh_deriv_from_output, 1.0f - v * v)
+
+EW2(k_copy, u)
+EW2(k_add_mat, v + a * u)
+EW2(k_add_mat_scaled, a * u + b * v)
+EW2(k_mul, v * u)
+EW2(k_div, v / u)
+EW2(k_max_with, u > v ? u : v)
+EW2(k_min_with, u < v ? u : v)
+EW2(k_sigmoid_from, sigmoidf(u))
+EW2(k_tanh_from, tanhf(u))
+EW2(k_relu_from, u > 0.0f ? u : 0.0f)
+EW2(k_diff_sigmoid_in_place, v * u * (1.0f - u))
+EW2(k_diff_tanh_in_place, v * (1.0f - u * u))
+EW2(k_diff_relu_in_place, u > 0.0f ? v : 0.0f)
+
+EW2T(k_copy_t, u)
+EW2T(k_add_mat_t, v + a * u)
+
+EW3(k_add_mul, v + a * u * w)
+EW3(k_diff_sigmoid, w * u * (1.0f - u))
+EW3(k_diff_tanh, w * (1.0f - u * u))
+EW3(k_diff_relu, u > 0.0f ? w : 0.0f)
+
+EWV(k_add_vec_to_rows, c, a * pi + b * v)
+EWV(k_add_vec_to_cols, r, b == 0.0f ? a * pi : a * pi + b * v)
+EWV(k_mul_cols_vec, c, v * pi)
+EWV(k_mul_rows_vec, r, v * pi)
+
+// Row gathers by an index table (−1: zero, or leave).
+extern "C" __global__ void k_copy_rows(float* x, int sx, const float* y, int sy, const int* idx,
+                                       int rows, int cols) {
+  FOR_RC {
+    int j = idx[r];
+    x[(i64)r * sx + c] = j < 0 ? 0.0f : y[(i64)j * sy + c];
+  }
+}
+
+extern "C" __global__ void k_add_rows(float* x, int sx, const float* y, int sy, const int* idx,
+                                      int rows, int cols, float a) {
+  FOR_RC {
+    int j = idx[r];
+    if (j >= 0) x[(i64)r * sx + c] += a * y[(i64)j * sy + c];
+  }
+}
+
+// Row scatters: rows counts the source rows; a destination row may be named twice, so the
+// adding form adds atomically.
+extern "C" __global__ void k_copy_to_rows(float* x, int sx, const float* y, int sy,
+                                          const int* idx, int rows, int cols) {
+  FOR_RC {
+    int j = idx[r];
+    if (j >= 0) x[(i64)j * sx + c] = y[(i64)r * sy + c];
+  }
+}
+
+extern "C" __global__ void k_add_to_rows(float* x, int sx, const float* y, int sy,
+                                         const int* idx, int rows, int cols, float a) {
+  FOR_RC {
+    int j = idx[r];
+    if (j >= 0) atomicAdd(&x[(i64)j * sx + c], a * y[(i64)r * sy + c]);
+  }
+}
+
+// out[c] = a · Σ_r m[r, c] + b · out[c]: one thread per column, rows summed in order (in
+// double, as the host sums them).
+extern "C" __global__ void k_add_row_sum(float* out, const float* m, int sm, int rows, int cols,
+                                         float a, float b) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+    double s = 0.0;
+    for (int r = 0; r < rows; ++r) s += m[(i64)r * sm + c];
+    out[c] = b == 0.0f ? a * (float)s : a * (float)s + b * out[c];
+  }
+}
+
+// A block's reduction of one value per thread (blockDim.x a power of two ≤ 1024).
+__device__ float block_reduce(float v, float* scratch, bool take_max) {
+  int t = threadIdx.x;
+  scratch[t] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) {
+      float o = scratch[t + s];
+      scratch[t] = take_max ? (o > scratch[t] ? o : scratch[t]) : scratch[t] + o;
+    }
+    __syncthreads();
+  }
+  float r = scratch[0];
+  __syncthreads();
+  return r;
+}
+
+// out[r] = a · Σ_c m[r, c] + b · out[r]: one block per row.
+extern "C" __global__ void k_add_col_sum(float* out, const float* m, int sm, int rows, int cols,
+                                         float a, float b) {
+  extern __shared__ float scratch[];
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += m[(i64)r * sm + c];
+    s = block_reduce(s, scratch, false);
+    if (threadIdx.x == 0) out[r] = b == 0.0f ? a * s : a * s + b * out[r];
+  }
+}
+
+// Softmax and log-softmax of each row of y into x (x may be y): one block per row.
+extern "C" __global__ void k_softmax_rows(float* x, int sx, const float* y, int sy, int rows,
+                                          int cols, int log_form) {
+  extern __shared__ float scratch[];
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* yr = y + (i64)r * sy;
+    float* xr = x + (i64)r * sx;
+    float m = -__int_as_float(0x7f800000);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = yr[c] > m ? yr[c] : m;
+    m = block_reduce(m, scratch, true);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += expf(yr[c] - m);
+    s = block_reduce(s, scratch, false);
+    if (log_form) {
+      float lse = m + logf(s);
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) xr[c] = yr[c] - lse;
+    } else {
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) xr[c] = expf(yr[c] - m) / s;
+    }
+  }
+}
+
+// Backward of log-softmax per row: x = d − exp(y) · Σ d (value y, output derivative d; x may
+// be d). Backward of softmax: x = y ⊙ (d − y·d).
+extern "C" __global__ void k_diff_softmax_rows(float* x, int sx, const float* y, int sy,
+                                               const float* d, int sd, int rows, int cols,
+                                               int log_form) {
+  extern __shared__ float scratch[];
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* yr = y + (i64)r * sy;
+    const float* dr = d + (i64)r * sd;
+    float* xr = x + (i64)r * sx;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += log_form ? dr[c] : dr[c] * yr[c];
+    s = block_reduce(s, scratch, false);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      float dv = dr[c];
+      xr[c] = log_form ? dv - expf(yr[c]) * s : yr[c] * (dv - s);
+    }
+  }
+}
+
+// Kaldi's NormalizePerRow over blocks of bd columns: one thread block per (row, block).
+// x's blocks are bd (+1 with add_log: the log RMS) wide; x may be y (then add_log is 0).
+#define SQUARED_NORM_FLOOR 1.3552527e-20f
+extern "C" __global__ void k_normalize(float* x, int sx, const float* y, int sy, int rows,
+                                       int nblocks, int bd, int add_log, float d_scaled,
+                                       float log_target) {
+  extern __shared__ float scratch[];
+  for (int rb = blockIdx.x; rb < rows * nblocks; rb += gridDim.x) {
+    int r = rb / nblocks, b = rb % nblocks;
+    const float* yb = y + (i64)r * sy + (i64)b * bd;
+    float* xb = x + (i64)r * sx + (i64)b * (bd + add_log);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) s += yb[c] * yb[c];
+    s = block_reduce(s, scratch, false);
+    float ms = s * (1.0f / d_scaled);
+    float f = powf(ms > SQUARED_NORM_FLOOR ? ms : SQUARED_NORM_FLOOR, -0.5f);
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) xb[c] = yb[c] * f;
+    if (add_log && threadIdx.x == 0) xb[bd] = -logf(f) + log_target;
+  }
+}
+
+// Kaldi's DiffNormalizePerRow: x (bd-wide blocks) += the input derivative from the input
+// value v and output derivative d (bd + add_log wide blocks); with overwrite, d is x itself
+// (no log column) and x is replaced.
+extern "C" __global__ void k_diff_normalize(float* x, int sx, const float* v, int sv,
+                                            const float* d, int sd, int rows, int nblocks,
+                                            int bd, int add_log, float d_scaled, int overwrite) {
+  extern __shared__ float scratch[];
+  for (int rb = blockIdx.x; rb < rows * nblocks; rb += gridDim.x) {
+    int r = rb / nblocks, b = rb % nblocks;
+    const float* vb = v + (i64)r * sv + (i64)b * bd;
+    const float* db = d + (i64)r * sd + (i64)b * (bd + add_log);
+    float* xb = x + (i64)r * sx + (i64)b * bd;
+    float dot = 0.0f, ss = 0.0f;
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) {
+      dot += db[c] * vb[c];
+      ss += vb[c] * vb[c];
+    }
+    dot = block_reduce(dot, scratch, false);
+    ss = block_reduce(ss, scratch, false);
+    float floor_ss = bd * SQUARED_NORM_FLOOR;
+    float coef = add_log ? db[bd] / (ss > floor_ss ? ss : floor_ss) : 0.0f;
+    float ms = ss * (1.0f / d_scaled);
+    bool floored = !(ms > SQUARED_NORM_FLOOR);
+    float f = powf(floored ? SQUARED_NORM_FLOOR : ms, -0.5f);
+    float cc = floored ? 0.0f : -dot * f * f * f / d_scaled;
+    for (int c = threadIdx.x; c < bd; c += blockDim.x) {
+      float o = db[c], xv = vb[c];
+      float t = overwrite ? 0.0f : xb[c];
+      if (add_log) t += coef * xv;
+      xb[c] = t + (f * o + cc * xv);
+    }
+  }
+}
+
+// Per-row sums in double into out[r]: mode 0 Σ x·y, 1 Σ x, 2 Σ x². The host adds the rows
+// in order (the whole-matrix reductions: sums, traces, norms).
+extern "C" __global__ void k_row_reduce(double* out, const float* x, int sx, const float* y,
+                                        int sy, int rows, int cols, int mode) {
+  extern __shared__ float scratch[];
+  double* ds = reinterpret_cast<double*>(scratch);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    double s = 0.0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      double a = x[(i64)r * sx + c];
+      s += mode == 0 ? a * (double)y[(i64)r * sy + c] : mode == 1 ? a : a * a;
+    }
+    int t = threadIdx.x;
+    ds[t] = s;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+      if (t < h) ds[t] += ds[t + h];
+      __syncthreads();
+    }
+    if (t == 0) out[r] = ds[0];
+    __syncthreads();
+  }
+}

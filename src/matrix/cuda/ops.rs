@@ -1,0 +1,330 @@
+//! The GPU side of the matrix operations: each function launches one kernel (or cuBLAS) over
+//! views whose elements are all on the device. The host files call these from their
+//! `on_device!` arms; shapes were checked there already.
+
+use super::{gpu, Arg};
+use crate::matrix::{MatView, MatViewMut, Real, Trans, Vector};
+
+/// Threads per block for the element-wise kernels: 32 columns × 8 rows.
+const BLOCK_2D: (u32, u32, u32) = (32, 8, 1);
+/// Threads per block for the one-block-per-row kernels (a power of two).
+const ROW_THREADS: u32 = 256;
+/// The grid's y (rows) is capped by CUDA at 65535; the kernels stride over the rest.
+const MAX_GRID_Y: usize = 65535;
+
+fn grid_2d(rows: usize, cols: usize) -> (u32, u32, u32) {
+    let gx = cols.div_ceil(BLOCK_2D.0 as usize).min(1 << 20);
+    let gy = rows.div_ceil(BLOCK_2D.1 as usize).min(MAX_GRID_Y);
+    (gx as u32, gy as u32, 1)
+}
+
+fn grid_rows(rows: usize) -> (u32, u32, u32) {
+    (rows.min(1 << 20) as u32, 1, 1)
+}
+
+fn p(v: &MatView<'_>) -> Arg {
+    Arg::Ptr(v.data.as_ptr() as u64)
+}
+
+fn pm(v: &mut MatViewMut<'_>) -> Arg {
+    Arg::Ptr(v.data.as_mut_ptr() as u64)
+}
+
+fn pv(v: &Vector) -> Arg {
+    Arg::Ptr(v.data.as_ptr() as u64)
+}
+
+fn int(n: usize) -> Arg {
+    Arg::Int(i32::try_from(n).expect("GPU matrices are limited to 2^31 rows, columns and strides"))
+}
+
+fn empty(x: &MatViewMut<'_>) -> bool {
+    x.rows == 0 || x.cols == 0
+}
+
+/// A matrix argument, (pointer, row stride), of `y`, or of `x` itself where `y` is `None`
+/// (the in-place forms).
+fn or_self(x: &mut MatViewMut<'_>, y: Option<MatView<'_>>) -> [Arg; 2] {
+    match y {
+        Some(y) => [p(&y), int(y.stride)],
+        None => [pm(x), int(x.stride)],
+    }
+}
+
+/// Launches a one-block-per-unit kernel (a row, or a block of a row) over `units` units,
+/// with `scalar_bytes` of shared memory per thread for its reductions.
+fn per_row(name: &'static str, units: usize, scalar_bytes: u32, args: &[Arg]) {
+    let shared = ROW_THREADS * scalar_bytes;
+    gpu().launch(name, grid_rows(units), (ROW_THREADS, 1, 1), shared, args);
+}
+
+/// `x = f(x, operands...)` by kernel `name` with scalars `a`, `b`: the element-wise kernels
+/// (`EW1`, `EW2`, `EW2T`, `EW3` in kernels.cu) take each matrix as (pointer, row stride),
+/// then rows, columns, a and b.
+pub(in crate::matrix) fn ew(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    operands: &[MatView<'_>],
+    a: Real,
+    b: Real,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let mut args = vec![pm(x), int(x.stride)];
+    for y in operands {
+        args.extend([p(y), int(y.stride)]);
+    }
+    args.extend([int(r), int(c), Arg::Float(a), Arg::Float(b)]);
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// `x = f(x, v)` by kernel `name`, `v` indexed by column or row.
+pub(in crate::matrix) fn ewv(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    v: &Vector,
+    a: Real,
+    b: Real,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let args = [
+        pm(x),
+        int(x.stride),
+        pv(v),
+        int(r),
+        int(c),
+        Arg::Float(a),
+        Arg::Float(b),
+    ];
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// A row gather (`rows` = destination rows) or scatter (`rows` = source rows) by `idx`.
+pub(in crate::matrix) fn rows_by_index(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    idx: &[i32],
+    alpha: Option<Real>,
+) {
+    let (r, c) = (idx.len(), x.cols);
+    if r == 0 || c == 0 {
+        return;
+    }
+    let (ip, class) = gpu().upload_i32(idx);
+    let mut args = vec![
+        pm(x),
+        int(x.stride),
+        p(&y),
+        int(y.stride),
+        Arg::Ptr(ip),
+        int(r),
+        int(c),
+    ];
+    if let Some(a) = alpha {
+        args.push(Arg::Float(a));
+    }
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+    gpu().free(ip, class);
+}
+
+/// `out = alpha · (sums of m's rows, `by_rows`; or of its columns) + beta · out` (Kaldi's
+/// AddRowSumMat: a column's sum over the rows; AddColSumMat: a row's sum over the columns).
+pub(in crate::matrix) fn add_sums(
+    out: &mut Vector,
+    alpha: Real,
+    m: MatView<'_>,
+    beta: Real,
+    over_rows: bool,
+) {
+    let (r, c) = (m.rows, m.cols);
+    let (args, n) = (
+        [
+            pv(out),
+            p(&m),
+            int(m.stride),
+            int(r),
+            int(c),
+            Arg::Float(alpha),
+            Arg::Float(beta),
+        ],
+        if over_rows { c } else { r },
+    );
+    if n == 0 {
+        return;
+    }
+    if over_rows {
+        // One thread per column, the rows in order.
+        gpu().launch(
+            "k_add_row_sum",
+            (n.div_ceil(256) as u32, 1, 1),
+            (256, 1, 1),
+            0,
+            &args,
+        );
+    } else {
+        per_row("k_add_col_sum", n, 4, &args);
+    }
+}
+
+/// `x = softmax(y)` or `log_softmax(y)` per row; `y` = `None`: of `x` itself.
+pub(in crate::matrix) fn softmax_rows(
+    x: &mut MatViewMut<'_>,
+    y: Option<MatView<'_>>,
+    log_form: bool,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let mut args = vec![pm(x), int(x.stride)];
+    args.extend(or_self(x, y));
+    args.extend([int(r), int(c), Arg::Int(log_form as i32)]);
+    per_row("k_softmax_rows", r, 4, &args);
+}
+
+/// The backward pass of `softmax_rows` from the value `y` and output derivative `d`; `d` =
+/// `None`: `x` holds it.
+pub(in crate::matrix) fn diff_softmax_rows(
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    d: Option<MatView<'_>>,
+    log_form: bool,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let mut args = vec![pm(x), int(x.stride), p(&y), int(y.stride)];
+    args.extend(or_self(x, d));
+    args.extend([int(r), int(c), Arg::Int(log_form as i32)]);
+    per_row("k_diff_softmax_rows", r, 4, &args);
+}
+
+/// `c = alpha · op(a) · op(b) + beta · c` by cuBLAS (shapes checked by the caller, all ≥ 1).
+pub(in crate::matrix) fn gemm(
+    c: &mut MatViewMut<'_>,
+    alpha: Real,
+    (a, ta): (MatView<'_>, Trans),
+    (b, tb): (MatView<'_>, Trans),
+    beta: Real,
+) {
+    let k = if ta == Trans::No { a.cols } else { a.rows };
+    let (m, n) = (c.rows, c.cols);
+    let ptr = |v: &MatView<'_>| v.data.as_ptr() as u64;
+    // A view of one row has no meaningful stride for cuBLAS's leading dimension: use its
+    // width, which cuBLAS requires to be at least the row length.
+    let ld = |v: &MatView<'_>| if v.rows <= 1 { v.cols.max(1) } else { v.stride };
+    let c_ld = if c.rows <= 1 { c.cols.max(1) } else { c.stride };
+    gpu().sgemm(
+        (m, n, k),
+        alpha,
+        (ptr(&a), ld(&a), ta == Trans::Yes),
+        (ptr(&b), ld(&b), tb == Trans::Yes),
+        beta,
+        (c.data.as_mut_ptr() as u64, c_ld),
+    );
+}
+
+/// Kaldi's NormalizePerRow of `y` (or of `x` itself, without the log column) into `x`.
+pub(in crate::matrix) fn normalize(
+    x: &mut MatViewMut<'_>,
+    y: Option<MatView<'_>>,
+    block_dim: usize,
+    target_rms: Real,
+    add_log: bool,
+) {
+    let (rows, cols) = (x.rows, y.map_or(x.cols, |y| y.cols));
+    if rows == 0 || cols == 0 || block_dim == 0 {
+        return;
+    }
+    let blocks = cols / block_dim;
+    let mut args = vec![pm(x), int(x.stride)];
+    args.extend(or_self(x, y));
+    args.extend([
+        int(rows),
+        int(blocks),
+        int(block_dim),
+        Arg::Int(add_log as i32),
+    ]);
+    args.extend([
+        Arg::Float(block_dim as f32 * target_rms * target_rms),
+        Arg::Float(target_rms.ln()),
+    ]);
+    per_row("k_normalize", rows * blocks, 4, &args);
+}
+
+/// Kaldi's DiffNormalizePerRow into `x` from the input value `v` and the output derivative
+/// `d` (`None`: `x` holds it and is replaced).
+pub(in crate::matrix) fn diff_normalize(
+    x: &mut MatViewMut<'_>,
+    v: MatView<'_>,
+    d: Option<MatView<'_>>,
+    block_dim: usize,
+    target_rms: Real,
+    add_log: bool,
+) {
+    let (rows, cols) = (x.rows, x.cols);
+    if rows == 0 || cols == 0 || block_dim == 0 {
+        return;
+    }
+    let (blocks, overwrite) = (cols / block_dim, d.is_none());
+    let mut args = vec![pm(x), int(x.stride), p(&v), int(v.stride)];
+    args.extend(or_self(x, d));
+    args.extend([
+        int(rows),
+        int(blocks),
+        int(block_dim),
+        Arg::Int((add_log && !overwrite) as i32),
+    ]);
+    args.extend([
+        Arg::Float(block_dim as f32 * target_rms * target_rms),
+        Arg::Int(overwrite as i32),
+    ]);
+    per_row("k_diff_normalize", rows * blocks, 4, &args);
+}
+
+/// What [`row_reduce`] sums per row.
+#[derive(Clone, Copy)]
+pub(in crate::matrix) enum RowSum<'a> {
+    /// Σ x·y.
+    Dot(MatView<'a>),
+    /// Σ x.
+    Plain,
+    /// Σ x².
+    Squares,
+}
+
+/// The per-row sums of `x` (in double), read back to the host.
+pub(in crate::matrix) fn row_reduce(x: MatView<'_>, what: RowSum<'_>) -> Vec<f64> {
+    let (rows, cols) = (x.rows, x.cols);
+    if rows == 0 {
+        return Vec::new();
+    }
+    let (out, class) = gpu().alloc(rows * 8);
+    let (yp, ys, mode) = match what {
+        RowSum::Dot(y) => (p(&y), y.stride, 0),
+        RowSum::Plain => (p(&x), x.stride, 1),
+        RowSum::Squares => (p(&x), x.stride, 2),
+    };
+    let args = [
+        Arg::Ptr(out),
+        p(&x),
+        int(x.stride),
+        yp,
+        int(ys),
+        int(rows),
+        int(cols),
+        Arg::Int(mode),
+    ];
+    per_row("k_row_reduce", rows, 8, &args);
+    // SAFETY: `out` is a managed buffer of `rows` doubles that the finished kernel wrote.
+    let sums = unsafe { std::slice::from_raw_parts(out as *const f64, rows) }.to_vec();
+    gpu().free(out, class);
+    sums
+}
