@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the CUDA kernels' source without a GPU: NVRTC (from PyPI's nvidia-cuda-nvrtc-cu12
-# wheel, fetched once into target/nvrtc) compiles src/matrix/cuda/kernels.cu for sm_90 and
+# wheel, fetched once into target/nvrtc) compiles src/matrix/cuda_kernels.cu for sm_90 and
 # sm_80, and every kernel the backend launches must be defined (tests/device.rs,
 # cuda_kernel_source_compiles_with_every_kernel, in a --features cuda build).
 set -euo pipefail

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error", "index", "limits", "random", "kaldi_rand"],
     &["matrix"],
-    &["io"],
+    &["io", "collective"],
     &["log", "gradient", "hmm"],
     &["nnet"],
     &["frontend", "compile", "egs"],

@@ -89,11 +89,4 @@ pub fn network_from_text(
     }
 }
 
-/// Reads a file (`-` = stdin) as UTF-8 text.
-pub fn read_text(path: &str) -> Result<String> {
-    let bytes = crate::io::read_file(path)?;
-    String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        Error::format(path, at, "UTF-8 text", "a byte that is not valid UTF-8")
-    })
-}
+pub use crate::io::read_text;

@@ -41,6 +41,15 @@ pub fn write_file_atomic(path: &str, bytes: &[u8]) -> Result<()> {
         .map_err(|e| Error::io(path, e))
 }
 
+/// Reads a file (`-` = stdin) as UTF-8 text.
+pub fn read_text(path: &str) -> Result<String> {
+    let bytes = read_file(path)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        Error::format(path, at, "UTF-8 text", "a byte that is not valid UTF-8")
+    })
+}
+
 /// Reads a whole file (`-` = stdin) into memory.
 pub fn read_file(path: &str) -> Result<Vec<u8>> {
     use std::io::Read;

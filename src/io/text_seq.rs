@@ -56,7 +56,7 @@ fn err(file: &str, line: usize, msg: impl std::fmt::Display) -> Error {
 /// CNTK's word-class file (`wordclass=`): `index count word class` per line, the indices
 /// 0, 1, 2, ... in order; blank lines skipped.
 pub fn read_word_class(path: &str) -> Result<Vocab> {
-    let text = crate::frontend::read_text(path)?;
+    let text = crate::io::read_text(path)?;
     let mut words = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let f: Vec<&str> = raw.split_whitespace().collect();
@@ -100,7 +100,7 @@ pub fn read_word_class(path: &str) -> Result<Vocab> {
 /// A token list (`token=`, CNTK's label mapping files): the first field of each line, blank
 /// lines skipped.
 pub fn read_token_list(path: &str) -> Result<Vocab> {
-    let text = crate::frontend::read_text(path)?;
+    let text = crate::io::read_text(path)?;
     let words = text
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -127,7 +127,7 @@ fn vocab(path: &str, words: Vec<String>, text: &str) -> Result<Vocab> {
 
 /// A word map (`wordmap=`): `word replacement` per line.
 pub fn read_word_map(path: &str) -> Result<HashMap<String, String>> {
-    let text = crate::frontend::read_text(path)?;
+    let text = crate::io::read_text(path)?;
     let mut out = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         let f: Vec<&str> = raw.split_whitespace().collect();

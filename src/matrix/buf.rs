@@ -2,7 +2,7 @@
 //!
 //! Without the `cuda` feature the storage is a plain `Vec` and `Place` is zero-sized, so the
 //! default build is exactly the host code. With it, the storage is host memory or CUDA managed
-//! memory (`cuda::buf`), chosen when it is allocated: device memory once a GPU has been
+//! memory (`cuda_buf`), chosen when it is allocated: device memory once a GPU has been
 //! selected (`device::select`), as Kaldi's CuMatrix allocates on the GPU once `CuDevice` has
 //! one. Managed memory is also readable by the host, so an operation without a kernel still
 //! runs, on the host, over the same elements.
@@ -12,7 +12,7 @@ use super::Real;
 #[cfg(not(feature = "cuda"))]
 pub(in crate::matrix) type Buf<T> = Vec<T>;
 #[cfg(feature = "cuda")]
-pub(in crate::matrix) use super::cuda::buf::Buf;
+pub(in crate::matrix) use super::cuda_buf::Buf;
 
 /// `n` zeros, on the device when one is selected.
 pub(in crate::matrix) fn zeroed(n: usize) -> Buf<Real> {

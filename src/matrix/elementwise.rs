@@ -12,7 +12,7 @@ impl MatViewMut<'_> {
     }
     /// Sets every element to `v`.
     pub fn set_const(&mut self, v: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_set_const", self, &[], v, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_set_const", self, &[], v, 0.0));
         for r in 0..self.num_rows() {
             self.row_mut(r).fill(v);
         }
@@ -20,7 +20,7 @@ impl MatViewMut<'_> {
     /// `self *= alpha`; scaling by 0 clears NaN and infinity too (as Kaldi's components'
     /// `Scale(0)`: a delta network is reset this way after a non-finite minibatch).
     pub fn scale(&mut self, alpha: Real) {
-        on_device!(self.place.on_device() => if alpha == 0.0 { super::cuda::ops::ew("k_set_const", self, &[], 0.0, 0.0) } else { super::cuda::ops::ew("k_scale", self, &[], alpha, 0.0) });
+        on_device!(self.place.on_device() => if alpha == 0.0 { super::cuda_ops::ew("k_set_const", self, &[], 0.0, 0.0) } else { super::cuda_ops::ew("k_scale", self, &[], alpha, 0.0) });
         if alpha == 0.0 {
             self.map_inplace(|_| 0.0);
         } else {
@@ -29,12 +29,12 @@ impl MatViewMut<'_> {
     }
     /// `self += c` element-wise.
     pub fn add_const(&mut self, c: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_add_const", self, &[], c, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_add_const", self, &[], c, 0.0));
         self.map_inplace(|x| x + c);
     }
     /// `self = a` (same shape).
     pub fn copy_from(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_rows(), a.num_cols()) => super::cuda::ops::ew("k_copy", self, &[a], 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_rows(), a.num_cols()) => super::cuda_ops::ew("k_copy", self, &[a], 0.0, 0.0));
         assert_eq!(
             (self.num_rows(), self.num_cols()),
             (a.num_rows(), a.num_cols()),
@@ -46,12 +46,12 @@ impl MatViewMut<'_> {
     }
     /// `self = aᵀ`.
     pub fn copy_from_trans(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_cols(), a.num_rows()) => super::cuda::ops::ew("k_copy_t", self, &[a], 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == (a.num_cols(), a.num_rows()) => super::cuda_ops::ew("k_copy_t", self, &[a], 0.0, 0.0));
         super::ops::transpose_apply(self, a, |_, y| y);
     }
     /// `self += alpha · op(a)` (Kaldi's AddMat).
     pub fn add_mat(&mut self, alpha: Real, a: MatView<'_>, ta: Trans) {
-        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == if ta == Trans::No { (a.num_rows(), a.num_cols()) } else { (a.num_cols(), a.num_rows()) } => super::cuda::ops::ew(if ta == Trans::No { "k_add_mat" } else { "k_add_mat_t" }, self, &[a], alpha, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && (self.num_rows(), self.num_cols()) == if ta == Trans::No { (a.num_rows(), a.num_cols()) } else { (a.num_cols(), a.num_rows()) } => super::cuda_ops::ew(if ta == Trans::No { "k_add_mat" } else { "k_add_mat_t" }, self, &[a], alpha, 0.0));
         match ta {
             Trans::No => self.zip_apply(a, |x, y| x + alpha * y),
             Trans::Yes => super::ops::transpose_apply(self, a, |x, y| x + alpha * y),
@@ -59,28 +59,28 @@ impl MatViewMut<'_> {
     }
     /// `self = alpha · a + beta · self`.
     pub fn add_mat_scaled(&mut self, alpha: Real, a: MatView<'_>, beta: Real) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_add_mat_scaled", self, &[a], alpha, beta));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda_ops::ew("k_add_mat_scaled", self, &[a], alpha, beta));
         self.zip_apply(a, |x, y| alpha * y + beta * x);
     }
     /// `self *= a` element-wise.
     pub fn mul_elements(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_mul", self, &[a], 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda_ops::ew("k_mul", self, &[a], 0.0, 0.0));
         self.zip_apply(a, |x, y| x * y);
     }
     /// `self /= a` element-wise.
     pub fn div_elements(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_div", self, &[a], 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda_ops::ew("k_div", self, &[a], 0.0, 0.0));
         self.zip_apply(a, |x, y| x / y);
     }
     /// `self += alpha · a ⊙ b` element-wise.
     pub fn add_mul_elements(&mut self, alpha: Real, a: MatView<'_>, b: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda::ops::ew("k_add_mul", self, &[a, b], alpha, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda_ops::ew("k_add_mul", self, &[a, b], alpha, 0.0));
         self.zip2_apply(a, b, |x, y, z| x + alpha * y * z);
     }
     /// `self[r, :] = alpha · v + beta · self[r, :]` for every row (Kaldi's AddVecToRows).
     pub fn add_vec_to_rows(&mut self, alpha: Real, v: &Vector, beta: Real) {
         assert_eq!(v.dim(), self.num_cols(), "add_vec_to_rows: dim");
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda::ops::ewv("k_add_vec_to_rows", self, v, alpha, beta));
+        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_add_vec_to_rows", self, v, alpha, beta));
         assert_eq!(v.dim(), self.num_cols(), "add_vec_to_rows: dim");
         for r in 0..self.num_rows() {
             super::simd::axpby(self.row_mut(r), &v.data, alpha, beta);
@@ -89,7 +89,7 @@ impl MatViewMut<'_> {
     /// `self[:, c] = alpha · v + beta · self[:, c]` for every column (Kaldi's AddVecToCols).
     pub fn add_vec_to_cols(&mut self, alpha: Real, v: &Vector, beta: Real) {
         assert_eq!(v.dim(), self.num_rows(), "add_vec_to_cols: dim");
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda::ops::ewv("k_add_vec_to_cols", self, v, alpha, beta));
+        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_add_vec_to_cols", self, v, alpha, beta));
         assert_eq!(v.dim(), self.num_rows(), "add_vec_to_cols: dim");
         for (r, &vr) in v.data.iter().enumerate() {
             let a = alpha * vr;
@@ -104,7 +104,7 @@ impl MatViewMut<'_> {
     /// Multiplies column c by `v[c]` (Kaldi's MulColsVec).
     pub fn mul_cols_vec(&mut self, v: &Vector) {
         assert_eq!(v.dim(), self.num_cols());
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda::ops::ewv("k_mul_cols_vec", self, v, 0.0, 0.0));
+        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_mul_cols_vec", self, v, 0.0, 0.0));
         assert_eq!(v.dim(), self.num_cols());
         for r in 0..self.num_rows() {
             for (x, &y) in self.row_mut(r).iter_mut().zip(&v.data) {
@@ -115,7 +115,7 @@ impl MatViewMut<'_> {
     /// Multiplies row r by `v[r]` (Kaldi's MulRowsVec).
     pub fn mul_rows_vec(&mut self, v: &Vector) {
         assert_eq!(v.dim(), self.num_rows());
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda::ops::ewv("k_mul_rows_vec", self, v, 0.0, 0.0));
+        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_mul_rows_vec", self, v, 0.0, 0.0));
         assert_eq!(v.dim(), self.num_rows());
         for (r, &s) in v.data.iter().enumerate() {
             self.row_mut(r).iter_mut().for_each(|x| *x *= s);
@@ -123,14 +123,14 @@ impl MatViewMut<'_> {
     }
     /// `self = max(self, floor)`.
     pub fn apply_floor(&mut self, floor: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_floor", self, &[], floor, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_floor", self, &[], floor, 0.0));
         for r in 0..self.num_rows() {
             super::simd::floor(self.row_mut(r), floor);
         }
     }
     /// `self = min(self, ceiling)`.
     pub fn apply_ceiling(&mut self, ceiling: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_ceiling", self, &[], ceiling, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_ceiling", self, &[], ceiling, 0.0));
         self.map_inplace(|x| if x > ceiling { ceiling } else { x });
     }
     /// `self = √self`.
@@ -183,47 +183,47 @@ impl MatViewMut<'_> {
     }
     /// `self = 1 if self > 0 else 0`.
     pub fn apply_heaviside(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_heaviside", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_heaviside", self, &[], 0.0, 0.0));
         self.map_inplace(|x| if x > 0.0 { 1.0 } else { 0.0 });
     }
     /// `self = exp(self)`.
     pub fn apply_exp(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_exp", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_exp", self, &[], 0.0, 0.0));
         self.map_inplace(|x| x.exp());
     }
     /// `self = ln(self)`.
     pub fn apply_log(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_log", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_log", self, &[], 0.0, 0.0));
         self.map_inplace(|x| x.ln());
     }
     /// `self = self^p` (for p = 0.5, the square root).
     pub fn apply_pow(&mut self, p: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_pow", self, &[], p, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_pow", self, &[], p, 0.0));
         self.map_inplace(|x| x.powf(p));
     }
     /// `self = sigmoid(src)`.
     pub fn sigmoid_from(&mut self, src: MatView<'_>) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::ew("k_sigmoid_from", self, &[src], 0.0, 0.0));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::ew("k_sigmoid_from", self, &[src], 0.0, 0.0));
         self.zip_apply(src, |_, x| 1.0 / (1.0 + (-x).exp()));
     }
     /// `self = out_deriv ⊙ y (1 − y)` with y = sigmoid output.
     pub fn diff_sigmoid(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::ew("k_diff_sigmoid", self, &[value, out_deriv], 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda_ops::ew("k_diff_sigmoid", self, &[value, out_deriv], 0.0, 0.0));
         self.zip2_apply(value, out_deriv, |_, y, d| d * y * (1.0 - y));
     }
     /// `self = tanh(src)`.
     pub fn tanh_from(&mut self, src: MatView<'_>) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::ew("k_tanh_from", self, &[src], 0.0, 0.0));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::ew("k_tanh_from", self, &[src], 0.0, 0.0));
         self.zip_apply(src, |_, x| x.tanh());
     }
     /// `self = out_deriv ⊙ (1 − y²)` with y = tanh output.
     pub fn diff_tanh(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::ew("k_diff_tanh", self, &[value, out_deriv], 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda_ops::ew("k_diff_tanh", self, &[value, out_deriv], 0.0, 0.0));
         self.zip2_apply(value, out_deriv, |_, y, d| d * (1.0 - y * y));
     }
     /// `self = softmax(src)` row by row.
     pub fn softmax_per_row_from(&mut self, src: MatView<'_>) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::softmax_rows(self, Some(src), false));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::softmax_rows(self, Some(src), false));
         self.copy_from(src);
         for r in 0..self.num_rows() {
             let row = self.row_mut(r);
@@ -241,7 +241,7 @@ impl MatViewMut<'_> {
     }
     /// `self = y ⊙ (d − (d·y))` per row, y = softmax output.
     pub fn diff_softmax_per_row(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::diff_softmax_rows(self, value, Some(out_deriv), false));
+        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda_ops::diff_softmax_rows(self, value, Some(out_deriv), false));
         for r in 0..self.num_rows() {
             let (y, d) = (value.row(r), out_deriv.row(r));
             let dot: Real = y.iter().zip(d).map(|(a, b)| a * b).sum();
@@ -252,7 +252,7 @@ impl MatViewMut<'_> {
     }
     /// `self = log_softmax(src)` row by row.
     pub fn log_softmax_per_row_from(&mut self, src: MatView<'_>) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::softmax_rows(self, Some(src), true));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::softmax_rows(self, Some(src), true));
         self.copy_from(src);
         for r in 0..self.num_rows() {
             super::simd::log_softmax(self.row_mut(r));
@@ -261,7 +261,7 @@ impl MatViewMut<'_> {
     }
     /// `self = d − exp(y) · sum(d)` per row, y = log-softmax output.
     pub fn diff_log_softmax_per_row(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::diff_softmax_rows(self, value, Some(out_deriv), true));
+        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda_ops::diff_softmax_rows(self, value, Some(out_deriv), true));
         for_row_blocks(self.rb(), |first, mut dst| {
             for i in 0..dst.num_rows() {
                 let (y, d) = (value.row(first + i), out_deriv.row(first + i));
@@ -279,43 +279,43 @@ impl MatViewMut<'_> {
 impl MatViewMut<'_> {
     /// `self = sigmoid(self)`.
     pub fn apply_sigmoid(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_sigmoid", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_sigmoid", self, &[], 0.0, 0.0));
         self.map_inplace(|x| 1.0 / (1.0 + (-x).exp()));
     }
     /// `self = tanh(self)`.
     pub fn apply_tanh(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_tanh", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_tanh", self, &[], 0.0, 0.0));
         self.map_inplace(|x| x.tanh());
     }
     /// `self = y (1 − y)` with y = self, a sigmoid output: the derivative from the value.
     pub fn apply_sigmoid_deriv_from_output(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_sigmoid_deriv_from_output", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_sigmoid_deriv_from_output", self, &[], 0.0, 0.0));
         self.map_inplace(|y| y * (1.0 - y));
     }
     /// `self = 1 − y²` with y = self, a tanh output: the derivative from the value.
     pub fn apply_tanh_deriv_from_output(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_tanh_deriv_from_output", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_tanh_deriv_from_output", self, &[], 0.0, 0.0));
         self.map_inplace(|y| 1.0 - y * y);
     }
     /// `self = self ⊙ y (1 − y)`, self holding the output derivative, y = sigmoid output.
     pub fn diff_sigmoid_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew("k_diff_sigmoid_in_place", self, &[value], 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda_ops::ew("k_diff_sigmoid_in_place", self, &[value], 0.0, 0.0));
         self.zip_apply(value, |d, y| d * y * (1.0 - y));
     }
     /// `self = self ⊙ (1 − y²)`, self holding the output derivative, y = tanh output.
     pub fn diff_tanh_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew("k_diff_tanh_in_place", self, &[value], 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda_ops::ew("k_diff_tanh_in_place", self, &[value], 0.0, 0.0));
         self.zip_apply(value, |d, y| d * (1.0 - y * y));
     }
     /// `self = self ⊙ [y > 0]`, self holding the output derivative, y = ReLU output.
     pub fn diff_relu_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::ew("k_diff_relu_in_place", self, &[value], 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda_ops::ew("k_diff_relu_in_place", self, &[value], 0.0, 0.0));
         self.zip_apply(value, |d, y| if y > 0.0 { d } else { 0.0 });
     }
     /// `self = y ⊙ (self − (self·y))` per row, self holding the output derivative,
     /// y = softmax output.
     pub fn diff_softmax_per_row_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::diff_softmax_rows(self, value, None, false));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda_ops::diff_softmax_rows(self, value, None, false));
         for r in 0..self.num_rows() {
             let y = value.row(r);
             let row = self.row_mut(r);
@@ -328,7 +328,7 @@ impl MatViewMut<'_> {
     /// `self = self − exp(y) · sum(self)` per row, self holding the output derivative,
     /// y = log-softmax output.
     pub fn diff_log_softmax_per_row_in_place(&mut self, value: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() => super::cuda::ops::diff_softmax_rows(self, value, None, true));
+        on_device!(self.place.on_device() && value.place.on_device() => super::cuda_ops::diff_softmax_rows(self, value, None, true));
         for r in 0..self.num_rows() {
             let y = value.row(r);
             let row = self.row_mut(r);
@@ -361,7 +361,7 @@ impl MatViewMut<'_> {
     /// Not the same rounding as [`log_softmax_per_row_from`](Self::log_softmax_per_row_from),
     /// which uses the vectorised exp.
     pub fn apply_log_softmax_per_row(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::softmax_rows(self, None, true));
+        on_device!(self.place.on_device() => super::cuda_ops::softmax_rows(self, None, true));
         for r in 0..self.num_rows() {
             let row = self.row_mut(r);
             let m = row.iter().cloned().fold(Real::NEG_INFINITY, Real::max);
@@ -423,7 +423,7 @@ impl MatViewMut<'_> {
 impl MatView<'_> {
     /// Sum of all elements.
     pub fn sum(&self) -> Real {
-        on_device!(self.place.on_device() => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Plain).iter().sum::<f64>() as Real);
+        on_device!(self.place.on_device() => super::cuda_ops::row_reduce(*self, super::cuda_ops::RowSum::Plain).iter().sum::<f64>() as Real);
         (0..self.num_rows())
             .map(|r| self.row(r).iter().sum::<Real>())
             .sum()
@@ -440,7 +440,7 @@ impl MatView<'_> {
     }
     /// `Σ_ij self[i,j] · b[i,j]` (Kaldi's TraceMatMat(A, B, kTrans)); accumulated in f64.
     pub fn trace_mat_mat(&self, b: MatView<'_>) -> Real {
-        on_device!(self.place.on_device() && b.place.on_device() && (self.num_rows(), self.num_cols()) == (b.num_rows(), b.num_cols()) => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Dot(b)).iter().sum::<f64>() as Real);
+        on_device!(self.place.on_device() && b.place.on_device() && (self.num_rows(), self.num_cols()) == (b.num_rows(), b.num_cols()) => super::cuda_ops::row_reduce(*self, super::cuda_ops::RowSum::Dot(b)).iter().sum::<f64>() as Real);
         assert_eq!(
             (self.num_rows(), self.num_cols()),
             (b.num_rows(), b.num_cols())
@@ -484,7 +484,7 @@ impl MatView<'_> {
     }
     /// `Σ_j self[i, j]²` for every row (a sequential f32 sum).
     pub fn row_sum_squares(&self) -> Vector {
-        on_device!(self.place.on_device() => Vector::from_vec(super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Squares).iter().map(|&x| x as Real).collect()));
+        on_device!(self.place.on_device() => Vector::from_vec(super::cuda_ops::row_reduce(*self, super::cuda_ops::RowSum::Squares).iter().map(|&x| x as Real).collect()));
         Vector::from_vec(
             (0..self.num_rows())
                 .map(|r| self.row(r).iter().map(|x| x * x).sum::<Real>())

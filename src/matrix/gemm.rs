@@ -158,7 +158,7 @@ impl MatViewMut<'_> {
             }
             return;
         }
-        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda::ops::gemm(self, alpha, (a, ta), (b, tb), beta));
+        on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda_ops::gemm(self, alpha, (a, ta), (b, tb), beta));
         let parallelism = parallelism_for(m, n, k);
         let c_rs = self.stride() as isize;
         let c_ptr = self.as_mut_slice().as_mut_ptr();

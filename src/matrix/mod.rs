@@ -21,6 +21,10 @@ pub mod check;
 mod cu_compressed;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_buf;
+#[cfg(feature = "cuda")]
+mod cuda_ops;
 pub mod device;
 mod eigen;
 mod elementwise;

@@ -34,7 +34,7 @@ impl MatViewMut<'_> {
         target_rms: Real,
         add_log: bool,
     ) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::normalize(self, Some(src), block_dim, target_rms, add_log));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::normalize(self, Some(src), block_dim, target_rms, add_log));
         let (bd, obd, d_scaled) = block_dims(block_dim, target_rms, add_log);
         for_row_blocks(self.rb(), |first, mut dst| {
             for i in 0..dst.num_rows() {
@@ -51,7 +51,7 @@ impl MatViewMut<'_> {
     }
     /// [`normalize_per_row`](Self::normalize_per_row) in place, without the log column.
     pub fn apply_normalize_per_row(&mut self, block_dim: usize, target_rms: Real) {
-        on_device!(self.place.on_device() => super::cuda::ops::normalize(self, None, block_dim, target_rms, false));
+        on_device!(self.place.on_device() => super::cuda_ops::normalize(self, None, block_dim, target_rms, false));
         let (_, _, d_scaled) = block_dims(block_dim, target_rms, false);
         for r in 0..self.num_rows() {
             for blk in self.row_mut(r).chunks_mut(block_dim) {
@@ -71,7 +71,7 @@ impl MatViewMut<'_> {
         target_rms: Real,
         add_log: bool,
     ) {
-        on_device!(self.place.on_device() && in_value.place.on_device() && out_deriv.is_none_or(|d| d.place.on_device()) => super::cuda::ops::diff_normalize(self, in_value, out_deriv, block_dim, target_rms, add_log));
+        on_device!(self.place.on_device() && in_value.place.on_device() && out_deriv.is_none_or(|d| d.place.on_device()) => super::cuda_ops::diff_normalize(self, in_value, out_deriv, block_dim, target_rms, add_log));
         let (bd, obd, d_scaled) = block_dims(block_dim, target_rms, add_log);
         // Rows are independent: blocks of them run in parallel.
         for_row_blocks(self.rb(), |first, mut dst| {

@@ -283,7 +283,7 @@ impl MatViewMut<'_> {
     }
     /// `self = |self|`.
     pub fn apply_abs(&mut self) {
-        on_device!(self.place.on_device() => super::cuda::ops::ew("k_abs", self, &[], 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ew("k_abs", self, &[], 0.0, 0.0));
         self.map_inplace(Real::abs);
     }
     /// `self = 1 / self`.
@@ -292,22 +292,22 @@ impl MatViewMut<'_> {
     }
     /// `self = max(self, a)` element-wise (Kaldi's Max(A)).
     pub fn max_with(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_max_with", self, &[a], 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda_ops::ew("k_max_with", self, &[a], 0.0, 0.0));
         self.zip_apply(a, |x, y| if y > x { y } else { x });
     }
     /// `self = min(self, a)` element-wise (Kaldi's Min(A)).
     pub fn min_with(&mut self, a: MatView<'_>) {
-        on_device!(self.place.on_device() && a.place.on_device() => super::cuda::ops::ew("k_min_with", self, &[a], 0.0, 0.0));
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda_ops::ew("k_min_with", self, &[a], 0.0, 0.0));
         self.zip_apply(a, |x, y| if y < x { y } else { x });
     }
     /// `self = max(src, 0)` (the ReLU forward).
     pub fn relu_from(&mut self, src: MatView<'_>) {
-        on_device!(self.place.on_device() && src.place.on_device() => super::cuda::ops::ew("k_relu_from", self, &[src], 0.0, 0.0));
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::ew("k_relu_from", self, &[src], 0.0, 0.0));
         self.zip_apply(src, |_, x| if x > 0.0 { x } else { 0.0 });
     }
     /// `self = out_deriv ⊙ [value > 0]` (the ReLU backward; value = ReLU output).
     pub fn diff_relu(&mut self, value: MatView<'_>, out_deriv: MatView<'_>) {
-        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda::ops::ew("k_diff_relu", self, &[value, out_deriv], 0.0, 0.0));
+        on_device!(self.place.on_device() && value.place.on_device() && out_deriv.place.on_device() => super::cuda_ops::ew("k_diff_relu", self, &[value, out_deriv], 0.0, 0.0));
         self.zip2_apply(value, out_deriv, |_, y, d| if y > 0.0 { d } else { 0.0 });
     }
     /// `self = log(1 + exp(src))`, computed stably (Kaldi's SoftHinge).

@@ -44,7 +44,7 @@ impl MatView<'_> {
     /// `Σ_ij self[i,j] · b[i,j]` in f64 (objective sums: their differences must not drown
     /// in float32 rounding of the total).
     pub fn trace_mat_mat_f64(&self, b: MatView<'_>) -> f64 {
-        on_device!(self.place.on_device() && b.place.on_device() && (self.num_rows(), self.num_cols()) == (b.num_rows(), b.num_cols()) => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Dot(b)).iter().sum());
+        on_device!(self.place.on_device() && b.place.on_device() && (self.num_rows(), self.num_cols()) == (b.num_rows(), b.num_cols()) => super::cuda_ops::row_reduce(*self, super::cuda_ops::RowSum::Dot(b)).iter().sum());
         assert_eq!(
             (self.num_rows(), self.num_cols()),
             (b.num_rows(), b.num_cols())
@@ -62,7 +62,7 @@ impl MatView<'_> {
 
     /// `Σ_ij self[i,j]` in f64.
     pub fn sum_f64(&self) -> f64 {
-        on_device!(self.place.on_device() => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Plain).iter().sum());
+        on_device!(self.place.on_device() => super::cuda_ops::row_reduce(*self, super::cuda_ops::RowSum::Plain).iter().sum());
         (0..self.num_rows())
             .map(|r| self.row(r).iter().map(|&x| x as f64).sum::<f64>())
             .sum()
@@ -71,7 +71,7 @@ impl MatView<'_> {
     /// `Σ_ij self[i,j]²`, squares and sum in f64 (no overflow for any finite f32 input).
     /// Infinite or NaN exactly when some element is (finite squares cannot overflow f64).
     pub fn sum_squares_f64(&self) -> f64 {
-        on_device!(self.place.on_device() => super::cuda::ops::row_reduce(*self, super::cuda::ops::RowSum::Squares).iter().sum());
+        on_device!(self.place.on_device() => super::cuda_ops::row_reduce(*self, super::cuda_ops::RowSum::Squares).iter().sum());
         // Row sums (in parallel for big matrices), then added in row order: the same result
         // on any number of threads.
         let mut rows = vec![0.0f64; self.num_rows()];

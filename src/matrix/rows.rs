@@ -9,7 +9,7 @@ impl MatViewMut<'_> {
     /// `self[i] = src[idx[i]]`, or zero where `idx[i] = −1` (Kaldi's CopyRows).
     pub fn copy_rows(&mut self, src: MatView<'_>, idx: &[i32]) {
         assert_eq!(idx.len(), self.num_rows());
-        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_copy_rows", self, src, idx, None));
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda_ops::rows_by_index("k_copy_rows", self, src, idx, None));
         assert_eq!(idx.len(), self.num_rows());
         assert_eq!(src.num_cols(), self.num_cols());
         for_row_blocks(self.rb(), |first, mut dst| {
@@ -25,7 +25,7 @@ impl MatViewMut<'_> {
     /// `self[i] += alpha · src[idx[i]]` where `idx[i] ≠ −1` (Kaldi's AddRows).
     pub fn add_rows(&mut self, alpha: Real, src: MatView<'_>, idx: &[i32]) {
         assert_eq!(idx.len(), self.num_rows());
-        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_add_rows", self, src, idx, Some(alpha)));
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda_ops::rows_by_index("k_add_rows", self, src, idx, Some(alpha)));
         assert_eq!(idx.len(), self.num_rows());
         assert_eq!(src.num_cols(), self.num_cols());
         for_row_blocks(self.rb(), |first, mut dst| {
@@ -45,7 +45,7 @@ impl MatViewMut<'_> {
             idx.iter().all(|&j| j < self.num_rows() as i32),
             "copy_to_rows_from: row index"
         );
-        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_copy_to_rows", self, src, idx, None));
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda_ops::rows_by_index("k_copy_to_rows", self, src, idx, None));
         assert_eq!(idx.len(), src.num_rows());
         for (i, &j) in idx.iter().enumerate() {
             if j >= 0 {
@@ -60,7 +60,7 @@ impl MatViewMut<'_> {
             idx.iter().all(|&j| j < self.num_rows() as i32),
             "add_to_rows_from: row index"
         );
-        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda::ops::rows_by_index("k_add_to_rows", self, src, idx, Some(alpha)));
+        on_device!(self.place.on_device() && src.place.on_device() && src.num_cols() == self.num_cols() => super::cuda_ops::rows_by_index("k_add_to_rows", self, src, idx, Some(alpha)));
         assert_eq!(idx.len(), src.num_rows());
         for (i, &j) in idx.iter().enumerate() {
             if j >= 0 {

@@ -56,12 +56,12 @@ impl Vector {
     }
     /// `self = alpha · (sum of m's rows) + beta · self` (Kaldi's AddRowSumMat).
     pub fn add_row_sum_mat(&mut self, alpha: Real, m: MatView<'_>, beta: Real) {
-        on_device!(self.data.is_device() && m.place.on_device() && m.num_cols() == self.dim() => super::cuda::ops::add_sums(self, alpha, m, beta, true));
+        on_device!(self.data.is_device() && m.place.on_device() && m.num_cols() == self.dim() => super::cuda_ops::add_sums(self, alpha, m, beta, true));
         m.add_row_sum_to(self.as_mut_slice(), alpha, beta);
     }
     /// `self = alpha · (sum of m's columns) + beta · self` (Kaldi's AddColSumMat).
     pub fn add_col_sum_mat(&mut self, alpha: Real, m: MatView<'_>, beta: Real) {
-        on_device!(self.data.is_device() && m.place.on_device() && m.num_rows() == self.dim() => super::cuda::ops::add_sums(self, alpha, m, beta, false));
+        on_device!(self.data.is_device() && m.place.on_device() && m.num_rows() == self.dim() => super::cuda_ops::add_sums(self, alpha, m, beta, false));
         m.add_col_sum_to(self.as_mut_slice(), alpha, beta);
     }
     /// `self = alpha · diag(op(a) · op(b)) + beta · self` (Kaldi's AddDiagMatMat).

@@ -1,4 +1,4 @@
-// compnet's CUDA kernels, compiled at run time by NVRTC (src/matrix/cuda/mod.rs), so that the
+// compnet's CUDA kernels, compiled at run time by NVRTC (src/matrix/cuda.rs), so that the
 // crate builds on a machine without the CUDA toolkit. Each kernel is one matrix operation of
 // src/matrix over whole operands; its element rule is the host code's, written again here.
 // Matrices are row-major with a row stride; a launch covers columns with x and rows with y,

@@ -11,9 +11,6 @@
 //! The CUDA libraries are loaded when a GPU is first selected (`cudarc`'s dynamic loading):
 //! the crate builds, and runs on the CPU, on a machine without CUDA.
 
-pub(in crate::matrix) mod buf;
-pub(in crate::matrix) mod ops;
-
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::PushKernelArg;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig};
@@ -22,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock};
 
 /// The kernels' CUDA C source.
-pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+pub const KERNEL_SOURCE: &str = include_str!("cuda_kernels.cu");
 
 /// Every kernel the Rust side launches (checked against the compiled module at start-up and
 /// by the kernel-source test).

@@ -2,7 +2,7 @@
 //! buffer from the GPU's pool. Both dereference to a slice (managed memory is host-readable
 //! between operations, which wait for the GPU), so host code reads either.
 
-use super::gpu;
+use super::cuda::gpu;
 use std::ops::{Deref, DerefMut};
 
 /// Host or managed storage of `T`s.
@@ -25,7 +25,7 @@ impl<T: Copy + Default + 'static> Buf<T> {
 
     /// `n` zeros, on the GPU when one is selected.
     pub fn zeroed(n: usize) -> Self {
-        if !super::selected() {
+        if !super::cuda::selected() {
             return Buf::Host(vec![T::default(); n]);
         }
         let (ptr, class) = gpu().alloc(n * Self::SIZE);
@@ -35,7 +35,7 @@ impl<T: Copy + Default + 'static> Buf<T> {
 
     /// Storage holding `v` (copied to managed memory when a GPU is selected).
     pub fn from_vec(v: Vec<T>) -> Self {
-        if !super::selected() || v.is_empty() {
+        if !super::cuda::selected() || v.is_empty() {
             return Buf::Host(v);
         }
         let mut b = Self::zeroed(v.len());
@@ -85,7 +85,7 @@ impl<T: Copy + Default + 'static> Buf<T> {
         let (ptr, len, class) = match self {
             // A matrix made empty (`Matrix::default()`) and sized later goes where new
             // storage goes.
-            Buf::Host(v) if v.is_empty() && n > 0 && super::selected() => {
+            Buf::Host(v) if v.is_empty() && n > 0 && super::cuda::selected() => {
                 *self = Buf::zeroed(n);
                 if value != T::default() {
                     self.fill(value);

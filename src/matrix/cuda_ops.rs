@@ -2,7 +2,7 @@
 //! views whose elements are all on the device. The host files call these from their
 //! `on_device!` arms; shapes were checked there already.
 
-use super::{gpu, Arg};
+use super::cuda::{gpu, Arg};
 use crate::matrix::{MatView, MatViewMut, Real, Trans, Vector};
 
 /// Threads per block for the element-wise kernels: 32 columns × 8 rows.
