@@ -4,22 +4,12 @@
 //! GPU's outputs agree with the CPU's. Each test checks whichever of the two happened.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 fn compnet(dir: &Path, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_compnet"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("spawn compnet");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !err.contains("panicked"),
-        "compnet {args:?} panicked: {err}"
-    );
-    out
+    compnet::testing::cli::run_in(env!("CARGO_BIN_EXE_compnet"), dir, args)
 }
 
 fn stderr(o: &Output) -> String {

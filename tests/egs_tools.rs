@@ -6,20 +6,13 @@
 //! that is missing fails the test.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi");
 
 /// Runs compnet in `dir`; a panic is always a failure.
 fn compnet(dir: &Path, args: &[String]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_compnet"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("spawn compnet");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.contains("panicked"), "compnet panicked: {err}");
-    out
+    compnet::testing::cli::run_in(env!("CARGO_BIN_EXE_compnet"), dir, args)
 }
 
 /// A fresh scratch folder for one test.

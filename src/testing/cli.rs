@@ -16,6 +16,25 @@ pub fn run(bin: &str, args: &[&str]) -> Output {
     out
 }
 
+/// Runs `bin` with `args` in the folder `dir`; panics if it panicked.
+pub fn run_in<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(
+    bin: &str,
+    dir: &Path,
+    args: &[S],
+) -> Output {
+    let out = Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run compnet");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked"),
+        "compnet {args:?} panicked:\n{err}"
+    );
+    out
+}
+
 /// Runs `bin` with `args`, which must succeed without panicking; returns what it printed.
 pub fn succeeds<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(bin: &str, args: &[S]) -> Output {
     let out = Command::new(bin).args(args).output().expect("run compnet");
