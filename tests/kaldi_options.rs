@@ -171,16 +171,7 @@ fn an_unknown_option_is_still_an_error() {
 }
 
 fn compnet(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_compnet"))
-        .args(args)
-        .output()
-        .expect("run compnet");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !err.contains("panicked"),
-        "compnet {args:?} panicked:\n{err}"
-    );
-    out
+    compnet::testing::cli::run(env!("CARGO_BIN_EXE_compnet"), args)
 }
 
 fn text(b: &[u8]) -> String {

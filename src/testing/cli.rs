@@ -7,13 +7,7 @@ use std::process::{Command, Output};
 
 /// Runs `bin` with `args`; panics if it panicked.
 pub fn run(bin: &str, args: &[&str]) -> Output {
-    let out = Command::new(bin).args(args).output().expect("run compnet");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !err.contains("panicked"),
-        "compnet {args:?} panicked:\n{err}"
-    );
-    out
+    unpanicked(args, Command::new(bin).args(args))
 }
 
 /// Runs `bin` with `args` in the folder `dir`; panics if it panicked.
@@ -22,11 +16,12 @@ pub fn run_in<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(
     dir: &Path,
     args: &[S],
 ) -> Output {
-    let out = Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run compnet");
+    unpanicked(args, Command::new(bin).args(args).current_dir(dir))
+}
+
+/// Runs `cmd` (started with `args`) to its end; panics if it panicked.
+fn unpanicked<S: std::fmt::Debug>(args: &[S], cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("run compnet");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !err.contains("panicked"),
