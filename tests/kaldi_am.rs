@@ -8,7 +8,7 @@
 //! aside; `nnet3-compute-prob`'s log: its objective lines). Then bad input: each tool fails
 //! with Kaldi's exit status and a message naming the file and where.
 
-use compnet::testing::cli::{kaldi_names, log_bodies, run_golden, scratch, sh, GoldenRun};
+use compnet::testing::cli::{log_bodies, run_golden, sh, GoldenRun};
 use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/am");
@@ -63,22 +63,21 @@ fn am_tools_under_kaldi_names_write_what_kaldi_writes() {
 
 #[test]
 fn bad_am_input_fails_as_kaldi_does() {
-    let root = scratch("am", "bad");
-    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    for f in [
-        "0.mdl",
-        "0_text.mdl",
-        "topo",
-        "tree.txt",
-        "after.raw",
-        "ali.txt",
-        "post_sum.txt",
-        "rep.mdl",
-    ] {
-        std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
-    }
+    let (root, bin, work) = compnet::testing::cli::bad_input_work(
+        env!("CARGO_BIN_EXE_compnet"),
+        "am",
+        GOLDEN,
+        &[
+            "0.mdl",
+            "0_text.mdl",
+            "topo",
+            "tree.txt",
+            "after.raw",
+            "ali.txt",
+            "post_sum.txt",
+            "rep.mdl",
+        ],
+    );
     // A model with repeated affines cut inside its network.
     let rep = std::fs::read(work.join("rep.mdl")).unwrap();
     std::fs::write(work.join("cut_rep.mdl"), &rep[..rep.len() * 2 / 3]).unwrap();

@@ -8,7 +8,7 @@
 //! input: each tool must fail with Kaldi's exit status, a message naming the input and no
 //! panic.
 
-use compnet::testing::cli::{kaldi_names, log_bodies, run_golden, scratch, sh, GoldenRun};
+use compnet::testing::cli::{log_bodies, run_golden, sh, GoldenRun};
 use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/belt");
@@ -111,20 +111,19 @@ fn show_progress_with_examples_matches_kaldi() {
 
 #[test]
 fn bad_input_fails_as_kaldi_does() {
-    let root = scratch("belt", "bad");
-    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    for f in [
-        "feats.txt",
-        "egs_unmerged.ark",
-        "before.raw",
-        "after.raw",
-        "cmvn.txt",
-        "x1.vec",
-    ] {
-        std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
-    }
+    let (root, bin, work) = compnet::testing::cli::bad_input_work(
+        env!("CARGO_BIN_EXE_compnet"),
+        "belt",
+        GOLDEN,
+        &[
+            "feats.txt",
+            "egs_unmerged.ark",
+            "before.raw",
+            "after.raw",
+            "cmvn.txt",
+            "x1.vec",
+        ],
+    );
     // A truncated egs archive, a feature archive cut mid-matrix, a network cut short,
     // statistics of the wrong dimension and an alignment with a non-integer.
     let egs = std::fs::read(work.join("egs_unmerged.ark")).unwrap();

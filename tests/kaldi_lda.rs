@@ -12,7 +12,7 @@
 //! values: those above 1e-6).
 
 use compnet::matrix::Matrix;
-use compnet::testing::cli::{kaldi_names, log_bodies, run_golden, scratch, sh, GoldenRun};
+use compnet::testing::cli::{log_bodies, run_golden, sh, GoldenRun};
 use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/lda");
@@ -248,13 +248,12 @@ fn lda_tools_under_kaldi_names_match_kaldi() {
 
 #[test]
 fn bad_lda_input_fails_as_kaldi_does() {
-    let root = scratch("lda", "bad");
-    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    for f in ["lda.acc", "lda_text.acc", "init.raw", "egs.ark"] {
-        std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
-    }
+    let (root, bin, work) = compnet::testing::cli::bad_input_work(
+        env!("CARGO_BIN_EXE_compnet"),
+        "lda",
+        GOLDEN,
+        &["lda.acc", "lda_text.acc", "init.raw", "egs.ark"],
+    );
     let acc = std::fs::read(work.join("lda.acc")).unwrap();
     std::fs::write(work.join("cut.acc"), &acc[..acc.len() - 100]).unwrap();
     let mut huge = acc.clone();

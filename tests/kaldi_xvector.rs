@@ -11,7 +11,7 @@
 //! for the timing line's figures.
 
 use compnet::matrix::Vector;
-use compnet::testing::cli::{kaldi_names, log_bodies, run_golden, scratch, sh, GoldenRun};
+use compnet::testing::cli::{log_bodies, run_golden, sh, GoldenRun};
 use std::path::Path;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kaldi/xvector");
@@ -76,13 +76,12 @@ fn xvectors_match_kaldi() {
 
 #[test]
 fn bad_xvector_input_fails_as_kaldi_does() {
-    let root = scratch("xvector", "bad");
-    let bin = kaldi_names(env!("CARGO_BIN_EXE_compnet"), &root);
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    for f in ["model.raw", "feats.txt"] {
-        std::fs::copy(Path::new(GOLDEN).join(f), work.join(f)).unwrap();
-    }
+    let (root, bin, work) = compnet::testing::cli::bad_input_work(
+        env!("CARGO_BIN_EXE_compnet"),
+        "xvector",
+        GOLDEN,
+        &["model.raw", "feats.txt"],
+    );
     let raw = std::fs::read(work.join("model.raw")).unwrap();
     std::fs::write(work.join("cut.raw"), &raw[..raw.len() / 2]).unwrap();
     std::fs::write(work.join("cut_feats.txt"), "a  [\n 1 2 3\n 4 5").unwrap();

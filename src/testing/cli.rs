@@ -5,6 +5,24 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// A bad-input test's folders: a scratch root with compnet's Kaldi names (`bin` is compnet),
+/// and its `work/` holding copies of `files` from `golden`. Returns (root, names folder, work).
+pub fn bad_input_work(
+    bin: &str,
+    tag: &str,
+    golden: &str,
+    files: &[&str],
+) -> (PathBuf, PathBuf, PathBuf) {
+    let root = scratch(tag, "bad");
+    let names = kaldi_names(bin, &root);
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    for f in files {
+        std::fs::copy(Path::new(golden).join(f), work.join(f)).unwrap();
+    }
+    (root, names, work)
+}
+
 /// Runs `bin` with `args`; panics if it panicked.
 pub fn run(bin: &str, args: &[&str]) -> Output {
     unpanicked(args, Command::new(bin).args(args))
