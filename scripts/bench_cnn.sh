@@ -10,6 +10,7 @@
 #   it must run `KALDI_RUN nnet3-compute ...`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/blas_coretype.sh  # for KALDI_RUN and any OpenBLAS program
 KALDI=${1:?usage: scripts/bench_cnn.sh KALDI_RUN [RUNS]}
 RUNS=${2:-3}
 OUT=$(mktemp -d)

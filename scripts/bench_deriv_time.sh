@@ -15,6 +15,7 @@
 #   KALDI_RUN (or env KALDI_RUN): Kaldi's launcher script (`run`); without it only compnet runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/blas_coretype.sh  # for KALDI_RUN and any OpenBLAS program
 ROUNDS=${1:-2}
 KALDI=${2:-${KALDI_RUN:-}}
 OUT=$(mktemp -d)

@@ -9,9 +9,10 @@
 #   env: CARGO_TARGET_DIR, GEMM_BENCH_TRIALS, GEMM_BENCH_BACKENDS, BENCH (prebuilt binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/blas_coretype.sh
 ROUNDS=${1:-3}
 OUT=$(mktemp -d)
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg); OpenBLAS kernels: $OPENBLAS_CORETYPE" >&2
 gcc -O2 -o "$OUT/openblas_gemm" scripts/openblas_gemm.c \
     -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas
 # BENCH may name a prebuilt bench binary (e.g. one built with other GEMM crate features).
@@ -22,7 +23,7 @@ fi
 for r in $(seq "$ROUNDS"); do
     for t in 1 2; do
         "$BENCH" "$t" >>"$OUT/raw.txt"
-        OPENBLAS_CORETYPE=SkylakeX "$OUT/openblas_gemm" "$t" >>"$OUT/raw.txt"
+        "$OUT/openblas_gemm" "$t" >>"$OUT/raw.txt"
     done
     echo "round $r done; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done

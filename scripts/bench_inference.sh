@@ -18,6 +18,7 @@
 #        KALDI_RUN (Kaldi's launcher), BENCH_ONLY="wsj tdnnf" (only these workloads)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/blas_coretype.sh  # for KALDI_RUN and any OpenBLAS program
 RUNS=${1:-3}
 DIR=${PERF_CONFIG_DIR:-tests/data/kaldi/perf}
 OUT=$(mktemp -d)

@@ -13,6 +13,7 @@
 #   before/after comparison in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/blas_coretype.sh  # for KALDI_RUN and any OpenBLAS program
 ROUNDS=${1:-3}
 KALDI=${2:-${KALDI_RUN:-}}
 OUT=$(mktemp -d)
