@@ -11,6 +11,9 @@
 #   BLAS thread and runs a Kaldi binary by name); without it only compnet runs.
 #   BASE=path/to/an/older/compnet: also run that binary, interleaved with the others (a
 #   before/after comparison in the same run).
+#   TORCH_PYTHON (default python3): where that Python has torch, also PyTorch's training step
+#   on the same network and minibatch on the CPU with the same thread count
+#   (scripts/torch_wsj_tdnn.py: steps only, no data reading, plain SGD), interleaved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/blas_coretype.sh  # for KALDI_RUN and any OpenBLAS program
@@ -29,8 +32,10 @@ mv "$OUT/egs.ark" "$OUT/egs1.ark"
 frames=$(( $("$B" compute-prob "$OUT/wsj.raw" "ark:$OUT/egs.ark" 2>&1 | sed -n "s/.*log-likelihood.* over \([0-9]*\) frames.*/\1/p") ))
 echo "egs: $frames output frames in minibatches of 256 x 8"
 best() { sort -g | head -1; }
+PY=${TORCH_PYTHON:-python3}
+"$PY" -c 'import torch' 2>/dev/null || PY=
 for t in 1 2; do
-  : >"$OUT/c$t"; : >"$OUT/k$t"; : >"$OUT/b$t"
+  : >"$OUT/c$t"; : >"$OUT/k$t"; : >"$OUT/b$t"; : >"$OUT/p$t"
   for r in $(seq "$ROUNDS"); do
     if [ -n "$BASE" ]; then
       /usr/bin/time -f %e -a -o "$OUT/b$t" "$BASE" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/b.raw" 2>/dev/null
@@ -38,6 +43,9 @@ for t in 1 2; do
     /usr/bin/time -f %e -a -o "$OUT/c$t" "$B" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/c.raw" 2>/dev/null
     if [ -n "$KALDI" ] && [ -x "$KALDI" ]; then
       OPENBLAS_NUM_THREADS=$t /usr/bin/time -f %e -a -o "$OUT/k$t" "$KALDI" nnet3-train --use-gpu=no --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/k.raw" 2>/dev/null
+    fi
+    if [ -n "$PY" ]; then
+      "$PY" scripts/torch_wsj_tdnn.py 10 cpu "$t" 2>/dev/null | sed -n 's/.*training \([0-9]*\) frames.*/\1/p' >>"$OUT/p$t"
     fi
   done
   c=$(best <"$OUT/c$t")
@@ -49,6 +57,10 @@ for t in 1 2; do
   if [ -s "$OUT/b$t" ]; then
     b=$(best <"$OUT/b$t")
     line="$line$(awk -v f="$frames" -v c="$c" -v b="$b" 'BEGIN { printf "; base %.2f s (%.0f frames/s), speed-up %.3f", b, f / b, b / c }')"
+  fi
+  if [ -s "$OUT/p$t" ]; then
+    p=$(sort -gr <"$OUT/p$t" | head -1)
+    line="$line$(awk -v f="$frames" -v c="$c" -v p="$p" 'BEGIN { printf "; pytorch step %.0f frames/s, compnet / pytorch %.2f", p, f / c / p }')"
   fi
   echo "$line"
 done

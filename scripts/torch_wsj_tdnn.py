@@ -5,7 +5,9 @@ a 3000-pdf log-softmax), the same minibatch (256 chunks x 8 output frames, 28 in
 frames each for the 13+7 context), fp32, plain SGD. Prints frames/s of training steps and
 of inference over the same chunks.
 
-Usage: python3 scripts/torch_wsj_tdnn.py [STEPS]
+Usage: python3 scripts/torch_wsj_tdnn.py [STEPS] [DEVICE] [THREADS]
+  DEVICE: cuda (default) or cpu; THREADS: intra-op threads on the CPU (default 1).
+  Times are wall clock of the timed steps only (after 5 warm-up steps).
 """
 import sys
 import time
@@ -14,7 +16,16 @@ import torch
 import torch.nn.functional as F
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
-dev = torch.device("cuda")
+dev = torch.device(sys.argv[2] if len(sys.argv) > 2 else "cuda")
+if dev.type == "cpu":
+    torch.set_num_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+
+
+def sync():
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
 torch.manual_seed(1)
 B, T_IN, T_OUT, FEAT, IVEC, PDFS, H = 256, 28, 8, 40, 100, 3000, 650
 
@@ -66,20 +77,22 @@ def step():
 
 for _ in range(5):
     step()
-torch.cuda.synchronize()
+sync()
 t0 = time.time()
 for _ in range(STEPS):
     step()
-torch.cuda.synchronize()
+sync()
 train = STEPS * B * T_OUT / (time.time() - t0)
 with torch.no_grad():
     for _ in range(5):
         net(feats, ivec)
-    torch.cuda.synchronize()
+    sync()
     t0 = time.time()
     for _ in range(STEPS):
         net(feats, ivec)
-    torch.cuda.synchronize()
+    sync()
 infer = STEPS * B * T_OUT / (time.time() - t0)
-print(f"pytorch {torch.__version__} on {torch.cuda.get_device_name()}: "
+where = (torch.cuda.get_device_name() if dev.type == "cuda"
+         else f"CPU, {torch.get_num_threads()} thread(s)")
+print(f"pytorch {torch.__version__} on {where}: "
       f"training {train:.0f} frames/s, inference {infer:.0f} frames/s")
