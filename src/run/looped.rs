@@ -14,6 +14,7 @@ use crate::compile::context::NnetContext;
 use crate::compile::looped::{compile_looped, ChunkProgram, LoopedComputation, LoopedOptions};
 use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Vector};
+use crate::nnet::recurrent_split::split_recurrent_affines;
 use crate::nnet::Nnet;
 use crate::run::chunked::{
     check_chunk_size, prepare_network, IvectorSource, NnetSimpleComputationOptions, Utterance,
@@ -62,7 +63,9 @@ impl LoopedDecoder {
         output_node: &str,
         priors: Option<&Vector>,
     ) -> Result<Self> {
-        let p = prepare_network(nnet, opts, output_node, priors)?;
+        let mut p = prepare_network(nnet, opts, output_node, priors)?;
+        // A recurrent affine layer's input part then runs once per chunk, not per time step.
+        split_recurrent_affines(&mut p.nnet);
         let looped_opts = LoopedOptions {
             frames_per_chunk: opts.frames_per_chunk,
             frame_subsampling_factor: opts.frame_subsampling_factor,
