@@ -64,8 +64,17 @@ impl LoopedDecoder {
         priors: Option<&Vector>,
     ) -> Result<Self> {
         let mut p = prepare_network(nnet, opts, output_node, priors)?;
-        // A recurrent affine layer's input part then runs once per chunk, not per time step.
+        // A recurrent affine layer's input part then runs once per chunk, not per time step,
+        // and the per-step products (a row per stream) read the weights without repacking
+        // them.
         split_recurrent_affines(&mut p.nnet);
+        if p.nnet.is_recurrent() {
+            for c in p.nnet.components.iter_mut() {
+                for w in c.int8_weights_mut() {
+                    w.set_few_rows(true);
+                }
+            }
+        }
         let looped_opts = LoopedOptions {
             frames_per_chunk: opts.frames_per_chunk,
             frame_subsampling_factor: opts.frame_subsampling_factor,
