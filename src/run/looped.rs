@@ -28,6 +28,12 @@ use std::sync::{Arc, Mutex};
 /// `run::chunked`).
 const RECURRENT_STREAMS: usize = 16;
 
+/// `compute --looped`'s chunk size for a recurrent network when none is given: its outputs
+/// do not depend on it, and larger chunks give the non-recurrent products more rows (input
+/// frames per chunk against CPU time on the Switchboard TDNN-LSTM, 4 streams: 50 → 150 saves
+/// about a quarter, 300 and 600 are slower again; docs/PERFORMANCE.md, "Looped computation").
+pub const RECURRENT_FRAMES_PER_CHUNK: i32 = 150;
+
 /// The iVector of the chunk whose last input frame is `frame` (Kaldi's looped decoders: the
 /// online row of that frame, the last row past the end).
 fn looped_ivector(src: IvectorSource<'_>, frame: i64) -> Result<Vec<f32>> {
