@@ -62,7 +62,7 @@ impl FewRows<'_> {
             }
         };
         self.rows <= MAX_ROWS
-            && self.t_stride % LANES == 0
+            && self.t_stride.is_multiple_of(LANES)
             && self.out <= self.t_stride
             && self.y.len() >= need(self.rows, self.y_stride, self.out)
             && self.x.len() >= need(self.rows, self.x_stride, self.k)

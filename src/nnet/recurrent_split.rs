@@ -40,6 +40,9 @@ pub const RECURRENT_SUFFIX: &str = ".compnet-recurrent";
 /// all optional, are left alone.
 pub fn split_recurrent_affines(nnet: &mut Nnet) -> Vec<String> {
     let mut split = Vec::new();
+    if !nnet.is_recurrent() {
+        return split;
+    }
     for node in 0..nnet.nodes.len() {
         if let Some(plan) = plan_split(nnet, node) {
             split.push(nnet.node_names[node].clone());
