@@ -9,7 +9,7 @@ use crate::io::GeneralMatrix;
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::Nnet;
 use crate::run::chunked::{ChunkComputer, IvectorSource, NnetSimpleComputationOptions, Utterance};
-use crate::run::looped::LoopedDecoder;
+use crate::run::looped::{LoopedDecoder, RECURRENT_FRAMES_PER_CHUNK};
 
 /// Utterances are read ahead until they hold this many frames (or [`PENDING_UTTERANCES`]),
 /// then computed together: enough for several full chunk batches at any chunk size Kaldi's
@@ -41,9 +41,11 @@ command_args! {
     #[example("compnet compute final.raw scp:feats.scp ark:nnet_prediction.ark")]
     pub struct Args {
         /// Number of output frames (at the subsampled rate × factor) per chunk; rounded up to a
-        /// multiple of lcm(frame-subsampling-factor, network modulus).
-        #[arg(long = "frames-per-chunk", default_value_t = 50)]
-        pub frames_per_chunk: i32,
+        /// multiple of lcm(frame-subsampling-factor, network modulus). Default 50; with
+        /// --looped on a recurrent network 150 (its outputs do not depend on the chunk size,
+        /// and larger chunks give the non-recurrent products more rows).
+        #[arg(long = "frames-per-chunk")]
+        pub frames_per_chunk: Option<i32>,
         /// Extra input frames of left context per chunk (beyond the network's own context).
         #[arg(long = "extra-left-context", default_value_t = 0)]
         pub extra_left_context: i32,
@@ -116,7 +118,7 @@ impl Args {
     /// The chunking options these arguments give.
     pub fn chunk_options(&self) -> NnetSimpleComputationOptions {
         NnetSimpleComputationOptions {
-            frames_per_chunk: self.frames_per_chunk,
+            frames_per_chunk: self.frames_per_chunk.unwrap_or(50),
             extra_left_context: self.extra_left_context,
             extra_right_context: self.extra_right_context,
             extra_left_context_initial: self.extra_left_context_initial,
@@ -176,7 +178,10 @@ pub fn run(mut a: Args) -> Result<i32> {
     if int8 {
         read.nnet.set_int8_inference(true);
     }
-    let opts = a.chunk_options();
+    let mut opts = a.chunk_options();
+    if a.looped && a.frames_per_chunk.is_none() && read.nnet.is_recurrent() {
+        opts.frames_per_chunk = RECURRENT_FRAMES_PER_CHUNK;
+    }
     opts.check()?;
     if a.online_ivectors.is_some() && a.online_ivector_period <= 0 {
         return Err(Error::Usage(

@@ -28,6 +28,7 @@ mod cuda_ops;
 pub mod device;
 mod eigen;
 mod elementwise;
+mod few_rows;
 mod gemm;
 mod gru;
 pub mod int8;

@@ -15,6 +15,7 @@
 //! 2 threads: 14.4 ms plain vs 13.2 ms transposed, 14.6 ms for the product that also builds
 //! the copy).
 
+use super::few_rows;
 use super::int8::{self, PackedWeights};
 use super::{MatView, MatViewMut, Matrix, Real};
 use std::ops::{Deref, DerefMut};
@@ -47,6 +48,9 @@ pub struct WeightMatrix {
     /// Present when forward products are computed in 8-bit integers (inference with
     /// `--quantize=int8`): the quantized copies of the column blocks used so far.
     int8: Option<Int8Blocks>,
+    /// Products of at most `few_rows::MAX_ROWS` rows read the transposed copy in place
+    /// (`few_rows`) instead of going through the GEMM (looped recurrent computation).
+    few_rows: bool,
 }
 
 /// The quantized column blocks `(c0, width)` of W: the whole of W for an affine layer, one
@@ -89,7 +93,16 @@ impl WeightMatrix {
             transposed: OnceLock::new(),
             uses: AtomicUsize::new(0),
             int8: None,
+            few_rows: false,
         }
+    }
+
+    /// Turns the few-rows product on or off: products of at most 8 rows then read the
+    /// transposed copy of W in place (built at the first one) instead of the GEMM packing W
+    /// on every call. Other summation order than the GEMM's, so only where outputs need not
+    /// match the default path's bits (looped computation of a recurrent network).
+    pub fn set_few_rows(&mut self, on: bool) {
+        self.few_rows = on;
     }
 
     /// Turns 8-bit integer forward products on or off (`compute --quantize=int8`). On
@@ -159,6 +172,32 @@ impl WeightMatrix {
                 super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
                 return;
             }
+        }
+        if self.few_rows
+            && rows <= few_rows::MAX_ROWS
+            && rows > 0
+            && inp > 0
+            && out > 0
+            && !y.place.on_device()
+            && few_rows::available()
+        {
+            let t = self.transposed();
+            let (x_stride, y_stride) = (x.stride(), y.stride());
+            few_rows::few_rows_product(&mut few_rows::FewRows {
+                y: y.as_mut_slice(),
+                y_stride,
+                x: x.as_slice(),
+                x_stride,
+                rows,
+                k: inp,
+                out,
+                t: &t.data[c0 * t.stride..],
+                t_stride: t.stride,
+                alpha,
+                beta,
+            });
+            super::check::check_finite("WeightMatrix::forward (few rows)", y.as_view());
+            return;
         }
         let fresh = self.transposed.get().is_none()
             && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
@@ -296,6 +335,7 @@ impl Clone for WeightMatrix {
     fn clone(&self) -> Self {
         let mut c = WeightMatrix::new(self.w.clone());
         c.int8 = self.int8.as_ref().map(Int8Blocks::copy);
+        c.few_rows = self.few_rows;
         c
     }
 }

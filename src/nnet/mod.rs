@@ -10,6 +10,7 @@ pub mod draw;
 pub mod edit;
 pub mod network;
 pub mod params;
+pub mod recurrent_split;
 pub mod validate;
 
 // Index and Cindex live in the top-level `index` module (io/ uses them too); the

@@ -14,6 +14,7 @@ use crate::compile::context::NnetContext;
 use crate::compile::looped::{compile_looped, ChunkProgram, LoopedComputation, LoopedOptions};
 use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Vector};
+use crate::nnet::recurrent_split::split_recurrent_affines;
 use crate::nnet::Nnet;
 use crate::run::chunked::{
     check_chunk_size, prepare_network, IvectorSource, NnetSimpleComputationOptions, Utterance,
@@ -26,6 +27,12 @@ use std::sync::{Arc, Mutex};
 /// recurrent product then has that many rows per time step (as `RECURRENT_CHUNK_BATCH` in
 /// `run::chunked`).
 const RECURRENT_STREAMS: usize = 16;
+
+/// `compute --looped`'s chunk size for a recurrent network when none is given: its outputs
+/// do not depend on it, and larger chunks give the non-recurrent products more rows (input
+/// frames per chunk against CPU time on the Switchboard TDNN-LSTM, 4 streams: 50 → 150 saves
+/// about a quarter, 300 and 600 are slower again; docs/PERFORMANCE.md, "Looped computation").
+pub const RECURRENT_FRAMES_PER_CHUNK: i32 = 150;
 
 /// The iVector of the chunk whose last input frame is `frame` (Kaldi's looped decoders: the
 /// online row of that frame, the last row past the end).
@@ -62,7 +69,18 @@ impl LoopedDecoder {
         output_node: &str,
         priors: Option<&Vector>,
     ) -> Result<Self> {
-        let p = prepare_network(nnet, opts, output_node, priors)?;
+        let mut p = prepare_network(nnet, opts, output_node, priors)?;
+        // A recurrent affine layer's input part then runs once per chunk, not per time step,
+        // and the per-step products (a row per stream) read the weights without repacking
+        // them.
+        split_recurrent_affines(&mut p.nnet);
+        if p.nnet.is_recurrent() {
+            for c in p.nnet.components.iter_mut() {
+                for w in c.int8_weights_mut() {
+                    w.set_few_rows(true);
+                }
+            }
+        }
         let looped_opts = LoopedOptions {
             frames_per_chunk: opts.frames_per_chunk,
             frame_subsampling_factor: opts.frame_subsampling_factor,

@@ -24,6 +24,14 @@ pub struct NoOpComponent {
 }
 
 impl NoOpComponent {
+    /// The identity on `dim` columns (derivative scale 1).
+    pub fn new(dim: usize) -> Self {
+        NoOpComponent {
+            dim,
+            backprop_scale: 1.0,
+        }
+    }
+
     /// Registry hook: `dim`, `backprop-scale` (1.0).
     pub fn from_config(
         cfg: &ConfigLine,
