@@ -40,6 +40,8 @@ mod pooling;
 mod precise;
 mod random;
 mod rows;
+#[cfg(target_arch = "x86_64")]
+mod sgemm;
 mod simd;
 mod stats;
 mod unfold;
