@@ -1,5 +1,6 @@
 //! GEMM throughput on nnet3-typical shapes: the `gemm` crate, `matrixmultiply`, and compnet's
-//! own `MatViewMut::add_mat_mat` (whatever backend it wraps). Prints one line per
+//! own `MatViewMut::add_mat_mat` (whatever backend it wraps: the native AVX2 kernel or the
+//! `gemm` crate, as chosen for this CPU or by `COMPNET_GEMM=native|gemm-crate`). Prints one line per
 //! (backend, shape, form) with the best GFLOP/s of several timed runs.
 //!
 //! Usage: `cargo bench --bench gemm -- [THREADS]` (default 1). `matrixmultiply` reads its
@@ -9,7 +10,7 @@
 //! wall-clock time), with more threads by wall-clock time.
 //! The companion C program scripts/openblas_gemm.c prints the same lines for OpenBLAS.
 
-use compnet::matrix::{set_num_threads, MatView, MatViewMut, Trans};
+use compnet::matrix::{gemm_backend_name, set_num_threads, MatView, MatViewMut, Trans};
 use std::time::Instant;
 
 /// The shapes: (label, M = rows, K = input dim, N = output dim).
@@ -251,7 +252,10 @@ fn main() {
     } else {
         Clock::Wall
     };
-    println!("# backend threads shape MxKxN form GFLOP/s");
+    println!(
+        "# backend threads shape MxKxN form GFLOP/s (compnet = add_mat_mat on {})",
+        gemm_backend_name()
+    );
     for &(label, rows, in_dim, out_dim) in SHAPES {
         for form in [Form::Fwd, Form::BwdIn, Form::BwdW] {
             let mut p = problem(form, rows, in_dim, out_dim);

@@ -7,6 +7,9 @@
 //! vectors), the kernel reads it in place and writes Yᵀ column-major, which *is* Y row-major:
 //! 205–215 GFLOP/s on the same product, same results to the bit (docs/PERFORMANCE.md).
 //!
+//! This holds for the `gemm` crate's kernels; the native AVX2 kernel (src/matrix/sgemm.rs)
+//! packs both operands whatever their layout, so with it every product is the plain one.
+//!
 //! [`WeightMatrix`] derefs to the plain [`Matrix`]; any mutable access drops the transposed
 //! copy. The copy is made on the second product with unchanged weights, so feed-forward
 //! training (one product per weight between updates) never builds one. A layer used several
@@ -160,8 +163,11 @@ impl WeightMatrix {
                 return;
             }
         }
-        let fresh = self.transposed.get().is_none()
-            && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
+        // The native kernel packs B itself: the copy would not help it.
+        let plain = super::gemm::gemm_backend() != super::gemm::GemmBackend::GemmCrate;
+        let fresh = plain
+            || self.transposed.get().is_none()
+                && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
         // On a GPU the plain product (cuBLAS) is the fast one.
         if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 || y.place.on_device() {
             let w = self.w.view().cols_range(c0, inp);
@@ -193,6 +199,7 @@ impl WeightMatrix {
         );
         if rows == 0
             || rows > BACKWARD_MAX_ROWS
+            || super::gemm::gemm_backend() != super::gemm::GemmBackend::GemmCrate
             || inp == 0
             || out == 0
             || alpha == 0.0
