@@ -191,6 +191,32 @@ pub(super) fn parallelism_for(m: usize, n: usize, k: usize) -> gemm::Parallelism
     }
 }
 
+/// `y = alpha · x · B + beta · y` with B (x's columns × y's columns) packed for the native
+/// kernel: [`WeightMatrix`](super::WeightMatrix)'s forward product with Wᵀ packed once per
+/// weight change. With `beta == 0` y is never read.
+///
+/// # Panics
+/// If `b` was packed for another shape.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn add_mat_packed(
+    y: &mut MatViewMut<'_>,
+    alpha: Real,
+    x: MatView<'_>,
+    b: &super::sgemm::PackedB,
+    beta: Real,
+) {
+    let (m, n, k) = (y.num_rows(), y.num_cols(), x.num_cols());
+    let a = super::sgemm::Strided {
+        data: x.as_slice(),
+        rs: x.stride(),
+        cs: 1,
+    };
+    let c_rs = y.stride();
+    let parts = threads_for(m, n, k);
+    super::sgemm::sgemm_packed([m, n, k], alpha, a, b, beta, y.as_mut_slice(), c_rs, parts);
+    super::check::check_finite("WeightMatrix::forward", y.as_view());
+}
+
 /// (rows, cols, row stride, column stride) of op(a) for a row-major view.
 #[inline]
 fn op_layout(a: &MatView<'_>, t: Trans) -> (usize, usize, isize, isize) {
@@ -379,5 +405,34 @@ impl MatView<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The override picks either backend; anything else (or nothing) gives the CPU's choice,
+    /// which is the native kernel exactly where AVX2+FMA exist without AVX-512.
+    #[test]
+    fn backend_choice_follows_cpu_and_override() {
+        let auto = choose_backend(None);
+        assert_eq!(
+            auto == GemmBackend::NativeAvx2,
+            native_available() && !has_avx512()
+        );
+        assert_eq!(choose_backend(Some("")), auto);
+        assert_eq!(choose_backend(Some("fastest")), auto);
+        assert_eq!(choose_backend(Some("gemm-crate")), GemmBackend::GemmCrate);
+        let native = choose_backend(Some("native"));
+        assert_eq!(native == GemmBackend::NativeAvx2, native_available());
+        assert_eq!(
+            native.name(),
+            if native_available() {
+                "native-avx2"
+            } else {
+                "gemm-crate"
+            }
+        );
     }
 }

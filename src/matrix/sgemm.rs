@@ -79,13 +79,67 @@ pub(super) fn sgemm(
 ) {
     let [m, n, k] = shape;
     assert!(available(), "sgemm: the CPU lacks AVX2 or FMA");
+    assert!(
+        b.covers(k, n),
+        "sgemm: operands too short for {m}x{k} · {k}x{n}"
+    );
+    let b = (SharedPtr(b.data.as_ptr().cast_mut()), b.rs, b.cs, false);
+    run(shape, alpha, a, b, beta, c, c_rs, parts);
+}
+
+/// [`sgemm`] with op(B) packed beforehand (`b` was packed for this k × n).
+///
+/// # Panics
+/// As [`sgemm`], and if `b` was packed for another shape.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sgemm_packed(
+    shape: [usize; 3],
+    alpha: f32,
+    a: Strided<'_>,
+    b: &PackedB,
+    beta: f32,
+    c: &mut [f32],
+    c_rs: usize,
+    parts: usize,
+) {
+    let [_, n, k] = shape;
+    assert!(
+        (b.k, b.n) == (k, n),
+        "sgemm_packed: B packed as {}x{}, used as {k}x{n}",
+        b.k,
+        b.n
+    );
+    assert!(available(), "sgemm: the CPU lacks AVX2 or FMA");
+    let b = (
+        SharedPtr(b.data.as_ptr().cast::<f32>().cast_mut()),
+        0,
+        0,
+        true,
+    );
+    run(shape, alpha, a, b, beta, c, c_rs, parts);
+}
+
+/// The common part of [`sgemm`] and [`sgemm_packed`]: `b` is (pointer, row stride, column
+/// stride, packed), already checked to cover k × n (or packed for it).
+#[allow(clippy::too_many_arguments)]
+fn run(
+    shape: [usize; 3],
+    alpha: f32,
+    a: Strided<'_>,
+    b: (SharedPtr, usize, usize, bool),
+    beta: f32,
+    c: &mut [f32],
+    c_rs: usize,
+    parts: usize,
+) {
+    let [m, n, k] = shape;
     let cv = Strided {
         data: c,
         rs: c_rs,
         cs: 1,
     };
     assert!(
-        a.covers(m, k) && b.covers(k, n) && cv.covers(m, n) && (m <= 1 || c_rs >= n),
+        a.covers(m, k) && cv.covers(m, n) && (m <= 1 || c_rs >= n),
         "sgemm: operands too short for {m}x{k} · {k}x{n}"
     );
     if m == 0 || n == 0 {
@@ -97,9 +151,11 @@ pub(super) fn sgemm(
         a: SharedPtr(a.data.as_ptr().cast_mut()),
         a_rs: a.rs,
         a_cs: a.cs,
-        b: SharedPtr(b.data.as_ptr().cast_mut()),
-        b_rs: b.rs,
-        b_cs: b.cs,
+        b: b.0,
+        b_rs: b.1,
+        b_cs: b.2,
+        b_packed: b.3,
+        n_pad: n.next_multiple_of(NR),
         c: SharedPtr(c.as_mut_ptr()),
         c_rs,
         k,
@@ -112,8 +168,8 @@ pub(super) fn sgemm(
     let ranges = (0..len).step_by(per).map(|s| (s, per.min(len - s)));
     let run = |(s, l): (usize, usize)| {
         let (r0, rows, c0, cols) = if m >= n { (s, l, 0, n) } else { (0, m, s, l) };
-        // SAFETY: the checks above put every element of op(A) (m × k), op(B) (k × n) and C
-        // (m × n, rows not overlapping) inside its slice; rows r0..r0+rows and columns
+        // SAFETY: the checks above put every element of op(A) (m × k), op(B) (k × n, or its
+        // packed copy) and C (m × n, rows not overlapping) inside its slice; rows r0..r0+rows and columns
         // c0..c0+cols lie inside m × n, and the ranges handed to different threads are
         // disjoint row (or column) ranges of C, so no element of C is written by two threads.
         // `c` is a unique borrow, so it overlaps neither input. The CPU has AVX2 and FMA.
@@ -127,6 +183,42 @@ pub(super) fn sgemm(
                 s.spawn(move |_| run(r));
             }
         });
+    }
+}
+
+/// op(B) (k × n) packed once into the kernel's micro-panels, for a right operand used in
+/// many products (an affine layer's Wᵀ in inference): the products skip packing it. Same
+/// k-blocks and panels as an unpacked product, so the results are the same to the bit.
+pub(super) struct PackedB {
+    data: Vec<Line>,
+    k: usize,
+    n: usize,
+}
+
+impl PackedB {
+    /// Packs the k × n matrix `b`.
+    ///
+    /// # Panics
+    /// If the CPU lacks AVX2 or FMA, or `b` is too short for k × n.
+    pub(super) fn new(k: usize, n: usize, b: Strided<'_>) -> Self {
+        assert!(available(), "PackedB: the CPU lacks AVX2 or FMA");
+        assert!(b.covers(k, n), "PackedB: operand too short for {k}x{n}");
+        let n_pad = n.next_multiple_of(NR);
+        let mut data = Vec::new();
+        let dst = scratch(&mut data, k * n_pad);
+        if n > 0 {
+            let kb = k_block(k);
+            for pc in (0..k).step_by(kb) {
+                let kc = kb.min(k - pc);
+                // SAFETY: rows pc..pc+kc of b (k × n, covered) and k-block pc of the
+                // buffer: floats pc·n_pad .. (pc+kc)·n_pad ≤ k·n_pad. The CPU has AVX2+FMA.
+                unsafe {
+                    let src = b.data.as_ptr().add(pc * b.rs);
+                    pack_b(kc, n, src, b.rs, b.cs, dst.add(pc * n_pad));
+                }
+            }
+        }
+        PackedB { data, k, n }
     }
 }
 
@@ -146,9 +238,13 @@ struct Job {
     a: SharedPtr,
     a_rs: usize,
     a_cs: usize,
+    /// op(B) as given (read through b_rs, b_cs), or already packed ([`PackedB`]).
     b: SharedPtr,
     b_rs: usize,
     b_cs: usize,
+    b_packed: bool,
+    /// n rounded up to whole micro-panels: the stride between k-blocks of a [`PackedB`].
+    n_pad: usize,
     c: SharedPtr,
     c_rs: usize,
     k: usize,
@@ -196,7 +292,12 @@ impl Job {
             };
             let kb = k_block(self.k);
             let ap = scratch(abuf, MC.min(rows.next_multiple_of(MR)) * kb + SLACK);
-            let bp = scratch(bbuf, NC.min(cols.next_multiple_of(NR)) * kb);
+            let b_floats = if self.b_packed {
+                0
+            } else {
+                NC.min(cols.next_multiple_of(NR)) * kb
+            };
+            let bp = scratch(bbuf, b_floats);
             // SAFETY: the buffers hold a packed A block and B panel of these sizes; the rest
             // is the caller's contract.
             unsafe { self.block_with(r0, rows, c0, cols, ap, bp) }
@@ -204,7 +305,8 @@ impl Job {
     }
 
     /// [`block`](Self::block) with packing buffers `ap` (MC × k_block + SLACK floats, or
-    /// fewer when `rows` is smaller) and `bp` (k_block × NC floats, or fewer when `cols` is smaller).
+    /// fewer when `rows` is smaller) and `b_buf` (k_block × NC floats, or fewer when `cols` is smaller;
+    /// unused when B is packed already).
     #[target_feature(enable = "avx2,fma")]
     unsafe fn block_with(
         &self,
@@ -213,7 +315,7 @@ impl Job {
         c0: usize,
         cols: usize,
         ap: *mut f32,
-        bp: *mut f32,
+        b_buf: *mut f32,
     ) {
         let kb = k_block(self.k);
         let mut tile = [Line([0.0; 16]); MR];
@@ -221,15 +323,23 @@ impl Job {
             let nc = NC.min(cols - jc);
             for pc in (0..self.k).step_by(kb) {
                 let kc = kb.min(self.k - pc);
-                // SAFETY: (pc.., c0 + jc..) is inside op(B), k × n; the panel is kc × nc.
-                unsafe {
-                    let src = self
-                        .b
-                        .0
-                        .add(pc * self.b_rs + (c0 + jc) * self.b_cs)
-                        .cast_const();
-                    pack_b(kc, nc, src, self.b_rs, self.b_cs, bp);
-                }
+                // SAFETY: (pc.., c0 + jc..) is inside op(B), k × n; the panel is kc × nc. A
+                // packed B holds k-block pc at pc·n_pad (the blocks before it hold pc steps of
+                // n_pad floats) and, in it, the micro-panels of columns c0 + jc.. (a multiple
+                // of NR) at (c0 + jc)·kc.
+                let bp = unsafe {
+                    if self.b_packed {
+                        self.b.0.add(pc * self.n_pad + (c0 + jc) * kc)
+                    } else {
+                        let src = self
+                            .b
+                            .0
+                            .add(pc * self.b_rs + (c0 + jc) * self.b_cs)
+                            .cast_const();
+                        pack_b(kc, nc, src, self.b_rs, self.b_cs, b_buf);
+                        b_buf
+                    }
+                };
                 let beta = if pc == 0 { self.beta } else { 1.0 };
                 for ic in (0..rows).step_by(MC) {
                     let mc = MC.min(rows - ic);
