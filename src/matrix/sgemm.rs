@@ -432,17 +432,36 @@ unsafe fn pack_a(mc: usize, kc: usize, src: *const f32, rs: usize, cs: usize, ds
             }
             p0 = kc;
         }
-        for p in p0..kc {
-            for i in 0..MR {
-                // SAFETY: row i0 + i < mc and column p < kc of the source; the panel element
-                // (p, i) at p·MR + i < MR·kc.
-                unsafe {
-                    *panel.add(p * MR + i) = if i < mr {
-                        *src.add((i0 + i) * rs + p * cs)
-                    } else {
-                        0.0
-                    };
-                }
+        // SAFETY: rows i0..i0+mr ≤ mc (i0 + i at src + (i0 + i)·rs), steps p0..kc (at p·cs).
+        unsafe { pack_steps::<MR>(panel, p0..kc, mr, src.add(i0 * rs), rs, cs) };
+    }
+}
+
+/// The element-by-element part of packing: steps `steps` of a micro-panel `W` wide, whose
+/// lane l of step p is `src[l·lane_stride + p·step_stride]` for l < `valid` and zero past it.
+///
+/// # Safety
+/// `panel` has room for `steps.end` × W floats; `src` addresses `valid` lanes × `steps.end`
+/// steps with these strides.
+#[inline]
+unsafe fn pack_steps<const W: usize>(
+    panel: *mut f32,
+    steps: std::ops::Range<usize>,
+    valid: usize,
+    src: *const f32,
+    lane_stride: usize,
+    step_stride: usize,
+) {
+    for p in steps {
+        for l in 0..W {
+            // SAFETY: lane l < W of step p < steps.end: panel float p·W + l; source lane
+            // l < valid, step p (the caller's contract).
+            unsafe {
+                *panel.add(p * W + l) = if l < valid {
+                    *src.add(l * lane_stride + p * step_stride)
+                } else {
+                    0.0
+                };
             }
         }
     }
@@ -501,19 +520,8 @@ unsafe fn pack_b(kc: usize, nc: usize, src: *const f32, rs: usize, cs: usize, ds
                 p0 += 8;
             }
         }
-        for p in p0..kc {
-            for j in 0..NR {
-                // SAFETY: column j0 + j < nc and row p < kc of the source; the panel element
-                // (p, j) at p·NR + j < NR·kc.
-                unsafe {
-                    *panel.add(p * NR + j) = if j < nr {
-                        *src.add(p * rs + (j0 + j) * cs)
-                    } else {
-                        0.0
-                    };
-                }
-            }
-        }
+        // SAFETY: columns j0..j0+nr ≤ nc (j0 + j at src + (j0 + j)·cs), steps p0..kc (p·rs).
+        unsafe { pack_steps::<NR>(panel, p0..kc, nr, src.add(j0 * cs), cs, rs) };
     }
 }
 
@@ -669,17 +677,11 @@ unsafe fn store_edge(
 mod tests {
     use super::*;
 
-    /// xorshift values in [-1, 1).
+    /// Values in [-1, 1) from a seeded generator.
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s % 2048) as f32 / 1024.0 - 1.0
-            })
-            .collect()
+        use rand::{Rng, SeedableRng};
+        let mut g = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..n).map(|_| g.random_range(-1.0f32..1.0)).collect()
     }
 
     /// A rows × cols operand stored inside a bigger buffer: transposed or not, with a row
