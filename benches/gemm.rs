@@ -1,6 +1,10 @@
 //! GEMM throughput on nnet3-typical shapes: the `gemm` crate, `matrixmultiply`, and compnet's
-//! own `MatViewMut::add_mat_mat` (whatever backend it wraps). Prints one line per
+//! own `MatViewMut::add_mat_mat` (whatever backend it wraps: the native AVX2 kernel or the
+//! `gemm` crate, as chosen for this CPU or by `COMPNET_GEMM=native|gemm-crate`). Prints one line per
 //! (backend, shape, form) with the best GFLOP/s of several timed runs.
+//!
+//! `weights` (in GEMM_BENCH_BACKENDS) is the forward product through `WeightMatrix`, with
+//! the product layout of W it keeps for inference.
 //!
 //! Usage: `cargo bench --bench gemm -- [THREADS]` (default 1). `matrixmultiply` reads its
 //! thread count once from `MATMUL_NUM_THREADS`, so this sets that variable from THREADS
@@ -9,7 +13,9 @@
 //! wall-clock time), with more threads by wall-clock time.
 //! The companion C program scripts/openblas_gemm.c prints the same lines for OpenBLAS.
 
-use compnet::matrix::{set_num_threads, MatView, MatViewMut, Trans};
+use compnet::matrix::{
+    gemm_backend_name, set_num_threads, MatView, MatViewMut, Matrix, Trans, WeightMatrix,
+};
 use std::time::Instant;
 
 /// The shapes: (label, M = rows, K = input dim, N = output dim).
@@ -20,6 +26,9 @@ const SHAPES: &[(&str, usize, usize, usize)] = &[
     ("big", 512, 1536, 3000),
     ("train-tdnn", 5632, 1950, 650),
     ("train-out", 2048, 650, 3000),
+    // Chunked inference: a batch of a few chunks through a wide layer.
+    ("infer-50", 50, 650, 3000),
+    ("infer-16", 16, 1950, 650),
 ];
 
 /// The three products of an affine layer, as (name, C shape, which operands are transposed).
@@ -162,6 +171,13 @@ fn run_matrixmultiply(p: &mut Problem) {
     }
 }
 
+/// The forward product through `WeightMatrix` (its product layout of W built beforehand).
+fn run_weights(p: &mut Problem, w: &WeightMatrix) {
+    let x = MatView::from_slice(&p.a, p.a_rows, p.a_cols);
+    let mut y = MatViewMut::from_slice(&mut p.c, p.m, p.n);
+    w.forward(1.0, x, &mut y, 0.0);
+}
+
 fn run_compnet(p: &mut Problem) {
     let a = MatView::from_slice(&p.a, p.a_rows, p.a_cols);
     let b = MatView::from_slice(&p.b, p.b_rows, p.b_cols);
@@ -240,7 +256,7 @@ fn main() {
     std::env::set_var("MATMUL_NUM_THREADS", threads.to_string());
     set_num_threads(threads);
     let backends: Vec<String> = std::env::var("GEMM_BENCH_BACKENDS")
-        .unwrap_or_else(|_| "gemm,matrixmultiply,compnet".into())
+        .unwrap_or_else(|_| "gemm,matrixmultiply,compnet,weights".into())
         .split(',')
         .map(str::to_string)
         .collect();
@@ -251,7 +267,10 @@ fn main() {
     } else {
         Clock::Wall
     };
-    println!("# backend threads shape MxKxN form GFLOP/s");
+    println!(
+        "# backend threads shape MxKxN form GFLOP/s (compnet = add_mat_mat on {})",
+        gemm_backend_name()
+    );
     for &(label, rows, in_dim, out_dim) in SHAPES {
         for form in [Form::Fwd, Form::BwdIn, Form::BwdW] {
             let mut p = problem(form, rows, in_dim, out_dim);
@@ -264,6 +283,12 @@ fn main() {
                         measure(&mut p, trials, 0.2, clock, &mut run_matrixmultiply)
                     }
                     "compnet" => measure(&mut p, trials, 0.2, clock, &mut run_compnet),
+                    "weights" if matches!(form, Form::Fwd) => {
+                        let w = Matrix::from_vec(p.b_rows, p.b_cols, p.b.clone());
+                        let w = WeightMatrix::new(w);
+                        run_weights(&mut p, &w); // the second product builds the layout
+                        measure(&mut p, trials, 0.2, clock, &mut |p| run_weights(p, &w))
+                    }
                     _ => continue,
                 };
                 println!(

@@ -34,9 +34,11 @@ int main(int argc, char **argv) {
     if (threads == 1 && !getenv("GEMM_BENCH_WALL")) clock_id = CLOCK_THREAD_CPUTIME_ID;
     struct { const char *label; int rows, in, out; } shapes[] = {
         {"square", 1024, 1024, 1024}, {"small", 256, 200, 512},
-        {"mid", 512, 1536, 1536}, {"big", 512, 1536, 3000}};
+        {"mid", 512, 1536, 1536}, {"big", 512, 1536, 3000},
+        {"train-tdnn", 5632, 1950, 650}, {"train-out", 2048, 650, 3000},
+        {"infer-50", 50, 650, 3000}, {"infer-16", 16, 1950, 650}};
     const char *forms[] = {"fwd", "bwd-in", "bwd-w"};
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         int R = shapes[s].rows, In = shapes[s].in, Out = shapes[s].out;
         for (int f = 0; f < 3; f++) {
             /* fwd: Y[R x Out] = X[R x In] W[Out x In]^T; bwd-in: dX[R x In] = dY[R x Out] W[Out x In];

@@ -293,6 +293,60 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Shapes past the kernel's tiles and blocks (6×16 tiles, k-blocks of 256, 168-row A
+    /// blocks): sizes off every multiple, one dimension up to 400.
+    #[test]
+    fn gemm_random_shapes_past_the_blocks(m in 1usize..200, n in 1usize..120, k in 1usize..400,
+                                          ta in any::<bool>(), tb in any::<bool>(),
+                                          beta in prop_oneof![Just(0.0f32), Just(1.0f32), -2.0f32..2.0], seed in any::<u64>()) {
+        let t = |b: bool| if b { Trans::Yes } else { Trans::No };
+        check_gemm(m, n, k, t(ta), t(tb), 0.75, beta, seed);
+    }
+}
+
+/// The same product on 1, 2 and 3 threads gives the same bits (every output element is
+/// summed in the same order whatever the split), in all four transpose forms.
+#[test]
+fn gemm_threads_give_identical_bits() {
+    let mut g = rng(4242);
+    for &(m, n, k) in &[(211, 97, 300), (97, 211, 300), (130, 140, 150)] {
+        for ta in TRANS {
+            for tb in TRANS {
+                let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
+                let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
+                let a = Embedded::new(ar, ac, &mut g);
+                let b = Embedded::new(br, bc, &mut g);
+                let c0 = Embedded::new(m, n, &mut g);
+                let run = |threads: usize| {
+                    set_num_threads(threads);
+                    let mut c = Embedded {
+                        big: c0.big.clone(),
+                        orig: c0.orig.clone(),
+                        r: m,
+                        c: n,
+                    };
+                    c.view_mut()
+                        .add_mat_mat(0.5, a.view(), ta, b.view(), tb, -1.5);
+                    c.check_border();
+                    c.view().to_vec()
+                };
+                let one = run(1);
+                for threads in [2, 3] {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&one),
+                        bits(&run(threads)),
+                        "{m}x{n}x{k} {ta:?}{tb:?} on {threads} threads"
+                    );
+                }
+            }
+        }
+    }
+    set_num_threads(0);
+}
+
 /// Runs `op` on an embedded view and compares with `reference` applied to the original
 /// block, element by element.
 fn check_unary(

@@ -1,21 +1,90 @@
-//! Matrix products, on the pure-Rust `gemm` crate (chosen by measurement against
-//! `matrixmultiply` and OpenBLAS; see docs/PERFORMANCE.md, section "GEMM"), and the
-//! process-wide thread bound shared by every parallel kernel.
+//! Matrix products and the process-wide thread bound shared by every parallel kernel.
+//!
+//! Two GEMM backends, chosen once per process ([`gemm_backend`]): compnet's own AVX2+FMA
+//! kernel (src/matrix/sgemm.rs) on x86-64 CPUs with AVX2 and FMA but not AVX-512, and the
+//! pure-Rust `gemm` crate everywhere else (its AVX-512 kernels were within 89–99 % of
+//! OpenBLAS; its AVX2 ones are not). Both chosen by measurement: docs/PERFORMANCE.md, "GEMM".
+//! `COMPNET_GEMM=native|gemm-crate` overrides the choice (for benchmarks and comparisons).
 
 use super::on_device;
 use super::{MatView, MatViewMut, Real, Trans};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// Which GEMM implementation is in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmBackend {
     /// The `gemm` crate (runtime-dispatched AVX2/AVX-512/NEON kernels, rayon threading).
     GemmCrate,
+    /// compnet's own blocked kernel for x86-64 with AVX2 and FMA (src/matrix/sgemm.rs).
+    NativeAvx2,
+}
+
+impl GemmBackend {
+    /// The name printed by `info` and the benchmarks.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmBackend::GemmCrate => "gemm-crate",
+            GemmBackend::NativeAvx2 => "native-avx2",
+        }
+    }
+}
+
+/// The environment variable that overrides the backend: `native` or `gemm-crate`.
+pub const GEMM_ENV: &str = "COMPNET_GEMM";
+
+/// The GEMM backend of this process: chosen at the first product from the CPU's features
+/// (the native kernel where the CPU has AVX2 and FMA but not AVX-512, else the `gemm`
+/// crate), unless `COMPNET_GEMM` says otherwise.
+pub fn gemm_backend() -> GemmBackend {
+    static BACKEND: OnceLock<GemmBackend> = OnceLock::new();
+    *BACKEND.get_or_init(|| choose_backend(std::env::var(GEMM_ENV).ok().as_deref()))
 }
 
 /// Name of the GEMM backend in use (for `info` and benchmarks).
 pub fn gemm_backend_name() -> &'static str {
-    "gemm-crate"
+    gemm_backend().name()
+}
+
+fn native_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return super::sgemm::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The backend for an override value (`None`: no override).
+fn choose_backend(requested: Option<&str>) -> GemmBackend {
+    let auto = if native_available() && !has_avx512() {
+        GemmBackend::NativeAvx2
+    } else {
+        GemmBackend::GemmCrate
+    };
+    match requested.map(str::trim) {
+        None | Some("") => auto,
+        Some("gemm-crate") => GemmBackend::GemmCrate,
+        Some("native") if native_available() => GemmBackend::NativeAvx2,
+        Some("native") => {
+            eprintln!(
+                "WARNING: {GEMM_ENV}=native needs a CPU with AVX2 and FMA; using the gemm crate"
+            );
+            GemmBackend::GemmCrate
+        }
+        Some(other) => {
+            eprintln!(
+                "WARNING: {GEMM_ENV}={other:?} is neither native nor gemm-crate; using {}",
+                auto.name()
+            );
+            auto
+        }
+    }
 }
 
 /// One operand of [`strided_gemm`]: its first element and the distances, in elements,
@@ -104,14 +173,48 @@ fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Threads for an m×n×k product: all allowed ones for big products, else none.
-pub(super) fn parallelism_for(m: usize, n: usize, k: usize) -> gemm::Parallelism {
+/// Threads for an m×n×k product: all allowed ones for big products, else one.
+fn threads_for(m: usize, n: usize, k: usize) -> usize {
     let threads = num_threads();
     if threads > 1 && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_MIN_WORK {
-        gemm::Parallelism::Rayon(threads)
+        threads
     } else {
-        gemm::Parallelism::None
+        1
     }
+}
+
+/// [`threads_for`] as the `gemm` crate's parallelism.
+pub(super) fn parallelism_for(m: usize, n: usize, k: usize) -> gemm::Parallelism {
+    match threads_for(m, n, k) {
+        1 => gemm::Parallelism::None,
+        t => gemm::Parallelism::Rayon(t),
+    }
+}
+
+/// `y = alpha · x · B + beta · y` with B (x's columns × y's columns) packed for the native
+/// kernel: [`WeightMatrix`](super::WeightMatrix)'s forward product with Wᵀ packed once per
+/// weight change. With `beta == 0` y is never read.
+///
+/// # Panics
+/// If `b` was packed for another shape.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn add_mat_packed(
+    y: &mut MatViewMut<'_>,
+    alpha: Real,
+    x: MatView<'_>,
+    b: &super::sgemm::PackedB,
+    beta: Real,
+) {
+    let (m, n, k) = (y.num_rows(), y.num_cols(), x.num_cols());
+    let a = super::sgemm::Strided {
+        data: x.as_slice(),
+        rs: x.stride(),
+        cs: 1,
+    };
+    let c_rs = y.stride();
+    let parts = threads_for(m, n, k);
+    super::sgemm::sgemm_packed([m, n, k], alpha, a, b, beta, y.as_mut_slice(), c_rs, parts);
+    super::check::check_finite("WeightMatrix::forward", y.as_view());
 }
 
 /// (rows, cols, row stride, column stride) of op(a) for a row-major view.
@@ -159,6 +262,31 @@ impl MatViewMut<'_> {
             return;
         }
         on_device!(self.place.on_device() && a.place.on_device() && b.place.on_device() => super::cuda_ops::gemm(self, alpha, (a, ta), (b, tb), beta));
+        // The native kernel computes C row-major directly: the transposed route below (for
+        // the gemm crate) was slower with it (50×650→3000: 48–53 against 56–62 GFLOP/s).
+        #[cfg(target_arch = "x86_64")]
+        if gemm_backend() == GemmBackend::NativeAvx2 {
+            use super::sgemm::Strided;
+            // Views have non-negative strides (op_layout's are a row stride and 1).
+            let op = |data, rs: isize, cs: isize| Strided {
+                data,
+                rs: rs as usize,
+                cs: cs as usize,
+            };
+            let c_rs = self.stride();
+            super::sgemm::sgemm(
+                [m, n, k],
+                alpha,
+                op(a.as_slice(), a_rs, a_cs),
+                op(b.as_slice(), b_rs, b_cs),
+                beta,
+                self.as_mut_slice(),
+                c_rs,
+                threads_for(m, n, k),
+            );
+            super::check::check_finite("add_mat_mat", self.as_view());
+            return;
+        }
         let parallelism = parallelism_for(m, n, k);
         let c_rs = self.stride() as isize;
         let c_ptr = self.as_mut_slice().as_mut_ptr();
@@ -279,5 +407,34 @@ impl MatView<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The override picks either backend; anything else (or nothing) gives the CPU's choice,
+    /// which is the native kernel exactly where AVX2+FMA exist without AVX-512.
+    #[test]
+    fn backend_choice_follows_cpu_and_override() {
+        let auto = choose_backend(None);
+        assert_eq!(
+            auto == GemmBackend::NativeAvx2,
+            native_available() && !has_avx512()
+        );
+        assert_eq!(choose_backend(Some("")), auto);
+        assert_eq!(choose_backend(Some("fastest")), auto);
+        assert_eq!(choose_backend(Some("gemm-crate")), GemmBackend::GemmCrate);
+        let native = choose_backend(Some("native"));
+        assert_eq!(native == GemmBackend::NativeAvx2, native_available());
+        assert_eq!(
+            native.name(),
+            if native_available() {
+                "native-avx2"
+            } else {
+                "gemm-crate"
+            }
+        );
     }
 }

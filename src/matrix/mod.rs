@@ -41,6 +41,8 @@ mod pooling;
 mod precise;
 mod random;
 mod rows;
+#[cfg(target_arch = "x86_64")]
+mod sgemm;
 mod simd;
 mod stats;
 mod unfold;
@@ -52,7 +54,9 @@ mod weights;
 use buf::{on_device, Buf, Place};
 pub use cu_compressed::{CompressionKind, CuCompressedMatrix};
 pub use eigen::{symmetric_eigen, SymmetricEigen};
-pub use gemm::{gemm_backend_name, num_threads, set_num_threads, GemmBackend};
+pub use gemm::{
+    gemm_backend, gemm_backend_name, num_threads, set_num_threads, GemmBackend, GEMM_ENV,
+};
 pub use gru::backprop_gru_cell;
 pub use lstm::{
     backprop_lstm_nonlinearity, lstm_self_repair_scales, LstmBackpropInput, LstmStatsSums,

@@ -7,6 +7,12 @@
 //! vectors), the kernel reads it in place and writes Yᵀ column-major, which *is* Y row-major:
 //! 205–215 GFLOP/s on the same product, same results to the bit (docs/PERFORMANCE.md).
 //!
+//! This holds for the `gemm` crate's kernels. The native AVX2 kernel (src/matrix/sgemm.rs)
+//! packs both operands whatever their layout; with it the copy is Wᵀ packed into the
+//! kernel's micro-panels (one per column block a Tdnn uses), built on the same rule, so the
+//! forward product skips packing W (docs/PERFORMANCE.md, "GEMM"); the backward product is
+//! the plain one.
+//!
 //! [`WeightMatrix`] derefs to the plain [`Matrix`]; any mutable access drops the transposed
 //! copy. The copy is made on the second product with unchanged weights, so feed-forward
 //! training (one product per weight between updates) never builds one. A layer used several
@@ -43,6 +49,9 @@ const USES_BEFORE_COPY: usize = 1;
 pub struct WeightMatrix {
     w: Matrix,
     transposed: OnceLock<Transposed>,
+    /// Wᵀ's column blocks packed for the native kernel (used instead of `transposed` there).
+    #[cfg(target_arch = "x86_64")]
+    packed: Blocks<super::sgemm::PackedB>,
     /// Products computed since the last mutation (only counted until the copy exists).
     uses: AtomicUsize,
     /// Present when forward products are computed in 8-bit integers (inference with
@@ -53,28 +62,71 @@ pub struct WeightMatrix {
     few_rows: bool,
 }
 
-/// The quantized column blocks `(c0, width)` of W: the whole of W for an affine layer, one
-/// block per time offset for a Tdnn (each block with its own row scales).
-#[derive(Default)]
-struct Int8Blocks {
-    blocks: Mutex<Vec<(usize, usize, Arc<PackedWeights>)>>,
+/// Copies of the column blocks `(c0, width)` of W in a product layout: the whole of W for an
+/// affine layer, one block per time offset for a Tdnn.
+struct Blocks<T> {
+    blocks: Mutex<Vec<(usize, usize, Arc<T>)>>,
 }
 
-impl Int8Blocks {
-    fn block(&self, w: &Matrix, c0: usize, width: usize) -> Arc<PackedWeights> {
+impl<T> Default for Blocks<T> {
+    fn default() -> Self {
+        Blocks {
+            blocks: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<T> Blocks<T> {
+    /// The copy of block (c0, width), made by `make` from W's columns if not there yet.
+    fn get_or_make(
+        &self,
+        w: &Matrix,
+        c0: usize,
+        width: usize,
+        make: impl FnOnce(MatView<'_>) -> T,
+    ) -> Arc<T> {
         let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, _, b)) = blocks.iter().find(|b| b.0 == c0 && b.1 == width) {
             return b.clone();
         }
-        let b = Arc::new(PackedWeights::new(w.view().cols_range(c0, width)));
+        let b = Arc::new(make(w.view().cols_range(c0, width)));
         blocks.push((c0, width, b.clone()));
         b
     }
 
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn is_empty(&self) -> bool {
+        self.blocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.blocks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+/// The quantized column blocks of W (each block with its own row scales).
+#[derive(Default)]
+struct Int8Blocks {
+    blocks: Blocks<PackedWeights>,
+}
+
+impl Int8Blocks {
+    fn block(&self, w: &Matrix, c0: usize, width: usize) -> Arc<PackedWeights> {
+        self.blocks.get_or_make(w, c0, width, PackedWeights::new)
+    }
+
     fn copy(&self) -> Self {
-        let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let blocks = self.blocks.blocks.lock().unwrap_or_else(|e| e.into_inner());
         Int8Blocks {
-            blocks: Mutex::new(blocks.clone()),
+            blocks: Blocks {
+                blocks: Mutex::new(blocks.clone()),
+            },
         }
     }
 }
@@ -91,6 +143,8 @@ impl WeightMatrix {
         WeightMatrix {
             w,
             transposed: OnceLock::new(),
+            #[cfg(target_arch = "x86_64")]
+            packed: Blocks::default(),
             uses: AtomicUsize::new(0),
             int8: None,
             few_rows: false,
@@ -199,8 +253,38 @@ impl WeightMatrix {
             super::check::check_finite("WeightMatrix::forward (few rows)", y.as_view());
             return;
         }
-        let fresh = self.transposed.get().is_none()
-            && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
+        let native = super::gemm::gemm_backend() == super::gemm::GemmBackend::NativeAvx2;
+        #[cfg(target_arch = "x86_64")]
+        let built = if native {
+            !self.packed.is_empty()
+        } else {
+            self.transposed.get().is_some()
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let built = self.transposed.get().is_some();
+        let fresh = !built && self.uses.fetch_add(1, Ordering::Relaxed) < USES_BEFORE_COPY;
+        #[cfg(target_arch = "x86_64")]
+        if native
+            && !fresh
+            && rows > 0
+            && inp > 0
+            && out > 0
+            && alpha != 0.0
+            && !y.place.on_device()
+        {
+            let wt = |w: MatView<'_>| {
+                let b = super::sgemm::Strided {
+                    data: w.as_slice(),
+                    rs: 1,
+                    cs: w.stride(),
+                };
+                super::sgemm::PackedB::new(inp, out, b)
+            };
+            let packed = self.packed.get_or_make(&self.w, c0, inp, wt);
+            super::gemm::add_mat_packed(y, alpha, x, &packed, beta);
+            return;
+        }
+        let fresh = fresh || native;
         // On a GPU the plain product (cuBLAS) is the fast one.
         if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 || y.place.on_device() {
             let w = self.w.view().cols_range(c0, inp);
@@ -232,6 +316,7 @@ impl WeightMatrix {
         );
         if rows == 0
             || rows > BACKWARD_MAX_ROWS
+            || super::gemm::gemm_backend() != super::gemm::GemmBackend::GemmCrate
             || inp == 0
             || out == 0
             || alpha == 0.0
@@ -320,12 +405,11 @@ impl DerefMut for WeightMatrix {
     /// Mutable access: the transposed copy no longer matches, so it is dropped.
     fn deref_mut(&mut self) -> &mut Matrix {
         self.transposed = OnceLock::new();
+        #[cfg(target_arch = "x86_64")]
+        self.packed.clear();
         *self.uses.get_mut() = 0;
         if let Some(b) = &mut self.int8 {
-            b.blocks
-                .get_mut()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear();
+            b.blocks.clear();
         }
         &mut self.w
     }
@@ -356,6 +440,10 @@ impl PartialEq for WeightMatrix {
 mod tests {
     use super::*;
     use crate::matrix::Trans;
+
+    fn native() -> bool {
+        crate::matrix::gemm::gemm_backend() == crate::matrix::GemmBackend::NativeAvx2
+    }
 
     fn pseudo(rows: usize, cols: usize, seed: usize) -> Matrix {
         let mut m = Matrix::zeros(rows, cols);
@@ -399,6 +487,8 @@ mod tests {
                                 (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
                                 "{rows}x{inp}->{out} round {round} ({r},{c}): {a} vs {b}"
                             );
+                            // The native kernel's packed Wᵀ gives the plain product's bits.
+                            assert!(!native() || a.to_bits() == b.to_bits(), "bits: {a} vs {b}");
                         }
                     }
                 }
@@ -416,13 +506,26 @@ mod tests {
                         for c in 0..out {
                             let (a, b) = (want.row(r)[c], got.row(r)[c]);
                             assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "cols: {a} vs {b}");
+                            assert!(!native() || a.to_bits() == b.to_bits(), "bits: {a} vs {b}");
                         }
                     }
                 }
-                assert_eq!(w.transposed.get().is_some(), rows >= MIN_ROWS);
-                // A mutation must drop the transposed copy.
+                if native() {
+                    // The packed Wᵀ (whole, and the second column block) is in use.
+                    #[cfg(target_arch = "x86_64")]
+                    assert_eq!(
+                        w.packed.blocks.lock().unwrap().len(),
+                        1 + (inp % 2 == 0) as usize
+                    );
+                    assert!(w.transposed.get().is_none());
+                } else {
+                    assert_eq!(w.transposed.get().is_some(), rows >= MIN_ROWS);
+                }
+                // A mutation must drop the copies.
                 w.row_mut(0)[0] += 1.0;
                 assert!(w.transposed.get().is_none());
+                #[cfg(target_arch = "x86_64")]
+                assert!(w.packed.is_empty());
             }
         }
     }
