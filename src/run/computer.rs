@@ -919,6 +919,19 @@ impl<'a> NnetComputer<'a> {
     }
 }
 
+/// Hands a matrix this thread is done with (an output taken from a computation, once
+/// copied) to the pool the next computations on this thread allocate from.
+pub fn recycle(m: Matrix) {
+    if m.capacity() > 0 {
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < POOL_MAX_BUFFERS {
+                p.push((m.capacity(), m));
+            }
+        });
+    }
+}
+
 impl Drop for NnetComputer<'_> {
     /// Hands every matrix still held, and the pool, to the next computer on this thread.
     fn drop(&mut self) {
