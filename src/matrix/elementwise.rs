@@ -253,9 +253,16 @@ impl MatViewMut<'_> {
     /// `self = log_softmax(src)` row by row.
     pub fn log_softmax_per_row_from(&mut self, src: MatView<'_>) {
         on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::softmax_rows(self, Some(src), true));
-        self.copy_from(src);
+        assert!(
+            self.num_rows() == src.num_rows() && self.num_cols() == src.num_cols(),
+            "log_softmax_per_row_from: {}x{} from {}x{}",
+            self.num_rows(),
+            self.num_cols(),
+            src.num_rows(),
+            src.num_cols()
+        );
         for r in 0..self.num_rows() {
-            super::simd::log_softmax(self.row_mut(r));
+            super::simd::log_softmax_from(self.row_mut(r), src.row(r));
         }
         super::check::check_finite("log_softmax_per_row_from", self.as_view());
     }

@@ -67,7 +67,7 @@ impl PackedWeights {
         let mut scales = vec![0.0; panels * PANEL];
         let mut q = vec![0i8; inp];
         for (j, scale) in scales.iter_mut().enumerate().take(out) {
-            *scale = quantize_row(w.row(j), WEIGHT_LEVELS, &mut q).0;
+            *scale = quantize_row_fastest(w.row(j), WEIGHT_LEVELS, &mut q).0;
             let (p, jj) = (j / PANEL, j % PANEL);
             let panel = &mut data[p * groups * PANEL * GROUP..];
             for (k, &v) in q.iter().enumerate() {
@@ -121,10 +121,35 @@ impl PackedWeights {
 }
 
 /// Rounds `x / s` into `q` with `s = max|x| / levels`; returns `(s, Σ q)`. A row of zeros
-/// (or of magnitudes too small for `levels / max` to be finite) has `s = 0`; a row with a non-finite element has `s = NaN` and `q = 0`, so its products
-/// come out NaN as a float product would.
+/// (or of magnitudes too small for `levels / max` to be finite) has `s = 0`; a row with a
+/// non-finite element has `s = NaN` and `q = 0`, so its products come out NaN as a float
+/// product would.
 fn quantize_row(x: &[Real], levels: i32, q: &mut [i8]) -> (Real, i32) {
-    let (m, finite) = simd_max_abs(x);
+    quantize_row_by(x, levels, q, simd_max_abs, simd_round_bytes)
+}
+
+/// [`quantize_row`] on the AVX2 passes where the CPU has them (the same results).
+fn quantize_row_fastest(x: &[Real], levels: i32, q: &mut [i8]) -> (Real, i32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 checked.
+        return unsafe { x86::quantize_row_avx2(x, levels, q) };
+    }
+    quantize_row(x, levels, q)
+}
+
+/// [`quantize_row`] with the two passes given: `max_abs` (max |x|, all finite) and `round`
+/// (`q = round(x · inv)` clamped to ±levels, returning Σ q). Every implementation of the
+/// passes computes the same values (the tests compare them).
+#[inline(always)]
+fn quantize_row_by(
+    x: &[Real],
+    levels: i32,
+    q: &mut [i8],
+    max_abs: impl FnOnce(&[Real]) -> (Real, bool),
+    round: impl FnOnce(&[Real], Real, Real, &mut [i8]) -> i32,
+) -> (Real, i32) {
+    let (m, finite) = max_abs(x);
     if !finite {
         q[..x.len()].fill(0);
         return (Real::NAN, 0);
@@ -140,7 +165,7 @@ fn quantize_row(x: &[Real], levels: i32, q: &mut [i8]) -> (Real, i32) {
         q[..x.len()].fill(0);
         return (0.0, 0);
     }
-    (m / lv, simd_round_bytes(x, inv, lv, &mut q[..x.len()]))
+    (m / lv, round(x, inv, lv, &mut q[..x.len()]))
 }
 
 super::simd::multiversion! {
@@ -201,7 +226,9 @@ super::simd::multiversion! {
 }
 
 /// X (rows × in) quantized per row: bytes padded to whole groups (with zeros, which add
-/// nothing), `alpha · t_r` and the offset correction `64 · Σ q_x` per row.
+/// nothing), `alpha · t_r` and the offset correction `64 · Σ q_x` per row. One per thread is
+/// kept and refilled ([`ACTIVATIONS`]), so a product allocates (and faults in) nothing once
+/// the buffers have grown to the largest product's size.
 struct QuantizedRows {
     stride: usize,
     data: Vec<i8>,
@@ -209,25 +236,52 @@ struct QuantizedRows {
     correction: Vec<i32>,
 }
 
+thread_local! {
+    /// Each thread's quantized activations, reused by every product it computes.
+    static ACTIVATIONS: std::cell::RefCell<QuantizedRows> =
+        const { std::cell::RefCell::new(QuantizedRows::empty()) };
+}
+
 impl QuantizedRows {
-    fn new(x: MatView<'_>, alpha: Real) -> Self {
-        let rows = x.num_rows();
-        let stride = x.num_cols().div_ceil(GROUP) * GROUP;
+    const fn empty() -> Self {
+        QuantizedRows {
+            stride: 0,
+            data: Vec::new(),
+            row_scale: Vec::new(),
+            correction: Vec::new(),
+        }
+    }
+
+    /// Quantizes `x`, the row passes chosen for `kernel` (AVX2 ones where the kernel runs,
+    /// which compute the same bytes as the portable ones).
+    fn fill(&mut self, x: MatView<'_>, alpha: Real, kernel: Int8Kernel) {
+        let (rows, cols) = (x.num_rows(), x.num_cols());
+        let stride = cols.div_ceil(GROUP) * GROUP;
         // Rows padded to whole micro-tiles; padding rows are zeros and never stored.
         let padded = rows.div_ceil(MR) * MR;
-        let mut data = vec![0i8; padded * stride];
-        let mut row_scale = vec![0.0; padded];
-        let mut correction = vec![0; padded];
-        for r in 0..rows {
-            let (s, sum) = quantize_row(x.row(r), ACT_LEVELS, &mut data[r * stride..]);
-            row_scale[r] = alpha * s;
-            correction[r] = WEIGHT_OFFSET * sum;
+        self.stride = stride;
+        if self.data.len() < padded * stride {
+            self.data.resize(padded * stride, 0);
         }
-        QuantizedRows {
-            stride,
-            data,
-            row_scale,
-            correction,
+        if self.row_scale.len() < padded {
+            self.row_scale.resize(padded, 0.0);
+            self.correction.resize(padded, 0);
+        }
+        self.data[rows * stride..padded * stride].fill(0);
+        for r in 0..rows {
+            let q = &mut self.data[r * stride..(r + 1) * stride];
+            q[cols..].fill(0);
+            let (s, sum) = match kernel {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the AVX2 and VNNI kernels run only where `available()` found
+                // AVX2 (every AVX-512 VNNI CPU has it too; `forward_with` checks).
+                Int8Kernel::Avx2 | Int8Kernel::Vnni => unsafe {
+                    x86::quantize_row_avx2(x.row(r), ACT_LEVELS, q)
+                },
+                _ => quantize_row(x.row(r), ACT_LEVELS, q),
+            };
+            self.row_scale[r] = alpha * s;
+            self.correction[r] = WEIGHT_OFFSET * sum;
         }
     }
 
@@ -260,7 +314,8 @@ impl Int8Kernel {
     pub fn best() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f")
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx512vnni")
             {
@@ -311,6 +366,42 @@ pub fn forward_with(
     y: &mut MatViewMut<'_>,
     beta: Real,
 ) {
+    product(kernel, w, alpha, x, y, beta, None);
+}
+
+/// `y = x · Wᵀ + bias` (the bias added to every row): an affine layer's product. The bias is
+/// added in the pass that scales the sums back, the same float addition as adding it after.
+///
+/// # Panics
+/// If the shapes do not agree (a programming error).
+pub fn forward_bias(w: &PackedWeights, x: MatView<'_>, y: &mut MatViewMut<'_>, bias: &[Real]) {
+    forward_bias_with(Int8Kernel::best(), w, x, y, bias);
+}
+
+/// As [`forward_bias`] on a chosen kernel (which must be one of [`Int8Kernel::available`]).
+///
+/// # Panics
+/// If the shapes do not agree or the CPU lacks the kernel's instructions.
+pub fn forward_bias_with(
+    kernel: Int8Kernel,
+    w: &PackedWeights,
+    x: MatView<'_>,
+    y: &mut MatViewMut<'_>,
+    bias: &[Real],
+) {
+    assert_eq!(bias.len(), w.out, "int8::forward_bias: bias dimension");
+    product(kernel, w, 1.0, x, y, 0.0, Some(bias));
+}
+
+fn product(
+    kernel: Int8Kernel,
+    w: &PackedWeights,
+    alpha: Real,
+    x: MatView<'_>,
+    y: &mut MatViewMut<'_>,
+    beta: Real,
+    bias: Option<&[Real]>,
+) {
     assert!(
         x.num_cols() == w.inp && y.num_rows() == x.num_rows() && y.num_cols() == w.out,
         "int8::forward: {}x{} · ({}x{})ᵀ into {}x{}",
@@ -329,24 +420,37 @@ pub fn forward_with(
     if x.num_rows() == 0 || w.out == 0 {
         return;
     }
+    let out = Out { beta, bias };
     // Blocks of rows on the allowed threads; each row is quantized and multiplied by the
     // same code in any block, so the results do not depend on the thread count.
     super::parallel::for_row_blocks(y.rb(), |first, mut yb| {
         let rows = yb.num_rows();
-        let a = QuantizedRows::new(x.rows_range(first, rows), alpha);
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `available()` checked the CPU features the kernel is compiled for.
-            Int8Kernel::Vnni => unsafe { x86::product_vnni(w, &a, rows, &mut yb, beta) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above.
-            Int8Kernel::Avx2 => unsafe { x86::product_avx2(w, &a, rows, &mut yb, beta) },
-            _ => product_portable(w, &a, rows, &mut yb, beta),
-        }
+        ACTIVATIONS.with(|cell| {
+            let a = &mut *cell.borrow_mut();
+            a.fill(x.rows_range(first, rows), alpha, kernel);
+            match kernel {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `available()` checked the CPU features the kernel is compiled for.
+                Int8Kernel::Vnni => unsafe { x86::product_vnni(w, a, rows, &mut yb, out) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as above.
+                Int8Kernel::Avx2 => unsafe { x86::product_avx2(w, a, rows, &mut yb, out) },
+                _ => product_portable(w, a, rows, &mut yb, out),
+            }
+        });
     });
 }
 
-/// Scales one row of a tile back to floats into `y` (`acc` holds 16 sums per panel).
+/// What is done with the scaled sums: `y = sum + beta · y`, plus the bias where there is one
+/// (only with `beta == 0`).
+#[derive(Clone, Copy)]
+struct Out<'a> {
+    beta: Real,
+    bias: Option<&'a [Real]>,
+}
+
+/// Scales one row of a tile back to floats into `y` (`acc` holds 16 sums per panel);
+/// `bias` is the bias of these columns, if any.
 #[inline(always)]
 fn store_row(
     y: &mut [Real],
@@ -355,14 +459,23 @@ fn store_row(
     row_scale: Real,
     scales: &[Real],
     beta: Real,
+    bias: Option<&[Real]>,
 ) {
-    if beta == 0.0 {
-        for ((d, &a), &s) in y.iter_mut().zip(acc).zip(scales) {
-            *d = ((a - correction) as Real * row_scale) * s;
+    match bias {
+        Some(b) => {
+            for (((d, &a), &s), &b) in y.iter_mut().zip(acc).zip(scales).zip(b) {
+                *d = ((a - correction) as Real * row_scale) * s + b;
+            }
         }
-    } else {
-        for ((d, &a), &s) in y.iter_mut().zip(acc).zip(scales) {
-            *d = ((a - correction) as Real * row_scale) * s + beta * *d;
+        None if beta == 0.0 => {
+            for ((d, &a), &s) in y.iter_mut().zip(acc).zip(scales) {
+                *d = ((a - correction) as Real * row_scale) * s;
+            }
+        }
+        None => {
+            for ((d, &a), &s) in y.iter_mut().zip(acc).zip(scales) {
+                *d = ((a - correction) as Real * row_scale) * s + beta * *d;
+            }
         }
     }
 }
@@ -375,7 +488,7 @@ fn store_tile(
     a: &QuantizedRows,
     rows: usize,
     y: &mut MatViewMut<'_>,
-    beta: Real,
+    out: Out<'_>,
     r0: usize,
     p0: usize,
     acc: &[i32],
@@ -383,6 +496,7 @@ fn store_tile(
 ) {
     let c0 = p0 * PANEL;
     let cols = width.min(w.out - c0);
+    let bias = out.bias.map(|b| &b[c0..c0 + cols]);
     for r in 0..MR.min(rows - r0) {
         store_row(
             &mut y.row_mut(r0 + r)[c0..c0 + cols],
@@ -390,7 +504,8 @@ fn store_tile(
             a.correction[r0 + r],
             a.row_scale[r0 + r],
             &w.scales[c0..c0 + cols],
-            beta,
+            out.beta,
+            bias,
         );
     }
 }
@@ -400,7 +515,7 @@ fn product_portable(
     a: &QuantizedRows,
     rows: usize,
     y: &mut MatViewMut<'_>,
-    beta: Real,
+    out: Out<'_>,
 ) {
     let mut acc = [0i32; MR * PANEL];
     for p in 0..w.num_panels() {
@@ -420,7 +535,7 @@ fn product_portable(
                     }
                 }
             }
-            store_tile(w, a, rows, y, beta, r0, p, &acc, PANEL);
+            store_tile(w, a, rows, y, out, r0, p, &acc, PANEL);
         }
     }
 }
@@ -429,6 +544,122 @@ fn product_portable(
 mod x86 {
     use super::*;
     use std::arch::x86_64::*;
+
+    /// [`quantize_row`] with AVX2 passes: the same bytes, sum and scale (the rounding is
+    /// `vcvtps2dq` under the default round-to-nearest-even mode, as `round_ties_even`).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_row_avx2(x: &[Real], levels: i32, q: &mut [i8]) -> (Real, i32) {
+        // SAFETY (both closures): the caller guarantees AVX2.
+        quantize_row_by(
+            x,
+            levels,
+            q,
+            |x| unsafe { max_abs_avx2(x) },
+            |x, inv, lv, q| unsafe { round_bytes_avx2(x, inv, lv, q) },
+        )
+    }
+
+    /// max |x| and whether every element is finite, 16 lanes at a time.
+    #[target_feature(enable = "avx2")]
+    unsafe fn max_abs_avx2(x: &[Real]) -> (Real, bool) {
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let largest = _mm256_set1_ps(Real::MAX);
+        let (mut m0, mut m1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut bad = _mm256_setzero_ps();
+        let chunks = x.chunks_exact(16);
+        let rest = chunks.remainder();
+        for c in chunks {
+            // SAFETY: `c` holds 16 floats.
+            let (a0, a1) = unsafe {
+                (
+                    _mm256_and_ps(_mm256_loadu_ps(c.as_ptr()), abs_mask),
+                    _mm256_and_ps(_mm256_loadu_ps(c.as_ptr().add(8)), abs_mask),
+                )
+            };
+            // Not (a ≤ MAX), unordered: NaN or infinite.
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps::<_CMP_NLE_UQ>(a0, largest));
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps::<_CMP_NLE_UQ>(a1, largest));
+            m0 = _mm256_max_ps(a0, m0);
+            m1 = _mm256_max_ps(a1, m1);
+        }
+        let mut lanes = [0.0 as Real; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_max_ps(m0, m1)) };
+        let mut m: Real = 0.0;
+        for v in lanes {
+            m = if v > m { v } else { m };
+        }
+        let mut b = _mm256_movemask_ps(bad) != 0;
+        for &v in rest {
+            let a = v.abs();
+            b |= a.is_nan() || a > Real::MAX;
+            m = if a > m { a } else { m };
+        }
+        (m, !b)
+    }
+
+    /// The 8 floats at `p` times `inv`, rounded and clamped to `[lo, hi]`.
+    ///
+    /// # Safety
+    /// AVX2, and 8 floats readable at `p`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn round8(p: *const Real, inv: __m256, hi: __m256i, lo: __m256i) -> __m256i {
+        // SAFETY: the caller's guarantee.
+        let v = _mm256_cvtps_epi32(_mm256_mul_ps(unsafe { _mm256_loadu_ps(p) }, inv));
+        _mm256_max_epi32(_mm256_min_epi32(v, hi), lo)
+    }
+
+    /// `q = round(x · inv)` clamped to ±levels, 32 at a time; returns Σ q. The input is
+    /// finite and |x · inv| ≤ levels up to rounding, so every value fits the packs.
+    #[target_feature(enable = "avx2")]
+    unsafe fn round_bytes_avx2(x: &[Real], inv: Real, levels: Real, q: &mut [i8]) -> i32 {
+        let n = x.len().min(q.len());
+        let (x, q) = (&x[..n], &mut q[..n]);
+        let vinv = _mm256_set1_ps(inv);
+        let hi = _mm256_set1_epi32(levels as i32);
+        let lo = _mm256_set1_epi32(-(levels as i32));
+        // The packs interleave 128-bit lanes: dword k of the result holds bytes of source
+        // quarter `ORDER[k]`.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let mut sum = _mm256_setzero_si256();
+        let mut qc = q.chunks_exact_mut(32);
+        let mut xc = x.chunks_exact(32);
+        for (d, c) in (&mut qc).zip(&mut xc) {
+            let p = c.as_ptr();
+            // SAFETY: `c` holds 32 floats and `d` 32 bytes.
+            unsafe {
+                let (a, b, e, f) = (
+                    round8(p, vinv, hi, lo),
+                    round8(p.add(8), vinv, hi, lo),
+                    round8(p.add(16), vinv, hi, lo),
+                    round8(p.add(24), vinv, hi, lo),
+                );
+                sum = _mm256_add_epi32(
+                    sum,
+                    _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(e, f)),
+                );
+                let bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(e, f));
+                _mm256_storeu_si256(
+                    d.as_mut_ptr() as *mut __m256i,
+                    _mm256_permutevar8x32_epi32(bytes, order),
+                );
+            }
+        }
+        let mut lanes = [0i32; 8];
+        // SAFETY: `lanes` holds 8 i32s.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, sum) };
+        let mut total: i32 = lanes.iter().sum();
+        for (d, &v) in qc.into_remainder().iter_mut().zip(xc.remainder()) {
+            let r = (v * inv).round_ties_even().clamp(-levels, levels) as i32;
+            *d = r as i8;
+            total += r;
+        }
+        total
+    }
 
     /// The VNNI micro-kernel: MR rows × NP panels, 4 bytes per lane per instruction.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -485,7 +716,7 @@ mod x86 {
         a: &QuantizedRows,
         rows: usize,
         y: &mut MatViewMut<'_>,
-        beta: Real,
+        out: Out<'_>,
     ) {
         let mut acc = [0i32; MR * NP_VNNI * PANEL];
         let panels = w.num_panels();
@@ -499,7 +730,7 @@ mod x86 {
                     2 => tile_vnni::<2>(w, a, p0, r0, &mut acc),
                     _ => tile_vnni::<1>(w, a, p0, r0, &mut acc),
                 }
-                store_tile(w, a, rows, y, beta, r0, p0, &acc, np * PANEL);
+                store_tile(w, a, rows, y, out, r0, p0, &acc, np * PANEL);
             }
             p0 += np;
         }
@@ -513,9 +744,9 @@ mod x86 {
         a: &QuantizedRows,
         rows: usize,
         y: &mut MatViewMut<'_>,
-        beta: Real,
+        out: Out<'_>,
     ) {
-        let mut out = [0i32; MR * PANEL];
+        let mut sums = [0i32; MR * PANEL];
         let ones = _mm256_set1_epi16(1);
         for p in 0..w.num_panels() {
             let wp = w.panel(p).as_ptr();
@@ -544,14 +775,14 @@ mod x86 {
                     }
                 }
                 for (r, [lo, hi]) in acc.iter().enumerate() {
-                    // SAFETY: `out` holds MR rows of 16 i32s.
+                    // SAFETY: `sums` holds MR rows of 16 i32s.
                     unsafe {
-                        let o = out.as_mut_ptr().add(r * PANEL);
+                        let o = sums.as_mut_ptr().add(r * PANEL);
                         _mm256_storeu_si256(o as *mut __m256i, *lo);
                         _mm256_storeu_si256(o.add(8) as *mut __m256i, *hi);
                     }
                 }
-                store_tile(w, a, rows, y, beta, r0, p, &out, PANEL);
+                store_tile(w, a, rows, y, out, r0, p, &sums, PANEL);
             }
         }
     }
@@ -738,19 +969,101 @@ mod tests {
         assert!(worst > 0.001, "{worst}");
     }
 
-    /// Zero rows give zeros; a row with a NaN or an infinity gives NaN, as floats would.
+    /// Zero rows give zeros; a row with a NaN or an infinity gives NaN, as floats would
+    /// (in the vectorised part of a row and in its tail).
     #[test]
     fn zero_and_non_finite_rows() {
-        let w = PackedWeights::new(pseudo(5, 8, 9).view());
-        let mut x = pseudo(3, 8, 10);
-        x.row_mut(0).fill(0.0);
-        x.row_mut(2)[3] = Real::INFINITY;
-        for k in Int8Kernel::available() {
-            let mut y = Matrix::zeros(3, 5);
-            forward_with(k, &w, 1.0, x.view(), &mut y.view_mut(), 0.0);
-            assert!(y.row(0).iter().all(|&v| v == 0.0));
-            assert!(y.row(1).iter().all(|v| v.is_finite()));
-            assert!(y.row(2).iter().all(|v| v.is_nan()));
+        for (cols, at) in [(8, 3), (40, 3), (40, 37), (70, 20)] {
+            let w = PackedWeights::new(pseudo(5, cols, 9).view());
+            let mut x = pseudo(4, cols, 10);
+            x.row_mut(0).fill(0.0);
+            x.row_mut(2)[at] = Real::INFINITY;
+            x.row_mut(3)[cols - 1 - at] = Real::NAN;
+            for k in Int8Kernel::available() {
+                let mut y = Matrix::zeros(4, 5);
+                forward_with(k, &w, 1.0, x.view(), &mut y.view_mut(), 0.0);
+                assert!(y.row(0).iter().all(|&v| v == 0.0), "{} {cols}", k.name());
+                assert!(
+                    y.row(1).iter().all(|v| v.is_finite()),
+                    "{} {cols}",
+                    k.name()
+                );
+                assert!(y.row(2).iter().all(|v| v.is_nan()), "{} {cols}", k.name());
+                assert!(y.row(3).iter().all(|v| v.is_nan()), "{} {cols}", k.name());
+            }
+        }
+    }
+
+    /// The AVX2 row quantizer gives the portable one's bytes, sum and scale, for every
+    /// length around its 16- and 32-element steps, ties, extremes and non-finite elements.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_quantizer_matches_the_portable_one() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let base = pseudo(1, 200, 11);
+        let mut rows: Vec<Vec<Real>> = Vec::new();
+        for len in (0..=70).chain([127, 128, 129, 200]) {
+            rows.push(base.row(0)[..len].to_vec());
+        }
+        // Ties at half a step (x · 127 / max lands on k + 0.5) and the extremes.
+        rows.push((0..64).map(|k| (k as Real - 31.5) * 4.0).collect());
+        rows.push(
+            (0..64)
+                .map(|k| if k % 2 == 0 { 3.0 } else { -3.0 })
+                .collect(),
+        );
+        rows.push(vec![1e-30; 48]);
+        rows.push(vec![-0.0; 40]);
+        for (at, bad) in [
+            (5, Real::INFINITY),
+            (33, Real::NAN),
+            (60, Real::NEG_INFINITY),
+        ] {
+            let mut r = base.row(0)[..64].to_vec();
+            r[at] = bad;
+            rows.push(r);
+        }
+        for levels in [ACT_LEVELS, WEIGHT_LEVELS] {
+            for x in &rows {
+                let (mut q1, mut q2) = (vec![7i8; x.len()], vec![-7i8; x.len()]);
+                let want = quantize_row(x, levels, &mut q1);
+                // SAFETY: AVX2 checked above.
+                let got = unsafe { x86::quantize_row_avx2(x, levels, &mut q2) };
+                assert_eq!(q1, q2, "bytes, {} elements", x.len());
+                assert_eq!(want.1, got.1, "sum, {} elements", x.len());
+                assert_eq!(
+                    want.0.to_bits(),
+                    got.0.to_bits(),
+                    "scale, {} elements",
+                    x.len()
+                );
+            }
+        }
+    }
+
+    /// The bias added in the scaling pass gives the floats of adding it afterwards (what
+    /// an affine layer did before), on every kernel, and a product after a larger one
+    /// (reusing the thread's buffers) is unaffected by it.
+    #[test]
+    fn bias_in_the_scaling_pass_equals_adding_it_after() {
+        for &(rows, inp, out) in &[(300, 70, 40), (9, 64, 70), (3, 5, 7), (13, 130, 33)] {
+            let x = pseudo(rows, inp, 21);
+            let w = PackedWeights::new(pseudo(out, inp, 22).view());
+            let bias = pseudo(1, out, 23);
+            for k in Int8Kernel::available() {
+                let mut want = Matrix::zeros(rows, out);
+                forward_with(k, &w, 1.0, x.view(), &mut want.view_mut(), 0.0);
+                for r in 0..rows {
+                    for (d, &b) in want.row_mut(r).iter_mut().zip(bias.row(0)) {
+                        *d += b;
+                    }
+                }
+                let mut y = pseudo(rows, out, 24);
+                forward_bias_with(k, &w, x.view(), &mut y.view_mut(), bias.row(0));
+                assert_eq!(bits(&y), bits(&want), "{} {rows}x{inp}->{out}", k.name());
+            }
         }
     }
 }

@@ -183,26 +183,32 @@ multiversion! {
 }
 
 multiversion! {
-    /// x ← log-softmax(x) = x − max − log Σ exp(x − max).
-    fn log_softmax(x: &mut [Real]) {
-        let m = max_lanes(x);
-        let mut lanes = [0.0 as Real; 16];
-        let chunks = x.chunks_exact(16);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for i in 0..16 {
-                lanes[i] += exp_fast(c[i] - m);
-            }
-        }
-        let mut s: Real = lanes.iter().sum();
-        for &v in rest {
-            s += exp_fast(v - m);
-        }
-        let lse = m + s.ln();
-        for v in x.iter_mut() {
-            *v -= lse;
+    /// y ← log-softmax(x) = x − max − log Σ exp(x − max).
+    fn log_softmax_from(y: &mut [Real], x: &[Real]) {
+        let lse = log_sum_exp_lanes(x);
+        for (d, &v) in y.iter_mut().zip(x) {
+            *d = v - lse;
         }
     }
+}
+
+/// max + log Σ exp(x − max), the sum in 16 lanes.
+#[inline(always)]
+fn log_sum_exp_lanes(x: &[Real]) -> Real {
+    let m = max_lanes(x);
+    let mut lanes = [0.0 as Real; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            lanes[i] += exp_fast(c[i] - m);
+        }
+    }
+    let mut s: Real = lanes.iter().sum();
+    for &v in rest {
+        s += exp_fast(v - m);
+    }
+    m + s.ln()
 }
 
 multiversion! {
@@ -1093,8 +1099,8 @@ mod tests {
     fn log_softmax_matches_f64() {
         for n in [1usize, 15, 16, 37, 3000] {
             let x: Vec<Real> = data(n).iter().map(|v| v * 7.0 - 20.0).collect();
-            let mut y = x.clone();
-            log_softmax(&mut y);
+            let mut y = vec![0.0; n];
+            log_softmax_from(&mut y, &x);
             let m = x.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
             let lse = m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
             for (&v, &got) in x.iter().zip(&y) {

@@ -219,13 +219,10 @@ impl WeightMatrix {
             y.num_rows(),
             y.num_cols()
         );
-        if let Some(b) = &self.int8 {
-            if rows > 0 && inp > 0 && out > 0 && inp <= int8::MAX_COLS {
-                let packed = b.block(&self.w, c0, inp);
-                int8::forward(&packed, alpha, x, y, beta);
-                super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
-                return;
-            }
+        if let Some(packed) = self.int8_block(c0, inp, rows) {
+            int8::forward(&packed, alpha, x, y, beta);
+            super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
+            return;
         }
         if self.few_rows
             && rows <= few_rows::MAX_ROWS
@@ -298,6 +295,35 @@ impl WeightMatrix {
 }
 
 impl WeightMatrix {
+    /// The quantized column block `c0..c0 + inp` when forward products are in 8-bit integers
+    /// and the product has something to compute.
+    fn int8_block(&self, c0: usize, inp: usize, rows: usize) -> Option<Arc<PackedWeights>> {
+        let b = self.int8.as_ref()?;
+        (rows > 0 && inp > 0 && self.w.num_rows() > 0 && inp <= int8::MAX_COLS)
+            .then(|| b.block(&self.w, c0, inp))
+    }
+
+    /// `y = x · Wᵀ + bias` in every row (an affine layer's forward pass). In 8-bit integers
+    /// the bias is added in the pass that scales the sums back (same floats, one pass fewer).
+    ///
+    /// # Panics
+    /// If the shapes do not agree (a programming error, not an input error).
+    pub fn forward_affine(&self, x: MatView<'_>, y: &mut MatViewMut<'_>, bias: &super::Vector) {
+        assert_eq!(
+            x.num_cols(),
+            self.w.num_cols(),
+            "WeightMatrix::forward_affine"
+        );
+        if let Some(packed) = self.int8_block(0, x.num_cols(), x.num_rows()) {
+            assert_eq!(y.num_rows(), x.num_rows(), "WeightMatrix::forward_affine");
+            int8::forward_bias(&packed, x, y, bias.as_row().row(0));
+            super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
+            return;
+        }
+        self.forward(1.0, x, y, 0.0);
+        y.add_vec_to_rows(1.0, bias, 1.0);
+    }
+
     /// `dx = alpha · dy · W + beta · dx` (dy: rows × out, dx: rows × in; an affine layer's
     /// input derivative). W row-major is Wᵀ column-major, the layout in which the kernel
     /// reads the left operand of dxᵀ = Wᵀ·dyᵀ in place, so W is not repacked per product

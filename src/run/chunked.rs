@@ -372,23 +372,8 @@ impl ChunkComputer {
         // threads gains nothing (measured: docs/PERFORMANCE.md, "Inference").
         let run = |g: &Vec<usize>| self.run_chunks(utts, &jobs, g);
         let parallel = groups.len() > 1 && rayon::current_num_threads() > 1;
-        let results: Vec<Result<Matrix>> = if parallel {
-            use rayon::prelude::*;
-            let saved = crate::matrix::num_threads();
-            crate::matrix::set_num_threads(1);
-            // The first group runs alone: a weight matrix's first products take another GEMM
-            // path than later ones (`WeightMatrix` builds its product layout on the second),
-            // so which products come first must not depend on thread timing, or the same
-            // command could round differently from run to run.
-            let mut r = vec![run(&groups[0])];
-            r.par_extend(groups[1..].par_iter().map(run));
-            crate::matrix::set_num_threads(saved);
-            r
-        } else {
-            groups.iter().map(run).collect()
-        };
-        for (g, res) in groups.iter().zip(results) {
-            let m = res.map_err(|e| (jobs[g[0]].utt, e))?;
+        // A group's rows go to their utterances' outputs.
+        let place = |outputs: &mut [Matrix], g: &[usize], m: &Matrix| {
             let mut row = 0;
             for &j in g {
                 let job = &jobs[j];
@@ -400,6 +385,30 @@ impl ChunkComputer {
                     );
                     row += 1;
                 }
+            }
+        };
+        if parallel {
+            use rayon::prelude::*;
+            let saved = crate::matrix::num_threads();
+            crate::matrix::set_num_threads(1);
+            // The first group runs alone: a weight matrix's first products take another GEMM
+            // path than later ones (`WeightMatrix` builds its product layout on the second),
+            // so which products come first must not depend on thread timing, or the same
+            // command could round differently from run to run.
+            let mut results = vec![run(&groups[0])];
+            results.par_extend(groups[1..].par_iter().map(run));
+            crate::matrix::set_num_threads(saved);
+            for (g, res) in groups.iter().zip(results) {
+                let m = res.map_err(|e| (jobs[g[0]].utt, e))?;
+                place(&mut outputs, g, &m);
+            }
+        } else {
+            // One group at a time, its output buffer handed back to this thread's pool once
+            // copied, so the next group's output is not a fresh allocation (page faults).
+            for g in &groups {
+                let m = run(g).map_err(|e| (jobs[g[0]].utt, e))?;
+                place(&mut outputs, g, &m);
+                crate::run::computer::recycle(m);
             }
         }
         if let Some(lp) = &self.log_priors {

@@ -427,13 +427,23 @@ impl<'a> NnetComputer<'a> {
         let info = &self.computation.matrices[m];
         let (r, c) = (info.num_rows, info.num_cols);
         let need = r * c;
-        // Reuse the pooled buffer that fits best, to avoid allocating in steady state.
+        // Reuse the pooled buffer that fits best, to avoid allocating in steady state:
+        // preferably one whose current size covers the matrix (growing a buffer within its
+        // capacity still writes zeros), else the smallest whose capacity does.
+        let size = |m: &Matrix| m.num_rows() * m.num_cols();
         let best = self
             .pool
             .iter()
             .enumerate()
-            .filter(|(_, (cap, _))| *cap >= need)
-            .min_by_key(|(_, (cap, _))| *cap)
+            .filter(|(_, (_, m))| size(m) >= need)
+            .min_by_key(|(_, (_, m))| size(m))
+            .or_else(|| {
+                self.pool
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (cap, _))| *cap >= need)
+                    .min_by_key(|(_, (cap, _))| *cap)
+            })
             .or_else(|| {
                 self.pool
                     .iter()
@@ -916,6 +926,19 @@ impl<'a> NnetComputer<'a> {
             sub_view(&self.matrices[i.matrix], &i).to_matrix()
         };
         self.provided[backward as usize].insert(node, m);
+    }
+}
+
+/// Hands a matrix this thread is done with (an output taken from a computation, once
+/// copied) to the pool the next computations on this thread allocate from.
+pub fn recycle(m: Matrix) {
+    if m.capacity() > 0 {
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < POOL_MAX_BUFFERS {
+                p.push((m.capacity(), m));
+            }
+        });
     }
 }
 

@@ -147,8 +147,7 @@ pub(crate) fn affine_forward(
     input: MatView<'_>,
     mut out: MatViewMut<'_>,
 ) {
-    linear.forward(1.0, input, &mut out, 0.0);
-    out.add_vec_to_rows(1.0, bias, 1.0);
+    linear.forward_affine(input, &mut out, bias);
 }
 
 /// in_deriv += out_deriv · W.
