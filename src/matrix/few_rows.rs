@@ -17,14 +17,7 @@ pub(crate) const MAX_ROWS: usize = 8;
 /// Whether [`few_rows_product`] runs with fused multiply-adds in vectors here (AVX2 and FMA);
 /// elsewhere `mul_add` is a library call and the GEMM is faster.
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::simd::has_avx2_fma()
 }
 
 /// Output columns per block: one AVX-512 register, two AVX2 ones.

@@ -47,10 +47,7 @@ pub fn gemm_backend_name() -> &'static str {
 }
 
 fn native_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return super::sgemm::available();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    super::simd::has_avx2_fma()
 }
 
 fn has_avx512() -> bool {

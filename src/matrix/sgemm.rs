@@ -35,7 +35,7 @@ const NC: usize = 4080;
 
 /// Whether this CPU can run the kernel.
 pub(super) fn available() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    super::simd::has_avx2_fma()
 }
 
 /// A read-only strided matrix: element (i, j) at `data[i * rs + j * cs]`.

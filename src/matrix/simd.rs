@@ -51,6 +51,19 @@ macro_rules! multiversion {
 }
 pub(crate) use multiversion;
 
+/// Whether this CPU runs the AVX2 + FMA kernels (x86-64 only): the native GEMM, the few-row
+/// product, the `v3` arm of [`multiversion!`].
+pub(crate) fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 multiversion! {
     /// Σ x² (16 lanes).
     fn sum_squares(x: &[Real]) -> Real {

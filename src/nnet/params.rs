@@ -60,7 +60,7 @@ impl Nnet {
     pub fn set_int8_inference(&mut self, on: bool) -> usize {
         let mut n = 0;
         for c in &mut self.components {
-            for w in c.int8_weights_mut() {
+            for w in c.product_weights_mut() {
                 w.set_int8(on);
                 n += 1;
             }

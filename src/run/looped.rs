@@ -76,7 +76,7 @@ impl LoopedDecoder {
         split_recurrent_affines(&mut p.nnet);
         if p.nnet.is_recurrent() {
             for c in p.nnet.components.iter_mut() {
-                for w in c.int8_weights_mut() {
+                for w in c.product_weights_mut() {
                     w.set_few_rows(true);
                 }
             }

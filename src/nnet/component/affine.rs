@@ -297,7 +297,7 @@ impl Component for AffineComponent {
         affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
-    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+    fn product_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
         vec![&mut self.linear]
     }
     fn backprop(&self, b: Backprop<'_>) {
@@ -414,7 +414,7 @@ impl Component for FixedAffineComponent {
         affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
-    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+    fn product_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
         vec![&mut self.linear]
     }
     fn backprop(&self, b: Backprop<'_>) {

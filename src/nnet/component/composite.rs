@@ -276,10 +276,10 @@ impl Component for CompositeComponent {
             self.chain_properties(),
         )
     }
-    fn int8_weights_mut(&mut self) -> Vec<&mut crate::matrix::WeightMatrix> {
+    fn product_weights_mut(&mut self) -> Vec<&mut crate::matrix::WeightMatrix> {
         self.components
             .iter_mut()
-            .flat_map(|c| c.int8_weights_mut())
+            .flat_map(|c| c.product_weights_mut())
             .collect()
     }
     fn propagate(&self, mut p: Propagate<'_>) -> Option<Memo> {

@@ -130,7 +130,7 @@ impl Component for LinearComponent {
         self.params.forward(1.0, p.input, &mut p.output, 1.0);
         None
     }
-    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+    fn product_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
         vec![&mut self.params]
     }
     fn backprop(&self, b: Backprop<'_>) {

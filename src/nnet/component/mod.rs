@@ -514,11 +514,14 @@ pub trait Component: Send + Sync + std::fmt::Debug {
     /// `rng` serves BatchNorm without statistics, which invents some (as Kaldi does); callers
     /// switching a whole network pass one generator through all components in order.
     fn set_test_mode(&mut self, _test_mode: bool, _rng: &mut dyn RngCore) {}
-    /// The weight matrices whose forward products int8 inference computes in 8-bit
-    /// integers (`compute --quantize=int8`): those of the affine family (Affine,
+    /// The weight matrices whose forward products go through [`WeightMatrix`]'s product
+    /// paths, switched per network: 8-bit integers (`compute --quantize=int8`) and the
+    /// few-row product of looped recurrent decoding. Those of the affine family (Affine,
     /// NaturalGradientAffine, FixedAffine, Linear, Tdnn, and the ones inside a
-    /// CompositeComponent). Empty for every other component, which stays in floats.
-    fn int8_weights_mut(&mut self) -> Vec<&mut crate::matrix::WeightMatrix> {
+    /// CompositeComponent); empty for every other component.
+    ///
+    /// [`WeightMatrix`]: crate::matrix::WeightMatrix
+    fn product_weights_mut(&mut self) -> Vec<&mut crate::matrix::WeightMatrix> {
         Vec::new()
     }
 

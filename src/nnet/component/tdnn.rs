@@ -433,7 +433,7 @@ impl Component for TdnnComponent {
         )
     }
 
-    fn int8_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
+    fn product_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
         vec![&mut self.linear_params]
     }
 
