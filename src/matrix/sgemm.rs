@@ -25,6 +25,8 @@ use std::cell::RefCell;
 const MR: usize = 6;
 /// Columns of the register tile (micro-panel width of packed B): two ymm registers.
 const NR: usize = 16;
+// The few-row product reads packed panels of its own width.
+const _: () = assert!(NR == super::few_rows::LANES);
 /// Largest k-block: a B micro-panel of KC × NR floats (16 KiB) stays in the 32 KiB L1.
 const KC: usize = 256;
 /// Rows of A packed per block (a multiple of MR): MC × KC floats (96 KiB) stay in L2
@@ -219,6 +221,20 @@ impl PackedB {
             }
         }
         PackedB { data, k, n }
+    }
+
+    /// The packed floats as the few-row product reads them (its layout is this one).
+    pub(super) fn panels(&self) -> super::few_rows::Panels<'_> {
+        // SAFETY: Line is repr(C), 16 floats without padding, so the Vec's lines are
+        // 16·len initialised floats, borrowed as long as self.
+        let data = unsafe {
+            std::slice::from_raw_parts(self.data.as_ptr().cast::<f32>(), self.data.len() * 16)
+        };
+        super::few_rows::Panels {
+            data,
+            kb: if self.k == 0 { 1 } else { k_block(self.k) },
+            n_pad: self.n.next_multiple_of(NR),
+        }
     }
 }
 

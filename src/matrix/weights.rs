@@ -57,7 +57,7 @@ pub struct WeightMatrix {
     /// Present when forward products are computed in 8-bit integers (inference with
     /// `--quantize=int8`): the quantized copies of the column blocks used so far.
     int8: Option<Int8Blocks>,
-    /// Products of at most `few_rows::MAX_ROWS` rows read the transposed copy in place
+    /// Products of at most `few_rows::MAX_ROWS` rows read the packed Wᵀ (`packed`) in place
     /// (`few_rows`) instead of going through the GEMM (looped recurrent computation).
     few_rows: bool,
 }
@@ -151,9 +151,9 @@ impl WeightMatrix {
         }
     }
 
-    /// Turns the few-rows product on or off: products of at most 8 rows then read the
-    /// transposed copy of W in place (built at the first one) instead of the GEMM packing W
-    /// on every call. Other summation order than the GEMM's, so only where outputs need not
+    /// Turns the few-rows product on or off: on x86-64 with AVX2 and FMA, products of at
+    /// most 8 rows then read the native GEMM's packed Wᵀ in place (built at the first one,
+    /// and shared with the larger products) instead of the GEMM packing W on every call. Other summation order than the GEMM's, so only where outputs need not
     /// match the default path's bits (looped computation of a recurrent network).
     pub fn set_few_rows(&mut self, on: bool) {
         self.few_rows = on;
@@ -224,6 +224,7 @@ impl WeightMatrix {
             super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
             return;
         }
+        #[cfg(target_arch = "x86_64")]
         if self.few_rows
             && rows <= few_rows::MAX_ROWS
             && rows > 0
@@ -232,7 +233,8 @@ impl WeightMatrix {
             && !y.place.on_device()
             && few_rows::available()
         {
-            let t = self.transposed();
+            // The GEMM's packed Wᵀ block, whose panels the few-row product streams.
+            let packed = self.packed.get_or_make(&self.w, c0, inp, pack_wt);
             let (x_stride, y_stride) = (x.stride(), y.stride());
             few_rows::few_rows_product(&mut few_rows::FewRows {
                 y: y.as_mut_slice(),
@@ -242,8 +244,7 @@ impl WeightMatrix {
                 rows,
                 k: inp,
                 out,
-                t: &t.data[c0 * t.stride..],
-                t_stride: t.stride,
+                w: packed.panels(),
                 alpha,
                 beta,
             });
@@ -269,15 +270,7 @@ impl WeightMatrix {
             && alpha != 0.0
             && !y.place.on_device()
         {
-            let wt = |w: MatView<'_>| {
-                let b = super::sgemm::Strided {
-                    data: w.as_slice(),
-                    rs: 1,
-                    cs: w.stride(),
-                };
-                super::sgemm::PackedB::new(inp, out, b)
-            };
-            let packed = self.packed.get_or_make(&self.w, c0, inp, wt);
+            let packed = self.packed.get_or_make(&self.w, c0, inp, pack_wt);
             super::gemm::add_mat_packed(y, alpha, x, &packed, beta);
             return;
         }
@@ -368,6 +361,18 @@ impl WeightMatrix {
         );
         super::check::check_finite("WeightMatrix::backward", dx.as_view());
     }
+}
+
+/// `w`'s columns (in × out of them, W being out × in) as the packed right operand Wᵀ of the
+/// native kernel.
+#[cfg(target_arch = "x86_64")]
+fn pack_wt(w: MatView<'_>) -> super::sgemm::PackedB {
+    let b = super::sgemm::Strided {
+        data: w.as_slice(),
+        rs: 1,
+        cs: w.stride(),
+    };
+    super::sgemm::PackedB::new(w.num_cols(), w.num_rows(), b)
 }
 
 /// `dst = alpha · rhs · lhsᵀ + beta · dst` with `lhs` an m × k matrix stored column-major
@@ -479,6 +484,57 @@ mod tests {
             }
         }
         m
+    }
+
+    /// With the few-row product on, products of up to 8 rows read the GEMM's packed Wᵀ
+    /// (two k-blocks at 600 columns, 300 for the second column block of a TDNN) and give the
+    /// bits of the per-output fused multiply-add sum in column order; larger products share
+    /// the same packed copy and keep the GEMM's bits; no transposed copy is made.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn few_row_products_read_the_packed_weights() {
+        if !few_rows::available() {
+            return;
+        }
+        let (inp, out) = (600, 41);
+        let mut w = WeightMatrix::new(pseudo(out, inp, 2));
+        w.set_few_rows(true);
+        for (rows, c0, width) in [
+            (1, 0, inp),
+            (4, 0, inp),
+            (8, 0, inp),
+            (3, 300, 300),
+            (5, 0, 300),
+        ] {
+            let wb = w.view().cols_range(c0, width).to_matrix();
+            let x = pseudo(rows, width, 1);
+            for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0)] {
+                let mut want = pseudo(rows, out, 3);
+                let mut got = want.clone();
+                few_rows::tests::reference(
+                    x.view().as_slice(),
+                    wb.view().as_slice(),
+                    want.view_mut().as_mut_slice(),
+                    [rows, width, out],
+                    alpha,
+                    beta,
+                );
+                w.forward_cols(alpha, x.view(), &mut got.view_mut(), beta, c0);
+                assert_eq!(got, want, "{rows} rows, columns {c0}+{width}");
+            }
+        }
+        assert_eq!(w.packed.blocks.lock().unwrap().len(), 3);
+        assert!(w.transposed.get().is_none());
+        if native() {
+            let x = pseudo(20, inp, 4);
+            let mut want = Matrix::zeros(20, out);
+            want.view_mut()
+                .add_mat_mat(1.0, x.view(), Trans::No, w.view(), Trans::Yes, 0.0);
+            let mut got = Matrix::zeros(20, out);
+            w.forward(1.0, x.view(), &mut got.view_mut(), 0.0);
+            assert_eq!(got, want);
+            assert_eq!(w.packed.blocks.lock().unwrap().len(), 3);
+        }
     }
 
     /// Same values as the plain product (to rounding), for row counts below and above
