@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::nnet::descriptor::{Descriptor, ForwardingDescriptor, IndexVar, SumDescriptor};
 use crate::nnet::{Index, NetworkNode, Nnet, ObjectiveType};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Prefix of the output nodes added for the carried values of component node `C`.
 pub const CARRY_PREFIX: &str = "compnet-carry:";
@@ -85,8 +86,9 @@ pub struct ChunkProgram {
 /// A network compiled for looped computation: the first and the steady chunk.
 #[derive(Debug)]
 pub struct LoopedComputation {
-    /// The network plus one output node per carried component node.
-    pub nnet: Nnet,
+    /// The network plus one output node per carried component node (shared with the
+    /// computations of other stream counts compiled from it).
+    pub nnet: Arc<Nnet>,
     /// The output node computed.
     pub output_node: String,
     /// Input frames per chunk (w), a multiple of the modulus and the subsampling factor.
@@ -267,12 +269,20 @@ fn trim_inputs(nnet: &Nnet, req: &mut ComputationRequest, plain: usize) -> Resul
 
 /// Compiles `nnet` for looped computation of `output_node` (which must exist) with the
 /// network's `context` (left/right context of that output).
+///
+/// The computation's network is `nnet` with an output node per carried component node
+/// added. Given the network of an earlier looped computation of the same output (another
+/// stream count), which has those nodes already, it is that network, shared, not a copy:
+/// the weights are not copied (146 MB for the Switchboard TDNN-LSTM), and the weights'
+/// product layouts built by one computation serve the other. A network not shared
+/// elsewhere is extended in place.
 pub fn compile_looped(
-    nnet: &Nnet,
+    mut net: Arc<Nnet>,
     output_node: &str,
     context: NnetContext,
     opts: &LoopedOptions,
 ) -> Result<LoopedComputation> {
+    let nnet: &Nnet = &net;
     let f = opts.frame_subsampling_factor.max(1);
     let w = get_chunk_size(nnet, f, opts.frames_per_chunk);
     let (left, right) = (context.left.max(0), context.right.max(0));
@@ -285,7 +295,7 @@ pub fn compile_looped(
             .collect(),
         has_deriv: false,
     };
-    let chunk_request = |k: i32| ComputationRequest {
+    let chunk_request = |nnet: &Nnet, k: i32| ComputationRequest {
         inputs: plain_inputs(
             nnet,
             k * w - left - if k == 0 { extra } else { 0 },
@@ -296,14 +306,14 @@ pub fn compile_looped(
         ..Default::default()
     };
     // 1. How far the first chunk computes each component node.
-    let g0 = build_graph(nnet, &chunk_request(0))?;
+    let g0 = build_graph(nnet, &chunk_request(nnet, 0))?;
     let comp0 = node_indexes(nnet, &g0, false);
     let frontier: BTreeMap<usize, i32> = comp0
         .iter()
         .filter_map(|(&n, v)| v.iter().map(|i| i.t).max().map(|t| (n, t + 1)))
         .collect();
     // 2. What a steady chunk reads of that past when all of it is offered.
-    let mut r1 = chunk_request(1);
+    let mut r1 = chunk_request(nnet, 1);
     for (&node, v) in &comp0 {
         let old: Vec<Index> = v
             .iter()
@@ -347,26 +357,45 @@ pub fn compile_looped(
             carried.push((node, set));
         }
     }
-    // 4. The network with one output node per carried component node.
-    let mut net = nnet.clone();
+    // 4. The network with one output node per carried component node (reading that node,
+    // and nothing else, under its reserved name; present already in a network that an
+    // earlier looped computation extended).
     let mut carry_names = Vec::new();
+    let mut missing = Vec::new();
     for (node, _) in &carried {
         let name = format!("{CARRY_PREFIX}{}", nnet.node_names[*node]);
-        net.node_names.push(name.clone());
-        net.nodes.push(NetworkNode::Descriptor {
-            descriptor: Descriptor {
-                parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
-                    node: *node,
-                    scale: 1.0,
-                })],
-            },
-            objective: ObjectiveType::Linear,
-        });
+        let descriptor = Descriptor {
+            parts: vec![SumDescriptor::Simple(ForwardingDescriptor::Simple {
+                node: *node,
+                scale: 1.0,
+            })],
+        };
+        match nnet.node_index(&name).map(|i| &nnet.nodes[i]) {
+            None => missing.push((name.clone(), descriptor)),
+            Some(NetworkNode::Descriptor { descriptor: d, .. }) if *d == descriptor => {}
+            Some(_) => {
+                return Err(Error::Compute(format!(
+                    "looped computation: the network has a node '{name}' of its own (the \
+                     prefix '{CARRY_PREFIX}' is reserved)"
+                )))
+            }
+        }
         carry_names.push(name);
     }
+    if !missing.is_empty() {
+        let n = Arc::make_mut(&mut net);
+        for (name, descriptor) in missing {
+            n.node_names.push(name);
+            n.nodes.push(NetworkNode::Descriptor {
+                descriptor,
+                objective: ObjectiveType::Linear,
+            });
+        }
+    }
+    let nnet: &Nnet = &net;
     // 5. Chunks 0, 1 and 2 with their carried inputs and outputs.
     let program = |k: i32| -> Result<ChunkProgram> {
-        let mut req = chunk_request(k);
+        let mut req = chunk_request(nnet, k);
         let plain = req.inputs.len();
         if k > 0 {
             for (node, set) in &carried {

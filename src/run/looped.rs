@@ -45,9 +45,8 @@ fn looped_ivector(src: IvectorSource<'_>, frame: i64) -> Result<Vec<f32>> {
 /// A network compiled for looped decoding, shared by any number of streams.
 pub struct LoopedDecoder {
     looped: LoopedComputation,
-    /// What compiles a batch of streams later: the prepared network, its output node and the
-    /// options; compiled batches by stream count.
-    nnet: Nnet,
+    /// What compiles a batch of streams later: the network (`looped`'s, shared), its output
+    /// node and the options; compiled batches by stream count.
     output_node: String,
     options: LoopedOptions,
     batches: Mutex<HashMap<usize, Arc<LoopedComputation>>>,
@@ -89,10 +88,9 @@ impl LoopedDecoder {
             num_streams: 1,
         };
         check_chunk_size(&p.nnet, opts, &p.context, RECURRENT_STREAMS)?;
-        let looped = compile_looped(&p.nnet, &p.output_node, p.context, &looped_opts)?;
+        let looped = compile_looped(Arc::new(p.nnet), &p.output_node, p.context, &looped_opts)?;
         Ok(LoopedDecoder {
             looped,
-            nnet: p.nnet,
             output_node: p.output_node,
             options: looped_opts,
             batches: Mutex::new(HashMap::new()),
@@ -162,7 +160,7 @@ impl LoopedDecoder {
         &self,
         utts: &[Utterance<'_>],
     ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
-        if self.nnet.is_recurrent() && utts.len() > 1 {
+        if self.looped.nnet.is_recurrent() && utts.len() > 1 {
             let mut outs = Vec::with_capacity(utts.len());
             for (b, group) in utts.chunks(RECURRENT_STREAMS).enumerate() {
                 let first = b * RECURRENT_STREAMS;
@@ -210,8 +208,9 @@ impl LoopedDecoder {
             num_streams: n,
             ..self.options.clone()
         };
+        // The network of `looped` has the carried outputs already: shared, not copied.
         let l = Arc::new(compile_looped(
-            &self.nnet,
+            Arc::clone(&self.looped.nnet),
             &self.output_node,
             self.context,
             &opts,
