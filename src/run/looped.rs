@@ -544,3 +544,58 @@ impl LoopedStream<'_> {
         Matrix::from_vec(rows, d, std::mem::take(&mut self.ready))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::random::seeded_rng;
+
+    /// Several utterances of a recurrent network run as the streams of one computation
+    /// compiled on the decoder's own network (shared, not copied), each with the outputs
+    /// it has alone.
+    #[test]
+    fn stream_batches_share_the_network() {
+        let nnet = Nnet::from_config_text(
+            "input-node name=input dim=5
+             component name=a type=NaturalGradientAffineComponent input-dim=9 output-dim=4
+             component-node name=a component=a input=Append(input, IfDefined(Offset(h, -1)))
+             component name=h type=TanhComponent dim=4
+             component-node name=h component=h input=a
+             component name=o type=AffineComponent input-dim=4 output-dim=3
+             component-node name=o component=o input=h
+             output-node name=output input=o",
+            "<rnn>",
+            &mut seeded_rng(5),
+        )
+        .expect("config");
+        let opts = NnetSimpleComputationOptions {
+            frames_per_chunk: 8,
+            ..Default::default()
+        };
+        let dec = LoopedDecoder::new(nnet, &opts, "output", None).expect("looped");
+        let mut rng = seeded_rng(6);
+        let feats: Vec<Matrix> = [19, 7, 30]
+            .iter()
+            .map(|&t| crate::testing::random_matrix(t, 5, &mut rng))
+            .collect();
+        let utts: Vec<Utterance<'_>> = feats
+            .iter()
+            .map(|f| Utterance {
+                feats: f,
+                ivector: IvectorSource::None,
+            })
+            .collect();
+        let outs = dec.compute_many(&utts).expect("batch");
+        let batch = dec.batch(3).expect("compiled");
+        assert!(Arc::ptr_eq(&batch.nnet, &dec.looped.nnet));
+        for (f, out) in feats.iter().zip(&outs) {
+            let alone = dec.compute(f, IvectorSource::None).expect("alone");
+            assert_eq!((alone.num_rows(), alone.num_cols()), (out.num_rows(), 3));
+            for r in 0..out.num_rows() {
+                for (a, b) in alone.row_to_vec(r).iter().zip(out.row_to_vec(r)) {
+                    assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+                }
+            }
+        }
+    }
+}
