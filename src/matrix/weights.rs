@@ -11,7 +11,8 @@
 //! packs both operands whatever their layout; with it the copy is Wᵀ packed into the
 //! kernel's micro-panels (one per column block a Tdnn uses), built on the same rule, so the
 //! forward product skips packing W (docs/PERFORMANCE.md, "GEMM"); the backward product is
-//! the plain one.
+//! the plain one. The few-row product of looped recurrent computation (`few_rows`) streams
+//! the same packed copy.
 //!
 //! [`WeightMatrix`] derefs to the plain [`Matrix`]; any mutable access drops the transposed
 //! copy. The copy is made on the second product with unchanged weights, so feed-forward
