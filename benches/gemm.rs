@@ -1,7 +1,9 @@
 //! GEMM throughput on nnet3-typical shapes: the `gemm` crate, `matrixmultiply`, and compnet's
-//! own `MatViewMut::add_mat_mat` (whatever backend it wraps: the native AVX2 kernel or the
-//! `gemm` crate, as chosen for this CPU or by `COMPNET_GEMM=native|gemm-crate`). Prints one line per
-//! (backend, shape, form) with the best GFLOP/s of several timed runs.
+//! own `MatViewMut::add_mat_mat` (`compnet`: whatever backend it wraps, as chosen for this
+//! CPU or by `COMPNET_GEMM=native|openblas|gemm-crate`), and `add_mat_mat_on` each backend
+//! of this build by name (`compnet-native`, `compnet-openblas`, the latter with
+//! `--features openblas`). Prints one line per (backend, shape, form) with the best GFLOP/s
+//! of several timed runs.
 //!
 //! `weights` (in GEMM_BENCH_BACKENDS) is the forward product through `WeightMatrix`, with
 //! the product layout of W it keeps for inference.
@@ -11,10 +13,12 @@
 //! before the first product; run the binary once per thread count (scripts/bench_gemm.sh).
 //! With THREADS = 1 runs are timed by the thread's CPU time (set GEMM_BENCH_WALL=1 for
 //! wall-clock time), with more threads by wall-clock time.
+//! `GEMM_BENCH_SHAPES=train-tdnn,infer-16` limits the run to those shapes.
 //! The companion C program scripts/openblas_gemm.c prints the same lines for OpenBLAS.
 
 use compnet::matrix::{
-    gemm_backend_name, set_num_threads, MatView, MatViewMut, Matrix, Trans, WeightMatrix,
+    gemm_backend_name, set_num_threads, GemmBackend, MatView, MatViewMut, Matrix, Trans,
+    WeightMatrix,
 };
 use std::time::Instant;
 
@@ -185,6 +189,25 @@ fn run_compnet(p: &mut Problem) {
     c.add_mat_mat(1.0, a, p.ta, b, p.tb, 0.0);
 }
 
+/// `add_mat_mat_on` a named backend.
+fn run_compnet_on(p: &mut Problem, backend: GemmBackend) {
+    let a = MatView::from_slice(&p.a, p.a_rows, p.a_cols);
+    let b = MatView::from_slice(&p.b, p.b_rows, p.b_cols);
+    let mut c = MatViewMut::from_slice(&mut p.c, p.m, p.n);
+    c.add_mat_mat_on(backend, 1.0, a, p.ta, b, p.tb, 0.0);
+}
+
+/// The backend a `compnet-NAME` bench entry names, when this build and CPU have it.
+fn named_backend(be: &str) -> Option<GemmBackend> {
+    let backend = match be {
+        "compnet-native" => GemmBackend::NativeAvx2,
+        "compnet-openblas" => GemmBackend::OpenBlas,
+        "compnet-gemm-crate" => GemmBackend::GemmCrate,
+        _ => return None,
+    };
+    backend.is_available().then_some(backend)
+}
+
 #[repr(C)]
 struct Timespec {
     sec: i64,
@@ -256,7 +279,9 @@ fn main() {
     std::env::set_var("MATMUL_NUM_THREADS", threads.to_string());
     set_num_threads(threads);
     let backends: Vec<String> = std::env::var("GEMM_BENCH_BACKENDS")
-        .unwrap_or_else(|_| "gemm,matrixmultiply,compnet,weights".into())
+        .unwrap_or_else(|_| {
+            "gemm,matrixmultiply,compnet,weights,compnet-native,compnet-openblas".into()
+        })
         .split(',')
         .map(str::to_string)
         .collect();
@@ -271,7 +296,14 @@ fn main() {
         "# backend threads shape MxKxN form GFLOP/s (compnet = add_mat_mat on {})",
         gemm_backend_name()
     );
+    // GEMM_BENCH_SHAPES=label,label... measures only those shapes.
+    let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
+        .ok()
+        .map(|s| s.split(',').map(str::to_string).collect());
     for &(label, rows, in_dim, out_dim) in SHAPES {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|l| l == label)) {
+            continue;
+        }
         for form in [Form::Fwd, Form::BwdIn, Form::BwdW] {
             let mut p = problem(form, rows, in_dim, out_dim);
             for be in &backends {
@@ -283,6 +315,12 @@ fn main() {
                         measure(&mut p, trials, 0.2, clock, &mut run_matrixmultiply)
                     }
                     "compnet" => measure(&mut p, trials, 0.2, clock, &mut run_compnet),
+                    name if named_backend(name).is_some() => {
+                        let backend = named_backend(name).expect("checked");
+                        measure(&mut p, trials, 0.2, clock, &mut |p| {
+                            run_compnet_on(p, backend)
+                        })
+                    }
                     "weights" if matches!(form, Form::Fwd) => {
                         let w = Matrix::from_vec(p.b_rows, p.b_cols, p.b.clone());
                         let w = WeightMatrix::new(w);

@@ -3,8 +3,8 @@
 //! untouched parts are checked unchanged.
 
 use compnet::matrix::{
-    dot, gemm_backend_name, num_threads, set_num_threads, MatView, MatViewMut, Matrix, Trans,
-    Vector, Vector64,
+    dot, gemm_backend_name, num_threads, set_num_threads, GemmBackend, MatView, MatViewMut, Matrix,
+    Trans, Vector, Vector64,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -27,6 +27,7 @@ fn rand_vec(n: usize, g: &mut StdRng) -> Vec<f32> {
 }
 
 /// A (r+3)×(c+5) random matrix; the operand is its r×c block at (1, 2).
+#[derive(Clone)]
 struct Embedded {
     big: Matrix,
     orig: Matrix,
@@ -160,7 +161,7 @@ fn check_gemm(
     let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
     let a = Embedded::new(ar, ac, &mut g);
     let b = Embedded::new(br, bc, &mut g);
-    let mut c = Embedded::new(m, n, &mut g);
+    let c0 = Embedded::new(m, n, &mut g);
     let want = ref_gemm(
         alpha,
         a.view(),
@@ -168,8 +169,10 @@ fn check_gemm(
         b.view(),
         tb,
         beta,
-        c.inner_orig().view(),
+        c0.inner_orig().view(),
     );
+    // The process's backend (what add_mat_mat uses), then every backend of this build.
+    let mut c = c0.clone();
     c.view_mut()
         .add_mat_mat(alpha, a.view(), ta, b.view(), tb, beta);
     assert_close(
@@ -179,6 +182,18 @@ fn check_gemm(
         &format!("gemm {m}x{n}x{k} {ta:?}{tb:?}"),
     );
     c.check_border();
+    for backend in GemmBackend::available() {
+        let mut c = c0.clone();
+        c.view_mut()
+            .add_mat_mat_on(backend, alpha, a.view(), ta, b.view(), tb, beta);
+        assert_close(
+            c.view(),
+            &want,
+            1e-4 * (k as f64).sqrt().max(1.0),
+            &format!("gemm {m}x{n}x{k} {ta:?}{tb:?} on {}", backend.name()),
+        );
+        c.check_border();
+    }
 }
 
 const TRANS: [Trans; 2] = [Trans::No, Trans::Yes];
@@ -245,20 +260,20 @@ fn gemm_beta_zero_overwrites_nan() {
                     if tb == Trans::No { n } else { k },
                     &mut g,
                 );
-                let mut c = Matrix::from_vec(m, n, vec![f32::NAN; m * n]);
-                c.view_mut()
-                    .add_mat_mat(1.0, a.view(), ta, b.view(), tb, 0.0);
                 let zero = Matrix::zeros(m, n);
                 let want = ref_gemm(1.0, a.view(), ta, b.view(), tb, 0.0, zero.view());
-                assert_close(c.view(), &want, 1e-3, "beta = 0 over NaN");
-                // alpha = 0 and beta = 0 must also give zeros, not NaN.
-                let mut c = Matrix::from_vec(m, n, vec![f32::NAN; m * n]);
-                c.view_mut()
-                    .add_mat_mat(0.0, a.view(), ta, b.view(), tb, 0.0);
-                assert!(
-                    c.to_vec().iter().all(|&x| x == 0.0),
-                    "alpha = beta = 0 over NaN"
-                );
+                for backend in GemmBackend::available() {
+                    let what = format!("beta = 0 over NaN on {}", backend.name());
+                    let mut c = Matrix::from_vec(m, n, vec![f32::NAN; m * n]);
+                    c.view_mut()
+                        .add_mat_mat_on(backend, 1.0, a.view(), ta, b.view(), tb, 0.0);
+                    assert_close(c.view(), &want, 1e-3, &what);
+                    // alpha = 0 and beta = 0 must also give zeros, not NaN.
+                    let mut c = Matrix::from_vec(m, n, vec![f32::NAN; m * n]);
+                    c.view_mut()
+                        .add_mat_mat_on(backend, 0.0, a.view(), ta, b.view(), tb, 0.0);
+                    assert!(c.to_vec().iter().all(|&x| x == 0.0), "alpha = 0, {what}");
+                }
             }
         }
     }
@@ -275,8 +290,11 @@ fn gemm_one_and_two_threads_agree_with_reference() {
         }
         for ta in TRANS {
             for tb in TRANS {
-                // 192³ is above the single-thread cut-off, so this exercises the parallel path.
+                // 192³ is above the single-thread cut-off, so this exercises the parallel path;
+                // the other two are cut into several OpenBLAS blocks (by rows, by columns).
                 check_gemm(192, 160, 200, ta, tb, 1.0, 0.5, 900 + threads as u64);
+                check_gemm(1100, 70, 40, ta, tb, 1.0, 0.5, 910 + threads as u64);
+                check_gemm(60, 1500, 30, ta, tb, -0.5, 0.0, 920 + threads as u64);
             }
         }
     }
@@ -307,44 +325,59 @@ proptest! {
 }
 
 /// The same product on 1, 2 and 3 threads gives the same bits (every output element is
-/// summed in the same order whatever the split), in all four transpose forms.
+/// summed in the same order whatever the split), in all four transpose forms, on every
+/// backend of this build. The shapes reach past one OpenBLAS block (512) in either
+/// direction and cross the 64-aligned block edges.
 #[test]
 fn gemm_threads_give_identical_bits() {
     let mut g = rng(4242);
-    for &(m, n, k) in &[(211, 97, 300), (97, 211, 300), (130, 140, 150)] {
-        for ta in TRANS {
-            for tb in TRANS {
-                let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
-                let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
-                let a = Embedded::new(ar, ac, &mut g);
-                let b = Embedded::new(br, bc, &mut g);
-                let c0 = Embedded::new(m, n, &mut g);
-                let run = |threads: usize| {
-                    set_num_threads(threads);
-                    let mut c = Embedded {
-                        big: c0.big.clone(),
-                        orig: c0.orig.clone(),
-                        r: m,
-                        c: n,
-                    };
-                    c.view_mut()
-                        .add_mat_mat(0.5, a.view(), ta, b.view(), tb, -1.5);
-                    c.check_border();
-                    c.view().to_vec()
-                };
-                let one = run(1);
-                for threads in [2, 3] {
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&one),
-                        bits(&run(threads)),
-                        "{m}x{n}x{k} {ta:?}{tb:?} on {threads} threads"
-                    );
-                }
-            }
+    let shapes = [
+        (211, 97, 300),
+        (97, 211, 300),
+        (130, 140, 150),
+        (1100, 70, 40),
+        (60, 1500, 30),
+        (2100, 40, 30),
+    ];
+    for backend in GemmBackend::available() {
+        for &(m, n, k) in &shapes {
+            threads_give_identical_bits(backend, m, n, k, &mut g);
         }
     }
     set_num_threads(0);
+}
+
+fn threads_give_identical_bits(backend: GemmBackend, m: usize, n: usize, k: usize, g: &mut StdRng) {
+    for ta in TRANS {
+        for tb in TRANS {
+            let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
+            let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
+            let a = Embedded::new(ar, ac, g);
+            let b = Embedded::new(br, bc, g);
+            let c0 = Embedded::new(m, n, g);
+            let run = |threads: usize| {
+                set_num_threads(threads);
+                let mut c = c0.clone();
+                c.view_mut()
+                    .add_mat_mat_on(backend, 0.5, a.view(), ta, b.view(), tb, -1.5);
+                c.check_border();
+                c.view().to_vec()
+            };
+            let one = run(1);
+            for threads in [2, 3] {
+                let many = run(threads);
+                let differ = one
+                    .iter()
+                    .zip(&many)
+                    .position(|(x, y)| x.to_bits() != y.to_bits());
+                assert!(
+                    differ.is_none(),
+                    "{m}x{n}x{k} {ta:?}{tb:?} on {threads} threads on {}: element {differ:?} differs",
+                    backend.name()
+                );
+            }
+        }
+    }
 }
 
 /// Runs `op` on an embedded view and compares with `reference` applied to the original
@@ -2545,4 +2578,15 @@ fn row_parallel_kernels_do_not_depend_on_the_thread_count() {
         })
         .collect();
     assert_close(one[0].view(), &want, 0.0, "copy_rows");
+}
+
+/// A build with the `openblas` feature offers the OpenBLAS backend (and only such a build);
+/// `COMPNET_GEMM=openblas` makes it the process's backend.
+#[test]
+fn openblas_backend_comes_with_its_feature() {
+    let offered = GemmBackend::available().contains(&GemmBackend::OpenBlas);
+    assert_eq!(offered, cfg!(feature = "openblas"));
+    if offered && std::env::var("COMPNET_GEMM").is_ok_and(|v| v == "openblas") {
+        assert_eq!(gemm_backend_name(), "openblas");
+    }
 }

@@ -1,10 +1,13 @@
 //! Matrix products and the process-wide thread bound shared by every parallel kernel.
 //!
-//! Two GEMM backends, chosen once per process ([`gemm_backend`]): compnet's own AVX2+FMA
-//! kernel (src/matrix/sgemm.rs) on x86-64 CPUs with AVX2 and FMA but not AVX-512, and the
-//! pure-Rust `gemm` crate everywhere else (its AVX-512 kernels were within 89–99 % of
-//! OpenBLAS; its AVX2 ones are not). Both chosen by measurement: docs/PERFORMANCE.md, "GEMM".
-//! `COMPNET_GEMM=native|gemm-crate` overrides the choice (for benchmarks and comparisons).
+//! GEMM backends, one chosen per process ([`gemm_backend`]): compnet's own AVX2+FMA kernel
+//! (src/matrix/sgemm.rs) on x86-64 CPUs with AVX2 and FMA but not AVX-512; in a build with
+//! the `openblas` feature, the system OpenBLAS (src/matrix/openblas.rs) on CPUs with AVX-512
+//! where OpenBLAS runs its AVX-512 kernels; the pure-Rust `gemm` crate everywhere else (its
+//! AVX-512 kernels were within 89–99 % of OpenBLAS on an AMD CPU and 10–40 % behind on an
+//! Intel one; its AVX2 ones are behind). Chosen by measurement: docs/PERFORMANCE.md, "GEMM".
+//! `COMPNET_GEMM=native|openblas|gemm-crate` overrides the choice (for benchmarks and
+//! comparisons); [`MatViewMut::add_mat_mat_on`] runs one product on a named backend.
 
 use super::on_device;
 use super::{MatView, MatViewMut, Real, Trans};
@@ -18,6 +21,8 @@ pub enum GemmBackend {
     GemmCrate,
     /// compnet's own blocked kernel for x86-64 with AVX2 and FMA (src/matrix/sgemm.rs).
     NativeAvx2,
+    /// The system OpenBLAS's `cblas_sgemm` (only in builds with the `openblas` feature).
+    OpenBlas,
 }
 
 impl GemmBackend {
@@ -26,16 +31,40 @@ impl GemmBackend {
         match self {
             GemmBackend::GemmCrate => "gemm-crate",
             GemmBackend::NativeAvx2 => "native-avx2",
+            GemmBackend::OpenBlas => "openblas",
         }
+    }
+
+    /// Whether this build and CPU can run the backend.
+    pub fn is_available(self) -> bool {
+        match self {
+            GemmBackend::GemmCrate => true,
+            GemmBackend::NativeAvx2 => native_available(),
+            GemmBackend::OpenBlas => cfg!(feature = "openblas"),
+        }
+    }
+
+    /// The backends this build can run on this CPU (for tests and benchmarks that compare
+    /// them).
+    pub fn available() -> Vec<GemmBackend> {
+        [
+            GemmBackend::NativeAvx2,
+            GemmBackend::OpenBlas,
+            GemmBackend::GemmCrate,
+        ]
+        .into_iter()
+        .filter(|b| b.is_available())
+        .collect()
     }
 }
 
-/// The environment variable that overrides the backend: `native` or `gemm-crate`.
+/// The environment variable that overrides the backend: `native`, `openblas` or `gemm-crate`.
 pub const GEMM_ENV: &str = "COMPNET_GEMM";
 
 /// The GEMM backend of this process: chosen at the first product from the CPU's features
-/// (the native kernel where the CPU has AVX2 and FMA but not AVX-512, else the `gemm`
-/// crate), unless `COMPNET_GEMM` says otherwise.
+/// (the native kernel where the CPU has AVX2 and FMA but not AVX-512; with the `openblas`
+/// feature, OpenBLAS where the CPU has AVX-512 and OpenBLAS uses its AVX-512 kernels; else
+/// the `gemm` crate), unless `COMPNET_GEMM` says otherwise.
 pub fn gemm_backend() -> GemmBackend {
     static BACKEND: OnceLock<GemmBackend> = OnceLock::new();
     *BACKEND.get_or_init(|| choose_backend(std::env::var(GEMM_ENV).ok().as_deref()))
@@ -57,16 +86,36 @@ fn has_avx512() -> bool {
     false
 }
 
+/// Whether OpenBLAS is compiled in and runs its AVX-512 kernels on this CPU (Debian's
+/// OpenBLAS misdetects some virtual CPUs and then runs older, slower kernels; see
+/// `OPENBLAS_CORETYPE` in docs/PERFORMANCE.md).
+fn openblas_avx512() -> bool {
+    #[cfg(feature = "openblas")]
+    return has_avx512() && super::openblas::uses_avx512_kernels();
+    #[cfg(not(feature = "openblas"))]
+    false
+}
+
 /// The backend for an override value (`None`: no override).
 fn choose_backend(requested: Option<&str>) -> GemmBackend {
     let auto = if native_available() && !has_avx512() {
         GemmBackend::NativeAvx2
+    } else if openblas_avx512() {
+        GemmBackend::OpenBlas
     } else {
         GemmBackend::GemmCrate
     };
     match requested.map(str::trim) {
         None | Some("") => auto,
         Some("gemm-crate") => GemmBackend::GemmCrate,
+        Some("openblas") if GemmBackend::OpenBlas.is_available() => GemmBackend::OpenBlas,
+        Some("openblas") => {
+            eprintln!(
+                "WARNING: {GEMM_ENV}=openblas needs a build with the `openblas` feature; using {}",
+                auto.name()
+            );
+            auto
+        }
         Some("native") if native_available() => GemmBackend::NativeAvx2,
         Some("native") => {
             eprintln!(
@@ -76,12 +125,42 @@ fn choose_backend(requested: Option<&str>) -> GemmBackend {
         }
         Some(other) => {
             eprintln!(
-                "WARNING: {GEMM_ENV}={other:?} is neither native nor gemm-crate; using {}",
+                "WARNING: {GEMM_ENV}={other:?} is none of native, openblas, gemm-crate; using {}",
                 auto.name()
             );
             auto
         }
     }
+}
+
+/// The shortest block of C's longer side, in rows or columns, in the OpenBLAS backend: each
+/// block is one OpenBLAS call, which packs the other operand again (a 512-long block costs
+/// 1–4 % against one call on the training shapes).
+#[cfg_attr(not(feature = "openblas"), allow(dead_code))] // tested in every build
+const MIN_BLOCK: usize = 512;
+/// The most blocks one product is cut into.
+#[cfg_attr(not(feature = "openblas"), allow(dead_code))] // tested in every build
+const MAX_BLOCKS: usize = 16;
+/// Block lengths are multiples of this (a multiple of every OpenBLAS sgemm tile), so block
+/// edges fall on tile edges.
+#[cfg_attr(not(feature = "openblas"), allow(dead_code))] // tested in every build
+const BLOCK_ALIGN: usize = 64;
+
+/// How the OpenBLAS backend cuts C's longer side (`len`): (block length, number of blocks).
+/// A function of the shape only: one block when `work` (m·n·k) is below the parallel
+/// cut-off `min_work`, else the largest power of two up to [`MAX_BLOCKS`] blocks of at
+/// least [`MIN_BLOCK`].
+#[cfg_attr(not(feature = "openblas"), allow(dead_code))] // tested in every build
+pub(super) fn split_blocks(len: usize, work: usize, min_work: usize) -> (usize, usize) {
+    if work < min_work || len < 2 * MIN_BLOCK {
+        return (len, 1);
+    }
+    let mut count = 1;
+    while count * 2 <= MAX_BLOCKS && len / (count * 2) >= MIN_BLOCK {
+        count *= 2;
+    }
+    let block = len.div_ceil(count).next_multiple_of(BLOCK_ALIGN);
+    (block, len.div_ceil(block))
 }
 
 /// One operand of [`strided_gemm`]: its first element and the distances, in elements,
@@ -239,6 +318,31 @@ impl MatViewMut<'_> {
         tb: Trans,
         beta: Real,
     ) {
+        self.add_mat_mat_on(gemm_backend(), alpha, a, ta, b, tb, beta);
+    }
+
+    /// [`add_mat_mat`](Self::add_mat_mat) on a named backend instead of the process's (for
+    /// tests and benchmarks that compare backends; see [`GemmBackend::available`]).
+    ///
+    /// # Panics
+    /// If the shapes do not agree, or the backend is not available in this build or on this
+    /// CPU.
+    #[allow(clippy::too_many_arguments)] // add_mat_mat's operands plus the backend
+    pub fn add_mat_mat_on(
+        &mut self,
+        backend: GemmBackend,
+        alpha: Real,
+        a: MatView<'_>,
+        ta: Trans,
+        b: MatView<'_>,
+        tb: Trans,
+        beta: Real,
+    ) {
+        assert!(
+            backend.is_available(),
+            "add_mat_mat_on: backend {} is not available here",
+            backend.name()
+        );
         let (m, k, a_rs, a_cs) = op_layout(&a, ta);
         let (k2, n, b_rs, b_cs) = op_layout(&b, tb);
         assert!(
@@ -262,7 +366,7 @@ impl MatViewMut<'_> {
         // The native kernel computes C row-major directly: the transposed route below (for
         // the gemm crate) was slower with it (50×650→3000: 48–53 against 56–62 GFLOP/s).
         #[cfg(target_arch = "x86_64")]
-        if gemm_backend() == GemmBackend::NativeAvx2 {
+        if backend == GemmBackend::NativeAvx2 {
             use super::sgemm::Strided;
             // Views have non-negative strides (op_layout's are a row stride and 1).
             let op = |data, rs: isize, cs: isize| Strided {
@@ -281,6 +385,40 @@ impl MatViewMut<'_> {
                 c_rs,
                 threads_for(m, n, k),
             );
+            super::check::check_finite("add_mat_mat", self.as_view());
+            return;
+        }
+        // OpenBLAS reads the row-major views as they are (a transposed operand is a
+        // transposed flag and the same row stride).
+        #[cfg(feature = "openblas")]
+        if backend == GemmBackend::OpenBlas
+            && super::openblas::fits(&[m, n, k, a.stride(), b.stride(), self.stride()])
+        {
+            use super::openblas::Stored;
+            let stored = |v: &MatView<'_>, t: Trans| Stored {
+                ptr: v.as_slice().as_ptr(),
+                ld: v.stride().max(1),
+                trans: t == Trans::Yes,
+            };
+            let (sa, sb) = (stored(&a, ta), stored(&b, tb));
+            let ldc = self.stride().max(1);
+            // SAFETY: m, n, k ≥ 1 and every size fits a C int (checked above); each view's
+            // slice holds its rows × cols at its stride (≥ its columns), which is op(a) (m×k)
+            // or its transpose, op(b) (k×n) or its transpose, and C (m×n); `self` is a
+            // unique borrow, so C overlaps neither input.
+            unsafe {
+                super::openblas::sgemm(
+                    [m, n, k],
+                    alpha,
+                    sa,
+                    sb,
+                    beta,
+                    self.as_mut_slice().as_mut_ptr(),
+                    ldc,
+                    threads_for(m, n, k),
+                    PARALLEL_MIN_WORK,
+                );
+            }
             super::check::check_finite("add_mat_mat", self.as_view());
             return;
         }
@@ -411,8 +549,25 @@ impl MatView<'_> {
 mod tests {
     use super::*;
 
-    /// The override picks either backend; anything else (or nothing) gives the CPU's choice,
-    /// which is the native kernel exactly where AVX2+FMA exist without AVX-512.
+    /// OpenBLAS's blocks cover the side exactly, are aligned, and depend on the shape only.
+    #[test]
+    fn split_blocks_cover_the_side() {
+        assert_eq!(split_blocks(5632, usize::MAX, 1), (704, 8));
+        assert_eq!(split_blocks(3000, usize::MAX, 1), (768, 4));
+        assert_eq!(split_blocks(1023, usize::MAX, 1), (1023, 1));
+        assert_eq!(split_blocks(1024, usize::MAX, 1), (512, 2));
+        assert_eq!(split_blocks(100_000, usize::MAX, 1).1, MAX_BLOCKS);
+        assert_eq!(split_blocks(5632, 10, 11), (5632, 1));
+        for len in (1..20_000).step_by(37) {
+            let (block, count) = split_blocks(len, usize::MAX, 1);
+            assert!(block * count >= len && block * (count - 1) < len, "{len}");
+            assert!(count == 1 || block % BLOCK_ALIGN == 0, "{len}");
+        }
+    }
+
+    /// The override picks any backend of this build; anything else (or nothing) gives the
+    /// CPU's choice, which is the native kernel exactly where AVX2+FMA exist without AVX-512
+    /// and OpenBLAS exactly where it is compiled in and runs AVX-512 kernels.
     #[test]
     fn backend_choice_follows_cpu_and_override() {
         let auto = choose_backend(None);
@@ -420,6 +575,15 @@ mod tests {
             auto == GemmBackend::NativeAvx2,
             native_available() && !has_avx512()
         );
+        assert_eq!(auto == GemmBackend::OpenBlas, openblas_avx512());
+        assert!(auto.is_available() && GemmBackend::available().contains(&auto));
+        let openblas = choose_backend(Some("openblas"));
+        if cfg!(feature = "openblas") {
+            assert_eq!(openblas, GemmBackend::OpenBlas);
+        } else {
+            assert_eq!(openblas, auto);
+            assert!(!GemmBackend::available().contains(&GemmBackend::OpenBlas));
+        }
         assert_eq!(choose_backend(Some("")), auto);
         assert_eq!(choose_backend(Some("fastest")), auto);
         assert_eq!(choose_backend(Some("gemm-crate")), GemmBackend::GemmCrate);

@@ -34,6 +34,8 @@ mod gru;
 pub mod int8;
 mod lstm;
 mod normalize;
+#[cfg(feature = "openblas")]
+mod openblas;
 mod ops;
 mod parallel;
 mod patches;

@@ -6,7 +6,9 @@
 //! rows (a block stays in L2), and a register-blocked micro-kernel that multiplies one A
 //! micro-panel by one B micro-panel (the B micro-panel, 16 KiB at KC = 256, stays in L1
 //! while the kernel walks down the A block). Packing reads the operands through their row
-//! and column strides, so every transpose form and any view into a bigger matrix works.
+//! and column strides, so every transpose form and any view into a bigger matrix works. A
+//! product of at most MC rows with a row-major op(B) reads B's rows in place instead (the
+//! packing would cost as much as such a product reads).
 //!
 //! The kernel keeps a 6 × 16 tile of C in twelve ymm registers: per k step two loads of
 //! B, six broadcasts of A, twelve fused multiply-adds. Edge tiles are computed by the same
@@ -335,25 +337,40 @@ impl Job {
     ) {
         let kb = k_block(self.k);
         let mut tile = [Line([0.0; 16]); MR];
+        // Few rows (one A block) and row-major op(B): the kernel reads B's rows in place
+        // (16 contiguous floats per step at B's row stride) instead of packing B, which a
+        // product of a few rows does not amortise (a layer's input derivative in chunked
+        // inference: 16×650→1950 and 50×3000→650 went from 81–86 % of OpenBLAS to 95–100 %);
+        // only a last, narrower micro-panel is packed. Same values in the same order, so the
+        // same bits as packing.
+        let direct = !self.b_packed && self.b_cs == 1 && rows <= MC;
         for jc in (0..cols).step_by(NC) {
             let nc = NC.min(cols - jc);
+            // Columns jc..jc + full are whole micro-panels.
+            let full = nc / NR * NR;
             for pc in (0..self.k).step_by(kb) {
                 let kc = kb.min(self.k - pc);
                 // SAFETY: (pc.., c0 + jc..) is inside op(B), k × n; the panel is kc × nc. A
                 // packed B holds k-block pc at pc·n_pad (the blocks before it hold pc steps of
                 // n_pad floats) and, in it, the micro-panels of columns c0 + jc.. (a multiple
-                // of NR) at (c0 + jc)·kc.
-                let bp = unsafe {
+                // of NR) at (c0 + jc)·kc. Read in place, the panel starts at its first element
+                // and a narrower last micro-panel (columns full..nc) is packed into `b_buf`.
+                let (bp, b_src) = unsafe {
+                    let src = self
+                        .b
+                        .0
+                        .add(pc * self.b_rs + (c0 + jc) * self.b_cs)
+                        .cast_const();
                     if self.b_packed {
-                        self.b.0.add(pc * self.n_pad + (c0 + jc) * kc)
+                        (self.b.0.add(pc * self.n_pad + (c0 + jc) * kc), src)
+                    } else if direct {
+                        if full < nc {
+                            pack_b(kc, nc - full, src.add(full), self.b_rs, 1, b_buf);
+                        }
+                        (b_buf, src)
                     } else {
-                        let src = self
-                            .b
-                            .0
-                            .add(pc * self.b_rs + (c0 + jc) * self.b_cs)
-                            .cast_const();
                         pack_b(kc, nc, src, self.b_rs, self.b_cs, b_buf);
-                        b_buf
+                        (b_buf, src)
                     }
                 };
                 let beta = if pc == 0 { self.beta } else { 1.0 };
@@ -378,13 +395,19 @@ impl Job {
                             // this thread's range of C.
                             unsafe {
                                 let a = ap.add(ir * kc).cast_const();
-                                let b = bp.add(jr * kc).cast_const();
+                                let (b, b_step) = if !direct {
+                                    (bp.add(jr * kc).cast_const(), NR)
+                                } else if jr < full {
+                                    (b_src.add(jr), self.b_rs)
+                                } else {
+                                    (bp.cast_const(), NR)
+                                };
                                 let c = self.c.0.add((r0 + ic + ir) * self.c_rs + c0 + jc + jr);
                                 if mr == MR && nr == NR {
-                                    kernel(kc, a, b, c, self.c_rs, self.alpha, beta);
+                                    kernel(kc, a, b, b_step, c, self.c_rs, self.alpha, beta);
                                 } else {
                                     let t = tile.as_mut_ptr().cast::<f32>();
-                                    kernel(kc, a, b, t, NR, 1.0, 0.0);
+                                    kernel(kc, a, b, b_step, t, NR, 1.0, 0.0);
                                     store_edge(t, mr, nr, c, self.c_rs, self.alpha, beta);
                                 }
                             }
@@ -577,14 +600,17 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 /// `c = alpha·acc + beta·c` (beta 0: `alpha·acc`, c not read; beta 1: `alpha·acc + c`).
 ///
 /// # Safety
-/// `a` holds kc × MR floats, `b` kc × NR floats, and `c` addresses an MR × NR tile with row
-/// stride `c_rs`. The CPU has AVX2 and FMA.
+/// `a` holds kc × MR floats, `b` kc steps of NR floats `b_step` floats apart (NR when
+/// packed), and `c` addresses an MR × NR tile with row stride `c_rs`. The CPU has AVX2 and
+/// FMA.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
+#[allow(clippy::too_many_arguments)]
 unsafe fn kernel(
     kc: usize,
     a: *const f32,
     b: *const f32,
+    b_step: usize,
     c: *mut f32,
     c_rs: usize,
     alpha: f32,
@@ -619,21 +645,22 @@ unsafe fn kernel(
         unsafe {
             _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_A).cast::<i8>());
             step(&mut acc, a, b);
-            step(&mut acc, a.add(MR), b.add(NR));
-            step(&mut acc, a.add(2 * MR), b.add(2 * NR));
-            step(&mut acc, a.add(3 * MR), b.add(3 * NR));
+            step(&mut acc, a.add(MR), b.add(b_step));
+            step(&mut acc, a.add(2 * MR), b.add(2 * b_step));
+            step(&mut acc, a.add(3 * MR), b.add(3 * b_step));
             a = a.add(4 * MR);
-            b = b.add(4 * NR);
+            b = b.wrapping_add(4 * b_step);
         }
         left -= 4;
     }
     while left > 0 {
         step(&mut acc, a, b);
-        // SAFETY: the next step, or one past the panels' ends (not read).
+        // SAFETY: the next step, or one past the panels' ends (not read; `wrapping_add`
+        // for B read in place, whose step past the end may lie beyond its allocation).
         unsafe {
             a = a.add(MR);
-            b = b.add(NR);
         }
+        b = b.wrapping_add(b_step);
         left -= 1;
     }
     let va = _mm256_set1_ps(alpha);

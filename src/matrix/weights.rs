@@ -275,7 +275,9 @@ impl WeightMatrix {
             super::gemm::add_mat_packed(y, alpha, x, &packed, beta);
             return;
         }
-        let fresh = fresh || native;
+        // OpenBLAS reads X·Wᵀ with W in place as fast as through a copy.
+        let fresh =
+            fresh || native || super::gemm::gemm_backend() == super::gemm::GemmBackend::OpenBlas;
         // On a GPU the plain product (cuBLAS) is the fast one.
         if fresh || rows < MIN_ROWS || inp == 0 || out == 0 || alpha == 0.0 || y.place.on_device() {
             let w = self.w.view().cols_range(c0, inp);
