@@ -212,8 +212,16 @@ impl Outputs<'_> {
         })
     }
 
-    /// Copies a group's output rows (chunk after chunk) to their utterances.
-    fn place(&mut self, jobs: &[ChunkJob], group: &[usize], m: &Matrix) {
+    /// Copies a group's output rows (chunk after chunk) to their utterances, handing out
+    /// each utterance as soon as it is complete: before the next utterance's first chunk is
+    /// placed, so that one can reuse its buffer (one utterance output alive instead of two).
+    fn place(
+        &mut self,
+        jobs: &[ChunkJob],
+        group: &[usize],
+        m: &Matrix,
+        emit: &mut dyn FnMut(usize, Matrix) -> Result<Option<Matrix>>,
+    ) -> std::result::Result<(), (usize, Error)> {
         let mut row = 0;
         for &j in group {
             let job = &jobs[j];
@@ -224,7 +232,9 @@ impl Outputs<'_> {
                 row += 1;
             }
             self.left[job.utt] -= 1;
+            self.emit_ready(emit)?;
         }
+        Ok(())
     }
 
     /// Hands out, in order, every utterance whose chunks are all placed; keeps what `emit`
@@ -387,8 +397,10 @@ impl ChunkComputer {
     /// [`Self::compute_many`] handing each utterance's output to `f` (with the utterance's
     /// index) as soon as its chunks and those of every utterance before it are computed, in
     /// order; the same values. The matrix is lent: its buffer is reused for a later
-    /// utterance, so a long list of utterances holds about two outputs at a time instead of
-    /// all of them. An error of `f` stops the computation and is returned with the index.
+    /// utterance, so a long list of utterances holds about one output at a time (more
+    /// where a differently shaped last chunk is computed after later utterances' chunks)
+    /// instead of all of them. An error of `f` stops the computation and is returned with
+    /// the index.
     pub fn compute_each(
         &mut self,
         utts: &[Utterance<'_>],
@@ -508,8 +520,7 @@ impl ChunkComputer {
                 crate::matrix::set_num_threads(saved);
                 for (g, res) in groups.iter().zip(results) {
                     let m = res.map_err(|e| (jobs[g[0]].utt, e))?;
-                    outputs.place(&jobs, g, &m);
-                    outputs.emit_ready(emit)?;
+                    outputs.place(&jobs, g, &m, emit)?;
                 }
             } else {
                 // One group at a time, its output buffer handed back to this thread's pool
@@ -517,9 +528,8 @@ impl ChunkComputer {
                 // faults).
                 for g in &groups {
                     let m = run(g).map_err(|e| (jobs[g[0]].utt, e))?;
-                    outputs.place(&jobs, g, &m);
+                    outputs.place(&jobs, g, &m, emit)?;
                     crate::run::computer::recycle(m);
-                    outputs.emit_ready(emit)?;
                 }
             }
             Ok(())
