@@ -154,21 +154,16 @@ impl Engine {
         }
     }
 
-    /// The utterances' outputs, handed to `f` in order (chunked: each as soon as it is
-    /// complete, its buffer reused for a later one).
+    /// The utterances' outputs, handed to `f` in order, each as soon as it is complete
+    /// (chunked: its buffer reused for a later one; looped: on one thread).
     fn compute_each(
         &mut self,
         utts: &[Utterance<'_>],
-        mut f: impl FnMut(usize, &mut Matrix) -> Result<()>,
+        f: impl FnMut(usize, &mut Matrix) -> Result<()>,
     ) -> std::result::Result<(), (usize, Error)> {
         match self {
             Engine::Chunked(c) => c.compute_each(utts, f),
-            Engine::Looped(l) => {
-                for (u, mut out) in l.compute_many(utts)?.into_iter().enumerate() {
-                    f(u, &mut out).map_err(|e| (u, e))?;
-                }
-                Ok(())
-            }
+            Engine::Looped(l) => l.compute_each(utts, f),
         }
     }
 }
