@@ -184,3 +184,70 @@ fn batched_computation_is_bit_reproducible() {
         }
     }
 }
+
+/// `compute_each` hands out the outputs of `compute_many`, bit for bit and in order, while
+/// reusing the buffers it lent: the caller overwrites each lent output with NaN, and later
+/// utterances (longer and shorter ones, in the same call and the next) still come out
+/// right. With priors, their logs are subtracted in both. An error of the callback stops
+/// the computation and comes back with the utterance's index.
+#[test]
+fn outputs_handed_out_one_by_one_equal_the_batched_ones() {
+    let lengths = [40usize, 9, 64, 1, 23, 41, 8, 70];
+    let utts: Vec<Matrix> = lengths
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| feats(n, 500 + i as u64))
+        .collect();
+    let batch: Vec<Utterance<'_>> = utts
+        .iter()
+        .map(|m| Utterance {
+            feats: m,
+            ivector: IvectorSource::None,
+        })
+        .collect();
+    let priors = compnet::matrix::Vector::from_vec(vec![0.1, 0.2, 0.3, 0.4]);
+    for (config, priors) in [(TDNN, None), (TDNN, Some(&priors)), (RNN, None)] {
+        let opts = NnetSimpleComputationOptions {
+            frames_per_chunk: 8,
+            ..Default::default()
+        };
+        let model = nnet(config, 11);
+        let mut cc = ChunkComputer::new(model.clone(), &opts, "output", priors).unwrap();
+        let want: Vec<Vec<u32>> = cc
+            .compute_many(&batch)
+            .map_err(|(u, e)| format!("utt {u}: {e}"))
+            .unwrap()
+            .iter()
+            .map(|m| m.to_vec().iter().map(|x| x.to_bits()).collect())
+            .collect();
+        let mut cc = ChunkComputer::new(model, &opts, "output", priors).unwrap();
+        for round in 0..2 {
+            let mut got: Vec<(usize, Vec<u32>)> = Vec::new();
+            cc.compute_each(&batch, |u, m| {
+                got.push((u, m.to_vec().iter().map(|x| x.to_bits()).collect()));
+                m.view_mut().set_const(f32::NAN);
+                Ok(())
+            })
+            .map_err(|(u, e)| format!("utt {u}: {e}"))
+            .unwrap();
+            assert_eq!(got.len(), want.len(), "round {round}");
+            for (i, (u, bits)) in got.iter().enumerate() {
+                assert_eq!(*u, i, "round {round}: order");
+                assert_eq!(bits, &want[i], "round {round}: utterance {i}");
+            }
+        }
+        let mut seen = 0;
+        let err = cc
+            .compute_each(&batch, |u, _| {
+                seen += 1;
+                if u == 2 {
+                    Err(compnet::error::Error::Compute("stop".into()))
+                } else {
+                    Ok(())
+                }
+            })
+            .unwrap_err();
+        assert_eq!(err.0, 2);
+        assert_eq!(seen, 3);
+    }
+}

@@ -241,3 +241,80 @@ fn quantize_option_forms() {
     .to_string();
     assert!(e.contains("--quantize=int16"), "{e}");
 }
+
+/// An affine layer and the ReLU in place after it run as one pass with 8-bit products
+/// (`NnetComputer`'s fusion, `int8::forward_bias_relu`): the outputs are bit-identical to
+/// running the two commands one after the other (`without_fusion`), the pairs are fused
+/// (both affine+ReLU pairs of this network), and with float products nothing is fused.
+#[test]
+fn fused_affine_relu_equals_the_two_steps() {
+    use compnet::compile::{
+        compile_computation, optimize, CompilerOptions, ComputationRequest, IoSpecification,
+        OptimizeOptions,
+    };
+    use compnet::nnet::Index;
+    use compnet::run::NnetComputer;
+    let config = "input-node name=input dim=6
+component name=a type=NaturalGradientAffineComponent input-dim=18 output-dim=20
+component-node name=a component=a input=Append(Offset(input, -1), input, Offset(input, 1))
+component name=r type=RectifiedLinearComponent dim=20
+component-node name=r component=r input=a
+component name=n type=NormalizeComponent dim=20
+component-node name=n component=n input=r
+component name=b type=AffineComponent input-dim=40 output-dim=16
+component-node name=b component=b input=Append(Offset(n, -1), n)
+component name=r2 type=RectifiedLinearComponent dim=16
+component-node name=r2 component=r2 input=b
+component name=o type=AffineComponent input-dim=16 output-dim=5
+component-node name=o component=o input=r2
+component name=s type=LogSoftmaxComponent dim=5
+component-node name=s component=s input=o
+output-node name=output input=s
+";
+    let mut nnet =
+        Nnet::from_config_text(config, "test.config", &mut compnet::random::seeded_rng(5))
+            .expect("config");
+    let req = ComputationRequest {
+        inputs: vec![IoSpecification {
+            name: "input".into(),
+            indexes: (0..3)
+                .flat_map(|n| (-2..=10).map(move |t| Index::new(n, t, 0)))
+                .collect(),
+            has_deriv: false,
+        }],
+        outputs: vec![IoSpecification {
+            name: "output".into(),
+            indexes: (0..3)
+                .flat_map(|n| (0..=9).map(move |t| Index::new(n, t, 0)))
+                .collect(),
+            has_deriv: false,
+        }],
+        ..Default::default()
+    };
+    let mut comp = compile_computation(&nnet, &req, &CompilerOptions::default()).expect("compile");
+    optimize(&nnet, &mut comp, &OptimizeOptions::default());
+    let x = compnet::testing::numeric::gauss(39, 6, 17);
+    let run = |nnet: &Nnet, fuse: bool| {
+        let c = NnetComputer::new(&comp, nnet, None).poison_undefined();
+        let mut c = if fuse { c } else { c.without_fusion() };
+        c.accept_input("input", x.clone()).unwrap();
+        c.run_forward().unwrap();
+        let bits: Vec<u32> = c
+            .output("output")
+            .unwrap()
+            .to_vec()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        (bits, c.num_fused())
+    };
+    let (float_fused, n) = run(&nnet, true);
+    assert_eq!(n, 0, "float products are never fused");
+    assert_eq!(float_fused, run(&nnet, false).0);
+    nnet.set_int8_inference(true);
+    let (fused, n) = run(&nnet, true);
+    let (alone, n0) = run(&nnet, false);
+    assert_eq!((n, n0), (2, 0));
+    assert_eq!(fused, alone, "fused affine+ReLU differs from the two steps");
+    assert_ne!(fused, float_fused, "the int8 path ran");
+}

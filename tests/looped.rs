@@ -447,3 +447,37 @@ fn chunk_size_and_ivector_period() {
     // The network changed its modulus to lcm(2, 10).
     assert_eq!(get_chunk_size(&nnet, 1, 21), 30);
 }
+
+/// `LoopedDecoder::compute_each` (what `compute --looped` writes from) hands out the outputs
+/// of `compute_many`, in order and bit for bit.
+#[test]
+fn outputs_handed_out_one_by_one_equal_the_batched_ones() {
+    use compnet::run::chunked::Utterance;
+    let dec = tdnn_decoder();
+    let case = golden_dir().join("cases").join("tdnn-component");
+    let utts = read_archive(&case.join("feats.txt"));
+    let batch: Vec<Utterance<'_>> = utts
+        .iter()
+        .map(|(_, m)| Utterance {
+            feats: m,
+            ivector: IvectorSource::None,
+        })
+        .collect();
+    let want = dec
+        .compute_many(&batch)
+        .map_err(|(u, e)| format!("utt {u}: {e}"))
+        .unwrap();
+    let mut got = Vec::new();
+    dec.compute_each(&batch, |u, m| {
+        got.push((u, m.clone()));
+        Ok(())
+    })
+    .map_err(|(u, e)| format!("utt {u}: {e}"))
+    .unwrap();
+    assert!(utts.len() > 1);
+    assert_eq!(got.len(), want.len());
+    for (i, (u, m)) in got.iter().enumerate() {
+        assert_eq!(*u, i);
+        assert!(m == &want[i], "utterance {i}");
+    }
+}

@@ -154,13 +154,16 @@ impl Engine {
         }
     }
 
-    fn compute_many(
+    /// The utterances' outputs, handed to `f` in order, each as soon as it is complete
+    /// (chunked: its buffer reused for a later one; looped: on one thread).
+    fn compute_each(
         &mut self,
         utts: &[Utterance<'_>],
-    ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
+        f: impl FnMut(usize, &mut Matrix) -> Result<()>,
+    ) -> std::result::Result<(), (usize, Error)> {
         match self {
-            Engine::Chunked(c) => c.compute_many(utts),
-            Engine::Looped(l) => l.compute_many(utts),
+            Engine::Chunked(c) => c.compute_each(utts, f),
+            Engine::Looped(l) => l.compute_each(utts, f),
         }
     }
 }
@@ -252,7 +255,8 @@ pub fn run(mut a: Args) -> Result<i32> {
     };
     let (mut done, mut failed) = (0usize, 0usize);
     // Utterances are computed a few at a time, so that short ones share computations
-    // (`ChunkComputer::compute_many`); outputs are written in input order.
+    // (`ChunkComputer::compute_each`); outputs are written in input order, each as soon as
+    // it and those before it are computed.
     let mut pending: Vec<(String, Matrix, OwnedIvector)> = Vec::new();
     let mut pending_frames = 0usize;
     let flush = |pending: &mut Vec<(String, Matrix, OwnedIvector)>,
@@ -267,10 +271,10 @@ pub fn run(mut a: Args) -> Result<i32> {
                 ivector: iv.source(a.online_ivector_period),
             })
             .collect();
-        let outs = cc.compute_many(&utts).map_err(|(u, e)| {
-            Error::Compute(format!("{feats_rspec}: utterance {}: {e}", pending[u].0))
-        })?;
-        for ((key, feats, _), mut out) in pending.iter().zip(outs) {
+        // A failed write stops the computation and is reported as it is.
+        let mut write_error = None;
+        let computed = cc.compute_each(&utts, |u, out| {
+            let (key, feats, _) = &pending[u];
             crate::log::vlog(1, "compnet compute", || {
                 format!(
                     "utterance {key}: {} frames in, {} output rows",
@@ -281,9 +285,23 @@ pub fn run(mut a: Args) -> Result<i32> {
             if a.apply_exp {
                 out.view_mut().apply_exp();
             }
-            writer.write(key, &out)?;
-            *done += 1;
+            match writer.write(key, out) {
+                Ok(()) => {
+                    *done += 1;
+                    Ok(())
+                }
+                Err(e) => {
+                    write_error = Some(e);
+                    Err(Error::Compute("output not written".into()))
+                }
+            }
+        });
+        if let Some(e) = write_error {
+            return Err(e);
         }
+        computed.map_err(|(u, e)| {
+            Error::Compute(format!("{feats_rspec}: utterance {}: {e}", pending[u].0))
+        })?;
         if let Some(b) = &bar {
             b.set_message(format!("{done} utterances"));
             b.tick();

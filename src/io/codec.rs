@@ -159,20 +159,19 @@ impl TokenWriter {
     /// A float matrix (`FM` in binary; ` [ ... ]` in text).
     pub fn matrix(&mut self, m: &Matrix) {
         if self.binary {
-            self.token("FM");
-            self.i32(m.num_rows() as i32);
-            self.i32(m.num_cols() as i32);
-            // One host copy (row-major), then sized once and filled (a loop the compiler
-            // vectorises).
-            let host = m.to_vec();
-            let start = self.buf.len();
-            self.buf.resize(start + 4 * host.len(), 0);
-            for (o, &x) in self.buf[start..].chunks_exact_mut(4).zip(&host) {
-                o.copy_from_slice(&x.to_le_bytes());
-            }
+            self.binary_matrix_header(m.num_rows(), m.num_cols());
+            // Straight from the rows into the buffer (which the table writer reuses).
+            m.view().extend_le_bytes(&mut self.buf);
         } else {
             self.text_matrix(m.num_rows(), m.num_cols(), &m.to_vec());
         }
+    }
+    /// The start of a binary float matrix (`FM`, rows, columns), which its row-major
+    /// little-endian data follows.
+    pub fn binary_matrix_header(&mut self, rows: usize, cols: usize) {
+        self.token("FM");
+        self.i32(rows as i32);
+        self.i32(cols as i32);
     }
     /// A double vector (`DV` in binary; ` [ ... ]` in text, as a float vector prints).
     pub fn vector_f64(&mut self, v: &[f64]) {

@@ -537,6 +537,13 @@ pub trait TableObject: Sized {
     fn read_object(r: &mut TokenReader<'_>) -> Result<Self>;
     /// Writes one object (without the `\0B` header).
     fn write_object(&self, w: &mut TokenWriter);
+    /// As [`Self::write_object`], possibly leaving the object's last bytes out of `w`: they
+    /// are returned, borrowed from the object, to be written right after `w`'s bytes (a
+    /// large matrix's data is then written from where it is, not copied into the buffer).
+    fn write_object_in_place(&self, w: &mut TokenWriter) -> Option<&[u8]> {
+        self.write_object(w);
+        None
+    }
     /// Applies an scp range specifier; the default says ranges are unsupported.
     fn extract_range(&self, range: &RangeSpec) -> std::result::Result<Self, String> {
         let _ = range;
@@ -555,6 +562,16 @@ impl TableObject for Matrix {
     }
     fn write_object(&self, w: &mut TokenWriter) {
         w.matrix(self)
+    }
+    fn write_object_in_place(&self, w: &mut TokenWriter) -> Option<&[u8]> {
+        if w.is_binary() {
+            if let Some(data) = self.view().le_bytes() {
+                w.binary_matrix_header(self.num_rows(), self.num_cols());
+                return Some(data);
+            }
+        }
+        w.matrix(self);
+        None
     }
     fn extract_range(&self, range: &RangeSpec) -> std::result::Result<Self, String> {
         sub_matrix(self, range)
@@ -1263,7 +1280,8 @@ impl<T: TableObject> TableWriter<T> {
         }
         let mut tw = TokenWriter::with_buffer(self.binary, std::mem::take(&mut self.buffer));
         tw.binary_header();
-        obj.write_object(&mut tw);
+        // The object's bytes: the buffer, then (a matrix's data) a tail written in place.
+        let tail = obj.write_object_in_place(&mut tw).unwrap_or_default();
         let body = tw.into_bytes();
         if let Some(map) = &self.script_in {
             let wx = map.get(key).ok_or_else(|| {
@@ -1271,6 +1289,8 @@ impl<T: TableObject> TableWriter<T> {
             })?;
             let mut sink = Sink::open(wx)?;
             sink.write_all(&body)?;
+            sink.write_all(tail)?;
+            self.buffer = body;
             return sink.close();
         }
         if let Some(a) = &mut self.archive {
@@ -1278,7 +1298,8 @@ impl<T: TableObject> TableWriter<T> {
             a.write_all(b" ")?;
             let offset = self.written + key.len() + 1;
             a.write_all(&body)?;
-            self.written = offset + body.len();
+            a.write_all(tail)?;
+            self.written = offset + body.len() + tail.len();
             if self.flush {
                 a.flush()?;
             }

@@ -69,10 +69,15 @@ impl PackedWeights {
         for (j, scale) in scales.iter_mut().enumerate().take(out) {
             *scale = quantize_row_fastest(w.row(j), WEIGHT_LEVELS, &mut q).0;
             let (p, jj) = (j / PANEL, j % PANEL);
-            let panel = &mut data[p * groups * PANEL * GROUP..];
-            for (k, &v) in q.iter().enumerate() {
-                panel[(k / GROUP) * PANEL * GROUP + jj * GROUP + k % GROUP] =
-                    (v as i32 + WEIGHT_OFFSET) as u8;
+            let panel = &mut data[p * groups * PANEL * GROUP..(p + 1) * groups * PANEL * GROUP];
+            // Row j's 4 bytes of each group, one group every PANEL · GROUP bytes.
+            for (d, qs) in panel[jj * GROUP..]
+                .chunks_mut(PANEL * GROUP)
+                .zip(q.chunks(GROUP))
+            {
+                for (b, &v) in d.iter_mut().zip(qs) {
+                    *b = (v as i32 + WEIGHT_OFFSET) as u8;
+                }
             }
         }
         PackedWeights {
@@ -366,7 +371,7 @@ pub fn forward_with(
     y: &mut MatViewMut<'_>,
     beta: Real,
 ) {
-    product(kernel, w, alpha, x, y, beta, None);
+    product(kernel, w, alpha, x, y, beta, None, false);
 }
 
 /// `y = x · Wᵀ + bias` (the bias added to every row): an affine layer's product. The bias is
@@ -390,9 +395,37 @@ pub fn forward_bias_with(
     bias: &[Real],
 ) {
     assert_eq!(bias.len(), w.out, "int8::forward_bias: bias dimension");
-    product(kernel, w, 1.0, x, y, 0.0, Some(bias));
+    product(kernel, w, 1.0, x, y, 0.0, Some(bias), false);
 }
 
+/// [`forward_bias`] followed by a ReLU (`y = if y < 0 { 0 } else { y }`, the floor of
+/// `RectifiedLinearComponent`: NaN and −0 stay), in the pass that scales the sums back: an
+/// affine layer and the ReLU after it, with the floats of running the two one after the
+/// other and one pass over the output fewer.
+///
+/// # Panics
+/// If the shapes do not agree (a programming error).
+pub fn forward_bias_relu(w: &PackedWeights, x: MatView<'_>, y: &mut MatViewMut<'_>, bias: &[Real]) {
+    forward_bias_relu_with(Int8Kernel::best(), w, x, y, bias);
+}
+
+/// As [`forward_bias_relu`] on a chosen kernel (which must be one of
+/// [`Int8Kernel::available`]).
+///
+/// # Panics
+/// If the shapes do not agree or the CPU lacks the kernel's instructions.
+pub fn forward_bias_relu_with(
+    kernel: Int8Kernel,
+    w: &PackedWeights,
+    x: MatView<'_>,
+    y: &mut MatViewMut<'_>,
+    bias: &[Real],
+) {
+    assert_eq!(bias.len(), w.out, "int8::forward_bias_relu: bias dimension");
+    product(kernel, w, 1.0, x, y, 0.0, Some(bias), true);
+}
+
+#[allow(clippy::too_many_arguments)]
 fn product(
     kernel: Int8Kernel,
     w: &PackedWeights,
@@ -401,6 +434,7 @@ fn product(
     y: &mut MatViewMut<'_>,
     beta: Real,
     bias: Option<&[Real]>,
+    relu: bool,
 ) {
     assert!(
         x.num_cols() == w.inp && y.num_rows() == x.num_rows() && y.num_cols() == w.out,
@@ -420,7 +454,7 @@ fn product(
     if x.num_rows() == 0 || w.out == 0 {
         return;
     }
-    let out = Out { beta, bias };
+    let out = Out { beta, bias, relu };
     // Blocks of rows on the allowed threads; each row is quantized and multiplied by the
     // same code in any block, so the results do not depend on the thread count.
     super::parallel::for_row_blocks(y.rb(), |first, mut yb| {
@@ -442,16 +476,18 @@ fn product(
 }
 
 /// What is done with the scaled sums: `y = sum + beta · y`, plus the bias where there is one
-/// (only with `beta == 0`).
+/// (only with `beta == 0`), then the ReLU floor with `relu` (only with a bias).
 #[derive(Clone, Copy)]
 struct Out<'a> {
     beta: Real,
     bias: Option<&'a [Real]>,
+    relu: bool,
 }
 
 /// Scales one row of a tile back to floats into `y` (`acc` holds 16 sums per panel);
-/// `bias` is the bias of these columns, if any.
+/// `bias` is the bias of these columns, if any, and `relu` floors the result at 0 after it.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn store_row(
     y: &mut [Real],
     acc: &[i32],
@@ -460,8 +496,16 @@ fn store_row(
     scales: &[Real],
     beta: Real,
     bias: Option<&[Real]>,
+    relu: bool,
 ) {
     match bias {
+        Some(b) if relu => {
+            for (((d, &a), &s), &b) in y.iter_mut().zip(acc).zip(scales).zip(b) {
+                let v = ((a - correction) as Real * row_scale) * s + b;
+                // The floor of `RectifiedLinearComponent` (simd::floor at 0).
+                *d = if v < 0.0 { 0.0 } else { v };
+            }
+        }
         Some(b) => {
             for (((d, &a), &s), &b) in y.iter_mut().zip(acc).zip(scales).zip(b) {
                 *d = ((a - correction) as Real * row_scale) * s + b;
@@ -506,6 +550,7 @@ fn store_tile(
             &w.scales[c0..c0 + cols],
             out.beta,
             bias,
+            out.relu,
         );
     }
 }
@@ -1039,6 +1084,31 @@ mod tests {
                     "scale, {} elements",
                     x.len()
                 );
+            }
+        }
+    }
+
+    /// The ReLU applied in the scaling pass gives the floats of the ReLU component's pass
+    /// afterwards (`apply_floor(0.0)`: negatives to 0, NaN kept), on every kernel, for rows
+    /// with negative, zero and non-finite results.
+    #[test]
+    fn relu_in_the_scaling_pass_equals_flooring_after() {
+        for &(rows, inp, out) in &[(300, 70, 40), (9, 64, 70), (3, 5, 7), (13, 130, 33)] {
+            let mut x = pseudo(rows, inp, 31);
+            x.row_mut(0).fill(0.0);
+            x.row_mut(rows - 1)[inp / 2] = Real::NAN;
+            let w = PackedWeights::new(pseudo(out, inp, 32).view());
+            let mut bias = pseudo(1, out, 33);
+            bias.row_mut(0)[0] = -0.0;
+            for k in Int8Kernel::available() {
+                let mut want = Matrix::zeros(rows, out);
+                forward_bias_with(k, &w, x.view(), &mut want.view_mut(), bias.row(0));
+                want.view_mut().apply_floor(0.0);
+                let mut y = pseudo(rows, out, 34);
+                forward_bias_relu_with(k, &w, x.view(), &mut y.view_mut(), bias.row(0));
+                assert_eq!(bits(&y), bits(&want), "{} {rows}x{inp}->{out}", k.name());
+                assert!(y.row(rows - 1).iter().all(|v| v.is_nan()));
+                assert!(y.to_vec().contains(&0.0), "no negative result floored");
             }
         }
     }

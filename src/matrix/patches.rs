@@ -26,6 +26,7 @@ impl Matrix {
             rows,
             cols,
             stride: cols,
+            filled: self.filled,
         }
     }
 }

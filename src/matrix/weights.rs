@@ -320,6 +320,36 @@ impl WeightMatrix {
         y.add_vec_to_rows(1.0, bias, 1.0);
     }
 
+    /// [`Self::forward_affine`] followed by a ReLU of `y`, in one pass where the products are
+    /// in 8-bit integers (the same floats as the two steps): returns false, having done
+    /// nothing, in floats (where the two steps are the caller's).
+    ///
+    /// # Panics
+    /// If the shapes do not agree (a programming error, not an input error).
+    pub fn forward_affine_relu(
+        &self,
+        x: MatView<'_>,
+        y: &mut MatViewMut<'_>,
+        bias: &super::Vector,
+    ) -> bool {
+        assert_eq!(
+            x.num_cols(),
+            self.w.num_cols(),
+            "WeightMatrix::forward_affine_relu"
+        );
+        let Some(packed) = self.int8_block(0, x.num_cols(), x.num_rows()) else {
+            return false;
+        };
+        assert_eq!(
+            y.num_rows(),
+            x.num_rows(),
+            "WeightMatrix::forward_affine_relu"
+        );
+        int8::forward_bias_relu(&packed, x, y, bias.as_row().row(0));
+        super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
+        true
+    }
+
     /// `dx = alpha · dy · W + beta · dx` (dy: rows × out, dx: rows × in; an affine layer's
     /// input derivative). W row-major is Wᵀ column-major, the layout in which the kernel
     /// reads the left operand of dxᵀ = Wᵀ·dyᵀ in place, so W is not repacked per product

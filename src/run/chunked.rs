@@ -184,6 +184,83 @@ struct ChunkJob {
     ivector: Vec<f32>,
 }
 
+/// The utterances' outputs while their chunks are computed ([`ChunkComputer::compute_each`]).
+struct Outputs<'a> {
+    /// Output rows per utterance.
+    rows: Vec<usize>,
+    out_dim: usize,
+    /// Allocated at the utterance's first placed chunk, taken when handed out.
+    mats: Vec<Option<Matrix>>,
+    /// Chunks not yet placed, per utterance.
+    left: Vec<usize>,
+    /// The first utterance not yet handed out.
+    next: usize,
+    /// Buffers to reuse.
+    spare: Vec<Matrix>,
+    log_priors: Option<&'a Vector>,
+}
+
+impl Outputs<'_> {
+    /// Utterance `u`'s output matrix, allocated (or a spare buffer resized) at first use.
+    fn get(&mut self, u: usize) -> &mut Matrix {
+        let (rows, cols) = (self.rows[u], self.out_dim);
+        let spare = &mut self.spare;
+        self.mats[u].get_or_insert_with(|| {
+            let mut m = spare.pop().unwrap_or_default();
+            m.resize_undefined(rows, cols);
+            m
+        })
+    }
+
+    /// Copies a group's output rows (chunk after chunk) to their utterances, handing out
+    /// each utterance as soon as it is complete: before the next utterance's first chunk is
+    /// placed, so that one can reuse its buffer (one utterance output alive instead of two).
+    fn place(
+        &mut self,
+        jobs: &[ChunkJob],
+        group: &[usize],
+        m: &Matrix,
+        emit: &mut dyn FnMut(usize, Matrix) -> Result<Option<Matrix>>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let mut row = 0;
+        for &j in group {
+            let job = &jobs[j];
+            let out = self.get(job.utt);
+            for r in 0..job.num as usize {
+                out.view_mut()
+                    .copy_row_from(job.start as usize + r, m.view(), row);
+                row += 1;
+            }
+            self.left[job.utt] -= 1;
+            self.emit_ready(emit)?;
+        }
+        Ok(())
+    }
+
+    /// Hands out, in order, every utterance whose chunks are all placed; keeps what `emit`
+    /// gives back.
+    fn emit_ready(
+        &mut self,
+        emit: &mut dyn FnMut(usize, Matrix) -> Result<Option<Matrix>>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        while self.next < self.rows.len() && self.left[self.next] == 0 {
+            let u = self.next;
+            self.get(u);
+            let mut out = self.mats[u].take().unwrap_or_default();
+            if let Some(lp) = self.log_priors {
+                out.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
+            }
+            self.next += 1;
+            if let Some(back) = emit(u, out).map_err(|e| (u, e))? {
+                if self.spare.len() < SPARE_OUTPUTS {
+                    self.spare.push(back);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Everything fixed for a run: the network in test mode, its context, the chunking options,
 /// the log priors to subtract (if any) and a cache of compiled computations (keyed by the
 /// chunk's shape and the batch size).
@@ -200,7 +277,15 @@ pub struct ChunkComputer {
     cache: HashMap<(i32, i32, usize, usize), NnetComputation>,
     /// Most chunks per computation: [`CHUNK_BATCH`] or [`RECURRENT_CHUNK_BATCH`].
     chunk_batch: usize,
+    /// Output matrices handed back by [`Self::compute_each`]'s caller, reused for later
+    /// utterances (at most [`SPARE_OUTPUTS`]).
+    spare_outputs: Vec<Matrix>,
 }
+
+/// Utterance output buffers kept for reuse: an utterance's output (18 MB for 1,500 frames
+/// of a 3,000-output network) is otherwise fresh memory whose pages fault in as the chunks
+/// fill it.
+const SPARE_OUTPUTS: usize = 2;
 
 /// At most this many equally shaped chunks run as one computation; more gave no reliable gain
 /// on the feed-forward perf networks (docs/PERFORMANCE.md, "Inference").
@@ -263,6 +348,7 @@ impl ChunkComputer {
             log_priors,
             cache: HashMap::new(),
             chunk_batch,
+            spare_outputs: Vec::new(),
         })
     }
 
@@ -300,6 +386,39 @@ impl ChunkComputer {
         &mut self,
         utts: &[Utterance<'_>],
     ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
+        let mut outs = Vec::with_capacity(utts.len());
+        self.run_utterances(utts, &mut |_, m| {
+            outs.push(m);
+            Ok(None)
+        })?;
+        Ok(outs)
+    }
+
+    /// [`Self::compute_many`] handing each utterance's output to `f` (with the utterance's
+    /// index) as soon as its chunks and those of every utterance before it are computed, in
+    /// order; the same values. The matrix is lent: its buffer is reused for a later
+    /// utterance, so a long list of utterances holds about one output at a time (more
+    /// where a differently shaped last chunk is computed after later utterances' chunks)
+    /// instead of all of them. An error of `f` stops the computation and is returned with
+    /// the index.
+    pub fn compute_each(
+        &mut self,
+        utts: &[Utterance<'_>],
+        mut f: impl FnMut(usize, &mut Matrix) -> Result<()>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        self.run_utterances(utts, &mut |u, mut m| {
+            f(u, &mut m)?;
+            Ok(Some(m))
+        })
+    }
+
+    /// The work of [`Self::compute_many`] and [`Self::compute_each`]: `emit` receives each
+    /// finished output in utterance order and may hand the matrix back for reuse.
+    fn run_utterances(
+        &mut self,
+        utts: &[Utterance<'_>],
+        emit: &mut dyn FnMut(usize, Matrix) -> Result<Option<Matrix>>,
+    ) -> std::result::Result<(), (usize, Error)> {
         let fsf = self.opts.frame_subsampling_factor;
         let sub_per_chunk = self.frames_per_chunk / fsf;
         let out_dim = self
@@ -309,7 +428,7 @@ impl ChunkComputer {
             .unwrap_or(0);
         // Every chunk of every utterance, with its iVector row (the only per-chunk input that
         // can be missing), checked before anything runs.
-        let mut outputs = Vec::with_capacity(utts.len());
+        let mut out_rows = Vec::with_capacity(utts.len());
         let mut jobs: Vec<ChunkJob> = Vec::new();
         for (u, utt) in utts.iter().enumerate() {
             let t_total = utt.feats.num_rows() as i32;
@@ -321,7 +440,7 @@ impl ChunkComputer {
             .and_then(|()| utt.ivector.check_given(self.has_ivector))
             .map_err(|e| (u, e))?;
             let num_sub = (t_total + fsf - 1) / fsf;
-            outputs.push(Matrix::zeros(num_sub.max(0) as usize, out_dim));
+            out_rows.push(num_sub.max(0) as usize);
             let mut start = 0;
             while start < num_sub {
                 let num = sub_per_chunk.min(num_sub - start);
@@ -367,56 +486,56 @@ impl ChunkComputer {
             self.prepare_chunk(job.shape, job.num, g.len())
                 .map_err(|e| (job.utt, e))?;
         }
-        // Groups are independent computations, so with several threads they run in parallel,
-        // one group per thread with single-threaded GEMMs: at these sizes a GEMM split over
-        // threads gains nothing (measured: docs/PERFORMANCE.md, "Inference").
-        let run = |g: &Vec<usize>| self.run_chunks(utts, &jobs, g);
-        let parallel = groups.len() > 1 && rayon::current_num_threads() > 1;
-        // A group's rows go to their utterances' outputs.
-        let place = |outputs: &mut [Matrix], g: &[usize], m: &Matrix| {
-            let mut row = 0;
-            for &j in g {
-                let job = &jobs[j];
-                for r in 0..job.num as usize {
-                    outputs[job.utt].view_mut().copy_row_from(
-                        job.start as usize + r,
-                        m.view(),
-                        row,
-                    );
-                    row += 1;
+        // An utterance's output is allocated at its first chunk (a spare buffer where there
+        // is one: every row is overwritten) and handed out once its last chunk is placed.
+        let mut outputs = Outputs {
+            rows: out_rows,
+            out_dim,
+            mats: (0..utts.len()).map(|_| None).collect(),
+            left: vec![0; utts.len()],
+            next: 0,
+            spare: std::mem::take(&mut self.spare_outputs),
+            log_priors: self.log_priors.as_ref(),
+        };
+        for job in &jobs {
+            outputs.left[job.utt] += 1;
+        }
+        let result = (|| {
+            outputs.emit_ready(emit)?;
+            // Groups are independent computations, so with several threads they run in
+            // parallel, one group per thread with single-threaded GEMMs: at these sizes a GEMM
+            // split over threads gains nothing (measured: docs/PERFORMANCE.md, "Inference").
+            let run = |g: &Vec<usize>| self.run_chunks(utts, &jobs, g);
+            let parallel = groups.len() > 1 && rayon::current_num_threads() > 1;
+            if parallel {
+                use rayon::prelude::*;
+                let saved = crate::matrix::num_threads();
+                crate::matrix::set_num_threads(1);
+                // The first group runs alone: a weight matrix's first products take another
+                // GEMM path than later ones (`WeightMatrix` builds its product layout on the
+                // second), so which products come first must not depend on thread timing, or
+                // the same command could round differently from run to run.
+                let mut results = vec![run(&groups[0])];
+                results.par_extend(groups[1..].par_iter().map(run));
+                crate::matrix::set_num_threads(saved);
+                for (g, res) in groups.iter().zip(results) {
+                    let m = res.map_err(|e| (jobs[g[0]].utt, e))?;
+                    outputs.place(&jobs, g, &m, emit)?;
+                }
+            } else {
+                // One group at a time, its output buffer handed back to this thread's pool
+                // once copied, so the next group's output is not a fresh allocation (page
+                // faults).
+                for g in &groups {
+                    let m = run(g).map_err(|e| (jobs[g[0]].utt, e))?;
+                    outputs.place(&jobs, g, &m, emit)?;
+                    crate::run::computer::recycle(m);
                 }
             }
-        };
-        if parallel {
-            use rayon::prelude::*;
-            let saved = crate::matrix::num_threads();
-            crate::matrix::set_num_threads(1);
-            // The first group runs alone: a weight matrix's first products take another GEMM
-            // path than later ones (`WeightMatrix` builds its product layout on the second),
-            // so which products come first must not depend on thread timing, or the same
-            // command could round differently from run to run.
-            let mut results = vec![run(&groups[0])];
-            results.par_extend(groups[1..].par_iter().map(run));
-            crate::matrix::set_num_threads(saved);
-            for (g, res) in groups.iter().zip(results) {
-                let m = res.map_err(|e| (jobs[g[0]].utt, e))?;
-                place(&mut outputs, g, &m);
-            }
-        } else {
-            // One group at a time, its output buffer handed back to this thread's pool once
-            // copied, so the next group's output is not a fresh allocation (page faults).
-            for g in &groups {
-                let m = run(g).map_err(|e| (jobs[g[0]].utt, e))?;
-                place(&mut outputs, g, &m);
-                crate::run::computer::recycle(m);
-            }
-        }
-        if let Some(lp) = &self.log_priors {
-            for out in &mut outputs {
-                out.view_mut().add_vec_to_rows(-1.0, lp, 1.0);
-            }
-        }
-        Ok(outputs)
+            Ok(())
+        })();
+        self.spare_outputs = outputs.spare;
+        result
     }
 
     /// The input range of a chunk of `num` output frames (subsampled) starting at subsampled

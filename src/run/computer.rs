@@ -93,6 +93,11 @@ pub struct NnetComputer<'a> {
     /// Fill matrices allocated undefined with NaN (tests: a read before the first write
     /// then shows in the results).
     poison_undefined: bool,
+    /// Run an affine Propagate and the ReLU after it in one pass where the component can
+    /// ([`Self::propagate_with_relu`]); off only to compare against the two steps.
+    fuse: bool,
+    /// Command pairs run fused so far.
+    fused: usize,
     /// The one source of randomness for the components (dropout masks, self-repair,
     /// sampled statistics). Commands run in order on one thread, so a seed fixes every draw.
     rng: ComputerRng,
@@ -228,6 +233,8 @@ impl<'a> NnetComputer<'a> {
             forward_done: false,
             scratch: Matrix::default(),
             poison_undefined: false,
+            fuse: true,
+            fused: 0,
             rng: ComputerRng::Seeded(crate::random::seeded_rng(DEFAULT_SEED)),
         }
     }
@@ -273,6 +280,18 @@ impl<'a> NnetComputer<'a> {
     pub fn poison_undefined(mut self) -> Self {
         self.poison_undefined = true;
         self
+    }
+
+    /// Runs every command on its own: no affine Propagate fused with the ReLU after it
+    /// (the reference the fused pass is tested against).
+    pub fn without_fusion(mut self) -> Self {
+        self.fuse = false;
+        self
+    }
+
+    /// How many Propagate pairs (an affine layer and its ReLU) ran as one pass.
+    pub fn num_fused(&self) -> usize {
+        self.fused
     }
 
     fn node(&self, node_name: &str) -> Result<usize> {
@@ -410,10 +429,72 @@ impl<'a> NnetComputer<'a> {
 
     fn run_range(&mut self, begin: usize, end: usize, backward: bool) -> Result<()> {
         let comp = self.computation;
-        for (i, cmd) in comp.commands[begin..end].iter().enumerate() {
-            self.exec(begin + i, cmd, backward)?;
+        let mut i = begin;
+        while i < end {
+            let cmd = &comp.commands[i];
+            if let &Command::Propagate(p) = cmd {
+                // The next Propagate, past deallocations of other matrices (the optimizer
+                // frees the affine layer's input right after it).
+                let out = self.sm(p.output).matrix;
+                let next = (i + 1..end).find(
+                    |&k| !matches!(comp.commands[k], Command::DeallocMatrix { m } if m != out),
+                );
+                if let Some(j) = next {
+                    if let Command::Propagate(q) = comp.commands[j] {
+                        if self.propagate_with_relu(p, q) {
+                            for k in i + 1..j {
+                                self.exec(k, &comp.commands[k], backward)?;
+                            }
+                            i = j + 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+            self.exec(i, cmd, backward)?;
+            i += 1;
         }
         Ok(())
+    }
+
+    /// Runs Propagate `p` and Propagate `q` (the next one, only deallocations of other
+    /// matrices between them) in one pass when `q` is a ReLU in place on `p`'s output and
+    /// `p`'s component can apply it while writing (an affine layer with 8-bit products,
+    /// [`Component::propagate_relu`]): the same floats, one pass over the output fewer.
+    /// Returns false, having run nothing, otherwise (then the commands run as they are).
+    fn propagate_with_relu(&mut self, p: PropagateCommand, q: PropagateCommand) -> bool {
+        if !self.fuse {
+            return false;
+        }
+        let (ii, oi) = (self.sm(p.input), self.sm(p.output));
+        if self.sm(q.input) != oi || self.sm(q.output) != oi || ii.matrix == oi.matrix {
+            return false;
+        }
+        let stats = self.stats_nnet.is_some() || matches!(self.nnet, NetRef::Mut(_));
+        if p.memo != 0 || q.memo != 0 || (stats && (p.store_stats || q.store_stats)) {
+            return false;
+        }
+        let net = self.nnet.get();
+        let (cp, cq): (&dyn Component, &dyn Component) = (
+            net.components[p.component].as_ref(),
+            net.components[q.component].as_ref(),
+        );
+        if cq.type_name() != "RectifiedLinearComponent"
+            || cp.properties().has(Properties::PROPAGATE_ADDS)
+        {
+            return false;
+        }
+        let idx = self.precomputed(p.precomputed);
+        let mut omat = std::mem::take(&mut self.matrices[oi.matrix]);
+        let done = cp.propagate_relu(Propagate {
+            input: sub_view(&self.matrices[ii.matrix], &ii),
+            output: sub_view_mut(&mut omat, &oi),
+            indexes: idx,
+            rng: &mut self.rng,
+        });
+        self.matrices[oi.matrix] = omat;
+        self.fused += usize::from(done);
+        done
     }
 
     #[inline]
@@ -428,9 +509,10 @@ impl<'a> NnetComputer<'a> {
         let (r, c) = (info.num_rows, info.num_cols);
         let need = r * c;
         // Reuse the pooled buffer that fits best, to avoid allocating in steady state:
-        // preferably one whose current size covers the matrix (growing a buffer within its
-        // capacity still writes zeros), else the smallest whose capacity does.
-        let size = |m: &Matrix| m.num_rows() * m.num_cols();
+        // preferably one that held at least that many elements before (growing into them
+        // writes nothing), else the smallest whose capacity covers the matrix (growing past
+        // what a buffer held writes zeros).
+        let size = |m: &Matrix| m.reusable_len();
         let best = self
             .pool
             .iter()

@@ -199,6 +199,29 @@ impl LoopedDecoder {
 }
 
 impl LoopedDecoder {
+    /// [`Self::compute_many`] handing each output to `f` in order; on one thread, each as
+    /// soon as its utterance is computed (and dropped before the next one is), the same
+    /// values. An error of `f` stops the computation and comes back with the index.
+    pub fn compute_each(
+        &self,
+        utts: &[Utterance<'_>],
+        mut f: impl FnMut(usize, &mut Matrix) -> Result<()>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let together =
+            utts.len() > 1 && (self.nnet.is_recurrent() || rayon::current_num_threads() > 1);
+        if together {
+            for (u, mut out) in self.compute_many(utts)?.into_iter().enumerate() {
+                f(u, &mut out).map_err(|e| (u, e))?;
+            }
+            return Ok(());
+        }
+        for (u, utt) in utts.iter().enumerate() {
+            let mut out = self.compute(utt.feats, utt.ivector).map_err(|e| (u, e))?;
+            f(u, &mut out).map_err(|e| (u, e))?;
+        }
+        Ok(())
+    }
+
     /// The looped computation of `n` streams, compiled once.
     fn batch(&self, n: usize) -> Result<Arc<LoopedComputation>> {
         if let Some(l) = self.batches.lock().ok().and_then(|m| m.get(&n).cloned()) {
@@ -402,6 +425,9 @@ impl LoopedStream<'_> {
     /// No more frames will come: the last chunks may now run, with the last frame repeated.
     pub fn input_finished(&mut self) {
         self.finished = true;
+        // Every output row is known now: one allocation for them, not a doubling chain.
+        let rows = self.total_outputs().saturating_sub(self.emitted);
+        self.ready.reserve(rows * self.dec.out_dim);
     }
 
     /// Input frames accepted so far.
@@ -512,9 +538,10 @@ impl LoopedStream<'_> {
         } else {
             out.num_rows()
         };
-        for r in 0..keep {
-            self.ready.extend_from_slice(&out.row_to_vec(r));
-        }
+        self.ready
+            .extend_from_slice(&out.view().rows_range(0, keep).to_vec());
+        // The chunk's output matrix goes back to this thread's pool for the next chunk.
+        crate::run::computer::recycle(out);
         self.emitted += keep;
         self.chunk += 1;
         // Frames no later chunk reads are dropped (frame 0 stays while t < 0 can be read).

@@ -297,6 +297,10 @@ impl Component for AffineComponent {
         affine_forward(&self.linear, &self.bias, p.input, p.output);
         None
     }
+    fn propagate_relu(&self, mut p: Propagate<'_>) -> bool {
+        self.linear
+            .forward_affine_relu(p.input, &mut p.output, &self.bias)
+    }
     fn product_weights_mut(&mut self) -> Vec<&mut WeightMatrix> {
         vec![&mut self.linear]
     }

@@ -384,6 +384,15 @@ pub trait Component: Send + Sync + std::fmt::Debug {
         self.propagate_in_place(p.into_in_place())
     }
 
+    /// [`Self::propagate`] followed by a ReLU of the output (`RectifiedLinearComponent`'s
+    /// propagate in place) in one pass, with the same results, where the component has such
+    /// a path (an affine layer with 8-bit products); returns false, having done nothing,
+    /// where it has not. Only for a component without memo or `PROPAGATE_ADDS`.
+    fn propagate_relu(&self, p: Propagate<'_>) -> bool {
+        let _ = p;
+        false
+    }
+
     /// Back-propagates `out_deriv`. Writes (or with `BACKPROP_ADDS`, adds) the input
     /// derivative into `in_deriv` when given, and hands the parameter gradient to
     /// `to_update` (a component of the same type, usually in a separate "delta" network)
