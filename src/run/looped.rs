@@ -208,7 +208,7 @@ impl LoopedDecoder {
         mut f: impl FnMut(usize, &mut Matrix) -> Result<()>,
     ) -> std::result::Result<(), (usize, Error)> {
         let together =
-            utts.len() > 1 && (self.nnet.is_recurrent() || rayon::current_num_threads() > 1);
+            utts.len() > 1 && (self.looped.nnet.is_recurrent() || rayon::current_num_threads() > 1);
         if together {
             for (u, mut out) in self.compute_many(utts)?.into_iter().enumerate() {
                 f(u, &mut out).map_err(|e| (u, e))?;
