@@ -797,13 +797,21 @@ mod x86 {
 
     /// The AVX2 micro-kernel on signed activations: MR rows × one panel; pairs of u8·s8
     /// products (weights unsigned) into i16, then pairs of those into i32.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `wp` must point at a packed panel of `groups` groups, and
+    /// every `xrow[r]` at a row of at least `groups · GROUP` activation bytes.
     #[target_feature(enable = "avx2")]
-    fn tile_avx2(wp: *const u8, groups: usize, xrow: &[*const i8; MR]) -> [[__m256i; 2]; MR] {
+    unsafe fn tile_avx2(
+        wp: *const u8,
+        groups: usize,
+        xrow: &[*const i8; MR],
+    ) -> [[__m256i; 2]; MR] {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_si256(); 2]; MR];
         for g in 0..groups {
-            // SAFETY: group g of the panel is 64 bytes inside it; rows xrow[..] exist in the
-            // padded activations with group g inside their stride.
+            // SAFETY: group g of the panel is 64 bytes inside it and inside every row
+            // (the caller's promise).
             unsafe {
                 let w0 = _mm256_loadu_si256(wp.add(g * PANEL * GROUP) as *const __m256i);
                 let w1 = _mm256_loadu_si256(wp.add(g * PANEL * GROUP + 32) as *const __m256i);
@@ -828,8 +836,11 @@ mod x86 {
     /// four. The sums are the signed products `Σ q_w·q_x`, to which the offset's share
     /// (`64·Σ q_x`, the row's correction) is added back so that the tile holds what
     /// [`tile_avx2`] computes, to the bit.
+    ///
+    /// # Safety
+    /// As [`tile_avx2`]'s; and no activation byte of the rows may be negative.
     #[target_feature(enable = "avx2")]
-    fn tile_avx2_non_negative(
+    unsafe fn tile_avx2_non_negative(
         wp: *const u8,
         groups: usize,
         xrow: &[*const i8; MR],
@@ -839,7 +850,8 @@ mod x86 {
         let offset = _mm256_set1_epi8(WEIGHT_OFFSET as i8);
         let mut acc = [[_mm256_setzero_si256(); 2]; MR];
         let load = |g: usize, half: usize| {
-            // SAFETY: (callers) group g of the panel is 64 bytes inside it.
+            // SAFETY: group g < groups of the panel is 64 bytes inside it (the caller's
+            // promise).
             unsafe {
                 _mm256_sub_epi8(
                     _mm256_loadu_si256(wp.add(g * PANEL * GROUP + 32 * half) as *const __m256i),
@@ -848,8 +860,7 @@ mod x86 {
             }
         };
         let bcast = |r: usize, g: usize| {
-            // SAFETY: (callers) row r exists in the padded activations with group g inside
-            // its stride.
+            // SAFETY: group g < groups is inside row r (the caller's promise).
             unsafe { _mm256_set1_epi32((xrow[r].add(g * GROUP) as *const i32).read_unaligned()) }
         };
         let mut g = 0;
@@ -898,12 +909,17 @@ mod x86 {
             for r0 in (0..rows).step_by(MR) {
                 let xrow: [*const i8; MR] =
                     std::array::from_fn(|r| a.data[(r0 + r) * a.stride..].as_ptr());
-                let acc = if a.non_negative {
-                    // Padding rows (past `rows`) are computed but never stored.
-                    let correction: [i32; MR] = std::array::from_fn(|r| a.correction[r0 + r]);
-                    tile_avx2_non_negative(wp, w.groups, &xrow, &correction)
-                } else {
-                    tile_avx2(wp, w.groups, &xrow)
+                // SAFETY: AVX2 (the caller's promise); panel p holds `w.groups` groups and
+                // the padded activation rows r0..r0 + MR hold them too (`fill`); every
+                // byte is ≥ 0 where `non_negative` says so.
+                let acc = unsafe {
+                    if a.non_negative {
+                        // Padding rows (past `rows`) are computed but never stored.
+                        let correction: [i32; MR] = std::array::from_fn(|r| a.correction[r0 + r]);
+                        tile_avx2_non_negative(wp, w.groups, &xrow, &correction)
+                    } else {
+                        tile_avx2(wp, w.groups, &xrow)
+                    }
                 };
                 for (r, [lo, hi]) in acc.iter().enumerate() {
                     // SAFETY: `sums` holds MR rows of 16 i32s.
