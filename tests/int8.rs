@@ -243,7 +243,7 @@ fn quantize_option_forms() {
 }
 
 /// An affine layer and the ReLU in place after it run as one pass with 8-bit products
-/// (`NnetComputer`'s fusion, `int8::forward_bias_relu`): the outputs are bit-identical to
+/// (`NnetComputer`'s fusion, `int8::forward_bias` with `relu`): the outputs are bit-identical to
 /// running the two commands one after the other (`without_fusion`), the pairs are fused
 /// (both affine+ReLU pairs of this network), and with float products nothing is fused.
 #[test]

@@ -388,13 +388,22 @@ pub fn forward_with(
     product(kernel, w, alpha, x, y, beta, None, false);
 }
 
-/// `y = x · Wᵀ + bias` (the bias added to every row): an affine layer's product. The bias is
-/// added in the pass that scales the sums back, the same float addition as adding it after.
+/// `y = x · Wᵀ + bias` (the bias added to every row): an affine layer's product; with `relu`,
+/// followed by a ReLU (`y = if y < 0 { 0 } else { y }`, the floor of
+/// `RectifiedLinearComponent`: NaN and −0 stay). The bias and the floor are applied in the
+/// pass that scales the sums back: the floats of running the steps one after the other, with
+/// fewer passes over the output.
 ///
 /// # Panics
 /// If the shapes do not agree (a programming error).
-pub fn forward_bias(w: &PackedWeights, x: MatView<'_>, y: &mut MatViewMut<'_>, bias: &[Real]) {
-    forward_bias_with(Int8Kernel::best(), w, x, y, bias);
+pub fn forward_bias(
+    w: &PackedWeights,
+    x: MatView<'_>,
+    y: &mut MatViewMut<'_>,
+    bias: &[Real],
+    relu: bool,
+) {
+    forward_bias_with(Int8Kernel::best(), w, x, y, bias, relu);
 }
 
 /// As [`forward_bias`] on a chosen kernel (which must be one of [`Int8Kernel::available`]).
@@ -407,36 +416,10 @@ pub fn forward_bias_with(
     x: MatView<'_>,
     y: &mut MatViewMut<'_>,
     bias: &[Real],
+    relu: bool,
 ) {
     assert_eq!(bias.len(), w.out, "int8::forward_bias: bias dimension");
-    product(kernel, w, 1.0, x, y, 0.0, Some(bias), false);
-}
-
-/// [`forward_bias`] followed by a ReLU (`y = if y < 0 { 0 } else { y }`, the floor of
-/// `RectifiedLinearComponent`: NaN and −0 stay), in the pass that scales the sums back: an
-/// affine layer and the ReLU after it, with the floats of running the two one after the
-/// other and one pass over the output fewer.
-///
-/// # Panics
-/// If the shapes do not agree (a programming error).
-pub fn forward_bias_relu(w: &PackedWeights, x: MatView<'_>, y: &mut MatViewMut<'_>, bias: &[Real]) {
-    forward_bias_relu_with(Int8Kernel::best(), w, x, y, bias);
-}
-
-/// As [`forward_bias_relu`] on a chosen kernel (which must be one of
-/// [`Int8Kernel::available`]).
-///
-/// # Panics
-/// If the shapes do not agree or the CPU lacks the kernel's instructions.
-pub fn forward_bias_relu_with(
-    kernel: Int8Kernel,
-    w: &PackedWeights,
-    x: MatView<'_>,
-    y: &mut MatViewMut<'_>,
-    bias: &[Real],
-) {
-    assert_eq!(bias.len(), w.out, "int8::forward_bias_relu: bias dimension");
-    product(kernel, w, 1.0, x, y, 0.0, Some(bias), true);
+    product(kernel, w, 1.0, x, y, 0.0, Some(bias), relu);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1216,10 +1199,10 @@ mod tests {
             bias.row_mut(0)[0] = -0.0;
             for k in Int8Kernel::available() {
                 let mut want = Matrix::zeros(rows, out);
-                forward_bias_with(k, &w, x.view(), &mut want.view_mut(), bias.row(0));
+                forward_bias_with(k, &w, x.view(), &mut want.view_mut(), bias.row(0), false);
                 want.view_mut().apply_floor(0.0);
                 let mut y = pseudo(rows, out, 34);
-                forward_bias_relu_with(k, &w, x.view(), &mut y.view_mut(), bias.row(0));
+                forward_bias_with(k, &w, x.view(), &mut y.view_mut(), bias.row(0), true);
                 assert_eq!(bits(&y), bits(&want), "{} {rows}x{inp}->{out}", k.name());
                 assert!(y.row(rows - 1).iter().all(|v| v.is_nan()));
                 assert!(y.to_vec().contains(&0.0), "no negative result floored");
@@ -1245,7 +1228,7 @@ mod tests {
                     }
                 }
                 let mut y = pseudo(rows, out, 24);
-                forward_bias_with(k, &w, x.view(), &mut y.view_mut(), bias.row(0));
+                forward_bias_with(k, &w, x.view(), &mut y.view_mut(), bias.row(0), false);
                 assert_eq!(bits(&y), bits(&want), "{} {rows}x{inp}->{out}", k.name());
             }
         }

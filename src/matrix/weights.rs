@@ -305,19 +305,10 @@ impl WeightMatrix {
     /// # Panics
     /// If the shapes do not agree (a programming error, not an input error).
     pub fn forward_affine(&self, x: MatView<'_>, y: &mut MatViewMut<'_>, bias: &super::Vector) {
-        assert_eq!(
-            x.num_cols(),
-            self.w.num_cols(),
-            "WeightMatrix::forward_affine"
-        );
-        if let Some(packed) = self.int8_block(0, x.num_cols(), x.num_rows()) {
-            assert_eq!(y.num_rows(), x.num_rows(), "WeightMatrix::forward_affine");
-            int8::forward_bias(&packed, x, y, bias.as_row().row(0));
-            super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
-            return;
+        if !self.forward_affine_int8(x, y, bias, false) {
+            self.forward(1.0, x, y, 0.0);
+            y.add_vec_to_rows(1.0, bias, 1.0);
         }
-        self.forward(1.0, x, y, 0.0);
-        y.add_vec_to_rows(1.0, bias, 1.0);
     }
 
     /// [`Self::forward_affine`] followed by a ReLU of `y`, in one pass where the products are
@@ -332,20 +323,28 @@ impl WeightMatrix {
         y: &mut MatViewMut<'_>,
         bias: &super::Vector,
     ) -> bool {
+        self.forward_affine_int8(x, y, bias, true)
+    }
+
+    /// The affine product (and with `relu` the ReLU after it) in 8-bit integers, where the
+    /// weights have an int8 copy; false, having done nothing, otherwise.
+    fn forward_affine_int8(
+        &self,
+        x: MatView<'_>,
+        y: &mut MatViewMut<'_>,
+        bias: &super::Vector,
+        relu: bool,
+    ) -> bool {
         assert_eq!(
             x.num_cols(),
             self.w.num_cols(),
-            "WeightMatrix::forward_affine_relu"
+            "WeightMatrix::forward_affine"
         );
         let Some(packed) = self.int8_block(0, x.num_cols(), x.num_rows()) else {
             return false;
         };
-        assert_eq!(
-            y.num_rows(),
-            x.num_rows(),
-            "WeightMatrix::forward_affine_relu"
-        );
-        int8::forward_bias_relu(&packed, x, y, bias.as_row().row(0));
+        assert_eq!(y.num_rows(), x.num_rows(), "WeightMatrix::forward_affine");
+        int8::forward_bias(&packed, x, y, bias.as_row().row(0), relu);
         super::check::check_finite("WeightMatrix::forward (int8)", y.as_view());
         true
     }
