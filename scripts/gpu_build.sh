@@ -16,7 +16,7 @@ for t in $TESTS; do args+=(--test "$t"); done
 cargo test --release --features cuda --no-run "${args[@]}" 2>&1 |
   sed -n 's/.*Executable tests\/\([a-z_]*\)\.rs (\(.*\))$/\1 \2/p' |
   while read -r name exe; do cp "$exe" "$DEST/$name"; done
-strip "$DEST"/*
+for f in "$DEST"/*; do if [ -x "$f" ]; then strip "$f"; fi; done
 # The test executables read tests/data and run compnet by the paths of this checkout.
 echo "$PWD" >"$DEST/manifest_dir"
 ls -la "$DEST"

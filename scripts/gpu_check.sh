@@ -21,7 +21,7 @@ B=$BIN/compnet
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 say() { echo "$*" | tee -a "$SUM"; }
-: >"$SUM"
+mkdir -p "$(dirname "$SUM")" && : >"$SUM"
 start=$(date +%s)
 
 # 1. Libraries: the driver's folder, the toolkit's, and the pip wheels of PyTorch's CUDA.
@@ -45,7 +45,7 @@ mkdir -p target/release && [ -x target/release/compnet ] || cp "$B" target/relea
 # All at once (they share the GPU; each is bounded), then reported in order.
 TESTS="device golden_compute components all_component_types derivative training"
 for t in $TESTS; do
-  [ -x "$BIN/$t" ] && COMPNET_DEVICE=cuda timeout 180 "$BIN/$t" --test-threads=2 >"$W/$t.log" 2>&1 &
+  [ -x "$BIN/$t" ] && COMPNET_DEVICE=cuda timeout 150 "$BIN/$t" --test-threads=2 >"$W/$t.log" 2>&1 &
 done
 wait
 for t in $TESTS; do
@@ -90,13 +90,23 @@ mv "$W/egs.ark" "$W/egs1.ark"
 "$B" merge-egs --minibatch-size=256 "ark:$W/egs2.ark" "ark:$W/egs.ark" 2>/dev/null
 frames=$(( 96 * 300 ))
 rate() { awk -v f="$1" -v s="$2" 'BEGIN { printf "%.0f", f / s }'; }
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>"$W/last.log"; local rc=$?; t1=$(date +%s.%N); [ $rc -eq 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }' || echo "failed"; }
+secs() {
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  "$@" >/dev/null 2>"$W/last.log"
+  rc=$?
+  t1=$(date +%s.%N)
+  if [ $rc -eq 0 ]; then awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'; else echo "failed (exit $rc after $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') s)"; fi
+}
 for d in no yes; do
-  "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/warm.raw" 2>/dev/null
-  tt=$(secs timeout 120 "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/t_$d.raw")
-  ti=$(secs timeout 120 "$B" compute --use-gpu=$d --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 "$W/wsj.raw" "ark:$W/feats.ark" "ark:/dev/null")
-  if [ "$tt" = failed ] || [ "$ti" = failed ]; then
-    say "wsj TDNN --use-gpu=$d: failed: $(tail -2 "$W/last.log" | tr '\n' ' ')"
+  # A warm-up pass (page cache; on the GPU, the context, NVRTC and the allocator's pool).
+  tw=$(secs timeout 60 "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/warm.raw")
+  say "wsj TDNN --use-gpu=$d: warm-up training pass $tw s"
+  [[ "$tw" == failed* ]] && { say "    $(tail -2 "$W/last.log" | tr '\n' ' ')"; continue; }
+  tt=$(secs timeout 90 "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/t_$d.raw")
+  ti=$(secs timeout 60 "$B" compute --use-gpu=$d --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 "$W/wsj.raw" "ark:$W/feats.ark" "ark:/dev/null")
+  if [[ "$tt" == failed* ]] || [[ "$ti" == failed* ]]; then
+    say "wsj TDNN --use-gpu=$d: training $tt, inference $ti: $(tail -2 "$W/last.log" | tr '\n' ' ')"
   else
     say "wsj TDNN --use-gpu=$d: training $(rate $frames "$tt") frames/s ($tt s, whole process), inference $(rate $frames "$ti") frames/s ($ti s)"
   fi

@@ -5,8 +5,11 @@ a 3000-pdf log-softmax), the same minibatch (256 chunks x 8 output frames, 28 in
 frames each for the 13+7 context), fp32, plain SGD. Prints frames/s of training steps and
 of inference over the same chunks.
 
-Usage: python3 scripts/torch_wsj_tdnn.py [STEPS] [DEVICE] [THREADS]
-  DEVICE: cuda (default) or cpu; THREADS: intra-op threads on the CPU (default 1).
+Usage: python3 scripts/torch_wsj_tdnn.py [STEPS] [DEVICE] [THREADS] [PRECISION]
+  DEVICE: cuda (default) or cpu; THREADS: intra-op threads on the CPU (default 1);
+  PRECISION: fp32 (default: full single precision, PyTorch's TF32 switches off) or tf32
+  (products and convolutions on the tensor cores in TF32, as PyTorch's convolutions are
+  by default).
   Times are wall clock of the timed steps only (after 5 warm-up steps).
 """
 import sys
@@ -19,6 +22,10 @@ STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 dev = torch.device(sys.argv[2] if len(sys.argv) > 2 else "cuda")
 if dev.type == "cpu":
     torch.set_num_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+PRECISION = sys.argv[4] if len(sys.argv) > 4 else "fp32"
+assert PRECISION in ("fp32", "tf32"), PRECISION
+torch.backends.cudnn.allow_tf32 = PRECISION == "tf32"
+torch.backends.cuda.matmul.allow_tf32 = PRECISION == "tf32"
 
 
 def sync():
@@ -94,5 +101,5 @@ with torch.no_grad():
 infer = STEPS * B * T_OUT / (time.time() - t0)
 where = (torch.cuda.get_device_name() if dev.type == "cuda"
          else f"CPU, {torch.get_num_threads()} thread(s)")
-print(f"pytorch {torch.__version__} on {where}: "
+print(f"pytorch {torch.__version__} on {where}, {PRECISION}: "
       f"training {train:.0f} frames/s, inference {infer:.0f} frames/s")

@@ -1,6 +1,11 @@
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    match compnet::cli::main_with_args(args) {
+    let result = compnet::cli::main_with_args(args);
+    compnet::matrix::device::report_profile();
+    if let Some(table) = compnet::run::profile::report() {
+        eprint!("{table}");
+    }
+    match result {
         Ok(code) => std::process::exit(code),
         // A reader that stopped early (`compnet compute ... | head`) is not an error.
         Err(compnet::Error::Io { source, .. })

@@ -2,6 +2,7 @@
 //! (`command_args!`), the check of the positional arguments against that usage line, and the
 //! option groups several commands take (`Threads`).
 
+use crate::cli::kaldi_args::KaldiBool as _;
 use crate::error::{Error, Result};
 
 /// Declares a command's options as a clap struct together with its usage line and example:
@@ -83,11 +84,22 @@ impl Threads {
     }
 }
 
+/// Kaldi's CUDA options besides `--use-gpu`, for the commands that can compute on a GPU.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CudaOptions {
+    /// Let the GPU's single-precision matrix products round their inputs to TF32 on the
+    /// tensor cores (faster, about 3 decimal digits of input precision); off by default, as
+    /// in Kaldi. No effect on the CPU.
+    #[arg(long = "cuda-use-tf32-compute", kaldi_bool = "false")]
+    pub use_tf32_compute: bool,
+}
+
 /// Kaldi's `--use-gpu=yes|no|optional|wait`: chooses the device for the rest of the command
-/// (`program` names it in the log line). `yes`/`wait` without a usable GPU is an error with
-/// the reason; `optional` then says once that it uses the CPU.
-pub fn select_device(program: &str, use_gpu: &str) -> Result<()> {
-    use crate::matrix::device::{select, Selected, UseGpu};
+/// (`program` names it in the log line) and applies `cuda`'s options to it. `yes`/`wait`
+/// without a usable GPU is an error with the reason; `optional` then says once that it uses
+/// the CPU.
+pub fn select_device(program: &str, use_gpu: &str, cuda: &CudaOptions) -> Result<()> {
+    use crate::matrix::device::{select, use_tf32, Selected, UseGpu};
     let mode = UseGpu::parse(use_gpu).map_err(Error::Usage)?;
     match select(mode) {
         Ok(Selected::Cpu(None)) => {}
@@ -98,5 +110,6 @@ pub fn select_device(program: &str, use_gpu: &str) -> Result<()> {
         Ok(Selected::Gpu(desc)) => crate::log::log(program, &format!("using the GPU: {desc}")),
         Err(e) => return Err(Error::Usage(format!("--use-gpu={use_gpu}: {e}"))),
     }
-    Ok(())
+    use_tf32(cuda.use_tf32_compute)
+        .map_err(|e| Error::Compute(format!("--cuda-use-tf32-compute: {e}")))
 }

@@ -37,6 +37,8 @@ command_args! {
         /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
+        #[command(flatten)]
+        pub cuda: crate::cli::args::CudaOptions,
         /// `<model1> ... <modelN> <valid-egs-rspecifier> <model-out>`.
         pub args: Vec<String>,
     }
@@ -70,7 +72,7 @@ pub fn run(a: Args) -> Result<i32> {
             "--max-objective-evaluations must be positive".into(),
         ));
     }
-    crate::cli::args::select_device("nnet3-combine", &a.use_gpu)?;
+    crate::cli::args::select_device("nnet3-combine", &a.use_gpu, &a.cuda)?;
     let n_args = a.args.len();
     let models = &a.args[..n_args - 2];
     let (egs_rspec, out) = (&a.args[n_args - 2], &a.args[n_args - 1]);

@@ -84,6 +84,8 @@ command_args! {
         /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
+        #[command(flatten)]
+        pub cuda: crate::cli::args::CudaOptions,
         /// Which node's output to write (any node; default the network output `output`).
         #[arg(long = "output-node", default_value = "output")]
         pub output_node: String,
@@ -174,7 +176,7 @@ pub fn run(mut a: Args) -> Result<i32> {
     a.ivectors = a.ivectors.filter(|s| !s.is_empty());
     a.online_ivectors = a.online_ivectors.filter(|s| !s.is_empty());
     let [model, feats_rspec, out_wspec] = Args::positionals(&a.args)?;
-    crate::cli::args::select_device("nnet3-compute", &a.use_gpu)?;
+    crate::cli::args::select_device("nnet3-compute", &a.use_gpu, &a.cuda)?;
     a.threads.apply()?;
     let int8 = parse_quantize(&a.quantize)?;
     let mut read = Nnet::read_model_file(model)?;

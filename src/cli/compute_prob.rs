@@ -34,6 +34,8 @@ command_args! {
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
         #[command(flatten)]
+        pub cuda: crate::cli::args::CudaOptions,
+        #[command(flatten)]
         pub threads: crate::cli::args::Threads,
         #[command(flatten)]
         pub optimization: crate::cli::compile::OptimizationArgs,
@@ -47,7 +49,7 @@ command_args! {
 /// Runs the command.
 pub fn run(a: Args) -> Result<i32> {
     let [model_in, egs_rspec] = Args::positionals(&a.args)?;
-    crate::cli::args::select_device("nnet3-compute-prob", &a.use_gpu)?;
+    crate::cli::args::select_device("nnet3-compute-prob", &a.use_gpu, &a.cuda)?;
     a.threads.apply()?;
     let mut nnet = Nnet::read_model_file(model_in)?.nnet;
     nnet.set_test_modes(a.batchnorm_test_mode, a.dropout_test_mode, a.srand);

@@ -655,8 +655,14 @@ fn train(
     let use_gpu =
         crate::matrix::device::UseGpu::from_device_option(device).map_err(Error::Usage)?;
     if use_gpu == crate::matrix::device::UseGpu::Yes {
-        super::args::select_device("compnet fit", "yes")
-            .map_err(|e| Error::Usage(format!("--device={device}: {e}")))?;
+        super::args::select_device(
+            "compnet fit",
+            "yes",
+            &super::args::CudaOptions {
+                use_tf32_compute: false,
+            },
+        )
+        .map_err(|e| Error::Usage(format!("--device={device}: {e}")))?;
     }
     let train_spec = a
         .train

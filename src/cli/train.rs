@@ -54,6 +54,8 @@ command_args! {
         #[arg(long = "use-gpu", default_value = "no")]
         pub use_gpu: String,
         #[command(flatten)]
+        pub cuda: crate::cli::args::CudaOptions,
+        #[command(flatten)]
         pub threads: crate::cli::args::Threads,
         /// Accepted for Kaldi scripts; computations are compiled once per run and cached in memory.
         #[arg(long = "read-cache")]
@@ -72,7 +74,7 @@ command_args! {
 pub fn run(a: Args) -> Result<i32> {
     const P: &str = "compnet train";
     let [model_in, egs_rspec, model_out] = Args::positionals(&a.args)?;
-    crate::cli::args::select_device(P, &a.use_gpu)?;
+    crate::cli::args::select_device(P, &a.use_gpu, &a.cuda)?;
     a.threads.apply()?;
     let read = Nnet::read_model_file(model_in)?;
     if read.am.is_some() {
@@ -82,6 +84,7 @@ pub fn run(a: Args) -> Result<i32> {
         )));
     }
     let mut nnet = read.nnet;
+    let outputs: Vec<String> = nnet.output_names().into_iter().map(String::from).collect();
     let opts = NnetTrainerOptions {
         zero_component_stats: a.zero_component_stats,
         store_component_stats: a.store_component_stats,
@@ -103,11 +106,24 @@ pub fn run(a: Args) -> Result<i32> {
         let mut trainer = NnetTrainer::new(opts, &mut nnet)?;
         let reader = SequentialNnetExampleReader::open(egs_rspec)?;
         let bar = crate::log::progress_spinner("training");
-        for item in reader {
+        // The rate after the first minibatch, which also pays for compiling the computation
+        // (and, on a GPU, for the kernels and the memory pool).
+        let mut steady: Option<(std::time::Instant, usize)> = None;
+        let mut reader = reader;
+        while let Some(item) = crate::run::profile::timed(|| "read egs".into(), || reader.next()) {
             let (key, eg) = item.map_err(|e| Error::Compute(format!("{egs_rspec}: {e}")))?;
-            trainer
-                .train(&eg)
+            crate::run::profile::timed(|| "trainer: train".into(), || trainer.train(&eg))
                 .map_err(|e| Error::Compute(format!("{egs_rspec}: example {key}: {e}")))?;
+            let frames: usize = eg
+                .io
+                .iter()
+                .filter(|io| outputs.contains(&io.name))
+                .map(|io| io.indexes.len())
+                .sum();
+            match &mut steady {
+                None => steady = Some((std::time::Instant::now(), 0)),
+                Some((_, n)) => *n += frames,
+            }
             if let Some(b) = &bar {
                 b.set_message(format!(
                     "{} minibatches",
@@ -118,6 +134,16 @@ pub fn run(a: Args) -> Result<i32> {
         }
         if let Some(b) = bar {
             b.finish_and_clear();
+        }
+        if let Some((t0, frames)) = steady.filter(|&(_, n)| n > 0) {
+            let secs = t0.elapsed().as_secs_f64();
+            log(
+                P,
+                &format!(
+                    "{frames} frames after the first minibatch in {secs:.3} s: {:.0} frames/s",
+                    frames as f64 / secs
+                ),
+            );
         }
         trainer.print_total_stats()
     };

@@ -37,6 +37,8 @@ pub struct Args {
     /// `wait` (as `yes`). `yes` without a usable GPU (or without the `cuda` build) is an error.
     #[arg(long = "use-gpu", default_value = "no")]
     pub use_gpu: String,
+    #[command(flatten)]
+    pub cuda: crate::cli::args::CudaOptions,
     /// How many compiled computations to keep (one per chunk length).
     #[arg(long = "cache-capacity", default_value_t = 64)]
     pub cache_capacity: usize,
@@ -102,7 +104,7 @@ pub fn run(a: Args) -> Result<i32> {
                 .into(),
         ));
     };
-    crate::cli::args::select_device("nnet3-xvector-compute", &a.use_gpu)?;
+    crate::cli::args::select_device("nnet3-xvector-compute", &a.use_gpu, &a.cuda)?;
     if a.chunk_size == 0 || a.chunk_size < -1 || a.min_chunk_size < 1 {
         return Err(Error::Usage(format!(
             "--chunk-size must be -1 or positive and --min-chunk-size positive (got {} and {})",

@@ -48,7 +48,11 @@
 //! determined in f64 (below 1e-9 of the largest, e.g. when N < rank at initialisation) are
 //! replaced by orthonormal completions; their d sits at the floor, so they barely act.
 
-use crate::matrix::{symmetric_eigen, MatView, MatViewMut, Matrix, Real, Trans, Vector};
+use crate::matrix::{
+    gram_f64_of, row_combination_f64_of, symmetric_eigen, MatView, MatViewMut, Matrix, Real, Trans,
+    Vector,
+};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Floor on ρ and on d (the paper's ε).
 const EPSILON: f64 = 1e-10;
@@ -71,7 +75,7 @@ pub struct OnlineNaturalGradient {
     frozen: bool,
     /// Unfrozen calls so far (decides which calls update).
     calls: usize,
-    estimate: Option<FisherEstimate>,
+    estimate: Option<Estimate>,
     /// When set (> 1), every minibatch gets η = 1/this whatever its row count (Kaldi's
     /// `SetNumMinibatchesHistory`, used where the rows are a parameter gradient, not frames).
     num_minibatches_history: Option<f32>,
@@ -121,6 +125,193 @@ struct FisherEstimate {
     rho: f64,
 }
 
+/// The estimate, or its update still being computed on a host thread: the update is needed
+/// only by the next call, so its f64 products and eigendecomposition run beside the rest
+/// of the step (the GPU's work, or the other layers') instead of in front of it.
+#[derive(Clone, Debug)]
+enum Estimate {
+    Ready(FisherEstimate),
+    Updating(PendingUpdate),
+}
+
+/// An update running on its own thread. Clones share the one result.
+#[derive(Clone)]
+struct PendingUpdate {
+    rank: usize,
+    dim: usize,
+    result: Arc<(Mutex<Option<HostEstimate>>, Condvar)>,
+}
+
+impl std::fmt::Debug for PendingUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingUpdate({}x{})", self.rank, self.dim)
+    }
+}
+
+/// The host's half of an update: Y = R·T (rank×D, row-major) and what the new d and ρ
+/// depend on.
+struct UpdateInput {
+    y: Vec<Real>,
+    rank: usize,
+    dim: usize,
+    d: Vec<f64>,
+    rho: f64,
+    tr_xx: f64,
+    n: usize,
+    eta: f64,
+}
+
+/// An estimate held on the host: R row-major.
+#[derive(Clone)]
+struct HostEstimate {
+    r: Vec<Real>,
+    rank: usize,
+    dim: usize,
+    d: Vec<f64>,
+    rho: f64,
+}
+
+impl Estimate {
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            Estimate::Ready(e) => (e.r.num_rows(), e.r.num_cols()),
+            Estimate::Updating(u) => (u.rank, u.dim),
+        }
+    }
+
+    /// The estimate, waiting for its update if one is running.
+    fn into_ready(self) -> FisherEstimate {
+        match self {
+            Estimate::Ready(e) => e,
+            Estimate::Updating(u) => u.wait().into_estimate(),
+        }
+    }
+
+    fn snapshot(&self) -> EstimateSnapshot {
+        match self {
+            Estimate::Ready(e) => EstimateSnapshot {
+                rows: e.r.num_rows(),
+                cols: e.r.num_cols(),
+                r: e.r.to_vec(),
+                d: e.d.clone(),
+                rho: e.rho,
+            },
+            Estimate::Updating(u) => {
+                let h = u.wait();
+                EstimateSnapshot {
+                    rows: h.rank,
+                    cols: h.dim,
+                    r: h.r,
+                    d: h.d,
+                    rho: h.rho,
+                }
+            }
+        }
+    }
+}
+
+impl PendingUpdate {
+    /// Starts `input`'s update on a thread of its own (not the thread pool's, which the
+    /// caller may be waiting in).
+    fn spawn(input: UpdateInput) -> Self {
+        let result = Arc::new((Mutex::new(None), Condvar::new()));
+        let (rank, dim) = (input.rank, input.dim);
+        let shared = Arc::clone(&result);
+        std::thread::spawn(move || {
+            let e = input.compute();
+            let (lock, done) = &*shared;
+            *lock.lock().expect("natural-gradient update") = Some(e);
+            done.notify_all();
+        });
+        PendingUpdate { rank, dim, result }
+    }
+
+    fn wait(&self) -> HostEstimate {
+        let (lock, done) = &*self.result;
+        let mut r = lock.lock().expect("natural-gradient update");
+        loop {
+            if let Some(e) = r.as_ref() {
+                return e.clone();
+            }
+            r = done.wait(r).expect("natural-gradient update");
+        }
+    }
+}
+
+impl UpdateInput {
+    /// True when the estimate this update gives will be finite: Z = Y·Yᵀ, its eigenvectors,
+    /// the new d and ρ and the unit rows of R' are finite whenever Y and the old d, ρ are.
+    fn is_finite(&self) -> bool {
+        self.tr_xx.is_finite()
+            && self.rho.is_finite()
+            && self.d.iter().all(|d| d.is_finite())
+            && self.y.iter().all(|y| y.is_finite())
+    }
+
+    /// The rest of the power-iteration step, all on the host in f64: Z = Y·Yᵀ = U·diag(c)·Uᵀ,
+    /// the new d and ρ, and R' = diag(c)^-½·Uᵀ·Y.
+    fn compute(self) -> HostEstimate {
+        let UpdateInput {
+            y,
+            rank,
+            dim,
+            d,
+            rho,
+            tr_xx,
+            n,
+            eta,
+        } = self;
+        let z = gram_f64_of(&y, rank, dim);
+        let eig = symmetric_eigen(&z, rank);
+
+        let trace_t =
+            eta / n as f64 * tr_xx + (1.0 - eta) * (dim as f64 * rho + d.iter().sum::<f64>());
+        let c_floor = ((1.0 - eta) * rho).powi(2);
+        let sqrt_c: Vec<f64> = eig.values.iter().map(|&c| c.max(c_floor).sqrt()).collect();
+        let new_rho = ((trace_t - sqrt_c.iter().sum::<f64>()) / (dim - rank) as f64).max(EPSILON);
+        let d_floor = EPSILON.max(DELTA * sqrt_c.iter().copied().fold(0.0, f64::max));
+        let new_d = sqrt_c.iter().map(|&s| (s - new_rho).max(d_floor)).collect();
+
+        // R' = diag(c)^-½·Uᵀ·Y over the directions f64 resolves (eigenvalues sorted, so a
+        // prefix), normalised by the computed c so the rows stay unit length.
+        let c_max = eig.values.first().copied().unwrap_or(0.0);
+        let resolved = eig
+            .values
+            .iter()
+            .take_while(|&&c| c > UNRESOLVED_RATIO * c_max && c > 0.0)
+            .count();
+        let mut coeffs = vec![0.0f64; resolved * rank];
+        for k in 0..resolved {
+            let inv_sqrt = 1.0 / eig.values[k].sqrt();
+            for j in 0..rank {
+                coeffs[k * rank + j] = eig.vectors[j * rank + k] * inv_sqrt;
+            }
+        }
+        let mut r = row_combination_f64_of(&coeffs, resolved, &y, rank);
+        r.resize(rank * dim, 0.0);
+        if resolved < rank {
+            MatViewMut::from_slice(&mut r, rank, dim).complete_orthonormal_rows(resolved);
+        }
+        HostEstimate {
+            r,
+            rank,
+            dim,
+            d: new_d,
+            rho: new_rho,
+        }
+    }
+}
+
+impl HostEstimate {
+    fn into_estimate(self) -> FisherEstimate {
+        FisherEstimate {
+            r: Matrix::from_vec(self.rank, self.dim, self.r),
+            d: self.d,
+            rho: self.rho,
+        }
+    }
+}
+
 impl OnlineNaturalGradient {
     /// `rank`: of the low-rank part (capped at D − 1 per call); `update_period`: update the
     /// estimate every this many calls after the first ten (0 is read as 1);
@@ -158,13 +349,7 @@ impl OnlineNaturalGradient {
             alpha: self.alpha,
             calls: self.calls,
             num_minibatches_history: self.num_minibatches_history,
-            estimate: self.estimate.as_ref().map(|e| EstimateSnapshot {
-                rows: e.r.num_rows(),
-                cols: e.r.num_cols(),
-                r: e.r.to_vec(),
-                d: e.d.clone(),
-                rho: e.rho,
-            }),
+            estimate: self.estimate.as_ref().map(Estimate::snapshot),
         }
     }
 
@@ -177,11 +362,11 @@ impl OnlineNaturalGradient {
                 if e.r.len() != e.rows.checked_mul(e.cols)? || e.d.len() != e.rows {
                     return None;
                 }
-                Some(FisherEstimate {
+                Some(Estimate::Ready(FisherEstimate {
                     r: Matrix::from_vec(e.rows, e.cols, e.r),
                     d: e.d,
                     rho: e.rho,
-                })
+                }))
             }
         };
         Some(OnlineNaturalGradient {
@@ -217,21 +402,29 @@ impl OnlineNaturalGradient {
         }
         let eta = self.eta(n);
         let alpha = self.alpha as f64;
-        let fits = |e: &FisherEstimate| e.r.num_rows() == rank && e.r.num_cols() == dim;
-        let mut estimate = match self.estimate.take() {
-            Some(e) if fits(&e) => e,
+        let estimate = match self.estimate.take() {
+            Some(e) if e.shape() == (rank, dim) => e.into_ready(),
             _ => FisherEstimate::from_first_minibatch(x.as_view(), tr_xx, rank, eta),
         };
         let updating = !self.frozen
             && (self.calls <= NUM_INITIAL_UPDATES
                 || (self.calls - NUM_INITIAL_UPDATES).is_multiple_of(self.update_period));
         let eta = updating.then_some(eta);
-        let gamma = estimate.precondition(x.rb(), tr_xx, alpha, eta, &mut self.p.0);
+        let (gamma, update) = estimate.precondition(x.rb(), tr_xx, alpha, eta, &mut self.p.0);
         if !self.frozen {
             self.calls += 1;
         }
-        if estimate.is_finite() && gamma.is_finite() {
-            self.estimate = Some(estimate);
+        // The updated estimate is finite exactly when Y is (module doc), so the check needs
+        // no wait for the update.
+        let finite = match &update {
+            Some(u) => u.is_finite(),
+            None => estimate.is_finite(),
+        };
+        if finite && gamma.is_finite() {
+            self.estimate = Some(match update {
+                Some(u) => Estimate::Updating(PendingUpdate::spawn(u)),
+                None => Estimate::Ready(estimate),
+            });
             gamma as f32
         } else {
             1.0
@@ -280,7 +473,10 @@ impl FisherEstimate {
         let mut p = Matrix::default();
         for _ in 0..iterations {
             let a = estimate.moments(x, &mut p);
-            estimate.update(&a, tr_xx, x.num_rows(), eta);
+            estimate = estimate
+                .update_input(&a, tr_xx, x.num_rows(), eta)
+                .compute()
+                .into_estimate();
         }
         estimate
     }
@@ -305,16 +501,16 @@ impl FisherEstimate {
         self.projections(x, p, true).unwrap_or_default()
     }
 
-    /// Replaces x by X̂ = X·β·G⁻¹; returns γ. With `eta`, then updates the estimate with X.
-    /// `tr_xx`: Σ x² of the input.
+    /// Replaces x by X̂ = X·β·G⁻¹; returns γ, and with `eta` the input of the estimate's
+    /// update with X (to run with [`UpdateInput::compute`]). `tr_xx`: Σ x² of the input.
     fn precondition(
-        &mut self,
+        &self,
         mut x: MatViewMut<'_>,
         tr_xx: f64,
         alpha: f64,
         eta: Option<f64>,
         p: &mut Matrix,
-    ) -> f64 {
+    ) -> (f64, Option<UpdateInput>) {
         let n = x.num_rows();
         let a = self.projections(x.as_view(), p, eta.is_some());
         p.view_mut().mul_cols_vec(&self.inverse_weights(alpha));
@@ -325,10 +521,11 @@ impl FisherEstimate {
         } else {
             1.0
         };
-        if let (Some(eta), Some(a)) = (eta, a) {
-            self.update(&a, tr_xx, n, eta);
-        }
-        gamma
+        let update = match (eta, a) {
+            (Some(eta), Some(a)) => Some(self.update_input(&a, tr_xx, n, eta)),
+            _ => None,
+        };
+        (gamma, update)
     }
 
     /// e_i = d_i/(d_i + β) with β = ρ + α/D·tr F: β·G⁻¹ = I − Rᵀ·diag(e)·R.
@@ -339,9 +536,10 @@ impl FisherEstimate {
         Vector::from_vec(self.d.iter().map(|&d| (d / (d + beta)) as Real).collect())
     }
 
-    /// One power-iteration step towards T = η·XᵀX/N + (1−η)·F (module doc), given
-    /// A = R·XᵀX and tr(XᵀX).
-    fn update(&mut self, a: &Matrix, tr_xx: f64, n: usize, eta: f64) {
+    /// The matrix work of one power-iteration step towards T = η·XᵀX/N + (1−η)·F (module
+    /// doc), given A = R·XᵀX and tr(XᵀX): Y = R·T, brought to the host with what the rest
+    /// of the step needs.
+    fn update_input(&self, a: &Matrix, tr_xx: f64, n: usize, eta: f64) -> UpdateInput {
         let (rank, dim) = (self.r.num_rows(), self.r.num_cols());
         // Y = R·T = η/N·A + (1−η)·diag(d + ρ)·R.
         let mut y = self.r.clone();
@@ -353,40 +551,16 @@ impl FisherEstimate {
         y.view_mut().mul_rows_vec(&Vector::from_vec(keep));
         y.view_mut()
             .add_mat((eta / n as f64) as Real, a.view(), Trans::No);
-        let z = y.view().gram_f64();
-        let eig = symmetric_eigen(&z, rank);
-
-        let trace_t = eta / n as f64 * tr_xx
-            + (1.0 - eta) * (dim as f64 * self.rho + self.d.iter().sum::<f64>());
-        let c_floor = ((1.0 - eta) * self.rho).powi(2);
-        let sqrt_c: Vec<f64> = eig.values.iter().map(|&c| c.max(c_floor).sqrt()).collect();
-        let rho = ((trace_t - sqrt_c.iter().sum::<f64>()) / (dim - rank) as f64).max(EPSILON);
-        let d_floor = EPSILON.max(DELTA * sqrt_c.iter().copied().fold(0.0, f64::max));
-        self.d = sqrt_c.iter().map(|&s| (s - rho).max(d_floor)).collect();
-        self.rho = rho;
-
-        // R' = diag(c)^-½·Uᵀ·Y over the directions f64 resolves (eigenvalues sorted, so a
-        // prefix), normalised by the computed c so the rows stay unit length.
-        let c_max = eig.values.first().copied().unwrap_or(0.0);
-        let resolved = eig
-            .values
-            .iter()
-            .take_while(|&&c| c > UNRESOLVED_RATIO * c_max && c > 0.0)
-            .count();
-        let mut coeffs = vec![0.0f64; resolved * rank];
-        for k in 0..resolved {
-            let inv_sqrt = 1.0 / eig.values[k].sqrt();
-            for j in 0..rank {
-                coeffs[k * rank + j] = eig.vectors[j * rank + k] * inv_sqrt;
-            }
+        UpdateInput {
+            y: y.to_vec(),
+            rank,
+            dim,
+            d: self.d.clone(),
+            rho: self.rho,
+            tr_xx,
+            n,
+            eta,
         }
-        let mut r = Matrix::zeros(rank, dim);
-        r.sub_mut(0, resolved, 0, dim)
-            .set_row_combination_f64(&coeffs, y.view());
-        if resolved < rank {
-            r.view_mut().complete_orthonormal_rows(resolved);
-        }
-        self.r = r;
     }
 
     fn is_finite(&self) -> bool {

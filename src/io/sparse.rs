@@ -175,14 +175,14 @@ impl SparseMatrix {
     /// The dense equivalent (a later duplicate index adds to the earlier one).
     pub fn to_matrix(&self) -> Matrix {
         let mut m = Matrix::zeros(self.num_rows(), self.num_cols());
-        for (r, row) in self.rows.iter().enumerate() {
-            for &(i, v) in &row.pairs {
-                if (i as usize) < m.num_cols() {
-                    let x = m.get(r, i as usize);
-                    m.set(r, i as usize, x + v);
-                }
-            }
-        }
+        let elements: Vec<(usize, usize, f32)> = self
+            .rows
+            .iter()
+            .enumerate()
+            .flat_map(|(r, row)| row.pairs.iter().map(move |&(i, v)| (r, i as usize, v)))
+            .filter(|&(_, c, _)| c < m.num_cols())
+            .collect();
+        m.view_mut().add_elements(1.0, &elements);
         m
     }
 }

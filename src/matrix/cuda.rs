@@ -11,6 +11,7 @@
 //! The CUDA libraries are loaded when a GPU is first selected (`cudarc`'s dynamic loading):
 //! the crate builds, and runs on the CPU, on a machine without CUDA.
 
+use super::cuda_profile as profile;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::PushKernelArg;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig};
@@ -72,6 +73,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_normalize",
     "k_diff_normalize",
     "k_row_reduce",
+    "k_add_elements",
+    "k_dot_elements",
 ];
 
 /// The selected GPU.
@@ -254,10 +257,12 @@ impl Gpu {
             return (p, class);
         }
         self.bind();
+        let t = profile::begin();
         // SAFETY: a fresh allocation of `class` bytes; the contents are set by the caller.
         let p =
             unsafe { result::malloc_managed(class, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
                 .unwrap_or_else(|e| panic!("GPU memory: cannot allocate {class} bytes: {e}"));
+        profile::end(t, "malloc_managed", class as u64);
         (p, class)
     }
 
@@ -277,6 +282,23 @@ impl Gpu {
             .unwrap_or_else(|e| panic!("binding the CUDA context: {e}"));
     }
 
+    /// Lets cuBLAS round the single-precision products' inputs to TF32 on the tensor cores
+    /// (Kaldi's `--cuda-use-tf32-compute`), or keeps them in full FP32.
+    pub(in crate::matrix) fn set_tf32(&self, on: bool) -> Result<(), String> {
+        use cudarc::cublas::sys::{cublasMath_t, cublasSetMathMode, cublasStatus_t};
+        let mode = if on {
+            cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        let blas = self.blas.lock().expect("cuBLAS");
+        // SAFETY: a live handle of this process.
+        match unsafe { cublasSetMathMode(*blas.handle(), mode) } {
+            cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+            e => Err(format!("cublasSetMathMode: {e:?}")),
+        }
+    }
+
     /// Waits until every queued operation has finished.
     pub(in crate::matrix) fn sync(&self, what: &str) {
         self.stream
@@ -287,30 +309,66 @@ impl Gpu {
     /// Sets `bytes` bytes at `ptr` to zero.
     pub(in crate::matrix) fn zero(&self, ptr: u64, bytes: usize) {
         self.bind();
+        let t = profile::begin();
         // SAFETY: `ptr` is a managed buffer of at least `bytes` bytes.
         unsafe { result::memset_d8_async(ptr, 0, bytes, self.stream.cu_stream()) }
             .unwrap_or_else(|e| panic!("GPU memset: {e}"));
         self.sync("memset");
+        profile::end(t, "memset", bytes as u64);
     }
 
     /// Copies `bytes` bytes from `src` to `dst` (both device or managed memory).
     pub(in crate::matrix) fn copy(&self, dst: u64, src: u64, bytes: usize) {
         self.bind();
+        let t = profile::begin();
         // SAFETY: both buffers hold at least `bytes` bytes and do not overlap.
         unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
             .unwrap_or_else(|e| panic!("GPU copy: {e}"));
         self.sync("copy");
+        profile::end(t, "copy", bytes as u64);
     }
 
     /// Copies a host table of indices to a new device buffer (give it back with `free`).
     pub(in crate::matrix) fn upload_i32(&self, v: &[i32]) -> (u64, usize) {
         let (p, class) = self.alloc(std::mem::size_of_val(v));
         self.bind();
+        let t = profile::begin();
         // SAFETY: `p` holds at least `v`'s bytes; the copy from pageable memory has read `v`
         // when the call returns.
         unsafe { result::memcpy_htod_async(p, v, self.stream.cu_stream()) }
             .unwrap_or_else(|e| panic!("GPU upload: {e}"));
+        profile::end(t, "upload indexes", std::mem::size_of_val(v) as u64);
         (p, class)
+    }
+
+    /// Copies `n` values of type `T` from device or managed memory at `ptr` to a host `Vec`
+    /// (a copy, so that the pages stay on the GPU).
+    pub(in crate::matrix) fn download<T: Copy + Default>(&self, ptr: u64, n: usize) -> Vec<T> {
+        let mut v = vec![T::default(); n];
+        if n == 0 {
+            return v;
+        }
+        self.bind();
+        self.sync("download");
+        let t = profile::begin();
+        // SAFETY: `ptr` holds at least `n` values of `T`; the stream is idle, so they are final.
+        unsafe { result::memcpy_dtoh_sync(&mut v, ptr) }
+            .unwrap_or_else(|e| panic!("GPU download: {e}"));
+        profile::end(t, "download", std::mem::size_of_val(&v[..]) as u64);
+        v
+    }
+
+    /// Copies a host slice into device or managed memory at `ptr` (which holds at least as
+    /// many values).
+    pub(in crate::matrix) fn upload<T: Copy>(&self, ptr: u64, v: &[T]) {
+        if v.is_empty() {
+            return;
+        }
+        self.bind();
+        let t = profile::begin();
+        // SAFETY: `ptr` holds at least `v.len()` values of `T`.
+        unsafe { result::memcpy_htod_sync(ptr, v) }.unwrap_or_else(|e| panic!("GPU upload: {e}"));
+        profile::end(t, "upload", std::mem::size_of_val(v) as u64);
     }
 
     /// Launches kernel `name` with `args` and waits for it.
@@ -326,6 +384,7 @@ impl Gpu {
             .functions
             .get(name)
             .unwrap_or_else(|| panic!("no kernel {name}"));
+        let t = profile::begin();
         let mut b = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -343,6 +402,7 @@ impl Gpu {
         // pointers of live device buffers with the shapes and strides the kernel indexes.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("launching {name}: {e}"));
         self.sync(name);
+        profile::end(t, name, 0);
     }
 
     /// `c = alpha · op(a) · op(b) + beta · c` through cuBLAS, all three row-major with row
@@ -361,6 +421,7 @@ impl Gpu {
         let op = |t: bool| if t { CUBLAS_OP_T } else { CUBLAS_OP_N };
         let blas = self.blas.lock().expect("cuBLAS");
         self.bind();
+        let t = profile::begin();
         // SAFETY: the shapes and leading dimensions describe the callers' views, which lie
         // inside live device buffers; `c` does not overlap `a` or `b`.
         unsafe {
@@ -383,6 +444,7 @@ impl Gpu {
         }
         .unwrap_or_else(|e| panic!("cuBLAS sgemm {m}x{n}x{k}: {e}"));
         self.sync("sgemm");
+        profile::end(t, "cublas sgemm", 2 * (m * n * k) as u64);
     }
 }
 

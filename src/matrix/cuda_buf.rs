@@ -38,16 +38,22 @@ impl<T: Copy + Default + 'static> Buf<T> {
         if !super::cuda::selected() || v.is_empty() {
             return Buf::Host(v);
         }
-        let mut b = Self::zeroed(v.len());
-        b.copy_from_slice(&v);
-        b
+        // A copy by the driver: written through the host, the pages would move to the host
+        // and back at the first kernel.
+        let (ptr, class) = gpu().alloc(v.len() * Self::SIZE);
+        gpu().upload(ptr, &v);
+        Buf::Managed {
+            ptr,
+            len: v.len(),
+            class,
+        }
     }
 
     /// The elements as a host `Vec`.
     pub fn into_vec(mut self) -> Vec<T> {
         match self {
             Buf::Host(ref mut v) => std::mem::take(v),
-            ref m => m.to_vec(),
+            Buf::Managed { ptr, len, .. } => gpu().download(ptr, len),
         }
     }
 

@@ -130,12 +130,26 @@ extern "C" __global__ void k_add_to_rows(float* x, int sx, const float* y, int s
 
 // out[c] = a · Σ_r m[r, c] + b · out[c]: one thread per column, rows summed in order (in
 // double, as the host sums them).
+// out[c] = a · Σ_r f(m[r][c]) (+ b · out[c]), f(x) = x (square = 0) or x² (square = 1).
+// Blocks of 32 × 32 threads: each block owns 32 columns, its 32 thread rows stride over the
+// rows with double sums, which are then added in a fixed order (reproducible to the bit).
 extern "C" __global__ void k_add_row_sum(float* out, const float* m, int sm, int rows, int cols,
-                                         float a, float b) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
-    double s = 0.0;
-    for (int r = 0; r < rows; ++r) s += m[(i64)r * sm + c];
-    out[c] = b == 0.0f ? a * (float)s : a * (float)s + b * out[c];
+                                         float a, float b, int square) {
+  __shared__ double part[32][33];
+  int c = blockIdx.x * 32 + threadIdx.x;
+  double s = 0.0;
+  if (c < cols) {
+    for (int r = threadIdx.y; r < rows; r += 32) {
+      double v = m[(i64)r * sm + c];
+      s += square ? v * v : v;
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    double t = 0.0;
+    for (int i = 0; i < 32; ++i) t += part[i][threadIdx.x];
+    out[c] = b == 0.0f ? a * (float)t : a * (float)t + b * out[c];
   }
 }
 
@@ -286,5 +300,24 @@ extern "C" __global__ void k_row_reduce(double* out, const float* x, int sx, con
     }
     if (t == 0) out[r] = ds[0];
     __syncthreads();
+  }
+}
+
+// m[r][c] += a · v for each element (r, c, v) of `el`, given as three ints (v's float bits);
+// the callers pass no (r, c) twice, so the order of the additions does not matter.
+extern "C" __global__ void k_add_elements(float* m, int sm, const int* el, int n, float a) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int* e = el + 3 * i;
+    m[(i64)e[0] * sm + e[1]] += a * __int_as_float(e[2]);
+  }
+}
+
+// out[i] = v · m[r][c] (in double) for each element (r, c, v) of `el`; the host adds the
+// products in order.
+extern "C" __global__ void k_dot_elements(double* out, const float* m, int sm, const int* el,
+                                          int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int* e = el + 3 * i;
+    out[i] = (double)__int_as_float(e[2]) * (double)m[(i64)e[0] * sm + e[1]];
   }
 }

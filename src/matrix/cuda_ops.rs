@@ -143,33 +143,54 @@ pub(in crate::matrix) fn add_sums(
     over_rows: bool,
 ) {
     let (r, c) = (m.rows, m.cols);
-    let (args, n) = (
-        [
-            pv(out),
-            p(&m),
-            int(m.stride),
-            int(r),
-            int(c),
-            Arg::Float(alpha),
-            Arg::Float(beta),
-        ],
-        if over_rows { c } else { r },
-    );
+    let n = if over_rows { c } else { r };
     if n == 0 {
         return;
     }
+    let args = [
+        pv(out),
+        p(&m),
+        int(m.stride),
+        int(r),
+        int(c),
+        Arg::Float(alpha),
+        Arg::Float(beta),
+    ];
     if over_rows {
-        // One thread per column, the rows in order.
-        gpu().launch(
-            "k_add_row_sum",
-            (n.div_ceil(256) as u32, 1, 1),
-            (256, 1, 1),
-            0,
-            &args,
-        );
+        col_sums(&args, c, false);
     } else {
         per_row("k_add_col_sum", n, 4, &args);
     }
+}
+
+/// The column reduction `k_add_row_sum` over `cols` columns, of squares when `square`.
+fn col_sums(args: &[Arg], cols: usize, square: bool) {
+    let mut args = args.to_vec();
+    args.push(Arg::Int(square as i32));
+    gpu().launch(
+        "k_add_row_sum",
+        (cols.div_ceil(32) as u32, 1, 1),
+        (32, 32, 1),
+        0,
+        &args,
+    );
+}
+
+/// `out = alpha · (column sums of m's squares) + beta · out` (AddDiagMat2 with Trans::Yes).
+pub(in crate::matrix) fn add_col_sumsq(out: &mut Vector, alpha: Real, m: MatView<'_>, beta: Real) {
+    if m.cols == 0 {
+        return;
+    }
+    let args = [
+        pv(out),
+        p(&m),
+        int(m.stride),
+        int(m.rows),
+        int(m.cols),
+        Arg::Float(alpha),
+        Arg::Float(beta),
+    ];
+    col_sums(&args, m.cols, true);
 }
 
 /// `x = softmax(y)` or `log_softmax(y)` per row; `y` = `None`: of `x` itself.
@@ -323,8 +344,108 @@ pub(in crate::matrix) fn row_reduce(x: MatView<'_>, what: RowSum<'_>) -> Vec<f64
         Arg::Int(mode),
     ];
     per_row("k_row_reduce", rows, 8, &args);
-    // SAFETY: `out` is a managed buffer of `rows` doubles that the finished kernel wrote.
-    let sums = unsafe { std::slice::from_raw_parts(out as *const f64, rows) }.to_vec();
+    let sums = gpu().download::<f64>(out, rows);
     gpu().free(out, class);
     sums
+}
+
+/// The elements (r, c, v) as the kernels read them: three ints each, v by its bits.
+fn upload_elements(elements: &[(usize, usize, Real)]) -> (u64, usize) {
+    let table: Vec<i32> = elements
+        .iter()
+        .flat_map(|&(r, c, v)| [r as i32, c as i32, v.to_bits() as i32])
+        .collect();
+    gpu().upload_i32(&table)
+}
+
+fn blocks_for(n: usize) -> (u32, u32, u32) {
+    (n.div_ceil(256).min(1 << 16) as u32, 1, 1)
+}
+
+/// `x[r, c] += alpha · v` for each element; no (r, c) appears twice.
+pub(in crate::matrix) fn add_elements(
+    x: &mut MatViewMut<'_>,
+    alpha: Real,
+    elements: &[(usize, usize, Real)],
+) {
+    if elements.is_empty() {
+        return;
+    }
+    let (table, class) = upload_elements(elements);
+    let args = [
+        pm(x),
+        int(x.stride),
+        Arg::Ptr(table),
+        int(elements.len()),
+        Arg::Float(alpha),
+    ];
+    gpu().launch(
+        "k_add_elements",
+        blocks_for(elements.len()),
+        (256, 1, 1),
+        0,
+        &args,
+    );
+    gpu().free(table, class);
+}
+
+/// The products v · x[r, c] of each element, in double, read back in order.
+pub(in crate::matrix) fn element_products(
+    x: MatView<'_>,
+    elements: &[(usize, usize, Real)],
+) -> Vec<f64> {
+    if elements.is_empty() {
+        return Vec::new();
+    }
+    let (table, class) = upload_elements(elements);
+    let (out, out_class) = gpu().alloc(elements.len() * 8);
+    let args = [
+        Arg::Ptr(out),
+        p(&x),
+        int(x.stride),
+        Arg::Ptr(table),
+        int(elements.len()),
+    ];
+    gpu().launch(
+        "k_dot_elements",
+        blocks_for(elements.len()),
+        (256, 1, 1),
+        0,
+        &args,
+    );
+    let products = gpu().download::<f64>(out, elements.len());
+    gpu().free(out, out_class);
+    gpu().free(table, class);
+    products
+}
+
+/// The elements of `x`, row-major, copied to the host (its pages stay on the GPU).
+pub(in crate::matrix) fn download_view(x: MatView<'_>) -> Vec<Real> {
+    if x.rows == 0 || x.cols == 0 {
+        return Vec::new();
+    }
+    let span = (x.rows - 1) * x.stride + x.cols;
+    let all = gpu().download::<Real>(x.data.as_ptr() as u64, span);
+    if x.stride == x.cols {
+        return all;
+    }
+    (0..x.rows)
+        .flat_map(|r| all[r * x.stride..r * x.stride + x.cols].iter().copied())
+        .collect()
+}
+
+/// Overwrites `x` with `data` (row-major, x's shape) from the host.
+pub(in crate::matrix) fn upload_view(x: &mut MatViewMut<'_>, data: &[Real]) {
+    assert_eq!(data.len(), x.rows * x.cols, "upload_view: shape");
+    let base = x.data.as_mut_ptr() as u64;
+    if x.stride == x.cols {
+        gpu().upload(base, data);
+        return;
+    }
+    for (r, row) in data.chunks_exact(x.cols.max(1)).enumerate() {
+        gpu().upload(
+            base + (r * x.stride * std::mem::size_of::<Real>()) as u64,
+            row,
+        );
+    }
 }

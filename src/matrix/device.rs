@@ -87,6 +87,26 @@ pub fn gpu_selected() -> bool {
     false
 }
 
+/// Kaldi's `--cuda-use-tf32-compute`: single-precision products on the selected GPU may
+/// round their inputs to TF32 (tensor cores). Without a selected GPU it changes nothing.
+pub fn use_tf32(on: bool) -> Result<(), String> {
+    #[cfg(feature = "cuda")]
+    if super::cuda::selected() {
+        return super::cuda::gpu().set_tf32(on);
+    }
+    let _ = on;
+    Ok(())
+}
+
+/// Prints the GPU backend's call profile to stderr when `COMPNET_GPU_PROFILE=1` was set and
+/// a GPU was used (called when a command ends).
+pub fn report_profile() {
+    #[cfg(feature = "cuda")]
+    if let Some(table) = super::cuda_profile::report() {
+        eprint!("{table}");
+    }
+}
+
 /// Compiles the CUDA kernels' source with NVRTC for `arch` (`sm_90` for H100/H200, `sm_80`
 /// for A100), which needs the NVRTC library but no GPU, and checks that every kernel the
 /// backend launches is defined; returns their number.

@@ -6,6 +6,24 @@ use super::parallel::for_row_blocks;
 use super::{MatView, MatViewMut, Real, Trans, Vector, Vector64};
 
 impl MatViewMut<'_> {
+    /// `self[r, c] += alpha · v` for each element `(r, c, v)`, in order (Kaldi's
+    /// AddElements; a repeated (r, c) adds again). Every (r, c) must lie inside the matrix.
+    pub fn add_elements(&mut self, alpha: Real, elements: &[(usize, usize, Real)]) {
+        for &(r, c, _) in elements {
+            assert!(
+                r < self.num_rows() && c < self.num_cols(),
+                "add_elements: ({r}, {c}) outside {}x{}",
+                self.num_rows(),
+                self.num_cols()
+            );
+        }
+        // The kernel adds in no set order, which matters only where (r, c) repeats.
+        on_device!(self.place.on_device() && !repeats_a_position(elements) => super::cuda_ops::add_elements(self, alpha, elements));
+        for &(r, c, v) in elements {
+            let x = self.get(r, c);
+            self.set(r, c, x + alpha * v);
+        }
+    }
     /// Sets every element to zero (NaN in the old contents does not matter).
     pub fn set_zero(&mut self) {
         self.set_const(0.0);
@@ -427,7 +445,32 @@ impl MatViewMut<'_> {
     }
 }
 
+/// True when some (r, c) appears twice in `elements`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn repeats_a_position(elements: &[(usize, usize, Real)]) -> bool {
+    let mut at: Vec<(usize, usize)> = elements.iter().map(|&(r, c, _)| (r, c)).collect();
+    at.sort_unstable();
+    at.windows(2).any(|w| w[0] == w[1])
+}
+
 impl MatView<'_> {
+    /// Σ v · self[r, c] over the elements `(r, c, v)`, in double, added in order (Kaldi's
+    /// TraceMatSmat against a sparse matrix). Every (r, c) must lie inside the matrix.
+    pub fn dot_elements(&self, elements: &[(usize, usize, Real)]) -> f64 {
+        for &(r, c, _) in elements {
+            assert!(
+                r < self.num_rows() && c < self.num_cols(),
+                "dot_elements: ({r}, {c}) outside {}x{}",
+                self.num_rows(),
+                self.num_cols()
+            );
+        }
+        on_device!(self.place.on_device() => super::cuda_ops::element_products(*self, elements).into_iter().sum());
+        elements
+            .iter()
+            .map(|&(r, c, v)| v as f64 * self.get(r, c) as f64)
+            .sum()
+    }
     /// Sum of all elements.
     pub fn sum(&self) -> Real {
         on_device!(self.place.on_device() => super::cuda_ops::row_reduce(*self, super::cuda_ops::RowSum::Plain).iter().sum::<f64>() as Real);
@@ -553,5 +596,30 @@ mod exp_tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::matrix::Matrix;
+
+    #[test]
+    fn elements_add_in_order_and_dot_in_double() {
+        let mut m = Matrix::from_rows(&[vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]]);
+        let el = [(0, 2, 0.5), (1, 0, -1.0), (0, 2, 0.25)];
+        m.view_mut().add_elements(2.0, &el);
+        assert_eq!(m.to_vec(), vec![1.0, 2.0, 4.5, 2.0, 5.0, 6.0]);
+        let dot = m.view().dot_elements(&el);
+        assert_eq!(dot, 0.5 * 4.5 + -1.0 * 2.0 + 0.25 * 4.5);
+        assert!(super::repeats_a_position(&el));
+        assert!(!super::repeats_a_position(&el[..2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "outside 2x3")]
+    fn an_element_outside_the_matrix_is_a_programming_error() {
+        Matrix::zeros(2, 3)
+            .view_mut()
+            .add_elements(1.0, &[(2, 0, 1.0)]);
     }
 }

@@ -25,6 +25,8 @@ mod cuda;
 mod cuda_buf;
 #[cfg(feature = "cuda")]
 mod cuda_ops;
+#[cfg(feature = "cuda")]
+mod cuda_profile;
 pub mod device;
 mod eigen;
 mod elementwise;
@@ -65,6 +67,7 @@ pub use lstm::{
 };
 pub use normalize::NORMALIZE_SQUARED_NORM_FLOOR;
 pub use pooling::PoolingOptions;
+pub use precise::{gram_f64_of, row_combination_f64_of};
 pub use stats::{
     batch_norm_backprop_coefficients, batch_norm_invented_stats, batch_norm_mean_var,
     batch_norm_scale, batch_norm_test_transform,
@@ -454,10 +457,17 @@ impl<'a> MatView<'a> {
     }
     /// An owned copy.
     pub fn to_matrix(&self) -> Matrix {
+        on_device!(self.place.on_device() => {
+            // A copy on the device, without the elements passing through the host.
+            let mut m = Matrix::zeros(self.rows, self.cols);
+            m.view_mut().copy_from(*self);
+            m
+        });
         Matrix::from_vec(self.rows, self.cols, self.to_vec())
     }
     /// Row-major copy of the elements.
     pub fn to_vec(&self) -> Vec<Real> {
+        on_device!(self.place.on_device() => cuda_ops::download_view(*self));
         let mut v = Vec::with_capacity(self.rows * self.cols);
         for r in 0..self.rows {
             v.extend_from_slice(self.row(r));

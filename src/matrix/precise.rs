@@ -7,6 +7,7 @@ use super::{MatView, MatViewMut, Real};
 
 /// Row-major f64 copy of a view.
 fn to_f64(a: &MatView<'_>) -> Vec<f64> {
+    on_device!(a.place.on_device() => super::cuda_ops::download_view(*a).into_iter().map(f64::from).collect());
     let mut out = Vec::with_capacity(a.num_rows() * a.num_cols());
     for r in 0..a.num_rows() {
         out.extend(a.row(r).iter().map(|&x| x as f64));
@@ -87,18 +88,48 @@ impl MatView<'_> {
     /// `self · selfᵀ` (rows × rows, row-major), products and sums in f64: the exact Gram
     /// matrix of the stored f32 rows up to f64 rounding.
     pub fn gram_f64(&self) -> Vec<f64> {
-        let (r, d) = (self.num_rows(), self.num_cols());
-        let y = to_f64(self);
-        let mut yt = vec![0.0f64; d * r];
-        for i in 0..r {
-            for j in 0..d {
-                yt[j * r + i] = y[i * d + j];
-            }
-        }
-        let mut g = vec![0.0f64; r * r];
-        gemm_f64(&mut g, &y, &yt, r, d, r);
-        g
+        gram_of(&to_f64(self), self.num_rows(), self.num_cols())
     }
+}
+
+/// `y · yᵀ` (rows × rows, row-major) of the row-major rows×cols `y`, products and sums in f64.
+fn gram_of(y: &[f64], r: usize, d: usize) -> Vec<f64> {
+    let mut yt = vec![0.0f64; d * r];
+    for i in 0..r {
+        for j in 0..d {
+            yt[j * r + i] = y[i * d + j];
+        }
+    }
+    let mut g = vec![0.0f64; r * r];
+    gemm_f64(&mut g, y, &yt, r, d, r);
+    g
+}
+
+/// [`MatView::gram_f64`] of host rows: `y · yᵀ` of the row-major rows×cols `y`, in f64.
+///
+/// # Panics
+/// If `y.len() != rows·cols` (a programming error).
+pub fn gram_f64_of(y: &[Real], rows: usize, cols: usize) -> Vec<f64> {
+    assert_eq!(y.len(), rows * cols, "gram_f64_of: shape");
+    let y: Vec<f64> = y.iter().map(|&x| x as f64).collect();
+    gram_of(&y, rows, cols)
+}
+
+/// [`MatViewMut::set_row_combination_f64`] on the host: `coeffs (m×k, f64) · rows (k×n)`,
+/// products and sums in f64, rounded once to f32 (row-major m×n).
+///
+/// # Panics
+/// If the shapes do not agree (a programming error).
+pub fn row_combination_f64_of(coeffs: &[f64], m: usize, rows: &[Real], k: usize) -> Vec<Real> {
+    let n = rows.len().checked_div(k).unwrap_or(0);
+    assert!(
+        coeffs.len() == m * k && rows.len() == k * n,
+        "row_combination_f64_of: shapes"
+    );
+    let rows: Vec<f64> = rows.iter().map(|&x| x as f64).collect();
+    let mut out = vec![0.0f64; m * n];
+    gemm_f64(&mut out, coeffs, &rows, m, k, n);
+    out.into_iter().map(|y| y as Real).collect()
 }
 
 impl MatViewMut<'_> {
@@ -115,6 +146,7 @@ impl MatViewMut<'_> {
         );
         let mut out = vec![0.0f64; m * n];
         gemm_f64(&mut out, coeffs, &to_f64(&rows), m, k, n);
+        on_device!(self.place.on_device() => super::cuda_ops::upload_view(self, &out.iter().map(|&y| y as Real).collect::<Vec<_>>()));
         for (i, chunk) in out.chunks_exact(n.max(1)).enumerate().take(m) {
             for (x, &y) in self.row_mut(i).iter_mut().zip(chunk) {
                 *x = y as Real;
@@ -172,6 +204,23 @@ impl MatViewMut<'_> {
 #[cfg(test)]
 mod tests {
     use crate::matrix::Matrix;
+
+    #[test]
+    fn host_slice_forms_match_the_view_forms() {
+        let rows: Vec<Vec<f32>> = (0..4)
+            .map(|i| (0..7).map(|j| ((i * 7 + j) as f32 * 0.37).sin()).collect())
+            .collect();
+        let y = Matrix::from_rows(&rows);
+        let flat: Vec<f32> = rows.concat();
+        assert_eq!(super::gram_f64_of(&flat, 4, 7), y.view().gram_f64());
+        let coeffs: Vec<f64> = (0..12).map(|k| (k as f64 * 0.91).cos()).collect();
+        let mut out = Matrix::zeros(3, 7);
+        out.view_mut().set_row_combination_f64(&coeffs, y.view());
+        assert_eq!(
+            super::row_combination_f64_of(&coeffs, 3, &flat, 4),
+            out.to_vec()
+        );
+    }
 
     #[test]
     fn gram_and_row_combination_match_direct_sums() {

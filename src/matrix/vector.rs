@@ -78,6 +78,7 @@ impl Vector {
     }
     /// `self = alpha · diag(op(m) op(m)ᵀ) + beta · self` (Kaldi's AddDiagMat2).
     pub fn add_diag_mat2(&mut self, alpha: Real, m: MatView<'_>, t: Trans, beta: Real) {
+        on_device!(t == Trans::Yes && self.data.is_device() && m.place.on_device() && m.num_cols() == self.dim() => super::cuda_ops::add_col_sumsq(self, alpha, m, beta));
         m.add_diag_mat2_to(self.as_mut_slice(), alpha, t, beta);
     }
     /// `self *= x` element-wise.

@@ -557,6 +557,32 @@ impl<'a> NnetComputer<'a> {
     }
 
     fn exec(&mut self, idx: usize, cmd: &Command, backward: bool) -> Result<()> {
+        if !super::profile::enabled() {
+            return self.exec_command(idx, cmd, backward);
+        }
+        let name = self.stage_name(cmd);
+        super::profile::timed(|| name, || self.exec_command(idx, cmd, backward))
+    }
+
+    /// The profile's name for `cmd`: its kind, with the component type for Propagate and
+    /// Backprop.
+    fn stage_name(&self, cmd: &Command) -> String {
+        let net = self.nnet.get();
+        match *cmd {
+            Command::Propagate(p) => {
+                format!("Propagate {}", net.components[p.component].type_name())
+            }
+            Command::Backprop(b) => {
+                format!("Backprop {}", net.components[b.component].type_name())
+            }
+            _ => {
+                let s = format!("{cmd:?}");
+                s.split([' ', '{', '(']).next().unwrap_or("").to_string()
+            }
+        }
+    }
+
+    fn exec_command(&mut self, idx: usize, cmd: &Command, backward: bool) -> Result<()> {
         match *cmd {
             Command::AllocMatrix { m } => self.alloc(m, true),
             Command::AllocMatrixUndefined { m } => self.alloc(m, false),

@@ -7,6 +7,7 @@
 pub mod chunked;
 pub mod computer;
 pub mod looped;
+pub mod profile;
 
 pub use computer::NnetComputer;
 

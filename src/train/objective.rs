@@ -38,6 +38,7 @@ pub fn compute_objective(
             let sum = match supervision {
                 GeneralMatrix::Sparse(sm) => {
                     let mut s = ObjectiveSum::default();
+                    let mut elements = Vec::new();
                     for (r, row) in sm.rows.iter().enumerate() {
                         for &(c, v) in &row.pairs {
                             if c < 0 || c as usize >= cols {
@@ -47,9 +48,10 @@ pub fn compute_objective(
                                 )));
                             }
                             s.tot_weight += v as f64;
-                            s.tot_objf += v as f64 * output.get(r, c as usize) as f64;
+                            elements.push((r, c as usize, v));
                         }
                     }
+                    s.tot_objf = output.view().dot_elements(&elements);
                     s
                 }
                 _ => {

@@ -87,8 +87,10 @@ pub fn run_pass(
             .map(|io| &io.features)
             .ok_or_else(|| Error::Compute(format!("no supervision for '{name}'")))?;
         let output = computer.output(name)?;
-        let (objective, deriv) =
-            compute_objective(name, objective_type, supervision, output, backward)?;
+        let (objective, deriv) = crate::run::profile::timed(
+            || "objective".into(),
+            || compute_objective(name, objective_type, supervision, output, backward),
+        )?;
         each_output(OutputResult {
             name,
             objective_type,
@@ -119,7 +121,9 @@ pub fn run_forward(
 ) -> Result<()> {
     for spec in &request.inputs {
         if let Some(io) = eg.get(&spec.name) {
-            computer.accept_input(&spec.name, io.features.to_matrix())?;
+            let m =
+                crate::run::profile::timed(|| "input to matrix".into(), || io.features.to_matrix());
+            computer.accept_input(&spec.name, m)?;
         }
     }
     computer.run_forward()

@@ -177,7 +177,10 @@ impl<'a> NnetTrainer<'a> {
     /// Trains on one (merged) minibatch.
     pub fn train(&mut self, eg: &NnetExample) -> Result<()> {
         let request = computation_request(self.nnet, eg, true, self.opts.store_component_stats)?;
-        let computation = self.compiler.compile(self.nnet, &request)?;
+        let computation = crate::run::profile::timed(
+            || "trainer: compile (cached)".into(),
+            || self.compiler.compile(self.nnet, &request),
+        )?;
         self.update
             .replay_compile_draws(self.nnet, &request, &self.compiler);
         crate::log::vlog(1, &self.opts.program, || {
@@ -209,7 +212,10 @@ impl<'a> NnetTrainer<'a> {
             self.warn_unless(ok);
         } else {
             self.forward_backward(eg, &request, &computation, seed, "")?;
-            let ok = self.update.step(self.nnet, sequences);
+            let ok = crate::run::profile::timed(
+                || "trainer: update".into(),
+                || self.update.step(self.nnet, sequences),
+            );
             self.warn_unless(ok);
         }
         self.num_minibatches_processed += 1;
