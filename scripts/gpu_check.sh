@@ -9,7 +9,8 @@
 #     (training);
 #  3. trains one pass of a training golden on the GPU and on the CPU and compares the models;
 #  4. measures the wsj TDNN (tests/data/kaldi/perf): compnet train and compute, CPU (all
-#     cores) against GPU, and PyTorch's same network on the same GPU where it is installed;
+#     cores) against GPU (fp32, and TF32 with --cuda-use-tf32-compute), and PyTorch's same
+#     network on the same GPU, fp32 and TF32, where it is installed;
 # and writes one summary file.
 #
 # Usage: scripts/gpu_check.sh [BIN_DIR] [SUMMARY]   (defaults .gpu/bin, gpu_summary.txt)
@@ -83,12 +84,17 @@ else:
 PY
 )"
 
-# 4. Speed: the wsj TDNN, as scripts/bench_train.sh sets it up.
-scripts/wsj_data.sh "$B" "$W" 96
+# 4. Speed: the wsj TDNN, as scripts/bench_train.sh sets it up, with 384 utterances (57
+# minibatches of 256 eight-frame chunks; the natural-gradient estimates reach their
+# every-4th-minibatch updates). Training rates are compnet's own "frames/s after the first
+# minibatch" (the first also compiles and, on the GPU, starts the device); inference is the
+# whole process.
+UTTS=${GPU_CHECK_UTTS:-384}
+scripts/wsj_data.sh "$B" "$W" $UTTS
 mv "$W/egs.ark" "$W/egs1.ark"
 "$B" shuffle-egs --srand=1 "ark:$W/egs1.ark" "ark:$W/egs2.ark" 2>/dev/null
 "$B" merge-egs --minibatch-size=256 "ark:$W/egs2.ark" "ark:$W/egs.ark" 2>/dev/null
-frames=$(( 96 * 300 ))
+frames=$(( UTTS * 300 ))
 rate() { awk -v f="$1" -v s="$2" 'BEGIN { printf "%.0f", f / s }'; }
 secs() {
   local t0 t1 rc
@@ -98,21 +104,29 @@ secs() {
   t1=$(date +%s.%N)
   if [ $rc -eq 0 ]; then awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'; else echo "failed (exit $rc after $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') s)"; fi
 }
-for d in no yes; do
-  # A warm-up pass (page cache; on the GPU, the context, NVRTC and the allocator's pool).
-  tw=$(secs timeout 60 "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/warm.raw")
-  say "wsj TDNN --use-gpu=$d: warm-up training pass $tw s"
-  [[ "$tw" == failed* ]] && { say "    $(tail -2 "$W/last.log" | tr '\n' ' ')"; continue; }
-  tt=$(secs timeout 90 "$B" train --use-gpu=$d --srand=1 "$W/wsj.raw" "ark:$W/egs.ark" "$W/t_$d.raw")
-  ti=$(secs timeout 60 "$B" compute --use-gpu=$d --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 "$W/wsj.raw" "ark:$W/feats.ark" "ark:/dev/null")
-  if [[ "$tt" == failed* ]] || [[ "$ti" == failed* ]]; then
-    say "wsj TDNN --use-gpu=$d: training $tt, inference $ti: $(tail -2 "$W/last.log" | tr '\n' ' ')"
+train_rate() { # the rate compnet train logs, or why there is none
+  if timeout 120 "$B" train --srand=1 "$@" "$W/wsj.raw" "ark:$W/egs.ark" "$W/t.raw" 2>"$W/last.log"; then
+    sed -n 's/.*after the first minibatch in \([0-9.]*\) s: \([0-9]*\) frames\/s/\2 frames\/s (\1 s)/p' "$W/last.log"
   else
-    say "wsj TDNN --use-gpu=$d: training $(rate $frames "$tt") frames/s ($tt s, whole process), inference $(rate $frames "$ti") frames/s ($ti s)"
+    echo "failed: $(tail -1 "$W/last.log")"
   fi
+}
+say "wsj TDNN training, $UTTS utterances, CPU ($(nproc) cores): $(train_rate --use-gpu=no)"
+train_rate --use-gpu=yes >/dev/null # warm-up: page cache, the driver's caches
+say "wsj TDNN training, GPU, fp32: $(train_rate --use-gpu=yes)"
+say "wsj TDNN training, GPU, TF32 (--cuda-use-tf32-compute): $(train_rate --use-gpu=yes --cuda-use-tf32-compute)"
+say "wsj TDNN training, GPU, fp32, no prefetch (COMPNET_GPU_PREFETCH=0): $(COMPNET_GPU_PREFETCH=0 train_rate --use-gpu=yes)"
+for d in no yes; do
+  ti=$(secs timeout 60 "$B" compute --use-gpu=$d --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 "$W/wsj.raw" "ark:$W/feats.ark" "ark:/dev/null")
+  case $ti in
+    failed*) say "wsj TDNN inference --use-gpu=$d: $ti: $(tail -1 "$W/last.log")" ;;
+    *) say "wsj TDNN inference --use-gpu=$d: $(rate $frames "$ti") frames/s ($ti s, whole process)" ;;
+  esac
 done
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  say "$(timeout 120 python3 scripts/torch_wsj_tdnn.py 50 2>&1 | tail -1)"
+  for p in fp32 tf32; do
+    say "$(timeout 120 python3 scripts/torch_wsj_tdnn.py 50 cuda 1 $p 2>&1 | tail -1)"
+  done
 else
   say "pytorch: not installed here"
 fi

@@ -9,7 +9,7 @@ use super::{MatView, MatViewMut, Real, Vector};
 impl MatViewMut<'_> {
     /// `self[i, b·n + j] += v[j]` with n = v.len().
     pub fn add_vec_per_block(&mut self, v: &Vector) {
-        on_device!(self.place.on_device() && v.data.is_device() && v.dim() == self.num_cols() => self.add_vec_to_rows(1.0, v, 1.0));
+        on_device!(self.place.on_device() && v.dim() == self.num_cols() => self.add_vec_to_rows(1.0, v, 1.0));
         let v = &v.data[..];
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(v.len()) {

@@ -30,6 +30,14 @@ pub(in crate::matrix) fn from_vec(v: Vec<Real>) -> Buf<Real> {
     v
 }
 
+/// Storage holding `v` in host memory whatever the device (small host-side bookkeeping).
+pub(in crate::matrix) fn host(v: Vec<Real>) -> Buf<Real> {
+    #[cfg(feature = "cuda")]
+    return Buf::Host(v);
+    #[cfg(not(feature = "cuda"))]
+    v
+}
+
 /// The elements as a host `Vec` (a copy when they live on the device).
 pub(in crate::matrix) fn into_vec(b: Buf<Real>) -> Vec<Real> {
     #[cfg(feature = "cuda")]

@@ -220,6 +220,21 @@ pub(in crate::matrix) fn gpu() -> &'static Gpu {
     GPU.get().expect("device storage without a started GPU")
 }
 
+/// Whether managed buffers are moved to the GPU ahead of use (`COMPNET_GPU_PREFETCH=0`
+/// turns it off, to measure what it gives).
+fn prefetching() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("COMPNET_GPU_PREFETCH").as_deref() != Ok("0"))
+}
+
+/// GPU 0, as a memory location.
+fn gpu_location() -> sys::CUmemLocation {
+    sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: 0,
+    }
+}
+
 /// A kernel argument.
 #[derive(Clone, Copy)]
 pub(in crate::matrix) enum Arg {
@@ -254,6 +269,7 @@ impl Gpu {
             .get_mut(&class)
             .and_then(Vec::pop)
         {
+            self.to_gpu(p, class);
             return (p, class);
         }
         self.bind();
@@ -263,7 +279,34 @@ impl Gpu {
             unsafe { result::malloc_managed(class, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
                 .unwrap_or_else(|e| panic!("GPU memory: cannot allocate {class} bytes: {e}"));
         profile::end(t, "malloc_managed", class as u64);
+        if prefetching() {
+            // SAFETY: the whole range of the allocation just made.
+            let _ = unsafe {
+                result::mem_advise(
+                    p,
+                    class,
+                    sys::CUmem_advise::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                    gpu_location(),
+                )
+            };
+        }
+        self.to_gpu(p, class);
         (p, class)
+    }
+
+    /// Moves the pages of a managed buffer to the GPU in one transfer, ahead of the kernels
+    /// (which would otherwise fault them in one by one wherever host code left them). A
+    /// hint: a failure changes nothing but speed.
+    fn to_gpu(&self, ptr: u64, class: usize) {
+        if !prefetching() {
+            return;
+        }
+        let t = profile::begin();
+        // SAFETY: `ptr` is a managed allocation of `class` bytes (from `alloc`).
+        let _ = unsafe {
+            result::mem_prefetch_async(ptr, class, gpu_location(), self.stream.cu_stream())
+        };
+        profile::end(t, "prefetch", class as u64);
     }
 
     /// Gives a buffer from `alloc` back to the pool.
@@ -444,7 +487,11 @@ impl Gpu {
         }
         .unwrap_or_else(|e| panic!("cuBLAS sgemm {m}x{n}x{k}: {e}"));
         self.sync("sgemm");
-        profile::end(t, "cublas sgemm", 2 * (m * n * k) as u64);
+        profile::end(
+            t,
+            profile::product_name(m, n, k, ta, tb),
+            2 * (m * n * k) as u64,
+        );
     }
 }
 

@@ -83,6 +83,26 @@ impl<T: Copy + Default + 'static> Buf<T> {
         self.truncate(0);
     }
 
+    /// Grows to `n` elements without writing any, where the memory already holds them
+    /// (`n` ≤ what was written before, which the caller vouches for); else as `resize`.
+    pub fn grow_within(&mut self, n: usize)
+    where
+        T: PartialEq,
+    {
+        match self {
+            Buf::Managed { len, class, .. } if n * Self::SIZE <= *class => *len = (*len).max(n),
+            Buf::Host(v) if n <= v.capacity() => {
+                let old = v.len();
+                if n > old {
+                    // SAFETY: within capacity, and the caller vouches that the elements up to
+                    // `n` were written before (a truncation leaves them in place).
+                    unsafe { v.set_len(n) }
+                }
+            }
+            _ => self.resize(n, T::default()),
+        }
+    }
+
     /// Grows or shrinks to `n` elements, new ones set to `value`.
     pub fn resize(&mut self, n: usize, value: T)
     where

@@ -92,6 +92,14 @@ pub(in crate::matrix) fn ewv(
         return;
     }
     let (r, c) = (x.rows, x.cols);
+    // A vector kept on the host (statistics bookkeeping) goes over as a temporary copy.
+    let copy;
+    let v = if v.data.is_device() {
+        v
+    } else {
+        copy = Vector::from_vec(v.to_vec());
+        &copy
+    };
     let args = [
         pm(x),
         int(x.stride),

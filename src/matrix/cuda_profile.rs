@@ -1,4 +1,4 @@
-//! `COMPNET_GPU_PROFILE=1`: a table of the GPU backend's calls, printed to stderr when the
+//! `COMPNET_GPU_PROFILE=1` (or `2`, products by shape): a table of the GPU backend's calls, printed to stderr when the
 //! command ends. For each kernel, cuBLAS product, copy, memset and fresh allocation: how
 //! many there were, the wall time from the call to the end of its wait for the GPU, the
 //! bytes (or, for products, the flops), and the host time spent since the previous GPU call
@@ -25,7 +25,11 @@ struct Profile {
 fn profile() -> Option<&'static Mutex<Profile>> {
     static P: OnceLock<Option<Mutex<Profile>>> = OnceLock::new();
     P.get_or_init(|| {
-        (std::env::var("COMPNET_GPU_PROFILE").as_deref() == Ok("1")).then(|| {
+        matches!(
+            std::env::var("COMPNET_GPU_PROFILE").as_deref(),
+            Ok("1" | "2")
+        )
+        .then(|| {
             Mutex::new(Profile {
                 started: Instant::now(),
                 last_end: None,
@@ -34,6 +38,31 @@ fn profile() -> Option<&'static Mutex<Profile>> {
         })
     })
     .as_ref()
+}
+
+/// With `COMPNET_GPU_PROFILE=2`, products are listed by shape: the name for one of m×n×k
+/// with these transpositions (else the one name all products share).
+pub(in crate::matrix) fn product_name(
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: bool,
+    tb: bool,
+) -> &'static str {
+    static DETAILED: OnceLock<bool> = OnceLock::new();
+    static NAMES: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+    if !*DETAILED.get_or_init(|| std::env::var("COMPNET_GPU_PROFILE").as_deref() == Ok("2")) {
+        return "cublas sgemm";
+    }
+    let key = format!(
+        "sgemm {m}x{n}x{k} {}{}",
+        if ta { 'T' } else { 'N' },
+        if tb { 'T' } else { 'N' }
+    );
+    let mut names = NAMES.get_or_init(Default::default).lock().expect("profile");
+    names
+        .entry(key.clone())
+        .or_insert_with(|| Box::leak(key.into_boxed_str()))
 }
 
 /// Starts timing a GPU call (`None` when not profiling).

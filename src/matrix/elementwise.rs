@@ -98,7 +98,7 @@ impl MatViewMut<'_> {
     /// `self[r, :] = alpha · v + beta · self[r, :]` for every row (Kaldi's AddVecToRows).
     pub fn add_vec_to_rows(&mut self, alpha: Real, v: &Vector, beta: Real) {
         assert_eq!(v.dim(), self.num_cols(), "add_vec_to_rows: dim");
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_add_vec_to_rows", self, v, alpha, beta));
+        on_device!(self.place.on_device() => super::cuda_ops::ewv("k_add_vec_to_rows", self, v, alpha, beta));
         assert_eq!(v.dim(), self.num_cols(), "add_vec_to_rows: dim");
         for r in 0..self.num_rows() {
             super::simd::axpby(self.row_mut(r), &v.data, alpha, beta);
@@ -107,7 +107,7 @@ impl MatViewMut<'_> {
     /// `self[:, c] = alpha · v + beta · self[:, c]` for every column (Kaldi's AddVecToCols).
     pub fn add_vec_to_cols(&mut self, alpha: Real, v: &Vector, beta: Real) {
         assert_eq!(v.dim(), self.num_rows(), "add_vec_to_cols: dim");
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_add_vec_to_cols", self, v, alpha, beta));
+        on_device!(self.place.on_device() => super::cuda_ops::ewv("k_add_vec_to_cols", self, v, alpha, beta));
         assert_eq!(v.dim(), self.num_rows(), "add_vec_to_cols: dim");
         for (r, &vr) in v.data.iter().enumerate() {
             let a = alpha * vr;
@@ -122,7 +122,7 @@ impl MatViewMut<'_> {
     /// Multiplies column c by `v[c]` (Kaldi's MulColsVec).
     pub fn mul_cols_vec(&mut self, v: &Vector) {
         assert_eq!(v.dim(), self.num_cols());
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_mul_cols_vec", self, v, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ewv("k_mul_cols_vec", self, v, 0.0, 0.0));
         assert_eq!(v.dim(), self.num_cols());
         for r in 0..self.num_rows() {
             for (x, &y) in self.row_mut(r).iter_mut().zip(&v.data) {
@@ -133,7 +133,7 @@ impl MatViewMut<'_> {
     /// Multiplies row r by `v[r]` (Kaldi's MulRowsVec).
     pub fn mul_rows_vec(&mut self, v: &Vector) {
         assert_eq!(v.dim(), self.num_rows());
-        on_device!(self.place.on_device() && v.data.is_device() => super::cuda_ops::ewv("k_mul_rows_vec", self, v, 0.0, 0.0));
+        on_device!(self.place.on_device() => super::cuda_ops::ewv("k_mul_rows_vec", self, v, 0.0, 0.0));
         assert_eq!(v.dim(), self.num_rows());
         for (r, &s) in v.data.iter().enumerate() {
             self.row_mut(r).iter_mut().for_each(|x| *x *= s);

@@ -288,7 +288,7 @@ impl Matrix {
                 self.data.set_len(n)
             };
             #[cfg(feature = "cuda")]
-            self.data.resize(n, 0.0);
+            self.data.grow_within(n);
         } else {
             self.data.resize(n, 0.0);
         }
@@ -764,6 +764,7 @@ impl Vector {
     }
     /// A copy of the elements (host copy: the I/O and test boundary).
     pub fn to_vec(&self) -> Vec<Real> {
+        on_device!(self.data.is_device() => cuda_ops::download_view(self.as_row()));
         self.data.to_vec()
     }
     /// The elements, by value.

@@ -62,7 +62,8 @@ impl Vector64 {
     /// `CuVector<double>::AddVec` of a `CuVector<float>`).
     pub fn add_vec_f32(&mut self, alpha: f64, x: &Vector) {
         assert_eq!(x.dim(), self.dim(), "Vector64::add_vec_f32: dim");
-        for (d, &s) in self.data.iter_mut().zip(&x.data) {
+        // A copy (from the GPU, when x lives there) rather than reads through its pages.
+        for (d, &s) in self.data.iter_mut().zip(&x.to_vec()) {
             *d += alpha * s as f64;
         }
     }
@@ -137,7 +138,11 @@ impl Vector64 {
 impl Vector {
     /// The double vector `x` rounded to float (Kaldi's CopyFromVec across precisions).
     pub fn from_f64(x: &Vector64) -> Vector {
-        Vector::from_vec(x.data.iter().map(|&v| v as Real).collect())
+        // Statistics stay on the host whatever the device: what is computed from them there
+        // is small, and the matrix operations copy a host vector to the GPU when they meet one.
+        Vector {
+            data: super::buf::host(x.data.iter().map(|&v| v as Real).collect()),
+        }
     }
 }
 

@@ -1160,7 +1160,8 @@ fn sub_view_mut<'m>(m: &'m mut Matrix, i: &SubMatrixInfo) -> MatViewMut<'m> {
 /// Copies `v` into `dst`, reusing `dst`'s buffer.
 fn copy_into(dst: &mut Matrix, v: MatView<'_>) {
     if dst.num_rows() != v.num_rows() || dst.num_cols() != v.num_cols() {
-        dst.resize(v.num_rows(), v.num_cols());
+        // Every element is written next.
+        dst.resize_undefined(v.num_rows(), v.num_cols());
     }
     dst.view_mut().copy_from(v);
 }
