@@ -220,6 +220,9 @@ pub(in crate::matrix) fn gpu() -> &'static Gpu {
     GPU.get().expect("device storage without a started GPU")
 }
 
+/// The smallest buffer `Gpu::to_gpu` prefetches.
+const PREFETCH_MIN_BYTES: usize = 1 << 20;
+
 /// Whether managed buffers are moved to the GPU ahead of use (`COMPNET_GPU_PREFETCH=0`
 /// turns it off, to measure what it gives).
 fn prefetching() -> bool {
@@ -298,7 +301,8 @@ impl Gpu {
     /// (which would otherwise fault them in one by one wherever host code left them). A
     /// hint: a failure changes nothing but speed.
     fn to_gpu(&self, ptr: u64, class: usize) {
-        if !prefetching() {
+        // Below a MiB the call costs more than the few faults it saves.
+        if !prefetching() || class < PREFETCH_MIN_BYTES {
             return;
         }
         let t = profile::begin();
@@ -423,6 +427,20 @@ impl Gpu {
         shared_mem_bytes: u32,
         args: &[Arg],
     ) {
+        self.launch_then(name, grid, block, shared_mem_bytes, args, true);
+    }
+
+    /// As `launch`, without the wait when `wait` is false: for a kernel whose result is read
+    /// next by `download`, which waits for the stream itself.
+    pub(in crate::matrix) fn launch_then(
+        &self,
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem_bytes: u32,
+        args: &[Arg],
+        wait: bool,
+    ) {
         let f = self
             .functions
             .get(name)
@@ -444,7 +462,9 @@ impl Gpu {
         // SAFETY: each kernel's arguments are built by its one caller in `ops`, which passes
         // pointers of live device buffers with the shapes and strides the kernel indexes.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("launching {name}: {e}"));
-        self.sync(name);
+        if wait || profile::begin().is_some() {
+            self.sync(name);
+        }
         profile::end(t, name, 0);
     }
 

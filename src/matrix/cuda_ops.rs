@@ -351,7 +351,15 @@ pub(in crate::matrix) fn row_reduce(x: MatView<'_>, what: RowSum<'_>) -> Vec<f64
         int(cols),
         Arg::Int(mode),
     ];
-    per_row("k_row_reduce", rows, 8, &args);
+    // No wait: the download below waits for the stream.
+    gpu().launch_then(
+        "k_row_reduce",
+        grid_rows(rows),
+        (ROW_THREADS, 1, 1),
+        ROW_THREADS * 8,
+        &args,
+        false,
+    );
     let sums = gpu().download::<f64>(out, rows);
     gpu().free(out, class);
     sums
@@ -414,12 +422,14 @@ pub(in crate::matrix) fn element_products(
         Arg::Ptr(table),
         int(elements.len()),
     ];
-    gpu().launch(
+    // No wait: the download below waits for the stream.
+    gpu().launch_then(
         "k_dot_elements",
         blocks_for(elements.len()),
         (256, 1, 1),
         0,
         &args,
+        false,
     );
     let products = gpu().download::<f64>(out, elements.len());
     gpu().free(out, out_class);
