@@ -422,7 +422,11 @@ impl OnlineNaturalGradient {
         };
         if finite && gamma.is_finite() {
             self.estimate = Some(match update {
-                Some(u) => Estimate::Updating(PendingUpdate::spawn(u)),
+                // Beside the step when more than one thread is allowed (`--num-threads`).
+                Some(u) if crate::matrix::num_threads() > 1 => {
+                    Estimate::Updating(PendingUpdate::spawn(u))
+                }
+                Some(u) => Estimate::Ready(u.compute().into_estimate()),
                 None => Estimate::Ready(estimate),
             });
             gamma as f32
