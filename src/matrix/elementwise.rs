@@ -9,14 +9,7 @@ impl MatViewMut<'_> {
     /// `self[r, c] += alpha · v` for each element `(r, c, v)`, in order (Kaldi's
     /// AddElements; a repeated (r, c) adds again). Every (r, c) must lie inside the matrix.
     pub fn add_elements(&mut self, alpha: Real, elements: &[(usize, usize, Real)]) {
-        for &(r, c, _) in elements {
-            assert!(
-                r < self.num_rows() && c < self.num_cols(),
-                "add_elements: ({r}, {c}) outside {}x{}",
-                self.num_rows(),
-                self.num_cols()
-            );
-        }
+        assert_inside("add_elements", self.num_rows(), self.num_cols(), elements);
         // The kernel adds in no set order, which matters only where (r, c) repeats.
         on_device!(self.place.on_device() && !repeats_a_position(elements) => super::cuda_ops::add_elements(self, alpha, elements));
         for &(r, c, v) in elements {
@@ -445,6 +438,14 @@ impl MatViewMut<'_> {
     }
 }
 
+/// Panics (a programming error: callers check their indexes) when an element lies outside
+/// a rows×cols matrix.
+fn assert_inside(op: &str, rows: usize, cols: usize, elements: &[(usize, usize, Real)]) {
+    if let Some(&(r, c, _)) = elements.iter().find(|&&(r, c, _)| r >= rows || c >= cols) {
+        panic!("{op}: ({r}, {c}) outside {rows}x{cols}");
+    }
+}
+
 /// True when some (r, c) appears twice in `elements`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn repeats_a_position(elements: &[(usize, usize, Real)]) -> bool {
@@ -457,14 +458,7 @@ impl MatView<'_> {
     /// Σ v · self[r, c] over the elements `(r, c, v)`, in double, added in order (Kaldi's
     /// TraceMatSmat against a sparse matrix). Every (r, c) must lie inside the matrix.
     pub fn dot_elements(&self, elements: &[(usize, usize, Real)]) -> f64 {
-        for &(r, c, _) in elements {
-            assert!(
-                r < self.num_rows() && c < self.num_cols(),
-                "dot_elements: ({r}, {c}) outside {}x{}",
-                self.num_rows(),
-                self.num_cols()
-            );
-        }
+        assert_inside("dot_elements", self.num_rows(), self.num_cols(), elements);
         on_device!(self.place.on_device() => super::cuda_ops::element_products(*self, elements).into_iter().sum());
         elements
             .iter()
