@@ -604,7 +604,7 @@ mod tests {
         m.view_mut().add_elements(2.0, &el);
         assert_eq!(m.to_vec(), vec![1.0, 2.0, 4.5, 2.0, 5.0, 6.0]);
         let dot = m.view().dot_elements(&el);
-        assert_eq!(dot, 0.5 * 4.5 + -1.0 * 2.0 + 0.25 * 4.5);
+        assert_eq!(dot, 0.5 * 4.5 - 2.0 + 0.25 * 4.5);
         assert!(super::repeats_a_position(&el));
         assert!(!super::repeats_a_position(&el[..2]));
     }
