@@ -401,3 +401,36 @@ fn small_minibatches_and_tiny_dimensions() {
     assert_eq!(ng.precondition_directions(z.view_mut()), 1.0);
     assert_eq!(z, Matrix::zeros(4, 5));
 }
+
+/// With more than one thread allowed the estimate's update runs on a thread of its own and
+/// is joined by the next call; with one it runs in line. Both give the same bits, and a
+/// snapshot taken while an update runs waits for it.
+#[test]
+fn the_update_beside_the_step_gives_the_same_bits_as_in_line() {
+    let run = |threads: usize| {
+        compnet::matrix::set_num_threads(threads);
+        let mut ng = OnlineNaturalGradient::new(6, 2, 200.0, 4.0);
+        let mut source = Source::new(40, 7);
+        let mut outputs = Vec::new();
+        for step in 0..20 {
+            let mut x = source.minibatch(30 + step);
+            let gamma = ng.precondition_directions(x.view_mut());
+            outputs.push((x.to_vec(), gamma));
+        }
+        (outputs, ng.snapshot())
+    };
+    let inline = run(1);
+    let beside = run(2);
+    compnet::matrix::set_num_threads(0);
+    assert_eq!(inline.0.len(), beside.0.len());
+    for (step, (a, b)) in inline.0.iter().zip(&beside.0).enumerate() {
+        assert!(
+            a.0.iter()
+                .zip(&b.0)
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+                && a.1 == b.1,
+            "step {step} differs"
+        );
+    }
+    assert_eq!(inline.1, beside.1, "the final estimates differ");
+}

@@ -134,13 +134,17 @@ enum Estimate {
     Updating(PendingUpdate),
 }
 
-/// An update running on its own thread. Clones share the one result.
+/// An update running on its own thread. Clones share the one result (or the panic message
+/// of the thread, which the waiter raises again: a bug must not become a hang).
 #[derive(Clone)]
 struct PendingUpdate {
     rank: usize,
     dim: usize,
-    result: Arc<(Mutex<Option<HostEstimate>>, Condvar)>,
+    result: Arc<(Mutex<Option<UpdateResult>>, Condvar)>,
 }
+
+/// What an update thread leaves: the new estimate, or its panic message.
+type UpdateResult = Result<HostEstimate, String>;
 
 impl std::fmt::Debug for PendingUpdate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -212,28 +216,50 @@ impl Estimate {
 
 impl PendingUpdate {
     /// Starts `input`'s update on a thread of its own (not the thread pool's, which the
-    /// caller may be waiting in).
-    fn spawn(input: UpdateInput) -> Self {
+    /// caller may be waiting in); where no thread can be started, computes it here.
+    fn spawn(input: UpdateInput) -> Estimate {
         let result = Arc::new((Mutex::new(None), Condvar::new()));
         let (rank, dim) = (input.rank, input.dim);
         let shared = Arc::clone(&result);
-        std::thread::spawn(move || {
-            let e = input.compute();
-            let (lock, done) = &*shared;
-            *lock.lock().expect("natural-gradient update") = Some(e);
-            done.notify_all();
-        });
-        PendingUpdate { rank, dim, result }
+        let input = Arc::new(Mutex::new(Some(input)));
+        let taken = Arc::clone(&input);
+        let started = std::thread::Builder::new()
+            .name("natural-gradient update".into())
+            .spawn(move || {
+                let Some(input) = taken.lock().ok().and_then(|mut i| i.take()) else {
+                    return;
+                };
+                let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| input.compute()))
+                    .map_err(|p| {
+                        p.downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default()
+                    });
+                let (lock, done) = &*shared;
+                if let Ok(mut r) = lock.lock() {
+                    *r = Some(e);
+                }
+                done.notify_all();
+            });
+        match started {
+            Ok(_) => Estimate::Updating(PendingUpdate { rank, dim, result }),
+            Err(_) => {
+                let input = input.lock().ok().and_then(|mut i| i.take());
+                Estimate::Ready(input.expect("the update's input").compute().into_estimate())
+            }
+        }
     }
 
     fn wait(&self) -> HostEstimate {
         let (lock, done) = &*self.result;
         let mut r = lock.lock().expect("natural-gradient update");
         loop {
-            if let Some(e) = r.as_ref() {
-                return e.clone();
+            match r.as_ref() {
+                Some(Ok(e)) => return e.clone(),
+                Some(Err(msg)) => panic!("natural-gradient update: {msg}"),
+                None => r = done.wait(r).expect("natural-gradient update"),
             }
-            r = done.wait(r).expect("natural-gradient update");
         }
     }
 }
@@ -423,9 +449,7 @@ impl OnlineNaturalGradient {
         if finite && gamma.is_finite() {
             self.estimate = Some(match update {
                 // Beside the step when more than one thread is allowed (`--num-threads`).
-                Some(u) if crate::matrix::num_threads() > 1 => {
-                    Estimate::Updating(PendingUpdate::spawn(u))
-                }
+                Some(u) if crate::matrix::num_threads() > 1 => PendingUpdate::spawn(u),
                 Some(u) => Estimate::Ready(u.compute().into_estimate()),
                 None => Estimate::Ready(estimate),
             });
