@@ -1,7 +1,8 @@
 //! Kaldi's `--use-gpu` and `fit --device`. Without a usable GPU (the default build, or a
 //! `cuda` build on a machine without one) `yes` fails with one line naming the reason and
 //! leaves no output, and `optional` falls back to the CPU with one log line; with one, the
-//! GPU's outputs agree with the CPU's. Each test checks whichever of the two happened.
+//! GPU's outputs agree with the CPU's. Each test checks whichever of the two happened. Also the
+//! profiles that say where a command's time went.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -175,4 +176,43 @@ fn cuda_kernel_source_compiles_with_every_kernel() {
             Err(e) => panic!("{arch}: {e}"),
         }
     }
+}
+
+/// `COMPNET_PROFILE=1` prints the stage table when the command ends (with a GPU,
+/// `COMPNET_GPU_PROFILE=1` adds the per-call table); without it nothing is printed.
+#[test]
+fn the_stage_profile_is_printed_only_when_asked_for() {
+    let case = Path::new(GOLDEN).join("train/affine-plain");
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("after.raw");
+    let train = |profile: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_compnet"));
+        cmd.current_dir(&case).args([
+            "train",
+            "before.raw",
+            "ark:egs.ark",
+            model.to_str().unwrap(),
+        ]);
+        if profile {
+            cmd.env("COMPNET_PROFILE", "1");
+        } else {
+            cmd.env_remove("COMPNET_PROFILE");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let err = train(true);
+    assert!(err.contains("stage profile"), "{err}");
+    let stage_count = |name: &str| -> Option<u64> {
+        err.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().rev().nth(1)?.parse().ok())
+    };
+    assert!(
+        stage_count("trainer: train").is_some_and(|n| n > 0),
+        "{err}"
+    );
+    assert!(err.lines().any(|l| l.starts_with("Propagate ")), "{err}");
+    assert!(!train(false).contains("stage profile"));
 }
