@@ -462,7 +462,7 @@ impl Gpu {
         // SAFETY: each kernel's arguments are built by its one caller in `ops`, which passes
         // pointers of live device buffers with the shapes and strides the kernel indexes.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("launching {name}: {e}"));
-        if wait || profile::begin().is_some() {
+        if wait || profile::enabled() {
             self.sync(name);
         }
         profile::end(t, name, 0);

@@ -451,19 +451,3 @@ pub(in crate::matrix) fn download_view(x: MatView<'_>) -> Vec<Real> {
         .flat_map(|r| all[r * x.stride..r * x.stride + x.cols].iter().copied())
         .collect()
 }
-
-/// Overwrites `x` with `data` (row-major, x's shape) from the host.
-pub(in crate::matrix) fn upload_view(x: &mut MatViewMut<'_>, data: &[Real]) {
-    assert_eq!(data.len(), x.rows * x.cols, "upload_view: shape");
-    let base = x.data.as_mut_ptr() as u64;
-    if x.stride == x.cols {
-        gpu().upload(base, data);
-        return;
-    }
-    for (r, row) in data.chunks_exact(x.cols.max(1)).enumerate() {
-        gpu().upload(
-            base + (r * x.stride * std::mem::size_of::<Real>()) as u64,
-            row,
-        );
-    }
-}

@@ -65,6 +65,11 @@ pub(in crate::matrix) fn product_name(
         .or_insert_with(|| Box::leak(key.into_boxed_str()))
 }
 
+/// True when GPU calls are being timed (each then waits for the GPU, to be timed alone).
+pub(in crate::matrix) fn enabled() -> bool {
+    profile().is_some()
+}
+
 /// Starts timing a GPU call (`None` when not profiling).
 pub(in crate::matrix) fn begin() -> Option<Instant> {
     profile().map(|_| Instant::now())

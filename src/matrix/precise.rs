@@ -5,16 +5,6 @@
 use super::on_device;
 use super::{MatView, MatViewMut, Real};
 
-/// Row-major f64 copy of a view.
-fn to_f64(a: &MatView<'_>) -> Vec<f64> {
-    on_device!(a.place.on_device() => super::cuda_ops::download_view(*a).into_iter().map(f64::from).collect());
-    let mut out = Vec::with_capacity(a.num_rows() * a.num_cols());
-    for r in 0..a.num_rows() {
-        out.extend(a.row(r).iter().map(|&x| x as f64));
-    }
-    out
-}
-
 /// `dst (m×n) = lhs (m×k) · rhs (k×n)`, all row-major f64, on the `gemm` crate.
 fn gemm_f64(dst: &mut [f64], lhs: &[f64], rhs: &[f64], m: usize, k: usize, n: usize) {
     assert!(dst.len() == m * n && lhs.len() == m * k && rhs.len() == k * n);
@@ -84,16 +74,17 @@ impl MatView<'_> {
         });
         rows.iter().sum()
     }
-
-    /// `self · selfᵀ` (rows × rows, row-major), products and sums in f64: the exact Gram
-    /// matrix of the stored f32 rows up to f64 rounding.
-    pub fn gram_f64(&self) -> Vec<f64> {
-        gram_of(&to_f64(self), self.num_rows(), self.num_cols())
-    }
 }
 
-/// `y · yᵀ` (rows × rows, row-major) of the row-major rows×cols `y`, products and sums in f64.
-fn gram_of(y: &[f64], r: usize, d: usize) -> Vec<f64> {
+/// `y · yᵀ` (rows × rows, row-major) of the row-major rows×cols `y`, products and sums in
+/// f64: the exact Gram matrix of the f32 rows up to f64 rounding.
+///
+/// # Panics
+/// If `y.len() != rows·cols` (a programming error).
+pub fn gram_f64_of(y: &[Real], rows: usize, cols: usize) -> Vec<f64> {
+    assert_eq!(y.len(), rows * cols, "gram_f64_of: shape");
+    let (r, d) = (rows, cols);
+    let y: Vec<f64> = y.iter().map(|&x| x as f64).collect();
     let mut yt = vec![0.0f64; d * r];
     for i in 0..r {
         for j in 0..d {
@@ -101,22 +92,12 @@ fn gram_of(y: &[f64], r: usize, d: usize) -> Vec<f64> {
         }
     }
     let mut g = vec![0.0f64; r * r];
-    gemm_f64(&mut g, y, &yt, r, d, r);
+    gemm_f64(&mut g, &y, &yt, r, d, r);
     g
 }
 
-/// [`MatView::gram_f64`] of host rows: `y · yᵀ` of the row-major rows×cols `y`, in f64.
-///
-/// # Panics
-/// If `y.len() != rows·cols` (a programming error).
-pub fn gram_f64_of(y: &[Real], rows: usize, cols: usize) -> Vec<f64> {
-    assert_eq!(y.len(), rows * cols, "gram_f64_of: shape");
-    let y: Vec<f64> = y.iter().map(|&x| x as f64).collect();
-    gram_of(&y, rows, cols)
-}
-
-/// [`MatViewMut::set_row_combination_f64`] on the host: `coeffs (m×k, f64) · rows (k×n)`,
-/// products and sums in f64, rounded once to f32 (row-major m×n).
+/// `coeffs (m×k, f64) · rows (k×n, row-major f32)`, products and sums in f64, rounded once
+/// to f32 (row-major m×n).
 ///
 /// # Panics
 /// If the shapes do not agree (a programming error).
@@ -133,27 +114,6 @@ pub fn row_combination_f64_of(coeffs: &[f64], m: usize, rows: &[Real], k: usize)
 }
 
 impl MatViewMut<'_> {
-    /// `self = coeffs · rows`, with `coeffs` row-major f64 (self.rows × rows.rows), products
-    /// and sums in f64 and one rounding to f32 at the end.
-    ///
-    /// # Panics
-    /// If the shapes do not agree (a programming error).
-    pub fn set_row_combination_f64(&mut self, coeffs: &[f64], rows: MatView<'_>) {
-        let (m, k, n) = (self.num_rows(), rows.num_rows(), rows.num_cols());
-        assert!(
-            coeffs.len() == m * k && self.num_cols() == n,
-            "set_row_combination_f64: shapes"
-        );
-        let mut out = vec![0.0f64; m * n];
-        gemm_f64(&mut out, coeffs, &to_f64(&rows), m, k, n);
-        on_device!(self.place.on_device() => super::cuda_ops::upload_view(self, &out.iter().map(|&y| y as Real).collect::<Vec<_>>()));
-        for (i, chunk) in out.chunks_exact(n.max(1)).enumerate().take(m) {
-            for (x, &y) in self.row_mut(i).iter_mut().zip(chunk) {
-                *x = y as Real;
-            }
-        }
-    }
-
     /// Rows `[0, first)` must be orthonormal; rows `[first, rows)` are replaced by unit
     /// vectors orthogonal to every earlier row (f64 Gram–Schmidt, twice for accuracy), each
     /// built from the coordinate axis least covered by the rows so far. Needs rows < cols.
@@ -206,26 +166,9 @@ mod tests {
     use crate::matrix::Matrix;
 
     #[test]
-    fn host_slice_forms_match_the_view_forms() {
-        let rows: Vec<Vec<f32>> = (0..4)
-            .map(|i| (0..7).map(|j| ((i * 7 + j) as f32 * 0.37).sin()).collect())
-            .collect();
-        let y = Matrix::from_rows(&rows);
-        let flat: Vec<f32> = rows.concat();
-        assert_eq!(super::gram_f64_of(&flat, 4, 7), y.view().gram_f64());
-        let coeffs: Vec<f64> = (0..12).map(|k| (k as f64 * 0.91).cos()).collect();
-        let mut out = Matrix::zeros(3, 7);
-        out.view_mut().set_row_combination_f64(&coeffs, y.view());
-        assert_eq!(
-            super::row_combination_f64_of(&coeffs, 3, &flat, 4),
-            out.to_vec()
-        );
-    }
-
-    #[test]
     fn gram_and_row_combination_match_direct_sums() {
         let y = Matrix::from_rows(&[vec![1.0, 2.0, 3.0], vec![-1.0, 0.5, 1e-4]]);
-        let g = y.view().gram_f64();
+        let g = super::gram_f64_of(&y.to_vec(), 2, 3);
         let direct = |a: usize, b: usize| -> f64 {
             (0..3)
                 .map(|j| y.get(a, j) as f64 * y.get(b, j) as f64)
@@ -237,13 +180,12 @@ mod tests {
             }
         }
         let coeffs = [0.5, -2.0, 1.0, 0.0, 3.0, 1.0];
-        let mut out = Matrix::zeros(3, 3);
-        out.view_mut().set_row_combination_f64(&coeffs, y.view());
+        let out = super::row_combination_f64_of(&coeffs, 3, &y.to_vec(), 2);
         for i in 0..3 {
             for j in 0..3 {
                 let want =
                     coeffs[i * 2] * y.get(0, j) as f64 + coeffs[i * 2 + 1] * y.get(1, j) as f64;
-                assert_eq!(out.get(i, j), want as f32);
+                assert_eq!(out[i * 3 + j], want as f32);
             }
         }
     }
@@ -260,7 +202,7 @@ mod tests {
         ]);
         m.view_mut().complete_orthonormal_rows(1);
         assert_eq!(m.row(0), &[h, h, 0.0, 0.0, 0.0]);
-        let g = m.view().gram_f64();
+        let g = super::gram_f64_of(&m.to_vec(), 4, 5);
         for a in 0..4 {
             for b in 0..4 {
                 let want = if a == b { 1.0 } else { 0.0 };
