@@ -54,9 +54,6 @@ pub struct LoopedOptions {
     pub extra_left_context_initial: i32,
     /// The optimizer's options.
     pub optimize: OptimizeOptions,
-    /// Streams computed together (sequences n = 0..N−1, each its own utterance), so that a
-    /// recurrent product has N rows per time step instead of one.
-    pub num_streams: usize,
 }
 
 impl Default for LoopedOptions {
@@ -66,7 +63,6 @@ impl Default for LoopedOptions {
             frame_subsampling_factor: 1,
             extra_left_context_initial: 0,
             optimize: OptimizeOptions::default(),
-            num_streams: 1,
         }
     }
 }
@@ -267,53 +263,91 @@ fn trim_inputs(nnet: &Nnet, req: &mut ComputationRequest, plain: usize) -> Resul
     Ok(plain - (before - req.inputs.len()))
 }
 
-/// Compiles `nnet` for looped computation of `output_node` (which must exist) with the
-/// network's `context` (left/right context of that output).
-///
-/// The computation's network is `nnet` with an output node per carried component node
-/// added. Given the network of an earlier looped computation of the same output (another
-/// stream count), which has those nodes already, it is that network, shared, not a copy:
-/// the weights are not copied (146 MB for the Switchboard TDNN-LSTM), and the weights'
-/// product layouts built by one computation serve the other. A network not shared
-/// elsewhere is extended in place.
-pub fn compile_looped(
-    mut net: Arc<Nnet>,
+/// What looping a network needs that does not depend on how many streams run together:
+/// the network with its carry output nodes, the chunk size, the carried set and the
+/// inputs each chunk reads, all for stream n = 0. Streams never mix (no descriptor or
+/// component maps one n to another), so the request of N streams is stream 0's with every
+/// Index repeated for n = 0..N; [`LoopedPlan::compile`] then builds one graph per chunk
+/// instead of the three graphs per chunk (and two more) that finding all of this from the
+/// N-stream requests took.
+#[derive(Debug)]
+pub struct LoopedPlan {
+    /// The network plus one output node per carried component node (shared by every
+    /// stream count's computation).
+    pub nnet: Arc<Nnet>,
+    /// The output node computed.
+    pub output_node: String,
+    /// Input frames per chunk (w), a multiple of the modulus and the subsampling factor.
+    pub chunk_size: i32,
+    pub frame_subsampling_factor: i32,
+    /// Stream 0's carried (node, Indexes), sorted by t, x, n, as the first chunk leaves them.
+    carried: Vec<(usize, Vec<Index>)>,
+    /// The output node of each carried node, in the same order.
+    carry_names: Vec<String>,
+    /// Stream 0's plain (not carried) inputs of chunks 0, 1 and 2, those the chunk reads.
+    plain: [Vec<IoSpecification>; 3],
+    optimize: OptimizeOptions,
+}
+
+/// `v` (Indexes of stream 0) repeated for streams n = 0..`streams`, n-major.
+fn for_streams(v: &[Index], streams: i32) -> Vec<Index> {
+    (0..streams)
+        .flat_map(|n| v.iter().map(move |i| Index::new(n, i.t, i.x)))
+        .collect()
+}
+
+/// Where the chunks of a looped computation lie: `w` input frames per chunk, every `f`-th
+/// output, the network's context and the first chunk's extra left context.
+#[derive(Clone, Copy)]
+struct Chunking {
+    w: i32,
+    f: i32,
+    left: i32,
+    right: i32,
+    extra: i32,
+}
+
+impl Chunking {
+    /// Chunk k's request with nothing carried: its plain inputs and its output, for
+    /// `streams` streams.
+    fn bare_request(
+        &self,
+        nnet: &Nnet,
+        output_node: &str,
+        k: i32,
+        streams: i32,
+    ) -> ComputationRequest {
+        let w = self.w;
+        ComputationRequest {
+            inputs: plain_inputs(
+                nnet,
+                k * w - self.left - if k == 0 { self.extra } else { 0 },
+                (k + 1) * w + self.right,
+                streams,
+            ),
+            outputs: vec![outputs_of(output_node, w, self.f, k, streams)],
+            ..Default::default()
+        }
+    }
+}
+
+/// The carried set of `streams` streams, per component node, sorted by t, x, n: found from
+/// the graphs of the first and the steady chunk.
+fn carried_sets(
+    nnet: &Nnet,
     output_node: &str,
-    context: NnetContext,
-    opts: &LoopedOptions,
-) -> Result<LoopedComputation> {
-    let nnet: &Nnet = &net;
-    let f = opts.frame_subsampling_factor.max(1);
-    let w = get_chunk_size(nnet, f, opts.frames_per_chunk);
-    let (left, right) = (context.left.max(0), context.right.max(0));
-    let extra = opts.extra_left_context_initial.max(0);
-    let streams = opts.num_streams.clamp(1, 1 << 16) as i32;
-    let outputs_of = |k: i32| IoSpecification {
-        name: output_node.to_string(),
-        indexes: (0..streams)
-            .flat_map(|n| (0..w / f).map(move |i| Index::new(n, k * w + i * f, 0)))
-            .collect(),
-        has_deriv: false,
-    };
-    let chunk_request = |nnet: &Nnet, k: i32| ComputationRequest {
-        inputs: plain_inputs(
-            nnet,
-            k * w - left - if k == 0 { extra } else { 0 },
-            (k + 1) * w + right,
-            streams,
-        ),
-        outputs: vec![outputs_of(k)],
-        ..Default::default()
-    };
+    c: Chunking,
+    streams: i32,
+) -> Result<Vec<(usize, Vec<Index>)>> {
     // 1. How far the first chunk computes each component node.
-    let g0 = build_graph(nnet, &chunk_request(nnet, 0))?;
+    let g0 = build_graph(nnet, &c.bare_request(nnet, output_node, 0, streams))?;
     let comp0 = node_indexes(nnet, &g0, false);
     let frontier: BTreeMap<usize, i32> = comp0
         .iter()
         .filter_map(|(&n, v)| v.iter().map(|i| i.t).max().map(|t| (n, t + 1)))
         .collect();
     // 2. What a steady chunk reads of that past when all of it is offered.
-    let mut r1 = chunk_request(nnet, 1);
+    let mut r1 = c.bare_request(nnet, output_node, 1, streams);
     for (&node, v) in &comp0 {
         let old: Vec<Index> = v
             .iter()
@@ -344,12 +378,12 @@ pub fn compile_looped(
         let m = read.iter().map(|i| i.t).min().unwrap_or(e1);
         let mut set = Vec::new();
         for i in new.iter().filter(|i| i.t >= e1) {
-            let mut t = i.t - w;
+            let mut t = i.t - c.w;
             while t >= m {
                 if t < e1 {
                     set.push(Index::new(i.n, t, i.x));
                 }
-                t -= w;
+                t -= c.w;
             }
         }
         sort_indexes(&mut set);
@@ -357,6 +391,34 @@ pub fn compile_looped(
             carried.push((node, set));
         }
     }
+    Ok(carried)
+}
+
+/// Plans `nnet` for looped computation of `output_node` (which must exist) with the
+/// network's `context` (left/right context of that output); each [`LoopedPlan::compile`]
+/// then says how many streams run together.
+///
+/// The plan's network is `nnet` with an output node per carried component node added.
+/// Given the network of an earlier plan of the same output, which has those nodes already,
+/// it is that network, shared, not a copy: the weights are not copied (146 MB for the
+/// Switchboard TDNN-LSTM). A network not shared elsewhere is extended in place.
+pub fn plan_looped(
+    mut net: Arc<Nnet>,
+    output_node: &str,
+    context: NnetContext,
+    opts: &LoopedOptions,
+) -> Result<LoopedPlan> {
+    let f = opts.frame_subsampling_factor.max(1);
+    let c = Chunking {
+        w: get_chunk_size(&net, f, opts.frames_per_chunk),
+        f,
+        left: context.left.max(0),
+        right: context.right.max(0),
+        extra: opts.extra_left_context_initial.max(0),
+    };
+    let w = c.w;
+    let carried = carried_sets(&net, output_node, c, 1)?;
+    let nnet: &Nnet = &net;
     // 4. The network with one output node per carried component node (reading that node,
     // and nothing else, under its reserved name; present already in a network that an
     // earlier looped computation extended).
@@ -392,78 +454,248 @@ pub fn compile_looped(
             });
         }
     }
-    let nnet: &Nnet = &net;
-    // 5. Chunks 0, 1 and 2 with their carried inputs and outputs.
-    let program = |k: i32| -> Result<ChunkProgram> {
-        let mut req = chunk_request(nnet, k);
-        let plain = req.inputs.len();
-        if k > 0 {
-            for (node, set) in &carried {
-                req.inputs.push(IoSpecification {
-                    name: nnet.node_names[*node].clone(),
-                    indexes: shifted(set, (k - 1) * w),
-                    has_deriv: false,
-                });
-            }
-        }
-        for ((_, set), name) in carried.iter().zip(&carry_names) {
-            req.outputs.push(IoSpecification {
-                name: name.clone(),
-                indexes: shifted(set, k * w),
-                has_deriv: false,
-            });
-        }
-        let plain = trim_inputs(&net, &mut req, plain)?;
-        let mut computation = compile_computation(&net, &req, &CompilerOptions::default())?;
-        let optimize_opts = OptimizeOptions {
-            looped: true,
-            ..opts.optimize.clone()
-        };
-        optimize(&net, &mut computation, &optimize_opts);
-        let carried_in = (0..req.inputs.len())
-            .map(|i| i.checked_sub(plain))
-            .collect();
-        Ok(ChunkProgram {
-            request: req,
-            computation,
-            carried_in,
-            carried_out: carry_names.clone(),
-        })
-    };
-    let first = program(0)?;
-    let steady = program(1)?;
-    let next = program(2)?;
-    // 6. The repeat: chunk 2 must be chunk 1 shifted by w.
-    let same_inputs = steady.request.inputs.len() == next.request.inputs.len()
-        && steady
-            .request
-            .inputs
-            .iter()
-            .zip(&next.request.inputs)
-            .all(|(a, b)| {
-                a.name == b.name
-                    && if a.name == "ivector" {
-                        a.indexes.len() == b.indexes.len()
-                    } else {
-                        shifted(&a.indexes, w) == b.indexes
-                    }
-            });
-    if !same_inputs
-        || format_computation(&steady.computation, &net)
-            != format_computation(&next.computation, &net)
-    {
-        return Err(Error::Compute(format!(
-            "looped computation: chunks of {w} frames do not repeat (is the network recurrent \
-             towards the future, or is its context not shift-invariant?)"
-        )));
-    }
-    Ok(LoopedComputation {
+    // 5. Which plain inputs each of chunks 0, 1 and 2 reads (with everything carried given).
+    let mut plan = LoopedPlan {
         nnet: net,
         output_node: output_node.to_string(),
         chunk_size: w,
         frame_subsampling_factor: f,
-        num_streams: streams as usize,
-        first,
-        steady,
-    })
+        carried,
+        carry_names,
+        plain: Default::default(),
+        optimize: opts.optimize.clone(),
+    };
+    for k in 0..3 {
+        let bare = c.bare_request(&plan.nnet, output_node, k, 1);
+        let (mut req, plain) = plan.request(bare.inputs, k, 1);
+        let kept = trim_inputs(&plan.nnet, &mut req, plain)?;
+        req.inputs.truncate(kept);
+        plan.plain[k as usize] = req.inputs;
+    }
+    Ok(plan)
+}
+
+/// The output Indexes of chunk k for `streams` streams, n-major.
+fn outputs_of(output_node: &str, w: i32, f: i32, k: i32, streams: i32) -> IoSpecification {
+    IoSpecification {
+        name: output_node.to_string(),
+        indexes: (0..streams)
+            .flat_map(|n| (0..w / f).map(move |i| Index::new(n, k * w + i * f, 0)))
+            .collect(),
+        has_deriv: false,
+    }
+}
+
+impl LoopedPlan {
+    /// Chunk k's request for `streams` streams, given stream 0's plain inputs: those inputs,
+    /// then (k > 0) the carried values of chunk k − 1; the output, then the values carried
+    /// to chunk k + 1. Also returns how many inputs are plain.
+    fn request(
+        &self,
+        plain: Vec<IoSpecification>,
+        k: i32,
+        streams: i32,
+    ) -> (ComputationRequest, usize) {
+        let w = self.chunk_size;
+        let mut inputs: Vec<IoSpecification> = plain
+            .into_iter()
+            .map(|s| IoSpecification {
+                indexes: for_streams(&s.indexes, streams),
+                ..s
+            })
+            .collect();
+        let num_plain = inputs.len();
+        let carried = |set: &[Index], by: i32| {
+            let mut v = for_streams(&shifted(set, by), streams);
+            sort_indexes(&mut v);
+            v
+        };
+        if k > 0 {
+            for (node, set) in &self.carried {
+                inputs.push(IoSpecification {
+                    name: self.nnet.node_names[*node].clone(),
+                    indexes: carried(set, (k - 1) * w),
+                    has_deriv: false,
+                });
+            }
+        }
+        let mut outputs = vec![outputs_of(
+            &self.output_node,
+            w,
+            self.frame_subsampling_factor,
+            k,
+            streams,
+        )];
+        for ((_, set), name) in self.carried.iter().zip(&self.carry_names) {
+            outputs.push(IoSpecification {
+                name: name.clone(),
+                indexes: carried(set, k * w),
+                has_deriv: false,
+            });
+        }
+        let req = ComputationRequest {
+            inputs,
+            outputs,
+            ..Default::default()
+        };
+        (req, num_plain)
+    }
+
+    /// The looped computation of `num_streams` streams (sequences n = 0..N−1, each its own
+    /// utterance) on the plan's network.
+    pub fn compile(&self, num_streams: usize) -> Result<LoopedComputation> {
+        let streams = num_streams.clamp(1, 1 << 16) as i32;
+        let w = self.chunk_size;
+        let net = &self.nnet;
+        let program = |k: i32| -> Result<ChunkProgram> {
+            let (req, plain) = self.request(self.plain[k as usize].clone(), k, streams);
+            let mut computation = compile_computation(net, &req, &CompilerOptions::default())?;
+            let optimize_opts = OptimizeOptions {
+                looped: true,
+                ..self.optimize.clone()
+            };
+            optimize(net, &mut computation, &optimize_opts);
+            let carried_in = (0..req.inputs.len())
+                .map(|i| i.checked_sub(plain))
+                .collect();
+            Ok(ChunkProgram {
+                request: req,
+                computation,
+                carried_in,
+                carried_out: self.carry_names.clone(),
+            })
+        };
+        let first = program(0)?;
+        let steady = program(1)?;
+        let next = program(2)?;
+        // 6. The repeat: chunk 2 must be chunk 1 shifted by w.
+        let same_inputs = steady.request.inputs.len() == next.request.inputs.len()
+            && steady
+                .request
+                .inputs
+                .iter()
+                .zip(&next.request.inputs)
+                .all(|(a, b)| {
+                    a.name == b.name
+                        && if a.name == "ivector" {
+                            a.indexes.len() == b.indexes.len()
+                        } else {
+                            shifted(&a.indexes, w) == b.indexes
+                        }
+                });
+        if !same_inputs
+            || format_computation(&steady.computation, net)
+                != format_computation(&next.computation, net)
+        {
+            return Err(Error::Compute(format!(
+                "looped computation: chunks of {w} frames do not repeat (is the network recurrent \
+             towards the future, or is its context not shift-invariant?)"
+            )));
+        }
+        Ok(LoopedComputation {
+            nnet: Arc::clone(net),
+            output_node: self.output_node.clone(),
+            chunk_size: w,
+            frame_subsampling_factor: self.frame_subsampling_factor,
+            num_streams: streams as usize,
+            first,
+            steady,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::context::nnet_context;
+    use crate::random::seeded_rng;
+
+    /// The plan's N-stream requests (stream 0's, repeated) are those found from N-stream
+    /// graphs: the same carried sets, and the same inputs left after trimming, for a
+    /// recurrent network with an iVector, a spliced TDNN and the first chunk's extra context.
+    #[test]
+    fn requests_of_n_streams_are_stream_zero_repeated() {
+        let configs = [
+            "input-node name=input dim=3
+             input-node name=ivector dim=2
+             component name=a type=AffineComponent input-dim=9 output-dim=4
+             component-node name=a component=a input=Append(input, ReplaceIndex(ivector, t, 0), IfDefined(Offset(h, -2)))
+             component name=h type=TanhComponent dim=4
+             component-node name=h component=h input=a
+             component name=o type=AffineComponent input-dim=4 output-dim=3
+             component-node name=o component=o input=h
+             output-node name=output input=o",
+            "input-node name=input dim=3
+             component name=l1 type=AffineComponent input-dim=9 output-dim=4
+             component-node name=l1 component=l1 input=Append(Offset(input, -1), input, Offset(input, 2))
+             component name=l2 type=AffineComponent input-dim=8 output-dim=3
+             component-node name=l2 component=l2 input=Append(Offset(l1, -3), l1)
+             output-node name=output input=l2",
+        ];
+        for (i, config) in configs.iter().enumerate() {
+            let nnet = Nnet::from_config_text(config, "<looped>", &mut seeded_rng(i as u64))
+                .expect("config");
+            let context = nnet_context(&nnet).expect("context");
+            let opts = LoopedOptions {
+                frames_per_chunk: 6,
+                frame_subsampling_factor: 2 - i as i32,
+                extra_left_context_initial: 2,
+                ..Default::default()
+            };
+            let plan = plan_looped(Arc::new(nnet), "output", context, &opts).expect("plan");
+            let c = Chunking {
+                w: plan.chunk_size,
+                f: plan.frame_subsampling_factor,
+                left: context.left.max(0),
+                right: context.right.max(0),
+                extra: 2,
+            };
+            let streams = 3;
+            let direct = carried_sets(&plan.nnet, "output", c, streams).expect("carried");
+            assert!(!direct.is_empty(), "config {i} carries nothing");
+            let repeated: Vec<(usize, Vec<Index>)> = plan
+                .carried
+                .iter()
+                .map(|(node, set)| {
+                    let mut v = for_streams(set, streams);
+                    sort_indexes(&mut v);
+                    (*node, v)
+                })
+                .collect();
+            assert_eq!(direct, repeated, "config {i}: carried sets");
+            for k in 0..3 {
+                // Chunk k's N-stream request built from the N-stream carried sets.
+                let mut found = c.bare_request(&plan.nnet, "output", k, streams);
+                let plain = found.inputs.len();
+                for ((node, set), name) in direct.iter().zip(&plan.carry_names) {
+                    if k > 0 {
+                        found.inputs.push(IoSpecification {
+                            name: plan.nnet.node_names[*node].clone(),
+                            indexes: shifted(set, (k - 1) * c.w),
+                            has_deriv: false,
+                        });
+                    }
+                    found.outputs.push(IoSpecification {
+                        name: name.clone(),
+                        indexes: shifted(set, k * c.w),
+                        has_deriv: false,
+                    });
+                }
+                let kept = trim_inputs(&plan.nnet, &mut found, plain).expect("trim");
+                let (planned, planned_plain) =
+                    plan.request(plan.plain[k as usize].clone(), k, streams);
+                assert_eq!(kept, planned_plain, "config {i} chunk {k}");
+                assert_eq!(found.inputs, planned.inputs, "config {i} chunk {k}: inputs");
+                assert_eq!(found.outputs, planned.outputs, "config {i} chunk {k}");
+            }
+            // Trimming dropped something, so the comparison is not between untouched lists.
+            let bare = c.bare_request(&plan.nnet, "output", 1, 1);
+            let before: usize = bare.inputs.iter().map(|s| s.indexes.len()).sum();
+            let after: usize = plan.plain[1].iter().map(|s| s.indexes.len()).sum();
+            assert!(
+                after < before,
+                "config {i}: {after} of {before} plain inputs kept"
+            );
+        }
+    }
 }

@@ -275,7 +275,7 @@ mod tests {
         };
         let dec = LoopedDecoder::new(rnn("IfDefined(Offset(h, -1))"), &opts, "output", None)
             .expect("looped");
-        let l = dec.computation();
+        let l = dec.computation().expect("compiled");
         let text = crate::compile::print::format_computation(&l.steady.computation, &l.nnet);
         let count = |c: &str| {
             let call = format!("{c}.Propagate(");

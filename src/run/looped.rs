@@ -11,7 +11,9 @@
 //! gives the chunked outputs (frames past either end repeat the edge frame in both).
 
 use crate::compile::context::NnetContext;
-use crate::compile::looped::{compile_looped, ChunkProgram, LoopedComputation, LoopedOptions};
+use crate::compile::looped::{
+    plan_looped, ChunkProgram, LoopedComputation, LoopedOptions, LoopedPlan,
+};
 use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Vector};
 use crate::nnet::recurrent_split::split_recurrent_affines;
@@ -42,13 +44,13 @@ fn looped_ivector(src: IvectorSource<'_>, frame: i64) -> Result<Vec<f32>> {
     })
 }
 
-/// A network compiled for looped decoding, shared by any number of streams.
+/// A network planned for looped decoding, shared by any number of streams. The computation
+/// of each stream count (one for [`LoopedDecoder::stream`] and [`LoopedDecoder::compute`],
+/// up to 16 for a batch of a recurrent network's utterances) is compiled when first needed:
+/// a batch of utterances never needs the one-stream computation.
 pub struct LoopedDecoder {
-    looped: LoopedComputation,
-    /// What compiles a batch of streams later: the network (`looped`'s, shared), its output
-    /// node and the options; compiled batches by stream count.
-    output_node: String,
-    options: LoopedOptions,
+    plan: LoopedPlan,
+    /// Compiled computations by stream count.
     batches: Mutex<HashMap<usize, Arc<LoopedComputation>>>,
     context: NnetContext,
     input_dim: usize,
@@ -85,14 +87,11 @@ impl LoopedDecoder {
             frame_subsampling_factor: opts.frame_subsampling_factor,
             extra_left_context_initial: opts.extra_left_context_initial.max(0),
             optimize: opts.optimize.clone(),
-            num_streams: 1,
         };
         check_chunk_size(&p.nnet, opts, &p.context, RECURRENT_STREAMS)?;
-        let looped = compile_looped(Arc::new(p.nnet), &p.output_node, p.context, &looped_opts)?;
+        let plan = plan_looped(Arc::new(p.nnet), &p.output_node, p.context, &looped_opts)?;
         Ok(LoopedDecoder {
-            looped,
-            output_node: p.output_node,
-            options: looped_opts,
+            plan,
             batches: Mutex::new(HashMap::new()),
             context: p.context,
             input_dim: p.input_dim,
@@ -102,14 +101,14 @@ impl LoopedDecoder {
         })
     }
 
-    /// The compiled first and steady chunks.
-    pub fn computation(&self) -> &LoopedComputation {
-        &self.looped
+    /// The one-stream computation (its first and steady chunks), compiled on first use.
+    pub fn computation(&self) -> Result<Arc<LoopedComputation>> {
+        self.batch(1)
     }
 
     /// Input frames per chunk after rounding.
     pub fn chunk_size(&self) -> i32 {
-        self.looped.chunk_size
+        self.plan.chunk_size
     }
 
     /// True if the network has an `ivector` input.
@@ -121,6 +120,7 @@ impl LoopedDecoder {
     pub fn stream(&self) -> LoopedStream<'_> {
         LoopedStream {
             dec: self,
+            looped: None,
             frames: Vec::new(),
             first_kept: 0,
             num_frames: 0,
@@ -160,7 +160,7 @@ impl LoopedDecoder {
         &self,
         utts: &[Utterance<'_>],
     ) -> std::result::Result<Vec<Matrix>, (usize, Error)> {
-        if self.looped.nnet.is_recurrent() && utts.len() > 1 {
+        if self.plan.nnet.is_recurrent() && utts.len() > 1 {
             let mut outs = Vec::with_capacity(utts.len());
             for (b, group) in utts.chunks(RECURRENT_STREAMS).enumerate() {
                 let first = b * RECURRENT_STREAMS;
@@ -208,7 +208,7 @@ impl LoopedDecoder {
         mut f: impl FnMut(usize, &mut Matrix) -> Result<()>,
     ) -> std::result::Result<(), (usize, Error)> {
         let together =
-            utts.len() > 1 && (self.looped.nnet.is_recurrent() || rayon::current_num_threads() > 1);
+            utts.len() > 1 && (self.plan.nnet.is_recurrent() || rayon::current_num_threads() > 1);
         if together {
             for (u, mut out) in self.compute_many(utts)?.into_iter().enumerate() {
                 f(u, &mut out).map_err(|e| (u, e))?;
@@ -222,22 +222,13 @@ impl LoopedDecoder {
         Ok(())
     }
 
-    /// The looped computation of `n` streams, compiled once.
+    /// The looped computation of `n` streams, compiled once (on the plan's network, shared,
+    /// not copied).
     fn batch(&self, n: usize) -> Result<Arc<LoopedComputation>> {
         if let Some(l) = self.batches.lock().ok().and_then(|m| m.get(&n).cloned()) {
             return Ok(l);
         }
-        let opts = LoopedOptions {
-            num_streams: n,
-            ..self.options.clone()
-        };
-        // The network of `looped` has the carried outputs already: shared, not copied.
-        let l = Arc::new(compile_looped(
-            Arc::clone(&self.looped.nnet),
-            &self.output_node,
-            self.context,
-            &opts,
-        )?);
+        let l = Arc::new(self.plan.compile(n)?);
         if let Ok(mut m) = self.batches.lock() {
             m.insert(n, l.clone());
         }
@@ -365,16 +356,13 @@ fn program_of(l: &LoopedComputation, k: i64) -> (&ChunkProgram, i64) {
     }
 }
 
-/// The program of chunk k and the shift of its t against its request.
-fn program(dec: &LoopedDecoder, k: i64) -> (&ChunkProgram, i64) {
-    program_of(&dec.looped, k)
-}
-
 /// One stream through a [`LoopedDecoder`]: [`Self::accept_frames`], [`Self::set_ivector`],
 /// [`Self::advance`] (or [`Self::run_ready`]) and [`Self::take_output`], then
 /// [`Self::input_finished`] to flush the last frames.
 pub struct LoopedStream<'a> {
     dec: &'a LoopedDecoder,
+    /// The decoder's one-stream computation, once the first chunk has asked for it.
+    looped: Option<Arc<LoopedComputation>>,
     /// Input frames from `first_kept` on, row-major.
     frames: Vec<f32>,
     first_kept: usize,
@@ -438,20 +426,30 @@ impl LoopedStream<'_> {
     /// Kaldi's last input frame of the next chunk, `(k+1)·w + right context − 1`, which picks
     /// the chunk's iVector in [`LoopedDecoder::compute`].
     pub fn next_chunk_last_input_frame(&self) -> i64 {
-        (self.chunk + 1) * i64::from(self.dec.looped.chunk_size)
+        (self.chunk + 1) * i64::from(self.dec.plan.chunk_size)
             + i64::from(self.dec.context.right.max(0))
             - 1
     }
 
     /// Output frames (subsampled) the whole input has, once it is finished.
     fn total_outputs(&self) -> usize {
-        let f = self.dec.looped.frame_subsampling_factor.max(1) as usize;
+        let f = self.dec.plan.frame_subsampling_factor.max(1) as usize;
         self.num_frames.div_ceil(f)
     }
 
-    /// The input t range the next chunk reads.
-    fn input_span(&self) -> Option<(i64, i64)> {
-        let (p, shift) = program(self.dec, self.chunk);
+    /// The one-stream computation, compiled by the decoder when first needed.
+    fn computation(&mut self) -> Result<Arc<LoopedComputation>> {
+        if let Some(l) = &self.looped {
+            return Ok(Arc::clone(l));
+        }
+        let l = self.dec.batch(1)?;
+        self.looped = Some(Arc::clone(&l));
+        Ok(l)
+    }
+
+    /// The input t range that chunk k of `l` reads.
+    fn input_span(l: &LoopedComputation, k: i64) -> Option<(i64, i64)> {
+        let (p, shift) = program_of(l, k);
         let spec = p.request.inputs.iter().find(|s| s.name == "input")?;
         let lo = spec.indexes.iter().map(|i| i.t).min()?;
         let hi = spec.indexes.iter().map(|i| i.t).max()?;
@@ -464,21 +462,20 @@ impl LoopedStream<'_> {
         if self.finished && (self.emitted >= self.total_outputs() || self.num_frames == 0) {
             return Ok(false);
         }
+        let l = self.computation()?;
         // Ready when the chunk's input is there, and its last output frame too (so that no
         // output past the end of a stream that then finishes is ever given out).
         if !self.finished {
-            let last_out = (self.chunk + 1) * i64::from(self.dec.looped.chunk_size) - 1;
-            let hi = self
-                .input_span()
-                .map_or(last_out, |(_, hi)| hi.max(last_out));
+            let last_out = (self.chunk + 1) * i64::from(self.dec.plan.chunk_size) - 1;
+            let hi = Self::input_span(&l, self.chunk).map_or(last_out, |(_, hi)| hi.max(last_out));
             if hi >= self.num_frames as i64 {
                 return Ok(false);
             }
         }
         let dec: &LoopedDecoder = self.dec;
         let dim = dec.input_dim;
-        let (p, shift) = program(dec, self.chunk);
-        let mut computer = NnetComputer::new(&p.computation, &dec.looped.nnet, None);
+        let (p, shift) = program_of(&l, self.chunk);
+        let mut computer = NnetComputer::new(&p.computation, &l.nnet, None);
         let mut carried = std::mem::take(&mut self.carried);
         for (spec, carry) in p.request.inputs.iter().zip(&p.carried_in) {
             let m = if let Some(i) = carry {
@@ -521,7 +518,7 @@ impl LoopedStream<'_> {
             computer.accept_input(&spec.name, m)?;
         }
         computer.run_forward()?;
-        let mut out = computer.take_output(&self.dec.looped.output_node)?;
+        let mut out = computer.take_output(&l.output_node)?;
         self.carried = p
             .carried_out
             .iter()
@@ -545,7 +542,7 @@ impl LoopedStream<'_> {
         self.emitted += keep;
         self.chunk += 1;
         // Frames no later chunk reads are dropped (frame 0 stays while t < 0 can be read).
-        if let Some((lo, _)) = self.input_span() {
+        if let Some((lo, _)) = Self::input_span(&l, self.chunk) {
             let keep_from = (lo.max(0) as usize).min(self.num_frames.saturating_sub(1));
             if keep_from > self.first_kept {
                 self.frames.drain(..(keep_from - self.first_kept) * dim);
@@ -614,7 +611,7 @@ mod tests {
             .collect();
         let outs = dec.compute_many(&utts).expect("batch");
         let batch = dec.batch(3).expect("compiled");
-        assert!(Arc::ptr_eq(&batch.nnet, &dec.looped.nnet));
+        assert!(Arc::ptr_eq(&batch.nnet, &dec.plan.nnet));
         for (f, out) in feats.iter().zip(&outs) {
             let alone = dec.compute(f, IvectorSource::None).expect("alone");
             assert_eq!((alone.num_rows(), alone.num_cols()), (out.num_rows(), 3));
