@@ -9,15 +9,21 @@
 # Needs (for the measurement only, never for the build): gcc and libopenblas-dev
 #   apt-get install -y libopenblas-dev
 # Usage: scripts/bench_gemm.sh [ROUNDS]
-#   env: CARGO_TARGET_DIR, GEMM_BENCH_TRIALS, GEMM_BENCH_BACKENDS, BENCH (prebuilt binary)
+#   env: CARGO_TARGET_DIR, GEMM_BENCH_TRIALS, GEMM_BENCH_BACKENDS, BENCH (prebuilt binary),
+#        OPENBLAS_GEMM (a prebuilt scripts/openblas_gemm.c: then neither gcc nor cargo runs
+#        when BENCH is set too, as on a machine that only measures)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/blas_coretype.sh
 ROUNDS=${1:-3}
 OUT=$(mktemp -d)
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg); OpenBLAS kernels: $OPENBLAS_CORETYPE" >&2
-gcc -O2 -o "$OUT/openblas_gemm" scripts/openblas_gemm.c \
-    -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas
+CBLAS=${OPENBLAS_GEMM:-}
+if [ -z "$CBLAS" ]; then
+    CBLAS=$OUT/openblas_gemm
+    gcc -O2 -o "$CBLAS" scripts/openblas_gemm.c \
+        -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas
+fi
 # BENCH may name a prebuilt bench binary (e.g. one built with other GEMM crate features).
 if [ -z "${BENCH:-}" ]; then
     cargo bench --features openblas --bench gemm --no-run >&2
@@ -26,7 +32,7 @@ fi
 for r in $(seq "$ROUNDS"); do
     for t in 1 2; do
         "$BENCH" "$t" >>"$OUT/raw.txt"
-        "$OUT/openblas_gemm" "$t" >>"$OUT/raw.txt"
+        "$CBLAS" "$t" >>"$OUT/raw.txt"
     done
     echo "round $r done; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done

@@ -15,7 +15,10 @@
 #
 # Usage: scripts/bench_inference.sh [RUNS]      (best of RUNS whole-process runs, default 3)
 #   env: CARGO_TARGET_DIR, PERF_CONFIG_DIR, SKIP_INPROC=1 (whole-process runs only),
-#        KALDI_RUN (Kaldi's launcher), BENCH_ONLY="wsj tdnnf" (only these workloads)
+#        KALDI_RUN (Kaldi's launcher), BENCH_ONLY="wsj tdnnf" (only these workloads),
+#        COMPNET (a prebuilt compnet binary: cargo does not run; with SKIP_INPROC=1 nothing
+#        is built), INFER_UTTS and INFER_FRAMES (the workload, default 4 utterances x 1500
+#        frames), GNU_TIME (default /usr/bin/time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/blas_coretype.sh  # for KALDI_RUN and any OpenBLAS program
@@ -24,23 +27,31 @@ DIR=${PERF_CONFIG_DIR:-tests/data/kaldi/perf}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-cargo build --release --bin compnet >&2
-BIN=${CARGO_TARGET_DIR:-target}/release/compnet
+if [ -n "${COMPNET:-}" ]; then
+  BIN=$COMPNET
+else
+  cargo build --release --bin compnet >&2
+  BIN=${CARGO_TARGET_DIR:-target}/release/compnet
+fi
+UTTS=${INFER_UTTS:-4}
+FRAMES=${INFER_FRAMES:-1500}
+TOTAL=$(( UTTS * FRAMES ))
+TIME=${GNU_TIME:-/usr/bin/time}
 
 # Random binary archives (Kaldi's binary float-matrix format: "key \0BFM \4<rows>\4<cols><data>").
-python3 - "$OUT" <<'EOF'
+python3 - "$OUT" "$UTTS" "$FRAMES" <<'EOF'
 import random, struct, sys
-out = sys.argv[1]
+out, utts, frames = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def ark(path, dim, rows_of):
     random.seed(dim)
     with open(path, "wb") as f:
-        for u in range(4):
+        for u in range(utts):
             rows = rows_of
             f.write(b"utt%d \0BFM \4" % u + struct.pack("<i", rows) + b"\4" + struct.pack("<i", dim))
             f.write(struct.pack("<%df" % (rows * dim), *(random.uniform(-1, 1) for _ in range(rows * dim))))
-ark(f"{out}/feats40.ark", 40, 1500)
-ark(f"{out}/feats30.ark", 30, 1500)
-ark(f"{out}/ivec.ark", 100, 150)
+ark(f"{out}/feats40.ark", 40, frames)
+ark(f"{out}/feats30.ark", 30, frames)
+ark(f"{out}/ivec.ark", 100, (frames + 9) // 10)
 EOF
 
 if [ -z "${KALDI_RUN:-}" ]; then
@@ -49,9 +60,11 @@ fi
 
 # Whole-process wall and CPU (user + system) seconds of a command: "wall cpu".
 timed() {
-  /usr/bin/time -o "$OUT/time.txt" -f '%e %U %S' "$@" >/dev/null 2>&1
+  "$TIME" -o "$OUT/time.txt" -f '%e %U %S' "$@" >/dev/null 2>&1
   awk '{ printf "%.3f %.3f\n", $1, $2 + $3 }' "$OUT/time.txt"
 }
+# lt A B: whether A < B, or B is empty (no best yet).
+lt() { [ -z "$2" ] || awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 
 # label config feats options...
 WORK=(
@@ -69,6 +82,7 @@ WORK=(
 printf '%-14s %7s %8s %8s %9s | %8s %8s %9s | %7s %7s\n' workload threads wall_s cpu_s frames/s \
   k_wall_s k_cpu_s k_fr/s wall_x cpu_x
 for w in "${WORK[@]}"; do
+  # shellcheck disable=SC2086 # the workload's words are its label, config, feats, options
   set -- $w
   label=$1 config=$2 feats=$3
   shift 3
@@ -91,24 +105,23 @@ for w in "${WORK[@]}"; do
   threads="1"
   [ "$label" = wsj ] && threads="1 2"
   for t in $threads; do
-    best= bestc= kbest= kbestc=
-    for r in $(seq "$RUNS"); do
+    best='' bestc='' kbest='' kbestc=''
+    for _ in $(seq "$RUNS"); do
       read -r d c < <(timed "$BIN" compute --num-threads="$t" "$@" "${iv[@]}" "$OUT/$label.raw" "ark:$OUT/$feats.ark" ark:/dev/null)
-      if [ -z "$best" ] || [ "$(echo "$d < $best" | bc -l)" = 1 ]; then best=$d; fi
-      if [ -z "$bestc" ] || [ "$(echo "$c < $bestc" | bc -l)" = 1 ]; then bestc=$c; fi
+      if lt "$d" "$best"; then best=$d; fi
+      if lt "$c" "$bestc"; then bestc=$c; fi
       if [ -n "${KALDI_RUN:-}" ] && [ "$t" = 1 ]; then
         read -r d c < <(timed "$KALDI_RUN" nnet3-compute "${kopts[@]}" "${iv[@]}" "$OUT/$label.raw" "ark:$OUT/$feats.ark" ark:/dev/null)
-        if [ -z "$kbest" ] || [ "$(echo "$d < $kbest" | bc -l)" = 1 ]; then kbest=$d; fi
-        if [ -z "$kbestc" ] || [ "$(echo "$c < $kbestc" | bc -l)" = 1 ]; then kbestc=$c; fi
+        if lt "$d" "$kbest"; then kbest=$d; fi
+        if lt "$c" "$kbestc"; then kbestc=$c; fi
       fi
     done
     if [ -n "$kbest" ]; then
-      printf '%-14s %7s %8.3f %8.3f %9.0f | %8.3f %8.3f %9.0f | %7.2f %7.2f\n' "$label" "$t" "$best" "$bestc" \
-        "$(echo "6000 / $best" | bc -l)" "$kbest" "$kbestc" "$(echo "6000 / $kbest" | bc -l)" \
-        "$(echo "$kbest / $best" | bc -l)" "$(echo "$kbestc / $bestc" | bc -l)"
+      awk -v l="$label" -v t="$t" -v w="$best" -v c="$bestc" -v kw="$kbest" -v kc="$kbestc" -v n="$TOTAL" \
+        'BEGIN { printf "%-14s %7s %8.3f %8.3f %9.0f | %8.3f %8.3f %9.0f | %7.2f %7.2f\n", l, t, w, c, n / w, kw, kc, n / kw, kw / w, kc / c }'
     else
-      printf '%-14s %7s %8.3f %8.3f %9.0f | %8s %8s %9s | %7s %7s\n' "$label" "$t" "$best" "$bestc" \
-        "$(echo "6000 / $best" | bc -l)" - - - - -
+      awk -v l="$label" -v t="$t" -v w="$best" -v c="$bestc" -v n="$TOTAL" \
+        'BEGIN { printf "%-14s %7s %8.3f %8.3f %9.0f | %8s %8s %9s | %7s %7s\n", l, t, w, c, n / w, "-", "-", "-", "-", "-" }'
     fi
   done
 done

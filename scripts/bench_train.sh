@@ -14,6 +14,10 @@
 #   TORCH_PYTHON (default python3): where that Python has torch, also PyTorch's training step
 #   on the same network and minibatch on the CPU with the same thread count
 #   (scripts/torch_wsj_tdnn.py: steps only, no data reading, plain SGD), interleaved.
+#   COMPNET: a prebuilt compnet binary (then cargo does not run); TRAIN_UTTS (default 48, at
+#   least 7 for one whole minibatch): utterances of 300 frames in the egs; TRAIN_THREADS
+#   (default "1 2"): the thread counts; TORCH_STEPS (default 10): PyTorch's timed steps;
+#   GNU_TIME (default /usr/bin/time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/blas_coretype.sh  # for KALDI_RUN and any OpenBLAS program
@@ -22,10 +26,15 @@ KALDI=${2:-${KALDI_RUN:-}}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-cargo build --release --bin compnet >&2
-B=${CARGO_TARGET_DIR:-target}/release/compnet
+if [ -n "${COMPNET:-}" ]; then
+  B=$COMPNET
+else
+  cargo build --release --bin compnet >&2
+  B=${CARGO_TARGET_DIR:-target}/release/compnet
+fi
 BASE=${BASE:-}
-scripts/wsj_data.sh "$B" "$OUT" 48
+TIME=${GNU_TIME:-/usr/bin/time}
+scripts/wsj_data.sh "$B" "$OUT" "${TRAIN_UTTS:-48}"
 mv "$OUT/egs.ark" "$OUT/egs1.ark"
 "$B" shuffle-egs --srand=1 "ark:$OUT/egs1.ark" "ark:$OUT/egs2.ark" 2>/dev/null
 "$B" merge-egs --minibatch-size=256 "ark:$OUT/egs2.ark" "ark:$OUT/egs.ark" 2>/dev/null
@@ -34,18 +43,18 @@ echo "egs: $frames output frames in minibatches of 256 x 8"
 best() { sort -g | head -1; }
 PY=${TORCH_PYTHON:-python3}
 "$PY" -c 'import torch' 2>/dev/null || PY=
-for t in 1 2; do
+for t in ${TRAIN_THREADS:-1 2}; do
   : >"$OUT/c$t"; : >"$OUT/k$t"; : >"$OUT/b$t"; : >"$OUT/p$t"
-  for r in $(seq "$ROUNDS"); do
+  for _ in $(seq "$ROUNDS"); do
     if [ -n "$BASE" ]; then
-      /usr/bin/time -f %e -a -o "$OUT/b$t" "$BASE" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/b.raw" 2>/dev/null
+      "$TIME" -f %e -a -o "$OUT/b$t" "$BASE" train --num-threads="$t" --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/b.raw" 2>/dev/null
     fi
-    /usr/bin/time -f %e -a -o "$OUT/c$t" "$B" train --num-threads=$t --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/c.raw" 2>/dev/null
+    "$TIME" -f %e -a -o "$OUT/c$t" "$B" train --num-threads="$t" --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/c.raw" 2>/dev/null
     if [ -n "$KALDI" ] && [ -x "$KALDI" ]; then
-      OPENBLAS_NUM_THREADS=$t /usr/bin/time -f %e -a -o "$OUT/k$t" "$KALDI" nnet3-train --use-gpu=no --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/k.raw" 2>/dev/null
+      OPENBLAS_NUM_THREADS=$t "$TIME" -f %e -a -o "$OUT/k$t" "$KALDI" nnet3-train --use-gpu=no --srand=1 "$OUT/wsj.raw" "ark:$OUT/egs.ark" "$OUT/k.raw" 2>/dev/null
     fi
     if [ -n "$PY" ]; then
-      "$PY" scripts/torch_wsj_tdnn.py 10 cpu "$t" 2>/dev/null | sed -n 's/.*training \([0-9]*\) frames.*/\1/p' >>"$OUT/p$t"
+      "$PY" scripts/torch_wsj_tdnn.py "${TORCH_STEPS:-10}" cpu "$t" 2>/dev/null | sed -n 's/.*training \([0-9]*\) frames.*/\1/p' >>"$OUT/p$t" || true
     fi
   done
   c=$(best <"$OUT/c$t")
@@ -57,10 +66,15 @@ for t in 1 2; do
   if [ -s "$OUT/b$t" ]; then
     b=$(best <"$OUT/b$t")
     line="$line$(awk -v f="$frames" -v c="$c" -v b="$b" 'BEGIN { printf "; base %.2f s (%.0f frames/s), speed-up %.3f", b, f / b, b / c }')"
+    if [ -s "$OUT/k$t" ]; then
+      line="$line$(awk -v b="$b" -v k="$k" 'BEGIN { printf ", base / Kaldi %.2f", k / b }')"
+    fi
   fi
   if [ -s "$OUT/p$t" ]; then
     p=$(sort -gr <"$OUT/p$t" | head -1)
     line="$line$(awk -v f="$frames" -v c="$c" -v p="$p" 'BEGIN { printf "; pytorch step %.0f frames/s, compnet / pytorch %.2f", p, f / c / p }')"
+  elif [ -n "$PY" ]; then
+    line="$line; pytorch step: no figure (scripts/torch_wsj_tdnn.py failed)"
   fi
   echo "$line"
 done

@@ -1,11 +1,26 @@
-/* OpenBLAS sgemm on the shapes of benches/gemm.rs, printing the same line format.
+/* OpenBLAS sgemm on the shapes of benches/gemm.rs (GEMM_BENCH_SHAPES limits them, as there),
+ * printing the same line format.
  * Build and run: see scripts/bench_gemm.sh. Usage: openblas_gemm THREADS */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 void openblas_set_num_threads(int);
+
+/* Whether GEMM_BENCH_SHAPES (label,label,...; as benches/gemm.rs reads it) names this shape,
+ * or is not set. */
+static int wanted(const char *label) {
+    const char *only = getenv("GEMM_BENCH_SHAPES");
+    size_t n = strlen(label);
+    if (!only) return 1;
+    for (const char *p = only; *p; p++) {
+        if ((p == only || p[-1] == ',') && strncmp(p, label, n) == 0 && (p[n] == ',' || p[n] == 0))
+            return 1;
+    }
+    return 0;
+}
 
 /* One thread: the calling thread's CPU time (robust on a loaded machine, as in
  * benches/gemm.rs); more threads or GEMM_BENCH_WALL set: wall-clock time. */
@@ -39,6 +54,7 @@ int main(int argc, char **argv) {
         {"infer-50", 50, 650, 3000}, {"infer-16", 16, 1950, 650}};
     const char *forms[] = {"fwd", "bwd-in", "bwd-w"};
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        if (!wanted(shapes[s].label)) continue;
         int R = shapes[s].rows, In = shapes[s].in, Out = shapes[s].out;
         for (int f = 0; f < 3; f++) {
             /* fwd: Y[R x Out] = X[R x In] W[Out x In]^T; bwd-in: dX[R x In] = dY[R x Out] W[Out x In];
