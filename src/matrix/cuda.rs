@@ -61,6 +61,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_add_vec_to_rows",
     "k_add_vec_to_cols",
     "k_mul_cols_vec",
+    "k_add_mat_diag_vec",
+    "k_add_affine_mat_diag_vec",
     "k_mul_rows_vec",
     "k_copy_rows",
     "k_add_rows",

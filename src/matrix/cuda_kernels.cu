@@ -49,6 +49,18 @@ typedef long long i64;
     }                                                                                      \
   }
 
+// x = f(x, y, p[c]): y a matrix (u its element) and p a vector read per column (pi).
+#define EWMV(name, expr)                                                                   \
+  extern "C" __global__ void name(float* x, int sx, const float* y, int sy, const float* p, \
+                                  int rows, int cols, float a, float b) {                  \
+    FOR_RC {                                                                               \
+      float v = x[(i64)r * sx + c];                                                        \
+      float u = y[(i64)r * sy + c];                                                        \
+      float pi = p[c];                                                                     \
+      x[(i64)r * sx + c] = (expr);                                                         \
+    }                                                                                      \
+  }
+
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 EW1(k_set_const, a)
@@ -92,6 +104,9 @@ EWV(k_add_vec_to_rows, c, a * pi + b * v)
 EWV(k_add_vec_to_cols, r, b == 0.0f ? a * pi : a * pi + b * v)
 EWV(k_mul_cols_vec, c, v * pi)
 EWV(k_mul_rows_vec, r, v * pi)
+
+EWMV(k_add_mat_diag_vec, b == 0.0f ? a * u * pi : a * u * pi + b * v)
+EWMV(k_add_affine_mat_diag_vec, v + pi * (a * u + b))
 
 // Row gathers by an index table (−1: zero, or leave).
 extern "C" __global__ void k_copy_rows(float* x, int sx, const float* y, int sy, const int* idx,

@@ -92,18 +92,49 @@ pub(in crate::matrix) fn ewv(
         return;
     }
     let (r, c) = (x.rows, x.cols);
-    // A vector kept on the host (statistics bookkeeping) goes over as a temporary copy.
-    let copy;
-    let v = if v.data.is_device() {
-        v
-    } else {
-        copy = Vector::from_vec(v.to_vec());
-        &copy
-    };
+    let v = on_the_device(v);
     let args = [
         pm(x),
         int(x.stride),
-        pv(v),
+        pv(&v),
+        int(r),
+        int(c),
+        Arg::Float(a),
+        Arg::Float(b),
+    ];
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// `v` where a kernel can read it: itself, or a temporary device copy of a vector kept on
+/// the host (statistics bookkeeping).
+fn on_the_device(v: &Vector) -> std::borrow::Cow<'_, Vector> {
+    if v.data.is_device() {
+        std::borrow::Cow::Borrowed(v)
+    } else {
+        std::borrow::Cow::Owned(Vector::from_vec(v.to_vec()))
+    }
+}
+
+/// `x = f(x, y, v)` by kernel `name`, `y` a matrix of x's shape and `v` read per column.
+pub(in crate::matrix) fn ewmv(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    v: &Vector,
+    a: Real,
+    b: Real,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let v = on_the_device(v);
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&y),
+        int(y.stride),
+        pv(&v),
         int(r),
         int(c),
         Arg::Float(a),

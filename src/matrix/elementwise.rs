@@ -406,12 +406,13 @@ impl MatViewMut<'_> {
     /// `self[i, j] += v[j] · (alpha · a[i, j] + beta)` (self-repair of saturating units).
     pub fn add_affine_mat_diag_vec(&mut self, v: &Vector, alpha: Real, a: MatView<'_>, beta: Real) {
         assert_eq!(v.dim(), self.num_cols(), "add_affine_mat_diag_vec: dim");
-        let v = &v.data[..];
         assert_eq!(
             (a.num_rows(), a.num_cols()),
             (self.num_rows(), self.num_cols()),
             "add_affine_mat_diag_vec: shape"
         );
+        on_device!(self.place.on_device() && a.place.on_device() => super::cuda_ops::ewmv("k_add_affine_mat_diag_vec", self, a, v, alpha, beta));
+        let v = &v.data[..];
         for r in 0..self.num_rows() {
             let y = a.row(r);
             for ((d, &yy), &f) in self.row_mut(r).iter_mut().zip(y).zip(v) {

@@ -50,11 +50,12 @@ impl MatViewMut<'_> {
         assert_eq!(v.dim(), self.num_cols(), "add_mat_diag_vec: dim");
         match ta {
             Trans::No => {
-                let v = &v.data[..];
                 assert_eq!(
                     (a.num_rows(), a.num_cols()),
                     (self.num_rows(), self.num_cols())
                 );
+                on_device!(self.place.on_device() && a.place.on_device() => super::cuda_ops::ewmv("k_add_mat_diag_vec", self, a, v, alpha, beta));
+                let v = &v.data[..];
                 for r in 0..self.num_rows() {
                     let src = a.row(r);
                     let dst = self.row_mut(r);
