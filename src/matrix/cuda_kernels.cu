@@ -108,6 +108,76 @@ EWV(k_mul_rows_vec, r, v * pi)
 EWMV(k_add_mat_diag_vec, b == 0.0f ? a * u * pi : a * u * pi + b * v)
 EWMV(k_add_affine_mat_diag_vec, v + pi * (a * u + b))
 
+__device__ __forceinline__ float signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+
+// Grouped reductions over consecutive groups of g columns (Kaldi's GroupPnorm, GroupMax):
+// x (rows × cols) from y (rows × cols·g), one thread per output element, the group summed
+// in column order as on the host. p = ∞ gives the largest |y|, p = 0 counts non-zeros.
+extern "C" __global__ void k_group_pnorm(float* x, int sx, const float* y, int sy, int g,
+                                         int rows, int cols, float p) {
+  FOR_RC {
+    const float* s = y + (i64)r * sy + (i64)c * g;
+    float acc = 0.0f;
+    if (p == 2.0f) {
+      for (int k = 0; k < g; k++) acc += s[k] * s[k];
+      acc = sqrtf(acc);
+    } else if (p == 1.0f) {
+      for (int k = 0; k < g; k++) acc += fabsf(s[k]);
+    } else if (isinf(p) && p > 0.0f) {
+      for (int k = 0; k < g; k++) acc = fmaxf(acc, fabsf(s[k]));
+    } else if (p == 0.0f) {
+      for (int k = 0; k < g; k++) acc += s[k] != 0.0f ? 1.0f : 0.0f;
+    } else {
+      for (int k = 0; k < g; k++) acc += powf(fabsf(s[k]), p);
+      acc = powf(acc, 1.0f / p);
+    }
+    x[(i64)r * sx + c] = acc;
+  }
+}
+
+extern "C" __global__ void k_group_max(float* x, int sx, const float* y, int sy, int g, int rows,
+                                       int cols, float unused) {
+  FOR_RC {
+    const float* s = y + (i64)r * sy + (i64)c * g;
+    float m = __int_as_float(0xff800000);  // −∞
+    for (int k = 0; k < g; k++) m = fmaxf(m, s[k]);
+    x[(i64)r * sx + c] = m;
+  }
+}
+
+// Their input derivatives, one thread per input element (rows × cols, groups of g): iv the
+// input value, ov and od the output value and derivative of the element's group. mode 0:
+// p-norm (p); 1: the 2-norm as x · (od / y); 2: GroupMax's 0/1 mask (od unused).
+extern "C" __global__ void k_group_deriv(float* x, int sx, const float* iv, int si,
+                                         const float* ov, int so, const float* od, int sd, int g,
+                                         int rows, int cols, float p, int mode) {
+  FOR_RC {
+    float xv = iv[(i64)r * si + c];
+    int j = c / g;
+    float y = ov[(i64)r * so + j];
+    float out;
+    if (mode == 2) {
+      out = xv == y ? 1.0f : 0.0f;
+    } else {
+      float d = od[(i64)r * sd + j];
+      if (mode == 1) {
+        out = xv * (y != 0.0f ? d / y : 0.0f);
+      } else if (y == 0.0f) {
+        out = 0.0f;
+      } else if (p == 2.0f) {
+        out = d * xv / y;
+      } else if (p == 1.0f) {
+        out = d * signf(xv);
+      } else if (isinf(p) && p > 0.0f) {
+        out = fabsf(xv) == y ? d * signf(xv) : 0.0f;
+      } else {
+        out = d * signf(xv) * powf(fabsf(xv), p - 1.0f) * powf(y, 1.0f - p);
+      }
+    }
+    x[(i64)r * sx + c] = out;
+  }
+}
+
 // Row gathers by an index table (−1: zero, or leave).
 extern "C" __global__ void k_copy_rows(float* x, int sx, const float* y, int sy, const int* idx,
                                        int rows, int cols) {

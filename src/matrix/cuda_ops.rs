@@ -105,6 +105,77 @@ pub(in crate::matrix) fn ewv(
     gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
 }
 
+/// A grouped reduction `x = reduce(y)` over consecutive groups of `y.cols / x.cols` columns
+/// (`k_group_pnorm` with `p`, `k_group_max`).
+pub(in crate::matrix) fn grouped(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    p: Real,
+) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let args = [
+        pm(x),
+        int(x.stride),
+        self::p(&y),
+        int(y.stride),
+        int(y.cols / c),
+        int(r),
+        int(c),
+        Arg::Float(p),
+    ];
+    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// What [`group_deriv`] computes.
+pub(in crate::matrix) enum GroupDeriv {
+    /// The p-norm's input derivative.
+    Pnorm(Real),
+    /// The 2-norm's, as `x · (dy / y)`.
+    TwoNorm,
+    /// GroupMax's 0/1 mask (`out_deriv` not read).
+    MaxMask,
+}
+
+/// The input derivative of a grouped reduction into `x` (the input's shape): `in_value`
+/// the input, `out_value` and `out_deriv` the output's value and derivative.
+pub(in crate::matrix) fn group_deriv(
+    x: &mut MatViewMut<'_>,
+    in_value: MatView<'_>,
+    out_value: MatView<'_>,
+    out_deriv: MatView<'_>,
+    what: GroupDeriv,
+) {
+    if empty(x) || out_value.cols == 0 {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let (p, mode) = match what {
+        GroupDeriv::Pnorm(p) => (p, 0),
+        GroupDeriv::TwoNorm => (2.0, 1),
+        GroupDeriv::MaxMask => (0.0, 2),
+    };
+    let args = [
+        pm(x),
+        int(x.stride),
+        self::p(&in_value),
+        int(in_value.stride),
+        self::p(&out_value),
+        int(out_value.stride),
+        self::p(&out_deriv),
+        int(out_deriv.stride),
+        int(c / out_value.cols),
+        int(r),
+        int(c),
+        Arg::Float(p),
+        Arg::Int(mode),
+    ];
+    gpu().launch("k_group_deriv", grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
 /// `v` where a kernel can read it: itself, or a temporary device copy of a vector kept on
 /// the host (statistics bookkeeping).
 fn on_the_device(v: &Vector) -> std::borrow::Cow<'_, Vector> {

@@ -148,6 +148,7 @@ impl MatViewMut<'_> {
     /// (Kaldi's GroupPnorm).
     pub fn group_pnorm_from(&mut self, src: MatView<'_>, p: Real) {
         let g = group_size(self.num_cols(), src, self.num_rows());
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::grouped("k_group_pnorm", self, src, p));
         for r in 0..self.num_rows() {
             let s = src.row(r);
             for (d, grp) in self.row_mut(r).iter_mut().zip(s.chunks_exact(g)) {
@@ -188,6 +189,7 @@ impl MatViewMut<'_> {
             (out_deriv.num_rows(), out_deriv.num_cols())
         );
         let g = group_size(out_value.num_cols(), in_value, self.num_rows());
+        on_device!(self.place.on_device() && in_value.place.on_device() && out_value.place.on_device() && out_deriv.place.on_device() && out_value.num_rows() == self.num_rows() => super::cuda_ops::group_deriv(self, in_value, out_value, out_deriv, super::cuda_ops::GroupDeriv::Pnorm(p)));
         for r in 0..self.num_rows() {
             let (xs, ys, ds) = (in_value.row(r), out_value.row(r), out_deriv.row(r));
             for ((dst, x), (&y, &od)) in self
@@ -221,6 +223,7 @@ impl MatViewMut<'_> {
     /// without its general power).
     pub fn group_2norm_from(&mut self, src: MatView<'_>) {
         let g = src.num_cols() / self.num_cols().max(1);
+        on_device!(self.place.on_device() && src.place.on_device() && g > 0 && src.num_rows() == self.num_rows() => super::cuda_ops::grouped("k_group_pnorm", self, src, 2.0));
         for r in 0..self.num_rows() {
             let s = src.row(r);
             for (x, grp) in self.row_mut(r).iter_mut().zip(s.chunks(g)) {
@@ -232,6 +235,7 @@ impl MatViewMut<'_> {
     /// `self[i, k] = x[i, k] · dy[i, j] / y[i, j]` for k in group j, 0 where y = 0.
     pub fn diff_group_2norm(&mut self, x: MatView<'_>, y: MatView<'_>, dy: MatView<'_>) {
         let g = self.num_cols() / y.num_cols().max(1);
+        on_device!(self.place.on_device() && x.place.on_device() && y.place.on_device() && dy.place.on_device() && g > 0 && (x.num_rows(), x.num_cols()) == (self.num_rows(), self.num_cols()) && y.num_rows() == self.num_rows() && dy.num_rows() == self.num_rows() && dy.num_cols() == y.num_cols() => super::cuda_ops::group_deriv(self, x, y, dy, super::cuda_ops::GroupDeriv::TwoNorm));
         for r in 0..self.num_rows() {
             let (xr, yr, dr) = (x.row(r), y.row(r), dy.row(r));
             for (j, (out, xin)) in self.row_mut(r).chunks_mut(g).zip(xr.chunks(g)).enumerate() {
@@ -245,6 +249,7 @@ impl MatViewMut<'_> {
     /// `self[i, j] = max_{k in group j} src[i, k]` over consecutive groups (Kaldi's GroupMax).
     pub fn group_max_from(&mut self, src: MatView<'_>) {
         let g = group_size(self.num_cols(), src, self.num_rows());
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::grouped("k_group_max", self, src, 0.0));
         for r in 0..self.num_rows() {
             let s = src.row(r);
             for (d, grp) in self.row_mut(r).iter_mut().zip(s.chunks_exact(g)) {
@@ -260,6 +265,7 @@ impl MatViewMut<'_> {
             (self.num_rows(), self.num_cols())
         );
         let g = group_size(out_value.num_cols(), in_value, self.num_rows());
+        on_device!(self.place.on_device() && in_value.place.on_device() && out_value.place.on_device() && out_value.num_rows() == self.num_rows() => super::cuda_ops::group_deriv(self, in_value, out_value, out_value, super::cuda_ops::GroupDeriv::MaxMask));
         for r in 0..self.num_rows() {
             let (xs, ys) = (in_value.row(r), out_value.row(r));
             for ((dst, x), &y) in self
