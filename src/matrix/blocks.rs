@@ -21,6 +21,7 @@ impl MatViewMut<'_> {
     }
     /// `self[i, b·n + j] *= v[j]` with n = v.len().
     pub fn mul_vec_per_block(&mut self, v: &Vector) {
+        on_device!(self.place.on_device() => super::cuda_ops::per_block(self, 0, [v, v, v], None));
         let v = &v.data[..];
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(v.len()) {
@@ -31,8 +32,9 @@ impl MatViewMut<'_> {
     /// `self[i, b·n + j] = self[i, b·n + j] · mul[j] + add[j]` with n = mul.len() (vectorised;
     /// BatchNorm in test mode).
     pub fn mul_add_vec_per_block(&mut self, mul: &Vector, add: &Vector) {
+        assert_eq!(mul.dim(), add.dim(), "mul_add_vec_per_block: dim");
+        on_device!(self.place.on_device() => super::cuda_ops::per_block(self, 1, [mul, add, add], None));
         let (mul, add) = (&mul.data[..], &add.data[..]);
-        assert_eq!(mul.len(), add.len(), "mul_add_vec_per_block: dim");
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(mul.len()) {
                 super::simd::mul_add_elements(block, mul, add);
@@ -41,8 +43,9 @@ impl MatViewMut<'_> {
     }
     /// `self[i, b·n + j] = (self[i, b·n + j] − sub[j]) · mul[j]` with n = sub.len().
     pub fn sub_vec_mul_vec_per_block(&mut self, sub: &Vector, mul: &Vector) {
+        assert_eq!(sub.dim(), mul.dim(), "sub_vec_mul_vec_per_block: dim");
+        on_device!(self.place.on_device() => super::cuda_ops::per_block(self, 2, [sub, mul, mul], None));
         let (sub, mul) = (&sub.data[..], &mul.data[..]);
-        assert_eq!(sub.len(), mul.len(), "sub_vec_mul_vec_per_block: dim");
         for r in 0..self.num_rows() {
             for block in self.row_mut(r).chunks_mut(sub.len()) {
                 for ((x, &m), &s) in block.iter_mut().zip(sub).zip(mul) {
@@ -60,10 +63,11 @@ impl MatViewMut<'_> {
         a: MatView<'_>,
         a_mul: &Vector,
     ) {
-        let (add, mul, a_mul) = (&add.data[..], &mul.data[..], &a_mul.data[..]);
-        let bd = add.len();
-        assert!(mul.len() == bd && a_mul.len() == bd, "per_block: dims");
+        let bd = add.dim();
+        assert!(mul.dim() == bd && a_mul.dim() == bd, "per_block: dims");
         assert_eq!(a.num_rows(), self.num_rows(), "per_block: rows");
+        on_device!(self.place.on_device() && a.place.on_device() && a.num_cols() == self.num_cols() => super::cuda_ops::per_block(self, 3, [add, mul, a_mul], Some(a)));
+        let (add, mul, a_mul) = (&add.data[..], &mul.data[..], &a_mul.data[..]);
         for r in 0..self.num_rows() {
             let arow = a.row(r);
             for (b, db) in self.row_mut(r).chunks_mut(bd).enumerate() {
@@ -96,6 +100,7 @@ impl MatViewMut<'_> {
 impl MatView<'_> {
     /// Per block column j: `(Σ x, Σ x²)` over every row and block, in f32, in row order.
     pub fn block_col_sum_and_sum_squares(&self, block_dim: usize) -> (Vector, Vector) {
+        on_device!(self.place.on_device() => super::cuda_ops::block_col_stats(*self, None, block_dim));
         let mut sum = vec![0.0 as Real; block_dim];
         let mut sumsq = vec![0.0 as Real; block_dim];
         for r in 0..self.num_rows() {
@@ -115,6 +120,7 @@ impl MatView<'_> {
             (b.num_rows(), b.num_cols()),
             "block_col_dot_and_sum: shape"
         );
+        on_device!(self.place.on_device() && b.place.on_device() => super::cuda_ops::block_col_stats(*self, Some(b), block_dim));
         let mut dot = vec![0.0 as Real; block_dim];
         let mut sum = vec![0.0 as Real; block_dim];
         for r in 0..self.num_rows() {

@@ -66,6 +66,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_group_pnorm",
     "k_group_max",
     "k_group_deriv",
+    "k_per_block",
+    "k_block_col_stats",
     "k_mul_rows_vec",
     "k_copy_rows",
     "k_add_rows",

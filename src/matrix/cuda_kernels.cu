@@ -108,6 +108,54 @@ EWV(k_mul_rows_vec, r, v * pi)
 EWMV(k_add_mat_diag_vec, b == 0.0f ? a * u * pi : a * u * pi + b * v)
 EWMV(k_add_affine_mat_diag_vec, v + pi * (a * u + b))
 
+// Per-block broadcasts (a row read as blocks of n columns, BatchNorm's reshape): p, q, s are
+// vectors of n read at j = c % n, y a matrix of x's shape. mode 0: x·p; 1: x·p + q;
+// 2: (x − p)·q; 3: (x + p)·q + y·s.
+extern "C" __global__ void k_per_block(float* x, int sx, const float* y, int sy, const float* p,
+                                       const float* q, const float* s, int n, int rows, int cols,
+                                       int mode) {
+  FOR_RC {
+    int j = c % n;
+    float v = x[(i64)r * sx + c];
+    float out;
+    if (mode == 0) {
+      out = v * p[j];
+    } else if (mode == 1) {
+      out = v * p[j] + q[j];
+    } else if (mode == 2) {
+      out = (v - p[j]) * q[j];
+    } else {
+      out = (v + p[j]) * q[j] + y[(i64)r * sy + c] * s[j];
+    }
+    x[(i64)r * sx + c] = out;
+  }
+}
+
+// Per block column j < n, over every row and block in row order (as the host sums): mode 0,
+// a = Σ x and b = Σ x²; mode 1, a = Σ x·y and b = Σ y. One thread per j.
+extern "C" __global__ void k_block_col_stats(float* a, float* b, const float* x, int sx,
+                                             const float* y, int sy, int n, int rows, int cols,
+                                             int mode) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
+    float sa = 0.0f, sb = 0.0f;
+    for (int r = 0; r < rows; r++) {
+      for (int c = j; c < cols; c += n) {
+        float u = x[(i64)r * sx + c];
+        if (mode == 0) {
+          sa += u;
+          sb += u * u;
+        } else {
+          float w = y[(i64)r * sy + c];
+          sa += u * w;
+          sb += w;
+        }
+      }
+    }
+    a[j] = sa;
+    b[j] = sb;
+  }
+}
+
 __device__ __forceinline__ float signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
 // Grouped reductions over consecutive groups of g columns (Kaldi's GroupPnorm, GroupMax):

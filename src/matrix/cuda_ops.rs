@@ -176,6 +176,77 @@ pub(in crate::matrix) fn group_deriv(
     gpu().launch("k_group_deriv", grid_2d(r, c), BLOCK_2D, 0, &args);
 }
 
+/// A per-block broadcast over `x` (blocks of `p.dim()` columns) by `k_per_block`: mode 0
+/// `x·p`, 1 `x·p + q`, 2 `(x − p)·q`, 3 `(x + p)·q + y·s` (unused operands may be any).
+pub(in crate::matrix) fn per_block(
+    x: &mut MatViewMut<'_>,
+    mode: i32,
+    vectors: [&Vector; 3],
+    y: Option<MatView<'_>>,
+) {
+    if empty(x) || vectors[0].dim() == 0 {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let [pv0, pv1, pv2] = vectors.map(on_the_device);
+    let (yp, ys) = match &y {
+        Some(y) => (self::p(y), int(y.stride)),
+        None => (pm(x), int(x.stride)),
+    };
+    let args = [
+        pm(x),
+        int(x.stride),
+        yp,
+        ys,
+        pv(&pv0),
+        pv(&pv1),
+        pv(&pv2),
+        int(pv0.dim()),
+        int(r),
+        int(c),
+        Arg::Int(mode),
+    ];
+    gpu().launch("k_per_block", grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// Per block column j < `n`: `(Σ x, Σ x²)` (no `y`) or `(Σ x·y, Σ y)`, over every row and
+/// block of `x`, into two new device vectors.
+pub(in crate::matrix) fn block_col_stats(
+    x: MatView<'_>,
+    y: Option<MatView<'_>>,
+    n: usize,
+) -> (Vector, Vector) {
+    let (a, b) = (Vector::zeros(n), Vector::zeros(n));
+    if n == 0 || x.rows == 0 || x.cols == 0 {
+        return (a, b);
+    }
+    let (yp, ys, mode) = match &y {
+        Some(y) => (self::p(y), int(y.stride), 1),
+        None => (self::p(&x), int(x.stride), 0),
+    };
+    let args = [
+        pv(&a),
+        pv(&b),
+        self::p(&x),
+        int(x.stride),
+        yp,
+        ys,
+        int(n),
+        int(x.rows),
+        int(x.cols),
+        Arg::Int(mode),
+    ];
+    let blocks = n.div_ceil(ROW_THREADS as usize) as u32;
+    gpu().launch(
+        "k_block_col_stats",
+        (blocks, 1, 1),
+        (ROW_THREADS, 1, 1),
+        0,
+        &args,
+    );
+    (a, b)
+}
+
 /// `v` where a kernel can read it: itself, or a temporary device copy of a vector kept on
 /// the host (statistics bookkeeping).
 fn on_the_device(v: &Vector) -> std::borrow::Cow<'_, Vector> {
