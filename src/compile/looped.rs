@@ -267,9 +267,9 @@ fn trim_inputs(nnet: &Nnet, req: &mut ComputationRequest, plain: usize) -> Resul
 /// the network with its carry output nodes, the chunk size, the carried set and the
 /// inputs each chunk reads, all for stream n = 0. Streams never mix (no descriptor or
 /// component maps one n to another), so the request of N streams is stream 0's with every
-/// Index repeated for n = 0..N; [`LoopedPlan::compile`] then builds one graph per chunk
-/// instead of the three graphs per chunk (and two more) that finding all of this from the
-/// N-stream requests took.
+/// Index repeated for n = 0..N; [`LoopedPlan::compile`] then builds one graph per chunk (the
+/// compiler's), where finding all of this from the N-stream requests took two per chunk and
+/// two more.
 #[derive(Debug)]
 pub struct LoopedPlan {
     /// The network plus one output node per carried component node (shared by every
