@@ -88,20 +88,40 @@ pub(in crate::matrix) fn ewv(
     a: Real,
     b: Real,
 ) {
+    with_vector(name, x, None, v, a, b);
+}
+
+/// `x = f(x, y, v)` by kernel `name`, `y` a matrix of x's shape and `v` read per column.
+pub(in crate::matrix) fn ewmv(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    v: &Vector,
+    a: Real,
+    b: Real,
+) {
+    with_vector(name, x, Some(y), v, a, b);
+}
+
+/// The launch of [`ewv`] and [`ewmv`]: x, then y if any, then v, the shape and two scalars.
+fn with_vector(
+    name: &'static str,
+    x: &mut MatViewMut<'_>,
+    y: Option<MatView<'_>>,
+    v: &Vector,
+    a: Real,
+    b: Real,
+) {
     if empty(x) {
         return;
     }
     let (r, c) = (x.rows, x.cols);
     let v = on_the_device(v);
-    let args = [
-        pm(x),
-        int(x.stride),
-        pv(&v),
-        int(r),
-        int(c),
-        Arg::Float(a),
-        Arg::Float(b),
-    ];
+    let mut args = vec![pm(x), int(x.stride)];
+    if let Some(y) = &y {
+        args.extend([p(y), int(y.stride)]);
+    }
+    args.extend([pv(&v), int(r), int(c), Arg::Float(a), Arg::Float(b)]);
     gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
 }
 
@@ -255,34 +275,6 @@ fn on_the_device(v: &Vector) -> std::borrow::Cow<'_, Vector> {
     } else {
         std::borrow::Cow::Owned(Vector::from_vec(v.to_vec()))
     }
-}
-
-/// `x = f(x, y, v)` by kernel `name`, `y` a matrix of x's shape and `v` read per column.
-pub(in crate::matrix) fn ewmv(
-    name: &'static str,
-    x: &mut MatViewMut<'_>,
-    y: MatView<'_>,
-    v: &Vector,
-    a: Real,
-    b: Real,
-) {
-    if empty(x) {
-        return;
-    }
-    let (r, c) = (x.rows, x.cols);
-    let v = on_the_device(v);
-    let args = [
-        pm(x),
-        int(x.stride),
-        p(&y),
-        int(y.stride),
-        pv(&v),
-        int(r),
-        int(c),
-        Arg::Float(a),
-        Arg::Float(b),
-    ];
-    gpu().launch(name, grid_2d(r, c), BLOCK_2D, 0, &args);
 }
 
 /// A row gather (`rows` = destination rows) or scatter (`rows` = source rows) by `idx`.
