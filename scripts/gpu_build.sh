@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${1:-.gpu/bin}
-TESTS="device golden_compute components all_component_types derivative training"
+TESTS="device device_kernels golden_compute components all_component_types derivative training"
 mkdir -p "$DEST"
 cargo build --release --features cuda --bin compnet
 cp target/release/compnet "$DEST/compnet"

@@ -3,7 +3,8 @@
 # scripts/gpu_build.sh elsewhere first and bring its .gpu/bin. In under 8 minutes it
 #  1. finds the CUDA libraries (driver, cuBLAS, NVRTC) and names the GPU;
 #  2. runs the test executables with COMPNET_DEVICE=cuda, so that every matrix lives on the
-#     GPU: the --use-gpu tests and the kernel-source check (device), every dev golden's
+#     GPU (device_kernels: each kernel against the host operation it replaces, on the same
+#     operands): the --use-gpu tests and the kernel-source check (device), every dev golden's
 #     compute output against Kaldi's (golden_compute), the component harness's derivative
 #     checks (components, all_component_types, derivative) and the training goldens
 #     (training);
@@ -44,9 +45,15 @@ M=$(cat "$BIN/manifest_dir" 2>/dev/null || echo "$PWD")
 if [ "$M" != "$PWD" ] && [ ! -e "$M" ]; then mkdir -p "$(dirname "$M")" && ln -s "$PWD" "$M"; fi
 mkdir -p target/release && [ -x target/release/compnet ] || cp "$B" target/release/compnet
 # All at once (they share the GPU; each is bounded), then reported in order.
-TESTS="device golden_compute components all_component_types derivative training"
+# device_kernels compares kernels with the host on operands made on the host first: it
+# selects the GPU itself (no COMPNET_DEVICE) and is ignored unless asked for.
+TESTS="device device_kernels golden_compute components all_component_types derivative training"
 for t in $TESTS; do
-  [ -x "$BIN/$t" ] && COMPNET_DEVICE=cuda timeout 150 "$BIN/$t" --test-threads=2 >"$W/$t.log" 2>&1 &
+  if [ "$t" = device_kernels ]; then
+    [ -x "$BIN/$t" ] && timeout 150 "$BIN/$t" --ignored >"$W/$t.log" 2>&1 &
+  else
+    [ -x "$BIN/$t" ] && COMPNET_DEVICE=cuda timeout 150 "$BIN/$t" --test-threads=2 >"$W/$t.log" 2>&1 &
+  fi
 done
 wait
 for t in $TESTS; do

@@ -316,6 +316,10 @@ impl Matrix {
         self.cols = cols;
         self.stride = cols;
     }
+    /// True when the elements live on the GPU (always false without the `cuda` feature).
+    pub fn is_on_device(&self) -> bool {
+        Place::of(&self.data).on_device()
+    }
     /// The whole matrix as a view.
     pub fn view(&self) -> MatView<'_> {
         MatView {

@@ -1,0 +1,217 @@
+//! The CUDA kernels of the host operations they replace, each against that host operation
+//! on the same operands: the self-repair terms, the grouped reductions and their
+//! derivatives, and BatchNorm's per-block work. Needs a GPU, so it is ignored by default;
+//! `scripts/gpu_check.sh` runs it with `--ignored`, without `COMPNET_DEVICE` (the operands
+//! are made on the host first, then the GPU is selected and they are copied to it).
+#![cfg(feature = "cuda")]
+
+use compnet::matrix::device::{select, Selected, UseGpu};
+use compnet::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use compnet::random::seeded_rng;
+use compnet::testing::random_matrix;
+
+/// Relative agreement of a kernel's result with the host's (the GPU contracts multiply-adds
+/// and has its own powf, so not to the bit).
+const TOL: f32 = 1e-5;
+
+fn assert_close(what: &str, host: &[f32], device: &[f32]) {
+    assert_eq!(host.len(), device.len(), "{what}: length");
+    for (i, (h, d)) in host.iter().zip(device).enumerate() {
+        let ok = (h.is_nan() && d.is_nan()) || (h - d).abs() <= TOL * (1.0 + h.abs());
+        assert!(ok, "{what}: element {i}: host {h}, GPU {d}");
+    }
+}
+
+/// One operation: `run` on host copies of the operands now, and on device copies later.
+struct Case {
+    name: String,
+    inputs: Vec<Matrix>,
+    vectors: Vec<Vector>,
+    out_shape: (usize, usize),
+    out_init: Option<Matrix>,
+    #[allow(clippy::type_complexity)]
+    run: Box<dyn Fn(&mut MatViewMut<'_>, &[MatView<'_>], &[Vector])>,
+}
+
+impl Case {
+    fn compute(&self, inputs: &[Matrix], vectors: &[Vector], init: Option<&Matrix>) -> Vec<f32> {
+        let mut out = match init {
+            Some(m) => Matrix::from_vec(m.num_rows(), m.num_cols(), m.to_vec()),
+            None => Matrix::zeros(self.out_shape.0, self.out_shape.1),
+        };
+        let views: Vec<MatView<'_>> = inputs.iter().map(|m| m.view()).collect();
+        (self.run)(&mut out.view_mut(), &views, vectors);
+        out.to_vec()
+    }
+}
+
+fn copy(m: &Matrix) -> Matrix {
+    Matrix::from_vec(m.num_rows(), m.num_cols(), m.to_vec())
+}
+
+#[test]
+#[ignore = "needs a GPU: scripts/gpu_check.sh runs it with --ignored"]
+fn kernels_agree_with_the_host() {
+    let mut rng = seeded_rng(7);
+    let (rows, cols, g) = (37, 48, 4);
+    let x = random_matrix(rows, cols, &mut rng);
+    let y = random_matrix(rows, cols, &mut rng);
+    let v = Vector::from_vec(random_matrix(1, cols, &mut rng).to_vec());
+    let block = Vector::from_vec(random_matrix(1, 16, &mut rng).to_vec());
+    let block2 = Vector::from_vec(random_matrix(1, 16, &mut rng).to_vec());
+    let block3 = Vector::from_vec(random_matrix(1, 16, &mut rng).to_vec());
+    // Grouped outputs and their derivatives, made on the host from x.
+    let mut grouped = Matrix::zeros(rows, cols / g);
+    grouped.view_mut().group_pnorm_from(x.view(), 3.0);
+    let mut maxed = Matrix::zeros(rows, cols / g);
+    maxed.view_mut().group_max_from(x.view());
+    let dy = random_matrix(rows, cols / g, &mut rng);
+
+    let mut cases: Vec<Case> = Vec::new();
+    cases.push(Case {
+        name: "add_affine_mat_diag_vec".into(),
+        inputs: vec![copy(&x)],
+        vectors: vec![v.clone()],
+        out_shape: (rows, cols),
+        out_init: Some(copy(&y)),
+        run: Box::new(|o, m, v| o.add_affine_mat_diag_vec(&v[0], -0.7, m[0], 0.3)),
+    });
+    for beta in [0.0, 0.5] {
+        cases.push(Case {
+            name: format!("add_mat_diag_vec beta {beta}"),
+            inputs: vec![copy(&x)],
+            vectors: vec![v.clone()],
+            out_shape: (rows, cols),
+            out_init: Some(copy(&y)),
+            run: Box::new(move |o, m, v| o.add_mat_diag_vec(1.3, m[0], Trans::No, &v[0], beta)),
+        });
+    }
+    for p in [0.0, 1.0, 2.0, 3.0, f32::INFINITY] {
+        cases.push(Case {
+            name: format!("group_pnorm_from p {p}"),
+            inputs: vec![copy(&x)],
+            vectors: vec![],
+            out_shape: (rows, cols / g),
+            out_init: None,
+            run: Box::new(move |o, m, _| o.group_pnorm_from(m[0], p)),
+        });
+        let mut out = Matrix::zeros(rows, cols / g);
+        out.view_mut().group_pnorm_from(x.view(), p);
+        cases.push(Case {
+            name: format!("diff_group_pnorm p {p}"),
+            inputs: vec![copy(&x), out, copy(&dy)],
+            vectors: vec![],
+            out_shape: (rows, cols),
+            out_init: None,
+            run: Box::new(move |o, m, _| o.diff_group_pnorm(m[0], m[1], m[2], p)),
+        });
+    }
+    cases.push(Case {
+        name: "group_2norm_from".into(),
+        inputs: vec![copy(&x)],
+        vectors: vec![],
+        out_shape: (rows, cols / g),
+        out_init: None,
+        run: Box::new(|o, m, _| o.group_2norm_from(m[0])),
+    });
+    let mut two = Matrix::zeros(rows, cols / g);
+    two.view_mut().group_2norm_from(x.view());
+    cases.push(Case {
+        name: "diff_group_2norm".into(),
+        inputs: vec![copy(&x), two, copy(&dy)],
+        vectors: vec![],
+        out_shape: (rows, cols),
+        out_init: None,
+        run: Box::new(|o, m, _| o.diff_group_2norm(m[0], m[1], m[2])),
+    });
+    cases.push(Case {
+        name: "group_max_from".into(),
+        inputs: vec![copy(&x)],
+        vectors: vec![],
+        out_shape: (rows, cols / g),
+        out_init: None,
+        run: Box::new(|o, m, _| o.group_max_from(m[0])),
+    });
+    cases.push(Case {
+        name: "group_max_deriv".into(),
+        inputs: vec![copy(&x), copy(&maxed)],
+        vectors: vec![],
+        out_shape: (rows, cols),
+        out_init: None,
+        run: Box::new(|o, m, _| o.group_max_deriv(m[0], m[1])),
+    });
+    let per_block = |name: &str, run: fn(&mut MatViewMut<'_>, &[MatView<'_>], &[Vector])| Case {
+        name: name.into(),
+        inputs: vec![copy(&y)],
+        vectors: vec![block.clone(), block2.clone(), block3.clone()],
+        out_shape: (rows, cols),
+        out_init: Some(copy(&x)),
+        run: Box::new(run),
+    };
+    cases.push(per_block("mul_vec_per_block", |o, _, v| {
+        o.mul_vec_per_block(&v[0])
+    }));
+    cases.push(per_block("mul_add_vec_per_block", |o, _, v| {
+        o.mul_add_vec_per_block(&v[0], &v[1])
+    }));
+    cases.push(per_block("sub_vec_mul_vec_per_block", |o, _, v| {
+        o.sub_vec_mul_vec_per_block(&v[0], &v[1])
+    }));
+    cases.push(per_block(
+        "add_vec_mul_vec_add_mat_vec_per_block",
+        |o, m, v| o.add_vec_mul_vec_add_mat_vec_per_block(&v[0], &v[1], m[0], &v[2]),
+    ));
+
+    // The host's results, then the GPU's on copies of the same operands.
+    let host: Vec<Vec<f32>> = cases
+        .iter()
+        .map(|c| c.compute(&c.inputs, &c.vectors, c.out_init.as_ref()))
+        .collect();
+    let sums = x.view().block_col_sum_and_sum_squares(16);
+    let dots = x.view().block_col_dot_and_sum(y.view(), 16);
+    match select(UseGpu::Yes) {
+        Ok(Selected::Gpu(_)) => {}
+        other => panic!("this test needs a GPU: {other:?}"),
+    }
+    for (c, h) in cases.iter().zip(&host) {
+        let inputs: Vec<Matrix> = c.inputs.iter().map(copy).collect();
+        let vectors: Vec<Vector> = c
+            .vectors
+            .iter()
+            .map(|v| Vector::from_vec(v.to_vec()))
+            .collect();
+        let init = c.out_init.as_ref().map(copy);
+        assert!(
+            inputs.iter().all(Matrix::is_on_device),
+            "{}: the copies are not on the GPU",
+            c.name
+        );
+        let d = c.compute(&inputs, &vectors, init.as_ref());
+        assert_close(&c.name, h, &d);
+    }
+    // The per-block column sums, whose results are vectors (host ones computed above).
+    let (dx, dy2) = (copy(&x), copy(&y));
+    assert!(dx.is_on_device() && dy2.is_on_device());
+    let (da, db) = dx.view().block_col_sum_and_sum_squares(16);
+    assert_close(
+        "block_col_sum_and_sum_squares (sum)",
+        &sums.0.to_vec(),
+        &da.to_vec(),
+    );
+    assert_close(
+        "block_col_sum_and_sum_squares (squares)",
+        &sums.1.to_vec(),
+        &db.to_vec(),
+    );
+    let (da, db) = dx.view().block_col_dot_and_sum(dy2.view(), 16);
+    assert_close(
+        "block_col_dot_and_sum (dot)",
+        &dots.0.to_vec(),
+        &da.to_vec(),
+    );
+    assert_close(
+        "block_col_dot_and_sum (sum)",
+        &dots.1.to_vec(),
+        &db.to_vec(),
+    );
+}
