@@ -1,6 +1,6 @@
 //! The CUDA kernels of the host operations they replace, each against that host operation
 //! on the same operands: the self-repair terms, the grouped reductions and their
-//! derivatives, and BatchNorm's per-block work. Needs a GPU, so it is ignored by default;
+//! derivatives, BatchNorm's per-block work and the LSTM cell's forward pass. Needs a GPU, so it is ignored by default;
 //! `scripts/gpu_check.sh` runs it with `--ignored`, without `COMPNET_DEVICE` (the operands
 //! are made on the host first, then the GPU is selected and they are copied to it).
 #![cfg(feature = "cuda")]
@@ -140,6 +140,19 @@ fn kernels_agree_with_the_host() {
         out_init: None,
         run: Box::new(|o, m, _| o.group_max_deriv(m[0], m[1])),
     });
+    // The LSTM cell, with and without the three dropout scales (C = 12 units).
+    let params = random_matrix(3, 12, &mut rng);
+    for dropout in [false, true] {
+        let width = 5 * 12 + if dropout { 3 } else { 0 };
+        cases.push(Case {
+            name: format!("compute_lstm_nonlinearity dropout {dropout}"),
+            inputs: vec![random_matrix(rows, width, &mut rng), copy(&params)],
+            vectors: vec![],
+            out_shape: (rows, 2 * 12),
+            out_init: None,
+            run: Box::new(move |o, m, _| o.compute_lstm_nonlinearity(m[0], m[1], dropout)),
+        });
+    }
     let per_block = |name: &str, run: fn(&mut MatViewMut<'_>, &[MatView<'_>], &[Vector])| Case {
         name: name.into(),
         inputs: vec![copy(&y)],

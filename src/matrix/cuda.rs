@@ -68,6 +68,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_group_deriv",
     "k_per_block",
     "k_block_col_stats",
+    "k_lstm_cell",
     "k_mul_rows_vec",
     "k_copy_rows",
     "k_add_rows",

@@ -156,6 +156,30 @@ extern "C" __global__ void k_block_col_stats(float* a, float* b, const float* x,
   }
 }
 
+// The LSTM cell (Kaldi's ComputeLstmNonlinearity), one thread per (row, unit c < C = cols):
+// input row [i, f, g, o, c_prev] (C each, then the three dropout scales i, f, o when
+// dropout), peephole weights w (3 × C, row stride sw), output row [c_t, m_t].
+extern "C" __global__ void k_lstm_cell(float* x, int sx, const float* in, int si, const float* w,
+                                       int sw, int rows, int cols, int dropout) {
+  FOR_RC {
+    const float* row = in + (i64)r * si;
+    int C = cols;
+    float c_prev = row[4 * C + c];
+    float is = 1.0f, fs = 1.0f, os = 1.0f;
+    if (dropout) {
+      is = row[5 * C];
+      fs = row[5 * C + 1];
+      os = row[5 * C + 2];
+    }
+    float i_t = sigmoidf(row[c] + w[c] * c_prev);
+    float f_t = sigmoidf(row[C + c] + w[sw + c] * c_prev);
+    float c_t = f_t * fs * c_prev + i_t * is * tanhf(row[2 * C + c]);
+    float o_t = sigmoidf(row[3 * C + c] + w[2 * sw + c] * c_t);
+    x[(i64)r * sx + c] = c_t;
+    x[(i64)r * sx + C + c] = o_t * os * tanhf(c_t);
+  }
+}
+
 __device__ __forceinline__ float signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
 // Grouped reductions over consecutive groups of g columns (Kaldi's GroupPnorm, GroupMax):

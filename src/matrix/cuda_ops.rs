@@ -267,6 +267,32 @@ pub(in crate::matrix) fn block_col_stats(
     (a, b)
 }
 
+/// The LSTM cell for the first `min(rows)` rows of `input` into `x` ([c_t, m_t]); `params`
+/// holds the 3 × C peephole weights.
+pub(in crate::matrix) fn lstm_cell(
+    x: &mut MatViewMut<'_>,
+    input: MatView<'_>,
+    params: MatView<'_>,
+    use_dropout: bool,
+) {
+    let (r, c) = (input.rows.min(x.rows), params.cols);
+    if r == 0 || c == 0 {
+        return;
+    }
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&input),
+        int(input.stride),
+        p(&params),
+        int(params.stride),
+        int(r),
+        int(c),
+        Arg::Int(i32::from(use_dropout)),
+    ];
+    gpu().launch("k_lstm_cell", grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
 /// `v` where a kernel can read it: itself, or a temporary device copy of a vector kept on
 /// the host (statistics bookkeeping).
 fn on_the_device(v: &Vector) -> std::borrow::Cow<'_, Vector> {

@@ -5,6 +5,7 @@
 //! scales `(i, f, o)` when `use_dropout`. Output: `[c_t, m_t]`. `params` is 3 × C: the
 //! peephole weights w_ic, w_fc, w_oc.
 
+use super::buf::on_device;
 use super::simd::{self, LstmRow, LstmRowGrads};
 use super::{MatView, MatViewMut, Real, Vector, Vector64};
 
@@ -72,6 +73,7 @@ impl MatViewMut<'_> {
             input.num_cols() == 5 * c + if use_dropout { 3 } else { 0 },
             "compute_lstm_nonlinearity: input dim"
         );
+        on_device!(self.place.on_device() && input.place.on_device() && params.place.on_device() => super::cuda_ops::lstm_cell(self, input, params, use_dropout));
         for r in 0..input.num_rows().min(self.num_rows()) {
             let x = lstm_row(input.row(r), &params, c, use_dropout);
             let (c_out, m_out) = self.row_mut(r).split_at_mut(c);
