@@ -1,6 +1,6 @@
 //! The CUDA kernels of the host operations they replace, each against that host operation
 //! on the same operands: the self-repair terms, the grouped reductions and their
-//! derivatives, BatchNorm's per-block work and the LSTM cell's forward pass. Needs a GPU, so it is ignored by default;
+//! derivatives, BatchNorm's per-block work and the LSTM and GRU cells' forward passes. Needs a GPU, so it is ignored by default;
 //! `scripts/gpu_check.sh` runs it with `--ignored`, without `COMPNET_DEVICE` (the operands
 //! are made on the host first, then the GPU is selected and they are copied to it).
 #![cfg(feature = "cuda")]
@@ -153,6 +153,33 @@ fn kernels_agree_with_the_host() {
             run: Box::new(move |o, m, _| o.compute_lstm_nonlinearity(m[0], m[1], dropout)),
         });
     }
+    // The GRU cells' forward work (C = 12 units).
+    let z = random_matrix(rows, 12, &mut rng);
+    let c_prev = random_matrix(rows, 12, &mut rng);
+    cases.push(Case {
+        name: "set_gru_reset_product".into(),
+        inputs: vec![copy(&z), copy(&c_prev)],
+        vectors: vec![],
+        out_shape: (rows, 12),
+        out_init: None,
+        run: Box::new(|o, m, _| o.set_gru_reset_product(m[0], m[1])),
+    });
+    cases.push(Case {
+        name: "gru_cell_from_preactivation".into(),
+        inputs: vec![copy(&z), copy(&c_prev)],
+        vectors: vec![],
+        out_shape: (rows, 24),
+        out_init: Some(random_matrix(rows, 24, &mut rng)),
+        run: Box::new(|o, m, _| o.gru_cell_from_preactivation(m[0], m[1])),
+    });
+    cases.push(Case {
+        name: "compute_output_gru_cell".into(),
+        inputs: vec![random_matrix(rows, 36, &mut rng)],
+        vectors: vec![Vector::from_vec(random_matrix(1, 12, &mut rng).to_vec())],
+        out_shape: (rows, 24),
+        out_init: None,
+        run: Box::new(|o, m, v| o.compute_output_gru_cell(m[0], &v[0])),
+    });
     let per_block = |name: &str, run: fn(&mut MatViewMut<'_>, &[MatView<'_>], &[Vector])| Case {
         name: name.into(),
         inputs: vec![copy(&y)],

@@ -96,6 +96,7 @@ EW2T(k_copy_t, u)
 EW2T(k_add_mat_t, v + a * u)
 
 EW3(k_add_mul, v + a * u * w)
+EW3(k_mul_into, u * w)
 EW3(k_diff_sigmoid, w * u * (1.0f - u))
 EW3(k_diff_tanh, w * (1.0f - u * u))
 EW3(k_diff_relu, u > 0.0f ? w : 0.0f)
@@ -177,6 +178,31 @@ extern "C" __global__ void k_lstm_cell(float* x, int sx, const float* in, int si
     float o_t = sigmoidf(row[3 * C + c] + w[2 * sw + c] * c_t);
     x[(i64)r * sx + c] = c_t;
     x[(i64)r * sx + C + c] = o_t * os * tanhf(c_t);
+  }
+}
+
+// The GRU cell from its pre-activation, one thread per (row, unit c < C = cols): x is
+// [h, c] with the pre-activation in h on entry; h = tanh(pre), c = (1 − z)·h + z·c_prev.
+extern "C" __global__ void k_gru_cell(float* x, int sx, const float* z, int sz, const float* cp,
+                                      int scp, int rows, int cols) {
+  FOR_RC {
+    float t = tanhf(x[(i64)r * sx + c]);
+    float zz = z[(i64)r * sz + c];
+    x[(i64)r * sx + c] = t;
+    x[(i64)r * sx + cols + c] = (t + -zz * t) + zz * cp[(i64)r * scp + c];
+  }
+}
+
+// The output-GRU cell: input row [z, hpart, c_prev] (C each), per-unit weights w;
+// h = tanh(hpart + w·c_prev), c as in k_gru_cell; x is [h, c].
+extern "C" __global__ void k_output_gru_cell(float* x, int sx, const float* in, int si,
+                                             const float* w, int rows, int cols) {
+  FOR_RC {
+    const float* row = in + (i64)r * si;
+    float zz = row[c], cpv = row[2 * cols + c];
+    float t = tanhf(cpv * w[c] + row[cols + c]);
+    x[(i64)r * sx + c] = t;
+    x[(i64)r * sx + cols + c] = (t + -zz * t) + zz * cpv;
   }
 }
 

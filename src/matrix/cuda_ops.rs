@@ -293,6 +293,46 @@ pub(in crate::matrix) fn lstm_cell(
     gpu().launch("k_lstm_cell", grid_2d(r, c), BLOCK_2D, 0, &args);
 }
 
+/// The GRU cell into `x` = [h, c] (n × 2C, the pre-activation in h on entry) from `z` and
+/// `c_prev` (n × C).
+pub(in crate::matrix) fn gru_cell(x: &mut MatViewMut<'_>, z: MatView<'_>, c_prev: MatView<'_>) {
+    let (r, c) = (x.rows, z.cols);
+    if r == 0 || c == 0 {
+        return;
+    }
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&z),
+        int(z.stride),
+        p(&c_prev),
+        int(c_prev.stride),
+        int(r),
+        int(c),
+    ];
+    gpu().launch("k_gru_cell", grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// The output-GRU cell into `x` = [h, c] from `input` = [z, hpart, c_prev] and the per-unit
+/// weights `w`.
+pub(in crate::matrix) fn output_gru_cell(x: &mut MatViewMut<'_>, input: MatView<'_>, w: &Vector) {
+    let (r, c) = (x.rows, w.dim());
+    if r == 0 || c == 0 {
+        return;
+    }
+    let w = on_the_device(w);
+    let args = [
+        pm(x),
+        int(x.stride),
+        p(&input),
+        int(input.stride),
+        pv(&w),
+        int(r),
+        int(c),
+    ];
+    gpu().launch("k_output_gru_cell", grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
 /// `v` where a kernel can read it: itself, or a temporary device copy of a vector kept on
 /// the host (statistics bookkeeping).
 fn on_the_device(v: &Vector) -> std::borrow::Cow<'_, Vector> {

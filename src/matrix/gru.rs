@@ -9,6 +9,7 @@
 //!
 //! The tanh is [`simd::tanh_fast`](super::simd::tanh_fast) (a few ulp from libm's).
 
+use super::buf::on_device;
 use super::{simd, MatView, MatViewMut, Vector};
 
 impl MatViewMut<'_> {
@@ -20,6 +21,7 @@ impl MatViewMut<'_> {
             r.num_rows() == n && s.num_rows() == n && r.num_cols() == d && s.num_cols() == d,
             "set_gru_reset_product: dimensions"
         );
+        on_device!(self.place.on_device() && r.place.on_device() && s.place.on_device() => super::cuda_ops::ew("k_mul_into", self, &[r, s], 0.0, 0.0));
         for i in 0..n {
             simd::mul_elements_into(self.row_mut(i), r.row(i), s.row(i));
         }
@@ -36,6 +38,7 @@ impl MatViewMut<'_> {
                 && c_prev.num_rows() == self.num_rows(),
             "gru_cell_from_preactivation: dimensions"
         );
+        on_device!(self.place.on_device() && z.place.on_device() && c_prev.place.on_device() => super::cuda_ops::gru_cell(self, z, c_prev));
         for r in 0..self.num_rows() {
             let (h, cell) = self.row_mut(r).split_at_mut(c);
             simd::gru_cell_row(h, cell, z.row(r), c_prev.row(r));
@@ -52,6 +55,7 @@ impl MatViewMut<'_> {
                 && input.num_rows() == self.num_rows(),
             "compute_output_gru_cell: dimensions"
         );
+        on_device!(self.place.on_device() && input.place.on_device() => super::cuda_ops::output_gru_cell(self, input, w));
         for r in 0..self.num_rows() {
             let x = input.row(r);
             let (h, cell) = self.row_mut(r).split_at_mut(c);
