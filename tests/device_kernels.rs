@@ -232,26 +232,19 @@ fn kernels_agree_with_the_host() {
     // The per-block column sums, whose results are vectors (host ones computed above).
     let (dx, dy2) = (copy(&x), copy(&y));
     assert!(dx.is_on_device() && dy2.is_on_device());
-    let (da, db) = dx.view().block_col_sum_and_sum_squares(16);
-    assert_close(
-        "block_col_sum_and_sum_squares (sum)",
-        &sums.0.to_vec(),
-        &da.to_vec(),
-    );
-    assert_close(
-        "block_col_sum_and_sum_squares (squares)",
-        &sums.1.to_vec(),
-        &db.to_vec(),
-    );
-    let (da, db) = dx.view().block_col_dot_and_sum(dy2.view(), 16);
-    assert_close(
-        "block_col_dot_and_sum (dot)",
-        &dots.0.to_vec(),
-        &da.to_vec(),
-    );
-    assert_close(
-        "block_col_dot_and_sum (sum)",
-        &dots.1.to_vec(),
-        &db.to_vec(),
-    );
+    let device = [
+        dx.view().block_col_sum_and_sum_squares(16),
+        dx.view().block_col_dot_and_sum(dy2.view(), 16),
+    ];
+    let names = [
+        [
+            "block_col_sum_and_sum_squares (sum)",
+            "block_col_sum_and_sum_squares (squares)",
+        ],
+        ["block_col_dot_and_sum (dot)", "block_col_dot_and_sum (sum)"],
+    ];
+    for ((h, d), [first, second]) in [sums, dots].iter().zip(&device).zip(names) {
+        assert_close(first, &h.0.to_vec(), &d.0.to_vec());
+        assert_close(second, &h.1.to_vec(), &d.1.to_vec());
+    }
 }
