@@ -17,8 +17,8 @@
 # DEST alone), against the 64 MiB a call may carry.
 #
 # Usage: KALDI_DIR=<Kaldi's folder, with bin/> scripts/cpu_check_build.sh [DEST]
-#   DEST defaults to .gpu/cpu; KALDI_DIR is e.g. ../shared/tools/kaldi (relative to the
-#   repository root). env: CARGO_TARGET_DIR.
+#   DEST defaults to .gpu/cpu; KALDI_DIR is read relative to the repository root unless
+#   absolute (this script names no place outside the repository). env: CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${1:-.gpu/cpu}
@@ -43,10 +43,12 @@ mkdir -p "$S/bin" "$S/kaldi" "$S/lib" "$S/lib-cxx"
 cp "$T/release/compnet" "$S/bin/compnet"
 cp "$BENCH" "$S/bin/gemm_bench"
 strip "$S/bin/compnet" "$S/bin/gemm_bench"
-gcc -O2 -o "$S/bin/openblas_gemm" scripts/openblas_gemm.c \
-  -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas
+# OpenBLAS's header folder as its package declares it (pkg-config).
+cflags=$(pkg-config --cflags openblas 2>/dev/null) ||
+  { echo "pkg-config does not know openblas (apt-get install -y libopenblas-dev pkg-config)" >&2; exit 1; }
+# shellcheck disable=SC2086 # the flags are words
+gcc -O2 -o "$S/bin/openblas_gemm" scripts/openblas_gemm.c $cflags -lopenblas
 GT=$(type -P time || true)
-[ -n "$GT" ] || GT=/usr/bin/time
 case $("$GT" --version 2>&1 || true) in
   *GNU*) ;;
   *) echo "GNU time is needed (apt-get install -y time)" >&2; exit 1 ;;
@@ -69,7 +71,7 @@ done
 for b in "$S"/bin/* "$S"/kaldi/*; do
   ldd "$b" 2>/dev/null | awk '{ print $1 }' | while read -r n; do
     case $n in
-      linux-vdso.so.1 | /lib64/ld-linux-x86-64.so.2 | libc.so.6 | libm.so.6 | libpthread.so.0 | \
+      linux-vdso.so.1 | */ld-linux-x86-64.so.2 | libc.so.6 | libm.so.6 | libpthread.so.0 | \
         libdl.so.2 | librt.so.1) ;;
       *) [ -e "$S/lib/$n" ] || [ -e "$S/lib-cxx/$n" ] || { echo "$b needs $n, not carried" >&2; exit 1; } ;;
     esac
