@@ -3,7 +3,7 @@
 # scripts/gpu_build.sh elsewhere first and bring its .gpu/bin. In under 8 minutes it
 #  1. finds the CUDA libraries (driver, cuBLAS, NVRTC) and names the GPU;
 #  2. runs the test executables with COMPNET_DEVICE=cuda, so that every matrix lives on the
-#     GPU (device_kernels: each kernel against the host operation it replaces, on the same
+#     GPU, each twice: waiting after every GPU call, and with COMPNET_GPU_ASYNC=1 (device_kernels: each kernel against the host operation it replaces, on the same
 #     operands): the --use-gpu tests and the kernel-source check (device), every dev golden's
 #     compute output against Kaldi's (golden_compute), the component harness's derivative
 #     checks (components, all_component_types, derivative) and the training goldens
@@ -44,33 +44,39 @@ say "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format
 M=$(cat "$BIN/manifest_dir" 2>/dev/null || echo "$PWD")
 if [ "$M" != "$PWD" ] && [ ! -e "$M" ]; then mkdir -p "$(dirname "$M")" && ln -s "$PWD" "$M"; fi
 mkdir -p target/release && [ -x target/release/compnet ] || cp "$B" target/release/compnet
-# All at once (they share the GPU; each is bounded), then reported in order.
+# All at once (they share the GPU; each is bounded), then reported in order; a second time
+# with COMPNET_GPU_ASYNC=1 (launches queue their work; host code waits only before it
+# touches device elements).
 # device_kernels compares kernels with the host on operands made on the host first: it
 # selects the GPU itself (no COMPNET_DEVICE) and is ignored unless asked for.
 TESTS="device device_kernels golden_compute components all_component_types derivative training"
-for t in $TESTS; do
-  if [ "$t" = device_kernels ]; then
-    [ -x "$BIN/$t" ] && timeout 150 "$BIN/$t" --ignored >"$W/$t.log" 2>&1 &
-  else
-    [ -x "$BIN/$t" ] && COMPNET_DEVICE=cuda timeout 150 "$BIN/$t" --test-threads=2 >"$W/$t.log" 2>&1 &
-  fi
-done
-wait
-for t in $TESTS; do
-  if [ ! -x "$BIN/$t" ]; then say "tests $t: executable missing"; continue; fi
-  res=$(grep -E '^test result:' "$W/$t.log" | tail -1)
-  say "tests $t (GPU): ${res:-no result line: $(tail -1 "$W/$t.log")}"
-  grep -E -A2 '^---- ' "$W/$t.log" | grep -v -E '^--$|^$' | head -30 | sed 's/^/    /' | tee -a "$SUM"
-  cp "$W/$t.log" "$(dirname "$SUM")/gpu_$t.log" 2>/dev/null || true
+for async in 0 1; do
+  for t in $TESTS; do
+    if [ "$t" = device_kernels ]; then
+      [ -x "$BIN/$t" ] && COMPNET_GPU_ASYNC=$async timeout 150 "$BIN/$t" --ignored >"$W/$t.$async.log" 2>&1 &
+    else
+      [ -x "$BIN/$t" ] && COMPNET_GPU_ASYNC=$async COMPNET_DEVICE=cuda timeout 150 "$BIN/$t" --test-threads=2 >"$W/$t.$async.log" 2>&1 &
+    fi
+  done
+  wait
+  for t in $TESTS; do
+    if [ ! -x "$BIN/$t" ]; then say "tests $t: executable missing"; continue; fi
+    res=$(grep -E '^test result:' "$W/$t.$async.log" | tail -1)
+    say "tests $t (GPU$([ $async = 1 ] && echo ', COMPNET_GPU_ASYNC=1')): ${res:-no result line: $(tail -1 "$W/$t.$async.log")}"
+    grep -E -A2 '^---- ' "$W/$t.$async.log" | grep -v -E '^--$|^$' | head -30 | sed 's/^/    /' | tee -a "$SUM"
+    cp "$W/$t.$async.log" "$(dirname "$SUM")/gpu_$t.$async.log" 2>/dev/null || true
+  done
 done
 
 # 3. One training pass of a golden, GPU against CPU.
 case=tests/data/kaldi/train/affine-plain
-for d in no yes; do
-  timeout 60 "$B" train --use-gpu=$d --srand=1 "$case/before.raw" "ark:$case/egs.ark" "$W/$d.raw" 2>"$W/train_$d.log"
+for d in no yes async; do
+  g=$d; [ $d = async ] && g=yes
+  COMPNET_GPU_ASYNC=$([ $d = async ] && echo 1 || echo 0) timeout 60 "$B" train --use-gpu=$g --srand=1 "$case/before.raw" "ark:$case/egs.ark" "$W/$d.raw" 2>"$W/train_$d.log"
   "$B" copy --binary=false "$W/$d.raw" "$W/$d.txt" 2>/dev/null
 done
-say "train golden affine-plain, GPU vs CPU model: $(python3 - "$W/no.txt" "$W/yes.txt" <<'PY'
+for d in yes async; do
+say "train golden affine-plain, GPU$([ $d = async ] && echo ' (COMPNET_GPU_ASYNC=1)') vs CPU model: $(python3 - "$W/no.txt" "$W/$d.txt" <<'PY'
 import sys
 def nums(p):
     out = []
@@ -90,6 +96,7 @@ else:
     print(("ok" if worst <= 1e-4 else "FAILED") + f": largest relative difference {worst:.2e} over {len(a)} numbers")
 PY
 )"
+done
 
 # 4. Speed: the wsj TDNN, as scripts/bench_train.sh sets it up, with 384 utterances (57
 # minibatches of 256 eight-frame chunks; the natural-gradient estimates reach their
@@ -123,8 +130,14 @@ train_rate --use-gpu=yes >/dev/null # warm-up: page cache, the driver's caches
 say "wsj TDNN training, GPU, fp32: $(train_rate --use-gpu=yes)"
 say "wsj TDNN training, GPU, TF32 (--cuda-use-tf32-compute): $(train_rate --use-gpu=yes --cuda-use-tf32-compute)"
 say "wsj TDNN training, GPU, fp32, no prefetch (COMPNET_GPU_PREFETCH=0): $(COMPNET_GPU_PREFETCH=0 train_rate --use-gpu=yes)"
-for d in no yes; do
-  ti=$(secs timeout 60 "$B" compute --use-gpu=$d --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 "$W/wsj.raw" "ark:$W/feats.ark" "ark:/dev/null")
+say "wsj TDNN training, GPU, fp32, COMPNET_GPU_ASYNC=1: $(COMPNET_GPU_ASYNC=1 train_rate --use-gpu=yes)"
+say "wsj TDNN training, GPU, TF32, COMPNET_GPU_ASYNC=1: $(COMPNET_GPU_ASYNC=1 train_rate --use-gpu=yes --cuda-use-tf32-compute)"
+# Where the asynchronous run still waits: the profile's "host waits for queued work" row.
+COMPNET_GPU_ASYNC=1 COMPNET_GPU_PROFILE=1 train_rate --use-gpu=yes >/dev/null
+grep -E 'GPU profile|host waits|cublas sgemm' "$W/last.log" | head -3 | sed 's/^/    async profile: /' | tee -a "$SUM"
+for d in no yes async; do
+  g=$d; [ $d = async ] && g=yes
+  ti=$(COMPNET_GPU_ASYNC=$([ $d = async ] && echo 1 || echo 0) secs timeout 60 "$B" compute --use-gpu=$g --online-ivectors="ark:$W/ivec.ark" --online-ivector-period=10 "$W/wsj.raw" "ark:$W/feats.ark" "ark:/dev/null")
   case $ti in
     failed*) say "wsj TDNN inference --use-gpu=$d: $ti: $(tail -1 "$W/last.log")" ;;
     *) say "wsj TDNN inference --use-gpu=$d: $(rate $frames "$ti") frames/s ($ti s, whole process)" ;;

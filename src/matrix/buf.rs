@@ -38,6 +38,25 @@ pub(in crate::matrix) fn host(v: Vec<Real>) -> Buf<Real> {
     v
 }
 
+/// The elements, for building views (which wait for queued GPU work themselves, in their host
+/// accessors): no wait here.
+#[inline(always)]
+pub(in crate::matrix) fn lazy(b: &Buf<Real>) -> &[Real] {
+    #[cfg(feature = "cuda")]
+    return b.lazy();
+    #[cfg(not(feature = "cuda"))]
+    b
+}
+
+/// As [`lazy`], mutable.
+#[inline(always)]
+pub(in crate::matrix) fn lazy_mut(b: &mut Buf<Real>) -> &mut [Real] {
+    #[cfg(feature = "cuda")]
+    return b.lazy_mut();
+    #[cfg(not(feature = "cuda"))]
+    b
+}
+
 /// The elements as a host `Vec` (a copy when they live on the device).
 pub(in crate::matrix) fn into_vec(b: Buf<Real>) -> Vec<Real> {
     #[cfg(feature = "cuda")]
@@ -68,6 +87,15 @@ impl Place {
             device: b.is_device(),
         }
     }
+    /// Waits for queued GPU work before host code touches elements living here (nothing for
+    /// host memory, or when GPU calls wait for themselves: see `cuda::settle`).
+    #[inline(always)]
+    pub(in crate::matrix) fn settle(self) {
+        #[cfg(feature = "cuda")]
+        if self.device {
+            super::cuda::settle();
+        }
+    }
     /// True for device memory.
     #[inline]
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -80,14 +108,18 @@ impl Place {
 }
 
 /// Runs `$body` and returns its value from the enclosing function when the CUDA build has
-/// every operand (`$cond`) on the device; compiled out without the `cuda` feature, so the host
-/// code that follows is the whole function there.
+/// every operand (`$cond`) on the device; else waits for queued GPU work (some operand may
+/// still live there) before the host code that follows. Compiled out without the `cuda`
+/// feature, so the host code is the whole function there.
 macro_rules! on_device {
     ($cond:expr => $body:expr) => {
         #[cfg(feature = "cuda")]
-        if $cond {
-            #[allow(clippy::unit_arg)]
-            return $body;
+        {
+            if $cond {
+                #[allow(clippy::unit_arg)]
+                return $body;
+            }
+            $crate::matrix::cuda::settle();
         }
     };
 }

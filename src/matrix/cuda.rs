@@ -4,9 +4,12 @@
 //!
 //! Storage is CUDA managed memory, so the host can read every device matrix: an operation
 //! with a kernel runs on the GPU, one without runs its host code over the same elements
-//! (the pages move to the host and back). Every launch waits for its stream before it
-//! returns, so host code never sees a half-written result; the price is one
-//! synchronisation per operation.
+//! (the pages move to the host and back). By default every launch waits for its stream
+//! before it returns, so host code never sees a half-written result; the price is one
+//! synchronisation per operation. With `COMPNET_GPU_ASYNC=1` launches, products, copies and
+//! memsets only queue their work, and host code waits (`settle`) where it is about to touch
+//! device elements: the matrix views' host accessors, the storage's `Deref`, and the host
+//! branch of every operation that has a kernel (`on_device!`).
 //!
 //! The CUDA libraries are loaded when a GPU is first selected (`cudarc`'s dynamic loading):
 //! the crate builds, and runs on the CPU, on a machine without CUDA.
@@ -16,7 +19,7 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::PushKernelArg;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock};
 
 /// The kernels' CUDA C source.
@@ -97,6 +100,10 @@ pub(in crate::matrix) struct Gpu {
     /// Freed managed buffers by size in bytes, reused before asking the driver (as Kaldi's
     /// CuMemoryAllocator does: the compiled programs allocate and free on every step).
     pool: Mutex<HashMap<usize, Vec<u64>>>,
+    /// Whether GPU calls return before their work is done (`COMPNET_GPU_ASYNC=1`, on a GPU
+    /// whose managed memory the host may touch while kernels run); host code then waits in
+    /// `settle` before it touches device elements.
+    queues: bool,
     description: String,
 }
 
@@ -212,14 +219,26 @@ fn init_gpu() -> Result<Gpu, String> {
             .map_err(|e| format!("kernel {k}: {e}"))?;
         functions.insert(k, f);
     }
+    // Without concurrent managed access the host may not touch any managed page while a
+    // kernel runs, so queued launches would fault: those GPUs keep waiting after each call.
+    let asked = std::env::var("COMPNET_GPU_ASYNC").as_deref() == Ok("1");
+    let concurrent = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)
+        .is_ok_and(|v| v == 1);
+    let mode = match (asked, concurrent) {
+        (true, true) => ", asynchronous launches",
+        (true, false) => ", COMPNET_GPU_ASYNC ignored: no concurrent managed access",
+        _ => "",
+    };
     Ok(Gpu {
         ctx,
         stream,
         blas: Mutex::new(blas),
         functions,
         pool: Mutex::new(HashMap::new()),
+        queues: asked && concurrent,
         description: format!(
-            "{name} (compute capability {major}.{minor}, {:.1} GiB)",
+            "{name} (compute capability {major}.{minor}, {:.1} GiB{mode})",
             total as f64 / (1u64 << 30) as f64
         ),
     })
@@ -229,6 +248,34 @@ fn init_gpu() -> Result<Gpu, String> {
 /// has been started.
 pub(in crate::matrix) fn gpu() -> &'static Gpu {
     GPU.get().expect("device storage without a started GPU")
+}
+
+/// GPU calls queued without a wait, and how many of them are known to be done: host code
+/// may touch device elements once the second has caught up with the first.
+static QUEUED: AtomicU64 = AtomicU64::new(0);
+static FINISHED: AtomicU64 = AtomicU64::new(0);
+
+/// Waits for every queued GPU call before host code touches device elements (nothing to do,
+/// two atomic loads, when the calls wait for themselves or nothing is queued). Safe from any
+/// thread: a caller returns only once a synchronisation that began after its own view of
+/// the queue has ended.
+pub(in crate::matrix) fn settle() {
+    catch_up(&QUEUED, &FINISHED, || {
+        let t = profile::begin();
+        gpu().bind();
+        gpu().sync("queued before a host access");
+        profile::end(t, "host waits for queued work", 0);
+    });
+}
+
+/// Runs `wait` (which waits for the queue) when `queued` is ahead of `finished`, then
+/// records as finished what was queued before it began.
+fn catch_up(queued: &AtomicU64, finished: &AtomicU64, wait: impl FnOnce()) {
+    let q = queued.load(Ordering::Acquire);
+    if q > finished.load(Ordering::Acquire) {
+        wait();
+        finished.fetch_max(q, Ordering::AcqRel);
+    }
 }
 
 /// The smallest buffer `Gpu::to_gpu` prefetches.
@@ -364,6 +411,16 @@ impl Gpu {
             .unwrap_or_else(|e| panic!("GPU operation {what}: {e}"));
     }
 
+    /// After a call is queued on the stream: waits for it, or, with `COMPNET_GPU_ASYNC=1`,
+    /// counts it as queued for `settle` (the profile then times launches, not the work).
+    fn done_or_queued(&self, what: &str) {
+        if self.queues {
+            QUEUED.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.sync(what);
+        }
+    }
+
     /// Sets `bytes` bytes at `ptr` to zero.
     pub(in crate::matrix) fn zero(&self, ptr: u64, bytes: usize) {
         self.bind();
@@ -371,7 +428,7 @@ impl Gpu {
         // SAFETY: `ptr` is a managed buffer of at least `bytes` bytes.
         unsafe { result::memset_d8_async(ptr, 0, bytes, self.stream.cu_stream()) }
             .unwrap_or_else(|e| panic!("GPU memset: {e}"));
-        self.sync("memset");
+        self.done_or_queued("memset");
         profile::end(t, "memset", bytes as u64);
     }
 
@@ -382,7 +439,7 @@ impl Gpu {
         // SAFETY: both buffers hold at least `bytes` bytes and do not overlap.
         unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
             .unwrap_or_else(|e| panic!("GPU copy: {e}"));
-        self.sync("copy");
+        self.done_or_queued("copy");
         profile::end(t, "copy", bytes as u64);
     }
 
@@ -407,7 +464,9 @@ impl Gpu {
             return v;
         }
         self.bind();
+        let queued = QUEUED.load(Ordering::Acquire);
         self.sync("download");
+        FINISHED.fetch_max(queued, Ordering::AcqRel);
         let t = profile::begin();
         // SAFETY: `ptr` holds at least `n` values of `T`; the stream is idle, so they are final.
         unsafe { result::memcpy_dtoh_sync(&mut v, ptr) }
@@ -422,6 +481,9 @@ impl Gpu {
         if v.is_empty() {
             return;
         }
+        // The copy would be ordered after the queued calls on the legacy stream anyway; the
+        // explicit wait keeps that from resting on the driver's rules for managed memory.
+        settle();
         self.bind();
         let t = profile::begin();
         // SAFETY: `ptr` holds at least `v.len()` values of `T`.
@@ -429,7 +491,8 @@ impl Gpu {
         profile::end(t, "upload", std::mem::size_of_val(v) as u64);
     }
 
-    /// Launches kernel `name` with `args` and waits for it.
+    /// Launches kernel `name` with `args` and waits for it (with `COMPNET_GPU_ASYNC=1`, queues
+    /// it: see `settle`).
     pub(in crate::matrix) fn launch(
         &self,
         name: &'static str,
@@ -473,7 +536,9 @@ impl Gpu {
         // SAFETY: each kernel's arguments are built by its one caller in `ops`, which passes
         // pointers of live device buffers with the shapes and strides the kernel indexes.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("launching {name}: {e}"));
-        if wait || profile::enabled() {
+        if self.queues {
+            QUEUED.fetch_add(1, Ordering::AcqRel);
+        } else if wait || profile::enabled() {
             self.sync(name);
         }
         profile::end(t, name, 0);
@@ -517,7 +582,7 @@ impl Gpu {
             )
         }
         .unwrap_or_else(|e| panic!("cuBLAS sgemm {m}x{n}x{k}: {e}"));
-        self.sync("sgemm");
+        self.done_or_queued("sgemm");
         profile::end(
             t,
             profile::product_name(m, n, k, ta, tb),
@@ -529,6 +594,30 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Host accesses wait only while something queued is not known to be done, and a wait
+    /// covers exactly what was queued before it.
+    #[test]
+    fn host_accesses_wait_only_for_unfinished_calls() {
+        let (queued, finished) = (AtomicU64::new(0), AtomicU64::new(0));
+        let waits = std::cell::Cell::new(0);
+        let wait = || waits.set(waits.get() + 1);
+        catch_up(&queued, &finished, wait);
+        assert_eq!(waits.get(), 0, "nothing queued");
+        queued.fetch_add(3, Ordering::AcqRel);
+        catch_up(&queued, &finished, wait);
+        assert_eq!((waits.get(), finished.load(Ordering::Acquire)), (1, 3));
+        catch_up(&queued, &finished, wait);
+        assert_eq!(waits.get(), 1, "already caught up");
+        // A call queued while a wait runs is not counted as finished by it.
+        queued.fetch_add(1, Ordering::AcqRel);
+        catch_up(&queued, &finished, || {
+            queued.fetch_add(1, Ordering::AcqRel);
+        });
+        assert_eq!(finished.load(Ordering::Acquire), 4);
+        catch_up(&queued, &finished, wait);
+        assert_eq!((waits.get(), finished.load(Ordering::Acquire)), (2, 5));
+    }
 
     #[test]
     fn size_classes_cover_the_request_and_waste_little() {

@@ -1,6 +1,8 @@
 //! `Buf`, the storage of a `Matrix` or `Vector` in a CUDA build: a host `Vec`, or a managed
 //! buffer from the GPU's pool. Both dereference to a slice (managed memory is host-readable
-//! between operations, which wait for the GPU), so host code reads either.
+//! between operations; the dereference first waits for queued GPU work, `cuda::settle`), so
+//! host code reads either. Views are built from `lazy`, which does not wait: their own host
+//! accessors do.
 
 use super::cuda::gpu;
 use std::ops::{Deref, DerefMut};
@@ -13,9 +15,9 @@ pub(in crate::matrix) enum Buf<T: Copy + Default + 'static> {
     Managed { ptr: u64, len: usize, class: usize },
 }
 
-// SAFETY: a managed buffer is plain memory owned by this value alone; every GPU operation on
-// it has finished when the operation returns, so moving or sharing it between threads is as
-// safe as for a Vec.
+// SAFETY: a managed buffer is plain memory owned by this value alone; host access from any
+// thread first waits for the GPU work queued on it (`cuda::settle`, process-wide), so moving
+// or sharing it between threads is as safe as for a Vec.
 unsafe impl<T: Copy + Default + Send> Send for Buf<T> {}
 // SAFETY: as above; shared access only reads.
 unsafe impl<T: Copy + Default + Sync> Sync for Buf<T> {}
@@ -55,6 +57,45 @@ impl<T: Copy + Default + 'static> Buf<T> {
             Buf::Host(ref mut v) => std::mem::take(v),
             Buf::Managed { ptr, len, .. } => gpu().download(ptr, len),
         }
+    }
+
+    /// Number of elements (without the wait of a dereference).
+    pub fn len(&self) -> usize {
+        match self {
+            Buf::Host(v) => v.len(),
+            Buf::Managed { len, .. } => *len,
+        }
+    }
+
+    /// The elements as a slice without waiting for queued GPU work: for views, whose host
+    /// accessors wait, and for the address a kernel is given.
+    pub fn lazy(&self) -> &[T] {
+        match self {
+            Buf::Host(v) => v,
+            Buf::Managed { len: 0, .. } => &[],
+            // SAFETY: `ptr` is a managed buffer holding `len` initialised elements; the host
+            // reads them only after `settle` (views' accessors, `Deref`).
+            Buf::Managed { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr as *const T, *len)
+            },
+        }
+    }
+
+    /// As `lazy`, mutable.
+    pub fn lazy_mut(&mut self) -> &mut [T] {
+        match self {
+            Buf::Host(v) => v,
+            Buf::Managed { len: 0, .. } => &mut [],
+            // SAFETY: as for `lazy`, and `&mut self` makes the access unique.
+            Buf::Managed { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts_mut(*ptr as *mut T, *len)
+            },
+        }
+    }
+
+    /// The address of the first element, without waiting (for a kernel's argument).
+    pub fn as_ptr(&self) -> *const T {
+        self.lazy().as_ptr()
     }
 
     /// True for managed (device) memory.
@@ -152,29 +193,21 @@ impl<T: Copy + Default + 'static> Buf<T> {
 
 impl<T: Copy + Default + 'static> Deref for Buf<T> {
     type Target = [T];
+    /// The elements for host code: waits for queued GPU work first when they are managed.
     fn deref(&self) -> &[T] {
-        match self {
-            Buf::Host(v) => v,
-            Buf::Managed { len: 0, .. } => &[],
-            // SAFETY: `ptr` is a managed buffer holding `len` initialised elements, readable
-            // by the host between operations.
-            Buf::Managed { ptr, len, .. } => unsafe {
-                std::slice::from_raw_parts(*ptr as *const T, *len)
-            },
+        if self.is_device() {
+            super::cuda::settle();
         }
+        self.lazy()
     }
 }
 
 impl<T: Copy + Default + 'static> DerefMut for Buf<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        match self {
-            Buf::Host(v) => v,
-            Buf::Managed { len: 0, .. } => &mut [],
-            // SAFETY: as for `deref`, and `&mut self` makes the access unique.
-            Buf::Managed { ptr, len, .. } => unsafe {
-                std::slice::from_raw_parts_mut(*ptr as *mut T, *len)
-            },
+        if self.is_device() {
+            super::cuda::settle();
         }
+        self.lazy_mut()
     }
 }
 

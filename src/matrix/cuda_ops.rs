@@ -23,11 +23,11 @@ fn grid_rows(rows: usize) -> (u32, u32, u32) {
 }
 
 fn p(v: &MatView<'_>) -> Arg {
-    Arg::Ptr(v.data.as_ptr() as u64)
+    Arg::Ptr(v.elems.as_ptr() as u64)
 }
 
 fn pm(v: &mut MatViewMut<'_>) -> Arg {
-    Arg::Ptr(v.data.as_mut_ptr() as u64)
+    Arg::Ptr(v.elems.as_mut_ptr() as u64)
 }
 
 fn pv(v: &Vector) -> Arg {
@@ -476,7 +476,7 @@ pub(in crate::matrix) fn gemm(
 ) {
     let k = if ta == Trans::No { a.cols } else { a.rows };
     let (m, n) = (c.rows, c.cols);
-    let ptr = |v: &MatView<'_>| v.data.as_ptr() as u64;
+    let ptr = |v: &MatView<'_>| v.elems.as_ptr() as u64;
     // A view of one row has no meaningful stride for cuBLAS's leading dimension: use its
     // width, which cuBLAS requires to be at least the row length.
     let ld = |v: &MatView<'_>| if v.rows <= 1 { v.cols.max(1) } else { v.stride };
@@ -487,7 +487,7 @@ pub(in crate::matrix) fn gemm(
         (ptr(&a), ld(&a), ta == Trans::Yes),
         (ptr(&b), ld(&b), tb == Trans::Yes),
         beta,
-        (c.data.as_mut_ptr() as u64, c_ld),
+        (c.elems.as_mut_ptr() as u64, c_ld),
     );
 }
 
@@ -674,7 +674,7 @@ pub(in crate::matrix) fn download_view(x: MatView<'_>) -> Vec<Real> {
         return Vec::new();
     }
     let span = (x.rows - 1) * x.stride + x.cols;
-    let all = gpu().download::<Real>(x.data.as_ptr() as u64, span);
+    let all = gpu().download::<Real>(x.elems.as_ptr() as u64, span);
     if x.stride == x.cols {
         return all;
     }

@@ -3,6 +3,9 @@
 //! many there were, the wall time from the call to the end of its wait for the GPU, the
 //! bytes (or, for products, the flops), and the host time spent since the previous GPU call
 //! ended (large where host code, such as an operation without a kernel, ran before it).
+//! With `COMPNET_GPU_ASYNC=1` the calls are not waited for, so their times are the launches'
+//! alone, and the row "host waits for queued work" counts and times the waits of host code
+//! for the queue.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -65,7 +68,8 @@ pub(in crate::matrix) fn product_name(
         .or_insert_with(|| Box::leak(key.into_boxed_str()))
 }
 
-/// True when GPU calls are being timed (each then waits for the GPU, to be timed alone).
+/// True when GPU calls are being timed (each then waits for the GPU, to be timed alone,
+/// unless `COMPNET_GPU_ASYNC=1`).
 pub(in crate::matrix) fn enabled() -> bool {
     profile().is_some()
 }

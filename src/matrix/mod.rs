@@ -145,7 +145,8 @@ impl PartialEq for Matrix {
 /// A read-only view of (part of) a matrix.
 #[derive(Clone, Copy)]
 pub struct MatView<'a> {
-    data: &'a [Real],
+    /// The elements; host code reads them through `host` (which waits for queued GPU work).
+    elems: &'a [Real],
     place: Place,
     rows: usize,
     cols: usize,
@@ -154,7 +155,8 @@ pub struct MatView<'a> {
 
 /// A mutable view of (part of) a matrix.
 pub struct MatViewMut<'a> {
-    data: &'a mut [Real],
+    /// The elements; host code reaches them through `host` / `host_mut`.
+    elems: &'a mut [Real],
     place: Place,
     rows: usize,
     cols: usize,
@@ -206,11 +208,12 @@ macro_rules! shape_accessors {
         shape_accessors!();
         /// Element (r, c).
         pub fn get(&self, r: usize, c: usize) -> Real {
-            self.data[r * self.stride + c]
+            self.host()[r * self.stride + c]
         }
         /// Sets element (r, c).
         pub fn set(&mut self, r: usize, c: usize, v: Real) {
-            self.data[r * self.stride + c] = v;
+            let i = r * self.stride + c;
+            self.host_mut()[i] = v;
         }
     };
     () => {
@@ -230,6 +233,14 @@ macro_rules! shape_accessors {
 }
 
 impl Matrix {
+    /// The elements for host code (the storage's dereference waits for queued GPU work).
+    fn host(&self) -> &[Real] {
+        &self.data
+    }
+    /// As `host`, mutable.
+    fn host_mut(&mut self) -> &mut [Real] {
+        &mut self.data
+    }
     /// A zero matrix.
     pub fn zeros(rows: usize, cols: usize) -> Self {
         Matrix {
@@ -323,7 +334,7 @@ impl Matrix {
     /// The whole matrix as a view.
     pub fn view(&self) -> MatView<'_> {
         MatView {
-            data: &self.data[..span(self.rows, self.cols, self.stride)],
+            elems: &buf::lazy(&self.data)[..span(self.rows, self.cols, self.stride)],
             place: Place::of(&self.data),
             rows: self.rows,
             cols: self.cols,
@@ -335,7 +346,7 @@ impl Matrix {
         let n = span(self.rows, self.cols, self.stride);
         let place = Place::of(&self.data);
         MatViewMut {
-            data: &mut self.data[..n],
+            elems: &mut buf::lazy_mut(&mut self.data)[..n],
             place,
             rows: self.rows,
             cols: self.cols,
@@ -395,7 +406,7 @@ impl<'a> MatView<'a> {
     pub fn from_slice_strided(data: &'a [Real], rows: usize, cols: usize, stride: usize) -> Self {
         assert!(stride >= cols && data.len() >= span(rows, cols, stride));
         MatView {
-            data: &data[..span(rows, cols, stride)],
+            elems: &data[..span(rows, cols, stride)],
             place: Place::HOST,
             rows,
             cols,
@@ -408,7 +419,13 @@ impl<'a> MatView<'a> {
     /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
     pub(in crate::matrix) fn as_slice(&self) -> &'a [Real] {
-        self.data
+        self.host()
+    }
+    /// The elements for host code, once queued GPU work on them is done.
+    #[inline(always)]
+    fn host(&self) -> &'a [Real] {
+        self.place.settle();
+        self.elems
     }
     /// Row `r` (num_cols elements).
     ///
@@ -420,12 +437,12 @@ impl<'a> MatView<'a> {
             return &[]; // a zero-width view has an empty backing slice
         }
         let s = r * self.stride;
-        &self.data[s..s + self.cols]
+        &self.host()[s..s + self.cols]
     }
     /// Element (r, c).
     pub fn get(&self, r: usize, c: usize) -> Real {
         debug_assert!(r < self.rows && c < self.cols);
-        self.data[r * self.stride + c]
+        self.host()[r * self.stride + c]
     }
     /// Rows `[r0, r0+nr)` and columns `[c0, c0+nc)` of this view.
     pub fn sub(&self, r0: usize, nr: usize, c0: usize, nc: usize) -> MatView<'a> {
@@ -435,7 +452,7 @@ impl<'a> MatView<'a> {
         );
         if nr == 0 || nc == 0 {
             return MatView {
-                data: &[],
+                elems: &[],
                 place: self.place,
                 rows: nr,
                 cols: nc,
@@ -444,7 +461,7 @@ impl<'a> MatView<'a> {
         }
         let s = r0 * self.stride + c0;
         MatView {
-            data: &self.data[s..s + span(nr, nc, self.stride)],
+            elems: &self.elems[s..s + span(nr, nc, self.stride)],
             place: self.place,
             rows: nr,
             cols: nc,
@@ -515,7 +532,7 @@ impl<'a> MatView<'a> {
             return None;
         }
         let n = self.rows * self.cols;
-        let data = if n == 0 { &[][..] } else { &self.data[..n] };
+        let data = if n == 0 { &[][..] } else { &self.elems[..n] };
         // SAFETY: a float slice read as its bytes (no padding, every byte initialised).
         Some(unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, 4 * n) })
     }
@@ -540,7 +557,7 @@ impl<'a> MatViewMut<'a> {
         assert!(stride >= cols && data.len() >= span(rows, cols, stride));
         let n = span(rows, cols, stride);
         MatViewMut {
-            data: &mut data[..n],
+            elems: &mut data[..n],
             place: Place::HOST,
             rows,
             cols,
@@ -551,7 +568,7 @@ impl<'a> MatViewMut<'a> {
     /// A read-only view of the same elements.
     pub fn as_view(&self) -> MatView<'_> {
         MatView {
-            data: self.data,
+            elems: self.elems,
             place: self.place,
             rows: self.rows,
             cols: self.cols,
@@ -561,7 +578,7 @@ impl<'a> MatViewMut<'a> {
     /// A shorter-lived mutable view of the same elements (re-borrow).
     pub fn rb(&mut self) -> MatViewMut<'_> {
         MatViewMut {
-            data: self.data,
+            elems: self.elems,
             place: self.place,
             rows: self.rows,
             cols: self.cols,
@@ -577,7 +594,7 @@ impl<'a> MatViewMut<'a> {
             return &[];
         }
         let s = r * self.stride;
-        &self.data[s..s + self.cols]
+        &self.host()[s..s + self.cols]
     }
     /// Row `r`, mutable.
     ///
@@ -588,15 +605,27 @@ impl<'a> MatViewMut<'a> {
         if self.cols == 0 {
             return &mut [];
         }
-        let s = r * self.stride;
-        &mut self.data[s..s + self.cols]
+        let (s, n) = (r * self.stride, self.cols);
+        &mut self.host_mut()[s..s + n]
+    }
+    /// The elements for host code, once queued GPU work on them is done.
+    #[inline(always)]
+    fn host(&self) -> &[Real] {
+        self.place.settle();
+        self.elems
+    }
+    /// As `host`, mutable.
+    #[inline(always)]
+    fn host_mut(&mut self) -> &mut [Real] {
+        self.place.settle();
+        self.elems
     }
     /// The backing slice (length (rows-1)·stride + cols).
     ///
     /// Storage access, private to src/matrix: code outside `matrix/`
     /// calls the named operations (a second storage kind would have no host slice to lend).
     pub(in crate::matrix) fn as_mut_slice(&mut self) -> &mut [Real] {
-        self.data
+        self.host_mut()
     }
     /// Overwrites row `r` with `v` (length num_cols; host copy: the I/O and test boundary).
     pub fn copy_row_from_slice(&mut self, r: usize, v: &[Real]) {
@@ -621,7 +650,7 @@ impl<'a> MatViewMut<'a> {
         let stride = self.stride;
         if nr == 0 || nc == 0 {
             return MatViewMut {
-                data: &mut [],
+                elems: &mut [],
                 place: self.place,
                 rows: nr,
                 cols: nc,
@@ -630,7 +659,7 @@ impl<'a> MatViewMut<'a> {
         }
         let s = r0 * stride + c0;
         MatViewMut {
-            data: &mut self.data[s..s + span(nr, nc, stride)],
+            elems: &mut self.elems[s..s + span(nr, nc, stride)],
             place: self.place,
             rows: nr,
             cols: nc,
@@ -653,22 +682,22 @@ impl<'a> MatViewMut<'a> {
         let (rows, cols, stride, place) = (self.rows, self.cols, self.stride, self.place);
         // An empty side gets no data; otherwise the top ends after its last element.
         let (a, b) = if r == 0 || r == rows || cols == 0 {
-            self.data
-                .split_at_mut(if r == 0 { 0 } else { self.data.len() })
+            let n = self.elems.len();
+            self.elems.split_at_mut(if r == 0 { 0 } else { n })
         } else {
-            let (a, b) = self.data.split_at_mut(r * stride);
+            let (a, b) = self.elems.split_at_mut(r * stride);
             (&mut a[..span(r, cols, stride)], b)
         };
         (
             MatViewMut {
-                data: a,
+                elems: a,
                 place,
                 rows: r,
                 cols,
                 stride,
             },
             MatViewMut {
-                data: b,
+                elems: b,
                 place,
                 rows: rows - r,
                 cols,
@@ -783,7 +812,7 @@ impl Vector {
     /// The vector as a 1 × dim matrix view.
     pub fn as_row(&self) -> MatView<'_> {
         MatView {
-            data: &self.data,
+            elems: buf::lazy(&self.data),
             place: Place::of(&self.data),
             rows: 1,
             cols: self.data.len(),
@@ -795,7 +824,7 @@ impl Vector {
         let n = self.data.len();
         let place = Place::of(&self.data);
         MatViewMut {
-            data: &mut self.data,
+            elems: buf::lazy_mut(&mut self.data),
             place,
             rows: 1,
             cols: n,
