@@ -1,12 +1,17 @@
 //! The CUDA kernels of the host operations they replace, each against that host operation
 //! on the same operands: the self-repair terms, the grouped reductions and their
-//! derivatives, BatchNorm's per-block work and the LSTM and GRU cells' forward passes. Needs a GPU, so it is ignored by default;
+//! derivatives, BatchNorm's per-block work, and the LSTM and GRU cells' forward and backward
+//! passes (the LSTM's input derivative and its f64 sums, with and without dropout). Needs a
+//! GPU, so it is ignored by default;
 //! `scripts/gpu_check.sh` runs it with `--ignored`, without `COMPNET_DEVICE` (the operands
 //! are made on the host first, then the GPU is selected and they are copied to it).
 #![cfg(feature = "cuda")]
 
 use compnet::matrix::device::{select, Selected, UseGpu};
-use compnet::matrix::{MatView, MatViewMut, Matrix, Trans, Vector};
+use compnet::matrix::{
+    backprop_gru_cell, backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, MatView,
+    MatViewMut, Matrix, Trans, Vector, Vector64,
+};
 use compnet::random::seeded_rng;
 use compnet::testing::random_matrix;
 
@@ -47,6 +52,65 @@ impl Case {
 
 fn copy(m: &Matrix) -> Matrix {
     Matrix::from_vec(m.num_rows(), m.num_cols(), m.to_vec())
+}
+
+/// Which outputs an LSTM backward case asks for: dropout scales in the input, the input
+/// derivative, the f64 sums.
+#[derive(Clone, Copy, Debug)]
+struct LstmWants {
+    dropout: bool,
+    in_deriv: bool,
+    sums: bool,
+}
+
+/// The LSTM cell's backward pass on `m` = [in_value, params, out_deriv, in_deriv's start]
+/// with self-repair terms `repair`, the f64 sums starting from `start` (peephole, values,
+/// derivatives): the input derivative, then the three sums rounded to f32.
+fn lstm_backward(m: &[Matrix], repair: &Vector, w: LstmWants, start: &[Vector64]) -> Vec<Vec<f32>> {
+    let mut in_deriv = copy(&m[3]);
+    let mut sums: Vec<Vector64> = start.to_vec();
+    let [pd, vs, ds] = &mut sums[..] else {
+        panic!("three sums")
+    };
+    backprop_lstm_nonlinearity(
+        LstmBackpropInput {
+            in_value: m[0].view(),
+            params: m[1].view(),
+            out_deriv: m[2].view(),
+            use_dropout: w.dropout,
+            self_repair: repair,
+        },
+        w.in_deriv.then_some(&mut in_deriv.view_mut()),
+        w.sums.then_some(pd),
+        w.sums.then_some(LstmStatsSums {
+            value_sum: vs,
+            deriv_sum: ds,
+        }),
+    );
+    let mut out = vec![in_deriv.to_vec()];
+    out.extend(
+        sums.iter()
+            .map(|v| v.to_vec().into_iter().map(|x| x as f32).collect()),
+    );
+    out
+}
+
+/// The GRU cell's backward pass on `m` = [z, c_prev, h, out_deriv, in_deriv's start]: the
+/// derivative before the tanh, then the input derivative (z and c_prev columns 0 and 2C when
+/// `with_in`, else untouched).
+fn gru_backward(m: &[Matrix], with_in: bool) -> Vec<Vec<f32>> {
+    let c = m[0].num_cols();
+    let mut hd = Matrix::zeros(m[0].num_rows(), c);
+    let mut in_deriv = copy(&m[4]);
+    backprop_gru_cell(
+        m[0].view(),
+        m[1].view(),
+        m[2].view(),
+        m[3].view(),
+        &mut hd.view_mut(),
+        with_in.then_some((&mut in_deriv.view_mut(), 0, 2 * c)),
+    );
+    vec![hd.to_vec(), in_deriv.to_vec()]
 }
 
 #[test]
@@ -202,6 +266,43 @@ fn kernels_agree_with_the_host() {
         |o, m, v| o.add_vec_mul_vec_add_mat_vec_per_block(&v[0], &v[1], m[0], &v[2]),
     ));
 
+    // The cells' backward passes, which write several outputs: LSTM with C = 70 (two blocks
+    // of units, the rows in several chunks), self-repair on every third unit.
+    let lc = 70;
+    let repair = Vector::from_vec(
+        (0..5 * lc)
+            .map(|i| if i % 3 == 0 { 0.1 } else { 0.0 })
+            .collect(),
+    );
+    let lstm_start: Vec<Vector64> = [3 * lc, 5 * lc, 5 * lc]
+        .iter()
+        .map(|&n| Vector64::from_f32(&Vector::from_vec(random_matrix(1, n, &mut rng).to_vec())))
+        .collect();
+    let mut lstm_cases = Vec::new();
+    for dropout in [false, true] {
+        let width = 5 * lc + if dropout { 3 } else { 0 };
+        let operands = vec![
+            random_matrix(rows, width, &mut rng),
+            random_matrix(3, lc, &mut rng),
+            random_matrix(rows, 2 * lc, &mut rng),
+            random_matrix(rows, width, &mut rng),
+        ];
+        for (in_deriv, sums) in [(true, true), (false, true), (true, false)] {
+            let w = LstmWants {
+                dropout,
+                in_deriv,
+                sums,
+            };
+            let host = lstm_backward(&operands, &repair, w, &lstm_start);
+            lstm_cases.push((w, operands.iter().map(copy).collect::<Vec<_>>(), host));
+        }
+    }
+    let gru_operands: Vec<Matrix> = [12, 12, 12, 24, 36]
+        .iter()
+        .map(|&n| random_matrix(rows, n, &mut rng))
+        .collect();
+    let gru_host = [false, true].map(|with_in| gru_backward(&gru_operands, with_in));
+
     // The host's results, then the GPU's on copies of the same operands.
     let host: Vec<Vec<f32>> = cases
         .iter()
@@ -228,6 +329,28 @@ fn kernels_agree_with_the_host() {
         );
         let d = c.compute(&inputs, &vectors, init.as_ref());
         assert_close(&c.name, h, &d);
+    }
+    let names = ["in_deriv", "params_deriv", "value_sum", "deriv_sum"];
+    let repair = Vector::from_vec(repair.to_vec());
+    for (w, operands, host) in &lstm_cases {
+        let operands: Vec<Matrix> = operands.iter().map(copy).collect();
+        assert!(operands.iter().all(Matrix::is_on_device));
+        let device = lstm_backward(&operands, &repair, *w, &lstm_start);
+        for ((h, d), name) in host.iter().zip(&device).zip(names) {
+            assert_close(&format!("backprop_lstm_nonlinearity {w:?} {name}"), h, d);
+        }
+    }
+    let gru_operands: Vec<Matrix> = gru_operands.iter().map(copy).collect();
+    assert!(gru_operands.iter().all(Matrix::is_on_device));
+    for (with_in, host) in [false, true].into_iter().zip(&gru_host) {
+        let device = gru_backward(&gru_operands, with_in);
+        for ((h, d), name) in host.iter().zip(&device).zip(["h_deriv", "in_deriv"]) {
+            assert_close(
+                &format!("backprop_gru_cell in_deriv {with_in} {name}"),
+                h,
+                d,
+            );
+        }
     }
     // The per-block column sums, whose results are vectors (host ones computed above).
     let (dx, dy2) = (copy(&x), copy(&y));

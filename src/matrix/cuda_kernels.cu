@@ -206,6 +206,135 @@ extern "C" __global__ void k_output_gru_cell(float* x, int sx, const float* in, 
   }
 }
 
+// The LSTM cell's backward pass (Kaldi's BackpropLstmNonlinearity), the forward recomputed
+// from the input row as in k_lstm_cell. One thread per unit j < C and chunk of `chunk` rows,
+// so that the per-unit sums need no atomics: od is [dc_t, dm_t], sr the 5 × C self-repair
+// terms. With want_in, writes the input derivative's first 5C columns into id and, with
+// dropout, the unit's three dropout-scale terms into st (rows × 3C; k_lstm_scale_sums adds
+// them per row). Always writes the chunk's 13 sums, in double, to part[(ch·13 + k)·C + j]: the
+// five nonlinearities' values (k < 5) and derivatives (5 ≤ k < 10), then the three peephole
+// terms.
+extern "C" __global__ void k_lstm_backprop(float* id, int sid, float* st, int sst, double* part,
+                                           const float* in, int si, const float* w, int sw,
+                                           const float* od, int sod, const float* sr, int rows,
+                                           int C, int chunk, int dropout, int want_in) {
+  int chunks = (rows + chunk - 1) / chunk;
+  for (int ch = blockIdx.y; ch < chunks; ch += gridDim.y) {
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < C; j += gridDim.x * blockDim.x) {
+      float wi = w[j], wf = w[sw + j], wo = w[2 * sw + j];
+      float sr0 = sr[j], sr1 = sr[C + j], sr2 = sr[2 * C + j], sr3 = sr[3 * C + j],
+            sr4 = sr[4 * C + j];
+      double s[13];
+#pragma unroll
+      for (int k = 0; k < 13; k++) s[k] = 0.0;
+      int end = min(rows, (ch + 1) * chunk);
+      for (int r = ch * chunk; r < end; r++) {
+        const float* row = in + (i64)r * si;
+        float is = 1.0f, fs = 1.0f, os = 1.0f;
+        if (dropout) {
+          is = row[5 * C];
+          fs = row[5 * C + 1];
+          os = row[5 * C + 2];
+        }
+        float c_prev = row[4 * C + j];
+        float i_t = sigmoidf(row[j] + wi * c_prev);
+        float f_t = sigmoidf(row[C + j] + wf * c_prev);
+        float tcp = tanhf(row[2 * C + j]);
+        float c_t = f_t * fs * c_prev + i_t * is * tcp;
+        float o_t = sigmoidf(row[3 * C + j] + wo * c_t);
+        float tct = tanhf(c_t);
+        float dc_out = od[(i64)r * sod + j], dm = od[(i64)r * sod + C + j];
+        float do_t = dm * os * tct;
+        float dtct = dm * o_t * os;
+        float do_in = o_t * (1.0f - o_t) * do_t - (2.0f * o_t - 1.0f) * sr3;
+        float dc = dc_out + (1.0f - tct * tct) * dtct - 2.0f * tct * sr4 + do_in * wo;
+        float df_t = dc * fs * c_prev;
+        float di_t = dc * is * tcp;
+        float dtcp = dc * i_t * is;
+        float df_in = f_t * (1.0f - f_t) * df_t - (2.0f * f_t - 1.0f) * sr1;
+        float di_in = i_t * (1.0f - i_t) * di_t - (2.0f * i_t - 1.0f) * sr0;
+        float dc_part = (1.0f - tcp * tcp) * dtcp - 2.0f * tcp * sr2;
+        s[0] += i_t;
+        s[1] += f_t;
+        s[2] += tcp;
+        s[3] += o_t;
+        s[4] += tct;
+        s[5] += i_t * (1.0f - i_t);
+        s[6] += f_t * (1.0f - f_t);
+        s[7] += 1.0f - tcp * tcp;
+        s[8] += o_t * (1.0f - o_t);
+        s[9] += 1.0f - tct * tct;
+        s[10] += di_in * c_prev;
+        s[11] += df_in * c_prev;
+        s[12] += do_in * c_t;
+        if (want_in) {
+          float* g = id + (i64)r * sid;
+          g[j] = di_in;
+          g[C + j] = df_in;
+          g[2 * C + j] = dc_part;
+          g[3 * C + j] = do_in;
+          g[4 * C + j] = dc * f_t * fs + di_in * wi + df_in * wf;
+          if (dropout) {
+            float* t = st + (i64)r * sst;
+            t[j] = dc * i_t * tcp;
+            t[C + j] = dc * f_t * c_prev;
+            t[2 * C + j] = dm * o_t * tct;
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 13; k++) part[((i64)ch * 13 + k) * C + j] = s[k];
+    }
+  }
+}
+
+// The LSTM's dropout-scale derivatives: id[r][5C + k] = Σ_j st[r][k·C + j], in unit order as
+// the host adds them; one thread per (row, k < cols = 3).
+extern "C" __global__ void k_lstm_scale_sums(float* id, int sid, const float* st, int sst,
+                                             int rows, int cols, int C) {
+  FOR_RC {
+    const float* t = st + (i64)r * sst + (i64)c * C;
+    float s = 0.0f;
+    for (int j = 0; j < C; j++) s += t[j];
+    id[(i64)r * sid + 5 * C + c] = s;
+  }
+}
+
+// part[i] = Σ_p part[p·n + i] over the `parts` rows of partial sums, in order (row 0 holds the
+// total afterwards); one thread per i.
+extern "C" __global__ void k_sum_parts(double* part, int parts, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    double s = part[i];
+    for (int p = 1; p < parts; p++) s += part[(i64)p * n + i];
+    part[i] = s;
+  }
+}
+
+// The GRU cell's backward pass through the interpolation and the tanh, one thread per (row,
+// unit c < C = cols): h, hod, cd are the forward h and the derivatives of h and c; hd =
+// (hod + cd − cd·z)(1 − h²). With add_inputs, id's columns zc and cpc (the z and c_prev
+// derivatives) get += cd·(c_prev − h) (as −cd·h + cd·c_prev) and += cd·z. The products are
+// rounded on their own (no fused multiply-add), as on the host, so the result is the host's
+// to the bit.
+extern "C" __global__ void k_gru_backprop(float* hd, int shd, float* id, int sid, int zc, int cpc,
+                                          int add_inputs, const float* h, int sh, const float* od,
+                                          int sod, const float* z, int sz, const float* cp,
+                                          int scp, int rows, int cols) {
+  FOR_RC {
+    float hv = h[(i64)r * sh + c];
+    float hod = od[(i64)r * sod + c], cd = od[(i64)r * sod + cols + c];
+    float zv = z[(i64)r * sz + c];
+    if (add_inputs) {
+      float* g = id + (i64)r * sid;
+      float cpv = cp[(i64)r * scp + c];
+      g[zc + c] = __fadd_rn(__fadd_rn(__fmul_rn(-cd, hv), g[zc + c]), __fmul_rn(cd, cpv));
+      g[cpc + c] = __fadd_rn(g[cpc + c], __fmul_rn(cd, zv));
+    }
+    float d = __fadd_rn(__fadd_rn(hod, cd), __fmul_rn(-cd, zv));
+    hd[(i64)r * shd + c] = __fmul_rn(d, __fsub_rn(1.0f, __fmul_rn(hv, hv)));
+  }
+}
+
 __device__ __forceinline__ float signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
 // Grouped reductions over consecutive groups of g columns (Kaldi's GroupPnorm, GroupMax):

@@ -3,7 +3,7 @@
 //! `on_device!` arms; shapes were checked there already.
 
 use super::cuda::{gpu, Arg};
-use crate::matrix::{MatView, MatViewMut, Real, Trans, Vector};
+use crate::matrix::{LstmBackpropInput, MatView, MatViewMut, Real, Trans, Vector};
 
 /// Threads per block for the element-wise kernels: 32 columns × 8 rows.
 const BLOCK_2D: (u32, u32, u32) = (32, 8, 1);
@@ -331,6 +331,155 @@ pub(in crate::matrix) fn output_gru_cell(x: &mut MatViewMut<'_>, input: MatView<
         int(c),
     ];
     gpu().launch("k_output_gru_cell", grid_2d(r, c), BLOCK_2D, 0, &args);
+}
+
+/// Threads per block of `k_lstm_backprop`, each owning one unit.
+const LSTM_UNITS: u32 = 64;
+/// The fewest rows a `k_lstm_backprop` thread takes: it writes its 13 partial sums once per
+/// chunk, which should not cost more than the rows it reads.
+const LSTM_MIN_CHUNK: usize = 4;
+/// About how many (unit, chunk) threads `k_lstm_backprop` aims for: enough to fill a GPU,
+/// while the partial sums (13 doubles each) stay a few MiB.
+const LSTM_THREADS: usize = 1 << 16;
+
+/// The LSTM cell's backward pass (`lstm::backprop_lstm_nonlinearity`, shapes checked there).
+/// `k_lstm_backprop` writes `in_deriv`'s first 5C columns (when given) and, per chunk of
+/// rows, 13 per-unit sums in double; `k_sum_parts` adds the chunks in order on the device and
+/// the totals are added on the host into `params_deriv` (3C) and `stats` (the value and
+/// derivative sums, 5C each), where given. With dropout, `k_lstm_scale_sums` writes each
+/// row's three dropout-scale derivatives into `in_deriv`'s columns 5C..5C+3.
+pub(in crate::matrix) fn lstm_backprop(
+    a: LstmBackpropInput<'_>,
+    in_deriv: Option<&mut MatViewMut<'_>>,
+    params_deriv: Option<&mut [f64]>,
+    stats: Option<(&mut [f64], &mut [f64])>,
+) {
+    let (rows, c) = (a.in_value.rows, a.params.cols);
+    let wants_sums = params_deriv.is_some() || stats.is_some();
+    if rows == 0 || c == 0 || !(in_deriv.is_some() || wants_sums) {
+        return;
+    }
+    let repair = on_the_device(a.self_repair);
+    let chunk = rows.div_ceil(LSTM_THREADS.div_ceil(c)).max(LSTM_MIN_CHUNK);
+    let chunks = rows.div_ceil(chunk);
+    let n = 13 * c;
+    let (part, part_class) = gpu().alloc(chunks * n * 8);
+    // The scale terms only matter for the input derivative.
+    let scale_terms = (a.use_dropout && in_deriv.is_some()).then(|| gpu().alloc(rows * 3 * c * 4));
+    // Outputs not wanted get a harmless pointer: the kernel does not write them.
+    let (st_ptr, st_stride) = scale_terms.map_or((part, 0), |(ptr, _)| (ptr, 3 * c));
+    let mut in_deriv = in_deriv;
+    let (id_ptr, id_stride) = match in_deriv.as_deref_mut() {
+        Some(d) => (pm(d), int(d.stride)),
+        None => (Arg::Ptr(part), Arg::Int(0)),
+    };
+    let args = [
+        id_ptr,
+        id_stride,
+        Arg::Ptr(st_ptr),
+        int(st_stride),
+        Arg::Ptr(part),
+        p(&a.in_value),
+        int(a.in_value.stride),
+        p(&a.params),
+        int(a.params.stride),
+        p(&a.out_deriv),
+        int(a.out_deriv.stride),
+        pv(&repair),
+        int(rows),
+        int(c),
+        int(chunk),
+        Arg::Int(i32::from(a.use_dropout)),
+        Arg::Int(i32::from(in_deriv.is_some())),
+    ];
+    let grid = (
+        c.div_ceil(LSTM_UNITS as usize).min(1 << 20) as u32,
+        chunks.min(MAX_GRID_Y) as u32,
+        1,
+    );
+    gpu().launch("k_lstm_backprop", grid, (LSTM_UNITS, 1, 1), 0, &args);
+    if let (Some(d), Some((st, st_class))) = (in_deriv, scale_terms) {
+        let args = [
+            pm(d),
+            int(d.stride),
+            Arg::Ptr(st),
+            int(3 * c),
+            int(rows),
+            int(3),
+            int(c),
+        ];
+        gpu().launch("k_lstm_scale_sums", grid_2d(rows, 3), BLOCK_2D, 0, &args);
+        gpu().free(st, st_class);
+    }
+    if wants_sums {
+        if chunks > 1 {
+            // No wait: the download below waits for the stream.
+            gpu().launch_then(
+                "k_sum_parts",
+                blocks_for(n),
+                (256, 1, 1),
+                0,
+                &[Arg::Ptr(part), int(chunks), int(n)],
+                false,
+            );
+        }
+        let sums = gpu().download::<f64>(part, n);
+        if let Some(pd) = params_deriv {
+            for (d, s) in pd.iter_mut().zip(&sums[10 * c..]) {
+                *d += s;
+            }
+        }
+        if let Some((value_sum, deriv_sum)) = stats {
+            for (d, s) in value_sum.iter_mut().zip(&sums[..5 * c]) {
+                *d += s;
+            }
+            for (d, s) in deriv_sum.iter_mut().zip(&sums[5 * c..10 * c]) {
+                *d += s;
+            }
+        }
+    }
+    gpu().free(part, part_class);
+}
+
+/// The GRU cell's backward pass (`gru::backprop_gru_cell`, shapes checked there): `h_deriv`
+/// from `x` = [h, out_deriv, z, c_prev], and when `in_deriv` = (matrix, z column, c_prev
+/// column) is given, the z and c_prev derivatives added into it.
+pub(in crate::matrix) fn gru_backprop(
+    h_deriv: &mut MatViewMut<'_>,
+    in_deriv: Option<(&mut MatViewMut<'_>, usize, usize)>,
+    x: [MatView<'_>; 4],
+) {
+    let (r, c) = (h_deriv.rows, h_deriv.cols);
+    if r == 0 || c == 0 {
+        return;
+    }
+    let [h, od, z, cp] = x;
+    let (hd_ptr, hd_stride) = (pm(h_deriv), int(h_deriv.stride));
+    // Without `in_deriv` the kernel does not touch its pointer.
+    let (id_ptr, id_stride, zc, cpc, add) = match in_deriv {
+        Some((d, zc, cpc)) => (pm(d), int(d.stride), zc, cpc, 1),
+        None => (hd_ptr, hd_stride, 0, 0, 0),
+    };
+    let args = [
+        hd_ptr,
+        hd_stride,
+        id_ptr,
+        id_stride,
+        int(zc),
+        int(cpc),
+        Arg::Int(add),
+        p(&h),
+        int(h.stride),
+        p(&od),
+        int(od.stride),
+        p(&z),
+        int(z.stride),
+        p(&cp),
+        int(cp.stride),
+        int(r),
+        int(c),
+    ];
+    gpu().launch("k_gru_backprop", grid_2d(r, c), BLOCK_2D, 0, &args);
 }
 
 /// `v` where a kernel can read it: itself, or a temporary device copy of a vector kept on

@@ -67,7 +67,8 @@ impl MatViewMut<'_> {
 /// The GRU cells' backward pass through the interpolation and the tanh: writes the
 /// derivative before the tanh into `h_deriv` (n × C), from `h` (the forward h, n × C) and
 /// `out_deriv` (n × 2C, the derivatives of [h, c]); when `in_deriv` is given, adds the
-/// derivatives of z and c_prev to its columns `z_col` and `c_prev_col`.
+/// derivatives of z and c_prev to its columns `z_col` and `c_prev_col`. With every matrix on
+/// the GPU it runs as one kernel (`cuda_ops::gru_backprop`).
 pub fn backprop_gru_cell(
     z: MatView<'_>,
     c_prev: MatView<'_>,
@@ -88,15 +89,24 @@ pub fn backprop_gru_cell(
             && h_deriv.num_cols() == c,
         "backprop_gru_cell: dimensions"
     );
+    if let Some((d, z_col, c_prev_col)) = &in_deriv {
+        assert!(
+            d.num_rows() == n
+                && z_col + c <= d.num_cols()
+                && c_prev_col + c <= d.num_cols()
+                && (z_col + c <= *c_prev_col || c_prev_col + c <= *z_col),
+            "backprop_gru_cell: input-derivative columns"
+        );
+    }
+    on_device!(z.place.on_device()
+        && c_prev.place.on_device()
+        && h.place.on_device()
+        && out_deriv.place.on_device()
+        && h_deriv.place.on_device()
+        && in_deriv.as_ref().is_none_or(|(d, _, _)| d.place.on_device())
+        => super::cuda_ops::gru_backprop(h_deriv, in_deriv, [h, out_deriv, z, c_prev]));
     match in_deriv {
         Some((d, z_col, c_prev_col)) => {
-            assert!(
-                d.num_rows() == n
-                    && z_col + c <= d.num_cols()
-                    && c_prev_col + c <= d.num_cols()
-                    && (z_col + c <= c_prev_col || c_prev_col + c <= z_col),
-                "backprop_gru_cell: input-derivative columns"
-            );
             for r in 0..n {
                 let od = out_deriv.row(r);
                 let row = d.row_mut(r);

@@ -84,7 +84,9 @@ impl MatViewMut<'_> {
 
 /// The LSTM cell's backward pass (Kaldi's BackpropLstmNonlinearity): writes the input
 /// derivative into `in_deriv` (when given), adds the peephole derivative (3 × C, row-major,
-/// f64) into `params_deriv` and the value/derivative sums into `stats` (when given).
+/// f64) into `params_deriv` and the value/derivative sums into `stats` (when given). With
+/// every matrix on the GPU it runs as kernels (`cuda_ops::lstm_backprop`), the f64 sums being
+/// added on the host from per-unit totals read back.
 pub fn backprop_lstm_nonlinearity(
     a: LstmBackpropInput<'_>,
     mut in_deriv: Option<&mut MatViewMut<'_>>,
@@ -106,9 +108,32 @@ pub fn backprop_lstm_nonlinearity(
         5 * c,
         "backprop_lstm_nonlinearity: self-repair"
     );
-    assert_eq!(out_deriv.num_rows(), in_value.num_rows());
-    // Outputs the caller did not ask for go to scratch rows, so one kernel serves all cases.
     let n = in_value.num_rows();
+    let in_width = 5 * c + if use_dropout { 3 } else { 0 };
+    assert!(
+        out_deriv.num_rows() == n
+            && out_deriv.num_cols() >= 2 * c
+            && in_value.num_cols() >= in_width
+            && in_deriv
+                .as_ref()
+                .is_none_or(|d| d.num_rows() >= n && d.num_cols() >= in_width)
+            && params_deriv.as_ref().is_none_or(|p| p.dim() >= 3 * c)
+            && stats
+                .as_ref()
+                .is_none_or(|st| st.value_sum.dim() >= 5 * c && st.deriv_sum.dim() >= 5 * c),
+        "backprop_lstm_nonlinearity: dimensions"
+    );
+    on_device!(in_value.place.on_device()
+    && params.place.on_device()
+    && out_deriv.place.on_device()
+    && in_deriv.as_ref().is_none_or(|d| d.place.on_device())
+    => super::cuda_ops::lstm_backprop(
+        a,
+        in_deriv,
+        params_deriv.map(|p| &mut p.data[..]),
+        stats.map(|st| (&mut st.value_sum.data[..], &mut st.deriv_sum.data[..])),
+    ));
+    // Outputs the caller did not ask for go to scratch rows, so one kernel serves all cases.
     let mut in_scratch = vec![0.0; if in_deriv.is_some() { 0 } else { 5 * c }];
     let mut params_scratch = vec![0.0f64; if params_deriv.is_some() { 0 } else { 3 * c }];
     let mut stats_scratch = vec![0.0f64; if stats.is_some() { 0 } else { 10 * c }];
