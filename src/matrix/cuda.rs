@@ -485,13 +485,20 @@ impl Gpu {
         if v.is_empty() {
             return;
         }
-        // The copy would be ordered after the queued calls on the legacy stream anyway; the
-        // explicit wait keeps that from resting on the driver's rules for managed memory.
-        settle();
         self.bind();
         let t = profile::begin();
-        // SAFETY: `ptr` holds at least `v.len()` values of `T`.
-        unsafe { result::memcpy_htod_sync(ptr, v) }.unwrap_or_else(|e| panic!("GPU upload: {e}"));
+        if self.queues {
+            // Queued behind the calls that may still read `ptr`; the driver has staged the
+            // pageable `v` when the call returns, so the caller may drop it.
+            // SAFETY: `ptr` holds at least `v.len()` values of `T`.
+            unsafe { result::memcpy_htod_async(ptr, v, self.stream.cu_stream()) }
+                .unwrap_or_else(|e| panic!("GPU upload: {e}"));
+            QUEUED.fetch_add(1, Ordering::AcqRel);
+        } else {
+            // SAFETY: `ptr` holds at least `v.len()` values of `T`.
+            unsafe { result::memcpy_htod_sync(ptr, v) }
+                .unwrap_or_else(|e| panic!("GPU upload: {e}"));
+        }
         profile::end(t, "upload", std::mem::size_of_val(v) as u64);
     }
 
