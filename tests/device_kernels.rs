@@ -1,8 +1,9 @@
 //! The CUDA kernels of the host operations they replace, each against that host operation
 //! on the same operands: the self-repair terms, the grouped reductions and their
 //! derivatives, BatchNorm's per-block work, and the LSTM and GRU cells' forward and backward
-//! passes (the LSTM's input derivative and its f64 sums, with and without dropout). Needs a
-//! GPU, so it is ignored by default;
+//! passes (the LSTM's input derivative and its f64 sums, with and without dropout), and the
+//! random masks (drawn on the host, then copied over). Needs a GPU, so it is ignored by
+//! default;
 //! `scripts/gpu_check.sh` runs it with `--ignored`, without `COMPNET_DEVICE` (the operands
 //! are made on the host first, then the GPU is selected and they are copied to it).
 #![cfg(feature = "cuda")]
@@ -244,6 +245,28 @@ fn kernels_agree_with_the_host() {
         out_init: None,
         run: Box::new(|o, m, v| o.compute_output_gru_cell(m[0], &v[0])),
     });
+    // The random masks, drawn on the host for a device matrix and copied over: the same draws
+    // as the host's (odd widths, so that a row is not a whole number of vectors).
+    let mask = |name: &str, run: fn(&mut MatViewMut<'_>)| Case {
+        name: name.into(),
+        inputs: vec![],
+        vectors: vec![],
+        out_shape: (rows, 29),
+        out_init: Some(random_matrix(rows, 29, &mut seeded_rng(3))),
+        run: Box::new(move |o, _, _| run(o)),
+    };
+    cases.push(mask("set_rand_dropout_mask", |o| {
+        o.set_rand_dropout_mask(&mut seeded_rng(11), 0.3, 1.5)
+    }));
+    cases.push(mask("set_rand_continuous_dropout_mask", |o| {
+        o.set_rand_continuous_dropout_mask(&mut seeded_rng(12), 0.2)
+    }));
+    cases.push(mask("set_rand_zeroed_regions_mask", |o| {
+        o.set_rand_zeroed_regions_mask(&mut seeded_rng(13), 9, 3)
+    }));
+    cases.push(mask("apply_dropout_rand", |o| {
+        o.apply_dropout_rand(&mut seeded_rng(14), 0.4)
+    }));
     let per_block = |name: &str, run: fn(&mut MatViewMut<'_>, &[MatView<'_>], &[Vector])| Case {
         name: name.into(),
         inputs: vec![copy(&y)],
@@ -323,7 +346,7 @@ fn kernels_agree_with_the_host() {
             .collect();
         let init = c.out_init.as_ref().map(copy);
         assert!(
-            inputs.iter().all(Matrix::is_on_device),
+            inputs.iter().chain(init.as_ref()).all(Matrix::is_on_device),
             "{}: the copies are not on the GPU",
             c.name
         );

@@ -2,9 +2,13 @@
 //! generator the caller passes in (Kaldi's `rand()` stream in training, so that the masks
 //! are `nnet3-train`'s): a uniform fill is one [`RandomState`] taken from the stream
 //! (`CuRand::RandUniform` → `SetRandUniform`), one `RandUniform` per element in row-major
-//! order; SpecAugment's frequency mask draws `RandInt` from the stream itself.
+//! order; SpecAugment's frequency mask draws `RandInt` from the stream itself. On the GPU
+//! the draws are the same: the mask is drawn into host memory and copied over in one
+//! transfer (written element by element through managed memory, its pages would migrate).
 
-use super::{MatViewMut, Real};
+#[cfg(feature = "cuda")]
+use super::Matrix;
+use super::{on_device, MatViewMut, Real};
 use crate::kaldi_rand::{kaldi_rand_int, RandomState};
 use rand::RngCore;
 
@@ -15,9 +19,25 @@ fn continuous_factors(p: Real) -> (Real, Real) {
 }
 
 impl MatViewMut<'_> {
+    /// For a device matrix: `draw` fills a host matrix of the same shape (the host code of
+    /// the same method), which then lands here by `land` (a copy, or a product for a mask
+    /// that is applied).
+    #[cfg(feature = "cuda")]
+    fn drawn_on_host(
+        &mut self,
+        draw: impl FnOnce(&mut MatViewMut<'_>),
+        land: impl FnOnce(&mut MatViewMut<'_>, super::MatView<'_>),
+    ) {
+        let (rows, cols) = (self.num_rows(), self.num_cols());
+        let mut host = vec![0.0; rows * cols];
+        draw(&mut MatViewMut::from_slice(&mut host, rows, cols));
+        let mask = Matrix::from_vec(rows, cols, host);
+        land(self, mask.view());
+    }
     /// Kaldi's DropoutComponent: a uniform fill u of the same shape, `Heaviside(u − p)`
     /// multiplied into every element.
     pub fn apply_dropout_rand(&mut self, rng: &mut dyn RngCore, p: Real) {
+        on_device!(self.place.on_device() => self.drawn_on_host(|m| m.set_rand_dropout_mask(rng, p, 1.0), |y, m| y.mul_elements(m)));
         let mut state = RandomState::from_stream(rng);
         for r in 0..self.num_rows() {
             for x in self.row_mut(r) {
@@ -29,6 +49,7 @@ impl MatViewMut<'_> {
     /// Each element becomes `keep` when a uniform draw u has `u − p > 0`, else 0 (Kaldi's
     /// `RandUniform`, `Add(−p)`, `ApplyHeaviside`, `Scale(keep)`).
     pub fn set_rand_dropout_mask(&mut self, rng: &mut dyn RngCore, p: Real, keep: Real) {
+        on_device!(self.place.on_device() => self.drawn_on_host(|m| m.set_rand_dropout_mask(rng, p, keep), |y, m| y.copy_from(m)));
         let mut state = RandomState::from_stream(rng);
         for r in 0..self.num_rows() {
             for v in self.row_mut(r) {
@@ -43,6 +64,7 @@ impl MatViewMut<'_> {
     /// Each element becomes `u·4p + (1 − 2p)` for a uniform draw u (continuous dropout,
     /// expected value 1).
     pub fn set_rand_continuous_dropout_mask(&mut self, rng: &mut dyn RngCore, p: Real) {
+        on_device!(self.place.on_device() => self.drawn_on_host(|m| m.set_rand_continuous_dropout_mask(rng, p), |y, m| y.copy_from(m)));
         let (scale, offset) = continuous_factors(p);
         let mut state = RandomState::from_stream(rng);
         for r in 0..self.num_rows() {
@@ -62,6 +84,7 @@ impl MatViewMut<'_> {
         max_zeroed: usize,
         max_regions: usize,
     ) {
+        on_device!(self.place.on_device() => self.drawn_on_host(|m| m.set_rand_zeroed_regions_mask(rng, max_zeroed, max_regions), |y, m| y.copy_from(m)));
         let bins = self.num_cols();
         for r in 0..self.num_rows() {
             let row = self.row_mut(r);
