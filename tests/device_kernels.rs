@@ -1,11 +1,12 @@
 //! The CUDA kernels of the host operations they replace, each against that host operation
 //! on the same operands: the self-repair terms, the grouped reductions and their
-//! derivatives, BatchNorm's per-block work, and the LSTM and GRU cells' forward and backward
-//! passes (the LSTM's input derivative and its f64 sums, with and without dropout), and the
-//! random masks (drawn on the host, then copied over). Needs a GPU, so it is ignored by
-//! default;
-//! `scripts/gpu_check.sh` runs it with `--ignored`, without `COMPNET_DEVICE` (the operands
-//! are made on the host first, then the GPU is selected and they are copied to it).
+//! derivatives, BatchNorm's per-block work, the LSTM and GRU cells' forward and backward
+//! passes (the LSTM's input derivative and its f64 sums, with and without dropout), the
+//! random masks (drawn on the host, then copied over) and restricted self-attention forward
+//! and backward. Needs a GPU, so it is ignored by default; `scripts/gpu_check.sh` runs it
+//! with `--ignored --test-threads=1`, without `COMPNET_DEVICE` (the operands are made on the
+//! host first, then the GPU is selected and they are copied to it; the selection is for the
+//! whole process, so the tests run one at a time).
 #![cfg(feature = "cuda")]
 
 use compnet::matrix::device::{select, Selected, UseGpu};
@@ -392,5 +393,134 @@ fn kernels_agree_with_the_host() {
     for ((h, d), [first, second]) in [sums, dots].iter().zip(&device).zip(names) {
         assert_close(first, &h.0.to_vec(), &d.0.to_vec());
         assert_close(second, &h.1.to_vec(), &d.1.to_vec());
+    }
+}
+
+// ---- Restricted self-attention ----------------------------------------------------------
+
+/// A forward case: output rows, key dim, value dim, C, row shift, output-context, and the
+/// row of the first query (rows_left).
+type AttentionForward = (usize, usize, usize, usize, usize, bool, usize);
+
+/// A backward case: heads, output rows, key dim, value dim, C, row shift, output-context,
+/// rows_left.
+type AttentionBackward = (usize, usize, usize, usize, usize, usize, bool, usize);
+
+const KEY_SCALE: f32 = 0.35;
+
+/// One head forward as the component calls it, on `m` = [input (keys, values, query keys,
+/// query context), the output's start]: the output, then the weights.
+fn attention_forward(m: &[Matrix], shape: AttentionForward) -> Vec<Vec<f32>> {
+    let (n, kd, vd, c, shift, _, rows_left) = shape;
+    let mut out = copy(&m[1]);
+    let mut weights = Matrix::zeros(n, c);
+    out.view_mut().add_restricted_attention(
+        &mut weights.view_mut(),
+        m[0].view().cols_range(0, kd + vd),
+        m[0].view().sub(rows_left, n, kd + vd, kd + c),
+        kd,
+        KEY_SCALE,
+        shift,
+    );
+    vec![out.to_vec(), weights.to_vec()]
+}
+
+/// The backward pass on `m` = [input, weights, out_deriv, the derivative's start]: the
+/// input derivative.
+fn attention_backward(m: &[Matrix], shape: AttentionBackward) -> Vec<f32> {
+    let (heads, _, kd, _, _, shift, _, rows_left) = shape;
+    let mut deriv = copy(&m[3]);
+    deriv.view_mut().add_restricted_attention_backprop(
+        m[0].view(),
+        m[1].view(),
+        m[2].view(),
+        rows_left,
+        heads,
+        kd,
+        KEY_SCALE,
+        shift,
+    );
+    deriv.to_vec()
+}
+
+/// Restricted attention forward (one head) and backward (all heads) against the host:
+/// with and without output-context, row shifts 1 to 3, queries below the window's first row,
+/// key and value dims off multiples of 32, C above a warp.
+#[test]
+#[ignore = "needs a GPU: scripts/gpu_check.sh runs it with --ignored"]
+fn attention_kernels_agree_with_the_host() {
+    let mut rng = seeded_rng(11);
+    let forward: [AttentionForward; 4] = [
+        (23, 40, 72, 5, 1, false, 2),
+        (17, 16, 33, 7, 3, true, 9),
+        (9, 5, 8, 40, 2, true, 0),
+        (12, 64, 64, 9, 2, false, 16),
+    ];
+    let backward: [AttentionBackward; 5] = [
+        (2, 19, 16, 24, 5, 1, true, 2),
+        (2, 13, 8, 20, 4, 3, false, 3),
+        (2, 11, 33, 9, 3, 3, true, 4),
+        (2, 10, 16, 40, 40, 1, false, 39),
+        (3, 8, 7, 12, 6, 2, true, 10),
+    ];
+    let mut fwd_cases = Vec::new();
+    for shape in forward {
+        let (n, kd, vd, c, shift, ctx, _) = shape;
+        let rows_in = n + (c - 1) * shift;
+        let operands = vec![
+            random_matrix(rows_in, 2 * kd + vd + c, &mut rng),
+            random_matrix(n, vd + if ctx { c } else { 0 }, &mut rng),
+        ];
+        assert!(
+            !operands[0].is_on_device(),
+            "the GPU was selected before the host operands were made: run with \
+             --test-threads=1"
+        );
+        let host = attention_forward(&operands, shape);
+        fwd_cases.push((shape, operands, host));
+    }
+    let mut bwd_cases = Vec::new();
+    for shape in backward {
+        let (heads, n, kd, vd, c, shift, ctx, _) = shape;
+        let rows_in = n + (c - 1) * shift;
+        let cols = heads * (2 * kd + vd + c);
+        // Softmax weights per head, as the forward pass keeps them.
+        let scores = random_matrix(n, heads * c, &mut rng);
+        let mut weights = Matrix::zeros(n, heads * c);
+        for h in 0..heads {
+            weights
+                .sub_mut(0, n, h * c, c)
+                .softmax_per_row_from(scores.view().cols_range(h * c, c));
+        }
+        let operands = vec![
+            random_matrix(rows_in, cols, &mut rng),
+            weights,
+            random_matrix(n, heads * (vd + if ctx { c } else { 0 }), &mut rng),
+            random_matrix(rows_in, cols, &mut rng),
+        ];
+        let host = attention_backward(&operands, shape);
+        bwd_cases.push((shape, operands, host));
+    }
+    match select(UseGpu::Yes) {
+        Ok(Selected::Gpu(_)) => {}
+        other => panic!("this test needs a GPU: {other:?}"),
+    }
+    for (shape, operands, host) in &fwd_cases {
+        let operands: Vec<Matrix> = operands.iter().map(copy).collect();
+        assert!(operands.iter().all(Matrix::is_on_device));
+        let device = attention_forward(&operands, *shape);
+        for ((h, d), what) in host.iter().zip(&device).zip(["output", "weights"]) {
+            assert_close(&format!("add_restricted_attention {shape:?} {what}"), h, d);
+        }
+    }
+    for (shape, operands, host) in &bwd_cases {
+        let operands: Vec<Matrix> = operands.iter().map(copy).collect();
+        assert!(operands.iter().all(Matrix::is_on_device));
+        let device = attention_backward(&operands, *shape);
+        assert_close(
+            &format!("add_restricted_attention_backprop {shape:?}"),
+            host,
+            &device,
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! positions o = 0..C (the input has `(C − 1)·row_shift` more rows than the output: the left
 //! and right context). The component composes them with the row softmax and its derivative.
 
+use super::buf::on_device;
 use super::{simd, MatView, MatViewMut, Real};
 
 /// Checks the shared shape rule: `a` has the output rows, `b` the input rows, `c` C columns.
@@ -114,7 +115,9 @@ impl MatViewMut<'_> {
     /// `weights_i = c_i`, `self_i[..value_dim] += Σ_o c_io · value(r_o)`, and when `self` has
     /// C more columns (Kaldi's output-context), `self_i[value_dim..] += c_i`. `queries` is
     /// N × (key_dim + C), `weights` N × C. The window's rows stay in cache across the row, and
-    /// the softmax uses the vectorised exp (within 3e-7 of libm's).
+    /// the softmax uses the vectorised exp (within 3e-7 of libm's). With every operand on the
+    /// GPU, the kernel `k_attention_head` computes it (one block per output row; its sums are
+    /// grouped otherwise, so the result agrees within rounding, not to the bit).
     pub fn add_restricted_attention(
         &mut self,
         weights: &mut MatViewMut<'_>,
@@ -144,6 +147,13 @@ impl MatViewMut<'_> {
             c,
             row_shift,
         );
+        on_device!(self.place.on_device()
+        && weights.place.on_device()
+        && input.place.on_device()
+        && queries.place.on_device()
+        => super::cuda_ops::restricted_attention(
+            self, weights, input, queries, key_dim, key_scale, row_shift
+        ));
         let (out_stride, out_cols) = (self.stride(), self.num_cols());
         let weights_stride = weights.stride();
         simd::attention_head(simd::AttentionHead {

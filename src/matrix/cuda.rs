@@ -93,6 +93,9 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_row_reduce",
     "k_add_elements",
     "k_dot_elements",
+    "k_attention_head",
+    "k_attention_backprop_db",
+    "k_attention_backprop_kv",
 ];
 
 /// The selected GPU.

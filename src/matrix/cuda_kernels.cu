@@ -633,3 +633,161 @@ extern "C" __global__ void k_dot_elements(double* out, const float* m, int sm, c
     out[i] = (double)__int_as_float(e[2]) * (double)m[(i64)e[0] * sm + e[1]];
   }
 }
+
+// Restricted self-attention (src/matrix/attention.rs, attention_backprop.rs): output row i
+// attends to the input rows r_o = i + o·shift, o < C. These kernels run in blocks of whole
+// warps: a warp adds up one dot product over its lanes, then across them by shuffles (every
+// lane ends with the total).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off >>= 1) {
+    float o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+// The softmax of s[0..C) in place, by one whole warp (lane its lane): max first, so that no
+// exp overflows.
+__device__ void warp_softmax(float* s, int C, int lane) {
+  float m = __int_as_float(0xff800000);  // −∞
+  for (int o = lane; o < C; o += 32) m = s[o] > m ? s[o] : m;
+  m = warp_max(m);
+  float sum = 0.0f;
+  for (int o = lane; o < C; o += 32) {
+    float e = expf(s[o] - m);
+    s[o] = e;
+    sum += e;
+  }
+  sum = warp_sum(sum);
+  for (int o = lane; o < C; o += 32) s[o] = s[o] / sum;
+}
+
+// One head forward (MatViewMut::add_restricted_attention), one block per output row i:
+// b_o = key_scale · q_i[..kd] · key(r_o) + q_i[kd + o] (a warp per position), c = softmax(b)
+// into wt, out_i[..vd] += Σ_o c_o · value(r_o) (a thread per column, positions in order),
+// and out_i[vd + o] += c_o when out has C more columns. The input rows are keys (kd) then
+// values (vd); dynamic shared memory holds the C weights.
+extern "C" __global__ void k_attention_head(float* out, int so, int out_cols, float* wt, int sw,
+                                            const float* q, int sq, const float* in, int si,
+                                            int rows, int shift, int C, int kd, int vd,
+                                            float key_scale) {
+  extern __shared__ float w[];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int i = blockIdx.x; i < rows; i += gridDim.x) {
+    const float* qi = q + (i64)i * sq;
+    const float* win = in + (i64)i * si;
+    for (int o = warp; o < C; o += warps) {
+      const float* k = win + (i64)o * shift * si;
+      float s = 0.0f;
+      for (int j = lane; j < kd; j += 32) s += qi[j] * k[j];
+      s = warp_sum(s);
+      if (lane == 0) w[o] = key_scale * s + qi[kd + o];
+    }
+    __syncthreads();
+    if (warp == 0) warp_softmax(w, C, lane);
+    __syncthreads();
+    float* yi = out + (i64)i * so;
+    for (int o = threadIdx.x; o < C; o += blockDim.x) {
+      wt[(i64)i * sw + o] = w[o];
+      if (out_cols > vd) yi[vd + o] += w[o];
+    }
+    for (int j = threadIdx.x; j < vd; j += blockDim.x) {
+      float y = yi[j];
+      for (int o = 0; o < C; o++) y += w[o] * win[(i64)o * shift * si + kd + j];
+      yi[j] = y;
+    }
+    // The weights are rewritten for the block's next row.
+    __syncthreads();
+  }
+}
+
+// Restricted attention backward (MatViewMut::add_restricted_attention_backprop), in two
+// kernels so that every derivative element has exactly one writer and no atomics are needed.
+// Per head the input and derivative columns are key (kd), value (vd), query key (kd), query
+// context (C); od has vd (+ C with ctx) columns per head, wt and db C.
+//
+// 1. One block per (output row i, head): dc_o = od_i[..vd] · value(r_o) (+ od_i[vd + o]),
+//    db_o = c_o · (dc_o − Σ_p c_p · dc_p) into the scratch db, and the terms of the query
+//    row rows_left + i, whose query columns no other output row reaches:
+//    query context += db, query key += Σ_o (key_scale · db_o) · key(r_o) (positions in order).
+extern "C" __global__ void k_attention_backprop_db(float* d, int sd, float* db, int sdb,
+                                                   const float* in, int si, const float* wt,
+                                                   int sw, const float* od, int sod, int rows,
+                                                   int rows_left, int shift, int heads, int C,
+                                                   int kd, int vd, int ctx, float key_scale) {
+  extern __shared__ float sh[];
+  float* dc = sh;
+  float* b = sh + C;
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int hc = 2 * kd + vd + C, odc = vd + (ctx ? C : 0);
+  for (int u = blockIdx.x; u < rows * heads; u += gridDim.x) {
+    int i = u / heads, h = u % heads;
+    const float* win = in + (i64)i * si + (i64)h * hc;
+    const float* odi = od + (i64)i * sod + (i64)h * odc;
+    const float* ci = wt + (i64)i * sw + (i64)h * C;
+    for (int o = warp; o < C; o += warps) {
+      const float* v = win + (i64)o * shift * si + kd;
+      float s = 0.0f;
+      for (int j = lane; j < vd; j += 32) s += odi[j] * v[j];
+      s = warp_sum(s);
+      if (lane == 0) dc[o] = ctx ? s + odi[vd + o] : s;
+    }
+    __syncthreads();
+    float* qd = d + (i64)(rows_left + i) * sd + (i64)h * hc;
+    if (warp == 0) {
+      float cdc = 0.0f;
+      for (int o = lane; o < C; o += 32) cdc += ci[o] * dc[o];
+      cdc = warp_sum(cdc);
+      for (int o = lane; o < C; o += 32) {
+        float x = ci[o] * (dc[o] - cdc);
+        db[(i64)i * sdb + (i64)h * C + o] = x;
+        qd[2 * kd + vd + o] += x;
+        b[o] = key_scale * x;
+      }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < kd; j += blockDim.x) {
+      float acc = 0.0f;
+      for (int o = 0; o < C; o++) acc += b[o] * win[(i64)o * shift * si + j];
+      qd[kd + vd + j] += acc;
+    }
+    // dc and b are rewritten for the block's next (row, head).
+    __syncthreads();
+  }
+}
+
+// 2. One thread per (input row r, head, key or value column j): the terms of every output row
+//    i = r − o·shift < rows whose window holds r, added up in increasing i, then added once:
+//    key(r) += Σ (key_scale · db_io) · query key_i, value(r) += Σ c_io · od_i[..vd]. A
+//    thread owns its element, so the sum needs no atomics and its order is fixed.
+extern "C" __global__ void k_attention_backprop_kv(float* d, int sd, const float* in, int si,
+                                                   const float* db, int sdb, const float* wt,
+                                                   int sw, const float* od, int sod, int rows,
+                                                   int rows_in, int rows_left, int shift,
+                                                   int heads, int C, int kd, int vd, int ctx,
+                                                   float key_scale) {
+  int hc = 2 * kd + vd + C, odc = vd + (ctx ? C : 0), kv = kd + vd;
+  int cols = heads * kv;
+  for (int r = blockIdx.y * blockDim.y + threadIdx.y; r < rows_in; r += gridDim.y * blockDim.y)
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+      int h = c / kv, j = c % kv;
+      float acc = 0.0f;
+      // o downwards: the output rows upwards.
+      for (int o = C - 1; o >= 0; o--) {
+        int i = r - o * shift;
+        if (i < 0 || i >= rows) continue;
+        if (j < kd) {
+          float s = key_scale * db[(i64)i * sdb + (i64)h * C + o];
+          acc += s * in[(i64)(rows_left + i) * si + (i64)h * hc + kv + j];
+        } else {
+          acc += wt[(i64)i * sw + (i64)h * C + o] * od[(i64)i * sod + (i64)h * odc + j - kd];
+        }
+      }
+      d[(i64)r * sd + (i64)h * hc + j] += acc;
+    }
+}

@@ -831,3 +831,151 @@ pub(in crate::matrix) fn download_view(x: MatView<'_>) -> Vec<Real> {
         .flat_map(|r| all[r * x.stride..r * x.stride + x.cols].iter().copied())
         .collect()
 }
+
+/// Threads per block of the attention kernels: whole warps, which add up the dot products
+/// over their lanes.
+const ATTENTION_THREADS: u32 = 128;
+
+/// Dynamic shared memory of the attention kernels, `floats` per block, within the 48 KiB a
+/// launch gets without asking.
+fn attention_shared(floats: usize) -> u32 {
+    let bytes = floats * std::mem::size_of::<Real>();
+    assert!(
+        bytes <= 48 << 10,
+        "restricted attention on the GPU: {floats} context positions do not fit in shared memory"
+    );
+    bytes as u32
+}
+
+/// One head of restricted attention forward (`MatViewMut::add_restricted_attention`,
+/// shapes checked there) by `k_attention_head`: `out` gets the weighted values (and the
+/// weights with output-context), `weights` the softmax weights.
+pub(in crate::matrix) fn restricted_attention(
+    out: &mut MatViewMut<'_>,
+    weights: &mut MatViewMut<'_>,
+    input: MatView<'_>,
+    queries: MatView<'_>,
+    key_dim: usize,
+    key_scale: Real,
+    row_shift: usize,
+) {
+    let (n, c) = (weights.rows, weights.cols);
+    if n == 0 {
+        return;
+    }
+    let value_dim = input.cols - key_dim;
+    let args = [
+        pm(out),
+        int(out.stride),
+        int(out.cols),
+        pm(weights),
+        int(weights.stride),
+        p(&queries),
+        int(queries.stride),
+        p(&input),
+        int(input.stride),
+        int(n),
+        int(row_shift),
+        int(c),
+        int(key_dim),
+        int(value_dim),
+        Arg::Float(key_scale),
+    ];
+    gpu().launch(
+        "k_attention_head",
+        grid_rows(n),
+        (ATTENTION_THREADS, 1, 1),
+        attention_shared(c),
+        &args,
+    );
+}
+
+/// Restricted attention's backward pass over all heads
+/// (`MatViewMut::add_restricted_attention_backprop`, shapes checked there), added to
+/// `deriv`. `k_attention_backprop_db` computes each (output row, head)'s softmax backprop
+/// into a scratch and adds the query terms, which belong to that output row alone;
+/// `k_attention_backprop_kv` then gives each key and value derivative element one thread,
+/// which adds up the terms of the output rows whose window holds its row. No element has two
+/// writers, so there are no atomics and the sums' order is fixed.
+#[allow(clippy::too_many_arguments)]
+pub(in crate::matrix) fn restricted_attention_backprop(
+    deriv: &mut MatViewMut<'_>,
+    input: MatView<'_>,
+    weights: MatView<'_>,
+    out_deriv: MatView<'_>,
+    rows_left: usize,
+    heads: usize,
+    key_dim: usize,
+    key_scale: Real,
+    row_shift: usize,
+) {
+    let (n, c) = (weights.rows, weights.cols / heads);
+    let rows_in = input.rows;
+    if n == 0 {
+        return;
+    }
+    let value_dim = input.cols / heads - 2 * key_dim - c;
+    let output_context = Arg::Int(i32::from(out_deriv.cols > heads * value_dim));
+    let (db, db_class) = gpu().alloc(n * heads * c * std::mem::size_of::<Real>());
+    let args = [
+        pm(deriv),
+        int(deriv.stride),
+        Arg::Ptr(db),
+        int(heads * c),
+        p(&input),
+        int(input.stride),
+        p(&weights),
+        int(weights.stride),
+        p(&out_deriv),
+        int(out_deriv.stride),
+        int(n),
+        int(rows_left),
+        int(row_shift),
+        int(heads),
+        int(c),
+        int(key_dim),
+        int(value_dim),
+        output_context,
+        Arg::Float(key_scale),
+    ];
+    gpu().launch(
+        "k_attention_backprop_db",
+        grid_rows(n * heads),
+        (ATTENTION_THREADS, 1, 1),
+        attention_shared(2 * c),
+        &args,
+    );
+    let cols = heads * (key_dim + value_dim);
+    if cols > 0 {
+        let args = [
+            pm(deriv),
+            int(deriv.stride),
+            p(&input),
+            int(input.stride),
+            Arg::Ptr(db),
+            int(heads * c),
+            p(&weights),
+            int(weights.stride),
+            p(&out_deriv),
+            int(out_deriv.stride),
+            int(n),
+            int(rows_in),
+            int(rows_left),
+            int(row_shift),
+            int(heads),
+            int(c),
+            int(key_dim),
+            int(value_dim),
+            output_context,
+            Arg::Float(key_scale),
+        ];
+        gpu().launch(
+            "k_attention_backprop_kv",
+            grid_2d(rows_in, cols),
+            BLOCK_2D,
+            0,
+            &args,
+        );
+    }
+    gpu().free(db, db_class);
+}
