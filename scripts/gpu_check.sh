@@ -3,7 +3,8 @@
 # scripts/gpu_build.sh elsewhere first and bring its .gpu/bin. In under 8 minutes it
 #  1. finds the CUDA libraries (driver, cuBLAS, NVRTC) and names the GPU;
 #  2. runs the test executables with COMPNET_DEVICE=cuda, so that every matrix lives on the
-#     GPU, each twice: waiting after every GPU call, and with COMPNET_GPU_ASYNC=1 (device_kernels: each kernel against the host operation it replaces, on the same
+#     GPU, each twice: waiting after every GPU call, and with COMPNET_GPU_ASYNC=1
+#     (device_kernels: each kernel against the host operation it replaces, on the same
 #     operands): the --use-gpu tests and the kernel-source check (device), every dev golden's
 #     compute output against Kaldi's (golden_compute), the component harness's derivative
 #     checks (components, all_component_types, derivative) and the training goldens
@@ -48,13 +49,16 @@ mkdir -p target/release && [ -x target/release/compnet ] || cp "$B" target/relea
 # with COMPNET_GPU_ASYNC=1 (launches queue their work; host code waits only before it
 # touches device elements).
 # device_kernels compares kernels with the host on operands made on the host first: it
-# selects the GPU itself (no COMPNET_DEVICE) and is ignored unless asked for; one test at a
-# time, as the selection is for the whole process.
+# selects the GPU itself (no COMPNET_DEVICE) and is ignored unless asked for; each of its
+# tests runs in a process of its own, as the selection is for the whole process.
 TESTS="device device_kernels golden_compute components all_component_types derivative training"
 for async in 0 1; do
   for t in $TESTS; do
     if [ "$t" = device_kernels ]; then
-      [ -x "$BIN/$t" ] && COMPNET_GPU_ASYNC=$async timeout 150 "$BIN/$t" --ignored --test-threads=1 >"$W/$t.$async.log" 2>&1 &
+      # One process per test: each makes its host operands before it selects the GPU.
+      [ -x "$BIN/$t" ] && for name in $("$BIN/$t" --ignored --list 2>/dev/null | sed -n 's/: test$//p'); do
+        COMPNET_GPU_ASYNC=$async timeout 150 "$BIN/$t" --ignored --exact "$name"
+      done >"$W/$t.$async.log" 2>&1 &
     else
       [ -x "$BIN/$t" ] && COMPNET_GPU_ASYNC=$async COMPNET_DEVICE=cuda timeout 150 "$BIN/$t" --test-threads=2 >"$W/$t.$async.log" 2>&1 &
     fi
@@ -62,7 +66,7 @@ for async in 0 1; do
   wait
   for t in $TESTS; do
     if [ ! -x "$BIN/$t" ]; then say "tests $t: executable missing"; continue; fi
-    res=$(grep -E '^test result:' "$W/$t.$async.log" | tail -1)
+    res=$(grep -E '^test result:' "$W/$t.$async.log" | sed 's/; finished in.*//' | paste -sd '|' -)
     say "tests $t (GPU$([ $async = 1 ] && echo ', COMPNET_GPU_ASYNC=1')): ${res:-no result line: $(tail -1 "$W/$t.$async.log")}"
     grep -E -A2 '^---- ' "$W/$t.$async.log" | grep -v -E '^--$|^$' | head -30 | sed 's/^/    /' | tee -a "$SUM"
     cp "$W/$t.$async.log" "$(dirname "$SUM")/gpu_$t.$async.log" 2>/dev/null || true
