@@ -2,20 +2,25 @@
 //! on the same operands: the self-repair terms, the grouped reductions and their
 //! derivatives, BatchNorm's per-block work, the LSTM and GRU cells' forward and backward
 //! passes (the LSTM's input derivative and its f64 sums, with and without dropout), the
-//! random masks (drawn on the host, then copied over) and restricted self-attention forward
-//! and backward. Needs a GPU, so it is ignored by default; `scripts/gpu_check.sh` runs it
-//! with `--ignored --test-threads=1`, without `COMPNET_DEVICE` (the operands are made on the
-//! host first, then the GPU is selected and they are copied to it; the selection is for the
-//! whole process, so the tests run one at a time).
+//! random masks (drawn on the host, then copied over), statistics extraction and pooling
+//! with their backward passes (overlapping ranges, with and without standard deviations and
+//! log counts, short and long windows), the convolutions' gathers and scatters (the
+//! factorised block unfold and fold, with colliding destinations, and the column gather and
+//! scatter) and restricted self-attention forward and backward. Needs a GPU, so it is
+//! ignored by default; `scripts/gpu_check.sh` runs each test with `--ignored --exact` in a
+//! process of its own, without `COMPNET_DEVICE` (the operands are made on the host first,
+//! then the GPU is selected and they are copied to it; the selection is for the whole
+//! process).
 #![cfg(feature = "cuda")]
 
 use compnet::matrix::device::{select, Selected, UseGpu};
 use compnet::matrix::{
     backprop_gru_cell, backprop_lstm_nonlinearity, LstmBackpropInput, LstmStatsSums, MatView,
-    MatViewMut, Matrix, Trans, Vector, Vector64,
+    MatViewMut, Matrix, PoolingOptions, Trans, Vector, Vector64,
 };
 use compnet::random::seeded_rng;
 use compnet::testing::random_matrix;
+use rand::rngs::StdRng;
 
 /// Relative agreement of a kernel's result with the host's (the GPU contracts multiply-adds
 /// and has its own powf, so not to the bit).
@@ -327,6 +332,9 @@ fn kernels_agree_with_the_host() {
         .collect();
     let gru_host = [false, true].map(|with_in| gru_backward(&gru_operands, with_in));
 
+    pooling_cases(&mut cases, &mut rng);
+    gather_cases(&mut cases, &mut rng);
+
     // The host's results, then the GPU's on copies of the same operands.
     let host: Vec<Vec<f32>> = cases
         .iter()
@@ -523,4 +531,142 @@ fn attention_kernels_agree_with_the_host() {
             &device,
         );
     }
+}
+
+/// Statistics extraction and pooling, forward and backward, over overlapping ranges (several
+/// output rows adding to, or writing, one input row) with an empty one.
+fn pooling_cases(cases: &mut Vec<Case>, rng: &mut StdRng) {
+    let (n_in, d) = (37, 10);
+    let x = random_matrix(n_in, d, rng);
+    let ranges = vec![
+        (0, 5),
+        (3, 9),
+        (9, 9),
+        (10, 37),
+        (0, 37),
+        (20, 21),
+        (4, 6),
+        (30, 37),
+    ];
+    let n_out = ranges.len();
+    for var in [false, true] {
+        let width = 1 + d + if var { d } else { 0 };
+        let r = ranges.clone();
+        cases.push(Case {
+            name: format!("add_row_range_stats variance {var}"),
+            inputs: vec![copy(&x)],
+            vectors: vec![],
+            out_shape: (n_out, width),
+            out_init: Some(random_matrix(n_out, width, rng)),
+            run: Box::new(move |o, m, _| o.add_row_range_stats(m[0], &r, var)),
+        });
+        let r = ranges.clone();
+        cases.push(Case {
+            name: format!("backprop_row_range_stats with input {var}"),
+            inputs: vec![random_matrix(n_out, width, rng), copy(&x)],
+            vectors: vec![],
+            out_shape: (n_in, d),
+            out_init: Some(random_matrix(n_in, d, rng)),
+            run: Box::new(move |o, m, _| o.backprop_row_range_stats(m[0], &r, var.then_some(m[1]))),
+        });
+    }
+    // Pooling reads extraction statistics: [count, Σ x, Σ x²] of overlapping windows.
+    let windows: Vec<(usize, usize)> = (0..n_in).map(|i| (i, (i + 4).min(n_in))).collect();
+    let mut stats = Matrix::zeros(n_in, 1 + 2 * d);
+    stats
+        .view_mut()
+        .add_row_range_stats(x.view(), &windows, true);
+    // Short ranges add rows in order; long ones (more than 16 rows added per input row in
+    // all) go through double prefix sums.
+    let long: Vec<(usize, usize)> = (0..40)
+        .map(|o| {
+            if o == 5 {
+                (7, 7)
+            } else {
+                (o % 3, n_in - o % 5)
+            }
+        })
+        .collect();
+    for (kind, r) in [("short", ranges.clone()), ("long", long)] {
+        for nl in [0, 2] {
+            for output_stddevs in [false, true] {
+                let opts = PoolingOptions {
+                    num_log_count_features: nl,
+                    output_stddevs,
+                    variance_floor: 1e-10,
+                };
+                let out_cols = nl + 2 * d;
+                let name = format!("{kind} ranges, log counts {nl}, stddevs {output_stddevs}");
+                let rr = r.clone();
+                cases.push(Case {
+                    name: format!("pool_row_range_stats, {name}"),
+                    inputs: vec![copy(&stats)],
+                    vectors: vec![],
+                    out_shape: (r.len(), out_cols),
+                    out_init: Some(random_matrix(r.len(), out_cols, rng)),
+                    run: Box::new(move |o, m, _| o.pool_row_range_stats(m[0], &rr, opts)),
+                });
+                let mut pooled = Matrix::zeros(r.len(), out_cols);
+                pooled
+                    .view_mut()
+                    .pool_row_range_stats(stats.view(), &r, opts);
+                let rr = r.clone();
+                cases.push(Case {
+                    name: format!("backprop_pool_row_range_stats, {name}"),
+                    inputs: vec![copy(&stats), pooled, random_matrix(r.len(), out_cols, rng)],
+                    vectors: vec![],
+                    out_shape: (n_in, 1 + 2 * d),
+                    out_init: Some(random_matrix(n_in, 1 + 2 * d, rng)),
+                    run: Box::new(move |o, m, _| {
+                        o.backprop_pool_row_range_stats(m[0], m[1], m[2], &rr, opts)
+                    }),
+                });
+            }
+        }
+    }
+}
+
+/// Convolution's block gather and scatter (blocks that overlap, so that the scatter adds
+/// several sources to one destination, also from one row group's two slots) and the old
+/// convolution's column gather and scatter.
+fn gather_cases(cases: &mut Vec<Case>, rng: &mut StdRng) {
+    // Source 7 × 12, blocks of 3; 5 row groups × 2 groups, 3 slots: unfolded 10 × 9.
+    let src = random_matrix(7, 12, rng);
+    let rows: Vec<i32> = vec![0, 1, 2, 1, 1, -1, 6, 5, 4, 3, 3, 3, -1, -1, 2];
+    let cols: Vec<i32> = vec![0, 2, 9, 2, -1, 1];
+    let (r, c) = (rows.clone(), cols.clone());
+    cases.push(Case {
+        name: "copy_blocks_outer".into(),
+        inputs: vec![copy(&src)],
+        vectors: vec![],
+        out_shape: (10, 9),
+        out_init: Some(random_matrix(10, 9, rng)),
+        run: Box::new(move |o, m, _| o.copy_blocks_outer(m[0], 3, 2, &r, &c)),
+    });
+    cases.push(Case {
+        name: "add_blocks_outer_to".into(),
+        inputs: vec![random_matrix(10, 9, rng)],
+        vectors: vec![],
+        out_shape: (7, 12),
+        out_init: Some(random_matrix(7, 12, rng)),
+        run: Box::new(move |o, m, _| m[0].add_blocks_outer_to(0.7, o, 3, 2, &rows, &cols)),
+    });
+    let idx: Vec<i32> = vec![2, -1, 0, 2, 1, 5, 5, 5, -1, 3];
+    let i = idx.clone();
+    cases.push(Case {
+        name: "add_to_cols".into(),
+        inputs: vec![random_matrix(9, 10, rng)],
+        vectors: vec![],
+        out_shape: (9, 6),
+        out_init: Some(random_matrix(9, 6, rng)),
+        run: Box::new(move |o, m, _| o.add_to_cols(m[0], &i)),
+    });
+    cases.push(Case {
+        name: "copy_cols".into(),
+        inputs: vec![random_matrix(9, 6, rng)],
+        vectors: vec![],
+        out_shape: (9, 10),
+        out_init: Some(random_matrix(9, 10, rng)),
+        run: Box::new(move |o, m, _| o.copy_cols(m[0], &idx)),
+    });
 }

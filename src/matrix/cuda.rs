@@ -96,6 +96,16 @@ pub const KERNEL_NAMES: &[&str] = &[
     "k_attention_head",
     "k_attention_backprop_db",
     "k_attention_backprop_kv",
+    "k_copy_cols",
+    "k_add_to_cols",
+    "k_copy_blocks_outer",
+    "k_add_blocks_outer_to",
+    "k_add_row_range_stats",
+    "k_backprop_row_range_stats",
+    "k_prefix_cols",
+    "k_pool_row_range_stats",
+    "k_pool_stats_deriv",
+    "k_add_pool_stats_deriv",
 ];
 
 /// The selected GPU.

@@ -791,3 +791,211 @@ extern "C" __global__ void k_attention_backprop_kv(float* d, int sd, const float
       d[(i64)r * sd + (i64)h * hc + j] += acc;
     }
 }
+
+// Sums of products below are written with __fmul_rn / __fadd_rn so that NVRTC does not fuse
+// them into one multiply-add: the host rounds the product first, and these kernels add in the
+// host's order, so they agree with it to the bit.
+
+// Column gather (CopyCols): x[r, c] = y[r, idx[c]], or 0 where idx[c] = −1.
+extern "C" __global__ void k_copy_cols(float* x, int sx, const float* y, int sy, const int* idx,
+                                       int rows, int cols) {
+  FOR_RC {
+    int j = idx[c];
+    x[(i64)r * sx + c] = j < 0 ? 0.0f : y[(i64)r * sy + j];
+  }
+}
+
+// Column scatter (add_to_cols): x[r, c] += y[r, j] for every j with idx[j] = c. inv lists,
+// per destination column c, those j in increasing order (inv[c] .. inv[c + 1] index the list
+// that starts at inv + cols + 1), so one thread owns each destination and adds in the
+// host's order: no races, no atomics.
+extern "C" __global__ void k_add_to_cols(float* x, int sx, const float* y, int sy, const int* inv,
+                                         int rows, int cols) {
+  const int* list = inv + cols + 1;
+  FOR_RC {
+    float a = x[(i64)r * sx + c];
+    for (int q = inv[c]; q < inv[c + 1]; q++) a = __fadd_rn(a, y[(i64)r * sy + list[q]]);
+    x[(i64)r * sx + c] = a;
+  }
+}
+
+// Unfold (copy_blocks_outer): x has rows = row groups × groups and cols = slots × block;
+// x[r, s·block + k] = y[rt[(r / groups)·slots + s], ct[(r % groups)·slots + s] + k], or 0
+// where either index is −1.
+extern "C" __global__ void k_copy_blocks_outer(float* x, int sx, const float* y, int sy,
+                                               const int* rt, const int* ct, int rows, int cols,
+                                               int block, int groups) {
+  int slots = cols / block;
+  FOR_RC {
+    int s = c / block;
+    int j = rt[(r / groups) * slots + s], c0 = ct[(r % groups) * slots + s];
+    x[(i64)r * sx + c] = j < 0 || c0 < 0 ? 0.0f : y[(i64)j * sy + c0 + (c - s * block)];
+  }
+}
+
+// Fold (add_blocks_outer_to), the transpose of k_copy_blocks_outer: x (the source shape,
+// rows × cols) += alpha · the blocks of y that were gathered from it. Blocks may overlap, so
+// each thread owns one element of x and finds its contributions through two inverse tables:
+// rinv, per x row, the row groups q whose table rt names it in some slot (increasing); cinv,
+// per x column, the (g·slots + s) whose block covers it (increasing). A pair contributes when
+// rt[q·slots + s] names this row; looping q, then (g, s) visits the y rows q·groups + g and
+// slots s in the host's order.
+extern "C" __global__ void k_add_blocks_outer_to(float* x, int sx, const float* y, int sy,
+                                                 const int* rt, const int* ct, const int* rinv,
+                                                 const int* cinv, int rows, int cols, int block,
+                                                 int groups, int slots, float alpha) {
+  const int* rlist = rinv + rows + 1;
+  const int* clist = cinv + cols + 1;
+  FOR_RC {
+    float a = x[(i64)r * sx + c];
+    for (int p = rinv[r]; p < rinv[r + 1]; p++) {
+      int q = rlist[p];
+      for (int t = cinv[c]; t < cinv[c + 1]; t++) {
+        int gs = clist[t];
+        int g = gs / slots, s = gs - g * slots;
+        if (rt[q * slots + s] != r) continue;
+        float v = y[(i64)(q * groups + g) * sy + s * block + (c - ct[gs])];
+        a = __fadd_rn(a, __fmul_rn(alpha, v));
+      }
+    }
+    x[(i64)r * sx + c] = a;
+  }
+}
+
+// StatisticsExtraction forward: x row r (cols = 1 + d, + d with the squares) adds
+// [count, Σ y, Σ y²] over y rows rg[2r] .. rg[2r + 1], one thread per output element, the
+// rows added in order onto x's value as on the host.
+extern "C" __global__ void k_add_row_range_stats(float* x, int sx, const float* y, int sy,
+                                                 const int* rg, int rows, int cols, int d) {
+  FOR_RC {
+    int s = rg[2 * r], e = rg[2 * r + 1];
+    float a = x[(i64)r * sx + c];
+    if (c == 0) {
+      a = __fadd_rn(a, (float)(e - s));
+    } else if (c <= d) {
+      for (int i = s; i < e; i++) a = __fadd_rn(a, y[(i64)i * sy + c - 1]);
+    } else {
+      for (int i = s; i < e; i++) {
+        float v = y[(i64)i * sy + c - 1 - d];
+        a = __fadd_rn(a, __fmul_rn(v, v));
+      }
+    }
+    x[(i64)r * sx + c] = a;
+  }
+}
+
+// Its backward pass into x (input rows × d): input row r takes the Σy derivative of the last
+// output row whose range holds it (owner[r], −1: none, row left alone), as the host's
+// overwriting loop leaves it, plus 2·v·(Σy² derivative) with the input value v (with_v).
+extern "C" __global__ void k_backprop_row_range_stats(float* x, int sx, const float* od, int so,
+                                                      const float* v, int sv, const int* owner,
+                                                      int rows, int cols, int with_v) {
+  FOR_RC {
+    int o = owner[r];
+    if (o < 0) continue;
+    float g = od[(i64)o * so + 1 + c];
+    if (with_v) {
+      float dq = od[(i64)o * so + 1 + cols + c];
+      g = __fadd_rn(g, __fmul_rn(2.0f * v[(i64)r * sv + c], dq));
+    }
+    x[(i64)r * sx + c] = g;
+  }
+}
+
+// pre[(i + 1)·cols + c] = Σ_{i' ≤ i} y[i', c] in double, pre[c] = 0: one thread per column,
+// rows in order (the host's prefix sums for long pooling windows).
+extern "C" __global__ void k_prefix_cols(double* pre, const float* y, int sy, int rows,
+                                         int cols) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+    double p = 0.0;
+    pre[c] = p;
+    for (int i = 0; i < rows; i++) {
+      p += (double)y[(i64)i * sy + c];
+      pre[(i64)(i + 1) * cols + c] = p;
+    }
+  }
+}
+
+// Σ of y's column c over rows s .. e: from the prefix sums (ycols wide) when given, else
+// added in row order in float.
+__device__ float range_sum(const float* y, int sy, const double* pre, int ycols, int s, int e,
+                           int c) {
+  if (pre) return (float)(pre[(i64)e * ycols + c] - pre[(i64)s * ycols + c]);
+  float a = 0.0f;
+  for (int i = s; i < e; i++) a = __fadd_rn(a, y[(i64)i * sy + c]);
+  return a;
+}
+
+// StatisticsPooling forward: x row r = [log(count) × nl, mean, (stddev)] of the extraction
+// statistics y ([count, Σ, Σ²] rows) over rows rg[2r] .. rg[2r + 1] (an empty range: zeros);
+// fd is the mean's width when stddevs. One thread per output element; pre: the prefix sums
+// or null, as the host chooses.
+extern "C" __global__ void k_pool_row_range_stats(float* x, int sx, const float* y, int sy,
+                                                  const double* pre, const int* rg, int rows,
+                                                  int cols, int nl, int fd, int stddevs,
+                                                  float var_floor) {
+  int ycols = cols - nl + 1;
+  FOR_RC {
+    int s = rg[2 * r], e = rg[2 * r + 1];
+    float out = 0.0f;
+    if (s != e) {
+      float count = range_sum(y, sy, pre, ycols, s, e, 0);
+      if (c < nl) {
+        out = logf(count);
+      } else {
+        int k = c - nl;
+        float inv = 1.0f / count;
+        out = __fmul_rn(range_sum(y, sy, pre, ycols, s, e, 1 + k), inv);
+        if (stddevs && k >= fd && k < 2 * fd) {
+          float m = __fmul_rn(range_sum(y, sy, pre, ycols, s, e, 1 + k - fd), inv);
+          float centered = __fsub_rn(out, __fmul_rn(m, m));
+          out = sqrtf(fmaxf(centered, var_floor));
+        }
+      }
+    }
+    x[(i64)r * sx + c] = out;
+  }
+}
+
+// StatisticsPooling backward, first step: dd row r (cols = the statistics' width) = the
+// derivative with respect to output row r's summed statistics, divided by its count (from
+// the log count in ov when nl > 0, else summed from iv's count column over the range).
+extern "C" __global__ void k_pool_stats_deriv(float* dd, int sdd, const float* iv, int si,
+                                              const float* ov, int sov, const float* od, int sod,
+                                              const int* rg, int rows, int cols, int nl, int fd,
+                                              int stddevs) {
+  FOR_RC {
+    const float* d = od + (i64)r * sod + nl;
+    const float* y = ov + (i64)r * sov + nl;
+    float v = d[c];
+    if (stddevs && c < fd) {
+      // var = E[x²] − mean², so the mean also gets −2·mean·dvar.
+      float dvar = 0.5f * d[fd + c] / y[fd + c];
+      v = __fadd_rn(v, __fmul_rn(-2.0f * y[c], dvar));
+    } else if (stddevs && c < 2 * fd) {
+      v = 0.5f * v / y[c];
+    }
+    float count;
+    if (nl > 0) {
+      count = expf(ov[(i64)r * sov]);
+    } else {
+      count = 0.0f;
+      for (int i = rg[2 * r]; i < rg[2 * r + 1]; i++) count = __fadd_rn(count, iv[(i64)i * si]);
+    }
+    dd[(i64)r * sdd + c] = __fmul_rn(v, 1.0f / count);
+  }
+}
+
+// Second step: x row r, columns 1 .. cols + 1, adds dd's rows for every output whose range
+// holds input row r; inv lists them per input row in increasing order (inv[r] .. inv[r + 1]
+// index the list at inv + rows + 1), so each thread owns one element and adds in the host's
+// order, overlapping ranges included.
+extern "C" __global__ void k_add_pool_stats_deriv(float* x, int sx, const float* dd, int sdd,
+                                                  const int* inv, int rows, int cols) {
+  const int* list = inv + rows + 1;
+  FOR_RC {
+    float a = x[(i64)r * sx + 1 + c];
+    for (int q = inv[r]; q < inv[r + 1]; q++) a = __fadd_rn(a, dd[(i64)list[q] * sdd + c]);
+    x[(i64)r * sx + 1 + c] = a;
+  }
+}

@@ -979,3 +979,469 @@ pub(in crate::matrix) fn restricted_attention_backprop(
     }
     gpu().free(db, db_class);
 }
+
+/// Groups `(key, value)` pairs by key (every key < `n`), keeping their order within a key,
+/// as one table for the scatter kernels: `n + 1` offsets into the values, then the values.
+/// A kernel thread that owns key k reads its values in the order the host loop meets them.
+pub(in crate::matrix) fn grouped_table(n: usize, pairs: &[(usize, i32)]) -> Vec<i32> {
+    let mut offsets = vec![0usize; n + 1];
+    for &(k, _) in pairs {
+        offsets[k + 1] += 1;
+    }
+    for k in 0..n {
+        offsets[k + 1] += offsets[k];
+    }
+    let mut table: Vec<i32> = offsets.iter().map(|&o| to_i32(o)).collect();
+    table.resize(n + 1 + pairs.len(), 0);
+    let mut next = offsets;
+    for &(k, v) in pairs {
+        table[n + 1 + next[k]] = v;
+        next[k] += 1;
+    }
+    table
+}
+
+fn to_i32(n: usize) -> i32 {
+    i32::try_from(n).expect("GPU index tables are limited to 2^31 entries")
+}
+
+/// Uploads `table` for the length of `f`, which gets its device address.
+fn with_table(table: &[i32], f: impl FnOnce(u64)) {
+    // An empty upload is not worth a special case in the driver: send one unused entry.
+    let table = if table.is_empty() { &[0][..] } else { table };
+    let (ptr, class) = gpu().upload_i32(table);
+    f(ptr);
+    gpu().free(ptr, class);
+}
+
+/// `x[:, c] = y[:, idx[c]]`, 0 where `idx[c] = −1` (idx checked by the caller).
+pub(in crate::matrix) fn copy_cols(x: &mut MatViewMut<'_>, y: MatView<'_>, idx: &[i32]) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    with_table(idx, |t| {
+        let args = [
+            pm(x),
+            int(x.stride),
+            p(&y),
+            int(y.stride),
+            Arg::Ptr(t),
+            int(r),
+            int(c),
+        ];
+        gpu().launch("k_copy_cols", grid_2d(r, c), BLOCK_2D, 0, &args);
+    });
+}
+
+/// `x[:, idx[j]] += y[:, j]` for every `idx[j] ≠ −1` (idx checked by the caller), one
+/// thread per element of x adding its sources in order.
+pub(in crate::matrix) fn add_to_cols(x: &mut MatViewMut<'_>, y: MatView<'_>, idx: &[i32]) {
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let pairs: Vec<(usize, i32)> = idx
+        .iter()
+        .enumerate()
+        .filter(|&(_, &d)| d >= 0)
+        .map(|(j, &d)| (d as usize, to_i32(j)))
+        .collect();
+    with_table(&grouped_table(c, &pairs), |t| {
+        let args = [
+            pm(x),
+            int(x.stride),
+            p(&y),
+            int(y.stride),
+            Arg::Ptr(t),
+            int(r),
+            int(c),
+        ];
+        gpu().launch("k_add_to_cols", grid_2d(r, c), BLOCK_2D, 0, &args);
+    });
+}
+
+/// Checks, before a kernel reads them, the indices of an outer block gather that the host
+/// loop would use (those paired with a non-negative index in the other table), against a
+/// `src_rows` × `src_cols` matrix of blocks `block` wide.
+fn check_outer_indices(
+    what: &str,
+    (rows, cols): (&[i32], &[i32]),
+    (slots, block): (usize, usize),
+    (src_rows, src_cols): (usize, usize),
+) {
+    let used = |t: &[i32], s: usize| t.iter().skip(s).step_by(slots).any(|&v| v >= 0);
+    for s in 0..slots {
+        if used(cols, s) {
+            for &j in rows.iter().skip(s).step_by(slots) {
+                assert!(
+                    j < 0 || (j as usize) < src_rows,
+                    "{what}: row {j} outside {src_rows} rows"
+                );
+            }
+        }
+        if used(rows, s) {
+            for &c in cols.iter().skip(s).step_by(slots) {
+                assert!(
+                    c < 0 || c as usize + block <= src_cols,
+                    "{what}: block at column {c} outside {src_cols} columns"
+                );
+            }
+        }
+    }
+}
+
+/// Unfold into `x` from `y` (shapes of the tables checked by the caller): a gather, one
+/// thread per element of `x`.
+pub(in crate::matrix) fn copy_blocks_outer(
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    (block, groups): (usize, usize),
+    rows: &[i32],
+    cols: &[i32],
+) {
+    let slots = x.cols / block;
+    check_outer_indices(
+        "copy_blocks_outer",
+        (rows, cols),
+        (slots, block),
+        (y.rows, y.cols),
+    );
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let table = [rows, cols].concat();
+    with_table(&table, |t| {
+        let args = [
+            pm(x),
+            int(x.stride),
+            p(&y),
+            int(y.stride),
+            Arg::Ptr(t),
+            Arg::Ptr(t + 4 * rows.len() as u64),
+            int(r),
+            int(c),
+            int(block),
+            int(groups),
+        ];
+        gpu().launch("k_copy_blocks_outer", grid_2d(r, c), BLOCK_2D, 0, &args);
+    });
+}
+
+/// Fold: `x` (the source of an unfold) += `alpha` × the blocks of `y` gathered from it.
+/// Blocks may overlap, so one thread per element of `x` finds its contributions through two
+/// inverse tables (see `k_add_blocks_outer_to`) and adds them in the host's order.
+pub(in crate::matrix) fn add_blocks_outer_to(
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    alpha: Real,
+    (block, groups): (usize, usize),
+    rows: &[i32],
+    cols: &[i32],
+) {
+    let slots = y.cols / block;
+    check_outer_indices(
+        "add_blocks_outer_to",
+        (rows, cols),
+        (slots, block),
+        (x.rows, x.cols),
+    );
+    if empty(x) || y.rows == 0 || slots == 0 {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    // Per row of x, the row groups q that name it in some slot, each once, increasing.
+    let mut by_row = Vec::new();
+    for (q, slot_rows) in rows.chunks(slots).enumerate() {
+        for (s, &j) in slot_rows.iter().enumerate() {
+            if j >= 0 && !slot_rows[..s].contains(&j) {
+                by_row.push((j as usize, to_i32(q)));
+            }
+        }
+    }
+    // Per column of x, the (group, slot) pairs whose block covers it, increasing.
+    let mut by_col = Vec::new();
+    for (gs, &c0) in cols.iter().enumerate() {
+        if c0 >= 0 && rows.iter().skip(gs % slots).step_by(slots).any(|&j| j >= 0) {
+            by_col.extend((0..block).map(|k| (c0 as usize + k, to_i32(gs))));
+        }
+    }
+    let (rinv, cinv) = (grouped_table(r, &by_row), grouped_table(c, &by_col));
+    let table = [rows, cols, &rinv, &cinv].concat();
+    let at = |n: usize| 4 * n as u64;
+    with_table(&table, |t| {
+        let args = [
+            pm(x),
+            int(x.stride),
+            p(&y),
+            int(y.stride),
+            Arg::Ptr(t),
+            Arg::Ptr(t + at(rows.len())),
+            Arg::Ptr(t + at(rows.len() + cols.len())),
+            Arg::Ptr(t + at(rows.len() + cols.len() + rinv.len())),
+            int(r),
+            int(c),
+            int(block),
+            int(groups),
+            int(slots),
+            Arg::Float(alpha),
+        ];
+        gpu().launch("k_add_blocks_outer_to", grid_2d(r, c), BLOCK_2D, 0, &args);
+    });
+}
+
+/// Checks row ranges before a kernel reads them: `out_rows` output rows at least, each
+/// range ordered and inside `in_rows` input rows.
+fn check_ranges(what: &str, ranges: &[(usize, usize)], in_rows: usize, out_rows: usize) {
+    assert!(
+        ranges.len() <= out_rows,
+        "{what}: {} ranges for {out_rows} output rows",
+        ranges.len()
+    );
+    for &(s, e) in ranges {
+        assert!(
+            s <= e && e <= in_rows,
+            "{what}: range {s}..{e} outside {in_rows} input rows"
+        );
+    }
+}
+
+/// The ranges as the kernels read them: start, end per output row.
+fn range_table(ranges: &[(usize, usize)]) -> Vec<i32> {
+    ranges
+        .iter()
+        .flat_map(|&(s, e)| [to_i32(s), to_i32(e)])
+        .collect()
+}
+
+/// StatisticsExtraction forward: `x` row o adds `[count, Σ y, Σ y² (if x is that wide)]`
+/// over `y`'s rows in `ranges[o]`.
+pub(in crate::matrix) fn add_row_range_stats(
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    ranges: &[(usize, usize)],
+) {
+    check_ranges("add_row_range_stats", ranges, y.rows, x.rows);
+    let (r, c) = (ranges.len(), x.cols);
+    if r == 0 || c == 0 {
+        return;
+    }
+    with_table(&range_table(ranges), |t| {
+        let args = [
+            pm(x),
+            int(x.stride),
+            p(&y),
+            int(y.stride),
+            Arg::Ptr(t),
+            int(r),
+            int(c),
+            int(y.cols),
+        ];
+        gpu().launch("k_add_row_range_stats", grid_2d(r, c), BLOCK_2D, 0, &args);
+    });
+}
+
+/// Its backward pass into `x` (input rows × d) from the output derivative `od`: each input
+/// row is written by the last output row whose range holds it (the host loop overwrites), so
+/// the owner is found here and each thread writes one element.
+pub(in crate::matrix) fn backprop_row_range_stats(
+    x: &mut MatViewMut<'_>,
+    od: MatView<'_>,
+    ranges: &[(usize, usize)],
+    v: Option<MatView<'_>>,
+) {
+    let what = "backprop_row_range_stats";
+    check_ranges(what, ranges, x.rows, od.rows);
+    let width = 1 + x.cols * if v.is_some() { 2 } else { 1 };
+    assert!(od.cols >= width, "{what}: output derivative too narrow");
+    if let Some(v) = &v {
+        assert!(v.rows >= x.rows && v.cols >= x.cols, "{what}: input value");
+    }
+    if empty(x) {
+        return;
+    }
+    let (r, c) = (x.rows, x.cols);
+    let mut owner = vec![-1i32; r];
+    for (o, &(s, e)) in ranges.iter().enumerate() {
+        owner[s..e].fill(to_i32(o));
+    }
+    let (vp, vs) = match &v {
+        Some(v) => (p(v), int(v.stride)),
+        None => (p(&od), int(od.stride)),
+    };
+    with_table(&owner, |t| {
+        let args = [
+            pm(x),
+            int(x.stride),
+            p(&od),
+            int(od.stride),
+            vp,
+            vs,
+            Arg::Ptr(t),
+            int(r),
+            int(c),
+            Arg::Int(v.is_some() as i32),
+        ];
+        gpu().launch(
+            "k_backprop_row_range_stats",
+            grid_2d(r, c),
+            BLOCK_2D,
+            0,
+            &args,
+        );
+    });
+}
+
+/// StatisticsPooling forward into `x` from the extraction statistics `y`; `prefix`: the
+/// host's choice of double prefix sums for long windows (computed here by `k_prefix_cols`).
+pub(in crate::matrix) fn pool_row_range_stats(
+    x: &mut MatViewMut<'_>,
+    y: MatView<'_>,
+    ranges: &[(usize, usize)],
+    opts: crate::matrix::PoolingOptions,
+    prefix: bool,
+) {
+    check_ranges("pool_row_range_stats", ranges, y.rows, x.rows);
+    let (r, c) = (ranges.len(), x.cols);
+    if r == 0 || c == 0 {
+        return;
+    }
+    let nl = opts.num_log_count_features;
+    let fd = (y.cols - 1) / if opts.output_stddevs { 2 } else { 1 };
+    let pre = prefix.then(|| {
+        let (ptr, class) = gpu().alloc((y.rows + 1) * y.cols * 8);
+        let args = [
+            Arg::Ptr(ptr),
+            p(&y),
+            int(y.stride),
+            int(y.rows),
+            int(y.cols),
+        ];
+        let blocks = y.cols.div_ceil(ROW_THREADS as usize) as u32;
+        gpu().launch(
+            "k_prefix_cols",
+            (blocks, 1, 1),
+            (ROW_THREADS, 1, 1),
+            0,
+            &args,
+        );
+        (ptr, class)
+    });
+    with_table(&range_table(ranges), |t| {
+        let args = [
+            pm(x),
+            int(x.stride),
+            p(&y),
+            int(y.stride),
+            Arg::Ptr(pre.map_or(0, |(ptr, _)| ptr)),
+            Arg::Ptr(t),
+            int(r),
+            int(c),
+            int(nl),
+            int(fd),
+            Arg::Int(opts.output_stddevs as i32),
+            Arg::Float(opts.variance_floor),
+        ];
+        gpu().launch("k_pool_row_range_stats", grid_2d(r, c), BLOCK_2D, 0, &args);
+    });
+    if let Some((ptr, class)) = pre {
+        gpu().free(ptr, class);
+    }
+}
+
+/// StatisticsPooling backward, added into `x` (input rows × (1 + statistics)): first each
+/// output row's derivative with respect to its summed statistics (`k_pool_stats_deriv`, into
+/// a scratch matrix), then one thread per element of `x` adds those of the output rows whose
+/// ranges hold its row, in order (ranges may overlap).
+pub(in crate::matrix) fn backprop_pool_row_range_stats(
+    x: &mut MatViewMut<'_>,
+    (iv, ov, od): (MatView<'_>, MatView<'_>, MatView<'_>),
+    ranges: &[(usize, usize)],
+    opts: crate::matrix::PoolingOptions,
+) {
+    let what = "backprop_pool_row_range_stats";
+    let n_out = ranges.len();
+    check_ranges(what, ranges, x.rows, od.rows);
+    let nl = opts.num_log_count_features;
+    let cols = x.cols.saturating_sub(1);
+    assert!(od.cols >= nl + cols, "{what}: output derivative too narrow");
+    if opts.output_stddevs || nl > 0 {
+        assert!(
+            ov.rows >= n_out && ov.cols >= nl + cols,
+            "{what}: output value"
+        );
+    }
+    if nl == 0 {
+        assert!(iv.rows >= x.rows && iv.cols >= 1, "{what}: input value");
+    }
+    if n_out == 0 || cols == 0 || x.rows == 0 {
+        return;
+    }
+    let fd = cols / if opts.output_stddevs { 2 } else { 1 };
+    let (dd, class) = gpu().alloc(n_out * cols * 4);
+    let pairs: Vec<(usize, i32)> = ranges
+        .iter()
+        .enumerate()
+        .flat_map(|(o, &(s, e))| (s..e).map(move |i| (i, to_i32(o))))
+        .collect();
+    let rg = range_table(ranges);
+    let inv = grouped_table(x.rows, &pairs);
+    let table = [&rg[..], &inv].concat();
+    with_table(&table, |t| {
+        let args = [
+            Arg::Ptr(dd),
+            int(cols),
+            p(&iv),
+            int(iv.stride),
+            p(&ov),
+            int(ov.stride),
+            p(&od),
+            int(od.stride),
+            Arg::Ptr(t),
+            int(n_out),
+            int(cols),
+            int(nl),
+            int(fd),
+            Arg::Int(opts.output_stddevs as i32),
+        ];
+        gpu().launch(
+            "k_pool_stats_deriv",
+            grid_2d(n_out, cols),
+            BLOCK_2D,
+            0,
+            &args,
+        );
+        let args = [
+            pm(x),
+            int(x.stride),
+            Arg::Ptr(dd),
+            int(cols),
+            Arg::Ptr(t + 4 * rg.len() as u64),
+            int(x.rows),
+            int(cols),
+        ];
+        gpu().launch(
+            "k_add_pool_stats_deriv",
+            grid_2d(x.rows, cols),
+            BLOCK_2D,
+            0,
+            &args,
+        );
+    });
+    gpu().free(dd, class);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grouped_table;
+
+    #[test]
+    fn grouped_tables_keep_the_order_within_a_key() {
+        let t = grouped_table(4, &[(2, 7), (0, 1), (2, 3), (2, 9), (0, 4)]);
+        // Offsets: key 0 has 2 values, key 1 none, key 2 three, key 3 none.
+        assert_eq!(&t[..5], &[0, 2, 2, 5, 5]);
+        assert_eq!(&t[5..], &[1, 4, 7, 3, 9]);
+        assert_eq!(grouped_table(2, &[]), vec![0, 0, 0]);
+    }
+}

@@ -3,6 +3,7 @@
 //! one patch per row ([`Matrix::into_reshaped`]) so that a single GEMM serves every patch,
 //! and patch derivatives are scattered back onto the input columns ([`MatViewMut::add_to_cols`]).
 
+use super::on_device;
 use super::{MatView, MatViewMut, Matrix};
 
 impl Matrix {
@@ -43,6 +44,7 @@ impl MatViewMut<'_> {
             idx.iter().all(|&c| c < cols as i32),
             "add_to_cols: column index out of range"
         );
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::add_to_cols(self, src, idx));
         for r in 0..self.num_rows() {
             let s = src.row(r);
             let d = self.row_mut(r);

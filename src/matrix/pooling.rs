@@ -3,6 +3,7 @@
 //! and log counts), with their backward passes. Output row `o` summarises input rows
 //! `ranges[o] = (start, end)`.
 
+use super::on_device;
 use super::{MatView, MatViewMut, Real};
 
 /// How [`MatViewMut::pool_row_range_stats`] turns summed statistics into its output.
@@ -31,6 +32,7 @@ impl MatViewMut<'_> {
             1 + d + if include_variance { d } else { 0 },
             "add_row_range_stats: dim"
         );
+        on_device!(self.place.on_device() && input.place.on_device() => super::cuda_ops::add_row_range_stats(self, input, ranges));
         for (o, &(s, e)) in ranges.iter().enumerate() {
             let row = self.row_mut(o);
             let (head, rest) = row.split_at_mut(1);
@@ -59,6 +61,7 @@ impl MatViewMut<'_> {
         in_value: Option<MatView<'_>>,
     ) {
         let d = self.num_cols();
+        on_device!(self.place.on_device() && out_deriv.place.on_device() && in_value.is_none_or(|x| x.place.on_device()) => super::cuda_ops::backprop_row_range_stats(self, out_deriv, ranges, in_value));
         for (o, &(s, e)) in ranges.iter().enumerate() {
             let od = out_deriv.row(o);
             let (dsum, dsq) = od[1..].split_at(d);
@@ -91,7 +94,9 @@ impl MatViewMut<'_> {
             "pool_row_range_stats: dim"
         );
         let total: usize = ranges.iter().map(|&(s, e)| e.saturating_sub(s)).sum();
-        let prefix = (total > 16 * input.num_rows().max(1)).then(|| {
+        let long = total > 16 * input.num_rows().max(1);
+        on_device!(self.place.on_device() && input.place.on_device() => super::cuda_ops::pool_row_range_stats(self, input, ranges, opts, long));
+        let prefix = long.then(|| {
             let cols = input.num_cols();
             let mut pre = vec![0.0f64; (input.num_rows() + 1) * cols];
             for i in 0..input.num_rows() {
@@ -162,6 +167,9 @@ impl MatViewMut<'_> {
         let nl = opts.num_log_count_features;
         let od_dim = out_deriv.num_cols();
         let fd = (self.num_cols() - 1) / if opts.output_stddevs { 2 } else { 1 };
+        // The input value is read only for the counts (no log counts), the output value only
+        // for the log counts and standard deviations.
+        on_device!(self.place.on_device() && out_deriv.place.on_device() && (nl > 0 || in_value.place.on_device()) && ((nl == 0 && !opts.output_stddevs) || out_value.place.on_device()) && od_dim == nl + self.num_cols() - 1 => super::cuda_ops::backprop_pool_row_range_stats(self, (in_value, out_value, out_deriv), ranges, opts));
         let mut d = vec![0.0f32; od_dim - nl];
         for (o, &(s, e)) in ranges.iter().enumerate() {
             d.copy_from_slice(&out_deriv.row(o)[nl..]);

@@ -107,6 +107,11 @@ impl MatViewMut<'_> {
     pub fn copy_cols(&mut self, src: MatView<'_>, idx: &[i32]) {
         assert_eq!(idx.len(), self.num_cols());
         assert_eq!(src.num_rows(), self.num_rows());
+        on_device!(self.place.on_device() && src.place.on_device() => {
+            let n = src.num_cols() as i32;
+            assert!(idx.iter().all(|&j| j < n), "copy_cols: column index out of range");
+            super::cuda_ops::copy_cols(self, src, idx)
+        });
         for r in 0..self.num_rows() {
             let s = src.row(r);
             for (x, &j) in self.row_mut(r).iter_mut().zip(idx) {

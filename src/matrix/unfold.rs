@@ -4,6 +4,7 @@
 //! the column chosen by (group, slot). The index tables are small (rows × slots and
 //! groups × slots), not one entry per copied block.
 
+use super::on_device;
 use super::parallel::for_row_blocks;
 use super::{MatView, MatViewMut, Real};
 
@@ -48,6 +49,7 @@ impl<'a> MatViewMut<'a> {
         cols: &[i32],
     ) {
         let slots = check_outer(self.num_rows(), self.num_cols(), block, groups, rows, cols);
+        on_device!(self.place.on_device() && src.place.on_device() => super::cuda_ops::copy_blocks_outer(self, src, (block, groups), rows, cols));
         let in_range = |j: i32, c: i32| {
             assert!(
                 (j as usize) < src.num_rows() && c as usize + block <= src.num_cols(),
@@ -92,6 +94,7 @@ impl MatView<'_> {
         cols: &[i32],
     ) {
         let slots = check_outer(self.num_rows(), self.num_cols(), block, groups, rows, cols);
+        on_device!(self.place.on_device() && dst.place.on_device() => super::cuda_ops::add_blocks_outer_to(dst, *self, alpha, (block, groups), rows, cols));
         let (dr, dc) = (dst.num_rows(), dst.num_cols());
         for i in 0..self.num_rows() {
             let (r, g) = (i / groups, i % groups);
